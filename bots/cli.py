@@ -1,0 +1,324 @@
+"""The ``fathom`` command line (typer + rich).
+
+Start-up time matters (``fathom research`` should reach its first LLM request
+within a second), so heavy modules are imported inside the commands that need
+them, never at module level.
+
+Exit codes: 0 success, 1 the run failed or was cancelled, 2 bad input or settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import uuid
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from core.config import Settings
+    from core.service import RunOutcome
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="fathom",
+    help="Fathom: deep research with cited reports, in team chat and in the terminal.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+thread_app = typer.Typer(help="Inspect research threads and their variables.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema management.", no_args_is_help=True)
+app.add_typer(thread_app, name="thread")
+app.add_typer(db_app, name="db")
+
+
+def _stderr() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    _stderr().print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _settings() -> Settings:
+    from core.config import ConfigError, load_settings
+
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _configure_logging(settings: Settings, *, quiet_below_warning: bool) -> None:
+    from core.logs import configure_logging
+
+    level = settings.log_level
+    if quiet_below_warning and level in ("DEBUG", "INFO") and settings.log_level != "DEBUG":
+        level = "WARNING"
+    configure_logging(level, settings.log_format)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine; SIGTERM cancels it like Ctrl-C so runs end in a recorded state."""
+
+    async def main() -> T:
+        task = asyncio.ensure_future(coro)
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - non-Unix
+            pass
+        return await task
+
+    try:
+        return asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        _stderr().print("interrupted; the run is recorded as cancelled.")
+        raise typer.Exit(130) from None
+
+
+@app.command()
+def research(
+    topic: Annotated[str, typer.Argument(help="What to research.")],
+    depth: Annotated[
+        int | None, typer.Option("--depth", "-d", help="Search rounds (default from settings).")
+    ] = None,
+    strategy: Annotated[str, typer.Option(help="Research strategy.")] = "iterative",
+    thread: Annotated[
+        str | None,
+        typer.Option(help="Thread key to continue, e.g. cli:local:local:abc (follow-ups)."),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Also write the Markdown report here.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of the report.")
+    ] = False,
+) -> None:
+    """Research TOPIC with live progress and print a cited Markdown report."""
+    from core.commands import CommandError, validate_depth, validate_strategy, validate_topic
+    from core.models import ResearchRequest, ThreadKey
+
+    settings = _settings()
+    try:
+        clean_topic = validate_topic(topic)
+        clean_depth = validate_depth(
+            depth, default=settings.default_depth, maximum=settings.max_depth
+        )
+        clean_strategy = validate_strategy(strategy)
+        key = (
+            ThreadKey.parse(thread)
+            if thread
+            else ThreadKey(
+                platform="cli", workspace="local", channel="local", thread=uuid.uuid4().hex[:12]
+            )
+        )
+    except (CommandError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    _configure_logging(settings, quiet_below_warning=True)
+    request = ResearchRequest(
+        topic=clean_topic,
+        depth=clean_depth,
+        strategy=clean_strategy,
+        thread=key,
+        requested_by="cli",
+    )
+    outcome = _run(_research(settings, request, None))
+    _show_outcome(outcome, output=output, as_json=as_json)
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to resume from its last checkpoint.")],
+    output: Annotated[Path | None, typer.Option("--output", "-o")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Resume an interrupted run (after a crash) without repeating finished searches."""
+    settings = _settings()
+    _configure_logging(settings, quiet_below_warning=True)
+    outcome = _run(_research(settings, None, run_id))
+    _show_outcome(outcome, output=output, as_json=as_json)
+
+
+async def _research(settings: Settings, request: Any, run_id: str | None) -> RunOutcome:
+    from bots.console.progress import ConsoleProgress
+    from core.config import ConfigError
+    from core.runtime import open_runtime
+    from core.service import RunRejected
+
+    progress = ConsoleProgress(_stderr())
+    try:
+        async with open_runtime(settings) as runtime:
+            if request is not None:
+                try:
+                    run, _ = await runtime.service.submit(request)
+                except RunRejected as exc:
+                    raise _fail(str(exc)) from None
+                run_id = run.id
+            elif await runtime.store.get_run(run_id or "") is None:
+                raise _fail(f"there is no run {run_id!r}")
+            try:
+                return await runtime.service.execute(run_id or "", progress)
+            finally:
+                progress.close()
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _show_outcome(outcome: RunOutcome, *, output: Path | None, as_json: bool) -> None:
+    from core.models import RunStatus
+
+    err = _stderr()
+    if output is not None and outcome.report_markdown:
+        output.write_text(outcome.report_markdown, encoding="utf-8")
+        err.print(f"report written to {output}", highlight=False)
+    if as_json:
+        sys.stdout.write(json.dumps(outcome.as_json(), ensure_ascii=False) + "\n")
+    elif outcome.report_markdown and output is None:
+        if sys.stdout.isatty():
+            from rich.console import Console
+            from rich.markdown import Markdown
+
+            Console().print(Markdown(outcome.report_markdown))
+        else:
+            sys.stdout.write(outcome.report_markdown)
+    err.print(f"thread: {outcome.thread}  run: {outcome.run_id}", highlight=False)
+    if outcome.status is not RunStatus.SUCCEEDED:
+        err.print(f"[bold red]run {outcome.status.value}:[/] {outcome.error or ''}")
+        raise typer.Exit(EXIT_FAILED)
+
+
+@thread_app.command("show")
+def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None:
+    """Print a thread's variables and runs as JSON."""
+    settings = _settings()
+
+    async def show() -> dict[str, Any] | None:
+        from core.runtime import open_database
+        from storage import Store
+
+        async with open_database(settings) as database:
+            store = Store(database)
+            record = await store.get_thread(key)
+            if record is None:
+                return None
+            variables = await store.load_variables(record.id) or {
+                "topics": [],
+                "nextSearchTopic": None,
+                "findings": [],
+                "shouldContinue": True,
+            }
+            runs = await store.thread_runs(record.id)
+            return {
+                "thread": record.key,
+                "variables": variables,
+                "runs": [_run_json(r) for r in runs],
+            }
+
+    data = _run(show())
+    if data is None:
+        raise _fail(f"there is no thread {key!r}", EXIT_FAILED)
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+
+
+def _run_json(run: Any) -> dict[str, Any]:
+    return {
+        "run_id": run.id,
+        "topic": run.topic,
+        "depth": run.depth,
+        "strategy": run.strategy,
+        "status": run.status,
+        "rounds_done": run.rounds_done,
+        "error": run.error,
+        "usage": {
+            "llm_calls": run.llm_calls,
+            "prompt_tokens": run.prompt_tokens,
+            "completion_tokens": run.completion_tokens,
+            "searches": run.searches,
+        },
+        "created_at": run.created_at.isoformat() if run.created_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+    }
+
+
+@thread_app.command("list")
+def thread_list(
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List recent threads."""
+    settings = _settings()
+
+    async def rows() -> list[Any]:
+        from core.runtime import open_database
+        from storage import Store
+
+        async with open_database(settings) as database:
+            return await Store(database).list_threads(limit)
+
+    threads = _run(rows())
+    if as_json:
+        data = [
+            {
+                "thread": t.key,
+                "runs": t.runs,
+                "last_topic": t.last_topic,
+                "last_status": t.last_status,
+                "updated_at": t.updated_at.isoformat(),
+            }
+            for t in threads
+        ]
+        sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("thread", "runs", "last topic", "status", "updated")
+    for t in threads:
+        table.add_row(
+            t.key,
+            str(t.runs),
+            t.last_topic or "",
+            t.last_status or "",
+            t.updated_at.strftime("%Y-%m-%d %H:%M"),
+        )
+    Console().print(table)
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply Alembic migrations up to head."""
+    settings = _settings()
+
+    async def upgrade() -> None:
+        from storage import Database
+
+        database = Database(settings.database_url)
+        try:
+            await database.upgrade()
+        finally:
+            await database.dispose()
+
+    _run(upgrade())
+    _stderr().print("database schema is at head", highlight=False)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

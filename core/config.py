@@ -1,0 +1,184 @@
+"""Configuration from the environment and ``.env`` (names fixed by DESIGN.md).
+
+``load_settings()`` turns every validation problem into one :class:`ConfigError`
+whose message names the variable and what is expected, so the CLI can print a
+single clear line instead of a traceback.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SearchProviderName = Literal["ddgs", "searxng", "tavily", "brave"]
+
+
+class ConfigError(Exception):
+    """A setting is missing or invalid; the message is meant for the operator."""
+
+
+def _env(name: str) -> AliasChoices:
+    return AliasChoices(name, name.lower())
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=False,
+    )
+
+    database_url: str = Field(
+        default="sqlite+aiosqlite:///fathom.db", validation_alias=_env("DATABASE_URL")
+    )
+
+    # LLM endpoints
+    openai_api_key: str | None = Field(default=None, validation_alias=_env("OPENAI_API_KEY"))
+    openai_base_url: str | None = Field(default=None, validation_alias=_env("OPENAI_BASE_URL"))
+    planner_model: str = Field(default="gpt-4o", validation_alias=_env("FATHOM_PLANNER_MODEL"))
+    writer_model: str | None = Field(default=None, validation_alias=_env("FATHOM_WRITER_MODEL"))
+    writer_base_url: str | None = Field(
+        default=None, validation_alias=_env("FATHOM_WRITER_BASE_URL")
+    )
+    writer_api_key: str | None = Field(default=None, validation_alias=_env("FATHOM_WRITER_API_KEY"))
+    llm_json_mode: Literal["auto", "json_schema", "json_object", "prompt"] = Field(
+        default="auto", validation_alias=_env("FATHOM_LLM_JSON_MODE")
+    )
+    llm_timeout: float = Field(default=120.0, gt=0, validation_alias=_env("FATHOM_LLM_TIMEOUT"))
+    llm_max_retries: int = Field(
+        default=3, ge=0, le=10, validation_alias=_env("FATHOM_LLM_MAX_RETRIES")
+    )
+
+    # Search
+    search: SearchProviderName = Field(default="ddgs", validation_alias=_env("FATHOM_SEARCH"))
+    searxng_url: str | None = Field(default=None, validation_alias=_env("SEARXNG_URL"))
+    tavily_api_key: str | None = Field(default=None, validation_alias=_env("TAVILY_API_KEY"))
+    tavily_base_url: str = Field(
+        default="https://api.tavily.com", validation_alias=_env("TAVILY_BASE_URL")
+    )
+    brave_api_key: str | None = Field(default=None, validation_alias=_env("BRAVE_API_KEY"))
+    brave_base_url: str = Field(
+        default="https://api.search.brave.com/res/v1", validation_alias=_env("BRAVE_BASE_URL")
+    )
+    search_max_results: int = Field(
+        default=8, ge=1, le=50, validation_alias=_env("FATHOM_SEARCH_MAX_RESULTS")
+    )
+    search_timeout: float = Field(
+        default=20.0, gt=0, validation_alias=_env("FATHOM_SEARCH_TIMEOUT")
+    )
+    search_cache_ttl: timedelta = Field(
+        default=timedelta(hours=24), validation_alias=_env("FATHOM_SEARCH_CACHE_TTL")
+    )
+
+    # Limits
+    default_depth: int = Field(default=3, ge=1, validation_alias=_env("FATHOM_DEFAULT_DEPTH"))
+    max_depth: int = Field(default=10, ge=1, le=50, validation_alias=_env("FATHOM_MAX_DEPTH"))
+    max_parallel_searches: int = Field(
+        default=10, ge=1, le=10, validation_alias=_env("FATHOM_MAX_PARALLEL_SEARCHES")
+    )
+
+    # Logging
+    log_format: Literal["console", "json"] = Field(
+        default="console", validation_alias=_env("FATHOM_LOG_FORMAT")
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", validation_alias=_env("FATHOM_LOG_LEVEL")
+    )
+
+    @field_validator("search_cache_ttl", mode="before")
+    @classmethod
+    def _parse_ttl(cls, value: object) -> object:
+        """Accept seconds (``3600``) or a unit suffix (``30m``, ``24h``, ``7d``)."""
+        if isinstance(value, str):
+            text = value.strip().lower()
+            units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+            if text and text[-1] in units and text[:-1].strip().replace(".", "", 1).isdigit():
+                return timedelta(seconds=float(text[:-1]) * units[text[-1]])
+            if text.replace(".", "", 1).isdigit():
+                return timedelta(seconds=float(text))
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("search", "log_format", "llm_json_mode", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _depths_consistent(self) -> Settings:
+        if self.default_depth > self.max_depth:
+            raise ValueError(
+                f"FATHOM_DEFAULT_DEPTH ({self.default_depth}) must not exceed "
+                f"FATHOM_MAX_DEPTH ({self.max_depth})"
+            )
+        return self
+
+    # Derived values -------------------------------------------------------
+    @property
+    def effective_writer_model(self) -> str:
+        return self.writer_model or self.planner_model
+
+    @property
+    def effective_writer_base_url(self) -> str | None:
+        return self.writer_base_url or self.openai_base_url
+
+    @property
+    def effective_writer_api_key(self) -> str | None:
+        return self.writer_api_key or self.openai_api_key
+
+    def require_llm(self) -> None:
+        """Fail with one clear line when no LLM endpoint is configured."""
+        if not self.openai_api_key:
+            raise ConfigError(
+                "OPENAI_API_KEY is not set: export OPENAI_API_KEY=<key> (and OPENAI_BASE_URL="
+                "<url> for any OpenAI-compatible endpoint), or put them in .env"
+            )
+
+    def require_search(self) -> None:
+        """Fail with one clear line when the chosen search provider lacks its settings."""
+        needs = {
+            "searxng": ("SEARXNG_URL", self.searxng_url),
+            "tavily": ("TAVILY_API_KEY", self.tavily_api_key),
+            "brave": ("BRAVE_API_KEY", self.brave_api_key),
+        }
+        if self.search in needs:
+            name, value = needs[self.search]
+            if not value:
+                raise ConfigError(f"{name} is not set: FATHOM_SEARCH={self.search} needs it")
+
+
+# Environment variable names per field, for error messages.
+def _variable_for(field: str) -> str:
+    info = Settings.model_fields.get(field)
+    alias = info.validation_alias if info else None
+    if isinstance(alias, AliasChoices) and alias.choices:
+        first = alias.choices[0]
+        return first if isinstance(first, str) else field.upper()
+    return field.upper()
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the settings, or raise :class:`ConfigError` with one readable line."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            loc = [str(p) for p in error.get("loc", ())]
+            name = _variable_for(loc[0]) if loc else "settings"
+            value = error.get("input")
+            shown = "" if isinstance(value, dict) else f" (got {value!r})"
+            message = error.get("msg", "invalid")
+            if not loc:
+                problems.append(message.removeprefix("Value error, "))
+            else:
+                problems.append(f"{name} is invalid{shown}: {message}")
+        raise ConfigError("; ".join(problems)) from None

@@ -1,0 +1,338 @@
+"""Chat-completion client for any OpenAI-compatible endpoint.
+
+The engine needs two things from a model: free text (the report) and small JSON decisions
+(the planner). Endpoints differ in what they support (``response_format`` flavours, usage
+reporting, reasoning ``<think>`` preambles), so this module hides those differences and turns
+every failure into :class:`LLMError`, which the engine can degrade on instead of crashing.
+
+``openai`` is imported lazily: importing it costs most of a second, and CLI commands that never
+talk to a model (``fathom thread list``, ``--help``) should not pay for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_args
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ValidationError
+
+from core.models import Usage
+
+if TYPE_CHECKING:
+    import httpx
+    from openai import AsyncOpenAI
+
+    from core.config import Settings
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=BaseModel)
+JsonMode = Literal["auto", "json_schema", "json_object", "prompt"]
+_RAW_LIMIT = 2000
+_THINK = re.compile(r"^\s*(?:<think>.*?</think>\s*)+", re.DOTALL)
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+_STATUS_REASONS = {
+    400: "bad request",
+    401: "authentication failed (check the API key)",
+    403: "permission denied (check the API key and model access)",
+    404: "not found (check the model name and base URL)",
+    408: "request timed out",
+    409: "conflict",
+    422: "unprocessable request",
+    429: "rate limited or out of quota",
+}
+
+
+class LLMError(Exception):
+    """The endpoint failed after retries; the message is short and safe to show users."""
+
+
+class LLMInvalidJSON(LLMError):
+    """The model twice answered something that is not valid JSON for the schema."""
+
+    def __init__(self, message: str, raw: str) -> None:
+        super().__init__(message)
+        self.raw = raw[:_RAW_LIMIT]
+
+
+class _BadJSON(ValueError):
+    """An answer could not be parsed or validated; the message tells the model what to fix."""
+
+
+def strip_think(text: str) -> str:
+    """Drop the ``<think>...</think>`` preamble reasoning models put before the answer."""
+    text = _THINK.sub("", text)
+    head, sep, tail = text.partition("</think>")
+    if sep and "<think>" not in head:  # opening tag was part of the chat template
+        text = tail
+    if text.lstrip().startswith("<think>"):  # never closed: all of it was thinking
+        return ""
+    return text.strip()
+
+
+def extract_json_object(text: str) -> Any:
+    """Parse ``text`` as JSON, tolerating code fences and prose around the first ``{...}``."""
+    text = text.strip()
+    candidates = [text, *(m.group(1).strip() for m in _FENCE.finditer(text))]
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            pass
+    block = _first_object(text)
+    if block is None:
+        raise _BadJSON("it contained no JSON object")
+    try:
+        return json.loads(block)
+    except ValueError as exc:
+        raise _BadJSON(f"it was not valid JSON ({exc})") from None
+
+
+def _first_object(text: str) -> str | None:
+    """The first balanced ``{...}`` in ``text``, respecting braces inside strings."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    depth, in_string, escaped = 0, False, False
+    for i in range(start, len(text)):
+        char = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start : i + 1]
+    return None
+
+
+def _parse(text: str, schema: type[T]) -> T:
+    data = extract_json_object(text)
+    if not isinstance(data, dict):
+        raise _BadJSON(f"it was a JSON {type(data).__name__}, not an object")
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'object'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise _BadJSON(f"it did not match the expected fields ({problems})") from None
+
+
+def _estimate_tokens(chars: int) -> int:
+    return math.ceil(chars / 4)
+
+
+class ChatModel:
+    """One model on one endpoint; retries, JSON handling and usage accounting live here."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str,
+        base_url: str | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 3,
+        json_mode: str = "auto",
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        from openai import AsyncOpenAI
+
+        if json_mode not in get_args(JsonMode):
+            raise ValueError(f"json_mode must be one of {get_args(JsonMode)}, not {json_mode!r}")
+        self.model = model
+        self.json_mode: JsonMode = cast(JsonMode, json_mode)
+        self.timeout = timeout
+        self._api_key = api_key
+        self._json_confirmed = False  # an answer in auto mode proved response_format works
+        self._client: AsyncOpenAI = AsyncOpenAI(
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            http_client=cast(Any, http_client),
+        )
+        self.base_url = str(self._client.base_url)
+
+    async def complete(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        usage: Usage,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> str:
+        """The assistant's text for ``messages``; raises :class:`LLMError` on failure."""
+        extra: dict[str, Any] = {}
+        if temperature is not None:
+            extra["temperature"] = temperature
+        if max_tokens is not None:
+            extra["max_tokens"] = max_tokens
+        return await self._create(messages, usage, extra)
+
+    async def complete_json(
+        self,
+        messages: list[dict[str, str]],
+        schema: type[T],
+        *,
+        usage: Usage,
+        schema_name: str = "answer",
+    ) -> T:
+        """Ask for one JSON object and validate it as ``schema``; re-asks once on garbage."""
+        answer = await self._create_json(messages, schema, schema_name, usage)
+        try:
+            return _parse(answer, schema)
+        except _BadJSON as exc:
+            problem = str(exc)
+        log.warning("model %s answered invalid JSON (%s); asking again", self.model, problem)
+        retry = [
+            *messages,
+            {"role": "assistant", "content": answer},
+            {
+                "role": "user",
+                "content": f"Your previous answer was not usable: {problem}. Answer again with "
+                "only the JSON object, no prose and no code fences. It must match this JSON "
+                f"schema: {json.dumps(schema.model_json_schema(by_alias=True))}",
+            },
+        ]
+        second = await self._create_json(retry, schema, schema_name, usage)
+        try:
+            return _parse(second, schema)
+        except _BadJSON as exc:
+            raise LLMInvalidJSON(
+                f"model {self.model} twice answered invalid JSON: {exc}", second
+            ) from None
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def _create_json(
+        self, messages: list[dict[str, str]], schema: type[BaseModel], name: str, usage: Usage
+    ) -> str:
+        """One JSON request; in auto mode, downgrades to prompt mode if the endpoint says no."""
+        from openai import BadRequestError
+
+        mode = self.json_mode
+        extra: dict[str, Any] = {}
+        if mode == "json_schema":
+            schema_json = schema.model_json_schema(by_alias=True)
+            extra["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema_json, "strict": False},
+            }
+        elif mode in ("json_object", "auto"):
+            extra["response_format"] = {"type": "json_object"}
+        try:
+            answer = await self._create(messages, usage, extra)
+        except LLMError as exc:
+            cause = exc.__cause__
+            unsupported = isinstance(cause, BadRequestError) and (
+                "response_format" in str(cause.message) or not self._json_confirmed
+            )
+            if mode != "auto" or not unsupported:
+                raise
+            log.warning("model %s rejected response_format; using prompt-only JSON", self.model)
+            self.json_mode = "prompt"
+            return await self._create(messages, usage, {})
+        if mode == "auto":
+            self._json_confirmed = True
+        return answer
+
+    async def _create(
+        self, messages: list[dict[str, str]], usage: Usage, extra: dict[str, Any]
+    ) -> str:
+        """One completion call (the SDK retries transient failures inside it)."""
+        import openai
+
+        usage.llm_calls += 1
+        try:
+            response = await self._client.chat.completions.create(
+                model=self.model, messages=cast(Any, messages), **extra
+            )
+        except openai.APIError as exc:
+            raise LLMError(self._describe(exc)) from exc
+        content = response.choices[0].message.content if response.choices else None
+        if response.usage is not None:
+            usage.prompt_tokens += response.usage.prompt_tokens or 0
+            usage.completion_tokens += response.usage.completion_tokens or 0
+        else:
+            usage.prompt_tokens += _estimate_tokens(
+                sum(len(m.get("content", "")) for m in messages)
+            )
+            usage.completion_tokens += _estimate_tokens(len(content or ""))
+        text = strip_think(content or "")
+        if not text:
+            raise LLMError(f"model {self.model} returned an empty answer")
+        return text
+
+    def _describe(self, exc: Exception) -> str:
+        """A short, key-free description of a failed call."""
+        import openai
+
+        if isinstance(exc, openai.APITimeoutError):
+            reason = f"timed out after {self.timeout:g}s"
+        elif isinstance(exc, openai.APIConnectionError):
+            reason = f"could not connect to {urlsplit(self.base_url).netloc}"
+        elif isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            reason = _STATUS_REASONS.get(status, "server error" if status >= 500 else "error")
+            reason = f"HTTP {status} {reason}"
+            if status not in (401, 403):  # auth errors may echo part of the key
+                reason += f": {str(exc.message)[:200]}"
+        else:
+            reason = str(exc)[:200]
+        if self._api_key:
+            reason = reason.replace(self._api_key, "***")
+        return f"LLM {self.model} failed: {reason}"
+
+
+class LLMClients:
+    """The planner and writer models of one process (the same object when identical)."""
+
+    def __init__(self, planner: ChatModel, writer: ChatModel) -> None:
+        self.planner = planner
+        self.writer = writer
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LLMClients:
+        settings.require_llm()
+        common: dict[str, Any] = {
+            "timeout": settings.llm_timeout,
+            "max_retries": settings.llm_max_retries,
+            "json_mode": settings.llm_json_mode,
+        }
+        planner_key = settings.openai_api_key or ""
+        planner = ChatModel(
+            model=settings.planner_model,
+            api_key=planner_key,
+            base_url=settings.openai_base_url,
+            **common,
+        )
+        writer_spec = (
+            settings.effective_writer_model,
+            settings.effective_writer_base_url,
+            settings.effective_writer_api_key or planner_key,
+        )
+        if writer_spec == (settings.planner_model, settings.openai_base_url, planner_key):
+            return cls(planner, planner)
+        model, base_url, api_key = writer_spec
+        return cls(planner, ChatModel(model=model, api_key=api_key, base_url=base_url, **common))
+
+    async def aclose(self) -> None:
+        await self.planner.aclose()
+        if self.writer is not self.planner:
+            await self.writer.aclose()

@@ -1,0 +1,146 @@
+"""Value types shared by the engine, the storage layer and the adapters.
+
+Everything that crosses a boundary (LLM answers, search results, persisted
+variables, requests from platforms) is a pydantic model so it is validated where
+it enters.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class SearchResult(BaseModel):
+    """One web search hit, normalised across providers."""
+
+    model_config = ConfigDict(frozen=True)
+
+    title: str
+    url: str
+    snippet: str = ""
+
+
+class Finding(BaseModel):
+    """The outcome of searching one topic: its results, or why there are none."""
+
+    topic: str
+    results: list[SearchResult] = Field(default_factory=list)
+    error: str | None = None
+    searched_at: datetime = Field(default_factory=utcnow)
+
+
+class ThreadVariables(BaseModel):
+    """The conversation variables persisted per thread after every step."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    topics: list[str] = Field(default_factory=list)
+    next_search_topic: str | None = Field(default=None, alias="nextSearchTopic")
+    findings: list[Finding] = Field(default_factory=list)
+    should_continue: bool = Field(default=True, alias="shouldContinue")
+
+    def public_dict(self) -> dict[str, object]:
+        """The variables under their contract names (``nextSearchTopic`` ...)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class PlannerDecision(BaseModel):
+    """What the planner model answers each round."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    next_search_topic: str | None = Field(default=None, alias="nextSearchTopic")
+    should_continue: bool = Field(alias="shouldContinue")
+
+    @field_validator("next_search_topic")
+    @classmethod
+    def _blank_is_none(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = " ".join(value.split())
+        return value or None
+
+
+class RunStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class Strategy(enum.StrEnum):
+    ITERATIVE = "iterative"
+    GRAPH = "graph"
+
+
+class Usage(BaseModel):
+    """Counters of one run; the LLM and search clients add to them."""
+
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    searches: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.llm_calls += other.llm_calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.searches += other.searches
+
+
+class Source(BaseModel):
+    """A numbered source of one run's report."""
+
+    n: int
+    title: str
+    url: str
+
+
+class ThreadKey(BaseModel):
+    """``<platform>:<workspace>:<channel>:<thread>``; the thread part may contain ':'."""
+
+    model_config = ConfigDict(frozen=True)
+
+    platform: str
+    workspace: str
+    channel: str
+    thread: str
+
+    @classmethod
+    def parse(cls, key: str) -> ThreadKey:
+        parts = key.split(":", 3)
+        if len(parts) != 4 or not all(p.strip() for p in parts):
+            raise ValueError(
+                f"thread key {key!r} is not of the form <platform>:<workspace>:<channel>:<thread>"
+            )
+        return cls(platform=parts[0], workspace=parts[1], channel=parts[2], thread=parts[3])
+
+    def __str__(self) -> str:
+        return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
+
+
+class ResearchRequest(BaseModel):
+    """A validated request to research a topic in a thread.
+
+    Built by an adapter (or the CLI) from the shared command grammar; the service
+    turns it into a durable run row before anything slow happens.
+    """
+
+    topic: str
+    depth: int
+    strategy: Strategy = Strategy.ITERATIVE
+    thread: ThreadKey
+    requested_by: str | None = None
+    dedupe_key: str | None = None

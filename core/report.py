@@ -1,0 +1,223 @@
+"""Source numbering, citation checking and the rendering-neutral Markdown report.
+
+The writer model sees sources as ``[n] title — url``. Whatever it answers, the
+report that leaves this module cites only sources that searches returned:
+unknown ``[n]`` are dropped, links to URLs no search returned are unlinked,
+citations are renumbered in order of first use, and ``## Sources`` is generated
+from data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+from core.models import Finding, Source
+
+SNIPPET_CHARS_FOR_WRITER = 500
+
+
+@dataclass(frozen=True)
+class NumberedSource:
+    n: int
+    title: str
+    url: str
+    snippet: str
+    topic: str
+
+
+def url_identity(url: str) -> str:
+    """Comparable form of a URL: lowercase scheme/host, no fragment, no trailing slash."""
+    parts = urlsplit(url.strip())
+    path = parts.path.rstrip("/")
+    return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), path, parts.query, ""))
+
+
+def number_sources(findings: Sequence[Finding]) -> list[NumberedSource]:
+    """Number every distinct result URL once, in the order the searches found them."""
+    seen: set[str] = set()
+    numbered: list[NumberedSource] = []
+    for finding in findings:
+        for result in finding.results:
+            key = url_identity(result.url)
+            if key in seen:
+                continue
+            seen.add(key)
+            numbered.append(
+                NumberedSource(
+                    n=len(numbered) + 1,
+                    title=result.title or result.url,
+                    url=result.url,
+                    snippet=result.snippet,
+                    topic=finding.topic,
+                )
+            )
+    return numbered
+
+
+def writer_source_blocks(sources: Sequence[NumberedSource]) -> list[str]:
+    blocks = []
+    for s in sources:
+        snippet = s.snippet[:SNIPPET_CHARS_FOR_WRITER]
+        blocks.append(f"[{s.n}] {s.title} — {s.url}\n    (search: {s.topic}) {snippet}".rstrip())
+    return blocks
+
+
+# --- language -------------------------------------------------------------------
+
+_SCRIPTS: tuple[tuple[str, str], ...] = (
+    (r"[\u3040-\u30ff]", "Japanese"),
+    (r"[\uac00-\ud7af]", "Korean"),
+    (r"[\u4e00-\u9fff]", "Chinese (the same variant, simplified or traditional, as the topic)"),
+    (r"[\u0400-\u04ff]", "Russian (or the Cyrillic-script language of the topic)"),
+    (r"[\u0600-\u06ff]", "Arabic (or the Arabic-script language of the topic)"),
+)
+
+
+def report_language(topic: str) -> str:
+    """A plain instruction naming the language the report must be written in."""
+    letters = [ch for ch in topic if ch.isalpha()]
+    if letters:
+        for pattern, name in _SCRIPTS:
+            hits = len(re.findall(pattern, topic))
+            if hits and hits / len(letters) >= 0.3:
+                return name
+    return "the same language as the topic (English if unclear)"
+
+
+# --- citation repair --------------------------------------------------------------
+
+_CITATION = re.compile(r"\[(\d+(?:\s*[,;–-]\s*\d+)*)\](?!\()")
+_LINK = re.compile(r"(?<!!)\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
+_BARE_URL = re.compile(r"(?<![(<\[])\bhttps?://[^\s)>\]]+")
+_SOURCES_HEADING = re.compile(
+    r"^#{1,6}\s*(sources|references|bibliography|citations|参考资料|参考来源|参考文献|来源|引用)\b.*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def _expand(group: str) -> list[int]:
+    numbers: list[int] = []
+    for part in re.split(r"\s*[,;]\s*", group.strip()):
+        if re.fullmatch(r"\d+\s*[–-]\s*\d+", part):
+            lo, hi = (int(x) for x in re.split(r"\s*[–-]\s*", part))
+            if 0 < hi - lo < 20:
+                numbers.extend(range(lo, hi + 1))
+                continue
+            numbers.extend([lo, hi])
+        elif part.isdigit():
+            numbers.append(int(part))
+    return numbers
+
+
+def _strip_model_sources(markdown: str) -> str:
+    """Drop any sources/references section the model wrote despite being told not to."""
+    match = _SOURCES_HEADING.search(markdown)
+    if not match:
+        return markdown
+    level = len(match.group(0)) - len(match.group(0).lstrip("#"))
+    rest = markdown[match.end() :]
+    following = re.search(rf"^#{{1,{level}}}\s", rest, re.MULTILINE)
+    tail = rest[following.start() :] if following else ""
+    return markdown[: match.start()].rstrip() + ("\n\n" + tail if tail else "")
+
+
+@dataclass(frozen=True)
+class CheckedReport:
+    markdown: str
+    sources: list[Source]
+    removed_citations: int
+    unlinked_urls: int
+
+
+def finalize_report(
+    body: str, sources: Sequence[NumberedSource], topic: str, notes: Sequence[str] = ()
+) -> CheckedReport:
+    """Repair citations in the writer's Markdown and append the generated sources list."""
+    by_n = {s.n: s for s in sources}
+    by_url = {url_identity(s.url): s for s in sources}
+    order: dict[int, int] = {}  # original n -> new n, in order of first citation
+    removed = 0
+    unlinked = 0
+
+    def cite(original: int) -> int:
+        return order.setdefault(original, len(order) + 1)
+
+    def fix_link(match: re.Match[str]) -> str:
+        nonlocal unlinked
+        text, url = match.group(1), match.group(2)
+        source = by_url.get(url_identity(url))
+        if source is None:
+            unlinked += 1
+            return text
+        return f"{text} [{cite(source.n)}]" if not _CITATION.fullmatch(text) else text
+
+    def fix_bare(match: re.Match[str]) -> str:
+        nonlocal unlinked
+        source = by_url.get(url_identity(match.group(0).rstrip(".,;:")))
+        if source is None:
+            unlinked += 1
+            return ""
+        return f"[{cite(source.n)}]"
+
+    def fix_citation(match: re.Match[str]) -> str:
+        nonlocal removed
+        kept: list[int] = []
+        for n in _expand(match.group(1)):
+            if n in by_n:
+                new = cite(n)
+                if new not in kept:
+                    kept.append(new)
+            else:
+                removed += 1
+        return "".join(f"[{n}]" for n in kept)
+
+    text = _strip_model_sources(body.strip())
+    text = _LINK.sub(fix_link, text)
+    text = _BARE_URL.sub(fix_bare, text)
+    text = _CITATION.sub(fix_citation, text)
+    text = re.sub(r"[ \t]+([.,;:!?。，；：])", r"\1", text)  # space left before punctuation
+    text = re.sub(r"[ \t]{2,}", " ", text)
+    if not re.search(r"^# ", text, re.MULTILINE):
+        text = f"# {topic}\n\n{text}"
+
+    if order:
+        cited = sorted(order.items(), key=lambda item: item[1])
+        final = [Source(n=new, title=by_n[old].title, url=by_n[old].url) for old, new in cited]
+    else:
+        final = [Source(n=s.n, title=s.title, url=s.url) for s in sources]
+    listing = "\n".join(f"- [{s.n}] [{_escape_title(s.title)}]({s.url})" for s in final)
+    text = text.rstrip() + notes_section(notes)
+    markdown = text.rstrip() + ("\n\n## Sources\n\n" + listing + "\n" if final else "\n")
+    return CheckedReport(markdown, final, removed, unlinked)
+
+
+def _escape_title(title: str) -> str:
+    return title.replace("[", "(").replace("]", ")").replace("\n", " ").strip()
+
+
+def fallback_body(
+    topic: str, findings: Sequence[Finding], sources: Sequence[NumberedSource], intro: str
+) -> str:
+    """A report without the writer model: the findings, grouped by search, with citations."""
+    by_url = {url_identity(s.url): s.n for s in sources}
+    lines = [f"# {topic}", "", intro, "", "## Main findings", ""]
+    for finding in findings:
+        if not finding.results:
+            continue
+        lines.append(f"### {finding.topic}")
+        lines.append("")
+        for result in finding.results:
+            n = by_url.get(url_identity(result.url))
+            snippet = result.snippet or result.title
+            lines.append(f"- {snippet} [{n}]" if n else f"- {snippet}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def notes_section(notes: Sequence[str]) -> str:
+    if not notes:
+        return ""
+    return "\n\n## Notes on this run\n\n" + "\n".join(f"- {note}" for note in notes) + "\n"

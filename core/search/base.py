@@ -1,0 +1,88 @@
+"""The search provider contract and the normalisation every provider shares.
+
+Providers differ in transport and field names only; everything the engine relies
+on (clean text, http(s) URLs, no duplicates, a bounded count) is enforced here so
+each provider stays a thin mapping.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
+
+from core.models import SearchResult
+
+MAX_SNIPPET_CHARS = 600
+
+_TAG = re.compile(r"<[^>]*>")
+
+
+class SearchError(Exception):
+    """A provider failed; the message names it and says why, for logs and reports."""
+
+
+@runtime_checkable
+class SearchProvider(Protocol):
+    """Searches the web for a query; ``[]`` means no results, failure raises SearchError."""
+
+    name: str
+
+    async def search(self, query: str) -> list[SearchResult]: ...
+
+
+def clean_text(value: object) -> str:
+    """Collapse all whitespace runs to single spaces; non-strings become ''."""
+    return " ".join(value.split()) if isinstance(value, str) else ""
+
+
+def strip_html(value: object) -> str:
+    """Drop tags and unescape entities (Brave marks matches with ``<strong>``)."""
+    return html.unescape(_TAG.sub("", value)) if isinstance(value, str) else ""
+
+
+def url_key(url: str) -> str:
+    """The identity of a URL for deduplication: no fragment, no trailing slash."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), path, parts.query, ""))
+
+
+def _is_web_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return parts.scheme.lower() in ("http", "https") and bool(parts.netloc)
+
+
+def _truncate(text: str, limit: int = MAX_SNIPPET_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def normalise_results(
+    raw: Iterable[tuple[object, object, object]], max_results: int
+) -> list[SearchResult]:
+    """Turn provider ``(title, url, snippet)`` triples into clean, unique results."""
+    results: list[SearchResult] = []
+    seen: set[str] = set()
+    for title, url, snippet in raw:
+        link = url.strip() if isinstance(url, str) else ""
+        if not _is_web_url(link):
+            continue
+        key = url_key(link)
+        if key in seen:
+            continue
+        seen.add(key)
+        results.append(
+            SearchResult(
+                title=clean_text(title) or link,
+                url=link,
+                snippet=_truncate(clean_text(snippet)),
+            )
+        )
+        if len(results) >= max_results:
+            break
+    return results

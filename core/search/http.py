@@ -1,0 +1,146 @@
+"""A retrying JSON request shared by the HTTP search providers.
+
+Search APIs fail transiently (rate limits, overloaded instances, flaky networks);
+a couple of quick retries turn most of those into answers, while errors that
+will not go away (bad key, bad request) fail at once so the run can move on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+
+from core.search.base import SearchError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ATTEMPTS = 3
+MAX_RETRY_AFTER = 10.0
+
+
+def _retry_after(response: httpx.Response, default: float, cap: float) -> float:
+    """Seconds from a numeric ``Retry-After`` header, capped; else the backoff delay."""
+    try:
+        seconds = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return default
+    return min(max(seconds, 0.0), cap)
+
+
+async def request_json(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    provider: str,
+    request_timeout: float,
+    params: dict[str, str | int] | None = None,
+    json_body: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+    attempts: int = DEFAULT_ATTEMPTS,
+    base_delay: float = 0.5,
+    max_retry_after: float = MAX_RETRY_AFTER,
+) -> Any:
+    """Send the request and return its decoded JSON body, or raise SearchError.
+
+    Retries connect errors, timeouts, 429 and 5xx with exponential backoff
+    (``base_delay``, then double); any other 4xx or undecodable JSON fails at once.
+    """
+    problem = "no attempt made"
+    for attempt in range(1, attempts + 1):
+        delay = base_delay * 2 ** (attempt - 1)
+        try:
+            response = await client.request(
+                method, url, params=params, json=json_body, headers=headers, timeout=request_timeout
+            )
+        except httpx.TimeoutException:
+            problem = "timed out"
+        except httpx.TransportError as exc:
+            problem = f"connection failed ({type(exc).__name__})"
+        else:
+            status = response.status_code
+            if status == 429 or status >= 500:
+                problem = f"HTTP {status}"
+                if status == 429:
+                    delay = _retry_after(response, delay, max_retry_after)
+            elif status >= 400:
+                hint = " (check the API key)" if status in (401, 403) else ""
+                raise SearchError(f"{provider}: HTTP {status}{hint}")
+            else:
+                try:
+                    return response.json()
+                except ValueError:
+                    raise SearchError(f"{provider}: malformed JSON in response") from None
+        if attempt < attempts:
+            logger.warning(
+                "%s: %s (attempt %d/%d), retrying in %.2fs",
+                provider,
+                problem,
+                attempt,
+                attempts,
+                delay,
+            )
+            await asyncio.sleep(delay)
+    raise SearchError(f"{provider}: {problem} after {attempts} attempts")
+
+
+def expect_dict(data: Any, provider: str) -> dict[str, Any]:
+    """The decoded body as an object, or SearchError when it has another shape."""
+    if not isinstance(data, dict):
+        raise SearchError(f"{provider}: unexpected response (not a JSON object)")
+    return data
+
+
+def expect_items(value: Any, provider: str) -> list[dict[str, Any]]:
+    """A list of result objects (missing means none); non-objects are skipped."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SearchError(f"{provider}: unexpected response (results is not a list)")
+    return [item for item in value if isinstance(item, dict)]
+
+
+class HttpSearchProvider:
+    """Holds what every HTTP provider needs; subclasses build the request and map fields."""
+
+    name = "http"
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        base_url: str,
+        max_results: int = 8,
+        timeout: float = 20.0,
+        base_delay: float = 0.5,
+    ) -> None:
+        self._client = client
+        self._base_url = base_url.rstrip("/")
+        self.max_results = max_results
+        self._timeout = timeout
+        self._base_delay = base_delay
+
+    async def _get_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str | int] | None = None,
+        json_body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        data = await request_json(
+            self._client,
+            method,
+            f"{self._base_url}{path}",
+            provider=self.name,
+            request_timeout=self._timeout,
+            params=params,
+            json_body=json_body,
+            headers=headers,
+            base_delay=self._base_delay,
+        )
+        return expect_dict(data, self.name)

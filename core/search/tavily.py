@@ -1,0 +1,46 @@
+"""Tavily: a search API built for LLM agents (needs TAVILY_API_KEY)."""
+
+from __future__ import annotations
+
+import httpx
+
+from core.models import SearchResult
+from core.search.base import normalise_results
+from core.search.http import HttpSearchProvider, expect_items
+
+
+class TavilyProvider(HttpSearchProvider):
+    """``POST {base}/search`` with a bearer key -> ``results[].{title,url,content}``."""
+
+    name = "tavily"
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        api_key: str,
+        base_url: str = "https://api.tavily.com",
+        max_results: int = 8,
+        timeout: float = 20.0,
+        base_delay: float = 0.5,
+    ) -> None:
+        super().__init__(
+            client,
+            base_url=base_url,
+            max_results=max_results,
+            timeout=timeout,
+            base_delay=base_delay,
+        )
+        self._api_key = api_key
+
+    async def search(self, query: str) -> list[SearchResult]:
+        data = await self._get_json(
+            "POST",
+            "/search",
+            json_body={"query": query, "max_results": self.max_results},
+            headers={"Authorization": f"Bearer {self._api_key}"},
+        )
+        items = expect_items(data.get("results"), self.name)
+        return normalise_results(
+            ((i.get("title"), i.get("url"), i.get("content")) for i in items), self.max_results
+        )

@@ -1,0 +1,325 @@
+"""The research service: requests become durable runs, runs become reports.
+
+``submit`` writes the run row (deduplicated by the request's key) and returns at
+once; ``execute`` runs it to the end, checkpointing every step, and always
+leaves the run in a finished state (or, if the process dies, in ``running``
+with a checkpoint that ``execute`` resumes from).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from core.engine.iterative import IterativeStrategy, JsonModel, RunState, StepHooks, StopReason
+from core.llm import LLMError
+from core.models import (
+    ResearchRequest,
+    RunStatus,
+    Source,
+    ThreadVariables,
+    Usage,
+)
+from core.progress import NullProgress, ProgressEvent, ProgressKind, ProgressSink
+from core.prompts import FALLBACK_REPORT_INTRO, writer_messages
+from core.report import (
+    fallback_body,
+    finalize_report,
+    number_sources,
+    report_language,
+    writer_source_blocks,
+)
+from core.search import SearchProvider
+from storage import RunRecord, Store
+
+log = logging.getLogger(__name__)
+
+#: At most this many sources (the most recent) are given to the writer.
+MAX_WRITER_SOURCES = 60
+
+
+class TextModel(JsonModel, Protocol):
+    async def complete(self, messages: list[dict[str, str]], *, usage: Usage) -> str: ...
+
+
+class RunRejected(ValueError):
+    """The request cannot start now (e.g. a run is already active in the thread)."""
+
+
+class NoResults(Exception):
+    """No search returned anything, so there is nothing to write a report from."""
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    thread: str
+    status: RunStatus
+    topic: str
+    depth: int
+    topics: list[str]
+    report_markdown: str | None
+    sources: list[Source]
+    usage: Usage
+    seconds: float
+    stop_reason: StopReason | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, object]:
+        """The ``fathom research --json`` contract (DESIGN.md)."""
+        return {
+            "run_id": self.run_id,
+            "thread": self.thread,
+            "status": self.status.value,
+            "topics": self.topics,
+            "report_markdown": self.report_markdown,
+            "sources": [s.model_dump() for s in self.sources],
+            "usage": self.usage.model_dump(),
+            "seconds": round(self.seconds, 3),
+            "stop_reason": self.stop_reason.value if self.stop_reason else None,
+            "error": self.error,
+            "notes": self.notes,
+        }
+
+
+def final_progress_text(outcome: RunOutcome) -> str:
+    done, depth = len(outcome.topics), outcome.depth
+    if outcome.status is RunStatus.FAILED:
+        return f"Research failed after {done} of {depth} searches: {outcome.error}"
+    if outcome.status is RunStatus.CANCELLED:
+        return f"Research cancelled after {done} of {depth} searches."
+    cited = f"{len(outcome.sources)} sources"
+    if outcome.stop_reason in (StopReason.DEPTH_REACHED, None):
+        return f"Research done: {done}/{depth} searches, {cited}."
+    why = {
+        StopReason.PLANNER_STOPPED: "the planner found nothing more worth searching",
+        StopReason.PLANNER_FAILED: "the planner model failed",
+        StopReason.DUPLICATE_TOPICS: "the planner only proposed topics already searched",
+    }.get(outcome.stop_reason, str(outcome.stop_reason))
+    return f"Research done, stopped early after {done} of {depth} searches ({why}); {cited}."
+
+
+class ResearchService:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        planner: JsonModel,
+        writer: TextModel,
+        search: SearchProvider,
+    ) -> None:
+        self._store = store
+        self._writer = writer
+        self._strategy = IterativeStrategy(planner, search)
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    async def submit(self, request: ResearchRequest) -> tuple[RunRecord, bool]:
+        """Create the run row (or find the one this request already created)."""
+        thread = await self._store.get_thread(str(request.thread))
+        if thread is not None and request.dedupe_key is None:
+            active = await self._store.latest_run_for_thread(thread.id)
+            if active is not None and not RunStatus(active.status).finished:
+                raise RunRejected(
+                    f"A research is already running in this thread (run {active.id}); "
+                    "wait for it to finish or cancel it."
+                )
+        key = request.thread
+        return await self._store.create_run(
+            thread_key=str(key),
+            platform=key.platform,
+            workspace=key.workspace,
+            channel=key.channel,
+            thread_ref=key.thread,
+            topic=request.topic,
+            depth=request.depth,
+            strategy=request.strategy.value,
+            requested_by=request.requested_by,
+            dedupe_key=request.dedupe_key,
+        )
+
+    async def execute(self, run_id: str, progress: ProgressSink | None = None) -> RunOutcome:
+        """Run (or resume) a run to its end; returns the stored outcome if it already ended."""
+        sink = progress or NullProgress()
+        run = await self._store.get_run(run_id)
+        if run is None:
+            raise KeyError(f"no run {run_id!r}")
+        if RunStatus(run.status) is RunStatus.SUCCEEDED:
+            return await self._stored_outcome(run)
+        resuming = run.status == RunStatus.RUNNING.value or run.rounds_done > 0
+        run = await self._store.start_run(run_id)
+        raw = await self._store.load_variables(run.thread_id)
+        variables = ThreadVariables.model_validate(raw) if raw else ThreadVariables()
+        if not resuming:
+            variables.next_search_topic = None
+            variables.should_continue = True
+        state = RunState(
+            run_id=run.id,
+            topic=run.topic,
+            depth=run.depth,
+            variables=variables,
+            searches_done=run.rounds_done,
+            usage=Usage(
+                llm_calls=run.llm_calls,
+                prompt_tokens=run.prompt_tokens,
+                completion_tokens=run.completion_tokens,
+                searches=run.searches,
+            ),
+            notes=list(run.notes),
+        )
+        started = time.monotonic()
+
+        async def publish(kind: ProgressKind, text: str, topic: str | None = None) -> None:
+            event = ProgressEvent(run.id, kind, text, state.searches_done, state.depth, topic)
+            try:
+                await sink.publish(event)
+            except Exception:  # showing progress must never break the research
+                log.warning("progress sink failed for run %s", run.id, exc_info=True)
+
+        hooks = StepHooks(
+            checkpoint=self._checkpoint,
+            progress=publish,
+            is_cancelled=lambda: self._store.is_cancel_requested(run.id),
+        )
+        status, error, reason = RunStatus.FAILED, None, None
+        markdown: str | None = None
+        sources: list[Source] = []
+        try:
+            verb = "Resuming" if resuming else "Researching"
+            done = f" ({state.searches_done} of {state.depth} searches done)" if resuming else ""
+            await publish(ProgressKind.STARTED, f"{verb} “{run.topic}”, depth {run.depth}{done}…")
+            reason = await self._strategy.run(state, hooks)
+            if reason is StopReason.CANCELLED:
+                status = RunStatus.CANCELLED
+            else:
+                await publish(ProgressKind.WRITING, "Writing the report…")
+                markdown, sources = await self._write(state)
+                status = RunStatus.SUCCEEDED
+        except asyncio.CancelledError:
+            status, error = RunStatus.CANCELLED, "interrupted"
+            await asyncio.shield(self._finish(state, status, None, [], error))
+            raise
+        except NoResults as exc:
+            error = str(exc)
+        except Exception as exc:
+            log.exception("run %s failed", run.id)
+            error = f"{type(exc).__name__}: {exc}"[:500]
+        finished = await self._finish(state, status, markdown, sources, error)
+        outcome = RunOutcome(
+            run_id=run.id,
+            thread=run.thread_key,
+            status=status,
+            topic=run.topic,
+            depth=run.depth,
+            topics=self._run_topics(state),
+            report_markdown=markdown,
+            sources=sources,
+            usage=state.usage,
+            seconds=finished.seconds or (time.monotonic() - started),
+            stop_reason=reason,
+            error=error,
+            notes=state.notes,
+        )
+        await publish(ProgressKind.FINISHED, final_progress_text(outcome))
+        return outcome
+
+    async def cancel(self, run_id: str) -> bool:
+        return await self._store.request_cancel(run_id)
+
+    # -- steps ----------------------------------------------------------------
+    async def _checkpoint(self, state: RunState) -> None:
+        await self._store.checkpoint(
+            state.run_id,
+            variables=state.variables.public_dict(),
+            rounds_done=state.searches_done,
+            usage=state.usage.model_dump(),
+            notes=state.notes,
+        )
+
+    async def _finish(
+        self,
+        state: RunState,
+        status: RunStatus,
+        markdown: str | None,
+        sources: list[Source],
+        error: str | None,
+    ) -> RunRecord:
+        return await self._store.finish_run(
+            state.run_id,
+            status=status.value,
+            report_markdown=markdown,
+            sources=[(s.n, s.title, s.url) for s in sources],
+            error=error,
+            usage=state.usage.model_dump(),
+            notes=state.notes,
+        )
+
+    async def _write(self, state: RunState) -> tuple[str, list[Source]]:
+        findings = state.variables.findings
+        numbered = number_sources(findings)[-MAX_WRITER_SOURCES:]
+        if not numbered:
+            errors = [f.error for f in findings if f.error]
+            why = f" (last error: {errors[-1]})" if errors else ""
+            raise NoResults(f"no search returned any results{why}")
+        messages = writer_messages(
+            topic=state.topic,
+            language=report_language(state.topic),
+            topics=state.variables.topics,
+            sources=writer_source_blocks(numbered),
+            notes=state.notes,
+        )
+        try:
+            body = await self._writer.complete(messages, usage=state.usage)
+        except LLMError as exc:
+            log.warning("writer failed in run %s: %s", state.run_id, exc)
+            state.note(f"The report writer model failed ({exc}); the raw findings are listed.")
+            body = fallback_body(
+                state.topic, findings, numbered, FALLBACK_REPORT_INTRO.format(reason=exc)
+            )
+        checked = finalize_report(body, numbered, state.topic, state.notes)
+        if checked.removed_citations or checked.unlinked_urls:
+            log.info(
+                "run %s: removed %d citations to unknown sources, unlinked %d unknown URLs",
+                state.run_id,
+                checked.removed_citations,
+                checked.unlinked_urls,
+            )
+        return checked.markdown, checked.sources
+
+    @staticmethod
+    def _run_topics(state: RunState) -> list[str]:
+        topics = state.variables.topics
+        return topics[len(topics) - state.searches_done :] if state.searches_done else []
+
+    async def _stored_outcome(self, run: RunRecord) -> RunOutcome:
+        raw = await self._store.load_variables(run.thread_id)
+        variables = ThreadVariables.model_validate(raw) if raw else ThreadVariables()
+        state = RunState(run.id, run.topic, run.depth, variables, run.rounds_done)
+        sources = [
+            Source(n=s.n, title=s.title, url=s.url) for s in await self._store.run_sources(run.id)
+        ]
+        return RunOutcome(
+            run_id=run.id,
+            thread=run.thread_key,
+            status=RunStatus(run.status),
+            topic=run.topic,
+            depth=run.depth,
+            topics=self._run_topics(state),
+            report_markdown=run.report_markdown,
+            sources=sources,
+            usage=Usage(
+                llm_calls=run.llm_calls,
+                prompt_tokens=run.prompt_tokens,
+                completion_tokens=run.completion_tokens,
+                searches=run.searches,
+            ),
+            seconds=run.seconds or 0.0,
+            error=run.error,
+            notes=list(run.notes),
+        )

@@ -1,0 +1,60 @@
+"""Alembic environment.
+
+``storage.Database.upgrade`` hands us a live (sync-facing) connection through
+``config.attributes["connection"]``; when Alembic is driven from its own CLI we build an
+async engine from ``attributes["url"]``, ``sqlalchemy.url`` or ``DATABASE_URL``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from alembic import context
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+
+from storage.db import normalize_url
+from storage.tables import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _url() -> str:
+    url = (
+        config.attributes.get("url")
+        or config.get_main_option("sqlalchemy.url")
+        or os.environ.get("DATABASE_URL", "sqlite+aiosqlite:///fathom.db")
+    )
+    return normalize_url(str(url))
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=connection.dialect.name == "sqlite",  # SQLite cannot ALTER much
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_async() -> None:
+    engine = create_async_engine(_url(), poolclass=NullPool)
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(_run)
+    finally:
+        await engine.dispose()
+
+
+if context.is_offline_mode():
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+elif (connection := config.attributes.get("connection")) is not None:
+    _run(connection)
+else:
+    asyncio.run(_run_async())

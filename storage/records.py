@@ -1,0 +1,68 @@
+"""Immutable rows handed to callers; ORM objects never leave the storage layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRecord:
+    id: int
+    key: str
+    platform: str
+    workspace: str
+    channel: str
+    thread_ref: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    id: str
+    thread_id: int
+    thread_key: str
+    topic: str
+    depth: int
+    strategy: str
+    status: str
+    rounds_done: int
+    requested_by: str | None
+    dedupe_key: str | None
+    cancel_requested: bool
+    progress_message_id: str | None
+    error: str | None
+    notes: list[str]
+    report_markdown: str | None
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    searches: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+
+    @property
+    def seconds(self) -> float | None:
+        """Wall-clock duration, once the run has both started and finished."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    n: int
+    title: str
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadSummary:
+    key: str
+    runs: int
+    last_topic: str | None
+    last_status: str | None
+    updated_at: datetime

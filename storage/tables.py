@@ -1,0 +1,136 @@
+"""ORM mapping of the schema that ``migrations/`` creates (keep the two in step)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in, timezone-aware UTC out, also on SQLite (which drops tzinfo)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass timezone-aware datetimes")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Thread(Base):
+    __tablename__ = "threads"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(512), unique=True)
+    platform: Mapped[str] = mapped_column(String(32))
+    workspace: Mapped[str] = mapped_column(String(255))
+    channel: Mapped[str] = mapped_column(String(255))
+    thread_ref: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ThreadVariables(Base):
+    __tablename__ = "thread_variables"
+
+    thread_id: Mapped[int] = mapped_column(
+        ForeignKey("threads.id", ondelete="CASCADE"), primary_key=True
+    )
+    topics: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    next_search_topic: Mapped[str | None] = mapped_column(Text)
+    findings: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
+    should_continue: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    version: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ResearchRun(Base):
+    __tablename__ = "research_runs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    thread_id: Mapped[int] = mapped_column(ForeignKey("threads.id", ondelete="CASCADE"), index=True)
+    topic: Mapped[str] = mapped_column(Text)
+    depth: Mapped[int] = mapped_column(Integer)
+    strategy: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    rounds_done: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    requested_by: Mapped[str | None] = mapped_column(String(255), index=True)
+    dedupe_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    progress_message_id: Mapped[str | None] = mapped_column(String(255))
+    error: Mapped[str | None] = mapped_column(Text)
+    notes: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    report_markdown: Mapped[str | None] = mapped_column(Text)
+    llm_calls: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    prompt_tokens: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    completion_tokens: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    searches: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class RunSource(Base):
+    __tablename__ = "run_sources"
+    __table_args__ = (UniqueConstraint("run_id", "n", name="uq_run_sources_run_id_n"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("research_runs.id", ondelete="CASCADE"))
+    n: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(Text)
+    url: Mapped[str] = mapped_column(Text)
+
+
+class SearchCacheEntry(Base):
+    __tablename__ = "search_cache"
+
+    provider: Mapped[str] = mapped_column(String(32), primary_key=True)
+    query: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    results: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,301 @@
+"""A fake OpenAI-compatible chat-completions server with a deterministic "smart" default.
+
+The planner gets plausible `{"nextSearchTopic", "shouldContinue"}` JSON that advances with the
+number of topics already searched; the writer gets a Markdown report citing the numbered
+sources it was given. Failures are scripted per role so retry and degradation paths can be
+tested against the real `openai` SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from tests.fakes.server import BackgroundServer
+
+PLANNER_MARKER = "nextSearchTopic"
+ASPECTS = (
+    "overview",
+    "recent developments",
+    "key players",
+    "risks and limitations",
+    "regulation",
+    "outlook",
+    "costs and economics",
+    "case studies",
+)
+SOURCE_LINE = re.compile(r"^\[(\d+)\]", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Answer 200 with exactly this assistant content."""
+
+    content: str
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Answer with an HTTP error (body defaults to an OpenAI-style error object)."""
+
+    status: int
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Sleep this long, then answer with the default behaviour."""
+
+    seconds: float
+
+
+Response = Reply | Fail | Hang
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    body: dict[str, Any]
+    role: str
+    time: float = field(default_factory=time.time)
+
+
+def error_body(
+    message: str, type_: str = "server_error", param: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": None}}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages = body.get("messages")
+    return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+
+
+def _last_user(body: dict[str, Any]) -> str:
+    users = [_text(m.get("content")) for m in _messages(body) if m.get("role") == "user"]
+    return users[-1] if users else ""
+
+
+def _topic(prompt: str) -> str:
+    if "Topic:" in prompt:
+        return prompt.split("Topic:", 1)[1].split("\n", 1)[0].strip()
+    return next((line.strip()[:80] for line in prompt.splitlines() if line.strip()), "research")
+
+
+def _searched(prompt: str) -> list[str]:
+    lines = prompt.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() == "Topics already searched:":
+            topics = []
+            for item in lines[i + 1 :]:
+                if not item.strip():
+                    break
+                if item.startswith("- "):
+                    topics.append(item[2:].strip())
+            return topics
+    return []
+
+
+def response_from_json(data: dict[str, Any]) -> Response:
+    kind = data.get("kind")
+    if kind == "reply":
+        return Reply(str(data["content"]))
+    if kind == "fail":
+        return Fail(int(data["status"]), data.get("body"), data.get("headers"))
+    if kind == "hang":
+        return Hang(float(data["seconds"]))
+    raise ValueError(f"unknown response kind {kind!r}")
+
+
+class FakeLLM:
+    """State and behaviour of the fake; every method is safe to call from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: list[RecordedRequest] = []
+        self._scripts: dict[str, deque[Response]] = {}
+        self.latency = 0.0
+        self.stop_after: int | None = None
+        self.reject_response_format = False
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def requests_for(self, role: str) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.role == role]
+
+    def script(self, role: str, *responses: Response) -> None:
+        with self._lock:
+            self._scripts.setdefault(role, deque()).extend(responses)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._requests.clear()
+            self._scripts.clear()
+        self.latency, self.stop_after, self.reject_response_format = 0.0, None, False
+
+    def record(self, body: dict[str, Any]) -> str:
+        planner = "response_format" in body or any(
+            PLANNER_MARKER in _text(m.get("content")) for m in _messages(body)
+        )
+        role = "planner" if planner else "writer"
+        with self._lock:
+            self._requests.append(RecordedRequest(body, role))
+        return role
+
+    def next_scripted(self, role: str) -> Response | None:
+        with self._lock:
+            queue = self._scripts.get(role)
+            return queue.popleft() if queue else None
+
+    def default_answer(self, role: str, body: dict[str, Any]) -> str:
+        prompt = _last_user(body)
+        topic = _topic(prompt)
+        if role == "planner":
+            k = len(_searched(prompt))
+            if self.stop_after is not None and k >= self.stop_after:
+                return json.dumps({"nextSearchTopic": None, "shouldContinue": False})
+            aspect = ASPECTS[k % len(ASPECTS)]
+            if k >= len(ASPECTS):
+                aspect += f" (part {k // len(ASPECTS) + 1})"
+            nxt = f"{topic} — {aspect}"
+            return json.dumps({"nextSearchTopic": nxt, "shouldContinue": True}, ensure_ascii=False)
+        numbers = list(dict.fromkeys(SOURCE_LINE.findall(prompt)))[:3]
+        cites = "".join(f"[{n}]" for n in numbers)
+        cited = f" {cites}" if cites else ""
+        return (
+            f"# Report: {topic}\n\n## Executive summary\n\n"
+            f"This report summarises what the searches found about {topic}.\n\n"
+            f"## Main findings\n\n- The sources describe the current state of {topic}{cited}.\n"
+            f"- Evidence is consistent across the collected material{cited}.\n\n"
+            "## Conclusions and recommendations\n\n"
+            "Monitor developments and revisit the question as new evidence appears.\n\n"
+            "## Open questions\n\nLong-term effects remain uncertain.\n"
+        )
+
+
+def _completion(body: dict[str, Any], content: str) -> dict[str, Any]:
+    prompt_chars = sum(len(_text(m.get("content"))) for m in _messages(body))
+    prompt_tokens, completion_tokens = math.ceil(prompt_chars / 4), math.ceil(len(content) / 4)
+    return {
+        "id": f"chatcmpl-fake-{uuid.uuid4().hex[:16]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": str(body.get("model") or "fake-model"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def build_llm_app(fake: FakeLLM) -> Starlette:
+    async def completions(request: Request) -> JSONResponse:
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return JSONResponse(error_body("invalid JSON body", "invalid_request_error"), 400)
+        role = fake.record(body)
+        auth = request.headers.get("authorization", "")
+        if not auth.startswith("Bearer ") or not auth[7:].strip():
+            msg = "You didn't provide an API key."
+            return JSONResponse(error_body(msg, "invalid_request_error"), 401)
+        if fake.reject_response_format and "response_format" in body:
+            msg = "response_format is not supported"
+            return JSONResponse(error_body(msg, "invalid_request_error", "response_format"), 400)
+        if fake.latency > 0:
+            await asyncio.sleep(fake.latency)
+        scripted = fake.next_scripted(role)
+        if isinstance(scripted, Fail):
+            payload = scripted.body or error_body(f"fake error {scripted.status}")
+            return JSONResponse(payload, scripted.status, headers=scripted.headers)
+        if isinstance(scripted, Hang):
+            await asyncio.sleep(scripted.seconds)
+        if isinstance(scripted, Reply):
+            return JSONResponse(_completion(body, scripted.content))
+        return JSONResponse(_completion(body, fake.default_answer(role, body)))
+
+    async def models(request: Request) -> JSONResponse:
+        data = [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def script(request: Request) -> JSONResponse:
+        data = await request.json()
+        fake.script(data["role"], *(response_from_json(r) for r in data.get("responses", [])))
+        return JSONResponse({"ok": True})
+
+    async def config(request: Request) -> JSONResponse:
+        data = await request.json()
+        if "latency" in data:
+            fake.latency = float(data["latency"])
+        if "stop_after" in data:
+            fake.stop_after = None if data["stop_after"] is None else int(data["stop_after"])
+        if "reject_response_format" in data:
+            fake.reject_response_format = bool(data["reject_response_format"])
+        return JSONResponse({"ok": True})
+
+    async def requests(request: Request) -> JSONResponse:
+        return JSONResponse([{"role": r.role, "body": r.body} for r in fake.requests])
+
+    async def reset(request: Request) -> JSONResponse:
+        fake.reset()
+        return JSONResponse({"ok": True})
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", completions, methods=["POST"]),
+            Route("/chat/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/models", models, methods=["GET"]),
+            Route("/_fake/script", script, methods=["POST"]),
+            Route("/_fake/config", config, methods=["POST"]),
+            Route("/_fake/requests", requests, methods=["GET"]),
+            Route("/_fake/reset", reset, methods=["POST"]),
+        ]
+    )
+
+
+class FakeLLMServer(BackgroundServer):
+    """`with FakeLLMServer() as llm: AsyncOpenAI(base_url=llm.base_url, api_key="k")`."""
+
+    def __init__(self, fake: FakeLLM | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.fake = fake or FakeLLM()
+        super().__init__(build_llm_app(self.fake), host, port)
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"

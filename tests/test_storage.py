@@ -1,0 +1,391 @@
+"""Storage layer against real SQLite and PostgreSQL databases (see conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text, update
+
+from storage import HEAD_REVISION, Database, RunNotFound, RunRecord, Store
+from storage.db import _migrations_dir, normalize_url
+from storage.tables import Base, SearchCacheEntry
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = "slack:T0001:C0001:1700000000.000100"
+
+
+async def new_run(store: Store, **overrides: Any) -> tuple[RunRecord, bool]:
+    args: dict[str, Any] = {
+        "thread_key": KEY,
+        "platform": "slack",
+        "workspace": "T0001",
+        "channel": "C0001",
+        "thread_ref": "1700000000.000100",
+        "topic": "solid-state batteries",
+        "depth": 3,
+        "strategy": "iterative",
+        "requested_by": "U1",
+    }
+    args.update(overrides)
+    return await store.create_run(**args)
+
+
+def assert_aware_utc(*values: datetime | None) -> None:
+    for value in values:
+        assert value is not None
+        assert value.utcoffset() == timedelta(0), value
+
+
+# -- schema ---------------------------------------------------------------------------
+
+
+async def test_migrations_bring_a_fresh_database_to_head(database_url: str) -> None:
+    db = Database(database_url)
+    try:
+        assert not await db.schema_is_current()
+        await db.ensure_schema()
+        assert await db.schema_is_current()
+        assert await db.ping()
+        await db.ensure_schema()  # idempotent on a current database
+        async with db.engine.connect() as conn:
+            versions = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
+        assert [v[0] for v in versions] == [HEAD_REVISION]
+    finally:
+        await db.dispose()
+
+
+async def test_migrated_schema_matches_the_orm_models(database: Database) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    def diff(sync_conn: Any) -> list[Any]:
+        context = MigrationContext.configure(sync_conn, opts={"compare_type": True})
+        return list(compare_metadata(context, Base.metadata))
+
+    async with database.engine.connect() as conn:
+        assert await conn.run_sync(diff) == []
+
+
+def test_head_revision_constant_matches_alembic_head() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", _migrations_dir())
+    assert ScriptDirectory.from_config(config).get_current_head() == HEAD_REVISION
+
+
+def test_ensure_schema_on_a_current_database_does_not_import_alembic(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'nested' / 'fathom.db'}"  # also: parent dir gets created
+    script = (
+        "import asyncio, sys\n"
+        "from storage import Database\n"
+        "async def main(upgrade):\n"
+        f"    db = Database({url!r})\n"
+        "    await (db.upgrade() if upgrade else db.ensure_schema())\n"
+        "    await db.dispose()\n"
+        "asyncio.run(main(sys.argv[1] == 'upgrade'))\n"
+        "print('alembic' in sys.modules)\n"
+    )
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-c", script, mode],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for mode in ("upgrade", "ensure")
+    ]
+    assert outputs == ["True", "False"]
+
+
+def test_urls_are_normalised_to_async_drivers() -> None:
+    assert normalize_url("postgres://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert normalize_url("postgresql://u@h:5432/db") == "postgresql+psycopg://u@h:5432/db"
+    assert normalize_url("sqlite:///x.db") == "sqlite+aiosqlite:///x.db"
+    assert normalize_url("sqlite+aiosqlite:///x.db") == "sqlite+aiosqlite:///x.db"
+    assert Database("sqlite:///:memory:").dialect == "sqlite"
+    assert Database("postgres://u@127.0.0.1/db").dialect == "postgresql"
+
+
+async def test_sqlite_connections_use_wal_and_pragmas(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'f.db'}", busy_timeout_ms=1234)
+    try:
+        await db.upgrade()
+        async with db.engine.connect() as conn:
+            pragmas = {
+                name: (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
+                for name in ("journal_mode", "busy_timeout", "foreign_keys", "synchronous")
+            }
+        assert pragmas == {
+            "journal_mode": "wal",
+            "busy_timeout": 1234,
+            "foreign_keys": 1,
+            "synchronous": 1,  # NORMAL
+        }
+    finally:
+        await db.dispose()
+
+
+# -- runs and threads -----------------------------------------------------------------
+
+
+async def test_create_run_round_trip(store: Store) -> None:
+    run, created = await new_run(store)
+    assert created
+    assert len(run.id) == 32
+    assert (run.status, run.thread_key, run.topic, run.depth) == (
+        "queued",
+        KEY,
+        "solid-state batteries",
+        3,
+    )
+    assert (run.rounds_done, run.llm_calls, run.searches, run.notes) == (0, 0, 0, [])
+    assert not run.cancel_requested
+    assert run.started_at is None and run.seconds is None
+    assert_aware_utc(run.created_at)
+    assert await store.get_run(run.id) == run
+    assert await store.get_run("0" * 32) is None
+
+    thread = await store.get_thread(KEY)
+    assert thread is not None and thread.id == run.thread_id
+    assert (thread.platform, thread.workspace, thread.channel, thread.thread_ref) == (
+        "slack",
+        "T0001",
+        "C0001",
+        "1700000000.000100",
+    )
+    assert_aware_utc(thread.created_at, thread.updated_at)
+    assert await store.get_thread("slack:T0001:C0001:nope") is None
+
+    second, _ = await new_run(store, topic="follow-up")
+    assert second.thread_id == run.thread_id
+    assert [r.topic for r in await store.thread_runs(run.thread_id)] == [run.topic, "follow-up"]
+    latest = await store.latest_run_for_thread(run.thread_id)
+    assert latest is not None and latest.id == second.id
+
+
+async def test_dedupe_key_yields_one_run(store: Store) -> None:
+    first, created = await new_run(store, dedupe_key="slack:Ev1")
+    again, created_again = await new_run(store, dedupe_key="slack:Ev1", topic="other")
+    assert created and not created_again
+    assert again == first
+
+
+async def test_concurrent_creates_with_one_dedupe_key_race_safely(store: Store) -> None:
+    results = await asyncio.gather(
+        *(new_run(store, dedupe_key="slack:Ev2", thread_key=f"{KEY}-race") for _ in range(5))
+    )
+    assert sum(created for _, created in results) == 1
+    assert len({run.id for run, _ in results}) == 1
+    thread = await store.get_thread(f"{KEY}-race")
+    assert thread is not None
+    assert len(await store.thread_runs(thread.id)) == 1
+
+
+async def test_concurrent_creates_in_a_new_thread_share_it(store: Store) -> None:
+    results = await asyncio.gather(
+        *(new_run(store, thread_key="cli:local:local:x") for _ in range(4))
+    )
+    assert all(created for _, created in results)
+    assert len({run.thread_id for run, _ in results}) == 1
+    assert len({run.id for run, _ in results}) == 4
+
+
+async def test_start_run_marks_running_once(store: Store) -> None:
+    run, _ = await new_run(store)
+    started = await store.start_run(run.id)
+    assert started.status == "running"
+    assert_aware_utc(started.started_at, started.heartbeat_at)
+    resumed = await store.start_run(run.id)
+    assert resumed.started_at == started.started_at  # a resume keeps the original start
+    with pytest.raises(RunNotFound):
+        await store.start_run("f" * 32)
+
+
+async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
+    store: Store, database_url: str
+) -> None:
+    run, _ = await new_run(store)
+    assert await store.load_variables(run.thread_id) is None
+    finding = {"topic": "a", "results": [{"title": "T", "url": "https://x.test", "snippet": ""}]}
+    await store.checkpoint(
+        run.id,
+        variables={"topics": ["a"], "nextSearchTopic": "b", "findings": [], "shouldContinue": True},
+        rounds_done=1,
+        usage={"llm_calls": 1, "prompt_tokens": 10, "completion_tokens": 5, "searches": 1},
+        notes=[],
+    )
+    variables = {
+        "topics": ["a", "b"],
+        "nextSearchTopic": None,
+        "findings": [finding],
+        "shouldContinue": False,
+    }
+    usage = {"llm_calls": 2, "prompt_tokens": 30, "completion_tokens": 9, "searches": 2}
+    await store.checkpoint(
+        run.id, variables=variables, rounds_done=2, usage=usage, notes=["search b failed"]
+    )
+
+    fresh_db = Database(database_url)
+    try:
+        fresh = Store(fresh_db)
+        assert await fresh.load_variables(run.thread_id) == variables
+        reread = await fresh.get_run(run.id)
+        assert reread is not None
+        assert reread.rounds_done == 2
+        assert reread.notes == ["search b failed"]
+        assert (reread.llm_calls, reread.prompt_tokens, reread.completion_tokens) == (2, 30, 9)
+        assert reread.searches == 2
+        assert_aware_utc(reread.heartbeat_at)
+        async with fresh_db.engine.connect() as conn:
+            version = await conn.scalar(text("SELECT version FROM thread_variables"))
+        assert version == 2
+    finally:
+        await fresh_db.dispose()
+
+    with pytest.raises(RunNotFound):
+        await store.checkpoint("f" * 32, variables=variables, rounds_done=0, usage={}, notes=[])
+    with pytest.raises(ValueError, match="unknown usage"):
+        await store.checkpoint(run.id, variables=variables, rounds_done=0, usage={"x": 1}, notes=[])
+    assert (await store.get_run(run.id)) == reread  # the rejected writes changed nothing
+
+
+async def test_finish_run_stores_report_and_sources(store: Store) -> None:
+    run, _ = await new_run(store)
+    await store.start_run(run.id)
+    usage = {"llm_calls": 4, "prompt_tokens": 100, "completion_tokens": 50, "searches": 3}
+    sources = [(1, "One", "https://one.test"), (2, "Two", "https://two.test")]
+    done = await store.finish_run(
+        run.id,
+        status="succeeded",
+        report_markdown="# Report\n\nClaim [1].",
+        sources=sources,
+        error=None,
+        usage=usage,
+        notes=["degraded"],
+    )
+    assert done.status == "succeeded" and done.report_markdown == "# Report\n\nClaim [1]."
+    assert (done.llm_calls, done.searches, done.notes) == (4, 3, ["degraded"])
+    assert_aware_utc(done.finished_at)
+    assert done.seconds is not None and done.seconds >= 0
+    assert [(s.n, s.title, s.url) for s in await store.run_sources(run.id)] == sources
+
+    again = await store.finish_run(
+        run.id,
+        status="failed",
+        report_markdown=None,
+        sources=[(1, "New", "https://new.test")],
+        error="boom",
+        usage={},
+        notes=[],
+    )
+    assert (again.status, again.error, again.llm_calls) == ("failed", "boom", 4)
+    assert [s.title for s in await store.run_sources(run.id)] == ["New"]
+    with pytest.raises(ValueError):
+        await store.finish_run(
+            run.id,
+            status="running",
+            report_markdown=None,
+            sources=[],
+            error=None,
+            usage={},
+            notes=[],
+        )
+
+
+async def test_cancel_flags(store: Store) -> None:
+    run, _ = await new_run(store)
+    assert not await store.is_cancel_requested(run.id)
+    assert await store.request_cancel(run.id)
+    assert await store.is_cancel_requested(run.id)
+    assert not await store.is_cancel_requested("f" * 32)
+    assert not await store.request_cancel("f" * 32)
+
+    other, _ = await new_run(store, topic="done already")
+    await store.finish_run(
+        other.id,
+        status="succeeded",
+        report_markdown="r",
+        sources=[],
+        error=None,
+        usage={},
+        notes=[],
+    )
+    assert not await store.request_cancel(other.id)
+    assert not await store.is_cancel_requested(other.id)
+
+
+async def test_unfinished_runs_and_staleness(store: Store) -> None:
+    running, _ = await new_run(store, topic="running")
+    await store.start_run(running.id)
+    between = datetime.now(UTC)
+    queued, _ = await new_run(store, topic="queued")
+    finished, _ = await new_run(store, topic="finished")
+    await store.finish_run(
+        finished.id,
+        status="cancelled",
+        report_markdown=None,
+        sources=[],
+        error=None,
+        usage={},
+        notes=[],
+    )
+
+    assert [r.id for r in await store.unfinished_runs()] == [running.id, queued.id]
+    stale = await store.unfinished_runs(heartbeat_before=between)
+    assert [r.id for r in stale] == [running.id]
+    assert await store.unfinished_runs(heartbeat_before=between - timedelta(hours=1)) == []
+    assert [r.id for r in await store.active_runs_for_user("U1")] == [running.id, queued.id]
+    assert await store.active_runs_for_user("U2") == []
+    recent = await store.recent_runs_for_user("U1", limit=2)
+    assert [r.id for r in recent] == [finished.id, queued.id]
+
+
+async def test_progress_message_and_thread_listing(store: Store) -> None:
+    run, _ = await new_run(store)
+    await store.set_progress_message(run.id, "1700000001.000200")
+    fetched = await store.get_run(run.id)
+    assert fetched is not None and fetched.progress_message_id == "1700000001.000200"
+
+    await new_run(store, topic="second")
+    await new_run(store, thread_key="cli:local:local:abc", platform="cli", topic="newest")
+    summaries = await store.list_threads()
+    assert [(s.key, s.runs, s.last_topic, s.last_status) for s in summaries] == [
+        ("cli:local:local:abc", 1, "newest", "queued"),
+        (KEY, 2, "second", "queued"),
+    ]
+    assert_aware_utc(*(s.updated_at for s in summaries))
+    assert len(await store.list_threads(limit=1)) == 1
+
+
+# -- search cache ---------------------------------------------------------------------
+
+
+async def test_search_cache_ttl(store: Store, database: Database) -> None:
+    results = [{"title": "T", "url": "https://t.test", "snippet": "s"}]
+    assert await store.cache_get("ddgs", "q", timedelta(hours=1)) is None
+    await store.cache_put("ddgs", "q", results)
+    assert await store.cache_get("ddgs", "q", timedelta(hours=1)) == results
+    assert await store.cache_get("tavily", "q", timedelta(hours=1)) is None
+
+    async with database.sessionmaker.begin() as session:  # age the entry by two days
+        two_days_ago = datetime.now(UTC) - timedelta(days=2)
+        await session.execute(update(SearchCacheEntry).values(created_at=two_days_ago))
+    assert await store.cache_get("ddgs", "q", timedelta(days=1)) is None
+    assert await store.cache_get("ddgs", "q", timedelta(days=3)) == results
+
+    newer = [{"title": "N", "url": "https://n.test", "snippet": ""}]
+    await store.cache_put("ddgs", "q", newer)  # upsert refreshes results and age
+    assert await store.cache_get("ddgs", "q", timedelta(days=1)) == newer
+
+    long_query = "長" * 400  # 1200 UTF-8 bytes: too long for the key, silently not cached
+    await store.cache_put("ddgs", long_query, results)
+    assert await store.cache_get("ddgs", long_query, timedelta(days=1)) is None
