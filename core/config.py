@@ -8,12 +8,14 @@ single clear line instead of a traceback.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 SearchProviderName = Literal["ddgs", "searxng", "tavily", "brave"]
+#: A comma-separated list in the environment (``U1,U2``), a list in code.
+CommaList = Annotated[list[str], NoDecode]
 
 
 class ConfigError(Exception):
@@ -81,6 +83,46 @@ class Settings(BaseSettings):
         default=10, ge=1, le=10, validation_alias=_env("FATHOM_MAX_PARALLEL_SEARCHES")
     )
 
+    # Access and fairness
+    allowed_users: CommaList = Field(
+        default_factory=list, validation_alias=_env("FATHOM_ALLOWED_USERS")
+    )
+    allowed_channels: CommaList = Field(
+        default_factory=list, validation_alias=_env("FATHOM_ALLOWED_CHANNELS")
+    )
+    admins: CommaList = Field(default_factory=list, validation_alias=_env("FATHOM_ADMINS"))
+    user_concurrency: int = Field(
+        default=2, ge=1, le=100, validation_alias=_env("FATHOM_USER_CONCURRENCY")
+    )
+
+    # Jobs
+    queue: Literal["local", "procrastinate"] = Field(
+        default="local", validation_alias=_env("FATHOM_QUEUE")
+    )
+    max_concurrent_runs: int = Field(
+        default=200, ge=1, le=10_000, validation_alias=_env("FATHOM_MAX_CONCURRENT_RUNS")
+    )
+    stale_run_after: float = Field(
+        default=180.0, gt=0, validation_alias=_env("FATHOM_STALE_RUN_AFTER")
+    )
+
+    # Slack
+    slack_bot_token: str | None = Field(default=None, validation_alias=_env("SLACK_BOT_TOKEN"))
+    slack_signing_secret: str | None = Field(
+        default=None, validation_alias=_env("SLACK_SIGNING_SECRET")
+    )
+    slack_app_token: str | None = Field(default=None, validation_alias=_env("SLACK_APP_TOKEN"))
+    slack_api_url: str = Field(
+        default="https://slack.com/api/", validation_alias=_env("SLACK_API_URL")
+    )
+    slack_client_id: str | None = Field(default=None, validation_alias=_env("SLACK_CLIENT_ID"))
+    slack_client_secret: str | None = Field(
+        default=None, validation_alias=_env("SLACK_CLIENT_SECRET")
+    )
+    slack_edit_interval: float = Field(
+        default=1.0, ge=0, le=60, validation_alias=_env("FATHOM_SLACK_EDIT_INTERVAL")
+    )
+
     # Logging
     log_format: Literal["console", "json"] = Field(
         default="console", validation_alias=_env("FATHOM_LOG_FORMAT")
@@ -102,12 +144,24 @@ class Settings(BaseSettings):
                 return timedelta(seconds=float(text))
         return value
 
+    @field_validator("allowed_users", "allowed_channels", "admins", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _slash_terminated(cls, value: str) -> str:
+        return value if value.endswith("/") else value + "/"
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("search", "log_format", "llm_json_mode", mode="before")
+    @field_validator("search", "log_format", "llm_json_mode", "queue", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
@@ -141,6 +195,43 @@ class Settings(BaseSettings):
                 "OPENAI_API_KEY is not set: export OPENAI_API_KEY=<key> (and OPENAI_BASE_URL="
                 "<url> for any OpenAI-compatible endpoint), or put them in .env"
             )
+
+    @property
+    def slack_enabled(self) -> bool:
+        """Slack is on when a token (single workspace) or OAuth client is configured."""
+        return bool(self.slack_bot_token or (self.slack_client_id and self.slack_client_secret))
+
+    @property
+    def slack_oauth(self) -> bool:
+        return bool(self.slack_client_id and self.slack_client_secret)
+
+    def require_slack(self) -> None:
+        """Fail with one clear line when Slack is half-configured."""
+        if self.slack_app_token:
+            if not self.slack_app_token.startswith("xapp-"):
+                raise ConfigError("SLACK_APP_TOKEN must be an app-level token starting with xapp-")
+        elif not self.slack_signing_secret:
+            raise ConfigError(
+                "SLACK_SIGNING_SECRET is not set: HTTP mode needs it to verify Slack's requests "
+                "(or set SLACK_APP_TOKEN for Socket Mode)"
+            )
+        if not self.slack_oauth and not self.slack_bot_token:
+            raise ConfigError(
+                "SLACK_BOT_TOKEN is not set: set it (single workspace) or SLACK_CLIENT_ID and "
+                "SLACK_CLIENT_SECRET (multi-workspace OAuth install)"
+            )
+        if self.slack_client_id and not self.slack_client_secret:
+            raise ConfigError("SLACK_CLIENT_SECRET is not set: SLACK_CLIENT_ID needs it")
+
+    def is_allowed(self, user: str | None, channel: str | None) -> bool:
+        """Access control; an empty allow-list admits everyone. Admins are always allowed."""
+        if user and user in self.admins:
+            return True
+        if self.allowed_users and (user is None or user not in self.allowed_users):
+            return False
+        return not (
+            self.allowed_channels and (channel is None or channel not in self.allowed_channels)
+        )
 
     def require_search(self) -> None:
         """Fail with one clear line when the chosen search provider lacks its settings."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from core.engine.iterative import IterativeStrategy, JsonModel, RunState, StepHooks, StopReason
+from core.jobs import SHUTDOWN
 from core.llm import LLMError
 from core.models import (
     ResearchRequest,
@@ -201,9 +202,13 @@ class ResearchService:
                 await publish(ProgressKind.WRITING, "Writing the report…")
                 markdown, sources = await self._write(state)
                 status = RunStatus.SUCCEEDED
-        except asyncio.CancelledError:
-            status, error = RunStatus.CANCELLED, "interrupted"
-            await asyncio.shield(self._finish(state, status, None, [], error))
+        except asyncio.CancelledError as exc:
+            if exc.args and exc.args[0] == SHUTDOWN:
+                # A graceful shutdown: the checkpoint stays, any replica resumes the run.
+                await asyncio.shield(self._store.release_run(run.id))
+            else:
+                status, error = RunStatus.CANCELLED, "interrupted"
+                await asyncio.shield(self._finish(state, status, None, [], error))
             raise
         except NoResults as exc:
             error = str(exc)

@@ -43,6 +43,7 @@ class RunRecord:
     started_at: datetime | None
     finished_at: datetime | None
     heartbeat_at: datetime | None
+    report_posted_at: datetime | None = None
 
     @property
     def seconds(self) -> float | None:

@@ -9,7 +9,7 @@ PostgreSQL (no aborted transaction to recover from) and works the same on SQLite
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 from uuid import uuid4
 
@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from storage.db import Database
 from storage.records import RunRecord, SourceRecord, ThreadRecord, ThreadSummary
 from storage.tables import (
+    ProcessedEvent,
     ResearchRun,
     RunSource,
     SearchCacheEntry,
@@ -34,6 +35,7 @@ FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
 USAGE_KEYS = ("llm_calls", "prompt_tokens", "completion_tokens", "searches")
 # search_cache.query is VARCHAR(1024); longer queries are simply not cached.
 MAX_CACHED_QUERY_BYTES = 1024
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class RunNotFound(LookupError):
@@ -282,7 +284,97 @@ class Store:
             )
             return [SourceRecord(n=n, title=title, url=url) for n, title, url in rows]
 
+    async def requeue_run(self, run_id: str) -> RunRecord:
+        """Make an interrupted, failed or cancelled run resumable from its checkpoint.
+
+        A succeeded run is left as it is (its report exists).
+        """
+        async with self._sessions.begin() as session:
+            await session.execute(
+                update(ResearchRun)
+                .where(ResearchRun.id == run_id, ResearchRun.status != "succeeded")
+                .values(status="queued", finished_at=None, error=None, cancel_requested=False)
+            )
+            return await self._require_run(session, run_id)
+
+    async def release_run(self, run_id: str) -> None:
+        """Hand an unfinished run back (graceful shutdown): queued, and stale at once.
+
+        The epoch heartbeat makes the next start of any replica resume it right away.
+        """
+        async with self._sessions.begin() as session:
+            await session.execute(
+                update(ResearchRun)
+                .where(ResearchRun.id == run_id, ResearchRun.status.in_(UNFINISHED_STATUSES))
+                .values(status="queued", heartbeat_at=EPOCH)
+            )
+
+    async def touch_runs(self, run_ids: Sequence[str]) -> None:
+        """Refresh the heartbeat of runs this process is working on."""
+        if not run_ids:
+            return
+        async with self._sessions.begin() as session:
+            await session.execute(
+                update(ResearchRun)
+                .where(
+                    ResearchRun.id.in_(list(run_ids)),
+                    ResearchRun.status.in_(UNFINISHED_STATUSES),
+                )
+                .values(heartbeat_at=utcnow())
+            )
+
+    async def mark_report_posted(self, run_id: str) -> bool:
+        """Claim the posting of a run's report: True only for the first caller."""
+        async with self._sessions.begin() as session:
+            hit = await session.execute(
+                update(ResearchRun)
+                .where(ResearchRun.id == run_id, ResearchRun.report_posted_at.is_(None))
+                .values(report_posted_at=utcnow())
+                .returning(ResearchRun.id)
+            )
+            return hit.scalar_one_or_none() is not None
+
+    async def unmark_report_posted(self, run_id: str) -> None:
+        """Release the claim when posting failed, so a later attempt may post."""
+        async with self._sessions.begin() as session:
+            await session.execute(
+                update(ResearchRun).where(ResearchRun.id == run_id).values(report_posted_at=None)
+            )
+
+    # -- platform events ----------------------------------------------------------------
+
+    async def claim_event(self, key: str) -> bool:
+        """Record a platform delivery; True the first time ``key`` is seen, else False."""
+        async with self._sessions.begin() as session:
+            stmt = (
+                self._insert(ProcessedEvent)
+                .values(key=key[:255], created_at=utcnow())
+                .on_conflict_do_nothing(index_elements=[ProcessedEvent.key])
+                .returning(ProcessedEvent.key)
+            )
+            return (await session.execute(stmt)).scalar_one_or_none() is not None
+
+    async def prune_events(self, older_than: timedelta) -> int:
+        async with self._sessions.begin() as session:
+            result = await session.execute(
+                delete(ProcessedEvent).where(ProcessedEvent.created_at < utcnow() - older_than)
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
+
     # -- threads ------------------------------------------------------------------------
+
+    async def rekey_thread(self, thread_id: int, *, key: str, thread_ref: str) -> ThreadRecord:
+        """Give a thread its final key once the platform assigned its id (e.g. Slack ts)."""
+        async with self._sessions.begin() as session:
+            await session.execute(
+                update(Thread)
+                .where(Thread.id == thread_id)
+                .values(key=key, thread_ref=thread_ref, updated_at=utcnow())
+            )
+            row = await session.get(Thread, thread_id)
+            if row is None:
+                raise LookupError(f"no thread {thread_id}")
+            return _thread_record(row)
 
     async def get_thread(self, key: str) -> ThreadRecord | None:
         async with self._sessions.begin() as session:
@@ -448,4 +540,5 @@ def _run_record(row: ResearchRun, thread_key: str) -> RunRecord:
         started_at=row.started_at,
         finished_at=row.finished_at,
         heartbeat_at=row.heartbeat_at,
+        report_posted_at=row.report_posted_at,
     )

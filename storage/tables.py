@@ -114,6 +114,7 @@ class ResearchRun(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    report_posted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class RunSource(Base):
@@ -134,3 +135,12 @@ class SearchCacheEntry(Base):
     query: Mapped[str] = mapped_column(String(1024), primary_key=True)
     results: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ProcessedEvent(Base):
+    """A platform delivery already handled (dedupe of retries across restarts)."""
+
+    __tablename__ = "processed_events"
+
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)

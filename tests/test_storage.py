@@ -389,3 +389,84 @@ async def test_search_cache_ttl(store: Store, database: Database) -> None:
     long_query = "長" * 400  # 1200 UTF-8 bytes: too long for the key, silently not cached
     await store.cache_put("ddgs", long_query, results)
     assert await store.cache_get("ddgs", long_query, timedelta(days=1)) is None
+
+
+# -- delivery bookkeeping (migration 0002) ---------------------------------------------
+
+
+async def test_claim_event_is_true_once_even_when_racing(store: Store) -> None:
+    results = await asyncio.gather(*(store.claim_event("slack:event:Ev1") for _ in range(5)))
+    assert sorted(results) == [False, False, False, False, True]
+    assert await store.claim_event("slack:event:Ev2") is True
+    assert await store.claim_event("slack:event:Ev1") is False
+
+
+async def test_prune_events_forgets_old_keys(store: Store, database: Database) -> None:
+    await store.claim_event("old")
+    await store.claim_event("new")
+    async with database.sessionmaker.begin() as session:
+        await session.execute(
+            text("UPDATE processed_events SET created_at = :t WHERE key = 'old'"),
+            {"t": datetime.now(UTC) - timedelta(days=3)},
+        )
+    assert await store.prune_events(timedelta(days=1)) == 1
+    assert await store.claim_event("old") is True
+    assert await store.claim_event("new") is False
+
+
+async def test_report_is_claimed_for_posting_once(store: Store) -> None:
+    run, _ = await new_run(store)
+    claims = await asyncio.gather(*(store.mark_report_posted(run.id) for _ in range(3)))
+    assert claims.count(True) == 1
+    posted = await store.get_run(run.id)
+    assert posted is not None and posted.report_posted_at is not None
+    await store.unmark_report_posted(run.id)
+    assert await store.mark_report_posted(run.id) is True
+
+
+async def test_requeue_makes_a_failed_run_resumable_but_not_a_succeeded_one(store: Store) -> None:
+    run, _ = await new_run(store)
+    await store.start_run(run.id)
+    await store.request_cancel(run.id)
+    await store.finish_run(
+        run.id, status="failed", report_markdown=None, sources=[], error="boom", usage={}, notes=[]
+    )
+    again = await store.requeue_run(run.id)
+    assert (again.status, again.error, again.finished_at, again.cancel_requested) == (
+        "queued",
+        None,
+        None,
+        False,
+    )
+    other, _ = await new_run(store, thread_key="cli:local:local:x", thread_ref="x")
+    await store.finish_run(
+        other.id,
+        status="succeeded",
+        report_markdown="# r",
+        sources=[],
+        error=None,
+        usage={},
+        notes=[],
+    )
+    assert (await store.requeue_run(other.id)).status == "succeeded"
+
+
+async def test_touch_runs_refreshes_heartbeats_of_running_runs(store: Store) -> None:
+    run, _ = await new_run(store)
+    started = await store.start_run(run.id)
+    await asyncio.sleep(0.01)
+    await store.touch_runs([run.id])
+    touched = await store.get_run(run.id)
+    assert touched is not None and started.heartbeat_at is not None
+    assert touched.heartbeat_at is not None and touched.heartbeat_at > started.heartbeat_at
+
+
+async def test_rekey_thread_moves_a_pending_thread_to_its_platform_id(store: Store) -> None:
+    run, _ = await new_run(store, thread_key="slack:T1:C1:pending-abc", thread_ref="pending-abc")
+    thread = await store.rekey_thread(
+        run.thread_id, key="slack:T1:C1:1700000000.000200", thread_ref="1700000000.000200"
+    )
+    assert thread.key == "slack:T1:C1:1700000000.000200"
+    assert await store.get_thread("slack:T1:C1:pending-abc") is None
+    moved = await store.get_run(run.id)
+    assert moved is not None and moved.thread_key == thread.key

@@ -28,3 +28,6 @@ __all__ = [
     "build_search_app",
     "require_loopback",
 ]
+from tests.fakes.slack import FakeSlack, FakeSlackServer, SlackCall
+
+__all__ += ["FakeSlack", "FakeSlackServer", "SlackCall"]

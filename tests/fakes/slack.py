@@ -1,0 +1,530 @@
+"""A fake Slack Web API (plus upload and response_url targets) and signed-request builders.
+
+The real `slack_sdk` AsyncWebClient and Bolt talk to it over HTTP, so the adapter is tested with
+the same encodings (JSON bodies, form bodies, query params), error shapes, 429s and block limits
+that production Slack produces. The inbound helpers build slash commands and events signed
+exactly as Slack signs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Self
+from urllib.parse import parse_qsl, urlencode
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from tests.fakes.server import BackgroundServer
+
+MAX_TEXT = 40_000
+MAX_BLOCKS = 50
+MAX_MARKDOWN = 12_000  # cumulative over all `markdown` blocks of one message
+
+
+@dataclass(frozen=True)
+class SlackCall:
+    method: str
+    params: dict[str, Any]
+    token: str | None
+    time: float = field(default_factory=time.time)
+
+
+@dataclass
+class _Failure:
+    status: int
+    retry_after: int
+    error: str | None
+    remaining: int
+
+
+class SlackError(Exception):
+    """Raised by method handlers; becomes `{"ok": false, "error": code}` with HTTP 200."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _check_message(params: dict[str, Any]) -> None:
+    """Slack's own limits, so tests catch reports that would be rejected in production."""
+    if len(str(params.get("text") or "")) > MAX_TEXT:
+        raise SlackError("msg_too_long")
+    if "blocks" not in params:
+        return
+    blocks = params["blocks"]
+    if isinstance(blocks, str):
+        try:
+            blocks = params["blocks"] = json.loads(blocks)
+        except ValueError:
+            raise SlackError("invalid_blocks") from None
+    if not isinstance(blocks, list) or len(blocks) > MAX_BLOCKS:
+        raise SlackError("invalid_blocks")
+    if not all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks):
+        raise SlackError("invalid_blocks")
+    markdown = sum(len(str(b.get("text", ""))) for b in blocks if b["type"] == "markdown")
+    if markdown > MAX_MARKDOWN:
+        raise SlackError("invalid_blocks")
+
+
+class FakeSlack:
+    """State and behaviour of the fake; every method is safe to call from any thread."""
+
+    bot_user_id = "UBOT"
+    team_id = "T0001"
+    bot_id = "BBOT"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.base_url = "http://127.0.0.1"  # set by FakeSlackServer.start()
+        self.latency = 0.0
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self._calls: list[SlackCall] = []
+        self._failures: dict[str, deque[_Failure]] = {}
+        self.messages: dict[tuple[str, str], dict[str, Any]] = {}
+        self.history: list[dict[str, Any]] = []
+        self.files: dict[str, dict[str, Any]] = {}
+        self.responses: list[tuple[str, dict[str, Any]]] = []
+        self._uploads: dict[str, dict[str, Any]] = {}
+        self._counter = 0
+
+    def reset(self) -> None:
+        with self._lock:
+            self._reset_state()
+        self.latency = 0.0
+
+    @property
+    def calls(self) -> list[SlackCall]:
+        with self._lock:
+            return list(self._calls)
+
+    def calls_to(self, method: str) -> list[SlackCall]:
+        return [c for c in self.calls if c.method == method]
+
+    def responses_to(self, response_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [body for rid, body in self.responses if rid == response_id]
+
+    def response_url(self, response_id: str) -> str:
+        return f"{self.base_url}/response/{response_id}"
+
+    def fail_next(
+        self,
+        method: str,
+        status: int = 500,
+        retry_after: int = 1,
+        times: int = 1,
+        error: str | None = None,
+    ) -> None:
+        """Next `times` calls to `method` get HTTP 429 (+Retry-After), HTTP 5xx, or, when
+        `error` is given, HTTP 200 `{"ok": false, "error": error}`."""
+        with self._lock:
+            failure = _Failure(status, retry_after, error, times)
+            self._failures.setdefault(method, deque()).append(failure)
+
+    def record(self, method: str, params: dict[str, Any], token: str | None) -> None:
+        with self._lock:
+            self._calls.append(SlackCall(method, params, token))
+
+    def take_failure(self, method: str) -> _Failure | None:
+        with self._lock:
+            queue = self._failures.get(method)
+            if not queue:
+                return None
+            failure = queue[0]
+            failure.remaining -= 1
+            if failure.remaining <= 0:
+                queue.popleft()
+            return failure
+
+    def _next_id(self) -> int:
+        self._counter += 1
+        return self._counter
+
+    def _ts(self) -> str:
+        n = self._next_id()
+        return f"{1_700_000_000 + n // 10_000}.{(n % 10_000) * 100:06d}"
+
+    def call(self, method: str, p: dict[str, Any]) -> dict[str, Any]:
+        """Run an authenticated Web API method; raise SlackError for Slack-level errors."""
+        with self._lock:
+            if method == "auth.test":
+                return {
+                    "url": "https://fathom-fake.slack.com/",
+                    "team": "Fathom Fake",
+                    "user": "fathom",
+                    "team_id": self.team_id,
+                    "user_id": self.bot_user_id,
+                    "bot_id": self.bot_id,
+                    "is_enterprise_install": False,
+                }
+            if method == "chat.postMessage":
+                return self._post(p)
+            if method == "chat.update":
+                return self._update(p)
+            if method == "chat.postEphemeral":
+                if not p.get("channel") or not p.get("user"):
+                    raise SlackError(
+                        "channel_not_found" if not p.get("channel") else "user_not_found"
+                    )
+                _check_message(p)
+                return {"message_ts": self._ts()}
+            if method == "conversations.info":
+                cid = str(p.get("channel") or "")
+                if not cid:
+                    raise SlackError("channel_not_found")
+                channel = {"id": cid, "name": f"chan-{cid.lower()}", "is_member": True}
+                return {"channel": {**channel, "is_channel": True, "is_im": cid.startswith("D")}}
+            if method == "users.info":
+                uid = str(p.get("user") or "")
+                if not uid:
+                    raise SlackError("user_not_found")
+                user = {"id": uid, "name": uid.lower(), "real_name": f"User {uid}"}
+                return {"user": {**user, "team_id": self.team_id, "tz": "UTC"}}
+            if method == "files.getUploadURLExternal":
+                if not p.get("filename") or not str(p.get("length", "")).isdigit():
+                    raise SlackError("invalid_arguments")
+                file_id = f"F{self._next_id():08d}"
+                self._uploads[file_id] = {"filename": p["filename"], "content": None}
+                return {"upload_url": f"{self.base_url}/upload/{file_id}", "file_id": file_id}
+            if method == "files.completeUploadExternal":
+                return self._complete_upload(p)
+            if method == "reactions.add":
+                return {}
+        raise SlackError("unknown_method")
+
+    def _post(self, p: dict[str, Any]) -> dict[str, Any]:
+        if not p.get("channel"):
+            raise SlackError("channel_not_found")
+        if not p.get("text") and not p.get("blocks"):
+            raise SlackError("no_text")
+        _check_message(p)
+        channel, ts = str(p["channel"]), self._ts()
+        message = {
+            "type": "message",
+            "channel": channel,
+            "ts": ts,
+            "text": p.get("text", ""),
+            "user": self.bot_user_id,
+            "bot_id": self.bot_id,
+        }
+        for key in ("blocks", "thread_ts"):
+            if p.get(key):
+                message[key] = p[key]
+        self.messages[(channel, ts)] = dict(message)
+        self.history.append(dict(message))
+        return {"channel": channel, "ts": ts, "message": message}
+
+    def _update(self, p: dict[str, Any]) -> dict[str, Any]:
+        key = (str(p.get("channel") or ""), str(p.get("ts") or ""))
+        if key not in self.messages:
+            raise SlackError("message_not_found")
+        if not p.get("text") and not p.get("blocks"):
+            raise SlackError("no_text")
+        _check_message(p)
+        message = self.messages[key]
+        message["text"] = p.get("text", "")
+        if "blocks" in p:  # omitted keeps the old blocks; [] removes them
+            message["blocks"] = p["blocks"]
+        message["edited"] = {"user": self.bot_user_id, "ts": self._ts()}
+        return {"channel": key[0], "ts": key[1], "text": message["text"]}
+
+    def _complete_upload(self, p: dict[str, Any]) -> dict[str, Any]:
+        files = p.get("files")
+        if isinstance(files, str):
+            try:
+                files = json.loads(files)
+            except ValueError:
+                raise SlackError("invalid_arguments") from None
+        if not isinstance(files, list) or not files:
+            raise SlackError("invalid_arguments")
+        out = []
+        for item in files:
+            upload = self._uploads.get(str(item.get("id")))
+            if upload is None or upload["content"] is None:
+                raise SlackError("file_not_found")
+        for item in files:
+            upload = self._uploads.pop(str(item["id"]))
+            title = item.get("title") or upload["filename"]
+            self.files[item["id"]] = {
+                "content": upload["content"],
+                "title": title,
+                "filename": upload["filename"],
+                "channel": p.get("channel_id"),
+                "thread_ts": p.get("thread_ts"),
+                "initial_comment": p.get("initial_comment"),
+            }
+            out.append({"id": item["id"], "title": title, "name": upload["filename"]})
+        return {"files": out}
+
+    def record_response(self, response_id: str, body: Any) -> None:
+        with self._lock:
+            self.responses.append((response_id, body))
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {"history": list(self.history), "current": list(self.messages.values())}
+
+    def store_upload(self, file_id: str, content: bytes) -> bool:
+        with self._lock:
+            if file_id not in self._uploads:
+                return False
+            self._uploads[file_id]["content"] = content
+            return True
+
+
+async def _params(request: Request) -> dict[str, Any]:
+    """Merge query string, form body and JSON body, like Slack accepts all three."""
+    params: dict[str, Any] = dict(request.query_params)
+    raw = await request.body()
+    ctype = request.headers.get("content-type", "")
+    if "json" in ctype and raw:
+        body = json.loads(raw)
+        if isinstance(body, dict):
+            params.update(body)
+    elif raw:
+        params.update(parse_qsl(raw.decode(), keep_blank_values=True))
+    for key in ("blocks", "attachments", "files"):  # JSON strings inside form posts
+        value = params.get(key)
+        if isinstance(value, str) and value.startswith("["):
+            try:
+                params[key] = json.loads(value)
+            except ValueError:
+                pass  # left as a string; validation answers invalid_blocks
+    return params
+
+
+def build_slack_app(fake: FakeSlack) -> Starlette:
+    async def api(request: Request) -> Response:
+        method = request.path_params["method"]
+        try:
+            params = await _params(request)
+        except ValueError:
+            return JSONResponse({"ok": False, "error": "invalid_json"})
+        auth = request.headers.get("authorization", "")
+        token = auth[7:].strip() if auth.startswith("Bearer ") else params.pop("token", None)
+        fake.record(method, params, token)
+        if fake.latency > 0:
+            await asyncio.sleep(fake.latency)
+        failure = fake.take_failure(method)
+        if failure is not None and failure.error is not None:
+            return JSONResponse({"ok": False, "error": failure.error})
+        if failure is not None and failure.status == 429:
+            headers = {"Retry-After": str(failure.retry_after)}
+            return JSONResponse({"ok": False, "error": "ratelimited"}, 429, headers=headers)
+        if failure is not None:
+            return JSONResponse({"ok": False, "error": "fatal_error"}, failure.status)
+        if not token:
+            return JSONResponse({"ok": False, "error": "not_authed"})
+        if not token.startswith("xoxb-"):
+            return JSONResponse({"ok": False, "error": "invalid_auth"})
+        try:
+            return JSONResponse({"ok": True, **fake.call(method, dict(params))})
+        except SlackError as exc:
+            return JSONResponse({"ok": False, "error": exc.code})
+
+    async def upload(request: Request) -> Response:
+        content = await request.body()
+        if not fake.store_upload(request.path_params["file_id"], content):
+            return PlainTextResponse("file not found", 404)
+        return PlainTextResponse(f"OK - {len(content)}")
+
+    async def response_url(request: Request) -> Response:
+        body = await request.json()
+        fake.record_response(request.path_params["rid"], body)
+        return PlainTextResponse("ok")
+
+    async def calls(request: Request) -> JSONResponse:
+        return JSONResponse(
+            [{"method": c.method, "params": c.params, "token": c.token} for c in fake.calls]
+        )
+
+    async def messages(request: Request) -> JSONResponse:
+        return JSONResponse(fake.snapshot())
+
+    async def fail_next(request: Request) -> JSONResponse:
+        d = await request.json()
+        fake.fail_next(
+            d["method"],
+            int(d.get("status", 500)),
+            int(d.get("retry_after", 1)),
+            int(d.get("times", 1)),
+            d.get("error"),
+        )
+        return JSONResponse({"ok": True})
+
+    async def reset(request: Request) -> JSONResponse:
+        fake.reset()
+        return JSONResponse({"ok": True})
+
+    return Starlette(
+        routes=[
+            Route("/api/{method}", api, methods=["GET", "POST"]),
+            Route("/upload/{file_id}", upload, methods=["POST"]),
+            Route("/response/{rid}", response_url, methods=["POST"]),
+            Route("/_fake/calls", calls, methods=["GET"]),
+            Route("/_fake/messages", messages, methods=["GET"]),
+            Route("/_fake/fail_next", fail_next, methods=["POST"]),
+            Route("/_fake/reset", reset, methods=["POST"]),
+        ]
+    )
+
+
+class FakeSlackServer(BackgroundServer):
+    """`with FakeSlackServer() as s: AsyncWebClient(token="xoxb-t", base_url=s.api_url)`."""
+
+    def __init__(
+        self, fake: FakeSlack | None = None, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self.fake = fake or FakeSlack()
+        super().__init__(build_slack_app(self.fake), host, port)
+
+    def start(self, timeout: float = 5.0) -> Self:
+        super().start(timeout)
+        self.fake.base_url = self.url
+        return self
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.url}/api/"
+
+
+# --- inbound requests (Slack -> app), signed like Slack signs them ---------------------------
+
+
+def sign(body: bytes, secret: str, timestamp: int | None = None) -> dict[str, str]:
+    """Headers Slack sends: v0=HMAC-SHA256(secret, f"v0:{ts}:{raw body}") in hex."""
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    base = b"v0:" + ts.encode() + b":" + body
+    digest = hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}"}
+
+
+def _now_ts() -> str:
+    return f"{time.time():.6f}"
+
+
+def slash_command_body(
+    text: str,
+    *,
+    command: str = "/research",
+    user_id: str = "U123",
+    user_name: str = "alice",
+    channel_id: str = "C0001",
+    channel_name: str = "general",
+    team_id: str = "T0001",
+    team_domain: str = "fathom",
+    api_app_id: str = "A0001",
+    trigger_id: str = "1234567890.1234567890.abcdef0123456789",
+    response_url: str = "https://hooks.slack.com/commands/T0001/1/abc",
+) -> bytes:
+    """Form-encoded slash command with the fields of Slack's own signing example."""
+    fields = {
+        "token": "verification-token",
+        "team_id": team_id,
+        "team_domain": team_domain,
+        "channel_id": channel_id,
+        "channel_name": channel_name,
+        "user_id": user_id,
+        "user_name": user_name,
+        "command": command,
+        "text": text,
+        "api_app_id": api_app_id,
+        "is_enterprise_install": "false",
+        "response_url": response_url,
+        "trigger_id": trigger_id,
+    }
+    return urlencode(fields).encode()
+
+
+def event_callback_body(
+    event: dict[str, Any],
+    *,
+    event_id: str = "Ev01",
+    team_id: str = "T0001",
+    api_app_id: str = "A0001",
+    event_time: int | None = None,
+) -> bytes:
+    envelope = {
+        "token": "verification-token",
+        "team_id": team_id,
+        "api_app_id": api_app_id,
+        "event": event,
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": int(time.time()) if event_time is None else event_time,
+        "authorizations": [
+            {
+                "enterprise_id": None,
+                "team_id": team_id,
+                "user_id": FakeSlack.bot_user_id,
+                "is_bot": True,
+                "is_enterprise_install": False,
+            }
+        ],
+        "is_ext_shared_channel": False,
+    }
+    return json.dumps(envelope).encode()
+
+
+def _message_event(
+    type_: str, text: str, user: str, channel: str, ts: str | None, thread_ts: str | None
+) -> dict[str, Any]:
+    ts = ts or _now_ts()
+    event: dict[str, Any] = {
+        "type": type_,
+        "user": user,
+        "text": text,
+        "ts": ts,
+        "channel": channel,
+        "event_ts": ts,
+        "client_msg_id": str(uuid.uuid4()),
+        "team": FakeSlack.team_id,
+    }
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    return event
+
+
+def app_mention_event(
+    text: str,
+    *,
+    user: str = "U123",
+    channel: str = "C0001",
+    ts: str | None = None,
+    thread_ts: str | None = None,
+) -> dict[str, Any]:
+    """`text` gets a leading `<@UBOT>` unless it already mentions the bot."""
+    mention = f"<@{FakeSlack.bot_user_id}>"
+    full = text if mention in text else f"{mention} {text}"
+    return _message_event("app_mention", full, user, channel, ts, thread_ts)
+
+
+def im_message_event(
+    text: str,
+    *,
+    user: str = "U123",
+    channel: str = "D0001",
+    ts: str | None = None,
+    thread_ts: str | None = None,
+) -> dict[str, Any]:
+    event = _message_event("message", text, user, channel, ts, thread_ts)
+    event["channel_type"] = "im"
+    return event
+
+
+def url_verification_body(challenge: str) -> bytes:
+    body = {"token": "verification-token", "challenge": challenge, "type": "url_verification"}
+    return json.dumps(body).encode()

@@ -1,0 +1,77 @@
+"""The shared command grammar: what starts a research and what is refused, with why."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.commands import CommandError
+from core.grammar import (
+    CancelCommand,
+    HelpCommand,
+    ResearchCommand,
+    StatusCommand,
+    help_text,
+    parse_command,
+)
+from core.models import Strategy
+
+
+def parse(text: str) -> object:
+    return parse_command(text, default_depth=3, max_depth=10)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("AI chips", ResearchCommand("AI chips", 3, Strategy.ITERATIVE)),
+        ("AI chips depth=5", ResearchCommand("AI chips", 5, Strategy.ITERATIVE)),
+        ("depth=2 AI   chips", ResearchCommand("AI chips", 2, Strategy.ITERATIVE)),
+        ("/research AI chips depth=1", ResearchCommand("AI chips", 1, Strategy.ITERATIVE)),
+        ("E=mc2 history depth=2", ResearchCommand("E=mc2 history", 2, Strategy.ITERATIVE)),
+        (
+            "what's new in RISC-V strategy=iterative",
+            ResearchCommand("what's new in RISC-V", 3, Strategy.ITERATIVE),
+        ),
+        ("人工智能 医疗 depth=2", ResearchCommand("人工智能 医疗", 2, Strategy.ITERATIVE)),
+        ("help", HelpCommand()),
+        ("  HELP ", HelpCommand()),
+        ("status", StatusCommand()),
+        ("cancel", CancelCommand()),
+        ("cancel 3f2a", CancelCommand("3f2a")),
+        (
+            "status of fusion energy",
+            ResearchCommand("status of fusion energy", 3, Strategy.ITERATIVE),
+        ),
+    ],
+)
+def test_valid_commands(text: str, expected: object) -> None:
+    assert parse(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "topic is empty"),
+        ("   ", "topic is empty"),
+        ("depth=3", "topic is empty"),
+        ("AI depth=0", "from 1 to 10"),
+        ("AI depth=11", "from 1 to 10"),
+        ("AI depth=abc", "whole number from 1 to 10"),
+        ("AI depth=", "whole number from 1 to 10"),
+        ("AI depth=2 depth=3", "given twice"),
+        ("AI colour=blue", "Unknown option `colour=`; allowed options: `depth=`, `strategy=`"),
+        ("AI strategy=magic", "Unknown strategy 'magic'"),
+        ("AI strategy=graph", "not available yet"),
+        ('schedule AI cron="0 9 * * 1"', "not available yet"),
+        ("x" * 2001, "at most 2,000"),
+    ],
+)
+def test_bad_input_says_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(CommandError) as caught:
+        parse(text)
+    assert message in str(caught.value)
+
+
+def test_help_names_the_limits() -> None:
+    text = help_text(default_depth=3, max_depth=7)
+    assert "1 to 7" in text and "default 3" in text and "/research status" in text
