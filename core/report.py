@@ -67,10 +67,11 @@ def writer_source_blocks(sources: Sequence[NumberedSource]) -> list[str]:
 
 # --- language -------------------------------------------------------------------
 
+_KANA = r"[\u3040-\u30ff]"
+_HAN = r"[\u4e00-\u9fff]"
 _SCRIPTS: tuple[tuple[str, str], ...] = (
-    (r"[\u3040-\u30ff]", "Japanese"),
     (r"[\uac00-\ud7af]", "Korean"),
-    (r"[\u4e00-\u9fff]", "Chinese (the same variant, simplified or traditional, as the topic)"),
+    (_HAN, "Chinese (the same variant, simplified or traditional, as the topic)"),
     (r"[\u0400-\u04ff]", "Russian (or the Cyrillic-script language of the topic)"),
     (r"[\u0600-\u06ff]", "Arabic (or the Arabic-script language of the topic)"),
 )
@@ -80,9 +81,16 @@ def report_language(topic: str) -> str:
     """A plain instruction naming the language the report must be written in."""
     letters = [ch for ch in topic if ch.isalpha()]
     if letters:
+
+        def share(pattern: str) -> float:
+            return len(re.findall(pattern, topic)) / len(letters)
+
+        # Japanese is mostly kanji (Han) with some kana; Chinese never has kana.
+        kana = share(_KANA)
+        if kana and kana + share(_HAN) >= 0.3:
+            return "Japanese"
         for pattern, name in _SCRIPTS:
-            hits = len(re.findall(pattern, topic))
-            if hits and hits / len(letters) >= 0.3:
+            if share(pattern) >= 0.3:
                 return name
     return "the same language as the topic (English if unclear)"
 
@@ -90,10 +98,17 @@ def report_language(topic: str) -> str:
 # --- citation repair --------------------------------------------------------------
 
 _CITATION = re.compile(r"\[(\d+(?:\s*[,;–-]\s*\d+)*)\](?!\()")
-_LINK = re.compile(r"(?<!!)\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
-_BARE_URL = re.compile(r"(?<![(<\[])\bhttps?://[^\s)>\]]+")
+_CITATION_TEXT = re.compile(r"\s*\d+(?:\s*[,;–-]\s*\d+)*\s*")
+# Links and images; the URL may be wrapped in <> and followed by a "title".
+_LINK = re.compile(r"!?\[([^\]\n]*)\]\(<?(https?://[^)\s>]+)>?(?:\s+\"[^\"\n]*\")?\)")
+# Any other URL, also inside (), <> or [] (links were handled before).
+_BARE_URL = re.compile(r"<?\bhttps?://[^\s<>\])]+>?")
+_SOURCE_WORDS = r"(?:sources|references|bibliography|citations|works cited|links|further reading)"
+# A heading that is only a sources list ("## References", "### Sources and links:"), not
+# a theme that starts with such a word ("### Sources of uncertainty").
 _SOURCES_HEADING = re.compile(
-    r"^#{1,6}\s*(sources|references|bibliography|citations|参考资料|参考来源|参考文献|来源|引用)\b.*$",
+    rf"^#{{1,6}}\s*(?:\d+[.)]?\s*)?(?:{_SOURCE_WORDS}(?:\s*(?:and|&|/)\s*{_SOURCE_WORDS})?"
+    r"|参考资料|参考来源|参考文献|来源|引用|参考链接|出典|参考)\s*[:：]?\s*$",
     re.IGNORECASE | re.MULTILINE,
 )
 
@@ -145,22 +160,28 @@ def finalize_report(
     def cite(original: int) -> int:
         return order.setdefault(original, len(order) + 1)
 
+    # Links and bare URLs become citations by their *original* number, so the citation
+    # pass below renumbers every citation exactly once, in order of first use.
     def fix_link(match: re.Match[str]) -> str:
         nonlocal unlinked
-        text, url = match.group(1), match.group(2)
+        text, url = match.group(1).strip(), match.group(2)
         source = by_url.get(url_identity(url))
+        numeric = _CITATION_TEXT.fullmatch(text) is not None  # "[3](url)" is a citation
         if source is None:
             unlinked += 1
-            return text
-        return f"{text} [{cite(source.n)}]" if not _CITATION.fullmatch(text) else text
+            return "" if numeric else text
+        return f"[{source.n}]" if numeric or not text else f"{text} [{source.n}]"
 
     def fix_bare(match: re.Match[str]) -> str:
         nonlocal unlinked
-        source = by_url.get(url_identity(match.group(0).rstrip(".,;:")))
+        raw = match.group(0).strip("<>")
+        url = raw.rstrip(".,;:!?")
+        trailing = raw[len(url) :]
+        source = by_url.get(url_identity(url))
         if source is None:
             unlinked += 1
-            return ""
-        return f"[{cite(source.n)}]"
+            return trailing
+        return f"[{source.n}]{trailing}"
 
     def fix_citation(match: re.Match[str]) -> str:
         nonlocal removed
@@ -177,9 +198,10 @@ def finalize_report(
     text = _strip_model_sources(body.strip())
     text = _LINK.sub(fix_link, text)
     text = _BARE_URL.sub(fix_bare, text)
+    text = re.sub(r"(?<![\w)\]])(?:\(\s*\)|\[\s*\])", "", text)  # brackets of a removed URL
     text = _CITATION.sub(fix_citation, text)
     text = re.sub(r"[ \t]+([.,;:!?。，；：])", r"\1", text)  # space left before punctuation
-    text = re.sub(r"[ \t]{2,}", " ", text)
+    text = re.sub(r"(?<=\S)[ \t]{2,}", " ", text)  # not indentation
     if not re.search(r"^# ", text, re.MULTILINE):
         text = f"# {topic}\n\n{text}"
 
@@ -187,7 +209,7 @@ def finalize_report(
         cited = sorted(order.items(), key=lambda item: item[1])
         final = [Source(n=new, title=by_n[old].title, url=by_n[old].url) for old, new in cited]
     else:
-        final = [Source(n=s.n, title=s.title, url=s.url) for s in sources]
+        final = [Source(n=i, title=s.title, url=s.url) for i, s in enumerate(sources, 1)]
     listing = "\n".join(f"- [{s.n}] [{_escape_title(s.title)}]({s.url})" for s in final)
     text = text.rstrip() + notes_section(notes)
     markdown = text.rstrip() + ("\n\n## Sources\n\n" + listing + "\n" if final else "\n")

@@ -40,6 +40,16 @@ log = logging.getLogger(__name__)
 
 #: At most this many sources (the most recent) are given to the writer.
 MAX_WRITER_SOURCES = 60
+#: The error of a run whose task was cancelled without a cancel request (Ctrl-C, SIGTERM).
+INTERRUPTED = "interrupted"
+
+
+def _interrupted(run: RunRecord) -> bool:
+    return (
+        run.status == RunStatus.CANCELLED.value
+        and run.error == INTERRUPTED
+        and not run.cancel_requested
+    )
 
 
 class TextModel(JsonModel, Protocol):
@@ -124,9 +134,11 @@ class ResearchService:
     async def submit(self, request: ResearchRequest) -> tuple[RunRecord, bool]:
         """Create the run row (or find the one this request already created)."""
         thread = await self._store.get_thread(str(request.thread))
-        if thread is not None and request.dedupe_key is None:
+        if thread is not None:
             active = await self._store.latest_run_for_thread(thread.id)
             if active is not None and not RunStatus(active.status).finished:
+                if request.dedupe_key is not None and active.dedupe_key == request.dedupe_key:
+                    return active, False  # the same request delivered again
                 raise RunRejected(
                     f"A research is already running in this thread (run {active.id}); "
                     "wait for it to finish or cancel it."
@@ -151,7 +163,10 @@ class ResearchService:
         run = await self._store.get_run(run_id)
         if run is None:
             raise KeyError(f"no run {run_id!r}")
-        if RunStatus(run.status) is RunStatus.SUCCEEDED:
+        if _interrupted(run):
+            # Cancelled by an interruption, not by a person: resume it from its checkpoint.
+            run = await self._store.requeue_run(run_id)
+        elif RunStatus(run.status).finished:
             return await self._stored_outcome(run)
         resuming = run.status == RunStatus.RUNNING.value or run.rounds_done > 0
         run = await self._store.start_run(run_id)
@@ -207,7 +222,7 @@ class ResearchService:
                 # A graceful shutdown: the checkpoint stays, any replica resumes the run.
                 await asyncio.shield(self._store.release_run(run.id))
             else:
-                status, error = RunStatus.CANCELLED, "interrupted"
+                status, error = RunStatus.CANCELLED, INTERRUPTED
                 await asyncio.shield(self._finish(state, status, None, [], error))
             raise
         except NoResults as exc:

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from storage import Database, Store
+from tests.fakes import FakeLLMServer, FakeSearchServer
 
 
 def _throwaway_postgres_database(server_url: str) -> Iterator[str]:
@@ -56,3 +57,62 @@ async def database(database_url: str) -> AsyncIterator[Database]:
 @pytest.fixture
 def store(database: Database) -> Store:
     return Store(database)
+
+
+# --- fakes of the LLM and search services (engine and CLI tests) -------------------------
+
+FAKE_API_KEY = "fake-key"
+# Settings a developer may have exported; never inherited by CLI subprocesses in tests.
+ENV_PREFIXES = (
+    "FATHOM_",
+    "OPENAI_",
+    "SEARXNG_",
+    "TAVILY_",
+    "BRAVE_",
+    "SLACK_",
+    "FEISHU_",
+    "DINGTALK_",
+)
+
+
+@pytest.fixture
+def llm_server() -> Iterator[FakeLLMServer]:
+    """A fake OpenAI-compatible endpoint on 127.0.0.1 (script it with ``.fake.script``)."""
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def search_server() -> Iterator[FakeSearchServer]:
+    """A fake SearXNG on 127.0.0.1 (``.fake.queries``, ``.fake.fail_next``, ``.fake.empty``)."""
+    with FakeSearchServer() as server:
+        yield server
+
+
+@pytest.fixture
+def cli_env(
+    llm_server: FakeLLMServer, search_server: FakeSearchServer, tmp_path: Path
+) -> dict[str, str]:
+    """Environment for a ``fathom`` subprocess against the fakes and a SQLite file in tmp_path.
+
+    Inherited FATHOM_*/OPENAI_*/SEARXNG_*/DATABASE_URL variables are dropped so the
+    developer's own settings never leak in; the search cache is off so every search the
+    engine makes reaches the fake.
+    """
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(ENV_PREFIXES) and k != "DATABASE_URL"
+    }
+    env.update(
+        OPENAI_BASE_URL=llm_server.base_url,
+        OPENAI_API_KEY=FAKE_API_KEY,
+        FATHOM_SEARCH="searxng",
+        SEARXNG_URL=search_server.url,
+        DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}",
+        FATHOM_SEARCH_CACHE_TTL="0",
+        FATHOM_LLM_MAX_RETRIES="1",
+        PYTHONUNBUFFERED="1",
+        NO_COLOR="1",
+    )
+    return env

@@ -1,0 +1,151 @@
+"""One run's progress and report in Slack (``core.delivery.DeliveryFactory`` for ``slack``).
+
+A slash command has no message to thread under, so its run starts in a ``pending-…``
+thread: the first progress event posts a top-level opener, which becomes both the
+progress message and the thread (the thread row is re-keyed to its ``ts``). Runs started
+in a thread reply there. A resumed run edits the progress message it already has.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bots.slack.messenger import SlackClients, SlackMessenger, thread_ts
+from bots.slack.render import progress_text
+from bots.slack.throttle import EditThrottle, WorkspaceLimiter, WorkspaceLimiters, describe_error
+from core.models import ThreadKey
+from core.progress import ProgressEvent, ProgressKind, ProgressSink
+from core.service import RunOutcome
+from storage import RunRecord, Store
+
+log = logging.getLogger(__name__)
+
+#: Status of an opener posted only so that a report has a thread to go to.
+REPORT_OPENER_STATUS = "Research done; the report is in this thread."
+
+
+def requester_user_id(requested_by: str | None) -> str | None:
+    """``slack:<team>:<user>`` → ``<user>``."""
+    parts = (requested_by or "").split(":")
+    return parts[2] if len(parts) == 3 and parts[0] == "slack" and parts[2] else None
+
+
+class SlackDelivery:
+    """``core.delivery.Delivery``: it is its own progress sink."""
+
+    def __init__(
+        self,
+        run: RunRecord,
+        messenger: SlackMessenger,
+        store: Store,
+        *,
+        edit_interval: float,
+        limiter: WorkspaceLimiter | None = None,
+    ) -> None:
+        self._run = run
+        self._messenger = messenger
+        self._store = store
+        self._interval = edit_interval
+        self._limiter = limiter
+        self._requester = requester_user_id(run.requested_by)
+        self.thread = ThreadKey.parse(run.thread_key)
+        self.message_id = run.progress_message_id
+        self._throttle: EditThrottle | None = None
+
+    @property
+    def progress(self) -> ProgressSink:
+        return self
+
+    @property
+    def _opener(self) -> bool:
+        """The progress message is the thread's top-level message (slash command runs)."""
+        return self.message_id is not None and self.message_id == self.thread.thread
+
+    async def publish(self, event: ProgressEvent) -> None:
+        try:
+            await self._publish(event)
+        except Exception as exc:  # progress must never break the research
+            log.warning("slack progress for run %s failed (%s)", self._run.id, describe_error(exc))
+
+    async def _publish(self, event: ProgressEvent) -> None:
+        await self._adopt_pending_thread()
+        if self.message_id is None:
+            await self._post_progress(event.text)
+            return
+        text = self._text(event.text)
+        if self._throttle is None:
+            message_id, thread = self.message_id, self.thread
+
+            async def edit(value: str) -> None:
+                await self._messenger.edit_message(thread, message_id, value)
+
+            self._throttle = EditThrottle(edit, interval=self._interval, limiter=self._limiter)
+        if event.kind is ProgressKind.FINISHED:
+            await self._throttle.flush_final(text)
+        else:
+            await self._throttle.submit(text)
+
+    async def post_report(self, outcome: RunOutcome) -> None:
+        """Post the report in the run's thread; raises when Slack refused it."""
+        await self._adopt_pending_thread()
+        if thread_ts(self.thread) is None:  # no opener yet: the report needs a thread
+            await self._post_progress(REPORT_OPENER_STATUS)
+        await self._messenger.post_report(
+            self.thread, outcome.report_markdown or "", outcome.sources
+        )
+
+    def _text(self, status: str) -> str:
+        return progress_text(
+            self._run.topic, self._run.depth, status, requester=self._requester, opener=self._opener
+        )
+
+    async def _post_progress(self, status: str) -> None:
+        pending = thread_ts(self.thread) is None
+        text = progress_text(
+            self._run.topic, self._run.depth, status, requester=self._requester, opener=pending
+        )
+        ts = await self._messenger.post_message(self.thread, text)
+        self.message_id = ts
+        # Stored before the re-key: a run resumed in between still finds its opener.
+        await self._store.set_progress_message(self._run.id, ts)
+        if pending:
+            await self._rekey(ts)
+
+    async def _adopt_pending_thread(self) -> None:
+        """A resumed slash-command run whose opener was posted but whose thread kept its
+        pending key: the opener's ``ts`` is the thread."""
+        if self.message_id is not None and thread_ts(self.thread) is None:
+            await self._rekey(self.message_id)
+
+    async def _rekey(self, ts: str) -> None:
+        key = self.thread.model_copy(update={"thread": ts})
+        await self._store.rekey_thread(self._run.thread_id, key=str(key), thread_ref=ts)
+        self.thread = key
+
+
+class SlackDeliveryFactory:
+    """``core.delivery.DeliveryFactory`` for thread keys ``slack:<team>:<channel>:<thread>``."""
+
+    def __init__(
+        self,
+        clients: SlackClients,
+        store: Store,
+        *,
+        edit_interval: float = 1.0,
+        limiters: WorkspaceLimiters | None = None,
+    ) -> None:
+        self._clients = clients
+        self._store = store
+        self._interval = edit_interval
+        self._limiters = limiters or WorkspaceLimiters()
+
+    async def for_run(self, run: RunRecord) -> SlackDelivery:
+        team = ThreadKey.parse(run.thread_key).workspace
+        client = await self._clients.client_for(team)
+        return SlackDelivery(
+            run,
+            SlackMessenger(client),
+            self._store,
+            edit_interval=self._interval,
+            limiter=self._limiters.for_team(team),
+        )

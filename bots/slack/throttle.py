@@ -1,0 +1,198 @@
+"""Edits of the progress message, coalesced and kept within Slack's rate limits.
+
+The engine may report progress faster than Slack lets a bot edit (``chat.update`` is
+Tier 3: about 50 calls a minute per workspace). Intermediate texts are only the latest
+state, so they are coalesced and may be skipped; the final text is always written,
+waiting out 429s (``Retry-After``) as often as needed within a few attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+
+log = logging.getLogger(__name__)
+
+Edit = Callable[[str], Awaitable[None]]
+
+MAX_RETRY_AFTER = 30.0
+FINAL_ATTEMPTS = 5
+
+
+def describe_error(exc: BaseException) -> str:
+    """A log-safe description: the HTTP status and Slack error code, never request data."""
+    if isinstance(exc, SlackApiError):
+        return f"HTTP {exc.response.status_code} {exc.response.get('error')}"
+    return type(exc).__name__
+
+
+def retry_delay(exc: BaseException, attempt: int) -> float | None:
+    """Seconds to wait before retrying after ``exc``, or None when retrying cannot help."""
+    if isinstance(exc, SlackApiError):
+        status = exc.response.status_code
+        if status == 429:
+            headers = {str(k).lower(): v for k, v in (exc.response.headers or {}).items()}
+            try:
+                seconds = float(headers.get("retry-after", 1))
+            except (TypeError, ValueError):
+                seconds = 1.0
+            return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+        return min(float(2**attempt), MAX_RETRY_AFTER) if status >= 500 else None
+    if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError):
+        return min(float(2**attempt), MAX_RETRY_AFTER)
+    return None
+
+
+class WorkspaceLimiter:
+    """Token bucket shared by every message of one workspace (chat.update is Tier 3)."""
+
+    def __init__(
+        self,
+        per_minute: float = 50.0,
+        burst: int = 10,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._rate = per_minute / 60.0
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._clock = clock
+        self._at = clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+
+    def try_acquire(self) -> bool:
+        self._refill()
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+    def delay(self) -> float:
+        """Seconds until the next token."""
+        self._refill()
+        return max(0.0, (1.0 - self._tokens) / self._rate)
+
+    async def acquire(self) -> None:
+        """Wait for a token (final edits must be written, just not too fast)."""
+        while True:
+            if self.try_acquire():
+                return
+            await asyncio.sleep(max(self.delay(), 0.01))
+
+
+class WorkspaceLimiters:
+    """One limiter per workspace; owned by whoever owns the Slack clients (the factory)."""
+
+    def __init__(self, per_minute: float = 50.0, burst: int = 10) -> None:
+        self._per_minute = per_minute
+        self._burst = burst
+        self._by_team: dict[str, WorkspaceLimiter] = {}
+
+    def for_team(self, team_id: str) -> WorkspaceLimiter:
+        limiter = self._by_team.get(team_id)
+        if limiter is None:
+            limiter = self._by_team[team_id] = WorkspaceLimiter(self._per_minute, self._burst)
+        return limiter
+
+
+class EditThrottle:
+    """Coalesces edits of ONE message: at most one ``edit`` per ``interval`` seconds."""
+
+    def __init__(
+        self,
+        edit: Edit,
+        *,
+        interval: float = 1.0,
+        limiter: WorkspaceLimiter | None = None,
+        final_attempts: int = FINAL_ATTEMPTS,
+    ) -> None:
+        self._edit = edit
+        self._interval = interval
+        self._limiter = limiter
+        self._attempts = final_attempts
+        self._pending: str | None = None
+        self._written: str | None = None
+        self._next_at = 0.0  # event-loop time before which no edit is sent
+        self._task: asyncio.Task[None] | None = None
+        self._editing = False
+        self._closed = False
+
+    @property
+    def written(self) -> str | None:
+        """The last text Slack accepted."""
+        return self._written
+
+    async def submit(self, text: str) -> None:
+        """Record ``text`` as the newest state; a background task sends it when allowed."""
+        if self._closed:
+            return
+        self._pending = text
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending is not None and not self._closed:
+            wait = self._next_at - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            if self._limiter is not None and not self._limiter.try_acquire():
+                await asyncio.sleep(max(self._limiter.delay(), 0.01))
+                continue
+            text, self._pending = self._pending, None
+            if text == self._written:
+                continue
+            backoff = 0.0
+            self._editing = True
+            try:
+                await self._edit(text)
+                self._written = text
+            except Exception as exc:
+                delay = retry_delay(exc, 1)
+                if delay is not None and self._pending is None:
+                    self._pending, backoff = text, delay  # retry unless something newer came
+                log.warning("progress edit failed (%s)", describe_error(exc))
+            finally:
+                self._editing = False
+            self._next_at = loop.time() + max(self._interval, backoff)
+
+    async def flush_final(self, text: str) -> bool:
+        """Wait for an in-flight edit, then write ``text``; True once Slack accepted it."""
+        self._closed = True
+        self._pending = None
+        task = self._task
+        if task is not None and not task.done():
+            if not self._editing:
+                task.cancel()
+            await asyncio.wait({task})
+        loop = asyncio.get_running_loop()
+        for attempt in range(1, self._attempts + 1):
+            wait = self._next_at - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if self._limiter is not None:
+                await self._limiter.acquire()
+            try:
+                await self._edit(text)
+            except Exception as exc:
+                delay = retry_delay(exc, attempt)
+                if delay is None:
+                    log.error("final progress edit failed (%s)", describe_error(exc))
+                    return False
+                log.info("final progress edit: %s, retrying in %.1fs", describe_error(exc), delay)
+                self._next_at = loop.time() + delay
+                continue
+            self._written = text
+            self._next_at = loop.time() + self._interval
+            return True
+        log.error("final progress edit gave up after %d attempts", self._attempts)
+        return False

@@ -1,0 +1,293 @@
+"""The ``fathom`` command line in subprocesses, against the loopback LLM and SearXNG fakes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import FakeLLMServer, FakeSearchServer
+
+JSON_KEYS = {
+    "run_id",
+    "thread",
+    "status",
+    "topics",
+    "report_markdown",
+    "sources",
+    "usage",
+    "seconds",
+}
+USAGE_KEYS = {"llm_calls", "prompt_tokens", "completion_tokens", "searches"}
+
+
+def fathom(
+    *args: str, env: dict[str, str], cwd: Path, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bots.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_fathom(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bots.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def wait_for_stderr(proc: subprocess.Popen[bytes], needle: str, timeout: float = 30) -> str:
+    """Read the process's stderr until ``needle`` shows up; everything read so far."""
+    assert proc.stderr is not None
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while needle.encode() not in seen:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or proc.poll() is not None:
+            raise AssertionError(f"{needle!r} not seen on stderr; got:\n{seen.decode()}")
+        ready, _, _ = select.select([proc.stderr], [], [], remaining)
+        if ready:
+            seen += os.read(proc.stderr.fileno(), 65536)  # unbuffered: no line is held back
+    return seen.decode()
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate(timeout=10)
+
+
+def db_file(env: dict[str, str]) -> Path:
+    return Path(env["DATABASE_URL"].removeprefix("sqlite+aiosqlite:///"))
+
+
+def thread_of(stderr: str) -> str:
+    match = re.search(r"^thread: (\S+)\s+run: ([0-9a-f]+)$", stderr, re.MULTILINE)
+    assert match, stderr
+    return match.group(1)
+
+
+def test_research_json(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    result = fathom(
+        "research", "solar power storage", "--depth", "2", "--json", env=cli_env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1  # exactly one JSON object, nothing else on stdout
+    data = json.loads(lines[0])
+    assert JSON_KEYS <= set(data)
+    assert data["status"] == "succeeded"
+    assert re.fullmatch(r"[0-9a-f]{32}", data["run_id"])
+    assert data["thread"].startswith("cli:local:local:")
+    assert data["topics"] == search_server.fake.queries and len(data["topics"]) == 2
+    assert data["report_markdown"].startswith("# ") and "## Sources" in data["report_markdown"]
+    assert data["sources"] and all(set(s) == {"n", "title", "url"} for s in data["sources"])
+    assert [s["n"] for s in data["sources"]] == list(range(1, len(data["sources"]) + 1))
+    for source in data["sources"]:
+        assert (
+            f"[{source['n']}]" in data["report_markdown"]
+            and source["url"] in data["report_markdown"]
+        )
+    assert set(data["usage"]) == USAGE_KEYS
+    assert data["usage"]["llm_calls"] == 3 and data["usage"]["searches"] == 2
+    assert data["usage"]["prompt_tokens"] > 0 and data["usage"]["completion_tokens"] > 0
+    assert isinstance(data["seconds"], float) and data["seconds"] >= 0
+    # Progress goes to stderr only.
+    assert "1/2th search executed." in result.stderr and "2/2th search executed." in result.stderr
+    assert "search executed" not in result.stdout
+    assert thread_of(result.stderr) == data["thread"]
+
+
+def test_output_file_follow_up_and_thread_commands(
+    cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    report = tmp_path / "out" / "report.md"
+    report.parent.mkdir()
+    first = fathom(
+        "research", "heat pumps", "--depth", "2", "--output", str(report), env=cli_env, cwd=tmp_path
+    )
+    assert first.returncode == 0, first.stderr
+    text = report.read_text(encoding="utf-8")
+    assert text.startswith("# ") and "## Sources" in text
+    assert first.stdout == ""  # the report went to the file
+    assert "report written to" in first.stderr
+    key = thread_of(first.stderr)
+
+    shown = fathom("thread", "show", key, env=cli_env, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    before = json.loads(shown.stdout)
+    first_topics = before["variables"]["topics"]
+    assert len(first_topics) == 2
+
+    planner_calls = len(llm_server.fake.requests_for("planner"))
+    second = fathom(
+        "research",
+        "heat pump costs",
+        "--depth",
+        "1",
+        "--thread",
+        key,
+        "--json",
+        env=cli_env,
+        cwd=tmp_path,
+    )
+    assert second.returncode == 0, second.stderr
+    data = json.loads(second.stdout)
+    assert data["thread"] == key
+    assert not set(data["topics"]) & set(first_topics)
+    prompt = llm_server.fake.requests_for("planner")[planner_calls].body["messages"][-1]["content"]
+    for topic in first_topics:
+        assert f"- {topic}" in prompt
+
+    shown = fathom("thread", "show", key, env=cli_env, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    info = json.loads(shown.stdout)
+    assert info["thread"] == key
+    variables = info["variables"]
+    assert set(variables) == {"topics", "nextSearchTopic", "findings", "shouldContinue"}
+    assert variables["topics"] == first_topics + data["topics"]
+    assert len(variables["findings"]) == 3
+    assert [r["status"] for r in info["runs"]] == ["succeeded", "succeeded"]
+    assert info["runs"][1]["run_id"] == data["run_id"]
+    assert info["runs"][1]["usage"]["searches"] == 1
+
+    listed = fathom("thread", "list", "--json", env=cli_env, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    threads = json.loads(listed.stdout)
+    assert [t["thread"] for t in threads] == [key]
+    assert threads[0]["runs"] == 2 and threads[0]["last_status"] == "succeeded"
+    assert threads[0]["last_topic"] == "heat pump costs"
+
+    missing = fathom("thread", "show", "cli:local:local:nope", env=cli_env, cwd=tmp_path)
+    assert missing.returncode == 1 and "no thread" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["   "], "topic is empty"),
+        (["batteries", "--depth", "0"], "depth must be from 1 to 10"),
+        (["batteries", "--depth", "11"], "depth must be from 1 to 10"),
+        (["x" * 2001], "at most 2,000"),
+        (["batteries", "--strategy", "bogus"], "Unknown strategy 'bogus'"),
+        (["batteries", "--thread", "not-a-key"], "not of the form"),
+    ],
+)
+def test_bad_input_exits_2_and_starts_nothing(
+    args: list[str],
+    message: str,
+    cli_env: dict[str, str],
+    tmp_path: Path,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+) -> None:
+    result = fathom("research", *args, "--json", env=cli_env, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert result.stdout == ""
+    assert not db_file(cli_env).exists()
+    assert llm_server.fake.requests == [] and search_server.fake.queries == []
+
+
+def test_missing_api_key_is_one_clear_line(
+    cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    del cli_env["OPENAI_API_KEY"]
+    result = fathom("research", "batteries", env=cli_env, cwd=tmp_path)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "OPENAI_API_KEY" in lines[0]
+    assert "Traceback" not in result.stderr
+    assert not db_file(cli_env).exists()
+    assert llm_server.fake.requests == []
+
+
+def test_run_failure_exits_1(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    search_server.fake.fail_next(100, status=400)  # not retried: fails fast
+    result = fathom("research", "batteries", "--depth", "2", "--json", env=cli_env, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert data["status"] == "failed" and data["report_markdown"] is None
+    assert "no search returned any results" in data["error"]
+    assert "run failed" in result.stderr
+    # The failure is recorded, not left running.
+    with sqlite3.connect(db_file(cli_env)) as db:
+        rows = db.execute("SELECT status, error FROM research_runs").fetchall()
+    assert [r[0] for r in rows] == ["failed"] and "no search returned" in rows[0][1]
+
+
+def alembic_head() -> str | None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    import migrations
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    return ScriptDirectory.from_config(config).get_current_head()
+
+
+def test_db_upgrade_on_a_fresh_file(cli_env: dict[str, str], tmp_path: Path) -> None:
+    cli_env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'sub' / 'fresh.db'}"
+    result = fathom("db", "upgrade", env=cli_env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "schema is at head" in result.stderr
+    with sqlite3.connect(tmp_path / "sub" / "fresh.db") as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (alembic_head(),)
+        ]
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"threads", "research_runs"} <= tables
+    again = fathom("db", "upgrade", env=cli_env, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+
+
+def test_sigterm_records_an_interruption_that_resume_finishes(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    search_server.fake.latency = 0.5  # the second search is running when SIGTERM arrives
+    proc = start_fathom("research", "tidal power", "--depth", "3", env=cli_env, cwd=tmp_path)
+    try:
+        wait_for_stderr(proc, "1/3th search executed.")
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        stop(proc)
+    assert proc.returncode == 130, stderr.decode()
+    assert b"interrupted" in stderr
+    with sqlite3.connect(db_file(cli_env)) as db:
+        rows = db.execute("SELECT id, status, error, rounds_done FROM research_runs").fetchall()
+    assert [r[1:] for r in rows] == [("cancelled", "interrupted", 1)]
+    first_query = search_server.fake.queries[0]
+
+    search_server.fake.latency = 0.0
+    resumed = fathom("resume", rows[0][0], "--json", env=cli_env, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    data = json.loads(resumed.stdout)
+    assert data["status"] == "succeeded" and len(data["topics"]) == 3
+    assert search_server.fake.queries.count(first_query) == 1
+
+    unknown = fathom("resume", "0" * 32, env=cli_env, cwd=tmp_path)
+    assert unknown.returncode == 2 and "there is no run" in unknown.stderr

@@ -1,0 +1,565 @@
+"""The research engine end to end: the real ResearchService, ChatModel, SearxngProvider
+and Store against loopback fakes of the LLM and SearXNG, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from core.llm import ChatModel
+from core.models import ResearchRequest, RunStatus, ThreadKey
+from core.progress import ProgressEvent, ProgressKind
+from core.search import SearxngProvider
+from core.service import ResearchService, RunOutcome
+from storage import Database, Store
+from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Reply
+from tests.test_cli import start_fathom, stop, wait_for_stderr
+
+KEY = "fake-key"
+FAST_RETRY = {"retry-after-ms": "1"}  # the openai SDK otherwise backs off ~0.5 s per retry
+LLM_RETRIES = 1  # so one failed call is LLM_RETRIES + 1 HTTP requests
+SEARCH_ATTEMPTS = 3  # core.search.http.DEFAULT_ATTEMPTS
+TOPIC = "solid-state batteries"
+
+sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+def plan(topic: str | None, go: bool = True) -> Reply:
+    return Reply(json.dumps({"nextSearchTopic": topic, "shouldContinue": go}))
+
+
+def failed_call(status: int = 500) -> list[Fail]:
+    """The responses that make one model call fail after the SDK's retries."""
+    return [Fail(status, None, FAST_RETRY)] * (LLM_RETRIES + 1)
+
+
+class Collect:
+    """A ProgressSink that records events and can act on them (cancel, inject failures)."""
+
+    def __init__(self, on_event: Callable[[ProgressEvent], Awaitable[None]] | None = None):
+        self.events: list[ProgressEvent] = []
+        self._on_event = on_event
+
+    async def publish(self, event: ProgressEvent) -> None:
+        self.events.append(event)
+        if self._on_event is not None:
+            await self._on_event(event)
+
+    @property
+    def texts(self) -> list[str]:
+        return [e.text for e in self.events]
+
+    @property
+    def final(self) -> str:
+        assert self.events and self.events[-1].kind is ProgressKind.FINISHED
+        return self.events[-1].text
+
+
+def after_search(n: int, action: Callable[[], Awaitable[object] | object]) -> Collect:
+    """A sink that runs ``action`` once the ``n``-th search of the run has executed."""
+
+    async def on_event(event: ProgressEvent) -> None:
+        if event.kind is ProgressKind.SEARCHED and event.searches_done == n:
+            result = action()
+            if asyncio.iscoroutine(result):
+                await result
+
+    return Collect(on_event)
+
+
+@dataclass
+class Harness:
+    llm: FakeLLMServer
+    search: FakeSearchServer
+    database: Database
+    store: Store
+    service: ResearchService
+    url: str
+    threads: list[ThreadKey] = field(default_factory=list)
+
+    def thread(self, name: str = "t1") -> ThreadKey:
+        return ThreadKey(platform="cli", workspace="local", channel="local", thread=name)
+
+    async def submit(self, topic: str = TOPIC, depth: int = 3, thread: str = "t1") -> str:
+        request = ResearchRequest(
+            topic=topic, depth=depth, thread=self.thread(thread), requested_by="tester"
+        )
+        run, created = await self.service.submit(request)
+        assert created
+        return run.id
+
+    async def research(
+        self,
+        topic: str = TOPIC,
+        depth: int = 3,
+        *,
+        thread: str = "t1",
+        progress: Collect | None = None,
+    ) -> RunOutcome:
+        run_id = await self.submit(topic, depth, thread)
+        return await self.service.execute(run_id, progress)
+
+    def planner_requests(self) -> list[dict[str, object]]:
+        return [r.body for r in self.llm.fake.requests_for("planner")]
+
+    def writer_requests(self) -> list[dict[str, object]]:
+        return [r.body for r in self.llm.fake.requests_for("writer")]
+
+
+def user_prompt(body: dict[str, object]) -> str:
+    messages = body["messages"]
+    assert isinstance(messages, list)
+    return "\n".join(str(m["content"]) for m in messages if m["role"] == "user")
+
+
+@pytest.fixture
+async def harness(
+    database: Database,
+    database_url: str,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+) -> AsyncIterator[Harness]:
+    async with httpx.AsyncClient(trust_env=False) as http:
+        planner = ChatModel(
+            model="planner-model", api_key=KEY, base_url=llm_server.base_url, max_retries=1
+        )
+        writer = ChatModel(
+            model="writer-model", api_key=KEY, base_url=llm_server.base_url, max_retries=1
+        )
+        search = SearxngProvider(http, base_url=search_server.url, base_delay=0.01)
+        store = Store(database)
+        service = ResearchService(store=store, planner=planner, writer=writer, search=search)
+        try:
+            yield Harness(llm_server, search_server, database, store, service, database_url)
+        finally:
+            await planner.aclose()
+            await writer.aclose()
+
+
+async def fresh_store(url: str) -> tuple[Database, Store]:
+    """A second connection pool on the same database: what another process would see."""
+    database = Database(url)
+    return database, Store(database)
+
+
+# --- the happy path ------------------------------------------------------------------
+
+
+@sqlite_only
+async def test_progress_sequence(harness: Harness) -> None:
+    progress = Collect()
+    outcome = await harness.research(progress=progress)
+    assert outcome.status is RunStatus.SUCCEEDED
+    kinds = [e.kind for e in progress.events]
+    assert kinds[0] is ProgressKind.STARTED
+    assert kinds[-1] is ProgressKind.FINISHED
+    searched = [e.text for e in progress.events if e.kind is ProgressKind.SEARCHED]
+    assert searched == [f"{i}/3th search executed." for i in range(1, 4)]
+    writing = kinds.index(ProgressKind.WRITING)
+    last_searched = max(i for i, k in enumerate(kinds) if k is ProgressKind.SEARCHED)
+    assert last_searched < writing < len(kinds) - 1
+    assert [e.searches_done for e in progress.events if e.kind is ProgressKind.SEARCHED] == [
+        1,
+        2,
+        3,
+    ]
+    assert progress.final.startswith("Research done: 3/3 searches")
+    assert "stopped early" not in progress.final
+
+
+async def test_variables_usage_and_sources_are_persisted(harness: Harness) -> None:
+    outcome = await harness.research()
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert harness.search.fake.queries == outcome.topics
+    assert len(outcome.topics) == 3 and len(set(outcome.topics)) == 3
+
+    database, store = await fresh_store(harness.url)
+    try:
+        thread = await store.get_thread(outcome.thread)
+        assert thread is not None
+        variables = await store.load_variables(thread.id)
+        assert variables is not None
+        assert variables["topics"] == outcome.topics
+        assert variables["nextSearchTopic"] == outcome.topics[-1]
+        assert variables["shouldContinue"] is True
+        findings = variables["findings"]
+        assert [f["topic"] for f in findings] == outcome.topics
+        for finding in findings:
+            assert finding["error"] is None
+            assert len(finding["results"]) == 4
+            assert all(r["url"].startswith("https://example.org/") for r in finding["results"])
+
+        run = await store.get_run(outcome.run_id)
+        assert run is not None
+        assert run.status == "succeeded"
+        assert run.rounds_done == 3
+        assert run.llm_calls == 4  # 3 planner + 1 writer
+        assert run.searches == 3
+        assert run.prompt_tokens > 0 and run.completion_tokens > 0
+        assert run.report_markdown == outcome.report_markdown
+        assert run.finished_at is not None and run.error is None
+        stored = [(s.n, s.title, s.url) for s in await store.run_sources(outcome.run_id)]
+        assert stored == [(s.n, s.title, s.url) for s in outcome.sources]
+        assert stored and [n for n, _, _ in stored] == list(range(1, len(stored) + 1))
+    finally:
+        await database.dispose()
+
+    assert outcome.usage.llm_calls == 4 and outcome.usage.searches == 3
+    data = outcome.as_json()
+    assert data["status"] == "succeeded" and data["topics"] == outcome.topics
+    assert data["usage"] == outcome.usage.model_dump()
+    assert data["sources"] == [s.model_dump() for s in outcome.sources]
+    # Executing a finished run again changes nothing and returns the stored outcome.
+    again = await harness.service.execute(outcome.run_id)
+    assert again.report_markdown == outcome.report_markdown and again.topics == outcome.topics
+    assert harness.search.fake.queries == outcome.topics
+
+
+# --- planner behaviour -----------------------------------------------------------------
+
+
+@sqlite_only
+async def test_duplicate_topic_is_reasked_and_never_searched(harness: Harness) -> None:
+    harness.llm.fake.script(
+        "planner",
+        plan("alpha particles"),
+        plan("Alpha-Particles!"),  # the same topic again: re-asked once
+        plan("beta decay"),
+        plan("gamma rays"),
+    )
+    outcome = await harness.research("radioactivity")
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert harness.search.fake.queries == ["alpha particles", "beta decay", "gamma rays"]
+    assert outcome.topics == ["alpha particles", "beta decay", "gamma rays"]
+    requests = harness.planner_requests()
+    assert len(requests) == 4
+    assert "was already searched" in user_prompt(requests[2])
+    assert "was already searched" not in user_prompt(requests[1])
+
+
+@sqlite_only
+async def test_insisting_on_duplicates_stops_early(harness: Harness) -> None:
+    harness.llm.fake.script(
+        "planner", plan("alpha particles"), plan("ALPHA particles"), plan("particles, alpha")
+    )
+    progress = Collect()
+    outcome = await harness.research("radioactivity", progress=progress)
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert outcome.stop_reason is not None and outcome.stop_reason.value == "duplicate_topics"
+    assert harness.search.fake.queries == ["alpha particles"]
+    assert len(harness.planner_requests()) == 3
+    assert "stopped early" in progress.final
+    assert outcome.report_markdown is not None
+    assert "already searched" in outcome.report_markdown.split("## Notes on this run")[1]
+
+
+@sqlite_only
+async def test_planner_stopping_ends_the_run_early(harness: Harness) -> None:
+    harness.llm.fake.stop_after = 1
+    progress = Collect()
+    outcome = await harness.research(progress=progress)
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert outcome.stop_reason is not None and outcome.stop_reason.value == "planner_stopped"
+    assert len(harness.search.fake.queries) == 1 and outcome.usage.searches == 1
+    assert len(harness.planner_requests()) == 2
+    assert "stopped early" in progress.final and "1 of 3" in progress.final
+    run = await harness.store.get_run(outcome.run_id)
+    assert run is not None and run.status == "succeeded" and run.rounds_done == 1
+
+
+@sqlite_only
+async def test_garbage_json_once_is_asked_again(harness: Harness) -> None:
+    harness.llm.fake.script("planner", Reply("Sure! Let me think about that..."))
+    outcome = await harness.research()
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert len(outcome.topics) == 3
+    assert len(harness.planner_requests()) == 4  # 3 rounds + 1 re-ask
+    assert outcome.usage.llm_calls == 5
+    assert TOPIC not in harness.search.fake.queries  # the planner's topics were used
+    assert outcome.notes == []
+
+
+@sqlite_only
+async def test_garbage_json_twice_searches_the_topic_itself(harness: Harness) -> None:
+    harness.llm.fake.script("planner", Reply("no json here"), Reply("still {not json"))
+    outcome = await harness.research()
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert harness.search.fake.queries[0] == TOPIC
+    assert len(harness.search.fake.queries) == 3
+    assert outcome.report_markdown is not None
+    notes = outcome.report_markdown.split("## Notes on this run", 1)[1].split("## Sources")[0]
+    assert "planner model failed" in notes and "topic itself was searched" in notes
+
+
+@sqlite_only
+async def test_planner_server_errors_degrade_but_the_run_ends(harness: Harness) -> None:
+    harness.llm.fake.script("planner", *failed_call() * 5)
+    progress = Collect()
+    outcome = await harness.research(progress=progress)
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert outcome.stop_reason is not None and outcome.stop_reason.value == "planner_failed"
+    assert harness.search.fake.queries == [TOPIC]
+    assert outcome.report_markdown is not None and "## Sources" in outcome.report_markdown
+    assert any("HTTP 500" in note for note in outcome.notes)
+    assert "stopped early" in progress.final
+    run = await harness.store.get_run(outcome.run_id)
+    assert run is not None and run.status == "succeeded"
+
+
+# --- writer and search failures ------------------------------------------------------------
+
+
+@sqlite_only
+async def test_writer_failure_falls_back_to_the_findings(harness: Harness) -> None:
+    harness.llm.fake.script("writer", *failed_call())
+    outcome = await harness.research()
+    assert outcome.status is RunStatus.SUCCEEDED
+    report = outcome.report_markdown
+    assert report is not None
+    assert "The report writer was unavailable" in report
+    assert "## Main findings" in report
+    for topic in outcome.topics:
+        assert f"### {topic}" in report
+    assert "## Notes on this run" in report and "writer model failed" in report
+    assert report.index("## Notes on this run") < report.index("## Sources")
+    assert outcome.sources
+    listing = report.split("\n## Sources\n", 1)[1]
+    listed = re.findall(r"^- \[(\d+)\] \[[^\]]*\]\((\S+)\)$", listing, re.MULTILINE)
+    assert [(int(n), url) for n, url in listed] == [(s.n, s.url) for s in outcome.sources]
+    assert len(listed) == 12  # every result of the three searches is cited
+    assert all(url.startswith("https://example.org/") for _, url in listed)
+    assert len(harness.writer_requests()) == LLM_RETRIES + 1
+
+
+@sqlite_only
+async def test_one_failed_search_is_noted_and_the_run_goes_on(harness: Harness) -> None:
+    progress = after_search(1, lambda: harness.search.fake.fail_next(SEARCH_ATTEMPTS))
+    outcome = await harness.research(progress=progress)
+    assert outcome.status is RunStatus.SUCCEEDED
+    failed_topic = outcome.topics[1]
+    assert harness.search.fake.queries.count(failed_topic) == SEARCH_ATTEMPTS
+    assert "2/3th search executed. (the search failed; continuing)" in progress.texts
+    assert "3/3th search executed." in progress.texts
+    assert outcome.report_markdown is not None
+    notes = outcome.report_markdown.split("## Notes on this run", 1)[1]
+    assert f'The search for "{failed_topic}" failed' in notes
+    source_urls = {s.url for s in outcome.sources}
+    assert source_urls and not any("recent-developments" in u for u in source_urls)
+
+
+@sqlite_only
+async def test_all_searches_failing_fails_the_run_clearly(harness: Harness) -> None:
+    harness.search.fake.fail_next(100)
+    progress = Collect()
+    outcome = await harness.research(progress=progress)
+    assert outcome.status is RunStatus.FAILED
+    assert outcome.error is not None and "no search returned any results" in outcome.error
+    assert outcome.report_markdown is None
+    assert progress.final.startswith("Research failed")
+    run = await harness.store.get_run(outcome.run_id)
+    assert run is not None and run.status == "failed" and run.finished_at is not None
+    assert run.error == outcome.error
+    assert harness.writer_requests() == []
+    # A failed run has ended: executing it again returns the outcome without searching.
+    queries = len(harness.search.fake.queries)
+    again = await harness.service.execute(outcome.run_id)
+    assert again.status is RunStatus.FAILED and again.error == outcome.error
+    assert len(harness.search.fake.queries) == queries
+
+
+@sqlite_only
+async def test_empty_search_results_fail_the_run(harness: Harness) -> None:
+    harness.search.fake.empty = True
+    outcome = await harness.research(depth=2)
+    assert outcome.status is RunStatus.FAILED
+    assert outcome.error is not None and "no search returned any results" in outcome.error
+
+
+# --- the report -----------------------------------------------------------------------------
+
+
+@sqlite_only
+async def test_citations_are_repaired(harness: Harness) -> None:
+    harness.search.fake.results_per_query = 1  # three searches: three sources
+    harness.llm.fake.script(
+        "writer",
+        Reply(
+            "# Batteries\n\n## Executive summary\n\nClaim one [1]. A made-up claim [9]. "
+            "Two more [3][2]. See [this blog](https://evil.example/x) and "
+            "https://evil.example/y too.\n\n## References\n\n[9] https://evil.example/z\n"
+        ),
+    )
+    outcome = await harness.research()
+    report = outcome.report_markdown
+    assert report is not None
+    assert "[9]" not in report and "evil.example" not in report
+    assert "## References" not in report
+    writer_prompt = user_prompt(harness.writer_requests()[0])
+    searched = set(re.findall(r"— (https://\S+)", writer_prompt))
+    assert len(searched) == 3
+    listing = report.split("\n## Sources\n", 1)[1]
+    listed = re.findall(r"^- \[(\d+)\] \[[^\]]*\]\((\S+)\)$", listing, re.MULTILINE)
+    assert [int(n) for n, _ in listed] == [1, 2, 3]
+    assert {url for _, url in listed} == searched
+    body = report.split("\n## Sources\n", 1)[0]
+    assert sorted({int(n) for n in re.findall(r"\[(\d+)\]", body)}) == [1, 2, 3]
+    assert "Claim one [1]. A made-up claim. Two more [2][3]." in body
+
+
+@sqlite_only
+async def test_chinese_topic_asks_for_a_chinese_report(harness: Harness) -> None:
+    outcome = await harness.research("固态电池的最新进展", depth=1)
+    assert outcome.status is RunStatus.SUCCEEDED
+    prompt = user_prompt(harness.writer_requests()[0])
+    assert "Write the whole report in Chinese" in prompt
+    assert outcome.report_markdown is not None
+
+
+# --- follow-ups, cancellation and resume -------------------------------------------------------
+
+
+async def test_follow_up_sees_and_skips_earlier_topics(harness: Harness) -> None:
+    first = await harness.research("solar power", depth=2)
+    assert first.status is RunStatus.SUCCEEDED
+    harness.llm.fake.script("planner", plan(first.topics[0].upper()))  # a repeat, re-asked
+    before = len(harness.planner_requests())
+    second = await harness.research("solar power costs", depth=2)
+    assert second.status is RunStatus.SUCCEEDED
+    assert second.thread == first.thread
+    prompt = user_prompt(harness.planner_requests()[before])
+    searched = prompt.split("Topics already searched:", 1)[1].split("Findings so far")[0]
+    for topic in first.topics:
+        assert f"- {topic}" in searched
+    assert not set(second.topics) & set(first.topics)
+    queries = harness.search.fake.queries
+    assert len(queries) == 4 and len(set(queries)) == 4
+    thread = await harness.store.get_thread(second.thread)
+    assert thread is not None
+    variables = await harness.store.load_variables(thread.id)
+    assert variables is not None and variables["topics"] == first.topics + second.topics
+    runs = await harness.store.thread_runs(thread.id)
+    assert [r.status for r in runs] == ["succeeded", "succeeded"]
+
+
+@sqlite_only
+async def test_cancel_request_stops_the_run(harness: Harness) -> None:
+    run_id = await harness.submit()
+    progress = after_search(1, lambda: harness.service.cancel(run_id))
+    outcome = await harness.service.execute(run_id, progress)
+    assert outcome.status is RunStatus.CANCELLED
+    assert len(harness.search.fake.queries) == 1
+    assert outcome.report_markdown is None
+    assert progress.final == "Research cancelled after 1 of 3 searches."
+    run = await harness.store.get_run(run_id)
+    assert run is not None and run.status == "cancelled" and run.rounds_done == 1
+    assert harness.writer_requests() == []
+    # A run cancelled on request stays cancelled.
+    again = await harness.service.execute(run_id)
+    assert again.status is RunStatus.CANCELLED and len(harness.search.fake.queries) == 1
+
+
+async def test_interrupted_task_resumes_without_repeating_searches(harness: Harness) -> None:
+    run_id = await harness.submit()
+    first_done = asyncio.Event()
+    harness.search.fake.latency = 0.2
+    task = asyncio.create_task(harness.service.execute(run_id, after_search(1, first_done.set)))
+    await asyncio.wait_for(first_done.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    first_query = harness.search.fake.queries[0]
+
+    database, store = await fresh_store(harness.url)
+    try:
+        run = await store.get_run(run_id)
+        assert run is not None
+        assert (run.status, run.error, run.rounds_done) == ("cancelled", "interrupted", 1)
+    finally:
+        await database.dispose()
+
+    harness.search.fake.latency = 0.0
+    statuses: list[str] = []
+
+    async def record_status(event: ProgressEvent) -> None:
+        run = await harness.store.get_run(run_id)
+        assert run is not None
+        statuses.append(run.status)
+
+    progress = Collect(record_status)
+    outcome = await harness.service.execute(run_id, progress)
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert progress.events[0].text.startswith("Resuming")
+    assert set(statuses[:-1]) == {"running"}  # the resumed run is running again
+    assert harness.search.fake.queries.count(first_query) == 1
+    assert len(outcome.topics) == 3 and outcome.topics[0] == first_query
+    run = await harness.store.get_run(run_id)
+    assert run is not None and run.status == "succeeded" and run.rounds_done == 3
+    assert run.error is None and run.report_markdown == outcome.report_markdown
+
+
+def _research_until_first_search_then_kill(env: dict[str, str], cwd: Path) -> str:
+    """Start ``fathom research``, SIGKILL it once stderr shows the first search; its stderr."""
+    proc = start_fathom("research", TOPIC, "--depth", "3", env=env, cwd=cwd)
+    try:
+        seen = wait_for_stderr(proc, "1/3th search executed.")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        stop(proc)
+    return seen
+
+
+def _resume(run_id: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bots.cli", "resume", run_id, "--json"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_resume_after_a_crash(
+    harness: Harness, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """SIGKILL a CLI research after its first search; ``fathom resume`` finishes it."""
+    cli_env["DATABASE_URL"] = harness.url
+    harness.search.fake.latency = 0.5  # the second search is still running when it is killed
+    stderr = await asyncio.to_thread(_research_until_first_search_then_kill, cli_env, tmp_path)
+    assert "2/3th search executed." not in stderr
+    first_query = harness.search.fake.queries[0]
+
+    database, store = await fresh_store(harness.url)
+    try:
+        runs = await store.unfinished_runs()
+        assert len(runs) == 1
+        run = runs[0]
+        assert (run.status, run.rounds_done, run.searches) == ("running", 1, 1)
+    finally:
+        await database.dispose()
+
+    harness.search.fake.latency = 0.0
+    resumed = await asyncio.to_thread(_resume, run.id, cli_env, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    data = json.loads(resumed.stdout)
+    assert data["run_id"] == run.id and data["status"] == "succeeded"
+    assert "Resuming" in resumed.stderr
+    assert harness.search.fake.queries.count(first_query) == 1
+    assert data["topics"][0] == first_query and len(data["topics"]) == 3
+    assert data["usage"]["searches"] == 3
+    final = await harness.store.get_run(run.id)
+    assert final is not None and final.status == "succeeded" and final.rounds_done == 3
+    assert final.searches == 3
+    assert final.report_markdown is not None and final.report_markdown.count("## Sources") == 1
+    assert len(await harness.store.thread_runs(final.thread_id)) == 1

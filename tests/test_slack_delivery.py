@@ -1,0 +1,338 @@
+"""Slack output side against the fake Slack Web API: edits, throttling, threads and reports."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Iterator
+
+import pytest
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bots.slack.delivery import SlackDelivery, SlackDeliveryFactory
+from bots.slack.messenger import SlackMessenger, StaticSlackClients, make_web_client
+from bots.slack.render import REPORT_FILE_THRESHOLD, progress_text, report_messages
+from bots.slack.throttle import EditThrottle, WorkspaceLimiter
+from core.models import RunStatus, Source, ThreadKey, Usage
+from core.progress import ProgressEvent, ProgressKind, search_executed_text
+from core.service import RunOutcome
+from storage import RunRecord, Store
+from tests.fakes import FakeSlackServer
+
+TOKEN = "xoxb-test"
+PENDING = "slack:T0001:C0001:pending-13345.2242"
+THREAD_TS = "1690000000.000100"
+SOURCES = [Source(n=1, title="One", url="https://a.example/1")]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeSlackServer]:
+    with FakeSlackServer() as s:
+        yield s
+
+
+def plain_client(server: FakeSlackServer) -> AsyncWebClient:
+    """No SDK retry handlers: 429s reach our own code."""
+    return AsyncWebClient(token=TOKEN, base_url=server.api_url)
+
+
+async def posted(server: FakeSlackServer, text: str = "start") -> tuple[ThreadKey, str]:
+    thread = ThreadKey.parse(f"slack:T0001:C0001:{THREAD_TS}")
+    ts = await SlackMessenger(plain_client(server)).post_message(thread, text)
+    return thread, ts
+
+
+def current_text(server: FakeSlackServer, ts: str, channel: str = "C0001") -> str:
+    return str(server.fake.messages[(channel, ts)]["text"])
+
+
+async def wait_for_text(server: FakeSlackServer, ts: str, text: str) -> None:
+    async with asyncio.timeout(3):
+        while True:  # the fake runs in another thread; poll it
+            if current_text(server, ts) == text:
+                return
+            await asyncio.sleep(0.02)
+
+
+# --- throttle ----------------------------------------------------------------------------
+
+
+async def test_rapid_submits_are_coalesced_and_the_last_text_is_written(
+    server: FakeSlackServer,
+) -> None:
+    thread, ts = await posted(server)
+    messenger = SlackMessenger(plain_client(server))
+    throttle = EditThrottle(
+        lambda t: messenger.edit_message(thread, ts, t), interval=0.2, limiter=None
+    )
+    for i in range(10):
+        await throttle.submit(f"step {i}")
+    await wait_for_text(server, ts, "step 9")
+    await asyncio.sleep(0.3)
+    updates = server.fake.calls_to("chat.update")
+    assert 1 <= len(updates) <= 3
+    assert updates[-1].params["text"] == "step 9"
+
+
+async def test_intermediate_edits_are_spaced_by_the_interval(server: FakeSlackServer) -> None:
+    thread, ts = await posted(server)
+    messenger = SlackMessenger(plain_client(server))
+    throttle = EditThrottle(lambda t: messenger.edit_message(thread, ts, t), interval=0.15)
+    for i in range(25):
+        await throttle.submit(f"step {i}")
+        await asyncio.sleep(0.03)
+    await throttle.flush_final("done")
+    times = [c.time for c in server.fake.calls_to("chat.update")]
+    assert len(times) >= 3
+    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.15 - 0.01
+    assert current_text(server, ts) == "done"
+
+
+async def test_final_text_survives_a_429(server: FakeSlackServer) -> None:
+    thread, ts = await posted(server)
+    messenger = SlackMessenger(plain_client(server))
+    throttle = EditThrottle(lambda t: messenger.edit_message(thread, ts, t), interval=0.05)
+    await throttle.submit("step 1")
+    await wait_for_text(server, ts, "step 1")
+    server.fake.fail_next("chat.update", status=429, retry_after=1)
+    started = time.monotonic()
+    assert await throttle.flush_final("Research done.")
+    assert time.monotonic() - started >= 1.0
+    assert current_text(server, ts) == "Research done."
+    assert [c.params["text"] for c in server.fake.calls_to("chat.update")][-2:] == [
+        "Research done.",
+        "Research done.",
+    ]
+
+
+async def test_final_edit_that_slack_refuses_reports_failure(server: FakeSlackServer) -> None:
+    thread, _ = await posted(server)
+    messenger = SlackMessenger(plain_client(server))
+    throttle = EditThrottle(lambda t: messenger.edit_message(thread, "1.2", t), interval=0.05)
+    assert not await throttle.flush_final("done")  # message_not_found is not retried
+    assert len(server.fake.calls_to("chat.update")) == 1
+
+
+def test_workspace_limiter_is_a_token_bucket() -> None:
+    now = [0.0]
+    limiter = WorkspaceLimiter(per_minute=60, burst=2, clock=lambda: now[0])
+    assert limiter.try_acquire() and limiter.try_acquire()
+    assert not limiter.try_acquire()
+    assert limiter.delay() == pytest.approx(1.0)
+    now[0] = 1.1
+    assert limiter.try_acquire()
+    assert not limiter.try_acquire()
+
+
+async def test_limiter_skips_intermediate_edits_and_delays_the_final(
+    server: FakeSlackServer,
+) -> None:
+    thread, ts = await posted(server)
+    messenger = SlackMessenger(plain_client(server))
+    limiter = WorkspaceLimiter(per_minute=120, burst=1)  # one edit per 0.5 s
+    assert limiter.try_acquire()  # another message of the workspace took the token
+    throttle = EditThrottle(
+        lambda t: messenger.edit_message(thread, ts, t), interval=0.01, limiter=limiter
+    )
+    for i in range(5):
+        await throttle.submit(f"step {i}")
+        await asyncio.sleep(0.02)
+    started = time.monotonic()
+    assert await throttle.flush_final("done")
+    assert time.monotonic() - started >= 0.3
+    texts = [c.params["text"] for c in server.fake.calls_to("chat.update")]
+    assert texts == ["done"]  # no token for the intermediate ones: coalesced into the final
+
+
+# --- delivery ----------------------------------------------------------------------------
+
+
+async def create_run(store: Store, key: str, *, depth: int = 3) -> RunRecord:
+    thread = ThreadKey.parse(key)
+    run, _ = await store.create_run(
+        thread_key=key,
+        platform="slack",
+        workspace=thread.workspace,
+        channel=thread.channel,
+        thread_ref=thread.thread,
+        topic="AI chips",
+        depth=depth,
+        strategy="iterative",
+        requested_by="slack:T0001:U123",
+    )
+    return run
+
+
+def factory(server: FakeSlackServer, store: Store) -> SlackDeliveryFactory:
+    clients = StaticSlackClients(make_web_client(TOKEN, server.api_url))
+    return SlackDeliveryFactory(clients, store, edit_interval=0.05)
+
+
+def event(run: RunRecord, kind: ProgressKind, text: str, done: int = 0) -> ProgressEvent:
+    return ProgressEvent(run.id, kind, text, done, run.depth)
+
+
+def outcome(run: RunRecord, markdown: str) -> RunOutcome:
+    return RunOutcome(
+        run_id=run.id,
+        thread=run.thread_key,
+        status=RunStatus.SUCCEEDED,
+        topic=run.topic,
+        depth=run.depth,
+        topics=["a", "b", "c"],
+        report_markdown=markdown,
+        sources=SOURCES,
+        usage=Usage(),
+        seconds=1.0,
+    )
+
+
+async def run_progress(delivery: SlackDelivery, run: RunRecord, final: str) -> None:
+    await delivery.progress.publish(event(run, ProgressKind.STARTED, "Researching “AI chips”…"))
+    for done in range(1, run.depth + 1):
+        await asyncio.sleep(0.12)  # slower than the edit interval: every step is shown
+        text = search_executed_text(done, run.depth)
+        await delivery.progress.publish(event(run, ProgressKind.SEARCHED, text, done))
+    await asyncio.sleep(0.12)  # the writer model takes a while
+    await delivery.progress.publish(event(run, ProgressKind.WRITING, "Writing the report…"))
+    await asyncio.sleep(0.12)
+    await delivery.progress.publish(event(run, ProgressKind.FINISHED, final, run.depth))
+
+
+REPORT = "# AI chips\n\nChips got faster [1].\n\n## Sources\n\n- [1] [One](https://a.example/1)\n"
+
+
+async def test_slash_command_run_posts_opener_rekeys_thread_and_reports_in_it(
+    server: FakeSlackServer, store: Store
+) -> None:
+    run = await create_run(store, PENDING)
+    delivery = await factory(server, store).for_run(run)
+    await run_progress(delivery, run, "Research done: 3/3 searches, 1 sources.")
+    await delivery.post_report(outcome(run, REPORT))
+
+    posts = server.fake.calls_to("chat.postMessage")
+    opener = posts[0].params
+    assert "thread_ts" not in opener and opener["channel"] == "C0001"
+    assert opener["text"].startswith("<@U123> asked me to research *AI chips* (depth 3).")
+    ts = next(m["ts"] for m in server.fake.history if m["text"] == opener["text"])
+    new_key = f"slack:T0001:C0001:{ts}"
+    thread = await store.get_thread(new_key)
+    assert thread is not None and thread.id == run.thread_id and thread.thread_ref == ts
+    assert await store.get_thread(PENDING) is None
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.progress_message_id == ts
+
+    updates = server.fake.calls_to("chat.update")
+    assert {c.params["ts"] for c in updates} == {ts}
+    shown = [c.params["text"].splitlines()[-1] for c in updates]
+    steps = [s for s in shown if s.endswith("search executed.")]
+    assert steps == ["1/3th search executed.", "2/3th search executed.", "3/3th search executed."]
+    final = "Research done: 3/3 searches, 1 sources."
+    assert current_text(server, ts) == progress_text(
+        "AI chips", 3, final, requester="U123", opener=True
+    )
+
+    report = posts[1:]
+    assert len(report) == 1 and report[0].params["thread_ts"] == ts
+    assert report[0].params["unfurl_links"] is False
+    block = report[0].params["blocks"][0]
+    assert block["type"] == "markdown" and "[[1]](https://a.example/1)" in block["text"]
+
+
+async def test_run_in_an_existing_thread_replies_there(
+    server: FakeSlackServer, store: Store
+) -> None:
+    run = await create_run(store, f"slack:T0001:C0001:{THREAD_TS}", depth=1)
+    delivery = await factory(server, store).for_run(run)
+    await run_progress(delivery, run, "Research done.")
+    posts = server.fake.calls_to("chat.postMessage")
+    assert len(posts) == 1 and posts[0].params["thread_ts"] == THREAD_TS
+    assert posts[0].params["text"].startswith("Researching *AI chips* (depth 1).")
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.progress_message_id is not None
+    assert current_text(server, stored.progress_message_id).endswith("\nResearch done.")
+    assert await store.get_thread(f"slack:T0001:C0001:{THREAD_TS}") is not None
+
+
+async def test_resumed_run_edits_its_progress_message(
+    server: FakeSlackServer, store: Store
+) -> None:
+    run = await create_run(store, f"slack:T0001:C0001:{THREAD_TS}", depth=2)
+    _, ts = await posted(server, "old progress")
+    await store.set_progress_message(run.id, ts)
+    resumed = await store.get_run(run.id)
+    assert resumed is not None
+    delivery = await factory(server, store).for_run(resumed)
+    await run_progress(delivery, resumed, "Research done.")
+    assert len(server.fake.calls_to("chat.postMessage")) == 1  # only ours, above
+    assert {c.params["ts"] for c in server.fake.calls_to("chat.update")} == {ts}
+    assert current_text(server, ts).endswith("\nResearch done.")
+    assert "2/2th search executed." in [
+        c.params["text"].splitlines()[-1] for c in server.fake.calls_to("chat.update")
+    ]
+
+
+async def test_resumed_slash_command_run_adopts_its_opener_as_thread(
+    server: FakeSlackServer, store: Store
+) -> None:
+    run = await create_run(store, PENDING, depth=1)
+    ts = str((await plain_client(server).chat_postMessage(channel="C0001", text="opener"))["ts"])
+    await store.set_progress_message(run.id, ts)  # then the process died before the re-key
+    resumed = await store.get_run(run.id)
+    assert resumed is not None
+    delivery = await factory(server, store).for_run(resumed)
+    await run_progress(delivery, resumed, "Research done.")
+    await delivery.post_report(outcome(resumed, REPORT))
+    assert await store.get_thread(f"slack:T0001:C0001:{ts}") is not None
+    assert current_text(server, ts).startswith("<@U123> asked me to research")
+    report = server.fake.calls_to("chat.postMessage")[1:]
+    assert [c.params["thread_ts"] for c in report] == [ts]
+
+
+async def test_long_report_is_split_and_uploaded_as_a_file(
+    server: FakeSlackServer, store: Store
+) -> None:
+    run = await create_run(store, f"slack:T0001:C0001:{THREAD_TS}")
+    sections = [f"## Part {i}\n\n" + ("Finding [1]. " + "x" * 60 + "\n\n") * 120 for i in range(6)]
+    markdown = "# Big\n\n" + "\n".join(sections)
+    parts = len(report_messages(markdown, SOURCES))
+    assert parts > REPORT_FILE_THRESHOLD
+    delivery = await factory(server, store).for_run(run)
+    await delivery.post_report(outcome(run, markdown))
+    posts = server.fake.calls_to("chat.postMessage")
+    assert len(posts) == parts
+    assert all(p.params["thread_ts"] == THREAD_TS for p in posts)
+    assert [p.params["text"] for p in posts][-1] == f"Big (report part {parts}/{parts})"
+    (file,) = server.fake.files.values()
+    assert file["content"].decode() == markdown
+    assert (file["filename"], file["title"]) == ("report.md", "Big")
+    assert (file["channel"], file["thread_ts"]) == ("C0001", THREAD_TS)
+
+
+async def test_refused_markdown_block_falls_back_to_text(
+    server: FakeSlackServer, store: Store
+) -> None:
+    run = await create_run(store, f"slack:T0001:C0001:{THREAD_TS}")
+    delivery = await factory(server, store).for_run(run)
+    server.fake.fail_next("chat.postMessage", error="invalid_blocks")
+    await delivery.post_report(outcome(run, REPORT))
+    (message,) = server.fake.history
+    assert "blocks" not in message and message["thread_ts"] == THREAD_TS
+    assert "Chips got faster [[1]](https://a.example/1)." in message["text"]
+
+
+async def test_report_failure_raises_but_progress_failure_does_not(
+    server: FakeSlackServer, store: Store
+) -> None:
+    run = await create_run(store, PENDING, depth=1)
+    delivery = await factory(server, store).for_run(run)
+    server.fake.fail_next("chat.postMessage", error="not_in_channel")
+    await delivery.progress.publish(event(run, ProgressKind.STARTED, "Researching…"))
+    assert server.fake.history == []  # refused, logged, swallowed
+    await delivery.progress.publish(event(run, ProgressKind.FINISHED, "Research done.", 1))
+    assert len(server.fake.history) == 1  # the next event posts the opener
+    server.fake.fail_next("chat.postMessage", error="channel_not_found")
+    with pytest.raises(SlackApiError):
+        await delivery.post_report(outcome(run, REPORT))
