@@ -249,6 +249,16 @@ class ResearchService:
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
         return outcome
 
+    async def resume(self, run_id: str, progress: ProgressSink | None = None) -> RunOutcome:
+        """Run again from the checkpoint, also after a failure or a cancellation.
+
+        A succeeded run is not repeated: its stored outcome is returned.
+        """
+        run = await self._store.get_run(run_id)
+        if run is not None and run.status in (RunStatus.FAILED.value, RunStatus.CANCELLED.value):
+            await self._store.requeue_run(run_id)
+        return await self.execute(run_id, progress)
+
     async def cancel(self, run_id: str) -> bool:
         return await self._store.request_cancel(run_id)
 

@@ -466,6 +466,13 @@ async def test_cancel_request_stops_the_run(harness: Harness) -> None:
     # A run cancelled on request stays cancelled.
     again = await harness.service.execute(run_id)
     assert again.status is RunStatus.CANCELLED and len(harness.search.fake.queries) == 1
+    # An explicit resume picks it up from the checkpoint without repeating the search.
+    first_query = harness.search.fake.queries[0]
+    resumed = await harness.service.resume(run_id)
+    assert resumed.status is RunStatus.SUCCEEDED and resumed.report_markdown
+    assert len(harness.search.fake.queries) == 3
+    assert harness.search.fake.queries.count(first_query) == 1
+    assert len(resumed.topics) == 3
 
 
 async def test_interrupted_task_resumes_without_repeating_searches(harness: Harness) -> None:
