@@ -33,7 +33,7 @@ STAMP = VENV / ".fathom-install-stamp"
 
 
 def ensure_installed() -> None:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py runs on whatever python3 is
         sys.exit(f"Fathom needs Python 3.11 or newer; this is {sys.version.split()[0]}.")
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if PYTHON.exists() and STAMP.exists() and STAMP.read_text() == digest:

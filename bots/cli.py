@@ -49,7 +49,10 @@ def _stderr() -> Console:
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
-    _stderr().print(f"[bold red]error:[/] {message}", highlight=False)
+    from rich.markup import escape
+
+    # One line, however narrow the terminal (scripts grep it); the message is not markup.
+    _stderr().print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -146,7 +149,7 @@ def resume(
     output: Annotated[Path | None, typer.Option("--output", "-o")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Resume an interrupted run (after a crash) without repeating finished searches."""
+    """Resume a crashed, failed or cancelled run without repeating finished searches."""
     settings = _settings()
     _configure_logging(settings, quiet_below_warning=True)
     outcome = _run(_research(settings, None, run_id))
@@ -171,6 +174,8 @@ async def _research(settings: Settings, request: Any, run_id: str | None) -> Run
             elif await runtime.store.get_run(run_id or "") is None:
                 raise _fail(f"there is no run {run_id!r}")
             try:
+                if request is None:
+                    return await runtime.service.resume(run_id or "", progress)
                 return await runtime.service.execute(run_id or "", progress)
             finally:
                 progress.close()
@@ -197,7 +202,13 @@ def _show_outcome(outcome: RunOutcome, *, output: Path | None, as_json: bool) ->
             sys.stdout.write(outcome.report_markdown)
     err.print(f"thread: {outcome.thread}  run: {outcome.run_id}", highlight=False)
     if outcome.status is not RunStatus.SUCCEEDED:
-        err.print(f"[bold red]run {outcome.status.value}:[/] {outcome.error or ''}")
+        from rich.markup import escape
+
+        err.print(
+            f"[bold red]run {outcome.status.value}:[/] {escape(outcome.error or '')}",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -314,6 +325,29 @@ def db_upgrade() -> None:
 
     _run(upgrade())
     _stderr().print("database schema is at head", highlight=False)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
+    no_upgrade: Annotated[
+        bool, typer.Option("--no-upgrade", help="Do not migrate the database schema on start.")
+    ] = False,
+) -> None:
+    """Serve the HTTP routes (Slack, health) with the in-process job runner."""
+    from core.config import ConfigError
+
+    settings = _settings()
+    _configure_logging(settings, quiet_below_warning=False)
+    from bots.server import run_server
+
+    try:
+        started = run_server(settings, host=host, port=port, upgrade=not no_upgrade)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    if not started:
+        raise _fail("the server did not start; see the log above", EXIT_FAILED)
 
 
 def main() -> None:

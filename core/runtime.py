@@ -30,23 +30,28 @@ class Runtime:
 
 
 @asynccontextmanager
-async def open_database(settings: Settings) -> AsyncIterator[Database]:
-    """The database with its schema brought to head (cheap when already current)."""
+async def open_database(settings: Settings, *, upgrade: bool = True) -> AsyncIterator[Database]:
+    """The database with its schema brought to head (cheap when already current).
+
+    ``upgrade=False`` leaves the schema alone (``fathom serve --no-upgrade``, when
+    migrations run as a separate deploy step).
+    """
     database = Database(settings.database_url)
     try:
-        await database.ensure_schema()
+        if upgrade:
+            await database.ensure_schema()
         yield database
     finally:
         await database.dispose()
 
 
 @asynccontextmanager
-async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
+async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIterator[Runtime]:
     """Everything a research needs; raises ``ConfigError`` before touching anything."""
     settings.require_llm()
     settings.require_search()
     async with (
-        open_database(settings) as database,
+        open_database(settings, upgrade=upgrade) as database,
         httpx.AsyncClient(
             timeout=settings.search_timeout,
             headers={"User-Agent": "fathom-bot/0.1 (+https://github.com/fathom-bot)"},

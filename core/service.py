@@ -24,7 +24,13 @@ from core.models import (
     ThreadVariables,
     Usage,
 )
-from core.progress import NullProgress, ProgressEvent, ProgressKind, ProgressSink
+from core.progress import (
+    NullProgress,
+    ProgressEvent,
+    ProgressKind,
+    ProgressSink,
+    search_executed_text,
+)
 from core.prompts import FALLBACK_REPORT_INTRO, writer_messages
 from core.report import (
     fallback_body,
@@ -214,7 +220,9 @@ class ResearchService:
             if reason is StopReason.CANCELLED:
                 status = RunStatus.CANCELLED
             else:
-                await publish(ProgressKind.WRITING, "Writing the report…")
+                rounds = state.searches_done
+                prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
+                await publish(ProgressKind.WRITING, f"{prefix}Writing the report…")
                 markdown, sources = await self._write(state)
                 status = RunStatus.SUCCEEDED
         except asyncio.CancelledError as exc:

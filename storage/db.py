@@ -15,7 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 # Keep equal to the newest migration's revision id (a test checks it against Alembic).
-HEAD_REVISION = "0002"
+HEAD_REVISION = "0003"
 
 # Arbitrary constant: serialises concurrent `upgrade()` calls from several replicas.
 _PG_MIGRATION_LOCK = 0x46A7404D

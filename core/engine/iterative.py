@@ -90,6 +90,17 @@ def findings_digest(findings: list[Finding]) -> list[str]:
     return lines[-DIGEST_MAX_LINES:]
 
 
+def searching_text(state: RunState, topic: str) -> str:
+    """Keeps the last ``i/depth th search executed.`` visible while the next search runs.
+
+    Platforms coalesce edits of the progress message, so every status after the i-th
+    search repeats its line; whichever edit lands, the count is shown.
+    """
+    done = state.searches_done
+    prefix = f"{search_executed_text(done, state.depth)} " if done else ""
+    return f"{prefix}Searching: {topic}…"
+
+
 class IterativeStrategy:
     def __init__(self, planner: JsonModel, search: SearchProvider) -> None:
         self._planner = planner
@@ -114,7 +125,7 @@ class IterativeStrategy:
                 await hooks.checkpoint(state)
                 if await hooks.is_cancelled():
                     return StopReason.CANCELLED
-            await hooks.progress(ProgressKind.SEARCHING, f"Searching: {topic}", topic)
+            await hooks.progress(ProgressKind.SEARCHING, searching_text(state, topic), topic)
             finding = await self._run_search(state, topic)
             variables.findings.append(finding)
             variables.topics.append(topic)

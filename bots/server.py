@@ -1,0 +1,169 @@
+"""``fathom serve``: the HTTP routes, every configured adapter and the in-process job runner.
+
+``create_app(settings)`` returns a Starlette app whose lifespan opens the runtime (schema
+upgraded unless told not to), starts the job runner (which resumes runs a dead process
+left behind) and, when Slack is configured, the Slack adapter. Shutdown closes the
+long-lived connections first, then gives running jobs a grace period and releases the
+rest for the next start to resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from core.config import ConfigError, Settings
+from core.delivery import ResearchJob
+from core.jobs import InProcessJobRunner
+from core.runtime import open_runtime
+from storage import HEAD_REVISION, Database
+
+if TYPE_CHECKING:
+    from bots.slack.app import SlackAdapter
+
+log = logging.getLogger(__name__)
+
+
+def check_settings(settings: Settings) -> None:
+    """Everything ``serve`` needs, as one ``ConfigError`` line, before binding a port."""
+    if settings.queue == "procrastinate":
+        raise ConfigError("FATHOM_QUEUE=procrastinate is not available yet; use local")
+    settings.require_llm()
+    settings.require_search()
+    if settings.slack_enabled:
+        settings.require_slack()
+
+
+def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
+    check_settings(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with open_runtime(settings, upgrade=upgrade) as runtime:
+            job = ResearchJob(runtime.service, runtime.store)
+            runner = InProcessJobRunner(
+                job,
+                store=runtime.store,
+                max_concurrent=settings.max_concurrent_runs,
+                stale_after=settings.stale_run_after,
+            )
+            app.state.database = runtime.database
+            slack: SlackAdapter | None = None
+            if settings.slack_enabled:
+                from bots.slack.app import open_slack
+
+                slack = await open_slack(settings, runtime, job, runner)
+            app.state.slack = slack
+            if upgrade or await runtime.database.schema_is_current():
+                await runner.start()
+            else:
+                log.error("database schema is not current: run `fathom db upgrade`")
+            try:
+                yield
+            finally:
+                if slack is not None:
+                    await slack.close()
+                await runner.stop()
+
+    app = Starlette(
+        routes=[
+            Route("/slack/events", slack_route, methods=["POST"]),
+            Route("/slack/install", slack_route, methods=["GET"]),
+            Route("/slack/oauth_redirect", slack_route, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.slack = None
+    return app
+
+
+async def slack_route(request: Request) -> Response:
+    slack: SlackAdapter | None = request.app.state.slack
+    if slack is None:
+        return JSONResponse({"error": "Slack is not configured on this server"}, 404)
+    return await slack.handler.handle(request)
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    """Ready when the database answers and its schema is the one this code expects."""
+    database: Database | None = getattr(request.app.state, "database", None)
+    reason = None
+    if database is None:
+        reason = "starting"
+    elif not await database.ping():
+        reason = "database unreachable"
+    else:
+        try:
+            current = await database.schema_is_current()
+        except Exception as exc:  # pragma: no cover - the ping just succeeded
+            current, reason = False, f"schema check failed: {type(exc).__name__}"
+        if not current and reason is None:
+            reason = f"database schema is not at revision {HEAD_REVISION}; run `fathom db upgrade`"
+    if reason is not None:
+        return JSONResponse({"status": "unavailable", "reason": reason}, 503)
+    return JSONResponse({"status": "ready"})
+
+
+def run_server(settings: Settings, *, host: str, port: int, upgrade: bool = True) -> bool:
+    """Serve until SIGINT/SIGTERM (uvicorn runs the lifespan's graceful shutdown).
+
+    Returns False when the server never started (start-up failed; uvicorn logged why).
+    """
+    import uvicorn
+
+    app = create_app(settings, upgrade=upgrade)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=settings.log_level.lower(),
+        log_config=None,  # keep core.logs' (redacting) handlers
+        access_log=False,  # query strings (OAuth codes, states) stay out of the logs
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    server = _graceful_server_class()(config)
+    server.run()
+    return bool(server.started)
+
+
+def _graceful_server_class() -> type[Any]:
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        """SIGTERM/SIGINT shut down gracefully and the process exits 0.
+
+        Stock uvicorn re-raises the signal after its graceful shutdown, so a stopped
+        ``fathom serve`` would die "killed by SIGTERM" (exit -15) and look like a crash.
+        """
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            watched = (signal.SIGINT, signal.SIGTERM)
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in watched}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return GracefulServer

@@ -1,0 +1,323 @@
+"""Slack input: ``/research``, @-mentions and DMs become runs (Bolt wiring and handlers).
+
+Handlers only touch the database: a request is checked (access, grammar, per-user
+concurrency), written as a run row and handed to the job runner, and the slash command is
+acknowledged after the row is committed. Nothing slow (LLM, search, Slack Web API) happens
+before the ack; replies to events are ephemeral messages sent after Bolt's automatic ack.
+Retried deliveries are dropped through ``Store.claim_event`` (events) and the run's
+dedupe key (slash commands).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization.async_authorize import AsyncAuthorize
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bots.slack import text as replies
+from bots.slack.delivery import SlackDeliveryFactory
+from bots.slack.messenger import SlackClients, StaticSlackClients, make_web_client
+from bots.slack.oauth import (
+    InstallationAuthorize,
+    InstallationClients,
+    TokenAuthorize,
+    installation_store,
+    oauth_settings,
+)
+from bots.slack.throttle import describe_error
+from core.commands import CommandError
+from core.config import Settings
+from core.delivery import ResearchJob
+from core.grammar import (
+    CancelCommand,
+    HelpCommand,
+    ResearchCommand,
+    StatusCommand,
+    help_text,
+    parse_command,
+)
+from core.jobs import JobRunner
+from core.models import ResearchRequest, RunStatus, ThreadKey
+from core.runtime import Runtime
+from core.service import ResearchService, RunRejected
+from storage import RunRecord, Store
+
+log = logging.getLogger(__name__)
+
+FAILURE_REPLY = ":warning: Something went wrong on my side; please try again in a moment."
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Who asked, where, and which delivery of the request this is."""
+
+    team: str
+    user: str
+    channel: str
+    thread: str  # the message ts to thread under, or ``pending-<trigger_id>``
+    dedupe_key: str
+    in_thread: bool = False  # written inside an existing thread
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    started: bool = False  # a run was accepted: its progress message speaks for itself
+
+
+class SlackCommands:
+    """The platform logic behind every entry point; each call answers with a :class:`Reply`."""
+
+    def __init__(
+        self, settings: Settings, service: ResearchService, store: Store, runner: JobRunner
+    ) -> None:
+        self._settings = settings
+        self._service = service
+        self._store = store
+        self._runner = runner
+
+    async def handle(self, origin: Origin, text: str) -> Reply:
+        settings = self._settings
+        if not settings.is_allowed(origin.user, origin.channel):
+            return Reply(replies.not_allowed_reply())
+        try:
+            command = parse_command(
+                text, default_depth=settings.default_depth, max_depth=settings.max_depth
+            )
+        except CommandError as exc:
+            return Reply(replies.error_reply(str(exc)))
+        if isinstance(command, HelpCommand):
+            depths = {"default_depth": settings.default_depth, "max_depth": settings.max_depth}
+            return Reply(help_text(**depths))
+        if isinstance(command, StatusCommand):
+            return Reply(await self._status(origin))
+        if isinstance(command, CancelCommand):
+            return Reply(await self._cancel(origin, command.run_id))
+        return await self._research(origin, command)
+
+    async def _research(self, origin: Origin, command: ResearchCommand) -> Reply:
+        by = replies.requested_by(origin.team, origin.user)
+        active = await self._store.active_runs_for_user(by)
+        if any(run.dedupe_key == origin.dedupe_key for run in active):  # delivered again
+            return Reply(replies.accepted_reply(command.topic, command.depth), started=True)
+        if len(active) >= self._settings.user_concurrency:
+            return Reply(replies.concurrency_reply(self._settings.user_concurrency))
+        request = ResearchRequest(
+            topic=command.topic,
+            depth=command.depth,
+            strategy=command.strategy,
+            thread=replies.thread_key(origin.team, origin.channel, origin.thread),
+            requested_by=by,
+            dedupe_key=origin.dedupe_key,
+        )
+        try:
+            run, created = await self._service.submit(request)
+        except RunRejected as exc:
+            return Reply(replies.rejected_reply(str(exc)))
+        if created:
+            await self._runner.enqueue(run.id)
+        return Reply(replies.accepted_reply(run.topic, run.depth), started=True)
+
+    async def _status(self, origin: Origin) -> str:
+        by = replies.requested_by(origin.team, origin.user)
+        active = await self._store.active_runs_for_user(by)
+        recent = await self._store.recent_runs_for_user(by, replies.STATUS_RECENT + len(active))
+        return replies.status_reply(list(reversed(active)), recent)
+
+    async def _cancel(self, origin: Origin, prefix: str | None) -> str:
+        by = replies.requested_by(origin.team, origin.user)
+        if origin.in_thread and prefix is None:
+            key = replies.thread_key(origin.team, origin.channel, origin.thread)
+            thread = await self._store.get_thread(str(key))
+            run = await self._store.latest_run_for_thread(thread.id) if thread else None
+            if run is None or RunStatus(run.status).finished:
+                return "Nothing is running in this thread."
+            if run.requested_by != by and origin.user not in self._settings.admins:
+                return "Only the person who started this research (or an admin) can cancel it."
+        else:
+            run = self._pick(await self._store.active_runs_for_user(by), origin, prefix)
+            if run is None:
+                return replies.nothing_to_cancel_reply(prefix)
+        if not await self._service.cancel(run.id):
+            return "That research has already finished."
+        return replies.cancelled_reply(run)
+
+    @staticmethod
+    def _pick(active: list[RunRecord], origin: Origin, prefix: str | None) -> RunRecord | None:
+        """The newest active run matching the id prefix, else the newest in this channel."""
+        if prefix:
+            wanted = prefix.lower()
+            matches = [run for run in active if run.id.startswith(wanted)]
+        else:
+            matches = [r for r in active if ThreadKey.parse(r.thread_key).channel == origin.channel]
+        return matches[-1] if matches else None
+
+    # -- Bolt listeners -------------------------------------------------------------------
+    async def on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
+        """``/research …``: everything happens before ``ack`` (DB only), then one ack."""
+        trigger = command.get("trigger_id") or ""
+        origin = Origin(
+            team=command.get("team_id") or "",
+            user=command.get("user_id") or "",
+            channel=command.get("channel_id") or "",
+            thread=f"{replies.PENDING_PREFIX}{trigger}",
+            dedupe_key=f"slack:cmd:{command.get('team_id')}:{trigger}",
+        )
+        try:
+            reply = await self.handle(origin, (command.get("text") or "").strip())
+        except Exception:
+            log.exception("slash command from %s failed", origin.user)
+            reply = Reply(FAILURE_REPLY)
+        await ack(text=reply.text, response_type="ephemeral")
+
+    async def on_mention(
+        self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        await self._on_event(event, body, context)
+
+    async def on_message(
+        self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        """DMs only; edits, joins, bot messages and the bot's own messages are ignored."""
+        if event.get("channel_type") != "im" or event.get("subtype") or event.get("bot_id"):
+            return
+        if not event.get("user") or event.get("user") == context.bot_user_id:
+            return
+        await self._on_event(event, body, context)
+
+    async def _on_event(
+        self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        team = context.team_id or body.get("team_id") or ""
+        channel, ts = str(event.get("channel") or ""), str(event.get("ts") or "")
+        event_id = body.get("event_id") or f"{team}:{channel}:{ts}"
+        key = f"slack:event:{event_id}"
+        if not await self._store.claim_event(key):
+            return  # a redelivery (X-Slack-Retry-Num) of an event already handled
+        parent = event.get("thread_ts")
+        origin = Origin(
+            team=team,
+            user=str(event.get("user") or ""),
+            channel=channel,
+            thread=str(parent or ts),
+            dedupe_key=key,
+            in_thread=bool(parent and parent != ts),
+        )
+        text = replies.clean_text(str(event.get("text") or ""), context.bot_user_id)
+        reply = await self.handle(origin, text)
+        if reply.started or context.client is None:
+            return
+        try:
+            await context.client.chat_postEphemeral(
+                channel=channel, user=origin.user, thread_ts=parent, text=reply.text
+            )
+        except Exception as exc:
+            log.warning("ephemeral reply in %s failed (%s)", channel, describe_error(exc))
+
+
+class _TokenFromEnvNoise(logging.Filter):
+    """Bolt reads SLACK_BOT_TOKEN from the environment and warns that our ``client`` wins;
+    it does on purpose (``authorize`` supplies the token), so the warning is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`token` will be unused" not in record.getMessage()
+
+
+def build_bolt_app(
+    settings: Settings,
+    commands: SlackCommands,
+    *,
+    client: AsyncWebClient,
+    authorize: AsyncAuthorize,
+    oauth: AsyncOAuthSettings | None = None,
+) -> AsyncApp:
+    """The Bolt app: verified requests (5-minute window), no self events, our listeners."""
+    bolt_log = logging.getLogger("bots.slack.bolt")
+    if not any(isinstance(f, _TokenFromEnvNoise) for f in bolt_log.filters):
+        bolt_log.addFilter(_TokenFromEnvNoise())
+    app = AsyncApp(
+        client=client,
+        signing_secret=settings.slack_signing_secret or "",
+        authorize=authorize,  # type: ignore[arg-type]  # an AsyncAuthorize is accepted
+        oauth_settings=oauth,
+        request_verification_enabled=True,
+        ignoring_self_events_enabled=True,
+        raise_error_for_unhandled_request=False,
+        logger=bolt_log,
+    )
+    app.command(re.compile(r"^/.+"))(commands.on_command)  # whatever the app names it
+    app.event("app_mention")(commands.on_mention)
+    app.event("message")(commands.on_message)
+    return app
+
+
+def bolt_client(settings: Settings) -> AsyncWebClient:
+    """Bolt's base client: no token of its own (``authorize`` supplies one per request),
+    every call (``auth.test``, ``oauth.v2.access``, replies) to ``SLACK_API_URL``."""
+    client = make_web_client("", settings.slack_api_url)
+    client.token = None
+    return client
+
+
+class SlackAdapter:
+    """Bolt app, its HTTP handler, optional Socket Mode connection, and the delivery."""
+
+    def __init__(self, app: AsyncApp, socket: AsyncSocketModeHandler | None) -> None:
+        self.app = app
+        self.handler = AsyncSlackRequestHandler(app)
+        self.socket = socket
+
+    async def close(self) -> None:
+        if self.socket is not None:
+            await self.socket.close_async()  # type: ignore[no-untyped-call]
+
+
+async def open_slack(
+    settings: Settings, runtime: Runtime, job: ResearchJob, runner: JobRunner
+) -> SlackAdapter:
+    """Wire Slack in and out; connects Socket Mode when ``SLACK_APP_TOKEN`` is set."""
+    settings.require_slack()
+    api = settings.slack_api_url
+    clients: SlackClients
+    oauth: AsyncOAuthSettings | None = None
+    authorize: AsyncAuthorize
+    if settings.slack_oauth:
+        store = installation_store(settings, runtime.database.engine)
+        authorize, clients = InstallationAuthorize(store), InstallationClients(store, api)
+        oauth = oauth_settings(settings, store, runtime.database.engine)
+    else:
+        bot = make_web_client(settings.slack_bot_token or "", api)
+        token_authorize = TokenAuthorize(bot)
+        authorize, clients = token_authorize, StaticSlackClients(bot)
+        try:
+            me = await token_authorize.identify()
+            log.info("slack: bot %s in workspace %s", me.get("user_id"), me.get("team_id"))
+        except Exception as exc:
+            why = describe_error(exc)
+            log.warning("slack auth.test failed at start-up (%s); retried per request", why)
+    commands = SlackCommands(settings, runtime.service, runtime.store, runner)
+    app = build_bolt_app(
+        settings, commands, client=bolt_client(settings), authorize=authorize, oauth=oauth
+    )
+    job.register(
+        "slack",
+        SlackDeliveryFactory(clients, runtime.store, edit_interval=settings.slack_edit_interval),
+    )
+    socket = None
+    if settings.slack_app_token:
+        socket = AsyncSocketModeHandler(
+            app, settings.slack_app_token, web_client=bolt_client(settings)
+        )
+        await socket.connect_async()  # type: ignore[no-untyped-call]
+        log.info("slack: connected in Socket Mode")
+    return SlackAdapter(app, socket)

@@ -1,0 +1,153 @@
+"""``fathom serve`` as a real subprocess against the LLM, search and Slack fakes."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes.slack import FakeSlackServer, sign, slash_command_body
+from tests.test_slack_app import BOT_TOKEN, FORM, SECRET
+
+
+@pytest.fixture
+def slack_server() -> Iterator[FakeSlackServer]:
+    with FakeSlackServer() as server:
+        yield server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Served:
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+        self.proc, self.url, self.log = proc, url, log
+
+    def stderr(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+
+def serve(env: dict[str, str], cwd: Path, *args: str) -> Served:
+    port = free_port()
+    log = cwd / f"serve-{port}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bots.cli", "serve", "--port", str(port), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    return Served(proc, f"http://127.0.0.1:{port}", log)
+
+
+def wait_until_up(served: Served, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if served.proc.poll() is not None:
+            raise AssertionError(f"serve exited early:\n{served.stderr()}")
+        try:
+            if httpx.get(f"{served.url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"serve did not come up:\n{served.stderr()}")
+
+
+def terminate(served: Served, timeout: float = 10) -> int:
+    served.proc.send_signal(signal.SIGTERM)
+    try:
+        return served.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        served.proc.kill()
+        served.proc.wait()
+        raise AssertionError(f"serve did not stop on SIGTERM:\n{served.stderr()}") from None
+
+
+@pytest.fixture
+def slack_env(cli_env: dict[str, str], slack_server: FakeSlackServer) -> dict[str, str]:
+    return {
+        **cli_env,
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_API_URL": slack_server.api_url,
+        "FATHOM_SLACK_EDIT_INTERVAL": "0.05",
+        "FATHOM_LOG_LEVEL": "DEBUG",
+    }
+
+
+def test_serve_answers_slack_and_stops_cleanly_on_sigterm(
+    slack_env: dict[str, str], slack_server: FakeSlackServer, tmp_path: Path
+) -> None:
+    served = serve(slack_env, tmp_path)
+    try:
+        wait_until_up(served)
+        assert httpx.get(f"{served.url}/healthz").json() == {"status": "ok"}
+        ready = httpx.get(f"{served.url}/readyz")
+        assert ready.status_code == 200, ready.text
+
+        body = slash_command_body("heat pumps depth=2", trigger_id="serve-1")
+        response = httpx.post(
+            f"{served.url}/slack/events", content=body, headers={**sign(body, SECRET), **FORM}
+        )
+        assert response.status_code == 200 and "On it" in response.json()["text"]
+
+        deadline = time.monotonic() + 30
+        fake = slack_server.fake
+        while time.monotonic() < deadline:
+            reports = [c for c in fake.calls_to("chat.postMessage") if "blocks" in c.params]
+            if reports:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"no report posted:\n{served.stderr()}")
+        opener = fake.calls_to("chat.postMessage")[0].params
+        assert reports[0].params["thread_ts"] != opener.get("thread_ts")
+        assert "heat pumps" in reports[0].params["blocks"][0]["text"]
+        assert all(c.token == BOT_TOKEN for c in fake.calls)
+    finally:
+        code = terminate(served)
+    assert code == 0, served.stderr()
+    assert BOT_TOKEN not in served.stderr()  # DEBUG logs included
+
+
+def test_serve_without_upgrade_is_alive_but_not_ready(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    served = serve(cli_env, tmp_path, "--no-upgrade")
+    try:
+        wait_until_up(served)
+        ready = httpx.get(f"{served.url}/readyz")
+        assert ready.status_code == 503
+        assert "fathom db upgrade" in ready.json()["reason"]
+        missing = httpx.post(f"{served.url}/slack/events", content=b"{}")
+        assert missing.status_code == 404 and "not configured" in missing.json()["error"]
+    finally:
+        code = terminate(served)
+    assert code == 0, served.stderr()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"FATHOM_QUEUE": "procrastinate"}, "FATHOM_QUEUE=procrastinate is not available yet"),
+        ({"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_SIGNING_SECRET is not set"),
+    ],
+)
+def test_serve_refuses_bad_settings_in_one_line(
+    cli_env: dict[str, str], tmp_path: Path, extra: dict[str, str], message: str
+) -> None:
+    served = serve({**cli_env, **extra}, tmp_path)
+    assert served.proc.wait(timeout=30) == 2
+    errors = [line for line in served.stderr().splitlines() if line.strip()]
+    assert len(errors) == 1 and message in errors[0], errors

@@ -1,0 +1,812 @@
+"""The Slack input side end to end: signed requests over HTTP into the real Starlette app.
+
+The app runs under uvicorn in a thread with its lifespan (runtime, job runner, Bolt); the
+fake Slack Web API, LLM and search services are real HTTP servers. Requests are signed
+exactly as Slack signs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import inspect
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+from urllib.parse import parse_qsl
+
+import aiohttp
+import httpx
+import pytest
+import uvicorn
+from aiohttp import web
+from sqlalchemy import MetaData, text
+from sqlalchemy import inspect as sa_inspect
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+
+from bots.server import create_app
+from bots.slack.text import clean_text, status_reply
+from core.config import Settings
+from storage import Database, RunRecord, Store
+from tests.conftest import ENV_PREFIXES, FAKE_API_KEY
+from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.fakes.server import BackgroundServer
+from tests.fakes.slack import (
+    FakeSlack,
+    FakeSlackServer,
+    app_mention_event,
+    build_slack_app,
+    event_callback_body,
+    im_message_event,
+    sign,
+    slash_command_body,
+    url_verification_body,
+)
+
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+BOT_TOKEN = "xoxb-fathom-test-token"
+USER = "slack:T0001:U123"
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+JSON = {"Content-Type": "application/json"}
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+async def wait_for(
+    predicate: Callable[[], Any], within: float = 15.0, interval: float = 0.02
+) -> Any:
+    """Poll ``predicate`` (sync or async) until it returns something truthy."""
+    deadline = time.monotonic() + within
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within} s")
+        await asyncio.sleep(interval)
+
+
+class LifespanServer(BackgroundServer):
+    """BackgroundServer, but with the app's lifespan (our runtime) running."""
+
+    def start(self, timeout: float = 20.0) -> Self:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, 0))
+        sock.listen(2048)
+        self._sock, self.port = sock, sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app, log_level="warning", access_log=False, lifespan="on", log_config=None
+        )
+        self._server = server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name=f"app:{self.port}", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the app did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        if self._sock is not None:
+            self._sock.close()
+        self._server = self._thread = self._sock = None
+
+
+def slack_settings(
+    database_url: str,
+    llm: FakeLLMServer,
+    search: FakeSearchServer,
+    slack_api_url: str,
+    **extra: str,
+) -> Settings:
+    values: dict[str, Any] = {
+        "DATABASE_URL": database_url,
+        "OPENAI_API_KEY": FAKE_API_KEY,
+        "OPENAI_BASE_URL": llm.base_url,
+        "FATHOM_SEARCH": "searxng",
+        "SEARXNG_URL": search.url,
+        "FATHOM_SEARCH_CACHE_TTL": "0",
+        "FATHOM_LLM_MAX_RETRIES": "1",
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_API_URL": slack_api_url,
+        "FATHOM_SLACK_EDIT_INTERVAL": "0.05",
+    }
+    values.update(extra)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+@dataclass
+class Bot:
+    """The served app plus handles on every fake and on the database."""
+
+    url: str
+    http: httpx.AsyncClient
+    slack: FakeSlack
+    llm: FakeLLMServer
+    search: FakeSearchServer
+    store: Store
+    database: Database
+
+    async def post(
+        self, body: bytes, headers: dict[str, str], *, secret: str = SECRET, ts: int | None = None
+    ) -> httpx.Response:
+        signed = sign(body, secret, ts)
+        return await self.http.post(
+            f"{self.url}/slack/events", content=body, headers={**signed, **headers}
+        )
+
+    async def command(self, text: str, **fields: str) -> httpx.Response:
+        return await self.post(slash_command_body(text, **fields), FORM)
+
+    async def event(self, event: dict[str, Any], event_id: str, **headers: str) -> httpx.Response:
+        return await self.post(event_callback_body(event, event_id=event_id), {**JSON, **headers})
+
+    async def runs(self, user: str = USER) -> list[RunRecord]:
+        return await self.store.recent_runs_for_user(user, 100)
+
+    async def finished(self, count: int = 1, user: str = USER) -> list[RunRecord]:
+        """Wait until ``count`` runs of ``user`` have finished (and reports were posted)."""
+
+        async def done() -> list[RunRecord] | None:
+            runs = await self.runs(user)
+            ok = len(runs) >= count and all(
+                r.finished_at and (r.status != "succeeded" or r.report_posted_at) for r in runs
+            )
+            return runs if ok else None
+
+        runs: list[RunRecord] = await wait_for(done, within=30)
+        return runs
+
+    def reports(self) -> list[dict[str, Any]]:
+        return [
+            c.params
+            for c in self.slack.calls_to("chat.postMessage")
+            if any(b.get("type") == "markdown" for b in c.params.get("blocks") or [])
+        ]
+
+    def final_text(self, channel: str, ts: str) -> str:
+        return str(self.slack.messages[(channel, ts)]["text"])
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIXES) or name == "DATABASE_URL":
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def slack_server() -> Iterator[FakeSlackServer]:
+    with FakeSlackServer() as server:
+        yield server
+
+
+BotFactory = Callable[..., Awaitable[Bot]]
+
+
+@pytest.fixture
+async def start_bot(
+    tmp_path: Path,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+    slack_server: FakeSlackServer,
+) -> AsyncIterator[BotFactory]:
+    """``await start_bot(database_url=None, slack=None, **env)``: serve the app against fakes."""
+    started: list[tuple[LifespanServer, Database, httpx.AsyncClient]] = []
+
+    async def start(
+        database_url: str | None = None,
+        slack_api_url: str | None = None,
+        fake: FakeSlack | None = None,
+        **env: str,
+    ) -> Bot:
+        url = database_url or f"sqlite+aiosqlite:///{tmp_path / 'slack.db'}"
+        api = slack_api_url or slack_server.api_url
+        settings = slack_settings(url, llm_server, search_server, api, **env)
+        server = LifespanServer(create_app(settings)).start()
+        database = Database(url)
+        http = httpx.AsyncClient(timeout=10)
+        started.append((server, database, http))
+        return Bot(
+            server.url,
+            http,
+            fake or slack_server.fake,
+            llm_server,
+            search_server,
+            Store(database),
+            database,
+        )
+
+    yield start
+    for server, database, http in started:
+        await http.aclose()
+        llm_server.fake.latency = 0.0  # let held runs finish instead of waiting out the grace
+        await asyncio.to_thread(server.stop)
+        await database.dispose()
+
+
+# -- slash command ----------------------------------------------------------------------
+
+
+async def test_slash_command_end_to_end(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    bot.llm.fake.latency = bot.search.fake.latency = 0.1  # edits apart from each other
+
+    started = time.monotonic()
+    response = await bot.command("solid-state batteries depth=3", trigger_id="trig-e2e")
+    elapsed = time.monotonic() - started
+
+    assert response.status_code == 200
+    assert elapsed < 1.5
+    runs = await bot.runs()  # committed before the ack
+    assert len(runs) == 1 and runs[0].topic == "solid-state batteries" and runs[0].depth == 3
+    assert runs[0].dedupe_key == "slack:cmd:T0001:trig-e2e"
+    assert "On it" in response.json()["text"]
+
+    [run] = await bot.finished()
+    assert run.status == "succeeded"
+    opener = bot.slack.calls_to("chat.postMessage")[0].params
+    assert "thread_ts" not in opener
+    assert "<@U123>" in opener["text"] and "solid-state batteries" in opener["text"]
+    opener_ts = run.progress_message_id
+    assert opener_ts and run.thread_key == f"slack:T0001:C0001:{opener_ts}"
+
+    edits = [c.params["text"] for c in bot.slack.calls_to("chat.update")]
+    assert all(c.params["ts"] == opener_ts for c in bot.slack.calls_to("chat.update"))
+    # Every status after the i-th search repeats its line, so coalesced edits still show it.
+    expected = ["1/3th search executed.", "2/3th search executed.", "3/3th search executed."]
+    positions = [next(i for i, t in enumerate(edits) if e in t) for e in expected]
+    assert positions == sorted(positions)
+    assert "3/3 searches" in edits[-1]
+    assert "Research done" in edits[-1]
+    assert "Research done" in bot.final_text("C0001", opener_ts)
+
+    reports = bot.reports()
+    assert reports, "no report posted"
+    for message in reports:
+        assert message["thread_ts"] == opener_ts
+        markdown = [b["text"] for b in message["blocks"] if b["type"] == "markdown"]
+        assert all(len(m) <= 12_000 for m in markdown)
+    assert "solid-state batteries" in reports[0]["blocks"][0]["text"]
+
+    thread = await bot.store.get_thread(run.thread_key)
+    assert thread is not None
+    variables = await bot.store.load_variables(thread.id)
+    assert variables is not None and len(variables["topics"]) == 3
+    assert variables["findings"] and variables["shouldContinue"] in (True, False)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("batteries depth=0", "depth must be from 1 to 10"),
+        ("", "The topic is empty"),
+        ("batteries depth=abc", "whole number from 1 to 10"),
+        ("batteries colour=red", "Unknown option `colour=`"),
+    ],
+)
+async def test_bad_input_is_explained_in_the_ack_and_nothing_is_stored(
+    start_bot: BotFactory, text: str, expected: str
+) -> None:
+    bot = await start_bot()
+    response = await bot.command(text)
+    assert response.status_code == 200
+    reply = response.json()["text"]
+    assert reply.startswith(":warning:") and expected in reply and "/research help" in reply
+    assert await bot.runs() == []
+    assert bot.slack.calls_to("chat.postMessage") == []
+
+
+async def test_help_and_status(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    help_reply = (await bot.command("help")).json()["text"]
+    assert "/research <topic> [depth=N]" in help_reply
+    assert "no research yet" in (await bot.command("status")).json()["text"]
+
+    await bot.command("tidal energy depth=1", trigger_id="t-status")
+    [run] = await bot.finished()
+    status = (await bot.command("status", trigger_id="t-status-2")).json()["text"]
+    assert f"`{run.id[:8]}`" in status and "tidal energy" in status
+    assert "succeeded, 1/1 searches" in status and "<#C0001>" in status
+
+
+async def test_access_control_refuses_politely(start_bot: BotFactory) -> None:
+    bot = await start_bot(FATHOM_ALLOWED_USERS="U999")
+    reply = (await bot.command("fusion power")).json()["text"]
+    assert "can't start research" in reply
+
+    await bot.event(app_mention_event("fusion power"), "Ev-denied")
+    ephemeral = await wait_for(lambda: bot.slack.calls_to("chat.postEphemeral"))
+    assert "can't start research" in ephemeral[0].params["text"]
+    assert ephemeral[0].params["user"] == "U123"
+    assert await bot.runs() == []
+
+
+async def test_concurrency_limit_refuses_a_second_run(start_bot: BotFactory) -> None:
+    bot = await start_bot(FATHOM_USER_CONCURRENCY="1")
+    bot.llm.fake.latency = 1.0  # holds the first run active
+    await bot.command("first topic depth=2", trigger_id="t-first")
+    reply = (await bot.command("second topic", trigger_id="t-second")).json()["text"]
+    assert "already have 1 research running" in reply
+    runs = await bot.runs()
+    assert [r.topic for r in runs] == ["first topic"]
+
+
+async def test_same_slash_command_twice_gives_one_run(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    first = await bot.command("wind turbines depth=1", trigger_id="t-dup")
+    second = await bot.command("wind turbines depth=1", trigger_id="t-dup")
+    assert first.status_code == second.status_code == 200
+    await bot.finished()
+    await asyncio.sleep(0.3)
+    assert len(await bot.runs()) == 1
+    assert len(bot.reports()) == 1
+
+
+# -- events -----------------------------------------------------------------------------
+
+
+async def test_retried_event_gives_one_run_and_one_report(
+    start_bot: BotFactory, database_url: str
+) -> None:
+    bot = await start_bot(database_url=database_url)
+    event = app_mention_event("geothermal heat depth=1", ts="1700000100.000100")
+    assert (await bot.event(event, "Ev-retry")).status_code == 200
+    retry = await bot.event(
+        event, "Ev-retry", **{"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}
+    )
+    assert retry.status_code == 200
+    [run] = await bot.finished()
+    await asyncio.sleep(0.3)
+    assert len(await bot.runs()) == 1
+    assert run.thread_key == "slack:T0001:C0001:1700000100.000100"
+    assert run.dedupe_key == "slack:event:Ev-retry"
+    reports = bot.reports()
+    assert len(reports) == 1 and reports[0]["thread_ts"] == "1700000100.000100"
+    # the progress message replies in the mention's thread
+    progress = bot.slack.calls_to("chat.postMessage")[0].params
+    assert progress["thread_ts"] == "1700000100.000100"
+
+
+async def test_same_slash_command_twice_on_both_databases(
+    start_bot: BotFactory, database_url: str
+) -> None:
+    bot = await start_bot(database_url=database_url)
+    body = slash_command_body("ocean currents depth=1", trigger_id="t-dup-db")
+    await asyncio.gather(bot.post(body, FORM), bot.post(body, FORM))
+    await bot.finished()
+    assert len(await bot.runs()) == 1
+
+
+@pytest.mark.parametrize("problem", ["bad signature", "missing signature", "stale timestamp"])
+async def test_unverified_requests_get_401_and_store_nothing(
+    start_bot: BotFactory, problem: str
+) -> None:
+    bot = await start_bot()
+    bodies = [
+        (slash_command_body("forged research"), FORM),
+        (event_callback_body(app_mention_event("forged research"), event_id="Ev-forged"), JSON),
+    ]
+    for body, headers in bodies:
+        if problem == "bad signature":
+            response = await bot.post(body, headers, secret="not-the-secret")
+        elif problem == "stale timestamp":
+            response = await bot.post(body, headers, ts=int(time.time()) - 6 * 60)
+        else:
+            response = await bot.http.post(f"{bot.url}/slack/events", content=body, headers=headers)
+        assert response.status_code == 401, problem
+    await asyncio.sleep(0.3)
+    assert await bot.runs() == []
+    async with bot.database.engine.connect() as conn:
+        count = (await conn.execute(text("SELECT COUNT(*) FROM processed_events"))).scalar_one()
+    assert count == 0
+    assert bot.slack.calls_to("chat.postMessage") == []
+
+
+async def test_url_verification_challenge(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    response = await bot.post(url_verification_body("challenge-xyz"), JSON)
+    assert response.status_code == 200
+    assert response.json() == {"challenge": "challenge-xyz"}
+
+
+async def test_rate_limited_updates_still_write_the_final_state(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    bot.slack.fail_next("chat.update", status=429, retry_after=1, times=2)
+    await bot.command("hydrogen storage depth=2", trigger_id="t-429")
+    [run] = await bot.finished()
+    assert run.status == "succeeded" and run.progress_message_id
+    await wait_for(lambda: "Research done" in bot.final_text("C0001", run.progress_message_id))
+    assert len(bot.reports()) >= 1
+
+
+async def test_follow_up_mention_continues_the_thread(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    await bot.command("perovskite solar cells depth=2", trigger_id="t-follow")
+    [first] = await bot.finished()
+    thread = await bot.store.get_thread(first.thread_key)
+    assert thread is not None
+    first_vars = await bot.store.load_variables(thread.id)
+    assert first_vars is not None and len(first_vars["topics"]) == 2
+    planner_before = len(bot.llm.fake.requests_for("planner"))
+
+    opener_ts = first.progress_message_id or ""
+    follow = app_mention_event("what about durability? depth=1", thread_ts=opener_ts)
+    await bot.event(follow, "Ev-follow")
+    runs = await bot.finished(count=2)
+    second = next(r for r in runs if r.id != first.id)
+    assert second.thread_key == first.thread_key  # same thread: the variables carry over
+    assert second.topic == "what about durability?"
+
+    prompt = json.dumps(bot.llm.fake.requests_for("planner")[planner_before].body)
+    for topic in first_vars["topics"]:
+        assert json.dumps(topic)[1:-1] in prompt
+    assert all(r["thread_ts"] == opener_ts for r in bot.reports())
+
+
+async def test_direct_message_without_mention(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    dm = im_message_event("carbon capture depth=1", ts="1700000200.000100")
+    await bot.event(dm, "Ev-dm")
+    [run] = await bot.finished()
+    assert run.thread_key == "slack:T0001:D0001:1700000200.000100"
+    assert bot.reports()[0]["channel"] == "D0001"
+
+
+async def test_bot_messages_edits_and_channel_chatter_are_ignored(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    own = im_message_event("carbon capture")
+    own["bot_id"] = "BOTHER"
+    edited = im_message_event("carbon capture")
+    edited["subtype"] = "message_changed"
+    chatter = im_message_event("carbon capture")
+    chatter["channel_type"] = "channel"
+    for i, event in enumerate((own, edited, chatter)):
+        assert (await bot.event(event, f"Ev-ignored-{i}")).status_code == 200
+    await asyncio.sleep(0.5)
+    assert await bot.runs() == []
+    assert bot.slack.calls_to("chat.postEphemeral") == []
+
+
+async def test_bad_mention_gets_an_ephemeral_explanation(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    await bot.event(app_mention_event("batteries depth=abc", thread_ts="1700000300.0001"), "Ev-bad")
+    [call] = await wait_for(lambda: bot.slack.calls_to("chat.postEphemeral"))
+    assert "whole number from 1 to 10" in call.params["text"]
+    assert call.params["channel"] == "C0001" and call.params["thread_ts"] == "1700000300.0001"
+    assert await bot.runs() == []
+
+
+async def test_cancel_in_thread_stops_the_run(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    bot.llm.fake.latency = 0.5
+    await bot.command("deep sea mining depth=5", trigger_id="t-cancel")
+
+    async def opened() -> RunRecord | None:
+        [run] = await bot.runs()
+        return run if run.progress_message_id and "pending-" not in run.thread_key else None
+
+    run = await wait_for(opened)
+    await bot.event(app_mention_event("cancel", thread_ts=run.progress_message_id), "Ev-cancel")
+    [done] = await bot.finished()
+    assert done.status == "cancelled"
+    ts = run.progress_message_id or ""
+    await wait_for(lambda: "cancelled" in bot.final_text("C0001", ts))
+    assert bot.final_text("C0001", ts).rstrip(".").split("\n")[-1].startswith("Research cancelled")
+    [ack] = await wait_for(lambda: bot.slack.calls_to("chat.postEphemeral"))
+    assert "Cancelling" in ack.params["text"] and ack.params["thread_ts"] == ts
+    assert bot.reports() == []
+
+
+async def test_slash_cancel_and_nothing_to_cancel(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    assert "no running research" in (await bot.command("cancel")).json()["text"]
+    bot.llm.fake.latency = 0.5
+    await bot.command("lithium prices depth=4", trigger_id="t-slash-cancel")
+    [run] = await bot.runs()
+    reply = (await bot.command(f"cancel {run.id[:6]}", trigger_id="t-c2")).json()["text"]
+    assert "Cancelling" in reply and run.id[:8] in reply
+    [done] = await bot.finished()
+    assert done.status == "cancelled"
+
+
+# -- OAuth (multi-workspace) ------------------------------------------------------------
+
+CLIENT_ID, CLIENT_SECRET = "1111.2222", "oauth-client-secret"
+TEAM2_TOKEN = "xoxb-team2-installed-token"
+
+
+class OAuthFakeSlackServer(BackgroundServer):
+    """The fake Slack plus ``oauth.v2.access`` (client credentials via HTTP Basic)."""
+
+    def __init__(self) -> None:
+        self.fake = FakeSlack()
+        self.exchanges: list[dict[str, str]] = []
+
+        async def access(request: Request) -> Response:
+            form = dict(parse_qsl((await request.body()).decode()))
+            basic = request.headers.get("authorization", "").removeprefix("Basic ")
+            credentials = base64.b64decode(basic).decode() if basic else ""
+            self.exchanges.append({"code": str(form.get("code")), "auth": credentials})
+            if credentials != f"{CLIENT_ID}:{CLIENT_SECRET}" or form.get("code") != "good":
+                return JSONResponse({"ok": False, "error": "invalid_code"})
+            return JSONResponse(
+                {
+                    "ok": True,
+                    "app_id": "A0001",
+                    "authed_user": {"id": "U777"},
+                    "scope": "commands,chat:write,app_mentions:read",
+                    "token_type": "bot",
+                    "access_token": TEAM2_TOKEN,
+                    "bot_user_id": "UBOT2",
+                    "team": {"id": "T0002", "name": "Second Team"},
+                    "enterprise": None,
+                    "is_enterprise_install": False,
+                }
+            )
+
+        app = Starlette(
+            routes=[
+                Route("/api/oauth.v2.access", access, methods=["POST"]),
+                Mount("/", build_slack_app(self.fake)),
+            ]
+        )
+        super().__init__(app)
+
+    def start(self, timeout: float = 5.0) -> Self:
+        super().start(timeout)
+        self.fake.base_url = self.url
+        return self
+
+
+async def test_oauth_install_then_commands_use_the_team_token(start_bot: BotFactory) -> None:
+    with OAuthFakeSlackServer() as slack:
+        bot = await start_bot(
+            slack_api_url=f"{slack.url}/api/",
+            fake=slack.fake,
+            SLACK_BOT_TOKEN="",
+            SLACK_CLIENT_ID=CLIENT_ID,
+            SLACK_CLIENT_SECRET=CLIENT_SECRET,
+        )
+        install = await bot.http.get(f"{bot.url}/slack/install")
+        assert install.status_code == 200
+        assert "https://slack.com/oauth/v2/authorize?" in install.text
+        assert f"client_id={CLIENT_ID}" in install.text
+        cookie = install.headers["set-cookie"].split(";", 1)[0]
+        state = cookie.split("=", 1)[1]
+        assert f"state={state}" in install.text
+
+        bad = await bot.http.get(
+            f"{bot.url}/slack/oauth_redirect",
+            params={"code": "good", "state": "forged"},
+            headers={"Cookie": cookie},
+        )
+        assert bad.status_code != 200 and slack.exchanges == []
+
+        done = await bot.http.get(
+            f"{bot.url}/slack/oauth_redirect",
+            params={"code": "good", "state": state},
+            headers={"Cookie": cookie},
+        )
+        assert done.status_code == 200, done.text
+        assert slack.exchanges == [{"code": "good", "auth": f"{CLIENT_ID}:{CLIENT_SECRET}"}]
+        async with bot.database.engine.connect() as conn:
+            rows = (
+                await conn.execute(text("SELECT team_id, bot_token, bot_user_id FROM slack_bots"))
+            ).all()
+        assert [tuple(r) for r in rows] == [("T0002", TEAM2_TOKEN, "UBOT2")]
+
+        user = "slack:T0002:U555"
+        reply = await bot.command("tidal power depth=1", team_id="T0002", user_id="U555")
+        assert reply.status_code == 200 and "On it" in reply.json()["text"]
+        await bot.finished(user=user)
+        chat = [c for c in slack.fake.calls if c.method.startswith("chat.")]
+        assert chat and all(c.token == TEAM2_TOKEN for c in chat)
+        assert slack.fake.calls_to("chat.postMessage")[0].params["channel"] == "C0001"
+
+
+async def test_migrated_slack_tables_match_the_sdk(database: Database) -> None:
+    """Migration 0003 creates exactly the SDK's tables (its stores query them as built)."""
+    from slack_sdk.oauth.installation_store.sqlalchemy import SQLAlchemyInstallationStore
+    from slack_sdk.oauth.state_store.sqlalchemy import SQLAlchemyOAuthStateStore
+
+    sdk = MetaData()
+    SQLAlchemyInstallationStore.build_installations_table(sdk, "slack_installations")
+    SQLAlchemyInstallationStore.build_bots_table(sdk, "slack_bots")
+    SQLAlchemyOAuthStateStore.build_oauth_states_table(sdk, "slack_oauth_states")
+
+    def compare(sync_conn: Any) -> None:
+        inspector, dialect = sa_inspect(sync_conn), sync_conn.dialect
+        for name, table in sdk.tables.items():
+            migrated = [
+                (c["name"], c["type"].compile(dialect=dialect), bool(c["nullable"]))
+                for c in inspector.get_columns(name)
+            ]
+            expected = [
+                (c.name, c.type.compile(dialect=dialect), bool(c.nullable)) for c in table.columns
+            ]
+            assert migrated == expected, name
+            indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes(name)}
+            wanted = {i.name: [c.name for c in i.columns] for i in table.indexes}
+            assert indexes == wanted, name
+
+    async with database.engine.connect() as conn:
+        await conn.run_sync(compare)
+
+
+# -- pure helpers -----------------------------------------------------------------------
+
+
+def test_clean_text_strips_the_bot_and_undoes_markup() -> None:
+    raw = (
+        "<@UBOT> compare <https://example.org/a|the report> with <https://example.org/b> "
+        "in <#C42|research> for <@U7> &amp; <!here> depth=2"
+    )
+    assert clean_text(raw, "UBOT") == (
+        "compare the report with https://example.org/b in #research for @U7 & @here depth=2"
+    )
+    assert clean_text("<@UBOT|fathom>   help", "UBOT") == "help"
+
+
+def test_status_reply_without_runs() -> None:
+    assert "no research yet" in status_reply([], [])
+
+
+# -- Socket Mode --------------------------------------------------------------------------
+
+APP_TOKEN = "xapp-1-A0001-socket-test"
+
+
+class SocketModeLink:
+    """A Socket Mode WebSocket endpoint (aiohttp, in its own thread and loop).
+
+    ``send(envelope)`` pushes an envelope to the connected app; ``acks`` collects its answers.
+    """
+
+    def __init__(self) -> None:
+        self.acks: list[dict[str, Any]] = []
+        self.connected = threading.Event()
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+        self._ws: web.WebSocketResponse | None = None
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/link"
+
+    def _call(self, coro: Any, timeout: float = 5.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def start(self) -> Self:
+        self._thread.start()
+        self._call(self._start())
+        return self
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/link", self._link)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def _link(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_json({"type": "hello", "num_connections": 1})
+        self._ws = ws
+        self.connected.set()
+        async for message in ws:
+            if message.type == aiohttp.WSMsgType.TEXT:
+                self.acks.append(json.loads(message.data))
+        return ws
+
+    def send(self, envelope: dict[str, Any]) -> None:
+        assert self._ws is not None, "no Socket Mode connection"
+        self._call(self._ws.send_json(envelope))
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            self._call(self._runner.cleanup())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+
+@dataclass
+class SocketSlack:
+    fake: FakeSlack
+    api_url: str
+    link: SocketModeLink
+    opened: list[str]  # Authorization headers of apps.connections.open calls
+
+
+@pytest.fixture
+def socket_slack() -> Iterator[SocketSlack]:
+    """The fake Web API plus ``apps.connections.open`` pointing at a Socket Mode link."""
+    link = SocketModeLink().start()
+    fake, opened = FakeSlack(), []
+
+    async def open_connection(request: Request) -> Response:
+        opened.append(request.headers.get("authorization", ""))
+        return JSONResponse({"ok": True, "url": link.url})
+
+    app = Starlette(
+        routes=[
+            Route("/api/apps.connections.open", open_connection, methods=["POST"]),
+            Mount("/", build_slack_app(fake)),
+        ]
+    )
+    server = BackgroundServer(app).start()
+    fake.base_url = server.url
+    try:
+        yield SocketSlack(fake, f"{server.url}/api/", link, opened)
+    finally:
+        server.stop()
+        link.stop()
+
+
+async def test_socket_mode_receives_commands_over_the_websocket(
+    socket_slack: SocketSlack, start_bot: BotFactory
+) -> None:
+    slack, link = socket_slack, socket_slack.link
+    bot = await start_bot(
+        slack_api_url=slack.api_url,
+        fake=slack.fake,
+        SLACK_APP_TOKEN=APP_TOKEN,
+        SLACK_SIGNING_SECRET="",
+    )
+    assert slack.opened == [f"Bearer {APP_TOKEN}"]  # connected during start-up, via SLACK_API_URL
+    assert link.connected.wait(5)
+    payload = dict(parse_qsl(slash_command_body("magnetic refrigeration depth=1").decode()))
+    link.send(
+        {
+            "envelope_id": "env-1",
+            "type": "slash_commands",
+            "payload": payload,
+            "accepts_response_payload": True,
+        }
+    )
+    [ack] = await wait_for(lambda: [a for a in link.acks if a.get("envelope_id") == "env-1"])
+    assert "On it" in ack["payload"]["text"]
+    [run] = await bot.finished()
+    assert run.status == "succeeded"
+    assert bot.reports() and all(c.token == BOT_TOKEN for c in slack.fake.calls)
+
+
+def test_manifests_request_the_scopes_the_install_asks_for() -> None:
+    from bots.slack.oauth import BOT_SCOPES
+
+    root = Path(__file__).resolve().parent.parent / "deploy" / "slack"
+    for name in ("manifest.yaml", "manifest.socket-mode.yaml"):
+        content = (root / name).read_text(encoding="utf-8")
+        section = content.split("    bot:\n", 1)[1].split("settings:", 1)[0]
+        scopes = re.findall(r"^\s+- ([a-z:._]+)", section, re.MULTILINE)
+        assert tuple(scopes) == BOT_SCOPES, name
+        assert "app_mention" in content and "message.im" in content
