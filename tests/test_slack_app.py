@@ -492,6 +492,22 @@ async def test_bot_messages_edits_and_channel_chatter_are_ignored(start_bot: Bot
     assert bot.slack.calls_to("chat.postEphemeral") == []
 
 
+async def test_mentions_from_other_bots_are_ignored(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    event = app_mention_event("carbon capture")
+    event["bot_id"] = "BOTHER"
+    assert (await bot.event(event, "Ev-bot-mention")).status_code == 200
+    await asyncio.sleep(0.5)
+    assert await bot.runs() == []
+
+
+async def test_slash_text_is_unescaped_before_parsing(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    assert (await bot.command("R&amp;D tax credits &lt;2025&gt; depth=1")).status_code == 200
+    [run] = await bot.runs()
+    assert run.topic == "R&D tax credits <2025>" and run.depth == 1
+
+
 async def test_bad_mention_gets_an_ephemeral_explanation(start_bot: BotFactory) -> None:
     bot = await start_bot()
     await bot.event(app_mention_event("batteries depth=abc", thread_ts="1700000300.0001"), "Ev-bad")

@@ -174,7 +174,8 @@ class SlackCommands:
             dedupe_key=f"slack:cmd:{command.get('team_id')}:{trigger}",
         )
         try:
-            reply = await self.handle(origin, (command.get("text") or "").strip())
+            # Slack escapes &, < and > in command text and may send link markup.
+            reply = await self.handle(origin, replies.clean_text(command.get("text") or ""))
         except Exception:
             log.exception("slash command from %s failed", origin.user)
             reply = Reply(FAILURE_REPLY)
@@ -183,6 +184,8 @@ class SlackCommands:
     async def on_mention(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
     ) -> None:
+        if event.get("bot_id") or event.get("user") == context.bot_user_id:
+            return  # other bots (and the bot itself) do not start research
         await self._on_event(event, body, context)
 
     async def on_message(
