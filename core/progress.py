@@ -34,7 +34,11 @@ class ProgressEvent:
     searches_done: int
     depth: int
     topic: str | None = None
-    final: bool = False
+
+    @property
+    def final(self) -> bool:
+        """The last event of a run (its text says how the run ended)."""
+        return self.kind is ProgressKind.FINISHED
 
 
 class ProgressSink(Protocol):
