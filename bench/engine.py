@@ -1,0 +1,1089 @@
+"""Benchmarks of the research engine against the loopback fakes (``tests/fakes``).
+
+    python -m bench.engine           # full run (minutes); writes bench/results/engine.json
+    python -m bench.engine --quick   # smaller N, same checks (CI-sized; not part of CI)
+
+(a) engine overhead per round with zero-latency fakes, sequential depth-3 runs, split into time
+    inside the LLM / search calls (timing proxies around ChatModel and the search provider, and
+    around their HTTP transports) and time in the engine itself (SQLite, and PostgreSQL when
+    ``TEST_DATABASE_URL`` is set);
+(b) one depth-3 run at 400 ms LLM / 300 ms search latency vs. the sum of its unavoidable waits;
+(c) 100 concurrent depth-3 runs in one (fresh) process: wall-time ratio and RSS per extra run;
+(d) ``fathom research`` as a process: start -> first LLM request at the fake, and peak RSS.
+
+The clients are built by ``core.runtime.open_runtime`` exactly as in production; only thin
+timing proxies are put around them. The search cache is off (TTL 0) and every run uses its own
+thread, so nothing is served from a cache and prompts do not grow across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "engine.json"
+FATHOM = Path(sys.executable).with_name("fathom")
+API_KEY = "fake-key"
+LLM_LATENCY, SEARCH_LATENCY = 0.4, 0.3
+DEPTH = 3
+# Settings a developer may have exported; never inherited by the benchmark or its children.
+ENV_PREFIXES = (
+    "FATHOM_",
+    "OPENAI_",
+    "SEARXNG_",
+    "TAVILY_",
+    "BRAVE_",
+    "SLACK_",
+    "FEISHU_",
+    "DINGTALK_",
+)
+
+GOALS = {
+    "a_overhead_ms_per_round": 15.0,
+    "b_ratio": 1.05,
+    "c_wall_ratio": 1.5,
+    "c_mb_per_run": 2.0,
+    "d_first_request_s": 1.0,
+    "d_peak_rss_mb": 115.0,
+    "llm_calls_per_run": 5,
+}
+
+T = TypeVar("T")
+
+
+# --- environment -------------------------------------------------------------------------
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(ENV_PREFIXES) and k not in ("DATABASE_URL",)
+    }
+    env.update(extra)
+    return env
+
+
+def fathom_env(db_url: str, llm_url: str, search_url: str) -> dict[str, str]:
+    """The environment of a production-like process pointed at the fakes (cache off)."""
+    return clean_env(
+        DATABASE_URL=db_url,
+        OPENAI_BASE_URL=llm_url,
+        OPENAI_API_KEY=API_KEY,
+        FATHOM_SEARCH="searxng",
+        SEARXNG_URL=search_url,
+        FATHOM_SEARCH_CACHE_TTL="0",
+        FATHOM_LOG_LEVEL="WARNING",
+        PYTHONUNBUFFERED="1",
+        NO_COLOR="1",
+    )
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import openai
+    import sqlalchemy
+
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "openai": openai.__version__,
+        "sqlalchemy": sqlalchemy.__version__,
+        "httpx": httpx.__version__,
+        # Other processes share the CPUs; a 1-minute load near nproc makes every number worse.
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+# --- fakes -------------------------------------------------------------------------------
+
+
+@dataclass
+class FakesProcess:
+    """``python -m tests.fakes`` in its own process, so the fakes never compete for our GIL."""
+
+    llm_url: str
+    search_url: str
+    proc: subprocess.Popen[str]
+
+    def configure(self, llm_latency: float, search_latency: float) -> None:
+        base = self.llm_url.removesuffix("/v1")
+        with httpx.Client(trust_env=False) as client:
+            # The fake keeps every request body; clear it so long benchmarks stay flat.
+            client.post(f"{base}/_fake/reset", json={}).raise_for_status()
+            client.post(f"{self.search_url}/_fake/reset", json={}).raise_for_status()
+            client.post(f"{base}/_fake/config", json={"latency": llm_latency}).raise_for_status()
+            client.post(
+                f"{self.search_url}/_fake/config", json={"latency": search_latency}
+            ).raise_for_status()
+
+
+def _tcp_socket(
+    family: int = socket.AF_INET, type: int = socket.SOCK_STREAM, proto: int = 0, fileno: Any = None
+) -> socket.socket:
+    """``socket.socket`` that names IPPROTO_TCP, so asyncio turns Nagle off on accepted sockets.
+
+    ``tests/fakes/server.py`` binds ``socket.socket(family, SOCK_STREAM)`` (proto 0); asyncio's
+    ``_set_nodelay`` only acts on sockets whose ``proto`` is IPPROTO_TCP, so every keep-alive
+    response of the fakes waits ~40 ms for the client's delayed ACK. That is the fake's cost,
+    not the engine's; the benchmark removes it (and reports it once, measured as shipped).
+    """
+    if fileno is None and type == socket.SOCK_STREAM and proto == 0:
+        proto = socket.IPPROTO_TCP
+    return socket.socket(family, type, proto, fileno)
+
+
+@contextmanager
+def fakes_nodelay() -> Iterator[None]:
+    """Make the fakes created inside this block use TCP_NODELAY (see ``_tcp_socket``)."""
+    import tests.fakes.server as fake_server
+
+    # Only the fake server module's own ``socket`` name is replaced, and only inside the block.
+    patched = types.SimpleNamespace(**{**vars(socket), "socket": _tcp_socket})
+    original = vars(fake_server)["socket"]
+    setattr(fake_server, "socket", patched)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(fake_server, "socket", original)  # noqa: B010
+
+
+def serve_fakes() -> int:
+    """``--child-fakes``: ``python -m tests.fakes`` with TCP_NODELAY on its sockets."""
+    from tests.fakes.__main__ import main as fakes_main
+
+    with fakes_nodelay():
+        return fakes_main([])
+
+
+@contextmanager
+def fakes_process(*, nodelay: bool = True) -> Iterator[FakesProcess]:
+    args = ["bench.engine", "--child-fakes"] if nodelay else ["tests.fakes"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+        yield FakesProcess(info["openai_base_url"], info["searxng_url"], proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --- databases ---------------------------------------------------------------------------
+
+
+@contextmanager
+def sqlite_url() -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="fathom-bench-") as tmp:
+        yield f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"
+
+
+@contextmanager
+def postgres_url(server_url: str) -> Iterator[str]:
+    """A throwaway database on the server of ``server_url`` (as tests/conftest.py does)."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    server = make_url(server_url)
+    conninfo = server.set(drivername="postgresql").render_as_string(hide_password=False)
+    name = f"fathom_bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield server.set(drivername="postgresql+psycopg", database=name).render_as_string(
+            hide_password=False
+        )
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def database_url(kind: str) -> Iterator[str]:
+    if kind == "sqlite":
+        with sqlite_url() as url:
+            yield url
+    else:
+        server = os.environ.get("TEST_DATABASE_URL")
+        assert server, "TEST_DATABASE_URL is not set"
+        with postgres_url(server) as url:
+            yield url
+
+
+# --- timing proxies ----------------------------------------------------------------------
+
+
+class Timings:
+    """Seconds and call counts per kind of call (llm, search, store, wire_llm, wire_search)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.samples: dict[str, list[float]] = defaultdict(list)
+        self.keep_samples = False
+
+    def add(self, kind: str, seconds: float) -> None:
+        self.seconds[kind] += seconds
+        self.calls[kind] += 1
+        if self.keep_samples:
+            self.samples[kind].append(seconds)
+
+    def snapshot(self) -> dict[str, float]:
+        return dict(self.seconds)
+
+    async def timed(self, kind: str, call: Awaitable[T]) -> T:
+        start = time.perf_counter()
+        try:
+            return await call
+        finally:
+            self.add(kind, time.perf_counter() - start)
+
+
+class TimedModel:
+    """Wraps a ``ChatModel``: time spent inside its calls (SDK + HTTP + fake) is 'llm'."""
+
+    def __init__(self, inner: Any, timings: Timings) -> None:
+        self._inner = inner
+        self._t = timings
+
+    async def complete(self, messages: list[dict[str, str]], **kwargs: Any) -> str:
+        result: str = await self._t.timed("llm", self._inner.complete(messages, **kwargs))
+        return result
+
+    async def complete_json(self, messages: list[dict[str, str]], schema: Any, **kw: Any) -> Any:
+        return await self._t.timed("llm", self._inner.complete_json(messages, schema, **kw))
+
+
+class TimedSearch:
+    """Wraps a search provider: time inside ``search`` (httpx + fake + parsing) is 'search'."""
+
+    def __init__(self, inner: Any, timings: Timings) -> None:
+        self._inner = inner
+        self._t = timings
+        self.name = inner.name
+
+    async def search(self, query: str) -> Any:
+        return await self._t.timed("search", self._inner.search(query))
+
+
+class TimedStore:
+    """Wraps ``storage.Store``: every coroutine method's time is 'store' (and 'store.<name>')."""
+
+    def __init__(self, inner: Any, timings: Timings) -> None:
+        self._inner = inner
+        self._t = timings
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not asyncio.iscoroutinefunction(attr):
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await attr(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                self._t.add("store", elapsed)
+                self._t.add(f"store.{name}", elapsed)
+
+        return call
+
+
+def _timed_stream_class(base: type) -> type:
+    class TimedStream(base):  # type: ignore[misc, valid-type]
+        """The response body; the wire time ends when the body has been read."""
+
+        def __init__(self, inner: Any, done: Callable[[], None]) -> None:
+            self._inner, self._done = inner, done
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            try:
+                async for chunk in self._inner:
+                    yield chunk
+            finally:
+                self._done()
+
+        async def aclose(self) -> None:
+            self._done()
+            await self._inner.aclose()
+
+    return TimedStream
+
+
+class TimedTransport:
+    """Wraps an httpx/httpx2 transport: request sent -> response body read is 'wire_<kind>'."""
+
+    def __init__(self, inner: Any, timings: Timings, kind: str, stream_base: type) -> None:
+        self._inner = inner
+        self._t = timings
+        self._kind = kind
+        self._stream = _timed_stream_class(stream_base)
+
+    async def handle_async_request(self, request: Any) -> Any:
+        start = time.perf_counter()
+        response = await self._inner.handle_async_request(request)
+        finished = False
+
+        def done() -> None:
+            nonlocal finished
+            if not finished:
+                finished = True
+                self._t.add(self._kind, time.perf_counter() - start)
+
+        response.stream = self._stream(response.stream, done)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> TimedTransport:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._inner.__aexit__(*exc)
+
+
+def instrument_wire(runtime: Any, timings: Timings) -> bool:
+    """Put timing transports under the openai SDK's and the search provider's HTTP clients.
+
+    Uses private attributes of the SDK and of httpx; returns False (and the wire split is
+    simply not reported) if they have moved.
+    """
+    try:
+        import httpx2  # the openai SDK's HTTP library (a fork of httpx)
+
+        models = [runtime.llm.planner]
+        if runtime.llm.writer is not runtime.llm.planner:
+            models.append(runtime.llm.writer)
+        for model in models:
+            client = model._client._client
+            client._transport = TimedTransport(
+                client._transport, timings, "wire_llm", httpx2.AsyncByteStream
+            )
+        search_client = runtime.search._client
+        search_client._transport = TimedTransport(
+            search_client._transport, timings, "wire_search", httpx.AsyncByteStream
+        )
+    except (AttributeError, ImportError):
+        return False
+    return True
+
+
+# --- running researches ------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    runtime: Any
+    service: Any
+    timings: Timings
+    wire: bool
+
+
+@asynccontextmanager
+async def open_bench(
+    db_url: str, llm_url: str, search_url: str, *, wire: bool = True
+) -> AsyncIterator[Bench]:
+    from core.config import load_settings
+    from core.runtime import open_runtime
+    from core.service import ResearchService
+
+    overrides = {
+        k: v
+        for k, v in fathom_env(db_url, llm_url, search_url).items()
+        if k.startswith(ENV_PREFIXES) or k == "DATABASE_URL"
+    }
+    settings = load_settings(_env_file=None, **overrides)
+    async with open_runtime(settings) as runtime:
+        timings = Timings()
+        wired = instrument_wire(runtime, timings) if wire else False
+        planner = TimedModel(runtime.llm.planner, timings)
+        writer = (
+            planner
+            if runtime.llm.writer is runtime.llm.planner
+            else TimedModel(runtime.llm.writer, timings)
+        )
+        service = ResearchService(
+            store=TimedStore(runtime.store, timings),  # type: ignore[arg-type]
+            planner=planner,
+            writer=writer,
+            search=TimedSearch(runtime.search, timings),
+        )
+        yield Bench(runtime, service, timings, wired)
+
+
+async def one_run(service: Any, topic: str, depth: int = DEPTH) -> tuple[float, Any]:
+    """submit + execute of one research in its own new thread; (wall seconds, outcome)."""
+    from core.models import ResearchRequest, RunStatus, ThreadKey
+
+    key = ThreadKey(platform="cli", workspace="local", channel="local", thread=uuid.uuid4().hex)
+    request = ResearchRequest(topic=topic, depth=depth, thread=key, requested_by="bench")
+    start = time.perf_counter()
+    run, _ = await service.submit(request)
+    outcome = await service.execute(run.id)
+    wall = time.perf_counter() - start
+    if outcome.status is not RunStatus.SUCCEEDED or len(outcome.topics) != depth:
+        raise RuntimeError(f"benchmark run did not succeed: {outcome.as_json()}")
+    return wall, outcome
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def _distribution(samples: list[float]) -> dict[str, Any]:
+    """Median / p95 / max in ms and the total in seconds of a list of durations."""
+    if not samples:
+        return {"n": 0}
+    ordered = sorted(samples)
+    return {
+        "n": len(ordered),
+        "median": _ms(statistics.median(ordered)),
+        "p95": _ms(ordered[int(0.95 * (len(ordered) - 1))]),
+        "max": _ms(ordered[-1]),
+        "total_s": round(sum(ordered), 3),
+    }
+
+
+# --- (a) overhead per round ----------------------------------------------------------------
+
+
+async def bench_overhead(
+    db_url: str, fakes: FakesProcess, runs: int, warmup: int
+) -> dict[str, Any]:
+    fakes.configure(0.0, 0.0)
+    async with open_bench(db_url, fakes.llm_url, fakes.search_url) as bench:
+        for i in range(warmup):
+            await one_run(bench.service, f"warm-up topic {i}")
+        per_run: list[dict[str, float]] = []
+        store_calls: dict[str, list[float]] = defaultdict(list)
+        outcome: Any = None
+        for i in range(runs):
+            before = bench.timings.snapshot()
+            calls_before = dict(bench.timings.calls)
+            cpu_before = _cpu_seconds()
+            wall, outcome = await one_run(bench.service, f"solid-state batteries {i}")
+            cpu = _cpu_seconds() - cpu_before
+            after = bench.timings.snapshot()
+            delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+            delta["wall"] = wall
+            delta["cpu"] = cpu
+            per_run.append(delta)
+            for k, v in delta.items():
+                if k.startswith("store."):
+                    n = bench.timings.calls[k] - calls_before.get(k, 0)
+                    store_calls[k].append(v / max(n, 1))
+        calls_per_run = {
+            k: round(bench.timings.calls[k] / (runs + warmup), 2)
+            for k in sorted(bench.timings.calls)
+            if k.startswith("store.")
+        }
+
+    def med(key: str) -> float:
+        return statistics.median(r.get(key, 0.0) for r in per_run)
+
+    def per_round(key: str) -> float:
+        return _ms(med(key) / DEPTH)
+
+    overhead = [(r["wall"] - r.get("llm", 0.0) - r.get("search", 0.0)) / DEPTH for r in per_run]
+    client = [
+        (
+            r.get("llm", 0.0)
+            - r.get("wire_llm", 0.0)
+            + r.get("search", 0.0)
+            - r.get("wire_search", 0.0)
+        )
+        / DEPTH
+        for r in per_run
+    ]
+    return {
+        "runs": runs,
+        "warmup": warmup,
+        "wall_ms_per_run": _ms(med("wall")),
+        # CPU of this process (all threads) per run: what bounds concurrent runs per core.
+        "cpu_ms_per_run": _ms(med("cpu")),
+        "wall_ms_per_round": per_round("wall"),
+        "llm_ms_per_round": per_round("llm"),
+        "search_ms_per_round": per_round("search"),
+        "overhead_ms_per_round": _ms(statistics.median(overhead)),
+        "overhead_ms_per_round_p90": _ms(sorted(overhead)[int(0.9 * (len(overhead) - 1))]),
+        "store_ms_per_round": per_round("store"),
+        "other_engine_ms_per_round": _ms(
+            statistics.median(
+                o - r.get("store", 0.0) / DEPTH for o, r in zip(overhead, per_run, strict=True)
+            )
+        ),
+        "wire_measured": bench.wire,
+        "wire_llm_ms_per_round": per_round("wire_llm"),
+        "wire_search_ms_per_round": per_round("wire_search"),
+        "client_library_ms_per_round": _ms(statistics.median(client)),
+        "store_calls_per_run": calls_per_run,
+        "store_ms_per_call": {
+            k.removeprefix("store."): _ms(statistics.median(v))
+            for k, v in sorted(store_calls.items())
+        },
+        "usage": outcome.usage.model_dump() if outcome else None,
+    }
+
+
+# --- (b) latency-bound single run ----------------------------------------------------------
+
+
+async def bench_latency(db_url: str, fakes: FakesProcess, runs: int) -> dict[str, Any]:
+    async with open_bench(db_url, fakes.llm_url, fakes.search_url) as bench:
+        fakes.configure(0.0, 0.0)
+        await one_run(bench.service, "warm-up")  # connections, imports, first statements
+        fakes.configure(LLM_LATENCY, SEARCH_LATENCY)
+        samples = []
+        for i in range(runs):
+            before = bench.timings.snapshot()
+            wall, outcome = await one_run(bench.service, f"perovskite solar cells {i}")
+            after = bench.timings.snapshot()
+            usage = outcome.usage
+            floor = usage.llm_calls * LLM_LATENCY + usage.searches * SEARCH_LATENCY
+            llm = after.get("llm", 0.0) - before.get("llm", 0.0)
+            search = after.get("search", 0.0) - before.get("search", 0.0)
+            wire_llm = after.get("wire_llm", 0.0) - before.get("wire_llm", 0.0)
+            wire_search = after.get("wire_search", 0.0) - before.get("wire_search", 0.0)
+            samples.append(
+                {
+                    "wall_s": round(wall, 4),
+                    "floor_s": round(floor, 4),
+                    "ratio": round(wall / floor, 4),
+                    "llm_calls": usage.llm_calls,
+                    "searches": usage.searches,
+                    "prompt_tokens": usage.prompt_tokens,
+                    "completion_tokens": usage.completion_tokens,
+                    "ms_per_llm_call_beyond_latency": _ms(llm / usage.llm_calls - LLM_LATENCY),
+                    "ms_per_search_beyond_latency": _ms(search / usage.searches - SEARCH_LATENCY),
+                    "wire_ms_per_llm_call_beyond_latency": _ms(
+                        wire_llm / usage.llm_calls - LLM_LATENCY
+                    ),
+                    "wire_ms_per_search_beyond_latency": _ms(
+                        wire_search / usage.searches - SEARCH_LATENCY
+                    ),
+                    "ms_outside_calls": _ms(wall - llm - search),
+                }
+            )
+    best = sorted(samples, key=lambda s: s["ratio"])[len(samples) // 2]
+    return {"runs": runs, "median": best, "samples": samples}
+
+
+# --- (c) concurrency (runs in a fresh child process) ---------------------------------------
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _vm_hwm_bytes() -> int | None:
+    """This process's own peak RSS (``VmHWM``), which ``_reset_peak_rss`` can reset.
+
+    ``getrusage().ru_maxrss`` is the max of VmHWM and ``signal->maxrss``, and the latter keeps
+    the RSS of the pre-exec image: a child forked from a 120 MB benchmark process reports at
+    least 120 MB forever. VmHWM belongs to the current address space only.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the peak RSS (VmHWM, which getrusage reports) to the current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def concurrency_child(db_url: str, llm_url: str, search_url: str, n: int) -> dict[str, Any]:
+    """Body of the child process: one run alone, then ``n`` at once (same process, same pools)."""
+    async with open_bench(db_url, llm_url, search_url) as bench:
+        await one_run(bench.service, "warm-up")
+        single, _ = await one_run(bench.service, "single run")
+        rss_before = _rss_bytes()
+        peak_before = _peak_rss_bytes()
+        # Start-up (imports, the openai SDK's pydantic models) peaks higher than the runs do;
+        # reset the kernel's high-water mark so getrusage() reports the peak of the runs only.
+        peak_reset = _reset_peak_rss()
+        bench.timings.keep_samples = True
+        cpu_before = _cpu_seconds()
+        lag: list[float] = []
+        sampled: list[int] = []
+        checked_out: list[int] = []
+        pool = bench.runtime.database.engine.pool
+        stop = asyncio.Event()
+
+        async def sampler() -> None:
+            """Event-loop lag (a 20 ms sleep that takes longer) and current RSS."""
+            while not stop.is_set():
+                start = time.perf_counter()
+                await asyncio.sleep(0.02)
+                lag.append(time.perf_counter() - start - 0.02)
+                sampled.append(_rss_bytes())
+                checked_out.append(pool.checkedout())
+
+        sampler_task = asyncio.create_task(sampler())
+        start = time.perf_counter()
+        results = await asyncio.gather(
+            *(one_run(bench.service, f"concurrent topic {i}") for i in range(n)),
+            return_exceptions=True,
+        )
+        wall = time.perf_counter() - start
+        hwm = _vm_hwm_bytes()
+        cpu = _cpu_seconds() - cpu_before
+        stop.set()
+        await sampler_task
+        failures = [repr(r) for r in results if isinstance(r, BaseException)]
+        walls = sorted(r[0] for r in results if not isinstance(r, BaseException))
+        ru_maxrss = _peak_rss_bytes()
+        peak = hwm if hwm is not None and peak_reset else ru_maxrss
+        store = bench.timings.samples.get("store", [])
+        by_method = {
+            k.removeprefix("store."): _distribution(v)
+            for k, v in sorted(bench.timings.samples.items())
+            if k.startswith("store.")
+        }
+        pool_info: dict[str, Any] = {
+            "class": type(pool).__name__,
+            "max_checked_out": max(checked_out, default=0),
+        }
+        for attr in ("size", "_max_overflow", "_timeout"):
+            value = getattr(pool, attr, None)
+            value = value() if callable(value) else value
+            if value is not None:
+                pool_info[attr.strip("_")] = value
+    return {
+        "n": n,
+        "single_wall_s": round(single, 4),
+        "wall_s": round(wall, 4),
+        "wall_ratio": round(wall / single, 4),
+        "per_run_wall_s": {
+            "min": round(walls[0], 4) if walls else None,
+            "median": round(statistics.median(walls), 4) if walls else None,
+            "max": round(walls[-1], 4) if walls else None,
+        },
+        "failures": failures[:5],
+        "failed": len(failures),
+        "rss_before_mb": round(rss_before / 2**20, 2),
+        "peak_rss_mb": round(peak / 2**20, 2),
+        "peak_rss_method": "VmHWM reset before the runs" if peak is hwm else "ru_maxrss",
+        "ru_maxrss_mb": round(ru_maxrss / 2**20, 2),
+        "ru_maxrss_before_mb": round(peak_before / 2**20, 2),
+        "max_sampled_rss_mb": round(max(sampled, default=0) / 2**20, 2),
+        "mb_per_extra_run": round((peak - rss_before) / max(n - 1, 1) / 2**20, 4),
+        # Cross-check from /proc/self/statm samples (every 20 ms) during the runs.
+        "mb_per_extra_run_sampled": round(
+            (max(sampled, default=rss_before) - rss_before) / max(n - 1, 1) / 2**20, 4
+        ),
+        "peak_reset_before_runs": peak_reset,
+        "cpu_s": round(cpu, 3),
+        "cpu_share_of_wall": round(cpu / wall, 3),
+        "llm_ms_beyond_latency": _distribution(
+            [x - LLM_LATENCY for x in bench.timings.samples.get("llm", [])]
+        ),
+        "search_ms_beyond_latency": _distribution(
+            [x - SEARCH_LATENCY for x in bench.timings.samples.get("search", [])]
+        ),
+        "wire_llm_ms_beyond_latency": _distribution(
+            [x - LLM_LATENCY for x in bench.timings.samples.get("wire_llm", [])]
+        ),
+        "store_calls": len(store),
+        "store_ms": _distribution(store),
+        "store_ms_by_method": by_method,
+        "event_loop_lag_ms": {
+            "median": _ms(statistics.median(lag)) if lag else None,
+            "max": _ms(max(lag)) if lag else None,
+        },
+        "db_pool": pool_info,
+    }
+
+
+async def migrate(db_url: str) -> None:
+    from storage import Database
+
+    database = Database(db_url)
+    try:
+        await database.upgrade()
+    finally:
+        await database.dispose()
+
+
+def bench_concurrency(db_url: str, fakes: FakesProcess, n: int) -> dict[str, Any]:
+    # Migrate here: Alembic in the child would set its peak RSS before the runs even start.
+    asyncio.run(migrate(db_url))
+    fakes.configure(LLM_LATENCY, SEARCH_LATENCY)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.engine",
+            "--child-concurrency",
+            json.dumps([db_url, fakes.llm_url, fakes.search_url, n]),
+        ],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"concurrency child failed:\n{proc.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --- (d) the CLI as a process ----------------------------------------------------------------
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def bench_cli(runs: int) -> dict[str, Any]:
+    from tests.fakes import FakeLLMServer, FakeSearchServer
+
+    time_bin = Path("/usr/bin/time")
+    results: list[dict[str, Any]] = []
+    with (
+        fakes_nodelay(),
+        FakeLLMServer() as llm,
+        FakeSearchServer() as search,
+        sqlite_url() as db_url,
+        tempfile.TemporaryDirectory(prefix="fathom-bench-time-") as tmp,
+    ):
+        env = fathom_env(db_url, llm.base_url, search.url)
+        # A first `fathom research` on an empty database also runs the Alembic migrations;
+        # it is reported separately, the 5 measured runs find the schema current.
+        cold = _cli_once(env, llm, time_bin, Path(tmp) / "cold.txt", "cold start topic")
+        for i in range(runs):
+            results.append(_cli_once(env, llm, time_bin, Path(tmp) / f"{i}.txt", f"cli topic {i}"))
+        # Diagnostics (not measured): where the start-up time goes.
+        profiled = _cli_once(
+            {**env, "PYTHONPROFILEIMPORTTIME": "1"},
+            llm,
+            time_bin,
+            Path(tmp) / "profiled.txt",
+            "import profile topic",
+        )
+    first = [r["first_request_s"] for r in results]
+    rss = [r["peak_rss_mb"] for r in results]
+    for r in results:
+        r.pop("stderr", None)
+    return {
+        "runs": runs,
+        "first_request_s": round(_median(first), 4),
+        "first_request_s_all": [round(x, 4) for x in first],
+        "process_wall_s": round(_median([r["wall_s"] for r in results]), 4),
+        "peak_rss_mb": round(_median(rss), 2),
+        "peak_rss_mb_all": rss,
+        "rss_method": results[0]["rss_method"],
+        "cold_first_run": {k: v for k, v in cold.items() if k != "stderr"},
+        "imports": parse_importtime(profiled["stderr"]),
+        "first_request_s_with_importtime": round(profiled["first_request_s"], 4),
+        "import_openai": import_cost("import openai", runs),
+        "python_startup": import_cost("pass", runs),
+    }
+
+
+def _cli_once(
+    env: dict[str, str], llm: Any, time_bin: Path, out: Path, topic: str
+) -> dict[str, Any]:
+    llm.fake.reset()
+    # The installed entry point, as an operator runs it (``python -m bots.cli`` if absent).
+    fathom = [str(FATHOM)] if FATHOM.exists() else [sys.executable, "-m", "bots.cli"]
+    cmd = [*fathom, "research", topic, "--depth", str(DEPTH), "--json"]
+    use_time = time_bin.exists()
+    if use_time:
+        cmd = [str(time_bin), "-f", "%M", "-o", str(out), *cmd]
+    start = time.time()
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    stdout, stderr = proc.communicate(timeout=120)
+    wall = time.time() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"fathom research failed ({proc.returncode}):\n{stderr[-3000:]}")
+    requests = llm.fake.requests
+    if use_time:
+        peak_kb = int(out.read_text().strip().splitlines()[-1])
+        method = "/usr/bin/time -f %M"
+    else:
+        peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        method = "getrusage(RUSAGE_CHILDREN)"
+    data = json.loads(stdout)
+    return {
+        "first_request_s": requests[0].time - start,
+        "wall_s": wall,
+        "peak_rss_mb": round(peak_kb / 1024, 2),
+        "rss_method": method,
+        "llm_calls": data["usage"]["llm_calls"],
+        "prompt_tokens": data["usage"]["prompt_tokens"],
+        "stderr": stderr,
+    }
+
+
+def import_cost(code: str, runs: int) -> dict[str, float]:
+    walls, peaks = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        proc = subprocess.run(
+            ["/usr/bin/time", "-f", "%M", sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        walls.append(time.perf_counter() - start)
+        peaks.append(int(proc.stderr.strip().splitlines()[-1]) / 1024)
+    return {"wall_s": round(_median(walls), 4), "peak_rss_mb": round(_median(peaks), 2)}
+
+
+def parse_importtime(stderr: str, top: int = 12) -> dict[str, Any]:
+    """Total import time and the heaviest top-level packages from ``-X importtime`` output."""
+    by_root: dict[str, int] = defaultdict(int)
+    total = 0
+    for line in stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        _self, cumulative, name = line.split("|", 2)
+        level = (len(name) - len(name.lstrip(" ")) - 1) // 2
+        if level == 0:  # top-level imports: their cumulative times add up to the total
+            us = int(cumulative)
+            total += us
+            by_root[name.strip().split(".")[0]] += us
+    heaviest = sorted(by_root.items(), key=lambda kv: kv[1], reverse=True)[:top]
+    return {
+        "total_ms": round(total / 1000, 1),
+        "heaviest_ms": {name: round(us / 1000, 1) for name, us in heaviest},
+    }
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def verdict(value: float | None, goal: float, *, lower_is_better: bool = True) -> str:
+    if value is None:
+        return "n/a"
+    return "yes" if (value < goal if lower_is_better else value > goal) else "**no**"
+
+
+def table(results: dict[str, Any]) -> str:
+    rows: list[tuple[str, str, str, str]] = []
+    for name, a in results["a"].items():
+        rows.append(
+            (
+                f"(a) engine overhead per round, excl. LLM/search calls ({name})",
+                "< 15 ms",
+                f"{a['overhead_ms_per_round']:.2f} ms (store {a['store_ms_per_round']:.2f} ms;"
+                f" wall {a['wall_ms_per_round']:.2f} ms/round;"
+                f" CPU {a['cpu_ms_per_run']:.0f} ms/run)",
+                verdict(a["overhead_ms_per_round"], GOALS["a_overhead_ms_per_round"]),
+            )
+        )
+    b = results["b"]["median"]
+    rows.append(
+        (
+            "(b) depth-3 wall / (LLM calls x 0.4 s + searches x 0.3 s)",
+            "<= 1.05",
+            f"{b['ratio']:.3f} ({b['wall_s']:.3f} s / {b['floor_s']:.2f} s)",
+            "yes" if b["ratio"] <= GOALS["b_ratio"] else "**no**",
+        )
+    )
+    for name, c in results["c"].items():
+        rows.append(
+            (
+                f"(c) {c['n']} concurrent runs: wall / one run ({name})",
+                "<= 1.5",
+                f"{c['wall_ratio']:.3f} ({c['wall_s']:.2f} s / {c['single_wall_s']:.2f} s;"
+                f" CPU {c['cpu_share_of_wall']:.0%} of wall, store median"
+                f" {c['store_ms']['median']:.0f} ms)",
+                "yes" if c["wall_ratio"] <= GOALS["c_wall_ratio"] else "**no**",
+            )
+        )
+        rows.append(
+            (
+                f"(c) RSS per extra concurrent run ({name})",
+                "< 2 MB",
+                f"{c['mb_per_extra_run']:.3f} MB (peak {c['peak_rss_mb']:.1f} MB,"
+                f" before {c['rss_before_mb']:.1f} MB)",
+                verdict(c["mb_per_extra_run"], GOALS["c_mb_per_run"]),
+            )
+        )
+    d = results["d"]
+    rows.append(
+        (
+            f"(d) `fathom research`: process start -> first LLM request (median of {d['runs']})",
+            "< 1.0 s",
+            f"{d['first_request_s']:.3f} s",
+            verdict(d["first_request_s"], GOALS["d_first_request_s"]),
+        )
+    )
+    rows.append(
+        (
+            f"(d) `fathom research` peak RSS (median of {d['runs']})",
+            "< 115 MB",
+            f"{d['peak_rss_mb']:.1f} MB",
+            verdict(d["peak_rss_mb"], GOALS["d_peak_rss_mb"]),
+        )
+    )
+    rows.append(
+        (
+            "(context) `python -c 'import openai'`",
+            "-",
+            f"{d['import_openai']['wall_s']:.3f} s, {d['import_openai']['peak_rss_mb']:.1f} MB",
+            "-",
+        )
+    )
+    u = results["b"]["median"]
+    rows.append(
+        (
+            "LLM calls per depth-3 run",
+            "<= 5",
+            str(u["llm_calls"]),
+            "yes" if u["llm_calls"] <= GOALS["llm_calls_per_run"] else "**no**",
+        )
+    )
+    rows.append(("prompt tokens per depth-3 report (whole run)", "-", str(u["prompt_tokens"]), "-"))
+    lines = ["| benchmark | goal | result | met? |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b_} | {c_} | {d_} |" for a, b_, c_, d_ in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller N (CI-sized)")
+    parser.add_argument("--child-concurrency", help=argparse.SUPPRESS)
+    parser.add_argument("--child-fakes", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL runs")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    # Settings a developer exported must not leak into the measured configuration.
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIXES) or name == "DATABASE_URL":
+            del os.environ[name]
+    if args.child_fakes:
+        return serve_fakes()
+    if args.child_concurrency:
+        db_url, llm_url, search_url, n = json.loads(args.child_concurrency)
+        result = asyncio.run(concurrency_child(db_url, llm_url, search_url, int(n)))
+        print(json.dumps(result))
+        return 0
+
+    quick = args.quick
+    a_runs, a_warmup = (5, 1) if quick else (30, 3)
+    b_runs = 1 if quick else 3
+    c_n = 20 if quick else 100
+    d_runs = 2 if quick else 5
+    kinds = ["sqlite"]
+    if os.environ.get("TEST_DATABASE_URL") and not args.no_postgres:
+        kinds.append("postgresql")
+
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "command": "python -m bench.engine" + (" --quick" if quick else ""),
+        "quick": quick,
+        "goals": GOALS,
+        "a": {},
+        "c": {},
+    }
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    with fakes_process() as fakes:
+        for kind in kinds:
+            say(f"(a) overhead per round on {kind}: {a_runs} runs …")
+            with database_url(kind) as url:
+                results["a"][kind] = asyncio.run(bench_overhead(url, fakes, a_runs, a_warmup))
+            say(json.dumps(results["a"][kind]))
+        say(f"(b) latency-bound run x{b_runs} …")
+        with sqlite_url() as url:
+            results["b"] = asyncio.run(bench_latency(url, fakes, b_runs))
+        say(json.dumps(results["b"]["median"]))
+        for kind in kinds:
+            say(f"(c) {c_n} concurrent runs on {kind} …")
+            with database_url(kind) as url:
+                results["c"][kind] = bench_concurrency(url, fakes, c_n)
+            say(json.dumps(results["c"][kind]))
+    say("(a) again on sqlite with the fakes as shipped (Nagle on) …")
+    with fakes_process(nodelay=False) as fakes, sqlite_url() as url:
+        results["a_fakes_as_shipped"] = asyncio.run(bench_overhead(url, fakes, a_runs, a_warmup))
+    say(json.dumps(results["a_fakes_as_shipped"]))
+    say(f"(d) fathom research x{d_runs} …")
+    results["d"] = bench_cli(d_runs)
+    say(json.dumps(results["d"]))
+
+    results["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    m = results["machine"]
+    print(f"{m['date']}, {m['nproc']} CPUs ({m['cpu']}), Python {m['python']}\n")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
