@@ -197,7 +197,7 @@ def _show_outcome(outcome: RunOutcome, *, output: Path | None, as_json: bool) ->
             from rich.console import Console
             from rich.markdown import Markdown
 
-            Console().print(Markdown(outcome.report_markdown))
+            Console().print(Markdown(outcome.report_markdown, hyperlinks=False))
         else:
             sys.stdout.write(outcome.report_markdown)
     err.print(f"thread: {outcome.thread}  run: {outcome.run_id}", highlight=False)

@@ -25,18 +25,25 @@ class ConsoleProgress:
         self.events.append(event)
         if self._quiet:
             return
-        if not self._console.is_terminal:
-            self._console.print(event.text, markup=False, highlight=False, soft_wrap=True)
-            return
-        if event.kind in (ProgressKind.SEARCHED, ProgressKind.FINISHED, ProgressKind.STARTED):
-            self._console.print(event.text, markup=False, highlight=False)
-        if event.kind is ProgressKind.FINISHED:
+        line = self._line(event)
+        if line is not None:
+            self._console.print(line, markup=False, highlight=False, soft_wrap=True)
+        if not self._console.is_terminal or event.kind is ProgressKind.FINISHED:
             self.close()
         elif self._status is None:
             self._status = self._console.status(event.text)
             self._status.start()
         else:
             self._status.update(event.text)
+
+    @staticmethod
+    def _line(event: ProgressEvent) -> str | None:
+        """The lasting lines; transient statuses only show in the spinner on a terminal."""
+        if event.kind is ProgressKind.SEARCHED:
+            return f"{event.text} ({event.topic})" if event.topic else event.text
+        if event.kind in (ProgressKind.STARTED, ProgressKind.FINISHED):
+            return event.text
+        return None
 
     def close(self) -> None:
         if self._status is not None:
