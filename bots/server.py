@@ -9,12 +9,14 @@ rest for the next start to resume.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -26,7 +28,7 @@ from core.config import ConfigError, Settings
 from core.delivery import ResearchJob
 from core.jobs import InProcessJobRunner
 from core.runtime import open_runtime
-from storage import HEAD_REVISION, Database
+from storage import HEAD_REVISION, Database, Store
 
 if TYPE_CHECKING:
     from bots.slack.app import SlackAdapter
@@ -64,13 +66,17 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
 
                 slack = await open_slack(settings, runtime, job, runner)
             app.state.slack = slack
+            housekeeping: asyncio.Task[None] | None = None
             if upgrade or await runtime.database.schema_is_current():
                 await runner.start()
+                housekeeping = asyncio.create_task(_forget_old_events(runtime.store))
             else:
                 log.error("database schema is not current: run `fathom db upgrade`")
             try:
                 yield
             finally:
+                if housekeeping is not None:
+                    housekeeping.cancel()
                 if slack is not None:
                     await slack.close()
                 await runner.stop()
@@ -87,6 +93,22 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
     )
     app.state.slack = None
     return app
+
+
+#: Platform deliveries are remembered this long (Slack retries within minutes).
+EVENT_MEMORY = timedelta(days=7)
+
+
+async def _forget_old_events(store: Store) -> None:
+    """Keep ``processed_events`` small: prune at start, then once a day."""
+    while True:
+        try:
+            pruned = await store.prune_events(EVENT_MEMORY)
+            if pruned:
+                log.info("forgot %d platform events older than %s", pruned, EVENT_MEMORY)
+        except Exception:
+            log.warning("pruning processed events failed", exc_info=True)
+        await asyncio.sleep(86_400)
 
 
 async def slack_route(request: Request) -> Response:

@@ -826,3 +826,26 @@ def test_manifests_request_the_scopes_the_install_asks_for() -> None:
         scopes = re.findall(r"^\s+- ([a-z:._]+)", section, re.MULTILINE)
         assert tuple(scopes) == BOT_SCOPES, name
         assert "app_mention" in content and "message.im" in content
+
+
+async def test_serve_forgets_platform_events_older_than_a_week(
+    start_bot: BotFactory, tmp_path: Path
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'events.db'}"
+    database = Database(url)
+    await database.upgrade()
+    store = Store(database)
+    assert await store.claim_event("slack:event:old")
+    assert await store.claim_event("slack:event:recent")
+    async with database.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE processed_events SET created_at = '2020-01-01 00:00:00' WHERE key = :k"),
+            {"k": "slack:event:old"},
+        )
+    await start_bot(database_url=url)
+    deadline = time.monotonic() + 10
+    while await store.claim_event("slack:event:old") is False:
+        assert time.monotonic() < deadline, "old event was not pruned at start-up"
+        await asyncio.sleep(0.1)
+    assert await store.claim_event("slack:event:recent") is False
+    await database.dispose()
