@@ -228,6 +228,11 @@ class SlackCommands:
             log.warning("ephemeral reply in %s failed (%s)", channel, describe_error(exc))
 
 
+async def _ack_event(ack: AsyncAck) -> None:
+    """Events are acknowledged at once; the lazy listener does the work afterwards."""
+    await ack()
+
+
 class _TokenFromEnvNoise(logging.Filter):
     """Bolt reads SLACK_BOT_TOKEN from the environment and warns that our ``client`` wins;
     it does on purpose (``authorize`` supplies the token), so the warning is noise."""
@@ -255,12 +260,16 @@ def build_bolt_app(
         oauth_settings=oauth,
         request_verification_enabled=True,
         ignoring_self_events_enabled=True,
+        # Listeners answer Slack themselves: the slash command acks after its (DB-only)
+        # work, events ack at once and are handled in lazy listeners. This skips Bolt's
+        # 10 ms ack-polling loop per request.
+        process_before_response=True,
         raise_error_for_unhandled_request=False,
         logger=bolt_log,
     )
     app.command(re.compile(r"^/.+"))(commands.on_command)  # whatever the app names it
-    app.event("app_mention")(commands.on_mention)
-    app.event("message")(commands.on_message)
+    app.event("app_mention")(ack=_ack_event, lazy=[commands.on_mention])
+    app.event("message")(ack=_ack_event, lazy=[commands.on_message])
     return app
 
 
