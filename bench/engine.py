@@ -26,13 +26,11 @@ import os
 import platform
 import resource
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import types
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -151,49 +149,10 @@ class FakesProcess:
             ).raise_for_status()
 
 
-def _tcp_socket(
-    family: int = socket.AF_INET, type: int = socket.SOCK_STREAM, proto: int = 0, fileno: Any = None
-) -> socket.socket:
-    """``socket.socket`` that names IPPROTO_TCP, so asyncio turns Nagle off on accepted sockets.
-
-    ``tests/fakes/server.py`` binds ``socket.socket(family, SOCK_STREAM)`` (proto 0); asyncio's
-    ``_set_nodelay`` only acts on sockets whose ``proto`` is IPPROTO_TCP, so every keep-alive
-    response of the fakes waits ~40 ms for the client's delayed ACK. That is the fake's cost,
-    not the engine's; the benchmark removes it (and reports it once, measured as shipped).
-    """
-    if fileno is None and type == socket.SOCK_STREAM and proto == 0:
-        proto = socket.IPPROTO_TCP
-    return socket.socket(family, type, proto, fileno)
-
-
 @contextmanager
-def fakes_nodelay() -> Iterator[None]:
-    """Make the fakes created inside this block use TCP_NODELAY (see ``_tcp_socket``)."""
-    import tests.fakes.server as fake_server
-
-    # Only the fake server module's own ``socket`` name is replaced, and only inside the block.
-    patched = types.SimpleNamespace(**{**vars(socket), "socket": _tcp_socket})
-    original = vars(fake_server)["socket"]
-    setattr(fake_server, "socket", patched)  # noqa: B010
-    try:
-        yield
-    finally:
-        setattr(fake_server, "socket", original)  # noqa: B010
-
-
-def serve_fakes() -> int:
-    """``--child-fakes``: ``python -m tests.fakes`` with TCP_NODELAY on its sockets."""
-    from tests.fakes.__main__ import main as fakes_main
-
-    with fakes_nodelay():
-        return fakes_main([])
-
-
-@contextmanager
-def fakes_process(*, nodelay: bool = True) -> Iterator[FakesProcess]:
-    args = ["bench.engine", "--child-fakes"] if nodelay else ["tests.fakes"]
+def fakes_process() -> Iterator[FakesProcess]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", *args],
+        [sys.executable, "-m", "tests.fakes"],
         cwd=ROOT,
         env=clean_env(),
         stdout=subprocess.PIPE,
@@ -674,7 +633,7 @@ async def concurrency_child(db_url: str, llm_url: str, search_url: str, n: int) 
         lag: list[float] = []
         sampled: list[int] = []
         checked_out: list[int] = []
-        pool = bench.runtime.database.engine.pool
+        pool = bench.runtime.database.pool  # the store's pool (on SQLite: one worker thread's)
         stop = asyncio.Event()
 
         async def sampler() -> None:
@@ -809,7 +768,6 @@ def bench_cli(runs: int) -> dict[str, Any]:
     time_bin = Path("/usr/bin/time")
     results: list[dict[str, Any]] = []
     with (
-        fakes_nodelay(),
         FakeLLMServer() as llm,
         FakeSearchServer() as search,
         sqlite_url() as db_url,
@@ -1016,7 +974,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller N (CI-sized)")
     parser.add_argument("--child-concurrency", help=argparse.SUPPRESS)
-    parser.add_argument("--child-fakes", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL runs")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -1024,8 +981,6 @@ def main(argv: list[str] | None = None) -> int:
     for name in list(os.environ):
         if name.startswith(ENV_PREFIXES) or name == "DATABASE_URL":
             del os.environ[name]
-    if args.child_fakes:
-        return serve_fakes()
     if args.child_concurrency:
         db_url, llm_url, search_url, n = json.loads(args.child_concurrency)
         result = asyncio.run(concurrency_child(db_url, llm_url, search_url, int(n)))
@@ -1068,10 +1023,6 @@ def main(argv: list[str] | None = None) -> int:
             with database_url(kind) as url:
                 results["c"][kind] = bench_concurrency(url, fakes, c_n)
             say(json.dumps(results["c"][kind]))
-    say("(a) again on sqlite with the fakes as shipped (Nagle on) …")
-    with fakes_process(nodelay=False) as fakes, sqlite_url() as url:
-        results["a_fakes_as_shipped"] = asyncio.run(bench_overhead(url, fakes, a_runs, a_warmup))
-    say(json.dumps(results["a_fakes_as_shipped"]))
     say(f"(d) fathom research x{d_runs} …")
     results["d"] = bench_cli(d_runs)
     say(json.dumps(results["d"]))

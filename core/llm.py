@@ -15,6 +15,8 @@ import json
 import logging
 import math
 import re
+import sys
+import types
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_args
 from urllib.parse import urlsplit
 
@@ -23,6 +25,8 @@ from pydantic import BaseModel, ValidationError
 from core.models import Usage
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
     from openai import AsyncOpenAI
 
@@ -33,6 +37,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T", bound=BaseModel)
 JsonMode = Literal["auto", "json_schema", "json_object", "prompt"]
 _RAW_LIMIT = 2000
+_OPENAI_AIOHTTP = "openai._vendor.httpx_aiohttp"
 _THINK = re.compile(r"^\s*(?:<think>.*?</think>\s*)+", re.DOTALL)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 _STATUS_REASONS = {
@@ -132,6 +137,22 @@ def _parse(text: str, schema: type[T]) -> T:
         raise _BadJSON(f"it did not match the expected fields ({problems})") from None
 
 
+def _import_openai() -> types.ModuleType:
+    """``import openai``, without the optional aiohttp transport it would load eagerly.
+
+    ``openai._base_client`` imports its vendored aiohttp transport whenever aiohttp is
+    installed (it is: the Slack SDK uses it), which costs about 0.1 s and 10 MB at start-up.
+    Fathom never uses that transport, so unless aiohttp is already loaded the vendored
+    module is marked absent, which the SDK handles as "aiohttp extra not installed".
+    """
+    if not any(name in sys.modules for name in ("openai", "aiohttp", _OPENAI_AIOHTTP)):
+        # None in sys.modules makes the import raise ImportError (importlib's documented way).
+        sys.modules[_OPENAI_AIOHTTP] = None  # type: ignore[assignment]
+    import openai
+
+    return openai
+
+
 def _estimate_tokens(chars: int) -> int:
     return math.ceil(chars / 4)
 
@@ -149,8 +170,14 @@ class ChatModel:
         max_retries: int = 3,
         json_mode: str = "auto",
         http_client: httpx.AsyncClient | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        from openai import AsyncOpenAI
+        """``ssl_context``: share one TLS context between clients (see core.runtime).
+
+        Without it (and without ``http_client``) the SDK builds its own client and loads a
+        CA bundle for it, about 30 ms even for an ``http://`` endpoint.
+        """
+        openai = _import_openai()
 
         if json_mode not in get_args(JsonMode):
             raise ValueError(f"json_mode must be one of {get_args(JsonMode)}, not {json_mode!r}")
@@ -159,12 +186,16 @@ class ChatModel:
         self.timeout = timeout
         self._api_key = api_key
         self._json_confirmed = False  # an answer in auto mode proved response_format works
-        self._client: AsyncOpenAI = AsyncOpenAI(
+        client: Any = http_client
+        if client is None and ssl_context is not None:
+            # The SDK's own defaults (limits, redirects), with the shared TLS context.
+            client = openai.DefaultAsyncHttpxClient(verify=ssl_context, timeout=timeout)
+        self._client: AsyncOpenAI = openai.AsyncOpenAI(
             api_key=api_key,
             base_url=base_url,
             timeout=timeout,
             max_retries=max_retries,
-            http_client=cast(Any, http_client),
+            http_client=client,
         )
         self.base_url = str(self._client.base_url)
 
@@ -308,12 +339,15 @@ class LLMClients:
         self.writer = writer
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> LLMClients:
+    def from_settings(
+        cls, settings: Settings, *, ssl_context: ssl.SSLContext | None = None
+    ) -> LLMClients:
         settings.require_llm()
         common: dict[str, Any] = {
             "timeout": settings.llm_timeout,
             "max_retries": settings.llm_max_retries,
             "json_mode": settings.llm_json_mode,
+            "ssl_context": ssl_context,
         }
         planner_key = settings.openai_api_key or ""
         planner = ChatModel(

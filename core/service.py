@@ -62,6 +62,13 @@ class TextModel(JsonModel, Protocol):
     async def complete(self, messages: list[dict[str, str]], *, usage: Usage) -> str: ...
 
 
+@dataclass
+class _CancelFlag:
+    """Whether a cancel was requested for an executing run, as last seen."""
+
+    requested: bool
+
+
 class RunRejected(ValueError):
     """The request cannot start now (e.g. a run is already active in the thread)."""
 
@@ -132,6 +139,8 @@ class ResearchService:
         self._store = store
         self._writer = writer
         self._strategy = IterativeStrategy(planner, search)
+        # Runs executing in this process, with their cancel flag (see StepHooks.is_cancelled).
+        self._executing: dict[str, _CancelFlag] = {}
 
     @property
     def store(self) -> Store:
@@ -139,16 +148,14 @@ class ResearchService:
 
     async def submit(self, request: ResearchRequest) -> tuple[RunRecord, bool]:
         """Create the run row (or find the one this request already created)."""
-        thread = await self._store.get_thread(str(request.thread))
-        if thread is not None:
-            active = await self._store.latest_run_for_thread(thread.id)
-            if active is not None and not RunStatus(active.status).finished:
-                if request.dedupe_key is not None and active.dedupe_key == request.dedupe_key:
-                    return active, False  # the same request delivered again
-                raise RunRejected(
-                    f"A research is already running in this thread (run {active.id}); "
-                    "wait for it to finish or cancel it."
-                )
+        active = await self._store.latest_run_in_thread(str(request.thread))
+        if active is not None and not RunStatus(active.status).finished:
+            if request.dedupe_key is not None and active.dedupe_key == request.dedupe_key:
+                return active, False  # the same request delivered again
+            raise RunRejected(
+                f"A research is already running in this thread (run {active.id}); "
+                "wait for it to finish or cancel it."
+            )
         key = request.thread
         return await self._store.create_run(
             thread_key=str(key),
@@ -175,8 +182,7 @@ class ResearchService:
         elif RunStatus(run.status).finished:
             return await self._stored_outcome(run)
         resuming = run.status == RunStatus.RUNNING.value or run.rounds_done > 0
-        run = await self._store.start_run(run_id)
-        raw = await self._store.load_variables(run.thread_id)
+        run, raw = await self._store.begin_run(run_id)
         variables = ThreadVariables.model_validate(raw) if raw else ThreadVariables()
         if not resuming:
             variables.next_search_topic = None
@@ -204,11 +210,16 @@ class ResearchService:
             except Exception:  # showing progress must never break the research
                 log.warning("progress sink failed for run %s", run.id, exc_info=True)
 
+        cancel = _CancelFlag(run.cancel_requested)
+
+        async def checkpoint(current: RunState) -> None:
+            if await self._checkpoint(current):
+                cancel.requested = True
+
         hooks = StepHooks(
-            checkpoint=self._checkpoint,
-            progress=publish,
-            is_cancelled=lambda: self._store.is_cancel_requested(run.id),
+            checkpoint=checkpoint, progress=publish, is_cancelled=lambda: cancel.requested
         )
+        self._executing[run.id] = cancel
         status, error, reason = RunStatus.FAILED, None, None
         markdown: str | None = None
         sources: list[Source] = []
@@ -238,6 +249,9 @@ class ResearchService:
         except Exception as exc:
             log.exception("run %s failed", run.id)
             error = f"{type(exc).__name__}: {exc}"[:500]
+        finally:
+            if self._executing.get(run.id) is cancel:
+                del self._executing[run.id]
         finished = await self._finish(state, status, markdown, sources, error)
         outcome = RunOutcome(
             run_id=run.id,
@@ -268,11 +282,17 @@ class ResearchService:
         return await self.execute(run_id, progress)
 
     async def cancel(self, run_id: str) -> bool:
-        return await self._store.request_cancel(run_id)
+        """Flag the run for cancellation; it stops at its next step (False: it has ended)."""
+        requested = await self._store.request_cancel(run_id)
+        flag = self._executing.get(run_id)
+        if requested and flag is not None:
+            flag.requested = True  # running here: no need to wait for its next checkpoint
+        return requested
 
     # -- steps ----------------------------------------------------------------
-    async def _checkpoint(self, state: RunState) -> None:
-        await self._store.checkpoint(
+    async def _checkpoint(self, state: RunState) -> bool:
+        """Persist the state; True when a cancel has been requested for the run."""
+        return await self._store.checkpoint(
             state.run_id,
             variables=state.variables.public_dict(),
             rounds_done=state.searches_done,

@@ -7,18 +7,22 @@ import asyncio
 import json
 import re
 import signal
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from core.config import load_settings
 from core.llm import ChatModel
 from core.models import ResearchRequest, RunStatus, ThreadKey
 from core.progress import ProgressEvent, ProgressKind
+from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider
 from core.service import ResearchService, RunOutcome
 from storage import Database, Store
@@ -458,6 +462,8 @@ async def test_cancel_request_stops_the_run(harness: Harness) -> None:
     outcome = await harness.service.execute(run_id, progress)
     assert outcome.status is RunStatus.CANCELLED
     assert len(harness.search.fake.queries) == 1
+    # Cancelled through this process's service: seen at the start of the next round at once.
+    assert len(harness.planner_requests()) == 1
     assert outcome.report_markdown is None
     assert progress.final == "Research cancelled after 1 of 3 searches."
     run = await harness.store.get_run(run_id)
@@ -473,6 +479,35 @@ async def test_cancel_request_stops_the_run(harness: Harness) -> None:
     assert len(harness.search.fake.queries) == 3
     assert harness.search.fake.queries.count(first_query) == 1
     assert len(resumed.topics) == 3
+
+
+async def test_cancel_from_another_process_is_seen_at_the_next_checkpoint(
+    harness: Harness,
+) -> None:
+    run_id = await harness.submit()
+    database, other = await fresh_store(harness.url)  # e.g. a Slack replica
+    try:
+        progress = after_search(1, lambda: other.request_cancel(run_id))
+        outcome = await harness.service.execute(run_id, progress)
+    finally:
+        await database.dispose()
+    assert outcome.status is RunStatus.CANCELLED
+    assert progress.final == "Research cancelled after 1 of 3 searches."
+    # The flag arrives with the checkpoint after the next plan, before that plan's search.
+    assert len(harness.search.fake.queries) == 1
+    assert len(harness.planner_requests()) == 2
+    assert harness.writer_requests() == []
+    run = await harness.store.get_run(run_id)
+    assert run is not None and (run.status, run.rounds_done) == ("cancelled", 1)
+
+
+@sqlite_only
+async def test_a_run_cancelled_before_it_starts_does_nothing(harness: Harness) -> None:
+    run_id = await harness.submit()
+    assert await harness.service.cancel(run_id)
+    outcome = await harness.service.execute(run_id)
+    assert outcome.status is RunStatus.CANCELLED
+    assert harness.planner_requests() == [] and harness.search.fake.queries == []
 
 
 async def test_interrupted_task_resumes_without_repeating_searches(harness: Harness) -> None:
@@ -570,3 +605,99 @@ async def test_resume_after_a_crash(
     assert final.searches == 3
     assert final.report_markdown is not None and final.report_markdown.count("## Sources") == 1
     assert len(await harness.store.thread_runs(final.thread_id)) == 1
+
+
+# --- the runtime's shared TLS context ------------------------------------------------------
+
+
+def _self_signed_cert(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (its own CA) and its key, made with the openssl CLI."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    try:
+        subprocess.run(
+            [
+                *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+                *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+                *("-addext", "subjectAltName=IP:127.0.0.1"),
+            ],
+            check=True,
+            capture_output=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot make a test certificate with openssl: {exc}")
+    return cert, key
+
+
+async def _https_get(verify: ssl.SSLContext, cert: Path, key: Path) -> int:
+    """Status of a GET through httpx to a one-response HTTPS server on 127.0.0.1."""
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass  # the client refused the certificate
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(respond, "127.0.0.1", 0, ssl=server_ctx)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(verify=verify, trust_env=False) as client:
+            return (await client.get(f"https://127.0.0.1:{port}/")).status_code
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_the_shared_tls_context_loads_certificates_at_the_first_handshake(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = _self_signed_cert(tmp_path)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    tls = DeferredTrustContext()
+    assert tls.verify_mode is ssl.CERT_REQUIRED and tls.check_hostname
+    assert tls.cert_store_stats()["x509_ca"] == 0  # building it loaded nothing
+    assert await _https_get(tls, cert, key) == 204
+    assert tls.cert_store_stats()["x509_ca"] == 1  # SSL_CERT_FILE, as httpx would use it
+
+    monkeypatch.delenv("SSL_CERT_FILE")
+    default = DeferredTrustContext()  # system store + certifi: a self-signed cert is refused
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        await _https_get(default, cert, key)
+    assert default.cert_store_stats()["x509_ca"] > 100
+
+
+async def test_the_runtime_shares_one_tls_context(
+    llm_server: FakeLLMServer, search_server: FakeSearchServer, tmp_path: Path
+) -> None:
+    settings = load_settings(
+        _env_file=None,
+        DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'f.db'}",
+        OPENAI_BASE_URL=llm_server.base_url,
+        OPENAI_API_KEY=KEY,
+        FATHOM_SEARCH="searxng",
+        SEARXNG_URL=search_server.url,
+        FATHOM_SEARCH_CACHE_TTL=0,  # the provider itself, not wrapped in the cache
+    )
+    async with open_runtime(settings) as runtime:
+        search_client: Any = runtime.search._client  # type: ignore[attr-defined]
+        llm_client: Any = runtime.llm.planner._client._client
+        # httpcore's pools (private, but the only place the contexts can be seen)
+        search_tls = search_client._transport._pool._ssl_context
+        assert isinstance(search_tls, DeferredTrustContext)
+        assert llm_client._transport._pool._ssl_context is search_tls
+        run, _ = await runtime.service.submit(
+            ResearchRequest(
+                topic=TOPIC,
+                depth=1,
+                thread=ThreadKey(platform="cli", workspace="local", channel="local", thread="tls"),
+            )
+        )
+        outcome = await runtime.service.execute(run.id)
+        assert outcome.status is RunStatus.SUCCEEDED
+        assert search_tls.cert_store_stats()["x509_ca"] == 0  # http:// only: nothing loaded

@@ -301,6 +301,99 @@ async def test_finish_run_stores_report_and_sources(store: Store) -> None:
         )
 
 
+async def test_begin_run_starts_the_run_and_loads_its_variables(store: Store) -> None:
+    run, _ = await new_run(store)
+    started, variables = await store.begin_run(run.id)
+    assert (started.status, started.thread_key, variables) == ("running", KEY, None)
+    assert_aware_utc(started.started_at, started.heartbeat_at)
+    assert started == await store.get_run(run.id)
+
+    state = {"topics": ["a"], "nextSearchTopic": "b", "findings": [], "shouldContinue": True}
+    await store.checkpoint(run.id, variables=state, rounds_done=1, usage={}, notes=[])
+    resumed, variables = await store.begin_run(run.id)
+    assert variables == state == await store.load_variables(run.thread_id)
+    assert resumed.started_at == started.started_at and resumed.rounds_done == 1
+
+    await store.finish_run(
+        run.id, status="failed", report_markdown=None, sources=[], error="x", usage={}, notes=[]
+    )
+    finished, variables = await store.begin_run(run.id)
+    assert finished.status == "failed" and variables == state  # a finished run stays finished
+    with pytest.raises(RunNotFound):
+        await store.begin_run("f" * 32)
+
+
+async def test_checkpoint_returns_the_cancel_flag(store: Store) -> None:
+    run, _ = await new_run(store)
+    state = {"topics": [], "nextSearchTopic": None, "findings": [], "shouldContinue": True}
+    assert (
+        await store.checkpoint(run.id, variables=state, rounds_done=0, usage={}, notes=[]) is False
+    )
+    assert await store.request_cancel(run.id)
+    assert (
+        await store.checkpoint(run.id, variables=state, rounds_done=0, usage={}, notes=[]) is True
+    )
+
+
+async def test_latest_run_in_thread_by_key(store: Store) -> None:
+    assert await store.latest_run_in_thread(KEY) is None
+    first, _ = await new_run(store)
+    second, _ = await new_run(store, topic="follow-up")
+    await new_run(store, thread_key=f"{KEY}-other")
+    latest = await store.latest_run_in_thread(KEY)
+    assert latest == await store.latest_run_for_thread(first.thread_id)
+    assert latest is not None and latest.id == second.id
+
+
+async def test_a_failing_transaction_changes_nothing(store: Store, database: Database) -> None:
+    run, _ = await new_run(store)
+
+    def work(conn: Any) -> None:
+        conn.execute(
+            text("UPDATE research_runs SET topic = 'changed' WHERE id = :id"), {"id": run.id}
+        )
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await database.run(work)
+    assert await store.get_run(run.id) == run
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_sqlite_writers_of_one_process_never_meet_the_busy_handler(
+    database_url: str, database: Database
+) -> None:
+    # With a zero busy timeout, any two writers overlapping would fail with "database is
+    # locked"; the store's transactions of one process must run one at a time.
+    db = Database(database_url, busy_timeout_ms=0)
+    try:
+        store = Store(db)
+        runs = [(await new_run(store, thread_key=f"{KEY}-{i}"))[0] for i in range(20)]
+        state = {"topics": ["a"], "nextSearchTopic": "b", "findings": [], "shouldContinue": True}
+        active, overlap = 0, 0
+
+        def probe(conn: Any) -> None:
+            nonlocal active, overlap
+            active += 1
+            overlap = max(overlap, active)
+            conn.execute(text("SELECT 1"))
+            active -= 1
+
+        await asyncio.gather(
+            *(
+                store.checkpoint(run.id, variables=state, rounds_done=i, usage={}, notes=[])
+                for run in runs
+                for i in range(3)
+            ),
+            *(db.run(probe) for _ in range(20)),
+        )
+        assert overlap == 1
+        stored = [await store.get_run(run.id) for run in runs]
+        assert {run.rounds_done for run in stored if run is not None} == {2}  # in order
+    finally:
+        await db.dispose()
+
+
 async def test_cancel_flags(store: Store) -> None:
     run, _ = await new_run(store)
     assert not await store.is_cancel_requested(run.id)

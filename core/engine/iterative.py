@@ -72,11 +72,17 @@ class RunState:
 
 @dataclass(frozen=True)
 class StepHooks:
-    """What the strategy calls between steps; the service supplies them."""
+    """What the strategy calls between steps; the service supplies them.
+
+    ``is_cancelled`` answers from memory, not from the database: the service keeps the flag
+    from the run's start and from every checkpoint (which returns it), plus cancels made
+    through this process. A cancel from elsewhere is seen at the next checkpoint, which
+    precedes both places where the strategy asks.
+    """
 
     checkpoint: Callable[[RunState], Awaitable[None]]
     progress: Callable[[ProgressKind, str, str | None], Awaitable[None]]
-    is_cancelled: Callable[[], Awaitable[bool]]
+    is_cancelled: Callable[[], bool]
 
 
 def findings_digest(findings: list[Finding]) -> list[str]:
@@ -109,7 +115,7 @@ class IterativeStrategy:
     async def run(self, state: RunState, hooks: StepHooks) -> StopReason:
         variables = state.variables
         while state.searches_done < state.depth:
-            if await hooks.is_cancelled():
+            if hooks.is_cancelled():
                 return StopReason.CANCELLED
             topic = self._pending_topic(variables)
             if topic is None:
@@ -123,7 +129,7 @@ class IterativeStrategy:
                 variables.next_search_topic = topic
                 variables.should_continue = True
                 await hooks.checkpoint(state)
-                if await hooks.is_cancelled():
+                if hooks.is_cancelled():
                     return StopReason.CANCELLED
             await hooks.progress(ProgressKind.SEARCHING, searching_text(state, topic), topic)
             finding = await self._run_search(state, topic)

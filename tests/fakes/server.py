@@ -52,7 +52,9 @@ class BackgroundServer:
 
     def start(self, timeout: float = 5.0) -> Self:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP (not the default 0) makes asyncio set TCP_NODELAY on accepted sockets;
+        # with Nagle on, every keep-alive response waited ~40 ms for the client's delayed ACK.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         sock.listen(2048)
