@@ -104,7 +104,7 @@ async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIter
         open_database(settings, upgrade=upgrade) as database,
         httpx.AsyncClient(
             timeout=settings.search_timeout,
-            headers={"User-Agent": "fathom-bot/0.1 (+https://github.com/fathom-bot)"},
+            headers={"User-Agent": "fathom-bot/0.1"},
             follow_redirects=True,
             verify=tls,
         ) as http,
