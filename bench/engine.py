@@ -34,7 +34,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -181,24 +181,11 @@ def sqlite_url() -> Iterator[str]:
         yield f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"
 
 
-@contextmanager
-def postgres_url(server_url: str) -> Iterator[str]:
-    """A throwaway database on the server of ``server_url`` (as tests/conftest.py does)."""
-    import psycopg
-    from sqlalchemy.engine import make_url
+def postgres_url(server_url: str) -> AbstractContextManager[str]:
+    """A throwaway database on the server of ``server_url``."""
+    from tests.pg import throwaway_database
 
-    server = make_url(server_url)
-    conninfo = server.set(drivername="postgresql").render_as_string(hide_password=False)
-    name = f"fathom_bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(conninfo, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.set(drivername="postgresql+psycopg", database=name).render_as_string(
-            hide_password=False
-        )
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return throwaway_database(server_url, prefix="fathom_bench")
 
 
 @contextmanager

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from core.models import SearchResult
 from core.search.base import normalise_results, strip_html
 from core.search.http import HttpSearchProvider, expect_items
@@ -17,25 +15,7 @@ class BraveProvider(HttpSearchProvider):
     """``GET {base}/web/search?q=..&count=n`` -> ``web.results[].{title,url,description}``."""
 
     name = "brave"
-
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        *,
-        api_key: str,
-        base_url: str = "https://api.search.brave.com/res/v1",
-        max_results: int = 8,
-        timeout: float = 20.0,
-        base_delay: float = 0.5,
-    ) -> None:
-        super().__init__(
-            client,
-            base_url=base_url,
-            max_results=max_results,
-            timeout=timeout,
-            base_delay=base_delay,
-        )
-        self._api_key = api_key
+    default_base_url = "https://api.search.brave.com/res/v1"
 
     async def search(self, query: str) -> list[SearchResult]:
         data = await self._get_json(

@@ -11,6 +11,7 @@ from core.search.base import SearchProvider
 from core.search.brave import BraveProvider
 from core.search.cache import CachedSearch, SearchCacheStore
 from core.search.ddgs import DdgsProvider
+from core.search.http import HttpSearchProvider
 from core.search.searxng import SearxngProvider
 from core.search.tavily import TavilyProvider
 
@@ -27,31 +28,16 @@ def build_search_provider(
     settings.require_search()
     n, timeout = settings.search_max_results, settings.search_timeout
     provider: SearchProvider
-    if settings.search == "searxng":
-        assert settings.searxng_url is not None  # checked by require_search()
-        provider = SearxngProvider(
-            client, base_url=settings.searxng_url, max_results=n, timeout=timeout
-        )
-    elif settings.search == "tavily":
-        assert settings.tavily_api_key is not None
-        provider = TavilyProvider(
-            client,
-            api_key=settings.tavily_api_key,
-            base_url=settings.tavily_base_url,
-            max_results=n,
-            timeout=timeout,
-        )
-    elif settings.search == "brave":
-        assert settings.brave_api_key is not None
-        provider = BraveProvider(
-            client,
-            api_key=settings.brave_api_key,
-            base_url=settings.brave_base_url,
-            max_results=n,
-            timeout=timeout,
-        )
-    else:
+    if settings.search == "ddgs":
         provider = DdgsProvider(max_results=n, timeout=timeout)
+    else:
+        http_providers: dict[str, tuple[type[HttpSearchProvider], str | None, str | None]] = {
+            "searxng": (SearxngProvider, settings.searxng_url, None),
+            "tavily": (TavilyProvider, settings.tavily_base_url, settings.tavily_api_key),
+            "brave": (BraveProvider, settings.brave_base_url, settings.brave_api_key),
+        }
+        cls, base_url, api_key = http_providers[settings.search]
+        provider = cls(client, base_url=base_url, api_key=api_key, max_results=n, timeout=timeout)
     if store is not None and settings.search_cache_ttl > timedelta(0):
         provider = CachedSearch(provider, store, settings.search_cache_ttl)
     return provider

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from core.models import SearchResult
 from core.search.base import SearchError
 
 logger = logging.getLogger(__name__)
@@ -107,21 +108,31 @@ class HttpSearchProvider:
     """Holds what every HTTP provider needs; subclasses build the request and map fields."""
 
     name = "http"
+    #: Used when no ``base_url`` is given (hosted APIs); None means one is required.
+    default_base_url: str | None = None
 
     def __init__(
         self,
         client: httpx.AsyncClient,
         *,
-        base_url: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
         max_results: int = 8,
         timeout: float = 20.0,
         base_delay: float = 0.5,
     ) -> None:
+        url = base_url or self.default_base_url
+        if not url:
+            raise ValueError(f"{self.name}: a base URL is required")
         self._client = client
-        self._base_url = base_url.rstrip("/")
+        self._base_url = url.rstrip("/")
+        self._api_key = api_key or ""
         self.max_results = max_results
         self._timeout = timeout
         self._base_delay = base_delay
+
+    async def search(self, query: str) -> list[SearchResult]:
+        raise NotImplementedError
 
     async def _get_json(
         self,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
-
 from core.models import SearchResult
 from core.search.base import normalise_results
 from core.search.http import HttpSearchProvider, expect_items
@@ -13,25 +11,7 @@ class TavilyProvider(HttpSearchProvider):
     """``POST {base}/search`` with a bearer key -> ``results[].{title,url,content}``."""
 
     name = "tavily"
-
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        *,
-        api_key: str,
-        base_url: str = "https://api.tavily.com",
-        max_results: int = 8,
-        timeout: float = 20.0,
-        base_delay: float = 0.5,
-    ) -> None:
-        super().__init__(
-            client,
-            base_url=base_url,
-            max_results=max_results,
-            timeout=timeout,
-            base_delay=base_delay,
-        )
-        self._api_key = api_key
+    default_base_url = "https://api.tavily.com"
 
     async def search(self, query: str) -> list[SearchResult]:
         data = await self._get_json(
