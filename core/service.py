@@ -146,9 +146,17 @@ class ResearchService:
     def store(self) -> Store:
         return self._store
 
-    async def submit(self, request: ResearchRequest) -> tuple[RunRecord, bool]:
-        """Create the run row (or find the one this request already created)."""
-        active = await self._store.latest_run_in_thread(str(request.thread))
+    async def submit(
+        self, request: ResearchRequest, *, new_thread: bool = False
+    ) -> tuple[RunRecord, bool]:
+        """Create the run row (or find the one this request already created).
+
+        ``new_thread``: the caller made the thread key up for this request (a Slack slash
+        command's ``pending-<trigger_id>``), so no other run can be active in it and the
+        lookup is skipped; one transaction fewer on the acknowledgement path. A second
+        delivery of the same request still finds its run through the dedupe key.
+        """
+        active = None if new_thread else await self._store.latest_run_in_thread(str(request.thread))
         if active is not None and not RunStatus(active.status).finished:
             if request.dedupe_key is not None and active.dedupe_key == request.dedupe_key:
                 return active, False  # the same request delivered again

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Select,
     Table,
     bindparam,
+    case,
     delete,
     func,
     insert,
@@ -79,6 +80,15 @@ _LATEST_RUN_IN_THREAD = (
     .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
     .limit(1)
 )
+_RUN_BY_DEDUPE_KEY = _RUNS.where(_runs.c.dedupe_key == bindparam("dedupe_key"))
+#: How many unfinished runs a user has, and how many of them carry a given dedupe key.
+_ACTIVE_RUN_COUNT = select(
+    func.count(),
+    func.count(case((_runs.c.dedupe_key == bindparam("dedupe_key"), 1))),
+).where(
+    _runs.c.requested_by == bindparam("requested_by"),
+    _runs.c.status.in_(UNFINISHED_STATUSES),
+)
 _NOW = bindparam("now", type_=UTCDateTime())
 _START_RUN = (
     update(_runs)
@@ -106,9 +116,12 @@ class _Statements:
         self.upsert_thread = thread.on_conflict_do_update(
             index_elements=[_threads.c.key], set_={"updated_at": thread.excluded.updated_at}
         ).returning(_threads.c.id)
-        self.insert_run = insert(_runs)
-        self.insert_run_once = upsert(_runs).on_conflict_do_nothing(
-            index_elements=[_runs.c.dedupe_key]
+        # RETURNING the new row saves create_run a SELECT (a round trip on PostgreSQL).
+        self.insert_run = insert(_runs).returning(*_runs.c)
+        self.insert_run_once = (
+            upsert(_runs)
+            .on_conflict_do_nothing(index_elements=[_runs.c.dedupe_key])
+            .returning(*_runs.c)
         )
         variables = upsert(_variables)
         self.upsert_variables = variables.on_conflict_do_update(
@@ -170,14 +183,14 @@ class Store:
 
         def work(conn: Connection) -> tuple[RunRecord, bool]:
             thread_id = conn.execute(self._sql.upsert_thread, thread).scalar_one()
-            conn.execute(insert_run, {**run, "thread_id": thread_id})
-            if dedupe_key is None:
-                record = _one_run(conn, _RUN_BY_ID, run_id=run_id)
-            else:
-                record = _one_run(conn, _RUNS.where(_runs.c.dedupe_key == dedupe_key))
-            if record is None:  # pragma: no cover - the insert or the conflict guarantees a row
+            row = conn.execute(insert_run, {**run, "thread_id": thread_id}).mappings().first()
+            if row is not None:  # inserted
+                return _run_record({**row, "thread_key": thread_key}), True
+            # The dedupe key was used already: that delivery's run.
+            record = _one_run(conn, _RUN_BY_DEDUPE_KEY, dedupe_key=dedupe_key)
+            if record is None:  # pragma: no cover - the conflict guarantees a row
                 raise RuntimeError("run vanished while being created")
-            return record, record.id == run_id
+            return record, False
 
         return await self._db.run(work)
 
@@ -323,6 +336,23 @@ class Store:
             _runs.c.status.in_(UNFINISHED_STATUSES),
         )
         return await self._runs(stmt.order_by(_runs.c.created_at, _runs.c.id))
+
+    async def count_active_runs(
+        self, requested_by: str, *, dedupe_key: str | None = None
+    ) -> tuple[int, bool]:
+        """How many unfinished runs ``requested_by`` has, and whether one of them carries
+        ``dedupe_key`` (the same delivery seen again).
+
+        One aggregate query, for the per-user limit on the acknowledgement path: loading
+        the full records (:meth:`active_runs_for_user`) costs a join and a row each.
+        """
+        params = {"requested_by": requested_by, "dedupe_key": dedupe_key}
+
+        def work(conn: Connection) -> tuple[int, bool]:
+            total, seen = conn.execute(_ACTIVE_RUN_COUNT, params).one()
+            return int(total), bool(seen)
+
+        return await self._db.run(work)
 
     async def recent_runs_for_user(self, requested_by: str, limit: int = 10) -> list[RunRecord]:
         stmt = _RUNS.where(_runs.c.requested_by == requested_by)
@@ -609,7 +639,7 @@ def _thread_record(row: RowMapping) -> ThreadRecord:
     )
 
 
-def _run_record(row: RowMapping) -> RunRecord:
+def _run_record(row: Mapping[Any, Any]) -> RunRecord:
     return RunRecord(
         id=row["id"],
         thread_id=row["thread_id"],

@@ -356,6 +356,22 @@ async def test_concurrency_limit_refuses_a_second_run(start_bot: BotFactory) -> 
     assert [r.topic for r in runs] == ["first topic"]
 
 
+async def test_redelivered_command_at_the_limit_is_still_acknowledged(
+    start_bot: BotFactory,
+) -> None:
+    """The per-user limit counts the run this delivery already created: "On it" again,
+    not "you already have 1 research running", and no second run."""
+    bot = await start_bot(FATHOM_USER_CONCURRENCY="1")
+    bot.llm.fake.latency = 1.0  # holds the run active
+    first = (await bot.command("tidal power depth=2", trigger_id="t-again")).json()["text"]
+    again = (await bot.command("tidal power depth=2", trigger_id="t-again")).json()["text"]
+    assert first.startswith(":mag: On it:") and again.startswith(":mag: On it:")
+    other = (await bot.command("wave power", trigger_id="t-other")).json()["text"]
+    assert "already have 1 research running" in other
+    runs = await bot.runs()
+    assert [(r.topic, r.dedupe_key) for r in runs] == [("tidal power", "slack:cmd:T0001:t-again")]
+
+
 async def test_same_slash_command_twice_gives_one_run(start_bot: BotFactory) -> None:
     bot = await start_bot()
     first = await bot.command("wind turbines depth=1", trigger_id="t-dup")

@@ -442,6 +442,50 @@ async def test_unfinished_runs_and_staleness(store: Store) -> None:
     assert [r.id for r in recent] == [finished.id, queued.id]
 
 
+async def test_count_active_runs_counts_unfinished_runs_and_spots_a_redelivery(
+    store: Store,
+) -> None:
+    running, _ = await new_run(store, topic="running", dedupe_key="slack:cmd:T1:a")
+    await store.start_run(running.id)
+    await new_run(store, topic="queued", dedupe_key="slack:cmd:T1:b")
+    finished, _ = await new_run(store, topic="finished", dedupe_key="slack:cmd:T1:c")
+    await store.finish_run(
+        finished.id,
+        status="succeeded",
+        report_markdown="done",
+        sources=[],
+        error=None,
+        usage={},
+        notes=[],
+    )
+    await new_run(store, topic="someone else's", requested_by="U2", dedupe_key="slack:cmd:T1:d")
+
+    assert await store.count_active_runs("U1") == (2, False)
+    assert await store.count_active_runs("U1", dedupe_key="slack:cmd:T1:a") == (2, True)
+    assert await store.count_active_runs("U1", dedupe_key="slack:cmd:T1:b") == (2, True)
+    # a finished run's key, or another user's, is no active run of this user
+    assert await store.count_active_runs("U1", dedupe_key="slack:cmd:T1:c") == (2, False)
+    assert await store.count_active_runs("U1", dedupe_key="slack:cmd:T1:d") == (2, False)
+    assert await store.count_active_runs("U3", dedupe_key="slack:cmd:T1:a") == (0, False)
+    assert len(await store.active_runs_for_user("U1")) == 2  # the two agree
+
+
+async def test_create_run_returns_the_stored_row_when_new_and_when_deduplicated(
+    store: Store,
+) -> None:
+    """create_run builds the new record from INSERT ... RETURNING: it must equal a re-read."""
+    for key in (None, "slack:cmd:T1:once"):
+        run, created = await new_run(store, dedupe_key=key, thread_key=f"{KEY}-{key}")
+        assert created
+        assert await store.get_run(run.id) == run
+        again, created_again = await new_run(store, dedupe_key=key, thread_key=f"{KEY}-{key}")
+        if key is None:
+            assert created_again and again.id != run.id
+            assert await store.get_run(again.id) == again
+        else:
+            assert not created_again and again == run
+
+
 async def test_progress_message_and_thread_listing(store: Store) -> None:
     run, _ = await new_run(store)
     await store.set_progress_message(run.id, "1700000001.000200")

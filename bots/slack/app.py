@@ -107,10 +107,10 @@ class SlackCommands:
 
     async def _research(self, origin: Origin, command: ResearchCommand) -> Reply:
         by = replies.requested_by(origin.team, origin.user)
-        active = await self._store.active_runs_for_user(by)
-        if any(run.dedupe_key == origin.dedupe_key for run in active):  # delivered again
+        active, seen = await self._store.count_active_runs(by, dedupe_key=origin.dedupe_key)
+        if seen:  # delivered again
             return Reply(replies.accepted_reply(command.topic, command.depth), started=True)
-        if len(active) >= self._settings.user_concurrency:
+        if active >= self._settings.user_concurrency:
             return Reply(replies.concurrency_reply(self._settings.user_concurrency))
         request = ResearchRequest(
             topic=command.topic,
@@ -121,7 +121,9 @@ class SlackCommands:
             dedupe_key=origin.dedupe_key,
         )
         try:
-            run, created = await self._service.submit(request)
+            # A slash command's ``pending-<trigger_id>`` thread is new by construction.
+            new_thread = origin.thread.startswith(replies.PENDING_PREFIX)
+            run, created = await self._service.submit(request, new_thread=new_thread)
         except RunRejected as exc:
             return Reply(replies.rejected_reply(str(exc)))
         if created:
