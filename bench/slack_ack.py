@@ -691,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--search-latency", type=float, default=0.3)
     parser.add_argument("--depth", type=int, default=5)
     parser.add_argument(
-        "--max-concurrent-runs", type=int, default=200, help="FATHOM_MAX_CONCURRENT_RUNS"
+        "--max-concurrent-runs", type=int, default=100, help="FATHOM_MAX_CONCURRENT_RUNS"
     )
     parser.add_argument("--timeout", type=float, default=10.0, help="per-request client timeout")
     parser.add_argument(

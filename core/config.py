@@ -100,7 +100,7 @@ class Settings(BaseSettings):
         default="local", validation_alias=_env("FATHOM_QUEUE")
     )
     max_concurrent_runs: int = Field(
-        default=200, ge=1, le=10_000, validation_alias=_env("FATHOM_MAX_CONCURRENT_RUNS")
+        default=100, ge=1, le=10_000, validation_alias=_env("FATHOM_MAX_CONCURRENT_RUNS")
     )
     stale_run_after: float = Field(
         default=180.0, gt=0, validation_alias=_env("FATHOM_STALE_RUN_AFTER")

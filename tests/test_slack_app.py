@@ -174,7 +174,9 @@ class Bot:
             ok = len(runs) >= count and all(
                 r.finished_at and (r.status != "succeeded" or r.report_posted_at) for r in runs
             )
-            return runs if ok else None
+            # report_posted_at is claimed just before posting: also wait for the posts.
+            succeeded = sum(r.status == "succeeded" for r in runs)
+            return runs if ok and len(self.reports()) >= succeeded else None
 
         runs: list[RunRecord] = await wait_for(done, within=30)
         return runs
