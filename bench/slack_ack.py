@@ -42,7 +42,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -257,24 +257,11 @@ def sqlite_url(workdir: Path) -> Iterator[str]:
     yield f"sqlite+aiosqlite:///{workdir / 'bench.db'}"
 
 
-@contextmanager
-def postgres_url(server_url: str) -> Iterator[str]:
-    """A throwaway database on the server of ``server_url`` (as tests/conftest.py does)."""
-    import psycopg
-    from sqlalchemy.engine import make_url
+def postgres_url(server_url: str) -> AbstractContextManager[str]:
+    """A throwaway database on the server of ``server_url``."""
+    from tests.pg import throwaway_database
 
-    server = make_url(server_url)
-    conninfo = server.set(drivername="postgresql").render_as_string(hide_password=False)
-    name = f"fathom_bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(conninfo, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.set(drivername="postgresql+psycopg", database=name).render_as_string(
-            hide_password=False
-        )
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return throwaway_database(server_url, prefix="fathom_bench")
 
 
 def sync_url(url: str) -> str:
