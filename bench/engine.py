@@ -41,23 +41,15 @@ from typing import Any, TypeVar
 
 import httpx
 
+from bench.common import cpu_model
+from tests.env import clean_environ, is_fathom_setting
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "engine.json"
 FATHOM = Path(sys.executable).with_name("fathom")
 API_KEY = "fake-key"
 LLM_LATENCY, SEARCH_LATENCY = 0.4, 0.3
 DEPTH = 3
-# Settings a developer may have exported; never inherited by the benchmark or its children.
-ENV_PREFIXES = (
-    "FATHOM_",
-    "OPENAI_",
-    "SEARXNG_",
-    "TAVILY_",
-    "BRAVE_",
-    "SLACK_",
-    "FEISHU_",
-    "DINGTALK_",
-)
 
 GOALS = {
     "a_overhead_ms_per_round": 15.0,
@@ -75,19 +67,9 @@ T = TypeVar("T")
 # --- environment -------------------------------------------------------------------------
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(ENV_PREFIXES) and k not in ("DATABASE_URL",)
-    }
-    env.update(extra)
-    return env
-
-
 def fathom_env(db_url: str, llm_url: str, search_url: str) -> dict[str, str]:
     """The environment of a production-like process pointed at the fakes (cache off)."""
-    return clean_env(
+    return clean_environ(
         DATABASE_URL=db_url,
         OPENAI_BASE_URL=llm_url,
         OPENAI_API_KEY=API_KEY,
@@ -101,21 +83,13 @@ def fathom_env(db_url: str, llm_url: str, search_url: str) -> dict[str, str]:
 
 
 def machine() -> dict[str, Any]:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import openai
     import sqlalchemy
 
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": os.cpu_count(),
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "openai": openai.__version__,
@@ -154,7 +128,7 @@ def fakes_process() -> Iterator[FakesProcess]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.fakes"],
         cwd=ROOT,
-        env=clean_env(),
+        env=clean_environ(),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -381,9 +355,7 @@ async def open_bench(
     from core.service import ResearchService
 
     overrides = {
-        k: v
-        for k, v in fathom_env(db_url, llm_url, search_url).items()
-        if k.startswith(ENV_PREFIXES) or k == "DATABASE_URL"
+        k: v for k, v in fathom_env(db_url, llm_url, search_url).items() if is_fathom_setting(k)
     }
     settings = load_settings(_env_file=None, **overrides)
     async with open_runtime(settings) as runtime:
@@ -731,7 +703,7 @@ def bench_concurrency(db_url: str, fakes: FakesProcess, n: int) -> dict[str, Any
             json.dumps([db_url, fakes.llm_url, fakes.search_url, n]),
         ],
         cwd=ROOT,
-        env=clean_env(),
+        env=clean_environ(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -966,7 +938,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Settings a developer exported must not leak into the measured configuration.
     for name in list(os.environ):
-        if name.startswith(ENV_PREFIXES) or name == "DATABASE_URL":
+        if is_fathom_setting(name):
             del os.environ[name]
     if args.child_concurrency:
         db_url, llm_url, search_url, n = json.loads(args.child_concurrency)

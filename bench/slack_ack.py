@@ -49,6 +49,9 @@ from typing import Any
 
 import httpx
 
+from bench.common import cpu_model
+from tests.env import clean_environ
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "slack_ack.json"
 FATHOM = Path(sys.executable).with_name("fathom")
@@ -59,16 +62,6 @@ FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 ACCEPTED = ":mag: On it:"  # bots/slack/text.py accepted_reply
 SLACK_ACK_DEADLINE = 3.0  # Slack shows the user an error when the ack takes longer
 GOALS = {"p99_ms": 300.0, "lost": 0}
-ENV_PREFIXES = (
-    "FATHOM_",
-    "OPENAI_",
-    "SEARXNG_",
-    "TAVILY_",
-    "BRAVE_",
-    "SLACK_",
-    "FEISHU_",
-    "DINGTALK_",
-)
 
 
 def say(text: str) -> None:
@@ -79,25 +72,13 @@ def say(text: str) -> None:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This environment minus any Fathom/provider settings a developer exported."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(ENV_PREFIXES) and k not in ("DATABASE_URL", "TEST_DATABASE_URL")
-    }
-    env.update(extra)
+    """This environment minus Fathom settings (and the test database URL)."""
+    env = clean_environ(**extra)
+    env.pop("TEST_DATABASE_URL", None)
     return env
 
 
 def machine() -> dict[str, Any]:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import slack_bolt.version
     import sqlalchemy
     import uvicorn
@@ -105,7 +86,7 @@ def machine() -> dict[str, Any]:
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": os.cpu_count(),
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "slack_bolt": slack_bolt.version.__version__,

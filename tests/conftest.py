@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from storage import Database, Store
+from tests.env import clean_environ
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.pg import throwaway_database
 
@@ -45,17 +46,6 @@ def store(database: Database) -> Store:
 # --- fakes of the LLM and search services (engine and CLI tests) -------------------------
 
 FAKE_API_KEY = "fake-key"
-# Settings a developer may have exported; never inherited by CLI subprocesses in tests.
-ENV_PREFIXES = (
-    "FATHOM_",
-    "OPENAI_",
-    "SEARXNG_",
-    "TAVILY_",
-    "BRAVE_",
-    "SLACK_",
-    "FEISHU_",
-    "DINGTALK_",
-)
 
 
 @pytest.fixture
@@ -82,11 +72,7 @@ def cli_env(
     developer's own settings never leak in; the search cache is off so every search the
     engine makes reaches the fake.
     """
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(ENV_PREFIXES) and k != "DATABASE_URL"
-    }
+    env = clean_environ()
     env.update(
         OPENAI_BASE_URL=llm_server.base_url,
         OPENAI_API_KEY=FAKE_API_KEY,

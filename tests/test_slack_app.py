@@ -37,7 +37,8 @@ from bots.server import create_app
 from bots.slack.text import clean_text, status_reply
 from core.config import Settings
 from storage import Database, RunRecord, Store
-from tests.conftest import ENV_PREFIXES, FAKE_API_KEY
+from tests.conftest import FAKE_API_KEY
+from tests.env import is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.server import BackgroundServer
 from tests.fakes.slack import (
@@ -197,7 +198,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
     for name in list(os.environ):
-        if name.startswith(ENV_PREFIXES) or name == "DATABASE_URL":
+        if is_fathom_setting(name):
             monkeypatch.delenv(name)
 
 
