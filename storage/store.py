@@ -197,19 +197,11 @@ class Store:
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._db.run(lambda conn: _one_run(conn, _RUN_BY_ID, run_id=run_id))
 
-    async def start_run(self, run_id: str) -> RunRecord:
-        """Mark a queued (or resumed) run running; a finished run is left as it is."""
-
-        def work(conn: Connection) -> RunRecord:
-            conn.execute(_START_RUN, {"run_id": run_id, "now": utcnow()})
-            return _require_run(conn, run_id)
-
-        return await self._db.run(work)
-
     async def begin_run(self, run_id: str) -> tuple[RunRecord, dict[str, Any] | None]:
-        """:meth:`start_run` plus :meth:`load_variables` of the run's thread, in one transaction.
+        """Mark a queued (or resumed) run running and load its thread's variables, together.
 
-        What executing a run needs first; a finished run is left as it is.
+        What executing a run needs first. A finished run is left as it is; a resume keeps
+        the original ``started_at``.
         """
 
         def work(conn: Connection) -> tuple[RunRecord, dict[str, Any] | None]:
@@ -314,10 +306,6 @@ class Store:
         )
         return await self._db.run(lambda conn: conn.execute(stmt).first() is not None)
 
-    async def is_cancel_requested(self, run_id: str) -> bool:
-        stmt = select(_runs.c.cancel_requested).where(_runs.c.id == run_id)
-        return await self._db.run(lambda conn: bool(conn.scalar(stmt)))
-
     async def set_progress_message(self, run_id: str, message_id: str) -> None:
         stmt = update(_runs).where(_runs.c.id == run_id).values(progress_message_id=message_id)
         await self._db.run(lambda conn: conn.execute(stmt))
@@ -358,15 +346,8 @@ class Store:
         stmt = _RUNS.where(_runs.c.requested_by == requested_by)
         return await self._runs(_newest_first(stmt).limit(limit))
 
-    async def latest_run_for_thread(self, thread_id: int) -> RunRecord | None:
-        stmt = _newest_first(_RUNS.where(_runs.c.thread_id == thread_id)).limit(1)
-        return await self._db.run(lambda conn: _one_run(conn, stmt))
-
     async def latest_run_in_thread(self, thread_key: str) -> RunRecord | None:
-        """The newest run of the thread with this key; None if it has none (or no thread).
-
-        :meth:`get_thread` plus :meth:`latest_run_for_thread` in one query.
-        """
+        """The newest run of the thread with this key; None if it has none (or no thread)."""
         return await self._db.run(
             lambda conn: _one_run(conn, _LATEST_RUN_IN_THREAD, thread_key=thread_key)
         )

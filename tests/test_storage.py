@@ -36,6 +36,16 @@ async def new_run(store: Store, **overrides: Any) -> tuple[RunRecord, bool]:
     return await store.create_run(**args)
 
 
+async def start(store: Store, run_id: str) -> RunRecord:
+    run, _variables = await store.begin_run(run_id)
+    return run
+
+
+async def cancel_flag(store: Store, run_id: str) -> bool:
+    run = await store.get_run(run_id)
+    return run is not None and run.cancel_requested
+
+
 def assert_aware_utc(*values: datetime | None) -> None:
     for value in values:
         assert value is not None
@@ -168,7 +178,7 @@ async def test_create_run_round_trip(store: Store) -> None:
     second, _ = await new_run(store, topic="follow-up")
     assert second.thread_id == run.thread_id
     assert [r.topic for r in await store.thread_runs(run.thread_id)] == [run.topic, "follow-up"]
-    latest = await store.latest_run_for_thread(run.thread_id)
+    latest = await store.latest_run_in_thread(KEY)
     assert latest is not None and latest.id == second.id
 
 
@@ -199,15 +209,15 @@ async def test_concurrent_creates_in_a_new_thread_share_it(store: Store) -> None
     assert len({run.id for run, _ in results}) == 4
 
 
-async def test_start_run_marks_running_once(store: Store) -> None:
+async def test_begin_run_marks_running_once(store: Store) -> None:
     run, _ = await new_run(store)
-    started = await store.start_run(run.id)
+    started = await start(store, run.id)
     assert started.status == "running"
     assert_aware_utc(started.started_at, started.heartbeat_at)
-    resumed = await store.start_run(run.id)
+    resumed = await start(store, run.id)
     assert resumed.started_at == started.started_at  # a resume keeps the original start
     with pytest.raises(RunNotFound):
-        await store.start_run("f" * 32)
+        await start(store, "f" * 32)
 
 
 async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
@@ -260,7 +270,7 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
 
 async def test_finish_run_stores_report_and_sources(store: Store) -> None:
     run, _ = await new_run(store)
-    await store.start_run(run.id)
+    await start(store, run.id)
     usage = {"llm_calls": 4, "prompt_tokens": 100, "completion_tokens": 50, "searches": 3}
     sources = [(1, "One", "https://one.test"), (2, "Two", "https://two.test")]
     done = await store.finish_run(
@@ -341,8 +351,7 @@ async def test_latest_run_in_thread_by_key(store: Store) -> None:
     second, _ = await new_run(store, topic="follow-up")
     await new_run(store, thread_key=f"{KEY}-other")
     latest = await store.latest_run_in_thread(KEY)
-    assert latest == await store.latest_run_for_thread(first.thread_id)
-    assert latest is not None and latest.id == second.id
+    assert latest is not None and latest.id == second.id and latest.thread_id == first.thread_id
 
 
 async def test_a_failing_transaction_changes_nothing(store: Store, database: Database) -> None:
@@ -396,10 +405,10 @@ async def test_sqlite_writers_of_one_process_never_meet_the_busy_handler(
 
 async def test_cancel_flags(store: Store) -> None:
     run, _ = await new_run(store)
-    assert not await store.is_cancel_requested(run.id)
+    assert not await cancel_flag(store, run.id)
     assert await store.request_cancel(run.id)
-    assert await store.is_cancel_requested(run.id)
-    assert not await store.is_cancel_requested("f" * 32)
+    assert await cancel_flag(store, run.id)
+    assert not await cancel_flag(store, "f" * 32)
     assert not await store.request_cancel("f" * 32)
 
     other, _ = await new_run(store, topic="done already")
@@ -413,12 +422,12 @@ async def test_cancel_flags(store: Store) -> None:
         notes=[],
     )
     assert not await store.request_cancel(other.id)
-    assert not await store.is_cancel_requested(other.id)
+    assert not await cancel_flag(store, other.id)
 
 
 async def test_unfinished_runs_and_staleness(store: Store) -> None:
     running, _ = await new_run(store, topic="running")
-    await store.start_run(running.id)
+    await start(store, running.id)
     between = datetime.now(UTC)
     queued, _ = await new_run(store, topic="queued")
     finished, _ = await new_run(store, topic="finished")
@@ -446,7 +455,7 @@ async def test_count_active_runs_counts_unfinished_runs_and_spots_a_redelivery(
     store: Store,
 ) -> None:
     running, _ = await new_run(store, topic="running", dedupe_key="slack:cmd:T1:a")
-    await store.start_run(running.id)
+    await start(store, running.id)
     await new_run(store, topic="queued", dedupe_key="slack:cmd:T1:b")
     finished, _ = await new_run(store, topic="finished", dedupe_key="slack:cmd:T1:c")
     await store.finish_run(
@@ -563,7 +572,7 @@ async def test_report_is_claimed_for_posting_once(store: Store) -> None:
 
 async def test_requeue_makes_a_failed_run_resumable_but_not_a_succeeded_one(store: Store) -> None:
     run, _ = await new_run(store)
-    await store.start_run(run.id)
+    await start(store, run.id)
     await store.request_cancel(run.id)
     await store.finish_run(
         run.id, status="failed", report_markdown=None, sources=[], error="boom", usage={}, notes=[]
@@ -590,7 +599,7 @@ async def test_requeue_makes_a_failed_run_resumable_but_not_a_succeeded_one(stor
 
 async def test_touch_runs_refreshes_heartbeats_of_running_runs(store: Store) -> None:
     run, _ = await new_run(store)
-    started = await store.start_run(run.id)
+    started = await start(store, run.id)
     await asyncio.sleep(0.01)
     await store.touch_runs([run.id])
     touched = await store.get_run(run.id)

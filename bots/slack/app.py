@@ -140,8 +140,7 @@ class SlackCommands:
         by = replies.requested_by(origin.team, origin.user)
         if origin.in_thread and prefix is None:
             key = replies.thread_key(origin.team, origin.channel, origin.thread)
-            thread = await self._store.get_thread(str(key))
-            run = await self._store.latest_run_for_thread(thread.id) if thread else None
+            run = await self._store.latest_run_in_thread(str(key))
             if run is None or RunStatus(run.status).finished:
                 return "Nothing is running in this thread."
             if run.requested_by != by and origin.user not in self._settings.admins:
