@@ -160,7 +160,7 @@ async def _research(settings: Settings, request: Any, run_id: str | None) -> Run
     from bots.console.progress import ConsoleProgress
     from core.config import ConfigError
     from core.runtime import open_runtime
-    from core.service import RunRejected
+    from core.service import RunBusy, RunRejected
 
     progress = ConsoleProgress(_stderr())
     try:
@@ -177,6 +177,10 @@ async def _research(settings: Settings, request: Any, run_id: str | None) -> Run
                 if request is None:
                     return await runtime.service.resume(run_id or "", progress)
                 return await runtime.service.execute(run_id or "", progress)
+            except RunRejected as exc:
+                raise _fail(str(exc)) from None
+            except RunBusy as exc:
+                raise _fail(str(exc), EXIT_FAILED) from None
             finally:
                 progress.close()
     except ConfigError as exc:
@@ -262,6 +266,16 @@ def _run_json(run: Any) -> dict[str, Any]:
         },
         "created_at": run.created_at.isoformat() if run.created_at else None,
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "attempt": run.attempt,
+        "owner": run.owner,
+        "heartbeat_at": run.heartbeat_at.isoformat() if run.heartbeat_at else None,
+        "delivery": {
+            "state": run.delivery,
+            "report_parts_posted": run.report_parts_posted,
+            "failed_attempts": run.delivery_attempts,
+            "error": run.delivery_error,
+            "posted_at": run.report_posted_at.isoformat() if run.report_posted_at else None,
+        },
     }
 
 
@@ -270,7 +284,7 @@ def thread_list(
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """List recent threads."""
+    """List recent threads (a table on a terminal; tab-separated lines when piped)."""
     settings = _settings()
 
     async def rows() -> list[Any]:
@@ -281,6 +295,18 @@ def thread_list(
             return await Store(database).list_threads(limit)
 
     threads = _run(rows())
+    if not as_json and not sys.stdout.isatty():
+        # Scripts and pipes: one line per thread, tab-separated, the key whole and first.
+        for t in threads:
+            fields = (
+                t.key,
+                str(t.runs),
+                t.last_status or "",
+                t.updated_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                " ".join((t.last_topic or "").split()),
+            )
+            sys.stdout.write("\t".join(fields) + "\n")
+        return
     if as_json:
         data = [
             {

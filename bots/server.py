@@ -2,9 +2,9 @@
 
 ``create_app(settings)`` returns a Starlette app whose lifespan opens the runtime (schema
 upgraded unless told not to), starts the job runner (which resumes runs a dead process
-left behind) and, when Slack is configured, the Slack adapter. Shutdown closes the
-long-lived connections first, then gives running jobs a grace period and releases the
-rest for the next start to resume.
+left behind, and keeps sweeping for runs a dead replica abandoned) and, when Slack is
+configured, the Slack adapter. Shutdown closes the long-lived connections first, then gives
+running jobs a grace period and hands the rest back for any replica to continue.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from core.config import ConfigError, Settings
-from core.delivery import ResearchJob
+from core.delivery import DeliveryPolicy, ResearchJob
 from core.jobs import InProcessJobRunner
 from core.runtime import open_runtime
 from storage import HEAD_REVISION, Database, Store
@@ -52,12 +52,15 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with open_runtime(settings, upgrade=upgrade) as runtime:
-            job = ResearchJob(runtime.service, runtime.store)
+            policy = DeliveryPolicy(
+                attempts=settings.delivery_attempts, first_delay=settings.delivery_backoff
+            )
+            job = ResearchJob(runtime.service, runtime.store, policy=policy)
             runner = InProcessJobRunner(
                 job,
                 store=runtime.store,
                 max_concurrent=settings.max_concurrent_runs,
-                stale_after=settings.stale_run_after,
+                timing=runtime.service.timing,
             )
             app.state.database = runtime.database
             slack: SlackAdapter | None = None

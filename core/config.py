@@ -103,7 +103,14 @@ class Settings(BaseSettings):
         default=100, ge=1, le=10_000, validation_alias=_env("FATHOM_MAX_CONCURRENT_RUNS")
     )
     stale_run_after: float = Field(
-        default=180.0, gt=0, validation_alias=_env("FATHOM_STALE_RUN_AFTER")
+        default=180.0, ge=1, le=86_400, validation_alias=_env("FATHOM_STALE_RUN_AFTER")
+    )
+    max_attempts: int = Field(default=3, ge=1, le=100, validation_alias=_env("FATHOM_MAX_ATTEMPTS"))
+    delivery_attempts: int = Field(
+        default=8, ge=1, le=100, validation_alias=_env("FATHOM_DELIVERY_ATTEMPTS")
+    )
+    delivery_backoff: float = Field(
+        default=5.0, gt=0, le=3600, validation_alias=_env("FATHOM_DELIVERY_BACKOFF")
     )
 
     # Slack

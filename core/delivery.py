@@ -1,78 +1,250 @@
-"""The research job: execute a run and deliver its progress and report to its platform.
+"""The research job: claim a run, execute it, and deliver its outcome to its chat thread.
 
-Platform adapters register a :class:`DeliveryFactory` under their platform name
-(the first part of the thread key). The job itself is platform-neutral and is
-what a job runner executes, in-process or on a queue worker.
+Platform adapters register a :class:`DeliveryFactory` under their platform name (the first
+part of the thread key). The job itself is platform-neutral and is what a job runner
+executes, in-process or on a queue worker. For one run it:
+
+1. builds the run's :class:`Delivery` first: when that fails, the run is failed at once and
+   no LLM or search call is spent on an outcome nobody could see;
+2. claims the run (``Store.claim_run``) and holds it with a :class:`~core.lease.Lease`;
+3. executes it (or resumes it from its checkpoint), publishing progress;
+4. delivers the outcome as its own durable step: the report's parts are posted in order,
+   each one recorded once posted, retried with backoff while the platform fails, until all
+   are posted or the retry budget runs out (then the thread gets a short notice and the run
+   records why). A runner that takes the run over continues with the first missing part.
+
+A job cancelled by its runner (shutdown) hands the run back, so any replica continues it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+from core.lease import release_quietly
 from core.models import RunStatus, ThreadKey
-from core.progress import NullProgress, ProgressSink
-from core.service import ResearchService, RunOutcome
-from storage import RunRecord, Store
+from core.progress import ProgressEvent, ProgressKind, ProgressSink
+from core.service import ResearchService, RunOutcome, final_progress_text
+from storage import (
+    DELIVERY_PENDING,
+    UNFINISHED_STATUSES,
+    Claim,
+    ClaimLost,
+    RunRecord,
+    Store,
+)
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class PostFailure:
+    """How a platform judges a failed post: ``reason`` is short and safe to log and show."""
+
+    reason: str
+    retryable: bool
+    retry_after: float = 0.0  # the platform asked to wait at least this long (rate limits)
+
+
 class Delivery(Protocol):
-    """Where one run's progress and report go."""
+    """Where one run's progress and outcome go (one platform thread)."""
 
     @property
     def progress(self) -> ProgressSink: ...
 
-    async def post_report(self, outcome: RunOutcome) -> None: ...
+    def report_parts(self, outcome: RunOutcome) -> Sequence[Any]:
+        """The report as the messages to post, in order; the same for the same outcome."""
+        ...
+
+    async def post_report_part(self, part: Any) -> None:
+        """Post one part in the thread; raises when the platform refused it."""
+        ...
+
+    async def post_notice(self, text: str) -> None:
+        """Post a short plain-text message in the thread."""
+        ...
+
+    def classify(self, error: Exception) -> PostFailure: ...
+
+    async def aclose(self) -> None:
+        """Stop anything still running for the run (e.g. throttled progress edits)."""
+        ...
 
 
 class DeliveryFactory(Protocol):
-    async def for_run(self, run: RunRecord) -> Delivery | None: ...
+    async def for_run(self, run: RunRecord) -> Delivery: ...
+
+
+@dataclass(frozen=True)
+class DeliveryPolicy:
+    """How long a report is retried: ``attempts`` failed posts in all, waiting
+    ``first_delay`` seconds after the first, doubling up to ``max_delay`` (a platform's own
+    rate-limit delay wins when longer)."""
+
+    attempts: int = 8
+    first_delay: float = 5.0
+    max_delay: float = 300.0
+
+    def backoff(self, failures: int) -> float:
+        return min(self.first_delay * 2.0 ** max(failures - 1, 0), self.max_delay)
+
+
+def undelivered_notice(thread: str, failures: int, reason: str) -> str:
+    """What the thread is told when its report could not be posted."""
+    tries = "attempt" if failures == 1 else "attempts"
+    return (
+        f"I finished this research but could not post its report here ({reason}; "
+        f"{failures} {tries}). The report is saved: an operator can print it with "
+        f"`fathom thread show {thread}`."
+    )
+
+
+async def publish_final(progress: ProgressSink, outcome: RunOutcome) -> None:
+    """Write the final state of the progress message (a takeover repeats it: idempotent)."""
+    event = ProgressEvent(
+        outcome.run_id,
+        ProgressKind.FINISHED,
+        final_progress_text(outcome),
+        len(outcome.topics),
+        outcome.depth,
+    )
+    try:
+        await progress.publish(event)
+    except Exception:
+        log.warning("final progress of run %s failed", outcome.run_id, exc_info=True)
+
+
+def _has_work(run: RunRecord) -> bool:
+    return run.status in UNFINISHED_STATUSES or run.delivery == DELIVERY_PENDING
 
 
 class ResearchJob:
-    """``await job(run_id)``: run (or resume) it, then post its report exactly once."""
+    """``await job(run_id)``: run (or resume) it, then deliver its outcome exactly once."""
 
     def __init__(
         self,
         service: ResearchService,
         store: Store,
         factories: Mapping[str, DeliveryFactory] | None = None,
+        *,
+        policy: DeliveryPolicy | None = None,
     ) -> None:
         self._service = service
         self._store = store
         self._factories = dict(factories or {})
+        self._policy = policy or DeliveryPolicy()
 
     def register(self, platform: str, factory: DeliveryFactory) -> None:
         self._factories[platform] = factory
+
+    @property
+    def platforms(self) -> frozenset[str]:
+        """The platforms this process can deliver to: the only runs its sweep takes."""
+        return frozenset(self._factories)
 
     async def __call__(self, run_id: str) -> None:
         run = await self._store.get_run(run_id)
         if run is None:
             log.warning("job for unknown run %s dropped", run_id)
             return
-        delivery = await self._delivery(run)
-        progress: ProgressSink = delivery.progress if delivery else NullProgress()
-        outcome = await self._service.execute(run_id, progress)
-        if delivery is None or outcome.status is not RunStatus.SUCCEEDED:
+        if not _has_work(run):
             return
-        if not outcome.report_markdown or not await self._store.mark_report_posted(run_id):
-            return
-        try:
-            await delivery.post_report(outcome)
-        except BaseException:
-            await self._store.unmark_report_posted(run_id)
-            raise
-
-    async def _delivery(self, run: RunRecord) -> Delivery | None:
         platform = ThreadKey.parse(run.thread_key).platform
         factory = self._factories.get(platform)
         if factory is None:
-            return None
+            log.warning(
+                "run %s: no %s delivery in this process; left for one that has it", run_id, platform
+            )
+            return
         try:
-            return await factory.for_run(run)
-        except Exception:
-            log.exception("no delivery for run %s on %s; running without it", run.id, platform)
-            return None
+            delivery = await factory.for_run(run)
+        except Exception as exc:
+            log.exception("run %s: cannot deliver to %s", run_id, platform)
+            await self._undeliverable(run_id, f"cannot deliver to {platform}: {type(exc).__name__}")
+            return
+        try:
+            await self._work(run_id, delivery)
+        except ClaimLost:
+            log.warning("run %s was taken over by another runner; this one stopped", run_id)
+        finally:
+            await delivery.aclose()
+
+    async def _work(self, run_id: str, delivery: Delivery) -> None:
+        result = await self._service.claim(run_id)
+        claim = result.claim
+        if claim is None:
+            return  # another runner holds it, or there is nothing left to do
+        try:
+            async with self._service.lease(claim):
+                if claim.run.status in UNFINISHED_STATUSES:
+                    outcome = await self._service.execute_claimed(
+                        claim, delivery.progress, record_interruption=False
+                    )
+                else:  # finished by a runner that stopped before delivering, or given up now
+                    outcome = await self._service.stored_outcome(claim.run)
+                    await publish_final(delivery.progress, outcome)
+                await self._deliver(claim, delivery, outcome)
+        except asyncio.CancelledError:
+            # The runner is stopping (nothing else cancels a job): hand the run back.
+            await release_quietly(self._store, claim)
+            raise
+
+    async def _deliver(self, claim: Claim, delivery: Delivery, outcome: RunOutcome) -> None:
+        """Post the report parts not posted yet, with retries; then end the delivery."""
+        parts: Sequence[Any] = ()
+        if outcome.status is RunStatus.SUCCEEDED and outcome.report_markdown:
+            parts = delivery.report_parts(outcome)
+        posted = min(claim.run.report_parts_posted, len(parts))
+        while posted < len(parts):
+            try:
+                await delivery.post_report_part(parts[posted])
+            except Exception as exc:
+                failure = delivery.classify(exc)
+                failures = await self._store.count_delivery_failure(claim, failure.reason)
+                if not failure.retryable or failures >= self._policy.attempts:
+                    await self._give_up(claim, delivery, failures, failure.reason)
+                    return
+                wait = max(failure.retry_after, self._policy.backoff(failures))
+                log.warning(
+                    "run %s: report part %d/%d not posted (%s); retry %d in %.1fs",
+                    claim.run_id,
+                    posted + 1,
+                    len(parts),
+                    failure.reason,
+                    failures,
+                    wait,
+                )
+                await asyncio.sleep(wait)
+                continue
+            posted += 1
+            await self._store.report_parts_posted(claim, posted)
+        await self._store.finish_delivery(claim, posted=True)
+
+    async def _give_up(self, claim: Claim, delivery: Delivery, failures: int, reason: str) -> None:
+        log.error(
+            "run %s: giving up on its report after %d failures (%s)", claim.run_id, failures, reason
+        )
+        try:
+            await delivery.post_notice(undelivered_notice(claim.run.thread_key, failures, reason))
+        except Exception as exc:
+            log.error(
+                "run %s: the failure notice was not posted either (%s)",
+                claim.run_id,
+                delivery.classify(exc).reason,
+            )
+        await self._store.finish_delivery(
+            claim, posted=False, error=f"report not posted after {failures} failures: {reason}"
+        )
+
+    async def _undeliverable(self, run_id: str, reason: str) -> None:
+        """Fail a run whose delivery cannot be built, before anything is spent on it."""
+        result = await self._service.claim(run_id)
+        claim = result.claim
+        if claim is None:
+            return
+        if claim.run.status in UNFINISHED_STATUSES:
+            await self._service.fail_claimed(claim, reason)
+        await self._store.finish_delivery(claim, posted=False, error=reason)

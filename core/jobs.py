@@ -1,11 +1,17 @@
 """Running research jobs outside the request that asked for them.
 
 A platform handler commits the run row, enqueues its id and acknowledges; a
-:class:`JobRunner` executes it later. :class:`InProcessJobRunner` (the embedded
-default) uses asyncio tasks in this process, keeps the heartbeats of its runs
-fresh, and on a graceful stop releases unfinished runs so the next start (of any
-replica) resumes them from their checkpoints. A queue-backed runner
-(procrastinate on PostgreSQL) implements the same protocol.
+:class:`JobRunner` executes it later. The contract every runner keeps (the in-process one
+here, and the queue-backed one of ``FATHOM_QUEUE=procrastinate``):
+
+- a job claims its run with one atomic statement and renews the claim's heartbeat while it
+  works (``core.lease``); a runner that loses its claim stops, and its writes are refused;
+- every runner sweeps periodically (every ``FATHOM_STALE_RUN_AFTER / 2`` seconds) for runs of
+  the platforms it can deliver to that nobody works on: queued or running with an expired
+  heartbeat, and finished runs whose delivery is pending with an expired heartbeat; it
+  enqueues them, and the job's claim settles which runner gets each;
+- on a graceful stop, running jobs get a grace period, then are cancelled and hand their
+  runs back (heartbeat at the epoch), so any runner's next sweep takes them at once.
 """
 
 from __future__ import annotations
@@ -13,18 +19,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from core.lease import LeaseTiming
 from storage import Store
 
 log = logging.getLogger(__name__)
 
 #: The cancellation message a runner uses when the process is shutting down.
 SHUTDOWN = "fathom-shutdown"
+#: At most this many runs are taken per sweep (the next sweep takes more).
+SWEEP_BATCH = 100
 
-RunJob = Callable[[str], Awaitable[None]]
+
+class Job(Protocol):
+    """What a runner executes: ``await job(run_id)`` (see ``core.delivery.ResearchJob``)."""
+
+    @property
+    def platforms(self) -> frozenset[str]: ...
+
+    async def __call__(self, run_id: str) -> None: ...
 
 
 class JobRunner(Protocol):
@@ -36,22 +50,22 @@ class JobRunner(Protocol):
 
 
 class InProcessJobRunner:
+    """Runs jobs as asyncio tasks of this process, at most ``max_concurrent`` at once."""
+
     def __init__(
         self,
-        job: RunJob,
+        job: Job,
         *,
         store: Store,
         max_concurrent: int = 200,
-        heartbeat_interval: float = 30.0,
-        stale_after: float = 180.0,
+        timing: LeaseTiming | None = None,
     ) -> None:
         self._job = job
         self._store = store
         self._slots = asyncio.Semaphore(max_concurrent)
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._heartbeat_interval = heartbeat_interval
-        self._stale_after = stale_after
-        self._heartbeat: asyncio.Task[None] | None = None
+        self._timing = timing or LeaseTiming()
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def active(self) -> list[str]:
@@ -74,26 +88,29 @@ class InProcessJobRunner:
                 log.exception("research job %s crashed", run_id)
 
     async def start(self) -> None:
-        """Start heartbeats and resume runs that another (dead) process left unfinished."""
-        if self._heartbeat is None:
-            self._heartbeat = asyncio.create_task(self._beat(), name="run-heartbeats")
-        await self.resume_stale()
+        """Sweep once now (runs a stopped process left behind), then periodically."""
+        await self.sweep()
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="run-sweeper")
 
-    async def resume_stale(self) -> list[str]:
-        cutoff = datetime.now(UTC) - timedelta(seconds=self._stale_after)
-        stale = await self._store.unfinished_runs(heartbeat_before=cutoff)
-        for run in stale:
-            log.info("resuming run %s from its checkpoint", run.id)
-            await self.enqueue(run.id)
-        return [run.id for run in stale]
+    async def sweep(self) -> list[str]:
+        """Enqueue the runs nobody works on; returns the ids newly enqueued here."""
+        found = await self._store.runs_to_sweep(
+            sorted(self._job.platforms), stale_after=self._timing.stale_after, limit=SWEEP_BATCH
+        )
+        new = [run_id for run_id in found if run_id not in self._tasks]
+        for run_id in new:
+            log.info("sweep: run %s has no live runner; taking it", run_id)
+            await self.enqueue(run_id)
+        return new
 
-    async def _beat(self) -> None:
+    async def _sweep_forever(self) -> None:
         while True:
-            await asyncio.sleep(self._heartbeat_interval)
+            await asyncio.sleep(self._timing.sweep_every)
             try:
-                await self._store.touch_runs(list(self._tasks))
+                await self.sweep()
             except Exception:
-                log.warning("could not refresh run heartbeats", exc_info=True)
+                log.warning("sweeping for abandoned runs failed", exc_info=True)
 
     async def drain(self) -> None:
         """Wait until every enqueued job has finished (tests, CLI)."""
@@ -101,15 +118,16 @@ class InProcessJobRunner:
             await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
 
     async def stop(self, grace: float = 5.0) -> None:
-        """Give running jobs ``grace`` seconds, then interrupt them for a later resume."""
+        """Stop sweeping; give running jobs ``grace`` seconds, then interrupt them (each hands
+        its run back for another runner)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         if self._tasks:
             _done, pending = await asyncio.wait(list(self._tasks.values()), timeout=grace)
             for task in pending:
                 task.cancel(SHUTDOWN)
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
-            self._heartbeat = None

@@ -50,6 +50,17 @@ class ThreadVariables(BaseModel):
         """The variables under their contract names (``nextSearchTopic`` ...)."""
         return self.model_dump(mode="json", by_alias=True)
 
+    def absorb(self, stored: ThreadVariables) -> None:
+        """Take in what another writer stored meanwhile: its topics and findings that this
+        copy lacks go in front of this copy's own (which stay last, in order). The planned
+        ``nextSearchTopic`` and ``shouldContinue`` stay this copy's."""
+        known = set(self.topics)
+        topics = [t for t in stored.topics if t not in known]
+        seen = {(f.topic, f.searched_at) for f in self.findings}
+        findings = [f for f in stored.findings if (f.topic, f.searched_at) not in seen]
+        self.topics[:0] = topics
+        self.findings[:0] = findings
+
 
 class PlannerDecision(BaseModel):
     """What the planner model answers each round."""
@@ -106,6 +117,11 @@ class Source(BaseModel):
     n: int
     title: str
     url: str
+
+
+#: The platform of console threads (``cli:local:local:<id>``): the report goes to the terminal
+#: that asked, so a finished console run has nothing to deliver to a chat.
+CONSOLE_PLATFORM = "cli"
 
 
 class ThreadKey(BaseModel):

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from core.config import Settings
+from core.lease import LeaseTiming
 from core.llm import LLMClients
 from core.search import SearchProvider, build_search_provider
 from core.service import ResearchService
@@ -114,7 +115,12 @@ async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIter
         llm = LLMClients.from_settings(settings, ssl_context=tls)
         try:
             service = ResearchService(
-                store=store, planner=llm.planner, writer=llm.writer, search=search
+                store=store,
+                planner=llm.planner,
+                writer=llm.writer,
+                search=search,
+                timing=LeaseTiming(settings.stale_run_after),
+                max_attempts=settings.max_attempts,
             )
             yield Runtime(settings, database, store, service, search, llm)
         finally:

@@ -1,26 +1,38 @@
 """The research service: requests become durable runs, runs become reports.
 
-``submit`` writes the run row (deduplicated by the request's key) and returns at
-once; ``execute`` runs it to the end, checkpointing every step, and always
-leaves the run in a finished state (or, if the process dies, in ``running``
-with a checkpoint that ``execute`` resumes from).
+``submit`` writes the run row (deduplicated by the request's key; one active run per
+thread) and returns at once. A runner then ``claim``s the run, holds it with a
+:class:`~core.lease.Lease` and calls ``execute_claimed``, which runs it to the end,
+checkpointing every step, and always leaves the run in a finished state; if the process
+dies, the run stays ``running`` with a checkpoint that the next claim resumes from.
+``execute`` does all three for callers that run one research themselves (the CLI).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from core.engine.iterative import IterativeStrategy, JsonModel, RunState, StepHooks, StopReason
-from core.jobs import SHUTDOWN
+from core.lease import (
+    LOST_CLAIM,
+    Lease,
+    LeaseTiming,
+    holder_is_gone,
+    release_quietly,
+    runner_identity,
+)
 from core.llm import LLMError
 from core.models import (
+    CONSOLE_PLATFORM,
     ResearchRequest,
     RunStatus,
     Source,
+    ThreadKey,
     ThreadVariables,
     Usage,
 )
@@ -40,7 +52,15 @@ from core.report import (
     writer_source_blocks,
 )
 from core.search import SearchProvider
-from storage import RunRecord, Store
+from storage import (
+    Claim,
+    ClaimLost,
+    ClaimResult,
+    RunRecord,
+    Store,
+    ThreadBusy,
+    VariablesConflict,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +68,13 @@ log = logging.getLogger(__name__)
 MAX_WRITER_SOURCES = 60
 #: The error of a run whose task was cancelled without a cancel request (Ctrl-C, SIGTERM).
 INTERRUPTED = "interrupted"
+#: How often a checkpoint is retried after the thread's variables changed under it.
+CHECKPOINT_ATTEMPTS = 5
+
+
+def _delivers(run: RunRecord) -> bool:
+    """Whether the run's outcome has to be delivered to a chat thread once it finishes."""
+    return ThreadKey.parse(run.thread_key).platform != CONSOLE_PLATFORM
 
 
 def _interrupted(run: RunRecord) -> bool:
@@ -71,6 +98,17 @@ class _CancelFlag:
 
 class RunRejected(ValueError):
     """The request cannot start now (e.g. a run is already active in the thread)."""
+
+
+class RunBusy(RuntimeError):
+    """Another live runner holds the run; it is taken over only if that runner stops."""
+
+    def __init__(self, run: RunRecord) -> None:
+        super().__init__(
+            f"run {run.id} is being worked on by {run.owner or 'another process'}; "
+            "it is taken over automatically if that process stops"
+        )
+        self.run = run
 
 
 class NoResults(Exception):
@@ -135,10 +173,19 @@ class ResearchService:
         planner: JsonModel,
         writer: TextModel,
         search: SearchProvider,
+        owner: str | None = None,
+        timing: LeaseTiming | None = None,
+        max_attempts: int = 3,
     ) -> None:
+        """``owner`` names this process's claims (default: host, pid and a random part);
+        ``timing`` sets the lease (FATHOM_STALE_RUN_AFTER); a run is claimed at most
+        ``max_attempts`` times before it fails (FATHOM_MAX_ATTEMPTS)."""
         self._store = store
         self._writer = writer
         self._strategy = IterativeStrategy(planner, search)
+        self.owner = owner or runner_identity()
+        self.timing = timing or LeaseTiming()
+        self._max_attempts = max_attempts
         # Runs executing in this process, with their cancel flag (see StepHooks.is_cancelled).
         self._executing: dict[str, _CancelFlag] = {}
 
@@ -146,52 +193,127 @@ class ResearchService:
     def store(self) -> Store:
         return self._store
 
-    async def submit(
-        self, request: ResearchRequest, *, new_thread: bool = False
-    ) -> tuple[RunRecord, bool]:
+    async def submit(self, request: ResearchRequest) -> tuple[RunRecord, bool]:
         """Create the run row (or find the one this request already created).
 
-        ``new_thread``: the caller made the thread key up for this request (a Slack slash
-        command's ``pending-<trigger_id>``), so no other run can be active in it and the
-        lookup is skipped; one transaction fewer on the acknowledgement path. A second
-        delivery of the same request still finds its run through the dedupe key.
+        One transaction. A second delivery of the same request finds its run through the
+        dedupe key; a request in a thread whose research is still queued or running is
+        refused (:class:`RunRejected`), settled by the database when two requests race.
         """
-        active = None if new_thread else await self._store.latest_run_in_thread(str(request.thread))
-        if active is not None and not RunStatus(active.status).finished:
-            if request.dedupe_key is not None and active.dedupe_key == request.dedupe_key:
-                return active, False  # the same request delivered again
-            raise RunRejected(
-                f"A research is already running in this thread (run {active.id}); "
-                "wait for it to finish or cancel it."
-            )
         key = request.thread
-        return await self._store.create_run(
-            thread_key=str(key),
-            platform=key.platform,
-            workspace=key.workspace,
-            channel=key.channel,
-            thread_ref=key.thread,
-            topic=request.topic,
-            depth=request.depth,
-            strategy=request.strategy.value,
-            requested_by=request.requested_by,
-            dedupe_key=request.dedupe_key,
+        try:
+            return await self._store.create_run(
+                thread_key=str(key),
+                platform=key.platform,
+                workspace=key.workspace,
+                channel=key.channel,
+                thread_ref=key.thread,
+                topic=request.topic,
+                depth=request.depth,
+                strategy=request.strategy.value,
+                requested_by=request.requested_by,
+                dedupe_key=request.dedupe_key,
+            )
+        except ThreadBusy as busy:
+            which = f" (run {busy.active.id})" if busy.active is not None else ""
+            raise RunRejected(
+                f"A research is already running in this thread{which}; "
+                "wait for it to finish or cancel it."
+            ) from None
+
+    # -- the run lifecycle ------------------------------------------------------
+    async def claim(self, run_id: str, *, stale_after: float | None = None) -> ClaimResult:
+        """Try to take the run for this process (see ``Store.claim_run``); ``stale_after``
+        overrides the lease only when its holder is known to be dead."""
+        return await self._store.claim_run(
+            run_id,
+            self.owner,
+            stale_after=self.timing.stale_after if stale_after is None else stale_after,
+            max_attempts=self._max_attempts,
         )
 
+    def lease(self, claim: Claim) -> Lease:
+        """``async with service.lease(claim):`` keeps the claim alive while the body runs."""
+        return Lease(self._store, claim, self.timing)
+
     async def execute(self, run_id: str, progress: ProgressSink | None = None) -> RunOutcome:
-        """Run (or resume) a run to its end; returns the stored outcome if it already ended."""
-        sink = progress or NullProgress()
+        """Claim the run, hold it and run it to its end (or resume it from its checkpoint).
+
+        For callers that run one research themselves (the CLI, tests). A finished run is
+        not repeated: its stored outcome is returned. Raises :class:`RunBusy` when a live
+        runner holds it. A chat run finished here is handed back at once, so that a
+        ``fathom serve`` replica delivers its outcome to the thread.
+        """
         run = await self._store.get_run(run_id)
         if run is None:
             raise KeyError(f"no run {run_id!r}")
         if _interrupted(run):
             # Cancelled by an interruption, not by a person: resume it from its checkpoint.
-            run = await self._store.requeue_run(run_id)
+            await self._requeue(run_id)
         elif RunStatus(run.status).finished:
-            return await self._stored_outcome(run)
-        resuming = run.status == RunStatus.RUNNING.value or run.rounds_done > 0
-        run, raw = await self._store.begin_run(run_id)
-        variables = ThreadVariables.model_validate(raw) if raw else ThreadVariables()
+            return await self.stored_outcome(run)
+        result = await self.claim(run_id)
+        if result.claim is None and result.run is not None:
+            if holder_is_gone(result.run.owner, self.owner):  # killed a moment ago
+                result = await self.claim(run_id, stale_after=0.0)
+        claim = result.claim
+        if claim is None:
+            if result.run is not None and RunStatus(result.run.status).finished:
+                return await self.stored_outcome(result.run)
+            raise RunBusy(result.run or run)
+        if RunStatus(claim.run.status).finished:  # finished meanwhile: only its delivery was due
+            await release_quietly(self._store, claim)
+            return await self.stored_outcome(claim.run)
+        async with self.lease(claim):
+            outcome = await self.execute_claimed(claim, progress)
+        if ThreadKey.parse(claim.run.thread_key).platform != CONSOLE_PLATFORM:
+            await release_quietly(self._store, claim)
+        return outcome
+
+    async def resume(self, run_id: str, progress: ProgressSink | None = None) -> RunOutcome:
+        """Run again from the checkpoint, also after a failure or a cancellation.
+
+        A succeeded run is not repeated: its stored outcome is returned.
+        """
+        run = await self._store.get_run(run_id)
+        if run is not None and run.status in (RunStatus.FAILED.value, RunStatus.CANCELLED.value):
+            await self._requeue(run_id)
+        return await self.execute(run_id, progress)
+
+    async def _requeue(self, run_id: str) -> None:
+        try:
+            await self._store.requeue_run(run_id)
+        except ThreadBusy as busy:
+            which = f" (run {busy.active.id})" if busy.active is not None else ""
+            raise RunRejected(
+                f"Another research is active in this run's thread{which}; "
+                "resume this one when it has finished."
+            ) from None
+
+    async def execute_claimed(
+        self,
+        claim: Claim,
+        progress: ProgressSink | None = None,
+        *,
+        record_interruption: bool = True,
+    ) -> RunOutcome:
+        """Run a claimed, unfinished run to its end, resuming from its checkpoint.
+
+        Every write is fenced by ``claim``: when another runner has taken the run over,
+        :class:`storage.ClaimLost` is raised and nothing more is written. When the task is
+        cancelled (not through a cancel request), ``record_interruption`` records the run
+        as cancelled ("interrupted"; the CLI's Ctrl-C); otherwise the checkpoint is left as
+        it is for the caller to hand the run back (a job runner shutting down).
+        """
+        sink = progress or NullProgress()
+        run = claim.run
+        variables = (
+            ThreadVariables.model_validate(claim.variables)
+            if claim.variables
+            else ThreadVariables()
+        )
+        # Worked on before (a plan or a search was checkpointed): continue, do not re-plan.
+        resuming = run.rounds_done > 0 or run.llm_calls > 0 or run.searches > 0
         if not resuming:
             variables.next_search_topic = None
             variables.should_continue = True
@@ -208,6 +330,7 @@ class ResearchService:
                 searches=run.searches,
             ),
             notes=list(run.notes),
+            variables_version=claim.variables_version,
         )
         started = time.monotonic()
 
@@ -221,7 +344,7 @@ class ResearchService:
         cancel = _CancelFlag(run.cancel_requested)
 
         async def checkpoint(current: RunState) -> None:
-            if await self._checkpoint(current):
+            if await self._checkpoint(claim, current):
                 cancel.requested = True
 
         hooks = StepHooks(
@@ -245,12 +368,13 @@ class ResearchService:
                 markdown, sources = await self._write(state)
                 status = RunStatus.SUCCEEDED
         except asyncio.CancelledError as exc:
-            if exc.args and exc.args[0] == SHUTDOWN:
-                # A graceful shutdown: the checkpoint stays, any replica resumes the run.
-                await asyncio.shield(self._store.release_run(run.id))
-            else:
+            lost = bool(exc.args) and exc.args[0] == LOST_CLAIM
+            if record_interruption and not lost:
                 status, error = RunStatus.CANCELLED, INTERRUPTED
-                await asyncio.shield(self._finish(state, status, None, [], error))
+                with contextlib.suppress(ClaimLost):
+                    await asyncio.shield(self._finish(claim, state, status, None, [], error))
+            raise
+        except ClaimLost:
             raise
         except NoResults as exc:
             error = str(exc)
@@ -260,10 +384,10 @@ class ResearchService:
         finally:
             if self._executing.get(run.id) is cancel:
                 del self._executing[run.id]
-        finished = await self._finish(state, status, markdown, sources, error)
+        finished = await self._finish(claim, state, status, markdown, sources, error)
         outcome = RunOutcome(
             run_id=run.id,
-            thread=run.thread_key,
+            thread=finished.thread_key,
             status=status,
             topic=run.topic,
             depth=run.depth,
@@ -279,15 +403,26 @@ class ResearchService:
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
         return outcome
 
-    async def resume(self, run_id: str, progress: ProgressSink | None = None) -> RunOutcome:
-        """Run again from the checkpoint, also after a failure or a cancellation.
-
-        A succeeded run is not repeated: its stored outcome is returned.
-        """
-        run = await self._store.get_run(run_id)
-        if run is not None and run.status in (RunStatus.FAILED.value, RunStatus.CANCELLED.value):
-            await self._store.requeue_run(run_id)
-        return await self.execute(run_id, progress)
+    async def fail_claimed(self, claim: Claim, error: str) -> RunRecord:
+        """End a claimed, unfinished run as failed without working on it (e.g. its outcome
+        could never be delivered, so researching it would be wasted)."""
+        run = claim.run
+        usage = Usage(
+            llm_calls=run.llm_calls,
+            prompt_tokens=run.prompt_tokens,
+            completion_tokens=run.completion_tokens,
+            searches=run.searches,
+        )
+        return await self._store.finish_run(
+            claim,
+            status=RunStatus.FAILED.value,
+            report_markdown=None,
+            sources=[],
+            error=error,
+            usage=usage.model_dump(),
+            notes=run.notes,
+            deliver=_delivers(run),
+        )
 
     async def cancel(self, run_id: str) -> bool:
         """Flag the run for cancellation; it stops at its next step (False: it has ended)."""
@@ -298,18 +433,39 @@ class ResearchService:
         return requested
 
     # -- steps ----------------------------------------------------------------
-    async def _checkpoint(self, state: RunState) -> bool:
-        """Persist the state; True when a cancel has been requested for the run."""
-        return await self._store.checkpoint(
-            state.run_id,
-            variables=state.variables.public_dict(),
-            rounds_done=state.searches_done,
-            usage=state.usage.model_dump(),
-            notes=state.notes,
-        )
+    async def _checkpoint(self, claim: Claim, state: RunState) -> bool:
+        """Persist the state; True when a cancel has been requested for the run.
+
+        The variables are compare-and-swapped on their version. If another writer changed
+        them meanwhile, its topics and findings are taken in and the checkpoint is retried,
+        so no update is lost.
+        """
+        for _ in range(CHECKPOINT_ATTEMPTS):
+            try:
+                result = await self._store.checkpoint(
+                    claim,
+                    variables=state.variables.public_dict(),
+                    variables_version=state.variables_version,
+                    rounds_done=state.searches_done,
+                    usage=state.usage.model_dump(),
+                    notes=state.notes,
+                )
+            except VariablesConflict as conflict:
+                log.warning(
+                    "run %s: thread variables changed under it (now version %d); merging",
+                    state.run_id,
+                    conflict.version,
+                )
+                state.variables.absorb(ThreadVariables.model_validate(conflict.variables))
+                state.variables_version = conflict.version
+                continue
+            state.variables_version = result.variables_version
+            return result.cancel_requested
+        raise RuntimeError("the thread's variables kept changing under the run")
 
     async def _finish(
         self,
+        claim: Claim,
         state: RunState,
         status: RunStatus,
         markdown: str | None,
@@ -317,13 +473,14 @@ class ResearchService:
         error: str | None,
     ) -> RunRecord:
         return await self._store.finish_run(
-            state.run_id,
+            claim,
             status=status.value,
             report_markdown=markdown,
             sources=[(s.n, s.title, s.url) for s in sources],
             error=error,
             usage=state.usage.model_dump(),
             notes=state.notes,
+            deliver=_delivers(claim.run),
         )
 
     async def _write(self, state: RunState) -> tuple[str, list[Source]]:
@@ -363,7 +520,8 @@ class ResearchService:
         topics = state.variables.topics
         return topics[len(topics) - state.searches_done :] if state.searches_done else []
 
-    async def _stored_outcome(self, run: RunRecord) -> RunOutcome:
+    async def stored_outcome(self, run: RunRecord) -> RunOutcome:
+        """The outcome of a finished run, as stored."""
         raw = await self._store.load_variables(run.thread_id)
         variables = ThreadVariables.model_validate(raw) if raw else ThreadVariables()
         state = RunState(run.id, run.topic, run.depth, variables, run.rounds_done)

@@ -3,26 +3,49 @@
 from __future__ import annotations
 
 from storage.db import HEAD_REVISION, Database, normalize_url
-from storage.records import RunRecord, SourceRecord, ThreadRecord, ThreadSummary
+from storage.records import (
+    Checkpointed,
+    Claim,
+    ClaimResult,
+    RunRecord,
+    SourceRecord,
+    ThreadRecord,
+    ThreadSummary,
+)
 from storage.store import (
+    DELIVERY_FAILED,
+    DELIVERY_PENDING,
+    DELIVERY_POSTED,
     FINISHED_STATUSES,
     UNFINISHED_STATUSES,
     USAGE_KEYS,
+    ClaimLost,
     RunNotFound,
     Store,
+    ThreadBusy,
+    VariablesConflict,
 )
 
 __all__ = [
+    "DELIVERY_FAILED",
+    "DELIVERY_PENDING",
+    "DELIVERY_POSTED",
     "FINISHED_STATUSES",
     "HEAD_REVISION",
     "UNFINISHED_STATUSES",
     "USAGE_KEYS",
+    "Checkpointed",
+    "Claim",
+    "ClaimLost",
+    "ClaimResult",
     "Database",
     "RunNotFound",
     "RunRecord",
     "SourceRecord",
     "Store",
+    "ThreadBusy",
     "ThreadRecord",
     "ThreadSummary",
+    "VariablesConflict",
     "normalize_url",
 ]

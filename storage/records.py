@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,12 @@ class RunRecord:
     finished_at: datetime | None
     heartbeat_at: datetime | None
     report_posted_at: datetime | None = None
+    owner: str | None = None
+    attempt: int = 0
+    delivery: str | None = None
+    report_parts_posted: int = 0
+    delivery_attempts: int = 0
+    delivery_error: str | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -67,3 +74,40 @@ class ThreadSummary:
     last_topic: str | None
     last_status: str | None
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """This runner holds a run: the fencing token of every write it makes to the run.
+
+    ``attempt`` grows with every claim, so a runner that lost the run (another one took it
+    over after its heartbeat expired) holds a stale token and its writes change nothing
+    (``storage.ClaimLost``).
+    """
+
+    run: RunRecord
+    owner: str
+    attempt: int
+    variables: dict[str, Any] | None = None
+    variables_version: int = 0  # 0: the thread has no variables row yet
+
+    @property
+    def run_id(self) -> str:
+        return self.run.id
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """What one claim attempt found."""
+
+    run: RunRecord | None  # the run after the attempt; None when there is no such run
+    claim: Claim | None = None  # set when the caller now holds the run
+    gave_up: bool = False  # the run had used up its attempts and was failed instead
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpointed:
+    """What a checkpoint returns: the cancel flag as stored, and the variables' new version."""
+
+    cancel_requested: bool
+    variables_version: int

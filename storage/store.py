@@ -5,6 +5,13 @@ processes (retried platform deliveries, concurrent workers) are settled by uniqu
 constraints through ``INSERT ... ON CONFLICT``, which keeps the transaction usable on
 PostgreSQL (no aborted transaction to recover from) and works the same on SQLite.
 
+The run lifecycle is settled by single ``UPDATE ... RETURNING`` statements, the same on both
+databases. A runner *claims* a run (queued, or running with an expired heartbeat) and gets
+a :class:`~storage.records.Claim`; every later write of that runner (checkpoint, finish,
+delivery bookkeeping, heartbeat, release) is *fenced* by the claim's owner and attempt, so
+a runner that lost the run to another one changes nothing (:class:`ClaimLost`). The
+thread's variables are written with a compare-and-swap on their version.
+
 Transactions are plain functions of a Core ``Connection`` run by :meth:`Database.run`
 (no ORM session: less CPU per call). The statements of the per-round hot path (checkpoint,
 run start and finish) are built once with bind parameters, so each call skips building
@@ -19,20 +26,32 @@ from typing import Any, cast
 from uuid import uuid4
 
 from sqlalchemy import (
+    Interval,
     Select,
     Table,
+    and_,
     bindparam,
     case,
     delete,
     func,
     insert,
+    or_,
     select,
     update,
 )
 from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.exc import IntegrityError
 
 from storage.db import Database
-from storage.records import RunRecord, SourceRecord, ThreadRecord, ThreadSummary
+from storage.records import (
+    Checkpointed,
+    Claim,
+    ClaimResult,
+    RunRecord,
+    SourceRecord,
+    ThreadRecord,
+    ThreadSummary,
+)
 from storage.tables import (
     ProcessedEvent,
     ResearchRun,
@@ -47,9 +66,14 @@ from storage.tables import (
 UNFINISHED_STATUSES = ("queued", "running")
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
 USAGE_KEYS = ("llm_calls", "prompt_tokens", "completion_tokens", "searches")
+#: ``research_runs.delivery``: the finished run's outcome still has to reach its thread,
+#: it has, or posting it was given up.
+DELIVERY_PENDING, DELIVERY_POSTED, DELIVERY_FAILED = "pending", "posted", "failed"
 # search_cache.query is VARCHAR(1024); longer queries are simply not cached.
 MAX_CACHED_QUERY_BYTES = 1024
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: How often create_run retries when the thread's active run finished while it looked.
+_CREATE_ATTEMPTS = 3
 
 _runs = cast(Table, ResearchRun.__table__)
 _threads = cast(Table, Thread.__table__)
@@ -71,7 +95,7 @@ _VARIABLE_COLUMNS = (
 )
 _RUN_BY_ID = _RUNS.where(_runs.c.id == bindparam("run_id"))
 _RUN_WITH_VARIABLES_BY_ID = (
-    _RUNS.add_columns(*_VARIABLE_COLUMNS)
+    _RUNS.add_columns(*_VARIABLE_COLUMNS, _variables.c.version.label("variables_version"))
     .outerjoin(_variables, _variables.c.thread_id == _runs.c.thread_id)
     .where(_runs.c.id == bindparam("run_id"))
 )
@@ -79,6 +103,9 @@ _LATEST_RUN_IN_THREAD = (
     _RUNS.where(_threads.c.key == bindparam("thread_key"))
     .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
     .limit(1)
+)
+_ACTIVE_RUN_IN_THREAD = _RUNS.where(
+    _runs.c.thread_id == bindparam("tid"), _runs.c.status.in_(UNFINISHED_STATUSES)
 )
 _RUN_BY_DEDUPE_KEY = _RUNS.where(_runs.c.dedupe_key == bindparam("dedupe_key"))
 #: How many unfinished runs a user has, and how many of them carry a given dedupe key.
@@ -89,46 +116,205 @@ _ACTIVE_RUN_COUNT = select(
     _runs.c.requested_by == bindparam("requested_by"),
     _runs.c.status.in_(UNFINISHED_STATUSES),
 )
-_NOW = bindparam("now", type_=UTCDateTime())
-_START_RUN = (
-    update(_runs)
-    .where(_runs.c.id == bindparam("run_id"), _runs.c.status.in_(UNFINISHED_STATUSES))
-    .values(status="running", started_at=func.coalesce(_runs.c.started_at, _NOW), heartbeat_at=_NOW)
+#: The writes of a claim's holder only apply while it still holds the run.
+_FENCE = (
+    _runs.c.id == bindparam("run_id"),
+    _runs.c.owner == bindparam("fence_owner"),
+    _runs.c.attempt == bindparam("fence_attempt"),
 )
-# SET columns come from the parameters of each call (the usage counters vary).
-_UPDATE_RUN = update(_runs).where(_runs.c.id == bindparam("run_id"))
-_CHECKPOINT_RUN = _UPDATE_RUN.returning(_runs.c.thread_id, _runs.c.cancel_requested)
-_FINISH_RUN = _UPDATE_RUN.returning(_runs.c.id)
+_LAST_SEEN = func.coalesce(_runs.c.heartbeat_at, _runs.c.created_at)
 _DELETE_SOURCES = delete(_sources).where(_sources.c.run_id == bindparam("run_id"))
-_VARIABLES_COPIED = ("topics", "next_search_topic", "findings", "should_continue", "updated_at")
+_VARIABLE_VALUES = ("topics", "next_search_topic", "findings", "should_continue", "updated_at")
 
 
 class RunNotFound(LookupError):
     """The run id names no run."""
 
 
+class ClaimLost(RuntimeError):
+    """The run is no longer held by this claim: another runner took it over."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id} is no longer held by this runner (taken over)")
+        self.run_id = run_id
+
+
+class ThreadBusy(RuntimeError):
+    """The thread already has a queued or running run (one active run per thread)."""
+
+    def __init__(self, active: RunRecord | None) -> None:
+        which = f" (run {active.id})" if active is not None else ""
+        super().__init__(f"a research is already running in this thread{which}")
+        self.active = active
+
+
+class VariablesConflict(RuntimeError):
+    """The thread's variables changed since the version the checkpoint was based on."""
+
+    def __init__(self, variables: dict[str, Any], version: int) -> None:
+        super().__init__(f"thread variables are at version {version}")
+        self.variables = variables
+        self.version = version
+
+
 class _Statements:
-    """The dialect's ``INSERT ... ON CONFLICT`` statements of the hot path, built once."""
+    """The dialect's statements of the hot path and of the run lifecycle, built once.
+
+    Lease timestamps (heartbeats and their expiry) come from one clock: on PostgreSQL the
+    database server's (replicas on several machines agree whatever their own clocks say),
+    on SQLite this machine's (every process using the file runs here).
+    """
 
     def __init__(self, dialect: str) -> None:
+        self.dialect = dialect
         self.upsert = upsert = _upsert_for(dialect)
+        now: Any
+        cutoff: Any
+        if dialect == "postgresql":
+            now = func.now()
+            cutoff = func.now() - bindparam("stale_after", type_=Interval())
+        else:
+            now = bindparam("now", type_=UTCDateTime())
+            cutoff = bindparam("cutoff", type_=UTCDateTime())
         thread = upsert(_threads)
         self.upsert_thread = thread.on_conflict_do_update(
             index_elements=[_threads.c.key], set_={"updated_at": thread.excluded.updated_at}
         ).returning(_threads.c.id)
+        # No conflict target: a used dedupe key and a busy thread (the partial unique index
+        # on active runs) both insert nothing, and the transaction stays usable on PostgreSQL.
         # RETURNING the new row saves create_run a SELECT (a round trip on PostgreSQL).
-        self.insert_run = insert(_runs).returning(*_runs.c)
-        self.insert_run_once = (
-            upsert(_runs)
-            .on_conflict_do_nothing(index_elements=[_runs.c.dedupe_key])
-            .returning(*_runs.c)
+        self.insert_run = upsert(_runs).on_conflict_do_nothing().returning(*_runs.c)
+
+        stale = _LAST_SEEN < cutoff
+        claimable = or_(_runs.c.status == "queued", and_(_runs.c.status == "running", stale))
+        self.claim_unfinished = (
+            update(_runs)
+            .where(
+                _runs.c.id == bindparam("run_id"),
+                claimable,
+                _runs.c.attempt < bindparam("max_attempts"),
+            )
+            .values(
+                status="running",
+                owner=bindparam("claimant"),
+                attempt=_runs.c.attempt + 1,
+                heartbeat_at=now,
+                started_at=func.coalesce(_runs.c.started_at, now),
+            )
+            .returning(_runs.c.id)
+        )
+        self.give_up = (
+            update(_runs)
+            .where(
+                _runs.c.id == bindparam("run_id"),
+                claimable,
+                _runs.c.attempt >= bindparam("max_attempts"),
+            )
+            .values(
+                status="failed",
+                error=bindparam("why"),
+                owner=bindparam("claimant"),
+                heartbeat_at=now,
+                finished_at=now,
+                delivery=DELIVERY_PENDING,
+            )
+            .returning(_runs.c.id)
+        )
+        self.claim_delivery = (
+            update(_runs)
+            .where(
+                _runs.c.id == bindparam("run_id"),
+                _runs.c.status.in_(FINISHED_STATUSES),
+                _runs.c.delivery == DELIVERY_PENDING,
+                stale,
+            )
+            .values(owner=bindparam("claimant"), attempt=_runs.c.attempt + 1, heartbeat_at=now)
+            .returning(_runs.c.id)
+        )
+        self.renew = update(_runs).where(*_FENCE).values(heartbeat_at=now).returning(_runs.c.id)
+        running = _runs.c.status == "running"
+        self.release = (
+            update(_runs)
+            .where(*_FENCE)
+            .values(
+                owner=None,
+                heartbeat_at=EPOCH,
+                # A handed-back attempt does not count against FATHOM_MAX_ATTEMPTS.
+                status=case((running, "queued"), else_=_runs.c.status),
+                attempt=case((running, _runs.c.attempt - 1), else_=_runs.c.attempt),
+            )
+            .returning(_runs.c.id)
+        )
+        # SET also takes the usage counters present in each call's parameters.
+        self.checkpoint_run = (
+            update(_runs)
+            .where(*_FENCE, running)
+            .values(heartbeat_at=now)
+            .returning(_runs.c.thread_id, _runs.c.cancel_requested)
+        )
+        self.finish_run = (
+            update(_runs).where(*_FENCE, running).values(heartbeat_at=now).returning(_runs.c.id)
+        )
+        self.fenced_update = update(_runs).where(*_FENCE).returning(_runs.c.id)
+        self.count_delivery_failure = (
+            update(_runs)
+            .where(*_FENCE)
+            .values(delivery_attempts=_runs.c.delivery_attempts + 1, heartbeat_at=now)
+            .returning(_runs.c.delivery_attempts)
+        )
+        self.finish_delivery = (
+            update(_runs)
+            .where(*_FENCE, _runs.c.delivery == DELIVERY_PENDING)
+            .values(report_posted_at=case((bindparam("posted"), now), else_=None))
+            .returning(_runs.c.id)
+        )
+        self.sweep = (
+            select(_runs.c.id)
+            .join(_threads, _threads.c.id == _runs.c.thread_id)
+            .where(
+                _threads.c.platform.in_(bindparam("platforms", expanding=True)),
+                or_(
+                    _runs.c.status.in_(UNFINISHED_STATUSES),
+                    _runs.c.delivery == DELIVERY_PENDING,
+                ),
+                stale,
+            )
+            .order_by(_runs.c.created_at, _runs.c.id)
+            .limit(bindparam("limit"))
         )
         variables = upsert(_variables)
-        self.upsert_variables = variables.on_conflict_do_update(
-            index_elements=[_variables.c.thread_id],
-            set_={name: variables.excluded[name] for name in _VARIABLES_COPIED}
-            | {"version": _variables.c.version + 1},
+        self.insert_variables = variables.on_conflict_do_nothing(
+            index_elements=[_variables.c.thread_id]
+        ).returning(_variables.c.version)
+        self.update_variables = (
+            update(_variables)
+            .where(
+                _variables.c.thread_id == bindparam("tid"),
+                _variables.c.version == bindparam("expected_version"),
+            )
+            .values(
+                {name: bindparam(f"new_{name}") for name in _VARIABLE_VALUES}
+                | {"version": _variables.c.version + 1}
+            )
+            .returning(_variables.c.version)
         )
+        self.load_variables = select(*_VARIABLE_COLUMNS, _variables.c.version).where(
+            _variables.c.thread_id == bindparam("tid")
+        )
+
+    def clock(self, stale_after: float | None = None) -> dict[str, Any]:
+        """The parameters of the lease clock (see the class docstring)."""
+        if self.dialect == "postgresql":
+            return {} if stale_after is None else {"stale_after": timedelta(seconds=stale_after)}
+        now = utcnow()
+        params: dict[str, Any] = {"now": now}
+        if stale_after is not None:
+            params["cutoff"] = now - timedelta(seconds=stale_after)
+        return params
+
+
+def _fence(claim: Claim) -> dict[str, Any]:
+    return {"run_id": claim.run_id, "fence_owner": claim.owner, "fence_attempt": claim.attempt}
 
 
 class Store:
@@ -155,10 +341,12 @@ class Store:
         """Queue a run in the (created on demand) thread.
 
         Returns ``(run, True)``, or ``(existing_run, False)`` when ``dedupe_key`` was
-        already used: the same platform delivery seen twice yields one run.
+        already used: the same platform delivery seen twice yields one run. Raises
+        :class:`ThreadBusy` when the thread already has a queued or running run; the
+        database settles races (a partial unique index), so two requests racing in one
+        thread never both get a run.
         """
         now = utcnow()
-        run_id = uuid4().hex
         thread = {
             "key": thread_key,
             "platform": platform,
@@ -169,7 +357,7 @@ class Store:
             "updated_at": now,
         }
         run = {
-            "id": run_id,
+            "id": uuid4().hex,
             "topic": topic,
             "depth": depth,
             "strategy": strategy,
@@ -179,87 +367,173 @@ class Store:
             "notes": [],
             "created_at": now,
         }
-        insert_run = self._sql.insert_run if dedupe_key is None else self._sql.insert_run_once
 
         def work(conn: Connection) -> tuple[RunRecord, bool]:
             thread_id = conn.execute(self._sql.upsert_thread, thread).scalar_one()
-            row = conn.execute(insert_run, {**run, "thread_id": thread_id}).mappings().first()
-            if row is not None:  # inserted
-                return _run_record({**row, "thread_key": thread_key}), True
-            # The dedupe key was used already: that delivery's run.
-            record = _one_run(conn, _RUN_BY_DEDUPE_KEY, dedupe_key=dedupe_key)
-            if record is None:  # pragma: no cover - the conflict guarantees a row
-                raise RuntimeError("run vanished while being created")
-            return record, False
+            for _ in range(_CREATE_ATTEMPTS):
+                row = conn.execute(self._sql.insert_run, {**run, "thread_id": thread_id})
+                inserted = row.mappings().first()
+                if inserted is not None:
+                    return _run_record({**inserted, "thread_key": thread_key}), True
+                if dedupe_key is not None:
+                    record = _one_run(conn, _RUN_BY_DEDUPE_KEY, dedupe_key=dedupe_key)
+                    if record is not None:  # the same delivery again: its run
+                        return record, False
+                active = _one_run(conn, _ACTIVE_RUN_IN_THREAD, tid=thread_id)
+                if active is not None:
+                    raise ThreadBusy(active)
+                # The active run finished between the insert and the look-up: try again.
+            raise ThreadBusy(None)
 
         return await self._db.run(work)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._db.run(lambda conn: _one_run(conn, _RUN_BY_ID, run_id=run_id))
 
-    async def begin_run(self, run_id: str) -> tuple[RunRecord, dict[str, Any] | None]:
-        """Mark a queued (or resumed) run running and load its thread's variables, together.
+    async def claim_run(
+        self, run_id: str, owner: str, *, stale_after: float, max_attempts: int
+    ) -> ClaimResult:
+        """Take a run for ``owner`` with one atomic statement, or find out why not.
 
-        What executing a run needs first. A finished run is left as it is; a resume keeps
-        the original ``started_at``.
+        Claimable: a ``queued`` run; a ``running`` run whose heartbeat is older than
+        ``stale_after`` seconds (its runner died: taken over); a finished run whose delivery
+        is pending and whose heartbeat expired (its runner died while posting). A claim
+        bumps ``attempt``. A run that already had ``max_attempts`` attempts is failed
+        instead (``gave_up``); its holder still delivers that outcome. Anything else (held
+        by a live runner, finished and delivered, unknown) is not claimed.
         """
+        params = {
+            "run_id": run_id,
+            "claimant": owner,
+            "max_attempts": max_attempts,
+            "why": f"gave up after {max_attempts} attempts: the process running it stopped "
+            "each time (FATHOM_MAX_ATTEMPTS)",
+            **self._sql.clock(stale_after),
+        }
+        sql = self._sql
 
-        def work(conn: Connection) -> tuple[RunRecord, dict[str, Any] | None]:
-            conn.execute(_START_RUN, {"run_id": run_id, "now": utcnow()})
+        def work(conn: Connection) -> ClaimResult:
+            gave_up = False
+            claimed = conn.execute(sql.claim_unfinished, params).first() is not None
+            if not claimed:
+                claimed = conn.execute(sql.claim_delivery, params).first() is not None
+            if not claimed:
+                claimed = gave_up = conn.execute(sql.give_up, params).first() is not None
             row = conn.execute(_RUN_WITH_VARIABLES_BY_ID, {"run_id": run_id}).mappings().first()
             if row is None:
-                raise RunNotFound(run_id)
-            variables = None if row["variables_thread_id"] is None else _variables_dict(row)
-            return _run_record(row), variables
+                return ClaimResult(None)
+            record = _run_record(row)
+            if not claimed:
+                return ClaimResult(record)
+            has_variables = row["variables_thread_id"] is not None
+            claim = Claim(
+                run=record,
+                owner=owner,
+                attempt=record.attempt,
+                variables=_variables_dict(row) if has_variables else None,
+                variables_version=int(row["variables_version"]) if has_variables else 0,
+            )
+            return ClaimResult(record, claim, gave_up)
 
         return await self._db.run(work)
 
+    async def renew_claim(self, claim: Claim) -> bool:
+        """Refresh the heartbeat; False when the run is no longer held by this claim."""
+        params = {**_fence(claim), **self._sql.clock()}
+        return await self._db.run(
+            lambda conn: conn.execute(self._sql.renew, params).first() is not None
+        )
+
+    async def release_run(self, claim: Claim) -> bool:
+        """Hand a held run back at once (graceful shutdown): any runner's next sweep takes it.
+
+        An unfinished run goes back to ``queued`` (this attempt does not count); a finished
+        one keeps its status and its pending delivery. False when the claim was lost.
+        """
+        params = _fence(claim)
+        return await self._db.run(
+            lambda conn: conn.execute(self._sql.release, params).first() is not None
+        )
+
+    async def runs_to_sweep(
+        self, platforms: Sequence[str], *, stale_after: float, limit: int = 100
+    ) -> list[str]:
+        """Ids of runs of ``platforms`` nobody works on: queued or running, or finished with
+        a pending delivery, whose heartbeat (creation, if none) is older than ``stale_after``
+        seconds. Handed-back runs have an epoch heartbeat and are found at once. Oldest
+        first. The caller still has to claim each (another runner may be faster)."""
+        if not platforms:
+            return []
+        params = {
+            "platforms": list(platforms),
+            "limit": limit,
+            **self._sql.clock(stale_after),
+        }
+        return await self._db.run(
+            lambda conn: [row[0] for row in conn.execute(self._sql.sweep, params)]
+        )
+
     async def checkpoint(
         self,
-        run_id: str,
+        claim: Claim,
         *,
         variables: Mapping[str, Any],
+        variables_version: int,
         rounds_done: int,
         usage: Mapping[str, int],
         notes: Sequence[str],
-    ) -> bool:
+    ) -> Checkpointed:
         """Persist one step: the thread's variables and the run's counters, atomically.
 
         ``variables`` uses the contract names (topics, nextSearchTopic, findings,
-        shouldContinue); ``usage`` holds the run's running totals, not increments.
-        Returns the run's ``cancel_requested`` flag as stored now, so noticing a cancel
-        request costs the engine no query of its own.
+        shouldContinue); ``usage`` holds the run's running totals, not increments. The
+        variables are written only if they are still at ``variables_version`` (0: no row
+        yet); otherwise nothing is written and :class:`VariablesConflict` carries the stored
+        ones. Raises :class:`ClaimLost` when the claim no longer holds the run. Returns the
+        run's ``cancel_requested`` flag as stored now (noticing a cancel request costs the
+        engine no query of its own) and the variables' new version.
         """
-        now = utcnow()
         run = {
-            "run_id": run_id,
+            **_fence(claim),
+            **self._sql.clock(),
             "rounds_done": rounds_done,
             "notes": list(notes),
-            "heartbeat_at": now,
             **_usage_values(usage),
         }
+        now = utcnow()
         state = {
             "topics": list(variables.get("topics") or []),
             "next_search_topic": variables.get("nextSearchTopic"),
             "findings": list(variables.get("findings") or []),
             "should_continue": bool(variables.get("shouldContinue", True)),
-            "version": 1,
             "updated_at": now,
         }
+        sql = self._sql
 
-        def work(conn: Connection) -> bool:
-            row = conn.execute(_CHECKPOINT_RUN, run).first()
+        def work(conn: Connection) -> Checkpointed:
+            row = conn.execute(sql.checkpoint_run, run).first()
             if row is None:
-                raise RunNotFound(run_id)
+                raise ClaimLost(claim.run_id)
             thread_id, cancel_requested = row
-            conn.execute(self._sql.upsert_variables, {**state, "thread_id": thread_id})
-            return bool(cancel_requested)
+            if variables_version == 0:
+                new = {**state, "thread_id": thread_id, "version": 1}
+                written = conn.execute(sql.insert_variables, new).first()
+            else:
+                params = {f"new_{k}": v for k, v in state.items()}
+                params |= {"tid": thread_id, "expected_version": variables_version}
+                written = conn.execute(sql.update_variables, params).first()
+            if written is None:
+                current = conn.execute(sql.load_variables, {"tid": thread_id}).mappings().first()
+                if current is None:  # pragma: no cover - only a deleted thread gets here
+                    raise RunNotFound(claim.run_id)
+                raise VariablesConflict(_variables_dict(current), int(current["version"]))
+            return Checkpointed(bool(cancel_requested), int(written[0]))
 
         return await self._db.run(work)
 
     async def finish_run(
         self,
-        run_id: str,
+        claim: Claim,
         *,
         status: str,
         report_markdown: str | None,
@@ -267,34 +541,84 @@ class Store:
         error: str | None,
         usage: Mapping[str, int],
         notes: Sequence[str],
+        deliver: bool = True,
     ) -> RunRecord:
-        """Record the outcome, report and (replacing any earlier) sources of a run."""
+        """Record the outcome, report and (replacing any earlier) sources of a held run.
+
+        With ``deliver`` its delivery becomes pending: posting the outcome in its chat
+        thread is the next step (a console run's caller prints it instead). Raises
+        :class:`ClaimLost` when the claim no longer holds the (running) run.
+        """
         if status not in FINISHED_STATUSES:
             raise ValueError(
                 f"finish_run status must be one of {FINISHED_STATUSES}, not {status!r}"
             )
-        now = utcnow()
         run = {
-            "run_id": run_id,
+            **_fence(claim),
+            **self._sql.clock(),
             "status": status,
             "report_markdown": report_markdown,
             "error": error,
             "notes": list(notes),
-            "finished_at": now,
-            "heartbeat_at": now,
+            "finished_at": utcnow(),
+            "delivery": DELIVERY_PENDING if deliver else None,
             **_usage_values(usage),
         }
-        rows = [{"run_id": run_id, "n": n, "title": t, "url": u} for n, t, u in sources]
+        rows = [{"run_id": claim.run_id, "n": n, "title": t, "url": u} for n, t, u in sources]
 
         def work(conn: Connection) -> RunRecord:
-            if conn.execute(_FINISH_RUN, run).first() is None:
-                raise RunNotFound(run_id)
-            conn.execute(_DELETE_SOURCES, {"run_id": run_id})
+            if conn.execute(self._sql.finish_run, run).first() is None:
+                raise ClaimLost(claim.run_id)
+            conn.execute(_DELETE_SOURCES, {"run_id": claim.run_id})
             if rows:
                 conn.execute(insert(_sources), rows)
-            return _require_run(conn, run_id)
+            return _require_run(conn, claim.run_id)
 
         return await self._db.run(work)
+
+    async def report_parts_posted(self, claim: Claim, parts: int) -> None:
+        """Record that the first ``parts`` parts of the report are in the thread."""
+        await self._fenced(claim, report_parts_posted=parts)
+
+    async def count_delivery_failure(self, claim: Claim, error: str) -> int:
+        """Count one failed attempt to deliver (and why); the number of failures so far."""
+        params = {**_fence(claim), **self._sql.clock(), "delivery_error": error[:1000]}
+
+        def work(conn: Connection) -> int:
+            row = conn.execute(self._sql.count_delivery_failure, params).first()
+            if row is None:
+                raise ClaimLost(claim.run_id)
+            return int(row[0])
+
+        return await self._db.run(work)
+
+    async def finish_delivery(
+        self, claim: Claim, *, posted: bool, error: str | None = None
+    ) -> None:
+        """End the delivery step: ``posted``, or given up (``failed``) with its reason."""
+        params = {
+            **_fence(claim),
+            **self._sql.clock(),
+            "posted": posted,
+            "delivery": DELIVERY_POSTED if posted else DELIVERY_FAILED,
+        }
+        if error is not None:
+            params["delivery_error"] = error[:1000]
+
+        def work(conn: Connection) -> None:
+            if conn.execute(self._sql.finish_delivery, params).first() is None:
+                raise ClaimLost(claim.run_id)
+
+        await self._db.run(work)
+
+    async def _fenced(self, claim: Claim, **values: Any) -> None:
+        params = {**_fence(claim), **values}
+
+        def work(conn: Connection) -> None:
+            if conn.execute(self._sql.fenced_update, params).first() is None:
+                raise ClaimLost(claim.run_id)
+
+        await self._db.run(work)
 
     async def request_cancel(self, run_id: str) -> bool:
         """Flag an unfinished run for cancellation; False when finished or unknown."""
@@ -369,59 +693,43 @@ class Store:
         return await self._db.run(work)
 
     async def requeue_run(self, run_id: str) -> RunRecord:
-        """Make an interrupted, failed or cancelled run resumable from its checkpoint.
+        """Make a failed or cancelled run resumable from its checkpoint, with fresh attempts.
 
-        A succeeded run is left as it is (its report exists).
+        A succeeded or unfinished run is left as it is. Raises :class:`ThreadBusy` when its
+        thread has another active run by now.
         """
         stmt = (
             update(_runs)
-            .where(_runs.c.id == run_id, _runs.c.status != "succeeded")
-            .values(status="queued", finished_at=None, error=None, cancel_requested=False)
+            .where(_runs.c.id == run_id, _runs.c.status.in_(("failed", "cancelled")))
+            .values(
+                status="queued",
+                finished_at=None,
+                error=None,
+                cancel_requested=False,
+                owner=None,
+                attempt=0,
+                heartbeat_at=None,
+                delivery=None,
+                report_parts_posted=0,
+                delivery_attempts=0,
+                delivery_error=None,
+            )
         )
 
         def work(conn: Connection) -> RunRecord:
             conn.execute(stmt)
             return _require_run(conn, run_id)
 
-        return await self._db.run(work)
-
-    async def release_run(self, run_id: str) -> None:
-        """Hand an unfinished run back (graceful shutdown): queued, and stale at once.
-
-        The epoch heartbeat makes the next start of any replica resume it right away.
-        """
-        stmt = (
-            update(_runs)
-            .where(_runs.c.id == run_id, _runs.c.status.in_(UNFINISHED_STATUSES))
-            .values(status="queued", heartbeat_at=EPOCH)
-        )
-        await self._db.run(lambda conn: conn.execute(stmt))
-
-    async def touch_runs(self, run_ids: Sequence[str]) -> None:
-        """Refresh the heartbeat of runs this process is working on."""
-        if not run_ids:
-            return
-        stmt = (
-            update(_runs)
-            .where(_runs.c.id.in_(list(run_ids)), _runs.c.status.in_(UNFINISHED_STATUSES))
-            .values(heartbeat_at=utcnow())
-        )
-        await self._db.run(lambda conn: conn.execute(stmt))
-
-    async def mark_report_posted(self, run_id: str) -> bool:
-        """Claim the posting of a run's report: True only for the first caller."""
-        stmt = (
-            update(_runs)
-            .where(_runs.c.id == run_id, _runs.c.report_posted_at.is_(None))
-            .values(report_posted_at=utcnow())
-            .returning(_runs.c.id)
-        )
-        return await self._db.run(lambda conn: conn.execute(stmt).first() is not None)
-
-    async def unmark_report_posted(self, run_id: str) -> None:
-        """Release the claim when posting failed, so a later attempt may post."""
-        stmt = update(_runs).where(_runs.c.id == run_id).values(report_posted_at=None)
-        await self._db.run(lambda conn: conn.execute(stmt))
+        try:
+            return await self._db.run(work)
+        except IntegrityError:  # the partial unique index: the thread is busy
+            run = await self.get_run(run_id)
+            active = None
+            if run is not None:
+                active = await self._db.run(
+                    lambda conn: _one_run(conn, _ACTIVE_RUN_IN_THREAD, tid=run.thread_id)
+                )
+            raise ThreadBusy(active) from None
 
     # -- platform events ----------------------------------------------------------------
 
@@ -646,4 +954,10 @@ def _run_record(row: Mapping[Any, Any]) -> RunRecord:
         finished_at=row["finished_at"],
         heartbeat_at=row["heartbeat_at"],
         report_posted_at=row["report_posted_at"],
+        owner=row["owner"],
+        attempt=row["attempt"],
+        delivery=row["delivery"],
+        report_parts_posted=row["report_parts_posted"],
+        delivery_attempts=row["delivery_attempts"],
+        delivery_error=row["delivery_error"],
     )

@@ -118,6 +118,24 @@ class ResearchRun(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     report_posted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Run lifecycle (migration 0004): who holds the run, and the delivery of its outcome.
+    owner: Mapped[str | None] = mapped_column(String(255))
+    attempt: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    delivery: Mapped[str | None] = mapped_column(String(16), index=True)
+    report_parts_posted: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    delivery_attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    delivery_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        # One active run per thread, enforced by the database (see storage.store.create_run).
+        Index(
+            "uq_research_runs_active_thread",
+            "thread_id",
+            unique=True,
+            sqlite_where=text("status IN ('queued', 'running')"),
+            postgresql_where=text("status IN ('queued', 'running')"),
+        ),
+    )
 
 
 class RunSource(Base):

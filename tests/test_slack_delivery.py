@@ -34,8 +34,14 @@ def server() -> Iterator[FakeSlackServer]:
 
 
 def plain_client(server: FakeSlackServer) -> AsyncWebClient:
-    """No SDK retry handlers: 429s reach our own code."""
-    return AsyncWebClient(token=TOKEN, base_url=server.api_url)
+    """The production client configuration (no SDK retry handlers: 429s reach our code)."""
+    return make_web_client(TOKEN, server.api_url)
+
+
+async def post_report(delivery: SlackDelivery, result: RunOutcome) -> None:
+    """Post every part, as core.delivery's delivery step does when nothing fails."""
+    for part in delivery.report_parts(result):
+        await delivery.post_report_part(part)
 
 
 async def posted(server: FakeSlackServer, text: str = "start") -> tuple[ThreadKey, str]:
@@ -210,7 +216,7 @@ async def test_slash_command_run_posts_opener_rekeys_thread_and_reports_in_it(
     run = await create_run(store, PENDING)
     delivery = await factory(server, store).for_run(run)
     await run_progress(delivery, run, "Research done: 3/3 searches, 1 sources.")
-    await delivery.post_report(outcome(run, REPORT))
+    await post_report(delivery, outcome(run, REPORT))
 
     posts = server.fake.calls_to("chat.postMessage")
     opener = posts[0].params
@@ -284,7 +290,7 @@ async def test_resumed_slash_command_run_adopts_its_opener_as_thread(
     assert resumed is not None
     delivery = await factory(server, store).for_run(resumed)
     await run_progress(delivery, resumed, "Research done.")
-    await delivery.post_report(outcome(resumed, REPORT))
+    await post_report(delivery, outcome(resumed, REPORT))
     assert await store.get_thread(f"slack:T0001:C0001:{ts}") is not None
     assert current_text(server, ts).startswith("<@U123> asked me to research")
     report = server.fake.calls_to("chat.postMessage")[1:]
@@ -300,7 +306,7 @@ async def test_long_report_is_split_and_uploaded_as_a_file(
     parts = len(report_messages(markdown, SOURCES))
     assert parts > REPORT_FILE_THRESHOLD
     delivery = await factory(server, store).for_run(run)
-    await delivery.post_report(outcome(run, markdown))
+    await post_report(delivery, outcome(run, markdown))
     posts = server.fake.calls_to("chat.postMessage")
     assert len(posts) == parts
     assert all(p.params["thread_ts"] == THREAD_TS for p in posts)
@@ -317,7 +323,7 @@ async def test_refused_markdown_block_falls_back_to_text(
     run = await create_run(store, f"slack:T0001:C0001:{THREAD_TS}")
     delivery = await factory(server, store).for_run(run)
     server.fake.fail_next("chat.postMessage", error="invalid_blocks")
-    await delivery.post_report(outcome(run, REPORT))
+    await post_report(delivery, outcome(run, REPORT))
     (message,) = server.fake.history
     assert "blocks" not in message and message["thread_ts"] == THREAD_TS
     assert "Chips got faster [[1]](https://a.example/1)." in message["text"]
@@ -335,4 +341,4 @@ async def test_report_failure_raises_but_progress_failure_does_not(
     assert len(server.fake.history) == 1  # the next event posts the opener
     server.fake.fail_next("chat.postMessage", error="channel_not_found")
     with pytest.raises(SlackApiError):
-        await delivery.post_report(outcome(run, REPORT))
+        await post_report(delivery, outcome(run, REPORT))

@@ -12,7 +12,17 @@ from typing import Any
 import pytest
 from sqlalchemy import text, update
 
-from storage import HEAD_REVISION, Database, RunNotFound, RunRecord, Store
+from storage import (
+    HEAD_REVISION,
+    Checkpointed,
+    Claim,
+    ClaimLost,
+    Database,
+    RunRecord,
+    Store,
+    ThreadBusy,
+    VariablesConflict,
+)
 from storage.db import _migrations_dir, normalize_url
 from storage.tables import Base, SearchCacheEntry
 
@@ -36,9 +46,22 @@ async def new_run(store: Store, **overrides: Any) -> tuple[RunRecord, bool]:
     return await store.create_run(**args)
 
 
-async def start(store: Store, run_id: str) -> RunRecord:
-    run, _variables = await store.begin_run(run_id)
-    return run
+OWNER = "test-runner"
+
+
+async def claim(store: Store, run_id: str, owner: str = OWNER, stale_after: float = 60) -> Claim:
+    result = await store.claim_run(run_id, owner, stale_after=stale_after, max_attempts=3)
+    assert result.claim is not None, result
+    return result.claim
+
+
+async def finish(
+    store: Store, held: Claim, *, status: str = "succeeded", error: str | None = None
+) -> RunRecord:
+    report = "# r" if status == "succeeded" else None
+    return await store.finish_run(
+        held, status=status, report_markdown=report, sources=[], error=error, usage={}, notes=[]
+    )
 
 
 async def cancel_flag(store: Store, run_id: str) -> bool:
@@ -158,6 +181,7 @@ async def test_create_run_round_trip(store: Store) -> None:
         3,
     )
     assert (run.rounds_done, run.llm_calls, run.searches, run.notes) == (0, 0, 0, [])
+    assert (run.owner, run.attempt, run.delivery, run.report_parts_posted) == (None, 0, None, 0)
     assert not run.cancel_requested
     assert run.started_at is None and run.seconds is None
     assert_aware_utc(run.created_at)
@@ -175,6 +199,7 @@ async def test_create_run_round_trip(store: Store) -> None:
     assert_aware_utc(thread.created_at, thread.updated_at)
     assert await store.get_thread("slack:T0001:C0001:nope") is None
 
+    await finish(store, await claim(store, run.id))
     second, _ = await new_run(store, topic="follow-up")
     assert second.thread_id == run.thread_id
     assert [r.topic for r in await store.thread_runs(run.thread_id)] == [run.topic, "follow-up"]
@@ -200,39 +225,73 @@ async def test_concurrent_creates_with_one_dedupe_key_race_safely(store: Store) 
     assert len(await store.thread_runs(thread.id)) == 1
 
 
-async def test_concurrent_creates_in_a_new_thread_share_it(store: Store) -> None:
-    results = await asyncio.gather(
-        *(new_run(store, thread_key="cli:local:local:x") for _ in range(4))
-    )
-    assert all(created for _, created in results)
-    assert len({run.thread_id for run, _ in results}) == 1
-    assert len({run.id for run, _ in results}) == 4
+async def test_racing_requests_in_one_thread_get_one_run_and_the_rest_are_refused(
+    store: Store, database_url: str
+) -> None:
+    """One active run per thread is the database's rule (a partial unique index): requests
+    racing through two processes' stores never both get a run."""
+    other_db = Database(database_url)
+    try:
+        stores = [store, Store(other_db)]
+        results = await asyncio.gather(
+            *(
+                new_run(stores[i % 2], thread_key="cli:local:local:x", dedupe_key=f"req-{i}")
+                for i in range(6)
+            ),
+            return_exceptions=True,
+        )
+    finally:
+        await other_db.dispose()
+    created = [r for r in results if isinstance(r, tuple)]
+    refused = [r for r in results if isinstance(r, ThreadBusy)]
+    assert len(created) == 1 and len(refused) == 5, results
+    (winner, _), *_ = created
+    assert all(busy.active is not None and busy.active.id == winner.id for busy in refused)
+    thread = await store.get_thread("cli:local:local:x")
+    assert thread is not None and [r.id for r in await store.thread_runs(thread.id)] == [winner.id]
+
+    # Finished, the thread takes the next run; a queued run keeps it busy just the same.
+    await finish(store, await claim(store, winner.id))
+    follow_up, created_now = await new_run(store, thread_key="cli:local:local:x", topic="next")
+    assert created_now
+    with pytest.raises(ThreadBusy):
+        await new_run(store, thread_key="cli:local:local:x", topic="one more")
+    assert follow_up.status == "queued"
 
 
-async def test_begin_run_marks_running_once(store: Store) -> None:
+async def test_claim_marks_running_and_is_exclusive(store: Store) -> None:
     run, _ = await new_run(store)
-    started = await start(store, run.id)
-    assert started.status == "running"
-    assert_aware_utc(started.started_at, started.heartbeat_at)
-    resumed = await start(store, run.id)
-    assert resumed.started_at == started.started_at  # a resume keeps the original start
-    with pytest.raises(RunNotFound):
-        await start(store, "f" * 32)
+    results = await asyncio.gather(
+        *(store.claim_run(run.id, f"runner-{i}", stale_after=60, max_attempts=3) for i in range(4))
+    )
+    claims = [r.claim for r in results if r.claim is not None]
+    assert len(claims) == 1
+    held = claims[0]
+    assert (held.run.status, held.attempt, held.run.attempt) == ("running", 1, 1)
+    assert held.run.owner == held.owner
+    assert_aware_utc(held.run.started_at, held.run.heartbeat_at)
+    assert held.variables is None and held.variables_version == 0
+    # The losers learn the run's state, without a claim.
+    assert all(r.run is not None and r.run.owner == held.owner for r in results)
+    assert (await store.claim_run("f" * 32, "x", stale_after=60, max_attempts=3)).run is None
 
 
 async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
     store: Store, database_url: str
 ) -> None:
     run, _ = await new_run(store)
+    held = await claim(store, run.id)
     assert await store.load_variables(run.thread_id) is None
     finding = {"topic": "a", "results": [{"title": "T", "url": "https://x.test", "snippet": ""}]}
-    await store.checkpoint(
-        run.id,
+    first = await store.checkpoint(
+        held,
         variables={"topics": ["a"], "nextSearchTopic": "b", "findings": [], "shouldContinue": True},
+        variables_version=0,
         rounds_done=1,
         usage={"llm_calls": 1, "prompt_tokens": 10, "completion_tokens": 5, "searches": 1},
         notes=[],
     )
+    assert first == Checkpointed(cancel_requested=False, variables_version=1)
     variables = {
         "topics": ["a", "b"],
         "nextSearchTopic": None,
@@ -240,9 +299,15 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
         "shouldContinue": False,
     }
     usage = {"llm_calls": 2, "prompt_tokens": 30, "completion_tokens": 9, "searches": 2}
-    await store.checkpoint(
-        run.id, variables=variables, rounds_done=2, usage=usage, notes=["search b failed"]
+    second = await store.checkpoint(
+        held,
+        variables=variables,
+        variables_version=1,
+        rounds_done=2,
+        usage=usage,
+        notes=["search b failed"],
     )
+    assert second.variables_version == 2
 
     fresh_db = Database(database_url)
     try:
@@ -261,20 +326,48 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
     finally:
         await fresh_db.dispose()
 
-    with pytest.raises(RunNotFound):
-        await store.checkpoint("f" * 32, variables=variables, rounds_done=0, usage={}, notes=[])
     with pytest.raises(ValueError, match="unknown usage"):
-        await store.checkpoint(run.id, variables=variables, rounds_done=0, usage={"x": 1}, notes=[])
-    assert (await store.get_run(run.id)) == reread  # the rejected writes changed nothing
+        await store.checkpoint(
+            held, variables=variables, variables_version=2, rounds_done=0, usage={"x": 1}, notes=[]
+        )
+    assert (await store.get_run(run.id)) == reread  # the rejected write changed nothing
 
 
-async def test_finish_run_stores_report_and_sources(store: Store) -> None:
+async def test_checkpoint_compares_and_swaps_the_variables_version(store: Store) -> None:
+    """A checkpoint based on an outdated version writes nothing and returns what is stored."""
     run, _ = await new_run(store)
-    await start(store, run.id)
+    held = await claim(store, run.id)
+    mine = {"topics": ["a"], "nextSearchTopic": None, "findings": [], "shouldContinue": True}
+    await store.checkpoint(
+        held, variables=mine, variables_version=0, rounds_done=1, usage={}, notes=[]
+    )
+    theirs = {**mine, "topics": ["a", "b"]}
+    await store.checkpoint(
+        held, variables=theirs, variables_version=1, rounds_done=1, usage={}, notes=[]
+    )
+    stale = {**mine, "topics": ["a", "c"]}
+    with pytest.raises(VariablesConflict) as conflict:
+        await store.checkpoint(
+            held, variables=stale, variables_version=1, rounds_done=2, usage={}, notes=["x"]
+        )
+    assert (conflict.value.version, conflict.value.variables) == (2, theirs)
+    assert await store.load_variables(run.thread_id) == theirs
+    after = await store.get_run(run.id)
+    assert after is not None and (after.rounds_done, after.notes) == (1, [])  # rolled back too
+    # A first write that races another first write conflicts the same way.
+    with pytest.raises(VariablesConflict):
+        await store.checkpoint(
+            held, variables=stale, variables_version=0, rounds_done=2, usage={}, notes=[]
+        )
+
+
+async def test_finish_run_stores_report_and_sources_and_ends_the_claim(store: Store) -> None:
+    run, _ = await new_run(store)
+    held = await claim(store, run.id)
     usage = {"llm_calls": 4, "prompt_tokens": 100, "completion_tokens": 50, "searches": 3}
     sources = [(1, "One", "https://one.test"), (2, "Two", "https://two.test")]
     done = await store.finish_run(
-        run.id,
+        held,
         status="succeeded",
         report_markdown="# Report\n\nClaim [1].",
         sources=sources,
@@ -284,70 +377,64 @@ async def test_finish_run_stores_report_and_sources(store: Store) -> None:
     )
     assert done.status == "succeeded" and done.report_markdown == "# Report\n\nClaim [1]."
     assert (done.llm_calls, done.searches, done.notes) == (4, 3, ["degraded"])
+    assert done.delivery == "pending"  # the next step: post it in the thread
     assert_aware_utc(done.finished_at)
     assert done.seconds is not None and done.seconds >= 0
     assert [(s.n, s.title, s.url) for s in await store.run_sources(run.id)] == sources
 
-    again = await store.finish_run(
-        run.id,
-        status="failed",
-        report_markdown=None,
-        sources=[(1, "New", "https://new.test")],
-        error="boom",
+    with pytest.raises(ClaimLost):  # finished: no second outcome, whoever holds it
+        await finish(store, held, status="failed")
+    assert [s.title for s in await store.run_sources(run.id)] == ["One", "Two"]
+    with pytest.raises(ValueError):
+        await finish(store, held, status="running")
+
+    console, _ = await new_run(store, thread_key="cli:local:local:c", platform="cli")
+    quiet = await store.finish_run(
+        await claim(store, console.id),
+        status="succeeded",
+        report_markdown="# r",
+        sources=[],
+        error=None,
         usage={},
         notes=[],
+        deliver=False,
     )
-    assert (again.status, again.error, again.llm_calls) == ("failed", "boom", 4)
-    assert [s.title for s in await store.run_sources(run.id)] == ["New"]
-    with pytest.raises(ValueError):
-        await store.finish_run(
-            run.id,
-            status="running",
-            report_markdown=None,
-            sources=[],
-            error=None,
-            usage={},
-            notes=[],
-        )
+    assert quiet.delivery is None  # the console prints its own report
 
 
-async def test_begin_run_starts_the_run_and_loads_its_variables(store: Store) -> None:
+async def test_claim_loads_the_threads_variables(store: Store) -> None:
     run, _ = await new_run(store)
-    started, variables = await store.begin_run(run.id)
-    assert (started.status, started.thread_key, variables) == ("running", KEY, None)
-    assert_aware_utc(started.started_at, started.heartbeat_at)
-    assert started == await store.get_run(run.id)
-
+    held = await claim(store, run.id)
     state = {"topics": ["a"], "nextSearchTopic": "b", "findings": [], "shouldContinue": True}
-    await store.checkpoint(run.id, variables=state, rounds_done=1, usage={}, notes=[])
-    resumed, variables = await store.begin_run(run.id)
-    assert variables == state == await store.load_variables(run.thread_id)
-    assert resumed.started_at == started.started_at and resumed.rounds_done == 1
-
-    await store.finish_run(
-        run.id, status="failed", report_markdown=None, sources=[], error="x", usage={}, notes=[]
+    await store.checkpoint(
+        held, variables=state, variables_version=0, rounds_done=1, usage={}, notes=[]
     )
-    finished, variables = await store.begin_run(run.id)
-    assert finished.status == "failed" and variables == state  # a finished run stays finished
-    with pytest.raises(RunNotFound):
-        await store.begin_run("f" * 32)
+    await finish(store, held)
+    follow_up, _ = await new_run(store, topic="follow-up")
+    next_claim = await claim(store, follow_up.id)
+    assert next_claim.variables == state == await store.load_variables(run.thread_id)
+    assert next_claim.variables_version == 1
 
 
 async def test_checkpoint_returns_the_cancel_flag(store: Store) -> None:
     run, _ = await new_run(store)
+    held = await claim(store, run.id)
     state = {"topics": [], "nextSearchTopic": None, "findings": [], "shouldContinue": True}
-    assert (
-        await store.checkpoint(run.id, variables=state, rounds_done=0, usage={}, notes=[]) is False
+    first = await store.checkpoint(
+        held, variables=state, variables_version=0, rounds_done=0, usage={}, notes=[]
     )
+    assert first.cancel_requested is False
     assert await store.request_cancel(run.id)
-    assert (
-        await store.checkpoint(run.id, variables=state, rounds_done=0, usage={}, notes=[]) is True
+    second = await store.checkpoint(
+        held, variables=state, variables_version=1, rounds_done=0, usage={}, notes=[]
     )
+    assert second.cancel_requested is True
 
 
 async def test_latest_run_in_thread_by_key(store: Store) -> None:
     assert await store.latest_run_in_thread(KEY) is None
     first, _ = await new_run(store)
+    await finish(store, await claim(store, first.id))
     second, _ = await new_run(store, topic="follow-up")
     await new_run(store, thread_key=f"{KEY}-other")
     latest = await store.latest_run_in_thread(KEY)
@@ -378,6 +465,7 @@ async def test_sqlite_writers_of_one_process_never_meet_the_busy_handler(
     try:
         store = Store(db)
         runs = [(await new_run(store, thread_key=f"{KEY}-{i}"))[0] for i in range(20)]
+        claims = [await claim(store, run.id) for run in runs]
         state = {"topics": ["a"], "nextSearchTopic": "b", "findings": [], "shouldContinue": True}
         active, overlap = 0, 0
 
@@ -388,10 +476,13 @@ async def test_sqlite_writers_of_one_process_never_meet_the_busy_handler(
             conn.execute(text("SELECT 1"))
             active -= 1
 
+        # Each run's checkpoints expect versions 0, 1, 2: they only all succeed in order.
         await asyncio.gather(
             *(
-                store.checkpoint(run.id, variables=state, rounds_done=i, usage={}, notes=[])
-                for run in runs
+                store.checkpoint(
+                    held, variables=state, variables_version=i, rounds_done=i, usage={}, notes=[]
+                )
+                for held in claims
                 for i in range(3)
             ),
             *(db.run(probe) for _ in range(20)),
@@ -411,40 +502,20 @@ async def test_cancel_flags(store: Store) -> None:
     assert not await cancel_flag(store, "f" * 32)
     assert not await store.request_cancel("f" * 32)
 
-    other, _ = await new_run(store, topic="done already")
-    await store.finish_run(
-        other.id,
-        status="succeeded",
-        report_markdown="r",
-        sources=[],
-        error=None,
-        usage={},
-        notes=[],
-    )
+    other, _ = await new_run(store, topic="done already", thread_key=f"{KEY}-2")
+    await finish(store, await claim(store, other.id))
     assert not await store.request_cancel(other.id)
     assert not await cancel_flag(store, other.id)
 
 
-async def test_unfinished_runs_and_staleness(store: Store) -> None:
-    running, _ = await new_run(store, topic="running")
-    await start(store, running.id)
-    between = datetime.now(UTC)
-    queued, _ = await new_run(store, topic="queued")
-    finished, _ = await new_run(store, topic="finished")
-    await store.finish_run(
-        finished.id,
-        status="cancelled",
-        report_markdown=None,
-        sources=[],
-        error=None,
-        usage={},
-        notes=[],
-    )
+async def test_unfinished_runs_and_user_listings(store: Store) -> None:
+    running, _ = await new_run(store, topic="running", thread_key=f"{KEY}-1")
+    await claim(store, running.id)
+    queued, _ = await new_run(store, topic="queued", thread_key=f"{KEY}-2")
+    finished, _ = await new_run(store, topic="finished", thread_key=f"{KEY}-3")
+    await finish(store, await claim(store, finished.id), status="cancelled")
 
     assert [r.id for r in await store.unfinished_runs()] == [running.id, queued.id]
-    stale = await store.unfinished_runs(heartbeat_before=between)
-    assert [r.id for r in stale] == [running.id]
-    assert await store.unfinished_runs(heartbeat_before=between - timedelta(hours=1)) == []
     assert [r.id for r in await store.active_runs_for_user("U1")] == [running.id, queued.id]
     assert await store.active_runs_for_user("U2") == []
     recent = await store.recent_runs_for_user("U1", limit=2)
@@ -454,20 +525,15 @@ async def test_unfinished_runs_and_staleness(store: Store) -> None:
 async def test_count_active_runs_counts_unfinished_runs_and_spots_a_redelivery(
     store: Store,
 ) -> None:
-    running, _ = await new_run(store, topic="running", dedupe_key="slack:cmd:T1:a")
-    await start(store, running.id)
-    await new_run(store, topic="queued", dedupe_key="slack:cmd:T1:b")
-    finished, _ = await new_run(store, topic="finished", dedupe_key="slack:cmd:T1:c")
-    await store.finish_run(
-        finished.id,
-        status="succeeded",
-        report_markdown="done",
-        sources=[],
-        error=None,
-        usage={},
-        notes=[],
-    )
-    await new_run(store, topic="someone else's", requested_by="U2", dedupe_key="slack:cmd:T1:d")
+    def args(n: int, key: str) -> dict[str, Any]:
+        return {"thread_key": f"{KEY}-{n}", "dedupe_key": f"slack:cmd:T1:{key}"}
+
+    running, _ = await new_run(store, topic="running", **args(1, "a"))
+    await claim(store, running.id)
+    await new_run(store, topic="queued", **args(2, "b"))
+    finished, _ = await new_run(store, topic="finished", **args(3, "c"))
+    await finish(store, await claim(store, finished.id))
+    await new_run(store, topic="someone else's", requested_by="U2", **args(4, "d"))
 
     assert await store.count_active_runs("U1") == (2, False)
     assert await store.count_active_runs("U1", dedupe_key="slack:cmd:T1:a") == (2, True)
@@ -483,16 +549,14 @@ async def test_create_run_returns_the_stored_row_when_new_and_when_deduplicated(
     store: Store,
 ) -> None:
     """create_run builds the new record from INSERT ... RETURNING: it must equal a re-read."""
-    for key in (None, "slack:cmd:T1:once"):
-        run, created = await new_run(store, dedupe_key=key, thread_key=f"{KEY}-{key}")
-        assert created
-        assert await store.get_run(run.id) == run
-        again, created_again = await new_run(store, dedupe_key=key, thread_key=f"{KEY}-{key}")
-        if key is None:
-            assert created_again and again.id != run.id
-            assert await store.get_run(again.id) == again
-        else:
-            assert not created_again and again == run
+    run, created = await new_run(store, thread_key=f"{KEY}-a")
+    assert created and await store.get_run(run.id) == run
+    once, created = await new_run(store, dedupe_key="slack:cmd:T1:once", thread_key=f"{KEY}-b")
+    assert created and await store.get_run(once.id) == once
+    again, created_again = await new_run(
+        store, dedupe_key="slack:cmd:T1:once", thread_key=f"{KEY}-b"
+    )
+    assert not created_again and again == once
 
 
 async def test_progress_message_and_thread_listing(store: Store) -> None:
@@ -501,6 +565,7 @@ async def test_progress_message_and_thread_listing(store: Store) -> None:
     fetched = await store.get_run(run.id)
     assert fetched is not None and fetched.progress_message_id == "1700000001.000200"
 
+    await finish(store, await claim(store, run.id))
     await new_run(store, topic="second")
     await new_run(store, thread_key="cli:local:local:abc", platform="cli", topic="newest")
     summaries = await store.list_threads()
@@ -560,23 +625,11 @@ async def test_prune_events_forgets_old_keys(store: Store, database: Database) -
     assert await store.claim_event("new") is False
 
 
-async def test_report_is_claimed_for_posting_once(store: Store) -> None:
-    run, _ = await new_run(store)
-    claims = await asyncio.gather(*(store.mark_report_posted(run.id) for _ in range(3)))
-    assert claims.count(True) == 1
-    posted = await store.get_run(run.id)
-    assert posted is not None and posted.report_posted_at is not None
-    await store.unmark_report_posted(run.id)
-    assert await store.mark_report_posted(run.id) is True
-
-
 async def test_requeue_makes_a_failed_run_resumable_but_not_a_succeeded_one(store: Store) -> None:
     run, _ = await new_run(store)
-    await start(store, run.id)
+    held = await claim(store, run.id)
     await store.request_cancel(run.id)
-    await store.finish_run(
-        run.id, status="failed", report_markdown=None, sources=[], error="boom", usage={}, notes=[]
-    )
+    await finish(store, held, status="failed", error="boom")
     again = await store.requeue_run(run.id)
     assert (again.status, again.error, again.finished_at, again.cancel_requested) == (
         "queued",
@@ -584,27 +637,21 @@ async def test_requeue_makes_a_failed_run_resumable_but_not_a_succeeded_one(stor
         None,
         False,
     )
+    assert (again.owner, again.attempt, again.delivery) == (None, 0, None)  # a fresh start
     other, _ = await new_run(store, thread_key="cli:local:local:x", thread_ref="x")
-    await store.finish_run(
-        other.id,
-        status="succeeded",
-        report_markdown="# r",
-        sources=[],
-        error=None,
-        usage={},
-        notes=[],
-    )
+    await finish(store, await claim(store, other.id))
     assert (await store.requeue_run(other.id)).status == "succeeded"
 
 
-async def test_touch_runs_refreshes_heartbeats_of_running_runs(store: Store) -> None:
+async def test_requeue_into_a_busy_thread_is_refused(store: Store) -> None:
     run, _ = await new_run(store)
-    started = await start(store, run.id)
-    await asyncio.sleep(0.01)
-    await store.touch_runs([run.id])
-    touched = await store.get_run(run.id)
-    assert touched is not None and started.heartbeat_at is not None
-    assert touched.heartbeat_at is not None and touched.heartbeat_at > started.heartbeat_at
+    await finish(store, await claim(store, run.id), status="failed", error="boom")
+    follow_up, _ = await new_run(store, topic="follow-up")
+    with pytest.raises(ThreadBusy) as busy:
+        await store.requeue_run(run.id)
+    assert busy.value.active is not None and busy.value.active.id == follow_up.id
+    stored = await store.get_run(run.id)
+    assert stored is not None and stored.status == "failed"
 
 
 async def test_rekey_thread_moves_a_pending_thread_to_its_platform_id(store: Store) -> None:

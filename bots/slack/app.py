@@ -121,9 +121,7 @@ class SlackCommands:
             dedupe_key=origin.dedupe_key,
         )
         try:
-            # A slash command's ``pending-<trigger_id>`` thread is new by construction.
-            new_thread = origin.thread.startswith(replies.PENDING_PREFIX)
-            run, created = await self._service.submit(request, new_thread=new_thread)
+            run, created = await self._service.submit(request)
         except RunRejected as exc:
             return Reply(replies.rejected_reply(str(exc)))
         if created:

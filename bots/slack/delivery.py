@@ -4,15 +4,33 @@ A slash command has no message to thread under, so its run starts in a ``pending
 thread: the first progress event posts a top-level opener, which becomes both the
 progress message and the thread (the thread row is re-keyed to its ``ts``). Runs started
 in a thread reply there. A resumed run edits the progress message it already has.
+
+The report is posted as parts (``report_parts``): one message per section-bounded chunk,
+then, for a long report, ``report.md``. ``core.delivery`` posts them one at a time,
+records each and retries the rest, so a retry never repeats a part.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
+from typing import Any
 
 from bots.slack.messenger import SlackClients, SlackMessenger, thread_ts
-from bots.slack.render import progress_text
-from bots.slack.throttle import EditThrottle, WorkspaceLimiter, WorkspaceLimiters, describe_error
+from bots.slack.render import (
+    REPORT_FILE_THRESHOLD,
+    escape_mrkdwn,
+    progress_text,
+    report_messages,
+)
+from bots.slack.throttle import (
+    EditThrottle,
+    WorkspaceLimiter,
+    WorkspaceLimiters,
+    classify_error,
+    describe_error,
+)
+from core.delivery import PostFailure
 from core.models import ThreadKey
 from core.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.service import RunOutcome
@@ -24,6 +42,14 @@ log = logging.getLogger(__name__)
 REPORT_OPENER_STATUS = "Research done; the report is in this thread."
 
 
+@dataclass(frozen=True)
+class ReportPart:
+    """One message of the report (``chat.postMessage`` kwargs), or the ``report.md`` upload."""
+
+    message: dict[str, Any] = field(default_factory=dict)
+    file_markdown: str | None = None
+
+
 def requester_user_id(requested_by: str | None) -> str | None:
     """``slack:<team>:<user>`` → ``<user>``."""
     parts = (requested_by or "").split(":")
@@ -31,7 +57,7 @@ def requester_user_id(requested_by: str | None) -> str | None:
 
 
 class SlackDelivery:
-    """``core.delivery.Delivery``: it is its own progress sink."""
+    """``core.delivery.Delivery`` for one run: it is its own progress sink."""
 
     def __init__(
         self,
@@ -85,14 +111,39 @@ class SlackDelivery:
         else:
             await self._throttle.submit(text)
 
-    async def post_report(self, outcome: RunOutcome) -> None:
-        """Post the report in the run's thread; raises when Slack refused it."""
+    def report_parts(self, outcome: RunOutcome) -> list[ReportPart]:
+        markdown = outcome.report_markdown or ""
+        messages = report_messages(markdown, outcome.sources)
+        parts = [ReportPart(message=message) for message in messages]
+        if len(messages) > REPORT_FILE_THRESHOLD:
+            parts.append(ReportPart(file_markdown=markdown))
+        return parts
+
+    async def post_report_part(self, part: ReportPart) -> None:
+        """Post one part in the run's thread; raises when Slack refused it."""
+        await self._ensure_thread()
+        if part.file_markdown is not None:
+            await self._messenger.upload_report_file(self.thread, part.file_markdown)
+        else:
+            await self._messenger.post_report_message(self.thread, part.message)
+
+    async def post_notice(self, text: str) -> None:
+        await self._ensure_thread()
+        await self._messenger.post_message(self.thread, escape_mrkdwn(text))
+
+    def classify(self, error: Exception) -> PostFailure:
+        return classify_error(error)
+
+    async def aclose(self) -> None:
+        if self._throttle is not None:
+            await self._throttle.aclose()
+
+    async def _ensure_thread(self) -> None:
+        """Messages after the run need a thread: a slash-command run that never managed to
+        post its opener posts one now."""
         await self._adopt_pending_thread()
-        if thread_ts(self.thread) is None:  # no opener yet: the report needs a thread
+        if thread_ts(self.thread) is None:
             await self._post_progress(REPORT_OPENER_STATUS)
-        await self._messenger.post_report(
-            self.thread, outcome.report_markdown or "", outcome.sources
-        )
 
     def _text(self, status: str) -> str:
         return progress_text(

@@ -1,21 +1,15 @@
-"""Slack Web API calls for one workspace: post, edit, and post a long Markdown report."""
+"""Slack Web API calls for one workspace: post, edit, and post the parts of a report."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 from slack_sdk.errors import SlackApiError
-from slack_sdk.http_retry.builtin_async_handlers import (
-    AsyncConnectionErrorRetryHandler,
-    AsyncRateLimitErrorRetryHandler,
-    AsyncServerErrorRetryHandler,
-)
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bots.slack.render import REPORT_FILE_THRESHOLD, escape_mrkdwn, report_messages, report_title
-from core.models import Source, ThreadKey
+from bots.slack.render import escape_mrkdwn, report_title
+from core.models import ThreadKey
 
 log = logging.getLogger(__name__)
 
@@ -25,16 +19,15 @@ PENDING_PREFIX = "pending-"
 
 
 def make_web_client(token: str, api_url: str) -> AsyncWebClient:
-    """A client that retries connection errors, 5xx and 429 (honouring ``Retry-After``)."""
-    return AsyncWebClient(
-        token=token,
-        base_url=api_url,
-        retry_handlers=[
-            AsyncConnectionErrorRetryHandler(),
-            AsyncRateLimitErrorRetryHandler(max_retry_count=2),
-            AsyncServerErrorRetryHandler(max_retry_count=2),
-        ],
-    )
+    """The Web API client of every Slack call Fathom makes (production and tests alike).
+
+    It retries nothing itself (no SDK retry handlers, not even the default one for
+    connection errors): each caller owns one retry policy. Progress edits are retried by
+    ``bots.slack.throttle.EditThrottle`` (coalesced, honouring ``Retry-After``), report parts
+    by the durable delivery step of ``core.delivery`` (backoff, recorded attempts); a
+    failed progress post is simply repeated by the next progress event.
+    """
+    return AsyncWebClient(token=token, base_url=api_url, retry_handlers=[])
 
 
 class SlackClients(Protocol):
@@ -59,7 +52,7 @@ def thread_ts(thread: ThreadKey) -> str | None:
 
 
 class SlackMessenger:
-    """``core.progress.Messenger`` on Slack for one workspace client."""
+    """The Slack calls of one run's delivery, for one workspace client."""
 
     def __init__(self, client: AsyncWebClient) -> None:
         self._client = client
@@ -74,23 +67,9 @@ class SlackMessenger:
     async def edit_message(self, thread: ThreadKey, message_id: str, text: str) -> None:
         await self._client.chat_update(channel=thread.channel, ts=message_id, text=text)
 
-    async def post_report(
-        self, thread: ThreadKey, markdown: str, sources: Sequence[Source] = ()
-    ) -> None:
-        """Post the report as markdown-block messages in order; long ones also as a file."""
-        messages = report_messages(markdown, list(sources))
-        for message in messages:
-            await self._post_part(thread, message)
-        if len(messages) > REPORT_FILE_THRESHOLD:
-            await self._client.files_upload_v2(
-                content=markdown,
-                filename="report.md",
-                title=report_title(markdown),
-                channel=thread.channel,
-                thread_ts=thread_ts(thread),
-            )
-
-    async def _post_part(self, thread: ThreadKey, message: dict[str, Any]) -> None:
+    async def post_report_message(self, thread: ThreadKey, message: dict[str, Any]) -> None:
+        """Post one report message (``chat.postMessage`` kwargs from ``render``) in the thread;
+        a refused ``markdown`` block is posted again as escaped text."""
         common: dict[str, Any] = {
             "channel": thread.channel,
             "thread_ts": thread_ts(thread),
@@ -104,3 +83,13 @@ class SlackMessenger:
             log.warning("markdown block refused (%s); posting as text", exc.response.get("error"))
             text = escape_mrkdwn(str(message["blocks"][0]["text"]))
             await self._client.chat_postMessage(**common, text=text)
+
+    async def upload_report_file(self, thread: ThreadKey, markdown: str) -> None:
+        """Upload the whole report as ``report.md`` in the thread."""
+        await self._client.files_upload_v2(
+            content=markdown,
+            filename="report.md",
+            title=report_title(markdown),
+            channel=thread.channel,
+            thread_ts=thread_ts(thread),
+        )

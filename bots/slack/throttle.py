@@ -16,12 +16,18 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 from slack_sdk.errors import SlackApiError
 
+from core.delivery import PostFailure
+
 log = logging.getLogger(__name__)
 
 Edit = Callable[[str], Awaitable[None]]
 
 MAX_RETRY_AFTER = 30.0
 FINAL_ATTEMPTS = 5
+#: ``ok: false`` errors that mean "Slack had a problem, try again" (HTTP 200 answers).
+RETRYABLE_ERRORS = frozenset(
+    {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -31,8 +37,10 @@ def describe_error(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def retry_delay(exc: BaseException, attempt: int) -> float | None:
-    """Seconds to wait before retrying after ``exc``, or None when retrying cannot help."""
+def classify_error(exc: BaseException) -> PostFailure:
+    """Slack's answer as the shared delivery logic needs it: retryable or not, and how long
+    Slack asked to wait (``Retry-After`` of a 429)."""
+    reason = describe_error(exc)
     if isinstance(exc, SlackApiError):
         status = exc.response.status_code
         if status == 429:
@@ -41,11 +49,22 @@ def retry_delay(exc: BaseException, attempt: int) -> float | None:
                 seconds = float(headers.get("retry-after", 1))
             except (TypeError, ValueError):
                 seconds = 1.0
-            return min(max(seconds, 0.0), MAX_RETRY_AFTER)
-        return min(float(2**attempt), MAX_RETRY_AFTER) if status >= 500 else None
+            return PostFailure(reason, True, min(max(seconds, 0.0), MAX_RETRY_AFTER))
+        retryable = status >= 500 or exc.response.get("error") in RETRYABLE_ERRORS
+        return PostFailure(reason, retryable)
     if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError):
-        return min(float(2**attempt), MAX_RETRY_AFTER)
-    return None
+        return PostFailure(reason, True)
+    return PostFailure(reason, False)
+
+
+def retry_delay(exc: BaseException, attempt: int) -> float | None:
+    """Seconds to wait before retrying after ``exc``, or None when retrying cannot help."""
+    failure = classify_error(exc)
+    if not failure.retryable:
+        return None
+    if failure.retry_after > 0:
+        return failure.retry_after
+    return min(float(2**attempt), MAX_RETRY_AFTER)
 
 
 class WorkspaceLimiter:
@@ -164,6 +183,15 @@ class EditThrottle:
             finally:
                 self._editing = False
             self._next_at = loop.time() + max(self._interval, backoff)
+
+    async def aclose(self) -> None:
+        """Stop for good: nothing pending is sent any more (the run is over or taken over)."""
+        self._closed = True
+        self._pending = None
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})
 
     async def flush_final(self, text: str) -> bool:
         """Wait for an in-flight edit, then write ``text``; True once Slack accepted it."""

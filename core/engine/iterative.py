@@ -64,6 +64,8 @@ class RunState:
     searches_done: int = 0
     usage: Usage = field(default_factory=Usage)
     notes: list[str] = field(default_factory=list)
+    #: The version of the thread's variables this state is based on (0: none stored yet).
+    variables_version: int = 0
 
     def note(self, text: str) -> None:
         if text not in self.notes:

@@ -1,0 +1,183 @@
+"""Holding a run: the lease timing, and the heartbeat that keeps a claim alive.
+
+A runner claims a run (``Store.claim_run``) and, while it works on it, renews the run's
+heartbeat. Every runner sweeps for runs whose heartbeat is older than
+``FATHOM_STALE_RUN_AFTER`` and takes them over. So the holder must stop before a takeover can
+happen: it treats its claim as lost when the store says another runner holds the run, or
+when it could not renew for two thirds of that time (a database outage, a stalled process),
+and cancels the task working on the run. Whatever it still tries to write is refused by the
+store's fencing (``storage.ClaimLost``).
+
+All intervals follow from the one setting (:class:`LeaseTiming`), so small values work: with
+``FATHOM_STALE_RUN_AFTER=5`` a takeover happens within about seven seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from types import TracebackType
+
+from storage import Claim, ClaimLost, Store
+
+log = logging.getLogger(__name__)
+
+#: The cancellation message of a task whose claim was lost.
+LOST_CLAIM = "fathom-claim-lost"
+
+
+def runner_identity() -> str:
+    """A name for this process's claims: host, pid and a random part (unique per process)."""
+    return f"{socket.gethostname()[:200]}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def holder_is_gone(owner: str | None, me: str) -> bool:
+    """True when ``owner`` (a :func:`runner_identity`) is provably dead: a process of this
+    host whose pid no longer exists, or an earlier process that had this process's pid.
+
+    Lets ``fathom resume`` continue a run whose process was killed a moment ago without
+    waiting for its heartbeat to expire. Anything unsure (another host, a live pid) is False.
+    """
+    if not owner or owner == me:
+        return False
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    host, pid = parts[0], int(parts[1])
+    if host != socket.gethostname()[:200]:
+        return False
+    if pid == os.getpid():
+        return True  # same pid, another identity: a previous process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists (e.g. no permission to signal it)
+        return False
+    return False
+
+
+@dataclass(frozen=True)
+class LeaseTiming:
+    """The lease intervals, all derived from ``FATHOM_STALE_RUN_AFTER`` (seconds)."""
+
+    stale_after: float = 180.0
+
+    def __post_init__(self) -> None:
+        if self.stale_after <= 0:
+            raise ValueError("stale_after must be positive")
+
+    @property
+    def heartbeat_every(self) -> float:
+        """Renew three times per lease: one failed renewal never loses the claim."""
+        return self.stale_after / 3
+
+    @property
+    def lost_after(self) -> float:
+        """Without a successful renewal for this long, the holder gives the run up; a third of
+        the lease is left before any other runner may take it over."""
+        return self.stale_after * 2 / 3
+
+    @property
+    def sweep_every(self) -> float:
+        """How often a runner looks for abandoned runs; a takeover happens at most
+        ``stale_after + sweep_every`` after the holder's last heartbeat."""
+        return self.stale_after / 2
+
+
+class Lease:
+    """``async with Lease(store, claim, timing):`` keep ``claim`` alive while the body runs.
+
+    A background task renews the heartbeat every ``timing.heartbeat_every`` seconds. When the
+    claim is lost (see the module docstring), the body's task is cancelled and the ``async
+    with`` raises :class:`storage.ClaimLost` instead of ``CancelledError``; any other
+    cancellation passes through unchanged.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        claim: Claim,
+        timing: LeaseTiming,
+    ) -> None:
+        self._store = store
+        self._claim = claim
+        self._timing = timing
+        self._task: asyncio.Task[object] | None = None
+        self._cancelling = 0
+        self._beat: asyncio.Task[None] | None = None
+        self._renewed_at = 0.0
+        self.lost = False
+
+    @property
+    def claim(self) -> Claim:
+        return self._claim
+
+    async def __aenter__(self) -> Lease:
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - always inside a task under asyncio.run
+            raise RuntimeError("Lease must be used inside a task")
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._renewed_at = time.monotonic()  # the claim has just been made
+        self._beat = asyncio.create_task(self._keep(), name=f"heartbeat-{self._claim.run_id}")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if self._beat is not None:
+            self._beat.cancel()  # not awaited: its own cancellation must not meet ours
+            self._beat = None
+        if not self.lost or self._task is None:
+            return False
+        remaining = self._task.uncancel()
+        if exc_type is asyncio.CancelledError and remaining <= self._cancelling:
+            raise ClaimLost(self._claim.run_id) from exc
+        return False
+
+    async def _keep(self) -> None:
+        timing = self._timing
+        while True:
+            deadline = self._renewed_at + timing.lost_after
+            await asyncio.sleep(max(0.0, min(timing.heartbeat_every, deadline - time.monotonic())))
+            started = time.monotonic()
+            held: bool | None = None
+            try:
+                async with asyncio.timeout(max(0.0, deadline - started)):
+                    held = await self._store.renew_claim(self._claim)
+            except TimeoutError:
+                pass
+            except Exception as exc:
+                log.warning("heartbeat of run %s failed (%s)", self._claim.run_id, exc)
+            if held:
+                self._renewed_at = started
+            elif held is False:
+                self._lose("another runner took it over")
+                return
+            elif time.monotonic() >= self._renewed_at + timing.lost_after:
+                self._lose(f"its heartbeat could not be renewed for {timing.lost_after:g}s")
+                return
+
+    def _lose(self, why: str) -> None:
+        log.warning("run %s: claim lost (%s); stopping work on it", self._claim.run_id, why)
+        self.lost = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel(LOST_CLAIM)
+
+
+async def release_quietly(store: Store, claim: Claim) -> None:
+    """Hand a held run back for another runner (shielded: the caller is being cancelled)."""
+    with contextlib.suppress(Exception):
+        released = await asyncio.shield(store.release_run(claim))
+        if released:
+            log.info("run %s handed back for another runner", claim.run_id)
