@@ -1,0 +1,775 @@
+"""Run lifecycle with several replicas, on SQLite and PostgreSQL.
+
+Every "replica" here is a full stack of its own (Database pool, Store, ResearchService with
+its own owner identity, ResearchJob, InProcessJobRunner) on one shared database, against the
+LLM and search fakes, delivering to one in-memory chat platform (tests/memory_platform.py).
+What depends on real processes (SIGKILL) is in test_replicas.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text, update
+
+from core.delivery import DeliveryPolicy, ResearchJob
+from core.jobs import InProcessJobRunner
+from core.lease import Lease, LeaseTiming, holder_is_gone, runner_identity
+from core.llm import ChatModel
+from core.models import ResearchRequest, RunStatus, ThreadKey, ThreadVariables
+from core.search import SearxngProvider
+from core.service import ResearchService, RunRejected
+from storage import Claim, ClaimLost, Database, RunRecord, Store
+from storage.tables import ResearchRun
+from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
+from tests.memory_platform import PLATFORM, MemoryPlatform, PlatformDown, Refused
+
+KEY = "fake-key"
+FAST = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
+
+
+@dataclass
+class Replica:
+    """One process's worth of Fathom on the shared database."""
+
+    database: Database
+    store: Store
+    service: ResearchService
+    job: ResearchJob
+    runner: InProcessJobRunner
+
+
+ReplicaFactory = Callable[..., Awaitable[Replica]]
+
+
+@pytest.fixture
+def platform() -> MemoryPlatform:
+    return MemoryPlatform()
+
+
+@pytest.fixture
+async def replicas(
+    database: Database,  # migrates the shared database once
+    database_url: str,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+    platform: MemoryPlatform,
+) -> AsyncIterator[ReplicaFactory]:
+    """``await replicas(stale_after=..., max_attempts=..., policy=..., start=True)``."""
+    stack = contextlib.AsyncExitStack()
+    made: list[Replica] = []
+
+    async def make(
+        *,
+        stale_after: float = 60.0,
+        max_attempts: int = 3,
+        policy: DeliveryPolicy = FAST,
+        start: bool = True,
+    ) -> Replica:
+        db = Database(database_url)
+        stack.push_async_callback(db.dispose)
+        http = await stack.enter_async_context(httpx.AsyncClient(trust_env=False))
+        model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=1)
+        stack.push_async_callback(model.aclose)
+        store = Store(db)
+        timing = LeaseTiming(stale_after)
+        service = ResearchService(
+            store=store,
+            planner=model,
+            writer=model,
+            search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
+            timing=timing,
+            max_attempts=max_attempts,
+        )
+        job = ResearchJob(service, store, {PLATFORM: platform}, policy=policy)
+        runner = InProcessJobRunner(job, store=store, timing=timing)
+        replica = Replica(db, store, service, job, runner)
+        made.append(replica)
+        if start:
+            await runner.start()
+        return replica
+
+    try:
+        yield make
+    finally:
+        llm_server.fake.latency = search_server.fake.latency = 0.0
+        for replica in made:
+            await replica.runner.stop(grace=0.1)
+        await stack.aclose()
+
+
+def thread(name: str = "t1") -> ThreadKey:
+    return ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread=name)
+
+
+async def submit(
+    replica: Replica, topic: str = "heat pumps", depth: int = 3, name: str = "t1", **kw: Any
+) -> RunRecord:
+    request = ResearchRequest(topic=topic, depth=depth, thread=thread(name), **kw)
+    run, created = await replica.service.submit(request)
+    assert created
+    return run
+
+
+async def wait_for(
+    store: Store, run_id: str, done: Callable[[RunRecord], bool], within: float = 30
+) -> RunRecord:
+    async with asyncio.timeout(within):
+        while True:
+            run = await store.get_run(run_id)
+            if run is not None and done(run):
+                return run
+            await asyncio.sleep(0.05)
+
+
+async def until(condition: Callable[[], object], within: float = 10) -> None:
+    """Poll a fake (it runs in another thread) until ``condition()`` holds."""
+    async with asyncio.timeout(within):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.02)
+
+
+def delivered(run: RunRecord) -> bool:
+    return run.delivery in ("posted", "failed")
+
+
+async def age_heartbeat(database: Database, run_id: str, seconds: float = 3600) -> None:
+    """What a replica that died ``seconds`` ago leaves behind: an old heartbeat."""
+    async with database.sessionmaker.begin() as session:
+        then = datetime.now(UTC) - timedelta(seconds=seconds)
+        await session.execute(
+            update(ResearchRun).where(ResearchRun.id == run_id).values(heartbeat_at=then)
+        )
+
+
+async def take(store: Store, run_id: str, owner: str = "dead-replica", **kw: Any) -> Claim:
+    result = await store.claim_run(
+        run_id, owner, stale_after=kw.pop("stale_after", 60), max_attempts=kw.pop("max", 3)
+    )
+    assert result.claim is not None, result
+    return result.claim
+
+
+# -- the claim ------------------------------------------------------------------------
+
+
+async def test_two_runners_racing_for_a_released_run_execute_it_once(
+    replicas: ReplicaFactory, platform: MemoryPlatform, search_server: FakeSearchServer
+) -> None:
+    """A run handed back at shutdown is found by both replicas' first sweep; one runs it."""
+    a = await replicas(start=False)
+    b = await replicas(start=False)
+    run = await submit(a, depth=2)
+    released = await take(a.store, run.id, owner="stopped-replica")
+    assert await a.store.release_run(released)
+
+    # Both replicas start at once: their sweeps, and for a guaranteed race their jobs too.
+    swept = await asyncio.gather(a.runner.sweep(), b.runner.sweep(), a.job(run.id), b.job(run.id))
+    assert run.id in swept[0] + swept[1]
+    await asyncio.gather(a.runner.drain(), b.runner.drain())
+
+    final = await a.store.get_run(run.id)
+    assert final is not None and final.status == "succeeded" and delivered(final)
+    assert final.attempt == 1  # the handed-back attempt did not count, one claim did
+    assert len(search_server.fake.queries) == 2 == len(set(search_server.fake.queries))
+    posts = platform.threads[run.id]
+    assert posts.parts == [p for p in posts.parts if p]  # every part once:
+    assert len(posts.parts) == len(set(posts.parts)) > 0
+    assert sum(t.startswith("Research done") for t in posts.progress) == 1
+
+
+async def test_a_held_run_is_not_claimed_again_and_a_finished_one_never(store: Store) -> None:
+    run, _ = await store.create_run(
+        thread_key="memory:W:C:x",
+        platform="memory",
+        workspace="W",
+        channel="C",
+        thread_ref="x",
+        topic="t",
+        depth=1,
+        strategy="iterative",
+    )
+    held = await take(store, run.id, owner="a")
+    again = await store.claim_run(run.id, "b", stale_after=60, max_attempts=3)
+    assert again.claim is None and again.run is not None and again.run.owner == "a"
+    await store.finish_run(
+        held, status="failed", report_markdown=None, sources=[], error="x", usage={}, notes=[]
+    )
+    await store.finish_delivery(held, posted=True)
+    await age_heartbeat(store._db, run.id)
+    late = await store.claim_run(run.id, "b", stale_after=60, max_attempts=3)
+    assert late.claim is None and late.run is not None and late.run.status == "failed"
+
+
+async def test_a_runner_whose_heartbeat_expired_loses_its_claim(database: Database) -> None:
+    """After a takeover every write of the old holder is refused; the new holder's work."""
+    store = Store(database)
+    run, _ = await store.create_run(
+        thread_key="memory:W:C:y",
+        platform="memory",
+        workspace="W",
+        channel="C",
+        thread_ref="y",
+        topic="t",
+        depth=2,
+        strategy="iterative",
+    )
+    old = await take(store, run.id, owner="stalled")
+    state = {"topics": ["a"], "nextSearchTopic": None, "findings": [], "shouldContinue": True}
+    await store.checkpoint(
+        old, variables=state, variables_version=0, rounds_done=1, usage={}, notes=[]
+    )
+    assert (await store.claim_run(run.id, "new", stale_after=60, max_attempts=3)).claim is None
+    await age_heartbeat(database, run.id)
+    new = await take(store, run.id, owner="new")
+    assert (new.attempt, new.variables, new.variables_version) == (2, state, 1)
+
+    assert await store.renew_claim(old) is False
+    with pytest.raises(ClaimLost):
+        await store.checkpoint(
+            old, variables=state, variables_version=1, rounds_done=2, usage={}, notes=["old"]
+        )
+    with pytest.raises(ClaimLost):
+        await store.finish_run(
+            old,
+            status="succeeded",
+            report_markdown="# old",
+            sources=[],
+            error=None,
+            usage={},
+            notes=[],
+        )
+    assert await store.release_run(old) is False
+    with pytest.raises(ClaimLost):
+        await store.report_parts_posted(old, 1)
+
+    assert await store.renew_claim(new) is True
+    current = await store.get_run(run.id)
+    assert current is not None
+    assert (current.status, current.owner, current.rounds_done, current.notes) == (
+        "running",
+        "new",
+        1,
+        [],
+    )
+
+
+async def test_a_run_that_keeps_killing_its_runners_fails_after_max_attempts(
+    database: Database,
+) -> None:
+    store = Store(database)
+    run, _ = await store.create_run(
+        thread_key="memory:W:C:z",
+        platform="memory",
+        workspace="W",
+        channel="C",
+        thread_ref="z",
+        topic="t",
+        depth=2,
+        strategy="iterative",
+    )
+    for attempt in (1, 2):
+        claim = await take(store, run.id, owner=f"r{attempt}", max=2)
+        assert claim.attempt == attempt
+        await age_heartbeat(database, run.id)  # ... and that runner died
+    result = await store.claim_run(run.id, "r3", stale_after=60, max_attempts=2)
+    assert result.gave_up and result.claim is not None  # held, to tell the thread
+    assert result.run is not None and result.run.status == "failed"
+    assert "gave up after 2 attempts" in (result.run.error or "")
+    assert "FATHOM_MAX_ATTEMPTS" in (result.run.error or "")
+    assert result.run.delivery == "pending"
+
+
+async def test_the_sweep_finds_exactly_the_runs_nobody_works_on(database: Database) -> None:
+    store = Store(database)
+
+    async def run_in(name: str, platform: str = "memory") -> RunRecord:
+        run, _ = await store.create_run(
+            thread_key=f"{platform}:W:C:{name}",
+            platform=platform,
+            workspace="W",
+            channel="C",
+            thread_ref=name,
+            topic=name,
+            depth=1,
+            strategy="iterative",
+        )
+        return run
+
+    fresh_queued = await run_in("fresh-queued")
+    released = await run_in("released")
+    assert await store.release_run(await take(store, released.id))
+    live = await run_in("live")
+    await take(store, live.id)
+    dead = await run_in("dead")
+    await take(store, dead.id)
+    await age_heartbeat(database, dead.id)
+    old_queued = await run_in("old-queued")
+    await age_heartbeat(database, old_queued.id)  # queued long ago, nobody took it
+    undelivered = await run_in("undelivered")
+    claim = await take(store, undelivered.id)
+    await store.finish_run(
+        claim,
+        status="succeeded",
+        report_markdown="# r",
+        sources=[],
+        error=None,
+        usage={},
+        notes=[],
+    )
+    delivering = await run_in("delivering")  # finished, its holder is posting right now
+    claim = await take(store, delivering.id)
+    await store.finish_run(
+        claim,
+        status="succeeded",
+        report_markdown="# r",
+        sources=[],
+        error=None,
+        usage={},
+        notes=[],
+    )
+    await age_heartbeat(database, undelivered.id)
+    posted = await run_in("posted")
+    claim = await take(store, posted.id)
+    await store.finish_run(
+        claim,
+        status="succeeded",
+        report_markdown="# r",
+        sources=[],
+        error=None,
+        usage={},
+        notes=[],
+    )
+    await store.finish_delivery(claim, posted=True)
+    await age_heartbeat(database, posted.id)
+    elsewhere = await run_in("elsewhere", platform="slack")
+    await age_heartbeat(database, elsewhere.id)
+
+    found = await store.runs_to_sweep(["memory"], stale_after=60)
+    assert set(found) == {released.id, dead.id, old_queued.id, undelivered.id}
+    assert fresh_queued.id not in found and live.id not in found and delivering.id not in found
+    assert await store.runs_to_sweep([], stale_after=60) == []
+    assert elsewhere.id in await store.runs_to_sweep(["slack"], stale_after=60)
+
+
+# -- the lease ------------------------------------------------------------------------
+
+
+def test_lease_intervals_follow_the_stale_setting() -> None:
+    timing = LeaseTiming(6.0)
+    assert (timing.heartbeat_every, timing.lost_after, timing.sweep_every) == (2.0, 4.0, 3.0)
+    assert LeaseTiming(180).heartbeat_every == 60
+    with pytest.raises(ValueError):
+        LeaseTiming(0)
+
+
+async def _claimed_run(store: Store, name: str) -> Claim:
+    run, _ = await store.create_run(
+        thread_key=f"memory:W:C:{name}",
+        platform="memory",
+        workspace="W",
+        channel="C",
+        thread_ref=name,
+        topic=name,
+        depth=1,
+        strategy="iterative",
+    )
+    return await take(store, run.id, owner=runner_identity())
+
+
+async def test_the_lease_renews_the_heartbeat_at_its_interval(store: Store) -> None:
+    claim = await _claimed_run(store, "beat")
+    first = claim.run.heartbeat_at
+    assert first is not None
+    async with Lease(store, claim, LeaseTiming(0.3)):  # a renewal every 0.1 s
+        later = await wait_for(
+            store,
+            claim.run_id,
+            lambda r: r.heartbeat_at is not None and r.heartbeat_at > first,
+            within=5,
+        )
+    assert later.owner == claim.owner
+
+
+async def test_a_lease_taken_over_cancels_its_holder_with_claim_lost(
+    store: Store, database: Database
+) -> None:
+    claim = await _claimed_run(store, "taken")
+    stop = asyncio.Event()
+    with pytest.raises(ClaimLost):
+        async with Lease(store, claim, LeaseTiming(0.3)):
+            await age_heartbeat(database, claim.run_id)
+            await take(store, claim.run_id, owner="other")  # the takeover
+            await stop.wait()  # interrupted by the lease, not by the event
+    assert not stop.is_set()
+    # The task is usable afterwards: the cancellation was consumed.
+    await asyncio.sleep(0.01)
+
+
+async def test_a_lease_that_cannot_renew_gives_the_run_up_before_others_may_take_it(
+    store: Store, database: Database, database_url: str
+) -> None:
+    """A holder cut off from the database (here: its run row locked by another connection)
+    stops on its own after two thirds of the lease, before any takeover is allowed."""
+    claim = await _claimed_run(store, "cut-off")
+    blocker = Database(database_url, busy_timeout_ms=60_000)
+    started = asyncio.get_running_loop().time()
+    try:
+        async with blocker.engine.connect() as conn:
+            if blocker.dialect == "sqlite":
+                await conn.exec_driver_sql("BEGIN IMMEDIATE")  # every writer now waits
+            else:
+                await conn.execute(
+                    text("SELECT id FROM research_runs WHERE id = :id FOR UPDATE"),
+                    {"id": claim.run_id},
+                )
+            with pytest.raises(ClaimLost):
+                async with Lease(store, claim, LeaseTiming(1.5)):
+                    await asyncio.Event().wait()
+            elapsed = asyncio.get_running_loop().time() - started
+            await conn.rollback()
+    finally:
+        await blocker.dispose()
+    assert 1.0 - 0.05 <= elapsed < 1.5  # lost_after = 1.0 s, before stale_after = 1.5 s
+
+
+async def test_other_cancellations_pass_through_the_lease(store: Store) -> None:
+    claim = await _claimed_run(store, "cancelled")
+
+    async def hold() -> None:
+        async with Lease(store, claim, LeaseTiming(60)):
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(hold())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_a_holder_is_known_gone_only_when_its_process_provably_is() -> None:
+    me = runner_identity()
+    host, pid, _ = me.rsplit(":", 2)
+    assert not holder_is_gone(me, me)
+    assert not holder_is_gone(None, me)
+    assert holder_is_gone(f"{host}:{pid}:00000000", me)  # an earlier process with our pid
+    assert not holder_is_gone(f"{host}:1:00000000", me)  # init lives
+    assert holder_is_gone(f"{host}:{2**22 + 12345}:0", me)  # no such pid
+    assert not holder_is_gone(f"other-host:{2**22 + 12345}:0", me)  # not ours to judge
+    assert not holder_is_gone("garbage", me)
+
+
+# -- a dead replica, a stalled one -----------------------------------------------------
+
+
+async def test_a_dead_replicas_run_is_finished_by_a_survivor_without_a_restart(
+    replicas: ReplicaFactory, platform: MemoryPlatform, search_server: FakeSearchServer
+) -> None:
+    survivor = await replicas(stale_after=1.0)  # already running: it sweeps every 0.5 s
+    run = await submit(survivor, depth=3, name="dead")
+    # Another replica claimed it, searched one topic, checkpointed, and died.
+    dead = await take(survivor.store, run.id, owner="replica-that-died")
+    finding = {
+        "topic": "heat pumps overview",
+        "results": [
+            {"title": "Heat pumps", "url": "https://example.org/hp", "snippet": "They pump."}
+        ],
+    }
+    state = {
+        "topics": ["heat pumps overview"],
+        "nextSearchTopic": "heat pumps overview",
+        "findings": [finding],
+        "shouldContinue": True,
+    }
+    await survivor.store.checkpoint(
+        dead, variables=state, variables_version=0, rounds_done=1, usage={"searches": 1}, notes=[]
+    )
+
+    final = await wait_for(survivor.store, run.id, delivered, within=30)
+    assert final.status == "succeeded" and final.delivery == "posted"
+    assert final.owner == survivor.service.owner and final.attempt == 2
+    assert final.rounds_done == 3 and final.searches == 3
+    assert "heat pumps overview" not in search_server.fake.queries  # not searched again
+    assert len(search_server.fake.queries) == 2
+    shown = platform.threads[run.id]
+    assert shown.progress[0].startswith("Resuming")
+    assert "3/3th search executed." in shown.progress
+    assert len(shown.parts) == len(set(shown.parts)) > 0
+
+
+async def test_a_stalled_runner_that_lost_its_run_stops_and_writes_nothing(
+    replicas: ReplicaFactory,
+    platform: MemoryPlatform,
+    search_server: FakeSearchServer,
+    llm_server: FakeLLMServer,
+) -> None:
+    """A holder that cannot renew in time (here: a lease ten times longer than the
+    survivor's, as a stalled process would look) is taken over; it finds out at its next
+    write and stops. One report, written by the survivor."""
+    stalled = await replicas(stale_after=600.0, start=False)
+    run = await submit(stalled, depth=2, name="stalled")
+    search_server.fake.latency = 2.0  # the stalled runner is inside its first search ...
+    job = asyncio.create_task(stalled.job(run.id))
+    await until(lambda: search_server.fake.queries)
+    await age_heartbeat(stalled.database, run.id)  # ... for "too long"
+    survivor = await replicas(stale_after=1.0)
+    await asyncio.wait_for(job, 30)  # it ended (ClaimLost is logged, not raised)
+    search_server.fake.latency = 0.0
+
+    final = await wait_for(survivor.store, run.id, delivered, within=30)
+    assert final.status == "succeeded" and final.owner == survivor.service.owner
+    variables = await survivor.store.load_variables(final.thread_id)
+    assert variables is not None
+    topics = variables["topics"]
+    assert len(topics) == 2 == len(set(topics))  # the stalled runner's search was discarded
+    shown = platform.threads[run.id]
+    assert sum(t.startswith("Research done") for t in shown.progress) == 1
+    assert len(shown.parts) == len(set(shown.parts)) > 0
+    assert llm_server.fake.requests_for("writer")  # written once, by the survivor
+    assert len(llm_server.fake.requests_for("writer")) == 1
+
+
+# -- one active run per thread, no lost update ------------------------------------------
+
+
+async def test_two_follow_ups_racing_in_one_thread(
+    replicas: ReplicaFactory, platform: MemoryPlatform
+) -> None:
+    a = await replicas()
+    b = await replicas()
+    first = await submit(a, depth=1, name="busy")
+    await a.runner.enqueue(first.id)
+    await wait_for(a.store, first.id, delivered)
+
+    async def follow_up(replica: Replica, topic: str, key: str) -> RunRecord | str:
+        request = ResearchRequest(topic=topic, depth=1, thread=thread("busy"), dedupe_key=key)
+        try:
+            run, _ = await replica.service.submit(request)
+        except RunRejected as exc:
+            return str(exc)
+        await replica.runner.enqueue(run.id)
+        return run
+
+    results = await asyncio.gather(
+        follow_up(a, "costs of heat pumps", "ev-a"), follow_up(b, "noise of heat pumps", "ev-b")
+    )
+    runs = [r for r in results if isinstance(r, RunRecord)]
+    refusals = [r for r in results if isinstance(r, str)]
+    assert len(runs) == 1 and len(refusals) == 1
+    assert refusals[0].startswith("A research is already running in this thread")
+    winner = await wait_for(a.store, runs[0].id, delivered)
+    assert winner.status == "succeeded"
+    variables = await a.store.load_variables(winner.thread_id)
+    assert variables is not None
+    # Both runs' topics are kept: the follow-up built on the first run's variables.
+    assert len(variables["topics"]) == 2 == len({f["topic"] for f in variables["findings"]})
+
+
+async def test_a_checkpoint_that_meets_changed_variables_merges_instead_of_overwriting(
+    replicas: ReplicaFactory, llm_server: FakeLLMServer, search_server: FakeSearchServer
+) -> None:
+    a = await replicas(start=False)
+    run = await submit(a, depth=2, name="cas")
+    foreign = {
+        "topic": "written elsewhere",
+        "results": [{"title": "Else", "url": "https://else.example/x", "snippet": "x"}],
+    }
+
+    async def write_behind_its_back() -> None:
+        await until(lambda: search_server.fake.queries)
+        async with a.database.sessionmaker.begin() as session:  # another writer's update
+            await session.execute(
+                text("UPDATE thread_variables SET version = version + 1 WHERE thread_id = :t"),
+                {"t": run.thread_id},
+            )
+        current = await a.store.load_variables(run.thread_id) or {}
+        merged = ThreadVariables.model_validate(current)
+        merged.topics.append(foreign["topic"])  # type: ignore[arg-type]
+        async with a.database.sessionmaker.begin() as session:
+            await session.execute(
+                text(
+                    "UPDATE thread_variables SET topics = :topics, findings = :findings "
+                    "WHERE thread_id = :t"
+                ).bindparams(),
+                {
+                    "t": run.thread_id,
+                    "topics": _json(merged.topics),
+                    "findings": _json([*current.get("findings", []), foreign]),
+                },
+            )
+
+    search_server.fake.latency = 0.3
+    writer = asyncio.create_task(write_behind_its_back())
+    await a.job(run.id)
+    await writer
+    final = await a.store.get_run(run.id)
+    assert final is not None and final.status == "succeeded"
+    variables = await a.store.load_variables(final.thread_id)
+    assert variables is not None
+    assert "written elsewhere" in variables["topics"]  # the other writer's update survived
+    assert [
+        t for t in variables["topics"] if t != "written elsewhere"
+    ] == search_server.fake.queries
+    assert "written elsewhere" in {f["topic"] for f in variables["findings"]}
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+# -- the delivery step -----------------------------------------------------------------
+
+
+LONG_TOPIC = "heat pumps"
+
+
+async def test_a_report_post_failing_then_succeeding_posts_each_part_once(
+    replicas: ReplicaFactory, platform: MemoryPlatform
+) -> None:
+    a = await replicas(start=False)
+    run = await submit(a, depth=2, name="flaky")
+    platform.fail_posts(PlatformDown("HTTP 503"), PlatformDown("HTTP 500"))
+    await a.job(run.id)
+    final = await a.store.get_run(run.id)
+    assert final is not None and final.status == "succeeded"
+    assert (final.delivery, final.delivery_attempts) == ("posted", 2)
+    assert final.delivery_error == "PlatformDown: HTTP 500"  # the last failure, kept
+    assert final.report_posted_at is not None
+    shown = platform.threads[run.id]
+    parts = final.report_markdown and shown.parts
+    assert parts and len(parts) == final.report_parts_posted
+    assert "\n".join(parts) == (final.report_markdown or "").strip()  # all, once, in order
+    assert shown.notices == []
+
+
+async def test_a_takeover_during_delivery_posts_only_the_missing_parts(
+    replicas: ReplicaFactory, platform: MemoryPlatform
+) -> None:
+    a = await replicas(start=False)
+    run = await submit(a, depth=2, name="half-posted")
+    platform.fail_posts(Refused("gone"))  # the first part fails for good: delivery failed
+    await a.job(run.id)
+    done = await a.store.get_run(run.id)
+    assert done is not None and done.delivery == "failed"
+    # Redo it as a runner that died after posting part 1 would leave it.
+    parts = [p for p in (done.report_markdown or "").split("\n## ")]
+    assert len(parts) >= 3
+    async with a.database.sessionmaker.begin() as session:
+        await session.execute(
+            update(ResearchRun)
+            .where(ResearchRun.id == run.id)
+            .values(delivery="pending", report_parts_posted=1, delivery_attempts=0)
+        )
+    platform.threads[run.id].posts.clear()
+    await age_heartbeat(a.database, run.id)
+    b = await replicas(start=False)
+    assert await b.runner.sweep() == [run.id]
+    await b.runner.drain()
+    final = await b.store.get_run(run.id)
+    assert final is not None and final.delivery == "posted"
+    shown = platform.threads[run.id]
+    assert len(shown.parts) == final.report_parts_posted - 1  # part 1 was not posted again
+    assert shown.parts[0].startswith("## ")
+    assert shown.progress[-1].startswith("Research done")  # the final state, re-written
+
+
+async def test_a_report_that_never_posts_gets_one_notice_and_the_run_records_why(
+    replicas: ReplicaFactory, platform: MemoryPlatform
+) -> None:
+    a = await replicas(start=False, policy=FAST)
+    run = await submit(a, depth=1, name="never")
+    platform.fail_posts(*(PlatformDown(f"HTTP 50{i}") for i in range(10)))
+    await a.job(run.id)
+    final = await a.store.get_run(run.id)
+    assert final is not None and final.status == "succeeded"  # the research itself is fine
+    assert (final.delivery, final.delivery_attempts, final.report_parts_posted) == (
+        "failed",
+        FAST.attempts,
+        0,
+    )
+    assert (
+        final.delivery_error
+        == f"report not posted after {FAST.attempts} failures: PlatformDown: HTTP 503"
+    )
+    shown = platform.threads[run.id]
+    assert shown.parts == []
+    [notice] = shown.notices
+    assert "could not post its report" in notice and f"{FAST.attempts} attempts" in notice
+    assert f"fathom thread show {final.thread_key}" in notice
+    # Nothing is retried any more.
+    await age_heartbeat(a.database, run.id)
+    assert await a.runner.sweep() == []
+
+
+async def test_a_permanent_refusal_is_not_retried(
+    replicas: ReplicaFactory, platform: MemoryPlatform
+) -> None:
+    a = await replicas(start=False)
+    run = await submit(a, depth=1, name="refused")
+    platform.fail_posts(Refused("not_in_channel"))
+    await a.job(run.id)
+    final = await a.store.get_run(run.id)
+    assert final is not None
+    assert (final.delivery, final.delivery_attempts) == ("failed", 1)
+    assert len(platform.threads[run.id].notices) == 1
+
+
+async def test_a_run_whose_delivery_cannot_be_built_spends_nothing(
+    replicas: ReplicaFactory, platform: MemoryPlatform, llm_server: FakeLLMServer
+) -> None:
+    a = await replicas(start=False)
+    run = await submit(a, depth=2, name="nowhere")
+    platform.refuse_for_run = run.id
+    await a.job(run.id)
+    final = await a.store.get_run(run.id)
+    assert final is not None and final.status == "failed"
+    assert final.error == "cannot deliver to memory: Refused"
+    assert (final.delivery, final.delivery_error) == ("failed", final.error)
+    assert llm_server.fake.requests == [] and final.llm_calls == 0 and final.searches == 0
+
+
+async def test_a_given_up_run_tells_its_thread(
+    replicas: ReplicaFactory, platform: MemoryPlatform, llm_server: FakeLLMServer
+) -> None:
+    a = await replicas(start=False, max_attempts=1)
+    run = await submit(a, depth=2, name="poison")
+    await take(a.store, run.id, owner="crashed", max=1)
+    await age_heartbeat(a.database, run.id)
+    assert await a.runner.sweep() == [run.id]
+    await a.runner.drain()
+    final = await a.store.get_run(run.id)
+    assert final is not None and final.status == "failed" and final.delivery == "posted"
+    assert llm_server.fake.requests == []
+    [shown] = platform.threads[run.id].progress
+    assert shown.startswith("Research failed after 0 of 2 searches: gave up after 1 attempts")
+
+
+async def test_a_runner_stopping_mid_run_hands_it_back_for_another(
+    replicas: ReplicaFactory, platform: MemoryPlatform, llm_server: FakeLLMServer
+) -> None:
+    a = await replicas()
+    llm_server.fake.script("planner", Hang(30))
+    run = await submit(a, depth=1, name="deploy")
+    await a.runner.enqueue(run.id)
+    await wait_for(a.store, run.id, lambda r: r.status == "running")
+    await until(lambda: llm_server.fake.requests)
+    await a.runner.stop(grace=0.05)
+    handed_back = await a.store.get_run(run.id)
+    assert handed_back is not None
+    assert (handed_back.status, handed_back.owner, handed_back.attempt) == ("queued", None, 0)
+    llm_server.fake.reset()
+    b = await replicas()  # its first sweep takes it at once, no waiting for staleness
+    final = await wait_for(b.store, run.id, delivered)
+    assert final.status == "succeeded" and final.owner == b.service.owner
+    assert RunStatus(final.status) is RunStatus.SUCCEEDED
