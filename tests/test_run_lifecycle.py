@@ -406,7 +406,7 @@ async def test_a_lease_taken_over_cancels_its_holder_with_claim_lost(
     claim = await _claimed_run(store, "taken")
     stop = asyncio.Event()
     with pytest.raises(ClaimLost):
-        async with Lease(store, claim, LeaseTiming(0.3)):
+        async with asyncio.timeout(10), Lease(store, claim, LeaseTiming(0.3)):
             await age_heartbeat(database, claim.run_id)
             await take(store, claim.run_id, owner="other")  # the takeover
             await stop.wait()  # interrupted by the lease, not by the event
@@ -433,7 +433,7 @@ async def test_a_lease_that_cannot_renew_gives_the_run_up_before_others_may_take
                     {"id": claim.run_id},
                 )
             with pytest.raises(ClaimLost):
-                async with Lease(store, claim, LeaseTiming(1.5)):
+                async with asyncio.timeout(10), Lease(store, claim, LeaseTiming(1.5)):
                     await asyncio.Event().wait()
             elapsed = asyncio.get_running_loop().time() - started
             await conn.rollback()
