@@ -205,7 +205,7 @@ class ResearchJob:
                 failure = delivery.classify(exc)
                 failures = await self._store.count_delivery_failure(claim, failure.reason)
                 if not failure.retryable or failures >= self._policy.attempts:
-                    await self._give_up(claim, delivery, failures, failure.reason)
+                    await self._give_up(claim, delivery, outcome, failures, failure.reason)
                     return
                 wait = max(failure.retry_after, self._policy.backoff(failures))
                 log.warning(
@@ -223,12 +223,14 @@ class ResearchJob:
             await self._store.report_parts_posted(claim, posted)
         await self._store.finish_delivery(claim, posted=True)
 
-    async def _give_up(self, claim: Claim, delivery: Delivery, failures: int, reason: str) -> None:
+    async def _give_up(
+        self, claim: Claim, delivery: Delivery, outcome: RunOutcome, failures: int, reason: str
+    ) -> None:
         log.error(
             "run %s: giving up on its report after %d failures (%s)", claim.run_id, failures, reason
         )
         try:
-            await delivery.post_notice(undelivered_notice(claim.run.thread_key, failures, reason))
+            await delivery.post_notice(undelivered_notice(outcome.thread, failures, reason))
         except Exception as exc:
             log.error(
                 "run %s: the failure notice was not posted either (%s)",

@@ -39,7 +39,7 @@ from core.config import Settings
 from storage import Database, RunRecord, Store
 from tests.conftest import FAKE_API_KEY
 from tests.env import is_fathom_setting
-from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.fakes.server import BackgroundServer
 from tests.fakes.slack import (
     FakeSlack,
@@ -168,25 +168,25 @@ class Bot:
         return await self.store.recent_runs_for_user(user, 100)
 
     async def finished(self, count: int = 1, user: str = USER) -> list[RunRecord]:
-        """Wait until ``count`` runs of ``user`` have finished (and reports were posted)."""
+        """Wait until ``count`` runs of ``user`` have finished and been delivered (their
+        report posted, or given up on)."""
 
         async def done() -> list[RunRecord] | None:
             runs = await self.runs(user)
             ok = len(runs) >= count and all(
-                r.finished_at and (r.status != "succeeded" or r.report_posted_at) for r in runs
+                r.finished_at and r.delivery in ("posted", "failed") for r in runs
             )
-            # report_posted_at is claimed just before posting: also wait for the posts.
-            succeeded = sum(r.status == "succeeded" for r in runs)
-            return runs if ok and len(self.reports()) >= succeeded else None
+            return runs if ok else None
 
         runs: list[RunRecord] = await wait_for(done, within=30)
         return runs
 
     def reports(self) -> list[dict[str, Any]]:
+        """Report messages Slack accepted (refused attempts are not in the channel)."""
         return [
-            c.params
-            for c in self.slack.calls_to("chat.postMessage")
-            if any(b.get("type") == "markdown" for b in c.params.get("blocks") or [])
+            message
+            for message in self.slack.history
+            if any(b.get("type") == "markdown" for b in message.get("blocks") or [])
         ]
 
     def final_text(self, channel: str, ts: str) -> str:
@@ -461,6 +461,46 @@ async def test_rate_limited_updates_still_write_the_final_state(start_bot: BotFa
     assert run.status == "succeeded" and run.progress_message_id
     await wait_for(lambda: "Research done" in bot.final_text("C0001", run.progress_message_id))
     assert len(bot.reports()) >= 1
+
+
+async def test_a_report_slack_refuses_twice_is_posted_once_on_the_third_try(
+    start_bot: BotFactory,
+) -> None:
+    bot = await start_bot(FATHOM_DELIVERY_BACKOFF="0.05")
+    bot.llm.fake.script("writer", Hang(1.0))  # the report comes after the failures are armed
+    await bot.command("tidal power depth=1", trigger_id="t-5xx")
+    await wait_for(lambda: bot.slack.calls_to("chat.postMessage"))  # the opener is out
+    bot.slack.fail_next("chat.postMessage", status=500, times=2)
+    [run] = await bot.finished()
+    assert (run.status, run.delivery, run.delivery_attempts) == ("succeeded", "posted", 2)
+    assert (run.delivery_error or "").startswith("HTTP 500")  # the last refusal, kept
+    reports = bot.reports()
+    assert len(reports) == run.report_parts_posted >= 1  # each part in the thread once
+    assert all(r["thread_ts"] == run.progress_message_id for r in reports)
+    attempts = [c for c in bot.slack.calls_to("chat.postMessage") if "blocks" in c.params]
+    assert len(attempts) == len(reports) + 2  # two refused, then posted: no SDK retries on top
+
+
+async def test_a_report_slack_never_takes_ends_with_one_notice_in_the_thread(
+    start_bot: BotFactory,
+) -> None:
+    bot = await start_bot(FATHOM_DELIVERY_BACKOFF="0.02", FATHOM_DELIVERY_ATTEMPTS="3")
+    bot.llm.fake.script("writer", Hang(1.0))
+    await bot.command("wave power depth=1", trigger_id="t-never")
+    await wait_for(lambda: bot.slack.calls_to("chat.postMessage"))
+    bot.slack.fail_next("chat.postMessage", status=503, times=3)
+    [run] = await bot.finished()
+    assert (run.status, run.delivery, run.delivery_attempts) == ("succeeded", "failed", 3)
+    assert (run.delivery_error or "").startswith("report not posted after 3 failures: HTTP 503")
+    assert bot.reports() == []
+    notices = [
+        c.params
+        for c in bot.slack.calls_to("chat.postMessage")
+        if "could not post its report" in str(c.params.get("text"))
+    ]
+    assert len(notices) == 1 and notices[0]["thread_ts"] == run.progress_message_id
+    assert f"fathom thread show {run.thread_key}" in notices[0]["text"]
+    assert "Research done" in bot.final_text("C0001", run.progress_message_id or "")
 
 
 async def test_follow_up_mention_continues_the_thread(start_bot: BotFactory) -> None:
