@@ -291,3 +291,67 @@ def test_sigterm_records_an_interruption_that_resume_finishes(
 
     unknown = fathom("resume", "0" * 32, env=cli_env, cwd=tmp_path)
     assert unknown.returncode == 2 and "there is no run" in unknown.stderr
+
+
+def _seed_runs(url: str, keys: list[str], *, held_by: str | None = None) -> list[str]:
+    """Create one queued run per thread key (optionally claimed by ``held_by``); their ids."""
+    import asyncio
+
+    from storage import Database, Store
+
+    async def seed() -> list[str]:
+        database = Database(url)
+        try:
+            await database.upgrade()
+            store = Store(database)
+            ids = []
+            for key in keys:
+                platform, workspace, channel, ref = key.split(":", 3)
+                run, _ = await store.create_run(
+                    thread_key=key,
+                    platform=platform,
+                    workspace=workspace,
+                    channel=channel,
+                    thread_ref=ref,
+                    topic=f"topic of {ref}\twith a tab",
+                    depth=1,
+                    strategy="iterative",
+                )
+                if held_by is not None:
+                    await store.claim_run(run.id, held_by, stale_after=60, max_attempts=3)
+                ids.append(run.id)
+            return ids
+        finally:
+            await database.dispose()
+
+    return asyncio.run(seed())
+
+
+def test_thread_list_in_a_pipe_prints_one_whole_key_per_line(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    keys = [
+        "slack:T0123456789:C0123456789ABCDEF:1700000000.000100",
+        "feishu:2ed263bf32cf1651:oc_5ce6d572455d361153b7cb51da133945:om_" + "a" * 40,
+    ]
+    _seed_runs(cli_env["DATABASE_URL"], keys)
+    listed = fathom("thread", "list", env={**cli_env, "COLUMNS": "40"}, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert [row[0] for row in rows] == list(reversed(keys))  # newest first, whole keys
+    assert all(len(row) == 5 for row in rows)
+    assert [row[1:3] for row in rows] == [["1", "queued"], ["1", "queued"]]
+    assert rows[0][4] == f"topic of {keys[1].split(':', 3)[3]} with a tab"
+
+
+def test_resume_refuses_a_run_a_live_process_holds(
+    cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    [run_id] = _seed_runs(
+        cli_env["DATABASE_URL"], ["slack:T1:C1:1700000000.000100"], held_by="other-host:42:abcd"
+    )
+    result = fathom("resume", run_id, env=cli_env, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert f"run {run_id} is being worked on by other-host:42:abcd" in result.stderr
+    assert "taken over automatically if that process stops" in result.stderr
+    assert llm_server.fake.requests == []  # nothing was spent
