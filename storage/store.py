@@ -634,14 +634,6 @@ class Store:
         stmt = update(_runs).where(_runs.c.id == run_id).values(progress_message_id=message_id)
         await self._db.run(lambda conn: conn.execute(stmt))
 
-    async def unfinished_runs(self, *, heartbeat_before: datetime | None = None) -> list[RunRecord]:
-        """Queued/running runs, oldest first; with ``heartbeat_before`` only the stale ones."""
-        stmt = _RUNS.where(_runs.c.status.in_(UNFINISHED_STATUSES))
-        if heartbeat_before is not None:
-            last_seen = func.coalesce(_runs.c.heartbeat_at, _runs.c.created_at)
-            stmt = stmt.where(last_seen < heartbeat_before)
-        return await self._runs(stmt.order_by(_runs.c.created_at, _runs.c.id))
-
     async def active_runs_for_user(self, requested_by: str) -> list[RunRecord]:
         stmt = _RUNS.where(
             _runs.c.requested_by == requested_by,

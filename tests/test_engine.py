@@ -584,9 +584,9 @@ async def test_resume_after_a_crash(
 
     database, store = await fresh_store(harness.url)
     try:
-        runs = await store.unfinished_runs()
-        assert len(runs) == 1
-        run = runs[0]
+        [thread] = await store.list_threads()
+        run = await store.latest_run_in_thread(thread.key)
+        assert run is not None
         assert (run.status, run.rounds_done, run.searches) == ("running", 1, 1)
     finally:
         await database.dispose()

@@ -508,14 +508,13 @@ async def test_cancel_flags(store: Store) -> None:
     assert not await cancel_flag(store, other.id)
 
 
-async def test_unfinished_runs_and_user_listings(store: Store) -> None:
+async def test_user_listings(store: Store) -> None:
     running, _ = await new_run(store, topic="running", thread_key=f"{KEY}-1")
     await claim(store, running.id)
     queued, _ = await new_run(store, topic="queued", thread_key=f"{KEY}-2")
     finished, _ = await new_run(store, topic="finished", thread_key=f"{KEY}-3")
     await finish(store, await claim(store, finished.id), status="cancelled")
 
-    assert [r.id for r in await store.unfinished_runs()] == [running.id, queued.id]
     assert [r.id for r in await store.active_runs_for_user("U1")] == [running.id, queued.id]
     assert await store.active_runs_for_user("U2") == []
     recent = await store.recent_runs_for_user("U1", limit=2)
@@ -663,3 +662,87 @@ async def test_rekey_thread_moves_a_pending_thread_to_its_platform_id(store: Sto
     assert await store.get_thread("slack:T1:C1:pending-abc") is None
     moved = await store.get_run(run.id)
     assert moved is not None and moved.thread_key == thread.key
+
+
+# -- migration 0004: run lifecycle ------------------------------------------------------
+
+
+async def _upgrade_to(database: Database, revision: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    def upgrade(conn: Any) -> None:
+        config = Config()
+        config.set_main_option("script_location", _migrations_dir())
+        config.attributes["connection"] = conn
+        config.attributes["url"] = database.url
+        command.upgrade(config, revision)
+
+    async with database.engine.connect() as conn:
+        await conn.run_sync(upgrade)
+        await conn.commit()
+
+
+async def test_migration_0004_keeps_one_active_run_per_thread_and_old_reports_posted(
+    database_url: str,
+) -> None:
+    """Before 0004 nothing stopped two active runs in a thread: the newest stays active, the
+    older is failed with a note. Reports posted before 0004 are not delivered again."""
+    db = Database(database_url)
+    try:
+        await _upgrade_to(db, "0003")
+        rows = [  # id, status, created (minutes ago), report_posted
+            ("a" * 32, "running", 30, False),
+            ("b" * 32, "queued", 20, False),
+            ("c" * 32, "queued", 10, False),  # the newest active run of the thread
+            ("d" * 32, "succeeded", 40, True),
+            ("e" * 32, "succeeded", 50, False),
+        ]
+        now = datetime.now(UTC)
+        sqlite = db.dialect == "sqlite"
+
+        def stamp(minutes: int) -> Any:
+            value = now - timedelta(minutes=minutes)
+            return value.replace(tzinfo=None) if sqlite else value
+
+        async with db.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO threads (key, platform, workspace, channel, thread_ref, "
+                    "created_at, updated_at) VALUES ('slack:T:C:1', 'slack', 'T', 'C', '1', "
+                    ":t, :t)"
+                ),
+                {"t": stamp(60)},
+            )
+            for run_id, status, minutes, posted in rows:
+                await conn.execute(
+                    text(
+                        "INSERT INTO research_runs (id, thread_id, topic, depth, strategy, "
+                        "status, notes, created_at, report_posted_at) VALUES (:id, 1, 't', 1, "
+                        "'iterative', :status, '[]', :created, :posted)"
+                    ),
+                    {
+                        "id": run_id,
+                        "status": status,
+                        "created": stamp(minutes),
+                        "posted": stamp(minutes - 1) if posted else None,
+                    },
+                )
+        await db.upgrade()
+        store = Store(db)
+        after = {r.id: r for r in await store.thread_runs(1)}
+        assert {i: (r.status, r.delivery) for i, r in after.items()} == {
+            "a" * 32: ("failed", None),
+            "b" * 32: ("failed", None),
+            "c" * 32: ("queued", None),
+            "d" * 32: ("succeeded", "posted"),
+            "e" * 32: ("succeeded", None),  # its posting state is unknown: not retried
+        }
+        assert "superseded by a newer run" in (after["a" * 32].error or "")
+        assert_aware_utc(after["b" * 32].finished_at)
+        assert all(r.attempt == 0 and r.owner is None for r in after.values())
+        with pytest.raises(ThreadBusy):  # and the index holds from now on
+            await new_run(store, thread_key="slack:T:C:1")
+        assert await store.runs_to_sweep(["slack"], stale_after=0) == ["c" * 32]
+    finally:
+        await db.dispose()
