@@ -4,27 +4,31 @@ Platform adapters register a :class:`DeliveryFactory` under their platform name 
 part of the thread key). The job itself is platform-neutral and is what a job runner
 executes, in-process or on a queue worker. For one run it:
 
-1. builds the run's :class:`Delivery` first: when that fails, the run is failed at once and
-   no LLM or search call is spent on an outcome nobody could see;
+1. builds the run's :class:`Delivery` first: when the platform says it never can
+   (:class:`Undeliverable`), the run is failed at once and no LLM or search call is spent on
+   an outcome nobody could see; any other error leaves the run to a later sweep;
 2. claims the run (``Store.claim_run``) and holds it with a :class:`~core.lease.Lease`;
 3. executes it (or resumes it from its checkpoint), publishing progress;
-4. delivers the outcome as its own durable step: the report's parts are posted in order,
-   each one recorded once posted, retried with backoff while the platform fails, until all
-   are posted or the retry budget runs out (then the thread gets a short notice and the run
-   records why). A runner that takes the run over continues with the first missing part.
+4. delivers the outcome as its own durable step: the report's parts (for a run that did not
+   succeed, its final status) are posted in order, each one recorded once posted, retried
+   with backoff while the platform fails, until all are posted or the retry budget runs out
+   (then the thread gets a short notice and the run records why). A runner that takes the
+   run over continues with the first missing part.
 
-A job cancelled by its runner (shutdown) hands the run back, so any replica continues it.
+A job cancelled by its runner (shutdown), cut off from the database or whose lease ran out
+hands the run back (a no-op unless it still holds it), so any replica continues it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from core.lease import release_quietly
+from core.lease import Lease, release_quietly
 from core.models import RunStatus, ThreadKey
 from core.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.service import ResearchService, RunOutcome, final_progress_text
@@ -34,10 +38,14 @@ from storage import (
     Claim,
     ClaimLost,
     RunRecord,
+    StorageUnavailable,
     Store,
 )
 
 log = logging.getLogger(__name__)
+
+#: How long a cancelled job still waits for the part it is posting (see _post_and_record).
+PART_GRACE = 15.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,11 @@ class Delivery(Protocol):
         """Post one part in the thread; raises when the platform refused it."""
         ...
 
+    async def post_status(self, text: str) -> None:
+        """Show the run's final status in its thread: edit the progress message, or post it
+        when there is none. Raises when the platform refused it."""
+        ...
+
     async def post_notice(self, text: str) -> None:
         """Post a short plain-text message in the thread."""
         ...
@@ -72,6 +85,11 @@ class Delivery(Protocol):
     async def aclose(self) -> None:
         """Stop anything still running for the run (e.g. throttled progress edits)."""
         ...
+
+
+class Undeliverable(Exception):
+    """Raised by a :class:`DeliveryFactory` when the run can never be delivered (e.g. the
+    bot is not installed in its workspace any more). Any other error is taken as passing."""
 
 
 class DeliveryFactory(Protocol):
@@ -92,13 +110,17 @@ class DeliveryPolicy:
         return min(self.first_delay * 2.0 ** max(failures - 1, 0), self.max_delay)
 
 
-def undelivered_notice(thread: str, failures: int, reason: str) -> str:
-    """What the thread is told when its report could not be posted."""
+def undelivered_notice(outcome: RunOutcome, failures: int, reason: str) -> str:
+    """What the thread is told when the run's outcome could not be posted there."""
     tries = "attempt" if failures == 1 else "attempts"
+    what = (
+        "I finished this research but could not post its report here"
+        if outcome.status is RunStatus.SUCCEEDED
+        else f"This research ended ({outcome.status.value}) but I could not update it here"
+    )
     return (
-        f"I finished this research but could not post its report here ({reason}; "
-        f"{failures} {tries}). The report is saved: an operator can print it with "
-        f"`fathom thread show {thread}`."
+        f"{what} ({reason}; {failures} {tries}). An operator can see it with "
+        f"`fathom thread show {outcome.thread}`."
     )
 
 
@@ -161,46 +183,82 @@ class ResearchJob:
             return
         try:
             delivery = await factory.for_run(run)
-        except Exception as exc:
-            log.exception("run %s: cannot deliver to %s", run_id, platform)
-            await self._undeliverable(run_id, f"cannot deliver to {platform}: {type(exc).__name__}")
+        except Undeliverable as exc:
+            log.error("run %s: cannot deliver to %s (%s)", run_id, platform, exc)
+            await self._undeliverable(run_id, f"cannot deliver to {platform}: {exc}"[:500])
+            return
+        except Exception:  # e.g. the installation store did not answer: the sweep tries again
+            log.exception(
+                "run %s: no %s delivery for now; left for a later sweep", run_id, platform
+            )
             return
         try:
             await self._work(run_id, delivery)
         except ClaimLost:
-            log.warning("run %s was taken over by another runner; this one stopped", run_id)
+            log.warning("run %s: this runner lost it (taken over, or cut off); stopped", run_id)
         finally:
             await delivery.aclose()
 
+    async def _claim(self, run_id: str) -> Claim | None:
+        """Claim the run; a cancellation that arrives meanwhile hands a fresh claim back."""
+        claiming = asyncio.ensure_future(self._service.claim(run_id))
+        try:
+            return (await asyncio.shield(claiming)).claim
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                claim = (await claiming).claim
+                if claim is not None:
+                    await release_quietly(self._store, claim)
+            raise
+
     async def _work(self, run_id: str, delivery: Delivery) -> None:
-        result = await self._service.claim(run_id)
-        claim = result.claim
+        claim = await self._claim(run_id)
         if claim is None:
             return  # another runner holds it, or there is nothing left to do
         try:
-            async with self._service.lease(claim):
+            async with self._service.lease(claim) as lease:
                 if claim.run.status in UNFINISHED_STATUSES:
                     outcome = await self._service.execute_claimed(
                         claim, delivery.progress, record_interruption=False
                     )
                 else:  # finished by a runner that stopped before delivering, or given up now
                     outcome = await self._service.stored_outcome(claim.run)
-                    await publish_final(delivery.progress, outcome)
-                await self._deliver(claim, delivery, outcome)
-        except asyncio.CancelledError:
-            # The runner is stopping (nothing else cancels a job): hand the run back.
+                    if outcome.status is RunStatus.SUCCEEDED:
+                        await publish_final(delivery.progress, outcome)
+                await self._deliver(claim, lease, delivery, outcome)
+        except (asyncio.CancelledError, ClaimLost, StorageUnavailable):
+            # The runner is stopping (nothing else cancels a job), the lease ran out, or the
+            # database failed: hand the run back (a no-op unless it is still ours) so that a
+            # runner continues it without waiting for the lease to expire.
             await release_quietly(self._store, claim)
             raise
 
-    async def _deliver(self, claim: Claim, delivery: Delivery, outcome: RunOutcome) -> None:
-        """Post the report parts not posted yet, with retries; then end the delivery."""
-        parts: Sequence[Any] = ()
+    async def _deliver(
+        self, claim: Claim, lease: Lease, delivery: Delivery, outcome: RunOutcome
+    ) -> None:
+        """Post what is not posted yet, part by part, with retries; then end the delivery.
+
+        A succeeded run's parts are its report; any other run's only part is its final
+        status (the progress message, which must not keep saying "2/3th search executed.").
+        """
+        post: Callable[[Any], Awaitable[None]]
+        parts: Sequence[Any]
         if outcome.status is RunStatus.SUCCEEDED and outcome.report_markdown:
-            parts = delivery.report_parts(outcome)
+            parts, post = delivery.report_parts(outcome), delivery.post_report_part
+        else:
+            parts, post = [final_progress_text(outcome)], delivery.post_status
         posted = min(claim.run.report_parts_posted, len(parts))
+        failures = claim.run.delivery_attempts
+        if posted < len(parts) and failures >= self._policy.attempts:  # its runners kept dying
+            await self._give_up(claim, delivery, outcome, failures, claim.run.delivery_error)
+            return
         while posted < len(parts):
+            if lease.lost:
+                raise ClaimLost(claim.run_id)
             try:
-                await delivery.post_report_part(parts[posted])
+                await self._post_and_record(claim, post, parts[posted], posted + 1)
+            except (ClaimLost, StorageUnavailable):
+                raise
             except Exception as exc:
                 failure = delivery.classify(exc)
                 failures = await self._store.count_delivery_failure(claim, failure.reason)
@@ -209,7 +267,7 @@ class ResearchJob:
                     return
                 wait = max(failure.retry_after, self._policy.backoff(failures))
                 log.warning(
-                    "run %s: report part %d/%d not posted (%s); retry %d in %.1fs",
+                    "run %s: part %d/%d not posted (%s); retry %d in %.1fs",
                     claim.run_id,
                     posted + 1,
                     len(parts),
@@ -220,17 +278,43 @@ class ResearchJob:
                 await asyncio.sleep(wait)
                 continue
             posted += 1
-            await self._store.report_parts_posted(claim, posted)
         await self._store.finish_delivery(claim, posted=True)
 
-    async def _give_up(
-        self, claim: Claim, delivery: Delivery, outcome: RunOutcome, failures: int, reason: str
+    async def _post_and_record(
+        self, claim: Claim, post: Callable[[Any], Awaitable[None]], part: Any, number: int
     ) -> None:
+        """Post one part and record it, as one unit: a cancellation (shutdown, lost lease)
+        waits for the part in flight (at most ``PART_GRACE`` seconds), so that a part the
+        platform accepted is recorded and never posted again by a successor."""
+
+        async def step() -> None:
+            await post(part)
+            await self._store.report_parts_posted(claim, number)
+
+        task = asyncio.ensure_future(step())
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait({task}, timeout=PART_GRACE)
+            raise
+
+    async def _give_up(
+        self,
+        claim: Claim,
+        delivery: Delivery,
+        outcome: RunOutcome,
+        failures: int,
+        reason: str | None,
+    ) -> None:
+        reason = reason or "unknown error"
         log.error(
-            "run %s: giving up on its report after %d failures (%s)", claim.run_id, failures, reason
+            "run %s: giving up on its delivery after %d failures (%s)",
+            claim.run_id,
+            failures,
+            reason,
         )
         try:
-            await delivery.post_notice(undelivered_notice(outcome.thread, failures, reason))
+            await delivery.post_notice(undelivered_notice(outcome, failures, reason))
         except Exception as exc:
             log.error(
                 "run %s: the failure notice was not posted either (%s)",
@@ -238,13 +322,12 @@ class ResearchJob:
                 delivery.classify(exc).reason,
             )
         await self._store.finish_delivery(
-            claim, posted=False, error=f"report not posted after {failures} failures: {reason}"
+            claim, posted=False, error=f"not posted after {failures} failures: {reason}"
         )
 
     async def _undeliverable(self, run_id: str, reason: str) -> None:
-        """Fail a run whose delivery cannot be built, before anything is spent on it."""
-        result = await self._service.claim(run_id)
-        claim = result.claim
+        """Fail a run whose delivery can never be built, before anything is spent on it."""
+        claim = await self._claim(run_id)
         if claim is None:
             return
         if claim.run.status in UNFINISHED_STATUSES:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import secrets
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 
 from storage import Claim, ClaimLost, Store
@@ -32,33 +34,48 @@ log = logging.getLogger(__name__)
 LOST_CLAIM = "fathom-claim-lost"
 
 
+def _process_scope() -> str:
+    """What, besides the host name, tells this host's processes apart from those of another
+    boot or another PID namespace (containers may share a host name): a short digest of the
+    boot id and the PID namespace, empty where /proc does not have them."""
+    parts = []
+    with contextlib.suppress(OSError):
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+    with contextlib.suppress(OSError):
+        parts.append(str(os.stat("/proc/self/ns/pid").st_ino))
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:6] if parts else ""
+
+
 def runner_identity() -> str:
-    """A name for this process's claims: host, pid and a random part (unique per process)."""
-    return f"{socket.gethostname()[:200]}:{os.getpid()}:{secrets.token_hex(4)}"
+    """A name for this process's claims, ``host:pid:scope-random`` (unique per process)."""
+    return f"{socket.gethostname()[:200]}:{os.getpid()}:{_process_scope()}-{secrets.token_hex(4)}"
 
 
 def holder_is_gone(owner: str | None, me: str) -> bool:
     """True when ``owner`` (a :func:`runner_identity`) is provably dead: a process of this
-    host whose pid no longer exists, or an earlier process that had this process's pid.
+    host, boot and PID namespace whose pid no longer exists, or an earlier process that had
+    this process's pid.
 
     Lets ``fathom resume`` continue a run whose process was killed a moment ago without
-    waiting for its heartbeat to expire. Anything unsure (another host, a live pid) is False.
+    waiting for its heartbeat to expire. Anything unsure (another host or namespace, a live
+    pid, a name of another form) is False.
     """
     if not owner or owner == me:
         return False
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
+    theirs, mine = owner.rsplit(":", 2), me.rsplit(":", 2)
+    if len(theirs) != 3 or len(mine) != 3 or not theirs[1].isdigit():
         return False
-    host, pid = parts[0], int(parts[1])
-    if host != socket.gethostname()[:200]:
+    same_scope = theirs[2].partition("-")[0] == mine[2].partition("-")[0]
+    if theirs[0] != mine[0] or not same_scope:
         return False
+    pid = int(theirs[1])
     if pid == os.getpid():
         return True  # same pid, another identity: a previous process
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except OSError:  # exists (e.g. no permission to signal it)
+    except OSError:  # it exists (e.g. no permission to signal it)
         return False
     return False
 
@@ -75,8 +92,13 @@ class LeaseTiming:
 
     @property
     def heartbeat_every(self) -> float:
-        """Renew three times per lease: one failed renewal never loses the claim."""
+        """Renew three times per lease."""
         return self.stale_after / 3
+
+    @property
+    def retry_every(self) -> float:
+        """After a failed renewal, try again this soon: one failure never loses the claim."""
+        return self.stale_after / 9
 
     @property
     def lost_after(self) -> float:
@@ -94,23 +116,21 @@ class LeaseTiming:
 class Lease:
     """``async with Lease(store, claim, timing):`` keep ``claim`` alive while the body runs.
 
-    A background task renews the heartbeat every ``timing.heartbeat_every`` seconds. When the
-    claim is lost (see the module docstring), the body's task is cancelled and the ``async
-    with`` raises :class:`storage.ClaimLost` instead of ``CancelledError``; any other
-    cancellation passes through unchanged.
+    A background task renews the heartbeat every ``timing.heartbeat_every`` seconds (every
+    ``timing.retry_every`` after a failure). When the claim is lost (see the module
+    docstring), the body's task is cancelled, again and again until the body has ended (a
+    library may swallow one cancellation), and the ``async with`` raises
+    :class:`storage.ClaimLost` instead of ``CancelledError``; any other cancellation passes
+    through unchanged. ``lost`` tells the body, e.g. before it posts anything.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        claim: Claim,
-        timing: LeaseTiming,
-    ) -> None:
+    def __init__(self, store: Store, claim: Claim, timing: LeaseTiming) -> None:
         self._store = store
         self._claim = claim
         self._timing = timing
         self._task: asyncio.Task[object] | None = None
         self._cancelling = 0
+        self._cancels = 0  # the cancellations this lease sent to the body's task
         self._beat: asyncio.Task[None] | None = None
         self._renewed_at = 0.0
         self.lost = False
@@ -140,16 +160,19 @@ class Lease:
             self._beat = None
         if not self.lost or self._task is None:
             return False
-        remaining = self._task.uncancel()
+        remaining = self._task.cancelling()
+        for _ in range(self._cancels):
+            remaining = self._task.uncancel()
         if exc_type is asyncio.CancelledError and remaining <= self._cancelling:
             raise ClaimLost(self._claim.run_id) from exc
         return False
 
     async def _keep(self) -> None:
         timing = self._timing
+        wait = timing.heartbeat_every
         while True:
             deadline = self._renewed_at + timing.lost_after
-            await asyncio.sleep(max(0.0, min(timing.heartbeat_every, deadline - time.monotonic())))
+            await asyncio.sleep(max(0.0, min(wait, deadline - time.monotonic())))
             started = time.monotonic()
             held: bool | None = None
             try:
@@ -160,19 +183,24 @@ class Lease:
             except Exception as exc:
                 log.warning("heartbeat of run %s failed (%s)", self._claim.run_id, exc)
             if held:
-                self._renewed_at = started
-            elif held is False:
-                self._lose("another runner took it over")
+                self._renewed_at, wait = started, timing.heartbeat_every
+                continue
+            if held is False:
+                await self._lose("another runner took it over")
                 return
-            elif time.monotonic() >= self._renewed_at + timing.lost_after:
-                self._lose(f"its heartbeat could not be renewed for {timing.lost_after:g}s")
+            if time.monotonic() >= self._renewed_at + timing.lost_after:
+                await self._lose(f"its heartbeat could not be renewed for {timing.lost_after:g}s")
                 return
+            wait = timing.retry_every
 
-    def _lose(self, why: str) -> None:
+    async def _lose(self, why: str) -> None:
+        """Stop the body: cancel its task, and repeat that until it has ended."""
         log.warning("run %s: claim lost (%s); stopping work on it", self._claim.run_id, why)
         self.lost = True
-        if self._task is not None and not self._task.done():
+        while self._task is not None and not self._task.done():
             self._task.cancel(LOST_CLAIM)
+            self._cancels += 1
+            await asyncio.sleep(self._timing.retry_every)
 
 
 async def release_quietly(store: Store, claim: Claim) -> None:

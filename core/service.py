@@ -57,6 +57,7 @@ from storage import (
     ClaimLost,
     ClaimResult,
     RunRecord,
+    StorageUnavailable,
     Store,
     ThreadBusy,
     VariablesConflict,
@@ -222,14 +223,19 @@ class ResearchService:
             ) from None
 
     # -- the run lifecycle ------------------------------------------------------
-    async def claim(self, run_id: str, *, stale_after: float | None = None) -> ClaimResult:
-        """Try to take the run for this process (see ``Store.claim_run``); ``stale_after``
-        overrides the lease only when its holder is known to be dead."""
+    async def claim(self, run_id: str, *, from_dead_owner: str | None = None) -> ClaimResult:
+        """Try to take the run for this process (see ``Store.claim_run``).
+
+        ``from_dead_owner``: take it now, without waiting for the lease, but only while that
+        owner (known to be dead) still holds it.
+        """
         return await self._store.claim_run(
             run_id,
             self.owner,
-            stale_after=self.timing.stale_after if stale_after is None else stale_after,
+            stale_after=0.0 if from_dead_owner else self.timing.stale_after,
             max_attempts=self._max_attempts,
+            from_owner=from_dead_owner,
+            console_platform=CONSOLE_PLATFORM,
         )
 
     def lease(self, claim: Claim) -> Lease:
@@ -253,9 +259,9 @@ class ResearchService:
         elif RunStatus(run.status).finished:
             return await self.stored_outcome(run)
         result = await self.claim(run_id)
-        if result.claim is None and result.run is not None:
-            if holder_is_gone(result.run.owner, self.owner):  # killed a moment ago
-                result = await self.claim(run_id, stale_after=0.0)
+        holder = result.run.owner if result.run is not None else None
+        if result.claim is None and holder_is_gone(holder, self.owner):  # killed a moment ago
+            result = await self.claim(run_id, from_dead_owner=holder)
         claim = result.claim
         if claim is None:
             if result.run is not None and RunStatus(result.run.status).finished:
@@ -374,8 +380,8 @@ class ResearchService:
                 with contextlib.suppress(ClaimLost):
                     await asyncio.shield(self._finish(claim, state, status, None, [], error))
             raise
-        except ClaimLost:
-            raise
+        except (ClaimLost, StorageUnavailable):
+            raise  # not the run's fault: it stays running, for a takeover
         except NoResults as exc:
             error = str(exc)
         except Exception as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from storage.db import HEAD_REVISION, Database, normalize_url
+from storage.db import HEAD_REVISION, Database, StorageUnavailable, normalize_url
 from storage.records import (
     Checkpointed,
     Claim,
@@ -42,6 +42,7 @@ __all__ = [
     "RunNotFound",
     "RunRecord",
     "SourceRecord",
+    "StorageUnavailable",
     "Store",
     "ThreadBusy",
     "ThreadRecord",

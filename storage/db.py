@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import Pool
 
@@ -25,6 +26,11 @@ HEAD_REVISION = "0004"
 _PG_MIGRATION_LOCK = 0x46A7404D
 
 T = TypeVar("T")
+
+
+class StorageUnavailable(RuntimeError):
+    """The database did not answer (connection lost, locked past the busy timeout, pool
+    exhausted): nothing was committed, and trying again later may work."""
 
 
 def normalize_url(url: str) -> str:
@@ -114,15 +120,20 @@ class Database:
 
         ``work`` must only touch the database through its connection (on SQLite it runs in
         another thread). A caller cancelled while ``work`` runs on SQLite does not stop it;
-        transactions of this process still happen in the order they were started.
+        transactions of this process still happen in the order they were started. When the
+        database cannot be used right now, :class:`StorageUnavailable` is raised.
         """
-        if self._sync_engine is None:
-            async with self.engine.begin() as conn:
-                return await conn.run_sync(work)
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fathom-db")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._run_sqlite, work)
+        try:
+            if self._sync_engine is None:
+                async with self.engine.begin() as conn:
+                    return await conn.run_sync(work)
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fathom-db")
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, self._run_sqlite, work)
+        except (OperationalError, InterfaceError, PoolTimeout) as exc:
+            reason = getattr(exc, "orig", None) or exc
+            raise StorageUnavailable(f"database unavailable: {type(reason).__name__}") from exc
 
     @property
     def pool(self) -> Pool:

@@ -46,6 +46,7 @@ class RunRecord:
     heartbeat_at: datetime | None
     report_posted_at: datetime | None = None
     owner: str | None = None
+    fence: int = 0
     attempt: int = 0
     delivery: str | None = None
     report_parts_posted: int = 0
@@ -80,14 +81,14 @@ class ThreadSummary:
 class Claim:
     """This runner holds a run: the fencing token of every write it makes to the run.
 
-    ``attempt`` grows with every claim, so a runner that lost the run (another one took it
-    over after its heartbeat expired) holds a stale token and its writes change nothing
-    (``storage.ClaimLost``).
+    ``fence`` grows with every claim and never goes back, so a runner that lost the run
+    (another one took it over after its heartbeat expired) holds a stale token and its writes
+    change nothing (``storage.ClaimLost``).
     """
 
     run: RunRecord
     owner: str
-    attempt: int
+    fence: int
     variables: dict[str, Any] | None = None
     variables_version: int = 0  # 0: the thread has no variables row yet
 

@@ -8,7 +8,7 @@ PostgreSQL (no aborted transaction to recover from) and works the same on SQLite
 The run lifecycle is settled by single ``UPDATE ... RETURNING`` statements, the same on both
 databases. A runner *claims* a run (queued, or running with an expired heartbeat) and gets
 a :class:`~storage.records.Claim`; every later write of that runner (checkpoint, finish,
-delivery bookkeeping, heartbeat, release) is *fenced* by the claim's owner and attempt, so
+delivery bookkeeping, heartbeat, release) is *fenced* by the claim's owner and fence, so
 a runner that lost the run to another one changes nothing (:class:`ClaimLost`). The
 thread's variables are written with a compare-and-swap on their version.
 
@@ -28,6 +28,7 @@ from uuid import uuid4
 from sqlalchemy import (
     Interval,
     Select,
+    String,
     Table,
     and_,
     bindparam,
@@ -120,7 +121,7 @@ _ACTIVE_RUN_COUNT = select(
 _FENCE = (
     _runs.c.id == bindparam("run_id"),
     _runs.c.owner == bindparam("fence_owner"),
-    _runs.c.attempt == bindparam("fence_attempt"),
+    _runs.c.fence == bindparam("fence_token"),
 )
 _LAST_SEEN = func.coalesce(_runs.c.heartbeat_at, _runs.c.created_at)
 _DELETE_SOURCES = delete(_sources).where(_sources.c.run_id == bindparam("run_id"))
@@ -183,40 +184,60 @@ class _Statements:
         # No conflict target: a used dedupe key and a busy thread (the partial unique index
         # on active runs) both insert nothing, and the transaction stays usable on PostgreSQL.
         # RETURNING the new row saves create_run a SELECT (a round trip on PostgreSQL).
-        self.insert_run = upsert(_runs).on_conflict_do_nothing().returning(*_runs.c)
+        # The heartbeat starts at creation, on the lease clock: a queued run nobody takes is
+        # swept once it is as old as a dead runner's heartbeat.
+        self.insert_run = (
+            upsert(_runs).values(heartbeat_at=now).on_conflict_do_nothing().returning(*_runs.c)
+        )
 
         stale = _LAST_SEEN < cutoff
         claimable = or_(_runs.c.status == "queued", and_(_runs.c.status == "running", stale))
+        # A forced claim (``from_owner``) takes the run only from the holder judged dead.
+        from_owner = bindparam("from_owner", type_=String())
+        held_by_expected = or_(from_owner.is_(None), _runs.c.owner == from_owner)
+        claim_values = {
+            "owner": bindparam("claimant"),
+            "fence": _runs.c.fence + 1,
+            "heartbeat_at": now,
+        }
         self.claim_unfinished = (
             update(_runs)
             .where(
                 _runs.c.id == bindparam("run_id"),
                 claimable,
+                held_by_expected,
                 _runs.c.attempt < bindparam("max_attempts"),
             )
             .values(
-                status="running",
-                owner=bindparam("claimant"),
-                attempt=_runs.c.attempt + 1,
-                heartbeat_at=now,
-                started_at=func.coalesce(_runs.c.started_at, now),
+                claim_values
+                | {
+                    "status": "running",
+                    "attempt": _runs.c.attempt + 1,
+                    "started_at": func.coalesce(_runs.c.started_at, now),
+                }
             )
             .returning(_runs.c.id)
         )
+        on_console = select(_threads.c.platform).where(
+            _threads.c.id == _runs.c.thread_id
+        ).scalar_subquery() == bindparam("console_platform")
         self.give_up = (
             update(_runs)
             .where(
                 _runs.c.id == bindparam("run_id"),
                 claimable,
+                held_by_expected,
                 _runs.c.attempt >= bindparam("max_attempts"),
             )
             .values(
-                status="failed",
-                error=bindparam("why"),
-                owner=bindparam("claimant"),
-                heartbeat_at=now,
-                finished_at=now,
-                delivery=DELIVERY_PENDING,
+                claim_values
+                | {
+                    "status": "failed",
+                    "error": bindparam("why"),
+                    "finished_at": now,
+                    # A console run's caller shows the outcome itself; a chat run's is delivered.
+                    "delivery": case((on_console, None), else_=DELIVERY_PENDING),
+                }
             )
             .returning(_runs.c.id)
         )
@@ -227,8 +248,20 @@ class _Statements:
                 _runs.c.status.in_(FINISHED_STATUSES),
                 _runs.c.delivery == DELIVERY_PENDING,
                 stale,
+                held_by_expected,
             )
-            .values(owner=bindparam("claimant"), attempt=_runs.c.attempt + 1, heartbeat_at=now)
+            .values(
+                claim_values
+                | {
+                    # The runner that was delivering it stopped: that counts as a failed
+                    # attempt, so a delivery that keeps killing its runners ends
+                    # (FATHOM_DELIVERY_ATTEMPTS).
+                    "delivery_attempts": _runs.c.delivery_attempts + 1,
+                    "delivery_error": func.coalesce(
+                        _runs.c.delivery_error, "the process delivering it stopped"
+                    ),
+                }
+            )
             .returning(_runs.c.id)
         )
         self.renew = update(_runs).where(*_FENCE).values(heartbeat_at=now).returning(_runs.c.id)
@@ -239,7 +272,8 @@ class _Statements:
             .values(
                 owner=None,
                 heartbeat_at=EPOCH,
-                # A handed-back attempt does not count against FATHOM_MAX_ATTEMPTS.
+                # A handed-back attempt does not count against FATHOM_MAX_ATTEMPTS (the fence
+                # stays: it never goes back).
                 status=case((running, "queued"), else_=_runs.c.status),
                 attempt=case((running, _runs.c.attempt - 1), else_=_runs.c.attempt),
             )
@@ -314,7 +348,7 @@ class _Statements:
 
 
 def _fence(claim: Claim) -> dict[str, Any]:
-    return {"run_id": claim.run_id, "fence_owner": claim.owner, "fence_attempt": claim.attempt}
+    return {"run_id": claim.run_id, "fence_owner": claim.owner, "fence_token": claim.fence}
 
 
 class Store:
@@ -366,6 +400,7 @@ class Store:
             "dedupe_key": dedupe_key,
             "notes": [],
             "created_at": now,
+            **self._sql.clock(),
         }
 
         def work(conn: Connection) -> tuple[RunRecord, bool]:
@@ -391,20 +426,33 @@ class Store:
         return await self._db.run(lambda conn: _one_run(conn, _RUN_BY_ID, run_id=run_id))
 
     async def claim_run(
-        self, run_id: str, owner: str, *, stale_after: float, max_attempts: int
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        stale_after: float,
+        max_attempts: int,
+        from_owner: str | None = None,
+        console_platform: str = "cli",
     ) -> ClaimResult:
         """Take a run for ``owner`` with one atomic statement, or find out why not.
 
         Claimable: a ``queued`` run; a ``running`` run whose heartbeat is older than
         ``stale_after`` seconds (its runner died: taken over); a finished run whose delivery
-        is pending and whose heartbeat expired (its runner died while posting). A claim
-        bumps ``attempt``. A run that already had ``max_attempts`` attempts is failed
-        instead (``gave_up``); its holder still delivers that outcome. Anything else (held
-        by a live runner, finished and delivered, unknown) is not claimed.
+        is pending and whose heartbeat expired (its runner died while posting; that counts as
+        a failed delivery attempt). A claim bumps ``fence`` (the fencing token) and, for an
+        unfinished run, ``attempt``. A run that already had ``max_attempts`` attempts is
+        failed instead (``gave_up``); its holder still delivers that outcome, unless it is a
+        ``console_platform`` run. Anything else (held by a live runner, finished and
+        delivered, unknown) is not claimed. ``from_owner`` limits the claim to a run still
+        held by that owner (a takeover from a holder known to be dead, with a zero
+        ``stale_after``).
         """
         params = {
             "run_id": run_id,
             "claimant": owner,
+            "from_owner": from_owner,
+            "console_platform": console_platform,
             "max_attempts": max_attempts,
             "why": f"gave up after {max_attempts} attempts: the process running it stopped "
             "each time (FATHOM_MAX_ATTEMPTS)",
@@ -429,7 +477,7 @@ class Store:
             claim = Claim(
                 run=record,
                 owner=owner,
-                attempt=record.attempt,
+                fence=record.fence,
                 variables=_variables_dict(row) if has_variables else None,
                 variables_version=int(row["variables_version"]) if has_variables else 0,
             )
@@ -685,7 +733,8 @@ class Store:
         return await self._db.run(work)
 
     async def requeue_run(self, run_id: str) -> RunRecord:
-        """Make a failed or cancelled run resumable from its checkpoint, with fresh attempts.
+        """Make a failed or cancelled run resumable from its checkpoint, with fresh attempts
+        (the fence moves on: whoever held it before holds nothing).
 
         A succeeded or unfinished run is left as it is. Raises :class:`ThreadBusy` when its
         thread has another active run by now.
@@ -699,6 +748,7 @@ class Store:
                 error=None,
                 cancel_requested=False,
                 owner=None,
+                fence=_runs.c.fence + 1,
                 attempt=0,
                 heartbeat_at=None,
                 delivery=None,
@@ -947,6 +997,7 @@ def _run_record(row: Mapping[Any, Any]) -> RunRecord:
         heartbeat_at=row["heartbeat_at"],
         report_posted_at=row["report_posted_at"],
         owner=row["owner"],
+        fence=row["fence"],
         attempt=row["attempt"],
         delivery=row["delivery"],
         report_parts_posted=row["report_parts_posted"],

@@ -120,6 +120,7 @@ class ResearchRun(Base):
     report_posted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Run lifecycle (migration 0004): who holds the run, and the delivery of its outcome.
     owner: Mapped[str | None] = mapped_column(String(255))
+    fence: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     attempt: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     delivery: Mapped[str | None] = mapped_column(String(16), index=True)
     report_parts_posted: Mapped[int] = mapped_column(Integer, server_default=text("0"))

@@ -8,12 +8,13 @@ made to fail, transiently or for good, to exercise the delivery step's retries.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from core.delivery import PostFailure
+from core.delivery import PostFailure, Undeliverable
 from core.progress import ProgressEvent, ProgressSink
 from core.service import RunOutcome
 from storage import RunRecord
@@ -49,14 +50,19 @@ class MemoryPlatform:
     def __init__(self) -> None:
         self.threads: dict[str, MemoryThread] = defaultdict(MemoryThread)
         self.failures: list[Exception] = []
-        self.refuse_for_run: str | None = None  # for_run raises for this run id
+        self.refuse_for_run: str | None = None  # for_run raises Undeliverable for this run
+        self.for_run_errors: list[Exception] = []  # the next for_run calls raise these
+        self.post_latency = 0.0  # seconds each post takes (a post in flight can be interrupted)
+        self.posting = asyncio.Event()  # set when a report part post has started
 
     def fail_posts(self, *errors: Exception) -> None:
         self.failures.extend(errors)
 
     async def for_run(self, run: RunRecord) -> MemoryDelivery:
+        if self.for_run_errors:
+            raise self.for_run_errors.pop(0)
         if run.id == self.refuse_for_run:
-            raise Refused("no installation for this workspace")
+            raise Undeliverable("no installation for this workspace")
         return MemoryDelivery(self, run)
 
 
@@ -83,9 +89,17 @@ class MemoryDelivery:
         return split_sections(outcome.report_markdown or "")
 
     async def post_report_part(self, part: str) -> None:
+        self._platform.posting.set()
         if self._platform.failures:
             raise self._platform.failures.pop(0)
         self._thread.posts.append(part)
+        if self._platform.post_latency:  # the platform has it; its answer is on the way
+            await asyncio.sleep(self._platform.post_latency)
+
+    async def post_status(self, text: str) -> None:
+        if self._platform.failures:
+            raise self._platform.failures.pop(0)
+        self._thread.progress.append(text)
 
     async def post_notice(self, text: str) -> None:
         self._thread.posts.append(f"notice: {text}")

@@ -231,7 +231,7 @@ async def test_a_runner_whose_heartbeat_expired_loses_its_claim(database: Databa
     assert (await store.claim_run(run.id, "new", stale_after=60, max_attempts=3)).claim is None
     await age_heartbeat(database, run.id)
     new = await take(store, run.id, owner="new")
-    assert (new.attempt, new.variables, new.variables_version) == (2, state, 1)
+    assert (new.fence, new.run.attempt, new.variables, new.variables_version) == (2, 2, state, 1)
 
     assert await store.renew_claim(old) is False
     with pytest.raises(ClaimLost):
@@ -279,7 +279,7 @@ async def test_a_run_that_keeps_killing_its_runners_fails_after_max_attempts(
     )
     for attempt in (1, 2):
         claim = await take(store, run.id, owner=f"r{attempt}", max=2)
-        assert claim.attempt == attempt
+        assert claim.run.attempt == attempt == claim.fence
         await age_heartbeat(database, run.id)  # ... and that runner died
     result = await store.claim_run(run.id, "r3", stale_after=60, max_attempts=2)
     assert result.gave_up and result.claim is not None  # held, to tell the thread
@@ -458,13 +458,16 @@ async def test_other_cancellations_pass_through_the_lease(store: Store) -> None:
 
 def test_a_holder_is_known_gone_only_when_its_process_provably_is() -> None:
     me = runner_identity()
-    host, pid, _ = me.rsplit(":", 2)
+    host, pid, token = me.rsplit(":", 2)
+    scope = token.partition("-")[0]
+    assert scope  # this machine has /proc: the boot and PID namespace are part of the name
     assert not holder_is_gone(me, me)
     assert not holder_is_gone(None, me)
-    assert holder_is_gone(f"{host}:{pid}:00000000", me)  # an earlier process with our pid
-    assert not holder_is_gone(f"{host}:1:00000000", me)  # init lives
-    assert holder_is_gone(f"{host}:{2**22 + 12345}:0", me)  # no such pid
-    assert not holder_is_gone(f"other-host:{2**22 + 12345}:0", me)  # not ours to judge
+    assert holder_is_gone(f"{host}:{pid}:{scope}-00000000", me)  # an earlier process, our pid
+    assert not holder_is_gone(f"{host}:1:{scope}-00000000", me)  # init lives
+    assert holder_is_gone(f"{host}:{2**22 + 12345}:{scope}-0", me)  # no such pid
+    assert not holder_is_gone(f"other-host:{2**22 + 12345}:{scope}-0", me)  # not ours to judge
+    assert not holder_is_gone(f"{host}:{2**22 + 12345}:ffffff-0", me)  # another boot/namespace
     assert not holder_is_gone("garbage", me)
 
 
@@ -699,8 +702,7 @@ async def test_a_report_that_never_posts_gets_one_notice_and_the_run_records_why
         0,
     )
     assert (
-        final.delivery_error
-        == f"report not posted after {FAST.attempts} failures: PlatformDown: HTTP 503"
+        final.delivery_error == f"not posted after {FAST.attempts} failures: PlatformDown: HTTP 503"
     )
     shown = platform.threads[run.id]
     assert shown.parts == []
@@ -734,7 +736,7 @@ async def test_a_run_whose_delivery_cannot_be_built_spends_nothing(
     await a.job(run.id)
     final = await a.store.get_run(run.id)
     assert final is not None and final.status == "failed"
-    assert final.error == "cannot deliver to memory: Refused"
+    assert final.error == "cannot deliver to memory: no installation for this workspace"
     assert (final.delivery, final.delivery_error) == ("failed", final.error)
     assert llm_server.fake.requests == [] and final.llm_calls == 0 and final.searches == 0
 
@@ -773,3 +775,145 @@ async def test_a_runner_stopping_mid_run_hands_it_back_for_another(
     final = await wait_for(b.store, run.id, delivered)
     assert final.status == "succeeded" and final.owner == b.service.owner
     assert RunStatus(final.status) is RunStatus.SUCCEEDED
+
+
+# -- after review: failures that must not cost a run ----------------------------------
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_one_failed_renewal_does_not_lose_the_claim(
+    database: Database, database_url: str
+) -> None:
+    """A renewal that fails once ("database is locked") is retried soon, within the lease."""
+    impatient = Database(database_url, busy_timeout_ms=50)  # fails fast while locked
+    blocker = Database(database_url)
+    try:
+        store = Store(impatient)
+        claim = await _claimed_run(store, "blip")
+        timing = LeaseTiming(3.0)  # renew at 1 s; retry every 1/3 s; give up at 2 s
+        async with Lease(store, claim, timing) as lease:
+            async with blocker.engine.connect() as conn:
+                await asyncio.sleep(0.8)
+                await conn.exec_driver_sql("BEGIN IMMEDIATE")  # the renewal at 1 s fails
+                await asyncio.sleep(0.4)
+                await conn.rollback()
+            renewed = await wait_for(
+                store,
+                claim.run_id,
+                lambda r: (
+                    r.heartbeat_at is not None
+                    and claim.run.heartbeat_at is not None
+                    and r.heartbeat_at > claim.run.heartbeat_at
+                ),
+                within=5,
+            )
+            await asyncio.sleep(timing.lost_after)  # past the first renewal's deadline
+        assert not lease.lost and renewed.owner == claim.owner
+    finally:
+        await blocker.dispose()
+        await impatient.dispose()
+
+
+async def test_a_lost_lease_cancels_again_when_the_first_cancellation_is_swallowed(
+    store: Store, database: Database
+) -> None:
+    claim = await _claimed_run(store, "swallowed")
+    swallowed = False
+    with pytest.raises(ClaimLost):
+        async with asyncio.timeout(10), Lease(store, claim, LeaseTiming(0.3)):
+            await age_heartbeat(database, claim.run_id)
+            await take(store, claim.run_id, owner="other")
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                swallowed = True  # as asyncio.wait_for on Python 3.11 sometimes does
+            await asyncio.Event().wait()
+    assert swallowed
+
+
+async def test_a_shutdown_during_a_post_records_that_part_and_the_next_replica_goes_on(
+    replicas: ReplicaFactory, platform: MemoryPlatform
+) -> None:
+    a = await replicas()
+    run = await submit(a, depth=2, name="deploy-mid-post")
+    platform.post_latency = 0.3
+    await a.runner.enqueue(run.id)
+    await asyncio.wait_for(platform.posting.wait(), 30)  # part 1 is on its way
+    await a.runner.stop(grace=0.01)
+    handed_back = await a.store.get_run(run.id)
+    assert handed_back is not None and handed_back.owner is None
+    assert handed_back.report_parts_posted == 1 == len(platform.threads[run.id].parts)
+    platform.post_latency = 0.0
+    b = await replicas()
+    final = await wait_for(b.store, run.id, delivered)
+    assert final.delivery == "posted"
+    parts = platform.threads[run.id].parts
+    assert len(parts) == final.report_parts_posted == len(set(parts))  # none twice, all there
+    assert "\n".join(parts) == (final.report_markdown or "").strip()
+
+
+async def test_a_failed_runs_final_status_is_delivered_with_retries(
+    replicas: ReplicaFactory, platform: MemoryPlatform, search_server: FakeSearchServer
+) -> None:
+    a = await replicas(start=False)
+    run = await submit(a, depth=1, name="nothing-found")
+    search_server.fake.empty = True  # no results: the run fails
+    platform.fail_posts(PlatformDown("HTTP 502"))  # and its final status fails once
+    await a.job(run.id)
+    final = await a.store.get_run(run.id)
+    assert final is not None and final.status == "failed"
+    assert (final.delivery, final.delivery_attempts, final.report_parts_posted) == (
+        "posted",
+        1,
+        1,
+    )
+    shown = platform.threads[run.id]
+    assert shown.progress[-1].startswith("Research failed after 1 of 1 searches")
+    assert shown.parts == [] and shown.notices == []
+
+
+async def test_a_passing_error_building_the_delivery_leaves_the_run_for_later(
+    replicas: ReplicaFactory, platform: MemoryPlatform, llm_server: FakeLLMServer
+) -> None:
+    a = await replicas(start=False)
+    run = await submit(a, depth=1, name="installation-store-down")
+    platform.for_run_errors.append(ConnectionError("installation store timed out"))
+    await a.job(run.id)
+    waiting = await a.store.get_run(run.id)
+    assert waiting is not None and (waiting.status, waiting.attempt) == ("queued", 0)
+    assert llm_server.fake.requests == []
+    await a.job(run.id)  # what the sweep does later
+    final = await a.store.get_run(run.id)
+    assert final is not None and final.status == "succeeded" and final.delivery == "posted"
+
+
+async def test_a_delivery_that_keeps_killing_its_runners_is_given_up(
+    replicas: ReplicaFactory, platform: MemoryPlatform
+) -> None:
+    a = await replicas(start=False, policy=FAST)
+    run = await submit(a, depth=1, name="poison-delivery")
+    held = await take(a.store, run.id, owner="writer-that-died")
+    await a.store.finish_run(
+        held,
+        status="succeeded",
+        report_markdown="# R\n\nx",
+        sources=[],
+        error=None,
+        usage={},
+        notes=[],
+    )
+    async with a.database.sessionmaker.begin() as session:  # earlier deliverers died too
+        await session.execute(
+            update(ResearchRun)
+            .where(ResearchRun.id == run.id)
+            .values(delivery_attempts=FAST.attempts - 1)
+        )
+    await age_heartbeat(a.database, run.id)
+    assert await a.runner.sweep() == [run.id]
+    await a.runner.drain()
+    final = await a.store.get_run(run.id)
+    assert final is not None and final.delivery == "failed"
+    assert final.delivery_attempts == FAST.attempts
+    assert "the process delivering it stopped" in (final.delivery_error or "")
+    shown = platform.threads[run.id]
+    assert shown.parts == [] and len(shown.notices) == 1

@@ -491,7 +491,7 @@ async def test_a_report_slack_never_takes_ends_with_one_notice_in_the_thread(
     bot.slack.fail_next("chat.postMessage", status=503, times=3)
     [run] = await bot.finished()
     assert (run.status, run.delivery, run.delivery_attempts) == ("succeeded", "failed", 3)
-    assert (run.delivery_error or "").startswith("report not posted after 3 failures: HTTP 503")
+    assert (run.delivery_error or "").startswith("not posted after 3 failures: HTTP 503")
     assert bot.reports() == []
     notices = [
         c.params

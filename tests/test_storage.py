@@ -267,7 +267,7 @@ async def test_claim_marks_running_and_is_exclusive(store: Store) -> None:
     claims = [r.claim for r in results if r.claim is not None]
     assert len(claims) == 1
     held = claims[0]
-    assert (held.run.status, held.attempt, held.run.attempt) == ("running", 1, 1)
+    assert (held.run.status, held.fence, held.run.attempt) == ("running", 1, 1)
     assert held.run.owner == held.owner
     assert_aware_utc(held.run.started_at, held.run.heartbeat_at)
     assert held.variables is None and held.variables_version == 0
@@ -746,3 +746,68 @@ async def test_migration_0004_keeps_one_active_run_per_thread_and_old_reports_po
         assert await store.runs_to_sweep(["slack"], stale_after=0) == ["c" * 32]
     finally:
         await db.dispose()
+
+
+# -- the fence and the forced claim ---------------------------------------------------
+
+
+async def test_the_fence_never_repeats_even_after_a_hand_back(store: Store) -> None:
+    run, _ = await new_run(store)
+    first = await claim(store, run.id, owner="same-owner")
+    assert await store.release_run(first)
+    handed_back = await store.get_run(run.id)
+    assert handed_back is not None and handed_back.attempt == 0  # did not count
+    second = await claim(store, run.id, owner="same-owner")
+    assert (first.fence, second.fence) == (1, 2)
+    assert await store.renew_claim(first) is False  # the old token is worthless
+    assert await store.renew_claim(second) is True
+    await finish(store, second, status="failed", error="x")
+    await store.requeue_run(run.id)  # a requeue moves the fence on as well
+    assert await store.renew_claim(second) is False
+
+
+async def test_a_forced_claim_takes_the_run_only_from_the_holder_judged_dead(store: Store) -> None:
+    run, _ = await new_run(store)
+    await claim(store, run.id, owner="alive")
+    wrong = await store.claim_run(
+        run.id, "cli", stale_after=0, max_attempts=3, from_owner="the-dead-one"
+    )
+    assert wrong.claim is None and wrong.run is not None and wrong.run.owner == "alive"
+    right = await store.claim_run(run.id, "cli", stale_after=0, max_attempts=3, from_owner="alive")
+    assert right.claim is not None and right.claim.fence == 2
+
+
+async def test_a_given_up_console_run_has_nothing_to_deliver(
+    store: Store, database: Database
+) -> None:
+    run, _ = await new_run(store, thread_key="cli:local:local:g", platform="cli")
+    await claim(store, run.id)
+    async with database.sessionmaker.begin() as session:
+        await session.execute(
+            text("UPDATE research_runs SET heartbeat_at = :t WHERE id = :id"),
+            {"t": _old(database), "id": run.id},
+        )
+    result = await store.claim_run(run.id, "other", stale_after=60, max_attempts=1)
+    assert result.gave_up and result.run is not None
+    assert (result.run.status, result.run.delivery) == ("failed", None)
+
+
+def _old(database: Database) -> Any:
+    then = datetime.now(UTC) - timedelta(hours=1)
+    return then.replace(tzinfo=None) if database.dialect == "sqlite" else then
+
+
+async def test_each_delivery_takeover_counts_as_a_failed_delivery_attempt(
+    store: Store, database: Database
+) -> None:
+    run, _ = await new_run(store)
+    await finish(store, await claim(store, run.id))
+    for expected in (1, 2):
+        async with database.sessionmaker.begin() as session:
+            await session.execute(
+                text("UPDATE research_runs SET heartbeat_at = :t WHERE id = :id"),
+                {"t": _old(database), "id": run.id},
+            )
+        taken = await claim(store, run.id, owner=f"deliverer-{expected}")
+        assert taken.run.delivery_attempts == expected
+        assert taken.run.delivery_error == "the process delivering it stopped"

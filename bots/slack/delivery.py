@@ -127,6 +127,18 @@ class SlackDelivery:
         else:
             await self._messenger.post_report_message(self.thread, part.message)
 
+    async def post_status(self, text: str) -> None:
+        """The final status: edit the progress message (unless the throttle already wrote this
+        very text), or post it; raises when Slack refused it."""
+        await self._adopt_pending_thread()
+        if self.message_id is None:
+            await self._post_progress(text)
+            return
+        rendered = self._text(text)
+        if self._throttle is not None and self._throttle.written == rendered:
+            return
+        await self._messenger.edit_message(self.thread, self.message_id, rendered)
+
     async def post_notice(self, text: str) -> None:
         await self._ensure_thread()
         await self._messenger.post_message(self.thread, escape_mrkdwn(text))

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bots.slack.messenger import make_web_client
 from core.config import Settings
+from core.delivery import Undeliverable
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,8 @@ BOT_SCOPES = (
 STATE_EXPIRATION_SECONDS = 600
 
 
-class NotInstalled(LookupError):
-    """No installation (bot token) is stored for this workspace."""
+class NotInstalled(Undeliverable, LookupError):
+    """No installation (bot token) is stored for this workspace: its runs cannot be delivered."""
 
 
 def installation_store(settings: Settings, engine: AsyncEngine) -> AsyncSQLAlchemyInstallationStore:

@@ -65,9 +65,10 @@ class DdgsProvider:
     async def search(self, query: str) -> list[SearchResult]:
         try:
             # ddgs enforces its own timeout; the outer one only guards against a wedged thread.
-            raw = await asyncio.wait_for(
-                asyncio.to_thread(self._search_sync, query), timeout=self._timeout * 2 + 5
-            )
+            # (asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+            # cancellation that arrives as the thread finishes.)
+            async with asyncio.timeout(self._timeout * 2 + 5):
+                raw = await asyncio.to_thread(self._search_sync, query)
         except TimeoutError:
             raise SearchError(f"{self.name}: timed out") from None
         except Exception as exc:

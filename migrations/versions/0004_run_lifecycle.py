@@ -1,7 +1,8 @@
 """Run lifecycle for several replicas: owner and attempt, one active run per thread, delivery.
 
-- ``owner`` and ``attempt`` record who holds a run; together they fence every write of the
-  holder (``storage.store``: a runner that lost its claim cannot write).
+- ``owner`` records who holds a run and ``fence`` grows with every claim: together they fence
+  every write of the holder (``storage.store``: a runner that lost its claim cannot write).
+  ``attempt`` counts the attempts that count against ``FATHOM_MAX_ATTEMPTS``.
 - A partial unique index allows one queued or running run per thread. Threads that already
   have several keep their newest; the older ones are failed with a note (before this
   revision nothing prevented them).
@@ -35,6 +36,7 @@ SUPERSEDED = "superseded by a newer run in the same thread (one active run per t
 def upgrade() -> None:
     with op.batch_alter_table("research_runs") as batch:
         batch.add_column(sa.Column("owner", sa.String(255), nullable=True))
+        batch.add_column(sa.Column("fence", sa.Integer(), server_default=ZERO, nullable=False))
         batch.add_column(sa.Column("attempt", sa.Integer(), server_default=ZERO, nullable=False))
         batch.add_column(sa.Column("delivery", sa.String(16), nullable=True))
         batch.add_column(
@@ -88,6 +90,7 @@ def downgrade() -> None:
             "report_parts_posted",
             "delivery",
             "attempt",
+            "fence",
             "owner",
         ):
             batch.drop_column(column)
