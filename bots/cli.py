@@ -165,6 +165,7 @@ async def _research(settings: Settings, request: Any, run_id: str | None) -> Run
     from core.config import ConfigError
     from core.runtime import open_runtime
     from core.service import RunBusy, RunRejected
+    from storage import ClaimLost, StorageUnavailable
 
     progress = ConsoleProgress(_stderr())
     try:
@@ -183,8 +184,12 @@ async def _research(settings: Settings, request: Any, run_id: str | None) -> Run
                 return await runtime.service.execute(run_id or "", progress)
             except RunRejected as exc:
                 raise _fail(str(exc)) from None
-            except RunBusy as exc:
+            except (RunBusy, ClaimLost) as exc:
                 raise _fail(str(exc), EXIT_FAILED) from None
+            except StorageUnavailable as exc:
+                raise _fail(
+                    f"{exc}; the run is resumable with `fathom resume`", EXIT_FAILED
+                ) from None
             finally:
                 progress.close()
     except ConfigError as exc:

@@ -272,7 +272,7 @@ class ResearchService:
             return await self.stored_outcome(claim.run)
         async with self.lease(claim):
             outcome = await self.execute_claimed(claim, progress)
-        if ThreadKey.parse(claim.run.thread_key).platform != CONSOLE_PLATFORM:
+        if _delivers(claim.run):
             await release_quietly(self._store, claim)
         return outcome
 
