@@ -101,6 +101,12 @@ class RunRejected(ValueError):
     """The request cannot start now (e.g. a run is already active in the thread)."""
 
 
+def _rejected(busy: ThreadBusy, message: str) -> RunRejected:
+    """``message`` with ``{run}`` naming the thread's active run (when known)."""
+    run = f" (run {busy.active.id})" if busy.active is not None else ""
+    return RunRejected(message.format(run=run))
+
+
 class RunBusy(RuntimeError):
     """Another live runner holds the run; it is taken over only if that runner stops."""
 
@@ -216,10 +222,10 @@ class ResearchService:
                 dedupe_key=request.dedupe_key,
             )
         except ThreadBusy as busy:
-            which = f" (run {busy.active.id})" if busy.active is not None else ""
-            raise RunRejected(
-                f"A research is already running in this thread{which}; "
-                "wait for it to finish or cancel it."
+            raise _rejected(
+                busy,
+                "A research is already running in this thread{run}; "
+                "wait for it to finish or cancel it.",
             ) from None
 
     # -- the run lifecycle ------------------------------------------------------
@@ -290,10 +296,10 @@ class ResearchService:
         try:
             await self._store.requeue_run(run_id)
         except ThreadBusy as busy:
-            which = f" (run {busy.active.id})" if busy.active is not None else ""
-            raise RunRejected(
-                f"Another research is active in this run's thread{which}; "
-                "resume this one when it has finished."
+            raise _rejected(
+                busy,
+                "Another research is active in this run's thread{run}; "
+                "resume this one when it has finished.",
             ) from None
 
     async def execute_claimed(

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -30,6 +29,8 @@ from storage import Claim, ClaimLost, Database, RunRecord, Store
 from storage.tables import ResearchRun
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.memory_platform import PLATFORM, MemoryPlatform, PlatformDown, Refused
+from tests.runs import age_heartbeat, finish, new_run
+from tests.runs import claim as take
 
 KEY = "fake-key"
 FAST = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
@@ -142,23 +143,6 @@ def delivered(run: RunRecord) -> bool:
     return run.delivery in ("posted", "failed")
 
 
-async def age_heartbeat(database: Database, run_id: str, seconds: float = 3600) -> None:
-    """What a replica that died ``seconds`` ago leaves behind: an old heartbeat."""
-    async with database.sessionmaker.begin() as session:
-        then = datetime.now(UTC) - timedelta(seconds=seconds)
-        await session.execute(
-            update(ResearchRun).where(ResearchRun.id == run_id).values(heartbeat_at=then)
-        )
-
-
-async def take(store: Store, run_id: str, owner: str = "dead-replica", **kw: Any) -> Claim:
-    result = await store.claim_run(
-        run_id, owner, stale_after=kw.pop("stale_after", 60), max_attempts=kw.pop("max", 3)
-    )
-    assert result.claim is not None, result
-    return result.claim
-
-
 # -- the claim ------------------------------------------------------------------------
 
 
@@ -188,16 +172,7 @@ async def test_two_runners_racing_for_a_released_run_execute_it_once(
 
 
 async def test_a_held_run_is_not_claimed_again_and_a_finished_one_never(store: Store) -> None:
-    run, _ = await store.create_run(
-        thread_key="memory:W:C:x",
-        platform="memory",
-        workspace="W",
-        channel="C",
-        thread_ref="x",
-        topic="t",
-        depth=1,
-        strategy="iterative",
-    )
+    run, _ = await new_run(store, thread_key="memory:W:C:x", depth=1)
     held = await take(store, run.id, owner="a")
     again = await store.claim_run(run.id, "b", stale_after=60, max_attempts=3)
     assert again.claim is None and again.run is not None and again.run.owner == "a"
@@ -213,16 +188,7 @@ async def test_a_held_run_is_not_claimed_again_and_a_finished_one_never(store: S
 async def test_a_runner_whose_heartbeat_expired_loses_its_claim(database: Database) -> None:
     """After a takeover every write of the old holder is refused; the new holder's work."""
     store = Store(database)
-    run, _ = await store.create_run(
-        thread_key="memory:W:C:y",
-        platform="memory",
-        workspace="W",
-        channel="C",
-        thread_ref="y",
-        topic="t",
-        depth=2,
-        strategy="iterative",
-    )
+    run, _ = await new_run(store, thread_key="memory:W:C:y", depth=2)
     old = await take(store, run.id, owner="stalled")
     state = {"topics": ["a"], "nextSearchTopic": None, "findings": [], "shouldContinue": True}
     await store.checkpoint(
@@ -267,18 +233,9 @@ async def test_a_run_that_keeps_killing_its_runners_fails_after_max_attempts(
     database: Database,
 ) -> None:
     store = Store(database)
-    run, _ = await store.create_run(
-        thread_key="memory:W:C:z",
-        platform="memory",
-        workspace="W",
-        channel="C",
-        thread_ref="z",
-        topic="t",
-        depth=2,
-        strategy="iterative",
-    )
+    run, _ = await new_run(store, thread_key="memory:W:C:z", depth=2)
     for attempt in (1, 2):
-        claim = await take(store, run.id, owner=f"r{attempt}", max=2)
+        claim = await take(store, run.id, owner=f"r{attempt}", max_attempts=2)
         assert claim.run.attempt == attempt == claim.fence
         await age_heartbeat(database, run.id)  # ... and that runner died
     result = await store.claim_run(run.id, "r3", stale_after=60, max_attempts=2)
@@ -293,62 +250,29 @@ async def test_the_sweep_finds_exactly_the_runs_nobody_works_on(database: Databa
     store = Store(database)
 
     async def run_in(name: str, platform: str = "memory") -> RunRecord:
-        run, _ = await store.create_run(
-            thread_key=f"{platform}:W:C:{name}",
-            platform=platform,
-            workspace="W",
-            channel="C",
-            thread_ref=name,
-            topic=name,
-            depth=1,
-            strategy="iterative",
-        )
+        run, _ = await new_run(store, thread_key=f"{platform}:W:C:{name}", topic=name, depth=1)
         return run
 
     fresh_queued = await run_in("fresh-queued")
     released = await run_in("released")
-    assert await store.release_run(await take(store, released.id))
+    assert await store.release_run(await take(store, released.id, owner="dead-replica"))
     live = await run_in("live")
-    await take(store, live.id)
+    await take(store, live.id, owner="dead-replica")
     dead = await run_in("dead")
-    await take(store, dead.id)
+    await take(store, dead.id, owner="dead-replica")
     await age_heartbeat(database, dead.id)
     old_queued = await run_in("old-queued")
     await age_heartbeat(database, old_queued.id)  # queued long ago, nobody took it
     undelivered = await run_in("undelivered")
-    claim = await take(store, undelivered.id)
-    await store.finish_run(
-        claim,
-        status="succeeded",
-        report_markdown="# r",
-        sources=[],
-        error=None,
-        usage={},
-        notes=[],
-    )
+    claim = await take(store, undelivered.id, owner="dead-replica")
+    await finish(store, claim)
     delivering = await run_in("delivering")  # finished, its holder is posting right now
-    claim = await take(store, delivering.id)
-    await store.finish_run(
-        claim,
-        status="succeeded",
-        report_markdown="# r",
-        sources=[],
-        error=None,
-        usage={},
-        notes=[],
-    )
+    claim = await take(store, delivering.id, owner="dead-replica")
+    await finish(store, claim)
     await age_heartbeat(database, undelivered.id)
     posted = await run_in("posted")
-    claim = await take(store, posted.id)
-    await store.finish_run(
-        claim,
-        status="succeeded",
-        report_markdown="# r",
-        sources=[],
-        error=None,
-        usage={},
-        notes=[],
-    )
+    claim = await take(store, posted.id, owner="dead-replica")
+    await finish(store, claim)
     await store.finish_delivery(claim, posted=True)
     await age_heartbeat(database, posted.id)
     elsewhere = await run_in("elsewhere", platform="slack")
@@ -373,16 +297,7 @@ def test_lease_intervals_follow_the_stale_setting() -> None:
 
 
 async def _claimed_run(store: Store, name: str) -> Claim:
-    run, _ = await store.create_run(
-        thread_key=f"memory:W:C:{name}",
-        platform="memory",
-        workspace="W",
-        channel="C",
-        thread_ref=name,
-        topic=name,
-        depth=1,
-        strategy="iterative",
-    )
+    run, _ = await new_run(store, thread_key=f"memory:W:C:{name}", topic=name, depth=1)
     return await take(store, run.id, owner=runner_identity())
 
 
@@ -746,7 +661,7 @@ async def test_a_given_up_run_tells_its_thread(
 ) -> None:
     a = await replicas(start=False, max_attempts=1)
     run = await submit(a, depth=2, name="poison")
-    await take(a.store, run.id, owner="crashed", max=1)
+    await take(a.store, run.id, owner="crashed", max_attempts=1)
     await age_heartbeat(a.database, run.id)
     assert await a.runner.sweep() == [run.id]
     await a.runner.drain()

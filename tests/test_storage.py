@@ -15,53 +15,17 @@ from sqlalchemy import text, update
 from storage import (
     HEAD_REVISION,
     Checkpointed,
-    Claim,
     ClaimLost,
     Database,
-    RunRecord,
     Store,
     ThreadBusy,
     VariablesConflict,
 )
 from storage.db import _migrations_dir, normalize_url
 from storage.tables import Base, SearchCacheEntry
+from tests.runs import KEY, age_heartbeat, claim, finish, new_run
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = "slack:T0001:C0001:1700000000.000100"
-
-
-async def new_run(store: Store, **overrides: Any) -> tuple[RunRecord, bool]:
-    args: dict[str, Any] = {
-        "thread_key": KEY,
-        "platform": "slack",
-        "workspace": "T0001",
-        "channel": "C0001",
-        "thread_ref": "1700000000.000100",
-        "topic": "solid-state batteries",
-        "depth": 3,
-        "strategy": "iterative",
-        "requested_by": "U1",
-    }
-    args.update(overrides)
-    return await store.create_run(**args)
-
-
-OWNER = "test-runner"
-
-
-async def claim(store: Store, run_id: str, owner: str = OWNER, stale_after: float = 60) -> Claim:
-    result = await store.claim_run(run_id, owner, stale_after=stale_after, max_attempts=3)
-    assert result.claim is not None, result
-    return result.claim
-
-
-async def finish(
-    store: Store, held: Claim, *, status: str = "succeeded", error: str | None = None
-) -> RunRecord:
-    report = "# r" if status == "succeeded" else None
-    return await store.finish_run(
-        held, status=status, report_markdown=report, sources=[], error=error, usage={}, notes=[]
-    )
 
 
 async def cancel_flag(store: Store, run_id: str) -> bool:
@@ -782,19 +746,10 @@ async def test_a_given_up_console_run_has_nothing_to_deliver(
 ) -> None:
     run, _ = await new_run(store, thread_key="cli:local:local:g", platform="cli")
     await claim(store, run.id)
-    async with database.sessionmaker.begin() as session:
-        await session.execute(
-            text("UPDATE research_runs SET heartbeat_at = :t WHERE id = :id"),
-            {"t": _old(database), "id": run.id},
-        )
+    await age_heartbeat(database, run.id)
     result = await store.claim_run(run.id, "other", stale_after=60, max_attempts=1)
     assert result.gave_up and result.run is not None
     assert (result.run.status, result.run.delivery) == ("failed", None)
-
-
-def _old(database: Database) -> Any:
-    then = datetime.now(UTC) - timedelta(hours=1)
-    return then.replace(tzinfo=None) if database.dialect == "sqlite" else then
 
 
 async def test_each_delivery_takeover_counts_as_a_failed_delivery_attempt(
@@ -803,11 +758,7 @@ async def test_each_delivery_takeover_counts_as_a_failed_delivery_attempt(
     run, _ = await new_run(store)
     await finish(store, await claim(store, run.id))
     for expected in (1, 2):
-        async with database.sessionmaker.begin() as session:
-            await session.execute(
-                text("UPDATE research_runs SET heartbeat_at = :t WHERE id = :id"),
-                {"t": _old(database), "id": run.id},
-            )
+        await age_heartbeat(database, run.id)
         taken = await claim(store, run.id, owner=f"deliverer-{expected}")
         assert taken.run.delivery_attempts == expected
         assert taken.run.delivery_error == "the process delivering it stopped"
