@@ -118,7 +118,7 @@ async def slack_route(request: Request) -> Response:
     slack: SlackAdapter | None = request.app.state.slack
     if slack is None:
         return JSONResponse({"error": "Slack is not configured on this server"}, 404)
-    return await slack.handler.handle(request)
+    return await slack.handler(request)
 
 
 async def healthz(request: Request) -> Response:

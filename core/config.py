@@ -113,6 +113,14 @@ class Settings(BaseSettings):
         default=5.0, gt=0, le=3600, validation_alias=_env("FATHOM_DELIVERY_BACKOFF")
     )
 
+    # HTTP routes
+    max_body_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=64 * 1_048_576,
+        validation_alias=_env("FATHOM_MAX_BODY_BYTES"),
+    )
+
     # Slack
     slack_bot_token: str | None = Field(default=None, validation_alias=_env("SLACK_BOT_TOKEN"))
     slack_signing_secret: str | None = Field(

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from slack_bolt import BoltResponse
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_bolt.context.ack.async_ack import AsyncAck
@@ -26,6 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack import text as replies
 from bots.slack.delivery import SlackDeliveryFactory
+from bots.slack.http import SlackEndpoint
 from bots.slack.messenger import SlackClients, StaticSlackClients, make_web_client
 from bots.slack.oauth import (
     InstallationAuthorize,
@@ -232,6 +233,17 @@ async def _ack_event(ack: AsyncAck) -> None:
     await ack()
 
 
+async def _undeliverable_payload(error: Exception, body: dict[str, Any]) -> BoltResponse:
+    """Bolt or a listener failed on a verified delivery (a payload shape nobody expected, or
+    a bug): one log line (the traceback at DEBUG), and 400 so Slack does not retry it."""
+    kind = body.get("type") or body.get("command") or "unknown"
+    log.warning(
+        "slack: could not handle a %.40s delivery (%s: %.200s)", kind, type(error).__name__, error
+    )
+    log.debug("slack delivery error", exc_info=error)
+    return BoltResponse(status=400, body={"error": "could not handle this Slack delivery"})
+
+
 class _TokenFromEnvNoise(logging.Filter):
     """Bolt reads SLACK_BOT_TOKEN from the environment and warns that our ``client`` wins;
     it does on purpose (``authorize`` supplies the token), so the warning is noise."""
@@ -266,6 +278,7 @@ def build_bolt_app(
         raise_error_for_unhandled_request=False,
         logger=bolt_log,
     )
+    app.error(_undeliverable_payload)
     app.command(re.compile(r"^/.+"))(commands.on_command)  # whatever the app names it
     app.event("app_mention")(ack=_ack_event, lazy=[commands.on_mention])
     app.event("message")(ack=_ack_event, lazy=[commands.on_message])
@@ -281,11 +294,13 @@ def bolt_client(settings: Settings) -> AsyncWebClient:
 
 
 class SlackAdapter:
-    """Bolt app, its HTTP handler, optional Socket Mode connection, and the delivery."""
+    """Bolt app, its gated HTTP endpoint, optional Socket Mode connection."""
 
-    def __init__(self, app: AsyncApp, socket: AsyncSocketModeHandler | None) -> None:
+    def __init__(
+        self, app: AsyncApp, endpoint: SlackEndpoint, socket: AsyncSocketModeHandler | None
+    ) -> None:
         self.app = app
-        self.handler = AsyncSlackRequestHandler(app)
+        self.handler = endpoint
         self.socket = socket
 
     async def close(self) -> None:
@@ -331,4 +346,9 @@ async def open_slack(
         )
         await socket.connect_async()  # type: ignore[no-untyped-call]
         log.info("slack: connected in Socket Mode")
-    return SlackAdapter(app, socket)
+    endpoint = SlackEndpoint(
+        app,
+        signing_secret=settings.slack_signing_secret,
+        max_body_bytes=settings.max_body_bytes,
+    )
+    return SlackAdapter(app, endpoint, socket)

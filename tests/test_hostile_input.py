@@ -1,0 +1,204 @@
+"""Hostile and malformed requests at ``fathom serve``'s routes (the app served for real, with
+its lifespan, against the Slack, LLM and search fakes)."""
+
+# ruff: noqa: F811 - the Slack bot fixtures are imported from test_slack_app
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.fakes.slack import event_callback_body, sign, slash_command_body
+from tests.test_slack_app import (  # noqa: F401 - fixtures
+    FORM,
+    JSON,
+    SECRET,
+    BotFactory,
+    _clean_env,
+    slack_server,
+    start_bot,
+    wait_for,
+)
+
+UNSIGNED_GARBAGE: list[tuple[bytes, dict[str, str]]] = [
+    (b"{not json", JSON),
+    (b"[1, 2, 3]", JSON),
+    (b'"a string"', JSON),
+    (b"null", JSON),
+    (b"\xff\xfe\x00garbage", JSON),
+    (b"payload=notjson", FORM),
+    (slash_command_body("heat pumps"), JSON),  # a form body sent as JSON
+    (b"", FORM),
+]
+
+
+async def _stored_nothing(bot: Any) -> bool:
+    return await bot.runs() == []
+
+
+@pytest.mark.parametrize("timestamp", ["abc", "", "1e9", "99999999999999999999", "-5"])
+async def test_unsigned_garbage_gets_401_and_one_short_log_line(
+    start_bot: BotFactory, caplog: pytest.LogCaptureFixture, timestamp: str
+) -> None:
+    bot = await start_bot()
+    caplog.set_level(logging.INFO)
+    for body, headers in UNSIGNED_GARBAGE:
+        caplog.clear()
+        response = await bot.http.post(
+            f"{bot.url}/slack/events",
+            content=body,
+            headers={
+                **headers,
+                "X-Slack-Request-Timestamp": timestamp,
+                "X-Slack-Signature": "v0=" + "0" * 64,
+            },
+        )
+        assert response.status_code == 401, (body, response.text)
+        assert response.json() == {"error": "invalid or missing Slack signature"}
+        lines = [r for r in caplog.records if not r.name.startswith("httpx")]  # the server's
+        assert len(lines) == 1 and "rejected: 401" in lines[0].getMessage()
+        assert all(r.exc_info is None for r in caplog.records)  # no traceback
+    assert await _stored_nothing(bot)
+    assert [c.method for c in bot.slack.calls if c.method != "auth.test"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [
+        (b"{not json", JSON),
+        (b"[1, 2, 3]", JSON),
+        (b"null", JSON),
+        (b"\xff\xfe garbage", JSON),
+        (b"payload=notjson", FORM),
+        (b"payload=%5B1%5D", FORM),  # payload=[1]
+        (json.dumps({"type": "event_callback", "event": None}).encode(), JSON),
+        (json.dumps({"type": "event_callback", "event": [1, 2]}).encode(), JSON),
+        (json.dumps({"type": "event_callback", "event": {}, "authorizations": "x"}).encode(), JSON),
+        (json.dumps({"type": "block_actions", "user": [1]}).encode(), JSON),
+        (
+            b"payload="
+            + json.dumps(
+                {"type": "view_submission", "view": {"callback_id": "v"}, "user": {"id": "U1"}}
+            ).encode(),
+            FORM,
+        ),
+    ],
+)
+async def test_signed_but_malformed_bodies_get_400(
+    start_bot: BotFactory, body: bytes, headers: dict[str, str]
+) -> None:
+    bot = await start_bot()
+    response = await bot.http.post(
+        f"{bot.url}/slack/events", content=body, headers={**headers, **sign(body, SECRET)}
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"].startswith(("malformed Slack payload", "body is not UTF-8"))
+    assert await _stored_nothing(bot)
+
+
+def _raw_post(url: str, body_headers: str, sent: bytes) -> bytes:
+    """POST only ``sent`` of a body its headers promise to be larger, then read the answer:
+    it arrives although the body never ended (the server did not wait to read it whole)."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        head = (
+            f"POST {parts.path} HTTP/1.1\r\nHost: {parts.hostname}\r\n"
+            f"Content-Type: application/json\r\n{body_headers}\r\n"
+        )
+        sock.sendall(head.encode() + sent)
+        return sock.recv(65536)
+
+
+async def test_an_oversized_body_gets_413_before_it_is_read(
+    start_bot: BotFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    bot = await start_bot(FATHOM_MAX_BODY_BYTES="65536")
+    caplog.set_level(logging.DEBUG)
+    # Declared too large: answered while the client has sent 1 KB of its 50 MB.
+    declared = f"Content-Length: {50 * 1_048_576}\r\n"
+    answer = await asyncio.to_thread(_raw_post, f"{bot.url}/slack/events", declared, b"x" * 1024)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    # Not declared (chunked): refused once 64 KB have come, though the body has not ended.
+    chunk = b"y" * 4096
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(20))  # 80 KB
+    answer = await asyncio.to_thread(
+        _raw_post, f"{bot.url}/slack/events", "Transfer-Encoding: chunked\r\n", chunked
+    )
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    logged = "".join(r.getMessage() for r in caplog.records)
+    assert len(logged) < 2000 and "xxxx" not in logged and "yyyy" not in logged
+    assert await _stored_nothing(bot)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"type": "event_callback", "event": {"type": "reaction_added", "user": "U1"}},
+        {"type": "event_callback", "event": {"type": "member_joined_channel", "user": "U1"}},
+        {"type": "event_callback", "event": {"type": "app_home_opened", "user": "U1"}},
+        {
+            "type": "event_callback",
+            "event": {"type": "assistant_thread_started", "assistant_thread": {}},
+        },
+        {"type": "shortcut", "callback_id": "x", "user": {"id": "U1"}, "team": {"id": "T0001"}},
+        {
+            "type": "block_actions",
+            "actions": [{"action_id": "a"}],
+            "user": {"id": "U1"},
+            "team": {"id": "T0001"},
+        },
+        {
+            "type": "view_submission",
+            "view": {"type": "modal", "callback_id": "v"},
+            "user": {"id": "U1"},
+        },
+        {"type": "something_new_from_slack"},
+    ],
+)
+async def test_verified_deliveries_fathom_ignores_are_acknowledged(
+    start_bot: BotFactory, payload: dict[str, Any]
+) -> None:
+    bot = await start_bot()
+    if payload["type"] == "event_callback":
+        payload = {"team_id": "T0001", "api_app_id": "A0001", "event_id": "Ev-x", **payload}
+        body = json.dumps(payload).encode()
+        headers = JSON
+    else:
+        body = b"payload=" + json.dumps(payload).encode()
+        headers = FORM
+    response = await bot.http.post(
+        f"{bot.url}/slack/events", content=body, headers={**headers, **sign(body, SECRET)}
+    )
+    assert response.status_code == 200, response.text
+    assert await _stored_nothing(bot)
+
+
+async def test_a_slash_command_mentioning_payload_is_understood(start_bot: BotFactory) -> None:
+    """Bolt's own parser turned any form body containing "payload" into {}."""
+    bot = await start_bot()
+    response = await bot.command("payload design for cubesats depth=1", trigger_id="t-payload")
+    assert response.status_code == 200 and "On it" in response.json()["text"]
+    [run] = await bot.finished()
+    assert run.topic == "payload design for cubesats"
+
+
+async def test_a_signed_event_is_still_handled_behind_the_gate(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    event = {
+        "type": "app_mention",
+        "user": "U123",
+        "text": "<@UBOT> heat pumps depth=1",
+        "channel": "C0001",
+        "ts": "1700000100.000100",
+    }
+    response = await bot.post(event_callback_body(event, event_id="Ev-gate"), JSON)
+    assert response.status_code == 200
+    [run] = await bot.finished()
+    assert run.status == "succeeded" and run.topic == "heat pumps"
+    await wait_for(lambda: bot.reports())
