@@ -14,7 +14,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -72,7 +72,7 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
             housekeeping: asyncio.Task[None] | None = None
             if upgrade or await runtime.database.schema_is_current():
                 await runner.start()
-                housekeeping = asyncio.create_task(_forget_old_events(runtime.store))
+                housekeeping = asyncio.create_task(_housekeeping(runtime.store))
             else:
                 log.error("database schema is not current: run `fathom db upgrade`")
             try:
@@ -102,16 +102,29 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
 EVENT_MEMORY = timedelta(days=7)
 
 
-async def _forget_old_events(store: Store) -> None:
-    """Keep ``processed_events`` small: prune at start, then once a day."""
+#: How often housekeeping runs (it also runs at start).
+HOUSEKEEPING_EVERY = 3600.0
+
+
+async def _housekeeping(store: Store) -> None:
+    """Keep the bookkeeping tables small: processed platform events older than
+    ``EVENT_MEMORY``, and expired Slack OAuth states (anyone may open the install page)."""
     while True:
-        try:
-            pruned = await store.prune_events(EVENT_MEMORY)
-            if pruned:
-                log.info("forgot %d platform events older than %s", pruned, EVENT_MEMORY)
-        except Exception:
-            log.warning("pruning processed events failed", exc_info=True)
-        await asyncio.sleep(86_400)
+        jobs: tuple[tuple[str, Callable[[], Awaitable[int]]], ...] = (
+            (
+                f"platform events older than {EVENT_MEMORY}",
+                lambda: store.prune_events(EVENT_MEMORY),
+            ),
+            ("expired Slack OAuth states", store.prune_oauth_states),
+        )
+        for what, prune in jobs:
+            try:
+                pruned = await prune()
+                if pruned:
+                    log.info("pruned %d %s", pruned, what)
+            except Exception:
+                log.warning("pruning %s failed", what, exc_info=True)
+        await asyncio.sleep(HOUSEKEEPING_EVERY)
 
 
 async def slack_route(request: Request) -> Response:

@@ -61,6 +61,7 @@ from storage.tables import (
     Thread,
     ThreadVariables,
     UTCDateTime,
+    slack_oauth_states,
     utcnow,
 )
 
@@ -787,6 +788,13 @@ class Store:
 
     async def prune_events(self, older_than: timedelta) -> int:
         stmt = delete(_events).where(_events.c.created_at < utcnow() - older_than)
+        return await self._db.run(lambda conn: int(conn.execute(stmt).rowcount or 0))
+
+    async def prune_oauth_states(self) -> int:
+        """Delete the Slack OAuth states that have expired (each install page view stores one;
+        the SDK only deletes a state when it is used)."""
+        now = utcnow().replace(tzinfo=None)  # the SDK stores naive UTC
+        stmt = delete(slack_oauth_states).where(slack_oauth_states.c.expire_at < now)
         return await self._db.run(lambda conn: int(conn.execute(stmt).rowcount or 0))
 
     # -- threads ------------------------------------------------------------------------

@@ -13,13 +13,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from sqlalchemy import text
 
 from tests.fakes.slack import event_callback_body, sign, slash_command_body
 from tests.test_slack_app import (  # noqa: F401 - fixtures
+    CLIENT_ID,
+    CLIENT_SECRET,
     FORM,
     JSON,
     SECRET,
+    TEAM2_TOKEN,
     BotFactory,
+    OAuthFakeSlackServer,
     _clean_env,
     slack_server,
     start_bot,
@@ -202,3 +207,83 @@ async def test_a_signed_event_is_still_handled_behind_the_gate(start_bot: BotFac
     [run] = await bot.finished()
     assert run.status == "succeeded" and run.topic == "heat pumps"
     await wait_for(lambda: bot.reports())
+
+
+# -- uninstalls and OAuth states ------------------------------------------------------------
+
+
+async def _install_team2(bot: Any, slack: Any) -> None:
+    install = await bot.http.get(f"{bot.url}/slack/install")
+    cookie = install.headers["set-cookie"].split(";", 1)[0]
+    state = cookie.split("=", 1)[1]
+    done = await bot.http.get(
+        f"{bot.url}/slack/oauth_redirect",
+        params={"code": "good", "state": state},
+        headers={"Cookie": cookie},
+    )
+    assert done.status_code == 200, done.text
+
+
+async def _bot_tokens(bot: Any) -> list[tuple[str, str]]:
+    async with bot.database.engine.connect() as conn:
+        rows = await conn.execute(text("SELECT team_id, bot_token FROM slack_bots"))
+        return [tuple(r) for r in rows]
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"type": "app_uninstalled"},
+        {"type": "tokens_revoked", "tokens": {"bot": ["UBOT2"]}},
+    ],
+)
+async def test_an_uninstall_deletes_the_workspace_token(
+    start_bot: BotFactory, event: dict[str, Any]
+) -> None:
+    with OAuthFakeSlackServer() as slack:
+        bot = await start_bot(
+            slack_api_url=f"{slack.url}/api/",
+            fake=slack.fake,
+            SLACK_BOT_TOKEN="",
+            SLACK_CLIENT_ID=CLIENT_ID,
+            SLACK_CLIENT_SECRET=CLIENT_SECRET,
+        )
+        await _install_team2(bot, slack)
+        assert await _bot_tokens(bot) == [("T0002", TEAM2_TOKEN)]
+        body = event_callback_body(event, event_id=f"Ev-{event['type']}", team_id="T0002")
+        response = await bot.post(body, JSON)
+        assert response.status_code == 200, response.text
+        assert await wait_for(lambda: _no_tokens(bot))
+
+
+async def _no_tokens(bot: Any) -> bool:
+    return await _bot_tokens(bot) == []
+
+
+async def test_expired_oauth_states_are_pruned(start_bot: BotFactory, tmp_path: Any) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'states.db'}"
+    with OAuthFakeSlackServer() as slack:
+        settings = {
+            "slack_api_url": f"{slack.url}/api/",
+            "fake": slack.fake,
+            "SLACK_BOT_TOKEN": "",
+            "SLACK_CLIENT_ID": CLIENT_ID,
+            "SLACK_CLIENT_SECRET": CLIENT_SECRET,
+        }
+        bot = await start_bot(database_url=url, **settings)
+        for _ in range(5):  # anyone may open the install page: each view stores a state
+            assert (await bot.http.get(f"{bot.url}/slack/install")).status_code == 200
+        async with bot.database.engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE slack_oauth_states SET expire_at = '2020-01-01 00:00:00'")
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO slack_oauth_states (state, expire_at) "
+                    "VALUES ('live', '2999-01-01 00:00:00')"
+                )
+            )
+        assert await bot.store.prune_oauth_states() == 5
+        async with bot.database.engine.connect() as conn:
+            left = (await conn.execute(text("SELECT state FROM slack_oauth_states"))).all()
+        assert [r[0] for r in left] == ["live"]

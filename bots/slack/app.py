@@ -282,6 +282,10 @@ def build_bolt_app(
     app.command(re.compile(r"^/.+"))(commands.on_command)  # whatever the app names it
     app.event("app_mention")(ack=_ack_event, lazy=[commands.on_mention])
     app.event("message")(ack=_ack_event, lazy=[commands.on_message])
+    if oauth is not None:
+        # app_uninstalled / tokens_revoked delete the workspace's stored tokens; its runs
+        # then fail as undeliverable instead of calling Slack with a dead token.
+        app.enable_token_revocation_listeners()
     return app
 
 
