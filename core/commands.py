@@ -6,8 +6,13 @@ Errors say what is wrong and what is allowed, so adapters can show them verbatim
 from __future__ import annotations
 
 from core.models import Strategy
+from core.text import clean_text, has_visible
 
 MAX_TOPIC_CHARS = 2000
+#: The longest platform identifier (workspace, channel, user, thread) accepted. Real ones are
+#: far shorter (Slack's about 11, Feishu's and DingTalk's under 70); with it, every thread key
+#: and requester fits its column.
+MAX_ID_CHARS = 100
 AVAILABLE_STRATEGIES = (Strategy.ITERATIVE,)
 
 
@@ -16,8 +21,10 @@ class CommandError(ValueError):
 
 
 def validate_topic(topic: str | None) -> str:
-    text = " ".join((topic or "").split())
-    if not text:
+    """The topic with control and invisible characters removed and whitespace collapsed;
+    refused when nothing visible is left or it is too long."""
+    text = " ".join(clean_text(topic or "").split())
+    if not has_visible(text):
         raise CommandError("The topic is empty: say what to research, e.g. `AI chips depth=3`.")
     if len(text) > MAX_TOPIC_CHARS:
         raise CommandError(
@@ -52,3 +59,13 @@ def validate_strategy(value: str | Strategy | None) -> Strategy:
     if strategy not in AVAILABLE_STRATEGIES:
         raise CommandError(f"The {name} strategy is not available yet; available: {allowed}.")
     return strategy
+
+
+def validate_ids(**ids: str | None) -> None:
+    """Refuse a request whose platform identifiers (``channel="C1"``, ...) are missing, too long
+    or not printable: no run could be delivered for it."""
+    for name, value in ids.items():
+        if not value or not value.strip():
+            raise CommandError(f"This request came without a {name}, so I cannot answer it.")
+        if len(value) > MAX_ID_CHARS or not value.isprintable():
+            raise CommandError(f"This request's {name} is not valid, so I cannot answer it.")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from core.commands import CommandError, validate_depth, validate_strategy, validate_topic
 from core.models import Strategy
+from core.text import clean_text
 
 RESEARCH_OPTIONS = ("depth", "strategy")
 _OPTION = re.compile(r"(?<!\S)([a-z][a-z_]+)=(\"[^\"]*\"|“[^”]*”|\S*)")
@@ -60,7 +61,7 @@ def help_text(*, default_depth: int, max_depth: int) -> str:
 
 def parse_command(text: str, *, default_depth: int, max_depth: int) -> Command:
     """Parse command text; raises :class:`CommandError` saying what is wrong and allowed."""
-    body = _PREFIX.sub("", text or "", count=1).strip()
+    body = _PREFIX.sub("", clean_text(text or ""), count=1).strip()
     words = body.split()
     first = words[0].lower() if words else ""
     if first in ("help", "-h", "--help", "?") and len(words) == 1:

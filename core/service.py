@@ -438,7 +438,7 @@ class ResearchService:
 
     async def cancel(self, run_id: str) -> bool:
         """Flag the run for cancellation; it stops at its next step (False: it has ended)."""
-        requested = await self._store.request_cancel(run_id)
+        requested = await self._store.request_cancel(run_id, console_platform=CONSOLE_PLATFORM)
         flag = self._executing.get(run_id)
         if requested and flag is not None:
             flag.requested = True  # running here: no need to wait for its next checkpoint

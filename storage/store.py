@@ -20,6 +20,7 @@ and cache-keying them.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -71,6 +72,8 @@ USAGE_KEYS = ("llm_calls", "prompt_tokens", "completion_tokens", "searches")
 #: ``research_runs.delivery``: the finished run's outcome still has to reach its thread,
 #: it has, or posting it was given up.
 DELIVERY_PENDING, DELIVERY_POSTED, DELIVERY_FAILED = "pending", "posted", "failed"
+#: processed_events.key and research_runs.dedupe_key are VARCHAR(255) (see fit_key).
+MAX_KEY_CHARS = 255
 # search_cache.query is VARCHAR(1024); longer queries are simply not cached.
 MAX_CACHED_QUERY_BYTES = 1024
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -242,6 +245,25 @@ class _Statements:
             )
             .returning(_runs.c.id)
         )
+        self.cancel_queued = (
+            update(_runs)
+            .where(_runs.c.id == bindparam("run_id"), _runs.c.status == "queued")
+            .values(
+                status="cancelled",
+                cancel_requested=True,
+                finished_at=now,
+                owner=None,
+                heartbeat_at=EPOCH,  # its delivery is due at once
+                delivery=case((on_console, None), else_=DELIVERY_PENDING),
+            )
+            .returning(_runs.c.id)
+        )
+        self.cancel_running = (
+            update(_runs)
+            .where(_runs.c.id == bindparam("run_id"), _runs.c.status == "running")
+            .values(cancel_requested=True)
+            .returning(_runs.c.id)
+        )
         self.claim_delivery = (
             update(_runs)
             .where(
@@ -382,6 +404,8 @@ class Store:
         thread never both get a run.
         """
         now = utcnow()
+        if dedupe_key is not None:
+            dedupe_key = fit_key(dedupe_key)
         thread = {
             "key": thread_key,
             "platform": platform,
@@ -669,15 +693,21 @@ class Store:
 
         await self._db.run(work)
 
-    async def request_cancel(self, run_id: str) -> bool:
-        """Flag an unfinished run for cancellation; False when finished or unknown."""
-        stmt = (
-            update(_runs)
-            .where(_runs.c.id == run_id, _runs.c.status.in_(UNFINISHED_STATUSES))
-            .values(cancel_requested=True)
-            .returning(_runs.c.id)
-        )
-        return await self._db.run(lambda conn: conn.execute(stmt).first() is not None)
+    async def request_cancel(self, run_id: str, *, console_platform: str = "cli") -> bool:
+        """Cancel an unfinished run; False when it has finished or is unknown.
+
+        A queued run ends ``cancelled`` at once (nobody has started it; its thread is free
+        again, and any runner's next sweep delivers the outcome); a running one is flagged and
+        stops at its next step.
+        """
+        params = {"run_id": run_id, "console_platform": console_platform, **self._sql.clock()}
+
+        def work(conn: Connection) -> bool:
+            if conn.execute(self._sql.cancel_queued, params).first() is not None:
+                return True
+            return conn.execute(self._sql.cancel_running, params).first() is not None
+
+        return await self._db.run(work)
 
     async def set_progress_message(self, run_id: str, message_id: str) -> None:
         stmt = update(_runs).where(_runs.c.id == run_id).values(progress_message_id=message_id)
@@ -699,7 +729,8 @@ class Store:
         One aggregate query, for the per-user limit on the acknowledgement path: loading
         the full records (:meth:`active_runs_for_user`) costs a join and a row each.
         """
-        params = {"requested_by": requested_by, "dedupe_key": dedupe_key}
+        key = None if dedupe_key is None else fit_key(dedupe_key)
+        params = {"requested_by": requested_by, "dedupe_key": key}
 
         def work(conn: Connection) -> tuple[int, bool]:
             total, seen = conn.execute(_ACTIVE_RUN_COUNT, params).one()
@@ -780,7 +811,7 @@ class Store:
         """Record a platform delivery; True the first time ``key`` is seen, else False."""
         stmt = (
             self._sql.upsert(_events)
-            .values(key=key[:255], created_at=utcnow())
+            .values(key=fit_key(key), created_at=utcnow())
             .on_conflict_do_nothing(index_elements=[_events.c.key])
             .returning(_events.c.key)
         )
@@ -916,6 +947,14 @@ class Store:
             return [_run_record(row) for row in conn.execute(stmt).mappings()]
 
         return await self._db.run(work)
+
+
+def fit_key(key: str) -> str:
+    """A delivery key that fits its 255-character column: a longer one becomes its head and a
+    digest of the whole (never a bare truncation, so two long keys do not collide)."""
+    if len(key) <= MAX_KEY_CHARS:
+        return key
+    return key[:180] + "~" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _upsert_for(dialect: str) -> Callable[[Table], Any]:

@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import text
 
-from tests.fakes.slack import event_callback_body, sign, slash_command_body
+from tests.fakes import Hang
+from tests.fakes.slack import app_mention_event, event_callback_body, sign, slash_command_body
 from tests.test_slack_app import (  # noqa: F401 - fixtures
     CLIENT_ID,
     CLIENT_SECRET,
@@ -287,3 +288,99 @@ async def test_expired_oauth_states_are_pruned(start_bot: BotFactory, tmp_path: 
         async with bot.database.engine.connect() as conn:
             left = (await conn.execute(text("SELECT state FROM slack_oauth_states"))).all()
         assert [r[0] for r in left] == ["live"]
+
+
+# -- identifiers and text are checked before a run is written -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        ("channel_id", "without a channel"),
+        ("team_id", "without a workspace"),
+        ("user_id", "without a user"),
+        ("trigger_id", "without a thread"),
+    ],
+)
+async def test_a_command_without_an_identifier_is_refused_and_stores_nothing(
+    start_bot: BotFactory, database_url: str, field: str, message: str
+) -> None:
+    bot = await start_bot(database_url=database_url)
+    response = await bot.command("heat pumps", **{field: ""})
+    assert response.status_code == 200
+    assert message in response.json()["text"]
+    assert await bot.store.list_threads() == []
+
+
+async def test_a_mention_without_a_channel_stores_nothing_and_posts_nothing(
+    start_bot: BotFactory, database_url: str
+) -> None:
+    bot = await start_bot(database_url=database_url)
+    event = app_mention_event("heat pumps", channel="", ts="1700000200.000100")
+    response = await bot.event(event, "Ev-no-channel")
+    assert response.status_code == 200
+    await bot.event(app_mention_event("a proper one", ts="1700000201.000100"), "Ev-proper")
+    [run] = await bot.finished(count=1)  # the proper one: the first never became a run
+    assert run.topic == "a proper one"
+    assert [t.key for t in await bot.store.list_threads()] == [run.thread_key]
+    assert bot.slack.calls_to("chat.postEphemeral") == []
+
+
+@pytest.mark.parametrize(
+    "topic", ["\x00\x00\x00", "\u200b\u200b\u200e", "\ufffd\ufffd", "\u202e\u2066 \x7f", "\ufeff"]
+)
+async def test_a_topic_with_nothing_visible_is_refused_like_an_empty_one(
+    start_bot: BotFactory, topic: str
+) -> None:
+    bot = await start_bot()
+    response = await bot.command(f"{topic} depth=2", trigger_id=f"t-{ord(topic[0])}")
+    assert "The topic is empty" in response.json()["text"]
+    assert await bot.store.list_threads() == []
+
+
+async def test_control_characters_never_reach_storage(
+    start_bot: BotFactory, database_url: str
+) -> None:
+    """PostgreSQL refuses NUL in text: the mention used to be dropped with an error."""
+    bot = await start_bot(database_url=database_url)
+    event = app_mention_event("heat\x00 pumps\u200b \x1b[31mnow depth=1", ts="1700000300.000100")
+    assert (await bot.event(event, "Ev-nul")).status_code == 200
+    [run] = await bot.finished()
+    assert run.topic == "heat pumps [31mnow"
+
+
+async def test_an_event_id_longer_than_its_column_still_gives_one_run(
+    start_bot: BotFactory, database_url: str
+) -> None:
+    bot = await start_bot(database_url=database_url)
+    event_id = "Ev" + "x" * 400
+    event = app_mention_event("tidal power depth=1", ts="1700000400.000100")
+    assert (await bot.event(event, event_id)).status_code == 200
+    assert (await bot.event(event, event_id, **{"X-Slack-Retry-Num": "1"})).status_code == 200
+    other = app_mention_event("wave power depth=1", ts="1700000401.000100")
+    assert (await bot.event(other, event_id[:-1] + "y")).status_code == 200  # same 255 chars
+    runs = await bot.finished(count=2)
+    assert sorted(r.topic for r in runs) == ["tidal power", "wave power"]
+    assert all(len(r.dedupe_key or "") <= 255 for r in runs)
+
+
+async def test_cancel_ends_a_queued_run_at_once(start_bot: BotFactory, database_url: str) -> None:
+    """A run nobody has started (all slots busy here) is cancelled, not left queued."""
+    bot = await start_bot(database_url=database_url, FATHOM_MAX_CONCURRENT_RUNS="1")
+    bot.llm.fake.script("planner", Hang(30))  # the first run holds the only slot
+    await bot.command("first topic depth=1", trigger_id="t-first", channel_id="C0001")
+    await bot.command("second topic depth=1", trigger_id="t-second", channel_id="C0002")
+    runs = await wait_for(lambda: _two_runs(bot))
+    queued = next(r for r in runs if r.topic == "second topic")
+    assert queued.status == "queued"
+    reply = await bot.command(f"cancel {queued.id[:8]}", trigger_id="t-cancel")
+    assert "cancel" in reply.json()["text"].lower()
+    cancelled = await bot.store.get_run(queued.id)
+    assert cancelled is not None and cancelled.status == "cancelled"
+    assert (cancelled.llm_calls, cancelled.searches) == (0, 0)
+    bot.llm.fake.reset()
+
+
+async def _two_runs(bot: Any) -> list[Any] | None:
+    runs = await bot.runs()
+    return runs if len(runs) == 2 else None

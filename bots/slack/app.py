@@ -36,7 +36,7 @@ from bots.slack.oauth import (
     oauth_settings,
 )
 from bots.slack.throttle import describe_error
-from core.commands import CommandError
+from core.commands import CommandError, validate_ids
 from core.config import Settings
 from core.delivery import ResearchJob
 from core.grammar import (
@@ -89,6 +89,11 @@ class SlackCommands:
 
     async def handle(self, origin: Origin, text: str) -> Reply:
         settings = self._settings
+        try:
+            validate_ids(workspace=origin.team, channel=origin.channel, user=origin.user)
+            validate_ids(thread=origin.thread.removeprefix(replies.PENDING_PREFIX))
+        except CommandError as exc:
+            return Reply(replies.error_reply(str(exc)))
         if not settings.is_allowed(origin.user, origin.channel):
             return Reply(replies.not_allowed_reply())
         try:
@@ -218,7 +223,7 @@ class SlackCommands:
         )
         text = replies.clean_text(str(event.get("text") or ""), context.bot_user_id)
         reply = await self.handle(origin, text)
-        if reply.started or context.client is None:
+        if reply.started or context.client is None or not (channel and origin.user):
             return
         try:
             await context.client.chat_postEphemeral(

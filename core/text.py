@@ -1,0 +1,44 @@
+"""Hygiene for text that arrives from outside (chat messages, command text): what may be
+stored and searched.
+
+NUL and other control characters are removed (PostgreSQL refuses NUL in text, and none of
+them means anything in a topic); invisible formatting characters (zero-width spaces, bidi
+overrides, byte-order marks) and U+FFFD replacement characters are removed too, except the
+zero-width (non-)joiners that some scripts and emoji need. :func:`has_visible` tells whether
+anything a person could read is left.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+#: Zero-width non-joiner and joiner: part of how Persian, Indic scripts and emoji are written.
+_KEPT_FORMAT = frozenset("\u200c\u200d")
+_WHITESPACE_CONTROLS = frozenset("\t\n\r\x0b\x0c")
+
+
+def clean_text(text: str) -> str:
+    """``text`` without control, invisible formatting and replacement characters (whitespace
+    controls become spaces)."""
+    out = []
+    for char in text:
+        if char in _WHITESPACE_CONTROLS:
+            out.append(" ")
+            continue
+        category = unicodedata.category(char)
+        if category == "Cc" or char == "\ufffd":
+            continue
+        if category == "Cf" and char not in _KEPT_FORMAT:
+            continue
+        out.append(char)
+    return "".join(out)
+
+
+def has_visible(text: str) -> bool:
+    """True when ``text`` has at least one character a person could see."""
+    return any(
+        not char.isspace()
+        and unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp")
+        and char != "\ufffd"
+        for char in text
+    )
