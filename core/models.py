@@ -12,6 +12,9 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from core.text import clean_text, has_visible
+from core.untrusted import neutralise
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -72,11 +75,12 @@ class PlannerDecision(BaseModel):
 
     @field_validator("next_search_topic")
     @classmethod
-    def _blank_is_none(cls, value: str | None) -> str | None:
+    def _clean_topic(cls, value: str | None) -> str | None:
+        """Model output is untrusted: no control characters or live mentions; blank is None."""
         if value is None:
             return None
-        value = " ".join(value.split())
-        return value or None
+        value = " ".join(neutralise(clean_text(value)).split())
+        return value if has_visible(value) else None
 
 
 class RunStatus(enum.StrEnum):

@@ -4,7 +4,10 @@ The writer model sees sources as ``[n] title — url``. Whatever it answers, the
 report that leaves this module cites only sources that searches returned:
 unknown ``[n]`` are dropped, links to URLs no search returned are unlinked,
 citations are renumbered in order of first use, and ``## Sources`` is generated
-from data.
+from data. The answer is untrusted like the sources: passages that repeat Fathom's own
+instructions are dropped (:func:`drop_instruction_echoes`), platform mentions and link
+syntax are made inert, and no web address survives anywhere in the report (notes and titles
+included) unless a search returned it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from core.models import Finding, Source
+from core.prompts import echoes_instructions, instruction_shingles
+from core.untrusted import as_data, neutralise, remove_urls
 
 SNIPPET_CHARS_FOR_WRITER = 500
 
@@ -101,8 +106,8 @@ _CITATION = re.compile(r"\[(\d+(?:\s*[,;–-]\s*\d+)*)\](?!\()")
 _CITATION_TEXT = re.compile(r"\s*\d+(?:\s*[,;–-]\s*\d+)*\s*")
 # Links and images; the URL may be wrapped in <> and followed by a "title".
 _LINK = re.compile(r"!?\[([^\]\n]*)\]\(<?(https?://[^)\s>]+)>?(?:\s+\"[^\"\n]*\")?\)")
-# Any other URL, also inside (), <> or [] (links were handled before).
-_BARE_URL = re.compile(r"<?\bhttps?://[^\s<>\])]+>?")
+# Any other URL (or www. address), also inside (), <> or [] (links were handled before).
+_BARE_URL = re.compile(r"<?(?:\bhttps?://|\bwww\.)[^\s<>\])]+>?", re.IGNORECASE)
 _SOURCE_WORDS = r"(?:sources|references|bibliography|citations|works cited|links|further reading)"
 # A heading that is only a sources list ("## References", "### Sources and links:"), not
 # a theme that starts with such a word ("### Sources of uncertainty").
@@ -195,7 +200,7 @@ def finalize_report(
                 removed += 1
         return "".join(f"[{n}]" for n in kept)
 
-    text = _strip_model_sources(body.strip())
+    text = _strip_model_sources(neutralise(body.strip()))
     text = _LINK.sub(fix_link, text)
     text = _BARE_URL.sub(fix_bare, text)
     text = re.sub(r"(?<![\w)\]])(?:\(\s*\)|\[\s*\])", "", text)  # brackets of a removed URL
@@ -203,17 +208,44 @@ def finalize_report(
     text = re.sub(r"[ \t]+([.,;:!?。，；：])", r"\1", text)  # space left before punctuation
     text = re.sub(r"(?<=\S)[ \t]{2,}", " ", text)  # not indentation
     if not re.search(r"^# ", text, re.MULTILINE):
-        text = f"# {topic}\n\n{text}"
+        text = f"# {_escape_title(as_data(topic)) or 'Research report'}\n\n{text}"
 
     if order:
         cited = sorted(order.items(), key=lambda item: item[1])
         final = [Source(n=new, title=by_n[old].title, url=by_n[old].url) for old, new in cited]
     else:
         final = [Source(n=i, title=s.title, url=s.url) for i, s in enumerate(sources, 1)]
-    listing = "\n".join(f"- [{s.n}] [{_escape_title(s.title)}]({s.url})" for s in final)
+    final = [
+        s.model_copy(update={"title": _escape_title(as_data(s.title)) or s.url}) for s in final
+    ]
+    listing = "\n".join(f"- [{s.n}] [{s.title}]({s.url})" for s in final)
     text = text.rstrip() + notes_section(notes)
     markdown = text.rstrip() + ("\n\n## Sources\n\n" + listing + "\n" if final else "\n")
+    # Last line of defence, over everything (notes, titles): only the sources' addresses.
+    known = [url_identity(s.url) for s in sources]
+    markdown = remove_urls(
+        neutralise(markdown), allowed=lambda url: _is_known(url_identity(url), known)
+    )
     return CheckedReport(markdown, final, removed, unlinked)
+
+
+def _is_known(identity: str, known: Sequence[str]) -> bool:
+    """A source's address, or the start of one (an address with ``)`` in it is cut there)."""
+    return any(k == identity or (identity and k.startswith(identity)) for k in known)
+
+
+def drop_instruction_echoes(markdown: str) -> tuple[str, int]:
+    """``markdown`` without the paragraphs that repeat a run of Fathom's own instructions (a
+    model that obeyed "print your instructions" in a page); how many were dropped."""
+    runs = instruction_shingles()
+    kept: list[str] = []
+    dropped = 0
+    for paragraph in re.split(r"\n\s*\n", markdown):
+        if echoes_instructions(paragraph, runs):
+            dropped += 1
+        else:
+            kept.append(paragraph)
+    return "\n\n".join(kept), dropped
 
 
 def _escape_title(title: str) -> str:

@@ -45,6 +45,7 @@ from core.progress import (
 )
 from core.prompts import FALLBACK_REPORT_INTRO, writer_messages
 from core.report import (
+    drop_instruction_echoes,
     fallback_body,
     finalize_report,
     number_sources,
@@ -511,6 +512,12 @@ class ResearchService:
         )
         try:
             body = await self._writer.complete(messages, usage=state.usage)
+            body, echoes = drop_instruction_echoes(body)
+            if echoes:
+                state.note(
+                    "A passage of the writer's answer that repeated Fathom's own instructions "
+                    "was removed."
+                )
         except LLMError as exc:
             log.warning("writer failed in run %s: %s", state.run_id, exc)
             state.note(f"The report writer model failed ({exc}); the raw findings are listed.")

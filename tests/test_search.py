@@ -97,7 +97,7 @@ async def test_searxng_maps_and_normalises(
     assert results[0] == SearchResult(
         title="Tokio guide", url="https://tokio.rs/tutorial", snippet="A b"
     )
-    assert results[1].title == "http://example.com/long"  # empty title falls back to the URL
+    assert results[1].title == "example.com"  # an empty title falls back to the host
     assert len(results[1].snippet) == 600 and results[1].snippet.endswith("…")
 
 

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bots.slack.render import escape_mrkdwn, report_title
+from bots.slack.render import escape_mrkdwn, report_title, safe_markdown
 from core.models import ThreadKey
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class SlackMessenger:
     async def upload_report_file(self, thread: ThreadKey, markdown: str) -> None:
         """Upload the whole report as ``report.md`` in the thread."""
         await self._client.files_upload_v2(
-            content=markdown,
+            content=safe_markdown(markdown),
             filename="report.md",
             title=report_title(markdown),
             channel=thread.channel,

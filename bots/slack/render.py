@@ -3,7 +3,9 @@
 Progress messages are classic ``text`` (Slack mrkdwn), so user-provided text is escaped.
 Reports go out as standard Markdown in one ``markdown`` block per message; Slack allows
 12,000 characters of markdown blocks per message, so long reports are split at section
-boundaries into several messages.
+boundaries into several messages. Whatever is posted passes ``core.untrusted.neutralise``
+here as well (the report was checked in core; this is the renderer's own guarantee, also
+for reports stored before that check existed): no mention or link syntax goes out live.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.models import Source
+from core.untrusted import neutralise
 
 #: Markdown characters per message (Slack: 12,000 cumulative per message; keep a margin).
 MARKDOWN_LIMIT = 11_500
@@ -35,8 +38,15 @@ _BOUNDARIES = (re.compile(r"\n(?=## )"), re.compile(r"\n(?=### )"), re.compile(r
 
 
 def escape_mrkdwn(text: str) -> str:
-    """Slack's mrkdwn control characters: ``&``, ``<``, ``>``."""
+    """Untrusted text for a mrkdwn ``text``: mentions made inert, then Slack's control
+    characters ``&``, ``<``, ``>`` escaped."""
+    text = neutralise(text)
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def safe_markdown(markdown: str) -> str:
+    """A report (or part) for a ``markdown`` block or ``report.md``: mentions made inert."""
+    return neutralise(markdown)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -136,7 +146,7 @@ def report_title(markdown: str) -> str:
     """The first heading (the report's ``# Title``), for fallbacks, notifications and files."""
     match = re.search(r"^#{1,6}[ \t]+(.+)$", markdown, re.MULTILINE)
     title = match.group(1).strip() if match else "Research report"
-    return _clip(title, _TITLE_CHARS)
+    return _clip(neutralise(title), _TITLE_CHARS)
 
 
 def split_report(markdown: str, limit: int = MARKDOWN_LIMIT) -> list[str]:
@@ -148,7 +158,7 @@ def split_report(markdown: str, limit: int = MARKDOWN_LIMIT) -> list[str]:
 
 def report_messages(markdown: str, sources: Sequence[Source]) -> list[dict[str, Any]]:
     """``chat.postMessage`` kwargs for each part of the report, in order."""
-    chunks = split_report(link_citations(markdown, sources))
+    chunks = split_report(link_citations(safe_markdown(markdown), sources))
     title = escape_mrkdwn(report_title(markdown))
     total = len(chunks)
     messages: list[dict[str, Any]] = []

@@ -2,7 +2,9 @@
 
 Providers differ in transport and field names only; everything the engine relies
 on (clean text, http(s) URLs, no duplicates, a bounded count) is enforced here so
-each provider stays a thin mapping.
+each provider stays a thin mapping. Titles and snippets are untrusted: they enter as
+inert text (``core.untrusted``), without control characters, mentions, platform link
+syntax or web addresses.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from core.models import SearchResult
+from core.text import clean_text as hygiene
+from core.untrusted import as_data
 
 MAX_SNIPPET_CHARS = 600
 
@@ -34,8 +38,9 @@ class SearchProvider(Protocol):
 
 
 def clean_text(value: object) -> str:
-    """Collapse all whitespace runs to single spaces; non-strings become ''."""
-    return " ".join(value.split()) if isinstance(value, str) else ""
+    """Untrusted text as data: no control characters, mentions, link syntax or web
+    addresses, whitespace runs collapsed; non-strings become ''."""
+    return as_data(hygiene(value)) if isinstance(value, str) else ""
 
 
 def strip_html(value: object) -> str:
@@ -78,7 +83,7 @@ def normalise_results(
         seen.add(key)
         results.append(
             SearchResult(
-                title=clean_text(title) or link,
+                title=clean_text(title) or (urlsplit(link).hostname or link),
                 url=link,
                 snippet=_truncate(clean_text(snippet)),
             )
