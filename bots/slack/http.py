@@ -144,10 +144,9 @@ class SlackEndpoint:
         flow = self._app.oauth_flow
         if flow is None:
             raise Rejected(404, "Slack OAuth is not configured on this server")
+        # A GET's body means nothing here (Bolt would parse it, and choke on e.g. "null").
         bolt_request = AsyncBoltRequest(
-            body=body.decode("utf-8", "replace"),
-            query=request.url.query,
-            headers=dict(headers.items()) if (headers := request.headers) else {},
+            body="", query=request.url.query, headers=dict(request.headers.items())
         )
         if request.url.path == flow.install_path:
             return to_starlette_response(await flow.handle_installation(bolt_request))
