@@ -1,0 +1,195 @@
+"""Platform-neutral Markdown for chat: citation links and splitting a report into parts.
+
+A platform caps the size of one message (Slack: 12,000 characters of markdown blocks; Feishu:
+30 KB of card JSON, where CJK text is 3 bytes a character). :func:`split_report` cuts a report
+into parts within a budget measured the platform's way, at the coarsest boundary that fits:
+level-2 headings, then level-3 headings, then paragraphs, and only as a last resort at a
+line or word break, never inside a link; a code fence cut by a split is closed at the end of
+one part and reopened in the next.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from core.models import Source
+
+Measure = Callable[[str], int]
+
+#: Room kept in each part for closing and reopening a code fence cut by a split.
+FENCE_MARGIN = 64
+
+# A citation `[n]` that is not already a link (`[[n]](url)`, `[n](url)`) nor the number in
+# front of a link in the sources list (`[n] [title](url)`).
+_CITATION = re.compile(r"(?<!\[)\[(\d+)\](?![(\]])(?![ \t]*\[[^\]\n]*\]\()")
+_CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
+_LINK_SPAN = re.compile(r"\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]\([^)\s]*\)")
+_FENCE_LINE = re.compile(r"^[ \t]*```(.*)$", re.MULTILINE)
+# Split points, coarsest first: level-2 headings, level-3 headings, paragraphs.
+_BOUNDARIES = (re.compile(r"\n(?=## )"), re.compile(r"\n(?=### )"), re.compile(r"\n\s*\n"))
+
+
+def utf8_size(text: str) -> int:
+    """A budget measured in UTF-8 bytes (Feishu's card limit)."""
+    return len(text.encode("utf-8"))
+
+
+def link_citations(markdown: str, sources: Sequence[Source]) -> str:
+    """``[n]`` → ``[[n]](url)`` for known sources, outside code; unknown numbers stay."""
+    urls = {s.n: s.url for s in sources}
+
+    def link(match: re.Match[str]) -> str:
+        url = urls.get(int(match.group(1)))
+        return f"[{match.group(0)}]({url})" if url else match.group(0)
+
+    out, last = [], 0
+    for code in _CODE.finditer(markdown):
+        out.append(_CITATION.sub(link, markdown[last : code.start()]))
+        out.append(code.group(0))
+        last = code.end()
+    out.append(_CITATION.sub(link, markdown[last:]))
+    return "".join(out)
+
+
+def _hard_split(text: str, budget: int) -> list[str]:
+    """Last resort: cut at a line or word break, never inside a link."""
+    pieces: list[str] = []
+    while len(text) > budget:
+        cut = max(text.rfind("\n", 0, budget), text.rfind(" ", 0, budget))
+        if cut < budget // 2:
+            cut = budget
+        for link in _LINK_SPAN.finditer(text, 0, min(len(text), cut + budget)):
+            if link.start() < cut < link.end() and link.start() > 0:
+                cut = link.start()
+                break
+        pieces.append(text[:cut])
+        text = text[cut:]
+    return [*pieces, text]
+
+
+def _split(text: str, budget: int, level: int = 0) -> list[str]:
+    """Pieces of at most ``budget`` chars whose concatenation is ``text``."""
+    if len(text) <= budget:
+        return [text]
+    if level == len(_BOUNDARIES):
+        return _hard_split(text, budget)
+    parts, last = [], 0
+    for match in _BOUNDARIES[level].finditer(text):
+        parts.append(text[last : match.start()])
+        last = match.start()
+    parts.append(text[last:])
+    chunks: list[str] = []
+    current = ""
+    for part in parts:
+        if len(current) + len(part) <= budget:
+            current += part
+            continue
+        if current:
+            chunks.append(current)
+        current = ""
+        if len(part) <= budget:
+            current = part
+        else:
+            chunks.extend(_split(part, budget, level + 1))
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _balance_fences(chunks: list[str]) -> list[str]:
+    """A code block cut by a split is closed at the end of one chunk and reopened in the next."""
+    out: list[str] = []
+    reopen: str | None = None
+    for chunk in chunks:
+        text = f"{reopen}\n{chunk}" if reopen is not None else chunk
+        reopen = None
+        for fence in _FENCE_LINE.finditer(text):
+            reopen = None if reopen is not None else "```" + fence.group(1).strip()[:20]
+        if reopen is not None:
+            text += "\n```"
+        out.append(text)
+    return out
+
+
+def _fitting_prefix(text: str, budget: int, measure: Measure) -> int:
+    """The longest prefix length (in characters) whose measure is within ``budget``."""
+    if measure is len:
+        return min(budget, len(text))
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if measure(text[:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return max(lo, 1)
+
+
+def _hard_split(text: str, budget: int, measure: Measure) -> list[str]:
+    """Last resort: cut at a line or word break, never inside a link."""
+    pieces: list[str] = []
+    while measure(text) > budget:
+        limit = _fitting_prefix(text, budget, measure)
+        cut = max(text.rfind("\n", 0, limit), text.rfind(" ", 0, limit))
+        if cut < limit // 2:
+            cut = limit
+        for link in _LINK_SPAN.finditer(text, 0, min(len(text), cut + limit)):
+            if link.start() < cut < link.end() and link.start() > 0:
+                cut = link.start()
+                break
+        pieces.append(text[:cut])
+        text = text[cut:]
+    return [*pieces, text]
+
+
+def _split(text: str, budget: int, measure: Measure, level: int = 0) -> list[str]:
+    """Pieces within ``budget`` whose concatenation is ``text``."""
+    if measure(text) <= budget:
+        return [text]
+    if level == len(_BOUNDARIES):
+        return _hard_split(text, budget, measure)
+    parts, last = [], 0
+    for match in _BOUNDARIES[level].finditer(text):
+        parts.append(text[last : match.start()])
+        last = match.start()
+    parts.append(text[last:])
+    chunks: list[str] = []
+    current = ""
+    for part in parts:
+        if measure(current + part) <= budget:
+            current += part
+            continue
+        if current:
+            chunks.append(current)
+        current = ""
+        if measure(part) <= budget:
+            current = part
+        else:
+            chunks.extend(_split(part, budget, measure, level + 1))
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _balance_fences(chunks: list[str]) -> list[str]:
+    """A code block cut by a split is closed at the end of one chunk and reopened in the next."""
+    out: list[str] = []
+    reopen: str | None = None
+    for chunk in chunks:
+        text = f"{reopen}\n{chunk}" if reopen is not None else chunk
+        reopen = None
+        for fence in _FENCE_LINE.finditer(text):
+            reopen = None if reopen is not None else "```" + fence.group(1).strip()[:20]
+        if reopen is not None:
+            text += "\n```"
+        out.append(text)
+    return out
+
+
+def split_report(markdown: str, limit: int, measure: Measure = len) -> list[str]:
+    """Non-empty Markdown parts of at most ``limit`` (as ``measure`` counts: characters by
+    default), split at section boundaries."""
+    pieces = _split(markdown.strip(), max(limit - FENCE_MARGIN, 1), measure)
+    chunks = [c.strip("\n") for c in _balance_fences(pieces)]
+    return [c for c in chunks if c.strip()]
