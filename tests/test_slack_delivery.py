@@ -11,10 +11,11 @@ import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bots.chat.throttle import EditThrottle, WorkspaceLimiter
 from bots.slack.delivery import SlackDelivery, SlackDeliveryFactory
+from bots.slack.errors import classify_error
 from bots.slack.messenger import SlackMessenger, StaticSlackClients, make_web_client
 from bots.slack.render import REPORT_FILE_THRESHOLD, progress_text, report_messages
-from bots.slack.throttle import EditThrottle, WorkspaceLimiter
 from core.models import RunStatus, Source, ThreadKey, Usage
 from core.progress import ProgressEvent, ProgressKind, search_executed_text
 from core.service import RunOutcome
@@ -71,7 +72,10 @@ async def test_rapid_submits_are_coalesced_and_the_last_text_is_written(
     thread, ts = await posted(server)
     messenger = SlackMessenger(plain_client(server))
     throttle = EditThrottle(
-        lambda t: messenger.edit_message(thread, ts, t), interval=0.2, limiter=None
+        lambda t: messenger.edit_message(thread, ts, t),
+        classify=classify_error,
+        interval=0.2,
+        limiter=None,
     )
     for i in range(10):
         await throttle.submit(f"step {i}")
@@ -85,7 +89,9 @@ async def test_rapid_submits_are_coalesced_and_the_last_text_is_written(
 async def test_intermediate_edits_are_spaced_by_the_interval(server: FakeSlackServer) -> None:
     thread, ts = await posted(server)
     messenger = SlackMessenger(plain_client(server))
-    throttle = EditThrottle(lambda t: messenger.edit_message(thread, ts, t), interval=0.15)
+    throttle = EditThrottle(
+        lambda t: messenger.edit_message(thread, ts, t), classify=classify_error, interval=0.15
+    )
     for i in range(25):
         await throttle.submit(f"step {i}")
         await asyncio.sleep(0.03)
@@ -99,7 +105,9 @@ async def test_intermediate_edits_are_spaced_by_the_interval(server: FakeSlackSe
 async def test_final_text_survives_a_429(server: FakeSlackServer) -> None:
     thread, ts = await posted(server)
     messenger = SlackMessenger(plain_client(server))
-    throttle = EditThrottle(lambda t: messenger.edit_message(thread, ts, t), interval=0.05)
+    throttle = EditThrottle(
+        lambda t: messenger.edit_message(thread, ts, t), classify=classify_error, interval=0.05
+    )
     await throttle.submit("step 1")
     await wait_for_text(server, ts, "step 1")
     server.fake.fail_next("chat.update", status=429, retry_after=1)
@@ -116,7 +124,9 @@ async def test_final_text_survives_a_429(server: FakeSlackServer) -> None:
 async def test_final_edit_that_slack_refuses_reports_failure(server: FakeSlackServer) -> None:
     thread, _ = await posted(server)
     messenger = SlackMessenger(plain_client(server))
-    throttle = EditThrottle(lambda t: messenger.edit_message(thread, "1.2", t), interval=0.05)
+    throttle = EditThrottle(
+        lambda t: messenger.edit_message(thread, "1.2", t), classify=classify_error, interval=0.05
+    )
     assert not await throttle.flush_final("done")  # message_not_found is not retried
     assert len(server.fake.calls_to("chat.update")) == 1
 
@@ -140,7 +150,10 @@ async def test_limiter_skips_intermediate_edits_and_delays_the_final(
     limiter = WorkspaceLimiter(per_minute=120, burst=1)  # one edit per 0.5 s
     assert limiter.try_acquire()  # another message of the workspace took the token
     throttle = EditThrottle(
-        lambda t: messenger.edit_message(thread, ts, t), interval=0.01, limiter=limiter
+        lambda t: messenger.edit_message(thread, ts, t),
+        classify=classify_error,
+        interval=0.01,
+        limiter=limiter,
     )
     for i in range(5):
         await throttle.submit(f"step {i}")

@@ -26,6 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack import text as replies
 from bots.slack.delivery import SlackDeliveryFactory
+from bots.slack.errors import describe_error
 from bots.slack.http import SlackEndpoint
 from bots.slack.messenger import SlackClients, StaticSlackClients, make_web_client
 from bots.slack.oauth import (
@@ -35,7 +36,6 @@ from bots.slack.oauth import (
     installation_store,
     oauth_settings,
 )
-from bots.slack.throttle import describe_error
 from core.commands import CommandError, validate_ids
 from core.config import Settings
 from core.delivery import ResearchJob

@@ -16,19 +16,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from bots.chat.throttle import EditThrottle, WorkspaceLimiter, WorkspaceLimiters
+from bots.slack.errors import classify_error, describe_error
 from bots.slack.messenger import SlackClients, SlackMessenger, thread_ts
 from bots.slack.render import (
     REPORT_FILE_THRESHOLD,
     escape_mrkdwn,
     progress_text,
     report_messages,
-)
-from bots.slack.throttle import (
-    EditThrottle,
-    WorkspaceLimiter,
-    WorkspaceLimiters,
-    classify_error,
-    describe_error,
 )
 from core.delivery import PostFailure
 from core.models import ThreadKey
@@ -105,7 +100,9 @@ class SlackDelivery:
             async def edit(value: str) -> None:
                 await self._messenger.edit_message(thread, message_id, value)
 
-            self._throttle = EditThrottle(edit, interval=self._interval, limiter=self._limiter)
+            self._throttle = EditThrottle(
+                edit, classify=classify_error, interval=self._interval, limiter=self._limiter
+            )
         if event.kind is ProgressKind.FINISHED:
             await self._throttle.flush_final(text)
         else:

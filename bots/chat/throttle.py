@@ -1,9 +1,11 @@
-"""Edits of the progress message, coalesced and kept within Slack's rate limits.
+"""Edits of a progress message, coalesced and kept within a platform's rate limits.
 
-The engine may report progress faster than Slack lets a bot edit (``chat.update`` is
-Tier 3: about 50 calls a minute per workspace). Intermediate texts are only the latest
-state, so they are coalesced and may be skipped; the final text is always written,
-waiting out 429s (``Retry-After``) as often as needed within a few attempts.
+The engine may report progress faster than a platform lets a bot edit (Slack's ``chat.update``
+is Tier 3, about 50 calls a minute per workspace; Feishu allows 5 updates a second per card).
+Intermediate texts are only the latest state, so they are coalesced and may be skipped; the
+final text is always written, waiting out rate limits (the platform's ``Retry-After``) as often
+as needed within a few attempts. The platform says which failures are worth a retry through
+its ``classify`` function (``core.delivery.PostFailure``).
 """
 
 from __future__ import annotations
@@ -13,62 +15,29 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-import aiohttp
-from slack_sdk.errors import SlackApiError
-
 from core.delivery import PostFailure
 
 log = logging.getLogger(__name__)
 
 Edit = Callable[[str], Awaitable[None]]
+Classify = Callable[[Exception], PostFailure]
 
-MAX_RETRY_AFTER = 30.0
+#: The longest wait between two tries of an edit (seconds).
+MAX_BACKOFF = 30.0
 FINAL_ATTEMPTS = 5
-#: ``ok: false`` errors that mean "Slack had a problem, try again" (HTTP 200 answers).
-RETRYABLE_ERRORS = frozenset(
-    {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
-)
 
 
-def describe_error(exc: BaseException) -> str:
-    """A log-safe description: the HTTP status and Slack error code, never request data."""
-    if isinstance(exc, SlackApiError):
-        return f"HTTP {exc.response.status_code} {exc.response.get('error')}"
-    return type(exc).__name__
-
-
-def classify_error(exc: BaseException) -> PostFailure:
-    """Slack's answer as the shared delivery logic needs it: retryable or not, and how long
-    Slack asked to wait (``Retry-After`` of a 429)."""
-    reason = describe_error(exc)
-    if isinstance(exc, SlackApiError):
-        status = exc.response.status_code
-        if status == 429:
-            headers = {str(k).lower(): v for k, v in (exc.response.headers or {}).items()}
-            try:
-                seconds = float(headers.get("retry-after", 1))
-            except (TypeError, ValueError):
-                seconds = 1.0
-            return PostFailure(reason, True, min(max(seconds, 0.0), MAX_RETRY_AFTER))
-        retryable = status >= 500 or exc.response.get("error") in RETRYABLE_ERRORS
-        return PostFailure(reason, retryable)
-    if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError):
-        return PostFailure(reason, True)
-    return PostFailure(reason, False)
-
-
-def retry_delay(exc: BaseException, attempt: int) -> float | None:
-    """Seconds to wait before retrying after ``exc``, or None when retrying cannot help."""
-    failure = classify_error(exc)
+def retry_delay(failure: PostFailure, attempt: int) -> float | None:
+    """Seconds to wait before retrying, or None when retrying cannot help."""
     if not failure.retryable:
         return None
     if failure.retry_after > 0:
-        return failure.retry_after
-    return min(float(2**attempt), MAX_RETRY_AFTER)
+        return min(failure.retry_after, MAX_BACKOFF)
+    return min(float(2**attempt), MAX_BACKOFF)
 
 
 class WorkspaceLimiter:
-    """Token bucket shared by every message of one workspace (chat.update is Tier 3)."""
+    """Token bucket shared by every message of one workspace (a platform's per-app edit limit)."""
 
     def __init__(
         self,
@@ -108,7 +77,7 @@ class WorkspaceLimiter:
 
 
 class WorkspaceLimiters:
-    """One limiter per workspace; owned by whoever owns the Slack clients (the factory)."""
+    """One limiter per workspace; owned by whoever owns the platform clients (the factory)."""
 
     def __init__(self, per_minute: float = 50.0, burst: int = 10) -> None:
         self._per_minute = per_minute
@@ -129,11 +98,13 @@ class EditThrottle:
         self,
         edit: Edit,
         *,
+        classify: Classify,
         interval: float = 1.0,
         limiter: WorkspaceLimiter | None = None,
         final_attempts: int = FINAL_ATTEMPTS,
     ) -> None:
         self._edit = edit
+        self._classify = classify
         self._interval = interval
         self._limiter = limiter
         self._attempts = final_attempts
@@ -176,10 +147,11 @@ class EditThrottle:
                 await self._edit(text)
                 self._written = text
             except Exception as exc:
-                delay = retry_delay(exc, 1)
+                failure = self._classify(exc)
+                delay = retry_delay(failure, 1)
                 if delay is not None and self._pending is None:
                     self._pending, backoff = text, delay  # retry unless something newer came
-                log.warning("progress edit failed (%s)", describe_error(exc))
+                log.warning("progress edit failed (%s)", failure.reason)
             finally:
                 self._editing = False
             self._next_at = loop.time() + max(self._interval, backoff)
@@ -212,11 +184,12 @@ class EditThrottle:
             try:
                 await self._edit(text)
             except Exception as exc:
-                delay = retry_delay(exc, attempt)
+                failure = self._classify(exc)
+                delay = retry_delay(failure, attempt)
                 if delay is None:
-                    log.error("final progress edit failed (%s)", describe_error(exc))
+                    log.error("final progress edit failed (%s)", failure.reason)
                     return False
-                log.info("final progress edit: %s, retrying in %.1fs", describe_error(exc), delay)
+                log.info("final progress edit: %s, retrying in %.1fs", failure.reason, delay)
                 self._next_at = loop.time() + delay
                 continue
             self._written = text
