@@ -52,66 +52,6 @@ def link_citations(markdown: str, sources: Sequence[Source]) -> str:
     return "".join(out)
 
 
-def _hard_split(text: str, budget: int) -> list[str]:
-    """Last resort: cut at a line or word break, never inside a link."""
-    pieces: list[str] = []
-    while len(text) > budget:
-        cut = max(text.rfind("\n", 0, budget), text.rfind(" ", 0, budget))
-        if cut < budget // 2:
-            cut = budget
-        for link in _LINK_SPAN.finditer(text, 0, min(len(text), cut + budget)):
-            if link.start() < cut < link.end() and link.start() > 0:
-                cut = link.start()
-                break
-        pieces.append(text[:cut])
-        text = text[cut:]
-    return [*pieces, text]
-
-
-def _split(text: str, budget: int, level: int = 0) -> list[str]:
-    """Pieces of at most ``budget`` chars whose concatenation is ``text``."""
-    if len(text) <= budget:
-        return [text]
-    if level == len(_BOUNDARIES):
-        return _hard_split(text, budget)
-    parts, last = [], 0
-    for match in _BOUNDARIES[level].finditer(text):
-        parts.append(text[last : match.start()])
-        last = match.start()
-    parts.append(text[last:])
-    chunks: list[str] = []
-    current = ""
-    for part in parts:
-        if len(current) + len(part) <= budget:
-            current += part
-            continue
-        if current:
-            chunks.append(current)
-        current = ""
-        if len(part) <= budget:
-            current = part
-        else:
-            chunks.extend(_split(part, budget, level + 1))
-    if current:
-        chunks.append(current)
-    return chunks
-
-
-def _balance_fences(chunks: list[str]) -> list[str]:
-    """A code block cut by a split is closed at the end of one chunk and reopened in the next."""
-    out: list[str] = []
-    reopen: str | None = None
-    for chunk in chunks:
-        text = f"{reopen}\n{chunk}" if reopen is not None else chunk
-        reopen = None
-        for fence in _FENCE_LINE.finditer(text):
-            reopen = None if reopen is not None else "```" + fence.group(1).strip()[:20]
-        if reopen is not None:
-            text += "\n```"
-        out.append(text)
-    return out
-
-
 def _fitting_prefix(text: str, budget: int, measure: Measure) -> int:
     """The longest prefix length (in characters) whose measure is within ``budget``."""
     if measure is len:

@@ -238,7 +238,7 @@ async def _ack_event(ack: AsyncAck) -> None:
     await ack()
 
 
-async def _undeliverable_payload(error: Exception, body: dict[str, Any]) -> BoltResponse:
+async def _unhandled_delivery(error: Exception, body: dict[str, Any]) -> BoltResponse:
     """Bolt or a listener failed on a verified delivery (a payload shape nobody expected, or
     a bug): one log line (the traceback at DEBUG), and 400 so Slack does not retry it."""
     kind = body.get("type") or body.get("command") or "unknown"
@@ -283,7 +283,7 @@ def build_bolt_app(
         raise_error_for_unhandled_request=False,
         logger=bolt_log,
     )
-    app.error(_undeliverable_payload)
+    app.error(_unhandled_delivery)
     app.command(re.compile(r"^/.+"))(commands.on_command)  # whatever the app names it
     app.event("app_mention")(ack=_ack_event, lazy=[commands.on_mention])
     app.event("message")(ack=_ack_event, lazy=[commands.on_message])

@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from core.models import SearchResult
-from core.text import clean_text as hygiene
+from core.text import clean_text
 from core.untrusted import as_data
 
 MAX_SNIPPET_CHARS = 600
@@ -37,10 +37,10 @@ class SearchProvider(Protocol):
     async def search(self, query: str) -> list[SearchResult]: ...
 
 
-def clean_text(value: object) -> str:
-    """Untrusted text as data: no control characters, mentions, link syntax or web
+def result_text(value: object) -> str:
+    """A title or snippet as data: no control characters, mentions, link syntax or web
     addresses, whitespace runs collapsed; non-strings become ''."""
-    return as_data(hygiene(value)) if isinstance(value, str) else ""
+    return as_data(clean_text(value)) if isinstance(value, str) else ""
 
 
 def strip_html(value: object) -> str:
@@ -83,9 +83,9 @@ def normalise_results(
         seen.add(key)
         results.append(
             SearchResult(
-                title=clean_text(title) or (urlsplit(link).hostname or link),
+                title=result_text(title) or (urlsplit(link).hostname or link),
                 url=link,
-                snippet=_truncate(clean_text(snippet)),
+                snippet=_truncate(result_text(snippet)),
             )
         )
         if len(results) >= max_results:
