@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from core.models import Strategy
 from core.text import clean_text, has_visible
+from core.wording import Language
 
 MAX_TOPIC_CHARS = 2000
 #: The longest platform identifier (workspace, channel, user, thread) accepted. Real ones are
@@ -17,7 +18,16 @@ AVAILABLE_STRATEGIES = (Strategy.ITERATIVE,)
 
 
 class CommandError(ValueError):
-    """The request is invalid; the message is meant for the person who made it."""
+    """The request is invalid; the message is meant for the person who made it.
+
+    ``str(error)`` is English; ``error.text("zh")`` the Chinese wording when there is one."""
+
+    def __init__(self, message: str, zh: str | None = None) -> None:
+        super().__init__(message)
+        self.zh = zh
+
+    def text(self, language: Language) -> str:
+        return self.zh if language == "zh" and self.zh else str(self)
 
 
 def validate_topic(topic: str | None) -> str:
@@ -25,10 +35,14 @@ def validate_topic(topic: str | None) -> str:
     refused when nothing visible is left or it is too long."""
     text = " ".join(clean_text(topic or "").split())
     if not has_visible(text):
-        raise CommandError("The topic is empty: say what to research, e.g. `AI chips depth=3`.")
+        raise CommandError(
+            "The topic is empty: say what to research, e.g. `AI chips depth=3`.",
+            "主题为空：请说明要研究什么，例如 `AI 芯片 depth=3`。",
+        )
     if len(text) > MAX_TOPIC_CHARS:
         raise CommandError(
-            f"The topic is {len(text):,} characters long; at most {MAX_TOPIC_CHARS:,} are allowed."
+            f"The topic is {len(text):,} characters long; at most {MAX_TOPIC_CHARS:,} are allowed.",
+            f"主题长 {len(text):,} 个字符；最多允许 {MAX_TOPIC_CHARS:,} 个。",
         )
     return text
 
@@ -40,10 +54,14 @@ def validate_depth(value: int | str | None, *, default: int, maximum: int) -> in
         depth = int(str(value).strip())
     except ValueError:
         raise CommandError(
-            f"depth must be a whole number from 1 to {maximum}, not {str(value)!r}."
+            f"depth must be a whole number from 1 to {maximum}, not {str(value)!r}.",
+            f"depth 必须是 1 到 {maximum} 之间的整数，不能是 {str(value)!r}。",
         ) from None
     if not 1 <= depth <= maximum:
-        raise CommandError(f"depth must be from 1 to {maximum}; {depth} is not allowed.")
+        raise CommandError(
+            f"depth must be from 1 to {maximum}; {depth} is not allowed.",
+            f"depth 必须在 1 到 {maximum} 之间；不允许 {depth}。",
+        )
     return depth
 
 
@@ -55,9 +73,15 @@ def validate_strategy(value: str | Strategy | None) -> Strategy:
     try:
         strategy = Strategy(name)
     except ValueError:
-        raise CommandError(f"Unknown strategy {name!r}; available: {allowed}.") from None
+        raise CommandError(
+            f"Unknown strategy {name!r}; available: {allowed}.",
+            f"未知的策略 {name!r}；可用：{allowed}。",
+        ) from None
     if strategy not in AVAILABLE_STRATEGIES:
-        raise CommandError(f"The {name} strategy is not available yet; available: {allowed}.")
+        raise CommandError(
+            f"The {name} strategy is not available yet; available: {allowed}.",
+            f"{name} 策略暂不可用；可用：{allowed}。",
+        )
     return strategy
 
 
@@ -66,6 +90,12 @@ def validate_ids(**ids: str | None) -> None:
     or not printable: no run could be delivered for it."""
     for name, value in ids.items():
         if not value or not value.strip():
-            raise CommandError(f"This request came without a {name}, so I cannot answer it.")
+            raise CommandError(
+                f"This request came without a {name}, so I cannot answer it.",
+                f"这个请求缺少 {name}，无法回复。",
+            )
         if len(value) > MAX_ID_CHARS or not value.isprintable():
-            raise CommandError(f"This request's {name} is not valid, so I cannot answer it.")
+            raise CommandError(
+                f"This request's {name} is not valid, so I cannot answer it.",
+                f"这个请求的 {name} 无效，无法回复。",
+            )

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from core import wording
 from core.engine.iterative import IterativeStrategy, JsonModel, RunState, StepHooks, StopReason
 from core.lease import (
     LOST_CLAIM,
@@ -53,6 +54,7 @@ from core.report import (
     writer_source_blocks,
 )
 from core.search import SearchProvider
+from core.wording import request_language
 from storage import (
     Claim,
     ClaimLost,
@@ -99,13 +101,18 @@ class _CancelFlag:
 
 
 class RunRejected(ValueError):
-    """The request cannot start now (e.g. a run is already active in the thread)."""
+    """The request cannot start now: a run is already active in the thread (``active``,
+    when known)."""
+
+    def __init__(self, message: str, active: RunRecord | None = None) -> None:
+        super().__init__(message)
+        self.active = active
 
 
 def _rejected(busy: ThreadBusy, message: str) -> RunRejected:
     """``message`` with ``{run}`` naming the thread's active run (when known)."""
     run = f" (run {busy.active.id})" if busy.active is not None else ""
-    return RunRejected(message.format(run=run))
+    return RunRejected(message.format(run=run), busy.active)
 
 
 class RunBusy(RuntimeError):
@@ -157,20 +164,17 @@ class RunOutcome:
 
 
 def final_progress_text(outcome: RunOutcome) -> str:
-    done, depth = len(outcome.topics), outcome.depth
+    """The last status of a run, in the language of its topic."""
+    done, depth, language = len(outcome.topics), outcome.depth, request_language(outcome.topic)
     if outcome.status is RunStatus.FAILED:
-        return f"Research failed after {done} of {depth} searches: {outcome.error}"
+        return wording.failed_text(language, done, depth, outcome.error)
     if outcome.status is RunStatus.CANCELLED:
-        return f"Research cancelled after {done} of {depth} searches."
-    cited = f"{len(outcome.sources)} sources"
+        return wording.cancelled_text(language, done, depth)
+    sources = len(outcome.sources)
     if outcome.stop_reason in (StopReason.DEPTH_REACHED, None):
-        return f"Research done: {done}/{depth} searches, {cited}."
-    why = {
-        StopReason.PLANNER_STOPPED: "the planner found nothing more worth searching",
-        StopReason.PLANNER_FAILED: "the planner model failed",
-        StopReason.DUPLICATE_TOPICS: "the planner only proposed topics already searched",
-    }.get(outcome.stop_reason, str(outcome.stop_reason))
-    return f"Research done, stopped early after {done} of {depth} searches ({why}); {cited}."
+        return wording.done_text(language, done, depth, sources)
+    why = str(outcome.stop_reason.value)
+    return wording.stopped_early_text(language, done, depth, sources, why)
 
 
 class ResearchService:
@@ -368,16 +372,20 @@ class ResearchService:
         markdown: str | None = None
         sources: list[Source] = []
         try:
-            verb = "Resuming" if resuming else "Researching"
-            done = f" ({state.searches_done} of {state.depth} searches done)" if resuming else ""
-            await publish(ProgressKind.STARTED, f"{verb} “{run.topic}”, depth {run.depth}{done}…")
+            resumed_after = state.searches_done if resuming else None
+            await publish(
+                ProgressKind.STARTED,
+                wording.started_text(
+                    state.language, run.topic, run.depth, resumed_after=resumed_after
+                ),
+            )
             reason = await self._strategy.run(state, hooks)
             if reason is StopReason.CANCELLED:
                 status = RunStatus.CANCELLED
             else:
                 rounds = state.searches_done
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
-                await publish(ProgressKind.WRITING, f"{prefix}Writing the report…")
+                await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))
                 markdown, sources = await self._write(state)
                 status = RunStatus.SUCCEEDED
         except asyncio.CancelledError as exc:

@@ -817,6 +817,12 @@ class Store:
         )
         return await self._db.run(lambda conn: conn.execute(stmt).first() is not None)
 
+    async def events_seen(self, keys: Sequence[str]) -> bool:
+        """Whether any of these platform deliveries was recorded (:meth:`claim_event`)."""
+        fitted = [fit_key(key) for key in keys]
+        stmt = select(_events.c.key).where(_events.c.key.in_(fitted)).limit(1)
+        return await self._db.run(lambda conn: conn.execute(stmt).first() is not None)
+
     async def prune_events(self, older_than: timedelta) -> int:
         stmt = delete(_events).where(_events.c.created_at < utcnow() - older_than)
         return await self._db.run(lambda conn: int(conn.execute(stmt).rowcount or 0))

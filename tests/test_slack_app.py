@@ -33,8 +33,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
+from bots.chat.replies import Replies
 from bots.server import create_app
-from bots.slack.text import clean_text, status_reply
+from bots.slack.text import SlackMarkup, clean_text
 from core.config import Settings
 from storage import Database, RunRecord, Store
 from tests.conftest import FAKE_API_KEY
@@ -748,7 +749,7 @@ def test_clean_text_strips_the_bot_and_undoes_markup() -> None:
 
 
 def test_status_reply_without_runs() -> None:
-    assert "no research yet" in status_reply([], [])
+    assert "no research yet" in Replies(SlackMarkup(), "en").status([], [])
 
 
 # -- Socket Mode --------------------------------------------------------------------------

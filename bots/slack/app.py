@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from slack_bolt import BoltResponse
@@ -24,7 +23,7 @@ from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bots.slack import text as replies
+from bots.chat.inbound import PENDING_PREFIX, ChatCommands, ChatMessage
 from bots.slack.delivery import SlackDeliveryFactory
 from bots.slack.errors import describe_error
 from bots.slack.http import SlackEndpoint
@@ -36,155 +35,56 @@ from bots.slack.oauth import (
     installation_store,
     oauth_settings,
 )
-from core.commands import CommandError, validate_ids
+from bots.slack.text import SlackMarkup, clean_text
 from core.config import Settings
 from core.delivery import ResearchJob
-from core.grammar import (
-    CancelCommand,
-    HelpCommand,
-    ResearchCommand,
-    StatusCommand,
-    help_text,
-    parse_command,
-)
 from core.jobs import JobRunner
-from core.models import ResearchRequest, RunStatus, ThreadKey
 from core.runtime import Runtime
-from core.service import ResearchService, RunRejected
-from storage import RunRecord, Store
 
 log = logging.getLogger(__name__)
 
-FAILURE_REPLY = ":warning: Something went wrong on my side; please try again in a moment."
 
-
-@dataclass(frozen=True)
-class Origin:
-    """Who asked, where, and which delivery of the request this is."""
-
-    team: str
-    user: str
-    channel: str
-    thread: str  # the message ts to thread under, or ``pending-<trigger_id>``
-    dedupe_key: str
-    in_thread: bool = False  # written inside an existing thread
-
-
-@dataclass(frozen=True)
-class Reply:
-    text: str
-    started: bool = False  # a run was accepted: its progress message speaks for itself
+def _message(
+    *, team: str, user: str, channel: str, thread: str, text: str, key: str, in_thread: bool
+) -> ChatMessage:
+    return ChatMessage(
+        platform="slack",
+        workspace=team,
+        channel=channel,
+        thread=thread,
+        user=user,
+        text=text,
+        dedupe_key=key,
+        in_thread=in_thread,
+    )
 
 
 class SlackCommands:
-    """The platform logic behind every entry point; each call answers with a :class:`Reply`."""
+    """Bolt listeners: each translates a Slack delivery for the shared ``ChatCommands``."""
 
-    def __init__(
-        self, settings: Settings, service: ResearchService, store: Store, runner: JobRunner
-    ) -> None:
-        self._settings = settings
-        self._service = service
-        self._store = store
-        self._runner = runner
+    def __init__(self, chat: ChatCommands) -> None:
+        self.chat = chat
 
-    async def handle(self, origin: Origin, text: str) -> Reply:
-        settings = self._settings
-        try:
-            validate_ids(workspace=origin.team, channel=origin.channel, user=origin.user)
-            validate_ids(thread=origin.thread.removeprefix(replies.PENDING_PREFIX))
-        except CommandError as exc:
-            return Reply(replies.error_reply(str(exc)))
-        if not settings.is_allowed(origin.user, origin.channel):
-            return Reply(replies.not_allowed_reply())
-        try:
-            command = parse_command(
-                text, default_depth=settings.default_depth, max_depth=settings.max_depth
-            )
-        except CommandError as exc:
-            return Reply(replies.error_reply(str(exc)))
-        if isinstance(command, HelpCommand):
-            depths = {"default_depth": settings.default_depth, "max_depth": settings.max_depth}
-            return Reply(help_text(**depths))
-        if isinstance(command, StatusCommand):
-            return Reply(await self._status(origin))
-        if isinstance(command, CancelCommand):
-            return Reply(await self._cancel(origin, command.run_id))
-        return await self._research(origin, command)
-
-    async def _research(self, origin: Origin, command: ResearchCommand) -> Reply:
-        by = replies.requested_by(origin.team, origin.user)
-        active, seen = await self._store.count_active_runs(by, dedupe_key=origin.dedupe_key)
-        if seen:  # delivered again
-            return Reply(replies.accepted_reply(command.topic, command.depth), started=True)
-        if active >= self._settings.user_concurrency:
-            return Reply(replies.concurrency_reply(self._settings.user_concurrency))
-        request = ResearchRequest(
-            topic=command.topic,
-            depth=command.depth,
-            strategy=command.strategy,
-            thread=replies.thread_key(origin.team, origin.channel, origin.thread),
-            requested_by=by,
-            dedupe_key=origin.dedupe_key,
-        )
-        try:
-            run, created = await self._service.submit(request)
-        except RunRejected as exc:
-            return Reply(replies.rejected_reply(str(exc)))
-        if created:
-            await self._runner.enqueue(run.id)
-        return Reply(replies.accepted_reply(run.topic, run.depth), started=True)
-
-    async def _status(self, origin: Origin) -> str:
-        by = replies.requested_by(origin.team, origin.user)
-        active = await self._store.active_runs_for_user(by)
-        recent = await self._store.recent_runs_for_user(by, replies.STATUS_RECENT + len(active))
-        return replies.status_reply(list(reversed(active)), recent)
-
-    async def _cancel(self, origin: Origin, prefix: str | None) -> str:
-        by = replies.requested_by(origin.team, origin.user)
-        if origin.in_thread and prefix is None:
-            key = replies.thread_key(origin.team, origin.channel, origin.thread)
-            run = await self._store.latest_run_in_thread(str(key))
-            if run is None or RunStatus(run.status).finished:
-                return "Nothing is running in this thread."
-            if run.requested_by != by and origin.user not in self._settings.admins:
-                return "Only the person who started this research (or an admin) can cancel it."
-        else:
-            run = self._pick(await self._store.active_runs_for_user(by), origin, prefix)
-            if run is None:
-                return replies.nothing_to_cancel_reply(prefix)
-        if not await self._service.cancel(run.id):
-            return "That research has already finished."
-        return replies.cancelled_reply(run)
-
-    @staticmethod
-    def _pick(active: list[RunRecord], origin: Origin, prefix: str | None) -> RunRecord | None:
-        """The newest active run matching the id prefix, else the newest in this channel."""
-        if prefix:
-            wanted = prefix.lower()
-            matches = [run for run in active if run.id.startswith(wanted)]
-        else:
-            matches = [r for r in active if ThreadKey.parse(r.thread_key).channel == origin.channel]
-        return matches[-1] if matches else None
-
-    # -- Bolt listeners -------------------------------------------------------------------
     async def on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         """``/research …``: everything happens before ``ack`` (DB only), then one ack."""
         trigger = command.get("trigger_id") or ""
-        origin = Origin(
-            team=command.get("team_id") or "",
+        team = command.get("team_id") or ""
+        message = _message(
+            team=team,
             user=command.get("user_id") or "",
             channel=command.get("channel_id") or "",
-            thread=f"{replies.PENDING_PREFIX}{trigger}",
-            dedupe_key=f"slack:cmd:{command.get('team_id')}:{trigger}",
+            thread=f"{PENDING_PREFIX}{trigger}",
+            # Slack escapes &, < and > in command text and may send link markup.
+            text=clean_text(command.get("text") or ""),
+            key=f"slack:cmd:{team}:{trigger}",
+            in_thread=False,
         )
         try:
-            # Slack escapes &, < and > in command text and may send link markup.
-            reply = await self.handle(origin, replies.clean_text(command.get("text") or ""))
+            text = (await self.chat.handle(message)).text
         except Exception:
-            log.exception("slash command from %s failed", origin.user)
-            reply = Reply(FAILURE_REPLY)
-        await ack(text=reply.text, response_type="ephemeral")
+            log.exception("slash command from %s failed", message.user)
+            text = self.chat.replies(message.lang).failure()
+        await ack(text=text, response_type="ephemeral")
 
     async def on_mention(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
@@ -209,28 +109,28 @@ class SlackCommands:
         team = context.team_id or body.get("team_id") or ""
         channel, ts = str(event.get("channel") or ""), str(event.get("ts") or "")
         event_id = body.get("event_id") or f"{team}:{channel}:{ts}"
-        key = f"slack:event:{event_id}"
-        if not await self._store.claim_event(key):
-            return  # a redelivery (X-Slack-Retry-Num) of an event already handled
         parent = event.get("thread_ts")
-        origin = Origin(
+        message = _message(
             team=team,
             user=str(event.get("user") or ""),
             channel=channel,
             thread=str(parent or ts),
-            dedupe_key=key,
+            text=clean_text(str(event.get("text") or ""), context.bot_user_id),
+            key=f"slack:event:{event_id}",
             in_thread=bool(parent and parent != ts),
         )
-        text = replies.clean_text(str(event.get("text") or ""), context.bot_user_id)
-        reply = await self.handle(origin, text)
-        if reply.started or context.client is None or not (channel and origin.user):
-            return
-        try:
-            await context.client.chat_postEphemeral(
-                channel=channel, user=origin.user, thread_ts=parent, text=reply.text
-            )
-        except Exception as exc:
-            log.warning("ephemeral reply in %s failed (%s)", channel, describe_error(exc))
+
+        async def answer(text: str) -> None:
+            if context.client is None or not (channel and message.user):
+                return
+            try:
+                await context.client.chat_postEphemeral(
+                    channel=channel, user=message.user, thread_ts=parent, text=text
+                )
+            except Exception as exc:
+                log.warning("ephemeral reply in %s failed (%s)", channel, describe_error(exc))
+
+        await self.chat.receive(message, answer)
 
 
 async def _ack_event(ack: AsyncAck) -> None:
@@ -340,7 +240,8 @@ async def open_slack(
         except Exception as exc:
             why = describe_error(exc)
             log.warning("slack auth.test failed at start-up (%s); retried per request", why)
-    commands = SlackCommands(settings, runtime.service, runtime.store, runner)
+    chat = ChatCommands(settings, runtime.service, runtime.store, runner, SlackMarkup())
+    commands = SlackCommands(chat)
     app = build_bolt_app(
         settings, commands, client=bolt_client(settings), authorize=authorize, oauth=oauth
     )

@@ -23,6 +23,7 @@ from core.models import Finding, PlannerDecision, SearchResult, ThreadVariables,
 from core.progress import ProgressKind, search_executed_text
 from core.prompts import planner_duplicate_message, planner_messages
 from core.search import SearchError, SearchProvider
+from core.wording import Language, request_language, search_failed_words, searching_words
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,11 @@ class RunState:
     #: The version of the thread's variables this state is based on (0: none stored yet).
     variables_version: int = 0
 
+    @property
+    def language(self) -> Language:
+        """The language of the bot's words for this run (that of its topic)."""
+        return request_language(self.topic)
+
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
@@ -106,7 +112,7 @@ def searching_text(state: RunState, topic: str) -> str:
     """
     done = state.searches_done
     prefix = f"{search_executed_text(done, state.depth)} " if done else ""
-    return f"{prefix}Searching: {topic}…"
+    return f"{prefix}{searching_words(state.language, topic)}"
 
 
 class IterativeStrategy:
@@ -141,7 +147,7 @@ class IterativeStrategy:
             await hooks.checkpoint(state)
             text = search_executed_text(state.searches_done, state.depth)
             if finding.error:
-                text += " (the search failed; continuing)"
+                text += f" {search_failed_words(state.language)}"
             await hooks.progress(ProgressKind.SEARCHED, text, topic)
         return StopReason.DEPTH_REACHED
 

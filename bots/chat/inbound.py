@@ -1,0 +1,219 @@
+"""Requests from any chat platform: one neutral message in, what to answer out.
+
+An adapter turns a platform delivery (a Slack slash command or event, a Feishu message
+event, ...) into a :class:`ChatMessage` with the bot's own mention and the platform's markup
+already removed, and calls :meth:`ChatCommands.handle` (when the platform needs the answer in
+its acknowledgement) or :meth:`ChatCommands.receive` (when the answer is posted afterwards).
+
+Everything here touches only the database: access lists, the shared grammar, help, status and
+cancel, the per-user limit, and the dedupe-aware submit and enqueue. A run's own progress
+message is its answer; any other answer (help, an error) is a :class:`Reply` the adapter shows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from bots.chat.replies import STATUS_RECENT, Markup, Replies
+from core.commands import CommandError, validate_ids
+from core.config import Settings
+from core.grammar import CancelCommand, HelpCommand, ResearchCommand, StatusCommand, parse_command
+from core.jobs import JobRunner
+from core.models import ResearchRequest, RunStatus, ThreadKey
+from core.service import ResearchService, RunRejected
+from core.wording import Language, request_language
+from storage import RunRecord, Store
+
+log = logging.getLogger(__name__)
+
+#: A thread whose id the platform assigns only once the run posts its first message (a Slack
+#: slash command has no message to thread under): ``pending-<request id>``.
+PENDING_PREFIX = "pending-"
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One request, as every platform's adapter hands it to the shared layer."""
+
+    platform: str
+    workspace: str
+    channel: str
+    #: The thread the run belongs to (its key's last part): the message that started it.
+    thread: str
+    user: str
+    #: The command text: the bot's mention and the platform's markup removed.
+    text: str
+    #: The identity of the request (the same for every redelivery of it): a run is created
+    #: at most once per key, and a reply posted at most once.
+    dedupe_key: str
+    #: The bot was addressed (a DM, a mention, a slash command); other messages are ignored.
+    addressed: bool = True
+    #: Written inside an existing thread (``cancel`` then means that thread's run).
+    in_thread: bool = False
+    #: The platform's id of this delivery when it differs from ``dedupe_key`` (Feishu's
+    #: ``event_id``); remembered too, so that a redelivery is dropped before any work.
+    delivery_key: str | None = None
+    #: The request's language when the platform knows it; else detected from ``text``.
+    language: Language | None = None
+
+    @property
+    def lang(self) -> Language:
+        return self.language or request_language(self.text)
+
+    @property
+    def requested_by(self) -> str:
+        return f"{self.platform}:{self.workspace}:{self.user}"
+
+    @property
+    def thread_key(self) -> ThreadKey:
+        return ThreadKey(
+            platform=self.platform,
+            workspace=self.workspace,
+            channel=self.channel,
+            thread=self.thread,
+        )
+
+    @property
+    def event_keys(self) -> tuple[str, ...]:
+        return (self.dedupe_key,) + ((self.delivery_key,) if self.delivery_key else ())
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    started: bool = False  # a run was accepted: its progress message speaks for itself
+
+
+#: Posts a reply in the request's thread (the adapter's translation of "answer this").
+Answer = Callable[[str], Awaitable[None]]
+
+
+class ChatCommands:
+    """The platform-neutral logic behind every chat entry point."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        service: ResearchService,
+        store: Store,
+        runner: JobRunner,
+        markup: Markup,
+    ) -> None:
+        self._settings = settings
+        self._service = service
+        self._store = store
+        self._runner = runner
+        self._markup = markup
+
+    def replies(self, language: Language) -> Replies:
+        return Replies(self._markup, language)
+
+    async def receive(self, message: ChatMessage, answer: Answer) -> Reply | None:
+        """Handle a delivery whose answer is posted afterwards (events, messages), at most
+        once per request whatever the redeliveries and replicas: a request already handled
+        is dropped before any work, a run is created once (its dedupe key), and the answer
+        goes out only from the delivery that records the request first. A crash before that
+        record leaves the request to the platform's redelivery."""
+        if not message.addressed:
+            return None
+        if await self._store.events_seen(message.event_keys):
+            return None  # a redelivery of a request already handled
+        reply = await self.handle(message)
+        if not await self._store.claim_event(message.dedupe_key):
+            return None  # another delivery of it (another replica) answered meanwhile
+        if message.delivery_key:
+            await self._store.claim_event(message.delivery_key)
+        if not reply.started:
+            await answer(reply.text)
+        return reply
+
+    async def handle(self, message: ChatMessage) -> Reply:
+        """What to answer to one request; a research request becomes a queued run."""
+        settings = self._settings
+        replies = self.replies(message.lang)
+        try:
+            validate_ids(workspace=message.workspace, channel=message.channel, user=message.user)
+            validate_ids(thread=message.thread.removeprefix(PENDING_PREFIX))
+        except CommandError as exc:
+            return Reply(replies.error(exc.text(replies.language)))
+        if not settings.is_allowed(message.user, message.channel):
+            return Reply(replies.not_allowed())
+        try:
+            command = parse_command(
+                message.text, default_depth=settings.default_depth, max_depth=settings.max_depth
+            )
+        except CommandError as exc:
+            return Reply(replies.error(exc.text(replies.language)))
+        if isinstance(command, HelpCommand):
+            return Reply(
+                replies.help(default_depth=settings.default_depth, max_depth=settings.max_depth)
+            )
+        if isinstance(command, StatusCommand):
+            return Reply(await self._status(message, replies))
+        if isinstance(command, CancelCommand):
+            return Reply(await self._cancel(message, command.run_id, replies))
+        return await self._research(message, command, replies)
+
+    async def _research(
+        self, message: ChatMessage, command: ResearchCommand, replies: Replies
+    ) -> Reply:
+        by = message.requested_by
+        active, seen = await self._store.count_active_runs(by, dedupe_key=message.dedupe_key)
+        if seen:  # delivered again
+            return Reply(replies.accepted(command.topic, command.depth), started=True)
+        if active >= self._settings.user_concurrency:
+            return Reply(replies.concurrency(self._settings.user_concurrency))
+        request = ResearchRequest(
+            topic=command.topic,
+            depth=command.depth,
+            strategy=command.strategy,
+            thread=message.thread_key,
+            requested_by=by,
+            dedupe_key=message.dedupe_key,
+        )
+        try:
+            run, created = await self._service.submit(request)
+        except RunRejected as exc:
+            return Reply(replies.thread_busy(exc.active))
+        if created:
+            await self._runner.enqueue(run.id)
+        return Reply(replies.accepted(run.topic, run.depth), started=True)
+
+    async def _status(self, message: ChatMessage, replies: Replies) -> str:
+        by = message.requested_by
+        active = await self._store.active_runs_for_user(by)
+        recent = await self._store.recent_runs_for_user(by, STATUS_RECENT + len(active))
+        return replies.status(list(reversed(active)), recent)
+
+    async def _cancel(self, message: ChatMessage, prefix: str | None, replies: Replies) -> str:
+        by = message.requested_by
+        if message.in_thread and prefix is None:
+            run = await self._store.latest_run_in_thread(str(message.thread_key))
+            if run is None or RunStatus(run.status).finished:
+                return replies.nothing_running_in_thread()
+            if run.requested_by != by and message.user not in self._settings.admins:
+                return replies.only_starter_can_cancel()
+        else:
+            picked = self._pick(await self._store.active_runs_for_user(by), message, prefix)
+            if picked is None:
+                return replies.nothing_to_cancel(prefix)
+            run = picked
+        if not await self._service.cancel(run.id):
+            return replies.already_finished()
+        return replies.cancelled(run)
+
+    @staticmethod
+    def _pick(
+        active: list[RunRecord], message: ChatMessage, prefix: str | None
+    ) -> RunRecord | None:
+        """The newest active run matching the id prefix, else the newest in this channel."""
+        if prefix:
+            wanted = prefix.lower()
+            matches = [run for run in active if run.id.startswith(wanted)]
+        else:
+            matches = [
+                r for r in active if ThreadKey.parse(r.thread_key).channel == message.channel
+            ]
+        return matches[-1] if matches else None

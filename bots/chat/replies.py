@@ -1,0 +1,182 @@
+"""What the bot answers to a request (help, errors, accepted, status, cancel), in the
+request's language and in the platform's markup.
+
+A platform supplies a :class:`Markup`: how to escape untrusted text, its bold marker, its
+icons and how to point at a thread. The words live here, once for every platform.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+from core.grammar import help_text
+from core.models import ThreadKey
+from core.wording import Language, pick
+from storage import RunRecord
+
+Icon = Literal["warning", "no_entry", "hourglass", "mag", "stop"]
+STATUS_RECENT = 5
+
+
+class Markup(Protocol):
+    """A platform's message markup, for the texts of :class:`Replies`."""
+
+    #: Wraps bold text: ``*`` (Slack mrkdwn), ``**`` (Markdown).
+    bold: str
+
+    def escape(self, text: str) -> str:
+        """Untrusted text (a topic) made inert: no mentions, links or markup."""
+        ...
+
+    def icon(self, name: Icon) -> str:
+        """An icon and a space (``":warning: "``), or nothing."""
+        ...
+
+    def thread_hint(self, thread: ThreadKey, language: Language) -> str:
+        """Where a run lives (``in #general, thread 17000…``)."""
+        ...
+
+
+def _short(topic: str, limit: int = 80) -> str:
+    return topic if len(topic) <= limit else topic[: limit - 1] + "…"
+
+
+class Replies:
+    """Every answer to a request, for one platform and one language."""
+
+    def __init__(self, markup: Markup, language: Language) -> None:
+        self.markup = markup
+        self.language = language
+
+    def _pick(self, en: str, zh: str) -> str:
+        return pick(self.language, en, zh)
+
+    def _icon(self, name: Icon) -> str:
+        return self.markup.icon(name)
+
+    def help_hint(self) -> str:
+        return self._pick(
+            "Type `/research help` to see what I understand.",
+            "输入 `/research help`（或 `帮助`）查看用法。",
+        )
+
+    def help(self, *, default_depth: int, max_depth: int) -> str:
+        return help_text(
+            default_depth=default_depth,
+            max_depth=max_depth,
+            language=self.language,
+            bold=self.markup.bold,
+        )
+
+    def error(self, message: str) -> str:
+        """What is wrong, and where to read what is allowed."""
+        return f"{self._icon('warning')}{message}\n{self.help_hint()}"
+
+    def failure(self) -> str:
+        return self._icon("warning") + self._pick(
+            "Something went wrong on my side; please try again in a moment.",
+            "我这边出了点问题，请稍后再试。",
+        )
+
+    def not_allowed(self) -> str:
+        return self._icon("no_entry") + self._pick(
+            "Sorry, you can't start research here. Ask a Fathom admin to add you "
+            "(or this channel) to the allowed list.",
+            "抱歉，你不能在这里发起研究。请联系 Fathom 管理员把你（或这个群）加入允许列表。",
+        )
+
+    def concurrency(self, limit: int) -> str:
+        plural = "research" if limit == 1 else "researches"
+        return self._icon("hourglass") + self._pick(
+            f"You already have {limit} {plural} running, the most allowed at once. "
+            "Wait for one to finish, or stop one with `/research cancel`.",
+            f"你已有 {limit} 个研究在进行，已达同时进行的上限。"
+            "请等待其中一个完成，或用 `/research cancel` 停止一个。",
+        )
+
+    def accepted(self, topic: str, depth: int) -> str:
+        topic = self.markup.escape(topic)
+        return self._icon("mag") + self._pick(
+            f"On it: researching “{topic}” with {depth} search rounds.",
+            f"好的：正在研究“{topic}”，共 {depth} 轮搜索。",
+        )
+
+    def thread_busy(self, active: RunRecord | None) -> str:
+        """A request in a thread whose research is still queued or running."""
+        run = f" (run {active.id})" if active is not None else ""
+        return self._icon("warning") + self._pick(
+            f"A research is already running in this thread{run}; "
+            "wait for it to finish or cancel it.",
+            f"这个话题里已有研究在进行{run}；请等它完成，或用 `/research cancel` 取消。",
+        )
+
+    def cancelled(self, run: RunRecord) -> str:
+        topic = self.markup.escape(run.topic)
+        return self._icon("stop") + self._pick(
+            f"Cancelling “{topic}” (run `{run.id[:8]}`).",
+            f"正在取消“{topic}”（运行 `{run.id[:8]}`）。",
+        )
+
+    def nothing_to_cancel(self, run_id_prefix: str | None) -> str:
+        if run_id_prefix:
+            return self._pick(
+                f"You have no running research whose id starts with `{run_id_prefix}`.",
+                f"你没有 id 以 `{run_id_prefix}` 开头的进行中研究。",
+            )
+        return self._pick(
+            "You have no running research here to cancel.", "你在这里没有可取消的进行中研究。"
+        )
+
+    def nothing_running_in_thread(self) -> str:
+        return self._pick("Nothing is running in this thread.", "这个话题里没有进行中的研究。")
+
+    def only_starter_can_cancel(self) -> str:
+        return self._pick(
+            "Only the person who started this research (or an admin) can cancel it.",
+            "只有发起这个研究的人（或管理员）可以取消它。",
+        )
+
+    def already_finished(self) -> str:
+        return self._pick("That research has already finished.", "那个研究已经结束了。")
+
+    def unsupported_message(self) -> str:
+        """A message the bot cannot read (an image, a file, a sticker)."""
+        return self._pick(
+            "I can only read text. Send me a topic, e.g. `/research solid-state batteries`.",
+            "我只能读文字消息。请发给我一个主题，例如 `/research 固态电池`。",
+        )
+
+    def status(self, active: Sequence[RunRecord], recent: Sequence[RunRecord]) -> str:
+        """The user's running research, then their latest finished ones."""
+        active_ids = {r.id for r in active}
+        finished = [r for r in recent if r.id not in active_ids][:STATUS_RECENT]
+        if not active and not finished:
+            return self._pick(
+                "You have no research yet. Start one with `/research <topic>`.",
+                "你还没有研究。用 `/research <主题>` 发起一个。",
+            )
+        bold = self.markup.bold
+        running = self._pick("Running", "进行中")
+        lines = (
+            [f"{bold}{running}{bold}"]
+            if active
+            else [self._pick("Nothing running right now.", "当前没有进行中的研究。")]
+        )
+        lines += [self._run_line(r) for r in active]
+        if finished:
+            lines += [f"{bold}{self._pick('Recent', '最近')}{bold}"]
+            lines += [self._run_line(r) for r in finished]
+        return "\n".join(lines)
+
+    def _run_line(self, run: RunRecord) -> str:
+        topic = self.markup.escape(_short(run.topic))
+        try:
+            where = self.markup.thread_hint(ThreadKey.parse(run.thread_key), self.language)
+        except ValueError:
+            where = run.thread_key
+        searches = self._pick("searches", "次搜索")
+        return (
+            f"• `{run.id[:8]}` “{topic}”: {run.status}, "
+            f"{run.rounds_done}/{run.depth} {searches}, {where}"
+        )
