@@ -1,9 +1,7 @@
-"""How the engine reports progress, and how a chat platform is asked to show it.
+"""How the engine reports progress.
 
-The engine only knows :class:`ProgressSink`. A platform adapter implements
-:class:`Messenger` (post in a thread, edit a message, post a long report) and
-wraps it in :class:`MessengerProgress`, so the progress texts are the same on
-every platform.
+The engine only knows :class:`ProgressSink`; chat platforms show the events through the
+shared ``bots.chat.delivery.ChatDelivery``, the console through ``bots.console``.
 """
 
 from __future__ import annotations
@@ -11,8 +9,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import Protocol
-
-from core.models import ThreadKey
 
 
 class ProgressKind(enum.StrEnum):
@@ -55,34 +51,3 @@ class NullProgress:
 def search_executed_text(done: int, depth: int) -> str:
     """The contract text after the ``done``-th search: ``1/3th search executed.``"""
     return f"{done}/{depth}th search executed."
-
-
-class Messenger(Protocol):
-    """What core needs from a chat platform; ids are the platform's message ids."""
-
-    async def post_message(self, thread: ThreadKey, text: str) -> str: ...
-
-    async def edit_message(self, thread: ThreadKey, message_id: str, text: str) -> None: ...
-
-    async def post_report(self, thread: ThreadKey, markdown: str) -> None: ...
-
-
-class MessengerProgress:
-    """Shows progress as one message in the thread, edited in place.
-
-    ``message_id`` may be given when the adapter already posted the progress
-    message (its id is stored on the run row so a resumed run edits the same one).
-    """
-
-    def __init__(
-        self, messenger: Messenger, thread: ThreadKey, message_id: str | None = None
-    ) -> None:
-        self._messenger = messenger
-        self._thread = thread
-        self.message_id = message_id
-
-    async def publish(self, event: ProgressEvent) -> None:
-        if self.message_id is None:
-            self.message_id = await self._messenger.post_message(self._thread, event.text)
-        else:
-            await self._messenger.edit_message(self._thread, self.message_id, event.text)

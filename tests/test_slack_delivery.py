@@ -11,8 +11,9 @@ import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bots.chat.delivery import ChatDelivery
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter
-from bots.slack.delivery import SlackDelivery, SlackDeliveryFactory
+from bots.slack.delivery import SlackDeliveryFactory
 from bots.slack.errors import classify_error
 from bots.slack.messenger import SlackMessenger, StaticSlackClients, make_web_client
 from bots.slack.render import REPORT_FILE_THRESHOLD, progress_text, report_messages
@@ -39,7 +40,7 @@ def plain_client(server: FakeSlackServer) -> AsyncWebClient:
     return make_web_client(TOKEN, server.api_url)
 
 
-async def post_report(delivery: SlackDelivery, result: RunOutcome) -> None:
+async def post_report(delivery: ChatDelivery, result: RunOutcome) -> None:
     """Post every part, as core.delivery's delivery step does when nothing fails."""
     for part in delivery.report_parts(result):
         await delivery.post_report_part(part)
@@ -208,7 +209,7 @@ def outcome(run: RunRecord, markdown: str) -> RunOutcome:
     )
 
 
-async def run_progress(delivery: SlackDelivery, run: RunRecord, final: str) -> None:
+async def run_progress(delivery: ChatDelivery, run: RunRecord, final: str) -> None:
     await delivery.progress.publish(event(run, ProgressKind.STARTED, "Researching “AI chips”…"))
     for done in range(1, run.depth + 1):
         await asyncio.sleep(0.12)  # slower than the edit interval: every step is shown

@@ -16,8 +16,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from bots.chat.throttle import EditThrottle, WorkspaceLimiter, WorkspaceLimiters
-from bots.slack.errors import classify_error, describe_error
+from bots.chat.delivery import ChatDelivery
+from bots.chat.throttle import WorkspaceLimiters
+from bots.slack.errors import classify_error
 from bots.slack.messenger import SlackClients, SlackMessenger, thread_ts
 from bots.slack.render import (
     REPORT_FILE_THRESHOLD,
@@ -27,14 +28,11 @@ from bots.slack.render import (
 )
 from core.delivery import PostFailure
 from core.models import ThreadKey
-from core.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.service import RunOutcome
+from core.wording import request_language
 from storage import RunRecord, Store
 
 log = logging.getLogger(__name__)
-
-#: Status of an opener posted only so that a report has a thread to go to.
-REPORT_OPENER_STATUS = "Research done; the report is in this thread."
 
 
 @dataclass(frozen=True)
@@ -51,62 +49,46 @@ def requester_user_id(requested_by: str | None) -> str | None:
     return parts[2] if len(parts) == 3 and parts[0] == "slack" and parts[2] else None
 
 
-class SlackDelivery:
-    """``core.delivery.Delivery`` for one run: it is its own progress sink."""
+class SlackThread:
+    """``bots.chat.delivery.ThreadPoster`` for one run's Slack thread."""
 
-    def __init__(
-        self,
-        run: RunRecord,
-        messenger: SlackMessenger,
-        store: Store,
-        *,
-        edit_interval: float,
-        limiter: WorkspaceLimiter | None = None,
-    ) -> None:
+    def __init__(self, run: RunRecord, messenger: SlackMessenger, store: Store) -> None:
         self._run = run
         self._messenger = messenger
         self._store = store
-        self._interval = edit_interval
-        self._limiter = limiter
         self._requester = requester_user_id(run.requested_by)
+        self.language = request_language(run.topic)
         self.thread = ThreadKey.parse(run.thread_key)
-        self.message_id = run.progress_message_id
-        self._throttle: EditThrottle | None = None
+
+    def render_progress(self, status: str, message_id: str | None) -> str:
+        # Who asked is said in the thread's top-level message (a slash command's opener).
+        opener = self.needs_opener if message_id is None else message_id == self.thread.thread
+        return progress_text(
+            self._run.topic,
+            self._run.depth,
+            status,
+            requester=self._requester,
+            opener=opener,
+            language=self.language,
+        )
+
+    async def post_progress(self, content: str) -> str:
+        return await self._messenger.post_message(self.thread, content)
+
+    async def edit_progress(self, message_id: str, content: str) -> None:
+        await self._messenger.edit_message(self.thread, message_id, content)
+
+    async def resume(self, message_id: str | None) -> None:
+        """A slash-command run's opener is its thread: once it is posted (now, or by an
+        earlier attempt of a resumed run), the thread row is re-keyed to its ``ts``."""
+        if message_id is not None and self.needs_opener:
+            key = self.thread.model_copy(update={"thread": message_id})
+            await self._store.rekey_thread(self._run.thread_id, key=str(key), thread_ref=message_id)
+            self.thread = key
 
     @property
-    def progress(self) -> ProgressSink:
-        return self
-
-    @property
-    def _opener(self) -> bool:
-        """The progress message is the thread's top-level message (slash command runs)."""
-        return self.message_id is not None and self.message_id == self.thread.thread
-
-    async def publish(self, event: ProgressEvent) -> None:
-        try:
-            await self._publish(event)
-        except Exception as exc:  # progress must never break the research
-            log.warning("slack progress for run %s failed (%s)", self._run.id, describe_error(exc))
-
-    async def _publish(self, event: ProgressEvent) -> None:
-        await self._adopt_pending_thread()
-        if self.message_id is None:
-            await self._post_progress(event.text)
-            return
-        text = self._text(event.text)
-        if self._throttle is None:
-            message_id, thread = self.message_id, self.thread
-
-            async def edit(value: str) -> None:
-                await self._messenger.edit_message(thread, message_id, value)
-
-            self._throttle = EditThrottle(
-                edit, classify=classify_error, interval=self._interval, limiter=self._limiter
-            )
-        if event.kind is ProgressKind.FINISHED:
-            await self._throttle.flush_final(text)
-        else:
-            await self._throttle.submit(text)
+    def needs_opener(self) -> bool:
+        return thread_ts(self.thread) is None
 
     def report_parts(self, outcome: RunOutcome) -> list[ReportPart]:
         markdown = outcome.report_markdown or ""
@@ -117,70 +99,16 @@ class SlackDelivery:
         return parts
 
     async def post_report_part(self, part: ReportPart) -> None:
-        """Post one part in the run's thread; raises when Slack refused it."""
-        await self._ensure_thread()
         if part.file_markdown is not None:
             await self._messenger.upload_report_file(self.thread, part.file_markdown)
         else:
             await self._messenger.post_report_message(self.thread, part.message)
 
-    async def post_status(self, text: str) -> None:
-        """The final status: edit the progress message (unless the throttle already wrote this
-        very text), or post it; raises when Slack refused it."""
-        await self._adopt_pending_thread()
-        if self.message_id is None:
-            await self._post_progress(text)
-            return
-        rendered = self._text(text)
-        if self._throttle is not None and self._throttle.written == rendered:
-            return
-        await self._messenger.edit_message(self.thread, self.message_id, rendered)
-
     async def post_notice(self, text: str) -> None:
-        await self._ensure_thread()
         await self._messenger.post_message(self.thread, escape_mrkdwn(text))
 
     def classify(self, error: Exception) -> PostFailure:
         return classify_error(error)
-
-    async def aclose(self) -> None:
-        if self._throttle is not None:
-            await self._throttle.aclose()
-
-    async def _ensure_thread(self) -> None:
-        """Messages after the run need a thread: a slash-command run that never managed to
-        post its opener posts one now."""
-        await self._adopt_pending_thread()
-        if thread_ts(self.thread) is None:
-            await self._post_progress(REPORT_OPENER_STATUS)
-
-    def _text(self, status: str) -> str:
-        return progress_text(
-            self._run.topic, self._run.depth, status, requester=self._requester, opener=self._opener
-        )
-
-    async def _post_progress(self, status: str) -> None:
-        pending = thread_ts(self.thread) is None
-        text = progress_text(
-            self._run.topic, self._run.depth, status, requester=self._requester, opener=pending
-        )
-        ts = await self._messenger.post_message(self.thread, text)
-        self.message_id = ts
-        # Stored before the re-key: a run resumed in between still finds its opener.
-        await self._store.set_progress_message(self._run.id, ts)
-        if pending:
-            await self._rekey(ts)
-
-    async def _adopt_pending_thread(self) -> None:
-        """A resumed slash-command run whose opener was posted but whose thread kept its
-        pending key: the opener's ``ts`` is the thread."""
-        if self.message_id is not None and thread_ts(self.thread) is None:
-            await self._rekey(self.message_id)
-
-    async def _rekey(self, ts: str) -> None:
-        key = self.thread.model_copy(update={"thread": ts})
-        await self._store.rekey_thread(self._run.thread_id, key=str(key), thread_ref=ts)
-        self.thread = key
 
 
 class SlackDeliveryFactory:
@@ -199,12 +127,12 @@ class SlackDeliveryFactory:
         self._interval = edit_interval
         self._limiters = limiters or WorkspaceLimiters()
 
-    async def for_run(self, run: RunRecord) -> SlackDelivery:
+    async def for_run(self, run: RunRecord) -> ChatDelivery:
         team = ThreadKey.parse(run.thread_key).workspace
         client = await self._clients.client_for(team)
-        return SlackDelivery(
+        return ChatDelivery(
             run,
-            SlackMessenger(client),
+            SlackThread(run, SlackMessenger(client), self._store),
             self._store,
             edit_interval=self._interval,
             limiter=self._limiters.for_team(team),

@@ -18,6 +18,7 @@ from typing import Any
 from bots.chat.markdown import link_citations, split_report
 from core.models import Source
 from core.untrusted import neutralise
+from core.wording import Language, pick
 
 #: Markdown characters per message (Slack: 12,000 cumulative per message; keep a margin).
 MARKDOWN_LIMIT = 11_500
@@ -46,14 +47,30 @@ def _clip(text: str, limit: int) -> str:
 
 
 def progress_text(
-    run_topic: str, depth: int, status: str, *, requester: str | None, opener: bool
+    run_topic: str,
+    depth: int,
+    status: str,
+    *,
+    requester: str | None,
+    opener: bool,
+    language: Language = "en",
 ) -> str:
     """The progress message: who asked (opener only), what, and the engine's status line."""
     topic = escape_mrkdwn(_clip(run_topic, _TOPIC_CHARS))
     line = escape_mrkdwn(_clip(status, _STATUS_CHARS))
     if opener and requester:
-        return f"<@{requester}> asked me to research *{topic}* (depth {depth}).\n{line}"
-    return f"Researching *{topic}* (depth {depth}).\n{line}"
+        head = pick(
+            language,
+            f"<@{requester}> asked me to research *{topic}* (depth {depth}).",
+            f"<@{requester}> 请我研究 *{topic}*（深度 {depth}）。",
+        )
+    else:
+        head = pick(
+            language,
+            f"Researching *{topic}* (depth {depth}).",
+            f"正在研究 *{topic}*（深度 {depth}）。",
+        )
+    return f"{head}\n{line}"
 
 
 def report_title(markdown: str) -> str:

@@ -1,0 +1,180 @@
+"""One run's progress and outcome in a chat thread, for every platform.
+
+A platform fills in a :class:`ThreadPoster` for one run: how a progress status looks, how to
+post and edit the progress message, how the report splits into parts and how to post one,
+how to post a notice, and how to judge a failed call. :class:`ChatDelivery` (a
+``core.delivery.Delivery``) owns the rest, the same on every platform:
+
+- one progress message per run, posted by the first event and edited in place afterwards;
+  its id is stored on the run, so a resumed run (on any replica) edits the same message;
+- edits coalesced and paced by :class:`~bots.chat.throttle.EditThrottle` (per message and per
+  workspace), retried on rate limits, and the final state always written;
+- the report's parts and the final status posted by ``core.delivery`` exactly once each.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from bots.chat.throttle import EditThrottle, WorkspaceLimiter
+from core.delivery import PostFailure
+from core.progress import ProgressEvent, ProgressKind, ProgressSink
+from core.service import RunOutcome
+from core.wording import Language, pick, request_language
+from storage import RunRecord, Store
+
+log = logging.getLogger(__name__)
+
+
+def report_opener_status(language: Language) -> str:
+    """Status of a progress message posted only so that a report has a thread to go to."""
+    return pick(
+        language,
+        "Research done; the report is in this thread.",
+        "研究完成；报告在这个话题里。",
+    )
+
+
+class ThreadPoster(Protocol):
+    """A platform's calls for one run's thread (what an adapter implements)."""
+
+    def render_progress(self, status: str, message_id: str | None) -> str:
+        """The progress message showing ``status`` (``message_id``: the message it will
+        replace, None for a new one). Any string the platform's edit call takes: mrkdwn text,
+        a card's JSON."""
+        ...
+
+    async def post_progress(self, content: str) -> str:
+        """Post the progress message in the thread; returns its message id."""
+        ...
+
+    async def edit_progress(self, message_id: str, content: str) -> None: ...
+
+    async def resume(self, message_id: str | None) -> None:
+        """Called before every post with the run's progress message id (None before one
+        exists; after :meth:`post_progress`, the new one): e.g. Slack adopts the thread a
+        slash command's opener started."""
+        ...
+
+    @property
+    def needs_opener(self) -> bool:
+        """The thread exists only once a progress message is posted (a Slack slash command)."""
+        ...
+
+    def report_parts(self, outcome: RunOutcome) -> Sequence[Any]:
+        """The report as the messages to post, in order; the same for the same outcome."""
+        ...
+
+    async def post_report_part(self, part: Any) -> None: ...
+
+    async def post_notice(self, text: str) -> None:
+        """A short plain-text message in the thread (the text is untrusted: escape it)."""
+        ...
+
+    def classify(self, error: Exception) -> PostFailure:
+        """Rate-limited (with a delay), retryable or permanent: the platform's judgement."""
+        ...
+
+
+class ChatDelivery:
+    """``core.delivery.Delivery`` for one run in one chat thread; it is its own progress sink."""
+
+    def __init__(
+        self,
+        run: RunRecord,
+        poster: ThreadPoster,
+        store: Store,
+        *,
+        edit_interval: float,
+        limiter: WorkspaceLimiter | None = None,
+    ) -> None:
+        self._run = run
+        self.poster = poster
+        self._store = store
+        self._interval = edit_interval
+        self._limiter = limiter
+        self.language = request_language(run.topic)
+        self.message_id = run.progress_message_id
+        self._throttle: EditThrottle | None = None
+
+    @property
+    def progress(self) -> ProgressSink:
+        return self
+
+    async def publish(self, event: ProgressEvent) -> None:
+        try:
+            await self._publish(event)
+        except Exception as exc:  # progress must never break the research
+            reason = self.poster.classify(exc).reason
+            log.warning("progress of run %s not shown (%s)", self._run.id, reason)
+
+    async def _publish(self, event: ProgressEvent) -> None:
+        await self.poster.resume(self.message_id)
+        if self.message_id is None:
+            await self._post_progress(event.text)
+            return
+        content = self.poster.render_progress(event.text, self.message_id)
+        throttle = self._edits(self.message_id)
+        if event.kind is ProgressKind.FINISHED:
+            await throttle.flush_final(content)
+        else:
+            await throttle.submit(content)
+
+    def _edits(self, message_id: str) -> EditThrottle:
+        if self._throttle is None:
+            poster = self.poster
+
+            async def edit(content: str) -> None:
+                await poster.edit_progress(message_id, content)
+
+            self._throttle = EditThrottle(
+                edit, classify=poster.classify, interval=self._interval, limiter=self._limiter
+            )
+        return self._throttle
+
+    def report_parts(self, outcome: RunOutcome) -> Sequence[Any]:
+        return self.poster.report_parts(outcome)
+
+    async def post_report_part(self, part: Any) -> None:
+        """Post one part in the run's thread; raises when the platform refused it."""
+        await self._ensure_thread()
+        await self.poster.post_report_part(part)
+
+    async def post_status(self, text: str) -> None:
+        """The final status: edit the progress message (unless the throttle already wrote this
+        very content), or post it; raises when the platform refused it."""
+        await self.poster.resume(self.message_id)
+        if self.message_id is None:
+            await self._post_progress(text)
+            return
+        content = self.poster.render_progress(text, self.message_id)
+        if self._throttle is not None and self._throttle.written == content:
+            return
+        await self.poster.edit_progress(self.message_id, content)
+
+    async def post_notice(self, text: str) -> None:
+        await self._ensure_thread()
+        await self.poster.post_notice(text)
+
+    def classify(self, error: Exception) -> PostFailure:
+        return self.poster.classify(error)
+
+    async def aclose(self) -> None:
+        if self._throttle is not None:
+            await self._throttle.aclose()
+
+    async def _ensure_thread(self) -> None:
+        """Messages after the run need a thread: a run whose thread starts with its progress
+        message, and which never managed to post one, posts one now."""
+        await self.poster.resume(self.message_id)
+        if self.poster.needs_opener:
+            await self._post_progress(report_opener_status(self.language))
+
+    async def _post_progress(self, status: str) -> None:
+        message_id = await self.poster.post_progress(self.poster.render_progress(status, None))
+        self.message_id = message_id
+        # Stored before anything else: a run resumed from here finds its message.
+        await self._store.set_progress_message(self._run.id, message_id)
+        await self.poster.resume(message_id)
