@@ -75,6 +75,12 @@ def help_text(
     )
 
 
+def request_words(text: str) -> str:
+    """The words of a request without ``/research`` and ``name=value`` options: what its
+    language is judged on (``/research 帮助`` is a Chinese request)."""
+    return _OPTION.sub(" ", _PREFIX.sub("", text or "", count=1))
+
+
 def parse_command(text: str, *, default_depth: int, max_depth: int) -> Command:
     """Parse command text; raises :class:`CommandError` saying what is wrong and allowed."""
     body = _PREFIX.sub("", clean_text(text or ""), count=1).strip()

@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from bots.chat.replies import STATUS_RECENT, Markup, Replies
 from core.commands import CommandError, validate_ids
 from core.config import Settings
-from core.grammar import CancelCommand, HelpCommand, ResearchCommand, StatusCommand, parse_command
+from core.grammar import (
+    CancelCommand,
+    HelpCommand,
+    ResearchCommand,
+    StatusCommand,
+    parse_command,
+    request_words,
+)
 from core.jobs import JobRunner
 from core.models import ResearchRequest, RunStatus, ThreadKey
 from core.service import ResearchService, RunRejected
@@ -60,7 +67,7 @@ class ChatMessage:
 
     @property
     def lang(self) -> Language:
-        return self.language or request_language(self.text)
+        return self.language or request_language(request_words(self.text))
 
     @property
     def requested_by(self) -> str:

@@ -3,9 +3,10 @@
 The engine may report progress faster than a platform lets a bot edit (Slack's ``chat.update``
 is Tier 3, about 50 calls a minute per workspace; Feishu allows 5 updates a second per card).
 Intermediate texts are only the latest state, so they are coalesced and may be skipped; the
-final text is always written, waiting out rate limits (the platform's ``Retry-After``) as often
-as needed within a few attempts. The platform says which failures are worth a retry through
-its ``classify`` function (``core.delivery.PostFailure``).
+final text is always written: rate limits are waited out as the platform asks (its
+``Retry-After``) for up to five minutes, other retryable failures get a few attempts. The
+platform says which failures are worth a retry through its ``classify`` function
+(``core.delivery.PostFailure``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ Classify = Callable[[Exception], PostFailure]
 
 #: The longest wait between two tries of an edit (seconds).
 MAX_BACKOFF = 30.0
+#: Tries of the final edit that fail other than by a rate limit, before it is given up.
 FINAL_ATTEMPTS = 5
+#: Rate limits are waited out (as the platform asks) for up to this many seconds in all.
+FINAL_RATE_LIMIT_WAIT = 300.0
 
 
 def retry_delay(failure: PostFailure, attempt: int) -> float | None:
@@ -175,7 +179,9 @@ class EditThrottle:
                 task.cancel()
             await asyncio.wait({task})
         loop = asyncio.get_running_loop()
-        for attempt in range(1, self._attempts + 1):
+        failures = 0  # failures other than rate limits
+        waited = 0.0  # seconds spent waiting out rate limits
+        while True:
             wait = self._next_at - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -185,15 +191,19 @@ class EditThrottle:
                 await self._edit(text)
             except Exception as exc:
                 failure = self._classify(exc)
-                delay = retry_delay(failure, attempt)
+                limited = failure.retryable and failure.retry_after > 0
+                failures += 0 if limited else 1
+                delay = retry_delay(failure, max(failures, 1))
                 if delay is None:
                     log.error("final progress edit failed (%s)", failure.reason)
                     return False
+                if failures >= self._attempts or (limited and waited >= FINAL_RATE_LIMIT_WAIT):
+                    log.error("final progress edit gave up (%s)", failure.reason)
+                    return False
+                waited += delay if limited else 0.0
                 log.info("final progress edit: %s, retrying in %.1fs", failure.reason, delay)
                 self._next_at = loop.time() + delay
                 continue
             self._written = text
             self._next_at = loop.time() + self._interval
             return True
-        log.error("final progress edit gave up after %d attempts", self._attempts)
-        return False

@@ -1,0 +1,208 @@
+"""An in-memory chat platform on the shared layer: the twin every adapter is measured against.
+
+:class:`MemoryChat` keeps threads as lists of messages (with every version of an edited
+message), answers requests through :class:`~bots.chat.inbound.ChatCommands` and delivers
+runs through :class:`~bots.chat.delivery.ChatDelivery`, exactly as a real adapter does, with
+nothing but translation left out. Calls can be made to fail (rate limits, outages, refusals),
+so the shared layer's retry and final-state logic is tested without any platform.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bots.chat.delivery import ChatDelivery
+from bots.chat.inbound import ChatCommands, ChatMessage, Reply
+from bots.chat.markdown import split_report
+from bots.chat.replies import Icon
+from bots.chat.throttle import WorkspaceLimiters
+from core.delivery import PostFailure
+from core.models import ThreadKey
+from core.service import RunOutcome
+from core.untrusted import neutralise
+from core.wording import Language
+from storage import RunRecord, Store
+
+PLATFORM = "memory"
+Operation = Literal["post", "edit", "report", "notice", "answer"]
+Kind = Literal["progress", "report", "notice", "answer"]
+
+
+class RateLimited(Exception):
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"rate limited, retry after {retry_after}s")
+        self.retry_after = retry_after
+
+
+class Outage(Exception):
+    """A transient failure (a 5xx)."""
+
+
+class Refusal(Exception):
+    """A permanent failure (the bot was removed from the chat)."""
+
+
+@dataclass
+class MemoryMessage:
+    id: str
+    kind: Kind
+    versions: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.versions[-1]
+
+
+class MemoryMarkup:
+    """Markdown replies: ``**bold**``, icons as emoji, thread hints as plain ids."""
+
+    bold = "**"
+
+    def escape(self, text: str) -> str:
+        return neutralise(text)
+
+    def icon(self, name: Icon) -> str:
+        return {"warning": "⚠️ ", "no_entry": "⛔ ", "hourglass": "⏳ ", "mag": "🔍 "}.get(
+            name, "🛑 "
+        )
+
+    def thread_hint(self, thread: ThreadKey, language: Language) -> str:
+        return f"{thread.channel}/{thread.thread}"
+
+
+class MemoryChat:
+    """A chat service in memory: threads by key, messages by id, failures on demand."""
+
+    def __init__(self, *, report_limit: int = 2_000) -> None:
+        self.threads: dict[str, list[MemoryMessage]] = defaultdict(list)
+        self.report_limit = report_limit
+        self._ids = itertools.count(1)
+        self._failures: dict[Operation, list[Exception]] = defaultdict(list)
+        self.calls: list[tuple[Operation, str]] = []  # every attempted call, failed ones too
+        self.changed = asyncio.Event()
+
+    def fail(self, operation: Operation, *errors: Exception) -> None:
+        """The next ``operation`` calls raise these, in order."""
+        self._failures[operation].extend(errors)
+
+    def _call(self, operation: Operation, thread: ThreadKey) -> None:
+        self.calls.append((operation, str(thread)))
+        if self._failures[operation]:
+            raise self._failures[operation].pop(0)
+
+    def _add(self, thread: ThreadKey, kind: Kind, text: str) -> str:
+        message = MemoryMessage(f"m{next(self._ids)}", kind, [text])
+        self.threads[str(thread)].append(message)
+        self.changed.set()
+        return message.id
+
+    def messages(self, thread: ThreadKey | str, kind: str | None = None) -> list[MemoryMessage]:
+        return [m for m in self.threads[str(thread)] if kind is None or m.kind == kind]
+
+    # -- inbound --------------------------------------------------------------------
+    async def say(
+        self,
+        commands: ChatCommands,
+        text: str,
+        *,
+        user: str = "U1",
+        thread: str = "t1",
+        key: str | None = None,
+        addressed: bool = True,
+        in_thread: bool = False,
+    ) -> Reply | None:
+        """A user writes to the bot in ``C1``; the answer (if any) is posted in the thread."""
+        message = ChatMessage(
+            platform=PLATFORM,
+            workspace="W1",
+            channel="C1",
+            thread=thread,
+            user=user,
+            text=text,
+            dedupe_key=key or f"memory:{thread}:{user}:{text}",
+            addressed=addressed,
+            in_thread=in_thread,
+        )
+
+        async def answer(reply: str) -> None:
+            self._call("answer", message.thread_key)
+            self._add(message.thread_key, "answer", reply)
+
+        return await commands.receive(message, answer)
+
+    # -- outbound -------------------------------------------------------------------
+    def factory(self, store: Store, *, edit_interval: float = 0.0) -> MemoryDeliveryFactory:
+        return MemoryDeliveryFactory(self, store, edit_interval=edit_interval)
+
+
+class MemoryThread:
+    """``ThreadPoster`` for one run's thread in a :class:`MemoryChat`."""
+
+    def __init__(self, chat: MemoryChat, run: RunRecord) -> None:
+        self._chat = chat
+        self._run = run
+        self.thread = ThreadKey.parse(run.thread_key)
+
+    def render_progress(self, status: str, message_id: str | None) -> str:
+        return f"{neutralise(self._run.topic)}\n{neutralise(status)}"
+
+    async def post_progress(self, content: str) -> str:
+        self._chat._call("post", self.thread)
+        return self._chat._add(self.thread, "progress", content)
+
+    async def edit_progress(self, message_id: str, content: str) -> None:
+        self._chat._call("edit", self.thread)
+        for message in self._chat.threads[str(self.thread)]:
+            if message.id == message_id:
+                message.versions.append(content)
+                self._chat.changed.set()
+                return
+        raise Refusal(f"no message {message_id}")
+
+    async def resume(self, message_id: str | None) -> None:
+        return None
+
+    @property
+    def needs_opener(self) -> bool:
+        return False
+
+    def report_parts(self, outcome: RunOutcome) -> Sequence[str]:
+        return split_report(neutralise(outcome.report_markdown or ""), self._chat.report_limit)
+
+    async def post_report_part(self, part: str) -> None:
+        self._chat._call("report", self.thread)
+        self._chat._add(self.thread, "report", part)
+
+    async def post_notice(self, text: str) -> None:
+        self._chat._call("notice", self.thread)
+        self._chat._add(self.thread, "notice", neutralise(text))
+
+    def classify(self, error: Exception) -> PostFailure:
+        if isinstance(error, RateLimited):
+            return PostFailure("rate limited", True, error.retry_after)
+        return PostFailure(f"{type(error).__name__}: {error}", isinstance(error, Outage))
+
+
+class MemoryDeliveryFactory:
+    """``core.delivery.DeliveryFactory`` for the ``memory`` platform."""
+
+    def __init__(self, chat: MemoryChat, store: Store, *, edit_interval: float = 0.0) -> None:
+        self._chat = chat
+        self._store = store
+        self._interval = edit_interval
+        self._limiters = WorkspaceLimiters()
+
+    async def for_run(self, run: RunRecord) -> ChatDelivery:
+        thread = ThreadKey.parse(run.thread_key)
+        return ChatDelivery(
+            run,
+            MemoryThread(self._chat, run),
+            self._store,
+            edit_interval=self._interval,
+            limiter=self._limiters.for_team(thread.workspace),
+        )

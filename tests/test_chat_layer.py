@@ -1,0 +1,266 @@
+"""The shared chat layer (bots/chat) driven through the in-memory platform, on SQLite and
+PostgreSQL, with the real service, job and runner against the LLM and search fakes.
+
+What is proven here holds for every adapter: its own tests cover only translation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from bots.chat.inbound import ChatCommands
+from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage, RateLimited
+from core.config import Settings
+from core.delivery import DeliveryPolicy, ResearchJob
+from core.jobs import InProcessJobRunner
+from core.llm import ChatModel
+from core.models import ThreadKey
+from core.search import SearxngProvider
+from core.service import ResearchService
+from storage import RunRecord, Store
+from tests.conftest import FAKE_API_KEY
+from tests.fakes import FakeLLMServer, FakeSearchServer
+
+FAST = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
+
+
+@dataclass
+class World:
+    chat: MemoryChat
+    commands: ChatCommands
+    store: Store
+    runner: InProcessJobRunner
+
+    def thread(self, name: str = "t1") -> ThreadKey:
+        return ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread=name)
+
+    async def runs(self, name: str = "t1") -> list[RunRecord]:
+        thread = await self.store.get_thread(str(self.thread(name)))
+        return [] if thread is None else await self.store.thread_runs(thread.id)
+
+    async def delivered(self, name: str = "t1", count: int = 1) -> list[RunRecord]:
+        """Wait until ``count`` runs of the thread are delivered (posted or failed)."""
+        async with asyncio.timeout(30):
+            while True:
+                runs = await self.runs(name)
+                if len(runs) >= count and all(r.delivery in ("posted", "failed") for r in runs):
+                    return runs
+                await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def world(
+    store: Store, llm_server: FakeLLMServer, search_server: FakeSearchServer
+) -> AsyncIterator[Callable[..., World]]:
+    stack = contextlib.AsyncExitStack()
+    http = await stack.enter_async_context(httpx.AsyncClient(trust_env=False))
+    model = ChatModel(model="m", api_key=FAKE_API_KEY, base_url=llm_server.base_url, max_retries=1)
+    stack.push_async_callback(model.aclose)
+    service = ResearchService(
+        store=store,
+        planner=model,
+        writer=model,
+        search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
+    )
+    runners: list[InProcessJobRunner] = []
+
+    def make(**settings: object) -> World:
+        chat = MemoryChat(report_limit=int(str(settings.pop("report_limit", 2_000))))
+        config = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
+        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=FAST)
+        runner = InProcessJobRunner(job, store=store, timing=service.timing)
+        runners.append(runner)
+        commands = ChatCommands(config, service, store, runner, MemoryMarkup())
+        return World(chat, commands, store, runner)
+
+    try:
+        yield make
+    finally:
+        llm_server.fake.latency = 0.0
+        for runner in runners:
+            await runner.stop(grace=0.1)
+        await stack.aclose()
+
+
+async def test_a_request_becomes_one_run_shown_in_one_progress_message_then_the_report(
+    world: Callable[..., World],
+) -> None:
+    w = world()
+    await w.runner.start()
+    reply = await w.chat.say(w.commands, "/research heat pumps depth=2")
+    assert reply is not None and reply.started
+    (run,) = await w.delivered()
+    assert run.status == "succeeded" and run.delivery == "posted"
+    assert w.chat.messages(w.thread(), "answer") == []  # the progress message is the answer
+    (progress,) = w.chat.messages(w.thread(), "progress")
+    assert run.progress_message_id == progress.id
+    shown = "\n".join(progress.versions)
+    assert "1/2th search executed." in shown and "2/2th search executed." in shown
+    assert progress.text.endswith("Research done: 2/2 searches, " + progress.text.split(", ")[-1])
+    reports = w.chat.messages(w.thread(), "report")
+    assert reports and reports[0].text.startswith("# ")
+    assert run.report_parts_posted == len(reports)
+
+
+async def test_a_chinese_request_is_answered_in_chinese_around_the_fixed_progress_line(
+    world: Callable[..., World],
+) -> None:
+    w = world()
+    await w.runner.start()
+    help_reply = await w.chat.say(w.commands, "/research 帮助", thread="t0")
+    assert help_reply is not None and "研究" in help_reply.text and "depth" in help_reply.text
+    await w.chat.say(w.commands, "/research 人工智能在医疗领域的最新发展 depth=2")
+    await w.delivered()
+    (progress,) = w.chat.messages(w.thread(), "progress")
+    assert progress.versions[0].endswith("正在研究“人工智能在医疗领域的最新发展”，深度 2…")
+    assert any("1/2th search executed. 正在搜索：" in v for v in progress.versions)
+    assert "研究完成：2/2 次搜索" in progress.text
+    bad = await w.chat.say(w.commands, "/research 人工智能 depth=0", thread="t2")
+    assert bad is not None and "depth 必须在 1 到" in bad.text and "不允许 0" in bad.text
+    english = await w.chat.say(w.commands, "/research heat pumps depth=0", thread="t3")
+    assert english is not None and "depth must be from 1 to" in english.text
+
+
+@pytest.mark.parametrize("text", ["/research depth=0 heat pumps", "/research   ", "depth=99 x"])
+async def test_bad_input_is_answered_with_what_is_allowed_and_stores_nothing(
+    world: Callable[..., World], text: str
+) -> None:
+    w = world()
+    reply = await w.chat.say(w.commands, text)
+    assert reply is not None and not reply.started
+    (answer,) = w.chat.messages(w.thread(), "answer")
+    assert answer.text.startswith("⚠️ ") and "/research help" in answer.text
+    assert await w.runs() == []
+
+
+async def test_a_message_not_addressed_to_the_bot_is_ignored(world: Callable[..., World]) -> None:
+    w = world()
+    assert await w.chat.say(w.commands, "/research heat pumps", addressed=False) is None
+    assert w.chat.calls == [] and await w.runs() == []
+
+
+async def test_a_redelivered_request_makes_one_run_one_report_and_one_answer(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    w = world()
+    await w.runner.start()
+    # Concurrent deliveries (two replicas) and a later one of the same request.
+    first, second = await asyncio.gather(
+        w.chat.say(w.commands, "heat pumps depth=1", key="k1"),
+        w.chat.say(w.commands, "heat pumps depth=1", key="k1"),
+    )
+    await w.delivered()
+    assert await w.chat.say(w.commands, "heat pumps depth=1", key="k1") is None
+    (run,) = await w.runs()
+    assert len(w.chat.messages(w.thread(), "progress")) == 1
+    assert len(w.chat.messages(w.thread(), "report")) == run.report_parts_posted >= 1
+    # A help request delivered three times is answered once.
+    for _ in range(3):
+        await w.chat.say(w.commands, "help", key="k2", thread="t2")
+    assert len(w.chat.messages(w.thread("t2"), "answer")) == 1
+    assert [r for r in (first, second) if r is not None]
+
+
+async def test_a_rate_limited_final_edit_still_ends_in_the_final_state(
+    world: Callable[..., World],
+) -> None:
+    w = world()
+    await w.runner.start()
+    # Every edit after the first is refused twice with a rate limit; none is lost for good.
+    w.chat.fail("edit", *(RateLimited(0.01) for _ in range(6)))
+    await w.chat.say(w.commands, "heat pumps depth=2")
+    (_run,) = await w.delivered()
+    (progress,) = w.chat.messages(w.thread(), "progress")
+    assert "Research done: 2/2 searches" in progress.text
+    assert sum(1 for op, _ in w.chat.calls if op == "edit") > len(progress.versions) - 1
+
+
+async def test_report_parts_fit_the_budget_and_survive_an_outage_exactly_once(
+    world: Callable[..., World],
+) -> None:
+    w = world(report_limit=400)
+    await w.runner.start()
+    w.chat.fail("report", Outage("503"), Outage("503"))
+    await w.chat.say(w.commands, "heat pumps depth=2")
+    (run,) = await w.delivered()
+    reports = w.chat.messages(w.thread(), "report")
+    assert len(reports) >= 2 and all(len(r.text) <= 400 for r in reports)
+    assert run.report_parts_posted == len(reports)
+    assert len({r.text for r in reports}) == len(reports)  # no part twice
+    assert reports[0].text.startswith("# ") and "## Sources" in reports[-1].text
+
+
+async def test_cancel_in_the_thread_stops_its_run_and_the_message_ends_cancelled(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    w = world()
+    await w.runner.start()
+    llm_server.fake.latency = 0.3
+    await w.chat.say(w.commands, "heat pumps depth=3")
+    async with asyncio.timeout(30):
+        while not w.chat.messages(w.thread(), "progress"):
+            await w.chat.changed.wait()
+            w.chat.changed.clear()
+    other = await w.chat.say(w.commands, "cancel", user="U2", in_thread=True)
+    assert other is not None and "Only the person who started" in other.text
+    reply = await w.chat.say(w.commands, "cancel", in_thread=True)
+    assert reply is not None and reply.text.startswith("🛑 Cancelling “heat pumps”")
+    (run,) = await w.delivered()
+    assert run.status == "cancelled"
+    (progress,) = w.chat.messages(w.thread(), "progress")
+    assert progress.text.endswith("Research cancelled after " + progress.text.split("after ")[-1])
+    assert w.chat.messages(w.thread(), "report") == []
+
+
+async def test_a_platform_outage_on_the_progress_message_does_not_stop_the_research(
+    world: Callable[..., World],
+) -> None:
+    w = world()
+    await w.runner.start()
+    w.chat.fail("post", Outage("502"))  # the first progress post fails; the next event posts
+    await w.chat.say(w.commands, "heat pumps depth=2")
+    (run,) = await w.delivered()
+    assert run.status == "succeeded"
+    (progress,) = w.chat.messages(w.thread(), "progress")
+    assert "Research done" in progress.text
+
+
+async def test_status_lists_running_and_recent_research(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    w = world()
+    await w.runner.start()
+    await w.chat.say(w.commands, "heat pumps depth=1")
+    await w.delivered()
+    llm_server.fake.latency = 0.5
+    await w.chat.say(w.commands, "wind power depth=2", thread="t2")
+    status = await w.chat.say(w.commands, "status", thread="t3")
+    assert status is not None
+    assert status.text.startswith("**Running**") and "wind power" in status.text
+    assert "**Recent**" in status.text and "heat pumps" in status.text
+    zh = await w.chat.say(w.commands, "状态", thread="t4")
+    assert zh is not None and zh.text.startswith("**进行中**")
+    llm_server.fake.latency = 0.0
+    await w.delivered("t2")
+
+
+async def test_the_per_user_limit_and_a_busy_thread_are_refused_clearly(
+    world: Callable[..., World], llm_server: FakeLLMServer, search_server: FakeSearchServer
+) -> None:
+    w = world(FATHOM_USER_CONCURRENCY=1)
+    llm_server.fake.latency = 0.3
+    await w.runner.start()
+    await w.chat.say(w.commands, "heat pumps depth=2")
+    busy = await w.chat.say(w.commands, "more on heat pumps", user="U2", key="b1")
+    assert busy is not None and "already running in this thread" in busy.text
+    limit = await w.chat.say(w.commands, "wind power", thread="t2")
+    assert limit is not None and limit.text.startswith("⏳ You already have 1 research running")
+    assert len(await w.runs("t2")) == 0
+    llm_server.fake.latency = 0.0
+    await w.delivered()
