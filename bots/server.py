@@ -31,6 +31,7 @@ from core.runtime import open_runtime
 from storage import HEAD_REVISION, Database, Store
 
 if TYPE_CHECKING:
+    from bots.feishu.app import FeishuAdapter
     from bots.slack.app import SlackAdapter
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ def check_settings(settings: Settings) -> None:
     settings.require_search()
     if settings.slack_enabled:
         settings.require_slack()
+    if settings.feishu_enabled:
+        settings.require_feishu()
 
 
 def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
@@ -69,6 +72,12 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
 
                 slack = await open_slack(settings, runtime, job, runner)
             app.state.slack = slack
+            feishu: FeishuAdapter | None = None
+            if settings.feishu_enabled:
+                from bots.feishu.app import open_feishu
+
+                feishu = await open_feishu(settings, runtime, job, runner)
+            app.state.feishu = feishu
             housekeeping: asyncio.Task[None] | None = None
             if upgrade or await runtime.database.schema_is_current():
                 await runner.start()
@@ -82,6 +91,8 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
                     housekeeping.cancel()
                 if slack is not None:
                     await slack.close()
+                if feishu is not None:
+                    await feishu.close()
                 await runner.stop()
 
     app = Starlette(
@@ -89,12 +100,14 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
             Route("/slack/events", slack_route, methods=["POST"]),
             Route("/slack/install", slack_route, methods=["GET"]),
             Route("/slack/oauth_redirect", slack_route, methods=["GET"]),
+            Route("/feishu/events", feishu_route, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
         ],
         lifespan=lifespan,
     )
     app.state.slack = None
+    app.state.feishu = None
     return app
 
 
@@ -134,12 +147,20 @@ async def slack_route(request: Request) -> Response:
     return await slack.handler(request)
 
 
+async def feishu_route(request: Request) -> Response:
+    feishu: FeishuAdapter | None = request.app.state.feishu
+    if feishu is None:
+        return JSONResponse({"error": "Feishu is not configured on this server"}, 404)
+    return await feishu.webhook(request)
+
+
 async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
 async def readyz(request: Request) -> Response:
-    """Ready when the database answers and its schema is the one this code expects."""
+    """Ready when the database answers and its schema is the one this code expects; the
+    platforms (and their connections' states) are shown either way."""
     database: Database | None = getattr(request.app.state, "database", None)
     reason = None
     if database is None:
@@ -153,9 +174,24 @@ async def readyz(request: Request) -> Response:
             current, reason = False, f"schema check failed: {type(exc).__name__}"
         if not current and reason is None:
             reason = f"database schema is not at revision {HEAD_REVISION}; run `fathom db upgrade`"
+    platforms = _platforms(request)
     if reason is not None:
-        return JSONResponse({"status": "unavailable", "reason": reason}, 503)
-    return JSONResponse({"status": "ready"})
+        return JSONResponse(
+            {"status": "unavailable", "reason": reason, "platforms": platforms}, 503
+        )
+    return JSONResponse({"status": "ready", "platforms": platforms})
+
+
+def _platforms(request: Request) -> dict[str, object]:
+    """Each configured platform, with the state of its long-lived connection if it has one."""
+    shown: dict[str, object] = {}
+    slack: SlackAdapter | None = getattr(request.app.state, "slack", None)
+    if slack is not None:
+        shown["slack"] = {"mode": "socket" if slack.socket is not None else "http"}
+    feishu: FeishuAdapter | None = getattr(request.app.state, "feishu", None)
+    if feishu is not None:
+        shown["feishu"] = feishu.status()
+    return shown
 
 
 def run_server(settings: Settings, *, host: str, port: int, upgrade: bool = True) -> bool:

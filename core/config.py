@@ -138,6 +138,25 @@ class Settings(BaseSettings):
         default=1.0, ge=0, le=60, validation_alias=_env("FATHOM_SLACK_EDIT_INTERVAL")
     )
 
+    # Feishu / Lark
+    feishu_app_id: str | None = Field(default=None, validation_alias=_env("FEISHU_APP_ID"))
+    feishu_app_secret: str | None = Field(default=None, validation_alias=_env("FEISHU_APP_SECRET"))
+    feishu_verification_token: str | None = Field(
+        default=None, validation_alias=_env("FEISHU_VERIFICATION_TOKEN")
+    )
+    feishu_encrypt_key: str | None = Field(
+        default=None, validation_alias=_env("FEISHU_ENCRYPT_KEY")
+    )
+    feishu_domain: str = Field(
+        default="https://open.feishu.cn", validation_alias=_env("FEISHU_DOMAIN")
+    )
+    feishu_mode: Literal["ws", "webhook"] = Field(
+        default="ws", validation_alias=_env("FEISHU_MODE")
+    )
+    feishu_edit_interval: float = Field(
+        default=1.0, ge=0, le=60, validation_alias=_env("FATHOM_FEISHU_EDIT_INTERVAL")
+    )
+
     # Logging
     log_format: Literal["console", "json"] = Field(
         default="console", validation_alias=_env("FATHOM_LOG_FORMAT")
@@ -165,6 +184,20 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
+
+    @field_validator("feishu_domain", mode="before")
+    @classmethod
+    def _feishu_domain(cls, value: object) -> object:
+        """``feishu`` and ``lark`` name the two public endpoints; any URL is taken as is."""
+        if isinstance(value, str):
+            named = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
+            value = named.get(value.strip().lower(), value.strip()).rstrip("/")
+        return value
+
+    @field_validator("feishu_mode", mode="before")
+    @classmethod
+    def _feishu_mode(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("slack_api_url")
     @classmethod
@@ -237,6 +270,25 @@ class Settings(BaseSettings):
             )
         if self.slack_client_id and not self.slack_client_secret:
             raise ConfigError("SLACK_CLIENT_SECRET is not set: SLACK_CLIENT_ID needs it")
+
+    @property
+    def feishu_enabled(self) -> bool:
+        return bool(self.feishu_app_id or self.feishu_app_secret)
+
+    def require_feishu(self) -> None:
+        """Fail with one clear line when Feishu/Lark is half-configured."""
+        if not self.feishu_app_id or not self.feishu_app_secret:
+            raise ConfigError(
+                "FEISHU_APP_ID and FEISHU_APP_SECRET must both be set (the app's credentials, "
+                "from the developer console)"
+            )
+        if self.feishu_mode == "webhook" and not (
+            self.feishu_verification_token and self.feishu_encrypt_key
+        ):
+            raise ConfigError(
+                "FEISHU_MODE=webhook needs FEISHU_VERIFICATION_TOKEN and FEISHU_ENCRYPT_KEY "
+                "(Events and callbacks > Encryption strategy) to verify Feishu's requests"
+            )
 
     def is_allowed(self, user: str | None, channel: str | None) -> bool:
         """Access control; an empty allow-list admits everyone. Admins are always allowed."""

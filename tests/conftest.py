@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from storage import Database, Store
-from tests.env import clean_environ
+from tests.chat_app import LifespanServer, ServedFathom, fathom_settings
+from tests.env import clean_environ, is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.pg import throwaway_database
 
@@ -85,3 +88,44 @@ def cli_env(
         NO_COLOR="1",
     )
     return env
+
+
+# --- the served app (end-to-end platform tests) -------------------------------------------
+
+ServeFathom = Callable[..., Awaitable[ServedFathom]]
+
+
+@pytest.fixture
+async def serve_fathom(
+    tmp_path: Path,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[ServeFathom]:
+    """``await serve_fathom(database_url=None, **env)``: the real ``fathom serve`` app (its
+    lifespan, job runner and every adapter ``env`` configures) against the LLM and search
+    fakes, on a SQLite file unless a database URL is given. Stopped after the test."""
+    for name in list(os.environ):
+        if is_fathom_setting(name):
+            monkeypatch.delenv(name)
+    from bots.server import create_app
+
+    started: list[ServedFathom] = []
+
+    async def serve(database_url: str | None = None, **env: str) -> ServedFathom:
+        url = database_url or f"sqlite+aiosqlite:///{tmp_path / f'serve{len(started)}.db'}"
+        settings = fathom_settings(url, llm_server, search_server, **env)
+        server = await asyncio.to_thread(LifespanServer(create_app(settings)).start)
+        database = Database(url)
+        served = ServedFathom(
+            server.url, httpx.AsyncClient(timeout=10), Store(database), database, server
+        )
+        started.append(served)
+        return served
+
+    yield serve
+    llm_server.fake.latency = search_server.fake.latency = 0.0  # let held runs finish
+    for served in started:
+        await served.http.aclose()
+        await asyncio.to_thread(served.server.stop)
+        await served.database.dispose()

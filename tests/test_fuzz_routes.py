@@ -39,6 +39,8 @@ from core.config import Settings
 from storage import Database
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.fakes.feishu import APP_ID, APP_SECRET, FakeFeishuServer, encrypt, message_event
+from tests.fakes.feishu import signed_headers as feishu_signed
 from tests.fakes.slack import (
     FakeSlackServer,
     app_mention_event,
@@ -52,10 +54,12 @@ T = TypeVar("T")
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
 REPORT = os.environ.get("FUZZ_REPORT")
 SECRET = "fuzz-signing-secret-0123456789abcdef"
+FEISHU_TOKEN, FEISHU_KEY = "fuzz-verification-token", "fuzz-encrypt-key"
 CLIENT_ID, CLIENT_SECRET = "9999.8888", "fuzz-client-secret"
 MAX_BODY = 16_384
 ROUTES = (
     "POST /slack/events",
+    "POST /feishu/events",
     "GET /slack/install",
     "GET /slack/oauth_redirect",
     "GET /healthz",
@@ -105,7 +109,12 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     directory = tmp_path_factory.mktemp("fuzz")
-    with FakeLLMServer() as llm, FakeSearchServer() as search, FakeSlackServer() as slack:
+    with (
+        FakeLLMServer() as llm,
+        FakeSearchServer() as search,
+        FakeSlackServer() as slack,
+        FakeFeishuServer() as feishu,
+    ):
         url = f"sqlite+aiosqlite:///{directory / 'fuzz.db'}"
         app_settings = Settings(  # type: ignore[call-arg]
             _env_file=None,
@@ -123,6 +132,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             FATHOM_MAX_BODY_BYTES=str(MAX_BODY),
             FATHOM_MAX_CONCURRENT_RUNS="4",
             FATHOM_SLACK_EDIT_INTERVAL="0",
+            FEISHU_APP_ID=APP_ID,
+            FEISHU_APP_SECRET=APP_SECRET,
+            FEISHU_VERIFICATION_TOKEN=FEISHU_TOKEN,
+            FEISHU_ENCRYPT_KEY=FEISHU_KEY,
+            FEISHU_MODE="webhook",
+            FEISHU_DOMAIN=feishu.url,
         )
         app = create_app(app_settings)
         loop = asyncio.new_event_loop()
@@ -204,18 +219,33 @@ TEMPLATES: tuple[dict[str, Any], ...] = (
     },
     {"type": "event_callback", "team_id": "T0001", "event": {"type": "app_uninstalled"}},
 )
+FEISHU_TEMPLATES: tuple[dict[str, Any], ...] = (
+    message_event("/research heat pumps depth=1", token=FEISHU_TOKEN),
+    message_event("@_user_1 tidal", chat_type="group", mention_bot=True, token=FEISHU_TOKEN),
+    message_event(
+        None,
+        message_type="post",
+        content={"title": "t", "content": [[{"tag": "text", "text": "x"}]]},
+        token=FEISHU_TOKEN,
+    ),
+    {"type": "url_verification", "token": FEISHU_TOKEN, "challenge": "c"},
+)
 FORM_TEMPLATE = dict(
     item.split("=", 1) for item in slash_command_body("tidal power depth=1").decode().split("&")
 )
 
 
 @st.composite
-def mutated_payload(draw: st.DrawFn) -> dict[str, Any]:
-    payload: dict[str, Any] = json.loads(json.dumps(draw(st.sampled_from(TEMPLATES))))
+def mutated_payload(
+    draw: st.DrawFn, templates: tuple[dict[str, Any], ...] = TEMPLATES
+) -> dict[str, Any]:
+    payload: dict[str, Any] = json.loads(json.dumps(draw(st.sampled_from(templates))))
     for _ in range(draw(st.integers(0, 3))):
         target = payload
         if isinstance(payload.get("event"), dict) and draw(st.booleans()):
             target = payload["event"]
+            if isinstance(target.get("message"), dict) and draw(st.booleans()):
+                target = target["message"]
         keys = list(target)
         if keys and draw(st.booleans()):
             del target[draw(st.sampled_from(keys))]
@@ -227,6 +257,23 @@ def mutated_payload(draw: st.DrawFn) -> dict[str, Any]:
             )
             target[key] = draw(json_values)
     return payload
+
+
+@st.composite
+def feishu_bodies(draw: st.DrawFn) -> tuple[bytes, str | None]:
+    """Feishu deliveries: mutated events and challenges, encrypted (with the right key, the
+    wrong one, or a broken ciphertext) or plain; or any other body."""
+    kind = draw(st.sampled_from(["encrypted", "wrong_key", "broken", "plain", "other"]))
+    if kind == "other":
+        return draw(bodies())
+    payload = draw(mutated_payload(FEISHU_TEMPLATES))
+    if kind == "plain":
+        return json.dumps(payload).encode(), "application/json"
+    key = FEISHU_KEY if kind != "wrong_key" else "another-key"
+    sealed: dict[str, Any] = dict(encrypt(payload, key))
+    if kind == "broken":
+        sealed["encrypt"] = draw(st.sampled_from([sealed["encrypt"][:-7], "", 7, None, "%%"]))
+    return json.dumps(sealed).encode(), "application/json"
 
 
 @st.composite
@@ -288,7 +335,7 @@ def requests_for(route: str) -> st.SearchStrategy[Case]:
 
     @st.composite
     def case(draw: st.DrawFn) -> Case:
-        body, content_type = draw(bodies())
+        body, content_type = draw(feishu_bodies() if path == "/feishu/events" else bodies())
         return Case(
             method=draw(methods),
             path=draw(paths),
@@ -309,6 +356,8 @@ def headers_for(case: Case) -> dict[str, str]:
     if case.retry:
         headers["X-Slack-Retry-Num"] = case.retry
     now = int(time.time())
+    if case.path == "/feishu/events":
+        return headers | _feishu_signing(case, now)
     if case.signing == "valid":
         headers.update(sign(case.body, SECRET, now))
     elif case.signing == "stale":  # a replay of a request signed long ago
@@ -323,6 +372,20 @@ def headers_for(case: Case) -> dict[str, str]:
         signed = sign(case.body, SECRET, now)
         headers.update(signed | {"X-Slack-Request-Timestamp": "1e9"})
     return headers
+
+
+def _feishu_signing(case: Case, now: int) -> dict[str, str]:
+    if case.signing == "none":
+        return {}
+    stamp = {"stale": now - 7200, "future": now + 7200}.get(case.signing, now)
+    key = "not-the-key" if case.signing == "wrong_secret" else FEISHU_KEY
+    signed = feishu_signed(case.body, key, stamp)
+    signed.pop("Content-Type")
+    if case.signing == "garbage":
+        signed["X-Lark-Signature"] = "zz"
+    elif case.signing == "bad_timestamp":
+        signed["X-Lark-Request-Timestamp"] = "1e9"
+    return signed
 
 
 async def send(served: Served, case: Case) -> tuple[int, tuple[int, ...], tuple[int, ...]]:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import inspect
 import json
 import re
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -24,7 +22,6 @@ from urllib.parse import parse_qsl
 import aiohttp
 import httpx
 import pytest
-import uvicorn
 from aiohttp import web
 from sqlalchemy import MetaData, text
 from sqlalchemy import inspect as sa_inspect
@@ -38,7 +35,7 @@ from bots.server import create_app
 from bots.slack.text import SlackMarkup, clean_text
 from core.config import Settings
 from storage import Database, RunRecord, Store
-from tests.conftest import FAKE_API_KEY
+from tests.chat_app import LifespanServer, fathom_settings, wait_for
 from tests.env import is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.fakes.server import BackgroundServer
@@ -64,57 +61,6 @@ JSON = {"Content-Type": "application/json"}
 # -- helpers ----------------------------------------------------------------------------
 
 
-async def wait_for(
-    predicate: Callable[[], Any], within: float = 15.0, interval: float = 0.02
-) -> Any:
-    """Poll ``predicate`` (sync or async) until it returns something truthy."""
-    deadline = time.monotonic() + within
-    while True:
-        value = predicate()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {within} s")
-        await asyncio.sleep(interval)
-
-
-class LifespanServer(BackgroundServer):
-    """BackgroundServer, but with the app's lifespan (our runtime) running."""
-
-    def start(self, timeout: float = 20.0) -> Self:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, 0))
-        sock.listen(2048)
-        self._sock, self.port = sock, sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app, log_level="warning", access_log=False, lifespan="on", log_config=None
-        )
-        self._server = server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=server.run, kwargs={"sockets": [sock]}, name=f"app:{self.port}", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the app did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-        if self._sock is not None:
-            self._sock.close()
-        self._server = self._thread = self._sock = None
-
-
 def slack_settings(
     database_url: str,
     llm: FakeLLMServer,
@@ -122,21 +68,14 @@ def slack_settings(
     slack_api_url: str,
     **extra: str,
 ) -> Settings:
-    values: dict[str, Any] = {
-        "DATABASE_URL": database_url,
-        "OPENAI_API_KEY": FAKE_API_KEY,
-        "OPENAI_BASE_URL": llm.base_url,
-        "FATHOM_SEARCH": "searxng",
-        "SEARXNG_URL": search.url,
-        "FATHOM_SEARCH_CACHE_TTL": "0",
-        "FATHOM_LLM_MAX_RETRIES": "1",
+    values = {
         "SLACK_BOT_TOKEN": BOT_TOKEN,
         "SLACK_SIGNING_SECRET": SECRET,
         "SLACK_API_URL": slack_api_url,
         "FATHOM_SLACK_EDIT_INTERVAL": "0.05",
+        **extra,
     }
-    values.update(extra)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return fathom_settings(database_url, llm, search, **values)
 
 
 @dataclass
@@ -302,6 +241,19 @@ async def test_slash_command_end_to_end(start_bot: BotFactory) -> None:
     variables = await bot.store.load_variables(thread.id)
     assert variables is not None and len(variables["topics"]) == 3
     assert variables["findings"] and variables["shouldContinue"] in (True, False)
+
+
+async def test_a_chinese_request_is_answered_in_chinese(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    response = await bot.command("固态电池 depth=2", trigger_id="trig-zh")
+    assert response.json()["text"] == ":mag: 好的：正在研究“固态电池”，共 2 轮搜索。"
+    bad = (await bot.command("固态电池 depth=0", trigger_id="trig-zh2")).json()["text"]
+    assert "depth 必须在 1 到 10 之间；不允许 0。" in bad and "帮助" in bad
+    [run] = await bot.finished()
+    opener = bot.slack.calls_to("chat.postMessage")[0].params["text"]
+    assert opener.startswith("<@U123> 请我研究 *固态电池*（深度 2）。")
+    final = bot.final_text("C0001", run.progress_message_id or "")
+    assert "研究完成：2/2 次搜索" in final
 
 
 @pytest.mark.parametrize(

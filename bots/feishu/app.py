@@ -1,0 +1,226 @@
+"""Feishu/Lark in ``fathom serve``: both ingress modes, translated for the shared chat layer.
+
+- ``FEISHU_MODE=ws`` (default): the SDK's long connection (``bots.feishu.ws``); its handler
+  runs on the SDK's thread, hands the event to the app's loop and returns once the request is
+  recorded (a run row committed), within Feishu's 3 seconds.
+- ``FEISHU_MODE=webhook``: ``POST /feishu/events`` through the shared gate (size first), then
+  ``bots.feishu.events.open_delivery`` (signature, decryption, token); answered once the
+  request is recorded.
+
+Either way an event becomes a :class:`~bots.chat.inbound.ChatMessage` and goes to
+``ChatCommands.receive``, which deduplicates by message id and event id in the database.
+Answers that are not a run (help, errors, status) are posted after the acknowledgement, as a
+card replying in the request's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from bots.chat.inbound import ChatCommands
+from bots.chat.replies import Icon
+from bots.feishu.api import FeishuApi
+from bots.feishu.delivery import FeishuDeliveryFactory, classify_error
+from bots.feishu.events import Challenge, FeishuRequest, event_to_dict, open_delivery, translate
+from bots.feishu.render import escape_text, reply_card
+from bots.feishu.ws import LongConnection
+from bots.http_gate import Rejected, read_body, rejected_response
+from core.config import Settings
+from core.delivery import ResearchJob
+from core.jobs import JobRunner
+from core.models import ThreadKey
+from core.runtime import Runtime
+from core.wording import Language, pick
+from storage import Store
+
+log = logging.getLogger(__name__)
+
+#: The long-connection handler waits this long for the request to be recorded; Feishu
+#: re-pushes an event not acknowledged within 3 seconds (the dedupe then drops it).
+ACK_WITHIN = 2.5
+#: Try to learn the bot's open id again at most this often while it is unknown (seconds).
+IDENTIFY_EVERY = 60.0
+
+_ICONS: dict[Icon, str] = {
+    "warning": "⚠️ ",
+    "no_entry": "⛔ ",
+    "hourglass": "⏳ ",
+    "mag": "🔍 ",
+    "stop": "🛑 ",
+}
+
+
+class FeishuMarkup:
+    """``bots.chat.replies.Markup`` for Feishu card markdown."""
+
+    bold = "**"
+
+    def escape(self, text: str) -> str:
+        return escape_text(text)
+
+    def icon(self, name: Icon) -> str:
+        return _ICONS[name]
+
+    def thread_hint(self, thread: ThreadKey, language: Language) -> str:
+        if thread.platform != "feishu":
+            return str(thread)
+        return pick(language, f"in chat {thread.channel}", f"在会话 {thread.channel}")
+
+
+class FeishuAdapter:
+    """The Feishu side of ``fathom serve``: webhook route, long connection, answers."""
+
+    def __init__(
+        self, settings: Settings, chat: ChatCommands, api: FeishuApi, store: Store
+    ) -> None:
+        self._settings = settings
+        self._chat = chat
+        self._api = api
+        self._store = store
+        self.bot_open_id: str | None = None
+        self._identified_at = 0.0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.connection: LongConnection | None = None
+
+    @property
+    def mode(self) -> str:
+        return self._settings.feishu_mode
+
+    async def identify(self) -> None:
+        """Learn the bot's open id (to tell its mentions apart); failures are retried later."""
+        self._identified_at = time.monotonic()
+        try:
+            self.bot_open_id = await self._api.bot_open_id()
+            log.info("feishu: bot %s", self.bot_open_id)
+        except Exception as exc:
+            log.warning("feishu bot info failed (%s); retried later", classify_error(exc).reason)
+
+    # -- inbound -----------------------------------------------------------------------------
+    async def receive(self, payload: dict[str, Any]) -> None:
+        """One event: recorded (and a run committed) when this returns."""
+        if self.bot_open_id is None and time.monotonic() - self._identified_at > IDENTIFY_EVERY:
+            await self.identify()
+        request = translate(payload, self.bot_open_id)
+        if request is None or not request.message.addressed:
+            return
+        if not request.readable:
+            if await self._store.claim_event(request.message.dedupe_key):
+                self._answer_later(request, self._chat.replies("en").unsupported_message())
+            return
+
+        async def answer(text: str) -> None:
+            self._answer_later(request, text)
+
+        await self._chat.receive(request.message, answer)
+
+    def _answer_later(self, request: FeishuRequest, text: str) -> None:
+        task = asyncio.create_task(self._answer(request, text))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, request: FeishuRequest, text: str) -> None:
+        try:
+            await self._api.reply(
+                request.reply_to,
+                "interactive",
+                reply_card(text),
+                uuid=f"answer:{request.reply_to}",
+            )
+        except Exception as exc:
+            log.warning("feishu answer to a request failed (%s)", classify_error(exc).reason)
+
+    async def webhook(self, request: Request) -> Response:
+        """``POST /feishu/events``."""
+        if self.mode != "webhook":
+            return JSONResponse({"error": "Feishu runs in long-connection mode here"}, 404)
+        try:
+            body = await read_body(request, self._settings.max_body_bytes)
+            delivery = open_delivery(
+                body,
+                {k.lower(): v for k, v in request.headers.items()},
+                verification_token=self._settings.feishu_verification_token or "",
+                encrypt_key=self._settings.feishu_encrypt_key or "",
+            )
+        except Rejected as rejection:
+            return rejected_response(request, rejection)
+        if isinstance(delivery, Challenge):
+            return JSONResponse({"challenge": delivery.challenge})
+        try:
+            await self.receive(delivery.payload)
+        except Exception:
+            # Not recorded: Feishu delivers it again (and the dedupe keeps that safe).
+            log.exception("feishu event could not be handled")
+            return JSONResponse({"error": "temporarily unable to handle this event"}, 500)
+        return JSONResponse({})
+
+    def on_ws_event(self, event: object) -> None:
+        """The SDK's handler (on its thread): wait until the request is recorded, so that
+        returning acknowledges it; raising makes the SDK answer 500 and Feishu re-push it."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("the Feishu adapter is not running")
+        future = asyncio.run_coroutine_threadsafe(self.receive(event_to_dict(event)), loop)
+        try:
+            future.result(timeout=ACK_WITHIN)
+        except concurrent.futures.TimeoutError:
+            log.warning(
+                "feishu event not recorded within %.1fs; Feishu will re-push it", ACK_WITHIN
+            )
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self.identify()
+        if self.mode == "ws":
+            import lark_oapi as lark
+
+            handler = (
+                lark.EventDispatcherHandler.builder("", "")
+                .register_p2_im_message_receive_v1(self.on_ws_event)
+                .build()
+            )
+            self.connection = LongConnection(
+                self._settings.feishu_app_id or "",
+                self._settings.feishu_app_secret or "",
+                self._settings.feishu_domain,
+                handler,
+            )
+            await self.connection.start()
+
+    def status(self) -> dict[str, object]:
+        if self.connection is not None:
+            return self.connection.status()
+        return {"mode": self.mode}
+
+    async def close(self) -> None:
+        if self.connection is not None:
+            await self.connection.close()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=5.0)
+
+
+async def open_feishu(
+    settings: Settings, runtime: Runtime, job: ResearchJob, runner: JobRunner
+) -> FeishuAdapter:
+    """Wire Feishu in and out; connects the long connection in ``ws`` mode."""
+    settings.require_feishu()
+    api = FeishuApi(
+        settings.feishu_app_id or "", settings.feishu_app_secret or "", settings.feishu_domain
+    )
+    chat = ChatCommands(settings, runtime.service, runtime.store, runner, FeishuMarkup())
+    job.register(
+        "feishu",
+        FeishuDeliveryFactory(api, runtime.store, edit_interval=settings.feishu_edit_interval),
+    )
+    adapter = FeishuAdapter(settings, chat, api, runtime.store)
+    await adapter.start()
+    return adapter

@@ -1,0 +1,115 @@
+"""One run's progress and report in Feishu/Lark (``core.delivery.DeliveryFactory`` for
+``feishu``): translation only, on the shared ``bots.chat.delivery.ChatDelivery``.
+
+The progress card is a reply, in its thread, to the thread's root message (the request, or
+the message a follow-up's thread started from) and is updated in place by PATCH. The report
+follows as cards in the same thread. Every send carries a ``uuid`` derived from the run
+(``<run id>:progress``, ``<run id>:r<n>``), so a retried or resumed send that Feishu already
+accepted returns the same message instead of showing it twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from bots.chat.delivery import ChatDelivery
+from bots.chat.throttle import WorkspaceLimiters
+from bots.feishu.api import FeishuApi, FeishuError
+from bots.feishu.render import notice_card, progress_card, report_cards
+from core.delivery import PostFailure
+from core.models import ThreadKey
+from core.service import RunOutcome
+from core.wording import request_language
+from storage import RunRecord, Store
+
+log = logging.getLogger(__name__)
+
+#: Feishu's limits: 5 updates a second of one card, 1,000 calls a minute for the app.
+MIN_EDIT_INTERVAL = 0.2
+APP_CALLS_PER_MINUTE = 900.0
+
+
+def classify_error(error: Exception) -> PostFailure:
+    """Rate-limited (wait as Feishu says), retryable (5xx, network) or permanent."""
+    if isinstance(error, FeishuError):
+        if error.rate_limited:
+            return PostFailure("feishu: rate limited", True, error.retry_after or 1.0)
+        reason = f"feishu {error.code}: {error.message[:120]}"
+        return PostFailure(reason, error.status >= 500 or error.status == 0)
+    if isinstance(error, (httpx.TransportError, OSError, TimeoutError)):
+        return PostFailure(f"feishu unreachable ({type(error).__name__})", True)
+    return PostFailure(f"{type(error).__name__}: {str(error)[:120]}", False)
+
+
+@dataclass(frozen=True)
+class ReportCard:
+    number: int
+    content: str
+
+
+class FeishuThread:
+    """``bots.chat.delivery.ThreadPoster`` for one run's Feishu thread."""
+
+    def __init__(self, run: RunRecord, api: FeishuApi) -> None:
+        self._run = run
+        self._api = api
+        self.root = ThreadKey.parse(run.thread_key).thread
+        self.language = request_language(run.topic)
+
+    def _uuid(self, what: str) -> str:
+        return f"{self._run.id}:{what}"
+
+    def render_progress(self, status: str, message_id: str | None) -> str:
+        return progress_card(self._run.topic, self._run.depth, status, language=self.language)
+
+    async def post_progress(self, content: str) -> str:
+        return await self._api.reply(self.root, "interactive", content, uuid=self._uuid("progress"))
+
+    async def edit_progress(self, message_id: str, content: str) -> None:
+        await self._api.patch_card(message_id, content)
+
+    async def resume(self, message_id: str | None) -> None:
+        return None
+
+    @property
+    def needs_opener(self) -> bool:
+        return False  # the thread is the request's: it exists before the run
+
+    def report_parts(self, outcome: RunOutcome) -> Sequence[ReportCard]:
+        cards = report_cards(outcome.report_markdown or "", outcome.sources)
+        return [ReportCard(number, content) for number, content in enumerate(cards, 1)]
+
+    async def post_report_part(self, part: ReportCard) -> None:
+        await self._api.reply(
+            self.root, "interactive", part.content, uuid=self._uuid(f"r{part.number}")
+        )
+
+    async def post_notice(self, text: str) -> None:
+        await self._api.reply(self.root, "interactive", notice_card(text), uuid=self._uuid("n"))
+
+    def classify(self, error: Exception) -> PostFailure:
+        return classify_error(error)
+
+
+class FeishuDeliveryFactory:
+    """``core.delivery.DeliveryFactory`` for thread keys ``feishu:<tenant>:<chat>:<root>``."""
+
+    def __init__(self, api: FeishuApi, store: Store, *, edit_interval: float = 1.0) -> None:
+        self._api = api
+        self._store = store
+        self._interval = max(edit_interval, MIN_EDIT_INTERVAL)
+        self._limiters = WorkspaceLimiters(per_minute=APP_CALLS_PER_MINUTE, burst=20)
+
+    async def for_run(self, run: RunRecord) -> ChatDelivery:
+        tenant = ThreadKey.parse(run.thread_key).workspace
+        return ChatDelivery(
+            run,
+            FeishuThread(run, self._api),
+            self._store,
+            edit_interval=self._interval,
+            limiter=self._limiters.for_team(tenant),
+        )

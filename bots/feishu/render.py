@@ -1,0 +1,131 @@
+"""What a run looks like in Feishu/Lark: interactive cards (card JSON 2.0), pure, no I/O.
+
+Every bot message is a card with one ``markdown`` element, so replies, the progress message
+and the report render the same Markdown. Cards are sent with ``config.update_multi`` so the
+progress card can be updated in place (PATCH). Untrusted text passes
+``core.untrusted.neutralise`` (no ``<at>`` mention goes out live) and Feishu's markdown tags
+(``<font>``, ``<link>``, ``<at>``) are made inert by escaping ``<`` and ``>`` as HTML entities,
+which card markdown shows as the characters; topics also lose link and emphasis syntax.
+
+A card may be 30 KB (UTF-8, CJK text takes 3 bytes a character): the report is split at
+section boundaries so that each card's JSON stays under :data:`CARD_BUDGET` bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from bots.chat.markdown import link_citations, split_report, utf8_size
+from core.models import Source
+from core.untrusted import neutralise
+from core.wording import Language, pick
+
+#: Bytes of card JSON per card (Feishu's limit is 30 KB; the rest is margin).
+CARD_BUDGET = 28_000
+_TOPIC_CHARS = 300
+_STATUS_CHARS = 1_000
+_TITLE_CHARS = 100
+_CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
+_TEXT_ENTITIES = str.maketrans(
+    {
+        "<": "&#60;",
+        ">": "&#62;",
+        "*": "&#42;",
+        "_": "&#95;",
+        "~": "&#126;",
+        "`": "&#96;",
+        "[": "&#91;",
+        "]": "&#93;",
+        "#": "&#35;",
+    }
+)
+
+
+def escape_text(text: str) -> str:
+    """Untrusted text shown as itself in card markdown: no mention, tag, link or emphasis."""
+    return neutralise(text).translate(_TEXT_ENTITIES)
+
+
+def safe_markdown(markdown: str) -> str:
+    """A report for card markdown: mentions inert, and ``<``/``>`` outside code escaped so that
+    no ``<at>``, ``<font>`` or ``<link>`` tag works (Markdown itself stays Markdown)."""
+    text = neutralise(markdown)
+    out: list[str] = []
+    last = 0
+    for match in _CODE.finditer(text):
+        out.append(_escape_tags(text[last : match.start()]))
+        out.append(match.group(0))
+        last = match.end()
+    out.append(_escape_tags(text[last:]))
+    return "".join(out)
+
+
+def _escape_tags(text: str) -> str:
+    return text.replace("<", "&#60;").replace(">", "&#62;")
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def card(markdown: str, *, title: str | None = None, template: str = "blue") -> str:
+    """A card JSON 2.0 string with one markdown element (and a header when ``title``)."""
+    data: dict[str, Any] = {
+        "schema": "2.0",
+        "config": {"update_multi": True, "width_mode": "fill"},
+        "body": {"elements": [{"tag": "markdown", "content": markdown}]},
+    }
+    if title:
+        data["header"] = {
+            "title": {"tag": "plain_text", "content": _clip(neutralise(title), _TITLE_CHARS)},
+            "template": template,
+        }
+    return json.dumps(data, ensure_ascii=False)
+
+
+def reply_card(text: str) -> str:
+    """An answer to a request (help, an error, status): its text is already card markdown."""
+    return card(text)
+
+
+def notice_card(text: str) -> str:
+    return card(escape_text(text))
+
+
+def progress_card(topic: str, depth: int, status: str, *, language: Language) -> str:
+    """The progress card: what is researched, and the engine's status line."""
+    shown = escape_text(_clip(topic, _TOPIC_CHARS))
+    line = escape_text(_clip(status, _STATUS_CHARS))
+    head = pick(
+        language,
+        f"Researching **{shown}** (depth {depth})",
+        f"正在研究 **{shown}**（深度 {depth}）",
+    )
+    return card(f"{head}\n{line}", title="Fathom", template="blue")
+
+
+def report_title(markdown: str) -> str:
+    match = re.search(r"^#{1,6}[ \t]+(.+)$", markdown, re.MULTILINE)
+    return _clip(match.group(1).strip() if match else "Research report", _TITLE_CHARS)
+
+
+def _card_size(markdown: str) -> int:
+    return utf8_size(json.dumps(markdown, ensure_ascii=False))
+
+
+def report_cards(markdown: str, sources: Sequence[Source]) -> list[str]:
+    """The report as cards, in order: section-bounded parts, each card under the budget."""
+    title = report_title(markdown)
+    overhead = utf8_size(card("", title=f"{title} (99/99)", template="green"))
+    chunks = split_report(
+        link_citations(safe_markdown(markdown), sources), CARD_BUDGET - overhead, _card_size
+    )
+    total = len(chunks)
+    return [
+        card(chunk, title=title if total == 1 else f"{title} ({i}/{total})", template="green")
+        for i, chunk in enumerate(chunks, 1)
+    ]

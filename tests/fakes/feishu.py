@@ -1,0 +1,507 @@
+"""A fake Feishu/Lark Open API (REST and the long connection) and webhook delivery builders.
+
+The real ``lark-oapi`` clients talk to it over HTTP and WebSocket: the tenant token, bot
+info, message reply/create, interactive-card PATCH (``update_multi`` required, 30 KB card
+limit, 5 updates a second per message), and ``/callback/ws/endpoint`` plus a WebSocket
+speaking the SDK's protobuf frames, over which a test pushes real ``im.message.receive_v1``
+events and reads the client's acknowledgements. Every call is recorded; 429s and 5xx are
+given on demand. The webhook helpers build deliveries exactly as Feishu does: plain or
+AES-256-CBC encrypted, signed with ``X-Lark-Signature``, and the URL challenge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from Crypto.Cipher import AES
+from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from tests.fakes.server import BackgroundServer
+
+APP_ID = "cli_fathom_test"
+APP_SECRET = "fake-app-secret"
+TENANT = "tenant_1"
+BOT_OPEN_ID = "ou_bot_fathom"
+MAX_CARD_BYTES = 30 * 1024
+PATCHES_PER_SECOND = 5
+RATE_LIMITED = 99991400
+
+
+@dataclass(frozen=True)
+class FeishuCall:
+    method: str
+    path: str
+    body: dict[str, Any]
+    size: int  # bytes of the request body
+    time: float = field(default_factory=time.time)
+
+
+@dataclass
+class _Failure:
+    status: int
+    code: int
+    remaining: int
+
+
+@dataclass
+class FeishuMessage:
+    message_id: str
+    chat_id: str
+    msg_type: str
+    content: str
+    root_id: str = ""
+    parent_id: str = ""
+    uuid: str = ""
+    versions: list[str] = field(default_factory=list)  # every content, PATCHes included
+
+    @property
+    def card(self) -> dict[str, Any]:
+        return dict(json.loads(self.content))
+
+    @property
+    def markdown(self) -> str:
+        """The card's markdown (all markdown elements of its body), or the text."""
+        return card_markdown(self.content) if self.msg_type == "interactive" else self.content
+
+
+def card_markdown(content: str) -> str:
+    card = json.loads(content)
+    if "text" in card:
+        return str(card["text"])
+    elements = card.get("body", {}).get("elements", [])
+    return "\n".join(str(e.get("content", "")) for e in elements if e.get("tag") == "markdown")
+
+
+class FakeFeishu:
+    """State and behaviour of the fake; every method is safe to call from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.base_url = "http://127.0.0.1"  # set by FakeFeishuServer.start()
+        self.tokens: set[str] = set()
+        self.calls: list[FeishuCall] = []
+        self.messages: dict[str, FeishuMessage] = {}
+        self._by_uuid: dict[str, str] = {}
+        self._failures: dict[str, deque[_Failure]] = {}
+        self._patch_times: dict[str, deque[float]] = {}
+        self._counter = 0
+        # long connection
+        self.ws_connections = 0
+        self.ws_endpoint_calls = 0
+        self.ws_silent = False  # accept connections but never answer pings (a hung socket)
+        self.ws_ping_interval = 120
+        self._ws_outbox: asyncio.Queue[bytes] | None = None
+        self._ws_loop: asyncio.AbstractEventLoop | None = None
+        self.ws_acks: dict[str, dict[str, Any]] = {}
+        self._ws_close: asyncio.Event | None = None
+
+    # -- test controls ------------------------------------------------------------------
+    def fail_next(self, kind: str, status: int = 500, code: int = 0, times: int = 1) -> None:
+        """The next ``times`` calls of ``kind`` (``reply``, ``patch``, ``create``, ``token``,
+        ``bot``) get HTTP ``status`` with Feishu error ``code`` (429 → rate limited)."""
+        code = code or (RATE_LIMITED if status == 429 else 1)
+        with self._lock:
+            self._failures.setdefault(kind, deque()).append(_Failure(status, code, times))
+
+    def calls_to(self, kind: str) -> list[FeishuCall]:
+        with self._lock:
+            return [c for c in self.calls if _kind(c.method, c.path) == kind]
+
+    def thread(self, root_id: str) -> list[FeishuMessage]:
+        """The bot's messages in the thread of ``root_id`` (replies to it), in order."""
+        with self._lock:
+            return [m for m in self.messages.values() if m.root_id == root_id]
+
+    # -- the API --------------------------------------------------------------------------
+    def _take_failure(self, kind: str) -> _Failure | None:
+        queue = self._failures.get(kind)
+        if not queue:
+            return None
+        failure = queue[0]
+        failure.remaining -= 1
+        if failure.remaining <= 0:
+            queue.popleft()
+        return failure
+
+    def handle(
+        self, method: str, path: str, body: dict[str, Any], size: int, auth: str
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        kind = _kind(method, path)
+        with self._lock:
+            self.calls.append(FeishuCall(method, path, body, size))
+            failure = self._take_failure(kind)
+            if failure is not None:
+                headers = {"x-ogw-ratelimit-reset": "1"} if failure.status == 429 else {}
+                return failure.status, {"code": failure.code, "msg": "injected"}, headers
+            if kind == "token":
+                if body.get("app_id") != APP_ID or body.get("app_secret") != APP_SECRET:
+                    return 400, {"code": 10014, "msg": "app secret invalid"}, {}
+                token = f"t-{uuid.uuid4().hex}"
+                self.tokens.add(token)
+                return (
+                    200,
+                    {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": 7200},
+                    {},
+                )
+            if auth.removeprefix("Bearer ") not in self.tokens:
+                return 400, {"code": 99991663, "msg": "Invalid access token for authorization."}, {}
+            if kind == "bot":
+                bot = {"open_id": BOT_OPEN_ID, "app_name": "Fathom", "activate_status": 2}
+                return 200, {"code": 0, "msg": "ok", "bot": bot}, {}
+            if kind in ("reply", "create"):
+                return self._send(kind, path, body)
+            if kind == "patch":
+                return self._patch(path.rsplit("/", 1)[-1], body)
+        return 404, {"code": 404, "msg": f"no such API {method} {path}"}, {}
+
+    def _send(
+        self, kind: str, path: str, body: dict[str, Any]
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        msg_type, content = str(body.get("msg_type") or ""), str(body.get("content") or "")
+        if msg_type not in ("text", "interactive", "post") or not content:
+            return 400, {"code": 230001, "msg": "invalid msg_type or content"}, {}
+        if msg_type == "interactive" and len(content.encode()) > MAX_CARD_BYTES:
+            return 400, {"code": 230025, "msg": "message content too long"}, {}
+        key = str(body.get("uuid") or "")
+        if len(key) > 50:
+            return 400, {"code": 230001, "msg": "uuid longer than 50 characters"}, {}
+        if key and key in self._by_uuid:  # the same send again: the same message
+            return (
+                200,
+                {"code": 0, "msg": "ok", "data": self._data(self.messages[self._by_uuid[key]])},
+                {},
+            )
+        if kind == "reply":
+            parent = self.messages.get(path.split("/")[-2])
+            parent_id = path.split("/")[-2]
+            root = (parent.root_id or parent.message_id) if parent else parent_id
+            chat = parent.chat_id if parent else "oc_chat"
+        else:
+            root, parent_id, chat = "", "", str(body.get("receive_id") or "")
+        self._counter += 1
+        message = FeishuMessage(
+            f"om_bot_{self._counter}", chat, msg_type, content, root, parent_id, key, [content]
+        )
+        self.messages[message.message_id] = message
+        if key:
+            self._by_uuid[key] = message.message_id
+        return 200, {"code": 0, "msg": "ok", "data": self._data(message)}, {}
+
+    def _patch(
+        self, message_id: str, body: dict[str, Any]
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        message = self.messages.get(message_id)
+        if message is None:
+            return 400, {"code": 230011, "msg": "message not found"}, {}
+        content = str(body.get("content") or "")
+        if message.msg_type != "interactive":
+            return 400, {"code": 230001, "msg": "only cards can be patched"}, {}
+        if len(content.encode()) > MAX_CARD_BYTES:
+            return 400, {"code": 230025, "msg": "card content too long"}, {}
+        try:
+            new = json.loads(content)
+        except ValueError:
+            return 400, {"code": 230001, "msg": "content is not JSON"}, {}
+        if not (
+            message.card.get("config", {}).get("update_multi")
+            and new.get("config", {}).get("update_multi")
+        ):
+            return 400, {"code": 230099, "msg": "update_multi must be true before and after"}, {}
+        now = time.monotonic()
+        times = self._patch_times.setdefault(message_id, deque())
+        while times and now - times[0] > 1.0:
+            times.popleft()
+        if len(times) >= PATCHES_PER_SECOND:
+            return (
+                429,
+                {"code": RATE_LIMITED, "msg": "too many updates of this card"},
+                {"x-ogw-ratelimit-reset": "1"},
+            )
+        times.append(now)
+        message.content = content
+        message.versions.append(content)
+        return 200, {"code": 0, "msg": "ok"}, {}
+
+    @staticmethod
+    def _data(message: FeishuMessage) -> dict[str, Any]:
+        return {
+            "message_id": message.message_id,
+            "root_id": message.root_id,
+            "parent_id": message.parent_id,
+            "chat_id": message.chat_id,
+            "msg_type": message.msg_type,
+            "body": {"content": message.content},
+        }
+
+    # -- the long connection ----------------------------------------------------------------
+    def push_event(self, event: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+        """Send an event over the open long connection; returns the client's answer
+        (``{"code": 200, ...}`` when its handler returned)."""
+        if self._ws_loop is None or self._ws_outbox is None:
+            raise RuntimeError("no long connection is open")
+        message_id = uuid.uuid4().hex
+        frame = Frame(SeqID=1, LogID=1, service=1, method=1, payload=json.dumps(event).encode())
+        for key, value in (
+            ("type", "event"),
+            ("message_id", message_id),
+            ("sum", "1"),
+            ("seq", "0"),
+            ("trace_id", "t"),
+        ):
+            header = frame.headers.add()
+            header.key, header.value = key, value
+        asyncio.run_coroutine_threadsafe(
+            self._ws_outbox.put(frame.SerializeToString()), self._ws_loop
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if message_id in self.ws_acks:
+                    return self.ws_acks[message_id]
+            time.sleep(0.01)
+        raise TimeoutError("the client did not acknowledge the event")
+
+    def drop_connection(self) -> None:
+        """Close the open long connection from the server side."""
+        if self._ws_loop is not None and self._ws_close is not None:
+            self._ws_loop.call_soon_threadsafe(self._ws_close.set)
+
+    async def serve_ws(self, websocket: WebSocket) -> None:
+        await websocket.accept()
+        loop = asyncio.get_running_loop()
+        outbox: asyncio.Queue[bytes] = asyncio.Queue()
+        closing = asyncio.Event()
+        with self._lock:
+            self.ws_connections += 1
+            self._ws_loop, self._ws_outbox, self._ws_close = loop, outbox, closing
+
+        async def send() -> None:
+            while True:
+                await websocket.send_bytes(await outbox.get())
+
+        sender = asyncio.create_task(send())
+        closer = asyncio.create_task(closing.wait())
+        try:
+            while True:
+                receive = asyncio.create_task(websocket.receive_bytes())
+                done, _ = await asyncio.wait({receive, closer}, return_when=asyncio.FIRST_COMPLETED)
+                if closer in done:
+                    receive.cancel()
+                    await websocket.close()
+                    return
+                frame = Frame()
+                frame.ParseFromString(receive.result())
+                headers = {h.key: h.value for h in frame.headers}
+                if frame.method == 0 and headers.get("type") == "ping":
+                    if not self.ws_silent:
+                        pong = Frame(SeqID=0, LogID=0, service=frame.service, method=0)
+                        header = pong.headers.add()
+                        header.key, header.value = "type", "pong"
+                        pong.payload = json.dumps({"PingInterval": self.ws_ping_interval}).encode()
+                        await outbox.put(pong.SerializeToString())
+                elif frame.method == 1:  # the client's answer to an event
+                    with self._lock:
+                        self.ws_acks[headers.get("message_id", "")] = json.loads(frame.payload)
+        except (WebSocketDisconnect, RuntimeError):
+            return
+        finally:
+            sender.cancel()
+            closer.cancel()
+            with self._lock:
+                if self._ws_outbox is outbox:
+                    self._ws_loop = self._ws_outbox = self._ws_close = None
+
+
+def _kind(method: str, path: str) -> str:
+    if path.endswith("/tenant_access_token/internal"):
+        return "token"
+    if path.endswith("/bot/v3/info") or path.endswith("/bot/v3/info/"):
+        return "bot"
+    if method == "POST" and path.endswith("/reply"):
+        return "reply"
+    if method == "POST" and path.rstrip("/").endswith("/im/v1/messages"):
+        return "create"
+    if method == "PATCH" and "/im/v1/messages/" in path:
+        return "patch"
+    return "other"
+
+
+def build_feishu_app(fake: FakeFeishu) -> Starlette:
+    async def api(request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            return JSONResponse({"code": 9499, "msg": "bad json"}, 400)
+        status, payload, headers = fake.handle(
+            request.method,
+            request.url.path,
+            body,
+            len(raw),
+            request.headers.get("authorization", ""),
+        )
+        return JSONResponse(payload, status, headers=headers)
+
+    async def endpoint(request: Request) -> Response:
+        body = json.loads(await request.body() or b"{}")
+        with fake._lock:
+            fake.ws_endpoint_calls += 1
+        if body.get("AppID") != APP_ID or body.get("AppSecret") != APP_SECRET:
+            return JSONResponse({"code": 514, "msg": "auth failed"})
+        ws = fake.base_url.replace("http://", "ws://")
+        config = {
+            "ReconnectCount": -1,
+            "ReconnectInterval": 1,
+            "ReconnectNonce": 0,
+            "PingInterval": fake.ws_ping_interval,
+        }
+        data = {"URL": f"{ws}/ws?device_id=d1&service_id=7", "ClientConfig": config}
+        return JSONResponse({"code": 0, "msg": "ok", "data": data})
+
+    return Starlette(
+        routes=[
+            Route("/callback/ws/endpoint", endpoint, methods=["POST"]),
+            WebSocketRoute("/ws", fake.serve_ws),
+            Route("/open-apis/{path:path}", api, methods=["GET", "POST", "PATCH", "PUT", "DELETE"]),
+        ]
+    )
+
+
+class FakeFeishuServer(BackgroundServer):
+    def __init__(
+        self, fake: FakeFeishu | None = None, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self.fake = fake or FakeFeishu()
+        super().__init__(build_feishu_app(self.fake), host, port)
+
+    def start(self, timeout: float = 5.0) -> FakeFeishuServer:
+        super().start(timeout)
+        self.fake.base_url = self.url
+        return self
+
+
+# -- deliveries, built as Feishu builds them ------------------------------------------------
+
+
+def message_event(
+    text: str | None = None,
+    *,
+    chat_type: str = "p2p",
+    chat_id: str = "oc_chat_1",
+    message_id: str | None = None,
+    root_id: str = "",
+    sender: str = "ou_user_1",
+    sender_type: str = "user",
+    mention_bot: bool = False,
+    mentions: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    message_type: str = "text",
+    content: dict[str, Any] | None = None,
+    event_id: str | None = None,
+    token: str = "",
+    tenant: str = TENANT,
+) -> dict[str, Any]:
+    """An ``im.message.receive_v1`` event (schema 2.0). ``mention_bot`` puts ``@_user_1`` (the
+    bot) before the text; ``mentions`` adds other people (open id, name)."""
+    people: list[dict[str, Any]] = []
+    prefix = ""
+    if mention_bot:
+        people.append(
+            {
+                "key": "@_user_1",
+                "id": {"open_id": BOT_OPEN_ID, "union_id": "on_bot"},
+                "name": "Fathom",
+                "tenant_key": tenant,
+            }
+        )
+        prefix = "@_user_1 "
+    for open_id, name in mentions:
+        key = f"@_user_{len(people) + 1}"
+        people.append(
+            {
+                "key": key,
+                "id": {"open_id": open_id, "user_id": "u" + open_id[-4:]},
+                "name": name,
+                "tenant_key": tenant,
+            }
+        )
+    if content is None:
+        content = {"text": prefix + (text or "")}
+    message_id = message_id or f"om_{uuid.uuid4().hex[:16]}"
+    message: dict[str, Any] = {
+        "message_id": message_id,
+        "root_id": root_id,
+        "parent_id": root_id,
+        "create_time": str(int(time.time() * 1000)),
+        "chat_id": chat_id,
+        "chat_type": chat_type,
+        "message_type": message_type,
+        "content": json.dumps(content, ensure_ascii=False),
+    }
+    if people:
+        message["mentions"] = people
+    return {
+        "schema": "2.0",
+        "header": {
+            "event_id": event_id or uuid.uuid4().hex,
+            "event_type": "im.message.receive_v1",
+            "create_time": str(int(time.time() * 1000)),
+            "token": token,
+            "app_id": APP_ID,
+            "tenant_key": tenant,
+        },
+        "event": {
+            "sender": {
+                "sender_id": {
+                    "open_id": sender,
+                    "union_id": "on_" + sender,
+                    "user_id": "u_" + sender,
+                },
+                "sender_type": sender_type,
+                "tenant_key": tenant,
+            },
+            "message": message,
+        },
+    }
+
+
+def challenge_body(challenge: str, token: str) -> dict[str, Any]:
+    return {"challenge": challenge, "token": token, "type": "url_verification"}
+
+
+def encrypt(payload: dict[str, Any], encrypt_key: str) -> dict[str, str]:
+    """``{"encrypt": base64(iv + AES-256-CBC(sha256(key), PKCS7(json)))}``, as Feishu sends."""
+    data = json.dumps(payload, ensure_ascii=False).encode()
+    pad = AES.block_size - len(data) % AES.block_size
+    iv = os.urandom(AES.block_size)
+    cipher = AES.new(hashlib.sha256(encrypt_key.encode()).digest(), AES.MODE_CBC, iv)
+    return {"encrypt": base64.b64encode(iv + cipher.encrypt(data + bytes([pad]) * pad)).decode()}
+
+
+def signed_headers(
+    body: bytes, encrypt_key: str, timestamp: int | None = None, nonce: str = "n0nce"
+) -> dict[str, str]:
+    """``X-Lark-Request-Timestamp``, ``-Nonce`` and ``X-Lark-Signature`` (plain SHA-256 of
+    timestamp + nonce + encrypt key + body)."""
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    signature = hashlib.sha256((ts + nonce + encrypt_key).encode() + body).hexdigest()
+    return {
+        "Content-Type": "application/json",
+        "X-Lark-Request-Timestamp": ts,
+        "X-Lark-Request-Nonce": nonce,
+        "X-Lark-Signature": signature,
+    }

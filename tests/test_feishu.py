@@ -1,0 +1,409 @@
+"""Feishu/Lark end to end: the real ``fathom serve`` against a fake Open API on 127.0.0.1.
+
+Webhook deliveries are built exactly as Feishu builds them (encrypted, signed, the URL
+challenge); long-connection events go over a real WebSocket in the SDK's protobuf frames to
+the SDK's own client. What the shared chat layer guarantees is proven in test_chat_layer.py;
+here: translation, verification, cards, and the two ingress modes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from bots.feishu.ws import LongConnection, restart_delay
+from tests.chat_app import ServedFathom, wait_for
+from tests.conftest import ServeFathom
+from tests.fakes import FakeLLMServer, FakeSearchServer, Reply
+from tests.fakes.feishu import (
+    APP_ID,
+    APP_SECRET,
+    MAX_CARD_BYTES,
+    TENANT,
+    FakeFeishu,
+    FakeFeishuServer,
+    FeishuMessage,
+    challenge_body,
+    encrypt,
+    message_event,
+    signed_headers,
+)
+
+TOKEN = "feishu-verification-token"
+KEY = "feishu-encrypt-key"
+USER = f"feishu:{TENANT}:ou_user_1"
+
+
+@dataclass
+class FeishuBot:
+    served: ServedFathom
+    fake: FakeFeishu
+
+    async def send(
+        self,
+        payload: dict[str, Any],
+        *,
+        encrypted: bool = True,
+        key: str = KEY,
+        sign_with: str | None = None,
+        timestamp: int | None = None,
+    ) -> httpx.Response:
+        """A webhook delivery, encrypted and signed as Feishu does it."""
+        body = json.dumps(encrypt(payload, key) if encrypted else payload).encode()
+        headers = signed_headers(body, sign_with or key, timestamp)
+        return await self.served.http.post(
+            f"{self.served.url}/feishu/events", content=body, headers=headers
+        )
+
+    async def push(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """An event over the long connection; the client's acknowledgement."""
+        return await asyncio.to_thread(self.fake.push_event, payload)
+
+    def thread(self, root: str) -> list[FeishuMessage]:
+        return self.fake.thread(root)
+
+    async def delivered(self, count: int = 1, user: str = USER) -> list[Any]:
+        return await self.served.delivered(user, count)
+
+
+FeishuFactory = Callable[..., Awaitable[FeishuBot]]
+
+
+@pytest.fixture
+def llm(llm_server: FakeLLMServer) -> FakeLLMServer:
+    return llm_server
+
+
+@pytest.fixture
+def search(search_server: FakeSearchServer) -> FakeSearchServer:
+    return search_server
+
+
+@pytest.fixture
+def feishu_server() -> Iterator[FakeFeishuServer]:
+    with FakeFeishuServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def feishu(
+    serve_fathom: ServeFathom, feishu_server: FakeFeishuServer
+) -> AsyncIterator[FeishuFactory]:
+    """``await feishu(mode="webhook", **env)``: Fathom served with Feishu alone."""
+
+    async def start(mode: str = "webhook", **env: str) -> FeishuBot:
+        served = await serve_fathom(
+            FEISHU_APP_ID=APP_ID,
+            FEISHU_APP_SECRET=APP_SECRET,
+            FEISHU_VERIFICATION_TOKEN=TOKEN,
+            FEISHU_ENCRYPT_KEY=KEY,
+            FEISHU_DOMAIN=feishu_server.url,
+            FEISHU_MODE=mode,
+            FATHOM_FEISHU_EDIT_INTERVAL="0.05",
+            **env,
+        )
+        return FeishuBot(served, feishu_server.fake)
+
+    yield start
+
+
+def card_texts(message: FeishuMessage) -> list[str]:
+    from tests.fakes.feishu import card_markdown
+
+    return [card_markdown(version) for version in message.versions]
+
+
+# -- the webhook's gate ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+async def test_the_url_challenge_is_answered_plain_or_encrypted(
+    feishu: FeishuFactory, encrypted: bool
+) -> None:
+    bot = await feishu()
+    body = challenge_body("c-123", TOKEN)
+    payload = json.dumps(encrypt(body, KEY) if encrypted else body).encode()
+    started = time.monotonic()
+    response = await bot.served.http.post(f"{bot.served.url}/feishu/events", content=payload)
+    assert time.monotonic() - started < 1.0  # Feishu waits one second
+    assert response.status_code == 200 and response.json() == {"challenge": "c-123"}
+    wrong = json.dumps(challenge_body("c-123", "not-the-token")).encode()
+    refused = await bot.served.http.post(f"{bot.served.url}/feishu/events", content=wrong)
+    assert refused.status_code == 403 and "challenge" not in refused.text
+
+
+async def test_forged_or_malformed_deliveries_get_4xx_and_store_nothing(
+    feishu: FeishuFactory,
+) -> None:
+    bot = await feishu()
+    event = message_event("/research heat pumps", token=TOKEN)
+    url = f"{bot.served.url}/feishu/events"
+    body = json.dumps(encrypt(event, KEY)).encode()
+    cases: list[tuple[bytes, dict[str, str], int]] = [
+        (body, signed_headers(body, "another key"), 401),  # bad signature
+        (body, {"Content-Type": "application/json"}, 401),  # not signed
+        (body, signed_headers(body, KEY, timestamp=int(time.time()) - 7200), 401),  # replayed
+        (b"not json", signed_headers(b"not json", KEY), 400),
+        (
+            b'{"encrypt": "AAAA"}',
+            signed_headers(b'{"encrypt": "AAAA"}', KEY),
+            400,
+        ),  # undecryptable
+    ]
+    plain = json.dumps(event).encode()
+    cases.append((plain, signed_headers(plain, KEY), 400))  # events must be encrypted
+    for content, headers, status in cases:
+        response = await bot.served.http.post(url, content=content, headers=headers)
+        assert response.status_code == status, (status, response.text)
+    wrong_token = await bot.send(message_event("/research heat pumps", token="forged"))
+    assert wrong_token.status_code == 403
+    huge = b"{" + b" " * (1_048_576 + 10) + b"}"
+    too_big = await bot.served.http.post(url, content=huge, headers=signed_headers(huge, KEY))
+    assert too_big.status_code == 413
+    assert await bot.served.runs(USER) == []
+    assert bot.fake.calls_to("reply") == []
+
+
+# -- a research request, end to end -----------------------------------------------------------
+
+
+async def test_a_chinese_private_request_gets_a_card_updated_in_place_then_report_cards(
+    feishu: FeishuFactory, llm: FakeLLMServer, search: FakeSearchServer
+) -> None:
+    bot = await feishu()
+    llm.fake.latency = search.fake.latency = 0.15  # progress edits apart from each other
+    topic = "人工智能在医疗领域的最新发展"
+    event = message_event(f"/research {topic} depth=3", token=TOKEN, message_id="om_req_1")
+    started = time.monotonic()
+    response = await bot.send(event)
+    assert response.status_code == 200 and time.monotonic() - started < 3.0
+    (queued,) = await bot.served.runs(USER)  # committed before the answer
+    assert queued.thread_key == f"feishu:{TENANT}:oc_chat_1:om_req_1"
+    assert queued.topic == topic and queued.depth == 3
+
+    (run,) = await bot.delivered()
+    assert run.status == "succeeded" and run.delivery == "posted"
+    thread = bot.thread("om_req_1")
+    progress, *reports = thread
+    assert progress.message_id == run.progress_message_id
+    assert progress.parent_id == "om_req_1" and progress.msg_type == "interactive"
+    texts = card_texts(progress)
+    lines = ["1/3th search executed.", "2/3th search executed.", "3/3th search executed."]
+    positions = [next(i for i, t in enumerate(texts) if line in t) for line in lines]
+    assert positions == sorted(positions)
+    assert texts[0].startswith(f"正在研究 **{topic}**（深度 3）")
+    assert "研究完成：3/3 次搜索" in texts[-1]
+    assert len(reports) == run.report_parts_posted >= 1
+    for card in reports:
+        assert card.msg_type == "interactive" and card.root_id == "om_req_1"
+        assert len(card.content.encode()) < MAX_CARD_BYTES
+    assert "](http" in reports[0].markdown  # citations are links
+    replies = bot.fake.calls_to("reply")
+    assert all(c.body["reply_in_thread"] is True for c in replies)
+    assert {c.body["uuid"] for c in replies} == {
+        f"{run.id}:progress",
+        *(f"{run.id}:r{n}" for n in range(1, len(reports) + 1)),
+    }
+
+
+async def test_a_redelivered_event_makes_no_second_run(feishu: FeishuFactory) -> None:
+    bot = await feishu()
+    event = message_event("/research heat pumps depth=1", token=TOKEN, message_id="om_r")
+    first = await bot.send(event)
+    again = await bot.send(event)  # Feishu re-pushes with the same event_id
+    assert first.status_code == again.status_code == 200
+    other_id = dict(event, header=dict(event["header"], event_id="another-event-id"))
+    assert (await bot.send(other_id)).status_code == 200  # the same message, another event
+    (run,) = await bot.delivered()
+    await asyncio.sleep(0)  # the answer tasks, if any, were scheduled before the 200
+    assert len(await bot.served.runs(USER)) == 1
+    progress = [m for m in bot.thread("om_r") if m.uuid.endswith(":progress")]
+    assert len(progress) == 1 and run.progress_message_id == progress[0].message_id
+
+
+async def test_group_messages_need_the_bot_mentioned_and_the_mention_is_stripped(
+    feishu: FeishuFactory,
+) -> None:
+    bot = await feishu()
+    unmentioned = message_event(
+        "/research heat pumps", chat_type="group", token=TOKEN, message_id="om_g0"
+    )
+    from_a_bot = message_event(
+        "/research heat pumps", sender_type="app", token=TOKEN, message_id="om_g1"
+    )
+    for event in (unmentioned, from_a_bot):
+        assert (await bot.send(event)).status_code == 200
+    mentioned = message_event(
+        "/research heat pumps @_user_2 depth=1",
+        chat_type="group",
+        mention_bot=True,
+        mentions=[("ou_alice", "Alice")],
+        token=TOKEN,
+        message_id="om_g2",
+    )
+    assert (await bot.send(mentioned)).status_code == 200
+    (run,) = await bot.delivered()
+    assert run.topic == "heat pumps @Alice" and run.thread_key.endswith(":om_g2")
+    assert bot.thread("om_g0") == [] and bot.thread("om_g1") == []
+
+
+async def test_bad_input_is_answered_in_the_thread_in_the_request_language(
+    feishu: FeishuFactory,
+) -> None:
+    bot = await feishu()
+    cases = [
+        ("/research heat pumps depth=0", "om_b1", "depth must be from 1 to 10"),
+        ("/research 热泵 depth=0", "om_b2", "depth 必须在 1 到 10 之间"),
+        ("/research   ", "om_b3", "The topic is empty"),
+    ]
+    for text, message_id, _ in cases:
+        assert (await bot.send(message_event(text, token=TOKEN, message_id=message_id))).is_success
+    image = message_event(
+        None, message_type="image", content={"image_key": "img_1"}, token=TOKEN, message_id="om_i"
+    )
+    assert (await bot.send(image)).status_code == 200
+    for _, message_id, expected in cases:
+        (answer,) = await wait_for(lambda m=message_id: bot.thread(m))
+        assert answer.markdown.startswith("⚠️ ") and expected in answer.markdown
+    (help_answer,) = await wait_for(lambda: bot.thread("om_i"))
+    assert "I can only read text" in help_answer.markdown
+    assert await bot.served.runs(USER) == []
+
+
+async def test_a_rate_limited_card_update_still_ends_in_the_final_state(
+    feishu: FeishuFactory,
+) -> None:
+    bot = await feishu()
+    bot.fake.fail_next("patch", status=429, times=4)
+    await bot.send(message_event("/research heat pumps depth=2", token=TOKEN, message_id="om_429"))
+    (_run,) = await bot.delivered()
+    progress = bot.thread("om_429")[0]
+    assert "Research done: 2/2 searches" in card_texts(progress)[-1]
+    assert len(bot.fake.calls_to("patch")) > len(progress.versions) - 1  # some were refused
+
+
+async def test_a_long_report_is_split_into_cards_under_the_limit(
+    feishu: FeishuFactory, llm_server: FakeLLMServer
+) -> None:
+    bot = await feishu()
+    section = "这一部分讨论热泵的效率与成本，并引用来源 [1]。" * 120
+    report = "# 热泵报告\n\n" + "".join(f"## 第{i}部分\n\n{section}\n\n" for i in range(1, 9))
+    llm_server.fake.script("writer", Reply(report))
+    await bot.send(message_event("/research 热泵 depth=1", token=TOKEN, message_id="om_long"))
+    (run,) = await bot.delivered()
+    cards = bot.thread("om_long")[1:]
+    assert len(cards) >= 2 and len(cards) == run.report_parts_posted
+    assert all(len(c.content.encode()) < MAX_CARD_BYTES for c in cards)
+    shown = "".join(c.markdown for c in cards)
+    assert shown.count("## 第") == 8
+
+
+async def test_a_mention_in_the_research_thread_follows_up_on_its_variables(
+    feishu: FeishuFactory,
+) -> None:
+    bot = await feishu()
+    first = message_event(
+        "/research heat pumps depth=1", chat_type="group", mention_bot=True, token=TOKEN
+    )
+    root = first["event"]["message"]["message_id"]
+    await bot.send(first)
+    await bot.delivered()
+    follow_up = message_event(
+        "what about noise? depth=1",
+        chat_type="group",
+        mention_bot=True,
+        root_id=root,
+        token=TOKEN,
+    )
+    await bot.send(follow_up)
+    newest, oldest = await bot.delivered(2)
+    assert newest.thread_key == oldest.thread_key == f"feishu:{TENANT}:oc_chat_1:{root}"
+    thread = await bot.served.store.get_thread(newest.thread_key)
+    assert thread is not None
+    variables = await bot.served.store.load_variables(thread.id)
+    assert variables is not None and len(variables["topics"]) == 2
+    progress = [m for m in bot.thread(root) if m.uuid.endswith(":progress")]
+    assert len(progress) == 2  # one card per run, both in the thread
+
+
+# -- the long connection ----------------------------------------------------------------------
+
+
+async def test_the_long_connection_end_to_end(feishu: FeishuFactory) -> None:
+    bot = await feishu(mode="ws")
+    await wait_for(lambda: bot.fake.ws_connections >= 1)
+    ready = await wait_for(
+        lambda: _connected(bot.served),
+    )
+    assert ready["platforms"]["feishu"]["mode"] == "ws"
+    event = message_event("/research heat pumps depth=2", message_id="om_ws")
+    ack = await bot.push(event)
+    assert ack["code"] == 200
+    assert len(await bot.served.runs(USER)) == 1  # recorded before the acknowledgement
+    assert (await bot.push(event))["code"] == 200  # a re-push: no second run
+    (run,) = await bot.delivered()
+    assert run.status == "succeeded"
+    progress, *reports = bot.thread("om_ws")
+    assert "Research done: 2/2 searches" in card_texts(progress)[-1] and reports
+    assert len(await bot.served.runs(USER)) == 1
+    # The webhook route is not open in this mode.
+    assert (await bot.send(event)).status_code == 404
+
+
+async def _connected(served: ServedFathom) -> dict[str, Any] | None:
+    ready = await served.readyz()
+    feishu = ready.get("platforms", {}).get("feishu", {})
+    return ready if feishu.get("state") == "connected" else None
+
+
+async def test_a_silent_long_connection_is_restarted_by_the_watchdog(
+    feishu_server: FakeFeishuServer,
+) -> None:
+    import lark_oapi as lark
+
+    fake = feishu_server.fake
+    fake.ws_ping_interval = 1  # the SDK pings every second; the fake answers with pongs
+    handler = lark.EventDispatcherHandler.builder("", "").build()
+    connection = LongConnection(
+        APP_ID, APP_SECRET, feishu_server.url, handler, dead_after=1.0, check_every=0.1
+    )
+    await connection.start()
+    try:
+        await wait_for(lambda: connection.connected and fake.ws_connections == 1)
+        fake.ws_silent = True  # the socket stays open, but nothing comes back any more
+        await wait_for(lambda: connection.restarts >= 1 and fake.ws_connections >= 2, within=20)
+        fake.ws_silent = False
+        await wait_for(lambda: connection.connected)
+        assert connection.status()["state"] == "connected"
+    finally:
+        await connection.close()
+    assert connection.status()["state"] == "stopped"
+
+
+async def test_a_refused_long_connection_shows_down_with_its_reason_and_backs_off(
+    feishu_server: FakeFeishuServer,
+) -> None:
+    import lark_oapi as lark
+
+    handler = lark.EventDispatcherHandler.builder("", "").build()
+    connection = LongConnection(
+        APP_ID, "wrong-secret", feishu_server.url, handler, dead_after=1.0, check_every=0.05
+    )
+    await connection.start()
+    try:
+        status = await wait_for(
+            lambda: connection.status() if connection.status()["state"] == "down" else None
+        )
+        assert "auth failed" in str(status["last_error"])
+        await wait_for(lambda: connection.restarts >= 2, within=10)
+        assert feishu_server.fake.ws_endpoint_calls >= 3  # it keeps trying
+    finally:
+        await connection.close()
+    assert [restart_delay(n) for n in range(8)] == [0, 1, 3, 7, 15, 31, 60, 60]
