@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -13,6 +14,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fakes.feishu import (
+    APP_ID,
+    APP_SECRET,
+    FakeFeishu,
+    FakeFeishuServer,
+    FeishuMessage,
+    challenge_body,
+    encrypt,
+    message_event,
+    signed_headers,
+)
 from tests.fakes.slack import FakeSlackServer, sign, slash_command_body
 from tests.test_slack_app import BOT_TOKEN, FORM, SECRET
 
@@ -142,6 +154,12 @@ def test_serve_without_upgrade_is_alive_but_not_ready(
     [
         ({"FATHOM_QUEUE": "procrastinate"}, "FATHOM_QUEUE=procrastinate is not available yet"),
         ({"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_SIGNING_SECRET is not set"),
+        ({"FEISHU_APP_ID": "cli_1"}, "FEISHU_APP_ID and FEISHU_APP_SECRET must both be set"),
+        (
+            {"FEISHU_APP_ID": "cli_1", "FEISHU_APP_SECRET": "s", "FEISHU_MODE": "webhook"},
+            "FEISHU_MODE=webhook needs FEISHU_VERIFICATION_TOKEN and FEISHU_ENCRYPT_KEY",
+        ),
+        ({"FEISHU_APP_ID": "cli_1", "FEISHU_MODE": "socket"}, "FEISHU_MODE"),
     ],
 )
 def test_serve_refuses_bad_settings_in_one_line(
@@ -151,3 +169,99 @@ def test_serve_refuses_bad_settings_in_one_line(
     assert served.proc.wait(timeout=30) == 2
     errors = [line for line in served.stderr().splitlines() if line.strip()]
     assert len(errors) == 1 and message in errors[0], errors
+
+
+@pytest.fixture
+def feishu_server() -> Iterator[FakeFeishuServer]:
+    with FakeFeishuServer() as server:
+        yield server
+
+
+def feishu_env(server: FakeFeishuServer, mode: str) -> dict[str, str]:
+    return {
+        "FEISHU_APP_ID": APP_ID,
+        "FEISHU_APP_SECRET": APP_SECRET,
+        "FEISHU_VERIFICATION_TOKEN": "serve-token",
+        "FEISHU_ENCRYPT_KEY": "serve-key",
+        "FEISHU_DOMAIN": server.url,
+        "FEISHU_MODE": mode,
+        "FATHOM_FEISHU_EDIT_INTERVAL": "0.2",
+    }
+
+
+def wait_for_report(fake: FakeFeishu, root: str, served: Served, done: str) -> list[FeishuMessage]:
+    """The Feishu thread of ``root`` once its progress card says ``done`` and a report follows."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        thread = fake.thread(root)
+        if len(thread) >= 2 and done in thread[0].markdown:
+            return thread
+        time.sleep(0.05)
+    raise AssertionError(f"no report in the Feishu thread:\n{served.stderr()}")
+
+
+def test_serve_runs_feishu_long_connection_beside_slack(
+    slack_env: dict[str, str],
+    slack_server: FakeSlackServer,
+    feishu_server: FakeFeishuServer,
+    tmp_path: Path,
+) -> None:
+    served = serve({**slack_env, **feishu_env(feishu_server, "ws")}, tmp_path)
+    fake = feishu_server.fake
+    try:
+        wait_until_up(served)
+        deadline = time.monotonic() + 30
+        while (
+            httpx.get(f"{served.url}/readyz").json()["platforms"].get("feishu", {}).get("state")
+            != "connected"
+        ):
+            assert time.monotonic() < deadline, served.stderr()
+            time.sleep(0.05)
+        platforms = httpx.get(f"{served.url}/readyz").json()["platforms"]
+        assert platforms["slack"] == {"mode": "http"} and platforms["feishu"]["mode"] == "ws"
+
+        ack = fake.push_event(message_event("/research heat pumps depth=2", message_id="om_s1"))
+        assert ack["code"] == 200
+        body = slash_command_body("tidal power depth=1", trigger_id="serve-both")
+        response = httpx.post(
+            f"{served.url}/slack/events", content=body, headers={**sign(body, SECRET), **FORM}
+        )
+        assert response.status_code == 200 and "On it" in response.json()["text"]
+        reports = wait_for_report(fake, "om_s1", served, "Research done")[1:]
+        assert "heat pumps" in reports[0].markdown
+        deadline = time.monotonic() + 30
+        while not [
+            c for c in slack_server.fake.calls_to("chat.postMessage") if "blocks" in c.params
+        ]:
+            assert time.monotonic() < deadline, served.stderr()
+            time.sleep(0.05)
+    finally:
+        code = terminate(served)
+    assert code == 0, served.stderr()
+    assert APP_SECRET not in served.stderr() and BOT_TOKEN not in served.stderr()
+    assert fake.ws_connections >= 1
+
+
+def test_serve_answers_feishu_webhooks_alone(
+    cli_env: dict[str, str], feishu_server: FakeFeishuServer, tmp_path: Path
+) -> None:
+    served = serve({**cli_env, **feishu_env(feishu_server, "webhook")}, tmp_path)
+    url = f"{served.url}/feishu/events"
+    try:
+        wait_until_up(served)
+        challenge = httpx.post(url, json=encrypt(challenge_body("c-9", "serve-token"), "serve-key"))
+        assert challenge.json() == {"challenge": "c-9"}
+        event = message_event("/research 热泵 depth=1", token="serve-token", message_id="om_w")
+        body = json.dumps(encrypt(event, "serve-key")).encode()
+        forged = httpx.post(url, content=body, headers=signed_headers(body, "wrong-key"))
+        assert forged.status_code == 401
+        response = httpx.post(url, content=body, headers=signed_headers(body, "serve-key"))
+        assert response.status_code == 200
+        thread = wait_for_report(feishu_server.fake, "om_w", served, "研究完成：1/1 次搜索")
+        assert thread[1].root_id == "om_w"
+        missing = httpx.post(f"{served.url}/slack/events", content=b"{}")
+        assert missing.status_code == 404
+    finally:
+        code = terminate(served)
+    assert code == 0, served.stderr()
+    assert APP_SECRET not in served.stderr()

@@ -1,11 +1,11 @@
-"""Slack input: ``/research``, @-mentions and DMs become runs (Bolt wiring and handlers).
+"""Slack input: ``/research``, @-mentions and DMs become runs (Bolt wiring and listeners).
 
-Handlers only touch the database: a request is checked (access, grammar, per-user
-concurrency), written as a run row and handed to the job runner, and the slash command is
-acknowledged after the row is committed. Nothing slow (LLM, search, Slack Web API) happens
-before the ack; replies to events are ephemeral messages sent after Bolt's automatic ack.
-Retried deliveries are dropped through ``Store.claim_event`` (events) and the run's
-dedupe key (slash commands).
+The listeners only translate: a Slack delivery becomes a ``bots.chat.inbound.ChatMessage``
+for the shared ``ChatCommands`` (access, grammar, help/status/cancel, per-user limit, the
+dedupe-aware submit and enqueue; database only). The slash command is acknowledged, with the
+answer, after the run row is committed; events are acknowledged at once and handled in lazy
+listeners, their answers sent as ephemeral messages. Retried deliveries are dropped through
+the database (``Store.claim_event`` and the run's dedupe key).
 """
 
 from __future__ import annotations
