@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from bots.chat.inbound import ChatCommands
+from bots.chat.inbound import ChatCommands, ChatMessage, Reply
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage, RateLimited
 from core.config import Settings
 from core.delivery import DeliveryPolicy, ResearchJob
@@ -36,6 +36,8 @@ class World:
     commands: ChatCommands
     store: Store
     runner: InProcessJobRunner
+    #: What a ChatCommands is made of (settings, service, store, runner).
+    parts: tuple[Settings, ResearchService, Store, InProcessJobRunner]
 
     def thread(self, name: str = "t1") -> ThreadKey:
         return ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread=name)
@@ -77,7 +79,7 @@ async def world(
         runner = InProcessJobRunner(job, store=store, timing=service.timing)
         runners.append(runner)
         commands = ChatCommands(config, service, store, runner, MemoryMarkup())
-        return World(chat, commands, store, runner)
+        return World(chat, commands, store, runner, (config, service, store, runner))
 
     try:
         yield make
@@ -264,3 +266,34 @@ async def test_the_per_user_limit_and_a_busy_thread_are_refused_clearly(
     assert len(await w.runs("t2")) == 0
     llm_server.fake.latency = 0.0
     await w.delivered()
+
+
+class CrashAfterHandling(ChatCommands):
+    """A process that dies right after a request took effect, before anything else."""
+
+    async def handle(self, message: ChatMessage) -> Reply:
+        await super().handle(message)
+        raise RuntimeError("the process died here")
+
+
+async def test_a_cancel_redelivered_after_a_crash_does_not_cancel_another_run(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    """Without a run id, cancel stops the newest active run in the channel. It is recorded
+    before it acts, so a redelivery after a crash cannot stop the next one too."""
+    w = world()
+    llm_server.fake.latency = 0.3
+    await w.runner.start()
+    await w.chat.say(w.commands, "heat pumps depth=3", thread="t1")
+    await w.chat.say(w.commands, "wind power depth=3", thread="t2")
+    crashing = CrashAfterHandling(*w.parts, MemoryMarkup())
+    with pytest.raises(RuntimeError):
+        await w.chat.say(crashing, "cancel", thread="t3", key="c1")
+    (stopped,) = await w.delivered("t2")  # the newest run was cancelled, and has ended
+    assert stopped.status == "cancelled"
+    assert await w.chat.say(w.commands, "cancel", thread="t3", key="c1") is None  # redelivery
+    (other,) = await w.runs("t1")
+    assert not other.cancel_requested
+    llm_server.fake.latency = 0.0
+    (other,) = await w.delivered("t1")
+    assert other.status == "succeeded"

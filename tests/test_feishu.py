@@ -407,3 +407,43 @@ async def test_a_refused_long_connection_shows_down_with_its_reason_and_backs_of
     finally:
         await connection.close()
     assert [restart_delay(n) for n in range(8)] == [0, 1, 3, 7, 15, 31, 60, 60]
+
+
+async def test_a_client_stuck_connecting_is_replaced_and_never_lingers(
+    feishu_server: FakeFeishuServer,
+) -> None:
+    """The SDK's endpoint request has no timeout: a hung first connect is abandoned, a new
+    client connects, and the abandoned one, once its request returns, closes instead of
+    becoming a second live connection."""
+    import lark_oapi as lark
+
+    fake = feishu_server.fake
+    fake.ws_endpoint_delays = [3.0]  # the first endpoint call hangs for 3 s
+    received: list[object] = []
+    handler = (
+        lark.EventDispatcherHandler.builder("", "")
+        .register_p2_im_message_receive_v1(received.append)
+        .build()
+    )
+    connection = LongConnection(
+        APP_ID, APP_SECRET, feishu_server.url, handler, dead_after=0.5, check_every=0.1
+    )
+    await connection.start()
+    try:
+        await wait_for(lambda: connection.connected, within=20)
+        assert connection.restarts >= 1
+        # Wait until the abandoned client's thread has ended (its request came back).
+        await wait_for(lambda: _ws_threads() == 1 and fake.ws_endpoint_calls >= 2, within=20)
+        assert fake.ws_open == 1 and connection.status()["state"] == "connected"
+        event = message_event("/research heat pumps", message_id="om_z")
+        ack = await asyncio.to_thread(fake.push_event, event)  # the live client answers
+        assert ack["code"] == 200 and len(received) == 1
+    finally:
+        await connection.close()
+    await wait_for(lambda: _ws_threads() == 0 and fake.ws_open == 0)
+
+
+def _ws_threads() -> int:
+    import threading
+
+    return sum(1 for t in threading.enumerate() if t.name == "feishu-ws" and t.is_alive())

@@ -127,14 +127,35 @@ class ChatCommands:
             return None
         if await self._store.events_seen(message.event_keys):
             return None  # a redelivery of a request already handled
+        # A cancel acts on whatever runs are active when it is handled, so it is recorded
+        # first: handled at most once (two deliveries must not cancel two runs).
+        cancel = self._is_cancel(message)
+        if cancel and not await self._claim(message):
+            return None
         reply = await self.handle(message)
-        if not await self._store.claim_event(message.dedupe_key):
+        if not cancel and not await self._claim(message):
             return None  # another delivery of it (another replica) answered meanwhile
-        if message.delivery_key:
-            await self._store.claim_event(message.delivery_key)
         if not reply.started:
             await answer(reply.text)
         return reply
+
+    async def _claim(self, message: ChatMessage) -> bool:
+        """Record the request; True for the delivery that recorded it first."""
+        if not await self._store.claim_event(message.dedupe_key):
+            return False
+        if message.delivery_key:
+            await self._store.claim_event(message.delivery_key)
+        return True
+
+    def _is_cancel(self, message: ChatMessage) -> bool:
+        settings = self._settings
+        try:
+            command = parse_command(
+                message.text, default_depth=settings.default_depth, max_depth=settings.max_depth
+            )
+        except CommandError:
+            return False
+        return isinstance(command, CancelCommand)
 
     async def handle(self, message: ChatMessage) -> Reply:
         """What to answer to one request; a research request becomes a queued run."""

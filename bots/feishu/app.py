@@ -19,6 +19,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from starlette.requests import Request
@@ -107,7 +108,8 @@ class FeishuAdapter:
     async def receive(self, payload: dict[str, Any]) -> None:
         """One event: recorded (and a run committed) when this returns."""
         if self.bot_open_id is None and time.monotonic() - self._identified_at > IDENTIFY_EVERY:
-            await self.identify()
+            self._identified_at = time.monotonic()
+            self._background(self.identify())  # not on the acknowledgement's path
         request = translate(payload, self.bot_open_id)
         if request is None or not request.message.addressed:
             return
@@ -122,7 +124,10 @@ class FeishuAdapter:
         await self._chat.receive(request.message, answer)
 
     def _answer_later(self, request: FeishuRequest, text: str) -> None:
-        task = asyncio.create_task(self._answer(request, text))
+        self._background(self._answer(request, text))
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -101,14 +101,17 @@ class FakeFeishu:
         self._patch_times: dict[str, deque[float]] = {}
         self._counter = 0
         # long connection
-        self.ws_connections = 0
+        self.ws_connections = 0  # ever accepted
+        self.ws_open = 0  # open now
         self.ws_endpoint_calls = 0
+        self.ws_endpoint_delays: list[float] = []  # the next endpoint calls hang this long
         self.ws_silent = False  # accept connections but never answer pings (a hung socket)
         self.ws_ping_interval = 120
-        self._ws_outbox: asyncio.Queue[bytes] | None = None
-        self._ws_loop: asyncio.AbstractEventLoop | None = None
+        # Open connections, oldest first: (their loop, outbox, close signal).
+        self._ws_conns: list[
+            tuple[asyncio.AbstractEventLoop, asyncio.Queue[bytes], asyncio.Event]
+        ] = []
         self.ws_acks: dict[str, dict[str, Any]] = {}
-        self._ws_close: asyncio.Event | None = None
 
     # -- test controls ------------------------------------------------------------------
     def fail_next(self, kind: str, status: int = 500, code: int = 0, times: int = 1) -> None:
@@ -252,8 +255,10 @@ class FakeFeishu:
     def push_event(self, event: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
         """Send an event over the open long connection; returns the client's answer
         (``{"code": 200, ...}`` when its handler returned)."""
-        if self._ws_loop is None or self._ws_outbox is None:
-            raise RuntimeError("no long connection is open")
+        with self._lock:
+            if not self._ws_conns:
+                raise RuntimeError("no long connection is open")
+            loop, outbox, _ = self._ws_conns[-1]  # the newest
         message_id = uuid.uuid4().hex
         frame = Frame(SeqID=1, LogID=1, service=1, method=1, payload=json.dumps(event).encode())
         for key, value in (
@@ -265,9 +270,7 @@ class FakeFeishu:
         ):
             header = frame.headers.add()
             header.key, header.value = key, value
-        asyncio.run_coroutine_threadsafe(
-            self._ws_outbox.put(frame.SerializeToString()), self._ws_loop
-        )
+        asyncio.run_coroutine_threadsafe(outbox.put(frame.SerializeToString()), loop)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
@@ -277,9 +280,11 @@ class FakeFeishu:
         raise TimeoutError("the client did not acknowledge the event")
 
     def drop_connection(self) -> None:
-        """Close the open long connection from the server side."""
-        if self._ws_loop is not None and self._ws_close is not None:
-            self._ws_loop.call_soon_threadsafe(self._ws_close.set)
+        """Close every open long connection from the server side."""
+        with self._lock:
+            conns = list(self._ws_conns)
+        for loop, _, closing in conns:
+            loop.call_soon_threadsafe(closing.set)
 
     async def serve_ws(self, websocket: WebSocket) -> None:
         await websocket.accept()
@@ -288,7 +293,8 @@ class FakeFeishu:
         closing = asyncio.Event()
         with self._lock:
             self.ws_connections += 1
-            self._ws_loop, self._ws_outbox, self._ws_close = loop, outbox, closing
+            self.ws_open += 1
+            self._ws_conns.append((loop, outbox, closing))
 
         async def send() -> None:
             while True:
@@ -323,8 +329,8 @@ class FakeFeishu:
             sender.cancel()
             closer.cancel()
             with self._lock:
-                if self._ws_outbox is outbox:
-                    self._ws_loop = self._ws_outbox = self._ws_close = None
+                self.ws_open -= 1
+                self._ws_conns = [c for c in self._ws_conns if c[1] is not outbox]
 
 
 def _kind(method: str, path: str) -> str:
@@ -361,6 +367,9 @@ def build_feishu_app(fake: FakeFeishu) -> Starlette:
         body = json.loads(await request.body() or b"{}")
         with fake._lock:
             fake.ws_endpoint_calls += 1
+            delay = fake.ws_endpoint_delays.pop(0) if fake.ws_endpoint_delays else 0.0
+        if delay:
+            await asyncio.sleep(delay)
         if body.get("AppID") != APP_ID or body.get("AppSecret") != APP_SECRET:
             return JSONResponse({"code": 514, "msg": "auth failed"})
         ws = fake.base_url.replace("http://", "ws://")
