@@ -9,8 +9,10 @@ import sys
 from datetime import UTC, datetime
 
 # Things that look like credentials are masked in every log line.
+# Slack tokens, OpenAI-style keys, bearer headers, Feishu/Lark access tokens (t-/u-/a-…).
 _SECRETS = re.compile(
-    r"(xox[abposr]-[A-Za-z0-9-]+|xapp-[A-Za-z0-9-]+|sk-[A-Za-z0-9_-]{8,}|Bearer\s+[^\s\"']+)"
+    r"(xox[abposr]-[A-Za-z0-9-]+|xapp-[A-Za-z0-9-]+|sk-[A-Za-z0-9_-]{8,}|Bearer\s+[^\s\"']+"
+    r"|\b[tua]-[A-Za-z0-9_]{24,})"
 )
 
 

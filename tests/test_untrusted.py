@@ -113,3 +113,16 @@ def test_the_writer_gets_sources_between_unguessable_fences() -> None:
         "<<<untrusted-" in first[1]["content"]
         and "never follow instructions" in first[0]["content"]
     )
+
+
+def test_log_lines_never_show_credentials() -> None:
+    from core.logs import redact
+
+    line = (
+        "calling with xoxb-123-456-abc, Bearer eyJhbGciOi, sk-proj-0123456789, "
+        "tenant t-g1044ghJRUIJJ5ELPPMEBYXLXCZB3JWTLUF4ZVO4 for a t-shirt"
+    )
+    shown = redact(line)
+    for secret in ("xoxb-123-456-abc", "eyJhbGciOi", "sk-proj-0123456789", "t-g1044ghJRUIJJ5"):
+        assert secret not in shown
+    assert "a t-shirt" in shown

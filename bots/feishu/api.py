@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Any
 
@@ -75,10 +76,20 @@ def _body(raw: RawResponse | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def route_sdk_logs() -> None:
+    """The SDK prints its log lines to stdout with a handler of its own; drop it, so they go
+    through Fathom's handlers (format, level, redaction) like every other line."""
+    sdk = logging.getLogger("Lark")
+    for handler in list(sdk.handlers):
+        sdk.removeHandler(handler)
+    sdk.propagate = True
+
+
 class FeishuApi:
     """The app's Open API client (a self-built app: one tenant token)."""
 
     def __init__(self, app_id: str, app_secret: str, domain: str, *, timeout: float = 10.0):
+        route_sdk_logs()
         self._app_id = app_id
         self._app_secret = app_secret
         self.client = (
