@@ -21,7 +21,7 @@ import pytest
 from bots.feishu.ws import LongConnection, restart_delay
 from tests.chat_app import ServedFathom, wait_for
 from tests.conftest import ServeFathom
-from tests.fakes import FakeLLMServer, FakeSearchServer, Reply
+from tests.fakes import FakeLLMServer, FakeSearchServer, Hang, Reply
 from tests.fakes.feishu import (
     APP_ID,
     APP_SECRET,
@@ -287,6 +287,24 @@ async def test_a_rate_limited_card_update_still_ends_in_the_final_state(
     progress = bot.thread("om_429")[0]
     assert "Research done: 2/2 searches" in card_texts(progress)[-1]
     assert len(bot.fake.calls_to("patch")) > len(progress.versions) - 1  # some were refused
+
+
+async def test_a_send_whose_answer_was_lost_is_retried_without_showing_twice(
+    feishu: FeishuFactory, llm: FakeLLMServer
+) -> None:
+    """Feishu accepts a report card but its answer is lost (a 502 on the way back): the
+    delivery retries with the same uuid, and Feishu returns the card it already has."""
+    bot = await feishu(FATHOM_DELIVERY_BACKOFF="0.05")
+    llm.fake.script("writer", Hang(0.5))  # the failure is armed before the report is sent
+    await bot.send(message_event("/research heat pumps depth=1", token=TOKEN, message_id="om_u"))
+    await wait_for(lambda: bot.thread("om_u"))  # the progress card is out
+    bot.fake.fail_next("reply", status=502, after=True)
+    (run,) = await bot.delivered()
+    cards = bot.thread("om_u")[1:]
+    attempts = [c for c in bot.fake.calls_to("reply") if c.body["uuid"] == f"{run.id}:r1"]
+    assert len(attempts) == 2  # sent, answer lost, sent again
+    assert [c.uuid for c in cards].count(f"{run.id}:r1") == 1
+    assert run.delivery == "posted" and len(cards) == run.report_parts_posted
 
 
 async def test_a_long_report_is_split_into_cards_under_the_limit(

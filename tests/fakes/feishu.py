@@ -56,6 +56,7 @@ class _Failure:
     status: int
     code: int
     remaining: int
+    after: bool = False  # the call takes effect, then its answer is the failure
 
 
 @dataclass
@@ -114,12 +115,15 @@ class FakeFeishu:
         self.ws_acks: dict[str, dict[str, Any]] = {}
 
     # -- test controls ------------------------------------------------------------------
-    def fail_next(self, kind: str, status: int = 500, code: int = 0, times: int = 1) -> None:
+    def fail_next(
+        self, kind: str, status: int = 500, code: int = 0, times: int = 1, after: bool = False
+    ) -> None:
         """The next ``times`` calls of ``kind`` (``reply``, ``patch``, ``create``, ``token``,
-        ``bot``) get HTTP ``status`` with Feishu error ``code`` (429 → rate limited)."""
+        ``bot``) get HTTP ``status`` with Feishu error ``code`` (429 → rate limited); with
+        ``after``, the call takes effect first (the answer is lost on the way back)."""
         code = code or (RATE_LIMITED if status == 429 else 1)
         with self._lock:
-            self._failures.setdefault(kind, deque()).append(_Failure(status, code, times))
+            self._failures.setdefault(kind, deque()).append(_Failure(status, code, times, after))
 
     def calls_to(self, kind: str) -> list[FeishuCall]:
         with self._lock:
@@ -149,27 +153,35 @@ class FakeFeishu:
             self.calls.append(FeishuCall(method, path, body, size))
             failure = self._take_failure(kind)
             if failure is not None:
+                if failure.after:
+                    self._serve(kind, method, path, body, auth)
                 headers = {"x-ogw-ratelimit-reset": "1"} if failure.status == 429 else {}
                 return failure.status, {"code": failure.code, "msg": "injected"}, headers
-            if kind == "token":
-                if body.get("app_id") != APP_ID or body.get("app_secret") != APP_SECRET:
-                    return 400, {"code": 10014, "msg": "app secret invalid"}, {}
-                token = f"t-{uuid.uuid4().hex}"
-                self.tokens.add(token)
-                return (
-                    200,
-                    {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": 7200},
-                    {},
-                )
-            if auth.removeprefix("Bearer ") not in self.tokens:
-                return 400, {"code": 99991663, "msg": "Invalid access token for authorization."}, {}
-            if kind == "bot":
-                bot = {"open_id": BOT_OPEN_ID, "app_name": "Fathom", "activate_status": 2}
-                return 200, {"code": 0, "msg": "ok", "bot": bot}, {}
-            if kind in ("reply", "create"):
-                return self._send(kind, path, body)
-            if kind == "patch":
-                return self._patch(path.rsplit("/", 1)[-1], body)
+            return self._serve(kind, method, path, body, auth)
+
+    def _serve(
+        self, kind: str, method: str, path: str, body: dict[str, Any], auth: str
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """One call's effect (the lock is held by :meth:`handle`)."""
+        if kind == "token":
+            if body.get("app_id") != APP_ID or body.get("app_secret") != APP_SECRET:
+                return 400, {"code": 10014, "msg": "app secret invalid"}, {}
+            token = f"t-{uuid.uuid4().hex}"
+            self.tokens.add(token)
+            return (
+                200,
+                {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": 7200},
+                {},
+            )
+        if auth.removeprefix("Bearer ") not in self.tokens:
+            return 400, {"code": 99991663, "msg": "Invalid access token for authorization."}, {}
+        if kind == "bot":
+            bot = {"open_id": BOT_OPEN_ID, "app_name": "Fathom", "activate_status": 2}
+            return 200, {"code": 0, "msg": "ok", "bot": bot}, {}
+        if kind in ("reply", "create"):
+            return self._send(kind, path, body)
+        if kind == "patch":
+            return self._patch(path.rsplit("/", 1)[-1], body)
         return 404, {"code": 404, "msg": f"no such API {method} {path}"}, {}
 
     def _send(
