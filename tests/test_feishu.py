@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bots.feishu.ws import LongConnection, restart_delay
+from bots.chat.connection import restart_delay
+from bots.feishu.ws import LongConnection
 from tests.chat_app import ServedFathom, wait_for
 from tests.conftest import ServeFathom
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang, Reply
@@ -464,4 +465,6 @@ async def test_a_client_stuck_connecting_is_replaced_and_never_lingers(
 def _ws_threads() -> int:
     import threading
 
-    return sum(1 for t in threading.enumerate() if t.name == "feishu-ws" and t.is_alive())
+    return sum(
+        1 for t in threading.enumerate() if t.name == "feishu long connection" and t.is_alive()
+    )
