@@ -164,3 +164,5 @@ class ResearchRequest(BaseModel):
     thread: ThreadKey
     requested_by: str | None = None
     dedupe_key: str | None = None
+    #: What the platform needs to deliver the run (kept with it; e.g. DingTalk's conversation).
+    platform_context: dict[str, str] | None = None

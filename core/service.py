@@ -225,6 +225,7 @@ class ResearchService:
                 strategy=request.strategy.value,
                 requested_by=request.requested_by,
                 dedupe_key=request.dedupe_key,
+                platform_context=request.platform_context,
             )
         except ThreadBusy as busy:
             raise _rejected(

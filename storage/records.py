@@ -52,6 +52,8 @@ class RunRecord:
     report_parts_posted: int = 0
     delivery_attempts: int = 0
     delivery_error: str | None = None
+    #: What the run's platform needs to deliver it (e.g. DingTalk's conversation).
+    platform_context: dict[str, Any] | None = None
 
     @property
     def seconds(self) -> float | None:

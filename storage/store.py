@@ -394,6 +394,7 @@ class Store:
         strategy: str,
         requested_by: str | None = None,
         dedupe_key: str | None = None,
+        platform_context: dict[str, Any] | None = None,
     ) -> tuple[RunRecord, bool]:
         """Queue a run in the (created on demand) thread.
 
@@ -423,6 +424,7 @@ class Store:
             "status": "queued",
             "requested_by": requested_by,
             "dedupe_key": dedupe_key,
+            "platform_context": platform_context,
             "notes": [],
             "created_at": now,
             **self._sql.clock(),
@@ -1056,4 +1058,5 @@ def _run_record(row: Mapping[Any, Any]) -> RunRecord:
         report_parts_posted=row["report_parts_posted"],
         delivery_attempts=row["delivery_attempts"],
         delivery_error=row["delivery_error"],
+        platform_context=row["platform_context"],
     )

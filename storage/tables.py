@@ -126,6 +126,8 @@ class ResearchRun(Base):
     report_parts_posted: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     delivery_attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     delivery_error: Mapped[str | None] = mapped_column(Text)
+    # What the run's platform needs to deliver it (migration 0005; DingTalk's conversation).
+    platform_context: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
 
     __table_args__ = (
         # One active run per thread, enforced by the database (see storage.store.create_run).

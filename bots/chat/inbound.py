@@ -64,6 +64,8 @@ class ChatMessage:
     delivery_key: str | None = None
     #: The request's language when the platform knows it; else detected from ``text``.
     language: Language | None = None
+    #: What the platform needs later to deliver a run of this request (kept with the run).
+    context: dict[str, str] | None = None
 
     @property
     def lang(self) -> Language:
@@ -200,6 +202,7 @@ class ChatCommands:
             thread=message.thread_key,
             requested_by=by,
             dedupe_key=message.dedupe_key,
+            platform_context=message.context,
         )
         try:
             run, created = await self._service.submit(request)
