@@ -31,6 +31,7 @@ from core.runtime import open_runtime
 from storage import HEAD_REVISION, Database, Store
 
 if TYPE_CHECKING:
+    from bots.dingtalk.app import DingTalkAdapter
     from bots.feishu.app import FeishuAdapter
     from bots.slack.app import SlackAdapter
 
@@ -47,6 +48,8 @@ def check_settings(settings: Settings) -> None:
         settings.require_slack()
     if settings.feishu_enabled:
         settings.require_feishu()
+    if settings.dingtalk_enabled:
+        settings.require_dingtalk()
 
 
 def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
@@ -78,6 +81,12 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
 
                 feishu = await open_feishu(settings, runtime, job, runner)
             app.state.feishu = feishu
+            dingtalk: DingTalkAdapter | None = None
+            if settings.dingtalk_enabled:
+                from bots.dingtalk.app import open_dingtalk
+
+                dingtalk = await open_dingtalk(settings, runtime, job, runner)
+            app.state.dingtalk = dingtalk
             housekeeping: asyncio.Task[None] | None = None
             if upgrade or await runtime.database.schema_is_current():
                 await runner.start()
@@ -93,6 +102,8 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
                     await slack.close()
                 if feishu is not None:
                     await feishu.close()
+                if dingtalk is not None:
+                    await dingtalk.close()
                 await runner.stop()
 
     app = Starlette(
@@ -101,6 +112,7 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
             Route("/slack/install", slack_route, methods=["GET"]),
             Route("/slack/oauth_redirect", slack_route, methods=["GET"]),
             Route("/feishu/events", feishu_route, methods=["POST"]),
+            Route("/dingtalk/events", dingtalk_route, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
         ],
@@ -108,6 +120,7 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
     )
     app.state.slack = None
     app.state.feishu = None
+    app.state.dingtalk = None
     return app
 
 
@@ -154,6 +167,13 @@ async def feishu_route(request: Request) -> Response:
     return await feishu.webhook(request)
 
 
+async def dingtalk_route(request: Request) -> Response:
+    dingtalk: DingTalkAdapter | None = request.app.state.dingtalk
+    if dingtalk is None:
+        return JSONResponse({"error": "DingTalk is not configured on this server"}, 404)
+    return await dingtalk.callback(request)
+
+
 async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
@@ -191,6 +211,9 @@ def _platforms(request: Request) -> dict[str, object]:
     feishu: FeishuAdapter | None = getattr(request.app.state, "feishu", None)
     if feishu is not None:
         shown["feishu"] = feishu.status()
+    dingtalk: DingTalkAdapter | None = getattr(request.app.state, "dingtalk", None)
+    if dingtalk is not None:
+        shown["dingtalk"] = dingtalk.status()
     return shown
 
 

@@ -157,6 +157,32 @@ class Settings(BaseSettings):
         default=1.0, ge=0, le=60, validation_alias=_env("FATHOM_FEISHU_EDIT_INTERVAL")
     )
 
+    # DingTalk
+    dingtalk_client_id: str | None = Field(
+        default=None, validation_alias=_env("DINGTALK_CLIENT_ID")
+    )
+    dingtalk_client_secret: str | None = Field(
+        default=None, validation_alias=_env("DINGTALK_CLIENT_SECRET")
+    )
+    dingtalk_mode: Literal["stream", "http"] = Field(
+        default="stream", validation_alias=_env("DINGTALK_MODE")
+    )
+    dingtalk_api_url: str = Field(
+        default="https://api.dingtalk.com", validation_alias=_env("DINGTALK_API_URL")
+    )
+    dingtalk_robot_code: str | None = Field(
+        default=None, validation_alias=_env("DINGTALK_ROBOT_CODE")
+    )
+    dingtalk_card_template_id: str | None = Field(
+        default=None, validation_alias=_env("DINGTALK_CARD_TEMPLATE_ID")
+    )
+    dingtalk_edit_interval: float = Field(
+        default=1.0, ge=0, le=60, validation_alias=_env("FATHOM_DINGTALK_EDIT_INTERVAL")
+    )
+    dingtalk_followup_window: float = Field(
+        default=600.0, ge=0, le=86_400, validation_alias=_env("FATHOM_DINGTALK_FOLLOWUP_WINDOW")
+    )
+
     # Logging
     log_format: Literal["console", "json"] = Field(
         default="console", validation_alias=_env("FATHOM_LOG_FORMAT")
@@ -193,6 +219,16 @@ class Settings(BaseSettings):
             named = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
             value = named.get(value.strip().lower(), value.strip()).rstrip("/")
         return value
+
+    @field_validator("dingtalk_mode", mode="before")
+    @classmethod
+    def _dingtalk_mode(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("dingtalk_api_url")
+    @classmethod
+    def _no_trailing_slash(cls, value: str) -> str:
+        return value.strip().rstrip("/")
 
     @field_validator("feishu_mode", mode="before")
     @classmethod
@@ -288,6 +324,18 @@ class Settings(BaseSettings):
             raise ConfigError(
                 "FEISHU_MODE=webhook needs FEISHU_VERIFICATION_TOKEN and FEISHU_ENCRYPT_KEY "
                 "(Events and callbacks > Encryption strategy) to verify Feishu's requests"
+            )
+
+    @property
+    def dingtalk_enabled(self) -> bool:
+        return bool(self.dingtalk_client_id or self.dingtalk_client_secret)
+
+    def require_dingtalk(self) -> None:
+        """Fail with one clear line when DingTalk is half-configured."""
+        if not self.dingtalk_client_id or not self.dingtalk_client_secret:
+            raise ConfigError(
+                "DINGTALK_CLIENT_ID and DINGTALK_CLIENT_SECRET must both be set (the app's "
+                "AppKey and AppSecret, from the developer console)"
             )
 
     def is_allowed(self, user: str | None, channel: str | None) -> bool:

@@ -39,6 +39,10 @@ from core.config import Settings
 from storage import Database
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
+from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
+from tests.fakes.dingtalk import FakeDingTalk, FakeDingTalkServer, bot_message
+from tests.fakes.dingtalk import signed_headers as dingtalk_signed
 from tests.fakes.feishu import APP_ID, APP_SECRET, FakeFeishuServer, encrypt, message_event
 from tests.fakes.feishu import signed_headers as feishu_signed
 from tests.fakes.slack import (
@@ -60,6 +64,7 @@ MAX_BODY = 16_384
 ROUTES = (
     "POST /slack/events",
     "POST /feishu/events",
+    "POST /dingtalk/events",
     "GET /slack/install",
     "GET /slack/oauth_redirect",
     "GET /healthz",
@@ -114,6 +119,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         FakeSearchServer() as search,
         FakeSlackServer() as slack,
         FakeFeishuServer() as feishu,
+        FakeDingTalkServer() as dingtalk,
     ):
         url = f"sqlite+aiosqlite:///{directory / 'fuzz.db'}"
         app_settings = Settings(  # type: ignore[call-arg]
@@ -138,6 +144,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             FEISHU_ENCRYPT_KEY=FEISHU_KEY,
             FEISHU_MODE="webhook",
             FEISHU_DOMAIN=feishu.url,
+            DINGTALK_CLIENT_ID=DINGTALK_ID,
+            DINGTALK_CLIENT_SECRET=DINGTALK_SECRET,
+            DINGTALK_MODE="http",
+            DINGTALK_API_URL=dingtalk.url,
         )
         app = create_app(app_settings)
         loop = asyncio.new_event_loop()
@@ -230,6 +240,12 @@ FEISHU_TEMPLATES: tuple[dict[str, Any], ...] = (
     ),
     {"type": "url_verification", "token": FEISHU_TOKEN, "challenge": "c"},
 )
+_DINGTALK = FakeDingTalk()
+DINGTALK_TEMPLATES: tuple[dict[str, Any], ...] = (
+    bot_message(_DINGTALK, "/research heat pumps depth=1"),
+    bot_message(_DINGTALK, "tidal depth=1", group=True),
+    bot_message(_DINGTALK, None, message_type="picture"),
+)
 FORM_TEMPLATE = dict(
     item.split("=", 1) for item in slash_command_body("tidal power depth=1").decode().split("&")
 )
@@ -274,6 +290,14 @@ def feishu_bodies(draw: st.DrawFn) -> tuple[bytes, str | None]:
     if kind == "broken":
         sealed["encrypt"] = draw(st.sampled_from([sealed["encrypt"][:-7], "", 7, None, "%%"]))
     return json.dumps(sealed).encode(), "application/json"
+
+
+@st.composite
+def dingtalk_bodies(draw: st.DrawFn) -> tuple[bytes, str | None]:
+    """Robot messages with parts deleted or replaced, or any other body."""
+    if draw(st.booleans()):
+        return draw(bodies())
+    return json.dumps(draw(mutated_payload(DINGTALK_TEMPLATES))).encode(), "application/json"
 
 
 @st.composite
@@ -335,7 +359,8 @@ def requests_for(route: str) -> st.SearchStrategy[Case]:
 
     @st.composite
     def case(draw: st.DrawFn) -> Case:
-        body, content_type = draw(feishu_bodies() if path == "/feishu/events" else bodies())
+        shapes = {"/feishu/events": feishu_bodies, "/dingtalk/events": dingtalk_bodies}
+        body, content_type = draw(shapes.get(path, bodies)())
         return Case(
             method=draw(methods),
             path=draw(paths),
@@ -358,6 +383,8 @@ def headers_for(case: Case) -> dict[str, str]:
     now = int(time.time())
     if case.path == "/feishu/events":
         return headers | _feishu_signing(case, now)
+    if case.path == "/dingtalk/events":
+        return headers | _dingtalk_signing(case, now)
     if case.signing == "valid":
         headers.update(sign(case.body, SECRET, now))
     elif case.signing == "stale":  # a replay of a request signed long ago
@@ -385,6 +412,20 @@ def _feishu_signing(case: Case, now: int) -> dict[str, str]:
         signed["X-Lark-Signature"] = "zz"
     elif case.signing == "bad_timestamp":
         signed["X-Lark-Request-Timestamp"] = "1e9"
+    return signed
+
+
+def _dingtalk_signing(case: Case, now: int) -> dict[str, str]:
+    if case.signing == "none":
+        return {}
+    stamp = {"stale": now - 7200, "future": now + 7200}.get(case.signing, now) * 1000
+    secret = "not-the-secret" if case.signing == "wrong_secret" else DINGTALK_SECRET
+    signed = dingtalk_signed(secret, stamp)
+    signed.pop("Content-Type")
+    if case.signing == "garbage":
+        signed["sign"] = "zz"
+    elif case.signing == "bad_timestamp":
+        signed["timestamp"] = "1e9"
     return signed
 
 

@@ -14,6 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
+from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
+from tests.fakes.dingtalk import FakeDingTalkServer, bot_message
+from tests.fakes.dingtalk import signed_headers as dingtalk_signed
 from tests.fakes.feishu import (
     APP_ID,
     APP_SECRET,
@@ -160,6 +164,7 @@ def test_serve_without_upgrade_is_alive_but_not_ready(
             "FEISHU_MODE=webhook needs FEISHU_VERIFICATION_TOKEN and FEISHU_ENCRYPT_KEY",
         ),
         ({"FEISHU_APP_ID": "cli_1", "FEISHU_MODE": "socket"}, "FEISHU_MODE"),
+        ({"DINGTALK_CLIENT_ID": "d"}, "DINGTALK_CLIENT_ID and DINGTALK_CLIENT_SECRET must both"),
     ],
 )
 def test_serve_refuses_bad_settings_in_one_line(
@@ -267,3 +272,57 @@ def test_serve_answers_feishu_webhooks_alone(
         code = terminate(served)
     assert code == 0, served.stderr()
     assert APP_SECRET not in served.stderr()
+
+
+@pytest.fixture
+def dingtalk_server() -> Iterator[FakeDingTalkServer]:
+    with FakeDingTalkServer() as server:
+        yield server
+
+
+@pytest.mark.parametrize("mode", ["stream", "http"])
+def test_serve_answers_dingtalk_in_either_mode(
+    cli_env: dict[str, str], dingtalk_server: FakeDingTalkServer, tmp_path: Path, mode: str
+) -> None:
+    env = {
+        **cli_env,
+        "DINGTALK_CLIENT_ID": DINGTALK_ID,
+        "DINGTALK_CLIENT_SECRET": DINGTALK_SECRET,
+        "DINGTALK_API_URL": dingtalk_server.url,
+        "DINGTALK_MODE": mode,
+        "FATHOM_DINGTALK_EDIT_INTERVAL": "0.1",
+        "FATHOM_LOG_LEVEL": "DEBUG",
+    }
+    served = serve(env, tmp_path)
+    fake = dingtalk_server.fake
+    data = bot_message(fake, "/research heat pumps depth=2", group=True, msg_id="msg_serve")
+    try:
+        wait_until_up(served)
+        if mode == "stream":
+            deadline = time.monotonic() + 30
+            while (
+                httpx.get(f"{served.url}/readyz").json()["platforms"]["dingtalk"].get("state")
+                != "connected"
+            ):
+                assert time.monotonic() < deadline, served.stderr()
+                time.sleep(0.05)
+            assert fake.push(data)["code"] == 200
+        else:
+            response = httpx.post(
+                f"{served.url}/dingtalk/events",
+                content=json.dumps(data).encode(),
+                headers=dingtalk_signed(),
+            )
+            assert response.status_code == 200, response.text
+        deadline = time.monotonic() + 30
+        while not fake.sent_to("cid_group_1"):
+            assert time.monotonic() < deadline, served.stderr()
+            time.sleep(0.05)
+        (card,) = fake.cards.values()
+        assert "Research done: 2/2 searches" in card.params["markdown"]
+        assert fake.sent_to("cid_group_1")[0].at_user_ids == ["staff_1"]
+    finally:
+        code = terminate(served)
+    assert code == 0, served.stderr()
+    log = served.stderr()
+    assert DINGTALK_SECRET not in log and not any(token in log for token in fake.tokens)

@@ -52,6 +52,11 @@ class ThreadPoster(Protocol):
 
     async def edit_progress(self, message_id: str, content: str) -> None: ...
 
+    def can_edit(self, message_id: str) -> bool:
+        """Whether the progress message can be edited (DingTalk's fallback when cards are
+        refused is a plain message: its final state is then posted as a new message)."""
+        ...
+
     async def resume(self, message_id: str | None) -> None:
         """Called before every post with the run's progress message id (None before one
         exists; after :meth:`post_progress`, the new one): e.g. Slack adopts the thread a
@@ -115,6 +120,10 @@ class ChatDelivery:
         if self.message_id is None:
             await self._post_progress(event.text)
             return
+        if not self.poster.can_edit(self.message_id):
+            if event.kind is ProgressKind.FINISHED:
+                await self.poster.post_progress(self.poster.render_progress(event.text, None))
+            return
         content = self.poster.render_progress(event.text, self.message_id)
         throttle = self._edits(self.message_id)
         if event.kind is ProgressKind.FINISHED:
@@ -148,6 +157,9 @@ class ChatDelivery:
         await self.poster.resume(self.message_id)
         if self.message_id is None:
             await self._post_progress(text)
+            return
+        if not self.poster.can_edit(self.message_id):
+            await self.poster.post_progress(self.poster.render_progress(text, None))
             return
         content = self.poster.render_progress(text, self.message_id)
         if self._throttle is not None and self._throttle.written == content:

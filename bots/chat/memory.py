@@ -164,6 +164,9 @@ class MemoryThread:
                 return
         raise Refusal(f"no message {message_id}")
 
+    def can_edit(self, message_id: str) -> bool:
+        return True
+
     async def resume(self, message_id: str | None) -> None:
         return None
 

@@ -72,6 +72,9 @@ class FeishuThread:
     async def edit_progress(self, message_id: str, content: str) -> None:
         await self._api.patch_card(message_id, content)
 
+    def can_edit(self, message_id: str) -> bool:
+        return True
+
     async def resume(self, message_id: str | None) -> None:
         return None
 

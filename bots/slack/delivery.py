@@ -78,6 +78,9 @@ class SlackThread:
     async def edit_progress(self, message_id: str, content: str) -> None:
         await self._messenger.edit_message(self.thread, message_id, content)
 
+    def can_edit(self, message_id: str) -> bool:
+        return True
+
     async def resume(self, message_id: str | None) -> None:
         """A slash-command run's opener is its thread: once it is posted (now, or by an
         earlier attempt of a resumed run), the thread row is re-keyed to its ``ts``."""

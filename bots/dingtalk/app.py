@@ -1,0 +1,249 @@
+"""DingTalk in ``fathom serve``: both ingress modes, translated for the shared chat layer.
+
+- ``DINGTALK_MODE=stream`` (default): the SDK's stream client (``bots.dingtalk.stream``); its
+  handler returns once the request is recorded, so the acknowledgement goes out at once.
+- ``DINGTALK_MODE=http``: ``POST /dingtalk/events`` through the shared gate (size first),
+  then the ``timestamp``/``sign`` check, answered once the request is recorded.
+
+A robot message becomes a :class:`~bots.chat.inbound.ChatMessage` for
+``ChatCommands.receive``, which deduplicates by the message's ``msgId`` (and the stream's
+``messageId``) in the database. Answers that are not a run are posted afterwards, as Markdown
+through the message's session webhook.
+
+**Follow-ups.** DingTalk robots have no threads. The rule: a request from the same user in the
+same conversation within ``FATHOM_DINGTALK_FOLLOWUP_WINDOW`` seconds (default 600; 0 turns it
+off) after their last research there *finished* continues that research's thread (its topics
+and findings). A request while their last research still runs starts a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from bots.chat.inbound import ChatCommands
+from bots.chat.replies import Icon
+from bots.dingtalk.api import DingTalkApi, DingTalkError, Space
+from bots.dingtalk.delivery import DingTalkDeliveryFactory, classify_error
+from bots.dingtalk.events import PLATFORM, DingTalkRequest, open_callback, translate
+from bots.dingtalk.render import escape_text
+from bots.dingtalk.stream import DingTalkStream
+from bots.http_gate import Rejected, read_body, rejected_response
+from core.commands import CommandError
+from core.config import Settings
+from core.delivery import ResearchJob
+from core.grammar import ResearchCommand, parse_command
+from core.jobs import JobRunner
+from core.models import RunStatus, ThreadKey
+from core.runtime import Runtime
+from core.wording import Language, pick
+from storage import Store
+from storage.tables import utcnow
+
+log = logging.getLogger(__name__)
+
+_ICONS: dict[Icon, str] = {
+    "warning": "⚠️ ",
+    "no_entry": "⛔ ",
+    "hourglass": "⏳ ",
+    "mag": "🔍 ",
+    "stop": "🛑 ",
+}
+#: A user's research runs looked at for the follow-up rule.
+FOLLOW_UP_CANDIDATES = 10
+
+
+class DingTalkMarkup:
+    """``bots.chat.replies.Markup`` for DingTalk Markdown."""
+
+    bold = "**"
+
+    def escape(self, text: str) -> str:
+        return escape_text(text)
+
+    def icon(self, name: Icon) -> str:
+        return _ICONS[name]
+
+    def thread_hint(self, thread: ThreadKey, language: Language) -> str:
+        if thread.platform != PLATFORM:
+            return str(thread)
+        return pick(language, "in this conversation", "在本会话")
+
+
+class DingTalkAdapter:
+    """The DingTalk side of ``fathom serve``: callback route, stream, answers."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        chat: ChatCommands,
+        api: DingTalkApi,
+        store: Store,
+        http: httpx.AsyncClient,
+    ) -> None:
+        self._settings = settings
+        self._http = http
+        self._chat = chat
+        self._api = api
+        self._store = store
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.stream: DingTalkStream | None = None
+
+    @property
+    def mode(self) -> str:
+        return self._settings.dingtalk_mode
+
+    # -- inbound -----------------------------------------------------------------------------
+    async def receive(self, data: dict[str, Any], delivery_id: str | None = None) -> None:
+        """One robot message: recorded (and a run committed) when this returns."""
+        request = translate(data, delivery_id=delivery_id)
+        if request is None or not request.message.addressed:
+            return
+        if not request.readable:
+            if await self._store.claim_event(request.message.dedupe_key):
+                text = self._chat.replies("en").unsupported_message()
+                self._background(self._answer(request, text))
+            return
+        request = await self._follow_up(request)
+
+        async def answer(text: str) -> None:
+            self._background(self._answer(request, text))
+
+        await self._chat.receive(request.message, answer)
+
+    async def _follow_up(self, request: DingTalkRequest) -> DingTalkRequest:
+        """The request in the thread it follows up on, if any (see the module)."""
+        window = self._settings.dingtalk_followup_window
+        message = request.message
+        if window <= 0 or not self._is_research(message.text):
+            return request
+        runs = await self._store.recent_runs_for_user(message.requested_by, FOLLOW_UP_CANDIDATES)
+        for run in runs:  # newest first
+            key = ThreadKey.parse(run.thread_key)
+            if (key.platform, key.workspace, key.channel) != (
+                PLATFORM,
+                message.workspace,
+                message.channel,
+            ):
+                continue
+            if not RunStatus(run.status).finished or run.finished_at is None:
+                return request  # still running: a new research
+            if utcnow() - run.finished_at <= timedelta(seconds=window):
+                return request.in_thread(key.thread)
+            return request
+        return request
+
+    def _is_research(self, text: str) -> bool:
+        settings = self._settings
+        try:
+            command = parse_command(
+                text, default_depth=settings.default_depth, max_depth=settings.max_depth
+            )
+        except CommandError:
+            return False
+        return isinstance(command, ResearchCommand)
+
+    async def _answer(self, request: DingTalkRequest, text: str) -> None:
+        body = {"msgtype": "markdown", "markdown": {"title": "Fathom", "text": text}}
+        try:
+            if request.webhook:
+                try:
+                    await self._api.post_webhook(request.webhook, body)
+                    return
+                except DingTalkError as exc:
+                    if exc.rate_limited or exc.status >= 500:
+                        raise
+            context = request.message.context or {}
+            space = Space(
+                group=context.get("conversation_type") == "group",
+                conversation_id=request.message.channel,
+                staff_id=str(context.get("staff_id") or ""),
+            )
+            await self._api.send_markdown(space, "Fathom", text)
+        except Exception as exc:
+            log.warning("dingtalk answer to a request failed (%s)", classify_error(exc).reason)
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def callback(self, request: Request) -> Response:
+        """``POST /dingtalk/events``."""
+        if self.mode != "http":
+            return JSONResponse({"error": "DingTalk runs in stream mode here"}, 404)
+        try:
+            body = await read_body(request, self._settings.max_body_bytes)
+            payload = open_callback(
+                body,
+                {k.lower(): v for k, v in request.headers.items()},
+                self._settings.dingtalk_client_secret or "",
+            )
+        except Rejected as rejection:
+            return rejected_response(request, rejection)
+        try:
+            await self.receive(payload)
+        except Exception:
+            # Not recorded: DingTalk delivers it again (and the dedupe keeps that safe).
+            log.exception("dingtalk callback could not be handled")
+            return JSONResponse({"error": "temporarily unable to handle this message"}, 500)
+        return JSONResponse({})
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.mode == "stream":
+            self.stream = DingTalkStream(
+                self._settings.dingtalk_client_id or "",
+                self._settings.dingtalk_client_secret or "",
+                self._settings.dingtalk_api_url,
+                self.receive,
+                asyncio.get_running_loop(),
+            )
+            await self.stream.start()
+
+    def status(self) -> dict[str, object]:
+        if self.stream is not None:
+            return self.stream.status()
+        return {"mode": self.mode}
+
+    async def close(self) -> None:
+        if self.stream is not None:
+            await self.stream.close()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=5.0)
+        await self._http.aclose()
+
+
+async def open_dingtalk(
+    settings: Settings, runtime: Runtime, job: ResearchJob, runner: JobRunner
+) -> DingTalkAdapter:
+    """Wire DingTalk in and out; opens the stream in ``stream`` mode."""
+    settings.require_dingtalk()
+    http = httpx.AsyncClient(timeout=10.0, headers={"User-Agent": "fathom-bot/0.1"})
+    api = DingTalkApi(
+        http,
+        client_id=settings.dingtalk_client_id or "",
+        client_secret=settings.dingtalk_client_secret or "",
+        api_url=settings.dingtalk_api_url,
+        robot_code=settings.dingtalk_robot_code,
+    )
+    chat = ChatCommands(settings, runtime.service, runtime.store, runner, DingTalkMarkup())
+    job.register(
+        "dingtalk",
+        DingTalkDeliveryFactory(
+            api,
+            runtime.store,
+            template_id=settings.dingtalk_card_template_id,
+            edit_interval=settings.dingtalk_edit_interval,
+        ),
+    )
+    adapter = DingTalkAdapter(settings, chat, api, runtime.store, http)
+    await adapter.start()
+    return adapter

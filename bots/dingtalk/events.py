@@ -1,0 +1,127 @@
+"""DingTalk deliveries in: the HTTP callback's signature check, and the translation of a robot
+message (the SDK's ``ChatbotMessage``) into the shared layer's :class:`ChatMessage` (pure).
+
+An HTTP callback carries ``timestamp`` (ms) and ``sign`` = base64(HMAC-SHA256(app secret,
+timestamp + "\\n" + app secret)); a wrong sign or a timestamp more than an hour off is refused
+before the body is parsed.
+
+DingTalk robots have no threads. A request's thread is the request itself
+(``dingtalk:<corpId>:<conversationId>:<msgId>``); the adapter decides follow-ups (see
+``bots.dingtalk.app``). What a run needs later to reach the conversation (its type, the
+requester, the message's session webhook and when it expires) travels with the run as its
+platform context.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from bots.chat.inbound import ChatMessage
+from bots.http_gate import Rejected
+
+PLATFORM = "dingtalk"
+#: Signed callbacks older (or newer) than this are refused as replays (milliseconds).
+MAX_SKEW_MS = 3_600_000
+
+
+def expected_sign(timestamp: str, secret: str) -> str:
+    digest = hmac.new(secret.encode(), f"{timestamp}\n{secret}".encode(), hashlib.sha256).digest()
+    return base64.b64encode(digest).decode()
+
+
+def verify_sign(headers: dict[str, str], secret: str, *, now_ms: float | None = None) -> None:
+    """``headers`` lower-cased; raises :class:`Rejected` (401) unless signed and fresh."""
+    timestamp, sign = headers.get("timestamp", ""), headers.get("sign", "")
+    if not (timestamp and sign):
+        raise Rejected(401, "the request is not signed")
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 16):
+        raise Rejected(401, "bad request timestamp")
+    now = time.time() * 1000 if now_ms is None else now_ms
+    if abs(now - int(timestamp)) > MAX_SKEW_MS:
+        raise Rejected(401, "the request timestamp is too far from now")
+    if not hmac.compare_digest(expected_sign(timestamp, secret).encode(), sign.encode()):
+        raise Rejected(401, "invalid signature")
+
+
+def open_callback(body: bytes, headers: dict[str, str], secret: str) -> dict[str, Any]:
+    """A verified HTTP callback's robot message; :class:`Rejected` (4xx) for anything else."""
+    verify_sign(headers, secret)
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise Rejected(400, "the body is not JSON") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("msgId"), str):
+        raise Rejected(400, "the body is not a robot message")
+    return payload
+
+
+# -- translation -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DingTalkRequest:
+    """A robot message for the bot: the neutral message and how to answer it."""
+
+    message: ChatMessage
+    readable: bool  # text or rich text; anything else gets a short help answer
+    webhook: str | None  # the message's session webhook (answers go there)
+
+    def in_thread(self, thread: str) -> DingTalkRequest:
+        """The same request, continuing the thread that started with message ``thread``."""
+        return replace(self, message=replace(self.message, thread=thread, in_thread=True))
+
+
+def _text(message: Any) -> str | None:
+    kind = getattr(message, "message_type", None)
+    if kind == "text" and message.text is not None:
+        return str(message.text.content or "")
+    if kind == "richText" and message.rich_text_content is not None:
+        return " ".join(str(part) for part in message.get_text_list() if isinstance(part, str))
+    return None
+
+
+def translate(data: dict[str, Any], *, delivery_id: str | None = None) -> DingTalkRequest | None:
+    """The request in a robot message (the stream's ``data`` or the HTTP callback's body), or
+    None when it is not for the bot (a group message without its @-mention, the bot itself)."""
+    from dingtalk_stream import ChatbotMessage
+
+    try:
+        message = ChatbotMessage.from_dict(data)
+    except Exception:  # a shape the SDK cannot read: not a robot message
+        return None
+    user = str(message.sender_staff_id or message.sender_id or "")
+    if not user or (message.chatbot_user_id and message.sender_id == message.chatbot_user_id):
+        return None
+    group = str(message.conversation_type) == "2"
+    text = _text(message)
+    corp = str(message.chatbot_corp_id or message.sender_corp_id or "")
+    conversation = str(message.conversation_id or "")
+    msg_id = str(message.message_id or "")
+    webhook = str(message.session_webhook or "") or None
+    context = {
+        "conversation_type": "group" if group else "single",
+        "conversation_id": conversation,
+        "staff_id": str(message.sender_staff_id or ""),
+        "nick": str(message.sender_nick or "")[:100],
+        "webhook": webhook or "",
+        "webhook_expires_ms": str(message.session_webhook_expired_time or 0),
+    }
+    chat = ChatMessage(
+        platform=PLATFORM,
+        workspace=corp,
+        channel=conversation,
+        thread=msg_id,
+        user=user,
+        text=" ".join((text or "").split()),
+        dedupe_key=f"dingtalk:msg:{corp}:{msg_id}",
+        addressed=not group or bool(message.is_in_at_list),
+        delivery_key=f"dingtalk:stream:{delivery_id}" if delivery_id else None,
+        context=context,
+    )
+    return DingTalkRequest(chat, readable=text is not None, webhook=webhook)

@@ -1,0 +1,139 @@
+"""What a run looks like in DingTalk: Markdown in DingTalk's subset, pure, no I/O.
+
+DingTalk's Markdown has headings, quotes, bold, italics, links, images and lists, but no tables
+(and code blocks only on desktop clients). So tables become lists (found with markdown-it-py,
+never by hand), each row a list item naming its columns. A message body may be 20,000 bytes:
+the report is split at section boundaries into parts whose JSON-encoded text stays under
+:data:`PART_BUDGET` bytes. Untrusted text passes ``core.untrusted.neutralise`` (no ``@all``
+goes out live); topics also lose link syntax.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from markdown_it import MarkdownIt
+
+from bots.chat.markdown import link_citations, split_report, utf8_size
+from core.models import Source
+from core.untrusted import neutralise
+from core.wording import Language, pick
+
+#: Bytes of JSON-encoded Markdown per message (DingTalk refuses bodies over 20,000 bytes).
+PART_BUDGET = 16_000
+_TOPIC_CHARS = 300
+_STATUS_CHARS = 1_000
+_TITLE_CHARS = 60
+_PARSER = MarkdownIt("commonmark").enable("table")
+
+
+@dataclass(frozen=True)
+class ReportMessage:
+    """One Markdown message of a report; the first one @-mentions the requester."""
+
+    number: int
+    title: str
+    text: str
+    mention: bool
+
+
+def escape_text(text: str) -> str:
+    """Untrusted text shown as itself: no mention, and no link or image syntax."""
+    return neutralise(text).replace("[", "［").replace("]", "］")
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def progress_markdown(topic: str, depth: int, status: str, *, language: Language) -> str:
+    """The progress card's (or message's) Markdown: what is researched, and the status line."""
+    shown = escape_text(_clip(topic, _TOPIC_CHARS))
+    line = escape_text(_clip(status, _STATUS_CHARS))
+    head = pick(
+        language,
+        f"Researching **{shown}** (depth {depth})",
+        f"正在研究 **{shown}**（深度 {depth}）",
+    )
+    return f"{head}\n\n{line}"
+
+
+def progress_title(language: Language) -> str:
+    return pick(language, "Fathom research", "Fathom 研究")
+
+
+def tables_as_lists(markdown: str) -> str:
+    """Every Markdown table as a list: one item per row, ``**column**: value`` joined by ``;``."""
+    tokens = _PARSER.parse(markdown)
+    lines = markdown.split("\n")
+    replaced: list[tuple[int, int, list[str]]] = []
+    i = 0
+    while i < len(tokens):
+        span = tokens[i].map
+        if tokens[i].type != "table_open" or span is None:
+            i += 1
+            continue
+        start, end = span
+        header: list[str] = []
+        rows: list[list[str]] = []
+        row: list[str] = []
+        in_head = False
+        while tokens[i].type != "table_close":
+            kind = tokens[i].type
+            if kind == "thead_open":
+                in_head = True
+            elif kind == "thead_close":
+                in_head = False
+            elif kind == "tr_open":
+                row = []
+            elif kind == "inline":
+                row.append(tokens[i].content.strip())
+            elif kind == "tr_close":
+                if in_head:
+                    header = row
+                else:
+                    rows.append(row)
+            i += 1
+        items = []
+        for cells in rows:
+            pairs = [
+                f"**{name}**: {value}" if name else value
+                for name, value in zip(header + [""] * len(cells), cells, strict=False)
+                if value
+            ]
+            items.append("- " + "; ".join(pairs) if pairs else "- —")
+        replaced.append((start, end, items))
+        i += 1
+    for start, end, items in reversed(replaced):
+        lines[start:end] = items
+    return "\n".join(lines)
+
+
+def report_title(markdown: str) -> str:
+    match = re.search(r"^#{1,6}[ \t]+(.+)$", markdown, re.MULTILINE)
+    return _clip(neutralise(match.group(1).strip()) if match else "Research report", _TITLE_CHARS)
+
+
+def _json_size(text: str) -> int:
+    return utf8_size(json.dumps(text, ensure_ascii=False))
+
+
+def report_messages(markdown: str, sources: Sequence[Source]) -> list[ReportMessage]:
+    """The report as Markdown messages in DingTalk's subset, in order, each within budget."""
+    title = report_title(markdown)
+    body = tables_as_lists(link_citations(neutralise(markdown), sources))
+    chunks = split_report(body, PART_BUDGET, _json_size)
+    total = len(chunks)
+    return [
+        ReportMessage(
+            number=i,
+            title=title if total == 1 else f"{title} ({i}/{total})",
+            text=chunk,
+            mention=i == 1,
+        )
+        for i, chunk in enumerate(chunks, 1)
+    ]

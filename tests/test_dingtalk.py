@@ -1,0 +1,292 @@
+"""DingTalk end to end: the real ``fathom serve`` against a fake DingTalk OpenAPI on 127.0.0.1.
+
+HTTP callbacks are signed as DingTalk signs them; stream messages go over a real WebSocket in
+the SDK's frames to the SDK's own client. What the shared chat layer guarantees is proven in
+test_chat_layer.py; here: translation, verification, cards, webhooks and the OpenAPI, and the
+two ingress modes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from bots.dingtalk.render import tables_as_lists
+from tests.chat_app import ServedFathom, wait_for
+from tests.conftest import ServeFathom
+from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
+from tests.fakes.dingtalk import (
+    CLIENT_ID,
+    CLIENT_SECRET,
+    CORP,
+    MAX_BODY_BYTES,
+    FakeDingTalk,
+    FakeDingTalkServer,
+    bot_message,
+    signed_headers,
+)
+
+USER = f"dingtalk:{CORP}:staff_1"
+
+
+@dataclass
+class DingTalkBot:
+    served: ServedFathom
+    fake: FakeDingTalk
+
+    def message(self, text: str | None, **kw: Any) -> dict[str, Any]:
+        return bot_message(self.fake, text, **kw)
+
+    async def send(
+        self, data: dict[str, Any], *, secret: str = CLIENT_SECRET, ts: int | None = None
+    ) -> httpx.Response:
+        """An HTTP callback, signed as DingTalk signs it."""
+        return await self.served.http.post(
+            f"{self.served.url}/dingtalk/events",
+            content=json.dumps(data).encode(),
+            headers=signed_headers(secret, ts),
+        )
+
+    async def push(self, data: dict[str, Any], message_id: str | None = None) -> dict[str, Any]:
+        return await asyncio.to_thread(self.fake.push, data, message_id=message_id)
+
+    async def delivered(self, count: int = 1) -> list[Any]:
+        return await self.served.delivered(USER, count)
+
+    def card(self, run_id: str) -> Any:
+        return self.fake.cards[f"fathom_{run_id}"]
+
+
+DingTalkFactory = Callable[..., Awaitable[DingTalkBot]]
+
+
+@pytest.fixture
+def dingtalk_server() -> Iterator[FakeDingTalkServer]:
+    with FakeDingTalkServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def dingtalk(
+    serve_fathom: ServeFathom, dingtalk_server: FakeDingTalkServer
+) -> AsyncIterator[DingTalkFactory]:
+    """``await dingtalk(mode="http", **env)``: Fathom served with DingTalk alone."""
+
+    async def start(mode: str = "http", **env: str) -> DingTalkBot:
+        served = await serve_fathom(
+            DINGTALK_CLIENT_ID=CLIENT_ID,
+            DINGTALK_CLIENT_SECRET=CLIENT_SECRET,
+            DINGTALK_API_URL=dingtalk_server.url,
+            DINGTALK_MODE=mode,
+            FATHOM_DINGTALK_EDIT_INTERVAL="0.05",
+            FATHOM_DELIVERY_BACKOFF="0.05",
+            **env,
+        )
+        return DingTalkBot(served, dingtalk_server.fake)
+
+    yield start
+
+
+# -- the callback's gate ----------------------------------------------------------------------
+
+
+async def test_a_bad_sign_or_a_stale_timestamp_is_rejected_and_nothing_is_stored(
+    dingtalk: DingTalkFactory,
+) -> None:
+    bot = await dingtalk()
+    data = bot.message("/research heat pumps")
+    assert (await bot.send(data, secret="not-the-secret")).status_code == 401
+    stale = int(time.time() * 1000) - 2 * 3_600_000
+    assert (await bot.send(data, ts=stale)).status_code == 401
+    unsigned = await bot.served.http.post(f"{bot.served.url}/dingtalk/events", json=data)
+    assert unsigned.status_code == 401
+    bad = await bot.served.http.post(
+        f"{bot.served.url}/dingtalk/events", content=b"[1]", headers=signed_headers()
+    )
+    assert bad.status_code == 400
+    assert await bot.served.runs(USER) == []
+    assert bot.fake.sent == [] and bot.fake.cards == {}
+
+
+# -- a research request, end to end -----------------------------------------------------------
+
+
+async def test_a_group_request_gets_a_card_updated_in_place_then_the_report(
+    dingtalk: DingTalkFactory, llm_server: FakeLLMServer, search_server: FakeSearchServer
+) -> None:
+    bot = await dingtalk()
+    llm_server.fake.latency = search_server.fake.latency = 0.15
+    data = bot.message("/research heat pumps depth=3", group=True, msg_id="msg_g1")
+    response = await bot.send(data)
+    assert response.status_code == 200
+    (queued,) = await bot.served.runs(USER)  # committed before the answer
+    assert queued.thread_key == f"dingtalk:{CORP}:cid_group_1:msg_g1"
+    (run,) = await bot.delivered()
+    assert run.status == "succeeded" and run.delivery == "posted"
+    card = bot.card(run.id)
+    assert card.open_space_id == "dtv1.card//IM_GROUP.cid_group_1"
+    texts = [version["markdown"] for version in card.versions]
+    lines = ["1/3th search executed.", "2/3th search executed.", "3/3th search executed."]
+    positions = [next(i for i, t in enumerate(texts) if line in t) for line in lines]
+    assert positions == sorted(positions)
+    assert texts[0].startswith("Researching **heat pumps** (depth 3)")
+    assert "Research done: 3/3 searches" in texts[-1]
+    reports = bot.fake.sent_to("cid_group_1")
+    assert len(reports) == run.report_parts_posted >= 1
+    assert all(r.via == "webhook" and r.msgtype == "markdown" for r in reports)
+    assert reports[0].at_user_ids == ["staff_1"] and reports[0].text.startswith("@staff_1")
+    assert all(r.at_user_ids == [] for r in reports[1:])
+    assert all(r.size <= MAX_BODY_BYTES for r in reports)
+    assert "](http" in reports[0].text  # citations are links
+
+
+async def test_a_redelivered_message_makes_no_second_run(dingtalk: DingTalkFactory) -> None:
+    bot = await dingtalk()
+    data = bot.message("/research heat pumps depth=1", msg_id="msg_r1")
+    for _ in range(3):
+        assert (await bot.send(data)).status_code == 200
+    (run,) = await bot.delivered()
+    assert len(await bot.served.runs(USER)) == 1
+    assert len(bot.fake.cards) == 1 and len(bot.fake.sent) == run.report_parts_posted
+
+
+async def test_a_chinese_request_is_answered_in_chinese(dingtalk: DingTalkFactory) -> None:
+    bot = await dingtalk()
+    await bot.send(bot.message("/research 热泵 depth=1", msg_id="msg_zh"))
+    (run,) = await bot.delivered()
+    texts = [v["markdown"] for v in bot.card(run.id).versions]
+    assert texts[0].startswith("正在研究 **热泵**（深度 1）")
+    assert "研究完成：1/1 次搜索" in texts[-1]
+    await bot.send(bot.message("/research 热泵 depth=0", msg_id="msg_zh2"))
+    answer = await wait_for(lambda: [s for s in bot.fake.sent if "depth 必须" in s.text])
+    assert answer[0].text.startswith("⚠️ depth 必须在 1 到 10 之间；不允许 0。")
+    assert len(await bot.served.runs(USER)) == 1
+
+
+async def test_when_cards_are_refused_progress_falls_back_to_two_messages(
+    dingtalk: DingTalkFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    bot = await dingtalk()
+    bot.fake.cards_forbidden = True
+    caplog.set_level(logging.WARNING, logger="bots.dingtalk.delivery")
+    await bot.send(bot.message("/research heat pumps depth=2", msg_id="msg_p1"))
+    await bot.send(bot.message("/research wind power depth=1", msg_id="msg_p2", conversation="c2"))
+    await bot.delivered(2)
+    assert bot.fake.cards == {}
+    assert len(bot.fake.calls_to("card_create")) == 1  # learned once per process
+    sent = bot.fake.sent_to("cid_single_1")
+    progress = [s for s in sent if s.title == "Fathom research"]
+    assert len(progress) == 2
+    assert progress[0].text.startswith("Researching **heat pumps**")
+    assert "Research done: 2/2 searches" in progress[1].text
+    hints = [r for r in caplog.records if "Card.Instance.Write" in r.getMessage()]
+    assert len(hints) == 1
+
+
+async def test_an_expired_session_webhook_sends_through_the_openapi(
+    dingtalk: DingTalkFactory, llm_server: FakeLLMServer
+) -> None:
+    bot = await dingtalk()
+    llm_server.fake.script("writer", Hang(1.2))  # the webhook expires while the report is written
+    data = bot.message(
+        "/research heat pumps depth=1", group=True, msg_id="msg_x1", webhook_valid_for=61.0
+    )
+    await bot.send(data)
+    (run,) = await bot.delivered()
+    reports = bot.fake.sent_to("cid_group_1")
+    assert reports and all(r.via == "group" for r in reports)
+    assert reports[0].text.startswith("@Alice")
+    sends = bot.fake.calls_to("group")
+    assert all(c.body["robotCode"] == CLIENT_ID for c in sends)
+    assert len(reports) == run.report_parts_posted
+
+
+async def test_a_throttled_card_update_still_ends_in_the_final_state(
+    dingtalk: DingTalkFactory,
+) -> None:
+    bot = await dingtalk()
+    bot.fake.fail_next("card_update", status=429, times=3)
+    await bot.send(bot.message("/research heat pumps depth=2", msg_id="msg_t1"))
+    (run,) = await bot.delivered()
+    assert "Research done: 2/2 searches" in bot.card(run.id).params["markdown"]
+
+
+async def test_a_request_soon_after_a_finished_one_follows_up_on_it(
+    dingtalk: DingTalkFactory,
+) -> None:
+    bot = await dingtalk()
+    await bot.send(bot.message("/research heat pumps depth=1", msg_id="msg_f1"))
+    await bot.delivered()
+    await bot.send(bot.message("what about noise? depth=1", msg_id="msg_f2"))
+    newest, oldest = await bot.delivered(2)
+    assert newest.thread_key == oldest.thread_key == f"dingtalk:{CORP}:cid_single_1:msg_f1"
+    thread = await bot.served.store.get_thread(newest.thread_key)
+    assert thread is not None
+    variables = await bot.served.store.load_variables(thread.id)
+    assert variables is not None and len(variables["topics"]) == 2
+    # Another user in the same conversation, or the window turned off: a new research.
+    off = await dingtalk(FATHOM_DINGTALK_FOLLOWUP_WINDOW="0")
+    await off.send(off.message("/research heat pumps depth=1", msg_id="msg_f3"))
+    await off.send(off.message("/research wind power depth=1", msg_id="msg_f4"))
+    keys = {r.thread_key for r in await off.delivered(2)}
+    assert keys == {
+        f"dingtalk:{CORP}:cid_single_1:msg_f3",
+        f"dingtalk:{CORP}:cid_single_1:msg_f4",
+    }
+
+
+async def test_a_picture_gets_a_short_answer_and_a_group_message_without_mention_none(
+    dingtalk: DingTalkFactory,
+) -> None:
+    bot = await dingtalk()
+    await bot.send(bot.message(None, message_type="picture", msg_id="msg_pic"))
+    await bot.send(bot.message("/research x", group=True, at_bot=False, msg_id="msg_no"))
+    answer = await wait_for(lambda: bot.fake.sent_to("cid_single_1"))
+    assert "I can only read text" in answer[0].text
+    assert bot.fake.sent_to("cid_group_1") == [] and await bot.served.runs(USER) == []
+
+
+# -- the stream -------------------------------------------------------------------------------
+
+
+async def test_the_stream_end_to_end_acknowledges_before_the_research_runs(
+    dingtalk: DingTalkFactory, llm_server: FakeLLMServer
+) -> None:
+    bot = await dingtalk(mode="stream")
+    await wait_for(lambda: bot.fake.stream_open == 1)
+    ready = await wait_for(lambda: _stream_connected(bot.served))
+    assert ready["platforms"]["dingtalk"]["mode"] == "stream"
+    data = bot.message("/research heat pumps depth=2", group=True, msg_id="msg_s1")
+    ack = await bot.push(data, message_id="stream-1")
+    assert ack["code"] == 200
+    assert len(await bot.served.runs(USER)) == 1  # recorded before the acknowledgement
+    acked_at = bot.fake.acks["stream-1"][0]
+    assert (await bot.push(data, message_id="stream-2"))["code"] == 200  # redelivered
+    (run,) = await bot.delivered()
+    first_llm_call = min(r.time for r in llm_server.fake.requests)
+    assert acked_at < first_llm_call  # the research ran after the acknowledgement
+    assert "Research done: 2/2 searches" in bot.card(run.id).params["markdown"]
+    assert len(await bot.served.runs(USER)) == 1
+    assert (await bot.send(data)).status_code == 404  # the callback route is closed here
+
+
+async def _stream_connected(served: ServedFathom) -> dict[str, Any] | None:
+    ready = await served.readyz()
+    stream = ready.get("platforms", {}).get("dingtalk", {})
+    return ready if stream.get("state") == "connected" else None
+
+
+def test_tables_become_lists_in_dingtalk_markdown() -> None:
+    markdown = "## Costs\n\n| Item | Cost |\n|---|---|\n| pump | 10 |\n| pipe |  |\n\nAfter.\n"
+    shown = tables_as_lists(markdown)
+    assert "|" not in shown
+    assert "- **Item**: pump; **Cost**: 10\n- **Item**: pipe" in shown
+    assert shown.startswith("## Costs") and shown.rstrip().endswith("After.")
