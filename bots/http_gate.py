@@ -5,7 +5,7 @@ A platform route reads its body through :func:`read_body` (413 before the body i
 verifies the platform's signature on the raw bytes (401), and only then decodes and parses
 (400 for a signed body that makes no sense). A rejection is raised as :class:`Rejected` and
 answered by :func:`rejected_response`, which logs one short line: no body, header, token or
-secret ever reaches the log. Slack and Feishu use it; DingTalk will too.
+secret ever reaches the log. Slack, Feishu and DingTalk use it.
 """
 
 from __future__ import annotations
