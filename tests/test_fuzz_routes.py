@@ -3,10 +3,10 @@
 The real app (lifespan, database, Bolt, job runner) runs in a background event loop; requests
 go through httpx's ASGI transport, so thousands of cases per route take seconds. Cases are
 malformed, truncated, oversized, wrongly encoded and replayed requests, signed and unsigned:
-random bytes and text, random JSON, real Slack, Feishu (plain and encrypted) and DingTalk payloads
-with parts deleted or replaced, form
-bodies, bodies over the size limit, and signatures that are missing, garbage, made with the
-wrong secret, stale (a replay), from the future, or valid. For every case: no 5xx, and when
+random bytes and text, random JSON, real Slack, Feishu (plain and encrypted) and DingTalk
+payloads with parts deleted or replaced, form bodies, bodies over the size limit, and
+signatures (each platform's own scheme) that are missing, garbage, made with the wrong secret,
+stale (a replay), from the future, or valid. For every case: no 5xx, and when
 the request is not validly signed, nothing is stored (runs, threads, processed events,
 installations; an OAuth state per view of the public install page is by design).
 
