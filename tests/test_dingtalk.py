@@ -278,6 +278,20 @@ async def test_the_stream_end_to_end_acknowledges_before_the_research_runs(
     assert (await bot.send(data)).status_code == 404  # the callback route is closed here
 
 
+async def test_a_dropped_stream_comes_back_and_is_shown_in_readyz(
+    dingtalk: DingTalkFactory,
+) -> None:
+    bot = await dingtalk(mode="stream")
+    await wait_for(lambda: _stream_connected(bot.served))
+    bot.fake.drop_streams()
+    await wait_for(lambda: bot.fake.stream_connections >= 2 and bot.fake.stream_open == 1)
+    await wait_for(lambda: _stream_connected(bot.served))
+    ack = await bot.push(bot.message("/research heat pumps depth=1", msg_id="msg_back"))
+    assert ack["code"] == 200
+    (run,) = await bot.delivered()
+    assert run.status == "succeeded"
+
+
 async def _stream_connected(served: ServedFathom) -> dict[str, Any] | None:
     ready = await served.readyz()
     stream = ready.get("platforms", {}).get("dingtalk", {})
@@ -290,3 +304,31 @@ def test_tables_become_lists_in_dingtalk_markdown() -> None:
     assert "|" not in shown
     assert "- **Item**: pump; **Cost**: 10\n- **Item**: pipe" in shown
     assert shown.startswith("## Costs") and shown.rstrip().endswith("After.")
+
+
+async def test_a_refused_stream_shows_why_and_is_retried(
+    dingtalk_server: FakeDingTalkServer,
+) -> None:
+    from bots.dingtalk.stream import DingTalkStream
+
+    async def never(data: dict[str, Any], message_id: str) -> None:
+        raise AssertionError("no message can arrive on a refused stream")
+
+    stream = DingTalkStream(
+        CLIENT_ID,
+        "wrong-secret",
+        dingtalk_server.url,
+        never,
+        asyncio.get_running_loop(),
+        dead_after=0.5,
+        check_every=0.05,
+    )
+    await stream.start()
+    try:
+        status = await wait_for(lambda: stream.status() if stream.restarts >= 1 else None)
+        assert status["state"] != "connected"
+        assert "gateway" in str(stream.status().get("last_error"))
+        assert len(dingtalk_server.fake.calls_to("gateway")) >= 2  # it keeps trying
+    finally:
+        await stream.close()
+    assert stream.status()["state"] == "stopped"

@@ -97,6 +97,7 @@ class FakeDingTalk:
         self.stream_open = 0
         self.acks: dict[str, tuple[float, dict[str, Any]]] = {}  # messageId -> (time, ack)
         self._streams: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[str]]] = []
+        self._closers: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     # -- test controls ---------------------------------------------------------------------
     def fail_next(self, kind: str, status: int = 500, code: str = "", times: int = 1) -> None:
@@ -262,14 +263,29 @@ class FakeDingTalk:
             time.sleep(0.01)
         raise TimeoutError("the client did not acknowledge the message")
 
+    def drop_streams(self) -> None:
+        """Close every open stream from the server side."""
+        with self._lock:
+            closers = list(self._closers)
+        for loop, closing in closers:
+            loop.call_soon_threadsafe(closing.set)
+
     async def serve_stream(self, websocket: WebSocket) -> None:
         await websocket.accept()
         loop = asyncio.get_running_loop()
         outbox: asyncio.Queue[str] = asyncio.Queue()
+        closing = asyncio.Event()
         with self._lock:
             self.stream_connections += 1
             self.stream_open += 1
             self._streams.append((loop, outbox))
+            self._closers.append((loop, closing))
+
+        async def close_when_told() -> None:
+            await closing.wait()
+            await websocket.close()
+
+        closer = asyncio.create_task(close_when_told())
 
         async def send() -> None:
             while True:
@@ -286,9 +302,11 @@ class FakeDingTalk:
             return
         finally:
             sender.cancel()
+            closer.cancel()
             with self._lock:
                 self.stream_open -= 1
                 self._streams = [s for s in self._streams if s[1] is not outbox]
+                self._closers = [c for c in self._closers if c[1] is not closing]
 
 
 def _kind(method: str, path: str) -> str:
