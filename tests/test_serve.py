@@ -205,13 +205,20 @@ def wait_for_report(fake: FakeFeishu, root: str, served: Served, done: str) -> l
     raise AssertionError(f"no report in the Feishu thread:\n{served.stderr()}")
 
 
-def test_serve_runs_feishu_long_connection_beside_slack(
+def test_serve_runs_slack_feishu_and_dingtalk_side_by_side(
     slack_env: dict[str, str],
     slack_server: FakeSlackServer,
     feishu_server: FakeFeishuServer,
+    dingtalk_server: FakeDingTalkServer,
     tmp_path: Path,
 ) -> None:
-    served = serve({**slack_env, **feishu_env(feishu_server, "ws")}, tmp_path)
+    dingtalk_env = {
+        "DINGTALK_CLIENT_ID": DINGTALK_ID,
+        "DINGTALK_CLIENT_SECRET": DINGTALK_SECRET,
+        "DINGTALK_API_URL": dingtalk_server.url,
+        "DINGTALK_MODE": "http",
+    }
+    served = serve({**slack_env, **feishu_env(feishu_server, "ws"), **dingtalk_env}, tmp_path)
     fake = feishu_server.fake
     try:
         wait_until_up(served)
@@ -224,6 +231,14 @@ def test_serve_runs_feishu_long_connection_beside_slack(
             time.sleep(0.05)
         platforms = httpx.get(f"{served.url}/readyz").json()["platforms"]
         assert platforms["slack"] == {"mode": "http"} and platforms["feishu"]["mode"] == "ws"
+        assert platforms["dingtalk"] == {"mode": "http"}
+        message = bot_message(dingtalk_server.fake, "/research geothermal depth=1", msg_id="m_b")
+        answered = httpx.post(
+            f"{served.url}/dingtalk/events",
+            content=json.dumps(message).encode(),
+            headers=dingtalk_signed(),
+        )
+        assert answered.status_code == 200
 
         ack = fake.push_event(message_event("/research heat pumps depth=2", message_id="om_s1"))
         assert ack["code"] == 200
@@ -238,6 +253,9 @@ def test_serve_runs_feishu_long_connection_beside_slack(
         while not [
             c for c in slack_server.fake.calls_to("chat.postMessage") if "blocks" in c.params
         ]:
+            assert time.monotonic() < deadline, served.stderr()
+            time.sleep(0.05)
+        while not dingtalk_server.fake.sent_to("cid_single_1"):
             assert time.monotonic() < deadline, served.stderr()
             time.sleep(0.05)
     finally:
