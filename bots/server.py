@@ -105,6 +105,8 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
                 if dingtalk is not None:
                     await dingtalk.close()
                 await runner.stop()
+                if dingtalk is not None:
+                    await dingtalk.release()
 
     app = Starlette(
         routes=[

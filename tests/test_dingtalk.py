@@ -232,14 +232,22 @@ async def test_a_request_soon_after_a_finished_one_follows_up_on_it(
     assert thread is not None
     variables = await bot.served.store.load_variables(thread.id)
     assert variables is not None and len(variables["topics"]) == 2
-    # Another user in the same conversation, or the window turned off: a new research.
+    # `/research <topic>` is always new, even within the window...
+    await bot.send(bot.message("/research tidal power depth=1", msg_id="msg_f5"))
+    newest, *_ = await bot.delivered(3)
+    assert newest.thread_key.endswith(":msg_f5")
+    # ...and quoting the message that started a research continues it, whatever it says.
+    await bot.send(bot.message("/research costs depth=1", msg_id="msg_f6", replied_to="msg_f1"))
+    newest, *_ = await bot.delivered(4)
+    assert newest.thread_key.endswith(":msg_f1")
+    # The window turned off: every request is a new research.
     off = await dingtalk(FATHOM_DINGTALK_FOLLOWUP_WINDOW="0")
-    await off.send(off.message("/research heat pumps depth=1", msg_id="msg_f3"))
-    await off.send(off.message("/research wind power depth=1", msg_id="msg_f4"))
-    keys = {r.thread_key for r in await off.delivered(2)}
-    assert keys == {
-        f"dingtalk:{CORP}:cid_single_1:msg_f3",
-        f"dingtalk:{CORP}:cid_single_1:msg_f4",
+    await off.send(off.message("heat pumps depth=1", msg_id="msg_f3", conversation="c9"))
+    await off.send(off.message("wind power depth=1", msg_id="msg_f4", conversation="c9"))
+    runs = await off.delivered(2)  # a second app, on a database of its own
+    assert {r.thread_key for r in runs} == {
+        f"dingtalk:{CORP}:c9:msg_f3",
+        f"dingtalk:{CORP}:c9:msg_f4",
     }
 
 
@@ -252,6 +260,52 @@ async def test_a_picture_gets_a_short_answer_and_a_group_message_without_mention
     answer = await wait_for(lambda: bot.fake.sent_to("cid_single_1"))
     assert "I can only read text" in answer[0].text
     assert bot.fake.sent_to("cid_group_1") == [] and await bot.served.runs(USER) == []
+
+
+async def test_a_message_for_another_robot_or_a_foreign_webhook_is_not_trusted(
+    dingtalk: DingTalkFactory,
+) -> None:
+    """The callback's sign covers only its timestamp, so the body's robot is checked, and a
+    session webhook that is not DingTalk's is never posted to (the OpenAPI is used)."""
+    bot = await dingtalk()
+    other = dict(bot.message("/research heat pumps", msg_id="msg_o1"), robotCode="another")
+    assert (await bot.send(other)).status_code == 403
+    assert await bot.served.runs(USER) == []
+    foreign = bot.message(
+        "/research heat pumps depth=1",
+        group=True,
+        msg_id="msg_o2",
+        webhook="http://127.0.0.2:9/robot/send",
+    )
+    assert (await bot.send(foreign)).status_code == 200
+    (run,) = await bot.delivered()
+    reports = bot.fake.sent_to("cid_group_1")
+    assert reports and all(r.via == "group" for r in reports)
+    assert run.platform_context is not None and run.platform_context["webhook"] == ""
+
+
+async def test_a_failed_run_with_cards_refused_posts_its_end_once(
+    dingtalk: DingTalkFactory, search_server: FakeSearchServer
+) -> None:
+    bot = await dingtalk()
+    bot.fake.cards_forbidden = True
+    search_server.fake.empty = True  # nothing found: the run fails
+    await bot.send(bot.message("/research heat pumps depth=1", msg_id="msg_e1"))
+    (run,) = await bot.delivered()
+    assert run.status == "failed"
+    progress = [s for s in bot.fake.sent_to("cid_single_1") if s.title == "Fathom research"]
+    assert len(progress) == 2 and "Research failed" in progress[1].text
+
+
+def test_odd_rich_text_is_no_request_and_never_an_error() -> None:
+    from bots.dingtalk.events import translate
+
+    fake = FakeDingTalk()
+    for rich in (None, [1], ["text"], {"a": 1}, [{"text": 5}], [{"text": "ok"}]):
+        data = bot_message(fake, None, message_type="richText")
+        data["content"] = {"richText": rich}
+        request = translate(data)
+        assert request is None or request.message.text in ("", "ok")
 
 
 # -- the stream -------------------------------------------------------------------------------

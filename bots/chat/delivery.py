@@ -103,6 +103,7 @@ class ChatDelivery:
         self.language = request_language(run.topic)
         self.message_id = run.progress_message_id
         self._throttle: EditThrottle | None = None
+        self._final_posted: str | None = None  # the final state, posted as a new message
 
     @property
     def progress(self) -> ProgressSink:
@@ -122,7 +123,7 @@ class ChatDelivery:
             return
         if not self.poster.can_edit(self.message_id):
             if event.kind is ProgressKind.FINISHED:
-                await self.poster.post_progress(self.poster.render_progress(event.text, None))
+                await self._post_final(event.text)
             return
         content = self.poster.render_progress(event.text, self.message_id)
         throttle = self._edits(self.message_id)
@@ -159,7 +160,7 @@ class ChatDelivery:
             await self._post_progress(text)
             return
         if not self.poster.can_edit(self.message_id):
-            await self.poster.post_progress(self.poster.render_progress(text, None))
+            await self._post_final(text)
             return
         content = self.poster.render_progress(text, self.message_id)
         if self._throttle is not None and self._throttle.written == content:
@@ -183,6 +184,13 @@ class ChatDelivery:
         await self.poster.resume(self.message_id)
         if self.poster.needs_opener:
             await self._post_progress(report_opener_status(self.language))
+
+    async def _post_final(self, status: str) -> None:
+        """A progress message that cannot be edited ends with a new message, posted once."""
+        content = self.poster.render_progress(status, None)
+        if content != self._final_posted:
+            await self.poster.post_progress(content)
+            self._final_posted = content
 
     async def _post_progress(self, status: str) -> None:
         message_id = await self.poster.post_progress(self.poster.render_progress(status, None))

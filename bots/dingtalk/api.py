@@ -179,7 +179,10 @@ class DingTalkApi:
             data = response.json()
         except ValueError:
             data = {}
-        code = int(data.get("errcode") or 0) if isinstance(data, dict) else 0
+        try:
+            code = int(data.get("errcode") or 0) if isinstance(data, dict) else 0
+        except (TypeError, ValueError):
+            code = 400  # an answer that is no DingTalk answer: a refusal
         if code:
             status = 429 if code in WEBHOOK_THROTTLED else 503 if code in WEBHOOK_BUSY else 400
             message = str(data.get("errmsg") or "refused")[:300]

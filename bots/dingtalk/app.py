@@ -10,16 +10,21 @@ A robot message becomes a :class:`~bots.chat.inbound.ChatMessage` for
 ``messageId``) in the database. Answers that are not a run are posted afterwards, as Markdown
 through the message's session webhook.
 
-**Follow-ups.** DingTalk robots have no threads. The rule: a request from the same user in the
-same conversation within ``FATHOM_DINGTALK_FOLLOWUP_WINDOW`` seconds (default 600; 0 turns it
-off) after their last research there *finished* continues that research's thread (its topics
-and findings). A request while their last research still runs starts a new one.
+**Follow-ups.** DingTalk robots have no threads. A message continues a research thread (its
+topics and findings) when
+- it quotes (replies to) the message that started that research, or
+- it is a topic written *without* ``/research`` by the same user in the same conversation
+  within ``FATHOM_DINGTALK_FOLLOWUP_WINDOW`` seconds (default 600; 0 turns this off) after
+  their last research there finished.
+``/research <topic>`` always starts a new research, and so does any request while the user's
+last research there still runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
@@ -32,7 +37,13 @@ from bots.chat.inbound import ChatCommands
 from bots.chat.replies import Icon
 from bots.dingtalk.api import DingTalkApi, DingTalkError, Space
 from bots.dingtalk.delivery import DingTalkDeliveryFactory, classify_error
-from bots.dingtalk.events import PLATFORM, DingTalkRequest, open_callback, translate
+from bots.dingtalk.events import (
+    PLATFORM,
+    DingTalkRequest,
+    open_callback,
+    translate,
+    webhook_allowed,
+)
 from bots.dingtalk.render import escape_text
 from bots.dingtalk.stream import DingTalkStream
 from bots.http_gate import Rejected, read_body, rejected_response
@@ -58,6 +69,8 @@ _ICONS: dict[Icon, str] = {
 }
 #: A user's research runs looked at for the follow-up rule.
 FOLLOW_UP_CANDIDATES = 10
+#: ``/research <topic>``: always a new research.
+EXPLICIT = re.compile(r"^\s*/research\b", re.IGNORECASE)
 
 
 class DingTalkMarkup:
@@ -106,6 +119,11 @@ class DingTalkAdapter:
         request = translate(data, delivery_id=delivery_id)
         if request is None or not request.message.addressed:
             return
+        if request.webhook and not webhook_allowed(
+            request.webhook, self._settings.dingtalk_api_url
+        ):
+            log.warning("dingtalk: a message's session webhook is not DingTalk's; not used")
+            request = request.without_webhook()
         if not request.readable:
             if await self._store.claim_event(request.message.dedupe_key):
                 text = self._chat.replies("en").unsupported_message()
@@ -120,9 +138,20 @@ class DingTalkAdapter:
 
     async def _follow_up(self, request: DingTalkRequest) -> DingTalkRequest:
         """The request in the thread it follows up on, if any (see the module)."""
-        window = self._settings.dingtalk_followup_window
         message = request.message
-        if window <= 0 or not self._is_research(message.text):
+        if not self._is_research(message.text):
+            return request
+        if request.replied_to:
+            quoted = ThreadKey(
+                platform=PLATFORM,
+                workspace=message.workspace,
+                channel=message.channel,
+                thread=request.replied_to,
+            )
+            if await self._store.get_thread(str(quoted)) is not None:
+                return request.in_thread(request.replied_to)
+        window = self._settings.dingtalk_followup_window
+        if window <= 0 or EXPLICIT.match(message.text):
             return request
         runs = await self._store.recent_runs_for_user(message.requested_by, FOLLOW_UP_CANDIDATES)
         for run in runs:  # newest first
@@ -188,6 +217,11 @@ class DingTalkAdapter:
             )
         except Rejected as rejection:
             return rejected_response(request, rejection)
+        robot = str(payload.get("robotCode") or "")
+        expected = self._settings.dingtalk_robot_code or self._settings.dingtalk_client_id
+        if robot and robot != expected:
+            # The sign covers only the timestamp: a body for another robot is not ours.
+            return rejected_response(request, Rejected(403, "a message for another robot"))
         try:
             await self.receive(payload)
         except Exception:
@@ -214,10 +248,15 @@ class DingTalkAdapter:
         return {"mode": self.mode}
 
     async def close(self) -> None:
+        """Stop taking messages (the stream) and finish the answers in flight."""
         if self.stream is not None:
             await self.stream.close()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=5.0)
+
+    async def release(self) -> None:
+        """Close the HTTP client, once the job runner has stopped (its running jobs post
+        through it during their grace period)."""
         await self._http.aclose()
 
 

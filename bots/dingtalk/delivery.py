@@ -186,6 +186,11 @@ class DingTalkThread:
                     raise
                 log.info("dingtalk session webhook refused (%s); using the OpenAPI", exc.code)
                 self._webhook = None
+            except httpx.HTTPError as exc:  # unreachable or malformed: the OpenAPI instead
+                log.info(
+                    "dingtalk session webhook failed (%s); using the OpenAPI", type(exc).__name__
+                )
+                self._webhook = None
         shown = f"@{escape_text(self._nick)} {text}" if mention and self._nick else text
         await self._api.send_markdown(self._space, title, shown)
 

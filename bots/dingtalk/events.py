@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+import httpx
+
 from bots.chat.inbound import ChatMessage
 from bots.http_gate import Rejected
 
@@ -64,6 +66,21 @@ def open_callback(body: bytes, headers: dict[str, str], secret: str) -> dict[str
 # -- translation -------------------------------------------------------------------------
 
 
+def webhook_allowed(url: str, api_url: str) -> bool:
+    """A session webhook Fathom will post to: DingTalk's own (``https://*.dingtalk.com``) or
+    one at the configured API's origin (a test server). Anything else in a message is ignored
+    and the robot OpenAPI is used instead."""
+    try:
+        target, api = httpx.URL(url), httpx.URL(api_url)
+    except (httpx.InvalidURL, TypeError):
+        return False
+    if target.scheme == "https" and (
+        target.host == "dingtalk.com" or target.host.endswith(".dingtalk.com")
+    ):
+        return True
+    return (target.scheme, target.host, target.port) == (api.scheme, api.host, api.port)
+
+
 @dataclass(frozen=True)
 class DingTalkRequest:
     """A robot message for the bot: the neutral message and how to answer it."""
@@ -71,6 +88,12 @@ class DingTalkRequest:
     message: ChatMessage
     readable: bool  # text or rich text; anything else gets a short help answer
     webhook: str | None  # the message's session webhook (answers go there)
+    robot_code: str = ""
+    replied_to: str | None = None  # the msgId of the message it quotes, if any
+
+    def without_webhook(self) -> DingTalkRequest:
+        context = dict(self.message.context or {}, webhook="", webhook_expires_ms="0")
+        return replace(self, webhook=None, message=replace(self.message, context=context))
 
     def in_thread(self, thread: str) -> DingTalkRequest:
         """The same request, continuing the thread that started with message ``thread``."""
@@ -78,11 +101,19 @@ class DingTalkRequest:
 
 
 def _text(message: Any) -> str | None:
+    """The text of a ``text`` or ``richText`` message; None for anything else."""
     kind = getattr(message, "message_type", None)
     if kind == "text" and message.text is not None:
         return str(message.text.content or "")
     if kind == "richText" and message.rich_text_content is not None:
-        return " ".join(str(part) for part in message.get_text_list() if isinstance(part, str))
+        parts = message.rich_text_content.rich_text_list
+        if not isinstance(parts, list):
+            return None
+        return " ".join(
+            str(part["text"])
+            for part in parts
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
     return None
 
 
@@ -93,13 +124,15 @@ def translate(data: dict[str, Any], *, delivery_id: str | None = None) -> DingTa
 
     try:
         message = ChatbotMessage.from_dict(data)
+        text = _text(message)
     except Exception:  # a shape the SDK cannot read: not a robot message
         return None
     user = str(message.sender_staff_id or message.sender_id or "")
-    if not user or (message.chatbot_user_id and message.sender_id == message.chatbot_user_id):
+    if not user or not message.message_id:
+        return None
+    if message.chatbot_user_id and message.sender_id == message.chatbot_user_id:
         return None
     group = str(message.conversation_type) == "2"
-    text = _text(message)
     corp = str(message.chatbot_corp_id or message.sender_corp_id or "")
     conversation = str(message.conversation_id or "")
     msg_id = str(message.message_id or "")
@@ -124,4 +157,12 @@ def translate(data: dict[str, Any], *, delivery_id: str | None = None) -> DingTa
         delivery_key=f"dingtalk:stream:{delivery_id}" if delivery_id else None,
         context=context,
     )
-    return DingTalkRequest(chat, readable=text is not None, webhook=webhook)
+    replied = message.extensions.get("repliedMsg") if message.extensions else None
+    replied_to = replied.get("msgId") if isinstance(replied, dict) else None
+    return DingTalkRequest(
+        chat,
+        readable=text is not None,
+        webhook=webhook,
+        robot_code=str(message.robot_code or ""),
+        replied_to=str(replied_to) if replied_to else None,
+    )

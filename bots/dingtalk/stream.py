@@ -75,10 +75,12 @@ class DingTalkStream(WatchedConnection):
                 future: concurrent.futures.Future[None] = asyncio.run_coroutine_threadsafe(
                     stream._on_message(data, message_id), stream._app_loop
                 )
-                try:
-                    await asyncio.wait_for(asyncio.wrap_future(future), ACK_WITHIN)
-                except Exception as exc:  # not recorded: DingTalk delivers it again
-                    log.warning("dingtalk message not recorded (%s)", type(exc).__name__)
+                # Waited for, never cancelled: a timeout here (or this loop closing) must not
+                # cut the app's work on the message in half.
+                done, _ = await asyncio.wait({asyncio.wrap_future(future)}, timeout=ACK_WITHIN)
+                failed = next(iter(done)).exception() if done else TimeoutError()
+                if failed is not None:  # not recorded: DingTalk delivers it again
+                    log.warning("dingtalk message not recorded (%s)", type(failed).__name__)
                     return AckMessage.STATUS_SYSTEM_EXCEPTION, "not recorded; try again"
                 return AckMessage.STATUS_OK, "OK"
 
@@ -105,7 +107,9 @@ class DingTalkStream(WatchedConnection):
                 return data if isinstance(data, dict) else None
 
         credential = dingtalk_stream.Credential(self._client_id, self._client_secret)
-        client = Client(credential, logger=logging.getLogger("bots.dingtalk.sdk"))
+        sdk_log = logging.getLogger("bots.dingtalk.sdk")
+        sdk_log.setLevel(logging.WARNING)  # its INFO lines show the connection's ticket
+        client = Client(credential, logger=sdk_log)
         client.register_callback_handler(dingtalk_stream.ChatbotMessage.TOPIC, Handler())
         return client
 

@@ -387,6 +387,8 @@ def bot_message(
     at_bot: bool = True,
     message_type: str = "text",
     webhook_valid_for: float = 5400.0,
+    replied_to: str | None = None,
+    webhook: str | None = None,
 ) -> dict[str, Any]:
     """A robot message (the stream's ``data`` and the HTTP callback's body). In a group the
     @bot part is already removed by DingTalk and the text starts with a space."""
@@ -412,6 +414,11 @@ def bot_message(
     }
     if group:
         data["conversationTitle"] = "Research group"
+    if webhook is not None:
+        data["sessionWebhook"] = webhook
+    if replied_to is not None:  # a quote-reply
+        data["isReplyMsg"] = True
+        data["repliedMsg"] = {"msgId": replied_to, "msgType": "text", "content": {"text": "…"}}
     if message_type == "text":
         data["text"] = {"content": (" " if group else "") + (text or "")}
     elif message_type == "picture":
