@@ -138,6 +138,15 @@ class Settings(BaseSettings):
         default=1.0, ge=0, le=60, validation_alias=_env("FATHOM_SLACK_EDIT_INTERVAL")
     )
 
+    # Scheduled digests
+    digest_min_interval: float = Field(
+        default=3600.0, ge=60, validation_alias=_env("FATHOM_DIGEST_MIN_INTERVAL")
+    )
+    digest_grace: float = Field(default=3600.0, ge=0, validation_alias=_env("FATHOM_DIGEST_GRACE"))
+    max_digests_per_channel: int = Field(
+        default=10, ge=1, le=1000, validation_alias=_env("FATHOM_MAX_DIGESTS_PER_CHANNEL")
+    )
+
     # Feishu / Lark
     feishu_app_id: str | None = Field(default=None, validation_alias=_env("FEISHU_APP_ID"))
     feishu_app_secret: str | None = Field(default=None, validation_alias=_env("FEISHU_APP_SECRET"))

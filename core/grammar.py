@@ -16,9 +16,9 @@ from core.text import clean_text
 from core.wording import Language
 
 RESEARCH_OPTIONS = ("depth", "strategy")
+SCHEDULE_OPTIONS = ("cron", "depth", "tz", "strategy")
 _OPTION = re.compile(r"(?<!\S)([a-z][a-z_]+)=(\"[^\"]*\"|“[^”]*”|\S*)")
 _PREFIX = re.compile(r"^\s*/research\b", re.IGNORECASE)
-_NOT_YET = ("schedule", "digests", "unschedule")
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,36 @@ class CancelCommand:
     run_id: str | None = None
 
 
-Command = ResearchCommand | HelpCommand | StatusCommand | CancelCommand
+@dataclass(frozen=True)
+class ScheduleCommand:
+    """``/research schedule <topic> cron="…" [depth=N] [tz=Area/City] [strategy=S]``."""
+
+    topic: str
+    cron: str
+    timezone: str
+    depth: int
+    strategy: Strategy
+
+
+@dataclass(frozen=True)
+class DigestsCommand:
+    """``/research digests``: this channel's schedules."""
+
+
+@dataclass(frozen=True)
+class UnscheduleCommand:
+    digest_id: str
+
+
+Command = (
+    ResearchCommand
+    | HelpCommand
+    | StatusCommand
+    | CancelCommand
+    | ScheduleCommand
+    | DigestsCommand
+    | UnscheduleCommand
+)
 
 
 def help_text(
@@ -61,6 +90,8 @@ def help_text(
             "在研究话题里再次 @我，会基于已有结果继续深入。\n"
             "• `/research status`（或 `状态`）：你正在进行和最近的研究\n"
             "• `/research cancel`（或 `取消`）：停止你正在进行的研究（在话题里：该话题的研究）\n"
+            '• `/research schedule <主题> cron="0 9 * * MON" [tz=Asia/Shanghai]`：定时摘要；'
+            "`/research digests` 列出本频道的定时摘要，`/research unschedule <id>` 删除\n"
             "• `/research help`（或 `帮助`）：本说明"
         )
     return (
@@ -71,6 +102,9 @@ def help_text(
         "mention me again in a research thread to dig deeper from what is known.\n"
         "• `/research status`: your running and recent research\n"
         "• `/research cancel`: stop your running research (in a thread: that thread's)\n"
+        '• `/research schedule <topic> cron="0 9 * * MON" [tz=Asia/Shanghai]`: a recurring '
+        "digest in this channel; `/research digests` lists them, "
+        "`/research unschedule <id>` removes one\n"
         "• `/research help`: this message"
     )
 
@@ -92,17 +126,40 @@ def parse_command(text: str, *, default_depth: int, max_depth: int) -> Command:
         return StatusCommand()
     if first in ("cancel", "取消") and len(words) <= 2:
         return CancelCommand(words[1] if len(words) == 2 else None)
-    if first in _NOT_YET:
-        raise CommandError(
-            f"`{first}` (scheduled digests) is not available yet.",
-            f"`{first}`（定时摘要）暂不可用。",
-        )
+    if first in ("digests", "schedules") and len(words) == 1:
+        return DigestsCommand()
+    if first == "unschedule":
+        if len(words) != 2:
+            raise CommandError(
+                "Say which schedule to remove: `/research unschedule <id>` (the ids are in "
+                "`/research digests`).",
+                "请说明要删除哪个定时摘要：`/research unschedule <id>`"
+                "（id 见 `/research digests`）。",
+            )
+        return UnscheduleCommand(words[1])
+    if first == "schedule":
+        return _schedule(body[len(words[0]) :], default_depth=default_depth, max_depth=max_depth)
 
+    options = _options(body, RESEARCH_OPTIONS)
+    topic = " ".join(_OPTION.sub(" ", body).split())
+    if "depth" in options and not options["depth"]:
+        raise CommandError(
+            f"depth must be a whole number from 1 to {max_depth}.",
+            f"depth 必须是 1 到 {max_depth} 之间的整数。",
+        )
+    return ResearchCommand(
+        topic=validate_topic(topic),
+        depth=validate_depth(options.get("depth"), default=default_depth, maximum=max_depth),
+        strategy=validate_strategy(options.get("strategy")),
+    )
+
+
+def _options(body: str, allowed_names: tuple[str, ...]) -> dict[str, str]:
     options: dict[str, str] = {}
     for match in _OPTION.finditer(body):
         name, value = match.group(1), match.group(2).strip('"“”')
-        if name not in RESEARCH_OPTIONS:
-            allowed = ", ".join(f"`{o}=`" for o in RESEARCH_OPTIONS)
+        if name not in allowed_names:
+            allowed = ", ".join(f"`{o}=`" for o in allowed_names)
             raise CommandError(
                 f"Unknown option `{name}=`; allowed options: {allowed}.",
                 f"未知的选项 `{name}=`；可用的选项：{allowed}。",
@@ -112,14 +169,43 @@ def parse_command(text: str, *, default_depth: int, max_depth: int) -> Command:
                 f"The option `{name}=` is given twice.", f"选项 `{name}=` 出现了两次。"
             )
         options[name] = value
-    topic = " ".join(_OPTION.sub(" ", body).split())
+    return options
+
+
+def _schedule(body: str, *, default_depth: int, max_depth: int) -> ScheduleCommand:
+    """``schedule <topic> cron="…" …``: cron and timezone checked here (the shortest gap
+    between firings is checked where the clock and the settings are). Every refusal shows a
+    valid example."""
+    from core import schedule
+
+    try:
+        return _parse_schedule(body, default_depth=default_depth, max_depth=max_depth)
+    except CommandError as exc:
+        if schedule.EXAMPLE in str(exc):
+            raise
+        raise CommandError(
+            f"{exc} A valid schedule: {schedule.EXAMPLE}",
+            f"{exc.text('zh')} 有效的写法：{schedule.EXAMPLE}",
+        ) from None
+
+
+def _parse_schedule(body: str, *, default_depth: int, max_depth: int) -> ScheduleCommand:
+    from core import schedule
+
+    options = _options(body, SCHEDULE_OPTIONS)
+    topic = " ".join(_OPTION.sub(" ", body).split()).strip("\"“”'")
+    tz = schedule.timezone(options.get("tz"))
+    cron = " ".join(options.get("cron", "").split())
+    schedule.trigger(cron, tz)
     if "depth" in options and not options["depth"]:
         raise CommandError(
             f"depth must be a whole number from 1 to {max_depth}.",
             f"depth 必须是 1 到 {max_depth} 之间的整数。",
         )
-    return ResearchCommand(
+    return ScheduleCommand(
         topic=validate_topic(topic),
+        cron=cron,
+        timezone=tz.key,
         depth=validate_depth(options.get("depth"), default=default_depth, maximum=max_depth),
         strategy=validate_strategy(options.get("strategy")),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -165,4 +166,6 @@ class ResearchRequest(BaseModel):
     requested_by: str | None = None
     dedupe_key: str | None = None
     #: What the platform needs to deliver the run (kept with it; e.g. DingTalk's conversation).
-    platform_context: dict[str, str] | None = None
+    platform_context: dict[str, Any] | None = None
+    #: The digest this run is a firing of.
+    digest_id: str | None = None

@@ -226,6 +226,7 @@ class ResearchService:
                 requested_by=request.requested_by,
                 dedupe_key=request.dedupe_key,
                 platform_context=request.platform_context,
+                digest_id=request.digest_id,
             )
         except ThreadBusy as busy:
             raise _rejected(

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from storage.db import HEAD_REVISION, Database, StorageUnavailable, normalize_url
+from storage.digests import DigestLimit, DigestStore
+from storage.leases import LeaseStore
 from storage.records import (
     Checkpointed,
     Claim,
     ClaimResult,
+    DigestRecord,
     RunRecord,
     SourceRecord,
     ThreadRecord,
@@ -39,6 +42,10 @@ __all__ = [
     "ClaimLost",
     "ClaimResult",
     "Database",
+    "DigestLimit",
+    "DigestRecord",
+    "DigestStore",
+    "LeaseStore",
     "RunNotFound",
     "RunRecord",
     "SourceRecord",

@@ -54,6 +54,8 @@ class RunRecord:
     delivery_error: str | None = None
     #: What the run's platform needs to deliver it (e.g. DingTalk's conversation).
     platform_context: dict[str, Any] | None = None
+    #: The digest this run is a firing of.
+    digest_id: str | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -114,3 +116,21 @@ class Checkpointed:
 
     cancel_requested: bool
     variables_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class DigestRecord:
+    id: str
+    platform: str
+    workspace: str
+    channel: str
+    topic: str
+    depth: int
+    strategy: str
+    cron: str
+    timezone: str
+    created_by: str
+    enabled: bool
+    created_at: datetime
+    disabled_reason: str | None = None
+    platform_context: dict[str, Any] | None = None

@@ -395,6 +395,7 @@ class Store:
         requested_by: str | None = None,
         dedupe_key: str | None = None,
         platform_context: dict[str, Any] | None = None,
+        digest_id: str | None = None,
     ) -> tuple[RunRecord, bool]:
         """Queue a run in the (created on demand) thread.
 
@@ -425,6 +426,7 @@ class Store:
             "requested_by": requested_by,
             "dedupe_key": dedupe_key,
             "platform_context": platform_context,
+            "digest_id": digest_id,
             "notes": [],
             "created_at": now,
             **self._sql.clock(),
@@ -1059,4 +1061,5 @@ def _run_record(row: Mapping[Any, Any]) -> RunRecord:
         delivery_attempts=row["delivery_attempts"],
         delivery_error=row["delivery_error"],
         platform_context=row["platform_context"],
+        digest_id=row["digest_id"],
     )

@@ -128,6 +128,8 @@ class ResearchRun(Base):
     delivery_error: Mapped[str | None] = mapped_column(Text)
     # What the run's platform needs to deliver it (migration 0005; DingTalk's conversation).
     platform_context: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # The digest this run is a firing of (migration 0006); its dedupe key names the slot.
+    digest_id: Mapped[str | None] = mapped_column(String(16), index=True)
 
     __table_args__ = (
         # One active run per thread, enforced by the database (see storage.store.create_run).
@@ -159,6 +161,39 @@ class SearchCacheEntry(Base):
     query: Mapped[str] = mapped_column(String(1024), primary_key=True)
     results: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Digest(Base):
+    """A recurring research posted to a channel (migration 0006)."""
+
+    __tablename__ = "digests"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    platform: Mapped[str] = mapped_column(String(32))
+    workspace: Mapped[str] = mapped_column(String(255))
+    channel: Mapped[str] = mapped_column(String(255))
+    topic: Mapped[str] = mapped_column(Text)
+    depth: Mapped[int] = mapped_column(Integer)
+    strategy: Mapped[str] = mapped_column(String(32))
+    cron: Mapped[str] = mapped_column(String(255))
+    timezone: Mapped[str] = mapped_column(String(64))
+    created_by: Mapped[str] = mapped_column(String(255))
+    enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    disabled_reason: Mapped[str | None] = mapped_column(Text)
+    platform_context: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+
+    __table_args__ = (Index("ix_digests_channel", "platform", "workspace", "channel"),)
+
+
+class Lease(Base):
+    """A named lease held by one process at a time (migration 0006): the digest scheduler."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class ProcessedEvent(Base):

@@ -62,7 +62,8 @@ def test_valid_commands(text: str, expected: object) -> None:
         ("AI colour=blue", "Unknown option `colour=`; allowed options: `depth=`, `strategy=`"),
         ("AI strategy=magic", "Unknown strategy 'magic'"),
         ("AI strategy=graph", "not available yet"),
-        ('schedule AI cron="0 9 * * 1"', "not available yet"),
+        ('schedule AI cron="0 9 * * 1" tz=Nowhere/Land', "Unknown timezone 'Nowhere/Land'"),
+        ("unschedule", "Say which schedule to remove"),
         ("x" * 2001, "at most 2,000"),
     ],
 )
@@ -75,3 +76,21 @@ def test_bad_input_says_what_is_wrong(text: str, message: str) -> None:
 def test_help_names_the_limits() -> None:
     text = help_text(default_depth=3, max_depth=7)
     assert "1 to 7" in text and "default 3" in text and "/research status" in text
+
+
+def test_schedule_digests_and_unschedule_parse() -> None:
+    from core.grammar import DigestsCommand, ScheduleCommand, UnscheduleCommand
+
+    command = parse_command(
+        '/research schedule "open-source LLM inference engines" cron="0 9 * * MON" depth=2 '
+        "tz=Asia/Shanghai",
+        default_depth=3,
+        max_depth=10,
+    )
+    assert command == ScheduleCommand(
+        "open-source LLM inference engines", "0 9 * * MON", "Asia/Shanghai", 2, Strategy.ITERATIVE
+    )
+    assert parse_command("digests", default_depth=3, max_depth=10) == DigestsCommand()
+    assert parse_command("unschedule ab12", default_depth=3, max_depth=10) == UnscheduleCommand(
+        "ab12"
+    )

@@ -19,11 +19,15 @@ from dataclasses import dataclass
 from bots.chat.replies import STATUS_RECENT, Markup, Replies
 from core.commands import CommandError, validate_ids
 from core.config import Settings
+from core.digests import DigestService
 from core.grammar import (
     CancelCommand,
+    DigestsCommand,
     HelpCommand,
     ResearchCommand,
+    ScheduleCommand,
     StatusCommand,
+    UnscheduleCommand,
     parse_command,
     request_words,
 )
@@ -109,12 +113,14 @@ class ChatCommands:
         store: Store,
         runner: JobRunner,
         markup: Markup,
+        digests: DigestService | None = None,
     ) -> None:
         self._settings = settings
         self._service = service
         self._store = store
         self._runner = runner
         self._markup = markup
+        self._digests = digests
 
     def replies(self, language: Language) -> Replies:
         return Replies(self._markup, language)
@@ -184,7 +190,39 @@ class ChatCommands:
             return Reply(await self._status(message, replies))
         if isinstance(command, CancelCommand):
             return Reply(await self._cancel(message, command.run_id, replies))
+        if isinstance(command, ScheduleCommand | DigestsCommand | UnscheduleCommand):
+            try:
+                return Reply(await self._digest_command(message, command, replies))
+            except CommandError as exc:
+                return Reply(replies.error(exc.text(replies.language)))
         return await self._research(message, command, replies)
+
+    async def _digest_command(
+        self,
+        message: ChatMessage,
+        command: ScheduleCommand | DigestsCommand | UnscheduleCommand,
+        replies: Replies,
+    ) -> str:
+        digests = self._digests
+        if digests is None:
+            return replies.digests_unavailable()
+        where = message.thread_key
+        if isinstance(command, DigestsCommand):
+            found = await digests.digests.in_channel(where.platform, where.workspace, where.channel)
+            return replies.digests(await digests.views(found, replies.language))
+        if isinstance(command, UnscheduleCommand):
+            removed = await digests.remove(
+                command.digest_id,
+                by=message.requested_by,
+                is_admin=message.user in self._settings.admins,
+                channel=where,
+            )
+            return replies.unscheduled(removed)
+        digest = await digests.add(
+            command, thread=where, created_by=message.requested_by, platform_context=message.context
+        )
+        (view,) = await digests.views([digest], replies.language)
+        return replies.scheduled(view)
 
     async def _research(
         self, message: ChatMessage, command: ResearchCommand, replies: Replies

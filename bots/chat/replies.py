@@ -8,12 +8,15 @@ icons and how to point at a thread. The words live here, once for every platform
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.grammar import help_text
 from core.models import ThreadKey
 from core.wording import Language, pick
-from storage import RunRecord
+from storage import DigestRecord, RunRecord
+
+if TYPE_CHECKING:
+    from core.digests import DigestView
 
 Icon = Literal["warning", "no_entry", "hourglass", "mag", "stop"]
 STATUS_RECENT = 5
@@ -145,6 +148,58 @@ class Replies:
         return self._pick(
             "I can only read text. Send me a topic, e.g. `/research solid-state batteries`.",
             "我只能读文字消息。请发给我一个主题，例如 `/research 固态电池`。",
+        )
+
+    # -- scheduled digests ------------------------------------------------------------------
+    def digests_unavailable(self) -> str:
+        return self._icon("warning") + self._pick(
+            "Scheduled digests are not available on this server.",
+            "这个服务器上不能使用定时摘要。",
+        )
+
+    def _when(self, view: DigestView) -> str:
+        if view.next_run is None:
+            return self._pick("no further runs", "不再运行")
+        return view.next_run.strftime("%Y-%m-%d %H:%M ") + view.digest.timezone
+
+    def scheduled(self, view: DigestView) -> str:
+        digest, bold = view.digest, self.markup.bold
+        topic = self.markup.escape(_short(digest.topic))
+        return self._icon("mag") + self._pick(
+            f"Scheduled {bold}{topic}{bold} (id `{digest.id}`, depth {digest.depth}): "
+            f"{view.words} ({digest.timezone}). Next run: {self._when(view)}. "
+            f"Remove it with `/research unschedule {digest.id}`.",
+            f"已创建定时摘要 {bold}{topic}{bold}（id `{digest.id}`，深度 {digest.depth}）："
+            f"{view.words}（{digest.timezone}）。下次运行：{self._when(view)}。"
+            f"用 `/research unschedule {digest.id}` 删除。",
+        )
+
+    def digests(self, views: Sequence[DigestView]) -> str:
+        if not views:
+            return self._pick(
+                'No schedules in this channel. Add one with `/research schedule <topic> cron="0 9 '
+                '* * MON" tz=Asia/Shanghai`.',
+                '这个频道还没有定时摘要。用 `/research schedule <主题> cron="0 9 * * MON" '
+                "tz=Asia/Shanghai` 创建一个。",
+            )
+        bold = self.markup.bold
+        lines = [f"{bold}{self._pick('Schedules', '定时摘要')}{bold}"]
+        for view in views:
+            digest = view.digest
+            topic = self.markup.escape(_short(digest.topic))
+            state = "" if digest.enabled else self._pick(" (disabled)", "（已停用）")
+            lines.append(
+                f"• `{digest.id}` “{topic}”: {view.words} ({digest.timezone}), "
+                + self._pick("next", "下次")
+                + f" {self._when(view)}{state}"
+            )
+        return "\n".join(lines)
+
+    def unscheduled(self, digest: DigestRecord) -> str:
+        topic = self.markup.escape(_short(digest.topic))
+        return self._icon("stop") + self._pick(
+            f"Removed the schedule `{digest.id}` (“{topic}”).",
+            f"已删除定时摘要 `{digest.id}`（“{topic}”）。",
         )
 
     def status(self, active: Sequence[RunRecord], recent: Sequence[RunRecord]) -> str:

@@ -1,0 +1,192 @@
+"""Scheduled digests: schedules kept per channel, and their firings as normal research runs.
+
+A firing of a digest at a slot (a time its cron names, in its timezone) is a run whose dedupe
+key is ``digest:<id>:<slot>``: the database lets each slot start at most one run, whoever
+fires it and however often. The run starts a new thread in the digest's channel
+(``pending-digest-…``: its progress message opens the thread, as a Slack slash command's
+does), and the writer is told what the previous digest found (see ``core.service``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from core import schedule
+from core.commands import CommandError
+from core.grammar import ScheduleCommand
+from core.jobs import JobRunner
+from core.models import ResearchRequest, Strategy, ThreadKey
+from core.service import ResearchService, RunRejected
+from core.wording import Language, pick
+from storage import DigestLimit, DigestRecord, DigestStore, RunRecord
+from storage.tables import utcnow
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+#: The thread of a firing starts with its progress message (see the module).
+DIGEST_THREAD_PREFIX = "pending-digest-"
+
+
+def slot_key(digest_id: str, slot: datetime) -> str:
+    return f"digest:{digest_id}:{slot.astimezone(schedule.UTC).strftime('%Y%m%dT%H%MZ')}"
+
+
+@dataclass(frozen=True)
+class DigestView:
+    """A schedule as ``/research digests`` and ``fathom digest list`` show it."""
+
+    digest: DigestRecord
+    words: str
+    next_run: datetime | None  # in the schedule's timezone
+
+
+class DigestService:
+    """Schedules from chat and the CLI, and their firings."""
+
+    def __init__(
+        self,
+        digests: DigestStore,
+        service: ResearchService,
+        *,
+        min_interval: float,
+        grace: float,
+        max_per_channel: int,
+        clock: Clock = utcnow,
+    ) -> None:
+        self.digests = digests
+        self._service = service
+        self._min_interval = min_interval
+        self._grace = grace
+        self._max_per_channel = max_per_channel
+        self.clock = clock
+
+    # -- schedules -----------------------------------------------------------------------------
+    async def add(
+        self,
+        command: ScheduleCommand,
+        *,
+        thread: ThreadKey,
+        created_by: str,
+        platform_context: dict[str, str] | None = None,
+    ) -> DigestRecord:
+        """Store a schedule for ``thread``'s channel; :class:`CommandError` saying why not."""
+        tz = schedule.timezone(command.timezone)
+        trigger = schedule.trigger(command.cron, tz)
+        schedule.check_interval(trigger, self.clock(), self._min_interval, command.cron)
+        try:
+            return await self.digests.add(
+                platform=thread.platform,
+                workspace=thread.workspace,
+                channel=thread.channel,
+                topic=command.topic,
+                depth=command.depth,
+                strategy=command.strategy.value,
+                cron=command.cron,
+                timezone=tz.key,
+                created_by=created_by,
+                platform_context=platform_context,
+                max_per_channel=self._max_per_channel,
+            )
+        except DigestLimit as full:
+            raise CommandError(
+                f"This channel already has {full.limit} schedules, the most allowed; remove "
+                "one with `/research unschedule <id>` first.",
+                f"这个频道已有 {full.limit} 个定时摘要，已达上限；请先用 "
+                "`/research unschedule <id>` 删除一个。",
+            ) from None
+
+    async def views(self, digests: list[DigestRecord], language: Language) -> list[DigestView]:
+        now = self.clock()
+        out = []
+        for digest in digests:
+            tz = schedule.timezone(digest.timezone)
+            fire = schedule.next_firing(schedule.trigger(digest.cron, tz), now)
+            words = schedule.describe(digest.cron, language)
+            out.append(DigestView(digest, words, fire.astimezone(tz) if fire else None))
+        return out
+
+    async def remove(
+        self, digest_id: str, *, by: str, is_admin: bool, channel: ThreadKey | None
+    ) -> DigestRecord:
+        """Remove a schedule (its creator or an admin; in chat, only this channel's)."""
+        digest = await self.digests.get(digest_id.strip().lower())
+        if digest is None or (
+            channel is not None
+            and (digest.platform, digest.workspace, digest.channel)
+            != (channel.platform, channel.workspace, channel.channel)
+        ):
+            raise CommandError(
+                f"There is no schedule `{digest_id}` in this channel; see `/research digests`.",
+                f"这个频道没有定时摘要 `{digest_id}`；见 `/research digests`。",
+            )
+        if digest.created_by != by and not is_admin:
+            raise CommandError(
+                "Only the person who created this schedule (or an admin) can remove it.",
+                "只有创建这个定时摘要的人（或管理员）可以删除它。",
+            )
+        await self.digests.remove(digest.id)
+        return digest
+
+    # -- firings -------------------------------------------------------------------------------
+    def due_slot(self, digest: DigestRecord, now: datetime) -> datetime | None:
+        """The slot to fire now: the digest's latest firing that is at most the grace period
+        old (and not before it was created); None when there is none."""
+        tz = schedule.timezone(digest.timezone)
+        trigger = schedule.trigger(digest.cron, tz)
+        since = max(now - timedelta(seconds=self._grace), digest.created_at)
+        slots = schedule.firings(trigger, since - timedelta(microseconds=1), now)
+        return slots[-1] if slots else None
+
+    async def fire(self, digest: DigestRecord, slot: datetime) -> tuple[RunRecord | None, bool]:
+        """Start the run of ``digest`` for ``slot`` (once: a second call finds the first
+        run). Returns the run (None when the channel is busy) and whether it is new."""
+        stamp = slot.astimezone(schedule.UTC).strftime("%Y%m%dT%H%MZ")
+        thread = ThreadKey(
+            platform=digest.platform,
+            workspace=digest.workspace,
+            channel=digest.channel,
+            thread=f"{DIGEST_THREAD_PREFIX}{digest.id}-{stamp}",
+        )
+        request = ResearchRequest(
+            topic=digest.topic,
+            depth=digest.depth,
+            strategy=Strategy(digest.strategy),
+            thread=thread,
+            requested_by=digest.created_by,
+            dedupe_key=slot_key(digest.id, slot),
+            platform_context=digest.platform_context,
+            digest_id=digest.id,
+        )
+        try:
+            return await self._service.submit(request)
+        except RunRejected:  # cannot happen for a fresh thread; logged rather than raised
+            log.warning("digest %s: slot %s refused", digest.id, stamp)
+            return None, False
+
+    async def fire_due(
+        self, runner: JobRunner | None, now: datetime | None = None
+    ) -> list[RunRecord]:
+        """Fire every enabled digest whose latest slot is due (within the grace period) and
+        not fired yet; enqueue the new runs. Returns the runs started now."""
+        now = now or self.clock()
+        started = []
+        for digest in await self.digests.enabled():
+            slot = self.due_slot(digest, now)
+            if slot is None:
+                continue
+            run, created = await self.fire(digest, slot)
+            if run is not None and created:
+                started.append(run)
+                if runner is not None:
+                    await runner.enqueue(run.id)
+        return started
+
+
+def digest_title(topic: str, slot: datetime, timezone: str, language: Language) -> str:
+    """The heading of a firing's first message: ``Digest: <topic> — 2026-12-07``."""
+    day = slot.astimezone(schedule.timezone(timezone)).strftime("%Y-%m-%d")
+    return pick(language, f"Digest: {topic} — {day}", f"定时摘要：{topic} — {day}")

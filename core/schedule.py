@@ -1,0 +1,122 @@
+"""Cron schedules of digests: validation, arithmetic in the schedule's timezone, and words.
+
+Arithmetic is APScheduler 3's ``CronTrigger`` (5-field crontab, in an IANA timezone, DST
+handled by the trigger); the words are ``cron-descriptor``'s. Everything takes the current
+time as an argument, so callers (and tests) choose the clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.triggers.cron import CronTrigger
+from cron_descriptor import ExpressionDescriptor, Options
+
+from core.commands import CommandError
+from core.wording import Language
+
+EXAMPLE = (
+    '`/research schedule "open-source LLM inference engines" cron="0 9 * * MON" tz=Asia/Shanghai`'
+)
+__all__ = ["UTC", "check_interval", "describe", "firings", "next_firing", "timezone", "trigger"]
+
+#: Firings looked at to find a schedule's shortest gap.
+GAP_SAMPLES = 64
+
+
+def timezone(name: str | None) -> ZoneInfo:
+    """The IANA timezone ``name`` (UTC when not given); :class:`CommandError` otherwise."""
+    value = (name or "UTC").strip()
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise CommandError(
+            f"Unknown timezone {value!r}: use an IANA name like Asia/Shanghai, Europe/Berlin "
+            f"or UTC, e.g. {EXAMPLE}.",
+            f"未知的时区 {value!r}：请使用 IANA 时区名，如 Asia/Shanghai、Europe/Berlin 或 UTC，"
+            f"例如 {EXAMPLE}。",
+        ) from None
+
+
+def trigger(cron: str | None, tz: ZoneInfo) -> CronTrigger:
+    """The 5-field crontab ``cron`` in ``tz``; :class:`CommandError` when it is not one."""
+    expression = " ".join((cron or "").split())
+    if not expression:
+        raise CommandError(
+            f'A schedule needs cron="<minute hour day month weekday>", e.g. {EXAMPLE}.',
+            f'定时摘要需要 cron="<分 时 日 月 周>"，例如 {EXAMPLE}。',
+        )
+    try:
+        return CronTrigger.from_crontab(expression, timezone=tz)
+    except ValueError as exc:
+        raise CommandError(
+            f"cron={expression!r} is not a valid 5-field cron ({exc}); e.g. {EXAMPLE}.",
+            f"cron={expression!r} 不是有效的 5 段 cron（{exc}）；例如 {EXAMPLE}。",
+        ) from None
+
+
+def firings(schedule: CronTrigger, after: datetime, until: datetime) -> list[datetime]:
+    """Every firing in ``(after, until]`` (aware datetimes)."""
+    out: list[datetime] = []
+    previous: datetime | None = None
+    moment = after + timedelta(microseconds=1)
+    while True:
+        fire = schedule.get_next_fire_time(previous, moment)
+        if fire is None or fire > until:
+            return out
+        out.append(fire)
+        previous, moment = fire, fire + timedelta(microseconds=1)
+
+
+def next_firing(schedule: CronTrigger, now: datetime) -> datetime | None:
+    fire: datetime | None = schedule.get_next_fire_time(None, now)
+    return fire
+
+
+def shortest_gap(schedule: CronTrigger, now: datetime) -> timedelta | None:
+    """The shortest time between two consecutive firings over the next :data:`GAP_SAMPLES`."""
+    fires: list[datetime] = []
+    previous: datetime | None = None
+    moment = now
+    for _ in range(GAP_SAMPLES):
+        fire = schedule.get_next_fire_time(previous, moment)
+        if fire is None:
+            break
+        fires.append(fire)
+        previous, moment = fire, fire + timedelta(microseconds=1)
+    gaps = [b - a for a, b in itertools.pairwise(fires)]
+    return min(gaps) if gaps else None
+
+
+def check_interval(schedule: CronTrigger, now: datetime, minimum: float, cron: str) -> None:
+    gap = shortest_gap(schedule, now)
+    if gap is not None and gap.total_seconds() < minimum:
+        every = _duration(gap.total_seconds())
+        least = _duration(minimum)
+        raise CommandError(
+            f"cron={cron!r} fires every {every}; digests may fire at most every {least}, "
+            f"e.g. {EXAMPLE}.",
+            f"cron={cron!r} 每 {every} 触发一次；定时摘要最多每 {least} 一次，例如 {EXAMPLE}。",
+        )
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{int(seconds // 3600)} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)} min"
+    return f"{int(seconds)} s"
+
+
+def describe(cron: str, language: Language = "en") -> str:
+    """The schedule in words (``At 09:00, only on Monday``)."""
+    options = Options()
+    options.use_24hour_time_format = True
+    if language == "zh":
+        options.locale_code = "zh_CN"
+    try:
+        return str(ExpressionDescriptor(cron, options).get_description())
+    except Exception:  # the words are a courtesy; the expression itself is valid
+        return cron

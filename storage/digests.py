@@ -1,0 +1,171 @@
+"""Scheduled digests: the ``digests`` table, and the runs that are their firings."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, delete, func, insert, select, update
+from sqlalchemy.engine import Connection
+
+from storage.db import Database
+from storage.records import DigestRecord, RunRecord
+from storage.store import _RUNS, _run_record, _runs
+from storage.tables import Digest, utcnow
+
+_digests = cast(Table, Digest.__table__)
+
+
+class DigestLimit(Exception):
+    """The channel already has the most schedules allowed."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"this channel already has {limit} schedules")
+        self.limit = limit
+
+
+def _record(row: Mapping[Any, Any]) -> DigestRecord:
+    return DigestRecord(
+        id=row["id"],
+        platform=row["platform"],
+        workspace=row["workspace"],
+        channel=row["channel"],
+        topic=row["topic"],
+        depth=row["depth"],
+        strategy=row["strategy"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        created_by=row["created_by"],
+        enabled=bool(row["enabled"]),
+        created_at=row["created_at"],
+        disabled_reason=row["disabled_reason"],
+        platform_context=row["platform_context"],
+    )
+
+
+class DigestStore:
+    def __init__(self, database: Database) -> None:
+        self._db = database
+
+    async def add(
+        self,
+        *,
+        platform: str,
+        workspace: str,
+        channel: str,
+        topic: str,
+        depth: int,
+        strategy: str,
+        cron: str,
+        timezone: str,
+        created_by: str,
+        platform_context: dict[str, Any] | None,
+        max_per_channel: int,
+    ) -> DigestRecord:
+        """Store an enabled schedule; :class:`DigestLimit` when the channel is full."""
+        where = and_(
+            _digests.c.platform == platform,
+            _digests.c.workspace == workspace,
+            _digests.c.channel == channel,
+        )
+        values = {
+            "id": secrets.token_hex(4),
+            "platform": platform,
+            "workspace": workspace,
+            "channel": channel,
+            "topic": topic,
+            "depth": depth,
+            "strategy": strategy,
+            "cron": cron,
+            "timezone": timezone,
+            "created_by": created_by,
+            "enabled": True,
+            "created_at": utcnow(),
+            "platform_context": platform_context,
+        }
+
+        def work(conn: Connection) -> DigestRecord:
+            count = conn.execute(select(func.count()).select_from(_digests).where(where))
+            if int(count.scalar_one()) >= max_per_channel:
+                raise DigestLimit(max_per_channel)
+            conn.execute(insert(_digests).values(values))
+            return _record(values | {"disabled_reason": None})
+
+        return await self._db.run(work)
+
+    async def in_channel(self, platform: str, workspace: str, channel: str) -> list[DigestRecord]:
+        stmt = (
+            select(_digests)
+            .where(
+                and_(
+                    _digests.c.platform == platform,
+                    _digests.c.workspace == workspace,
+                    _digests.c.channel == channel,
+                )
+            )
+            .order_by(_digests.c.created_at, _digests.c.id)
+        )
+        return await self._db.run(lambda c: [_record(r) for r in c.execute(stmt).mappings()])
+
+    async def enabled(self, platforms: frozenset[str] | None = None) -> list[DigestRecord]:
+        stmt = select(_digests).where(_digests.c.enabled.is_(True))
+        if platforms is not None:
+            stmt = stmt.where(_digests.c.platform.in_(sorted(platforms)))
+        stmt = stmt.order_by(_digests.c.created_at, _digests.c.id)
+        return await self._db.run(lambda c: [_record(r) for r in c.execute(stmt).mappings()])
+
+    async def all(self) -> list[DigestRecord]:
+        stmt = select(_digests).order_by(_digests.c.created_at, _digests.c.id)
+        return await self._db.run(lambda c: [_record(r) for r in c.execute(stmt).mappings()])
+
+    async def get(self, digest_id: str) -> DigestRecord | None:
+        stmt = select(_digests).where(_digests.c.id == digest_id)
+
+        def work(conn: Connection) -> DigestRecord | None:
+            row = conn.execute(stmt).mappings().first()
+            return None if row is None else _record(row)
+
+        return await self._db.run(work)
+
+    async def remove(self, digest_id: str) -> bool:
+        stmt = delete(_digests).where(_digests.c.id == digest_id)
+        return await self._db.run(lambda conn: bool(conn.execute(stmt).rowcount))
+
+    async def disable(self, digest_id: str, reason: str) -> None:
+        stmt = (
+            update(_digests)
+            .where(_digests.c.id == digest_id)
+            .values(enabled=False, disabled_reason=reason[:500])
+        )
+        await self._db.run(lambda conn: conn.execute(stmt))
+
+    async def runs(self, digest_id: str, limit: int = 20) -> list[RunRecord]:
+        """The digest's runs, newest first."""
+        stmt = (
+            _RUNS.where(_runs.c.digest_id == digest_id)
+            .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
+            .limit(limit)
+        )
+        return await self._db.run(lambda c: [_run_record(r) for r in c.execute(stmt).mappings()])
+
+    async def previous_success(self, digest_id: str, before: datetime) -> RunRecord | None:
+        """The digest's latest succeeded run created before ``before``."""
+        stmt = (
+            _RUNS.where(
+                and_(
+                    _runs.c.digest_id == digest_id,
+                    _runs.c.status == "succeeded",
+                    _runs.c.created_at < before,
+                )
+            )
+            .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
+            .limit(1)
+        )
+
+        def work(conn: Connection) -> RunRecord | None:
+            row = conn.execute(stmt).mappings().first()
+            return None if row is None else _run_record(row)
+
+        return await self._db.run(work)

@@ -1,0 +1,267 @@
+"""Scheduled digests on SQLite and PostgreSQL, with the clock given to every step: cron and
+timezone arithmetic, firing a due slot once, racing schedulers, the scheduler lease, the
+grace-period catch-up, removal on another replica, and the chat commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from bots.chat.inbound import ChatCommands
+from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
+from core import schedule
+from core.config import Settings
+from core.delivery import DeliveryPolicy, ResearchJob
+from core.digests import DigestService
+from core.grammar import ScheduleCommand
+from core.jobs import InProcessJobRunner
+from core.llm import ChatModel
+from core.models import Strategy, ThreadKey
+from core.scheduler import LEASE_NAME, DigestScheduler
+from core.search import SearxngProvider
+from core.service import ResearchService
+from storage import Database, DigestStore, LeaseStore, Store
+from tests.conftest import FAKE_API_KEY
+from tests.fakes import FakeLLMServer, FakeSearchServer
+
+FAST = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
+CHANNEL = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="t0")
+MONDAY_0900_SHANGHAI = datetime(2026, 12, 7, 1, 0, tzinfo=UTC)  # 09:00 +08:00
+
+
+class Clock:
+    """The time every step sees; tests move it."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
+class Replica:
+    store: Store
+    digests: DigestService
+    scheduler: DigestScheduler
+    runner: InProcessJobRunner
+    commands: ChatCommands
+
+
+Replicas = tuple[Callable[..., Awaitable[Replica]], MemoryChat, Clock]
+
+
+@pytest.fixture
+async def replicas(
+    database: Database,
+    database_url: str,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+) -> AsyncIterator[Replicas]:
+    """``make(name)``: a replica (own database pool, service, scheduler) on the shared
+    database, all delivering to one in-memory chat, all reading one clock."""
+    stack = contextlib.AsyncExitStack()
+    chat = MemoryChat()
+    clock = Clock(datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
+    made: list[Replica] = []
+
+    async def make(name: str, **settings: object) -> Replica:
+        db = Database(database_url)
+        stack.push_async_callback(db.dispose)
+        http = await stack.enter_async_context(httpx.AsyncClient(trust_env=False))
+        model = ChatModel(
+            model="m", api_key=FAKE_API_KEY, base_url=llm_server.base_url, max_retries=1
+        )
+        stack.push_async_callback(model.aclose)
+        store = Store(db)
+        service = ResearchService(
+            store=store,
+            planner=model,
+            writer=model,
+            search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
+            owner=name,
+        )
+        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=FAST)
+        runner = InProcessJobRunner(job, store=store, timing=service.timing)
+        config = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
+        digests = DigestService(
+            DigestStore(db),
+            service,
+            min_interval=config.digest_min_interval,
+            grace=config.digest_grace,
+            max_per_channel=config.max_digests_per_channel,
+            clock=clock,
+        )
+        scheduler = DigestScheduler(digests, LeaseStore(db), runner, owner=name, clock=clock)
+        commands = ChatCommands(config, service, store, runner, MemoryMarkup(), digests)
+        replica = Replica(store, digests, scheduler, runner, commands)
+        made.append(replica)
+        return replica
+
+    try:
+        yield make, chat, clock
+    finally:
+        for replica in made:
+            await replica.runner.stop(grace=0.1)
+            await replica.scheduler.close()
+        await stack.aclose()
+
+
+def weekly(topic: str = "open-source LLM inference engines") -> ScheduleCommand:
+    return ScheduleCommand(topic, "0 9 * * MON", "Asia/Shanghai", 1, Strategy.ITERATIVE)
+
+
+# -- arithmetic ---------------------------------------------------------------------------------
+
+
+def test_cron_in_a_timezone_follows_daylight_saving_time() -> None:
+    berlin = schedule.timezone("Europe/Berlin")
+    daily = schedule.trigger("0 9 * * *", berlin)
+    fires = schedule.firings(
+        daily, datetime(2027, 3, 26, 0, 0, tzinfo=UTC), datetime(2027, 3, 30, 0, 0, tzinfo=UTC)
+    )
+    hours_utc = [f.astimezone(UTC).hour for f in fires]
+    assert hours_utc == [8, 8, 7, 7]  # 09:00 CET, then 09:00 CEST after 28 March
+    assert all(f.astimezone(berlin).hour == 9 for f in fires)
+    shanghai = schedule.trigger("0 9 * * MON", schedule.timezone("Asia/Shanghai"))
+    after = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    assert schedule.next_firing(shanghai, after) == MONDAY_0900_SHANGHAI
+    assert schedule.describe("0 9 * * MON") == "At 09:00, only on Monday"
+
+
+# -- firing ----------------------------------------------------------------------------------
+
+
+async def test_a_due_slot_fires_once_and_posts_to_the_channel(replicas: Replicas) -> None:
+    make, chat, clock = replicas
+    a = await make("a")
+    await a.runner.start()
+    digest = await a.digests.add(weekly(), thread=CHANNEL, created_by="memory:W1:U1")
+    assert await a.digests.fire_due(a.runner) == []  # nothing due yet
+    clock.now = MONDAY_0900_SHANGHAI + timedelta(seconds=5)
+    (run,) = await a.digests.fire_due(a.runner)
+    assert await a.digests.fire_due(a.runner) == []  # the same slot again: nothing
+    assert run.digest_id == digest.id
+    assert run.thread_key == f"memory:W1:C1:pending-digest-{digest.id}-20261207T0100Z"
+    assert run.dedupe_key == f"digest:{digest.id}:20261207T0100Z"
+    async with asyncio.timeout(30):
+        while not chat.messages(run.thread_key, "report"):
+            await chat.changed.wait()
+            chat.changed.clear()
+    (progress,) = chat.messages(run.thread_key, "progress")
+    assert "Research done" in progress.text or "1/1th search executed." in "".join(
+        progress.versions
+    )
+
+
+async def test_two_schedulers_racing_for_a_slot_start_one_run(replicas: Replicas) -> None:
+    make, _, clock = replicas
+    a, b = await make("a"), await make("b")
+    await a.digests.add(weekly(), thread=CHANNEL, created_by="memory:W1:U1")
+    clock.now = MONDAY_0900_SHANGHAI + timedelta(seconds=1)
+    started = await asyncio.gather(*(r.digests.fire_due(None) for r in (a, b, a, b)))
+    assert sum(len(runs) for runs in started) == 1
+
+
+async def test_the_lease_elects_one_scheduler_and_a_survivor_takes_over(replicas: Replicas) -> None:
+    make, _, clock = replicas
+    a, b = await make("a"), await make("b")
+    await a.digests.add(weekly(), thread=CHANNEL, created_by="memory:W1:U1")
+    await a.scheduler.tick()
+    await b.scheduler.tick()
+    assert (a.scheduler.holder, b.scheduler.holder) == (True, False)
+    assert await LeaseStore_holder(a) == "a"
+    # a stops renewing (it died); 45 s later b takes over, and catches up on the slot
+    clock.now = MONDAY_0900_SHANGHAI + timedelta(seconds=50)
+    started = await b.scheduler.tick()
+    assert b.scheduler.holder and len(started) == 1
+    await a.scheduler.tick()  # a comes back: it is not the holder any more
+    assert not a.scheduler.holder
+
+
+async def LeaseStore_holder(replica: Replica) -> str | None:
+    return await replica.scheduler._leases.holder(LEASE_NAME, replica.scheduler._clock())
+
+
+async def test_a_missed_slot_fires_once_at_start_within_the_grace_period_only(
+    replicas: Replicas,
+) -> None:
+    make, _, clock = replicas
+    a = await make("a", FATHOM_DIGEST_GRACE="3600")
+    await a.digests.add(weekly(), thread=CHANNEL, created_by="memory:W1:U1")
+    clock.now = MONDAY_0900_SHANGHAI + timedelta(minutes=30)  # nothing ran at 09:00
+    assert len(await a.scheduler.tick()) == 1
+    assert await a.scheduler.tick() == []  # never twice
+    b = await make("b", FATHOM_DIGEST_GRACE="3600")
+    await b.digests.add(weekly("late"), thread=CHANNEL, created_by="memory:W1:U1")
+    # created before the next slot; the process is down until two hours after it
+    clock.now = MONDAY_0900_SHANGHAI + timedelta(days=7, hours=2)
+    assert await b.digests.fire_due(None, clock.now) == []
+
+
+async def test_a_removal_on_another_replica_reaches_the_holder(replicas: Replicas) -> None:
+    make, _, clock = replicas
+    a, b = await make("a"), await make("b")
+    await a.scheduler.start()
+    digest = await b.digests.add(weekly(), thread=CHANNEL, created_by="memory:W1:U1")
+    await a.scheduler.tick()
+    assert a.scheduler.holder and digest.id in a.scheduler._jobs
+    await b.digests.remove(digest.id, by="memory:W1:U1", is_admin=False, channel=CHANNEL)
+    await a.scheduler.tick()
+    assert digest.id not in a.scheduler._jobs
+    clock.now = MONDAY_0900_SHANGHAI + timedelta(seconds=1)
+    assert await a.digests.fire_due(None) == []
+
+
+# -- chat commands ----------------------------------------------------------------------------
+
+
+async def test_bad_schedules_are_answered_clearly_and_nothing_is_stored(replicas: Replicas) -> None:
+    make, chat, _ = replicas
+    a = await make("a", FATHOM_MAX_DEPTH="5")
+    cases = [
+        ('schedule heat pumps cron="0 9 * *"', "not a valid 5-field cron"),
+        ('schedule heat pumps cron="0 9 * * *" tz=Mars/Base', "Unknown timezone 'Mars/Base'"),
+        (
+            'schedule heat pumps cron="*/5 * * * *"',
+            "fires every 5 min; digests may fire at most every 1 h",
+        ),
+        ('schedule heat pumps cron="0 9 * * *" depth=9', "depth must be from 1 to 5"),
+        ("schedule heat pumps", 'A schedule needs cron="<minute hour day month weekday>"'),
+    ]
+    for i, (text, expected) in enumerate(cases):
+        reply = await chat.say(a.commands, text, thread=f"b{i}")
+        assert reply is not None and expected in reply.text, reply
+        assert 'cron="0 9 * * MON"' in reply.text  # a valid example
+    assert await a.digests.digests.all() == []
+
+
+async def test_schedule_list_and_unschedule_from_chat(replicas: Replicas) -> None:
+    make, chat, _ = replicas
+    a = await make("a", FATHOM_ADMINS="UADMIN", FATHOM_MAX_DIGESTS_PER_CHANNEL="2")
+    reply = await chat.say(
+        a.commands, 'schedule "LLM inference" cron="0 9 * * MON" depth=2 tz=Asia/Shanghai'
+    )
+    assert reply is not None and "At 09:00, only on Monday (Asia/Shanghai)" in reply.text
+    assert "Next run: 2026-12-07 09:00 Asia/Shanghai" in reply.text
+    (digest,) = await a.digests.digests.all()
+    assert (digest.topic, digest.depth, digest.created_by) == ("LLM inference", 2, "memory:W1:U1")
+    listed = await chat.say(a.commands, "digests", user="U2", thread="t2")
+    assert listed is not None and f"`{digest.id}` “LLM inference”" in listed.text
+    zh = await chat.say(a.commands, "/research 帮助", thread="t3")
+    assert zh is not None and "定时摘要" in zh.text
+    refused = await chat.say(a.commands, f"unschedule {digest.id}", user="U2", thread="t4")
+    assert refused is not None and "Only the person who created" in refused.text
+    await chat.say(a.commands, 'schedule wind cron="0 8 * * *"', thread="t5")
+    full = await chat.say(a.commands, 'schedule tides cron="0 7 * * *"', thread="t6")
+    assert full is not None and "already has 2 schedules" in full.text
+    removed = await chat.say(a.commands, f"unschedule {digest.id}", user="UADMIN", thread="t7")
+    assert removed is not None and f"Removed the schedule `{digest.id}`" in removed.text
+    assert [d.topic for d in await a.digests.digests.all()] == ["wind"]
