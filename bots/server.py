@@ -28,7 +28,8 @@ from core.config import ConfigError, Settings
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.jobs import InProcessJobRunner
 from core.runtime import open_runtime
-from storage import HEAD_REVISION, Database, Store
+from core.scheduler import DigestScheduler
+from storage import HEAD_REVISION, Database, LeaseStore, Store
 
 if TYPE_CHECKING:
     from bots.dingtalk.app import DingTalkAdapter
@@ -87,10 +88,18 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
 
                 dingtalk = await open_dingtalk(settings, runtime, job, runner)
             app.state.dingtalk = dingtalk
+            scheduler = DigestScheduler(
+                runtime.digests,
+                LeaseStore(runtime.database),
+                runner,
+                owner=runtime.service.owner,
+                platforms=job.platforms,
+            )
             housekeeping: asyncio.Task[None] | None = None
             if upgrade or await runtime.database.schema_is_current():
                 await runner.start()
                 housekeeping = asyncio.create_task(_housekeeping(runtime.store))
+                await scheduler.start()
             else:
                 log.error("database schema is not current: run `fathom db upgrade`")
             try:
@@ -98,6 +107,7 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
             finally:
                 if housekeeping is not None:
                     housekeeping.cancel()
+                await scheduler.close()
                 if slack is not None:
                     await slack.close()
                 if feishu is not None:

@@ -20,7 +20,7 @@ from core.grammar import ScheduleCommand
 from core.jobs import JobRunner
 from core.models import ResearchRequest, Strategy, ThreadKey
 from core.service import ResearchService, RunRejected
-from core.wording import Language, pick
+from core.wording import Language, pick, request_language
 from storage import DigestLimit, DigestRecord, DigestStore, RunRecord
 from storage.tables import utcnow
 
@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 #: The thread of a firing starts with its progress message (see the module).
 DIGEST_THREAD_PREFIX = "pending-digest-"
+#: The platform-context key of a firing's heading (``Digest: <topic> — <date>``).
+DIGEST_TITLE = "digest_title"
 
 
 def slot_key(digest_id: str, slot: datetime) -> str:
@@ -151,6 +153,7 @@ class DigestService:
             channel=digest.channel,
             thread=f"{DIGEST_THREAD_PREFIX}{digest.id}-{stamp}",
         )
+        title = digest_title(digest.topic, slot, digest.timezone, request_language(digest.topic))
         request = ResearchRequest(
             topic=digest.topic,
             depth=digest.depth,
@@ -158,7 +161,7 @@ class DigestService:
             thread=thread,
             requested_by=digest.created_by,
             dedupe_key=slot_key(digest.id, slot),
-            platform_context=digest.platform_context,
+            platform_context={**(digest.platform_context or {}), DIGEST_TITLE: title},
             digest_id=digest.id,
         )
         try:

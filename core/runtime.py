@@ -17,11 +17,12 @@ from typing import Any
 import httpx
 
 from core.config import Settings
+from core.digests import DigestService
 from core.lease import LeaseTiming
 from core.llm import LLMClients
 from core.search import SearchProvider, build_search_provider
 from core.service import ResearchService
-from storage import Database, Store
+from storage import Database, DigestStore, Store
 
 
 class DeferredTrustContext(ssl.SSLContext):
@@ -77,6 +78,7 @@ class Runtime:
     service: ResearchService
     search: SearchProvider
     llm: LLMClients
+    digests: DigestService
 
 
 @asynccontextmanager
@@ -122,6 +124,13 @@ async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIter
                 timing=LeaseTiming(settings.stale_run_after),
                 max_attempts=settings.max_attempts,
             )
-            yield Runtime(settings, database, store, service, search, llm)
+            digests = DigestService(
+                DigestStore(database),
+                service,
+                min_interval=settings.digest_min_interval,
+                grace=settings.digest_grace,
+                max_per_channel=settings.max_digests_per_channel,
+            )
+            yield Runtime(settings, database, store, service, search, llm, digests)
         finally:
             await llm.aclose()

@@ -273,7 +273,9 @@ async def open_dingtalk(
         api_url=settings.dingtalk_api_url,
         robot_code=settings.dingtalk_robot_code,
     )
-    chat = ChatCommands(settings, runtime.service, runtime.store, runner, DingTalkMarkup())
+    chat = ChatCommands(
+        settings, runtime.service, runtime.store, runner, DingTalkMarkup(), runtime.digests
+    )
     job.register(
         "dingtalk",
         DingTalkDeliveryFactory(

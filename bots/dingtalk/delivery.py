@@ -105,7 +105,9 @@ class DingTalkThread:
             staff_id=str(context.get("staff_id") or ""),
         )
         self._nick = str(context.get("nick") or "")
-        self._webhook = str(context.get("webhook") or "") or None
+        # A digest's firing has no message of its own: always the robot OpenAPI.
+        self._webhook = None if run.digest_id else (str(context.get("webhook") or "") or None)
+        self._title = str(context.get("digest_title") or "") or None
         try:
             self._webhook_expires_ms = int(context.get("webhook_expires_ms") or 0)
         except ValueError:
@@ -114,7 +116,10 @@ class DingTalkThread:
 
     # -- progress ---------------------------------------------------------------------------
     def render_progress(self, status: str, message_id: str | None) -> str:
-        return progress_markdown(self._run.topic, self._run.depth, status, language=self.language)
+        content = progress_markdown(
+            self._run.topic, self._run.depth, status, language=self.language
+        )
+        return f"### {escape_text(self._title)}\n\n{content}" if self._title else content
 
     async def post_progress(self, content: str) -> str:
         if not self._cards.refused:

@@ -25,6 +25,8 @@ from lark_oapi.api.auth.v3 import (
     InternalTenantAccessTokenRequestBody,
 )
 from lark_oapi.api.im.v1 import (
+    CreateMessageRequest,
+    CreateMessageRequestBody,
     PatchMessageRequest,
     PatchMessageRequestBody,
     ReplyMessageRequest,
@@ -168,6 +170,25 @@ class FeishuApi:
         )
         request = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
         response = await self._authorized(self.client.im.v1.message.areply, request)
+        new_id = getattr(getattr(response, "data", None), "message_id", None)
+        if not new_id:
+            raise FeishuError(200, -1, "no message_id in Feishu's answer")
+        return str(new_id)
+
+    async def create_message(self, chat_id: str, msg_type: str, content: str, *, uuid: str) -> str:
+        """A new top-level message in a chat (a digest's opener); returns its id."""
+        body = (
+            CreateMessageRequestBody.builder()
+            .receive_id(chat_id)
+            .msg_type(msg_type)
+            .content(content)
+            .uuid(uuid[:50])
+            .build()
+        )
+        request = (
+            CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
+        )
+        response = await self._authorized(self.client.im.v1.message.acreate, request)
         new_id = getattr(getattr(response, "data", None), "message_id", None)
         if not new_id:
             raise FeishuError(200, -1, "no message_id in Feishu's answer")

@@ -221,7 +221,9 @@ async def open_feishu(
     api = FeishuApi(
         settings.feishu_app_id or "", settings.feishu_app_secret or "", settings.feishu_domain
     )
-    chat = ChatCommands(settings, runtime.service, runtime.store, runner, FeishuMarkup())
+    chat = ChatCommands(
+        settings, runtime.service, runtime.store, runner, FeishuMarkup(), runtime.digests
+    )
     job.register(
         "feishu",
         FeishuDeliveryFactory(api, runtime.store, edit_interval=settings.feishu_edit_interval),

@@ -96,8 +96,11 @@ def notice_card(text: str) -> str:
     return card(escape_text(text))
 
 
-def progress_card(topic: str, depth: int, status: str, *, language: Language) -> str:
-    """The progress card: what is researched, and the engine's status line."""
+def progress_card(
+    topic: str, depth: int, status: str, *, language: Language, title: str | None = None
+) -> str:
+    """The progress card: what is researched, and the engine's status line (``title``: a
+    digest's heading, in the card's header)."""
     shown = escape_text(_clip(topic, _TOPIC_CHARS))
     line = escape_text(_clip(status, _STATUS_CHARS))
     head = pick(
@@ -105,7 +108,7 @@ def progress_card(topic: str, depth: int, status: str, *, language: Language) ->
         f"Researching **{shown}** (depth {depth})",
         f"正在研究 **{shown}**（深度 {depth}）",
     )
-    return card(f"{head}\n{line}", title="Fathom", template="blue")
+    return card(f"{head}\n{line}", title=title or "Fathom", template="blue")
 
 
 def report_title(markdown: str) -> str:

@@ -240,7 +240,9 @@ async def open_slack(
         except Exception as exc:
             why = describe_error(exc)
             log.warning("slack auth.test failed at start-up (%s); retried per request", why)
-    chat = ChatCommands(settings, runtime.service, runtime.store, runner, SlackMarkup())
+    chat = ChatCommands(
+        settings, runtime.service, runtime.store, runner, SlackMarkup(), runtime.digests
+    )
     commands = SlackCommands(chat)
     app = build_bolt_app(
         settings, commands, client=bolt_client(settings), authorize=authorize, oauth=oauth

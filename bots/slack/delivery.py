@@ -70,6 +70,7 @@ class SlackThread:
             requester=self._requester,
             opener=opener,
             language=self.language,
+            digest_title=str((self._run.platform_context or {}).get("digest_title") or "") or None,
         )
 
     async def post_progress(self, content: str) -> str:

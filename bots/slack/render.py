@@ -54,10 +54,15 @@ def progress_text(
     requester: str | None,
     opener: bool,
     language: Language = "en",
+    digest_title: str | None = None,
 ) -> str:
-    """The progress message: who asked (opener only), what, and the engine's status line."""
+    """The progress message: who asked (opener only) or which digest, what, and the engine's
+    status line."""
     topic = escape_mrkdwn(_clip(run_topic, _TOPIC_CHARS))
     line = escape_mrkdwn(_clip(status, _STATUS_CHARS))
+    if digest_title:
+        title = escape_mrkdwn(_clip(digest_title, _TOPIC_CHARS + 40))
+        return f"*{title}* (depth {depth})\n{line}"
     if opener and requester:
         head = pick(
             language,
