@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 #: The thread of a firing starts with its progress message (see the module).
 DIGEST_THREAD_PREFIX = "pending-digest-"
-#: The platform-context key of a firing's heading (``Digest: <topic> — <date>``).
+#: Platform-context keys of a firing: its heading (``Digest: <topic> — <date>``) and the
+#: date of its slot in the digest's timezone.
 DIGEST_TITLE = "digest_title"
+DIGEST_DATE = "digest_date"
 
 
 def slot_key(digest_id: str, slot: datetime) -> str:
@@ -161,7 +163,11 @@ class DigestService:
             thread=thread,
             requested_by=digest.created_by,
             dedupe_key=slot_key(digest.id, slot),
-            platform_context={**(digest.platform_context or {}), DIGEST_TITLE: title},
+            platform_context={
+                **(digest.platform_context or {}),
+                DIGEST_TITLE: title,
+                DIGEST_DATE: local_date(slot, digest.timezone),
+            },
             digest_id=digest.id,
         )
         try:
@@ -189,7 +195,11 @@ class DigestService:
         return started
 
 
+def local_date(slot: datetime, timezone: str) -> str:
+    return slot.astimezone(schedule.timezone(timezone)).strftime("%Y-%m-%d")
+
+
 def digest_title(topic: str, slot: datetime, timezone: str, language: Language) -> str:
     """The heading of a firing's first message: ``Digest: <topic> — 2026-12-07``."""
-    day = slot.astimezone(schedule.timezone(timezone)).strftime("%Y-%m-%d")
+    day = local_date(slot, timezone)
     return pick(language, f"Digest: {topic} — {day}", f"定时摘要：{topic} — {day}")

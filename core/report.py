@@ -62,11 +62,18 @@ def number_sources(findings: Sequence[Finding]) -> list[NumberedSource]:
     return numbered
 
 
-def writer_source_blocks(sources: Sequence[NumberedSource]) -> list[str]:
+def writer_source_blocks(
+    sources: Sequence[NumberedSource], new: frozenset[int] = frozenset()
+) -> list[str]:
+    """``[n] title — url`` and the snippet of each source; sources in ``new`` (a digest's
+    sources that no earlier firing found) are marked ``NEW``."""
     blocks = []
     for s in sources:
         snippet = s.snippet[:SNIPPET_CHARS_FOR_WRITER]
-        blocks.append(f"[{s.n}] {s.title} — {s.url}\n    (search: {s.topic}) {snippet}".rstrip())
+        mark = " NEW" if s.n in new else ""
+        blocks.append(
+            f"[{s.n}]{mark} {s.title} — {s.url}\n    (search: {s.topic}) {snippet}".rstrip()
+        )
     return blocks
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from core import wording
+from core import whats_new, wording
 from core.engine.iterative import IterativeStrategy, JsonModel, RunState, StepHooks, StopReason
 from core.lease import (
     LOST_CLAIM,
@@ -44,7 +44,7 @@ from core.progress import (
     ProgressSink,
     search_executed_text,
 )
-from core.prompts import FALLBACK_REPORT_INTRO, writer_messages
+from core.prompts import FALLBACK_REPORT_INTRO, DigestContext, writer_messages
 from core.report import (
     drop_instruction_echoes,
     fallback_body,
@@ -98,6 +98,12 @@ class _CancelFlag:
     """Whether a cancel was requested for an executing run, as last seen."""
 
     requested: bool
+
+
+@dataclass(frozen=True)
+class _DigestHistory:
+    context: DigestContext
+    earlier_urls: set[str]
 
 
 class RunRejected(ValueError):
@@ -388,7 +394,7 @@ class ResearchService:
                 rounds = state.searches_done
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
                 await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))
-                markdown, sources = await self._write(state)
+                markdown, sources = await self._write(state, await self._digest(run, state))
                 status = RunStatus.SUCCEEDED
         except asyncio.CancelledError as exc:
             lost = bool(exc.args) and exc.args[0] == LOST_CLAIM
@@ -506,19 +512,37 @@ class ResearchService:
             deliver=_delivers(claim.run),
         )
 
-    async def _write(self, state: RunState) -> tuple[str, list[Source]]:
+    async def _digest(self, run: RunRecord, state: RunState) -> _DigestHistory | None:
+        """What the previous firing of a digest's run reported (None: not a digest, or its
+        first successful firing)."""
+        if run.digest_id is None:
+            return None
+        previous, earlier_urls = await self._store.digest_history(run.digest_id, run.created_at)
+        if previous is None:
+            return None
+        return _DigestHistory(whats_new.context(previous, state.language), earlier_urls)
+
+    async def _write(
+        self, state: RunState, digest: _DigestHistory | None = None
+    ) -> tuple[str, list[Source]]:
         findings = state.variables.findings
         numbered = number_sources(findings)[-MAX_WRITER_SOURCES:]
         if not numbered:
             errors = [f.error for f in findings if f.error]
             why = f" (last error: {errors[-1]})" if errors else ""
             raise NoResults(f"no search returned any results{why}")
+        new = (
+            whats_new.new_numbers([(s.n, s.url) for s in numbered], digest.earlier_urls)
+            if digest is not None
+            else frozenset()
+        )
         messages = writer_messages(
             topic=state.topic,
             language=report_language(state.topic),
             topics=state.variables.topics,
-            sources=writer_source_blocks(numbered),
+            sources=writer_source_blocks(numbered, new),
             notes=state.notes,
+            digest=digest.context if digest is not None else None,
         )
         try:
             body = await self._writer.complete(messages, usage=state.usage)
@@ -542,7 +566,12 @@ class ResearchService:
                 checked.removed_citations,
                 checked.unlinked_urls,
             )
-        return checked.markdown, checked.sources
+        markdown = checked.markdown
+        if digest is not None:
+            markdown = whats_new.ensure_section(
+                markdown, digest.context, checked.sources, digest.earlier_urls
+            )
+        return markdown, checked.sources
 
     @staticmethod
     def _run_topics(state: RunState) -> list[str]:

@@ -768,6 +768,33 @@ class Store:
 
         return await self._db.run(work)
 
+    async def digest_history(
+        self, digest_id: str, before: datetime
+    ) -> tuple[RunRecord | None, set[str]]:
+        """For a digest's firing created at ``before``: the latest earlier firing that
+        succeeded, and the URLs of every source its earlier firings found."""
+        earlier = _runs.c.digest_id == digest_id
+        previous = (
+            _RUNS.where(earlier, _runs.c.status == "succeeded", _runs.c.created_at < before)
+            .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
+            .limit(1)
+        )
+        urls = (
+            select(_sources.c.url)
+            .join(_runs, _runs.c.id == _sources.c.run_id)
+            .where(earlier, _runs.c.created_at < before)
+            .distinct()
+        )
+
+        def work(conn: Connection) -> tuple[RunRecord | None, set[str]]:
+            row = conn.execute(previous).mappings().first()
+            return (
+                None if row is None else _run_record(row),
+                {str(url) for (url,) in conn.execute(urls)},
+            )
+
+        return await self._db.run(work)
+
     async def requeue_run(self, run_id: str) -> RunRecord:
         """Make a failed or cancelled run resumable from its checkpoint, with fresh attempts
         (the fence moves on: whoever held it before holds nothing).

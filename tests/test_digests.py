@@ -220,6 +220,36 @@ async def test_a_removal_on_another_replica_reaches_the_holder(replicas: Replica
     assert await a.digests.fire_due(None) == []
 
 
+async def test_a_later_firing_reports_what_is_new_since_the_previous_one(
+    replicas: Replicas, llm_server: FakeLLMServer
+) -> None:
+    make, _, clock = replicas
+    a = await make("a")
+    await a.runner.start()
+    await a.digests.add(weekly(), thread=CHANNEL, created_by="memory:W1:U1")
+
+    async def firing(at: datetime) -> str:
+        clock.now = at
+        (run,) = await a.digests.fire_due(a.runner)
+        async with asyncio.timeout(30):
+            while True:
+                done = await a.store.get_run(run.id)
+                if done is not None and done.delivery == "posted":
+                    return done.report_markdown or ""
+                await asyncio.sleep(0.02)
+
+    first = await firing(MONDAY_0900_SHANGHAI + timedelta(seconds=1))
+    assert "What's new" not in first
+    first_prompt = llm_server.fake.requests_for("writer")[-1].body["messages"][-1]["content"]
+    assert "recurring digest" not in first_prompt
+    second = await firing(MONDAY_0900_SHANGHAI + timedelta(days=7, seconds=1))
+    assert "## What's new since 2026-12-07" in second
+    assert second.index("## What's new since") < second.index("## Sources")
+    prompt = llm_server.fake.requests_for("writer")[-1].body["messages"][-1]["content"]
+    assert "the previous one was written on 2026-12-07" in prompt
+    assert "Report: open-source LLM inference engines" in prompt  # the previous report, as data
+
+
 # -- chat commands ----------------------------------------------------------------------------
 
 
