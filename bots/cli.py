@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from core.config import Settings
+    from core.digests import DigestService
     from core.service import RunOutcome
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -42,8 +43,10 @@ app = typer.Typer(
 )
 thread_app = typer.Typer(help="Inspect research threads and their variables.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema management.", no_args_is_help=True)
+digest_app = typer.Typer(help="Scheduled digests (recurring research).", no_args_is_help=True)
 app.add_typer(thread_app, name="thread")
 app.add_typer(db_app, name="db")
+app.add_typer(digest_app, name="digest")
 
 
 def _stderr() -> Console:
@@ -342,6 +345,155 @@ def thread_list(
             t.updated_at.strftime("%Y-%m-%d %H:%M"),
         )
     Console().print(table)
+
+
+def _digest_service(database: Any, settings: Settings) -> DigestService:
+    """Schedules need no LLM or search: adding, listing and firing only touch the database."""
+    from core.digests import DigestService
+    from storage import DigestStore, Store
+
+    return DigestService(
+        DigestStore(database),
+        Store(database),
+        min_interval=settings.digest_min_interval,
+        grace=settings.digest_grace,
+        max_per_channel=settings.max_digests_per_channel,
+    )
+
+
+@digest_app.command("add")
+def digest_add(
+    topic: Annotated[str, typer.Argument(help="What to research every time.")],
+    cron: Annotated[str, typer.Option(help='5-field cron, e.g. "0 9 * * MON".')],
+    channel: Annotated[str, typer.Option(help="Where to post: <platform>:<workspace>:<channel>.")],
+    tz: Annotated[str, typer.Option(help="IANA timezone of the cron.")] = "UTC",
+    depth: Annotated[int | None, typer.Option(min=1)] = None,
+    strategy: Annotated[str, typer.Option()] = "iterative",
+    by: Annotated[
+        str, typer.Option(help="Recorded as the schedule's creator.")
+    ] = "cli:local:operator",
+) -> None:
+    """Add a schedule (checked like `/research schedule`); prints its id."""
+    from core.commands import CommandError, validate_depth, validate_strategy, validate_topic
+    from core.grammar import ScheduleCommand
+    from core.models import ThreadKey
+    from core.runtime import open_database
+    from core.schedule import timezone, trigger
+
+    settings = _settings()
+    try:
+        parts = channel.split(":")
+        if len(parts) != 3 or not all(parts):
+            raise CommandError(
+                "--channel must be <platform>:<workspace>:<channel>, e.g. slack:T0001:C0001"
+            )
+        zone = timezone(tz)
+        trigger(cron, zone)
+        command = ScheduleCommand(
+            topic=validate_topic(topic),
+            cron=" ".join(cron.split()),
+            timezone=zone.key,
+            depth=validate_depth(depth, default=settings.default_depth, maximum=settings.max_depth),
+            strategy=validate_strategy(strategy),
+        )
+    except CommandError as exc:
+        raise _fail(str(exc)) from None
+    key = ThreadKey(platform=parts[0], workspace=parts[1], channel=parts[2], thread="cli")
+
+    async def add() -> Any:
+        async with open_database(settings) as database:
+            return await _digest_service(database, settings).add(command, thread=key, created_by=by)
+
+    try:
+        digest = _run(add())
+    except CommandError as exc:
+        raise _fail(str(exc)) from None
+    sys.stdout.write(digest.id + "\n")
+
+
+@digest_app.command("list")
+def digest_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Every schedule: id, channel, topic, cron (in words), next run in its timezone."""
+    from core.runtime import open_database
+
+    settings = _settings()
+
+    async def views() -> list[Any]:
+        async with open_database(settings) as database:
+            service = _digest_service(database, settings)
+            return await service.views(await service.digests.all(), "en")
+
+    found = _run(views())
+    if as_json:
+        data = [
+            {
+                "id": v.digest.id,
+                "channel": f"{v.digest.platform}:{v.digest.workspace}:{v.digest.channel}",
+                "topic": v.digest.topic,
+                "cron": v.digest.cron,
+                "timezone": v.digest.timezone,
+                "schedule": v.words,
+                "depth": v.digest.depth,
+                "enabled": v.digest.enabled,
+                "disabled_reason": v.digest.disabled_reason,
+                "next_run": v.next_run.isoformat() if v.next_run else None,
+                "created_by": v.digest.created_by,
+            }
+            for v in found
+        ]
+        sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+        return
+    for v in found:
+        when = v.next_run.strftime("%Y-%m-%d %H:%M") if v.next_run else "-"
+        state = "" if v.digest.enabled else f"\tdisabled: {v.digest.disabled_reason or ''}"
+        sys.stdout.write(
+            f"{v.digest.id}\t{v.digest.platform}:{v.digest.workspace}:{v.digest.channel}\t"
+            f"{v.digest.topic}\t{v.words} ({v.digest.timezone})\tnext {when}{state}\n"
+        )
+
+
+@digest_app.command("remove")
+def digest_remove(digest_id: Annotated[str, typer.Argument()]) -> None:
+    """Remove a schedule."""
+    from core.commands import CommandError
+    from core.runtime import open_database
+
+    settings = _settings()
+
+    async def remove() -> None:
+        async with open_database(settings) as database:
+            await _digest_service(database, settings).remove(
+                digest_id, by="", is_admin=True, channel=None
+            )
+
+    try:
+        _run(remove())
+    except CommandError as exc:
+        raise _fail(str(exc)) from None
+    _stderr().print(f"removed {digest_id}", highlight=False)
+
+
+@digest_app.command("run")
+def digest_run(digest_id: Annotated[str, typer.Argument()]) -> None:
+    """Fire a schedule now: queue its run (a running `fathom serve` posts it); prints the run id."""
+    from core.runtime import open_database
+    from storage.tables import utcnow
+
+    settings = _settings()
+
+    async def fire() -> Any:
+        async with open_database(settings) as database:
+            service = _digest_service(database, settings)
+            digest = await service.digests.get(digest_id)
+            if digest is None:
+                return None
+            run, _ = await service.fire(digest, utcnow().replace(second=0, microsecond=0))
+            return run
+
+    run = _run(fire())
+    if run is None:
+        raise _fail(f"there is no schedule {digest_id!r} (see `fathom digest list`)")
+    sys.stdout.write(run.id + "\n")
 
 
 @db_app.command("upgrade")

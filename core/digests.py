@@ -19,9 +19,9 @@ from core.commands import CommandError
 from core.grammar import ScheduleCommand
 from core.jobs import JobRunner
 from core.models import ResearchRequest, Strategy, ThreadKey
-from core.service import ResearchService, RunRejected
+from core.service import RunRejected, submit_run
 from core.wording import Language, pick, request_language
-from storage import DigestLimit, DigestRecord, DigestStore, RunRecord
+from storage import DigestLimit, DigestRecord, DigestStore, RunRecord, Store
 from storage.tables import utcnow
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class DigestService:
     def __init__(
         self,
         digests: DigestStore,
-        service: ResearchService,
+        store: Store,
         *,
         min_interval: float,
         grace: float,
@@ -62,7 +62,7 @@ class DigestService:
         clock: Clock = utcnow,
     ) -> None:
         self.digests = digests
-        self._service = service
+        self._store = store
         self._min_interval = min_interval
         self._grace = grace
         self._max_per_channel = max_per_channel
@@ -171,7 +171,7 @@ class DigestService:
             digest_id=digest.id,
         )
         try:
-            return await self._service.submit(request)
+            return await submit_run(self._store, request)
         except RunRejected:  # cannot happen for a fresh thread; logged rather than raised
             log.warning("digest %s: slot %s refused", digest.id, stamp)
             return None, False

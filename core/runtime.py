@@ -126,7 +126,7 @@ async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIter
             )
             digests = DigestService(
                 DigestStore(database),
-                service,
+                store,
                 min_interval=settings.digest_min_interval,
                 grace=settings.digest_grace,
                 max_per_channel=settings.max_digests_per_channel,

@@ -183,6 +183,37 @@ def final_progress_text(outcome: RunOutcome) -> str:
     return wording.stopped_early_text(language, done, depth, sources, why)
 
 
+async def submit_run(store: Store, request: ResearchRequest) -> tuple[RunRecord, bool]:
+    """Create the run row (or find the one this request already created).
+
+    One transaction. A second delivery of the same request finds its run through the
+    dedupe key; a request in a thread whose research is still queued or running is
+    refused (:class:`RunRejected`), settled by the database when two requests race.
+    """
+    key = request.thread
+    try:
+        return await store.create_run(
+            thread_key=str(key),
+            platform=key.platform,
+            workspace=key.workspace,
+            channel=key.channel,
+            thread_ref=key.thread,
+            topic=request.topic,
+            depth=request.depth,
+            strategy=request.strategy.value,
+            requested_by=request.requested_by,
+            dedupe_key=request.dedupe_key,
+            platform_context=request.platform_context,
+            digest_id=request.digest_id,
+        )
+    except ThreadBusy as busy:
+        raise _rejected(
+            busy,
+            "A research is already running in this thread{run}; "
+            "wait for it to finish or cancel it.",
+        ) from None
+
+
 class ResearchService:
     def __init__(
         self,
@@ -212,34 +243,9 @@ class ResearchService:
         return self._store
 
     async def submit(self, request: ResearchRequest) -> tuple[RunRecord, bool]:
-        """Create the run row (or find the one this request already created).
-
-        One transaction. A second delivery of the same request finds its run through the
-        dedupe key; a request in a thread whose research is still queued or running is
-        refused (:class:`RunRejected`), settled by the database when two requests race.
-        """
-        key = request.thread
-        try:
-            return await self._store.create_run(
-                thread_key=str(key),
-                platform=key.platform,
-                workspace=key.workspace,
-                channel=key.channel,
-                thread_ref=key.thread,
-                topic=request.topic,
-                depth=request.depth,
-                strategy=request.strategy.value,
-                requested_by=request.requested_by,
-                dedupe_key=request.dedupe_key,
-                platform_context=request.platform_context,
-                digest_id=request.digest_id,
-            )
-        except ThreadBusy as busy:
-            raise _rejected(
-                busy,
-                "A research is already running in this thread{run}; "
-                "wait for it to finish or cancel it.",
-            ) from None
+        """Create the run row (or find the one this request already created); see
+        :func:`submit_run`."""
+        return await submit_run(self._store, request)
 
     # -- the run lifecycle ------------------------------------------------------
     async def claim(self, run_id: str, *, from_dead_owner: str | None = None) -> ClaimResult:

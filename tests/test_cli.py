@@ -355,3 +355,39 @@ def test_resume_refuses_a_run_a_live_process_holds(
     assert f"run {run_id} is being worked on by other-host:42:abcd" in result.stderr
     assert "taken over automatically if that process stops" in result.stderr
     assert llm_server.fake.requests == []  # nothing was spent
+
+
+def test_digest_add_list_run_and_remove(cli_env: dict[str, str], tmp_path: Path) -> None:
+    env = {k: v for k, v in cli_env.items() if not k.startswith("OPENAI_")}  # no LLM needed
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return fathom(*args, env=env, cwd=tmp_path)
+
+    added = run(
+        "digest",
+        "add",
+        "open-source LLM inference engines",
+        "--cron",
+        "0 9 * * MON",
+        "--tz",
+        "Asia/Shanghai",
+        "--channel",
+        "slack:T0001:C0001",
+        "--depth",
+        "2",
+    )
+    assert added.returncode == 0, added.stderr
+    digest_id = added.stdout.strip()
+    listed = run("digest", "list", "--json")
+    (entry,) = json.loads(listed.stdout)
+    assert entry["id"] == digest_id and entry["channel"] == "slack:T0001:C0001"
+    assert entry["schedule"] == "At 09:00, only on Monday" and entry["timezone"] == "Asia/Shanghai"
+    assert entry["next_run"].endswith("09:00:00+08:00")
+    ran = run("digest", "run", digest_id)
+    assert ran.returncode == 0 and len(ran.stdout.strip()) == 32  # a queued run's id
+    bad = run("digest", "add", "x", "--cron", "*/5 * * * *", "--channel", "slack:T:C")
+    assert bad.returncode == 2 and "digests may fire at most every 1 h" in bad.stderr
+    assert run("digest", "remove", digest_id).returncode == 0
+    assert json.loads(run("digest", "list", "--json").stdout) == []
+    missing = run("digest", "run", digest_id)
+    assert missing.returncode == 2 and "no schedule" in missing.stderr

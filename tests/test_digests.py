@@ -93,7 +93,7 @@ async def replicas(
         config = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
         digests = DigestService(
             DigestStore(db),
-            service,
+            store,
             min_interval=config.digest_min_interval,
             grace=config.digest_grace,
             max_per_channel=config.max_digests_per_channel,
