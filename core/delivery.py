@@ -46,6 +46,15 @@ log = logging.getLogger(__name__)
 
 #: How long a cancelled job still waits for the part it is posting (see _post_and_record).
 PART_GRACE = 15.0
+#: How ``delivery_error`` starts when the platform can never take the run's posts: it
+#: refused them for good (the channel is gone), or it has no delivery for the run at all.
+REFUSED = "refused by the platform: "
+UNDELIVERABLE = "cannot deliver to "
+
+
+def delivery_refused(error: str | None) -> bool:
+    """Whether a run's ``delivery_error`` says its channel can never be posted to."""
+    return bool(error) and str(error).startswith((REFUSED, UNDELIVERABLE))
 
 
 @dataclass(frozen=True)
@@ -185,7 +194,7 @@ class ResearchJob:
             delivery = await factory.for_run(run)
         except Undeliverable as exc:
             log.error("run %s: cannot deliver to %s (%s)", run_id, platform, exc)
-            await self._undeliverable(run_id, f"cannot deliver to {platform}: {exc}"[:500])
+            await self._undeliverable(run_id, f"{UNDELIVERABLE}{platform}: {exc}"[:500])
             return
         except Exception:  # e.g. the installation store did not answer: the sweep tries again
             log.exception(
@@ -263,7 +272,14 @@ class ResearchJob:
                 failure = delivery.classify(exc)
                 failures = await self._store.count_delivery_failure(claim, failure.reason)
                 if not failure.retryable or failures >= self._policy.attempts:
-                    await self._give_up(claim, delivery, outcome, failures, failure.reason)
+                    await self._give_up(
+                        claim,
+                        delivery,
+                        outcome,
+                        failures,
+                        failure.reason,
+                        refused=not failure.retryable,
+                    )
                     return
                 wait = max(failure.retry_after, self._policy.backoff(failures))
                 log.warning(
@@ -305,7 +321,11 @@ class ResearchJob:
         outcome: RunOutcome,
         failures: int,
         reason: str | None,
+        *,
+        refused: bool = False,
     ) -> None:
+        """Stop posting: one notice in the thread, and the reason recorded (``refused``: the
+        platform refused for good, e.g. the channel is gone: :data:`REFUSED` leads it)."""
         reason = reason or "unknown error"
         log.error(
             "run %s: giving up on its delivery after %d failures (%s)",
@@ -321,8 +341,9 @@ class ResearchJob:
                 claim.run_id,
                 delivery.classify(exc).reason,
             )
+        error = f"not posted after {failures} failures: {reason}"
         await self._store.finish_delivery(
-            claim, posted=False, error=f"not posted after {failures} failures: {reason}"
+            claim, posted=False, error=f"{REFUSED}{error}" if refused else error
         )
 
     async def _undeliverable(self, run_id: str, reason: str) -> None:

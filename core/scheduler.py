@@ -20,6 +20,7 @@ from datetime import datetime
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from core import schedule
+from core.delivery import delivery_refused
 from core.digests import Clock, DigestService
 from core.jobs import JobRunner
 from storage import DigestRecord, LeaseStore
@@ -73,8 +74,21 @@ class DigestScheduler:
         elif self.holder and not held:
             log.warning("digest scheduler: lease lost to another replica")
         self.holder = held
-        await self._sync(await self._digests.digests.enabled(self._platforms) if held else [])
+        enabled = await self._digests.digests.enabled(self._platforms) if held else []
+        enabled = [d for d in enabled if not await self._disable_if_refused(d)]
+        await self._sync(enabled)
         return started
+
+    async def _disable_if_refused(self, digest: DigestRecord) -> bool:
+        """A digest whose latest firing the platform refused for good (its channel is gone,
+        the bot was removed) is disabled, not fired forever."""
+        runs = await self._digests.digests.runs(digest.id, limit=1)
+        if not runs or not delivery_refused(runs[0].delivery_error):
+            return False
+        reason = f"its last firing could not be posted: {runs[0].delivery_error}"[:500]
+        log.warning("digest %s (%s) disabled: %s", digest.id, digest.channel, reason)
+        await self._digests.digests.disable(digest.id, reason)
+        return True
 
     async def _sync(self, digests: list[DigestRecord]) -> None:
         """One APScheduler job per enabled digest (none unless this replica holds the lease)."""

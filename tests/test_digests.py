@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from bots.chat.inbound import ChatCommands
-from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
+from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Refusal
 from core import schedule
 from core.config import Settings
 from core.delivery import DeliveryPolicy, ResearchJob
@@ -248,6 +248,28 @@ async def test_a_later_firing_reports_what_is_new_since_the_previous_one(
     prompt = llm_server.fake.requests_for("writer")[-1].body["messages"][-1]["content"]
     assert "the previous one was written on 2026-12-07" in prompt
     assert "Report: open-source LLM inference engines" in prompt  # the previous report, as data
+
+
+async def test_a_digest_whose_channel_refuses_its_posts_is_disabled(replicas: Replicas) -> None:
+    make, chat, clock = replicas
+    a = await make("a")
+    await a.runner.start()
+    digest = await a.digests.add(weekly(), thread=CHANNEL, created_by="memory:W1:U1")
+    chat.fail("report", Refusal("channel_not_found"))  # the bot was removed from the channel
+    clock.now = MONDAY_0900_SHANGHAI + timedelta(seconds=1)
+    (run,) = await a.digests.fire_due(a.runner)
+    async with asyncio.timeout(30):
+        while True:
+            done = await a.store.get_run(run.id)
+            if done is not None and done.delivery == "failed":
+                break
+            await asyncio.sleep(0.02)
+    await a.scheduler.tick()
+    (stored,) = await a.digests.digests.all()
+    assert not stored.enabled and "channel_not_found" in (stored.disabled_reason or "")
+    assert digest.id not in a.scheduler._jobs
+    clock.now += timedelta(days=7)
+    assert await a.digests.fire_due(None) == []  # never fired again
 
 
 # -- chat commands ----------------------------------------------------------------------------
