@@ -344,3 +344,60 @@ def test_serve_answers_dingtalk_in_either_mode(
     assert code == 0, served.stderr()
     log = served.stderr()
     assert DINGTALK_SECRET not in log and not any(token in log for token in fake.tokens)
+
+
+def test_a_digest_scheduled_from_slack_fires_at_local_time_and_reports_what_is_new(
+    slack_env: dict[str, str], slack_server: FakeSlackServer, tmp_path: Path
+) -> None:
+    """The real `fathom serve`: `/research schedule` in Slack, then the scheduler fires the
+    digest in the schedule's timezone (a cron whose hours are Shanghai's, not UTC's), posts a
+    new top-level message with progress and the report in its thread, and the next firing's
+    report says what is new. Waits for real minute boundaries (up to two minutes)."""
+    from datetime import UTC, datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    shanghai = ZoneInfo("Asia/Shanghai")
+    soon = datetime.now(UTC).astimezone(shanghai)
+    hours = sorted({soon.hour, (soon + timedelta(minutes=3)).hour})
+    cron = f"* {','.join(map(str, hours))} * * *"
+    env = {**slack_env, "FATHOM_DIGEST_MIN_INTERVAL": "60", "FATHOM_LOG_LEVEL": "INFO"}
+    served = serve(env, tmp_path)
+    fake = slack_server.fake
+    try:
+        wait_until_up(served)
+        text = f'schedule "heat pumps" cron="{cron}" depth=1 tz=Asia/Shanghai'
+        body = slash_command_body(text, trigger_id="digest-1")
+        ack = httpx.post(
+            f"{served.url}/slack/events", content=body, headers={**sign(body, SECRET), **FORM}
+        )
+        assert ack.status_code == 200 and "Scheduled *heat pumps*" in ack.json()["text"], ack.text
+
+        def openers() -> list[dict[str, object]]:
+            """The digest's top-level messages as Slack stored them (with their ts)."""
+            return [
+                message
+                for message in list(fake.history)
+                if "thread_ts" not in message and "Digest: heat pumps" in str(message["text"])
+            ]
+
+        def reports_in(ts: str) -> list[str]:
+            return [
+                str(c.params["blocks"][0]["text"])
+                for c in fake.calls_to("chat.postMessage")
+                if c.params.get("thread_ts") == ts and "blocks" in c.params
+            ]
+
+        deadline = time.monotonic() + 150
+        while len(openers()) < 2 or not reports_in(str(openers()[1]["ts"])):
+            assert time.monotonic() < deadline, served.stderr()
+            time.sleep(0.2)
+        first, second = openers()[:2]
+        day = datetime.now(UTC).astimezone(shanghai).strftime("%Y-%m-")
+        assert str(first["text"]).startswith(f"*Digest: heat pumps — {day}")
+        first_report = "".join(reports_in(str(first["ts"])))
+        second_report = "".join(reports_in(str(second["ts"])))
+        assert "What's new since" not in first_report
+        assert "## What's new since" in second_report
+    finally:
+        code = terminate(served)
+    assert code == 0, served.stderr()
