@@ -386,3 +386,33 @@ async def test_a_refused_stream_shows_why_and_is_retried(
     finally:
         await stream.close()
     assert stream.status()["state"] == "stopped"
+
+
+async def test_a_digest_posts_through_the_openapi_with_its_heading(
+    dingtalk: DingTalkFactory,
+) -> None:
+    from datetime import UTC, datetime
+
+    from core.digests import DigestService
+    from storage import DigestStore
+
+    bot = await dingtalk(FATHOM_STALE_RUN_AFTER="4")  # the sweep takes queued runs every 2 s
+    text = '/research schedule "heat pumps" cron="0 9 * * MON" depth=1 tz=Asia/Shanghai'
+    await bot.send(bot.message(text, group=True, msg_id="msg_sched"))
+    answer = await wait_for(lambda: bot.fake.sent_to("cid_group_1"))
+    assert "Scheduled **heat pumps**" in answer[0].text
+    digests = DigestService(
+        DigestStore(bot.served.database),
+        bot.served.store,
+        min_interval=3600,
+        grace=3600,
+        max_per_channel=10,
+    )
+    (digest,) = await digests.digests.all()
+    await digests.fire(digest, datetime(2026, 12, 7, 1, 0, tzinfo=UTC))
+    (run,) = await bot.delivered()
+    card = bot.card(run.id)
+    assert card.open_space_id == "dtv1.card//IM_GROUP.cid_group_1"
+    assert card.params["markdown"].startswith("### Digest: heat pumps — 2026-12-07")
+    reports = bot.fake.sent_to("cid_group_1")[1:]  # after the "Scheduled" answer
+    assert reports and all(r.via == "group" for r in reports)  # never the request's webhook

@@ -143,7 +143,7 @@ async def test_the_url_challenge_is_answered_plain_or_encrypted(
 async def test_forged_or_malformed_deliveries_get_4xx_and_store_nothing(
     feishu: FeishuFactory,
 ) -> None:
-    bot = await feishu()
+    bot = await feishu(FATHOM_MAX_BODY_BYTES="8192")  # small: the client sends it all at once
     event = message_event("/research heat pumps", token=TOKEN)
     url = f"{bot.served.url}/feishu/events"
     body = json.dumps(encrypt(event, KEY)).encode()
@@ -165,7 +165,7 @@ async def test_forged_or_malformed_deliveries_get_4xx_and_store_nothing(
         assert response.status_code == status, (status, response.text)
     wrong_token = await bot.send(message_event("/research heat pumps", token="forged"))
     assert wrong_token.status_code == 403
-    huge = b"{" + b" " * (1_048_576 + 10) + b"}"
+    huge = b"{" + b" " * (8192 + 10) + b"}"
     too_big = await bot.served.http.post(url, content=huge, headers=signed_headers(huge, KEY))
     assert too_big.status_code == 413
     assert await bot.served.runs(USER) == []
@@ -468,3 +468,39 @@ def _ws_threads() -> int:
     return sum(
         1 for t in threading.enumerate() if t.name == "feishu long connection" and t.is_alive()
     )
+
+
+async def test_a_digest_opens_a_new_thread_in_the_chat_with_its_card(
+    feishu: FeishuFactory,
+) -> None:
+    """A digest scheduled from Feishu fires (here: its slot is fired directly, as the
+    scheduler does): the card opens a new thread in the chat, the report replies in it."""
+    from datetime import UTC, datetime
+
+    from core.digests import DigestService
+    from storage import DigestStore
+
+    bot = await feishu(FATHOM_STALE_RUN_AFTER="4")  # the sweep takes queued runs every 2 s
+    await bot.send(
+        message_event(
+            '/research schedule "heat pumps" cron="0 9 * * MON" depth=1 tz=Asia/Shanghai',
+            token=TOKEN,
+            message_id="om_sched",
+        )
+    )
+    (answer,) = await wait_for(lambda: bot.thread("om_sched"))
+    assert "Scheduled **heat pumps**" in answer.markdown
+    database = bot.served.database
+    digests = DigestService(
+        DigestStore(database), bot.served.store, min_interval=3600, grace=3600, max_per_channel=10
+    )
+    (digest,) = await digests.digests.all()
+    run, created = await digests.fire(digest, datetime(2026, 12, 7, 1, 0, tzinfo=UTC))
+    assert created and run is not None
+    (done,) = await bot.delivered()
+    opener = bot.fake.messages[done.progress_message_id or ""]
+    assert opener.root_id == "" and opener.chat_id == "oc_chat_1"  # a new top-level message
+    assert opener.card["header"]["title"]["content"] == "Digest: heat pumps — 2026-12-07"
+    assert done.thread_key == f"feishu:{TENANT}:oc_chat_1:{opener.message_id}"
+    reports = bot.thread(opener.message_id)
+    assert reports and all(r.parent_id == opener.message_id for r in reports)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import httpx
 
 from bots.chat.delivery import ChatDelivery
+from bots.chat.inbound import PENDING_PREFIX
 from bots.chat.throttle import WorkspaceLimiters
 from bots.feishu.api import FeishuApi, FeishuError
 from bots.feishu.render import notice_card, progress_card, report_cards
@@ -54,19 +55,32 @@ class ReportCard:
 class FeishuThread:
     """``bots.chat.delivery.ThreadPoster`` for one run's Feishu thread."""
 
-    def __init__(self, run: RunRecord, api: FeishuApi) -> None:
+    def __init__(self, run: RunRecord, api: FeishuApi, store: Store) -> None:
         self._run = run
         self._api = api
-        self.root = ThreadKey.parse(run.thread_key).thread
+        self._store = store
+        self.thread = ThreadKey.parse(run.thread_key)
         self.language = request_language(run.topic)
+        self._title = str((run.platform_context or {}).get("digest_title") or "") or None
+
+    @property
+    def root(self) -> str:
+        """The message the run's messages reply to (the thread's first message)."""
+        return self.thread.thread
 
     def _uuid(self, what: str) -> str:
         return f"{self._run.id}:{what}"
 
     def render_progress(self, status: str, message_id: str | None) -> str:
-        return progress_card(self._run.topic, self._run.depth, status, language=self.language)
+        return progress_card(
+            self._run.topic, self._run.depth, status, language=self.language, title=self._title
+        )
 
     async def post_progress(self, content: str) -> str:
+        if self.needs_opener:  # a digest: its card opens a new thread in the chat
+            return await self._api.create_message(
+                self.thread.channel, "interactive", content, uuid=self._uuid("progress")
+            )
         return await self._api.reply(self.root, "interactive", content, uuid=self._uuid("progress"))
 
     async def edit_progress(self, message_id: str, content: str) -> None:
@@ -76,11 +90,17 @@ class FeishuThread:
         return True
 
     async def resume(self, message_id: str | None) -> None:
-        return None
+        """A digest's opener is its thread: once posted, the thread is re-keyed to it."""
+        if message_id is not None and self.needs_opener:
+            key = self.thread.model_copy(update={"thread": message_id})
+            await self._store.rekey_thread(self._run.thread_id, key=str(key), thread_ref=message_id)
+            self.thread = key
 
     @property
     def needs_opener(self) -> bool:
-        return False  # the thread is the request's: it exists before the run
+        """Only a digest's thread starts with its progress card; a request's thread is the
+        request message's."""
+        return self.thread.thread.startswith(PENDING_PREFIX)
 
     def report_parts(self, outcome: RunOutcome) -> Sequence[ReportCard]:
         cards = report_cards(outcome.report_markdown or "", outcome.sources)
@@ -111,7 +131,7 @@ class FeishuDeliveryFactory:
         tenant = ThreadKey.parse(run.thread_key).workspace
         return ChatDelivery(
             run,
-            FeishuThread(run, self._api),
+            FeishuThread(run, self._api, self._store),
             self._store,
             edit_interval=self._interval,
             limiter=self._limiters.for_team(tenant),
