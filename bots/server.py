@@ -93,7 +93,6 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
                 LeaseStore(runtime.database),
                 runner,
                 owner=runtime.service.owner,
-                platforms=job.platforms,
             )
             housekeeping: asyncio.Task[None] | None = None
             if upgrade or await runtime.database.schema_is_current():

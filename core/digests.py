@@ -9,6 +9,7 @@ does), and the writer is told what the previous digest found (see ``core.service
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +22,14 @@ from core.jobs import JobRunner
 from core.models import ResearchRequest, Strategy, ThreadKey
 from core.service import RunRejected, submit_run
 from core.wording import Language, pick, request_language
-from storage import DigestLimit, DigestRecord, DigestStore, RunRecord, Store
+from storage import (
+    DigestLimit,
+    DigestRecord,
+    DigestStore,
+    RunRecord,
+    StorageUnavailable,
+    Store,
+)
 from storage.tables import utcnow
 
 log = logging.getLogger(__name__)
@@ -136,12 +144,15 @@ class DigestService:
         return digest
 
     # -- firings -------------------------------------------------------------------------------
-    def due_slot(self, digest: DigestRecord, now: datetime) -> datetime | None:
-        """The slot to fire now: the digest's latest firing that is at most the grace period
-        old (and not before it was created); None when there is none."""
+    def due_slot(
+        self, digest: DigestRecord, now: datetime, *, window: float | None = None
+    ) -> datetime | None:
+        """The slot to fire now: the digest's latest firing at most ``window`` seconds old
+        (default: the grace period), and not before it was created; None when there is none."""
         tz = schedule.timezone(digest.timezone)
         trigger = schedule.trigger(digest.cron, tz)
-        since = max(now - timedelta(seconds=self._grace), digest.created_at)
+        back = self._grace if window is None else window
+        since = max(now - timedelta(seconds=back), digest.created_at)
         slots = schedule.firings(trigger, since - timedelta(microseconds=1), now)
         return slots[-1] if slots else None
 
@@ -184,15 +195,35 @@ class DigestService:
         now = now or self.clock()
         started = []
         for digest in await self.digests.enabled():
-            slot = self.due_slot(digest, now)
-            if slot is None:
+            try:
+                run = await self.fire_if_due(digest, runner, now)
+            except (StorageUnavailable, asyncio.CancelledError):
+                raise
+            except Exception:  # one bad digest must not stop the others
+                log.exception("digest %s: firing failed", digest.id)
                 continue
-            run, created = await self.fire(digest, slot)
-            if run is not None and created:
+            if run is not None:
                 started.append(run)
-                if runner is not None:
-                    await runner.enqueue(run.id)
         return started
+
+    async def fire_if_due(
+        self,
+        digest: DigestRecord,
+        runner: JobRunner | None,
+        now: datetime,
+        *,
+        window: float | None = None,
+    ) -> RunRecord | None:
+        """Fire the digest's due slot unless it was fired; enqueue and return a new run."""
+        slot = self.due_slot(digest, now, window=window)
+        if slot is None:
+            return None
+        run, created = await self.fire(digest, slot)
+        if run is None or not created:
+            return None
+        if runner is not None:
+            await runner.enqueue(run.id)
+        return run
 
 
 def local_date(slot: datetime, timezone: str) -> str:

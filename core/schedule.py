@@ -8,6 +8,7 @@ time as an argument, so callers (and tests) choose the clock.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -57,35 +58,37 @@ def trigger(cron: str | None, tz: ZoneInfo) -> CronTrigger:
         ) from None
 
 
-def firings(schedule: CronTrigger, after: datetime, until: datetime) -> list[datetime]:
-    """Every firing in ``(after, until]`` (aware datetimes)."""
-    out: list[datetime] = []
+def _after(fire: datetime) -> datetime:
+    """The instant just after ``fire``, computed in UTC: wall-clock arithmetic on a zoned
+    datetime drops ``fold`` and would step back an hour at the autumn change."""
+    return fire.astimezone(UTC) + timedelta(microseconds=1)
+
+
+def _upcoming(schedule: CronTrigger, moment: datetime) -> Iterator[datetime]:
+    """The firings from ``moment`` on, each local time once: a wall time that repeats when
+    the clocks go back fires only the first time."""
     previous: datetime | None = None
-    moment = after + timedelta(microseconds=1)
     while True:
         fire = schedule.get_next_fire_time(previous, moment)
-        if fire is None or fire > until:
-            return out
-        out.append(fire)
-        previous, moment = fire, fire + timedelta(microseconds=1)
+        if fire is None:
+            return
+        if previous is None or fire.replace(tzinfo=None) != previous.replace(tzinfo=None):
+            yield fire
+        previous, moment = fire, _after(fire)
+
+
+def firings(schedule: CronTrigger, after: datetime, until: datetime) -> list[datetime]:
+    """Every firing in ``(after, until]`` (aware datetimes)."""
+    return list(itertools.takewhile(lambda f: f <= until, _upcoming(schedule, _after(after))))
 
 
 def next_firing(schedule: CronTrigger, now: datetime) -> datetime | None:
-    fire: datetime | None = schedule.get_next_fire_time(None, now)
-    return fire
+    return next(_upcoming(schedule, now), None)
 
 
 def shortest_gap(schedule: CronTrigger, now: datetime) -> timedelta | None:
     """The shortest time between two consecutive firings over the next :data:`GAP_SAMPLES`."""
-    fires: list[datetime] = []
-    previous: datetime | None = None
-    moment = now
-    for _ in range(GAP_SAMPLES):
-        fire = schedule.get_next_fire_time(previous, moment)
-        if fire is None:
-            break
-        fires.append(fire)
-        previous, moment = fire, fire + timedelta(microseconds=1)
+    fires = list(itertools.islice(_upcoming(schedule, now), GAP_SAMPLES))
     gaps = [b - a for a, b in itertools.pairwise(fires)]
     return min(gaps) if gaps else None
 

@@ -1,6 +1,7 @@
 """The digest scheduler: APScheduler 3 on one replica at a time.
 
-Every replica runs a :class:`DigestScheduler`; each ``tick`` (every :data:`TICK` seconds) it
+Every replica runs a :class:`DigestScheduler` (for every platform's digests: a firing is a run,
+posted by whichever replica serves its platform); each ``tick`` (every :data:`TICK` seconds) it
 takes or renews the ``digest-scheduler`` lease (:class:`storage.LeaseStore`, :data:`LEASE`
 seconds). The holder keeps one APScheduler job per enabled digest (``CronTrigger`` in the
 digest's timezone), rebuilt from the table on every tick, so digests added or removed on any
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -23,7 +24,7 @@ from core import schedule
 from core.delivery import delivery_refused
 from core.digests import Clock, DigestService
 from core.jobs import JobRunner
-from storage import DigestRecord, LeaseStore
+from storage import DigestRecord, LeaseStore, StorageUnavailable
 from storage.tables import utcnow
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,9 @@ LEASE_NAME = "digest-scheduler"
 #: How long the lease lasts without renewal (seconds), and how often it is renewed.
 LEASE = 45.0
 TICK = 15.0
+#: How far back a job (or a job just added) looks for its slot (seconds); the catch-up on
+#: taking the lease looks back FATHOM_DIGEST_GRACE instead.
+JOB_WINDOW = 120.0
 
 
 class DigestScheduler:
@@ -42,7 +46,6 @@ class DigestScheduler:
         runner: JobRunner | None,
         *,
         owner: str,
-        platforms: frozenset[str] | None = None,
         clock: Clock = utcnow,
         tick_every: float = TICK,
         lease: float = LEASE,
@@ -51,11 +54,11 @@ class DigestScheduler:
         self._leases = leases
         self._runner = runner
         self.owner = owner
-        self._platforms = platforms
         self._clock = clock
         self._tick_every = tick_every
         self._lease = lease
         self.holder = False
+        self._expires = clock()
         self._jobs: dict[str, tuple[str, str]] = {}  # digest id -> (cron, timezone)
         self._apscheduler: AsyncIOScheduler | None = None
         self._task: asyncio.Task[None] | None = None
@@ -67,17 +70,34 @@ class DigestScheduler:
         now = now or self._clock()
         held = await self._leases.acquire(LEASE_NAME, self.owner, self._lease, now)
         started: list[str] = []
-        if held and not self.holder:
+        taken = held and not self.holder
+        if self.holder and not held:
+            log.warning("digest scheduler: lease lost to another replica")
+        self.holder = held
+        self._expires = now + timedelta(seconds=self._lease) if held else now
+        if taken:
             log.info("digest scheduler: this replica (%s) holds it now", self.owner)
             runs = await self._digests.fire_due(self._runner, now)
             started = [run.id for run in runs]
-        elif self.holder and not held:
-            log.warning("digest scheduler: lease lost to another replica")
-        self.holder = held
-        enabled = await self._digests.digests.enabled(self._platforms) if held else []
-        enabled = [d for d in enabled if not await self._disable_if_refused(d)]
-        await self._sync(enabled)
+        enabled = await self._digests.digests.enabled() if held else []
+        kept = []
+        for digest in enabled:
+            try:
+                if not await self._disable_if_refused(digest):
+                    kept.append(digest)
+            except StorageUnavailable:
+                raise
+            except Exception:
+                log.exception("digest %s: could not check its last firing", digest.id)
+                kept.append(digest)
+        await self._sync(kept, now)
         return started
+
+    @property
+    def holds(self) -> bool:
+        """Holder, and the lease not expired by this replica's clock (a stalled tick must not
+        leave jobs firing on a lease another replica may have taken)."""
+        return self.holder and self._clock() < self._expires
 
     async def _disable_if_refused(self, digest: DigestRecord) -> bool:
         """A digest whose latest firing the platform refused for good (its channel is gone,
@@ -90,8 +110,10 @@ class DigestScheduler:
         await self._digests.digests.disable(digest.id, reason)
         return True
 
-    async def _sync(self, digests: list[DigestRecord]) -> None:
-        """One APScheduler job per enabled digest (none unless this replica holds the lease)."""
+    async def _sync(self, digests: list[DigestRecord], now: datetime) -> None:
+        """One APScheduler job per enabled digest (none unless this replica holds the lease).
+        A job added just after its digest's slot would only fire the next one, so a new job
+        also fires a slot that is due now (once: the dedupe key)."""
         scheduler = self._apscheduler
         if scheduler is None:
             return
@@ -105,30 +127,31 @@ class DigestScheduler:
         for digest in digests:
             if digest.id in self._jobs:
                 continue
-            trigger = schedule.trigger(digest.cron, schedule.timezone(digest.timezone))
-            scheduler.add_job(
-                self._fire,
-                trigger=trigger,
-                args=[digest.id],
-                id=digest.id,
-                replace_existing=True,
-                coalesce=True,
-                misfire_grace_time=None,
-            )
-            self._jobs[digest.id] = (digest.cron, digest.timezone)
+            try:
+                trigger = schedule.trigger(digest.cron, schedule.timezone(digest.timezone))
+                scheduler.add_job(
+                    self._fire,
+                    trigger=trigger,
+                    args=[digest.id],
+                    id=digest.id,
+                    replace_existing=True,
+                    coalesce=True,
+                    misfire_grace_time=None,
+                )
+                self._jobs[digest.id] = (digest.cron, digest.timezone)
+                await self._digests.fire_if_due(digest, self._runner, now, window=JOB_WINDOW)
+            except StorageUnavailable:
+                raise
+            except Exception:  # e.g. a timezone this machine's tzdata no longer knows
+                log.exception("digest %s: could not be scheduled", digest.id)
 
     async def _fire(self, digest_id: str) -> None:
         """An APScheduler job: fire the digest's due slot (re-read: it may be gone)."""
         try:
             digest = await self._digests.digests.get(digest_id)
-            if digest is None or not digest.enabled or not self.holder:
+            if digest is None or not digest.enabled or not self.holds:
                 return
-            slot = self._digests.due_slot(digest, self._clock())
-            if slot is None:
-                return
-            run, created = await self._digests.fire(digest, slot)
-            if run is not None and created and self._runner is not None:
-                await self._runner.enqueue(run.id)
+            await self._digests.fire_if_due(digest, self._runner, self._clock(), window=JOB_WINDOW)
         except Exception:
             log.exception("digest %s: firing failed", digest_id)
 
@@ -153,7 +176,7 @@ class DigestScheduler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._apscheduler is not None:
+        if self._apscheduler is not None and self._apscheduler.running:
             self._apscheduler.shutdown(wait=False)
         if self.holder:
             with contextlib.suppress(Exception):

@@ -47,8 +47,10 @@ class LeaseStore:
             try:
                 with conn.begin_nested():
                     conn.execute(insert(_leases).values(name=name, owner=owner, expires_at=expires))
-            except IntegrityError:  # another owner holds it (or just took it)
-                return False
+            except IntegrityError:
+                # Someone created the row meanwhile: ours (a concurrent call of this owner) or
+                # another owner's; the row decides.
+                return bool(conn.execute(take).rowcount)
             return True
 
         return await self._db.run(work)

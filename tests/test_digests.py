@@ -130,6 +130,13 @@ def test_cron_in_a_timezone_follows_daylight_saving_time() -> None:
     hours_utc = [f.astimezone(UTC).hour for f in fires]
     assert hours_utc == [8, 8, 7, 7]  # 09:00 CET, then 09:00 CEST after 28 March
     assert all(f.astimezone(berlin).hour == 9 for f in fires)
+    # When the clocks go back, a repeated wall time fires once (and the arithmetic ends).
+    nightly = schedule.trigger("30 2 * * *", berlin)
+    autumn = schedule.firings(
+        nightly, datetime(2024, 10, 26, 0, 0, tzinfo=UTC), datetime(2024, 10, 28, 12, 0, tzinfo=UTC)
+    )
+    assert [f.astimezone(UTC).hour for f in autumn] == [0, 0, 1]  # 02:30 CEST, CEST, CET
+    assert schedule.shortest_gap(nightly, datetime(2024, 9, 1, tzinfo=UTC)) == timedelta(days=1)
     shanghai = schedule.trigger("0 9 * * MON", schedule.timezone("Asia/Shanghai"))
     after = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
     assert schedule.next_firing(shanghai, after) == MONDAY_0900_SHANGHAI
@@ -270,6 +277,56 @@ async def test_a_digest_whose_channel_refuses_its_posts_is_disabled(replicas: Re
     assert digest.id not in a.scheduler._jobs
     clock.now += timedelta(days=7)
     assert await a.digests.fire_due(None) == []  # never fired again
+
+
+async def test_a_digest_added_just_before_its_slot_still_fires_it(replicas: Replicas) -> None:
+    """Jobs are added at the next tick, possibly just after the slot: adding one fires a
+    slot that is due (once)."""
+    make, _, clock = replicas
+    a = await make("a")
+    clock.now = MONDAY_0900_SHANGHAI - timedelta(seconds=10)
+    await a.scheduler.start()
+    await a.scheduler.tick()
+    assert a.scheduler.holder
+    digest = await a.digests.add(weekly(), thread=CHANNEL, created_by="memory:W1:U1")
+    clock.now = MONDAY_0900_SHANGHAI + timedelta(seconds=5)  # the tick comes after 09:00
+    await a.scheduler.tick()
+    assert digest.id in a.scheduler._jobs
+    (run,) = await a.digests.digests.runs(digest.id)
+    assert run.dedupe_key == f"digest:{digest.id}:20261207T0100Z"
+
+
+async def test_one_broken_digest_does_not_stop_the_others(replicas: Replicas) -> None:
+    make, _, clock = replicas
+    a = await make("a")
+    await a.scheduler.start()
+    await a.scheduler.tick()
+    assert a.scheduler.holder
+    broken = await a.digests.digests.add(
+        platform=PLATFORM,
+        workspace="W1",
+        channel="C1",
+        topic="x",
+        depth=1,
+        strategy="iterative",
+        cron="0 9 * * MON",
+        timezone="Mars/Olympus_Mons",  # e.g. a zone this machine's tzdata no longer has
+        created_by="memory:W1:U1",
+        platform_context=None,
+        max_per_channel=10,
+    )
+    good = await a.digests.add(weekly(), thread=CHANNEL, created_by="memory:W1:U1")
+    clock.now = MONDAY_0900_SHANGHAI + timedelta(seconds=5)
+    await a.scheduler.tick()  # the broken one is logged and skipped; the good one fires
+    assert good.id in a.scheduler._jobs and broken.id not in a.scheduler._jobs
+    assert len(await a.digests.digests.runs(good.id)) == 1
+    assert await a.digests.digests.runs(broken.id) == []
+    # The catch-up of a replica that takes over skips it the same way.
+    b = await make("b")
+    clock.now += timedelta(minutes=5)
+    await a.scheduler.close()  # gives the lease up
+    await b.scheduler.tick()
+    assert b.scheduler.holder
 
 
 # -- chat commands ----------------------------------------------------------------------------
