@@ -1,0 +1,1 @@
+"""Reading result pages: safe fetching (``fetch``), main text and passages (``extract``)."""

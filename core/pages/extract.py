@@ -1,0 +1,107 @@
+"""A page's main text (trafilatura, never hand-written HTML parsing), split into passages, and
+the passages that matter for a query within a token budget (BM25, rank-bm25).
+
+Extraction is CPU work: callers run :func:`main_text` in a worker thread. Page text is
+untrusted: every passage passes ``core.untrusted.as_data`` (no mention, link or web address
+survives) before anyone sees it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from core.untrusted import as_data
+
+#: A passage holds about this many characters (paragraphs are joined or cut to it).
+PASSAGE_CHARS = 700
+_WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+
+
+@dataclass(frozen=True)
+class Passage:
+    text: str
+    score: float
+
+
+def main_text(html: str, url: str, content_type: str) -> str:
+    """The main text of a page: article paragraphs without navigation, footers, cookie
+    banners or comments; plain text as it is."""
+    if content_type == "text/plain":
+        return html
+    import trafilatura
+
+    text = trafilatura.extract(
+        html,
+        url=url,
+        include_comments=False,
+        include_tables=True,
+        favor_precision=True,
+        deduplicate=True,
+    )
+    return text or ""
+
+
+def estimate_tokens(text: str) -> int:
+    """A model's tokens, roughly: a CJK character is about one, other words about 1.3."""
+    cjk = len(_CJK.findall(text))
+    words = len(_WORD.findall(_CJK.sub(" ", text)))
+    return cjk + math.ceil(words * 1.3)
+
+
+def split_passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
+    """Paragraphs joined up to ``size`` characters; a longer paragraph cut at sentences."""
+    pieces: list[str] = []
+    for paragraph in re.split(r"\n\s*\n|\n", text):
+        paragraph = " ".join(paragraph.split())
+        if not paragraph:
+            continue
+        while len(paragraph) > size:
+            cut = max(paragraph.rfind(". ", 0, size), paragraph.rfind("。", 0, size))
+            cut = cut + 1 if cut > size // 3 else size
+            pieces.append(paragraph[:cut].strip())
+            paragraph = paragraph[cut:].strip()
+        if paragraph:
+            pieces.append(paragraph)
+    passages: list[str] = []
+    for piece in pieces:
+        if passages and len(passages[-1]) + 1 + len(piece) <= size:
+            passages[-1] = f"{passages[-1]} {piece}"
+        else:
+            passages.append(piece)
+    return passages
+
+
+def _terms(text: str) -> list[str]:
+    """Words (lower-cased) and single CJK characters."""
+    return [w.lower() for w in _WORD.findall(_CJK.sub(" ", text))] + _CJK.findall(text)
+
+
+def select(passages: Sequence[str], query: str, budget_tokens: int) -> list[Passage]:
+    """The passages most relevant to ``query`` (BM25) that fit in ``budget_tokens``, in the
+    page's order; neutralised. Passages sharing no term with the query are never kept."""
+    from rank_bm25 import BM25Okapi
+
+    clean = [as_data(p) for p in passages]
+    clean = [p for p in clean if p]
+    if not clean or budget_tokens <= 0:
+        return []
+    corpus = [_terms(p) or [""] for p in clean]
+    query_terms = _terms(query)
+    scores = BM25Okapi(corpus).get_scores(query_terms)
+    shared = [bool(set(query_terms) & set(terms)) for terms in corpus]
+    ranked = sorted(range(len(clean)), key=lambda i: scores[i], reverse=True)
+    chosen: list[int] = []
+    spent = 0
+    for i in ranked:
+        if not shared[i]:
+            continue
+        cost = estimate_tokens(clean[i])
+        if spent + cost > budget_tokens:
+            continue
+        chosen.append(i)
+        spent += cost
+    return [Passage(clean[i], float(scores[i])) for i in sorted(chosen)]

@@ -1,0 +1,187 @@
+"""Fetching a result page safely: public http(s) addresses only, robots.txt respected, bounded
+in time, size, redirects and content type.
+
+Every address a fetch touches (the page's, each redirect's, robots.txt's) is resolved and
+refused when any of its IPs is private, loopback, link-local, multicast, reserved or
+unspecified. ``allow_loopback`` (``FATHOM_ALLOW_PRIVATE_FETCH=1``, for tests against local
+servers) lets loopback addresses through; the other internal ranges stay refused.
+Redirects are followed here, one checked hop at a time, never by the HTTP client. A refusal or
+a failure is a :class:`PageSkipped` with a short reason that is safe to show in "Notes on this
+run"; a run never fails because of a page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import time
+from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
+from urllib.robotparser import RobotFileParser
+
+import httpx
+
+USER_AGENT = "FathomBot/0.1 (research assistant; reads the result pages of a user's research)"
+ROBOTS_AGENT = "FathomBot"
+TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
+#: robots.txt files are kept this long per host (seconds).
+ROBOTS_TTL = 3600.0
+ROBOTS_MAX_BYTES = 256 * 1024
+
+
+class PageSkipped(Exception):
+    """The page was not read; ``reason`` is short and safe to show."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"{url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class FetchedPage:
+    url: str  # as asked
+    final_url: str  # after redirects
+    content_type: str
+    body: str
+    truncated: bool
+
+
+def _internal(address: str, *, allow_loopback: bool = False) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if allow_loopback and ip.is_loopback:
+        return False
+    return bool(
+        ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+        or not ip.is_global
+    )
+
+
+class PageFetcher:
+    """Fetches pages for every run of the process (``max_concurrent`` at once in all)."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        timeout: float = 8.0,
+        max_bytes: int = 2 * 1024 * 1024,
+        max_redirects: int = 5,
+        max_concurrent: int = 20,
+        allow_loopback: bool = False,
+    ) -> None:
+        self._http = http
+        self._timeout = timeout
+        self._max_bytes = max_bytes
+        self._max_redirects = max_redirects
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._allow_loopback = allow_loopback
+        self._robots: dict[str, tuple[float, RobotFileParser | None]] = {}
+        self._robots_locks: dict[str, asyncio.Lock] = {}
+
+    async def fetch(self, url: str) -> FetchedPage:
+        """The page at ``url`` (text only); :class:`PageSkipped` saying why not."""
+        async with self._slots:
+            try:
+                return await asyncio.wait_for(self._fetch(url), self._timeout)
+            except TimeoutError:
+                raise PageSkipped(url, f"no answer within {self._timeout:g} s") from None
+            except httpx.HTTPError as exc:
+                raise PageSkipped(url, f"unreachable ({type(exc).__name__})") from None
+
+    async def _fetch(self, url: str) -> FetchedPage:
+        current = url
+        for _ in range(self._max_redirects + 1):
+            await self._check_address(url, current)
+            if not await self._allowed_by_robots(url, current):
+                raise PageSkipped(url, "disallowed by the site's robots.txt")
+            request = self._http.build_request(
+                "GET",
+                current,
+                headers={"User-Agent": USER_AGENT, "Accept": "text/html, text/plain"},
+            )
+            response = await self._http.send(request, stream=True, follow_redirects=False)
+            try:
+                if response.is_redirect and "location" in response.headers:
+                    current = urljoin(current, response.headers["location"])
+                    continue
+                if response.status_code >= 400:
+                    raise PageSkipped(url, f"HTTP {response.status_code}")
+                kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+                if kind not in TEXT_TYPES:
+                    raise PageSkipped(url, f"not a text page ({kind or 'no content type'})")
+                body, truncated = await self._read(response)
+            finally:
+                await response.aclose()
+            charset = response.charset_encoding or "utf-8"
+            text = body.decode(charset, errors="replace")
+            return FetchedPage(url, current, kind, text, truncated)
+        raise PageSkipped(url, f"more than {self._max_redirects} redirects")
+
+    async def _read(self, response: httpx.Response) -> tuple[bytes, bool]:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= self._max_bytes:
+                return b"".join(chunks)[: self._max_bytes], True
+        return b"".join(chunks), False
+
+    async def _check_address(self, asked: str, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise PageSkipped(asked, "only public http and https addresses are read")
+        host = parts.hostname
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host,
+                parts.port or (443 if parts.scheme == "https" else 80),
+                type=socket.SOCK_STREAM,
+            )
+        except OSError:
+            raise PageSkipped(asked, "its address does not resolve") from None
+        loopback = self._allow_loopback
+        if not infos or any(_internal(str(i[4][0]), allow_loopback=loopback) for i in infos):
+            raise PageSkipped(asked, "it points to a private or internal address")
+
+    async def _allowed_by_robots(self, asked: str, url: str) -> bool:
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        lock = self._robots_locks.setdefault(origin, asyncio.Lock())
+        async with lock:
+            cached = self._robots.get(origin)
+            if cached is None or time.monotonic() - cached[0] > ROBOTS_TTL:
+                cached = (time.monotonic(), await self._load_robots(asked, origin))
+                self._robots[origin] = cached
+        parser = cached[1]
+        return True if parser is None else parser.can_fetch(ROBOTS_AGENT, url)
+
+    async def _load_robots(self, asked: str, origin: str) -> RobotFileParser | None:
+        """The site's rules (None: no robots.txt, everything allowed). A server error or an
+        unreachable robots.txt disallows the whole site for now (RFC 9309)."""
+        robots_url = f"{origin}/robots.txt"
+        await self._check_address(asked, robots_url)
+        parser = RobotFileParser(robots_url)
+        try:
+            response = await self._http.get(
+                robots_url, headers={"User-Agent": USER_AGENT}, follow_redirects=False
+            )
+        except httpx.HTTPError:
+            parser.parse(["User-agent: *", "Disallow: /"])
+            return parser
+        if response.status_code >= 500:
+            parser.parse(["User-agent: *", "Disallow: /"])
+            return parser
+        if response.status_code >= 400 or response.is_redirect:
+            return None
+        parser.parse(response.content[:ROBOTS_MAX_BYTES].decode("utf-8", "replace").splitlines())
+        return parser
