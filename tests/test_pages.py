@@ -39,7 +39,7 @@ INJECTED = """<html><body><article>
 
 
 async def slow(request: Request) -> Response:
-    await asyncio.sleep(3)
+    await asyncio.sleep(1.5)  # past the fetcher's 1 s
     return HTMLResponse(ARTICLE)
 
 
@@ -161,3 +161,26 @@ def test_selection_keeps_relevant_passages_in_page_order() -> None:
     chinese = select(passages, "热泵 效率", 1000)
     assert [p.text for p in chinese] == [passages[3]]
     assert select(passages, "heat pumps", 0) == []
+
+
+async def test_a_round_reads_its_pages_at_once_within_one_budget(
+    site: BackgroundServer, fetcher: PageFetcher
+) -> None:
+    from core.pages.reader import PageReader
+
+    reader = PageReader(fetcher, pages=3, budget_tokens=400)
+    urls = [
+        f"{site.url}/article",
+        f"{site.url}/slow",  # times out (1 s) while the others are read
+        f"{site.url}/huge",
+        f"{site.url}/plain",  # beyond the three pages of the round
+    ]
+    reading = await reader.read(urls, "heat pumps efficiency")
+    assert {s.url: s.reason for s in reading.skipped} == {
+        f"{site.url}/slow": "no answer within 1 s"
+    }
+    assert [p.url for p in reading.pages] == [f"{site.url}/article", f"{site.url}/huge"]
+    assert 0 < reading.tokens <= 400
+    assert all(f"{site.url}/plain" != p.url for p in reading.pages)
+    nothing = await reader.read([f"{site.url}/article"], "quantum chromodynamics")
+    assert nothing.pages == [] and nothing.skipped[0].reason == "nothing on it about the topic"
