@@ -374,3 +374,12 @@ async def test_schedule_list_and_unschedule_from_chat(replicas: Replicas) -> Non
     removed = await chat.say(a.commands, f"unschedule {digest.id}", user="UADMIN", thread="t7")
     assert removed is not None and f"Removed the schedule `{digest.id}`" in removed.text
     assert [d.topic for d in await a.digests.digests.all()] == ["wind"]
+
+
+async def test_a_schedule_delivered_twice_at_once_is_stored_once(replicas: Replicas) -> None:
+    make, chat, _ = replicas
+    a = await make("a")
+    text = 'schedule "LLM inference" cron="0 9 * * MON" tz=Asia/Shanghai'
+    replies = await asyncio.gather(*(chat.say(a.commands, text, key="k-once") for _ in range(3)))
+    assert sum(r is not None for r in replies) == 1
+    assert len(await a.digests.digests.all()) == 1

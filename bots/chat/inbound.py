@@ -135,13 +135,15 @@ class ChatCommands:
             return None
         if await self._store.events_seen(message.event_keys):
             return None  # a redelivery of a request already handled
-        # A cancel acts on whatever runs are active when it is handled, so it is recorded
-        # first: handled at most once (two deliveries must not cancel two runs).
-        cancel = self._is_cancel(message)
-        if cancel and not await self._claim(message):
+        # A command with an effect beyond a run (cancel stops whatever run is active when it
+        # is handled; schedule and unschedule change the channel's digests) is recorded
+        # first: handled at most once (two deliveries must not cancel two runs or store two
+        # schedules).
+        once = self._acts_once(message)
+        if once and not await self._claim(message):
             return None
         reply = await self.handle(message)
-        if not cancel and not await self._claim(message):
+        if not once and not await self._claim(message):
             return None  # another delivery of it (another replica) answered meanwhile
         if not reply.started:
             await answer(reply.text)
@@ -155,7 +157,7 @@ class ChatCommands:
             await self._store.claim_event(message.delivery_key)
         return True
 
-    def _is_cancel(self, message: ChatMessage) -> bool:
+    def _acts_once(self, message: ChatMessage) -> bool:
         settings = self._settings
         try:
             command = parse_command(
@@ -163,7 +165,7 @@ class ChatCommands:
             )
         except CommandError:
             return False
-        return isinstance(command, CancelCommand)
+        return isinstance(command, CancelCommand | ScheduleCommand | UnscheduleCommand)
 
     async def handle(self, message: ChatMessage) -> Reply:
         """What to answer to one request; a research request becomes a queued run."""
