@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from core import schedule
 from core.commands import CommandError
@@ -43,8 +43,14 @@ DIGEST_TITLE = "digest_title"
 DIGEST_DATE = "digest_date"
 
 
+def slot_stamp(slot: datetime) -> str:
+    """A slot as it appears in keys: ``20261207T0100Z`` (UTC, to the minute)."""
+    return slot.astimezone(UTC).strftime("%Y%m%dT%H%MZ")
+
+
 def slot_key(digest_id: str, slot: datetime) -> str:
-    return f"digest:{digest_id}:{slot.astimezone(schedule.UTC).strftime('%Y%m%dT%H%MZ')}"
+    """The dedupe key of the run of ``digest_id`` at ``slot``: one run per slot."""
+    return f"digest:{digest_id}:{slot_stamp(slot)}"
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,7 @@ class DigestService:
     async def fire(self, digest: DigestRecord, slot: datetime) -> tuple[RunRecord | None, bool]:
         """Start the run of ``digest`` for ``slot`` (once: a second call finds the first
         run). Returns the run (None when the channel is busy) and whether it is new."""
-        stamp = slot.astimezone(schedule.UTC).strftime("%Y%m%dT%H%MZ")
+        stamp = slot_stamp(slot)
         thread = ThreadKey(
             platform=digest.platform,
             workspace=digest.workspace,
@@ -224,6 +230,12 @@ class DigestService:
         if runner is not None:
             await runner.enqueue(run.id)
         return run
+
+
+def heading_of(run: RunRecord) -> str | None:
+    """The heading of a digest firing's first message (None for any other run)."""
+    title = (run.platform_context or {}).get(DIGEST_TITLE)
+    return str(title) if run.digest_id and title else None
 
 
 def local_date(slot: datetime, timezone: str) -> str:

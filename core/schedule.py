@@ -21,8 +21,6 @@ from core.wording import Language
 EXAMPLE = (
     '`/research schedule "open-source LLM inference engines" cron="0 9 * * MON" tz=Asia/Shanghai`'
 )
-__all__ = ["UTC", "check_interval", "describe", "firings", "next_firing", "timezone", "trigger"]
-
 #: Firings looked at to find a schedule's shortest gap.
 GAP_SAMPLES = 64
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -157,7 +157,7 @@ class DigestScheduler:
 
     # -- the loop --------------------------------------------------------------------------------
     async def start(self) -> None:
-        self._apscheduler = AsyncIOScheduler(timezone=schedule.UTC)
+        self._apscheduler = AsyncIOScheduler(timezone=UTC)
         self._apscheduler.start()
         self._task = asyncio.create_task(self._loop())
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, delete, func, insert, select, update
@@ -149,23 +148,3 @@ class DigestStore:
             .limit(limit)
         )
         return await self._db.run(lambda c: [_run_record(r) for r in c.execute(stmt).mappings()])
-
-    async def previous_success(self, digest_id: str, before: datetime) -> RunRecord | None:
-        """The digest's latest succeeded run created before ``before``."""
-        stmt = (
-            _RUNS.where(
-                and_(
-                    _runs.c.digest_id == digest_id,
-                    _runs.c.status == "succeeded",
-                    _runs.c.created_at < before,
-                )
-            )
-            .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
-            .limit(1)
-        )
-
-        def work(conn: Connection) -> RunRecord | None:
-            row = conn.execute(stmt).mappings().first()
-            return None if row is None else _run_record(row)
-
-        return await self._db.run(work)

@@ -149,6 +149,11 @@ class ChatCommands:
             await answer(reply.text)
         return reply
 
+    async def receive_unreadable(self, message: ChatMessage, answer: Answer) -> None:
+        """A message the bot cannot read (an image, a file): a short help answer, once."""
+        if message.addressed and await self._claim(message):
+            await answer(self.replies("en").unsupported_message())
+
     async def _claim(self, message: ChatMessage) -> bool:
         """Record the request; True for the delivery that recorded it first."""
         if not await self._store.claim_event(message.dedupe_key):

@@ -19,7 +19,7 @@ from typing import Literal
 from bots.chat.delivery import ChatDelivery
 from bots.chat.inbound import ChatCommands, ChatMessage, Reply
 from bots.chat.markdown import split_report
-from bots.chat.replies import Icon
+from bots.chat.replies import EMOJI_ICONS, Icon
 from bots.chat.throttle import WorkspaceLimiters
 from core.delivery import PostFailure
 from core.models import ThreadKey
@@ -67,9 +67,7 @@ class MemoryMarkup:
         return neutralise(text)
 
     def icon(self, name: Icon) -> str:
-        return {"warning": "⚠️ ", "no_entry": "⛔ ", "hourglass": "⏳ ", "mag": "🔍 "}.get(
-            name, "🛑 "
-        )
+        return EMOJI_ICONS[name]
 
     def thread_hint(self, thread: ThreadKey, language: Language) -> str:
         return f"{thread.channel}/{thread.thread}"

@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from core.digests import DigestView
 
 Icon = Literal["warning", "no_entry", "hourglass", "mag", "stop"]
+#: Icons as emoji, for platforms whose markup has no icon codes of its own (Feishu, DingTalk).
+EMOJI_ICONS: dict[Icon, str] = {
+    "warning": "⚠️ ",
+    "no_entry": "⛔ ",
+    "hourglass": "⏳ ",
+    "mag": "🔍 ",
+    "stop": "🛑 ",
+}
 STATUS_RECENT = 5
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -33,8 +32,9 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from bots.chat.inbound import ChatCommands
-from bots.chat.replies import Icon
+from bots.chat.background import Background
+from bots.chat.inbound import Answer, ChatCommands
+from bots.chat.replies import EMOJI_ICONS, Icon
 from bots.dingtalk.api import DingTalkApi, DingTalkError, Space
 from bots.dingtalk.delivery import DingTalkDeliveryFactory, classify_error
 from bots.dingtalk.events import (
@@ -60,13 +60,6 @@ from storage.tables import utcnow
 
 log = logging.getLogger(__name__)
 
-_ICONS: dict[Icon, str] = {
-    "warning": "⚠️ ",
-    "no_entry": "⛔ ",
-    "hourglass": "⏳ ",
-    "mag": "🔍 ",
-    "stop": "🛑 ",
-}
 #: A user's research runs looked at for the follow-up rule.
 FOLLOW_UP_CANDIDATES = 10
 #: ``/research <topic>``: always a new research.
@@ -82,7 +75,7 @@ class DingTalkMarkup:
         return escape_text(text)
 
     def icon(self, name: Icon) -> str:
-        return _ICONS[name]
+        return EMOJI_ICONS[name]
 
     def thread_hint(self, thread: ThreadKey, language: Language) -> str:
         if thread.platform != PLATFORM:
@@ -106,7 +99,7 @@ class DingTalkAdapter:
         self._chat = chat
         self._api = api
         self._store = store
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._background = Background()
         self.stream: DingTalkStream | None = None
 
     @property
@@ -125,16 +118,18 @@ class DingTalkAdapter:
             log.warning("dingtalk: a message's session webhook is not DingTalk's; not used")
             request = request.without_webhook()
         if not request.readable:
-            if await self._store.claim_event(request.message.dedupe_key):
-                text = self._chat.replies("en").unsupported_message()
-                self._background(self._answer(request, text))
+            await self._chat.receive_unreadable(request.message, self._answerer(request))
             return
         request = await self._follow_up(request)
+        await self._chat.receive(request.message, self._answerer(request))
+
+    def _answerer(self, request: DingTalkRequest) -> Answer:
+        """Answers to ``request``, posted after the acknowledgement."""
 
         async def answer(text: str) -> None:
-            self._background(self._answer(request, text))
+            self._background.spawn(self._answer(request, text))
 
-        await self._chat.receive(request.message, answer)
+        return answer
 
     async def _follow_up(self, request: DingTalkRequest) -> DingTalkRequest:
         """The request in the thread it follows up on, if any (see the module)."""
@@ -199,11 +194,6 @@ class DingTalkAdapter:
         except Exception as exc:
             log.warning("dingtalk answer to a request failed (%s)", classify_error(exc).reason)
 
-    def _background(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def callback(self, request: Request) -> Response:
         """``POST /dingtalk/events``."""
         if self.mode != "http":
@@ -251,8 +241,7 @@ class DingTalkAdapter:
         """Stop taking messages (the stream) and finish the answers in flight."""
         if self.stream is not None:
             await self.stream.close()
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=5.0)
+        await self._background.drain()
 
     async def release(self) -> None:
         """Close the HTTP client, once the job runner has stopped (its running jobs post

@@ -32,6 +32,7 @@ from bots.dingtalk.render import (
     report_messages,
 )
 from core.delivery import PostFailure
+from core.digests import heading_of
 from core.models import ThreadKey
 from core.service import RunOutcome
 from core.wording import request_language
@@ -107,7 +108,7 @@ class DingTalkThread:
         self._nick = str(context.get("nick") or "")
         # A digest's firing has no message of its own: always the robot OpenAPI.
         self._webhook = None if run.digest_id else (str(context.get("webhook") or "") or None)
-        self._title = str(context.get("digest_title") or "") or None
+        self._title = heading_of(run)
         try:
             self._webhook_expires_ms = int(context.get("webhook_expires_ms") or 0)
         except ValueError:

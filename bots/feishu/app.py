@@ -19,14 +19,14 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Coroutine
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from bots.chat.background import Background
 from bots.chat.inbound import ChatCommands
-from bots.chat.replies import Icon
+from bots.chat.replies import EMOJI_ICONS, Icon
 from bots.feishu.api import FeishuApi
 from bots.feishu.delivery import FeishuDeliveryFactory, classify_error
 from bots.feishu.events import Challenge, FeishuRequest, event_to_dict, open_delivery, translate
@@ -49,14 +49,6 @@ ACK_WITHIN = 2.5
 #: Try to learn the bot's open id again at most this often while it is unknown (seconds).
 IDENTIFY_EVERY = 60.0
 
-_ICONS: dict[Icon, str] = {
-    "warning": "⚠️ ",
-    "no_entry": "⛔ ",
-    "hourglass": "⏳ ",
-    "mag": "🔍 ",
-    "stop": "🛑 ",
-}
-
 
 class FeishuMarkup:
     """``bots.chat.replies.Markup`` for Feishu card markdown."""
@@ -67,7 +59,7 @@ class FeishuMarkup:
         return escape_text(text)
 
     def icon(self, name: Icon) -> str:
-        return _ICONS[name]
+        return EMOJI_ICONS[name]
 
     def thread_hint(self, thread: ThreadKey, language: Language) -> str:
         if thread.platform != "feishu":
@@ -87,7 +79,7 @@ class FeishuAdapter:
         self._store = store
         self.bot_open_id: str | None = None
         self._identified_at = 0.0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._background = Background()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.connection: LongConnection | None = None
 
@@ -109,27 +101,18 @@ class FeishuAdapter:
         """One event: recorded (and a run committed) when this returns."""
         if self.bot_open_id is None and time.monotonic() - self._identified_at > IDENTIFY_EVERY:
             self._identified_at = time.monotonic()
-            self._background(self.identify())  # not on the acknowledgement's path
+            self._background.spawn(self.identify())  # not on the acknowledgement's path
         request = translate(payload, self.bot_open_id)
         if request is None or not request.message.addressed:
             return
-        if not request.readable:
-            if await self._store.claim_event(request.message.dedupe_key):
-                self._answer_later(request, self._chat.replies("en").unsupported_message())
-            return
 
         async def answer(text: str) -> None:
-            self._answer_later(request, text)
+            self._background.spawn(self._answer(request, text))
 
+        if not request.readable:
+            await self._chat.receive_unreadable(request.message, answer)
+            return
         await self._chat.receive(request.message, answer)
-
-    def _answer_later(self, request: FeishuRequest, text: str) -> None:
-        self._background(self._answer(request, text))
-
-    def _background(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _answer(self, request: FeishuRequest, text: str) -> None:
         try:
@@ -209,8 +192,7 @@ class FeishuAdapter:
     async def close(self) -> None:
         if self.connection is not None:
             await self.connection.close()
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=5.0)
+        await self._background.drain()
 
 
 async def open_feishu(

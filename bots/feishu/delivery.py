@@ -22,6 +22,7 @@ from bots.chat.throttle import WorkspaceLimiters
 from bots.feishu.api import FeishuApi, FeishuError
 from bots.feishu.render import notice_card, progress_card, report_cards
 from core.delivery import PostFailure
+from core.digests import heading_of
 from core.models import ThreadKey
 from core.service import RunOutcome
 from core.wording import request_language
@@ -61,7 +62,7 @@ class FeishuThread:
         self._store = store
         self.thread = ThreadKey.parse(run.thread_key)
         self.language = request_language(run.topic)
-        self._title = str((run.platform_context or {}).get("digest_title") or "") or None
+        self._title = heading_of(run)
 
     @property
     def root(self) -> str:

@@ -27,6 +27,7 @@ from bots.slack.render import (
     report_messages,
 )
 from core.delivery import PostFailure
+from core.digests import heading_of
 from core.models import ThreadKey
 from core.service import RunOutcome
 from core.wording import request_language
@@ -70,7 +71,7 @@ class SlackThread:
             requester=self._requester,
             opener=opener,
             language=self.language,
-            digest_title=str((self._run.platform_context or {}).get("digest_title") or "") or None,
+            digest_title=heading_of(self._run),
         )
 
     async def post_progress(self, content: str) -> str:
