@@ -77,6 +77,7 @@ def research(args: list[str]) -> int:
             OPENAI_BASE_URL=urls["openai_base_url"],
             FATHOM_SEARCH="searxng",
             SEARXNG_URL=urls["searxng_url"],
+            FATHOM_ALLOW_PRIVATE_FETCH="1",  # the fake search's result pages are on 127.0.0.1
         )
         env.setdefault("DATABASE_URL", "sqlite+aiosqlite:///fathom-demo.db")
         return run(fathom, env)

@@ -9,7 +9,13 @@
     ``TEST_DATABASE_URL`` is set);
 (b) one depth-3 run at 400 ms LLM / 300 ms search latency vs. the sum of its unavoidable waits;
 (c) 100 concurrent depth-3 runs in one (fresh) process: wall-time ratio and RSS per extra run;
-(d) ``fathom research`` as a process: start -> first LLM request at the fake, and peak RSS.
+(d) ``fathom research`` as a process: start -> first LLM request at the fake, and peak RSS;
+(e) reading the result pages: one depth-3 run at 400 ms LLM / 300 ms search / 150 ms page latency
+    with ``FATHOM_READ_PAGES=3`` vs. its unavoidable waits, and its prompt tokens beside the same
+    run without reading.
+
+(a)-(c) measure the engine without page reading (a service built without a reader); (d) and
+(e) read pages as the defaults do (the fake's pages are on 127.0.0.1, so loopback is allowed).
 
 The clients are built by ``core.runtime.open_runtime`` exactly as in production; only thin
 timing proxies are put around them. The search cache is off (TTL 0) and every run uses its own
@@ -48,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "engine.json"
 FATHOM = Path(sys.executable).with_name("fathom")
 API_KEY = "fake-key"
-LLM_LATENCY, SEARCH_LATENCY = 0.4, 0.3
+LLM_LATENCY, SEARCH_LATENCY, PAGE_LATENCY = 0.4, 0.3, 0.15
 DEPTH = 3
 
 GOALS = {
@@ -60,6 +66,7 @@ GOALS = {
     "d_peak_rss_mb": 115.0,
     "d_tail_s": 0.1,
     "llm_calls_per_run": 5,
+    "e_ratio": 1.1,
 }
 
 T = TypeVar("T")
@@ -77,6 +84,8 @@ def fathom_env(db_url: str, llm_url: str, search_url: str) -> dict[str, str]:
         FATHOM_SEARCH="searxng",
         SEARXNG_URL=search_url,
         FATHOM_SEARCH_CACHE_TTL="0",
+        FATHOM_PAGE_CACHE_TTL="0",
+        FATHOM_ALLOW_PRIVATE_FETCH="1",  # the fake's result pages are on 127.0.0.1
         FATHOM_LOG_LEVEL="WARNING",
         PYTHONUNBUFFERED="1",
         NO_COLOR="1",
@@ -112,7 +121,9 @@ class FakesProcess:
     search_url: str
     proc: subprocess.Popen[str]
 
-    def configure(self, llm_latency: float, search_latency: float) -> None:
+    def configure(
+        self, llm_latency: float, search_latency: float, page_latency: float = 0.0
+    ) -> None:
         base = self.llm_url.removesuffix("/v1")
         with httpx.Client(trust_env=False) as client:
             # The fake keeps every request body; clear it so long benchmarks stay flat.
@@ -120,7 +131,8 @@ class FakesProcess:
             client.post(f"{self.search_url}/_fake/reset", json={}).raise_for_status()
             client.post(f"{base}/_fake/config", json={"latency": llm_latency}).raise_for_status()
             client.post(
-                f"{self.search_url}/_fake/config", json={"latency": search_latency}
+                f"{self.search_url}/_fake/config",
+                json={"latency": search_latency, "page_latency": page_latency},
             ).raise_for_status()
 
 
@@ -349,8 +361,10 @@ class Bench:
 
 @asynccontextmanager
 async def open_bench(
-    db_url: str, llm_url: str, search_url: str, *, wire: bool = True
+    db_url: str, llm_url: str, search_url: str, *, wire: bool = True, read_pages: bool = False
 ) -> AsyncIterator[Bench]:
+    """A service with timing proxies; ``read_pages``: it reads result pages as configured by
+    default (its reader is the one ``open_runtime`` built)."""
     from core.config import load_settings
     from core.runtime import open_runtime
     from core.service import ResearchService
@@ -360,6 +374,7 @@ async def open_bench(
     }
     settings = load_settings(_env_file=None, **overrides)
     async with open_runtime(settings) as runtime:
+        reader = runtime.reader if read_pages else None
         timings = Timings()
         wired = instrument_wire(runtime, timings) if wire else False
         planner = TimedModel(runtime.llm.planner, timings)
@@ -373,6 +388,7 @@ async def open_bench(
             planner=planner,
             writer=writer,
             search=TimedSearch(runtime.search, timings),
+            reader=reader,
         )
         yield Bench(runtime, service, timings, wired)
 
@@ -528,6 +544,47 @@ async def bench_latency(db_url: str, fakes: FakesProcess, runs: int) -> dict[str
                         wire_search / usage.searches - SEARCH_LATENCY
                     ),
                     "ms_outside_calls": _ms(wall - llm - search),
+                }
+            )
+    best = sorted(samples, key=lambda s: s["ratio"])[len(samples) // 2]
+    return {"runs": runs, "median": best, "samples": samples}
+
+
+# --- (e) reading the result pages ----------------------------------------------------------
+
+
+async def bench_pages(db_url: str, fakes: FakesProcess, runs: int) -> dict[str, Any]:
+    """Depth-3 runs reading 3 pages per search, each beside the same run without reading."""
+    samples = []
+    async with (
+        open_bench(db_url, fakes.llm_url, fakes.search_url, read_pages=True) as reading,
+        open_bench(db_url, fakes.llm_url, fakes.search_url) as snippets,
+    ):
+        fakes.configure(0.0, 0.0)
+        await one_run(reading.service, "warm-up")  # imports (trafilatura), connections
+        fakes.configure(LLM_LATENCY, SEARCH_LATENCY, PAGE_LATENCY)
+        for i in range(runs):
+            topic = f"grid-scale battery storage {i}"
+            wall, outcome = await one_run(reading.service, topic)
+            plain_wall, plain = await one_run(snippets.service, topic)
+            usage = outcome.usage
+            if usage.pages_read != 3 * DEPTH:
+                raise RuntimeError(f"expected {3 * DEPTH} pages read: {usage}")
+            waits = usage.llm_calls * LLM_LATENCY + usage.searches * SEARCH_LATENCY
+            floor = waits + usage.searches * PAGE_LATENCY  # one page latency per round
+            samples.append(
+                {
+                    "wall_s": round(wall, 4),
+                    "floor_s": round(floor, 4),
+                    "ratio": round(wall / floor, 4),
+                    # Only the last round's pages hold anything up: the others are read
+                    # while the planner plans the next round.
+                    "critical_path_s": round(waits + PAGE_LATENCY, 4),
+                    "ratio_to_critical_path": round(wall / (waits + PAGE_LATENCY), 4),
+                    "pages_read": usage.pages_read,
+                    "prompt_tokens": usage.prompt_tokens,
+                    "prompt_tokens_without_pages": plain.usage.prompt_tokens,
+                    "wall_without_pages_s": round(plain_wall, 4),
                 }
             )
     best = sorted(samples, key=lambda s: s["ratio"])[len(samples) // 2]
@@ -940,6 +997,32 @@ def table(results: dict[str, Any]) -> str:
         )
     )
     rows.append(("prompt tokens per depth-3 report (whole run)", "-", str(u["prompt_tokens"]), "-"))
+    e = results["e"]["median"]
+    rows.append(
+        (
+            "(e) depth-3 wall reading 3 pages/search / (LLM x 0.4 s + searches x (0.3 + 0.15 s))",
+            "<= 1.1",
+            f"{e['ratio']:.3f} ({e['wall_s']:.3f} s / {e['floor_s']:.2f} s; without pages"
+            f" {e['wall_without_pages_s']:.3f} s)",
+            "yes" if e["ratio"] <= GOALS["e_ratio"] else "**no**",
+        )
+    )
+    rows.append(
+        (
+            "(e) the same wall / its critical path (only the last round's pages are waited for)",
+            "-",
+            f"{e['ratio_to_critical_path']:.3f} ({e['critical_path_s']:.2f} s)",
+            "-",
+        )
+    )
+    rows.append(
+        (
+            "(e) prompt tokens per depth-3 report, reading 3 pages/search vs. snippets only",
+            "-",
+            f"{e['prompt_tokens']} vs. {e['prompt_tokens_without_pages']}",
+            "-",
+        )
+    )
     lines = ["| benchmark | goal | result | met? |", "|---|---|---|---|"]
     lines += [f"| {a} | {b_} | {c_} | {d_} |" for a, b_, c_, d_ in rows]
     return "\n".join(lines)
@@ -998,6 +1081,10 @@ def main(argv: list[str] | None = None) -> int:
             with database_url(kind) as url:
                 results["c"][kind] = bench_concurrency(url, fakes, c_n)
             say(json.dumps(results["c"][kind]))
+        say(f"(e) reading pages x{b_runs} …")
+        with sqlite_url() as url:
+            results["e"] = asyncio.run(bench_pages(url, fakes, b_runs))
+        say(json.dumps(results["e"]["median"]))
     say(f"(d) fathom research x{d_runs} …")
     results["d"] = bench_cli(d_runs)
     say(json.dumps(results["d"]))

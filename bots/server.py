@@ -97,7 +97,7 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
             housekeeping: asyncio.Task[None] | None = None
             if upgrade or await runtime.database.schema_is_current():
                 await runner.start()
-                housekeeping = asyncio.create_task(_housekeeping(runtime.store))
+                housekeeping = asyncio.create_task(_housekeeping(runtime.store, settings))
                 await scheduler.start()
             else:
                 log.error("database schema is not current: run `fathom db upgrade`")
@@ -143,9 +143,10 @@ EVENT_MEMORY = timedelta(days=7)
 HOUSEKEEPING_EVERY = 3600.0
 
 
-async def _housekeeping(store: Store) -> None:
+async def _housekeeping(store: Store, settings: Settings) -> None:
     """Keep the bookkeeping tables small: processed platform events older than
-    ``EVENT_MEMORY``, and expired Slack OAuth states (anyone may open the install page)."""
+    ``EVENT_MEMORY``, expired Slack OAuth states (anyone may open the install page), and
+    cached search results and page texts past their time to live."""
     while True:
         jobs: tuple[tuple[str, Callable[[], Awaitable[int]]], ...] = (
             (
@@ -153,6 +154,13 @@ async def _housekeeping(store: Store) -> None:
                 lambda: store.prune_events(EVENT_MEMORY),
             ),
             ("expired Slack OAuth states", store.prune_oauth_states),
+            (
+                "expired cached searches and pages",
+                lambda: store.prune_caches(
+                    search_older_than=settings.search_cache_ttl,
+                    pages_older_than=settings.page_cache_ttl,
+                ),
+            ),
         )
         for what, prune in jobs:
             try:

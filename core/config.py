@@ -76,6 +76,30 @@ class Settings(BaseSettings):
         default=timedelta(hours=24), validation_alias=_env("FATHOM_SEARCH_CACHE_TTL")
     )
 
+    # Reading result pages
+    read_pages: int = Field(default=3, ge=0, le=10, validation_alias=_env("FATHOM_READ_PAGES"))
+    page_tokens: int = Field(
+        default=1500, ge=100, le=20000, validation_alias=_env("FATHOM_PAGE_TOKENS")
+    )
+    page_timeout: float = Field(
+        default=8.0, gt=0, le=120, validation_alias=_env("FATHOM_PAGE_TIMEOUT")
+    )
+    page_max_bytes: int = Field(
+        default=2 * 1024 * 1024,
+        ge=16 * 1024,
+        le=50 * 1024 * 1024,
+        validation_alias=_env("FATHOM_PAGE_MAX_BYTES"),
+    )
+    page_fetches: int = Field(
+        default=20, ge=1, le=500, validation_alias=_env("FATHOM_PAGE_FETCHES")
+    )
+    page_cache_ttl: timedelta = Field(
+        default=timedelta(hours=24), validation_alias=_env("FATHOM_PAGE_CACHE_TTL")
+    )
+    allow_private_fetch: bool = Field(
+        default=False, validation_alias=_env("FATHOM_ALLOW_PRIVATE_FETCH")
+    )
+
     # Limits
     default_depth: int = Field(default=3, ge=1, validation_alias=_env("FATHOM_DEFAULT_DEPTH"))
     max_depth: int = Field(default=10, ge=1, le=50, validation_alias=_env("FATHOM_MAX_DEPTH"))
@@ -200,7 +224,7 @@ class Settings(BaseSettings):
         default="INFO", validation_alias=_env("FATHOM_LOG_LEVEL")
     )
 
-    @field_validator("search_cache_ttl", mode="before")
+    @field_validator("search_cache_ttl", "page_cache_ttl", mode="before")
     @classmethod
     def _parse_ttl(cls, value: object) -> object:
         """Accept seconds (``3600``) or a unit suffix (``30m``, ``24h``, ``7d``)."""

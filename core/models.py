@@ -31,13 +31,28 @@ class SearchResult(BaseModel):
     snippet: str = ""
 
 
+class PageExcerpt(BaseModel):
+    """What was kept of one result page: the passages that matter for the search (main text
+    only, neutralised like snippets), in the page's order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    url: str
+    passages: list[str] = Field(default_factory=list)
+
+
 class Finding(BaseModel):
-    """The outcome of searching one topic: its results, or why there are none."""
+    """The outcome of searching one topic: its results, or why there are none.
+
+    ``pages`` holds the passages read from the best result pages; None while they have not
+    been read (reading is off, or the run stopped before it finished reading them).
+    """
 
     topic: str
     results: list[SearchResult] = Field(default_factory=list)
     error: str | None = None
     searched_at: datetime = Field(default_factory=utcnow)
+    pages: list[PageExcerpt] | None = None
 
 
 class ThreadVariables(BaseModel):
@@ -108,12 +123,17 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     searches: int = 0
+    #: Result pages read (their passages kept), and pages not read or with nothing relevant.
+    pages_read: int = 0
+    pages_skipped: int = 0
 
     def add(self, other: Usage) -> None:
         self.llm_calls += other.llm_calls
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.searches += other.searches
+        self.pages_read += other.pages_read
+        self.pages_skipped += other.pages_skipped
 
 
 class Source(BaseModel):

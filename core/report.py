@@ -18,10 +18,13 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from core.models import Finding, Source
+from core.pages.extract import estimate_tokens
 from core.prompts import echoes_instructions, instruction_shingles
 from core.untrusted import as_data, neutralise, remove_urls
 
 SNIPPET_CHARS_FOR_WRITER = 500
+#: The page passages the writer sees in all, newest sources first (about 8 rounds' worth).
+WRITER_PASSAGE_TOKENS = 12_000
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,8 @@ class NumberedSource:
     url: str
     snippet: str
     topic: str
+    #: Passages read from the page itself (empty when it was not read).
+    passages: tuple[str, ...] = ()
 
 
 def url_identity(url: str) -> str:
@@ -41,9 +46,16 @@ def url_identity(url: str) -> str:
 
 
 def number_sources(findings: Sequence[Finding]) -> list[NumberedSource]:
-    """Number every distinct result URL once, in the order the searches found them."""
+    """Number every distinct result URL once, in the order the searches found them, each
+    with the passages last read from its page."""
     seen: set[str] = set()
     numbered: list[NumberedSource] = []
+    passages = {
+        url_identity(page.url): tuple(page.passages)
+        for finding in findings
+        for page in finding.pages or ()
+        if page.passages
+    }
     for finding in findings:
         for result in finding.results:
             key = url_identity(result.url)
@@ -57,23 +69,37 @@ def number_sources(findings: Sequence[Finding]) -> list[NumberedSource]:
                     url=result.url,
                     snippet=result.snippet,
                     topic=finding.topic,
+                    passages=passages.get(key, ()),
                 )
             )
     return numbered
 
 
 def writer_source_blocks(
-    sources: Sequence[NumberedSource], new: frozenset[int] = frozenset()
+    sources: Sequence[NumberedSource],
+    new: frozenset[int] = frozenset(),
+    passage_tokens: int = WRITER_PASSAGE_TOKENS,
 ) -> list[str]:
-    """``[n] title — url`` and the snippet of each source; sources in ``new`` (a digest's
-    sources that no earlier firing found) are marked ``NEW``."""
+    """``[n] title — url``, the snippet and the passages read from the page of each source;
+    sources in ``new`` (a digest's sources that no earlier firing found) are marked ``NEW``.
+
+    The passages of all sources stay within ``passage_tokens``; when a thread has read more,
+    the newest sources keep theirs (a follow-up's own reading comes first)."""
+    kept: dict[int, tuple[str, ...]] = {}
+    spent = 0
+    for s in reversed(sources):
+        cost = sum(estimate_tokens(p) for p in s.passages)
+        if s.passages and spent + cost <= passage_tokens:
+            kept[s.n] = s.passages
+            spent += cost
     blocks = []
     for s in sources:
         snippet = s.snippet[:SNIPPET_CHARS_FOR_WRITER]
         mark = " NEW" if s.n in new else ""
-        blocks.append(
-            f"[{s.n}]{mark} {s.title} — {s.url}\n    (search: {s.topic}) {snippet}".rstrip()
-        )
+        block = f"[{s.n}]{mark} {s.title} — {s.url}\n    (search: {s.topic}) {snippet}".rstrip()
+        if s.n in kept:
+            block += "\n    From the page:" + "".join(f"\n    > {p}" for p in kept[s.n])
+        blocks.append(block)
     return blocks
 
 

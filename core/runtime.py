@@ -12,6 +12,7 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import httpx
@@ -20,6 +21,8 @@ from core.config import Settings
 from core.digests import DigestService
 from core.lease import LeaseTiming
 from core.llm import LLMClients
+from core.pages.fetch import PageFetcher
+from core.pages.reader import PageReader
 from core.search import SearchProvider, build_search_provider
 from core.service import ResearchService
 from storage import Database, DigestStore, Store
@@ -70,6 +73,39 @@ class DeferredTrustContext(ssl.SSLContext):
         return super().wrap_socket(*args, **kwargs)
 
 
+def page_client(settings: Settings, tls: ssl.SSLContext) -> httpx.AsyncClient:
+    """The HTTP client of page reading: its own connections (a slow site never holds up a
+    search), no redirects followed by the client (the fetcher checks each hop) and no cookies
+    kept (nothing a site sets follows the bot to another)."""
+    return httpx.AsyncClient(
+        timeout=settings.page_timeout,
+        follow_redirects=False,
+        verify=tls,
+        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+        limits=httpx.Limits(max_connections=settings.page_fetches),
+    )
+
+
+def page_reader(settings: Settings, http: httpx.AsyncClient, store: Store) -> PageReader | None:
+    """The reader of result pages (None when ``FATHOM_READ_PAGES=0``)."""
+    if settings.read_pages <= 0:
+        return None
+    fetcher = PageFetcher(
+        http,
+        timeout=settings.page_timeout,
+        max_bytes=settings.page_max_bytes,
+        max_concurrent=settings.page_fetches,
+        allow_loopback=settings.allow_private_fetch,
+    )
+    return PageReader(
+        fetcher,
+        pages=settings.read_pages,
+        budget_tokens=settings.page_tokens,
+        cache=store,
+        cache_ttl=settings.page_cache_ttl,
+    )
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -79,6 +115,8 @@ class Runtime:
     search: SearchProvider
     llm: LLMClients
     digests: DigestService
+    #: Reads the result pages of every search (None: ``FATHOM_READ_PAGES=0``).
+    reader: PageReader | None
 
 
 @asynccontextmanager
@@ -111,10 +149,12 @@ async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIter
             follow_redirects=True,
             verify=tls,
         ) as http,
+        page_client(settings, tls) as pages_http,
     ):
         store = Store(database)
         search = build_search_provider(settings, http, store)
         llm = LLMClients.from_settings(settings, ssl_context=tls)
+        reader = page_reader(settings, pages_http, store)
         try:
             service = ResearchService(
                 store=store,
@@ -123,6 +163,7 @@ async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIter
                 search=search,
                 timing=LeaseTiming(settings.stale_run_after),
                 max_attempts=settings.max_attempts,
+                reader=reader,
             )
             digests = DigestService(
                 DigestStore(database),
@@ -131,6 +172,6 @@ async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIter
                 grace=settings.digest_grace,
                 max_per_channel=settings.max_digests_per_channel,
             )
-            yield Runtime(settings, database, store, service, search, llm, digests)
+            yield Runtime(settings, database, store, service, search, llm, digests, reader)
         finally:
             await llm.aclose()

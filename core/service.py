@@ -37,6 +37,7 @@ from core.models import (
     ThreadVariables,
     Usage,
 )
+from core.pages.reader import PageReader
 from core.progress import (
     NullProgress,
     ProgressEvent,
@@ -169,6 +170,18 @@ class RunOutcome:
         }
 
 
+def usage_of(run: RunRecord) -> Usage:
+    """A run's counters as stored."""
+    return Usage(
+        llm_calls=run.llm_calls,
+        prompt_tokens=run.prompt_tokens,
+        completion_tokens=run.completion_tokens,
+        searches=run.searches,
+        pages_read=run.pages_read,
+        pages_skipped=run.pages_skipped,
+    )
+
+
 def final_progress_text(outcome: RunOutcome) -> str:
     """The last status of a run, in the language of its topic."""
     done, depth, language = len(outcome.topics), outcome.depth, request_language(outcome.topic)
@@ -176,11 +189,11 @@ def final_progress_text(outcome: RunOutcome) -> str:
         return wording.failed_text(language, done, depth, outcome.error)
     if outcome.status is RunStatus.CANCELLED:
         return wording.cancelled_text(language, done, depth)
-    sources = len(outcome.sources)
+    sources, pages = len(outcome.sources), outcome.usage.pages_read
     if outcome.stop_reason in (StopReason.DEPTH_REACHED, None):
-        return wording.done_text(language, done, depth, sources)
+        return wording.done_text(language, done, depth, sources, pages)
     why = str(outcome.stop_reason.value)
-    return wording.stopped_early_text(language, done, depth, sources, why)
+    return wording.stopped_early_text(language, done, depth, sources, why, pages)
 
 
 async def submit_run(store: Store, request: ResearchRequest) -> tuple[RunRecord, bool]:
@@ -225,13 +238,15 @@ class ResearchService:
         owner: str | None = None,
         timing: LeaseTiming | None = None,
         max_attempts: int = 3,
+        reader: PageReader | None = None,
     ) -> None:
         """``owner`` names this process's claims (default: host, pid and a random part);
         ``timing`` sets the lease (FATHOM_STALE_RUN_AFTER); a run is claimed at most
-        ``max_attempts`` times before it fails (FATHOM_MAX_ATTEMPTS)."""
+        ``max_attempts`` times before it fails (FATHOM_MAX_ATTEMPTS); ``reader`` reads the
+        best result pages of every search (None: snippets only)."""
         self._store = store
         self._writer = writer
-        self._strategy = IterativeStrategy(planner, search)
+        self._strategy = IterativeStrategy(planner, search, reader)
         self.owner = owner or runner_identity()
         self.timing = timing or LeaseTiming()
         self._max_attempts = max_attempts
@@ -354,12 +369,7 @@ class ResearchService:
             depth=run.depth,
             variables=variables,
             searches_done=run.rounds_done,
-            usage=Usage(
-                llm_calls=run.llm_calls,
-                prompt_tokens=run.prompt_tokens,
-                completion_tokens=run.completion_tokens,
-                searches=run.searches,
-            ),
+            usage=usage_of(run),
             notes=list(run.notes),
             variables_version=claim.variables_version,
         )
@@ -442,12 +452,7 @@ class ResearchService:
         """End a claimed, unfinished run as failed without working on it (e.g. its outcome
         could never be delivered, so researching it would be wasted)."""
         run = claim.run
-        usage = Usage(
-            llm_calls=run.llm_calls,
-            prompt_tokens=run.prompt_tokens,
-            completion_tokens=run.completion_tokens,
-            searches=run.searches,
-        )
+        usage = usage_of(run)
         return await self._store.finish_run(
             claim,
             status=RunStatus.FAILED.value,
@@ -601,12 +606,7 @@ class ResearchService:
             topics=self._run_topics(state),
             report_markdown=run.report_markdown,
             sources=sources,
-            usage=Usage(
-                llm_calls=run.llm_calls,
-                prompt_tokens=run.prompt_tokens,
-                completion_tokens=run.completion_tokens,
-                searches=run.searches,
-            ),
+            usage=usage_of(run),
             seconds=run.seconds or 0.0,
             error=run.error,
             notes=list(run.notes),

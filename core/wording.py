@@ -78,12 +78,20 @@ def cancelled_text(language: Language, done: int, depth: int) -> str:
     )
 
 
-def done_text(language: Language, done: int, depth: int, sources: int) -> str:
+def done_text(language: Language, done: int, depth: int, sources: int, pages: int = 0) -> str:
     return pick(
         language,
-        f"Research done: {done}/{depth} searches, {sources} sources.",
-        f"研究完成：{done}/{depth} 次搜索，{sources} 个来源。",
+        f"Research done: {done}/{depth} searches, {sources} sources{_pages_en(pages)}.",
+        f"研究完成：{done}/{depth} 次搜索，{sources} 个来源{_pages_zh(pages)}。",
     )
+
+
+def _pages_en(pages: int) -> str:
+    return f", {pages} {'page' if pages == 1 else 'pages'} read" if pages else ""
+
+
+def _pages_zh(pages: int) -> str:
+    return f"，阅读 {pages} 个网页" if pages else ""
 
 
 #: Why a run stopped before its depth (keys: ``StopReason`` values).
@@ -94,10 +102,14 @@ STOPPED_EARLY_WHY: dict[str, tuple[str, str]] = {
 }
 
 
-def stopped_early_text(language: Language, done: int, depth: int, sources: int, why: str) -> str:
+def stopped_early_text(
+    language: Language, done: int, depth: int, sources: int, why: str, pages: int = 0
+) -> str:
     en, zh = STOPPED_EARLY_WHY.get(why, (why, why))
     return pick(
         language,
-        f"Research done, stopped early after {done} of {depth} searches ({en}); {sources} sources.",
-        f"研究完成，提前结束于第 {done}/{depth} 次搜索（{zh}）；{sources} 个来源。",
+        f"Research done, stopped early after {done} of {depth} searches ({en}); "
+        f"{sources} sources{_pages_en(pages)}.",
+        f"研究完成，提前结束于第 {done}/{depth} 次搜索（{zh}）；"
+        f"{sources} 个来源{_pages_zh(pages)}。",
     )

@@ -56,6 +56,9 @@ class RunRecord:
     platform_context: dict[str, Any] | None = None
     #: The digest this run is a firing of.
     digest_id: str | None = None
+    #: Result pages read, and pages that could not be read or held nothing relevant.
+    pages_read: int = 0
+    pages_skipped: int = 0
 
     @property
     def seconds(self) -> float | None:

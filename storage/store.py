@@ -55,6 +55,7 @@ from storage.records import (
     ThreadSummary,
 )
 from storage.tables import (
+    PageCacheEntry,
     ProcessedEvent,
     ResearchRun,
     RunSource,
@@ -68,7 +69,14 @@ from storage.tables import (
 
 UNFINISHED_STATUSES = ("queued", "running")
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
-USAGE_KEYS = ("llm_calls", "prompt_tokens", "completion_tokens", "searches")
+USAGE_KEYS = (
+    "llm_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "searches",
+    "pages_read",
+    "pages_skipped",
+)
 #: ``research_runs.delivery``: the finished run's outcome still has to reach its thread,
 #: it has, or posting it was given up.
 DELIVERY_PENDING, DELIVERY_POSTED, DELIVERY_FAILED = "pending", "posted", "failed"
@@ -85,6 +93,7 @@ _threads = cast(Table, Thread.__table__)
 _variables = cast(Table, ThreadVariables.__table__)
 _sources = cast(Table, RunSource.__table__)
 _cache = cast(Table, SearchCacheEntry.__table__)
+_pages = cast(Table, PageCacheEntry.__table__)
 _events = cast(Table, ProcessedEvent.__table__)
 
 #: A run with its thread's key: the columns of a RunRecord.
@@ -858,6 +867,21 @@ class Store:
         stmt = delete(_events).where(_events.c.created_at < utcnow() - older_than)
         return await self._db.run(lambda conn: int(conn.execute(stmt).rowcount or 0))
 
+    async def prune_caches(
+        self, *, search_older_than: timedelta, pages_older_than: timedelta
+    ) -> int:
+        """Delete search results and page texts past their time to live (never read again)."""
+        now = utcnow()
+        searches = delete(_cache).where(_cache.c.created_at < now - search_older_than)
+        pages = delete(_pages).where(_pages.c.created_at < now - pages_older_than)
+
+        def work(conn: Connection) -> int:
+            return int(conn.execute(searches).rowcount or 0) + int(
+                conn.execute(pages).rowcount or 0
+            )
+
+        return await self._db.run(work)
+
     async def prune_oauth_states(self) -> int:
         """Delete the Slack OAuth states that have expired (each install page view stores one;
         the SDK only deletes a state when it is used)."""
@@ -977,6 +1001,39 @@ class Store:
         )
         await self._db.run(lambda conn: conn.execute(stmt))
 
+    # -- page cache ---------------------------------------------------------------------
+
+    async def page_get(self, url: str, max_age: timedelta) -> tuple[str, str] | None:
+        """The cached main text of the page at ``url`` and the address it was read at, when
+        younger than ``max_age``; None otherwise."""
+        stmt = select(_pages.c.url, _pages.c.final_url, _pages.c.text, _pages.c.created_at).where(
+            _pages.c.key == _page_key(url)
+        )
+
+        def work(conn: Connection) -> tuple[str, str] | None:
+            row = conn.execute(stmt).first()
+            if row is None or row.url != url or row.created_at < utcnow() - max_age:
+                return None
+            return row.final_url, row.text
+
+        return await self._db.run(work)
+
+    async def page_put(self, url: str, final_url: str, text: str) -> None:
+        """Keep the main text of the page at ``url`` (replacing an older copy)."""
+        insert_entry = self._sql.upsert(_pages).values(
+            key=_page_key(url), url=url, final_url=final_url, text=text, created_at=utcnow()
+        )
+        stmt = insert_entry.on_conflict_do_update(
+            index_elements=[_pages.c.key],
+            set_={
+                "url": insert_entry.excluded.url,
+                "final_url": insert_entry.excluded.final_url,
+                "text": insert_entry.excluded.text,
+                "created_at": insert_entry.excluded.created_at,
+            },
+        )
+        await self._db.run(lambda conn: conn.execute(stmt))
+
     # -- helpers ------------------------------------------------------------------------
 
     async def _runs(self, stmt: Select[Any]) -> list[RunRecord]:
@@ -1023,6 +1080,10 @@ def _newest_first(stmt: Select[Any]) -> Select[Any]:
 
 def _cacheable(query: str) -> bool:
     return len(query.encode("utf-8")) <= MAX_CACHED_QUERY_BYTES
+
+
+def _page_key(url: str) -> str:
+    return hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _usage_values(usage: Mapping[str, int]) -> dict[str, int]:
@@ -1089,4 +1150,6 @@ def _run_record(row: Mapping[Any, Any]) -> RunRecord:
         delivery_error=row["delivery_error"],
         platform_context=row["platform_context"],
         digest_id=row["digest_id"],
+        pages_read=row["pages_read"],
+        pages_skipped=row["pages_skipped"],
     )

@@ -113,6 +113,8 @@ class ResearchRun(Base):
     prompt_tokens: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     completion_tokens: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     searches: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    pages_read: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    pages_skipped: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -160,6 +162,18 @@ class SearchCacheEntry(Base):
     provider: Mapped[str] = mapped_column(String(32), primary_key=True)
     query: Mapped[str] = mapped_column(String(1024), primary_key=True)
     results: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class PageCacheEntry(Base):
+    """A page's main text (not its HTML), keyed by the SHA-256 of its address."""
+
+    __tablename__ = "page_cache"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    url: Mapped[str] = mapped_column(Text)
+    final_url: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

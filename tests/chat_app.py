@@ -92,6 +92,7 @@ def fathom_settings(
         "FATHOM_SEARCH": "searxng",
         "SEARXNG_URL": search.url,
         "FATHOM_SEARCH_CACHE_TTL": "0",
+        "FATHOM_ALLOW_PRIVATE_FETCH": "1",  # the fake search's pages are on 127.0.0.1
         "FATHOM_LLM_MAX_RETRIES": "1",
     }
     values.update(extra)

@@ -83,6 +83,7 @@ def cli_env(
         SEARXNG_URL=search_server.url,
         DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}",
         FATHOM_SEARCH_CACHE_TTL="0",
+        FATHOM_ALLOW_PRIVATE_FETCH="1",  # the fake search's pages are on 127.0.0.1
         FATHOM_LLM_MAX_RETRIES="1",
         PYTHONUNBUFFERED="1",
         NO_COLOR="1",

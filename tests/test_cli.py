@@ -27,7 +27,14 @@ JSON_KEYS = {
     "usage",
     "seconds",
 }
-USAGE_KEYS = {"llm_calls", "prompt_tokens", "completion_tokens", "searches"}
+USAGE_KEYS = {
+    "llm_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "searches",
+    "pages_read",
+    "pages_skipped",
+}
 
 
 def fathom(
@@ -110,6 +117,9 @@ def test_research_json(
     assert set(data["usage"]) == USAGE_KEYS
     assert data["usage"]["llm_calls"] == 3 and data["usage"]["searches"] == 2
     assert data["usage"]["prompt_tokens"] > 0 and data["usage"]["completion_tokens"] > 0
+    # The top 3 results of each search were read (the fake search serves its pages).
+    assert (data["usage"]["pages_read"], data["usage"]["pages_skipped"]) == (6, 0)
+    assert "6 pages read" in result.stderr
     assert isinstance(data["seconds"], float) and data["seconds"] >= 0
     # Progress goes to stderr only.
     assert "1/2th search executed." in result.stderr and "2/2th search executed." in result.stderr

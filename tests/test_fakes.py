@@ -187,14 +187,14 @@ async def test_searxng_results_are_deterministic_and_recorded(search: FakeSearch
         again = (await h.get("/search", params={"q": "Quantum computing", "format": "json"})).json()
         assert first == again and first["query"] == "Quantum computing"
         urls = [r["url"] for r in first["results"]]
-        assert urls == [f"https://example.org/quantum-computing/{i}" for i in range(1, 5)]
+        assert urls == [f"{search.url}/pages/quantum-computing/{i}" for i in range(1, 5)]
         assert all("Quantum computing" in r["content"] for r in first["results"])
         assert (await h.get("/search", params={"q": "x", "format": "html"})).status_code == 400
         search.fake.fail_next(1, status=503)
         assert (await h.get("/search", params={"q": "量子", "format": "json"})).status_code == 503
         cjk = (await h.get("/search", params={"q": "量子", "format": "json"})).json()
         url = cjk["results"][0]["url"]
-        assert re.fullmatch(r"https://example\.org/[0-9a-f]{10}/1", url)
+        assert re.fullmatch(rf"{re.escape(search.url)}/pages/[0-9a-f]{{10}}/1", url)
         await h.post("/_fake/config", json={"empty": True})
         assert (await h.get("/search", params={"q": "y", "format": "json"})).json()["results"] == []
         assert (await h.get("/_fake/queries")).json() == ["Quantum computing"] * 2 + [

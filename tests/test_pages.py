@@ -184,3 +184,32 @@ async def test_a_round_reads_its_pages_at_once_within_one_budget(
     assert all(f"{site.url}/plain" != p.url for p in reading.pages)
     nothing = await reader.read([f"{site.url}/article"], "quantum chromodynamics")
     assert nothing.pages == [] and nothing.skipped[0].reason == "nothing on it about the topic"
+
+
+def test_a_page_extracted_again_gives_the_same_text() -> None:
+    """Extraction keeps no memory between pages (trafilatura's ``deduplicate`` would drop the
+    paragraphs it saw in an earlier page, for the whole process)."""
+    first = main_text(ARTICLE, "https://a.example/x", "text/html")
+    again = main_text(ARTICLE, "https://b.example/y", "text/html")
+    assert "three to four units of heat" in first and again == first
+
+
+async def test_plain_http_connects_to_the_address_that_was_checked(
+    site: BackgroundServer,
+) -> None:
+    """DNS rebinding: the fetch goes to the IP that passed the check, never to a second answer
+    of the resolver. ``rebind.test`` resolves only through the checked resolver below, so the
+    page can be read only if the connection used the checked address."""
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["127.0.0.1"]
+
+    async with httpx.AsyncClient(trust_env=False) as http:
+        fetcher = PageFetcher(http, timeout=2.0, allow_loopback=True, resolve=resolve)
+        page = await fetcher.fetch(f"http://rebind.test:{site.port}/to-article")
+    assert "three to four units of heat" in page.body
+    assert page.final_url == f"http://rebind.test:{site.port}/article"
+    # Every hop and robots.txt was checked by name: the page, its robots.txt, the redirect.
+    assert asked.count("rebind.test") == 3

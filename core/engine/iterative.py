@@ -5,24 +5,40 @@ already searched and answers ``{"nextSearchTopic", "shouldContinue"}``. A topic
 that repeats an earlier one (normalised or nearly the same) is never searched
 again. The state is checkpointed after the plan and after the search, so a run
 that is interrupted resumes without repeating a finished search or plan.
+
+With a page reader, the best result pages of each search are read while the planner plans the
+next round (the planner works from snippets, so it need not wait for them); their passages are
+attached to the round's finding before the next checkpoint. A run interrupted before its pages
+were attached reads them when it resumes (cheaply: read pages are cached).
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
-from core.models import Finding, PlannerDecision, SearchResult, ThreadVariables, Usage
+from core.models import (
+    Finding,
+    PageExcerpt,
+    PlannerDecision,
+    SearchResult,
+    ThreadVariables,
+    Usage,
+)
+from core.pages.reader import PageReader, RoundReading
 from core.progress import ProgressKind, search_executed_text
 from core.prompts import planner_duplicate_message, planner_messages
 from core.search import SearchError, SearchProvider
+from core.untrusted import as_data
 from core.wording import Language, request_language, search_failed_words, searching_words
 
 log = logging.getLogger(__name__)
@@ -115,19 +131,82 @@ def searching_text(state: RunState, topic: str) -> str:
     return f"{prefix}{searching_words(state.language, topic)}"
 
 
+class PageReading:
+    """The page reading of findings, running in the background until :meth:`attach`."""
+
+    def __init__(self, reader: PageReader, topic: str, findings: list[Finding]) -> None:
+        self._findings = findings
+        self._tasks = [
+            asyncio.create_task(
+                reader.read([r.url for r in finding.results], f"{topic} {finding.topic}")
+            )
+            for finding in findings
+        ]
+
+    async def attach(self, state: RunState) -> None:
+        """Wait for the pages and keep their passages in the findings (and count them)."""
+        for finding, task in zip(self._findings, self._tasks, strict=True):
+            try:
+                reading = await task
+            except Exception as exc:  # reading is a bonus: a run never fails because of it
+                log.warning("reading the pages of %r failed", finding.topic, exc_info=True)
+                reading = RoundReading()
+                state.note(
+                    f'The result pages of "{finding.topic}" could not be read '
+                    f"({type(exc).__name__}); its snippets were used."
+                )
+            finding.pages = [PageExcerpt(url=p.url, passages=p.passages) for p in reading.pages]
+            state.usage.pages_read += reading.read
+            state.usage.pages_skipped += len(reading.skipped)
+            if reading.skipped:
+                skipped = "; ".join(
+                    f"{as_data(_host(s.url))} ({s.reason})" for s in reading.skipped
+                )
+                state.note(f'Result pages left out for "{finding.topic}": {skipped}.')
+
+    def cancel(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+
+def _host(url: str) -> str:
+    return urlsplit(url).hostname or "a page"
+
+
 class IterativeStrategy:
-    def __init__(self, planner: JsonModel, search: SearchProvider) -> None:
+    def __init__(
+        self, planner: JsonModel, search: SearchProvider, reader: PageReader | None = None
+    ) -> None:
         self._planner = planner
         self._search = search
+        self._reader = reader
 
     async def run(self, state: RunState, hooks: StepHooks) -> StopReason:
+        reading = self._read(state, self._unread(state))
+        try:
+            reason = await self._rounds(state, hooks, reading)
+        finally:
+            for pending in reading:
+                pending.cancel()
+        return reason
+
+    async def _rounds(
+        self, state: RunState, hooks: StepHooks, reading: list[PageReading]
+    ) -> StopReason:
+        """The rounds; ``reading`` holds the page reading in progress (at most one)."""
         variables = state.variables
+
+        async def attach_pages() -> None:
+            while reading:
+                await reading.pop().attach(state)
+
         while state.searches_done < state.depth:
             if hooks.is_cancelled():
                 return StopReason.CANCELLED
             topic = self._pending_topic(variables)
             if topic is None:
-                planned = await self._plan(state)
+                planned = await self._plan(state)  # meanwhile, the last round's pages are read
+                await attach_pages()
                 if isinstance(planned, StopReason):
                     variables.should_continue = False
                     variables.next_search_topic = None
@@ -139,17 +218,39 @@ class IterativeStrategy:
                 await hooks.checkpoint(state)
                 if hooks.is_cancelled():
                     return StopReason.CANCELLED
+            elif reading:
+                await attach_pages()
+                await hooks.checkpoint(state)
             await hooks.progress(ProgressKind.SEARCHING, searching_text(state, topic), topic)
             finding = await self._run_search(state, topic)
             variables.findings.append(finding)
             variables.topics.append(topic)
             state.searches_done += 1
+            reading += self._read(state, [finding])
             await hooks.checkpoint(state)
             text = search_executed_text(state.searches_done, state.depth)
             if finding.error:
                 text += f" {search_failed_words(state.language)}"
             await hooks.progress(ProgressKind.SEARCHED, text, topic)
+        if reading:
+            await attach_pages()
+            await hooks.checkpoint(state)
         return StopReason.DEPTH_REACHED
+
+    def _read(self, state: RunState, findings: list[Finding]) -> list[PageReading]:
+        """Start reading the pages of ``findings`` (nothing when reading is off)."""
+        findings = [f for f in findings if f.results]
+        if self._reader is None or self._reader.pages <= 0 or not findings:
+            return []
+        return [PageReading(self._reader, state.topic, findings)]
+
+    @staticmethod
+    def _unread(state: RunState) -> list[Finding]:
+        """This run's findings whose pages were not read before it was interrupted."""
+        if state.searches_done == 0:
+            return []
+        own = state.variables.findings[-state.searches_done :]
+        return [f for f in own if f.pages is None and f.results]
 
     @staticmethod
     def _pending_topic(variables: ThreadVariables) -> str | None:

@@ -40,7 +40,9 @@ def main_text(html: str, url: str, content_type: str) -> str:
         include_comments=False,
         include_tables=True,
         favor_precision=True,
-        deduplicate=True,
+        # Not ``deduplicate``: its cache of seen text is global to the process, so a page read
+        # again (by another run, or after the page cache expired) would come out empty.
+        deduplicate=False,
     )
     return text or ""
 

@@ -5,9 +5,16 @@ Every address a fetch touches (the page's, each redirect's, robots.txt's) is res
 refused when any of its IPs is private, loopback, link-local, multicast, reserved or
 unspecified. ``allow_loopback`` (``FATHOM_ALLOW_PRIVATE_FETCH=1``, for tests against local
 servers) lets loopback addresses through; the other internal ranges stay refused.
-Redirects are followed here, one checked hop at a time, never by the HTTP client. A refusal or
-a failure is a :class:`PageSkipped` with a short reason that is safe to show in "Notes on this
-run"; a run never fails because of a page.
+Redirects are followed here, one checked hop at a time, never by the HTTP client.
+
+The address that was checked is the one connected to: a plain-http request goes to the checked
+IP (with the site's name in ``Host``), so a name that resolves to a public address for the check
+and to an internal one a moment later (DNS rebinding) cannot redirect the fetch. An https
+request goes by name, because the certificate must match that name and no internal service
+holds a certificate for a public site's name.
+
+A refusal or a failure is a :class:`PageSkipped` with a short reason that is safe to show in
+"Notes on this run"; a run never fails because of a page.
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ import asyncio
 import ipaddress
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 from urllib.robotparser import RobotFileParser
 
 import httpx
@@ -28,6 +36,8 @@ TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
 #: robots.txt files are kept this long per host (seconds).
 ROBOTS_TTL = 3600.0
 ROBOTS_MAX_BYTES = 256 * 1024
+#: Beyond this many hosts, expired robots.txt entries are forgotten.
+ROBOTS_KEPT = 2000
 
 
 class PageSkipped(Exception):
@@ -46,6 +56,15 @@ class FetchedPage:
     content_type: str
     body: str
     truncated: bool
+
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def system_resolve(host: str, port: int) -> list[str]:
+    """Every address of ``host`` (an IP literal is its own address)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
 
 
 def _internal(address: str, *, allow_loopback: bool = False) -> bool:
@@ -77,8 +96,11 @@ class PageFetcher:
         max_redirects: int = 5,
         max_concurrent: int = 20,
         allow_loopback: bool = False,
+        resolve: Resolver | None = None,
     ) -> None:
+        """``resolve`` answers a host's addresses (default: the system resolver)."""
         self._http = http
+        self._resolve = resolve or system_resolve
         self._timeout = timeout
         self._max_bytes = max_bytes
         self._max_redirects = max_redirects
@@ -100,15 +122,10 @@ class PageFetcher:
     async def _fetch(self, url: str) -> FetchedPage:
         current = url
         for _ in range(self._max_redirects + 1):
-            await self._check_address(url, current)
+            address = await self._check_address(url, current)
             if not await self._allowed_by_robots(url, current):
                 raise PageSkipped(url, "disallowed by the site's robots.txt")
-            request = self._http.build_request(
-                "GET",
-                current,
-                headers={"User-Agent": USER_AGENT, "Accept": "text/html, text/plain"},
-            )
-            response = await self._http.send(request, stream=True, follow_redirects=False)
+            response = await self._send(current, address, "text/html, text/plain")
             try:
                 if response.is_redirect and "location" in response.headers:
                     current = urljoin(current, response.headers["location"])
@@ -118,7 +135,7 @@ class PageFetcher:
                 kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
                 if kind not in TEXT_TYPES:
                     raise PageSkipped(url, f"not a text page ({kind or 'no content type'})")
-                body, truncated = await self._read(response)
+                body, truncated = await self._read(response, self._max_bytes)
             finally:
                 await response.aclose()
             charset = response.charset_encoding or "utf-8"
@@ -126,36 +143,54 @@ class PageFetcher:
             return FetchedPage(url, current, kind, text, truncated)
         raise PageSkipped(url, f"more than {self._max_redirects} redirects")
 
-    async def _read(self, response: httpx.Response) -> tuple[bytes, bool]:
+    async def _read(self, response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+        """The body, at most ``limit`` bytes (and whether it was cut)."""
         chunks: list[bytes] = []
         size = 0
         async for chunk in response.aiter_bytes():
             chunks.append(chunk)
             size += len(chunk)
-            if size >= self._max_bytes:
-                return b"".join(chunks)[: self._max_bytes], True
+            if size >= limit:
+                return b"".join(chunks)[:limit], True
         return b"".join(chunks), False
 
-    async def _check_address(self, asked: str, url: str) -> None:
+    async def _send(self, url: str, address: str, accept: str) -> httpx.Response:
+        """GET ``url`` (streamed, no redirects followed); plain http goes to the checked
+        ``address`` itself (see the module)."""
+        parts = urlsplit(url)
+        headers = {"User-Agent": USER_AGENT, "Accept": accept}
+        target = url
+        if parts.scheme == "http":
+            host = f"[{address}]" if ":" in address else address
+            netloc = f"{host}:{parts.port}" if parts.port else host
+            target = urlunsplit(parts._replace(netloc=netloc))
+            headers["Host"] = parts.netloc.rsplit("@", 1)[-1]
+        request = self._http.build_request("GET", target, headers=headers)
+        return await self._http.send(request, stream=True, follow_redirects=False)
+
+    async def _check_address(self, asked: str, url: str) -> str:
+        """The address to connect to for ``url``; :class:`PageSkipped` when any address of its
+        host is internal."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise PageSkipped(asked, "only public http and https addresses are read")
-        host = parts.hostname
+        if parts.username is not None or parts.password is not None:
+            raise PageSkipped(asked, "addresses with credentials are not read")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host,
-                parts.port or (443 if parts.scheme == "https" else 80),
-                type=socket.SOCK_STREAM,
-            )
+            addresses = await self._resolve(parts.hostname, port)
         except OSError:
             raise PageSkipped(asked, "its address does not resolve") from None
         loopback = self._allow_loopback
-        if not infos or any(_internal(str(i[4][0]), allow_loopback=loopback) for i in infos):
+        if not addresses or any(_internal(a, allow_loopback=loopback) for a in addresses):
             raise PageSkipped(asked, "it points to a private or internal address")
+        return addresses[0].split("%", 1)[0]
 
     async def _allowed_by_robots(self, asked: str, url: str) -> bool:
         parts = urlsplit(url)
         origin = f"{parts.scheme}://{parts.netloc}"
+        if len(self._robots) > ROBOTS_KEPT:
+            self._forget_expired_robots()
         lock = self._robots_locks.setdefault(origin, asyncio.Lock())
         async with lock:
             cached = self._robots.get(origin)
@@ -165,23 +200,34 @@ class PageFetcher:
         parser = cached[1]
         return True if parser is None else parser.can_fetch(ROBOTS_AGENT, url)
 
+    def _forget_expired_robots(self) -> None:
+        """Keep the per-host memory of a long-running process bounded."""
+        now = time.monotonic()
+        for origin, (loaded, _) in list(self._robots.items()):
+            lock = self._robots_locks.get(origin)
+            if now - loaded > ROBOTS_TTL and (lock is None or not lock.locked()):
+                del self._robots[origin]
+                self._robots_locks.pop(origin, None)
+
     async def _load_robots(self, asked: str, origin: str) -> RobotFileParser | None:
         """The site's rules (None: no robots.txt, everything allowed). A server error or an
         unreachable robots.txt disallows the whole site for now (RFC 9309)."""
         robots_url = f"{origin}/robots.txt"
-        await self._check_address(asked, robots_url)
+        address = await self._check_address(asked, robots_url)
         parser = RobotFileParser(robots_url)
         try:
-            response = await self._http.get(
-                robots_url, headers={"User-Agent": USER_AGENT}, follow_redirects=False
-            )
+            response = await self._send(robots_url, address, "text/plain")
+            try:
+                if response.status_code >= 500:
+                    parser.parse(["User-agent: *", "Disallow: /"])
+                    return parser
+                if response.status_code >= 400 or response.is_redirect:
+                    return None
+                body, _ = await self._read(response, ROBOTS_MAX_BYTES)
+            finally:
+                await response.aclose()
         except httpx.HTTPError:
             parser.parse(["User-agent: *", "Disallow: /"])
             return parser
-        if response.status_code >= 500:
-            parser.parse(["User-agent: *", "Disallow: /"])
-            return parser
-        if response.status_code >= 400 or response.is_redirect:
-            return None
-        parser.parse(response.content[:ROBOTS_MAX_BYTES].decode("utf-8", "replace").splitlines())
+        parser.parse(body.decode("utf-8", "replace").splitlines())
         return parser

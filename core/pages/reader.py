@@ -9,11 +9,27 @@ beyond its share, and the prompt stays bounded whatever the pages hold.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Protocol
 
 from core.pages.extract import Passage, estimate_tokens, main_text, select, split_passages
 from core.pages.fetch import PageFetcher, PageSkipped
+
+log = logging.getLogger(__name__)
+
+#: At most this much of a page's main text is cached (the passages come from its start).
+MAX_CACHED_CHARS = 200_000
+
+
+class PageCache(Protocol):
+    """Where pages' main texts are kept between runs (implemented by ``storage.Store``)."""
+
+    async def page_get(self, url: str, max_age: timedelta) -> tuple[str, str] | None: ...
+
+    async def page_put(self, url: str, final_url: str, text: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -26,8 +42,12 @@ class PageText:
 
 @dataclass
 class RoundReading:
+    """``pages``: the pages whose passages were kept; ``read``: how many pages were read (a
+    relevant page whose passages lost to better ones counts); ``skipped``: the others."""
+
     pages: list[PageText] = field(default_factory=list)
     skipped: list[PageSkipped] = field(default_factory=list)
+    read: int = 0
 
     @property
     def tokens(self) -> int:
@@ -35,10 +55,23 @@ class RoundReading:
 
 
 class PageReader:
-    def __init__(self, fetcher: PageFetcher, *, pages: int = 3, budget_tokens: int = 1500):
+    """Reads a round's pages; with a ``cache``, a page read within ``cache_ttl`` (by any run
+    or replica) is taken from it instead of being fetched again."""
+
+    def __init__(
+        self,
+        fetcher: PageFetcher,
+        *,
+        pages: int = 3,
+        budget_tokens: int = 1500,
+        cache: PageCache | None = None,
+        cache_ttl: timedelta = timedelta(hours=24),
+    ) -> None:
         self._fetcher = fetcher
         self.pages = pages
         self._budget = budget_tokens
+        self._cache = cache if cache_ttl > timedelta(0) else None
+        self._cache_ttl = cache_ttl
 
     async def read(self, urls: Sequence[str], query: str) -> RoundReading:
         """Read the first :attr:`pages` of ``urls`` concurrently (one page latency, not N)."""
@@ -76,11 +109,39 @@ class PageReader:
             elif url not in relevant and not any(s.url == url for s in reading.skipped):
                 reading.skipped.append(PageSkipped(url, "nothing on it about the topic"))
             # (a relevant page whose passages lost to better ones is read, not skipped)
+        reading.read = len(wanted) - len(reading.skipped)
         return reading
 
     async def _candidates(self, url: str, query: str) -> list[Passage]:
-        page = await self._fetcher.fetch(url)
-        text = await asyncio.to_thread(main_text, page.body, page.final_url, page.content_type)
+        text = await self._main_text(url)
         if not text.strip():
             raise PageSkipped(url, "no readable text")
-        return select(split_passages(text), query, self._budget)
+        return await asyncio.to_thread(_best_passages, text, query, self._budget)
+
+    async def _main_text(self, url: str) -> str:
+        cached = await self._cached(url)
+        if cached is not None:
+            return cached
+        page = await self._fetcher.fetch(url)
+        text = await asyncio.to_thread(main_text, page.body, page.final_url, page.content_type)
+        text = text[:MAX_CACHED_CHARS]
+        if text.strip() and self._cache is not None:
+            try:
+                await self._cache.page_put(url, page.final_url, text)
+            except Exception as exc:  # the cache is an optimisation only
+                log.warning("page cache: write failed (%s: %s)", type(exc).__name__, exc)
+        return text
+
+    async def _cached(self, url: str) -> str | None:
+        if self._cache is None:
+            return None
+        try:
+            hit = await self._cache.page_get(url, self._cache_ttl)
+        except Exception as exc:
+            log.warning("page cache: read failed (%s: %s)", type(exc).__name__, exc)
+            return None
+        return None if hit is None else hit[1]
+
+
+def _best_passages(text: str, query: str, budget: int) -> list[Passage]:
+    return select(split_passages(text), query, budget)

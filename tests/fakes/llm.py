@@ -117,6 +117,18 @@ def _searched(prompt: str) -> list[str]:
     return []
 
 
+def _first_passages(prompt: str, sources: int = 2) -> list[tuple[str, str]]:
+    """The first passage read from the page of the first ``sources`` sources that have one
+    (the writer quotes them, as a model writing from evidence would)."""
+    found: list[tuple[str, str]] = []
+    for block in re.split(r"\n(?=\[\d+\])", prompt):
+        number = SOURCE_LINE.match(block)
+        passage = re.search(r"^    > (.+)$", block, re.MULTILINE)
+        if number and passage and len(found) < sources:
+            found.append((number.group(1), passage.group(1)))
+    return found
+
+
 def response_from_json(data: dict[str, Any]) -> Response:
     kind = data.get("kind")
     if kind == "reply":
@@ -186,11 +198,12 @@ class FakeLLM:
         numbers = list(dict.fromkeys(SOURCE_LINE.findall(prompt)))[:3]
         cites = "".join(f"[{n}]" for n in numbers)
         cited = f" {cites}" if cites else ""
+        quoted = "".join(f"- {text} [{n}]\n" for n, text in _first_passages(prompt))
         return (
             f"# Report: {topic}\n\n## Executive summary\n\n"
             f"This report summarises what the searches found about {topic}.\n\n"
             f"## Main findings\n\n- The sources describe the current state of {topic}{cited}.\n"
-            f"- Evidence is consistent across the collected material{cited}.\n\n"
+            f"- Evidence is consistent across the collected material{cited}.\n{quoted}\n"
             "## Conclusions and recommendations\n\n"
             "Monitor developments and revisit the question as new evidence appears.\n\n"
             "## Open questions\n\nLong-term effects remain uncertain.\n"

@@ -1,16 +1,26 @@
-"""A fake SearXNG JSON API with deterministic results, failure injection and query recording."""
+"""A fake SearXNG JSON API with deterministic results, failure injection and query recording,
+and the result pages themselves.
+
+Results point at pages this server serves (``/pages/<slug>/<i>``, under the address the search
+was asked at), so a run that reads its result pages reads them here: an article about the query
+wrapped in navigation, a cookie banner and a footer, with a ``robots.txt`` that allows all.
+Tests can script a page (``script_page``), slow pages down (``page_latency``) and see which pages
+were fetched (``page_requests``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import html
 import re
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from tests.fakes.server import BackgroundServer
@@ -25,6 +35,15 @@ def slug(query: str) -> str:
     return f"{base}-{digest}" if base else digest
 
 
+@dataclass(frozen=True)
+class ScriptedPage:
+    status: int
+    content_type: str
+    body: str
+    headers: dict[str, str] | None = None
+    delay: float = 0.0
+
+
 class FakeSearch:
     """State and behaviour of the fake; every method is safe to call from any thread."""
 
@@ -34,7 +53,13 @@ class FakeSearch:
         self._scripted: dict[str, list[dict[str, Any]]] = {}
         self._fail_next = 0
         self._fail_status = 500
+        self._pages: dict[str, str] = {}  # slug -> query
+        self._scripted_pages: dict[str, ScriptedPage] = {}
+        self._page_requests: list[str] = []
+        self._pages_released = threading.Event()
+        self._pages_released.set()
         self.latency = 0.0
+        self.page_latency = 0.0
         self.empty = False
         self.results_per_query = 4
 
@@ -51,12 +76,46 @@ class FakeSearch:
         with self._lock:
             self._scripted[query] = [{"engine": "fake", **r} for r in results]
 
+    @property
+    def page_requests(self) -> list[str]:
+        """The paths of the pages fetched so far (``/pages/<slug>/<i>``), in order."""
+        with self._lock:
+            return list(self._page_requests)
+
+    def script_page(
+        self,
+        path: str,
+        body: str = "",
+        *,
+        status: int = 200,
+        content_type: str = "text/html",
+        headers: dict[str, str] | None = None,
+        delay: float = 0.0,
+    ) -> None:
+        """Serve ``body`` at ``path`` (e.g. ``/pages/x/1``) instead of the generated page,
+        after ``delay`` seconds; an empty ``body`` with status 200 keeps the generated one."""
+        with self._lock:
+            self._scripted_pages[path] = ScriptedPage(status, content_type, body, headers, delay)
+
+    def hold_pages(self) -> None:
+        """Pages are answered only after :meth:`release_pages` (or 30 s)."""
+        self._pages_released.clear()
+
+    def release_pages(self) -> None:
+        self._pages_released.set()
+
+    def wait_for_release(self) -> None:
+        self._pages_released.wait(30)
+
     def reset(self) -> None:
         with self._lock:
             self._queries.clear()
             self._scripted.clear()
+            self._scripted_pages.clear()
+            self._page_requests.clear()
             self._fail_next, self._fail_status = 0, 500
-        self.latency, self.empty, self.results_per_query = 0.0, False, 4
+        self._pages_released.set()
+        self.latency, self.page_latency, self.empty, self.results_per_query = 0.0, 0.0, False, 4
 
     def record(self, query: str) -> int | None:
         """Record the query; return an HTTP status to fail with, if a failure is pending."""
@@ -67,22 +126,69 @@ class FakeSearch:
                 return self._fail_status
             return None
 
-    def results(self, query: str) -> list[dict[str, Any]]:
+    def results(self, query: str, base_url: str = "https://example.org/") -> list[dict[str, Any]]:
+        """The results for ``query``; generated ones point at pages under ``base_url``."""
         with self._lock:
             scripted = self._scripted.get(query)
+            if scripted is None and not self.empty:
+                self._pages[slug(query)] = query
         if scripted is not None:
             return scripted
         if self.empty:
             return []
+        base = base_url.rstrip("/")
         return [
             {
                 "title": f"{query} — source {i}",
-                "url": f"https://example.org/{slug(query)}/{i}",
+                "url": f"{base}/pages/{slug(query)}/{i}",
                 "content": f"Source {i} reports facts, figures and context about {query}.",
                 "engine": "fake",
             }
             for i in range(1, self.results_per_query + 1)
         ]
+
+    def page(self, path: str, name: str, number: int) -> ScriptedPage:
+        """What the page at ``path`` answers; records the fetch."""
+        with self._lock:
+            self._page_requests.append(path)
+            scripted = self._scripted_pages.get(path)
+            query = self._pages.get(name)
+        generated = (
+            ScriptedPage(200, "text/html; charset=utf-8", article(query, number))
+            if query is not None
+            else ScriptedPage(404, "text/html", "<html><body><h1>Not found</h1></body></html>")
+        )
+        if scripted is None:
+            return generated
+        if not scripted.body and scripted.status == 200:
+            return ScriptedPage(**{**scripted.__dict__, "body": generated.body})
+        return scripted
+
+
+def article(query: str, number: int) -> str:
+    """A result page: an article about ``query`` inside the usual boilerplate."""
+    query = html.escape(query)
+    facts = [
+        f"The full report on {query} states that measured adoption rose {10 + number}% in 2026, "
+        f"according to page {number} of the source.",
+        f"Analysts studying {query} describe three drivers: cost, regulation and demand. Each "
+        f"is examined with data from page {number}.",
+        f"Critics of {query} point to open risks that page {number} lists in detail, from "
+        "supply constraints to unclear long-term effects.",
+    ]
+    paragraphs = "\n".join(f"<p>{fact}</p>" for fact in facts)
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{query} — source {number}</title></head>
+<body>
+<nav><a href="/">Home</a> | <a href="/about">About us</a> | <a href="/subscribe">Subscribe</a></nav>
+<div class="cookie-banner" id="cookie-consent">We use cookies to improve your experience.
+<button>Accept all cookies</button></div>
+<main><article>
+<h1>{query} — source {number}</h1>
+{paragraphs}
+</article></main>
+<footer>© 2026 Example Media. All rights reserved. Privacy policy. Terms of use.</footer>
+</body></html>"""
 
 
 def build_search_app(fake: FakeSearch) -> Starlette:
@@ -97,9 +203,19 @@ def build_search_app(fake: FakeSearch) -> Starlette:
             await asyncio.sleep(fake.latency)
         if status is not None:
             return JSONResponse({"error": f"fake failure {status}"}, status)
-        return JSONResponse(
-            {"query": query, "number_of_results": 0, "results": fake.results(query)}
-        )
+        results = fake.results(query, str(request.base_url))
+        return JSONResponse({"query": query, "number_of_results": 0, "results": results})
+
+    async def page(request: Request) -> Response:
+        name, number = request.path_params["name"], request.path_params["number"]
+        answer = fake.page(request.url.path, name, number)
+        await asyncio.to_thread(fake.wait_for_release)
+        if fake.page_latency + answer.delay > 0:
+            await asyncio.sleep(fake.page_latency + answer.delay)
+        return Response(answer.body, answer.status, answer.headers, answer.content_type)
+
+    async def robots(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("User-agent: *\nAllow: /\n")
 
     async def config(request: Request) -> JSONResponse:
         data = await request.json()
@@ -107,6 +223,8 @@ def build_search_app(fake: FakeSearch) -> Starlette:
             fake.latency = float(data["latency"])
         if "empty" in data:
             fake.empty = bool(data["empty"])
+        if "page_latency" in data:
+            fake.page_latency = float(data["page_latency"])
         if "results_per_query" in data:
             fake.results_per_query = int(data["results_per_query"])
         if "fail_next" in data:
@@ -123,6 +241,8 @@ def build_search_app(fake: FakeSearch) -> Starlette:
     return Starlette(
         routes=[
             Route("/search", search, methods=["GET"]),
+            Route("/pages/{name}/{number:int}", page, methods=["GET"]),
+            Route("/robots.txt", robots, methods=["GET"]),
             Route("/_fake/config", config, methods=["POST"]),
             Route("/_fake/queries", queries, methods=["GET"]),
             Route("/_fake/reset", reset, methods=["POST"]),
