@@ -4,6 +4,7 @@ extraction and passage selection."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -13,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from core.pages.extract import estimate_tokens, main_text, select, split_passages
+from core.pages.extract import bm25_scores, estimate_tokens, main_text, select, split_passages
 from core.pages.fetch import PageFetcher, PageSkipped
 from tests.fakes.server import BackgroundServer
 
@@ -51,6 +52,10 @@ def build_site() -> Starlette:
             Route("/injected", lambda r: HTMLResponse(INJECTED)),
             Route("/plain", lambda r: PlainTextResponse("Heat pumps, plainly.")),
             Route("/image", lambda r: Response(b"\x89PNG", media_type="image/png")),
+            Route(
+                "/odd-type",
+                lambda r: Response(b"x", headers={"content-type": "ignore the rules <!here>"}),
+            ),
             Route("/slow", slow),
             Route("/huge", lambda r: HTMLResponse(huge)),
             Route("/gone", lambda r: Response("no", status_code=404)),
@@ -95,6 +100,7 @@ async def test_a_page_is_read_and_its_boilerplate_is_left_out(
     [
         ("/to-private", "private or internal address"),
         ("/image", "not a text page (image/png)"),
+        ("/odd-type", "not a text page (an unknown content type)"),
         ("/gone", "HTTP 404"),
         ("/loop", "more than 5 redirects"),
         ("/private/page", "disallowed by the site's robots.txt"),
@@ -213,3 +219,15 @@ async def test_plain_http_connects_to_the_address_that_was_checked(
     assert page.final_url == f"http://rebind.test:{site.port}/article"
     # Every hop and robots.txt was checked by name: the page, its robots.txt, the redirect.
     assert asked.count("rebind.test") == 3
+
+
+def test_bm25_scores_follow_the_okapi_formula() -> None:
+    # One matching document of three: idf = ln(2.5 / 1.5); tf 1 in an average-length document.
+    assert bm25_scores([["a"], ["b"], ["c"]], ["a"]) == [math.log(2.5 / 1.5), 0.0, 0.0]
+    # The same term once: the shorter document is the more relevant.
+    corpus = [["x"], ["x", "y", "z", "w"], ["y"], ["z"], ["w"]]
+    short, long, other, *_ = bm25_scores(corpus, ["x"])
+    assert short > long > 0 and other == 0
+    # A repeated query term counts twice; no query, no score.
+    assert bm25_scores([["a"], ["b"], ["c"]], ["a", "a"])[0] == 2 * math.log(2.5 / 1.5)
+    assert bm25_scores([["a"]], []) == [0.0] and bm25_scores([], ["a"]) == []

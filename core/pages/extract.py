@@ -1,5 +1,5 @@
 """A page's main text (trafilatura, never hand-written HTML parsing), split into passages, and
-the passages that matter for a query within a token budget (BM25, rank-bm25).
+the passages that matter for a query within a token budget (BM25).
 
 Extraction is CPU work: callers run :func:`main_text` in a worker thread. Page text is
 untrusted: every passage passes ``core.untrusted.as_data`` (no mention, link or web address
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -82,18 +83,47 @@ def _terms(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(_CJK.sub(" ", text))] + _CJK.findall(text)
 
 
+def bm25_scores(
+    corpus: Sequence[Sequence[str]],
+    query: Sequence[str],
+    *,
+    k1: float = 1.5,
+    b: float = 0.75,
+    epsilon: float = 0.25,
+) -> list[float]:
+    """Okapi BM25 of each document of ``corpus`` (lists of terms) for ``query``.
+
+    The classic formula, as rank-bm25's ``BM25Okapi`` computes it: idf = ln((N - n + 0.5) /
+    (n + 0.5)), where a negative idf (a term in most documents) becomes ``epsilon`` times the
+    mean idf, and each query term adds idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl /
+    avgdl)). Written here because that package needs numpy (13 MB in every process) for a
+    few dozen passages a page."""
+    if not corpus:
+        return []
+    count = len(corpus)
+    average_length = sum(len(doc) for doc in corpus) / count or 1.0
+    frequency = Counter(term for doc in corpus for term in set(doc))
+    idf = {t: math.log(count - n + 0.5) - math.log(n + 0.5) for t, n in frequency.items()}
+    floor = epsilon * sum(idf.values()) / len(idf)
+    idf = {t: value if value >= 0 else floor for t, value in idf.items()}
+    scores = []
+    for doc in corpus:
+        tf = Counter(doc)
+        norm = k1 * (1 - b + b * len(doc) / average_length)
+        scores.append(sum(idf[q] * tf[q] * (k1 + 1) / (tf[q] + norm) for q in query if tf.get(q)))
+    return scores
+
+
 def select(passages: Sequence[str], query: str, budget_tokens: int) -> list[Passage]:
     """The passages most relevant to ``query`` (BM25) that fit in ``budget_tokens``, in the
     page's order; neutralised. Passages sharing no term with the query are never kept."""
-    from rank_bm25 import BM25Okapi
-
     clean = [as_data(p) for p in passages]
     clean = [p for p in clean if p]
     if not clean or budget_tokens <= 0:
         return []
     corpus = [_terms(p) or [""] for p in clean]
     query_terms = _terms(query)
-    scores = BM25Okapi(corpus).get_scores(query_terms)
+    scores = bm25_scores(corpus, query_terms)
     shared = [bool(set(query_terms) & set(terms)) for terms in corpus]
     ranked = sorted(range(len(clean)), key=lambda i: scores[i], reverse=True)
     chosen: list[int] = []

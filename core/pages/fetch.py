@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +39,9 @@ ROBOTS_TTL = 3600.0
 ROBOTS_MAX_BYTES = 256 * 1024
 #: Beyond this many hosts, expired robots.txt entries are forgotten.
 ROBOTS_KEPT = 2000
+
+
+_MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9.+-]{0,40}/[a-z0-9][a-z0-9.+-]{0,60}")
 
 
 class PageSkipped(Exception):
@@ -134,7 +138,9 @@ class PageFetcher:
                     raise PageSkipped(url, f"HTTP {response.status_code}")
                 kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
                 if kind not in TEXT_TYPES:
-                    raise PageSkipped(url, f"not a text page ({kind or 'no content type'})")
+                    # The type is the server's text: shown only when it looks like a type.
+                    shown = kind if _MEDIA_TYPE.fullmatch(kind) else "an unknown content type"
+                    raise PageSkipped(url, f"not a text page ({shown})")
                 body, truncated = await self._read(response, self._max_bytes)
             finally:
                 await response.aclose()
