@@ -467,6 +467,7 @@ def server_env(
         FATHOM_SEARCH="searxng",
         SEARXNG_URL=fakes["searxng_url"],
         FATHOM_SEARCH_CACHE_TTL="0",
+        FATHOM_ALLOW_PRIVATE_FETCH="1",  # runs read the fake's result pages, as by default
         SLACK_BOT_TOKEN=BOT_TOKEN,
         SLACK_SIGNING_SECRET=SECRET,
         SLACK_API_URL=slack["api_url"],
@@ -708,6 +709,7 @@ def main(argv: list[str] | None = None) -> int:
             "FATHOM_MAX_CONCURRENT_RUNS": opts.max_concurrent_runs,
             "FATHOM_USER_CONCURRENCY": 100,
             "FATHOM_SEARCH_CACHE_TTL": 0,
+            "FATHOM_ALLOW_PRIVATE_FETCH": 1,
             "client_timeout_s": opts.timeout,
         },
         "passes": {},
