@@ -75,14 +75,17 @@ class DeferredTrustContext(ssl.SSLContext):
 
 def page_client(settings: Settings, tls: ssl.SSLContext) -> httpx.AsyncClient:
     """The HTTP client of page reading: its own connections (a slow site never holds up a
-    search), no redirects followed by the client (the fetcher checks each hop) and no cookies
-    kept (nothing a site sets follows the bot to another)."""
+    search), none kept between requests (the fetcher connects to checked IPs, and a pooled
+    connection is keyed by IP, not by name), no redirects followed by the client (the fetcher
+    checks each hop), no proxy from the environment (a proxy would resolve names itself, past
+    the checks) and no cookies kept (nothing a site sets follows the bot to another)."""
     return httpx.AsyncClient(
         timeout=settings.page_timeout,
         follow_redirects=False,
         verify=tls,
+        trust_env=False,
         cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
-        limits=httpx.Limits(max_connections=settings.page_fetches),
+        limits=httpx.Limits(max_connections=settings.page_fetches, max_keepalive_connections=0),
     )
 
 
@@ -103,6 +106,7 @@ def page_reader(settings: Settings, http: httpx.AsyncClient, store: Store) -> Pa
         budget_tokens=settings.page_tokens,
         cache=store,
         cache_ttl=settings.page_cache_ttl,
+        extract_timeout=settings.page_timeout,
     )
 
 
@@ -175,3 +179,5 @@ async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIter
             yield Runtime(settings, database, store, service, search, llm, digests, reader)
         finally:
             await llm.aclose()
+            if reader is not None:
+                reader.close()

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import ssl
+import tracemalloc
+import zlib
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
+import trustme
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -16,6 +20,7 @@ from starlette.routing import Route
 
 from core.pages.extract import bm25_scores, estimate_tokens, main_text, select, split_passages
 from core.pages.fetch import PageFetcher, PageSkipped
+from core.pages.reader import PageReader
 from tests.fakes.server import BackgroundServer
 
 ARTICLE = """<html><head><title>Heat pumps</title></head><body>
@@ -172,8 +177,6 @@ def test_selection_keeps_relevant_passages_in_page_order() -> None:
 async def test_a_round_reads_its_pages_at_once_within_one_budget(
     site: BackgroundServer, fetcher: PageFetcher
 ) -> None:
-    from core.pages.reader import PageReader
-
     reader = PageReader(fetcher, pages=3, budget_tokens=400)
     urls = [
         f"{site.url}/article",
@@ -231,3 +234,161 @@ def test_bm25_scores_follow_the_okapi_formula() -> None:
     # A repeated query term counts twice; no query, no score.
     assert bm25_scores([["a"], ["b"], ["c"]], ["a", "a"])[0] == 2 * math.log(2.5 / 1.5)
     assert bm25_scores([["a"]], []) == [0.0] and bm25_scores([], ["a"]) == []
+
+
+async def test_https_connects_to_the_checked_address_and_verifies_the_name() -> None:
+    """The https request goes to the checked IP (``rebind.test`` resolves nowhere else), with
+    the site's name as TLS server name and in Host, and the certificate is verified for it."""
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("rebind.test").configure_cert(server_context)
+    names: list[str | None] = []
+    server_context.sni_callback = lambda sock, name, ctx: names.append(name)  # type: ignore[assignment,misc,return-value]
+    requests: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        requests.append(head)
+        found = head.startswith(b"GET /article ")
+        body = ARTICLE.encode() if found else b"no"
+        status = b"200 OK" if found else b"404 Not Found"
+        writer.write(
+            b"HTTP/1.1 " + status + b"\r\nContent-Type: text/html\r\nConnection: close\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=server_context)
+    port = server.sockets[0].getsockname()[1]
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    async with server, httpx.AsyncClient(trust_env=False, verify=client_context) as http:
+        fetcher = PageFetcher(http, timeout=5.0, allow_loopback=True, resolve=resolve)
+        page = await fetcher.fetch(f"https://rebind.test:{port}/article")
+        assert "three to four units of heat" in page.body
+        # A certificate for another name is refused: the name is what TLS verifies.
+        other = PageFetcher(http, timeout=5.0, allow_loopback=True, resolve=resolve)
+        with pytest.raises(PageSkipped) as skipped:
+            await other.fetch(f"https://other.test:{port}/article")
+        assert skipped.value.reason == "its robots.txt could not be read (ConnectError)"
+    assert names[:2] == ["rebind.test", "rebind.test"]  # robots.txt, then the page
+    assert all(f"Host: rebind.test:{port}".encode() in r for r in requests[:2])
+
+
+def _gzip_bomb(size: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b"\0" * (1 << 20)
+    return b"".join(packer.compress(block) for _ in range(size >> 20)) + packer.flush()
+
+
+async def test_a_compressed_page_is_read_only_up_to_the_size_limit() -> None:
+    """200 MB of zeros compressed into about 200 kB: the fetcher decompresses no more than its
+    256 kB limit (httpx's own decoding would expand each network chunk whole, about 64 MB)."""
+    bomb = _gzip_bomb(200 << 20)
+    app = Starlette(
+        routes=[
+            Route(
+                "/bomb",
+                lambda r: Response(
+                    bomb, media_type="text/html", headers={"Content-Encoding": "gzip"}
+                ),
+            ),
+            Route(
+                "/brotli",
+                lambda r: Response(
+                    b"x", media_type="text/html", headers={"Content-Encoding": "br"}
+                ),
+            ),
+            Route(
+                "/odd-charset",
+                lambda r: Response(
+                    "Heat pumps — plainly.".encode(),
+                    headers={"content-type": "text/plain; charset=hex"},
+                ),
+            ),
+        ]
+    )
+    with BackgroundServer(app) as site:
+        async with httpx.AsyncClient(trust_env=False) as http:
+            fetcher = PageFetcher(http, timeout=10.0, max_bytes=256 * 1024, allow_loopback=True)
+            tracemalloc.start()
+            try:
+                page = await fetcher.fetch(f"{site.url}/bomb")
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            assert page.truncated and len(page.body) == 256 * 1024
+            assert peak < 16 * 1024 * 1024, f"peak {peak / 1e6:.0f} MB"
+            with pytest.raises(PageSkipped) as skipped:
+                await fetcher.fetch(f"{site.url}/brotli")
+            assert skipped.value.reason == "compressed in a way that is not read"
+            odd = await fetcher.fetch(f"{site.url}/odd-charset")  # unknown charset: UTF-8
+            assert odd.body == "Heat pumps — plainly."
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "fec0::1",  # IPv6 site-local
+        "2002:a00:1::1",  # 6to4 around 10.0.0.1
+        "2001:0:4136:e378:8000:63bf:f5ff:fffe",  # Teredo around 10.0.0.1
+        "::ffff:169.254.169.254",  # IPv4-mapped link-local
+        "64:ff9b::a00:1",  # NAT64 around 10.0.0.1
+    ],
+)
+async def test_ipv6_forms_of_internal_addresses_are_refused(address: str) -> None:
+    async def resolve(host: str, port: int) -> list[str]:
+        return [address]
+
+    async with httpx.AsyncClient(trust_env=False) as http:
+        fetcher = PageFetcher(http, timeout=1.0, resolve=resolve)
+        with pytest.raises(PageSkipped) as skipped:
+            await fetcher.fetch("http://innocent.example/page")
+    assert skipped.value.reason == "it points to a private or internal address"
+
+
+async def test_the_pages_of_a_round_take_turns_in_the_budget() -> None:
+    """A short page's one relevant passage is kept beside a long page's many: BM25 scores of
+    two pages are not comparable (a one-passage page even scores below zero), so the pages
+    take turns instead of competing on score."""
+    paragraph = (
+        "Heat pumps in cold climates keep their efficiency with modern compressors, and "
+        "heat pumps cut heating bills; installers report heat pumps running at minus 20 C. "
+    )
+    garden = "Tomatoes in raised beds want sun, water at the roots and a stake to climb. " * 6
+    parts = [f"<p>Bed {i}. {garden}</p>" for i in range(10)]
+    parts[2] = f"<p>Part 1. {paragraph * 3}</p>"
+    parts[7] = f"<p>Part 2. {paragraph * 3}</p>"
+    long_page = f"<html><body><article>{''.join(parts)}</article>"
+    short_page = "<html><body><article><p>Heat pumps need little upkeep.</p></article>"
+    app = Starlette(
+        routes=[
+            Route("/long", lambda r: HTMLResponse(long_page)),
+            Route("/short", lambda r: HTMLResponse(short_page)),
+        ]
+    )
+    with BackgroundServer(app) as site:
+        async with httpx.AsyncClient(trust_env=False) as http:
+            fetcher = PageFetcher(http, timeout=5.0, allow_loopback=True)
+            reader = PageReader(fetcher, pages=2, budget_tokens=214)  # 2 long, or 1 + short
+            reading = await reader.read([f"{site.url}/long", f"{site.url}/short"], "heat pumps")
+            reader.close()
+    kept = {p.url.rsplit("/", 1)[1]: p.passages for p in reading.pages}
+    assert set(kept) == {"long", "short"} and kept["short"] == ["Heat pumps need little upkeep."]
+    assert reading.read == 2 and reading.skipped == [] and reading.tokens <= 214
+
+
+async def test_a_page_whose_text_takes_too_long_to_extract_is_skipped(
+    site: BackgroundServer, fetcher: PageFetcher
+) -> None:
+    reader = PageReader(fetcher, pages=1, extract_timeout=1e-6)  # nothing extracts that fast
+    try:
+        reading = await reader.read([f"{site.url}/huge"], "heat pumps")
+    finally:
+        reader.close()
+    assert [s.reason for s in reading.skipped] == ["its text took too long to extract"]

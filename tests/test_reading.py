@@ -67,7 +67,13 @@ async def reading(
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
             reader=reader,
         )
-        closers.extend([http.aclose, pages_http.aclose, planner.aclose, writer.aclose])
+
+        async def close_reader() -> None:
+            reader.close()
+
+        closers.extend(
+            [http.aclose, pages_http.aclose, planner.aclose, writer.aclose, close_reader]
+        )
         return Harness(llm_server, search_server, database, store, service, database_url)
 
     try:
@@ -306,3 +312,53 @@ def test_page_settings_are_validated() -> None:
         with pytest.raises(Exception) as error:
             load_settings(_env_file=None, **bad)
         assert next(iter(bad)) in str(error.value)
+
+
+async def test_control_characters_on_a_page_never_reach_the_stored_findings(
+    reading: MakeHarness,
+) -> None:
+    """PostgreSQL refuses NUL in JSON text: a page carrying it must not fail the run."""
+    harness = await reading()
+    harness.llm.fake.script("planner", plan(TOPIC))
+    harness.search.fake.script_page(
+        page_path(TOPIC, 1),
+        "Heat pumps\x00 save energy.\u202e Heat pumps\x1b[31m last long.\ufeff",
+        content_type="text/plain; charset=utf-8",
+    )
+    outcome = await harness.research(depth=1)
+    assert outcome.status is RunStatus.SUCCEEDED, outcome.error
+    thread = await harness.store.get_thread(outcome.thread)
+    assert thread is not None
+    variables = await harness.store.load_variables(thread.id)
+    assert variables is not None
+    (page,) = [p for p in variables["findings"][0]["pages"] if p["url"].endswith("/1")]
+    assert page["passages"] == ["Heat pumps save energy. Heat pumps[31m last long."]
+
+
+async def test_cancelling_a_resumed_run_leaves_no_page_reading_behind(
+    reading: MakeHarness,
+) -> None:
+    """A resumed run reads the pages of all its unread findings at once; cancelled while it
+    waits for the first, it cancels the others too."""
+    snippets = await reading(pages=0)  # two searches whose pages are never read
+    run_id = await snippets.submit(depth=2)
+    searched = asyncio.Event()
+    task = asyncio.create_task(snippets.service.execute(run_id, after_search(2, searched.set)))
+    await asyncio.wait_for(searched.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    pages = await reading()
+    pages.search.fake.hold_pages()
+    try:
+        before = asyncio.all_tasks()
+        resumed = asyncio.create_task(pages.service.resume(run_id))
+        await wait_for(lambda: len(pages.search.fake.page_requests) == 6)  # both rounds' pages
+        resumed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await resumed
+        left = [t for t in asyncio.all_tasks() - before if not t.done()]
+        assert left == []
+    finally:
+        pages.search.fake.release_pages()

@@ -7,9 +7,10 @@ again. The state is checkpointed after the plan and after the search, so a run
 that is interrupted resumes without repeating a finished search or plan.
 
 With a page reader, the best result pages of each search are read while the planner plans the
-next round (the planner works from snippets, so it need not wait for them); their passages are
-attached to the round's finding before the next checkpoint. A run interrupted before its pages
-were attached reads them when it resumes (cheaply: read pages are cached).
+next round (the planner works from snippets, so it need not wait for them); once the plan is
+checkpointed, their passages are attached to the round's finding and checkpointed too, before
+the next search. A run interrupted before its pages were attached reads them when it resumes
+(cheaply: read pages are cached).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
@@ -38,7 +40,6 @@ from core.pages.reader import PageReader, RoundReading
 from core.progress import ProgressKind, search_executed_text
 from core.prompts import planner_duplicate_message, planner_messages
 from core.search import SearchError, SearchProvider
-from core.untrusted import as_data
 from core.wording import Language, request_language, search_failed_words, searching_words
 
 log = logging.getLogger(__name__)
@@ -159,9 +160,7 @@ class PageReading:
             state.usage.pages_read += reading.read
             state.usage.pages_skipped += len(reading.skipped)
             if reading.skipped:
-                skipped = "; ".join(
-                    f"{as_data(_host(s.url))} ({s.reason})" for s in reading.skipped
-                )
+                skipped = "; ".join(f"{_host(s.url)} ({s.reason})" for s in reading.skipped)
                 state.note(f'Result pages left out for "{finding.topic}": {skipped}.')
 
     def cancel(self) -> None:
@@ -169,8 +168,17 @@ class PageReading:
             task.cancel()
 
 
+_HOST = re.compile(r"[a-z0-9.-]{1,100}")
+
+
 def _host(url: str) -> str:
-    return urlsplit(url).hostname or "a page"
+    """The page's host for a note (notes reach the writer outside the fence): only when it
+    looks like one."""
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return "a page"
+    return host if _HOST.fullmatch(host) else "a page"
 
 
 class IterativeStrategy:
@@ -197,8 +205,9 @@ class IterativeStrategy:
         variables = state.variables
 
         async def attach_pages() -> None:
-            while reading:
-                await reading.pop().attach(state)
+            while reading:  # removed only once attached: the caller cancels what is left
+                await reading[-1].attach(state)
+                reading.pop()
 
         while state.searches_done < state.depth:
             if hooks.is_cancelled():
@@ -206,19 +215,19 @@ class IterativeStrategy:
             topic = self._pending_topic(variables)
             if topic is None:
                 planned = await self._plan(state)  # meanwhile, the last round's pages are read
-                await attach_pages()
                 if isinstance(planned, StopReason):
                     variables.should_continue = False
                     variables.next_search_topic = None
+                    await attach_pages()
                     await hooks.checkpoint(state)
                     return planned
                 topic = planned
                 variables.next_search_topic = topic
                 variables.should_continue = True
-                await hooks.checkpoint(state)
+                await hooks.checkpoint(state)  # the plan is kept while the pages finish
                 if hooks.is_cancelled():
                     return StopReason.CANCELLED
-            elif reading:
+            if reading:
                 await attach_pages()
                 await hooks.checkpoint(state)
             await hooks.progress(ProgressKind.SEARCHING, searching_text(state, topic), topic)

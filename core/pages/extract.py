@@ -2,8 +2,9 @@
 the passages that matter for a query within a token budget (BM25).
 
 Extraction is CPU work: callers run :func:`main_text` in a worker thread. Page text is
-untrusted: every passage passes ``core.untrusted.as_data`` (no mention, link or web address
-survives) before anyone sees it.
+untrusted: every passage passes ``core.text.clean_text`` (no control or invisible formatting
+character) and ``core.untrusted.as_data`` (no mention, link or web address) before anyone sees
+it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.text import clean_text
 from core.untrusted import as_data
 
 #: A passage holds about this many characters (paragraphs are joined or cut to it).
@@ -117,7 +119,7 @@ def bm25_scores(
 def select(passages: Sequence[str], query: str, budget_tokens: int) -> list[Passage]:
     """The passages most relevant to ``query`` (BM25) that fit in ``budget_tokens``, in the
     page's order; neutralised. Passages sharing no term with the query are never kept."""
-    clean = [as_data(p) for p in passages]
+    clean = [as_data(clean_text(p)) for p in passages]
     clean = [p for p in clean if p]
     if not clean or budget_tokens <= 0:
         return []

@@ -2,16 +2,21 @@
 in time, size, redirects and content type.
 
 Every address a fetch touches (the page's, each redirect's, robots.txt's) is resolved and
-refused when any of its IPs is private, loopback, link-local, multicast, reserved or
-unspecified. ``allow_loopback`` (``FATHOM_ALLOW_PRIVATE_FETCH=1``, for tests against local
-servers) lets loopback addresses through; the other internal ranges stay refused.
-Redirects are followed here, one checked hop at a time, never by the HTTP client.
+refused when any of its IPs is private, loopback, link-local, site-local, multicast, reserved,
+unspecified or an IPv6 wrapping of one of those. ``allow_loopback``
+(``FATHOM_ALLOW_PRIVATE_FETCH=1``, for tests against local servers) lets loopback addresses
+through; the other internal ranges stay refused. Redirects are followed here, one checked hop
+at a time, never by the HTTP client.
 
-The address that was checked is the one connected to: a plain-http request goes to the checked
-IP (with the site's name in ``Host``), so a name that resolves to a public address for the check
-and to an internal one a moment later (DNS rebinding) cannot redirect the fetch. An https
-request goes by name, because the certificate must match that name and no internal service
-holds a certificate for a public site's name.
+The address that was checked is the one connected to: the request goes to the checked IP, with
+the site's name in ``Host`` and, for https, as the TLS server name (so the certificate is
+verified for that name). A name that resolves to a public address for the check and to an
+internal one a moment later (DNS rebinding) cannot redirect the fetch. The HTTP client must
+not reuse connections across requests (``page_client`` keeps none), since a pooled
+connection is keyed by the IP, not the name.
+
+The body is decompressed here, chunk by chunk and never beyond the size limit, so a small
+compressed answer cannot expand into gigabytes.
 
 A refusal or a failure is a :class:`PageSkipped` with a short reason that is safe to show in
 "Notes on this run"; a run never fails because of a page.
@@ -20,13 +25,16 @@ A refusal or a failure is a :class:`PageSkipped` with a short reason that is saf
 from __future__ import annotations
 
 import asyncio
+import codecs
 import ipaddress
 import re
 import socket
 import time
+import zlib
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import urljoin
 from urllib.robotparser import RobotFileParser
 
 import httpx
@@ -37,11 +45,11 @@ TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
 #: robots.txt files are kept this long per host (seconds).
 ROBOTS_TTL = 3600.0
 ROBOTS_MAX_BYTES = 256 * 1024
-#: Beyond this many hosts, expired robots.txt entries are forgotten.
+#: At most this many hosts' robots.txt are remembered (the least recently used go first).
 ROBOTS_KEPT = 2000
 
-
 _MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9.+-]{0,40}/[a-z0-9][a-z0-9.+-]{0,60}")
+_HOSTNAME = re.compile(r"(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_-]+)*\.?")
 
 
 class PageSkipped(Exception):
@@ -63,6 +71,8 @@ class FetchedPage:
 
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
+#: A site's robots.txt: its rules, None (there is none) or why it could not be read.
+Robots = RobotFileParser | None | str
 
 
 async def system_resolve(host: str, port: int) -> list[str]:
@@ -73,8 +83,13 @@ async def system_resolve(host: str, port: int) -> list[str]:
 
 def _internal(address: str, *, allow_loopback: bool = False) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.is_site_local:
+            return True
+        # An IPv4 address wrapped in IPv6 (mapped, 6to4, Teredo) is judged as IPv4.
+        embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if embedded is not None:
+            return _internal(str(embedded), allow_loopback=allow_loopback)
     if allow_loopback and ip.is_loopback:
         return False
     return bool(
@@ -86,6 +101,15 @@ def _internal(address: str, *, allow_loopback: bool = False) -> bool:
         or ip.is_unspecified
         or not ip.is_global
     )
+
+
+def _decoder(encoding: str) -> zlib._Decompress | None:
+    """A decompressor for the body's ``Content-Encoding`` (None: not compressed)."""
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header, detected
+    raise ValueError(encoding)
 
 
 class PageFetcher:
@@ -110,7 +134,7 @@ class PageFetcher:
         self._max_redirects = max_redirects
         self._slots = asyncio.Semaphore(max_concurrent)
         self._allow_loopback = allow_loopback
-        self._robots: dict[str, tuple[float, RobotFileParser | None]] = {}
+        self._robots: OrderedDict[str, tuple[float, Robots]] = OrderedDict()
         self._robots_locks: dict[str, asyncio.Lock] = {}
 
     async def fetch(self, url: str) -> FetchedPage:
@@ -122,14 +146,15 @@ class PageFetcher:
                 raise PageSkipped(url, f"no answer within {self._timeout:g} s") from None
             except httpx.HTTPError as exc:
                 raise PageSkipped(url, f"unreachable ({type(exc).__name__})") from None
+            except (httpx.InvalidURL, ValueError) as exc:  # also UnicodeError
+                raise PageSkipped(url, f"its address is not valid ({type(exc).__name__})") from None
 
     async def _fetch(self, url: str) -> FetchedPage:
         current = url
         for _ in range(self._max_redirects + 1):
-            address = await self._check_address(url, current)
-            if not await self._allowed_by_robots(url, current):
-                raise PageSkipped(url, "disallowed by the site's robots.txt")
-            response = await self._send(current, address, "text/html, text/plain")
+            target, address = await self._check_address(url, current)
+            await self._check_robots(url, target)
+            response = await self._send(target, address, "text/html, text/plain")
             try:
                 if response.is_redirect and "location" in response.headers:
                     current = urljoin(current, response.headers["location"])
@@ -141,99 +166,137 @@ class PageFetcher:
                     # The type is the server's text: shown only when it looks like a type.
                     shown = kind if _MEDIA_TYPE.fullmatch(kind) else "an unknown content type"
                     raise PageSkipped(url, f"not a text page ({shown})")
-                body, truncated = await self._read(response, self._max_bytes)
+                body, truncated = await self._read(url, response, self._max_bytes)
             finally:
                 await response.aclose()
-            charset = response.charset_encoding or "utf-8"
-            text = body.decode(charset, errors="replace")
+            text = body.decode(_charset(response.charset_encoding), errors="replace")
             return FetchedPage(url, current, kind, text, truncated)
         raise PageSkipped(url, f"more than {self._max_redirects} redirects")
 
-    async def _read(self, response: httpx.Response, limit: int) -> tuple[bytes, bool]:
-        """The body, at most ``limit`` bytes (and whether it was cut)."""
+    async def _read(self, asked: str, response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+        """The body, decompressed, at most ``limit`` bytes (and whether it was cut)."""
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        try:
+            decoder = _decoder(encoding)
+        except ValueError:
+            raise PageSkipped(asked, "compressed in a way that is not read") from None
         chunks: list[bytes] = []
         size = 0
-        async for chunk in response.aiter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= limit:
-                return b"".join(chunks)[:limit], True
+        try:
+            async for raw in response.aiter_raw():
+                chunk = raw if decoder is None else decoder.decompress(raw, limit - size)
+                chunks.append(chunk)
+                size += len(chunk)
+                if size >= limit:
+                    return b"".join(chunks)[:limit], True
+        except zlib.error:
+            raise PageSkipped(asked, "its compressed body is damaged") from None
         return b"".join(chunks), False
 
-    async def _send(self, url: str, address: str, accept: str) -> httpx.Response:
-        """GET ``url`` (streamed, no redirects followed); plain http goes to the checked
-        ``address`` itself (see the module)."""
-        parts = urlsplit(url)
-        headers = {"User-Agent": USER_AGENT, "Accept": accept}
-        target = url
-        if parts.scheme == "http":
-            host = f"[{address}]" if ":" in address else address
-            netloc = f"{host}:{parts.port}" if parts.port else host
-            target = urlunsplit(parts._replace(netloc=netloc))
-            headers["Host"] = parts.netloc.rsplit("@", 1)[-1]
-        request = self._http.build_request("GET", target, headers=headers)
+    async def _send(self, target: httpx.URL, address: str, accept: str) -> httpx.Response:
+        """GET ``target`` at the checked ``address`` (streamed, no redirects followed)."""
+        name = target.raw_host.decode("ascii")
+        headers = {
+            "User-Agent": USER_AGENT,
+            "Accept": accept,
+            "Accept-Encoding": "gzip, deflate",
+            "Host": target.netloc.decode("ascii"),
+        }
+        extensions = {"sni_hostname": name} if target.scheme == "https" else {}
+        request = self._http.build_request(
+            "GET", target.copy_with(host=address), headers=headers, extensions=extensions
+        )
         return await self._http.send(request, stream=True, follow_redirects=False)
 
-    async def _check_address(self, asked: str, url: str) -> str:
-        """The address to connect to for ``url``; :class:`PageSkipped` when any address of its
-        host is internal."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+    async def _check_address(self, asked: str, url: str) -> tuple[httpx.URL, str]:
+        """``url`` parsed, and the address to connect to for it; :class:`PageSkipped` when it
+        is not a public http(s) address (any address of its host internal)."""
+        target = httpx.URL(url)
+        if target.scheme not in ("http", "https") or not target.raw_host:
             raise PageSkipped(asked, "only public http and https addresses are read")
-        if parts.username is not None or parts.password is not None:
+        if target.userinfo:
             raise PageSkipped(asked, "addresses with credentials are not read")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        host = target.raw_host.decode("ascii").lower()
+        port = target.port or (443 if target.scheme == "https" else 80)
+        if not (_HOSTNAME.fullmatch(host) or _is_ip(host)) or not 0 < port < 65536:
+            raise PageSkipped(asked, "its address is not valid")
         try:
-            addresses = await self._resolve(parts.hostname, port)
-        except OSError:
+            addresses = await self._resolve(host, port)
+        except (OSError, UnicodeError):
             raise PageSkipped(asked, "its address does not resolve") from None
         loopback = self._allow_loopback
         if not addresses or any(_internal(a, allow_loopback=loopback) for a in addresses):
             raise PageSkipped(asked, "it points to a private or internal address")
-        return addresses[0].split("%", 1)[0]
+        return target, addresses[0].split("%", 1)[0]
 
-    async def _allowed_by_robots(self, asked: str, url: str) -> bool:
-        parts = urlsplit(url)
-        origin = f"{parts.scheme}://{parts.netloc}"
-        if len(self._robots) > ROBOTS_KEPT:
-            self._forget_expired_robots()
+    async def _check_robots(self, asked: str, target: httpx.URL) -> None:
+        """:class:`PageSkipped` unless the site's robots.txt lets ``FathomBot`` read it."""
+        origin = f"{target.scheme}://{target.netloc.decode('ascii')}"
         lock = self._robots_locks.setdefault(origin, asyncio.Lock())
         async with lock:
             cached = self._robots.get(origin)
             if cached is None or time.monotonic() - cached[0] > ROBOTS_TTL:
                 cached = (time.monotonic(), await self._load_robots(asked, origin))
                 self._robots[origin] = cached
-        parser = cached[1]
-        return True if parser is None else parser.can_fetch(ROBOTS_AGENT, url)
+            self._robots.move_to_end(origin)
+            self._forget_robots()
+        rules = cached[1]
+        if isinstance(rules, str):
+            raise PageSkipped(asked, f"its robots.txt could not be read ({rules})")
+        if rules is not None and not rules.can_fetch(ROBOTS_AGENT, str(target)):
+            raise PageSkipped(asked, "disallowed by the site's robots.txt")
 
-    def _forget_expired_robots(self) -> None:
-        """Keep the per-host memory of a long-running process bounded."""
-        now = time.monotonic()
-        for origin, (loaded, _) in list(self._robots.items()):
+    def _forget_robots(self) -> None:
+        """Keep at most ``ROBOTS_KEPT`` hosts in memory (and no lock of a forgotten one)."""
+        while len(self._robots) > ROBOTS_KEPT:
+            origin, _ = self._robots.popitem(last=False)
             lock = self._robots_locks.get(origin)
-            if now - loaded > ROBOTS_TTL and (lock is None or not lock.locked()):
-                del self._robots[origin]
-                self._robots_locks.pop(origin, None)
+            if lock is not None and not lock.locked():
+                del self._robots_locks[origin]
+        if len(self._robots_locks) > 2 * ROBOTS_KEPT:  # hosts whose robots.txt never loaded
+            for origin, lock in list(self._robots_locks.items()):
+                if origin not in self._robots and not lock.locked():
+                    del self._robots_locks[origin]
 
-    async def _load_robots(self, asked: str, origin: str) -> RobotFileParser | None:
+    async def _load_robots(self, asked: str, origin: str) -> Robots:
         """The site's rules (None: no robots.txt, everything allowed). A server error or an
-        unreachable robots.txt disallows the whole site for now (RFC 9309)."""
+        unreachable robots.txt disallows the whole site for now (RFC 9309): the reason why."""
         robots_url = f"{origin}/robots.txt"
-        address = await self._check_address(asked, robots_url)
-        parser = RobotFileParser(robots_url)
+        target, address = await self._check_address(asked, robots_url)
         try:
-            response = await self._send(robots_url, address, "text/plain")
+            response = await self._send(target, address, "text/plain")
             try:
                 if response.status_code >= 500:
-                    parser.parse(["User-agent: *", "Disallow: /"])
-                    return parser
+                    return f"HTTP {response.status_code}"
                 if response.status_code >= 400 or response.is_redirect:
                     return None
-                body, _ = await self._read(response, ROBOTS_MAX_BYTES)
+                body, _ = await self._read(asked, response, ROBOTS_MAX_BYTES)
             finally:
                 await response.aclose()
-        except httpx.HTTPError:
-            parser.parse(["User-agent: *", "Disallow: /"])
-            return parser
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
+        except PageSkipped as skipped:
+            return skipped.reason
+        parser = RobotFileParser(robots_url)
         parser.parse(body.decode("utf-8", "replace").splitlines())
         return parser
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _charset(declared: str | None) -> str:
+    """The page's declared charset when Python knows it, else UTF-8."""
+    if declared:
+        try:
+            codec = codecs.lookup(declared)
+        except LookupError:
+            return "utf-8"
+        if getattr(codec, "_is_text_encoding", True):  # not "hex", "zlib" and their kind
+            return codec.name
+    return "utf-8"

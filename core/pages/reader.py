@@ -1,27 +1,38 @@
 """One round's page reading: the top results fetched at once, their main text extracted off the
 event loop, and the passages that matter for the round's query kept within one budget.
 
-The budget (``FATHOM_PAGE_TOKENS``) is shared by the round's pages: each page's best passages
-compete with every other page's, so a long page cannot crowd the others out of the prompt
-beyond its share, and the prompt stays bounded whatever the pages hold.
+The budget (``FATHOM_PAGE_TOKENS``) is shared by the round's pages, which take turns: every
+page's best passage first, then every page's second best, and so on while they fit. A long page
+cannot crowd the others out of the prompt, and the prompt stays bounded whatever the pages hold.
+(BM25 scores of different pages are not comparable: each page is its own corpus.)
+
+Extraction and ranking are CPU work. They run on the reader's own two threads (never the event
+loop's default pool, which also resolves names for every HTTP client), on at most
+``MAX_EXTRACT_CHARS`` of a page, and a page whose extraction takes longer than the page time
+limit is skipped (its thread finishes on its own).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from core.pages.extract import Passage, estimate_tokens, main_text, select, split_passages
 from core.pages.fetch import PageFetcher, PageSkipped
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: At most this much of a page's main text is cached (the passages come from its start).
 MAX_CACHED_CHARS = 200_000
+#: At most this much of a page's HTML is given to the extractor (about 2 s of CPU at worst).
+MAX_EXTRACT_CHARS = 1_000_000
+EXTRACT_THREADS = 2
 
 
 class PageCache(Protocol):
@@ -66,12 +77,27 @@ class PageReader:
         budget_tokens: int = 1500,
         cache: PageCache | None = None,
         cache_ttl: timedelta = timedelta(hours=24),
+        extract_timeout: float = 8.0,
     ) -> None:
         self._fetcher = fetcher
         self.pages = pages
         self._budget = budget_tokens
         self._cache = cache if cache_ttl > timedelta(0) else None
         self._cache_ttl = cache_ttl
+        self._extract_timeout = extract_timeout
+        self._threads = ThreadPoolExecutor(EXTRACT_THREADS, thread_name_prefix="fathom-extract")
+
+    def close(self) -> None:
+        """Stop the extraction threads (an extraction under way finishes first)."""
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    async def _cpu(self, url: str, work: Callable[..., T], *args: object) -> T:
+        """``work(*args)`` on the reader's threads, within the time limit."""
+        future = asyncio.get_running_loop().run_in_executor(self._threads, work, *args)
+        try:
+            return await asyncio.wait_for(future, self._extract_timeout)
+        except TimeoutError:
+            raise PageSkipped(url, "its text took too long to extract") from None
 
     async def read(self, urls: Sequence[str], query: str) -> RoundReading:
         """Read the first :attr:`pages` of ``urls`` concurrently (one page latency, not N)."""
@@ -82,33 +108,35 @@ class PageReader:
         results = await asyncio.gather(
             *(self._candidates(url, query) for url in wanted), return_exceptions=True
         )
-        candidates: list[tuple[str, int, Passage]] = []
-        relevant: set[str] = set()
+        # Each page's passages, best first (with their place in the page).
+        ranked: dict[str, list[tuple[int, Passage]]] = {}
         for url, result in zip(wanted, results, strict=True):
             if isinstance(result, PageSkipped):
                 reading.skipped.append(result)
             elif isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result  # a cancellation is not a page failure
                 reading.skipped.append(
                     PageSkipped(url, f"could not be read ({type(result).__name__})")
                 )
-            else:
-                candidates += [(url, i, passage) for i, passage in enumerate(result)]
-                if result:
-                    relevant.add(url)
-        # One budget for the round: the best passages of all pages, kept in page order.
-        spent, kept = 0, []
-        for url, i, passage in sorted(candidates, key=lambda c: c[2].score, reverse=True):
-            cost = estimate_tokens(passage.text)
-            if spent + cost <= self._budget:
-                kept.append((url, i, passage.text))
-                spent += cost
-        for url in wanted:
-            texts = [text for u, _, text in sorted(kept, key=lambda k: k[1]) if u == url]
-            if texts:
-                reading.pages.append(PageText(url, texts))
-            elif url not in relevant and not any(s.url == url for s in reading.skipped):
+            elif not result:
                 reading.skipped.append(PageSkipped(url, "nothing on it about the topic"))
-            # (a relevant page whose passages lost to better ones is read, not skipped)
+            else:
+                ranked[url] = sorted(enumerate(result), key=lambda p: p[1].score, reverse=True)
+        # One budget for the round: the pages take turns, best passages first.
+        spent, kept = 0, {url: set[int]() for url in ranked}
+        for turn in range(max((len(r) for r in ranked.values()), default=0)):
+            for url, passages in ranked.items():
+                if turn < len(passages):
+                    place, passage = passages[turn]
+                    cost = estimate_tokens(passage.text)
+                    if spent + cost <= self._budget:
+                        kept[url].add(place)
+                        spent += cost
+        for url, passages in ranked.items():
+            texts = [p.text for place, p in sorted(passages) if place in kept[url]]
+            if texts:  # (a relevant page whose passages did not fit is read, not skipped)
+                reading.pages.append(PageText(url, texts))
         reading.read = len(wanted) - len(reading.skipped)
         return reading
 
@@ -116,15 +144,16 @@ class PageReader:
         text = await self._main_text(url)
         if not text.strip():
             raise PageSkipped(url, "no readable text")
-        return await asyncio.to_thread(_best_passages, text, query, self._budget)
+        return await self._cpu(url, _best_passages, text, query, self._budget)
 
     async def _main_text(self, url: str) -> str:
         cached = await self._cached(url)
         if cached is not None:
             return cached
         page = await self._fetcher.fetch(url)
-        text = await asyncio.to_thread(main_text, page.body, page.final_url, page.content_type)
-        text = text[:MAX_CACHED_CHARS]
+        body = page.body[:MAX_EXTRACT_CHARS]
+        text = await self._cpu(url, main_text, body, page.final_url, page.content_type)
+        text = text[:MAX_CACHED_CHARS].replace("\x00", "")  # PostgreSQL refuses NUL in text
         if text.strip() and self._cache is not None:
             try:
                 await self._cache.page_put(url, page.final_url, text)
