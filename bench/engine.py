@@ -339,7 +339,10 @@ def instrument_wire(runtime: Any, timings: Timings) -> bool:
             client._transport = TimedTransport(
                 client._transport, timings, "wire_llm", httpx2.AsyncByteStream
             )
-        search_client = runtime.search._client
+        search = runtime.search
+        while hasattr(search, "provider"):  # the cache and the process-wide limit
+            search = search.provider
+        search_client = search._client
         search_client._transport = TimedTransport(
             search_client._transport, timings, "wire_search", httpx.AsyncByteStream
         )

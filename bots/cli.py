@@ -106,7 +106,10 @@ def research(
     depth: Annotated[
         int | None, typer.Option("--depth", "-d", help="Search rounds (default from settings).")
     ] = None,
-    strategy: Annotated[str, typer.Option(help="Research strategy.")] = "iterative",
+    strategy: Annotated[
+        str | None,
+        typer.Option(help="iterative or graph (default: FATHOM_STRATEGY, else iterative)."),
+    ] = None,
     thread: Annotated[
         str | None,
         typer.Option(help="Thread key to continue, e.g. cli:local:local:abc (follow-ups)."),
@@ -128,7 +131,7 @@ def research(
         clean_depth = validate_depth(
             depth, default=settings.default_depth, maximum=settings.max_depth
         )
-        clean_strategy = validate_strategy(strategy)
+        clean_strategy = validate_strategy(strategy, settings.strategy)
         key = (
             ThreadKey.parse(thread)
             if thread
@@ -247,6 +250,7 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
                 "nextSearchTopic": None,
                 "findings": [],
                 "shouldContinue": True,
+                "graph": [],
             }
             runs = await store.thread_runs(record.id)
             return {
@@ -275,6 +279,8 @@ def _run_json(run: Any) -> dict[str, Any]:
             "prompt_tokens": run.prompt_tokens,
             "completion_tokens": run.completion_tokens,
             "searches": run.searches,
+            "pages_read": run.pages_read,
+            "pages_skipped": run.pages_skipped,
         },
         "created_at": run.created_at.isoformat() if run.created_at else None,
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
@@ -368,7 +374,7 @@ def digest_add(
     channel: Annotated[str, typer.Option(help="Where to post: <platform>:<workspace>:<channel>.")],
     tz: Annotated[str, typer.Option(help="IANA timezone of the cron.")] = "UTC",
     depth: Annotated[int | None, typer.Option(min=1)] = None,
-    strategy: Annotated[str, typer.Option()] = "iterative",
+    strategy: Annotated[str | None, typer.Option(help="iterative or graph.")] = None,
     by: Annotated[
         str, typer.Option(help="Recorded as the schedule's creator.")
     ] = "cli:local:operator",
@@ -394,7 +400,7 @@ def digest_add(
             cron=" ".join(cron.split()),
             timezone=zone.key,
             depth=validate_depth(depth, default=settings.default_depth, maximum=settings.max_depth),
-            strategy=validate_strategy(strategy),
+            strategy=validate_strategy(strategy, settings.strategy),
         )
     except CommandError as exc:
         raise _fail(str(exc)) from None

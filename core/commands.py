@@ -14,7 +14,7 @@ MAX_TOPIC_CHARS = 2000
 #: far shorter (Slack's about 11, Feishu's and DingTalk's under 70); with it, every thread key
 #: and requester fits its column.
 MAX_ID_CHARS = 100
-AVAILABLE_STRATEGIES = (Strategy.ITERATIVE,)
+AVAILABLE_STRATEGIES = (Strategy.ITERATIVE, Strategy.GRAPH)
 
 
 class CommandError(ValueError):
@@ -65,9 +65,12 @@ def validate_depth(value: int | str | None, *, default: int, maximum: int) -> in
     return depth
 
 
-def validate_strategy(value: str | Strategy | None) -> Strategy:
+def validate_strategy(
+    value: str | Strategy | None, default: Strategy = Strategy.ITERATIVE
+) -> Strategy:
+    """The strategy named by ``value`` (``default`` when none is given)."""
     if value is None or (isinstance(value, str) and not value.strip()):
-        return Strategy.ITERATIVE
+        return default
     name = str(value).strip().lower()
     allowed = ", ".join(s.value for s in AVAILABLE_STRATEGIES)
     try:

@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core.models import Strategy
+
 SearchProviderName = Literal["ddgs", "searxng", "tavily", "brave"]
 #: A comma-separated list in the environment (``U1,U2``), a list in code.
 CommaList = Annotated[list[str], NoDecode]
@@ -105,6 +107,13 @@ class Settings(BaseSettings):
     max_depth: int = Field(default=10, ge=1, le=50, validation_alias=_env("FATHOM_MAX_DEPTH"))
     max_parallel_searches: int = Field(
         default=10, ge=1, le=10, validation_alias=_env("FATHOM_MAX_PARALLEL_SEARCHES")
+    )
+    max_process_searches: int = Field(
+        default=40, ge=1, le=1000, validation_alias=_env("FATHOM_MAX_PROCESS_SEARCHES")
+    )
+    strategy: Strategy = Field(default=Strategy.ITERATIVE, validation_alias=_env("FATHOM_STRATEGY"))
+    graph_max_nodes: int = Field(
+        default=12, ge=1, le=50, validation_alias=_env("FATHOM_GRAPH_MAX_NODES")
     )
 
     # Access and fairness
@@ -278,7 +287,7 @@ class Settings(BaseSettings):
     def _upper(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("search", "log_format", "llm_json_mode", "queue", mode="before")
+    @field_validator("search", "log_format", "llm_json_mode", "queue", "strategy", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value

@@ -115,7 +115,13 @@ def request_words(text: str) -> str:
     return _OPTION.sub(" ", _PREFIX.sub("", text or "", count=1))
 
 
-def parse_command(text: str, *, default_depth: int, max_depth: int) -> Command:
+def parse_command(
+    text: str,
+    *,
+    default_depth: int,
+    max_depth: int,
+    default_strategy: Strategy = Strategy.ITERATIVE,
+) -> Command:
     """Parse command text; raises :class:`CommandError` saying what is wrong and allowed."""
     body = _PREFIX.sub("", clean_text(text or ""), count=1).strip()
     words = body.split()
@@ -138,7 +144,12 @@ def parse_command(text: str, *, default_depth: int, max_depth: int) -> Command:
             )
         return UnscheduleCommand(words[1])
     if first == "schedule":
-        return _schedule(body[len(words[0]) :], default_depth=default_depth, max_depth=max_depth)
+        return _schedule(
+            body[len(words[0]) :],
+            default_depth=default_depth,
+            max_depth=max_depth,
+            default_strategy=default_strategy,
+        )
 
     options = _options(body, RESEARCH_OPTIONS)
     topic = " ".join(_OPTION.sub(" ", body).split())
@@ -150,7 +161,7 @@ def parse_command(text: str, *, default_depth: int, max_depth: int) -> Command:
     return ResearchCommand(
         topic=validate_topic(topic),
         depth=validate_depth(options.get("depth"), default=default_depth, maximum=max_depth),
-        strategy=validate_strategy(options.get("strategy")),
+        strategy=validate_strategy(options.get("strategy"), default_strategy),
     )
 
 
@@ -172,14 +183,21 @@ def _options(body: str, allowed_names: tuple[str, ...]) -> dict[str, str]:
     return options
 
 
-def _schedule(body: str, *, default_depth: int, max_depth: int) -> ScheduleCommand:
+def _schedule(
+    body: str, *, default_depth: int, max_depth: int, default_strategy: Strategy
+) -> ScheduleCommand:
     """``schedule <topic> cron="…" …``: cron and timezone checked here (the shortest gap
     between firings is checked where the clock and the settings are). Every refusal shows a
     valid example."""
     from core import schedule
 
     try:
-        return _parse_schedule(body, default_depth=default_depth, max_depth=max_depth)
+        return _parse_schedule(
+            body,
+            default_depth=default_depth,
+            max_depth=max_depth,
+            default_strategy=default_strategy,
+        )
     except CommandError as exc:
         if schedule.EXAMPLE in str(exc):
             raise
@@ -189,7 +207,9 @@ def _schedule(body: str, *, default_depth: int, max_depth: int) -> ScheduleComma
         ) from None
 
 
-def _parse_schedule(body: str, *, default_depth: int, max_depth: int) -> ScheduleCommand:
+def _parse_schedule(
+    body: str, *, default_depth: int, max_depth: int, default_strategy: Strategy
+) -> ScheduleCommand:
     from core import schedule
 
     options = _options(body, SCHEDULE_OPTIONS)
@@ -207,5 +227,5 @@ def _parse_schedule(body: str, *, default_depth: int, max_depth: int) -> Schedul
         cron=cron,
         timezone=tz.key,
         depth=validate_depth(options.get("depth"), default=default_depth, maximum=max_depth),
-        strategy=validate_strategy(options.get("strategy")),
+        strategy=validate_strategy(options.get("strategy"), default_strategy),
     )

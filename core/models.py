@@ -55,8 +55,38 @@ class Finding(BaseModel):
     pages: list[PageExcerpt] | None = None
 
 
+class NodeStatus(enum.StrEnum):
+    """Where a sub-question of the graph strategy stands."""
+
+    PENDING = "pending"  # planned, not searched yet
+    SEARCHED = "searched"  # its finding is stored; the answer is not written yet
+    ANSWERED = "answered"
+    FAILED = "failed"
+
+
+class GraphNode(BaseModel):
+    """A sub-question of the graph strategy, as kept with the thread's variables."""
+
+    name: str
+    question: str
+    #: The names of the nodes it depends on (their answers are its context).
+    after: list[str] = Field(default_factory=list)
+    #: The planner turn (of its run) that planned it, and that run.
+    turn: int = 1
+    run_id: str = ""
+    status: NodeStatus = NodeStatus.PENDING
+    #: A short answer citing ``[n]`` of the run's numbered sources.
+    answer: str | None = None
+    #: Why it failed (search failed, no results, a parent failed, the model failed).
+    error: str | None = None
+
+
 class ThreadVariables(BaseModel):
-    """The conversation variables persisted per thread after every step."""
+    """The conversation variables persisted per thread after every step.
+
+    ``graph`` holds the graph strategy's sub-questions (empty for iterative research); its
+    searched questions are also in ``topics`` and their results in ``findings``.
+    """
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -64,6 +94,7 @@ class ThreadVariables(BaseModel):
     next_search_topic: str | None = Field(default=None, alias="nextSearchTopic")
     findings: list[Finding] = Field(default_factory=list)
     should_continue: bool = Field(default=True, alias="shouldContinue")
+    graph: list[GraphNode] = Field(default_factory=list)
 
     def public_dict(self) -> dict[str, object]:
         """The variables under their contract names (``nextSearchTopic`` ...)."""
@@ -79,6 +110,8 @@ class ThreadVariables(BaseModel):
         findings = [f for f in stored.findings if (f.topic, f.searched_at) not in seen]
         self.topics[:0] = topics
         self.findings[:0] = findings
+        names = {node.name for node in self.graph}
+        self.graph[:0] = [node for node in stored.graph if node.name not in names]
 
 
 class PlannerDecision(BaseModel):

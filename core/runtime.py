@@ -168,6 +168,8 @@ async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIter
                 timing=LeaseTiming(settings.stale_run_after),
                 max_attempts=settings.max_attempts,
                 reader=reader,
+                max_parallel_searches=settings.max_parallel_searches,
+                graph_max_nodes=settings.graph_max_nodes,
             )
             digests = DigestService(
                 DigestStore(database),

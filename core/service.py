@@ -15,10 +15,10 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from core import whats_new, wording
-from core.engine.iterative import IterativeStrategy, JsonModel, RunState, StepHooks, StopReason
+from core.engine.graph import ANSWER_CHARS, GraphStrategy, TextModel, graph_lines
+from core.engine.iterative import IterativeStrategy, RunState, StepHooks, StopReason
 from core.lease import (
     LOST_CLAIM,
     Lease,
@@ -30,9 +30,11 @@ from core.lease import (
 from core.llm import LLMError
 from core.models import (
     CONSOLE_PLATFORM,
+    GraphNode,
     ResearchRequest,
     RunStatus,
     Source,
+    Strategy,
     ThreadKey,
     ThreadVariables,
     Usage,
@@ -88,10 +90,6 @@ def _interrupted(run: RunRecord) -> bool:
         and run.error == INTERRUPTED
         and not run.cancel_requested
     )
-
-
-class TextModel(JsonModel, Protocol):
-    async def complete(self, messages: list[dict[str, str]], *, usage: Usage) -> str: ...
 
 
 @dataclass
@@ -152,13 +150,19 @@ class RunOutcome:
     stop_reason: StopReason | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    strategy: Strategy = Strategy.ITERATIVE
+    #: Rounds (iterative) or planner turns (graph) done.
+    rounds: int = 0
+    #: The sub-questions a graph run planned.
+    nodes: list[GraphNode] = field(default_factory=list)
 
     def as_json(self) -> dict[str, object]:
         """The ``fathom research --json`` contract (DESIGN.md)."""
-        return {
+        data: dict[str, object] = {
             "run_id": self.run_id,
             "thread": self.thread,
             "status": self.status.value,
+            "strategy": self.strategy.value,
             "topics": self.topics,
             "report_markdown": self.report_markdown,
             "sources": [s.model_dump() for s in self.sources],
@@ -168,6 +172,9 @@ class RunOutcome:
             "error": self.error,
             "notes": self.notes,
         }
+        if self.strategy is Strategy.GRAPH:
+            data["nodes"] = [n.model_dump(mode="json", exclude={"run_id"}) for n in self.nodes]
+        return data
 
 
 def usage_of(run: RunRecord) -> Usage:
@@ -184,7 +191,7 @@ def usage_of(run: RunRecord) -> Usage:
 
 def final_progress_text(outcome: RunOutcome) -> str:
     """The last status of a run, in the language of its topic."""
-    done, depth, language = len(outcome.topics), outcome.depth, request_language(outcome.topic)
+    done, depth, language = outcome.rounds, outcome.depth, request_language(outcome.topic)
     if outcome.status is RunStatus.FAILED:
         return wording.failed_text(language, done, depth, outcome.error)
     if outcome.status is RunStatus.CANCELLED:
@@ -232,21 +239,33 @@ class ResearchService:
         self,
         *,
         store: Store,
-        planner: JsonModel,
+        planner: TextModel,
         writer: TextModel,
         search: SearchProvider,
         owner: str | None = None,
         timing: LeaseTiming | None = None,
         max_attempts: int = 3,
         reader: PageReader | None = None,
+        max_parallel_searches: int = 10,
+        graph_max_nodes: int = 12,
     ) -> None:
         """``owner`` names this process's claims (default: host, pid and a random part);
         ``timing`` sets the lease (FATHOM_STALE_RUN_AFTER); a run is claimed at most
         ``max_attempts`` times before it fails (FATHOM_MAX_ATTEMPTS); ``reader`` reads the
-        best result pages of every search (None: snippets only)."""
+        best result pages of every search (None: snippets only); the graph strategy searches
+        at most ``max_parallel_searches`` sub-questions of a run at once and plans at most
+        ``graph_max_nodes`` per run. Sub-questions are answered by the planner's model."""
         self._store = store
         self._writer = writer
-        self._strategy = IterativeStrategy(planner, search, reader)
+        self._iterative = IterativeStrategy(planner, search, reader)
+        self._graph = GraphStrategy(
+            planner,
+            planner,
+            search,
+            reader,
+            max_parallel=max_parallel_searches,
+            max_nodes=graph_max_nodes,
+        )
         self.owner = owner or runner_identity()
         self.timing = timing or LeaseTiming()
         self._max_attempts = max_attempts
@@ -403,14 +422,18 @@ class ResearchService:
                     state.language, run.topic, run.depth, resumed_after=resumed_after
                 ),
             )
-            reason = await self._strategy.run(state, hooks)
+            reason = await self._strategy(run).run(state, hooks)
             if reason is StopReason.CANCELLED:
                 status = RunStatus.CANCELLED
             else:
                 rounds = state.searches_done
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
                 await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))
-                markdown, sources = await self._write(state, await self._digest(run, state))
+                markdown, sources = await self._write(
+                    state,
+                    await self._digest(run, state),
+                    graph=run.strategy == Strategy.GRAPH.value,
+                )
                 status = RunStatus.SUCCEEDED
         except asyncio.CancelledError as exc:
             lost = bool(exc.args) and exc.args[0] == LOST_CLAIM
@@ -436,7 +459,7 @@ class ResearchService:
             status=status,
             topic=run.topic,
             depth=run.depth,
-            topics=self._run_topics(state),
+            topics=self._run_topics(run, state),
             report_markdown=markdown,
             sources=sources,
             usage=state.usage,
@@ -444,6 +467,9 @@ class ResearchService:
             stop_reason=reason,
             error=error,
             notes=state.notes,
+            strategy=Strategy(run.strategy),
+            rounds=state.searches_done,
+            nodes=[n for n in state.variables.graph if n.run_id == run.id],
         )
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
         return outcome
@@ -534,7 +560,7 @@ class ResearchService:
         return _DigestHistory(whats_new.context(previous, state.language), earlier_urls)
 
     async def _write(
-        self, state: RunState, digest: _DigestHistory | None = None
+        self, state: RunState, digest: _DigestHistory | None = None, *, graph: bool = False
     ) -> tuple[str, list[Source]]:
         findings = state.variables.findings
         numbered = number_sources(findings)[-MAX_WRITER_SOURCES:]
@@ -554,6 +580,7 @@ class ResearchService:
             sources=writer_source_blocks(numbered, new),
             notes=state.notes,
             digest=digest.context if digest is not None else None,
+            graph=graph_lines(state.variables.graph, ANSWER_CHARS) if graph else (),
         )
         try:
             body = await self._writer.complete(messages, usage=state.usage)
@@ -584,8 +611,13 @@ class ResearchService:
             )
         return markdown, checked.sources
 
-    @staticmethod
-    def _run_topics(state: RunState) -> list[str]:
+    def _strategy(self, run: RunRecord) -> IterativeStrategy | GraphStrategy:
+        return self._graph if run.strategy == Strategy.GRAPH.value else self._iterative
+
+    def _run_topics(self, run: RunRecord, state: RunState) -> list[str]:
+        """The topics this run searched (a graph run: its sub-questions)."""
+        if run.strategy == Strategy.GRAPH.value:
+            return GraphStrategy.run_topics(state)
         topics = state.variables.topics
         return topics[len(topics) - state.searches_done :] if state.searches_done else []
 
@@ -603,11 +635,14 @@ class ResearchService:
             status=RunStatus(run.status),
             topic=run.topic,
             depth=run.depth,
-            topics=self._run_topics(state),
+            topics=self._run_topics(run, state),
             report_markdown=run.report_markdown,
             sources=sources,
             usage=usage_of(run),
             seconds=run.seconds or 0.0,
             error=run.error,
             notes=list(run.notes),
+            strategy=Strategy(run.strategy),
+            rounds=run.rounds_done,
+            nodes=[n for n in variables.graph if n.run_id == run.id],
         )

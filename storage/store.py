@@ -106,6 +106,7 @@ _VARIABLE_COLUMNS = (
     _variables.c.next_search_topic,
     _variables.c.findings,
     _variables.c.should_continue,
+    _variables.c.graph,
 )
 _RUN_BY_ID = _RUNS.where(_runs.c.id == bindparam("run_id"))
 _RUN_WITH_VARIABLES_BY_ID = (
@@ -138,7 +139,14 @@ _FENCE = (
 )
 _LAST_SEEN = func.coalesce(_runs.c.heartbeat_at, _runs.c.created_at)
 _DELETE_SOURCES = delete(_sources).where(_sources.c.run_id == bindparam("run_id"))
-_VARIABLE_VALUES = ("topics", "next_search_topic", "findings", "should_continue", "updated_at")
+_VARIABLE_VALUES = (
+    "topics",
+    "next_search_topic",
+    "findings",
+    "should_continue",
+    "graph",
+    "updated_at",
+)
 
 
 class RunNotFound(LookupError):
@@ -592,6 +600,7 @@ class Store:
             "next_search_topic": variables.get("nextSearchTopic"),
             "findings": list(variables.get("findings") or []),
             "should_continue": bool(variables.get("shouldContinue", True)),
+            "graph": list(variables.get("graph") or []),
             "updated_at": now,
         }
         sql = self._sql
@@ -1099,6 +1108,7 @@ def _variables_dict(row: RowMapping) -> dict[str, Any]:
         "nextSearchTopic": row["next_search_topic"],
         "findings": list(row["findings"]),
         "shouldContinue": row["should_continue"],
+        "graph": list(row["graph"] or []),
     }
 
 

@@ -173,7 +173,8 @@ def test_output_file_follow_up_and_thread_commands(
     info = json.loads(shown.stdout)
     assert info["thread"] == key
     variables = info["variables"]
-    assert set(variables) == {"topics", "nextSearchTopic", "findings", "shouldContinue"}
+    assert set(variables) == {"topics", "nextSearchTopic", "findings", "shouldContinue", "graph"}
+    assert variables["graph"] == []  # iterative research plans no sub-questions
     assert variables["topics"] == first_topics + data["topics"]
     assert len(variables["findings"]) == 3
     assert [r["status"] for r in info["runs"]] == ["succeeded", "succeeded"]

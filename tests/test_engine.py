@@ -683,10 +683,10 @@ async def test_the_runtime_shares_one_tls_context(
         OPENAI_API_KEY=KEY,
         FATHOM_SEARCH="searxng",
         SEARXNG_URL=search_server.url,
-        FATHOM_SEARCH_CACHE_TTL=0,  # the provider itself, not wrapped in the cache
+        FATHOM_SEARCH_CACHE_TTL=0,  # the provider under the process-wide limit, no cache
     )
     async with open_runtime(settings) as runtime:
-        search_client: Any = runtime.search._client  # type: ignore[attr-defined]
+        search_client: Any = runtime.search.provider._client  # type: ignore[attr-defined]
         llm_client: Any = runtime.llm.planner._client._client
         # httpcore's pools (private, but the only place the contexts can be seen)
         search_tls = search_client._transport._pool._ssl_context

@@ -33,6 +33,7 @@ def parse(text: str) -> object:
             ResearchCommand("what's new in RISC-V", 3, Strategy.ITERATIVE),
         ),
         ("人工智能 医疗 depth=2", ResearchCommand("人工智能 医疗", 2, Strategy.ITERATIVE)),
+        ("AI chips strategy=GRAPH depth=2", ResearchCommand("AI chips", 2, Strategy.GRAPH)),
         ("help", HelpCommand()),
         ("  HELP ", HelpCommand()),
         ("status", StatusCommand()),
@@ -61,7 +62,6 @@ def test_valid_commands(text: str, expected: object) -> None:
         ("AI depth=2 depth=3", "given twice"),
         ("AI colour=blue", "Unknown option `colour=`; allowed options: `depth=`, `strategy=`"),
         ("AI strategy=magic", "Unknown strategy 'magic'"),
-        ("AI strategy=graph", "not available yet"),
         ('schedule AI cron="0 9 * * 1" tz=Nowhere/Land', "Unknown timezone 'Nowhere/Land'"),
         ("unschedule", "Say which schedule to remove"),
         ("x" * 2001, "at most 2,000"),
@@ -94,3 +94,17 @@ def test_schedule_digests_and_unschedule_parse() -> None:
     assert parse_command("unschedule ab12", default_depth=3, max_depth=10) == UnscheduleCommand(
         "ab12"
     )
+
+
+def test_the_default_strategy_comes_from_the_settings() -> None:
+    graph = parse_command(
+        "AI chips", default_depth=3, max_depth=10, default_strategy=Strategy.GRAPH
+    )
+    assert graph == ResearchCommand("AI chips", 3, Strategy.GRAPH)
+    chosen = parse_command(
+        "AI chips strategy=iterative",
+        default_depth=3,
+        max_depth=10,
+        default_strategy=Strategy.GRAPH,
+    )
+    assert chosen == ResearchCommand("AI chips", 3, Strategy.ITERATIVE)

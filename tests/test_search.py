@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from core.search import (
     build_search_provider,
     normalise_query,
 )
+from core.search.limit import LimitedSearch
 from tests.fakes.providers import FakeBraveServer, FakeTavilyServer
 from tests.fakes.search import FakeSearchServer
 from tests.fakes.server import BackgroundServer
@@ -436,7 +438,8 @@ async def test_factory_picks_the_configured_provider(
     ]
     for env, kind in cases:
         provider = build_search_provider(settings(monkeypatch, **env), client)
-        assert type(provider) is kind
+        assert isinstance(provider, LimitedSearch)  # FATHOM_MAX_PROCESS_SEARCHES
+        assert type(provider.provider) is kind
         assert isinstance(provider, SearchProvider)
 
     configured = settings(monkeypatch, FATHOM_SEARCH="searxng", SEARXNG_URL=searx.url)
@@ -473,3 +476,22 @@ async def test_cached_search_on_the_real_store(tmp_path: Path) -> None:
         assert (cached.hits, cached.misses) == (1, 1)
     finally:
         await db.dispose()
+
+
+async def test_searches_of_the_process_share_a_cap(
+    client: httpx.AsyncClient, searx: FakeSearchServer
+) -> None:
+    """However many runs search at once, at most the cap's searches are in flight."""
+    searx.fake.latency = 0.05
+    limited = LimitedSearch(SearxngProvider(client, base_url=searx.url), slots=3)
+    seen: list[int] = []
+
+    async def search(i: int) -> None:
+        task = asyncio.create_task(limited.search(f"query {i}"))
+        await asyncio.sleep(0)
+        seen.append(limited.in_flight)
+        await task
+
+    await asyncio.gather(*(search(i) for i in range(12)))
+    assert len(searx.fake.queries) == 12
+    assert max(seen) == 3 and searx.fake.max_in_flight <= 3

@@ -256,11 +256,13 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
         notes=[],
     )
     assert first == Checkpointed(cancel_requested=False, variables_version=1)
+    node = {"name": "b", "question": "b", "after": [], "status": "answered", "answer": "B [1]"}
     variables = {
         "topics": ["a", "b"],
         "nextSearchTopic": None,
         "findings": [finding],
         "shouldContinue": False,
+        "graph": [node],
     }
     usage = {"llm_calls": 2, "prompt_tokens": 30, "completion_tokens": 9, "searches": 2}
     second = await store.checkpoint(
@@ -301,7 +303,13 @@ async def test_checkpoint_compares_and_swaps_the_variables_version(store: Store)
     """A checkpoint based on an outdated version writes nothing and returns what is stored."""
     run, _ = await new_run(store)
     held = await claim(store, run.id)
-    mine = {"topics": ["a"], "nextSearchTopic": None, "findings": [], "shouldContinue": True}
+    mine = {
+        "topics": ["a"],
+        "nextSearchTopic": None,
+        "findings": [],
+        "shouldContinue": True,
+        "graph": [],
+    }
     await store.checkpoint(
         held, variables=mine, variables_version=0, rounds_done=1, usage={}, notes=[]
     )
@@ -369,7 +377,13 @@ async def test_finish_run_stores_report_and_sources_and_ends_the_claim(store: St
 async def test_claim_loads_the_threads_variables(store: Store) -> None:
     run, _ = await new_run(store)
     held = await claim(store, run.id)
-    state = {"topics": ["a"], "nextSearchTopic": "b", "findings": [], "shouldContinue": True}
+    state = {
+        "topics": ["a"],
+        "nextSearchTopic": "b",
+        "findings": [],
+        "shouldContinue": True,
+        "graph": [],
+    }
     await store.checkpoint(
         held, variables=state, variables_version=0, rounds_done=1, usage={}, notes=[]
     )

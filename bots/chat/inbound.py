@@ -166,7 +166,10 @@ class ChatCommands:
         settings = self._settings
         try:
             command = parse_command(
-                message.text, default_depth=settings.default_depth, max_depth=settings.max_depth
+                message.text,
+                default_depth=settings.default_depth,
+                max_depth=settings.max_depth,
+                default_strategy=settings.strategy,
             )
         except CommandError:
             return False
@@ -185,7 +188,10 @@ class ChatCommands:
             return Reply(replies.not_allowed())
         try:
             command = parse_command(
-                message.text, default_depth=settings.default_depth, max_depth=settings.max_depth
+                message.text,
+                default_depth=settings.default_depth,
+                max_depth=settings.max_depth,
+                default_strategy=settings.strategy,
             )
         except CommandError as exc:
             return Reply(replies.error(exc.text(replies.language)))

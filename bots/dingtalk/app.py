@@ -168,7 +168,10 @@ class DingTalkAdapter:
         settings = self._settings
         try:
             command = parse_command(
-                text, default_depth=settings.default_depth, max_depth=settings.max_depth
+                text,
+                default_depth=settings.default_depth,
+                max_depth=settings.max_depth,
+                default_strategy=settings.strategy,
             )
         except CommandError:
             return False

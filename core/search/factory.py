@@ -12,6 +12,7 @@ from core.search.brave import BraveProvider
 from core.search.cache import CachedSearch, SearchCacheStore
 from core.search.ddgs import DdgsProvider
 from core.search.http import HttpSearchProvider
+from core.search.limit import LimitedSearch
 from core.search.searxng import SearxngProvider
 from core.search.tavily import TavilyProvider
 
@@ -21,7 +22,8 @@ def build_search_provider(
     client: httpx.AsyncClient,
     store: SearchCacheStore | None = None,
 ) -> SearchProvider:
-    """The provider named by ``settings.search``; wrapped in a cache when ``store`` is given.
+    """The provider named by ``settings.search``, at most ``FATHOM_MAX_PROCESS_SEARCHES`` at
+    once in the process; wrapped in a cache when ``store`` is given.
 
     Raises ``ConfigError`` when the provider's required setting (URL or key) is missing.
     """
@@ -38,6 +40,7 @@ def build_search_provider(
         }
         cls, base_url, api_key = http_providers[settings.search]
         provider = cls(client, base_url=base_url, api_key=api_key, max_results=n, timeout=timeout)
+    provider = LimitedSearch(provider, settings.max_process_searches)
     if store is not None and settings.search_cache_ttl > timedelta(0):
         provider = CachedSearch(provider, store, settings.search_cache_ttl)
     return provider

@@ -27,6 +27,8 @@ from starlette.routing import Route
 from tests.fakes.server import BackgroundServer
 
 PLANNER_MARKER = "nextSearchTopic"
+GRAPH_MARKER = '"finish"'
+ANSWER_MARKER = "Sub-question:"
 ASPECTS = (
     "overview",
     "recent developments",
@@ -117,6 +119,28 @@ def _searched(prompt: str) -> list[str]:
     return []
 
 
+def graph_plan(prompt: str) -> str:
+    """The default graph plan: turn 1 adds two independent sub-questions and a third after
+    both; turn 2 adds one after the third; then it finishes."""
+    question = prompt.split("Question:", 1)[1].split("\n", 1)[0].strip()
+    graph = prompt.split("The graph so far", 1)[1]
+    known = re.findall(r"^\[([\w-]+)\] ", graph, re.MULTILINE)
+    nodes: list[dict[str, Any]] = []
+    if not known:
+        nodes = [
+            {"name": "background", "question": f"{question} background", "after": []},
+            {"name": "state", "question": f"{question} current state", "after": []},
+            {
+                "name": "compare",
+                "question": f"{question} compared with alternatives",
+                "after": ["background", "state"],
+            },
+        ]
+    elif "outlook" not in known:
+        nodes = [{"name": "outlook", "question": f"{question} outlook", "after": ["compare"]}]
+    return json.dumps({"nodes": nodes, "finish": not nodes}, ensure_ascii=False)
+
+
 def _first_passages(prompt: str, sources: int = 2) -> list[tuple[str, str]]:
     """The first passage read from the page of the first ``sources`` sources that have one
     (the writer quotes them, as a model writing from evidence would)."""
@@ -170,10 +194,14 @@ class FakeLLM:
         self.latency, self.stop_after, self.reject_response_format = 0.0, None, False
 
     def record(self, body: dict[str, Any]) -> str:
-        planner = "response_format" in body or any(
-            PLANNER_MARKER in _text(m.get("content")) for m in _messages(body)
-        )
-        role = "planner" if planner else "writer"
+        texts = [_text(m.get("content")) for m in _messages(body)]
+        planner = "response_format" in body or any(PLANNER_MARKER in t for t in texts)
+        if any(GRAPH_MARKER in t for t in texts):
+            role = "graph_planner"
+        elif any(ANSWER_MARKER in t for t in texts):
+            role = "answerer"
+        else:
+            role = "planner" if planner else "writer"
         with self._lock:
             self._requests.append(RecordedRequest(body, role))
         return role
@@ -185,6 +213,13 @@ class FakeLLM:
 
     def default_answer(self, role: str, body: dict[str, Any]) -> str:
         prompt = _last_user(body)
+        if role == "graph_planner":
+            return graph_plan(prompt)
+        if role == "answerer":
+            question = prompt.split("Sub-question:", 1)[1].split("\n", 1)[0].strip()
+            first = SOURCE_LINE.search(prompt)
+            cite = f" [{first.group(1)}]" if first else ""
+            return f"The sources answer {question} clearly{cite}."
         topic = _topic(prompt)
         if role == "planner":
             k = len(_searched(prompt))

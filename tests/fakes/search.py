@@ -11,6 +11,7 @@ were fetched (``page_requests``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import html
 import re
@@ -62,6 +63,12 @@ class FakeSearch:
         self.page_latency = 0.0
         self.empty = False
         self.results_per_query = 4
+        #: Searches answered at once right now, and the most ever (concurrency checks).
+        self.in_flight = 0
+        self.max_in_flight = 0
+        #: > 0: a search waits (up to 10 s) until this many are in flight, then answers.
+        self.gather = 0
+        self._arrivals: asyncio.Condition | None = None
 
     @property
     def queries(self) -> list[str]:
@@ -75,6 +82,12 @@ class FakeSearch:
     def script_for(self, query: str, results: list[dict[str, Any]]) -> None:
         with self._lock:
             self._scripted[query] = [{"engine": "fake", **r} for r in results]
+
+    def arrivals(self) -> asyncio.Condition:
+        """Notified whenever a search arrives (made on the server's event loop)."""
+        if self._arrivals is None:
+            self._arrivals = asyncio.Condition()
+        return self._arrivals
 
     @property
     def page_requests(self) -> list[str]:
@@ -116,6 +129,7 @@ class FakeSearch:
             self._fail_next, self._fail_status = 0, 500
         self._pages_released.set()
         self.latency, self.page_latency, self.empty, self.results_per_query = 0.0, 0.0, False, 4
+        self.in_flight = self.max_in_flight = self.gather = 0
 
     def record(self, query: str) -> int | None:
         """Record the query; return an HTTP status to fail with, if a failure is pending."""
@@ -199,8 +213,22 @@ def build_search_app(fake: FakeSearch) -> Starlette:
         if not query.strip():
             return JSONResponse({"error": "missing q"}, 400)
         status = fake.record(query)
-        if fake.latency > 0:
-            await asyncio.sleep(fake.latency)
+        arrivals = fake.arrivals()
+        async with arrivals:  # (the app runs on one event loop)
+            fake.in_flight += 1
+            fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+            arrivals.notify_all()
+        try:
+            if fake.gather:
+                async with arrivals:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(
+                            arrivals.wait_for(lambda: fake.in_flight >= fake.gather), 10
+                        )
+            if fake.latency > 0:
+                await asyncio.sleep(fake.latency)
+        finally:
+            fake.in_flight -= 1
         if status is not None:
             return JSONResponse({"error": f"fake failure {status}"}, status)
         results = fake.results(query, str(request.base_url))

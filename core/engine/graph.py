@@ -1,0 +1,496 @@
+"""The graph strategy (after MindSearch, arXiv 2407.20183): sub-questions searched in parallel.
+
+Each planner turn answers validated JSON (``{"nodes": [{"name", "question", "after"}],
+"finish"}``), never code. The turn's nodes then run as soon as the nodes they come ``after``
+are done: each is searched (query only), its best pages are read, and a short answer is
+written from its results with ``[n]`` citations into the run's numbered sources. Independent
+nodes run at once, at most ``max_parallel`` searches of the run at a time.
+
+The graph is kept with the thread's variables (``graph``); a node's question joins ``topics``
+and its results ``findings`` when it is searched, so the state is checkpointed after the plan
+and after every node's search and answer. An interrupted run resumes its unfinished nodes
+without searching an answered one again; a follow-up in the thread may extend the graph.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import graphlib
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from core.engine.iterative import JsonModel, RunState, StepHooks, StopReason
+from core.engine.topics import find_duplicate
+from core.llm import LLMError
+from core.models import Finding, GraphNode, NodeStatus, PageExcerpt, SearchResult, Usage
+from core.pages.reader import PageReader
+from core.progress import ProgressKind, search_executed_text
+from core.prompts import (
+    graph_plan_problems_message,
+    graph_planner_messages,
+    node_answer_messages,
+)
+from core.report import number_sources, url_identity, writer_source_blocks
+from core.search import SearchError, SearchProvider
+from core.text import clean_text, has_visible
+from core.untrusted import as_data, neutralise
+from core.wording import searching_words
+
+log = logging.getLogger(__name__)
+
+#: A node's answer is kept to this many characters; the planner sees this much of each.
+ANSWER_CHARS = 1200
+PLANNER_ANSWER_CHARS = 300
+#: The planner sees at most this many nodes of the thread's graph (the newest).
+PLANNER_NODES = 40
+_NAME = re.compile(r"[^\w-]+", re.UNICODE)
+_CITATION = re.compile(r"\[(\d+)\]")
+
+
+class TextModel(JsonModel, Protocol):
+    async def complete(self, messages: list[dict[str, str]], *, usage: Usage) -> str: ...
+
+
+def _clean(value: str) -> str:
+    return " ".join(neutralise(clean_text(value)).split())
+
+
+class PlannedNode(BaseModel):
+    """A node as the planner proposes it (untrusted: cleaned where it enters)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    question: str
+    after: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _clean_name(cls, value: str) -> str:
+        return _NAME.sub("-", _clean(value)).strip("-")[:40]
+
+    @field_validator("question")
+    @classmethod
+    def _clean_question(cls, value: str) -> str:
+        return _clean(value)[:300]
+
+    @field_validator("after", mode="before")
+    @classmethod
+    def _clean_after(cls, value: object) -> object:
+        if value is None:
+            return []
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list):
+            return [_NAME.sub("-", _clean(str(v))).strip("-")[:40] for v in value]
+        return value
+
+
+class GraphPlan(BaseModel):
+    """What the planner answers each turn."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    nodes: list[PlannedNode] = Field(default_factory=list)
+    finish: bool = False
+
+
+@dataclass
+class CheckedPlan:
+    nodes: list[PlannedNode]
+    problems: list[str]
+
+
+def check_plan(
+    plan: GraphPlan, graph: Sequence[GraphNode], searched: Sequence[str], room: int
+) -> CheckedPlan:
+    """The plan's valid nodes, and what was wrong with the others.
+
+    A node is left out when it has no name or no visible question, repeats a name, repeats
+    (nearly) a question of the graph, a searched topic or an earlier node of the plan, comes
+    after a node that is unknown or left out, or is part of a cycle; and beyond ``room`` nodes.
+    """
+    problems: list[str] = []
+    known = {node.name for node in graph}
+    questions = [node.question for node in graph] + list(searched)
+    candidates: list[PlannedNode] = []
+    for node in plan.nodes:
+        if not node.name or not has_visible(node.question):
+            problems.append("a node without a name or a question")
+        elif node.name in known or any(c.name == node.name for c in candidates):
+            problems.append(f'the name "{node.name}" is used twice')
+        elif (same := find_duplicate(node.question, questions)) is not None:
+            problems.append(f'"{node.question}" repeats "{same}"')
+        else:
+            candidates.append(node)
+            questions.append(node.question)
+    planned = {c.name for c in candidates}
+    for node in candidates:
+        for parent in node.after:
+            if parent not in known and parent not in planned:
+                problems.append(f'"{node.name}" comes after "{parent}", which is no node')
+    # Cycles among the new nodes (graphlib names one; its nodes are left out, and again).
+    edges = {c.name: {p for p in c.after if p in planned} for c in candidates}
+    while True:
+        try:
+            graphlib.TopologicalSorter(edges).prepare()
+            break
+        except graphlib.CycleError as cycle:
+            members = list(dict.fromkeys(cycle.args[1]))
+            problems.append("a cycle: " + " -> ".join(members + members[:1]))
+            for name in members:
+                edges.pop(name, None)
+            edges = {n: ps - set(members) for n, ps in edges.items()}
+            planned -= set(members)
+    # Keep what is valid, parents first; a node after a left-out node is left out too.
+    kept: list[PlannedNode] = []
+    ok = set(known)
+    for name in graphlib.TopologicalSorter({n: edges[n] for n in planned}).static_order():
+        node = next(c for c in candidates if c.name == name)
+        if all(p in ok for p in node.after) and len(kept) < room:
+            kept.append(node)
+            ok.add(name)
+        elif len(kept) >= room:
+            problems.append(f'"{node.name}" is beyond the {room} nodes that may still be added')
+    order = {c.name: i for i, c in enumerate(candidates)}
+    kept.sort(key=lambda c: order[c.name])
+    return CheckedPlan(kept, problems)
+
+
+def graph_lines(graph: Sequence[GraphNode], answer_chars: int = PLANNER_ANSWER_CHARS) -> list[str]:
+    """One line per node: its name, question, parents, status and (short) answer."""
+    lines = []
+    for node in graph[-PLANNER_NODES:]:
+        after = f" (after {', '.join(node.after)})" if node.after else ""
+        line = f"[{node.name}] {node.question}{after}: {node.status.value}"
+        if node.answer:
+            line += f" — {node.answer[:answer_chars]}"
+        elif node.error:
+            line += f" ({node.error})"
+        lines.append(line)
+    return lines
+
+
+def turn_text(state: RunState, nodes: Iterable[GraphNode]) -> str:
+    """``{turn}/{depth}th search executed.`` and the turn's sub-questions, each marked."""
+    lines = [search_executed_text(state.searches_done, state.depth)]
+    for node in nodes:
+        mark = "✓" if node.status is NodeStatus.ANSWERED else "✗"
+        why = f" ({node.error})" if node.status is NodeStatus.FAILED and node.error else ""
+        lines.append(f"{mark} {node.question}{why}")
+    return "\n".join(lines)
+
+
+class GraphStrategy:
+    def __init__(
+        self,
+        planner: JsonModel,
+        answerer: TextModel,
+        search: SearchProvider,
+        reader: PageReader | None = None,
+        *,
+        max_parallel: int = 10,
+        max_nodes: int = 12,
+    ) -> None:
+        self._planner = planner
+        self._answerer = answerer
+        self._search = search
+        self._reader = reader
+        self._max_parallel = max_parallel
+        self._max_nodes = max_nodes
+
+    @staticmethod
+    def run_topics(state: RunState) -> list[str]:
+        """The sub-questions this run searched."""
+        searched = set(state.variables.topics)
+        return [
+            n.question
+            for n in state.variables.graph
+            if n.run_id == state.run_id and n.question in searched
+        ]
+
+    async def run(self, state: RunState, hooks: StepHooks) -> StopReason:
+        turn = _Turn(
+            state,
+            hooks,
+            search=self._search,
+            reader=self._reader,
+            answerer=self._answerer,
+            max_parallel=self._max_parallel,
+        )
+        variables = state.variables
+        while True:
+            nodes = [
+                n
+                for n in variables.graph
+                if n.run_id == state.run_id
+                and n.status in (NodeStatus.PENDING, NodeStatus.SEARCHED)
+            ]
+            if not nodes:
+                if not variables.should_continue and state.searches_done > 0:
+                    return StopReason.PLANNER_STOPPED
+                if state.searches_done >= state.depth:
+                    return StopReason.DEPTH_REACHED
+                if hooks.is_cancelled():
+                    return StopReason.CANCELLED
+                planned = await self._plan(state)
+                if isinstance(planned, StopReason):
+                    variables.should_continue = False
+                    variables.next_search_topic = None
+                    await hooks.checkpoint(state)
+                    return planned
+                nodes = planned
+                await hooks.checkpoint(state)
+                if hooks.is_cancelled():
+                    return StopReason.CANCELLED
+            await turn.run(nodes)
+            if hooks.is_cancelled() and any(n.status is NodeStatus.PENDING for n in nodes):
+                return StopReason.CANCELLED
+            state.searches_done += 1
+            variables.next_search_topic = None
+            await hooks.checkpoint(state)
+            await hooks.progress(ProgressKind.SEARCHED, turn_text(state, nodes), None)
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def _room(self, state: RunState) -> int:
+        own = sum(1 for n in state.variables.graph if n.run_id == state.run_id)
+        return max(0, self._max_nodes - own)
+
+    async def _plan(self, state: RunState) -> list[GraphNode] | StopReason:
+        """The next turn's nodes, added to the graph (or why the run stops)."""
+        variables = state.variables
+        room = self._room(state)
+        if room == 0:
+            state.note(f"The graph reached its {self._max_nodes} sub-questions, so it stopped.")
+            return StopReason.PLANNER_STOPPED
+        turn = state.searches_done + 1
+        messages = graph_planner_messages(
+            topic=state.topic,
+            turn=turn,
+            depth=state.depth,
+            room=room,
+            graph=graph_lines(variables.graph),
+        )
+        checked = CheckedPlan([], [])
+        plan = GraphPlan(finish=True)
+        for attempt in range(2):
+            try:
+                plan = await self._planner.complete_json(
+                    messages, GraphPlan, usage=state.usage, schema_name="graph_plan"
+                )
+            except LLMError as exc:
+                log.warning("graph planner failed in run %s: %s", state.run_id, exc)
+                return self._fallback(state, f"The planner model failed ({exc}).")
+            checked = check_plan(plan, variables.graph, variables.topics, room)
+            if not checked.problems:
+                break
+            if attempt == 0:
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": plan.model_dump_json()},
+                    graph_plan_problems_message(checked.problems),
+                ]
+        if checked.problems:
+            state.note(
+                f"The plan of turn {turn} was trimmed to what was valid: "
+                + "; ".join(checked.problems[:5])
+                + "."
+            )
+        variables.should_continue = not plan.finish
+        if not checked.nodes:
+            if not any(n.status is NodeStatus.ANSWERED for n in variables.graph):
+                return self._fallback(
+                    state, None if plan.finish else "The plan had no usable node."
+                )
+            return StopReason.PLANNER_STOPPED
+        nodes = [
+            GraphNode(
+                name=n.name, question=n.question, after=n.after, turn=turn, run_id=state.run_id
+            )
+            for n in checked.nodes
+        ]
+        variables.graph.extend(nodes)
+        variables.next_search_topic = nodes[0].question
+        return nodes
+
+    def _fallback(self, state: RunState, note: str | None) -> list[GraphNode] | StopReason:
+        """The user's question itself as the one node, when the planner gives nothing first."""
+        variables = state.variables
+        if state.searches_done == 0 and find_duplicate(state.topic, variables.topics) is None:
+            if note:
+                state.note(note + " The question itself was searched instead.")
+            names = {n.name for n in variables.graph}
+            name = next(f"q{i}" for i in range(1, len(names) + 2) if f"q{i}" not in names)
+            node = GraphNode(name=name, question=state.topic, turn=1, run_id=state.run_id, after=[])
+            variables.graph.append(node)
+            variables.should_continue = False
+            return [node]
+        if note:
+            state.note(note + " Research stopped early.")
+        return StopReason.PLANNER_FAILED
+
+
+class _Turn:
+    """Runs a turn's nodes: each as soon as its parents are done, at most ``max_parallel``
+    searches of the run at once; checkpoints one at a time."""
+
+    def __init__(
+        self,
+        state: RunState,
+        hooks: StepHooks,
+        *,
+        search: SearchProvider,
+        reader: PageReader | None,
+        answerer: TextModel,
+        max_parallel: int,
+    ) -> None:
+        self._state = state
+        self._hooks = hooks
+        self._search_provider = search
+        self._reader = reader
+        self._answerer = answerer
+        self._slots = asyncio.Semaphore(max_parallel)
+        self._writing = asyncio.Lock()
+
+    async def run(self, nodes: list[GraphNode]) -> None:
+        graph = {n.name: n for n in self._state.variables.graph}
+        names = {n.name for n in nodes}
+        sorter = graphlib.TopologicalSorter(
+            {n.name: [p for p in n.after if p in names] for n in nodes}
+        )
+        sorter.prepare()
+        questions = ", ".join(f'"{n.question}"' for n in nodes if n.status is NodeStatus.PENDING)
+        if questions:
+            await self._hooks.progress(
+                ProgressKind.SEARCHING,
+                _searching(self._state, questions),
+                None,
+            )
+        running: dict[asyncio.Task[None], str] = {}
+        try:
+            while sorter.is_active():
+                for name in sorter.get_ready():
+                    node = graph[name]
+                    failed = [p for p in node.after if graph[p].status is NodeStatus.FAILED]
+                    if node.status in (NodeStatus.ANSWERED, NodeStatus.FAILED):
+                        sorter.done(name)
+                    elif failed and node.status is NodeStatus.PENDING:
+                        node.status = NodeStatus.FAILED
+                        node.error = f'it needs "{failed[0]}", which failed'
+                        sorter.done(name)
+                    elif self._hooks.is_cancelled():
+                        sorter.done(name)  # left pending, for a resume
+                    else:
+                        running[asyncio.create_task(self._node(node, graph))] = name
+                if not running:
+                    continue
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    sorter.done(running.pop(task))
+                    task.result()  # _node handles its failures; anything else is a bug
+        finally:
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+
+    async def _checkpoint(self) -> None:
+        async with self._writing:
+            await self._hooks.checkpoint(self._state)
+
+    async def _node(self, node: GraphNode, graph: dict[str, GraphNode]) -> None:
+        state = self._state
+        if node.status is NodeStatus.PENDING:
+            async with self._slots:
+                finding = await self._search(node)
+            state.variables.findings.append(finding)
+            state.variables.topics.append(node.question)
+            if not finding.results:
+                node.status = NodeStatus.FAILED
+                node.error = "its search failed" if finding.error else "its search found nothing"
+                state.note(f'Sub-question "{node.question}" failed: {node.error}.')
+            else:
+                node.status = NodeStatus.SEARCHED
+            await self._checkpoint()
+        if node.status is NodeStatus.SEARCHED:
+            await self._answer(node, graph)
+            await self._checkpoint()
+
+    async def _search(self, node: GraphNode) -> Finding:
+        state = self._state
+        state.usage.searches += 1
+        try:
+            results: list[SearchResult] = await self._search_provider.search(node.question)
+        except SearchError as exc:
+            state.note(f'The search for "{node.question}" failed: {exc}.')
+            return Finding(topic=node.question, error=str(exc))
+        except Exception as exc:  # a broken provider must not kill the run
+            log.exception("search provider crashed on %r", node.question)
+            return Finding(topic=node.question, error=type(exc).__name__)
+        finding = Finding(topic=node.question, results=results)
+        reader = self._reader
+        if reader is not None and reader.pages > 0 and results:
+            try:
+                reading = await reader.read(
+                    [r.url for r in results], f"{state.topic} {node.question}"
+                )
+            except Exception as exc:
+                log.warning("reading the pages of %r failed", node.question, exc_info=True)
+                state.note(
+                    f'The result pages of "{node.question}" could not be read '
+                    f"({type(exc).__name__}); its snippets were used."
+                )
+            else:
+                finding.pages = [PageExcerpt(url=p.url, passages=p.passages) for p in reading.pages]
+                state.usage.pages_read += reading.read
+                state.usage.pages_skipped += len(reading.skipped)
+        return finding
+
+    async def _answer(self, node: GraphNode, graph: dict[str, GraphNode]) -> None:
+        state = self._state
+        finding = next(
+            (f for f in reversed(state.variables.findings) if f.topic == node.question), None
+        )
+        numbered = number_sources(state.variables.findings)
+        own = {url_identity(r.url) for r in (finding.results if finding else [])}
+        sources = [s for s in numbered if url_identity(s.url) in own]
+        parents = [graph[p] for p in node.after if p in graph]
+        allowed = {s.n for s in sources}
+        for parent in parents:
+            allowed |= {int(n) for n in _CITATION.findall(parent.answer or "")}
+        messages = node_answer_messages(
+            topic=state.topic,
+            question=node.question,
+            parents=[f"[{p.name}] {p.question} — {p.answer or '(no answer)'}" for p in parents],
+            sources=writer_source_blocks(sources),
+        )
+        try:
+            text = await self._answerer.complete(messages, usage=state.usage)
+        except LLMError as exc:
+            log.warning("answering %r failed in run %s: %s", node.question, state.run_id, exc)
+            node.status = NodeStatus.FAILED
+            node.error = "the model failed to answer it"
+            state.note(f'Sub-question "{node.question}" was searched but not answered ({exc}).')
+            return
+        node.answer = _checked_answer(text, allowed)
+        node.status = NodeStatus.ANSWERED
+
+
+def _checked_answer(text: str, allowed: set[int]) -> str:
+    """The answer as data: inert, without web addresses, citing only ``allowed`` sources."""
+    clean = as_data(clean_text(text))
+    clean = _CITATION.sub(lambda m: m.group(0) if int(m.group(1)) in allowed else "", clean)
+    clean = " ".join(clean.split())[:ANSWER_CHARS]
+    return clean or "(no answer)"
+
+
+def _searching(state: RunState, questions: str) -> str:
+    done = state.searches_done
+    prefix = f"{search_executed_text(done, state.depth)} " if done else ""
+    return f"{prefix}{searching_words(state.language, questions)}"
