@@ -147,16 +147,26 @@ def check_plan(
                 edges.pop(name, None)
             edges = {n: ps - set(members) for n, ps in edges.items()}
             planned -= set(members)
-    # Keep what is valid, parents first; a node after a left-out node is left out too.
+    # Keep what is valid, in the plan's order, each once its parents are kept; a node after a
+    # left-out node is left out too.
     kept: list[PlannedNode] = []
     ok = set(known)
-    for name in graphlib.TopologicalSorter({n: edges[n] for n in planned}).static_order():
-        node = next(c for c in candidates if c.name == name)
-        if all(p in ok for p in node.after) and len(kept) < room:
-            kept.append(node)
-            ok.add(name)
-        elif len(kept) >= room:
+    waiting = [c for c in candidates if c.name in planned]
+    progressed = True
+    while progressed:
+        progressed = False
+        for node in waiting:
+            if node.name not in ok and all(p in ok for p in node.after) and len(kept) < room:
+                kept.append(node)
+                ok.add(node.name)
+                progressed = True
+    for node in waiting:
+        if node.name in ok:
+            continue
+        if all(p in ok for p in node.after):
             problems.append(f'"{node.name}" is beyond the {room} nodes that may still be added')
+        elif all(p in known or p in planned for p in node.after):
+            problems.append(f'"{node.name}" comes after a node that was left out')
     order = {c.name: i for i, c in enumerate(candidates)}
     kept.sort(key=lambda c: order[c.name])
     return CheckedPlan(kept, problems)

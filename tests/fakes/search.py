@@ -66,7 +66,8 @@ class FakeSearch:
         #: Searches answered at once right now, and the most ever (concurrency checks).
         self.in_flight = 0
         self.max_in_flight = 0
-        #: > 0: a search waits (up to 10 s) until this many are in flight, then answers.
+        #: > 0: searches wait (up to 10 s) until this many are in flight, then all answer and
+        #: the barrier is gone (later searches answer at once).
         self.gather = 0
         self._arrivals: asyncio.Condition | None = None
 
@@ -225,6 +226,7 @@ def build_search_app(fake: FakeSearch) -> Starlette:
                         await asyncio.wait_for(
                             arrivals.wait_for(lambda: fake.in_flight >= fake.gather), 10
                         )
+                    fake.gather = 0  # one barrier: later searches answer at once
             if fake.latency > 0:
                 await asyncio.sleep(fake.latency)
         finally:

@@ -1,0 +1,357 @@
+"""The graph strategy: plans checked and trimmed, sub-questions searched concurrently, failures
+contained, resume, progress and citations; the real ResearchService, ChatModel and Store against
+the fake LLM and the fake search (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+
+from bots.chat.inbound import ChatCommands
+from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
+from core.config import Settings
+from core.delivery import DeliveryPolicy, ResearchJob
+from core.engine.graph import GraphPlan, PlannedNode, check_plan
+from core.jobs import InProcessJobRunner
+from core.llm import ChatModel
+from core.models import GraphNode, NodeStatus, ResearchRequest, RunStatus, Strategy, ThreadKey
+from core.progress import ProgressKind
+from core.search import SearxngProvider
+from core.service import ResearchService, RunOutcome
+from storage import Database, Store
+from tests.chat_app import FAKE_API_KEY, wait_for
+from tests.fakes import FakeLLMServer, FakeSearchServer, Reply
+from tests.test_engine import KEY, Collect, Harness, user_prompt
+
+QUESTION = "heat pumps"
+MakeGraph = Callable[..., Awaitable[Harness]]
+
+
+def plan(*nodes: tuple[str, str, list[str]], finish: bool = False) -> Reply:
+    return Reply(
+        json.dumps(
+            {
+                "nodes": [{"name": n, "question": q, "after": a} for n, q, a in nodes],
+                "finish": finish,
+            }
+        )
+    )
+
+
+FINISH = plan(finish=True)
+
+
+@pytest.fixture
+async def graph(
+    database: Database,
+    database_url: str,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+) -> AsyncIterator[MakeGraph]:
+    """``await graph(max_parallel=10, max_nodes=12)``: a harness whose runs use the graph
+    strategy (submit with ``strategy=Strategy.GRAPH``)."""
+    closers: list[Callable[[], Awaitable[None]]] = []
+
+    async def make(max_parallel: int = 10, max_nodes: int = 12) -> Harness:
+        http = httpx.AsyncClient(trust_env=False)
+        model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=1)
+        service = ResearchService(
+            store=Store(database),
+            planner=model,
+            writer=model,
+            search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
+            max_parallel_searches=max_parallel,
+            graph_max_nodes=max_nodes,
+        )
+        closers.extend([http.aclose, model.aclose])
+        return Harness(llm_server, search_server, database, service.store, service, database_url)
+
+    try:
+        yield make
+    finally:
+        for close in closers:
+            await close()
+
+
+async def research(
+    harness: Harness, depth: int = 3, thread: str = "t1", progress: Collect | None = None
+) -> tuple[str, RunOutcome]:
+    request = ResearchRequest(
+        topic=QUESTION, depth=depth, strategy=Strategy.GRAPH, thread=harness.thread(thread)
+    )
+    run, _ = await harness.service.submit(request)
+    return run.id, await harness.service.execute(run.id, progress)
+
+
+def planner_prompts(harness: Harness) -> list[str]:
+    return [user_prompt(r.body) for r in harness.llm.fake.requests_for("graph_planner")]
+
+
+# --- plans -----------------------------------------------------------------------------------
+
+
+def node(name: str, question: str, *after: str) -> PlannedNode:
+    return PlannedNode(name=name, question=question, after=list(after))
+
+
+def test_a_valid_plan_is_kept_whole() -> None:
+    checked = check_plan(
+        GraphPlan(nodes=[node("a", "cost of heat pumps"), node("b", "noise levels", "a")]),
+        graph=[],
+        searched=[],
+        room=12,
+    )
+    assert [n.name for n in checked.nodes] == ["a", "b"] and checked.problems == []
+
+
+def test_unknown_parents_cycles_duplicates_and_excess_are_left_out() -> None:
+    existing = [GraphNode(name="old", question="heat pump efficiency", status=NodeStatus.ANSWERED)]
+    checked = check_plan(
+        GraphPlan(
+            nodes=[
+                node("a", "heat pump installation cost", "old"),  # after an existing node: ok
+                node("b", "grid impact of heat pumps", "ghost"),  # unknown parent
+                node("c", "heat pump noise", "d"),  # c -> d -> c: a cycle
+                node("d", "heat pump maintenance", "c"),
+                node("e", "Heat pump efficiency?"),  # repeats the existing question
+                node("a", "subsidies for heat pumps"),  # the name a again
+                node("f", "heat pump refrigerants", "b"),  # after a left-out node
+                node("g", "heat pump lifetime"),
+                node("h", "heat pump brands"),  # beyond the room of 2
+            ]
+        ),
+        graph=existing,
+        searched=["heat pump efficiency"],
+        room=2,
+    )
+    assert [n.name for n in checked.nodes] == ["a", "g"]
+    problems = " | ".join(checked.problems)
+    assert '"b" comes after "ghost", which is no node' in problems
+    assert "a cycle: " in problems and "c" in problems and "d" in problems
+    assert '"Heat pump efficiency?" repeats "heat pump efficiency"' in problems
+    assert 'the name "a" is used twice' in problems
+    assert '"h" is beyond the 2 nodes that may still be added' in problems
+
+
+def test_planned_names_and_questions_are_cleaned_where_they_enter() -> None:
+    planned = PlannedNode.model_validate(
+        {"name": " <@U1> cost!! ", "question": "heat\x00 pumps <!channel>", "after": "x y"}
+    )
+    assert planned.name == "U1-cost" and planned.after == ["x-y"]
+    assert planned.question == "heat pumps @\u2060channel"
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+
+async def test_independent_sub_questions_are_searched_at_once_and_the_dependent_one_after(
+    graph: MakeGraph,
+) -> None:
+    harness = await graph()
+    fake = harness.search.fake
+    fake.gather = 2  # the first two searches answer only once both are in flight
+    progress = Collect()
+    _, outcome = await research(harness, progress=progress)
+    assert outcome.status is RunStatus.SUCCEEDED, outcome.error
+    queries = fake.queries
+    assert sorted(queries[:2]) == [f"{QUESTION} background", f"{QUESTION} current state"]
+    assert queries[2:] == [f"{QUESTION} compared with alternatives", f"{QUESTION} outlook"]
+    assert fake.max_in_flight == 2  # the two ran together; the third never beside them
+    # The dependent node was answered with its parents' answers as context.
+    answers = [user_prompt(r.body) for r in harness.llm.fake.requests_for("answerer")]
+    compare = next(a for a in answers if "Sub-question: heat pumps compared" in a)
+    assert "[background]" in compare and "[state]" in compare
+    searched = [e.text for e in progress.events if e.kind is ProgressKind.SEARCHED]
+    assert searched == [
+        "1/3th search executed.\n"
+        f"✓ {QUESTION} background\n✓ {QUESTION} current state\n"
+        f"✓ {QUESTION} compared with alternatives",
+        f"2/3th search executed.\n✓ {QUESTION} outlook",
+    ]
+    data = outcome.as_json()
+    assert data["strategy"] == "graph"
+    assert [(n["name"], n["status"], n["turn"]) for n in data["nodes"]] == [
+        ("background", "answered", 1),
+        ("state", "answered", 1),
+        ("compare", "answered", 1),
+        ("outlook", "answered", 2),
+    ]
+    assert data["topics"] == queries
+    assert progress.final.startswith("Research done, stopped early after 2 of 3 searches")
+
+
+async def test_the_parallel_searches_of_a_run_stay_within_the_cap(graph: MakeGraph) -> None:
+    harness = await graph(max_parallel=2)
+    nodes = [(f"n{i}", f"{QUESTION} aspect {i}", []) for i in range(5)]
+    harness.llm.fake.script("graph_planner", plan(*nodes), FINISH)
+    harness.search.fake.gather = 2
+    harness.search.fake.latency = 0.05
+    _, outcome = await research(harness, depth=2)
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert len(harness.search.fake.queries) == 5
+    assert harness.search.fake.max_in_flight == 2
+
+
+async def test_an_invalid_plan_is_asked_again_once_then_trimmed(graph: MakeGraph) -> None:
+    harness = await graph()
+    cyclic = plan(("a", f"{QUESTION} cost", ["b"]), ("b", f"{QUESTION} noise", ["a"]))
+    still_bad = plan(
+        ("a", f"{QUESTION} cost", []), ("b", f"{QUESTION} noise", ["ghost"]), finish=True
+    )
+    harness.llm.fake.script("graph_planner", cyclic, still_bad)
+    _, outcome = await research(harness)
+    prompts = [r.body for r in harness.llm.fake.requests_for("graph_planner")]
+    assert len(prompts) == 2
+    assert "a cycle: a -> b -> a" in user_prompt(prompts[1]) or "a cycle: b -> a -> b" in (
+        user_prompt(prompts[1])
+    )
+    assert harness.search.fake.queries == [f"{QUESTION} cost"]  # only the valid node
+    notes = outcome.notes
+    assert any("The plan of turn 1 was trimmed" in n and "ghost" in n for n in notes)
+
+
+async def test_a_failing_sub_question_does_not_fail_the_run(graph: MakeGraph) -> None:
+    harness = await graph()
+    harness.search.fake.script_for(f"{QUESTION} current state", [])  # finds nothing
+    progress = Collect()
+    _, outcome = await research(harness, progress=progress)
+    assert outcome.status is RunStatus.SUCCEEDED
+    nodes = {n["name"]: n for n in outcome.as_json()["nodes"]}
+    assert nodes["state"]["status"] == "failed"
+    assert nodes["state"]["error"] == "its search found nothing"
+    assert nodes["compare"]["status"] == "failed"  # it needs "state"
+    assert nodes["compare"]["error"] == 'it needs "state", which failed'
+    assert nodes["background"]["status"] == "answered"
+    assert f"{QUESTION} compared with alternatives" not in harness.search.fake.queries
+    first = next(e.text for e in progress.events if e.kind is ProgressKind.SEARCHED)
+    assert f"✗ {QUESTION} current state (its search found nothing)" in first
+    report = outcome.report_markdown or ""
+    assert "## Notes on this run" in report and "current state" in report
+
+
+async def test_a_resumed_graph_run_searches_no_answered_node_again(graph: MakeGraph) -> None:
+    harness = await graph()
+    fake = harness.search.fake
+    request = ResearchRequest(
+        topic=QUESTION, depth=3, strategy=Strategy.GRAPH, thread=harness.thread()
+    )
+    run, _ = await harness.service.submit(request)
+    fake.latency = 0.5  # the dependent node's search is in flight when the run stops
+    task = asyncio.create_task(harness.service.execute(run.id))
+    compare = f"{QUESTION} compared with alternatives"
+    await wait_for(lambda: compare in fake.queries)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    stored = await harness.store.load_variables(run.thread_id)
+    assert stored is not None
+    statuses = {n["name"]: n["status"] for n in stored["graph"]}
+    assert statuses == {"background": "answered", "state": "answered", "compare": "pending"}
+
+    fake.latency = 0.0
+    outcome = await harness.service.resume(run.id)
+    assert outcome.status is RunStatus.SUCCEEDED
+    queries = fake.queries
+    assert queries.count(f"{QUESTION} background") == 1
+    assert queries.count(f"{QUESTION} current state") == 1
+    assert queries.count(compare) == 2  # its first search never finished
+    planners = harness.llm.fake.requests_for("graph_planner")
+    assert len(planners) == 3  # turn 1 (before the stop), turn 2, turn 3: not turn 1 again
+
+
+async def test_a_follow_up_extends_the_graph(graph: MakeGraph) -> None:
+    harness = await graph()
+    harness.llm.fake.script("graph_planner", plan(("cost", f"{QUESTION} cost", [])), FINISH)
+    await research(harness, depth=2)
+    harness.llm.fake.script(
+        "graph_planner",
+        plan(("payback", f"{QUESTION} payback time", ["cost"])),
+        FINISH,
+    )
+    _, follow_up = await research(harness, depth=2)
+    prompt = planner_prompts(harness)[2]  # the follow-up's first turn
+    assert f"[cost] {QUESTION} cost: answered" in prompt
+    nodes = follow_up.as_json()["nodes"]
+    assert [(n["name"], n["after"], n["status"]) for n in nodes] == [
+        ("payback", ["cost"], "answered")
+    ]
+    answer = next(
+        user_prompt(r.body)
+        for r in harness.llm.fake.requests_for("answerer")
+        if "Sub-question: heat pumps payback" in user_prompt(r.body)
+    )
+    assert "[cost] heat pumps cost —" in answer  # the earlier run's answer is its context
+
+
+async def test_citations_outside_the_sources_are_removed(graph: MakeGraph) -> None:
+    harness = await graph()
+    harness.llm.fake.script("graph_planner", plan(("cost", f"{QUESTION} cost", [])), FINISH)
+    harness.llm.fake.script(
+        "answerer",
+        Reply("Costs fell [1][99] per https://evil.example/x <!channel> @here."),
+    )
+    harness.llm.fake.script(
+        "writer",
+        Reply(
+            "# Heat pumps\n\n## Executive summary\n\nCosts fell [1][42]. "
+            "See [this](https://evil.example/y).\n"
+        ),
+    )
+    _, outcome = await research(harness, depth=2)
+    (node_data,) = outcome.as_json()["nodes"]
+    assert node_data["answer"] == "Costs fell [1] per @\u2060channel @\u2060here."
+    report = outcome.report_markdown or ""
+    assert "[42]" not in report and "evil.example" not in report
+    body = report.split("## Sources")[0]
+    assert re.findall(r"\[(\d+)\]", body) == ["1"]
+    writer = user_prompt(harness.llm.fake.requests_for("writer")[0].body)
+    assert "[cost] heat pumps cost (" not in writer and "[cost] heat pumps cost: answered" in writer
+
+
+async def test_a_graph_request_from_a_chat_platform(
+    database: Database, llm_server: FakeLLMServer, search_server: FakeSearchServer
+) -> None:
+    """`/research … strategy=graph` through the shared chat layer (every platform's path):
+    one progress message whose versions show each turn's sub-questions, then the report."""
+    store = Store(database)
+    async with httpx.AsyncClient(trust_env=False) as http:
+        model = ChatModel(model="m", api_key=FAKE_API_KEY, base_url=llm_server.base_url)
+        service = ResearchService(
+            store=store,
+            planner=model,
+            writer=model,
+            search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
+        )
+        chat = MemoryChat()
+        policy = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
+        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy)
+        runner = InProcessJobRunner(job, store=store, timing=service.timing)
+        settings = Settings(_env_file=None, FATHOM_STRATEGY="graph")  # type: ignore[call-arg]
+        commands = ChatCommands(settings, service, store, runner, MemoryMarkup())
+        await runner.start()
+        try:
+            await chat.say(commands, "/research heat pumps depth=2")  # graph by default here
+            thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="t1")
+
+            async def delivered() -> object:
+                record = await store.get_thread(str(thread))
+                runs = [] if record is None else await store.thread_runs(record.id)
+                return runs if runs and runs[0].delivery == "posted" else None
+
+            (run,) = await wait_for(delivered, within=30)
+        finally:
+            await runner.stop(grace=0.1)
+            await model.aclose()
+    assert run.strategy == "graph" and run.status == "succeeded"
+    (progress,) = chat.messages(thread, "progress")
+    assert any(
+        "1/2th search executed.\n✓ heat pumps background\n✓ heat pumps current state" in v
+        for v in progress.versions
+    )
+    assert progress.text.endswith("Research done: 2/2 searches, 3 sources.")
+    assert chat.messages(thread, "report")
