@@ -14,7 +14,12 @@
     with ``FATHOM_READ_PAGES=3`` vs. its unavoidable waits, and its prompt tokens beside the same
     run without reading.
 
-(a)-(c) measure the engine without page reading (a service built without a reader); (d) and
+(f) the graph strategy: one run whose plan has 6 independent sub-questions in one turn, at
+    400 ms LLM / 300 ms search latency, vs. its unavoidable waits (planner, one parallel wave
+    of searches, the parallel sub-answers, the writer); beside it an iterative run with the same
+    number of searches (wall time and tokens).
+
+(a)-(c) and (f) measure the engine without page reading (a service built without a reader); (d) and
 (e) read pages as the defaults do (the fake's pages are on 127.0.0.1, so loopback is allowed).
 
 The clients are built by ``core.runtime.open_runtime`` exactly as in production; only thin
@@ -67,6 +72,7 @@ GOALS = {
     "d_tail_s": 0.1,
     "llm_calls_per_run": 5,
     "e_ratio": 1.1,
+    "f_ratio": 1.1,
 }
 
 T = TypeVar("T")
@@ -120,6 +126,20 @@ class FakesProcess:
     llm_url: str
     search_url: str
     proc: subprocess.Popen[str]
+
+    def script_graph_plan(self, questions: list[str]) -> None:
+        """The fake graph planner's next answer: these independent sub-questions, finishing."""
+        nodes = [{"name": f"q{i}", "question": q, "after": []} for i, q in enumerate(questions)]
+        content = json.dumps({"nodes": nodes, "finish": True})
+        base = self.llm_url.removesuffix("/v1")
+        with httpx.Client(trust_env=False) as client:
+            client.post(
+                f"{base}/_fake/script",
+                json={
+                    "role": "graph_planner",
+                    "responses": [{"kind": "reply", "content": content}],
+                },
+            ).raise_for_status()
 
     def configure(
         self, llm_latency: float, search_latency: float, page_latency: float = 0.0
@@ -396,17 +416,22 @@ async def open_bench(
         yield Bench(runtime, service, timings, wired)
 
 
-async def one_run(service: Any, topic: str, depth: int = DEPTH) -> tuple[float, Any]:
+async def one_run(
+    service: Any, topic: str, depth: int = DEPTH, strategy: str = "iterative", searches: int = 0
+) -> tuple[float, Any]:
     """submit + execute of one research in its own new thread; (wall seconds, outcome)."""
-    from core.models import ResearchRequest, RunStatus, ThreadKey
+    from core.models import ResearchRequest, RunStatus, Strategy, ThreadKey
 
     key = ThreadKey(platform="cli", workspace="local", channel="local", thread=uuid.uuid4().hex)
-    request = ResearchRequest(topic=topic, depth=depth, thread=key, requested_by="bench")
+    request = ResearchRequest(
+        topic=topic, depth=depth, thread=key, requested_by="bench", strategy=Strategy(strategy)
+    )
     start = time.perf_counter()
     run, _ = await service.submit(request)
     outcome = await service.execute(run.id)
     wall = time.perf_counter() - start
-    if outcome.status is not RunStatus.SUCCEEDED or len(outcome.topics) != depth:
+    expected = searches or depth
+    if outcome.status is not RunStatus.SUCCEEDED or len(outcome.topics) != expected:
         raise RuntimeError(f"benchmark run did not succeed: {outcome.as_json()}")
     return wall, outcome
 
@@ -588,6 +613,47 @@ async def bench_pages(db_url: str, fakes: FakesProcess, runs: int) -> dict[str, 
                     "prompt_tokens": usage.prompt_tokens,
                     "prompt_tokens_without_pages": plain.usage.prompt_tokens,
                     "wall_without_pages_s": round(plain_wall, 4),
+                }
+            )
+    best = sorted(samples, key=lambda s: s["ratio"])[len(samples) // 2]
+    return {"runs": runs, "median": best, "samples": samples}
+
+
+# --- (f) the graph strategy ----------------------------------------------------------------
+
+GRAPH_WIDTH = 6
+
+
+async def bench_graph(db_url: str, fakes: FakesProcess, runs: int) -> dict[str, Any]:
+    """A graph run of 6 independent sub-questions in one turn (depth 1), beside an iterative run
+    of 6 searches on the same topic."""
+    samples = []
+    async with open_bench(db_url, fakes.llm_url, fakes.search_url) as bench:
+        fakes.configure(0.0, 0.0)
+        fakes.script_graph_plan([f"warm-up aspect {i}" for i in range(GRAPH_WIDTH)])
+        await one_run(bench.service, "warm-up", 1, "graph", GRAPH_WIDTH)
+        fakes.configure(LLM_LATENCY, SEARCH_LATENCY)
+        for i in range(runs):
+            topic = f"offshore wind power {i}"
+            fakes.script_graph_plan([f"{topic} aspect {j}" for j in range(GRAPH_WIDTH)])
+            wall, outcome = await one_run(bench.service, topic, 1, "graph", GRAPH_WIDTH)
+            iterative_wall, iterative = await one_run(bench.service, topic, GRAPH_WIDTH)
+            usage = outcome.usage
+            # planner, one wave of searches, one wave of answers, the writer
+            floor = 3 * LLM_LATENCY + SEARCH_LATENCY
+            samples.append(
+                {
+                    "wall_s": round(wall, 4),
+                    "floor_s": round(floor, 4),
+                    "ratio": round(wall / floor, 4),
+                    "searches": usage.searches,
+                    "llm_calls": usage.llm_calls,
+                    "prompt_tokens": usage.prompt_tokens,
+                    "completion_tokens": usage.completion_tokens,
+                    "iterative_wall_s": round(iterative_wall, 4),
+                    "iterative_llm_calls": iterative.usage.llm_calls,
+                    "iterative_prompt_tokens": iterative.usage.prompt_tokens,
+                    "iterative_completion_tokens": iterative.usage.completion_tokens,
                 }
             )
     best = sorted(samples, key=lambda s: s["ratio"])[len(samples) // 2]
@@ -1018,6 +1084,25 @@ def table(results: dict[str, Any]) -> str:
             "-",
         )
     )
+    f = results["f"]["median"]
+    rows.append(
+        (
+            "(f) graph run, 6 independent sub-questions: wall / (3 LLM x 0.4 s + 1 search x 0.3 s)",
+            "<= 1.1",
+            f"{f['ratio']:.3f} ({f['wall_s']:.3f} s / {f['floor_s']:.2f} s)",
+            "yes" if f["ratio"] <= GOALS["f_ratio"] else "**no**",
+        )
+    )
+    rows.append(
+        (
+            "(f) beside it: an iterative run of 6 searches (wall; LLM calls; prompt tokens)",
+            "-",
+            f"{f['iterative_wall_s']:.3f} s vs. {f['wall_s']:.3f} s; "
+            f"{f['iterative_llm_calls']} vs. {f['llm_calls']} calls; "
+            f"{f['iterative_prompt_tokens']} vs. {f['prompt_tokens']} tokens",
+            "-",
+        )
+    )
     rows.append(
         (
             "(e) prompt tokens per depth-3 report, reading 3 pages/search vs. snippets only",
@@ -1084,6 +1169,10 @@ def main(argv: list[str] | None = None) -> int:
             with database_url(kind) as url:
                 results["c"][kind] = bench_concurrency(url, fakes, c_n)
             say(json.dumps(results["c"][kind]))
+        say(f"(f) graph strategy x{b_runs} …")
+        with sqlite_url() as url:
+            results["f"] = asyncio.run(bench_graph(url, fakes, b_runs))
+        say(json.dumps(results["f"]["median"]))
         say(f"(e) reading pages x{b_runs} …")
         with sqlite_url() as url:
             results["e"] = asyncio.run(bench_pages(url, fakes, b_runs))
