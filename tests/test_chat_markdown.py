@@ -71,3 +71,23 @@ def test_a_byte_budget_counts_cjk_as_three_bytes() -> None:
     huge = "字" * 40_000  # no boundary at all: cut by bytes, never inside a character
     parts = split_report(huge, 10_000, measure=utf8_size)
     assert all(utf8_size(p) <= 10_000 for p in parts) and "".join(parts) == huge
+
+
+def test_a_status_keeps_its_lines_within_its_limit_on_every_platform() -> None:
+    from bots.chat.markdown import status_lines
+    from bots.feishu.render import progress_card
+    from bots.slack.render import progress_text
+
+    status = "1/2th search executed.\n✓ heat  pumps cost\n\n✗ heat pumps noise (its search failed)"
+    assert status_lines(status, 1000) == [
+        "1/2th search executed.",
+        "✓ heat pumps cost",
+        "✗ heat pumps noise (its search failed)",
+    ]
+    assert status_lines(status, 30) == ["1/2th search executed.", "✓ heat…"]  # 22 + 1 + 7
+    slack = progress_text("heat pumps", 2, status, requester=None, opener=False)
+    assert slack.endswith(
+        "1/2th search executed.\n✓ heat pumps cost\n✗ heat pumps noise (its search failed)"
+    )
+    card = progress_card("heat pumps", 2, status, language="en")
+    assert "1/2th search executed.\\n✓ heat pumps cost\\n✗ heat pumps noise" in card

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bots.dingtalk.render import tables_as_lists
+from bots.dingtalk.render import progress_markdown, tables_as_lists
 from tests.chat_app import ServedFathom, wait_for
 from tests.conftest import ServeFathom
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
@@ -418,3 +418,12 @@ async def test_a_digest_posts_through_the_openapi_with_its_heading(
     assert card.params["markdown"].startswith("### Digest: heat pumps — 2026-12-07")
     reports = bot.fake.sent_to("cid_group_1")[1:]  # after the "Scheduled" answer
     assert reports and all(r.via == "group" for r in reports)  # never the request's webhook
+
+
+def test_a_progress_status_of_several_lines_keeps_its_lines() -> None:
+    """A graph turn's status lists its sub-questions, one per line (Markdown hard breaks)."""
+    status = "1/2th search executed.\n✓ heat pumps cost\n✗ heat pumps noise (its search failed)"
+    text = progress_markdown("heat pumps", 2, status, language="en")
+    assert text.endswith(
+        "1/2th search executed.  \n✓ heat pumps cost  \n✗ heat pumps noise (its search failed)"
+    )

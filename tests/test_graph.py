@@ -110,7 +110,10 @@ def test_a_valid_plan_is_kept_whole() -> None:
 
 
 def test_unknown_parents_cycles_duplicates_and_excess_are_left_out() -> None:
-    existing = [GraphNode(name="old", question="heat pump efficiency", status=NodeStatus.ANSWERED)]
+    existing = [
+        GraphNode(name="old", question="heat pump efficiency", status=NodeStatus.ANSWERED),
+        GraphNode(name="lost", question="heat pump history", status=NodeStatus.FAILED),
+    ]
     checked = check_plan(
         GraphPlan(
             nodes=[
@@ -123,6 +126,7 @@ def test_unknown_parents_cycles_duplicates_and_excess_are_left_out() -> None:
                 node("f", "heat pump refrigerants", "b"),  # after a left-out node
                 node("g", "heat pump lifetime"),
                 node("h", "heat pump brands"),  # beyond the room of 2
+                node("i", "heat pump heritage", "lost"),  # after a node with no answer
             ]
         ),
         graph=existing,
@@ -136,6 +140,7 @@ def test_unknown_parents_cycles_duplicates_and_excess_are_left_out() -> None:
     assert '"Heat pump efficiency?" repeats "heat pump efficiency"' in problems
     assert 'the name "a" is used twice' in problems
     assert '"h" is beyond the 2 nodes that may still be added' in problems
+    assert '"i" comes after "lost", which has no answer' in problems
 
 
 def test_planned_names_and_questions_are_cleaned_where_they_enter() -> None:

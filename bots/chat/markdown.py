@@ -30,6 +30,25 @@ _FENCE_LINE = re.compile(r"^[ \t]*```(.*)$", re.MULTILINE)
 _BOUNDARIES = (re.compile(r"\n(?=## )"), re.compile(r"\n(?=### )"), re.compile(r"\n\s*\n"))
 
 
+def status_lines(status: str, limit: int) -> list[str]:
+    """A progress status as its lines (a graph turn lists its sub-questions, one per line):
+    spaces collapsed within each line, empty lines dropped, at most ``limit`` characters in
+    all (the last line kept is cut with an ellipsis)."""
+    lines: list[str] = []
+    left = limit
+    for raw in status.splitlines():
+        line = " ".join(raw.split())
+        if not line:
+            continue
+        if len(line) > left:
+            if left > 1:
+                lines.append(line[: left - 1].rstrip() + "…")
+            break
+        lines.append(line)
+        left -= len(line) + 1
+    return lines
+
+
 def utf8_size(text: str) -> int:
     """A budget measured in UTF-8 bytes (Feishu's card limit)."""
     return len(text.encode("utf-8"))

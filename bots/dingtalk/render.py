@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
 
-from bots.chat.markdown import link_citations, split_report, utf8_size
+from bots.chat.markdown import link_citations, split_report, status_lines, utf8_size
 from core.models import Source
 from core.untrusted import neutralise
 from core.wording import Language, pick
@@ -53,13 +53,14 @@ def _clip(text: str, limit: int) -> str:
 def progress_markdown(topic: str, depth: int, status: str, *, language: Language) -> str:
     """The progress card's (or message's) Markdown: what is researched, and the status line."""
     shown = escape_text(_clip(topic, _TOPIC_CHARS))
-    line = escape_text(_clip(status, _STATUS_CHARS))
+    lines = [escape_text(line) for line in status_lines(status, _STATUS_CHARS)]
     head = pick(
         language,
         f"Researching **{shown}** (depth {depth})",
         f"正在研究 **{shown}**（深度 {depth}）",
     )
-    return f"{head}\n\n{line}"
+    # A status of several lines (a graph turn's sub-questions) keeps them: hard line breaks.
+    return f"{head}\n\n" + "  \n".join(lines)
 
 
 def progress_title(language: Language) -> str:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from bots.chat.markdown import link_citations, split_report, utf8_size
+from bots.chat.markdown import link_citations, split_report, status_lines, utf8_size
 from core.models import Source
 from core.untrusted import neutralise
 from core.wording import Language, pick
@@ -102,7 +102,7 @@ def progress_card(
     """The progress card: what is researched, and the engine's status line (``title``: a
     digest's heading, in the card's header)."""
     shown = escape_text(_clip(topic, _TOPIC_CHARS))
-    line = escape_text(_clip(status, _STATUS_CHARS))
+    line = "\n".join(escape_text(line) for line in status_lines(status, _STATUS_CHARS))
     head = pick(
         language,
         f"Researching **{shown}** (depth {depth})",

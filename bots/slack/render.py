@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from bots.chat.markdown import link_citations, split_report
+from bots.chat.markdown import link_citations, split_report, status_lines
 from core.models import Source
 from core.untrusted import neutralise
 from core.wording import Language, pick
@@ -59,7 +59,7 @@ def progress_text(
     """The progress message: who asked (opener only) or which digest, what, and the engine's
     status line."""
     topic = escape_mrkdwn(_clip(run_topic, _TOPIC_CHARS))
-    line = escape_mrkdwn(_clip(status, _STATUS_CHARS))
+    line = "\n".join(escape_mrkdwn(line) for line in status_lines(status, _STATUS_CHARS))
     if digest_title:
         title = escape_mrkdwn(_clip(digest_title, _TOPIC_CHARS + 40))
         return f"*{title}* (depth {depth})\n{line}"

@@ -113,10 +113,12 @@ def check_plan(
 
     A node is left out when it has no name or no visible question, repeats a name, repeats
     (nearly) a question of the graph, a searched topic or an earlier node of the plan, comes
-    after a node that is unknown or left out, or is part of a cycle; and beyond ``room`` nodes.
+    after a node that is unknown, unanswered or left out, or is part of a cycle; and beyond
+    ``room`` nodes.
     """
     problems: list[str] = []
     known = {node.name for node in graph}
+    answered = {node.name for node in graph if node.status is NodeStatus.ANSWERED}
     questions = [node.question for node in graph] + list(searched)
     candidates: list[PlannedNode] = []
     for node in plan.nodes:
@@ -134,6 +136,8 @@ def check_plan(
         for parent in node.after:
             if parent not in known and parent not in planned:
                 problems.append(f'"{node.name}" comes after "{parent}", which is no node')
+            elif parent in known and parent not in answered:
+                problems.append(f'"{node.name}" comes after "{parent}", which has no answer')
     # Cycles among the new nodes (graphlib names one; its nodes are left out, and again).
     edges = {c.name: {p for p in c.after if p in planned} for c in candidates}
     while True:
@@ -150,7 +154,7 @@ def check_plan(
     # Keep what is valid, in the plan's order, each once its parents are kept; a node after a
     # left-out node is left out too.
     kept: list[PlannedNode] = []
-    ok = set(known)
+    ok = set(answered)
     waiting = [c for c in candidates if c.name in planned]
     progressed = True
     while progressed:
@@ -165,7 +169,7 @@ def check_plan(
             continue
         if all(p in ok for p in node.after):
             problems.append(f'"{node.name}" is beyond the {room} nodes that may still be added')
-        elif all(p in known or p in planned for p in node.after):
+        elif all(p in answered or p in planned for p in node.after):
             problems.append(f'"{node.name}" comes after a node that was left out')
     order = {c.name: i for i, c in enumerate(candidates)}
     kept.sort(key=lambda c: order[c.name])
