@@ -75,6 +75,19 @@ def number_sources(findings: Sequence[Finding]) -> list[NumberedSource]:
     return numbered
 
 
+def writer_window(
+    sources: Sequence[NumberedSource], size: int, cited: frozenset[int] = frozenset()
+) -> list[NumberedSource]:
+    """At most ``size`` sources for the writer: those in ``cited`` (the graph's answers cite
+    them, so the writer must see them), then the newest; in their numbered order."""
+    keep = {s.n for s in sources if s.n in cited}
+    for s in reversed(sources):
+        if len(keep) >= size:
+            break
+        keep.add(s.n)
+    return [s for s in sources if s.n in keep][-size:]
+
+
 def writer_source_blocks(
     sources: Sequence[NumberedSource],
     new: frozenset[int] = frozenset(),
@@ -135,7 +148,8 @@ def report_language(topic: str) -> str:
 
 # --- citation repair --------------------------------------------------------------
 
-_CITATION = re.compile(r"\[(\d+(?:\s*[,;–-]\s*\d+)*)\](?!\()")
+# (At most 4 digits: no source list is longer, and int() of a huge number raises.)
+_CITATION = re.compile(r"\[(\d{1,4}(?:\s*[,;–-]\s*\d{1,4})*)\](?!\()")
 _CITATION_TEXT = re.compile(r"\s*\d+(?:\s*[,;–-]\s*\d+)*\s*")
 # Links and images; the URL may be wrapped in <> and followed by a "title".
 _LINK = re.compile(r"!?\[([^\]\n]*)\]\(<?(https?://[^)\s>]+)>?(?:\s+\"[^\"\n]*\")?\)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -55,6 +56,7 @@ from core.report import (
     number_sources,
     report_language,
     writer_source_blocks,
+    writer_window,
 )
 from core.search import SearchProvider
 from core.wording import request_language
@@ -563,7 +565,9 @@ class ResearchService:
         self, state: RunState, digest: _DigestHistory | None = None, *, graph: bool = False
     ) -> tuple[str, list[Source]]:
         findings = state.variables.findings
-        numbered = number_sources(findings)[-MAX_WRITER_SOURCES:]
+        lines = graph_lines(state.variables.graph, ANSWER_CHARS) if graph else []
+        cited = frozenset(int(n) for n in re.findall(r"\[(\d{1,4})\]", "\n".join(lines)))
+        numbered = writer_window(number_sources(findings), MAX_WRITER_SOURCES, cited)
         if not numbered:
             errors = [f.error for f in findings if f.error]
             why = f" (last error: {errors[-1]})" if errors else ""
@@ -580,7 +584,7 @@ class ResearchService:
             sources=writer_source_blocks(numbered, new),
             notes=state.notes,
             digest=digest.context if digest is not None else None,
-            graph=graph_lines(state.variables.graph, ANSWER_CHARS) if graph else (),
+            graph=lines,
         )
         try:
             body = await self._writer.complete(messages, usage=state.usage)

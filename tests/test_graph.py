@@ -16,10 +16,21 @@ from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
 from core.config import Settings
 from core.delivery import DeliveryPolicy, ResearchJob
-from core.engine.graph import GraphPlan, PlannedNode, check_plan
+from core.engine.graph import GraphPlan, GraphStrategy, PlannedNode, check_plan
+from core.engine.iterative import RunState, StepHooks, StopReason
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
-from core.models import GraphNode, NodeStatus, ResearchRequest, RunStatus, Strategy, ThreadKey
+from core.models import (
+    Finding,
+    GraphNode,
+    NodeStatus,
+    ResearchRequest,
+    RunStatus,
+    SearchResult,
+    Strategy,
+    ThreadKey,
+    ThreadVariables,
+)
 from core.progress import ProgressKind
 from core.search import SearxngProvider
 from core.service import ResearchService, RunOutcome
@@ -217,7 +228,8 @@ async def test_an_invalid_plan_is_asked_again_once_then_trimmed(graph: MakeGraph
     )
     assert harness.search.fake.queries == [f"{QUESTION} cost"]  # only the valid node
     notes = outcome.notes
-    assert any("The plan of turn 1 was trimmed" in n and "ghost" in n for n in notes)
+    assert any("The plan of turn 1 was trimmed" in n and "(an unknown parent)" in n for n in notes)
+    assert not any("ghost" in n for n in notes)  # the planner's words stay out of the notes
 
 
 async def test_a_failing_sub_question_does_not_fail_the_run(graph: MakeGraph) -> None:
@@ -360,3 +372,110 @@ async def test_a_graph_request_from_a_chat_platform(
     )
     assert progress.text.endswith("Research done: 2/2 searches, 3 sources.")
     assert chat.messages(thread, "report")
+
+
+# --- review: resume, cancel and untrusted answers ----------------------------------------------
+
+
+class Hooks:
+    """The service's side of a run, in memory: checkpoints are counted, progress recorded."""
+
+    def __init__(self, cancelled: bool = False) -> None:
+        self.cancelled = cancelled
+        self.checkpoints = 0
+        self.progress: list[str] = []
+
+    def hooks(self) -> StepHooks:
+        async def checkpoint(state: RunState) -> None:
+            self.checkpoints += 1
+            if self.checkpoints > 20:
+                raise AssertionError("the run keeps checkpointing: it does not end")
+
+        async def progress(kind: ProgressKind, text: str, topic: str | None) -> None:
+            self.progress.append(text)
+
+        return StepHooks(checkpoint, progress, lambda: self.cancelled)
+
+
+def interrupted_state(*nodes: GraphNode, searches_done: int = 0, depth: int = 3) -> RunState:
+    finding = Finding(
+        topic=f"{QUESTION} cost",
+        results=[SearchResult(title="Costs", url="https://costs.example/a", snippet="cheap")],
+    )
+    variables = ThreadVariables(topics=[finding.topic], findings=[finding], graph=list(nodes))
+    return RunState("r1", QUESTION, depth, variables, searches_done=searches_done)
+
+
+@pytest.fixture
+async def strategy(
+    llm_server: FakeLLMServer, search_server: FakeSearchServer
+) -> AsyncIterator[GraphStrategy]:
+    model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=1)
+    async with httpx.AsyncClient(trust_env=False) as http:
+        yield GraphStrategy(model, model, SearxngProvider(http, base_url=search_server.url))
+    await model.aclose()
+
+
+async def test_a_cancelled_run_with_a_searched_but_unanswered_node_ends(
+    strategy: GraphStrategy, llm_server: FakeLLMServer, search_server: FakeSearchServer
+) -> None:
+    """A takeover of a cancelled run whose node was searched but not answered: it stops at
+    once (it used to count turn after turn without end)."""
+    searched = GraphNode(
+        name="cost", question=f"{QUESTION} cost", run_id="r1", status=NodeStatus.SEARCHED
+    )
+    state = interrupted_state(searched)
+    hooks = Hooks(cancelled=True)
+    reason = await strategy.run(state, hooks.hooks())
+    assert reason is StopReason.CANCELLED
+    assert state.searches_done == 0 and hooks.checkpoints == 0
+    assert llm_server.fake.requests == [] and search_server.fake.queries == []
+
+
+async def test_a_turn_finished_before_a_crash_is_not_planned_again(
+    strategy: GraphStrategy, llm_server: FakeLLMServer
+) -> None:
+    """The process stopped after the last node of turn 1 was checkpointed, before the turn was
+    counted: the resumed run plans turn 2, not turn 1 again."""
+    answered = GraphNode(
+        name="cost",
+        question=f"{QUESTION} cost",
+        run_id="r1",
+        turn=1,
+        status=NodeStatus.ANSWERED,
+        answer="Cheap [1].",
+    )
+    state = interrupted_state(answered, searches_done=0, depth=2)
+    llm_server.fake.script("graph_planner", FINISH)
+    await strategy.run(state, Hooks().hooks())
+    (prompt,) = planner_prompts_of(llm_server)
+    assert "Planner turn 2 of at most 2" in prompt
+    assert state.searches_done == 1
+
+
+def planner_prompts_of(llm_server: FakeLLMServer) -> list[str]:
+    return [user_prompt(r.body) for r in llm_server.fake.requests_for("graph_planner")]
+
+
+async def test_a_citation_of_thousands_of_digits_fails_nothing(graph: MakeGraph) -> None:
+    harness = await graph()
+    huge = "[" + "9" * 5000 + "]"
+    harness.llm.fake.script("graph_planner", plan(("cost", f"{QUESTION} cost", [])), FINISH)
+    harness.llm.fake.script("answerer", Reply(f"Cheap [1]{huge}."))
+    harness.llm.fake.script(
+        "writer", Reply(f"# Heat pumps\n\n## Executive summary\n\nCheap [1]{huge}.")
+    )
+    _, outcome = await research(harness, depth=2)
+    assert outcome.status is RunStatus.SUCCEEDED, outcome.error
+    (node_data,) = outcome.as_json()["nodes"]
+    assert node_data["status"] == "answered" and node_data["answer"].startswith("Cheap [1]")
+
+
+def test_the_writer_sees_every_source_the_graph_cites() -> None:
+    from core.report import NumberedSource, writer_window
+
+    sources = [NumberedSource(n, f"T{n}", f"https://s.example/{n}", "", "t") for n in range(1, 101)]
+    window = writer_window(sources, 60, frozenset({3, 12}))
+    numbers = [s.n for s in window]
+    assert len(numbers) == 60 and numbers[:2] == [3, 12] and numbers[2:] == list(range(43, 101))
+    assert [s.n for s in writer_window(sources, 60)] == list(range(41, 101))

@@ -19,7 +19,7 @@ import graphlib
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -49,7 +49,8 @@ PLANNER_ANSWER_CHARS = 300
 #: The planner sees at most this many nodes of the thread's graph (the newest).
 PLANNER_NODES = 40
 _NAME = re.compile(r"[^\w-]+", re.UNICODE)
-_CITATION = re.compile(r"\[(\d+)\]")
+#: A citation; more digits than any source list has are no citation (and no huge int()).
+_CITATION = re.compile(r"\[(\d{1,4})\]")
 
 
 class TextModel(JsonModel, Protocol):
@@ -103,7 +104,10 @@ class GraphPlan(BaseModel):
 @dataclass
 class CheckedPlan:
     nodes: list[PlannedNode]
+    #: What was wrong, in the planner's words (for the planner's second try).
     problems: list[str]
+    #: The kinds of problem, in our words only (for the run's notes).
+    kinds: list[str] = field(default_factory=list)
 
 
 def check_plan(
@@ -117,17 +121,24 @@ def check_plan(
     ``room`` nodes.
     """
     problems: list[str] = []
+    kinds: list[str] = []
+
+    def problem(kind: str, text: str) -> None:
+        problems.append(text)
+        if kind not in kinds:
+            kinds.append(kind)
+
     known = {node.name for node in graph}
     answered = {node.name for node in graph if node.status is NodeStatus.ANSWERED}
     questions = [node.question for node in graph] + list(searched)
     candidates: list[PlannedNode] = []
     for node in plan.nodes:
         if not node.name or not has_visible(node.question):
-            problems.append("a node without a name or a question")
+            problem("no name or question", "a node without a name or a question")
         elif node.name in known or any(c.name == node.name for c in candidates):
-            problems.append(f'the name "{node.name}" is used twice')
+            problem("a repeated name", f'the name "{node.name}" is used twice')
         elif (same := find_duplicate(node.question, questions)) is not None:
-            problems.append(f'"{node.question}" repeats "{same}"')
+            problem("a repeated question", f'"{node.question}" repeats "{same}"')
         else:
             candidates.append(node)
             questions.append(node.question)
@@ -135,9 +146,14 @@ def check_plan(
     for node in candidates:
         for parent in node.after:
             if parent not in known and parent not in planned:
-                problems.append(f'"{node.name}" comes after "{parent}", which is no node')
+                problem(
+                    "an unknown parent", f'"{node.name}" comes after "{parent}", which is no node'
+                )
             elif parent in known and parent not in answered:
-                problems.append(f'"{node.name}" comes after "{parent}", which has no answer')
+                problem(
+                    "an unanswered parent",
+                    f'"{node.name}" comes after "{parent}", which has no answer',
+                )
     # Cycles among the new nodes (graphlib names one; its nodes are left out, and again).
     edges = {c.name: {p for p in c.after if p in planned} for c in candidates}
     while True:
@@ -146,7 +162,7 @@ def check_plan(
             break
         except graphlib.CycleError as cycle:
             members = list(dict.fromkeys(cycle.args[1]))
-            problems.append("a cycle: " + " -> ".join(members + members[:1]))
+            problem("a cycle", "a cycle: " + " -> ".join(members + members[:1]))
             for name in members:
                 edges.pop(name, None)
             edges = {n: ps - set(members) for n, ps in edges.items()}
@@ -168,12 +184,15 @@ def check_plan(
         if node.name in ok:
             continue
         if all(p in ok for p in node.after):
-            problems.append(f'"{node.name}" is beyond the {room} nodes that may still be added')
+            problem(
+                "beyond the node limit",
+                f'"{node.name}" is beyond the {room} nodes that may still be added',
+            )
         elif all(p in answered or p in planned for p in node.after):
-            problems.append(f'"{node.name}" comes after a node that was left out')
+            problem("after a left-out node", f'"{node.name}" comes after a node that was left out')
     order = {c.name: i for i, c in enumerate(candidates)}
     kept.sort(key=lambda c: order[c.name])
-    return CheckedPlan(kept, problems)
+    return CheckedPlan(kept, problems, kinds)
 
 
 def graph_lines(graph: Sequence[GraphNode], answer_chars: int = PLANNER_ANSWER_CHARS) -> list[str]:
@@ -239,19 +258,18 @@ class GraphStrategy:
         )
         variables = state.variables
         while True:
-            nodes = [
-                n
-                for n in variables.graph
-                if n.run_id == state.run_id
-                and n.status in (NodeStatus.PENDING, NodeStatus.SEARCHED)
-            ]
+            if hooks.is_cancelled():
+                return StopReason.CANCELLED
+            own = [n for n in variables.graph if n.run_id == state.run_id]
+            nodes = [n for n in own if n.status in (NodeStatus.PENDING, NodeStatus.SEARCHED)]
             if not nodes:
+                # A turn whose nodes all finished is done, also when the process stopped
+                # before counting it.
+                state.searches_done = max(state.searches_done, *(n.turn for n in own), 0)
                 if not variables.should_continue and state.searches_done > 0:
                     return StopReason.PLANNER_STOPPED
                 if state.searches_done >= state.depth:
                     return StopReason.DEPTH_REACHED
-                if hooks.is_cancelled():
-                    return StopReason.CANCELLED
                 planned = await self._plan(state)
                 if isinstance(planned, StopReason):
                     variables.should_continue = False
@@ -260,12 +278,12 @@ class GraphStrategy:
                     return planned
                 nodes = planned
                 await hooks.checkpoint(state)
-                if hooks.is_cancelled():
-                    return StopReason.CANCELLED
+                continue  # (a cancel is seen at the top)
             await turn.run(nodes)
-            if hooks.is_cancelled() and any(n.status is NodeStatus.PENDING for n in nodes):
+            unfinished = (NodeStatus.PENDING, NodeStatus.SEARCHED)
+            if any(n.status in unfinished for n in nodes):  # left for a resume: cancelled
                 return StopReason.CANCELLED
-            state.searches_done += 1
+            state.searches_done = max(state.searches_done, nodes[0].turn)
             variables.next_search_topic = None
             await hooks.checkpoint(state)
             await hooks.progress(ProgressKind.SEARCHED, turn_text(state, nodes), None)
@@ -311,10 +329,10 @@ class GraphStrategy:
                     graph_plan_problems_message(checked.problems),
                 ]
         if checked.problems:
+            left_out = len(plan.nodes) - len(checked.nodes)
             state.note(
-                f"The plan of turn {turn} was trimmed to what was valid: "
-                + "; ".join(checked.problems[:5])
-                + "."
+                f"The plan of turn {turn} was trimmed to what was valid: {left_out} planned "
+                f"sub-question(s) left out ({', '.join(checked.kinds)})."
             )
         variables.should_continue = not plan.finish
         if not checked.nodes:
@@ -433,7 +451,13 @@ class _Turn:
                 node.status = NodeStatus.SEARCHED
             await self._checkpoint()
         if node.status is NodeStatus.SEARCHED:
-            await self._answer(node, graph)
+            try:
+                await self._answer(node, graph)
+            except Exception as exc:  # one node's answer never fails the run
+                log.exception("answering %r failed in run %s", node.question, state.run_id)
+                node.status = NodeStatus.FAILED
+                node.error = f"its answer could not be written ({type(exc).__name__})"
+                state.note(f'Sub-question "{node.question}" was searched but not answered.')
             await self._checkpoint()
 
     async def _search(self, node: GraphNode) -> Finding:
