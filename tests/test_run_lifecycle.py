@@ -190,7 +190,13 @@ async def test_a_runner_whose_heartbeat_expired_loses_its_claim(database: Databa
     store = Store(database)
     run, _ = await new_run(store, thread_key="memory:W:C:y", depth=2)
     old = await take(store, run.id, owner="stalled")
-    state = {"topics": ["a"], "nextSearchTopic": None, "findings": [], "shouldContinue": True}
+    state = {
+        "topics": ["a"],
+        "nextSearchTopic": None,
+        "findings": [],
+        "shouldContinue": True,
+        "graph": [],
+    }
     await store.checkpoint(
         old, variables=state, variables_version=0, rounds_done=1, usage={}, notes=[]
     )
