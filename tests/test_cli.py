@@ -127,6 +127,41 @@ def test_research_json(
     assert thread_of(result.stderr) == data["thread"]
 
 
+def test_research_with_the_graph_strategy(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    result = fathom(
+        "research",
+        "solar power storage",
+        "--strategy",
+        "graph",
+        "--depth",
+        "2",
+        "--json",
+        env=cli_env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["strategy"] == "graph" and data["status"] == "succeeded"
+    assert [(n["name"], n["status"]) for n in data["nodes"]] == [
+        ("background", "answered"),
+        ("state", "answered"),
+        ("compare", "answered"),
+        ("outlook", "answered"),
+    ]
+    assert sorted(data["topics"]) == sorted(search_server.fake.queries)
+    assert "1/2th search executed.\n✓ solar power storage background" in result.stderr
+    # FATHOM_STRATEGY sets the default; an unknown strategy is refused before anything runs.
+    bad = fathom("research", "x", "--strategy", "magic", env=cli_env, cwd=tmp_path)
+    assert bad.returncode == 2 and "Unknown strategy 'magic'" in bad.stderr
+    graph_env = {**cli_env, "FATHOM_STRATEGY": "graph"}
+    default = fathom(
+        "research", "wind power", "--depth", "1", "--json", env=graph_env, cwd=tmp_path
+    )
+    assert json.loads(default.stdout)["strategy"] == "graph"
+
+
 def test_output_file_follow_up_and_thread_commands(
     cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
 ) -> None:
