@@ -109,7 +109,7 @@ class Settings(BaseSettings):
         default=10, ge=1, le=10, validation_alias=_env("FATHOM_MAX_PARALLEL_SEARCHES")
     )
     max_process_searches: int = Field(
-        default=40, ge=1, le=1000, validation_alias=_env("FATHOM_MAX_PROCESS_SEARCHES")
+        default=100, ge=1, le=1000, validation_alias=_env("FATHOM_MAX_PROCESS_SEARCHES")
     )
     strategy: Strategy = Field(default=Strategy.ITERATIVE, validation_alias=_env("FATHOM_STRATEGY"))
     graph_max_nodes: int = Field(
