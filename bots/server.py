@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from core.config import ConfigError, Settings
 from core.delivery import DeliveryPolicy, ResearchJob
+from core.duty import OneHolder
 from core.jobs import InProcessJobRunner
 from core.runtime import open_runtime
 from core.scheduler import DigestScheduler
@@ -93,12 +94,30 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
                 LeaseStore(runtime.database),
                 runner,
                 owner=runtime.service.owner,
+                lease=settings.lease,
+                tick_every=settings.lease / 3,
             )
+            # Each long-lived connection is held by one replica at a time (a lease each).
+            holders = {
+                name: OneHolder(
+                    f"{name}-connection",
+                    LeaseStore(runtime.database),
+                    owner=runtime.service.owner,
+                    start=adapter.connect,
+                    stop=adapter.disconnect,
+                    lease=settings.lease,
+                )
+                for name, adapter in (("slack", slack), ("feishu", feishu), ("dingtalk", dingtalk))
+                if adapter is not None and adapter.long_lived
+            }
+            app.state.holders = holders
             housekeeping: asyncio.Task[None] | None = None
             if upgrade or await runtime.database.schema_is_current():
                 await runner.start()
                 housekeeping = asyncio.create_task(_housekeeping(runtime.store, settings))
                 await scheduler.start()
+                for holder in holders.values():
+                    await holder.start()
             else:
                 log.error("database schema is not current: run `fathom db upgrade`")
             try:
@@ -106,6 +125,8 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
             finally:
                 if housekeeping is not None:
                     housekeeping.cancel()
+                for holder in holders.values():
+                    await holder.close()
                 await scheduler.close()
                 if slack is not None:
                     await slack.close()
@@ -132,6 +153,7 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
     app.state.slack = None
     app.state.feishu = None
     app.state.dingtalk = None
+    app.state.holders = {}
     return app
 
 
@@ -224,15 +246,17 @@ async def readyz(request: Request) -> Response:
 def _platforms(request: Request) -> dict[str, object]:
     """Each configured platform, with the state of its long-lived connection if it has one."""
     shown: dict[str, object] = {}
-    slack: SlackAdapter | None = getattr(request.app.state, "slack", None)
-    if slack is not None:
-        shown["slack"] = {"mode": "socket" if slack.socket is not None else "http"}
-    feishu: FeishuAdapter | None = getattr(request.app.state, "feishu", None)
-    if feishu is not None:
-        shown["feishu"] = feishu.status()
-    dingtalk: DingTalkAdapter | None = getattr(request.app.state, "dingtalk", None)
-    if dingtalk is not None:
-        shown["dingtalk"] = dingtalk.status()
+    holders: dict[str, OneHolder] = getattr(request.app.state, "holders", {})
+    for name in ("slack", "feishu", "dingtalk"):
+        adapter: SlackAdapter | FeishuAdapter | DingTalkAdapter | None = getattr(
+            request.app.state, name, None
+        )
+        if adapter is None:
+            continue
+        status = adapter.status()
+        if name in holders:  # a long-lived connection: held here, or by another replica
+            status = {**status, **holders[name].status()}
+        shown[name] = status
     return shown
 
 

@@ -139,6 +139,7 @@ class Settings(BaseSettings):
         default=180.0, ge=1, le=86_400, validation_alias=_env("FATHOM_STALE_RUN_AFTER")
     )
     max_attempts: int = Field(default=3, ge=1, le=100, validation_alias=_env("FATHOM_MAX_ATTEMPTS"))
+    lease: float = Field(default=45.0, ge=1.0, le=600.0, validation_alias=_env("FATHOM_LEASE"))
     delivery_attempts: int = Field(
         default=8, ge=1, le=100, validation_alias=_env("FATHOM_DELIVERY_ATTEMPTS")
     )

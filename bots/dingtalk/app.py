@@ -225,15 +225,29 @@ class DingTalkAdapter:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        if self.mode == "stream":
-            self.stream = DingTalkStream(
-                self._settings.dingtalk_client_id or "",
-                self._settings.dingtalk_client_secret or "",
-                self._settings.dingtalk_api_url,
-                self.receive,
-                asyncio.get_running_loop(),
-            )
-            await self.stream.start()
+        """Nothing to open here: the stream is opened by the replica holding its lease."""
+
+    @property
+    def long_lived(self) -> bool:
+        """Whether messages come over the stream (one replica holds it)."""
+        return self.mode == "stream"
+
+    async def connect(self) -> None:
+        """Open the stream (on the replica that holds its lease)."""
+        stream = DingTalkStream(
+            self._settings.dingtalk_client_id or "",
+            self._settings.dingtalk_client_secret or "",
+            self._settings.dingtalk_api_url,
+            self.receive,
+            asyncio.get_running_loop(),
+        )
+        self.stream = stream
+        await stream.start()
+
+    async def disconnect(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            await stream.close()
 
     def status(self) -> dict[str, object]:
         if self.stream is not None:
@@ -242,8 +256,7 @@ class DingTalkAdapter:
 
     async def close(self) -> None:
         """Stop taking messages (the stream) and finish the answers in flight."""
-        if self.stream is not None:
-            await self.stream.close()
+        await self.disconnect()
         await self._background.drain()
 
     async def release(self) -> None:

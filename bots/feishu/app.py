@@ -168,21 +168,34 @@ class FeishuAdapter:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.identify()
-        if self.mode == "ws":
-            import lark_oapi as lark
 
-            handler = (
-                lark.EventDispatcherHandler.builder("", "")
-                .register_p2_im_message_receive_v1(self.on_ws_event)
-                .build()
-            )
-            self.connection = LongConnection(
-                self._settings.feishu_app_id or "",
-                self._settings.feishu_app_secret or "",
-                self._settings.feishu_domain,
-                handler,
-            )
-            await self.connection.start()
+    @property
+    def long_lived(self) -> bool:
+        """Whether deliveries come over a long connection (one replica holds it)."""
+        return self.mode == "ws"
+
+    async def connect(self) -> None:
+        """Open the long connection (on the replica that holds its lease)."""
+        import lark_oapi as lark
+
+        handler = (
+            lark.EventDispatcherHandler.builder("", "")
+            .register_p2_im_message_receive_v1(self.on_ws_event)
+            .build()
+        )
+        connection = LongConnection(
+            self._settings.feishu_app_id or "",
+            self._settings.feishu_app_secret or "",
+            self._settings.feishu_domain,
+            handler,
+        )
+        self.connection = connection
+        await connection.start()
+
+    async def disconnect(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            await connection.close()
 
     def status(self) -> dict[str, object]:
         if self.connection is not None:
@@ -190,8 +203,7 @@ class FeishuAdapter:
         return {"mode": self.mode}
 
     async def close(self) -> None:
-        if self.connection is not None:
-            await self.connection.close()
+        await self.disconnect()
         await self._background.drain()
 
 

@@ -205,22 +205,47 @@ def bolt_client(settings: Settings) -> AsyncWebClient:
 class SlackAdapter:
     """Bolt app, its gated HTTP endpoint, optional Socket Mode connection."""
 
-    def __init__(
-        self, app: AsyncApp, endpoint: SlackEndpoint, socket: AsyncSocketModeHandler | None
-    ) -> None:
+    def __init__(self, app: AsyncApp, endpoint: SlackEndpoint, settings: Settings) -> None:
         self.app = app
         self.handler = endpoint
+        self._settings = settings
+        self.socket: AsyncSocketModeHandler | None = None
+
+    @property
+    def long_lived(self) -> bool:
+        """Whether events come over Socket Mode (one replica holds the connection)."""
+        return bool(self._settings.slack_app_token)
+
+    @property
+    def mode(self) -> str:
+        return "socket" if self.long_lived else "http"
+
+    async def connect(self) -> None:
+        """Open Socket Mode (on the replica that holds its lease)."""
+        socket = AsyncSocketModeHandler(
+            self.app, self._settings.slack_app_token, web_client=bolt_client(self._settings)
+        )
         self.socket = socket
+        await socket.connect_async()  # type: ignore[no-untyped-call]
+        log.info("slack: connected in Socket Mode")
+
+    async def disconnect(self) -> None:
+        socket, self.socket = self.socket, None
+        if socket is not None:
+            await socket.close_async()  # type: ignore[no-untyped-call]
+
+    def status(self) -> dict[str, object]:
+        return {"mode": self.mode}
 
     async def close(self) -> None:
-        if self.socket is not None:
-            await self.socket.close_async()  # type: ignore[no-untyped-call]
+        await self.disconnect()
 
 
 async def open_slack(
     settings: Settings, runtime: Runtime, job: ResearchJob, runner: JobRunner
 ) -> SlackAdapter:
-    """Wire Slack in and out; connects Socket Mode when ``SLACK_APP_TOKEN`` is set."""
+    """Wire Slack in and out (Socket Mode, when ``SLACK_APP_TOKEN`` is set, is opened by the
+    replica holding its lease: :meth:`SlackAdapter.connect`)."""
     settings.require_slack()
     api = settings.slack_api_url
     clients: SlackClients
@@ -251,16 +276,9 @@ async def open_slack(
         "slack",
         SlackDeliveryFactory(clients, runtime.store, edit_interval=settings.slack_edit_interval),
     )
-    socket = None
-    if settings.slack_app_token:
-        socket = AsyncSocketModeHandler(
-            app, settings.slack_app_token, web_client=bolt_client(settings)
-        )
-        await socket.connect_async()  # type: ignore[no-untyped-call]
-        log.info("slack: connected in Socket Mode")
     endpoint = SlackEndpoint(
         app,
         signing_secret=settings.slack_signing_secret,
         max_body_bytes=settings.max_body_bytes,
     )
-    return SlackAdapter(app, endpoint, socket)
+    return SlackAdapter(app, endpoint, settings)
