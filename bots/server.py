@@ -111,6 +111,7 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
                 if adapter is not None and adapter.long_lived
             }
             app.state.holders = holders
+            app.state.scheduler = scheduler
             housekeeping: asyncio.Task[None] | None = None
             if upgrade or await runtime.database.schema_is_current():
                 await runner.start()
@@ -154,6 +155,7 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
     app.state.feishu = None
     app.state.dingtalk = None
     app.state.holders = {}
+    app.state.scheduler = None
     return app
 
 
@@ -236,11 +238,13 @@ async def readyz(request: Request) -> Response:
         if not current and reason is None:
             reason = f"database schema is not at revision {HEAD_REVISION}; run `fathom db upgrade`"
     platforms = _platforms(request)
+    scheduler: DigestScheduler | None = getattr(request.app.state, "scheduler", None)
+    roles = {"scheduler": "holder" if scheduler is not None and scheduler.holder else "standby"}
     if reason is not None:
         return JSONResponse(
-            {"status": "unavailable", "reason": reason, "platforms": platforms}, 503
+            {"status": "unavailable", "reason": reason, "platforms": platforms, **roles}, 503
         )
-    return JSONResponse({"status": "ready", "platforms": platforms})
+    return JSONResponse({"status": "ready", "platforms": platforms, **roles})
 
 
 def _platforms(request: Request) -> dict[str, object]:

@@ -136,12 +136,16 @@ def feishu_server() -> Any:
         yield server
 
 
-def _role_of(served: Served) -> dict[str, Any]:
+def _ready(served: Served) -> dict[str, Any]:
     try:
-        ready = httpx.get(f"{served.url}/readyz", timeout=5).json()
+        ready: dict[str, Any] = httpx.get(f"{served.url}/readyz", timeout=5).json()
     except httpx.HTTPError:
         return {}
-    feishu: dict[str, Any] = ready.get("platforms", {}).get("feishu", {})
+    return ready
+
+
+def _role_of(served: Served) -> dict[str, Any]:
+    feishu: dict[str, Any] = _ready(served).get("platforms", {}).get("feishu", {})
     return feishu
 
 
@@ -159,7 +163,8 @@ def test_killing_the_holder_moves_the_connection_to_another_process(
     cli_env: dict[str, str], feishu_server: FakeFeishuServer, tmp_path: Path
 ) -> None:
     """Two `fathom serve` processes on one database; SIGKILL the one holding the Feishu long
-    connection (it releases nothing): the other holds it once the lease has run out."""
+    connection and the digest scheduler (it releases nothing): the other holds both once the
+    leases have run out."""
     env = {**cli_env, **FEISHU_WS, "FEISHU_DOMAIN": feishu_server.url}
     fake = feishu_server.fake
     first = serve(env, tmp_path)
@@ -171,10 +176,12 @@ def test_killing_the_holder_moves_the_connection_to_another_process(
         procs.append(second)
         wait_until_up(second)
         assert _role_of(second).get("role") == "standby"
+        assert (_ready(first)["scheduler"], _ready(second)["scheduler"]) == ("holder", "standby")
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(10)
         _wait(lambda: _role_of(second).get("state") == "connected", procs)
         assert _role_of(second).get("role") == "holder" and fake.ws_connections == 2
+        _wait(lambda: _ready(second).get("scheduler") == "holder", procs)  # digests too
     finally:
         for served in procs:
             if served.proc.poll() is None:
