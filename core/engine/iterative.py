@@ -163,9 +163,11 @@ class PageReading:
                 skipped = "; ".join(f"{_host(s.url)} ({s.reason})" for s in reading.skipped)
                 state.note(f'Result pages left out for "{finding.topic}": {skipped}.')
 
-    def cancel(self) -> None:
+    async def cancel(self) -> None:
+        """Stop the reading and wait until it has stopped."""
         for task in self._tasks:
             task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 _HOST = re.compile(r"[a-z0-9.-]{1,100}")
@@ -195,7 +197,7 @@ class IterativeStrategy:
             reason = await self._rounds(state, hooks, reading)
         finally:
             for pending in reading:
-                pending.cancel()
+                await pending.cancel()
         return reason
 
     async def _rounds(
