@@ -59,7 +59,11 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with open_runtime(settings, upgrade=upgrade) as runtime:
+        from core.metrics import Metrics
+
+        metrics = Metrics()
+        app.state.metrics = metrics
+        async with open_runtime(settings, upgrade=upgrade, metrics=metrics) as runtime:
             policy = DeliveryPolicy(
                 attempts=settings.delivery_attempts, first_delay=settings.delivery_backoff
             )
@@ -148,6 +152,7 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
             Route("/dingtalk/events", dingtalk_route, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", metrics_route, methods=["GET"]),
         ],
         lifespan=lifespan,
     )
@@ -156,6 +161,7 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
     app.state.dingtalk = None
     app.state.holders = {}
     app.state.scheduler = None
+    app.state.metrics = None
     return app
 
 
@@ -245,6 +251,32 @@ async def readyz(request: Request) -> Response:
             {"status": "unavailable", "reason": reason, "platforms": platforms, **roles}, 503
         )
     return JSONResponse({"status": "ready", "platforms": platforms, **roles})
+
+
+async def metrics_route(request: Request) -> Response:
+    """Prometheus metrics: this process's counters, and the runs, queue and leases now."""
+    from core.metrics import CONTENT_TYPE, Metrics
+
+    metrics: Metrics | None = getattr(request.app.state, "metrics", None)
+    database: Database | None = getattr(request.app.state, "database", None)
+    if metrics is None or database is None:
+        return JSONResponse({"error": "starting"}, 503)
+    try:
+        counts = await Store(database).count_runs()
+    except Exception:
+        log.warning("metrics: the runs could not be counted", exc_info=True)
+    else:
+        metrics.runs.clear()
+        for status, platform, count in counts:
+            metrics.runs.labels(status, platform).set(count)
+        metrics.queue_depth.set(sum(n for status, _, n in counts if status == "queued"))
+    holders: dict[str, OneHolder] = getattr(request.app.state, "holders", {})
+    for holder in holders.values():
+        metrics.lease_holder.labels(holder.name).set(1 if holder.holder else 0)
+    scheduler: DigestScheduler | None = getattr(request.app.state, "scheduler", None)
+    if scheduler is not None:
+        metrics.lease_holder.labels("digest-scheduler").set(1 if scheduler.holder else 0)
+    return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
 
 def _platforms(request: Request) -> dict[str, object]:

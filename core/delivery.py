@@ -270,6 +270,7 @@ class ResearchJob:
                 raise
             except Exception as exc:
                 failure = delivery.classify(exc)
+                self._count(claim, "error")
                 failures = await self._store.count_delivery_failure(claim, failure.reason)
                 if not failure.retryable or failures >= self._policy.attempts:
                     await self._give_up(
@@ -295,6 +296,13 @@ class ResearchJob:
                 continue
             posted += 1
         await self._store.finish_delivery(claim, posted=True)
+        self._count(claim, "delivered")
+
+    def _count(self, claim: Claim, outcome: str) -> None:
+        metrics = self._service.metrics
+        if metrics is not None:
+            platform = claim.run.thread_key.split(":", 1)[0]
+            metrics.platform_calls.labels(platform, outcome).inc()
 
     async def _post_and_record(
         self, claim: Claim, post: Callable[[Any], Awaitable[None]], part: Any, number: int
@@ -345,6 +353,7 @@ class ResearchJob:
         await self._store.finish_delivery(
             claim, posted=False, error=f"{REFUSED}{error}" if refused else error
         )
+        self._count(claim, "failed")
 
     async def _undeliverable(self, run_id: str, reason: str) -> None:
         """Fail a run whose delivery can never be built, before anything is spent on it."""

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
     from core.config import Settings
+    from core.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +172,10 @@ class ChatModel:
         json_mode: str = "auto",
         http_client: httpx.AsyncClient | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
-        """``ssl_context``: share one TLS context between clients (see core.runtime).
+        """``ssl_context``: share one TLS context between clients (see core.runtime);
+        ``metrics``: where calls and tokens are counted (by model).
 
         Without it (and without ``http_client``) the SDK builds its own client and loads a
         CA bundle for it, about 30 ms even for an ``http://`` endpoint.
@@ -182,6 +185,7 @@ class ChatModel:
         if json_mode not in get_args(JsonMode):
             raise ValueError(f"json_mode must be one of {get_args(JsonMode)}, not {json_mode!r}")
         self.model = model
+        self._metrics = metrics
         self.json_mode: JsonMode = cast(JsonMode, json_mode)
         self.timeout = timeout
         self._api_key = api_key
@@ -295,16 +299,20 @@ class ChatModel:
                 model=self.model, messages=cast(Any, messages), **extra
             )
         except openai.APIError as exc:
+            if self._metrics is not None:
+                self._metrics.llm_call(self.model, False, 0, 0)
             raise LLMError(self._describe(exc)) from exc
         content = response.choices[0].message.content if response.choices else None
         if response.usage is not None:
-            usage.prompt_tokens += response.usage.prompt_tokens or 0
-            usage.completion_tokens += response.usage.completion_tokens or 0
+            prompt = response.usage.prompt_tokens or 0
+            completion = response.usage.completion_tokens or 0
         else:
-            usage.prompt_tokens += _estimate_tokens(
-                sum(len(m.get("content", "")) for m in messages)
-            )
-            usage.completion_tokens += _estimate_tokens(len(content or ""))
+            prompt = _estimate_tokens(sum(len(m.get("content", "")) for m in messages))
+            completion = _estimate_tokens(len(content or ""))
+        usage.prompt_tokens += prompt
+        usage.completion_tokens += completion
+        if self._metrics is not None:
+            self._metrics.llm_call(self.model, True, prompt, completion)
         text = strip_think(content or "")
         if not text:
             raise LLMError(f"model {self.model} returned an empty answer")
@@ -340,7 +348,11 @@ class LLMClients:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, ssl_context: ssl.SSLContext | None = None
+        cls,
+        settings: Settings,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        metrics: Metrics | None = None,
     ) -> LLMClients:
         settings.require_llm()
         common: dict[str, Any] = {
@@ -348,6 +360,7 @@ class LLMClients:
             "max_retries": settings.llm_max_retries,
             "json_mode": settings.llm_json_mode,
             "ssl_context": ssl_context,
+            "metrics": metrics,
         }
         planner_key = settings.openai_api_key or ""
         planner = ChatModel(

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -26,6 +26,9 @@ from core.pages.reader import PageReader
 from core.search import SearchProvider, build_search_provider
 from core.service import ResearchService
 from storage import Database, DigestStore, Store
+
+if TYPE_CHECKING:
+    from core.metrics import Metrics
 
 
 class DeferredTrustContext(ssl.SSLContext):
@@ -140,8 +143,11 @@ async def open_database(settings: Settings, *, upgrade: bool = True) -> AsyncIte
 
 
 @asynccontextmanager
-async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIterator[Runtime]:
-    """Everything a research needs; raises ``ConfigError`` before touching anything."""
+async def open_runtime(
+    settings: Settings, *, upgrade: bool = True, metrics: Metrics | None = None
+) -> AsyncIterator[Runtime]:
+    """Everything a research needs; raises ``ConfigError`` before touching anything.
+    ``metrics``: where the clients and the service count their work (``fathom serve``)."""
     settings.require_llm()
     settings.require_search()
     tls = DeferredTrustContext()  # one for every client of the process
@@ -156,8 +162,8 @@ async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIter
         page_client(settings, tls) as pages_http,
     ):
         store = Store(database)
-        search = build_search_provider(settings, http, store)
-        llm = LLMClients.from_settings(settings, ssl_context=tls)
+        search = build_search_provider(settings, http, store, metrics)
+        llm = LLMClients.from_settings(settings, ssl_context=tls, metrics=metrics)
         reader = page_reader(settings, pages_http, store)
         try:
             service = ResearchService(
@@ -170,6 +176,7 @@ async def open_runtime(settings: Settings, *, upgrade: bool = True) -> AsyncIter
                 reader=reader,
                 max_parallel_searches=settings.max_parallel_searches,
                 graph_max_nodes=settings.graph_max_nodes,
+                metrics=metrics,
             )
             digests = DigestService(
                 DigestStore(database),

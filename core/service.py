@@ -16,6 +16,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from core import whats_new, wording
 from core.engine.graph import ANSWER_CHARS, GraphStrategy, TextModel, graph_lines
@@ -70,6 +71,9 @@ from storage import (
     ThreadBusy,
     VariablesConflict,
 )
+
+if TYPE_CHECKING:
+    from core.metrics import Metrics  # (prometheus-client is imported by `fathom serve` only)
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +254,7 @@ class ResearchService:
         reader: PageReader | None = None,
         max_parallel_searches: int = 10,
         graph_max_nodes: int = 12,
+        metrics: Metrics | None = None,
     ) -> None:
         """``owner`` names this process's claims (default: host, pid and a random part);
         ``timing`` sets the lease (FATHOM_STALE_RUN_AFTER); a run is claimed at most
@@ -259,6 +264,7 @@ class ResearchService:
         ``graph_max_nodes`` per run. Sub-questions are answered by the planner's model."""
         self._store = store
         self._writer = writer
+        self.metrics = metrics
         self._iterative = IterativeStrategy(planner, search, reader)
         self._graph = GraphStrategy(
             planner,
@@ -455,6 +461,7 @@ class ResearchService:
             if self._executing.get(run.id) is cancel:
                 del self._executing[run.id]
         finished = await self._finish(claim, state, status, markdown, sources, error)
+        self._count(finished, state, rounds_before=run.rounds_done, usage_before=usage_of(run))
         outcome = RunOutcome(
             run_id=run.id,
             thread=finished.thread_key,
@@ -475,6 +482,22 @@ class ResearchService:
         )
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
         return outcome
+
+    def _count(
+        self, run: RunRecord, state: RunState, *, rounds_before: int, usage_before: Usage
+    ) -> None:
+        """Count a finished attempt of a run in the process's metrics."""
+        if self.metrics is None:
+            return
+        strategy, platform = run.strategy, run.thread_key.split(":", 1)[0]
+        self.metrics.runs_finished.labels(run.status, platform, strategy).inc()
+        if run.seconds is not None:
+            self.metrics.run_seconds.labels(strategy).observe(run.seconds)
+        self.metrics.rounds.labels(strategy).inc(max(0, state.searches_done - rounds_before))
+        usage = state.usage
+        self.metrics.pages.labels("read").inc(max(0, usage.pages_read - usage_before.pages_read))
+        skipped = max(0, usage.pages_skipped - usage_before.pages_skipped)
+        self.metrics.pages.labels("skipped").inc(skipped)
 
     async def fail_claimed(self, claim: Claim, error: str) -> RunRecord:
         """End a claimed, unfinished run as failed without working on it (e.g. its outcome

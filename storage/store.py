@@ -1010,6 +1010,19 @@ class Store:
         )
         await self._db.run(lambda conn: conn.execute(stmt))
 
+    async def count_runs(self) -> list[tuple[str, str, int]]:
+        """How many runs there are by (status, platform)."""
+        stmt = (
+            select(_runs.c.status, _threads.c.platform, func.count())
+            .join(_threads, _threads.c.id == _runs.c.thread_id)
+            .group_by(_runs.c.status, _threads.c.platform)
+        )
+
+        def work(conn: Connection) -> list[tuple[str, str, int]]:
+            return [(str(s), str(p), int(n)) for s, p, n in conn.execute(stmt)]
+
+        return await self._db.run(work)
+
     # -- page cache ---------------------------------------------------------------------
 
     async def page_get(self, url: str, max_age: timedelta) -> tuple[str, str] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -16,11 +17,15 @@ from core.search.limit import LimitedSearch
 from core.search.searxng import SearxngProvider
 from core.search.tavily import TavilyProvider
 
+if TYPE_CHECKING:
+    from core.metrics import Metrics
+
 
 def build_search_provider(
     settings: Settings,
     client: httpx.AsyncClient,
     store: SearchCacheStore | None = None,
+    metrics: Metrics | None = None,
 ) -> SearchProvider:
     """The provider named by ``settings.search``, at most ``FATHOM_MAX_PROCESS_SEARCHES`` at
     once in the process; wrapped in a cache when ``store`` is given.
@@ -40,7 +45,7 @@ def build_search_provider(
         }
         cls, base_url, api_key = http_providers[settings.search]
         provider = cls(client, base_url=base_url, api_key=api_key, max_results=n, timeout=timeout)
-    provider = LimitedSearch(provider, settings.max_process_searches)
+    provider = LimitedSearch(provider, settings.max_process_searches, metrics)
     if store is not None and settings.search_cache_ttl > timedelta(0):
         provider = CachedSearch(provider, store, settings.search_cache_ttl)
     return provider

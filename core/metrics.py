@@ -1,0 +1,98 @@
+"""What one process has done, for Prometheus (``GET /metrics``).
+
+Counters are counted where the work happens (runs, LLM calls, searches, deliveries); gauges
+that describe the whole deployment (runs by status, the queue, who holds which lease) are read
+when scraped. Each process has its own registry (no module-level state), so two apps in one
+test process never mix their numbers.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+RUN_SECONDS = (5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry(auto_describe=True)
+        self.runs_finished = Counter(
+            "fathom_runs_finished",
+            "Research runs that ended, by status, platform and strategy.",
+            ["status", "platform", "strategy"],
+            registry=registry,
+        )
+        self.run_seconds = Histogram(
+            "fathom_run_duration_seconds",
+            "Wall time of finished research runs.",
+            ["strategy"],
+            buckets=RUN_SECONDS,
+            registry=registry,
+        )
+        self.rounds = Counter(
+            "fathom_rounds",
+            "Search rounds done (graph runs: planner turns).",
+            ["strategy"],
+            registry=registry,
+        )
+        self.llm_calls = Counter(
+            "fathom_llm_calls",
+            "LLM calls by model and outcome (ok, error).",
+            ["model", "outcome"],
+            registry=registry,
+        )
+        self.llm_tokens = Counter(
+            "fathom_llm_tokens",
+            "LLM tokens by model and kind (prompt, completion).",
+            ["model", "kind"],
+            registry=registry,
+        )
+        self.searches = Counter(
+            "fathom_searches",
+            "Searches by provider and outcome (ok, empty, error).",
+            ["provider", "outcome"],
+            registry=registry,
+        )
+        self.pages = Counter(
+            "fathom_pages",
+            "Result pages by outcome (read, skipped).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.platform_calls = Counter(
+            "fathom_platform_calls",
+            "Reports delivered to chat platforms and failed posts, by platform and outcome "
+            "(delivered, failed, error).",
+            ["platform", "outcome"],
+            registry=registry,
+        )
+        self.runs = Gauge(
+            "fathom_runs",
+            "Research runs in the database by status and platform (read when scraped).",
+            ["status", "platform"],
+            registry=registry,
+        )
+        self.queue_depth = Gauge(
+            "fathom_queue_depth",
+            "Runs queued and not yet taken by a runner (read when scraped).",
+            registry=registry,
+        )
+        self.lease_holder = Gauge(
+            "fathom_lease_holder",
+            "1 when this process holds the named lease (a connection, the digest scheduler).",
+            ["lease"],
+            registry=registry,
+        )
+
+    def llm_call(self, model: str, ok: bool, prompt_tokens: int, completion_tokens: int) -> None:
+        self.llm_calls.labels(model, "ok" if ok else "error").inc()
+        if prompt_tokens:
+            self.llm_tokens.labels(model, "prompt").inc(prompt_tokens)
+        if completion_tokens:
+            self.llm_tokens.labels(model, "completion").inc(completion_tokens)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
