@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from core.lease import Lease, release_quietly
+from core.logs import log_context
 from core.models import RunStatus, ThreadKey
 from core.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.service import ResearchService, RunOutcome, final_progress_text
@@ -183,6 +184,11 @@ class ResearchJob:
             return
         if not _has_work(run):
             return
+        with log_context(run_id=run_id, thread=run.thread_key):
+            await self._run(run)
+
+    async def _run(self, run: RunRecord) -> None:
+        run_id = run.id
         platform = ThreadKey.parse(run.thread_key).platform
         factory = self._factories.get(platform)
         if factory is None:

@@ -1,12 +1,21 @@
-"""Logging set-up: human-readable lines or one JSON object per line (``FATHOM_LOG_FORMAT``)."""
+"""Logging set-up: human-readable lines or one JSON object per line (``FATHOM_LOG_FORMAT``).
+
+Every line says which run and thread it is about when it is written inside
+:func:`log_context` (a research job binds ``run_id`` and ``thread``). JSON lines are rendered
+by structlog's ``ProcessorFormatter`` over the standard library's records, imported only when
+JSON is asked for (the CLI does not pay for it). Things that look like credentials are masked
+in every line, in both formats.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sys
-from datetime import UTC, datetime
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
 
 # Things that look like credentials are masked in every log line.
 # Slack tokens, OpenAI-style keys, bearer headers, Feishu/Lark access tokens (t-/u-/a-…).
@@ -20,28 +29,66 @@ def redact(text: str) -> str:
     return _SECRETS.sub(lambda m: m.group(0)[:5] + "…", text)
 
 
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": redact(record.getMessage()),
-        }
-        if record.exc_info:
-            entry["exception"] = redact(self.formatException(record.exc_info))
-        return json.dumps(entry, ensure_ascii=False)
+_CONTEXT: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("fathom_log_context", default=())
+
+
+@contextmanager
+def log_context(**values: str) -> Iterator[None]:
+    """Lines logged inside (in this task, and tasks it starts) carry ``values``."""
+    token = _CONTEXT.set(tuple({**dict(_CONTEXT.get()), **values}.items()))
+    try:
+        yield
+    finally:
+        _CONTEXT.reset(token)
+
+
+def _add_context(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for key, value in _CONTEXT.get():
+        event.setdefault(key, value)
+    return event
+
+
+def _redact_values(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for key, value in event.items():
+        if isinstance(value, str):
+            event[key] = redact(value)
+    return event
+
+
+def json_formatter() -> logging.Formatter:
+    """One JSON object per line: time, level, logger, message, the context, exception."""
+    import structlog
+
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="time"),
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            _add_context,
+            structlog.processors.format_exc_info,
+        ],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.EventRenamer("message"),
+            _redact_values,
+            structlog.processors.JSONRenderer(ensure_ascii=False),
+        ],
+    )
 
 
 class _RedactingFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        line = super().format(record)
+        context = _CONTEXT.get()
+        if context:
+            line += " [" + " ".join(f"{k}={v}" for k, v in context) + "]"
+        return redact(line)
 
 
 def configure_logging(level: str = "INFO", fmt: str = "console") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
+        handler.setFormatter(json_formatter())
     else:
         handler.setFormatter(_RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
