@@ -543,6 +543,28 @@ def serve(
         raise _fail("the server did not start; see the log above", EXIT_FAILED)
 
 
+@app.command()
+def worker(
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=1000, help="Research runs executed at once.")
+    ] = 10,
+) -> None:
+    """Execute research runs from the queue (FATHOM_QUEUE=procrastinate, PostgreSQL)."""
+    import asyncio
+
+    from core.config import ConfigError
+
+    settings = _settings()
+    _configure_logging(settings, quiet_below_warning=False)
+    from bots.worker import check_worker_settings, work
+
+    try:
+        check_worker_settings(settings)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    asyncio.run(work(settings, concurrency=concurrency))
+
+
 def main() -> None:
     """The ``fathom`` entry point: run the command, then end the process at once.
 

@@ -24,11 +24,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from core.config import ConfigError, Settings
+from core.config import Settings
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.duty import OneHolder
-from core.jobs import InProcessJobRunner
-from core.runtime import open_runtime
+from core.jobs import InProcessJobRunner, JobRunner
+from core.queue import ProcrastinateJobRunner, ProcrastinateQueue, conninfo
+from core.runtime import Runtime, open_runtime
 from core.scheduler import DigestScheduler
 from storage import HEAD_REVISION, Database, LeaseStore, Store
 
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 def check_settings(settings: Settings) -> None:
     """Everything ``serve`` needs, as one ``ConfigError`` line, before binding a port."""
     if settings.queue == "procrastinate":
-        raise ConfigError("FATHOM_QUEUE=procrastinate is not available yet; use local")
+        conninfo(settings.database_url)  # PostgreSQL, or one clear line
     settings.require_llm()
     settings.require_search()
     if settings.slack_enabled:
@@ -68,31 +69,24 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
                 attempts=settings.delivery_attempts, first_delay=settings.delivery_backoff
             )
             job = ResearchJob(runtime.service, runtime.store, policy=policy)
-            runner = InProcessJobRunner(
-                job,
-                store=runtime.store,
-                max_concurrent=settings.max_concurrent_runs,
-                timing=runtime.service.timing,
-            )
+            queue: ProcrastinateQueue | None = None
+            runner: JobRunner
+            if settings.queue == "procrastinate":  # workers execute; this process enqueues
+                queue = ProcrastinateQueue(settings.database_url)
+                await queue.__aenter__()
+                runner = ProcrastinateJobRunner(
+                    queue, job=job, store=runtime.store, timing=runtime.service.timing
+                )
+            else:
+                runner = InProcessJobRunner(
+                    job,
+                    store=runtime.store,
+                    max_concurrent=settings.max_concurrent_runs,
+                    timing=runtime.service.timing,
+                )
             app.state.database = runtime.database
-            slack: SlackAdapter | None = None
-            if settings.slack_enabled:
-                from bots.slack.app import open_slack
-
-                slack = await open_slack(settings, runtime, job, runner)
-            app.state.slack = slack
-            feishu: FeishuAdapter | None = None
-            if settings.feishu_enabled:
-                from bots.feishu.app import open_feishu
-
-                feishu = await open_feishu(settings, runtime, job, runner)
-            app.state.feishu = feishu
-            dingtalk: DingTalkAdapter | None = None
-            if settings.dingtalk_enabled:
-                from bots.dingtalk.app import open_dingtalk
-
-                dingtalk = await open_dingtalk(settings, runtime, job, runner)
-            app.state.dingtalk = dingtalk
+            slack, feishu, dingtalk = await open_adapters(settings, runtime, job, runner)
+            app.state.slack, app.state.feishu, app.state.dingtalk = slack, feishu, dingtalk
             scheduler = DigestScheduler(
                 runtime.digests,
                 LeaseStore(runtime.database),
@@ -142,6 +136,8 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
                 await runner.stop()
                 if dingtalk is not None:
                     await dingtalk.release()
+                if queue is not None:
+                    await queue.__aexit__(None, None, None)
 
     app = Starlette(
         routes=[
@@ -163,6 +159,30 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
     app.state.scheduler = None
     app.state.metrics = None
     return app
+
+
+async def open_adapters(
+    settings: Settings, runtime: Runtime, job: ResearchJob, runner: JobRunner
+) -> tuple[SlackAdapter | None, FeishuAdapter | None, DingTalkAdapter | None]:
+    """Every platform whose credentials are set: its routes' handlers, and its delivery
+    registered on ``job`` (what a worker needs too). Long-lived connections are opened by the
+    replica holding their lease, not here."""
+    slack: SlackAdapter | None = None
+    if settings.slack_enabled:
+        from bots.slack.app import open_slack
+
+        slack = await open_slack(settings, runtime, job, runner)
+    feishu: FeishuAdapter | None = None
+    if settings.feishu_enabled:
+        from bots.feishu.app import open_feishu
+
+        feishu = await open_feishu(settings, runtime, job, runner)
+    dingtalk: DingTalkAdapter | None = None
+    if settings.dingtalk_enabled:
+        from bots.dingtalk.app import open_dingtalk
+
+        dingtalk = await open_dingtalk(settings, runtime, job, runner)
+    return slack, feishu, dingtalk
 
 
 #: Platform deliveries are remembered this long (Slack retries within minutes).

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from storage.db import normalize_url
-from storage.tables import Base
+from storage.tables import Base, ours
 
 config = context.config
 target_metadata = Base.metadata
@@ -36,6 +36,7 @@ def _run(connection: Connection) -> None:
         connection=connection,
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",  # SQLite cannot ALTER much
+        include_object=ours,
     )
     with context.begin_transaction():
         context.run_migrations()

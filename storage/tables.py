@@ -287,3 +287,11 @@ slack_oauth_states = _slack_table(
     Column("state", String(200), nullable=False),
     Column("expire_at", DateTime, nullable=False),
 )
+
+
+def ours(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
+    """For Alembic's comparisons: procrastinate's tables (``FATHOM_QUEUE=procrastinate``,
+    migration 0009) are its own schema, not these models."""
+    table = getattr(obj, "table", None)
+    names = (name or "", getattr(table, "name", "") or "")
+    return not any(n.startswith("procrastinate_") for n in names)

@@ -61,8 +61,12 @@ async def test_migrated_schema_matches_the_orm_models(database: Database) -> Non
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
+    from storage.tables import ours
+
     def diff(sync_conn: Any) -> list[Any]:
-        context = MigrationContext.configure(sync_conn, opts={"compare_type": True})
+        context = MigrationContext.configure(
+            sync_conn, opts={"compare_type": True, "include_object": ours}
+        )
         return list(compare_metadata(context, Base.metadata))
 
     async with database.engine.connect() as conn:

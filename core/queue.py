@@ -1,0 +1,139 @@
+"""``FATHOM_QUEUE=procrastinate``: research runs executed by ``fathom worker`` processes,
+through procrastinate's job queue in the production PostgreSQL (no other broker).
+
+- :class:`ProcrastinateQueue` is the queue: one task, ``fathom.research(run_id)``, deferred with
+  the run id as its queueing lock, so a run waits in the queue at most once however often it is
+  enqueued (a retried request, every replica's sweep).
+- :class:`ProcrastinateJobRunner` is the :class:`core.jobs.JobRunner` of ``fathom serve`` and of
+  the workers: ``enqueue`` defers; it sweeps like the in-process runner (runs nobody works on
+  are deferred again), so a run whose worker died, or that was handed back on a stop, is taken
+  by another worker; it executes nothing itself.
+- ``fathom worker`` runs :meth:`ProcrastinateQueue.work`: each job claims its run, holds it with
+  the same lease and heartbeat as the in-process runner, resumes from the checkpoint, and
+  delivers exactly once (``core.delivery.ResearchJob``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import make_url
+
+from core.config import ConfigError
+from core.jobs import SWEEP_BATCH, Job
+from core.lease import LeaseTiming
+
+if TYPE_CHECKING:
+    from storage import Store
+
+log = logging.getLogger(__name__)
+
+TASK = "fathom.research"
+
+
+def conninfo(database_url: str) -> str:
+    """The libpq address of ``DATABASE_URL`` (which must be PostgreSQL)."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "postgresql":
+        raise ConfigError(
+            "FATHOM_QUEUE=procrastinate needs DATABASE_URL to be PostgreSQL "
+            f"(postgresql+psycopg://…), not {url.get_backend_name()}"
+        )
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class ProcrastinateQueue:
+    """The queue; with a ``job`` it can also work (``fathom worker``)."""
+
+    def __init__(self, database_url: str, job: Job | None = None) -> None:
+        import procrastinate
+
+        self.app = procrastinate.App(
+            connector=procrastinate.PsycopgConnector(conninfo=conninfo(database_url))
+        )
+        self._job = job
+
+        async def research(run_id: str) -> None:
+            if self._job is None:  # pragma: no cover - only workers fetch jobs
+                raise RuntimeError("this process only enqueues")
+            await self._job(run_id)
+
+        self.app.task(name=TASK)(research)
+
+    async def __aenter__(self) -> ProcrastinateQueue:
+        await self.app.open_async()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.app.close_async()
+
+    async def defer(self, run_id: str) -> bool:
+        """Queue the run (False: it is queued already)."""
+        from procrastinate.exceptions import AlreadyEnqueued
+
+        try:
+            await self.app.configure_task(TASK, queueing_lock=run_id).defer_async(run_id=run_id)
+        except AlreadyEnqueued:
+            return False
+        return True
+
+    async def work(self, *, concurrency: int = 10, wait: bool = True, **options: Any) -> None:
+        """Execute queued runs, ``concurrency`` at once, until stopped (or, without ``wait``,
+        until the queue is empty)."""
+        await self.app.run_worker_async(concurrency=concurrency, wait=wait, **options)
+
+
+class ProcrastinateJobRunner:
+    """Enqueues runs into procrastinate and sweeps for runs nobody works on."""
+
+    def __init__(
+        self,
+        queue: ProcrastinateQueue,
+        *,
+        job: Job,
+        store: Store,
+        timing: LeaseTiming | None = None,
+    ) -> None:
+        """``job``: whose platforms the sweep takes runs of (those this process delivers to;
+        they are registered after the runner is made)."""
+        self._queue = queue
+        self._job = job
+        self._store = store
+        self._timing = timing or LeaseTiming()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def enqueue(self, run_id: str) -> None:
+        await self._queue.defer(run_id)
+
+    async def sweep(self) -> list[str]:
+        """Queue again the runs nobody works on (a dead worker's, a handed-back one)."""
+        found = await self._store.runs_to_sweep(
+            sorted(self._job.platforms), stale_after=self._timing.stale_after, limit=SWEEP_BATCH
+        )
+        queued = [run_id for run_id in found if await self._queue.defer(run_id)]
+        for run_id in queued:
+            log.info("sweep: run %s has no live runner; queued again", run_id)
+        return queued
+
+    async def start(self) -> None:
+        await self.sweep()
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="queue-sweeper")
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._timing.sweep_every)
+            try:
+                await self.sweep()
+            except Exception:
+                log.warning("sweeping for abandoned runs failed", exc_info=True)
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
