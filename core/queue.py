@@ -3,7 +3,9 @@ through procrastinate's job queue in the production PostgreSQL (no other broker)
 
 - :class:`ProcrastinateQueue` is the queue: one task, ``fathom.research(run_id)``, deferred with
   the run id as its queueing lock, so a run waits in the queue at most once however often it is
-  enqueued (a retried request, every replica's sweep).
+  enqueued (a retried request, every replica's sweep). A new run is queued in the very
+  transaction that creates its row (:func:`queue_in_transaction`), so a committed run is
+  always queued.
 - :class:`ProcrastinateJobRunner` is the :class:`core.jobs.JobRunner` of ``fathom serve`` and of
   the workers: ``enqueue`` defers; it sweeps like the in-process runner (runs nobody works on
   are deferred again), so a run whose worker died, or that was handed back on a stop, is taken
@@ -17,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import make_url
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, make_url
 
 from core.config import ConfigError
 from core.jobs import SWEEP_BATCH, Job
@@ -32,6 +36,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TASK = "fathom.research"
+
+
+_DEFER = text(
+    "SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(:queue, :task, 0, NULL, :run_id, "
+    "CAST(:args AS jsonb), NULL)::procrastinate_job_to_defer_v1])"
+)
+
+
+def queue_in_transaction(conn: Connection, run_id: str) -> None:
+    """Queue a new run in the transaction that creates it (``Store(on_new_run=…)``): a run is
+    committed queued, or not at all. procrastinate's own SQL function, as ``defer_async``
+    calls it (its 'default' queue, no lock, the run id as queueing lock)."""
+    conn.execute(
+        _DEFER,
+        {
+            "queue": "default",
+            "task": TASK,
+            "run_id": run_id,
+            "args": json.dumps({"run_id": run_id}),
+        },
+    )
 
 
 def conninfo(database_url: str) -> str:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import ssl
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from sqlalchemy.engine import Connection
 
 from core.config import Settings
 from core.digests import DigestService
@@ -74,6 +75,16 @@ class DeferredTrustContext(ssl.SSLContext):
     def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
         self.load_trust()
         return super().wrap_socket(*args, **kwargs)
+
+
+def new_run_hook(settings: Settings) -> Callable[[Connection, str], None] | None:
+    """What the store does in the transaction that creates a run: queue it, with
+    ``FATHOM_QUEUE=procrastinate``."""
+    if settings.queue != "procrastinate":
+        return None
+    from core.queue import queue_in_transaction
+
+    return queue_in_transaction
 
 
 def page_client(settings: Settings, tls: ssl.SSLContext) -> httpx.AsyncClient:
@@ -161,7 +172,7 @@ async def open_runtime(
         ) as http,
         page_client(settings, tls) as pages_http,
     ):
-        store = Store(database)
+        store = Store(database, on_new_run=new_run_hook(settings))
         search = build_search_provider(settings, http, store, metrics)
         llm = LLMClients.from_settings(settings, ssl_context=tls, metrics=metrics)
         reader = page_reader(settings, pages_http, store)

@@ -392,9 +392,14 @@ def _fence(claim: Claim) -> dict[str, Any]:
 
 
 class Store:
-    def __init__(self, database: Database) -> None:
+    def __init__(
+        self, database: Database, *, on_new_run: Callable[[Connection, str], None] | None = None
+    ) -> None:
+        """``on_new_run(conn, run_id)`` runs in the transaction that creates a run (the job
+        queue of ``FATHOM_QUEUE=procrastinate`` queues it there: committed means queued)."""
         self._db = database
         self._sql = _Statements(database.dialect)
+        self._on_new_run = on_new_run
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -455,6 +460,8 @@ class Store:
                 row = conn.execute(self._sql.insert_run, {**run, "thread_id": thread_id})
                 inserted = row.mappings().first()
                 if inserted is not None:
+                    if self._on_new_run is not None:
+                        self._on_new_run(conn, str(inserted["id"]))
                     return _run_record({**inserted, "thread_key": thread_key}), True
                 if dedupe_key is not None:
                     record = _one_run(conn, _RUN_BY_DEDUPE_KEY, dedupe_key=dedupe_key)
