@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +23,18 @@ from core.search import SearxngProvider
 from core.service import ResearchService
 from storage import Database, Store
 from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.fakes.slack import FakeSlackServer, sign, slash_command_body
+from tests.pg import throwaway_database
 from tests.test_engine import KEY
+from tests.test_serve import (  # noqa: F401 (fixtures)
+    Served,
+    serve,
+    slack_env,
+    slack_server,
+    terminate,
+    wait_until_up,
+)
+from tests.test_slack_app import FORM, SECRET
 
 postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 
@@ -115,3 +130,107 @@ def test_the_queue_needs_postgresql(cli_env: dict[str, str], tmp_path: Path) -> 
     )
     assert refused.returncode == 2 and "needs FATHOM_QUEUE=procrastinate" in refused.stderr
     assert load_settings(_env_file=None, FATHOM_QUEUE="PROCRASTINATE").queue == "procrastinate"
+
+
+def _sql(url: str, query: str) -> list[tuple[object, ...]]:
+    import psycopg
+
+    from core.queue import conninfo
+
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        return [tuple(row) for row in conn.execute(query)]
+
+
+def _worker(env: dict[str, str], cwd: Path, name: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bots.cli", "worker", "--concurrency", "5"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(cwd / f"{name}.log").open("wb"),
+    )
+
+
+def test_a_killed_worker_s_runs_are_finished_by_another_with_one_report_each(
+    slack_env: dict[str, str],  # noqa: F811
+    slack_server: FakeSlackServer,  # noqa: F811
+    llm_server: FakeLLMServer,
+    tmp_path: Path,
+) -> None:
+    """Two `fathom serve` (they only queue) and two `fathom worker`s on one PostgreSQL; 20
+    requests through the fake Slack, half to each serve; one worker is SIGKILLed while it holds
+    runs: every run ends succeeded, with exactly one report and a finished progress message."""
+    server_url = os.environ.get("TEST_DATABASE_URL")
+    if not server_url:
+        pytest.skip("TEST_DATABASE_URL is not set; PostgreSQL tests skipped")
+    runs = 20
+    with throwaway_database(server_url) as url:
+        env = {
+            **slack_env,
+            "DATABASE_URL": url,
+            "FATHOM_QUEUE": "procrastinate",
+            "FATHOM_STALE_RUN_AFTER": "3",  # a dead worker's runs are taken over after 3 s
+            "FATHOM_LOG_LEVEL": "INFO",
+        }
+        llm_server.fake.latency = 0.3  # each run takes a few seconds
+        served, other = serve(env, tmp_path), serve(env, tmp_path)
+        workers: list[subprocess.Popen[bytes]] = []
+        try:
+            wait_until_up(served)
+            wait_until_up(other)
+            workers = [_worker(env, tmp_path, f"worker{i}") for i in range(2)]
+            for i in range(runs):
+                body = slash_command_body(
+                    "tidal power depth=2",
+                    channel_id=f"C{i:04d}",
+                    user_id=f"U{i:04d}",
+                    trigger_id=f"q-{i}",
+                )
+                answer = httpx.post(
+                    f"{(served, other)[i % 2].url}/slack/events",
+                    content=body,
+                    headers={**sign(body, SECRET), **FORM},
+                )
+                assert answer.status_code == 200 and "On it" in answer.json()["text"]
+
+            def held_by(proc: subprocess.Popen[bytes]) -> bool:
+                owners = _sql(url, "SELECT owner FROM research_runs WHERE status = 'running'")
+                return any(f":{proc.pid}:" in str(owner) for (owner,) in owners)
+
+            victim = _until(lambda: next((w for w in workers if held_by(w)), None), served)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(10)
+
+            def finished() -> bool:
+                rows = _sql(url, "SELECT status, delivery FROM research_runs")
+                return len(rows) == runs and all(r == ("succeeded", "posted") for r in rows)
+
+            _until(finished, served, within=120)
+        finally:
+            llm_server.fake.latency = 0.0
+            for proc in workers:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    proc.wait(30)
+            terminate(served)
+            terminate(other)
+        fake = slack_server.fake
+        reports = [c for c in fake.calls_to("chat.postMessage") if "blocks" in c.params]
+        assert sorted(c.params["channel"] for c in reports) == [f"C{i:04d}" for i in range(runs)]
+        progress = _sql(url, "SELECT progress_message_id FROM research_runs")
+        channels = {ts: channel for (channel, ts) in fake.messages}
+        for (ts,) in progress:
+            text = fake.messages[(channels[ts], ts)]["text"]
+            assert "Research done" in text, text
+        took_over = _sql(url, "SELECT count(*) FROM research_runs WHERE attempt > 1")
+        assert took_over[0][0] >= 1  # the victim's runs were continued by the other worker
+
+
+def _until(condition: Any, served: Served, within: float = 60) -> Any:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"condition not met:\n{served.stderr()}")
