@@ -1,0 +1,117 @@
+"""The deployment files validate with the tools that run here (nothing is deployed): the
+Kubernetes manifests against the API schemas (kubernetes-validate, strict) and kustomize, the
+compose file against the compose specification (check-jsonschema), the systemd units with
+systemd-analyze, and the Dockerfile's sources and commands against the repository."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+FATHOM = Path(sys.executable).with_name("fathom")
+
+
+def test_the_kubernetes_manifests_match_the_api_schemas() -> None:
+    import kubernetes_validate
+
+    kinds = []
+    for path in sorted((DEPLOY / "kubernetes").glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        for document in yaml.safe_load_all(path.read_text()):
+            kubernetes_validate.validate(document, "1.32.0", strict=True)
+            kinds.append(document["kind"])
+    assert sorted(kinds) == sorted(
+        [
+            "ConfigMap",
+            "Secret",
+            "Job",
+            "Deployment",
+            "Service",
+            "Deployment",
+            "PodDisruptionBudget",
+            "PodDisruptionBudget",
+        ]
+    )
+
+
+def test_the_serve_pods_are_probed_and_nothing_runs_as_root() -> None:
+    serve = next(yaml.safe_load_all((DEPLOY / "kubernetes" / "serve.yaml").read_text()))
+    pod = serve["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for name in ("serve.yaml", "worker.yaml", "migrate-job.yaml"):
+        document = next(yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()))
+        assert document["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed here")
+def test_the_kustomization_builds() -> None:
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(DEPLOY / "kubernetes")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert built.returncode == 0, built.stderr
+    assert len(list(yaml.safe_load_all(built.stdout))) == 8
+
+
+def test_the_compose_file_matches_the_compose_specification() -> None:
+    checked = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("check-jsonschema")),
+            "--builtin-schema",
+            "vendor.compose-spec",
+            str(DEPLOY / "docker-compose.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    assert compose["services"]["worker"]["deploy"]["replicas"] == 2
+    assert compose["services"]["serve"]["depends_on"]["migrate"]["condition"] == (
+        "service_completed_successfully"
+    )
+
+
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here"
+)
+def test_the_systemd_units_verify(tmp_path: Path) -> None:
+    for unit in sorted((DEPLOY / "systemd").glob("*.service")):
+        # The units name /opt/fathom/bin/fathom; here, the same program is in this venv.
+        copy = tmp_path / unit.name
+        copy.write_text(unit.read_text().replace("/opt/fathom/bin/fathom", str(FATHOM)))
+        verified = subprocess.run(
+            ["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60
+        )
+        problems = [
+            line
+            for line in (verified.stdout + verified.stderr).splitlines()
+            if unit.stem.split("@")[0] in line
+        ]
+        assert problems == [], problems
+
+
+def test_the_dockerfile_copies_what_exists_and_runs_real_commands() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    for sources in re.findall(r"^COPY (?!--from)(.+?) \S+$", dockerfile, re.MULTILINE):
+        for source in sources.split():
+            assert (ROOT / source).exists(), source
+    assert "USER fathom" in dockerfile and "HEALTHCHECK" in dockerfile
+    for command in (["serve", "--help"], ["worker", "--help"], ["db", "upgrade", "--help"]):
+        shown = subprocess.run([str(FATHOM), *command], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+    assert '"serve", "--host", "0.0.0.0", "--port", "8000", "--no-upgrade"' in dockerfile
