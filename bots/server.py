@@ -158,6 +158,7 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
     app.state.holders = {}
     app.state.scheduler = None
     app.state.metrics = None
+    app.state.settings = settings
     return app
 
 
@@ -265,7 +266,21 @@ async def readyz(request: Request) -> Response:
             reason = f"database schema is not at revision {HEAD_REVISION}; run `fathom db upgrade`"
     platforms = _platforms(request)
     scheduler: DigestScheduler | None = getattr(request.app.state, "scheduler", None)
-    roles = {"scheduler": "holder" if scheduler is not None and scheduler.holder else "standby"}
+    roles: dict[str, object] = {
+        "scheduler": "holder" if scheduler is not None and scheduler.holder else "standby"
+    }
+    settings: Settings | None = getattr(request.app.state, "settings", None)
+    if settings is not None and database is not None and reason is None:
+        try:
+            counts = await Store(database).count_runs()
+        except Exception as exc:  # shown, never a 500
+            roles["queue"] = {"kind": settings.queue, "error": type(exc).__name__}
+        else:
+            roles["queue"] = {
+                "kind": settings.queue,
+                "queued": sum(n for status, _, n in counts if status == "queued"),
+                "running": sum(n for status, _, n in counts if status == "running"),
+            }
     if reason is not None:
         return JSONResponse(
             {"status": "unavailable", "reason": reason, "platforms": platforms, **roles}, 503

@@ -65,3 +65,10 @@ async def test_metrics_count_runs_calls_searches_pages_deliveries_and_leases(
     assert value(text, "fathom_runs", status="succeeded", platform="feishu") == 1
     assert value(text, "fathom_queue_depth") == 0
     assert value(text, "fathom_lease_holder", lease="digest-scheduler") == 1
+
+
+async def test_readyz_shows_the_queue(feishu: FeishuFactory) -> None:  # noqa: F811
+    bot = await feishu()
+    ready = await bot.served.readyz()
+    assert ready["queue"] == {"kind": "local", "queued": 0, "running": 0}
+    assert ready["scheduler"] == "holder"
