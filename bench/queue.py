@@ -53,9 +53,11 @@ async def queue_runs(url: str, n: int) -> None:
     store = Store(database, on_new_run=queue_in_transaction)
     try:
         for i in range(n):
+            # A workspace per run: Slack allows a workspace about 50 message edits a minute
+            # (each process keeps to that), which would otherwise be what is measured.
             thread = ThreadKey(
                 platform="slack",
-                workspace="T0001",
+                workspace=f"T{i:05d}",
                 channel=f"C{i:05d}",
                 thread=f"1700000000.{i:06d}",
             )

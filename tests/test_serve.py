@@ -156,7 +156,7 @@ def test_serve_without_upgrade_is_alive_but_not_ready(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"FATHOM_QUEUE": "procrastinate"}, "FATHOM_QUEUE=procrastinate is not available yet"),
+        ({"FATHOM_QUEUE": "procrastinate"}, "FATHOM_QUEUE=procrastinate needs DATABASE_URL to be"),
         ({"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_SIGNING_SECRET is not set"),
         ({"FEISHU_APP_ID": "cli_1"}, "FEISHU_APP_ID and FEISHU_APP_SECRET must both be set"),
         (
