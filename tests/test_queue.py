@@ -234,3 +234,64 @@ def _until(condition: Any, served: Served, within: float = 60) -> Any:
             return value
         time.sleep(0.1)
     raise AssertionError(f"condition not met:\n{served.stderr()}")
+
+
+def test_a_stopped_worker_hands_its_runs_back_for_another(
+    slack_env: dict[str, str],  # noqa: F811
+    slack_server: FakeSlackServer,  # noqa: F811
+    llm_server: FakeLLMServer,
+    tmp_path: Path,
+) -> None:
+    """SIGTERM to a worker in the middle of a run longer than its grace: it exits cleanly and
+    hands the run back at once (no wait for the lease); the next worker finishes it from its
+    checkpoint, with one report."""
+    server_url = os.environ.get("TEST_DATABASE_URL")
+    if not server_url:
+        pytest.skip("TEST_DATABASE_URL is not set; PostgreSQL tests skipped")
+    with throwaway_database(server_url) as url:
+        env = {
+            **slack_env,
+            "DATABASE_URL": url,
+            "FATHOM_QUEUE": "procrastinate",
+            "FATHOM_STALE_RUN_AFTER": "600",  # only a hand-back lets another worker take it
+            "FATHOM_LOG_LEVEL": "INFO",
+        }
+        served = serve(env, tmp_path)
+        first = second = None
+        try:
+            wait_until_up(served)
+            first = _worker(env, tmp_path, "first")
+            # Each model call takes 4 s: the run outlasts the worker's 10 s of grace.
+            llm_server.fake.latency = 4.0
+            body = slash_command_body("tidal power depth=3", trigger_id="stop-1")
+            answer = httpx.post(
+                f"{served.url}/slack/events", content=body, headers={**sign(body, SECRET), **FORM}
+            )
+            assert answer.status_code == 200
+            _until(
+                lambda: _sql(url, "SELECT 1 FROM research_runs WHERE status = 'running'"), served
+            )
+            first.send_signal(signal.SIGTERM)
+            assert first.wait(60) == 0
+            (row,) = _sql(url, "SELECT status, owner FROM research_runs")
+            assert row == ("queued", None)  # handed back
+            llm_server.fake.latency = 0.0
+            second = _worker(env, tmp_path, "second")
+
+            def delivered() -> bool:
+                return _sql(url, "SELECT status, delivery FROM research_runs") == [
+                    ("succeeded", "posted")
+                ]
+
+            _until(delivered, served, within=90)
+        finally:
+            llm_server.fake.latency = 0.0
+            for proc in (first, second):
+                if proc is not None and proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    proc.wait(30)
+            terminate(served)
+        reports = [
+            c for c in slack_server.fake.calls_to("chat.postMessage") if "blocks" in c.params
+        ]
+        assert len(reports) == 1
