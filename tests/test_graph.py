@@ -479,3 +479,41 @@ def test_the_writer_sees_every_source_the_graph_cites() -> None:
     numbers = [s.n for s in window]
     assert len(numbers) == 60 and numbers[:2] == [3, 12] and numbers[2:] == list(range(43, 101))
     assert [s.n for s in writer_window(sources, 60)] == list(range(41, 101))
+
+
+async def test_a_graph_run_reads_pages_and_notes_the_ones_it_left_out(
+    database: Database,
+    database_url: str,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+) -> None:
+    """Sub-questions read their best pages as iterative rounds do, skipped ones noted."""
+    from core.pages.fetch import PageFetcher
+    from core.pages.reader import PageReader
+    from tests.fakes.search import slug
+
+    question = f"{QUESTION} cost"
+    search_server.fake.script_page(f"/pages/{slug(question)}/2", status=404)
+    llm_server.fake.script("graph_planner", plan(("cost", question, [])), FINISH)
+    async with (
+        httpx.AsyncClient(trust_env=False) as http,
+        httpx.AsyncClient(trust_env=False) as pages_http,
+    ):
+        model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=1)
+        reader = PageReader(PageFetcher(pages_http, allow_loopback=True), pages=3)
+        service = ResearchService(
+            store=Store(database),
+            planner=model,
+            writer=model,
+            search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
+            reader=reader,
+        )
+        harness = Harness(llm_server, search_server, database, service.store, service, database_url)
+        _, outcome = await research(harness, depth=2)
+        reader.close()
+        await model.aclose()
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert (outcome.usage.pages_read, outcome.usage.pages_skipped) == (2, 1)
+    assert f'Result pages left out for "{question}": 127.0.0.1 (HTTP 404).' in outcome.notes
+    answer = user_prompt(llm_server.fake.requests_for("answerer")[0].body)
+    assert "measured adoption rose" in answer  # the node answered from its pages' passages

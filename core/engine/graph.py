@@ -24,10 +24,17 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from core.engine.iterative import JsonModel, RunState, StepHooks, StopReason
+from core.engine.iterative import (
+    JsonModel,
+    PageReading,
+    RunState,
+    StepHooks,
+    StopReason,
+    search_topic,
+)
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
-from core.models import Finding, GraphNode, NodeStatus, PageExcerpt, SearchResult, Usage
+from core.models import Finding, GraphNode, NodeStatus, Usage
 from core.pages.reader import PageReader
 from core.progress import ProgressKind, search_executed_text
 from core.prompts import (
@@ -36,7 +43,7 @@ from core.prompts import (
     node_answer_messages,
 )
 from core.report import number_sources, url_identity, writer_source_blocks
-from core.search import SearchError, SearchProvider
+from core.search import SearchProvider
 from core.text import clean_text, has_visible
 from core.untrusted import as_data, neutralise
 from core.wording import searching_words
@@ -461,33 +468,15 @@ class _Turn:
             await self._checkpoint()
 
     async def _search(self, node: GraphNode) -> Finding:
-        state = self._state
-        state.usage.searches += 1
-        try:
-            results: list[SearchResult] = await self._search_provider.search(node.question)
-        except SearchError as exc:
-            state.note(f'The search for "{node.question}" failed: {exc}.')
-            return Finding(topic=node.question, error=str(exc))
-        except Exception as exc:  # a broken provider must not kill the run
-            log.exception("search provider crashed on %r", node.question)
-            return Finding(topic=node.question, error=type(exc).__name__)
-        finding = Finding(topic=node.question, results=results)
+        """The node's search and its best pages, as an iterative round has them."""
+        finding = await search_topic(self._search_provider, self._state, node.question)
         reader = self._reader
-        if reader is not None and reader.pages > 0 and results:
+        if reader is not None and reader.pages > 0 and finding.results:
+            reading = PageReading(reader, self._state.topic, [finding])
             try:
-                reading = await reader.read(
-                    [r.url for r in results], f"{state.topic} {node.question}"
-                )
-            except Exception as exc:
-                log.warning("reading the pages of %r failed", node.question, exc_info=True)
-                state.note(
-                    f'The result pages of "{node.question}" could not be read '
-                    f"({type(exc).__name__}); its snippets were used."
-                )
-            else:
-                finding.pages = [PageExcerpt(url=p.url, passages=p.passages) for p in reading.pages]
-                state.usage.pages_read += reading.read
-                state.usage.pages_skipped += len(reading.skipped)
+                await reading.attach(self._state)
+            finally:
+                await reading.cancel()  # (a no-op once attached)
         return finding
 
     async def _answer(self, node: GraphNode, graph: dict[str, GraphNode]) -> None:

@@ -318,14 +318,20 @@ class IterativeStrategy:
         return StopReason.PLANNER_FAILED
 
     async def _run_search(self, state: RunState, topic: str) -> Finding:
-        state.usage.searches += 1
-        try:
-            results: list[SearchResult] = await self._search.search(topic)
-        except SearchError as exc:
-            state.note(f'The search for "{topic}" failed: {exc}.')
-            return Finding(topic=topic, error=str(exc))
-        except Exception as exc:  # a broken provider must not kill the run
-            log.exception("search provider crashed on %r", topic)
-            state.note(f'The search for "{topic}" failed: {type(exc).__name__}.')
-            return Finding(topic=topic, error=type(exc).__name__)
-        return Finding(topic=topic, results=results)
+        return await search_topic(self._search, state, topic)
+
+
+async def search_topic(search: SearchProvider, state: RunState, topic: str) -> Finding:
+    """Search ``topic`` (query only): its results, or a finding that says why there are none
+    (noted for the report); a run never fails because of a search."""
+    state.usage.searches += 1
+    try:
+        results: list[SearchResult] = await search.search(topic)
+    except SearchError as exc:
+        state.note(f'The search for "{topic}" failed: {exc}.')
+        return Finding(topic=topic, error=str(exc))
+    except Exception as exc:  # a broken provider must not kill the run
+        log.exception("search provider crashed on %r", topic)
+        state.note(f'The search for "{topic}" failed: {type(exc).__name__}.')
+        return Finding(topic=topic, error=type(exc).__name__)
+    return Finding(topic=topic, results=results)
