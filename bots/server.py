@@ -64,16 +64,19 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
 
         metrics = Metrics()
         app.state.metrics = metrics
-        async with open_runtime(settings, upgrade=upgrade, metrics=metrics) as runtime:
+        async with (
+            open_runtime(settings, upgrade=upgrade, metrics=metrics) as runtime,
+            contextlib.AsyncExitStack() as resources,  # closed last, also after a failed start
+        ):
             policy = DeliveryPolicy(
                 attempts=settings.delivery_attempts, first_delay=settings.delivery_backoff
             )
             job = ResearchJob(runtime.service, runtime.store, policy=policy)
-            queue: ProcrastinateQueue | None = None
             runner: JobRunner
             if settings.queue == "procrastinate":  # workers execute; this process enqueues
-                queue = ProcrastinateQueue(settings.database_url)
-                await queue.__aenter__()
+                queue = await resources.enter_async_context(
+                    ProcrastinateQueue(settings.database_url)
+                )
                 runner = ProcrastinateJobRunner(
                     queue, job=job, store=runtime.store, timing=runtime.service.timing
                 )
@@ -136,8 +139,6 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
                 await runner.stop()
                 if dingtalk is not None:
                     await dingtalk.release()
-                if queue is not None:
-                    await queue.__aexit__(None, None, None)
 
     app = Starlette(
         routes=[

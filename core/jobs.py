@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from core.lease import LeaseTiming
@@ -49,6 +50,36 @@ class JobRunner(Protocol):
     async def stop(self) -> None: ...
 
 
+class Sweeper:
+    """``sweep`` once at start (a failure there is raised), then every ``every`` seconds until
+    stopped (a failure is logged; the next sweep tries again). Every runner sweeps so."""
+
+    def __init__(self, sweep: Callable[[], Awaitable[object]], every: float) -> None:
+        self._sweep = sweep
+        self._every = every
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self._sweep()
+        if self._task is None:
+            self._task = asyncio.create_task(self._forever(), name="run-sweeper")
+
+    async def _forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._every)
+            try:
+                await self._sweep()
+            except Exception:
+                log.warning("sweeping for abandoned runs failed", exc_info=True)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
 class InProcessJobRunner:
     """Runs jobs as asyncio tasks of this process, at most ``max_concurrent`` at once."""
 
@@ -65,7 +96,7 @@ class InProcessJobRunner:
         self._slots = asyncio.Semaphore(max_concurrent)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._timing = timing or LeaseTiming()
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper = Sweeper(self.sweep, self._timing.sweep_every)
 
     @property
     def active(self) -> list[str]:
@@ -89,9 +120,7 @@ class InProcessJobRunner:
 
     async def start(self) -> None:
         """Sweep once now (runs a stopped process left behind), then periodically."""
-        await self.sweep()
-        if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep_forever(), name="run-sweeper")
+        await self._sweeper.start()
 
     async def sweep(self) -> list[str]:
         """Enqueue the runs nobody works on; returns the ids newly enqueued here."""
@@ -104,14 +133,6 @@ class InProcessJobRunner:
             await self.enqueue(run_id)
         return new
 
-    async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self._timing.sweep_every)
-            try:
-                await self.sweep()
-            except Exception:
-                log.warning("sweeping for abandoned runs failed", exc_info=True)
-
     async def drain(self) -> None:
         """Wait until every enqueued job has finished (tests, CLI)."""
         while self._tasks:
@@ -120,11 +141,7 @@ class InProcessJobRunner:
     async def stop(self, grace: float = 5.0) -> None:
         """Stop sweeping; give running jobs ``grace`` seconds, then interrupt them (each hands
         its run back for another runner)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        await self._sweeper.stop()
         if self._tasks:
             _done, pending = await asyncio.wait(list(self._tasks.values()), timeout=grace)
             for task in pending:

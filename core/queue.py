@@ -17,8 +17,6 @@ through procrastinate's job queue in the production PostgreSQL (no other broker)
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -27,7 +25,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 
 from core.config import ConfigError
-from core.jobs import SWEEP_BATCH, Job
+from core.jobs import SWEEP_BATCH, Job, Sweeper
 from core.lease import LeaseTiming
 
 if TYPE_CHECKING:
@@ -128,7 +126,7 @@ class ProcrastinateJobRunner:
         self._job = job
         self._store = store
         self._timing = timing or LeaseTiming()
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper = Sweeper(self.sweep, self._timing.sweep_every)
 
     async def enqueue(self, run_id: str) -> None:
         await self._queue.defer(run_id)
@@ -144,21 +142,8 @@ class ProcrastinateJobRunner:
         return queued
 
     async def start(self) -> None:
-        await self.sweep()
-        if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep_forever(), name="queue-sweeper")
-
-    async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self._timing.sweep_every)
-            try:
-                await self.sweep()
-            except Exception:
-                log.warning("sweeping for abandoned runs failed", exc_info=True)
+        """Sweep once now, then periodically."""
+        await self._sweeper.start()
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        await self._sweeper.stop()

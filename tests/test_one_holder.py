@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from tests.chat_app import ServedFathom, wait_for
 from tests.conftest import ServeFathom
 from tests.fakes.feishu import FakeFeishuServer
 from tests.test_feishu import APP_ID, APP_SECRET, KEY, TOKEN
+from tests.test_replicas import wait_until
 from tests.test_serve import Served, serve, terminate, wait_until_up
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -136,6 +136,10 @@ def feishu_server() -> Any:
         yield server
 
 
+def logs(served: list[Served]) -> str:
+    return "\n".join(s.stderr() for s in served)
+
+
 def _ready(served: Served) -> dict[str, Any]:
     try:
         ready: dict[str, Any] = httpx.get(f"{served.url}/readyz", timeout=5).json()
@@ -147,16 +151,6 @@ def _ready(served: Served) -> dict[str, Any]:
 def _role_of(served: Served) -> dict[str, Any]:
     feishu: dict[str, Any] = _ready(served).get("platforms", {}).get("feishu", {})
     return feishu
-
-
-def _wait(condition: Any, served: list[Served], within: float = 30) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met:\n" + "\n".join(s.stderr() for s in served))
 
 
 def test_killing_the_holder_moves_the_connection_to_another_process(
@@ -171,7 +165,7 @@ def test_killing_the_holder_moves_the_connection_to_another_process(
     procs = [first]
     try:
         wait_until_up(first)
-        _wait(lambda: _role_of(first).get("state") == "connected", procs)
+        wait_until(lambda: _role_of(first).get("state") == "connected", lambda: logs(procs))
         second = serve(env, tmp_path)
         procs.append(second)
         wait_until_up(second)
@@ -179,9 +173,11 @@ def test_killing_the_holder_moves_the_connection_to_another_process(
         assert (_ready(first)["scheduler"], _ready(second)["scheduler"]) == ("holder", "standby")
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(10)
-        _wait(lambda: _role_of(second).get("state") == "connected", procs)
+        wait_until(lambda: _role_of(second).get("state") == "connected", lambda: logs(procs))
         assert _role_of(second).get("role") == "holder" and fake.ws_connections == 2
-        _wait(lambda: _ready(second).get("scheduler") == "holder", procs)  # digests too
+        wait_until(  # digests too
+            lambda: _ready(second).get("scheduler") == "holder", lambda: logs(procs)
+        )
     finally:
         for served in procs:
             if served.proc.poll() is None:

@@ -6,9 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -26,6 +24,7 @@ from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.slack import FakeSlackServer, sign, slash_command_body
 from tests.pg import throwaway_database
 from tests.test_engine import KEY
+from tests.test_replicas import wait_until
 from tests.test_serve import (  # noqa: F401 (fixtures)
     Served,
     serve,
@@ -197,7 +196,9 @@ def test_a_killed_worker_s_runs_are_finished_by_another_with_one_report_each(
                 owners = _sql(url, "SELECT owner FROM research_runs WHERE status = 'running'")
                 return any(f":{proc.pid}:" in str(owner) for (owner,) in owners)
 
-            victim = _until(lambda: next((w for w in workers if held_by(w)), None), served)
+            victim = wait_until(
+                lambda: next((w for w in workers if held_by(w)), None), served.stderr
+            )
             victim.send_signal(signal.SIGKILL)
             victim.wait(10)
 
@@ -205,7 +206,7 @@ def test_a_killed_worker_s_runs_are_finished_by_another_with_one_report_each(
                 rows = _sql(url, "SELECT status, delivery FROM research_runs")
                 return len(rows) == runs and all(r == ("succeeded", "posted") for r in rows)
 
-            _until(finished, served, within=120)
+            wait_until(finished, served.stderr, within=120)
         finally:
             llm_server.fake.latency = 0.0
             for proc in workers:
@@ -224,16 +225,6 @@ def test_a_killed_worker_s_runs_are_finished_by_another_with_one_report_each(
             assert "Research done" in text, text
         took_over = _sql(url, "SELECT count(*) FROM research_runs WHERE attempt > 1")
         assert took_over[0][0] >= 1  # the victim's runs were continued by the other worker
-
-
-def _until(condition: Any, served: Served, within: float = 60) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"condition not met:\n{served.stderr()}")
 
 
 def test_a_stopped_worker_hands_its_runs_back_for_another(
@@ -268,8 +259,9 @@ def test_a_stopped_worker_hands_its_runs_back_for_another(
                 f"{served.url}/slack/events", content=body, headers={**sign(body, SECRET), **FORM}
             )
             assert answer.status_code == 200
-            _until(
-                lambda: _sql(url, "SELECT 1 FROM research_runs WHERE status = 'running'"), served
+            wait_until(
+                lambda: _sql(url, "SELECT 1 FROM research_runs WHERE status = 'running'"),
+                served.stderr,
             )
             first.send_signal(signal.SIGTERM)
             assert first.wait(60) == 0
@@ -283,7 +275,7 @@ def test_a_stopped_worker_hands_its_runs_back_for_another(
                     ("succeeded", "posted")
                 ]
 
-            _until(delivered, served, within=90)
+            wait_until(delivered, served.stderr, within=90)
         finally:
             llm_server.fake.latency = 0.0
             for proc in (first, second):

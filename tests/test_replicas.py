@@ -44,14 +44,18 @@ def slack_server() -> Iterator[FakeSlackServer]:
         yield server
 
 
-def wait_until(condition: Callable[[], Any], what: str, within: float = 45) -> Any:
+def wait_until(
+    condition: Callable[[], Any], what: str | Callable[[], str], within: float = 45
+) -> Any:
+    """Poll ``condition`` until truthy; ``what`` (or what it returns, e.g. a process's log)
+    says what was waited for when it times out."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what if isinstance(what, str) else what()}")
 
 
 def run_row(env: dict[str, str], cwd: Path) -> dict[str, Any]:
