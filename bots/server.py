@@ -272,8 +272,8 @@ async def readyz(request: Request) -> Response:
     }
     settings: Settings | None = getattr(request.app.state, "settings", None)
     if settings is not None and database is not None and reason is None:
-        try:
-            counts = await Store(database).count_runs()
+        try:  # readiness is probed every few seconds: unfinished runs only (indexed)
+            counts = await Store(database).count_runs(("queued", "running"))
         except Exception as exc:  # shown, never a 500
             roles["queue"] = {"kind": settings.queue, "error": type(exc).__name__}
         else:

@@ -1017,13 +1017,16 @@ class Store:
         )
         await self._db.run(lambda conn: conn.execute(stmt))
 
-    async def count_runs(self) -> list[tuple[str, str, int]]:
-        """How many runs there are by (status, platform)."""
+    async def count_runs(self, statuses: Sequence[str] | None = None) -> list[tuple[str, str, int]]:
+        """How many runs there are by (status, platform); only ``statuses`` when given (an
+        index look-up, not a pass over every run ever made)."""
         stmt = (
             select(_runs.c.status, _threads.c.platform, func.count())
             .join(_threads, _threads.c.id == _runs.c.thread_id)
             .group_by(_runs.c.status, _threads.c.platform)
         )
+        if statuses is not None:
+            stmt = stmt.where(_runs.c.status.in_(list(statuses)))
 
         def work(conn: Connection) -> list[tuple[str, str, int]]:
             return [(str(s), str(p), int(n)) for s, p, n in conn.execute(stmt)]

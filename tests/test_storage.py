@@ -780,3 +780,12 @@ async def test_each_delivery_takeover_counts_as_a_failed_delivery_attempt(
         taken = await claim(store, run.id, owner=f"deliverer-{expected}")
         assert taken.run.delivery_attempts == expected
         assert taken.run.delivery_error == "the process delivering it stopped"
+
+
+async def test_runs_are_counted_by_status_and_platform(store: Store) -> None:
+    done, _ = await new_run(store, thread_key="memory:W:C:a")
+    await finish(store, await claim(store, done.id))
+    await new_run(store, thread_key="memory:W:C:b")
+    every = await store.count_runs()
+    assert sorted(every) == [("queued", "memory", 1), ("succeeded", "memory", 1)]
+    assert await store.count_runs(("queued", "running")) == [("queued", "memory", 1)]
