@@ -21,6 +21,7 @@ from core.models import RunStatus, Source, ThreadKey, Usage
 from core.progress import ProgressEvent, ProgressKind, search_executed_text
 from core.service import RunOutcome
 from storage import RunRecord, Store
+from tests.chat_app import wait_for
 from tests.fakes import FakeSlackServer
 
 TOKEN = "xoxb-test"
@@ -209,15 +210,25 @@ def outcome(run: RunRecord, markdown: str) -> RunOutcome:
     )
 
 
-async def run_progress(delivery: ChatDelivery, run: RunRecord, final: str) -> None:
+def edits_shown(server: FakeSlackServer) -> list[str]:
+    """The last line of every chat.update the fake received, in order."""
+    return [c.params["text"].splitlines()[-1] for c in server.fake.calls_to("chat.update")]
+
+
+async def run_progress(
+    server: FakeSlackServer, delivery: ChatDelivery, run: RunRecord, final: str
+) -> None:
+    """Publish a run's steps, each only after the previous one reached Slack.
+
+    Waiting for the edit (instead of sleeping longer than the edit interval) keeps every step
+    visible however slow the machine is, so the test can assert that none is lost."""
     await delivery.progress.publish(event(run, ProgressKind.STARTED, "Researching “AI chips”…"))
     for done in range(1, run.depth + 1):
-        await asyncio.sleep(0.12)  # slower than the edit interval: every step is shown
         text = search_executed_text(done, run.depth)
         await delivery.progress.publish(event(run, ProgressKind.SEARCHED, text, done))
-    await asyncio.sleep(0.12)  # the writer model takes a while
+        await wait_for(lambda text=text: text in edits_shown(server))
     await delivery.progress.publish(event(run, ProgressKind.WRITING, "Writing the report…"))
-    await asyncio.sleep(0.12)
+    await wait_for(lambda: "Writing the report…" in edits_shown(server))
     await delivery.progress.publish(event(run, ProgressKind.FINISHED, final, run.depth))
 
 
@@ -229,7 +240,7 @@ async def test_slash_command_run_posts_opener_rekeys_thread_and_reports_in_it(
 ) -> None:
     run = await create_run(store, PENDING)
     delivery = await factory(server, store).for_run(run)
-    await run_progress(delivery, run, "Research done: 3/3 searches, 1 sources.")
+    await run_progress(server, delivery, run, "Research done: 3/3 searches, 1 sources.")
     await post_report(delivery, outcome(run, REPORT))
 
     posts = server.fake.calls_to("chat.postMessage")
@@ -266,7 +277,7 @@ async def test_run_in_an_existing_thread_replies_there(
 ) -> None:
     run = await create_run(store, f"slack:T0001:C0001:{THREAD_TS}", depth=1)
     delivery = await factory(server, store).for_run(run)
-    await run_progress(delivery, run, "Research done.")
+    await run_progress(server, delivery, run, "Research done.")
     posts = server.fake.calls_to("chat.postMessage")
     assert len(posts) == 1 and posts[0].params["thread_ts"] == THREAD_TS
     assert posts[0].params["text"].startswith("Researching *AI chips* (depth 1).")
@@ -285,7 +296,7 @@ async def test_resumed_run_edits_its_progress_message(
     resumed = await store.get_run(run.id)
     assert resumed is not None
     delivery = await factory(server, store).for_run(resumed)
-    await run_progress(delivery, resumed, "Research done.")
+    await run_progress(server, delivery, resumed, "Research done.")
     assert len(server.fake.calls_to("chat.postMessage")) == 1  # only ours, above
     assert {c.params["ts"] for c in server.fake.calls_to("chat.update")} == {ts}
     assert current_text(server, ts).endswith("\nResearch done.")
@@ -303,7 +314,7 @@ async def test_resumed_slash_command_run_adopts_its_opener_as_thread(
     resumed = await store.get_run(run.id)
     assert resumed is not None
     delivery = await factory(server, store).for_run(resumed)
-    await run_progress(delivery, resumed, "Research done.")
+    await run_progress(server, delivery, resumed, "Research done.")
     await post_report(delivery, outcome(resumed, REPORT))
     assert await store.get_thread(f"slack:T0001:C0001:{ts}") is not None
     assert current_text(server, ts).startswith("<@U123> asked me to research")
