@@ -13,6 +13,11 @@ through procrastinate's job queue in the production PostgreSQL (no other broker)
 - ``fathom worker`` runs :meth:`ProcrastinateQueue.work`: each job claims its run, holds it with
   the same lease and heartbeat as the in-process runner, resumes from the checkpoint, and
   delivers exactly once (``core.delivery.ResearchJob``).
+
+The run row is the record of a run, so procrastinate's job rows are kept only while they are
+needed: a worker deletes a job when it ends, and the sweep deletes the job a dead worker was
+running once it queues that run again (:meth:`ProcrastinateQueue.forget_stalled`). The job
+table holds the queue and the runs in progress, not the history.
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TASK = "fathom.research"
+
+#: Seconds without a procrastinate heartbeat after which a worker counts as dead (its
+#: ``stalled_worker_timeout``; a live worker beats every 10 s).
+STALLED_WORKER_AFTER = 30
 
 
 _DEFER = text(
@@ -105,8 +114,27 @@ class ProcrastinateQueue:
 
     async def work(self, *, concurrency: int = 10, wait: bool = True, **options: Any) -> None:
         """Execute queued runs, ``concurrency`` at once, until stopped (or, without ``wait``,
-        until the queue is empty)."""
-        await self.app.run_worker_async(concurrency=concurrency, wait=wait, **options)
+        until the queue is empty). A job's row is deleted when it ends, however it ended."""
+        await self.app.run_worker_async(
+            concurrency=concurrency, wait=wait, delete_jobs="always", **options
+        )
+
+    async def forget_stalled(self, run_ids: list[str]) -> int:
+        """Delete the jobs of ``run_ids`` that dead workers were running (state ``doing``, the
+        worker's heartbeat older than :data:`STALLED_WORKER_AFTER` or its row pruned). Their
+        runs are queued again by the caller; without this, each such row stayed for ever."""
+        if not run_ids:
+            return 0
+        rows = await self.app.connector.execute_query_all_async(
+            "DELETE FROM procrastinate_jobs WHERE status = 'doing' AND task_name = %(task)s "
+            "AND args->>'run_id' = ANY(%(run_ids)s) AND (worker_id IS NULL OR worker_id IN ("
+            "SELECT id FROM procrastinate_workers WHERE last_heartbeat < "
+            "now() - make_interval(secs => %(stalled)s))) RETURNING id",
+            task=TASK,
+            run_ids=run_ids,
+            stalled=STALLED_WORKER_AFTER,
+        )
+        return len(rows)
 
 
 class ProcrastinateJobRunner:
@@ -136,6 +164,8 @@ class ProcrastinateJobRunner:
         found = await self._store.runs_to_sweep(
             sorted(self._job.platforms), stale_after=self._timing.stale_after, limit=SWEEP_BATCH
         )
+        if forgotten := await self._queue.forget_stalled(found):
+            log.info("sweep: deleted %d jobs of dead workers", forgotten)
         queued = [run_id for run_id in found if await self._queue.defer(run_id)]
         for run_id in queued:
             log.info("sweep: run %s has no live runner; queued again", run_id)

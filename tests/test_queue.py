@@ -6,10 +6,13 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
 
 from bots.chat.memory import PLATFORM, MemoryChat
 from core.config import load_settings
@@ -23,6 +26,7 @@ from storage import Database, Store
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.slack import FakeSlackServer, sign, slash_command_body
 from tests.pg import throwaway_database
+from tests.runs import age_heartbeat, claim
 from tests.test_engine import KEY
 from tests.test_replicas import wait_until
 from tests.test_serve import (  # noqa: F401 (fixtures)
@@ -75,9 +79,84 @@ async def test_a_queued_run_is_executed_by_a_worker_and_queued_once(
 
 
 @postgresql_only
+async def test_a_run_whose_workers_keep_dying_fails_and_tells_its_thread(
+    database: Database,
+    database_url: str,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+) -> None:
+    """FATHOM_MAX_ATTEMPTS under workers: two workers died holding the run (their claims are
+    in the database, their heartbeats old); the next worker's sweep queues it, and the worker
+    that takes it fails it with the reason and posts that in the thread, spending nothing."""
+    store = Store(database, on_new_run=queue_in_transaction)
+    chat = MemoryChat()
+    async with httpx.AsyncClient(trust_env=False) as http:
+        model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=1)
+        service = ResearchService(
+            store=store,
+            planner=model,
+            writer=model,
+            search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
+            max_attempts=2,
+        )
+        policy = DeliveryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
+        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy)
+        thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="poison")
+        run, _ = await service.submit(ResearchRequest(topic="poison pill", depth=2, thread=thread))
+        async with ProcrastinateQueue(database_url, job) as queue:
+            runner = ProcrastinateJobRunner(queue, job=job, store=store, timing=service.timing)
+            jobs = queue.app.job_manager
+            for dead in ("worker-a", "worker-b"):
+                # What a worker SIGKILLed mid-run leaves: its job fetched ('doing', for ever),
+                # the run claimed by it, and a heartbeat that stopped.
+                worker_id = await jobs.register_worker()
+                fetched = await jobs.fetch_job(None, worker_id)
+                assert fetched is not None and fetched.task_kwargs == {"run_id": run.id}
+                await claim(store, run.id, owner=dead, max_attempts=2)
+                await age_heartbeat(database, run.id)
+                await database.run(stop_heartbeat(worker_id))
+                assert await runner.sweep() == [run.id]  # queued again, for the next worker
+                assert await database.run(job_rows) == [(run.id, "todo")]  # the dead one: gone
+            await queue.work(concurrency=1, wait=False)
+        await model.aclose()
+    final = await store.get_run(run.id)
+    assert final is not None and (final.status, final.delivery) == ("failed", "posted")
+    assert final.attempt == 2 and "gave up after 2 attempts" in (final.error or "")
+    assert llm_server.fake.requests == [] and search_server.fake.queries == []
+    (progress,) = chat.messages(thread, "progress")
+    assert progress.text.splitlines() == [
+        "poison pill",
+        "Research failed after 0 of 2 searches: gave up after 2 attempts: the process running "
+        "it stopped each time (FATHOM_MAX_ATTEMPTS)",
+    ]
+    assert chat.messages(thread, "report") == []
+    assert await database.run(job_rows) == []  # the job that ended: deleted with it
+
+
+def job_rows(conn: Connection) -> list[tuple[str, str]]:
+    """procrastinate's job table: (run id, status) per row."""
+    rows = conn.execute(text("SELECT args->>'run_id', status::text FROM procrastinate_jobs"))
+    return [(str(run_id), str(status)) for run_id, status in rows]
+
+
+def stop_heartbeat(worker_id: int) -> Callable[[Connection], None]:
+    """What a worker that died a minute ago leaves: procrastinate's heartbeat of it stopped."""
+
+    def work(conn: Connection) -> None:
+        conn.execute(
+            text(
+                "UPDATE procrastinate_workers SET last_heartbeat = now() - interval '1 minute' "
+                "WHERE id = :id"
+            ),
+            {"id": worker_id},
+        )
+
+    return work
+
+
+@postgresql_only
 async def test_a_run_is_committed_queued_or_not_at_all(database: Database) -> None:
     """The run row and its job are written in one transaction."""
-    from sqlalchemy import text
 
     def queue_then_fail(conn: object, run_id: str) -> None:
         queue_in_transaction(conn, run_id)  # type: ignore[arg-type]
