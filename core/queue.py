@@ -157,7 +157,12 @@ class ProcrastinateJobRunner:
         self._sweeper = Sweeper(self.sweep, self._timing.sweep_every)
 
     async def enqueue(self, run_id: str) -> None:
-        await self._queue.defer(run_id)
+        """Queue a run just created. With the store queueing new runs in their own transaction
+        (as ``fathom serve`` and ``fathom worker`` set it up) it is queued already, and a
+        second attempt would cost the acknowledgement a transaction that fails on the
+        queueing lock; otherwise it is deferred here."""
+        if not self._store.queues_new_runs:
+            await self._queue.defer(run_id)
 
     async def sweep(self) -> list[str]:
         """Queue again the runs nobody works on (a dead worker's, a handed-back one)."""

@@ -401,6 +401,11 @@ class Store:
         self._sql = _Statements(database.dialect)
         self._on_new_run = on_new_run
 
+    @property
+    def queues_new_runs(self) -> bool:
+        """Whether a new run is queued by the transaction that creates it (``on_new_run``)."""
+        return self._on_new_run is not None
+
     # -- runs ---------------------------------------------------------------------------
 
     async def create_run(

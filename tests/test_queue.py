@@ -63,11 +63,12 @@ async def test_a_queued_run_is_executed_by_a_worker_and_queued_once(
         job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy)
         thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="t1")
         run, _ = await service.submit(ResearchRequest(topic="tidal power", depth=2, thread=thread))
-        async with ProcrastinateQueue(database_url, job) as queue:
+        async with RecordingQueue(database_url, job) as queue:
             runner = ProcrastinateJobRunner(queue, job=job, store=store, timing=service.timing)
             # Queued by the transaction that created the run; queueing again adds nothing.
             assert await queue.defer(run.id) is False
-            await runner.enqueue(run.id)
+            await runner.enqueue(run.id)  # ... so the runner does not even try
+            assert queue.deferred == [run.id]  # (the call just above)
             assert await runner.sweep() == []  # nor does a sweep: it is queued already
             await queue.work(concurrency=2, wait=False)  # until the queue is empty
         await model.aclose()
@@ -76,6 +77,38 @@ async def test_a_queued_run_is_executed_by_a_worker_and_queued_once(
     assert chat.messages(thread, "report")
     (progress,) = chat.messages(thread, "progress")
     assert "Research done: 2/2 searches" in progress.text
+
+
+class RecordingQueue(ProcrastinateQueue):
+    """The real queue, recording which runs were deferred through it."""
+
+    def __init__(self, database_url: str, job: ResearchJob | None = None) -> None:
+        super().__init__(database_url, job)
+        self.deferred: list[str] = []
+
+    async def defer(self, run_id: str) -> bool:
+        self.deferred.append(run_id)
+        return await super().defer(run_id)
+
+
+@postgresql_only
+async def test_a_runner_queues_a_new_run_only_when_its_store_did_not(
+    database: Database, database_url: str
+) -> None:
+    """The acknowledgement path: a run created by a queueing store is queued with its row, so
+    enqueueing it costs nothing more; a run created otherwise is deferred by the runner."""
+    job = ResearchJob(
+        ResearchService(store=Store(database), planner=None, writer=None, search=None),  # type: ignore[arg-type]
+        Store(database),
+    )
+    for n, store in enumerate((Store(database, on_new_run=queue_in_transaction), Store(database))):
+        thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread=f"new{n}")
+        service = ResearchService(store=store, planner=None, writer=None, search=None)  # type: ignore[arg-type]
+        run, _ = await service.submit(ResearchRequest(topic="geothermal", depth=1, thread=thread))
+        async with RecordingQueue(database_url) as queue:
+            await ProcrastinateJobRunner(queue, job=job, store=store).enqueue(run.id)
+        assert queue.deferred == ([] if store.queues_new_runs else [run.id])
+        assert (run.id, "todo") in await database.run(job_rows)  # queued either way
 
 
 @postgresql_only
