@@ -209,12 +209,16 @@ def final_progress_text(outcome: RunOutcome) -> str:
     return wording.stopped_early_text(language, done, depth, sources, why, pages)
 
 
-async def submit_run(store: Store, request: ResearchRequest) -> tuple[RunRecord, bool]:
+async def submit_run(
+    store: Store, request: ResearchRequest, *, user_limit: int | None = None
+) -> tuple[RunRecord, bool]:
     """Create the run row (or find the one this request already created).
 
     One transaction. A second delivery of the same request finds its run through the
     dedupe key; a request in a thread whose research is still queued or running is
-    refused (:class:`RunRejected`), settled by the database when two requests race.
+    refused (:class:`RunRejected`), settled by the database when two requests race. With
+    ``user_limit``, a requester who already has that many unfinished runs is refused
+    (``storage.UserBusy``) in the same transaction.
     """
     key = request.thread
     try:
@@ -231,6 +235,7 @@ async def submit_run(store: Store, request: ResearchRequest) -> tuple[RunRecord,
             dedupe_key=request.dedupe_key,
             platform_context=request.platform_context,
             digest_id=request.digest_id,
+            user_limit=user_limit,
         )
     except ThreadBusy as busy:
         raise _rejected(
@@ -284,10 +289,12 @@ class ResearchService:
     def store(self) -> Store:
         return self._store
 
-    async def submit(self, request: ResearchRequest) -> tuple[RunRecord, bool]:
+    async def submit(
+        self, request: ResearchRequest, *, user_limit: int | None = None
+    ) -> tuple[RunRecord, bool]:
         """Create the run row (or find the one this request already created); see
         :func:`submit_run`."""
-        return await submit_run(self._store, request)
+        return await submit_run(self._store, request, user_limit=user_limit)
 
     # -- the run lifecycle ------------------------------------------------------
     async def claim(self, run_id: str, *, from_dead_owner: str | None = None) -> ClaimResult:

@@ -26,6 +26,7 @@ from storage.store import (
     RunNotFound,
     Store,
     ThreadBusy,
+    UserBusy,
     VariablesConflict,
 )
 
@@ -54,6 +55,7 @@ __all__ = [
     "ThreadBusy",
     "ThreadRecord",
     "ThreadSummary",
+    "UserBusy",
     "VariablesConflict",
     "normalize_url",
 ]

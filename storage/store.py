@@ -170,6 +170,15 @@ class ThreadBusy(RuntimeError):
         self.active = active
 
 
+class UserBusy(RuntimeError):
+    """The requester already has ``limit`` queued or running runs (the per-user limit)."""
+
+    def __init__(self, active: int, limit: int) -> None:
+        super().__init__(f"{active} runs of this user are queued or running (limit {limit})")
+        self.active = active
+        self.limit = limit
+
+
 class VariablesConflict(RuntimeError):
     """The thread's variables changed since the version the checkpoint was based on."""
 
@@ -423,6 +432,7 @@ class Store:
         dedupe_key: str | None = None,
         platform_context: dict[str, Any] | None = None,
         digest_id: str | None = None,
+        user_limit: int | None = None,
     ) -> tuple[RunRecord, bool]:
         """Queue a run in the (created on demand) thread.
 
@@ -430,7 +440,9 @@ class Store:
         already used: the same platform delivery seen twice yields one run. Raises
         :class:`ThreadBusy` when the thread already has a queued or running run; the
         database settles races (a partial unique index), so two requests racing in one
-        thread never both get a run.
+        thread never both get a run. With ``user_limit``, raises :class:`UserBusy` when
+        ``requested_by`` already has that many unfinished runs (checked in the same
+        transaction, so an acknowledgement costs one; a redelivery is never refused).
         """
         now = utcnow()
         if dedupe_key is not None:
@@ -460,6 +472,11 @@ class Store:
         }
 
         def work(conn: Connection) -> tuple[RunRecord, bool]:
+            if user_limit is not None and requested_by is not None:
+                counted = {"requested_by": requested_by, "dedupe_key": dedupe_key}
+                unfinished, seen = conn.execute(_ACTIVE_RUN_COUNT, counted).one()
+                if not seen and unfinished >= user_limit:
+                    raise UserBusy(int(unfinished), user_limit)
             thread_id = conn.execute(self._sql.upsert_thread, thread).scalar_one()
             for _ in range(_CREATE_ATTEMPTS):
                 row = conn.execute(self._sql.insert_run, {**run, "thread_id": thread_id})
@@ -753,24 +770,6 @@ class Store:
             _runs.c.status.in_(UNFINISHED_STATUSES),
         )
         return await self._runs(stmt.order_by(_runs.c.created_at, _runs.c.id))
-
-    async def count_active_runs(
-        self, requested_by: str, *, dedupe_key: str | None = None
-    ) -> tuple[int, bool]:
-        """How many unfinished runs ``requested_by`` has, and whether one of them carries
-        ``dedupe_key`` (the same delivery seen again).
-
-        One aggregate query, for the per-user limit on the acknowledgement path: loading
-        the full records (:meth:`active_runs_for_user`) costs a join and a row each.
-        """
-        key = None if dedupe_key is None else fit_key(dedupe_key)
-        params = {"requested_by": requested_by, "dedupe_key": key}
-
-        def work(conn: Connection) -> tuple[int, bool]:
-            total, seen = conn.execute(_ACTIVE_RUN_COUNT, params).one()
-            return int(total), bool(seen)
-
-        return await self._db.run(work)
 
     async def recent_runs_for_user(self, requested_by: str, limit: int = 10) -> list[RunRecord]:
         stmt = _RUNS.where(_runs.c.requested_by == requested_by)

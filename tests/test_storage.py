@@ -19,6 +19,7 @@ from storage import (
     Database,
     Store,
     ThreadBusy,
+    UserBusy,
     VariablesConflict,
 )
 from storage.db import _migrations_dir, normalize_url
@@ -503,7 +504,7 @@ async def test_user_listings(store: Store) -> None:
     assert [r.id for r in recent] == [finished.id, queued.id]
 
 
-async def test_count_active_runs_counts_unfinished_runs_and_spots_a_redelivery(
+async def test_create_run_refuses_a_user_at_the_limit_but_never_a_redelivery(
     store: Store,
 ) -> None:
     def args(n: int, key: str) -> dict[str, Any]:
@@ -511,19 +512,26 @@ async def test_count_active_runs_counts_unfinished_runs_and_spots_a_redelivery(
 
     running, _ = await new_run(store, topic="running", **args(1, "a"))
     await claim(store, running.id)
-    await new_run(store, topic="queued", **args(2, "b"))
+    queued, _ = await new_run(store, topic="queued", **args(2, "b"))
     finished, _ = await new_run(store, topic="finished", **args(3, "c"))
     await finish(store, await claim(store, finished.id))
     await new_run(store, topic="someone else's", requested_by="U2", **args(4, "d"))
 
-    assert await store.count_active_runs("U1") == (2, False)
-    assert await store.count_active_runs("U1", dedupe_key="slack:cmd:T1:a") == (2, True)
-    assert await store.count_active_runs("U1", dedupe_key="slack:cmd:T1:b") == (2, True)
-    # a finished run's key, or another user's, is no active run of this user
-    assert await store.count_active_runs("U1", dedupe_key="slack:cmd:T1:c") == (2, False)
-    assert await store.count_active_runs("U1", dedupe_key="slack:cmd:T1:d") == (2, False)
-    assert await store.count_active_runs("U3", dedupe_key="slack:cmd:T1:a") == (0, False)
-    assert len(await store.active_runs_for_user("U1")) == 2  # the two agree
+    # U1 has two unfinished runs (the finished one and U2's do not count): at a limit of 2
+    # a new request is refused, and nothing of it is written.
+    with pytest.raises(UserBusy) as refused:
+        await new_run(store, topic="third", user_limit=2, **args(5, "e"))
+    assert (refused.value.active, refused.value.limit) == (2, 2)
+    assert await store.get_thread(f"{KEY}-5") is None
+    # A redelivery of an unfinished run's request gets that run, limit or not.
+    again, created = await new_run(store, topic="queued", user_limit=2, **args(2, "b"))
+    assert (again.id, created) == (queued.id, False)
+    # Under the limit, or for another user, it is created.
+    third, created = await new_run(store, topic="third", user_limit=3, **args(5, "e"))
+    assert created and third.requested_by == "U1"
+    _, created = await new_run(store, topic="U3's", requested_by="U3", user_limit=1, **args(6, "f"))
+    assert created
+    assert len(await store.active_runs_for_user("U1")) == 3
 
 
 async def test_create_run_returns_the_stored_row_when_new_and_when_deduplicated(

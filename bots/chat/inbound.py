@@ -35,7 +35,7 @@ from core.jobs import JobRunner
 from core.models import ResearchRequest, RunStatus, ThreadKey
 from core.service import ResearchService, RunRejected
 from core.wording import Language, request_language
-from storage import RunRecord, Store
+from storage import RunRecord, Store, UserBusy
 
 log = logging.getLogger(__name__)
 
@@ -241,11 +241,6 @@ class ChatCommands:
         self, message: ChatMessage, command: ResearchCommand, replies: Replies
     ) -> Reply:
         by = message.requested_by
-        active, seen = await self._store.count_active_runs(by, dedupe_key=message.dedupe_key)
-        if seen:  # delivered again
-            return Reply(replies.accepted(command.topic, command.depth), started=True)
-        if active >= self._settings.user_concurrency:
-            return Reply(replies.concurrency(self._settings.user_concurrency))
         request = ResearchRequest(
             topic=command.topic,
             depth=command.depth,
@@ -256,7 +251,13 @@ class ChatCommands:
             platform_context=message.context,
         )
         try:
-            run, created = await self._service.submit(request)
+            # One transaction: the per-user limit, the dedupe key, the thread's one active
+            # run and (with the procrastinate queue) the job.
+            run, created = await self._service.submit(
+                request, user_limit=self._settings.user_concurrency
+            )
+        except UserBusy as busy:
+            return Reply(replies.concurrency(busy.limit))
         except RunRejected as exc:
             return Reply(replies.thread_busy(exc.active))
         if created:
