@@ -8,7 +8,9 @@ Four processes, so that nothing measured shares a GIL with what measures it:
 ``python -m tests.fakes`` (LLM + SearXNG), a fake Slack Web API (``--child-slack``), the
 server under test (``fathom serve`` on loopback, SQLite in a temp dir; a second pass on a
 throwaway PostgreSQL database when ``TEST_DATABASE_URL`` is set) and this process, the load
-generator.
+generator. The ``pg-workers`` pass (also with ``TEST_DATABASE_URL``) runs the server with
+``FATHOM_QUEUE=procrastinate``: it only acknowledges and queues, and ``--workers`` ``fathom
+worker`` processes (``--worker-concurrency`` runs each) execute the runs.
 
 1. ``--background-runs`` signed slash commands start runs; we wait until the database shows
    them all ``running``. The fake LLM is slow (``--llm-latency``, default 4 s, depth 5: a run
@@ -125,6 +127,50 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def postgres_cpu_seconds() -> float:
+    """CPU of the local PostgreSQL server: the postmaster with its reaped children (ended
+    backends) and the live backends. NaN when it is not a local process we can read."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total, found = 0, False
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, fields = raw[raw.index("(") + 1 : raw.rindex(")")], raw.rsplit(")", 1)[1].split()
+        if name != "postgres" and not name.startswith("postgres:"):
+            continue
+        found = True
+        total += int(fields[11]) + int(fields[12])
+        try:
+            parent = Path(f"/proc/{fields[1]}/comm").read_text().strip()
+        except OSError:
+            parent = ""
+        if parent != "postgres":  # the postmaster: + its ended children (backends, workers)
+            total += int(fields[13]) + int(fields[14])
+    return total / ticks if found else float("nan")
+
+
+def database_activity(url: str) -> dict[str, int]:
+    """pg_stat_database counters of this database: sessions opened, transactions committed."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(sync_url(url))
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT sessions, xact_commit FROM pg_stat_database "
+                    "WHERE datname = current_database()"
+                )
+            ).one()
+            return {"sessions": int(row[0]), "commits": int(row[1])}
+    finally:
+        engine.dispose()
+
+
 def self_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -228,6 +274,25 @@ def fathom_serve(env: dict[str, str], workdir: Path) -> Iterator[Served]:
         yield served
     finally:
         stop_process(proc, timeout=30)
+
+
+@contextmanager
+def fathom_workers(
+    env: dict[str, str], workdir: Path, count: int, concurrency: int
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``count`` ``fathom worker`` processes (the schema is already current: serve migrated)."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for i in range(count):
+            command = [str(FATHOM), "worker", "--concurrency", str(concurrency)]
+            with (workdir / f"worker-{i}.log").open("wb") as sink:
+                procs.append(
+                    subprocess.Popen(command, cwd=workdir, env=env, stdout=sink, stderr=sink)
+                )
+        yield procs
+    finally:
+        for proc in procs:
+            stop_process(proc, timeout=60)
 
 
 # --- databases ---------------------------------------------------------------------------
@@ -410,6 +475,26 @@ def distribution_ms(seconds: list[float]) -> dict[str, float]:
     }
 
 
+def by_second(samples: list[Sample]) -> list[list[float]]:
+    """Per second of the load, by request start: [second, requests, p50 ms, max ms]. Shows
+    whether the tail is spread out or comes in stalls (and when)."""
+    buckets: dict[int, list[float]] = {}
+    for sample in samples:
+        buckets.setdefault(int(sample.started), []).append(sample.latency)
+    rows = []
+    for second, latencies in sorted(buckets.items()):
+        latencies.sort()
+        rows.append(
+            [
+                second,
+                len(latencies),
+                round(percentile(latencies, 50) * 1000),
+                round(latencies[-1] * 1000),
+            ]
+        )
+    return rows
+
+
 def summarize(load: Load, found: dict[str, str], background: dict[str, Any]) -> dict[str, Any]:
     lo, hi = load.window
     measured = [s for s in load.samples if lo <= s.started < hi]
@@ -437,6 +522,7 @@ def summarize(load: Load, found: dict[str, str], background: dict[str, Any]) -> 
         "runs_without_ack": len(unanswered_with_run),
         "warmup_requests": sum(1 for s in load.samples if s.started < lo),
         "loadgen_loop_lag_ms": distribution_ms(load.loop_lag),
+        "by_second": by_second(measured),
         "background": background,
     }
 
@@ -453,6 +539,8 @@ class Options:
     depth: int
     max_concurrent_runs: int
     timeout: float
+    workers: int = 2  # fathom worker processes of the pg-workers pass
+    worker_concurrency: int = 50  # runs each worker executes at once
     py_spy: str | None = None  # path of a py-spy binary: profile the server during the window
     profile_dir: Path = ROOT / "bench" / "results"
 
@@ -503,7 +591,16 @@ def one_pass(
 ) -> dict[str, Any]:
     topic = f"heat pump adoption in cold climates depth={opts.depth}"
     env = server_env(db_url, fakes, slack, opts)
-    with fathom_serve(env, workdir) as served:
+    on_workers = kind == "pg-workers"
+    if on_workers:  # serve only acknowledges and queues; the workers execute
+        env["FATHOM_QUEUE"] = "procrastinate"
+    with ExitStack() as stack:
+        served = stack.enter_context(fathom_serve(env, workdir))
+        workers = (
+            stack.enter_context(fathom_workers(env, workdir, opts.workers, opts.worker_concurrency))
+            if on_workers
+            else []
+        )
         endpoint = f"{served.url}/slack/events"
         say(f"[{kind}] {opts.background_runs} background runs …")
         bg = asyncio.run(start_background(endpoint, opts.background_runs, topic))
@@ -517,7 +614,11 @@ def one_pass(
             )
 
         procs = {"server": served.proc.pid, **pids}
+        procs.update({f"worker{i}": w.pid for i, w in enumerate(workers)})
         cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
+        on_postgres = kind != "sqlite"
+        pg_before = postgres_cpu_seconds() if on_postgres else 0.0
+        activity_before = database_activity(db_url) if on_postgres else {}
         self_before = self_cpu_seconds()
         profiler = start_profiler(opts, kind, served.proc.pid)
         wall = time.perf_counter()
@@ -538,11 +639,20 @@ def one_pass(
             for name, pid in procs.items()
         }
         cpu["loadgen"] = round((self_cpu_seconds() - self_before) / wall, 2)
+        database: dict[str, float] = {}
+        if on_postgres:  # what the database did in the window, per second
+            cpu["postgres"] = round((postgres_cpu_seconds() - pg_before) / wall, 2)
+            activity = database_activity(db_url)
+            database = {
+                f"{name}_per_s": round((activity[name] - activity_before[name]) / wall, 1)
+                for name in activity
+            }
         bg_status = Counter(runs_by_dedupe_key(db_url, bg_keys).values())
         statuses_at_end = count_runs(db_url)
         stop_started = time.perf_counter()
         code = stop_process(served.proc, timeout=60)
         stopped_in = time.perf_counter() - stop_started
+        worker_codes = [stop_process(w, timeout=60) for w in workers]
 
     keys = [dedupe_key(s.trigger_id) for s in load.samples]
     found = runs_by_dedupe_key(db_url, keys)
@@ -555,10 +665,19 @@ def one_pass(
     result = summarize(load, found, background)
     result["run_statuses_when_load_ended"] = statuses_at_end
     result["cpu_cores_used_during_load"] = cpu
+    if database:
+        result["database_during_load"] = database
     result["server_exit_code"] = code
     result["server_stop_seconds"] = round(stopped_in, 1)
     result["server_command"] = " ".join(served.command)
     result["server_log"] = log_summary(served.log)
+    if on_workers:
+        result["workers"] = {
+            "count": opts.workers,
+            "concurrency": opts.worker_concurrency,
+            "exit_codes": worker_codes,
+            "logs": [log_summary(workdir / f"worker-{i}.log") for i in range(opts.workers)],
+        }
     if profile is not None:
         result["server_profile"] = profile
     return result
@@ -665,8 +784,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=10.0, help="per-request client timeout")
     parser.add_argument(
         "--databases",
-        default="sqlite,postgresql",
-        help="passes to run; postgresql needs TEST_DATABASE_URL (skipped without it)",
+        default="sqlite,postgresql,pg-workers",
+        help="passes to run; postgresql and pg-workers need TEST_DATABASE_URL (skipped without)",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="fathom workers (pg-workers)")
+    parser.add_argument(
+        "--worker-concurrency", type=int, default=50, help="runs per worker (pg-workers)"
     )
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--py-spy", help="py-spy binary: profile the server in the window")
@@ -683,16 +806,18 @@ def main(argv: list[str] | None = None) -> int:
         depth=args.depth,
         max_concurrent_runs=args.max_concurrent_runs,
         timeout=args.timeout,
+        workers=args.workers,
+        worker_concurrency=args.worker_concurrency,
         py_spy=args.py_spy,
         profile_dir=args.output.parent,
     )
     pg_server = os.environ.get("TEST_DATABASE_URL")
     wanted = [kind.strip() for kind in args.databases.split(",") if kind.strip()]
-    if unknown := set(wanted) - {"sqlite", "postgresql"}:
+    if unknown := set(wanted) - {"sqlite", "postgresql", "pg-workers"}:
         parser.error(f"unknown database kind(s): {', '.join(sorted(unknown))}")
     kinds = [kind for kind in wanted if kind == "sqlite" or pg_server]
     command = "python -m bench.slack_ack " + shlex.join(argv if argv is not None else sys.argv[1:])
-    if pg_server and "postgresql" in kinds:
+    if pg_server and set(kinds) - {"sqlite"}:
         command = "TEST_DATABASE_URL=<set> " + command
     results: dict[str, Any] = {
         "machine": machine(),
@@ -711,6 +836,7 @@ def main(argv: list[str] | None = None) -> int:
             "FATHOM_SEARCH_CACHE_TTL": 0,
             "FATHOM_ALLOW_PRIVATE_FETCH": 1,
             "client_timeout_s": opts.timeout,
+            "pg_workers": {"workers": opts.workers, "concurrency": opts.worker_concurrency},
         },
         "passes": {},
     }
