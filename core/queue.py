@@ -40,9 +40,12 @@ log = logging.getLogger(__name__)
 
 TASK = "fathom.research"
 
-#: Seconds without a procrastinate heartbeat after which a worker counts as dead (its
-#: ``stalled_worker_timeout``; a live worker beats every 10 s).
-STALLED_WORKER_AFTER = 30
+#: Seconds without a procrastinate heartbeat after which a worker counts as dead (passed to
+#: the workers as ``stalled_worker_timeout``). A live worker beats every 10 s, and a stopping
+#: one stops beating up to ``bots.worker.SHUTDOWN_GRACE`` before its jobs end: deleting a
+#: job its worker still finishes only costs an error log there, but this is tidying, so the
+#: margin is wide.
+STALLED_WORKER_AFTER = 120
 
 
 _DEFER = text(
@@ -116,7 +119,11 @@ class ProcrastinateQueue:
         """Execute queued runs, ``concurrency`` at once, until stopped (or, without ``wait``,
         until the queue is empty). A job's row is deleted when it ends, however it ended."""
         await self.app.run_worker_async(
-            concurrency=concurrency, wait=wait, delete_jobs="always", **options
+            concurrency=concurrency,
+            wait=wait,
+            delete_jobs="always",
+            stalled_worker_timeout=STALLED_WORKER_AFTER,
+            **options,
         )
 
     async def forget_stalled(self, run_ids: list[str]) -> int:
@@ -169,8 +176,11 @@ class ProcrastinateJobRunner:
         found = await self._store.runs_to_sweep(
             sorted(self._job.platforms), stale_after=self._timing.stale_after, limit=SWEEP_BATCH
         )
-        if forgotten := await self._queue.forget_stalled(found):
-            log.info("sweep: deleted %d jobs of dead workers", forgotten)
+        try:  # tidying only: a failure here must not keep the runs from being queued again
+            if forgotten := await self._queue.forget_stalled(found):
+                log.info("sweep: deleted %d jobs of dead workers", forgotten)
+        except Exception:
+            log.warning("sweep: could not delete the jobs of dead workers", exc_info=True)
         queued = [run_id for run_id in found if await self._queue.defer(run_id)]
         for run_id in queued:
             log.info("sweep: run %s has no live runner; queued again", run_id)

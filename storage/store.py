@@ -35,6 +35,7 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
+    exists,
     func,
     insert,
     or_,
@@ -123,13 +124,16 @@ _ACTIVE_RUN_IN_THREAD = _RUNS.where(
     _runs.c.thread_id == bindparam("tid"), _runs.c.status.in_(UNFINISHED_STATUSES)
 )
 _RUN_BY_DEDUPE_KEY = _RUNS.where(_runs.c.dedupe_key == bindparam("dedupe_key"))
-#: How many unfinished runs a user has, and how many of them carry a given dedupe key.
+#: How many unfinished runs a user has, and whether any run (finished or not) already
+#: carries the request's dedupe key: a delivery seen again is never refused.
 _ACTIVE_RUN_COUNT = select(
-    func.count(),
-    func.count(case((_runs.c.dedupe_key == bindparam("dedupe_key"), 1))),
-).where(
-    _runs.c.requested_by == bindparam("requested_by"),
-    _runs.c.status.in_(UNFINISHED_STATUSES),
+    select(func.count())
+    .where(
+        _runs.c.requested_by == bindparam("requested_by"),
+        _runs.c.status.in_(UNFINISHED_STATUSES),
+    )
+    .scalar_subquery(),
+    exists().where(_runs.c.dedupe_key == bindparam("dedupe_key")),
 )
 #: The writes of a claim's holder only apply while it still holds the run.
 _FENCE = (
@@ -441,8 +445,10 @@ class Store:
         :class:`ThreadBusy` when the thread already has a queued or running run; the
         database settles races (a partial unique index), so two requests racing in one
         thread never both get a run. With ``user_limit``, raises :class:`UserBusy` when
-        ``requested_by`` already has that many unfinished runs (checked in the same
-        transaction, so an acknowledgement costs one; a redelivery is never refused).
+        ``requested_by`` already has that many unfinished runs; a redelivery (a run with
+        ``dedupe_key`` exists) is never refused. The count is made in the same transaction,
+        so an acknowledgement costs one, but no constraint enforces it: two requests of one
+        user racing in different threads may both pass.
         """
         now = utcnow()
         if dedupe_key is not None:

@@ -111,6 +111,30 @@ async def test_a_runner_queues_a_new_run_only_when_its_store_did_not(
         assert (run.id, "todo") in await database.run(job_rows)  # queued either way
 
 
+class UntidyQueue(ProcrastinateQueue):
+    """The real queue, except that deleting dead workers' jobs fails."""
+
+    async def forget_stalled(self, run_ids: list[str]) -> int:
+        raise RuntimeError("the tidying statement failed")
+
+
+@postgresql_only
+async def test_a_sweep_queues_runs_again_even_when_tidying_fails(
+    database: Database, database_url: str
+) -> None:
+    store = Store(database)
+    service = ResearchService(store=store, planner=None, writer=None, search=None)  # type: ignore[arg-type]
+    thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="untidy")
+    run, _ = await service.submit(ResearchRequest(topic="tidal range", depth=1, thread=thread))
+    await claim(store, run.id, owner="dead-worker")
+    await age_heartbeat(database, run.id)
+    job = ResearchJob(service, store, {PLATFORM: MemoryChat().factory(store)})
+    async with UntidyQueue(database_url) as queue:
+        runner = ProcrastinateJobRunner(queue, job=job, store=store, timing=service.timing)
+        assert await runner.sweep() == [run.id]
+    assert await database.run(job_rows) == [(run.id, "todo")]
+
+
 @postgresql_only
 async def test_a_run_whose_workers_keep_dying_fails_and_tells_its_thread(
     database: Database,
@@ -173,12 +197,12 @@ def job_rows(conn: Connection) -> list[tuple[str, str]]:
 
 
 def stop_heartbeat(worker_id: int) -> Callable[[Connection], None]:
-    """What a worker that died a minute ago leaves: procrastinate's heartbeat of it stopped."""
+    """What a worker that died ten minutes ago leaves: procrastinate's heartbeat of it stopped."""
 
     def work(conn: Connection) -> None:
         conn.execute(
             text(
-                "UPDATE procrastinate_workers SET last_heartbeat = now() - interval '1 minute' "
+                "UPDATE procrastinate_workers SET last_heartbeat = now() - interval '10 minutes' "
                 "WHERE id = :id"
             ),
             {"id": worker_id},

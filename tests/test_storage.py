@@ -523,9 +523,11 @@ async def test_create_run_refuses_a_user_at_the_limit_but_never_a_redelivery(
         await new_run(store, topic="third", user_limit=2, **args(5, "e"))
     assert (refused.value.active, refused.value.limit) == (2, 2)
     assert await store.get_thread(f"{KEY}-5") is None
-    # A redelivery of an unfinished run's request gets that run, limit or not.
+    # A redelivery gets its run, limit or not: an unfinished one, or one finished since.
     again, created = await new_run(store, topic="queued", user_limit=2, **args(2, "b"))
     assert (again.id, created) == (queued.id, False)
+    late, created = await new_run(store, topic="finished", user_limit=2, **args(3, "c"))
+    assert (late.id, late.status, created) == (finished.id, "succeeded", False)
     # Under the limit, or for another user, it is created.
     third, created = await new_run(store, topic="third", user_limit=3, **args(5, "e"))
     assert created and third.requested_by == "U1"
