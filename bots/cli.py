@@ -354,13 +354,15 @@ def thread_list(
 
 
 def _digest_service(database: Any, settings: Settings) -> DigestService:
-    """Schedules need no LLM or search: adding, listing and firing only touch the database."""
+    """Schedules need no LLM or search: adding, listing and firing only touch the database.
+    A fired run is queued like any other (with procrastinate, in its creating transaction)."""
     from core.digests import DigestService
+    from core.runtime import new_run_hook
     from storage import DigestStore, Store
 
     return DigestService(
         DigestStore(database),
-        Store(database),
+        Store(database, on_new_run=new_run_hook(settings)),
         min_interval=settings.digest_min_interval,
         grace=settings.digest_grace,
         max_per_channel=settings.max_digests_per_channel,

@@ -241,6 +241,31 @@ async def test_a_run_is_committed_queued_or_not_at_all(database: Database) -> No
     assert await database.run(jobs) == [(run.id, "todo")]
 
 
+@postgresql_only
+async def test_fathom_digest_run_queues_its_run_for_the_workers(
+    database: Database, database_url: str, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`fathom digest run` under FATHOM_QUEUE=procrastinate: the run is queued with its row,
+    so a worker starts it at once instead of after the next sweep finds it."""
+    env = {**cli_env, "DATABASE_URL": database_url, "FATHOM_QUEUE": "procrastinate"}
+
+    def fathom(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bots.cli", *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    added = fathom("digest", "add", "tidal power", "--cron", "0 9 * * *", "--channel", "slack:T:C")
+    assert added.returncode == 0, added.stderr
+    fired = fathom("digest", "run", added.stdout.strip())
+    assert fired.returncode == 0, fired.stderr
+    assert await database.run(job_rows) == [(fired.stdout.strip(), "todo")]
+
+
 def test_the_queue_needs_postgresql(cli_env: dict[str, str], tmp_path: Path) -> None:
     env = {**cli_env, "FATHOM_QUEUE": "procrastinate"}  # DATABASE_URL is a SQLite file
     for command in (["worker"], ["serve", "--port", "1"]):
