@@ -6,7 +6,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -27,6 +28,7 @@ from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.slack import FakeSlackServer, sign, slash_command_body
 from tests.pg import throwaway_database
 from tests.runs import age_heartbeat, claim
+from tests.test_cli import fathom
 from tests.test_engine import KEY
 from tests.test_replicas import wait_until
 from tests.test_serve import (  # noqa: F401 (fixtures)
@@ -42,6 +44,35 @@ from tests.test_slack_app import FORM, SECRET
 postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 
 
+@asynccontextmanager
+async def research_job(
+    store: Store,
+    chat: MemoryChat,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+    *,
+    max_attempts: int = 3,
+) -> AsyncIterator[tuple[ResearchService, ResearchJob]]:
+    """What a worker executes, against the fake model and search, delivering to ``chat``."""
+    async with httpx.AsyncClient(trust_env=False) as http:
+        model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=1)
+        try:
+            service = ResearchService(
+                store=store,
+                planner=model,
+                writer=model,
+                search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
+                max_attempts=max_attempts,
+            )
+            policy = DeliveryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
+            yield (
+                service,
+                ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy),
+            )
+        finally:
+            await model.aclose()
+
+
 @postgresql_only
 async def test_a_queued_run_is_executed_by_a_worker_and_queued_once(
     database: Database,
@@ -51,16 +82,7 @@ async def test_a_queued_run_is_executed_by_a_worker_and_queued_once(
 ) -> None:
     store = Store(database, on_new_run=queue_in_transaction)
     chat = MemoryChat()
-    async with httpx.AsyncClient(trust_env=False) as http:
-        model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=1)
-        service = ResearchService(
-            store=store,
-            planner=model,
-            writer=model,
-            search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
-        )
-        policy = DeliveryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
-        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy)
+    async with research_job(store, chat, llm_server, search_server) as (service, job):
         thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="t1")
         run, _ = await service.submit(ResearchRequest(topic="tidal power", depth=2, thread=thread))
         async with RecordingQueue(database_url, job) as queue:
@@ -71,7 +93,6 @@ async def test_a_queued_run_is_executed_by_a_worker_and_queued_once(
             assert queue.deferred == [run.id]  # (the call just above)
             assert await runner.sweep() == []  # nor does a sweep: it is queued already
             await queue.work(concurrency=2, wait=False)  # until the queue is empty
-        await model.aclose()
     done = await store.get_run(run.id)
     assert done is not None and (done.status, done.delivery) == ("succeeded", "posted")
     assert chat.messages(thread, "report")
@@ -147,17 +168,10 @@ async def test_a_run_whose_workers_keep_dying_fails_and_tells_its_thread(
     that takes it fails it with the reason and posts that in the thread, spending nothing."""
     store = Store(database, on_new_run=queue_in_transaction)
     chat = MemoryChat()
-    async with httpx.AsyncClient(trust_env=False) as http:
-        model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=1)
-        service = ResearchService(
-            store=store,
-            planner=model,
-            writer=model,
-            search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
-            max_attempts=2,
-        )
-        policy = DeliveryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
-        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy)
+    async with research_job(store, chat, llm_server, search_server, max_attempts=2) as (
+        service,
+        job,
+    ):
         thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="poison")
         run, _ = await service.submit(ResearchRequest(topic="poison pill", depth=2, thread=thread))
         async with ProcrastinateQueue(database_url, job) as queue:
@@ -175,7 +189,6 @@ async def test_a_run_whose_workers_keep_dying_fails_and_tells_its_thread(
                 assert await runner.sweep() == [run.id]  # queued again, for the next worker
                 assert await database.run(job_rows) == [(run.id, "todo")]  # the dead one: gone
             await queue.work(concurrency=1, wait=False)
-        await model.aclose()
     final = await store.get_run(run.id)
     assert final is not None and (final.status, final.delivery) == ("failed", "posted")
     assert final.attempt == 2 and "gave up after 2 attempts" in (final.error or "")
@@ -248,20 +261,10 @@ async def test_fathom_digest_run_queues_its_run_for_the_workers(
     """`fathom digest run` under FATHOM_QUEUE=procrastinate: the run is queued with its row,
     so a worker starts it at once instead of after the next sweep finds it."""
     env = {**cli_env, "DATABASE_URL": database_url, "FATHOM_QUEUE": "procrastinate"}
-
-    def fathom(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "bots.cli", *args],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-    added = fathom("digest", "add", "tidal power", "--cron", "0 9 * * *", "--channel", "slack:T:C")
+    digest = ["digest", "add", "tidal power", "--cron", "0 9 * * *", "--channel", "slack:T:C"]
+    added = fathom(*digest, env=env, cwd=tmp_path)
     assert added.returncode == 0, added.stderr
-    fired = fathom("digest", "run", added.stdout.strip())
+    fired = fathom("digest", "run", added.stdout.strip(), env=env, cwd=tmp_path)
     assert fired.returncode == 0, fired.stderr
     assert await database.run(job_rows) == [(fired.stdout.strip(), "todo")]
 
