@@ -149,6 +149,16 @@ async def publish_final(progress: ProgressSink, outcome: RunOutcome) -> None:
         log.warning("final progress of run %s failed", outcome.run_id, exc_info=True)
 
 
+def judge(delivery: Delivery, error: Exception) -> PostFailure:
+    """The platform's judgement of a failed post; a judge that fails itself (an answer in a
+    shape nobody foresaw) means "try again", never "give up"."""
+    try:
+        return delivery.classify(error)
+    except Exception:
+        log.warning("judging %s failed; retried", type(error).__name__, exc_info=True)
+        return PostFailure(type(error).__name__, True)
+
+
 def _has_work(run: RunRecord) -> bool:
     return run.status in UNFINISHED_STATUSES or run.delivery == DELIVERY_PENDING
 
@@ -275,7 +285,7 @@ class ResearchJob:
             except (ClaimLost, StorageUnavailable):
                 raise
             except Exception as exc:
-                failure = delivery.classify(exc)
+                failure = judge(delivery, exc)
                 self._count(claim, "error")
                 failures = await self._store.count_delivery_failure(claim, failure.reason)
                 if not failure.retryable or failures >= self._policy.attempts:
@@ -353,7 +363,7 @@ class ResearchJob:
             log.error(
                 "run %s: the failure notice was not posted either (%s)",
                 claim.run_id,
-                delivery.classify(exc).reason,
+                judge(delivery, exc).reason,
             )
         error = f"not posted after {failures} failures: {reason}"
         await self._store.finish_delivery(

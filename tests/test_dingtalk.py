@@ -33,6 +33,7 @@ from tests.fakes.dingtalk import (
     bot_message,
     signed_headers,
 )
+from tests.fakes.server import BROKEN_BODIES
 
 USER = f"dingtalk:{CORP}:staff_1"
 
@@ -209,6 +210,58 @@ async def test_an_expired_session_webhook_sends_through_the_openapi(
     sends = bot.fake.calls_to("group")
     assert all(c.body["robotCode"] == CLIENT_ID for c in sends)
     assert len(reports) == run.report_parts_posted
+
+
+@pytest.mark.parametrize("body", BROKEN_BODIES)
+async def test_a_report_survives_an_outage_whose_answers_are_no_dingtalk_json(
+    dingtalk: DingTalkFactory, llm_server: FakeLLMServer, body: str
+) -> None:
+    """The session webhook and then the OpenAPI answer 5xx pages that are no DingTalk JSON;
+    the report is retried until it is posted."""
+    bot = await dingtalk()
+    llm_server.fake.script("writer", Hang(0.5))
+    await bot.send(bot.message("/research heat pumps depth=1", group=True, msg_id=f"msg_{body}"))
+    await wait_for(lambda: bot.fake.cards)  # the progress card is out
+    bot.fake.fail_next("webhook", status=503, times=2, body=body)
+    (run,) = await bot.delivered()
+    assert (run.delivery, run.delivery_attempts) == ("posted", 2)
+    reports = bot.fake.sent_to("cid_group_1")
+    assert len(reports) == run.report_parts_posted >= 1
+
+
+@pytest.mark.parametrize("body", BROKEN_BODIES)
+async def test_an_openapi_send_answered_by_a_broken_page_is_retried(
+    dingtalk: DingTalkFactory, llm_server: FakeLLMServer, body: str
+) -> None:
+    bot = await dingtalk()
+    llm_server.fake.script("writer", Hang(1.2))  # the webhook expires while the report is written
+    data = bot.message(
+        "/research heat pumps depth=1", group=True, msg_id=f"msg_o{body}", webhook_valid_for=61.0
+    )
+    await bot.send(data)
+    await wait_for(lambda: bot.fake.cards)
+    bot.fake.fail_next("group", status=404 if body == "html" else 502, times=2, body=body)
+    (run,) = await bot.delivered()
+    assert (run.delivery, run.delivery_attempts) == ("posted", 2)
+    reports = bot.fake.sent_to("cid_group_1")
+    assert reports and all(r.via == "group" for r in reports)
+    assert reports[0].text.startswith("@Alice\n\n# ")  # the heading on a line of its own
+
+
+async def test_a_dingtalk_refusal_that_says_never_gives_up_at_once(
+    dingtalk: DingTalkFactory, llm_server: FakeLLMServer
+) -> None:
+    bot = await dingtalk()
+    llm_server.fake.script("writer", Hang(1.2))
+    data = bot.message(
+        "/research heat pumps depth=1", group=True, msg_id="msg_never", webhook_valid_for=61.0
+    )
+    await bot.send(data)
+    await wait_for(lambda: bot.fake.cards)
+    bot.fake.fail_next("group", status=400, code="invalidParameter.robot.notInGroup", times=9)
+    (run,) = await bot.delivered()
+    assert (run.delivery, run.delivery_attempts) == ("failed", 1)
+    assert "invalidParameter.robot.notInGroup" in (run.delivery_error or "")
 
 
 async def test_a_throttled_card_update_still_ends_in_the_final_state(

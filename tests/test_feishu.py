@@ -36,6 +36,7 @@ from tests.fakes.feishu import (
     message_event,
     signed_headers,
 )
+from tests.fakes.server import BROKEN_BODIES
 
 TOKEN = "feishu-verification-token"
 KEY = "feishu-encrypt-key"
@@ -255,6 +256,47 @@ async def test_group_messages_need_the_bot_mentioned_and_the_mention_is_stripped
     assert bot.thread("om_g0") == [] and bot.thread("om_g1") == []
 
 
+async def test_a_rich_text_post_is_read_like_a_text_message(feishu: FeishuFactory) -> None:
+    """A ``post`` with the bot's ``at`` element in the middle and another person's: the
+    research topic has no "@Fathom", and ``help`` in a post gets the help answer."""
+    bot = await feishu()
+    people = [("ou_alice", "Alice")]
+
+    def rich(message_id: str, *elements: dict[str, Any]) -> dict[str, Any]:
+        content = {"title": "", "content": [list(elements)]}
+        event = message_event(
+            None,
+            chat_type="group",
+            mention_bot=True,
+            mentions=people,
+            message_type="post",
+            content=content,
+            token=TOKEN,
+            message_id=message_id,
+        )
+        return event
+
+    def at(key: str, name: str) -> dict[str, Any]:
+        return {"tag": "at", "user_id": key, "user_name": name}
+
+    research = rich(
+        "om_post1",
+        {"tag": "text", "text": "/research heat pumps "},
+        at("@_user_1", "Fathom"),
+        {"tag": "text", "text": " for "},
+        at("@_user_2", "Alice"),
+        {"tag": "text", "text": " depth=1"},
+    )
+    assert (await bot.send(research)).status_code == 200
+    (run,) = await bot.delivered()
+    assert (run.topic, run.depth) == ("heat pumps for @Alice", 1)
+    helped = rich("om_post2", at("@_user_1", "Fathom"), {"tag": "text", "text": " help"})
+    assert (await bot.send(helped)).status_code == 200
+    (answer,) = await wait_for(lambda: bot.thread("om_post2"))
+    assert "/research" in answer.markdown and "depth" in answer.markdown
+    assert len(await bot.served.runs(USER)) == 1
+
+
 async def test_bad_input_is_answered_in_the_thread_in_the_request_language(
     feishu: FeishuFactory,
 ) -> None:
@@ -306,6 +348,48 @@ async def test_a_send_whose_answer_was_lost_is_retried_without_showing_twice(
     assert len(attempts) == 2  # sent, answer lost, sent again
     assert [c.uuid for c in cards].count(f"{run.id}:r1") == 1
     assert run.delivery == "posted" and len(cards) == run.report_parts_posted
+
+
+@pytest.mark.parametrize("body", BROKEN_BODIES)
+async def test_a_report_survives_an_outage_whose_answers_are_no_feishu_json(
+    feishu: FeishuFactory, llm: FakeLLMServer, body: str
+) -> None:
+    bot = await feishu(FATHOM_DELIVERY_BACKOFF="0.05")
+    llm.fake.script("writer", Hang(0.5))
+    message_id = f"om_{body}"
+    await bot.send(
+        message_event(f"/research heat pumps {body} depth=1", token=TOKEN, message_id=message_id)
+    )
+    await wait_for(lambda: bot.thread(message_id))  # the progress card is out
+    bot.fake.fail_next("reply", status=500, times=2, body=body)
+    (run,) = await bot.delivered()
+    assert (run.delivery, run.delivery_attempts) == ("posted", 2)
+    assert len(bot.thread(message_id)[1:]) == run.report_parts_posted >= 1
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "gives_up"),
+    [(400, 230002, True), (403, 230027, True), (400, 1, False), (400, 234567, False)],
+)
+async def test_only_a_feishu_code_that_says_never_gives_up_on_a_report(
+    feishu: FeishuFactory, llm: FakeLLMServer, status: int, code: int, gives_up: bool
+) -> None:
+    """230002 (the bot left the chat) and 230027 (no permission) are final; a code Feishu
+    does not document as final is retried."""
+    bot = await feishu(FATHOM_DELIVERY_BACKOFF="0.05", FATHOM_DELIVERY_ATTEMPTS="3")
+    llm.fake.script("writer", Hang(0.5))
+    message_id = f"om_c{code}"
+    await bot.send(
+        message_event("/research heat pumps depth=1", token=TOKEN, message_id=message_id)
+    )
+    await wait_for(lambda: bot.thread(message_id))
+    bot.fake.fail_next("reply", status=status, code=code, times=2)
+    (run,) = await bot.delivered()
+    if gives_up:
+        assert (run.delivery, run.delivery_attempts) == ("failed", 1)
+        assert f"feishu {code}" in (run.delivery_error or "")
+    else:
+        assert (run.delivery, run.delivery_attempts) == ("posted", 2)
 
 
 async def test_a_long_report_is_split_into_cards_under_the_limit(

@@ -38,7 +38,7 @@ from storage import Database, RunRecord, Store
 from tests.chat_app import LifespanServer, fathom_settings, wait_for
 from tests.env import is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
-from tests.fakes.server import BackgroundServer
+from tests.fakes.server import BROKEN_BODIES, BackgroundServer
 from tests.fakes.slack import (
     FakeSlack,
     FakeSlackServer,
@@ -432,6 +432,38 @@ async def test_a_report_slack_refuses_twice_is_posted_once_on_the_third_try(
     assert all(r["thread_ts"] == run.progress_message_id for r in reports)
     attempts = [c for c in bot.slack.calls_to("chat.postMessage") if "blocks" in c.params]
     assert len(attempts) == len(reports) + 2  # two refused, then posted: no SDK retries on top
+
+
+@pytest.mark.parametrize("body", BROKEN_BODIES)
+async def test_a_report_survives_an_outage_whose_answers_are_no_slack_json(
+    start_bot: BotFactory, body: str
+) -> None:
+    """Slack's edge answers 500 with an HTML page, an empty body, cut-off JSON or plain text
+    during an outage: none of these is Slack saying "never", so the report is retried."""
+    bot = await start_bot(FATHOM_DELIVERY_BACKOFF="0.05")
+    bot.llm.fake.script("writer", Hang(1.0))
+    await bot.command(f"tidal power {body} depth=1", trigger_id=f"t-{body}")
+    await wait_for(lambda: bot.slack.calls_to("chat.postMessage"))  # the opener is out
+    bot.slack.fail_next("chat.postMessage", status=500, times=2, body=body)
+    [run] = await bot.finished()
+    assert (run.status, run.delivery, run.delivery_attempts) == ("succeeded", "posted", 2)
+    assert (run.delivery_error or "").startswith("HTTP 500")
+    reports = bot.reports()
+    assert len(reports) == run.report_parts_posted >= 1
+    assert all(r["thread_ts"] == run.progress_message_id for r in reports)
+
+
+async def test_a_report_to_a_channel_slack_calls_gone_is_given_up_at_once(
+    start_bot: BotFactory,
+) -> None:
+    bot = await start_bot(FATHOM_DELIVERY_BACKOFF="0.05")
+    bot.llm.fake.script("writer", Hang(1.0))
+    await bot.command("geothermal depth=1", trigger_id="t-gone")
+    await wait_for(lambda: bot.slack.calls_to("chat.postMessage"))
+    bot.slack.fail_next("chat.postMessage", error="is_archived", times=5)
+    [run] = await bot.finished()
+    assert (run.status, run.delivery, run.delivery_attempts) == ("succeeded", "failed", 1)
+    assert "is_archived" in (run.delivery_error or "")
 
 
 async def test_a_report_slack_never_takes_ends_with_one_notice_in_the_thread(

@@ -24,17 +24,41 @@ TOKEN_MARGIN = 300.0
 WEBHOOK_THROTTLED = frozenset({130101, 130102, 410100})
 #: Session-webhook error codes of a transient failure.
 WEBHOOK_BUSY = frozenset({-1, 88})
+#: How DingTalk's codes begin when it says a call can never succeed as made: a missing
+#: permission, bad credentials, a parameter it refuses (a robot or conversation that does not
+#: exist). Any other answer is retried.
+FINAL_CODE_PREFIXES = (
+    "Forbidden",
+    "InvalidAuthentication",
+    "invalidClient",
+    "invalidParameter",
+    "MissingParameter",
+    "param.",
+    "resource.not.found",
+    "robot.not.exist",
+)
+#: The session webhook's codes of a refusal for good (keywords, signature, IP allow-list).
+WEBHOOK_FINAL = frozenset({310000, 400101, 400102, 400105, 400106})
 
 
 class DingTalkError(Exception):
     """A refused or failed call: HTTP ``status`` and DingTalk's ``code``."""
 
-    def __init__(self, status: int, code: str, message: str, retry_after: float = 0.0) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        retry_after: float = 0.0,
+        *,
+        final: bool = False,
+    ) -> None:
         super().__init__(f"{message} ({code}, HTTP {status})")
         self.status = status
         self.code = code
         self.message = message
         self.retry_after = retry_after
+        self.final = final  # DingTalk's own answer says this call can never succeed
 
     @property
     def rate_limited(self) -> bool:
@@ -54,14 +78,22 @@ def _retry_after(response: httpx.Response) -> float:
 
 
 def _error(response: httpx.Response) -> DingTalkError:
+    """The failure of a call; ``final`` only when the body is DingTalk's own JSON answer with
+    a code that says so (an HTML, empty or cut-off body is a proxy's or an outage's)."""
     try:
         data = response.json()
     except ValueError:
         data = {}
     data = data if isinstance(data, dict) else {}
-    code = str(data.get("code") or data.get("errcode") or response.status_code)
+    own = data.get("code") or data.get("errcode")
+    code = str(own or response.status_code)
     message = str(data.get("message") or data.get("errmsg") or response.reason_phrase)[:300]
-    return DingTalkError(response.status_code, code, message, _retry_after(response))
+    final = (
+        own is not None
+        and response.status_code < 500
+        and (response.status_code in (401, 403) or code.startswith(FINAL_CODE_PREFIXES))
+    )
+    return DingTalkError(response.status_code, code, message, _retry_after(response), final=final)
 
 
 class DingTalkApi:
@@ -179,14 +211,21 @@ class DingTalkApi:
             data = response.json()
         except ValueError:
             data = {}
+        data = data if isinstance(data, dict) else {}
         try:
-            code = int(data.get("errcode") or 0) if isinstance(data, dict) else 0
+            code = int(data.get("errcode") or 0)
         except (TypeError, ValueError):
-            code = 400  # an answer that is no DingTalk answer: a refusal
+            code = -1  # an answer that is no DingTalk answer: not known to be posted
         if code:
             status = 429 if code in WEBHOOK_THROTTLED else 503 if code in WEBHOOK_BUSY else 400
             message = str(data.get("errmsg") or "refused")[:300]
-            raise DingTalkError(status, str(code), message, 2.0 if status == 429 else 0.0)
+            raise DingTalkError(
+                status,
+                str(code),
+                message,
+                2.0 if status == 429 else 0.0,
+                final=code in WEBHOOK_FINAL,
+            )
 
 
 class Space:

@@ -52,15 +52,17 @@ CARD_PERMISSION = "Card.Instance.Write"
 
 
 def classify_error(error: Exception) -> PostFailure:
-    """Rate-limited (wait), retryable (5xx, network) or permanent (a refusal)."""
+    """Rate-limited (wait), final (DingTalk's own answer says so: ``DingTalkError.final``),
+    or worth another try: any other code, a 5xx or a body that was no DingTalk answer (HTML,
+    empty, cut off), the network, any other exception."""
     if isinstance(error, DingTalkError):
         if error.rate_limited:
             return PostFailure("dingtalk: rate limited", True, error.retry_after or 2.0)
         reason = f"dingtalk {error.code}: {error.message[:120]}"
-        return PostFailure(reason, error.status >= 500)
+        return PostFailure(reason, not error.final)
     if isinstance(error, (httpx.TransportError, OSError, TimeoutError)):
         return PostFailure(f"dingtalk unreachable ({type(error).__name__})", True)
-    return PostFailure(f"{type(error).__name__}: {str(error)[:120]}", False)
+    return PostFailure(f"{type(error).__name__}: {str(error)[:120]}", True)
 
 
 class CardsRefused:
@@ -197,7 +199,8 @@ class DingTalkThread:
                     "dingtalk session webhook failed (%s); using the OpenAPI", type(exc).__name__
                 )
                 self._webhook = None
-        shown = f"@{escape_text(self._nick)} {text}" if mention and self._nick else text
+        # The mention on a line of its own: a report's first line is its heading.
+        shown = f"@{escape_text(self._nick)}\n\n{text}" if mention and self._nick else text
         await self._api.send_markdown(self._space, title, shown)
 
 

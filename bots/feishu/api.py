@@ -37,8 +37,28 @@ from lark_oapi.core.model import BaseRequest, RawResponse, RequestOption
 
 #: Feishu error codes of an invalid or expired tenant token.
 TOKEN_INVALID = frozenset({99991663, 99991661, 99991664, 99991668})
-#: Feishu's code for "too many requests".
-RATE_LIMITED = 99991400
+#: Feishu's codes for "too many requests" (the gateway's, and the messaging API's own).
+RATE_LIMITED = frozenset({99991400, 230020})
+#: Feishu's codes that say a call can never succeed as made (the message APIs' error tables
+#: and the generic server codes); any other code is retried.
+FINAL_CODES = frozenset(
+    {
+        230001,  # invalid request parameter (e.g. a message id that does not exist)
+        230002,  # the bot is not in the chat
+        230006,  # the app's bot ability is not enabled
+        230011,  # the message replied to was recalled
+        230013,  # the user is outside the bot's availability
+        230017,  # the bot does not own the message (a card it may not update)
+        230027,  # lacking a necessary permission
+        230035,  # sending is not allowed in this chat
+        230110,  # the message was deleted
+        230099,  # the card content was refused
+        99991672,  # the app lacks a scope
+        99991401,  # the caller's IP is not allowed
+        10003,  # invalid app id
+        10014,  # invalid app secret
+    }
+)
 #: Renew the tenant token this long before Feishu says it expires.
 TOKEN_MARGIN = 300.0
 
@@ -55,7 +75,7 @@ class FeishuError(Exception):
 
     @property
     def rate_limited(self) -> bool:
-        return self.status == 429 or self.code == RATE_LIMITED
+        return self.status == 429 or self.code in RATE_LIMITED
 
 
 def _error(raw: RawResponse | None, code: int | None, message: str | None) -> FeishuError:

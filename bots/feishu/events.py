@@ -14,6 +14,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -115,8 +116,36 @@ class FeishuRequest:
     readable: bool = True  # text or rich text; anything else gets a short help answer
 
 
-def _text_of(message: dict[str, Any]) -> str | None:
-    """The plain text of a ``text`` or ``post`` message (mention placeholders kept)."""
+#: The tags of a ``post`` whose ``text`` is words of the message.
+POST_TEXT_TAGS = frozenset({"text", "a", "code_block", "md"})
+#: The mention of everyone in a chat (a word to drop: it is nobody's request).
+AT_ALL = "@_all"
+
+
+def _post_body(content: dict[str, Any]) -> tuple[str, list[Any]]:
+    """A post's title and paragraphs, received (``{"title", "content"}``) or localised
+    (``{"zh_cn": {"title", "content"}, ...}``)."""
+    if "content" not in content:
+        body = next((v for v in content.values() if isinstance(v, dict)), {})
+        content = body
+    paragraphs = content.get("content")
+    return str(content.get("title") or ""), paragraphs if isinstance(paragraphs, list) else []
+
+
+def _post_at(element: dict[str, Any]) -> str:
+    """An ``at`` element as the text of a ``text`` message has it: its mention key
+    (``@_user_1``, matched against ``mentions`` like a text message's), or the name."""
+    user_id = str(element.get("user_id") or "")
+    if user_id.startswith("@_"):
+        return f" {user_id} "
+    name = str(element.get("user_name") or user_id)
+    return f" @{name} " if name else " "
+
+
+def _text_of(message: dict[str, Any]) -> tuple[str, str] | None:
+    """The title (of a post) and the plain text of a ``text`` or ``post`` message, with
+    mention keys (``@_user_1``) where the mentions stand, for :func:`translate` to resolve;
+    None for other kinds."""
     try:
         content = json.loads(message.get("content") or "{}")
     except ValueError:
@@ -125,27 +154,33 @@ def _text_of(message: dict[str, Any]) -> str | None:
         return None
     kind = message.get("message_type")
     if kind == "text":
-        return str(content.get("text") or "")
+        return "", str(content.get("text") or "")
     if kind == "post":
-        # {"title": ..., "content": [[{"tag": "text", "text": ...}, {"tag": "at", ...}], ...]}
-        body: Any = content.get("content") if "content" in content else None
-        if body is None:  # a localised post: {"zh_cn": {"title": ..., "content": [...]}}
-            body = next(iter(content.values()), {})
-        if isinstance(body, dict):
-            body = body.get("content")
-        lines = [str(content.get("title") or "")]
-        for paragraph in body if isinstance(body, list) else []:
+        title, paragraphs = _post_body(content)
+        lines = []
+        for paragraph in paragraphs:
             words = []
             for element in paragraph if isinstance(paragraph, list) else []:
                 if not isinstance(element, dict):
                     continue
-                if element.get("tag") in ("text", "a"):
+                if element.get("tag") in POST_TEXT_TAGS:
                     words.append(str(element.get("text") or ""))
                 elif element.get("tag") == "at":
-                    words.append(f"@{element.get('user_name') or element.get('user_id') or ''}")
+                    words.append(_post_at(element))
             lines.append("".join(words))
-        return "\n".join(line for line in lines if line)
+        return title, "\n".join(line for line in lines if line.strip())
     return None
+
+
+def _with_title(title: str, text: str) -> str:
+    """A post's title is the start of its text (of the topic, after ``/research``)."""
+    title = " ".join(title.split())
+    if not title:
+        return text
+    command = re.match(r"/research\b", text, re.IGNORECASE)
+    if command:
+        return f"{text[: command.end()]} {title} {text[command.end() :]}".strip()
+    return f"{title} {text}".strip()
 
 
 def _obj(data: dict[str, Any], key: str) -> dict[str, Any]:
@@ -172,6 +207,8 @@ def translate(payload: dict[str, Any], bot_open_id: str | None) -> FeishuRequest
     mentions = [m for m in message.get("mentions") or [] if isinstance(m, dict)]
 
     def is_bot(mention: dict[str, Any]) -> bool:
+        if mention.get("key") == AT_ALL:
+            return False
         if bot_open_id:
             return _open_id(mention) == bot_open_id
         # Bot info not known yet: a bot's mention has no user_id (people have one).
@@ -179,15 +216,18 @@ def translate(payload: dict[str, Any], bot_open_id: str | None) -> FeishuRequest
 
     chat_type = message.get("chat_type")
     addressed = chat_type == "p2p" or any(is_bot(m) for m in mentions)
-    text = _text_of(message)
-    if text is not None:
-        for mention in mentions:
+    read = _text_of(message)
+    text: str | None = None
+    if read is not None:
+        title, text = read
+        # Longest keys first: "@_user_1" must not eat the start of "@_user_12".
+        for mention in sorted(mentions, key=lambda m: -len(str(m.get("key") or ""))):
             key = str(mention.get("key") or "")
-            if key:
+            if key and key != AT_ALL:
                 text = text.replace(
                     key, " " if is_bot(mention) else f"@{mention.get('name') or ''}"
                 )
-        text = " ".join(text.split())
+        text = _with_title(title, " ".join(w for w in text.split() if w != AT_ALL))
     message_id = str(message.get("message_id") or "")
     root = str(message.get("root_id") or "")
     tenant = str(header.get("tenant_key") or sender.get("tenant_key") or "")

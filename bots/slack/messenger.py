@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bots.slack.errors import error_code
 from bots.slack.render import escape_mrkdwn, report_title, safe_markdown
 from core.models import ThreadKey
 
@@ -78,9 +79,10 @@ class SlackMessenger:
         try:
             await self._client.chat_postMessage(**common, **message)
         except SlackApiError as exc:
-            if exc.response.get("error") not in BLOCK_ERRORS:
+            code = error_code(exc)
+            if code not in BLOCK_ERRORS:
                 raise
-            log.warning("markdown block refused (%s); posting as text", exc.response.get("error"))
+            log.warning("markdown block refused (%s); posting as text", code)
             text = escape_mrkdwn(str(message["blocks"][0]["text"]))
             await self._client.chat_postMessage(**common, text=text)
 

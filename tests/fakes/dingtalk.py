@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from tests.fakes.server import BackgroundServer
+from tests.fakes.server import BackgroundServer, Broken, broken_body
 
 CLIENT_ID = "dingfathomtest"
 CLIENT_SECRET = "fake-dingtalk-secret"
@@ -52,6 +52,7 @@ class _Failure:
     status: int
     code: str
     remaining: int
+    body: str | None = None  # a broken body (tests.fakes.server.BROKEN_BODIES)
 
 
 @dataclass
@@ -100,12 +101,20 @@ class FakeDingTalk:
         self._closers: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     # -- test controls ---------------------------------------------------------------------
-    def fail_next(self, kind: str, status: int = 500, code: str = "", times: int = 1) -> None:
+    def fail_next(
+        self,
+        kind: str,
+        status: int = 500,
+        code: str = "",
+        times: int = 1,
+        body: str | None = None,
+    ) -> None:
         """The next ``times`` calls of ``kind`` (``token``, ``card_create``, ``card_update``,
-        ``group``, ``single``, ``webhook``, ``gateway``) fail with HTTP ``status``."""
+        ``group``, ``single``, ``webhook``, ``gateway``) fail with HTTP ``status``; with
+        ``body`` (one of ``BROKEN_BODIES``), that body instead of DingTalk's JSON."""
         code = code or ("Throttling.Api" if status == 429 else "ServiceUnavailable")
         with self._lock:
-            self._failures.setdefault(kind, deque()).append(_Failure(status, code, times))
+            self._failures.setdefault(kind, deque()).append(_Failure(status, code, times, body))
 
     def session_webhook(self, conversation: str, valid_for: float = 5400.0) -> tuple[str, int]:
         """A session webhook URL for ``conversation`` and its expiry (epoch ms)."""
@@ -136,11 +145,13 @@ class FakeDingTalk:
     # -- the API -----------------------------------------------------------------------------
     def handle(
         self, method: str, path: str, body: dict[str, Any], size: int, token: str
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> tuple[int, dict[str, Any] | Broken]:
         kind = _kind(method, path)
         with self._lock:
             self.calls.append(DingTalkCall(method, path, body, size))
             failure = self._take_failure(kind)
+            if failure is not None and failure.body is not None:
+                return failure.status, Broken(failure.body)
             if failure is not None:
                 return failure.status, {"code": failure.code, "message": "injected"}
             if kind == "token":
@@ -336,6 +347,8 @@ def build_dingtalk_app(fake: FakeDingTalk) -> Starlette:
             return JSONResponse({"code": "InvalidJson", "message": "bad json"}, 400)
         token = request.headers.get("x-acs-dingtalk-access-token", "")
         status, payload = fake.handle(request.method, request.url.path, body, len(raw), token)
+        if isinstance(payload, Broken):
+            return broken_body(payload.kind, status)
         return JSONResponse(payload, status)
 
     async def gateway(request: Request) -> Response:

@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from tests.fakes.server import BackgroundServer
+from tests.fakes.server import BackgroundServer, Broken, broken_body
 
 APP_ID = "cli_fathom_test"
 APP_SECRET = "fake-app-secret"
@@ -57,6 +57,7 @@ class _Failure:
     code: int
     remaining: int
     after: bool = False  # the call takes effect, then its answer is the failure
+    body: str | None = None  # a broken body (tests.fakes.server.BROKEN_BODIES)
 
 
 @dataclass
@@ -116,14 +117,22 @@ class FakeFeishu:
 
     # -- test controls ------------------------------------------------------------------
     def fail_next(
-        self, kind: str, status: int = 500, code: int = 0, times: int = 1, after: bool = False
+        self,
+        kind: str,
+        status: int = 500,
+        code: int = 0,
+        times: int = 1,
+        after: bool = False,
+        body: str | None = None,
     ) -> None:
         """The next ``times`` calls of ``kind`` (``reply``, ``patch``, ``create``, ``token``,
         ``bot``) get HTTP ``status`` with Feishu error ``code`` (429 → rate limited); with
-        ``after``, the call takes effect first (the answer is lost on the way back)."""
+        ``after``, the call takes effect first (the answer is lost on the way back); with
+        ``body`` (one of ``BROKEN_BODIES``), that body instead of Feishu's JSON."""
         code = code or (RATE_LIMITED if status == 429 else 1)
+        failure = _Failure(status, code, times, after, body)
         with self._lock:
-            self._failures.setdefault(kind, deque()).append(_Failure(status, code, times, after))
+            self._failures.setdefault(kind, deque()).append(failure)
 
     def calls_to(self, kind: str) -> list[FeishuCall]:
         with self._lock:
@@ -147,7 +156,7 @@ class FakeFeishu:
 
     def handle(
         self, method: str, path: str, body: dict[str, Any], size: int, auth: str
-    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+    ) -> tuple[int, dict[str, Any] | Broken, dict[str, str]]:
         kind = _kind(method, path)
         with self._lock:
             self.calls.append(FeishuCall(method, path, body, size))
@@ -155,6 +164,8 @@ class FakeFeishu:
             if failure is not None:
                 if failure.after:
                     self._serve(kind, method, path, body, auth)
+                if failure.body is not None:
+                    return failure.status, Broken(failure.body), {}
                 headers = {"x-ogw-ratelimit-reset": "1"} if failure.status == 429 else {}
                 return failure.status, {"code": failure.code, "msg": "injected"}, headers
             return self._serve(kind, method, path, body, auth)
@@ -373,6 +384,8 @@ def build_feishu_app(fake: FakeFeishu) -> Starlette:
             len(raw),
             request.headers.get("authorization", ""),
         )
+        if isinstance(payload, Broken):
+            return broken_body(payload.kind, status)
         return JSONResponse(payload, status, headers=headers)
 
     async def endpoint(request: Request) -> Response:

@@ -11,10 +11,12 @@ import ipaddress
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
 import uvicorn
+from starlette.responses import Response
 from starlette.types import ASGIApp
 
 
@@ -98,3 +100,35 @@ class BackgroundServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+#: The bodies of a broken answer (an outage at the platform's edge, a proxy's error page):
+#: ``fail_next(..., body=KIND)`` of every fake platform answers one of these instead of the
+#: platform's JSON.
+BROKEN_BODIES = ("html", "empty", "truncated", "text")
+
+
+@dataclass(frozen=True)
+class Broken:
+    """What a fake's request handler returns instead of a JSON payload for a broken body."""
+
+    kind: str
+
+
+def broken_body(kind: str, status: int) -> Response:
+    """An answer with ``status`` whose body is no platform answer: an HTML error page, an
+    empty body (typed as JSON, as some gateways do), JSON cut off mid-way, or plain text."""
+    if kind == "html":
+        page = (
+            f"<html><head><title>{status}</title></head><body><h1>Server Error</h1></body></html>"
+        )
+        return Response(page, status, media_type="text/html")
+    if kind == "empty":
+        return Response(b"", status, media_type="application/json")
+    if kind == "truncated":
+        return Response(b'{"ok": false, "error": "inter', status, media_type="application/json")
+    if kind == "text":
+        return Response(
+            "upstream connect error or disconnect/reset", status, media_type="text/plain"
+        )
+    raise ValueError(f"unknown broken body {kind!r}; one of {BROKEN_BODIES}")

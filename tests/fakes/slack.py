@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from tests.fakes.server import BackgroundServer
+from tests.fakes.server import BackgroundServer, broken_body
 
 MAX_TEXT = 40_000
 MAX_BLOCKS = 50
@@ -46,6 +46,7 @@ class _Failure:
     retry_after: int
     error: str | None
     remaining: int
+    body: str | None = None  # a broken body (tests.fakes.server.BROKEN_BODIES)
 
 
 class SlackError(Exception):
@@ -127,11 +128,13 @@ class FakeSlack:
         retry_after: int = 1,
         times: int = 1,
         error: str | None = None,
+        body: str | None = None,
     ) -> None:
         """Next `times` calls to `method` get HTTP 429 (+Retry-After), HTTP 5xx, or, when
-        `error` is given, HTTP 200 `{"ok": false, "error": error}`."""
+        `error` is given, HTTP 200 `{"ok": false, "error": error}`; with `body` (one of
+        ``BROKEN_BODIES``), HTTP `status` with that body instead of Slack's JSON."""
         with self._lock:
-            failure = _Failure(status, retry_after, error, times)
+            failure = _Failure(status, retry_after, error, times, body)
             self._failures.setdefault(method, deque()).append(failure)
 
     def record(self, method: str, params: dict[str, Any], token: str | None) -> None:
@@ -319,6 +322,8 @@ def build_slack_app(fake: FakeSlack) -> Starlette:
         if fake.latency > 0:
             await asyncio.sleep(fake.latency)
         failure = fake.take_failure(method)
+        if failure is not None and failure.body is not None:
+            return broken_body(failure.body, failure.status)
         if failure is not None and failure.error is not None:
             return JSONResponse({"ok": False, "error": failure.error})
         if failure is not None and failure.status == 429:
@@ -362,6 +367,7 @@ def build_slack_app(fake: FakeSlack) -> Starlette:
             int(d.get("retry_after", 1)),
             int(d.get("times", 1)),
             d.get("error"),
+            d.get("body"),
         )
         return JSONResponse({"ok": True})
 
