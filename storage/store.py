@@ -781,6 +781,18 @@ class Store:
         stmt = _RUNS.where(_runs.c.requested_by == requested_by)
         return await self._runs(_newest_first(stmt).limit(limit))
 
+    async def recent_runs_in_channel(
+        self, platform: str, workspace: str, channel: str, limit: int = 10
+    ) -> list[RunRecord]:
+        """The newest runs of every thread in one channel (a DingTalk conversation), newest
+        first."""
+        stmt = _RUNS.where(
+            _threads.c.platform == platform,
+            _threads.c.workspace == workspace,
+            _threads.c.channel == channel,
+        )
+        return await self._runs(_newest_first(stmt).limit(limit))
+
     async def latest_run_in_thread(self, thread_key: str) -> RunRecord | None:
         """The newest run of the thread with this key; None if it has none (or no thread)."""
         return await self._db.run(

@@ -352,6 +352,91 @@ async def test_a_failed_run_with_cards_refused_posts_its_end_once(
     assert len(progress) == 2 and "Research failed" in progress[1].text
 
 
+@pytest.mark.parametrize("under_text", [False, True])
+async def test_quoting_a_research_continues_it_in_every_shape(
+    dingtalk: DingTalkFactory, under_text: bool
+) -> None:
+    """A quote of the request, whether ``repliedMsg`` is at the top level or under ``text``;
+    a quote of one of Fathom's own messages (which DingTalk gives no id the robot knows),
+    even by another user, outside the follow-up window; rich text with an @-mention and a
+    quote."""
+    bot = await dingtalk(FATHOM_DINGTALK_FOLLOWUP_WINDOW="0")
+    group = {"group": True, "quote_under_text": under_text}
+    await bot.send(bot.message("/research heat pumps depth=1", msg_id="msg_q1", **group))
+    await bot.send(bot.message("/research tidal power depth=1", msg_id="msg_q2", **group))
+    await bot.delivered(2)
+    key = f"dingtalk:{CORP}:cid_group_1:"
+    await bot.send(
+        bot.message("and the costs? depth=1", msg_id="msg_q3", replied_to="msg_q1", **group)
+    )
+    newest, *_ = await bot.delivered(3)
+    assert newest.thread_key == key + "msg_q1"
+    # Fathom's progress card of the first research, quoted without an id the robot knows.
+    card = "Research done: 1/1 searches. Researching **heat pumps** (depth 1)"
+    quote_card = bot.message(
+        "what about noise? depth=1",
+        msg_id="msg_q4",
+        replied_to="",
+        quoted_sender="bot_user_1",
+        quoted_text=card,
+        sender_staff_id="staff_2",
+        **group,
+    )
+    await bot.send(quote_card)
+    runs = await bot.served.delivered(f"dingtalk:{CORP}:staff_2")
+    assert runs[0].thread_key == key + "msg_q1"
+    # Rich text: "@Fathom" stays in the words; the quote is under its content.
+    rich = bot.message(
+        None,
+        msg_id="msg_q5",
+        group=True,
+        rich_text=[{"text": "@Fathom "}, {"text": "and the tides? depth=1"}],
+    )
+    rich["content"]["repliedMsg"] = {"msgId": "msg_q2", "content": {"text": "…"}}
+    await bot.send(rich)
+    newest, *_ = await bot.delivered(4)
+    assert newest.thread_key == key + "msg_q2"
+    assert newest.topic == "and the tides?"
+    # Quoting someone else's message is no follow-up.
+    other = bot.message(
+        "solar depth=1", msg_id="msg_q6", replied_to="", quoted_sender="staff_9", **group
+    )
+    await bot.send(other)
+    newest, *_ = await bot.delivered(5)
+    assert newest.thread_key == key + "msg_q6"
+
+
+def test_a_quote_is_read_from_every_place_and_shape() -> None:
+    from bots.dingtalk.events import quote_of
+
+    fake = FakeDingTalk()
+    top = bot_message(fake, "x", replied_to="m1")
+    nested = bot_message(fake, "x", replied_to="m1", quote_under_text=True)
+    as_string = bot_message(fake, "x")
+    as_string["repliedMsg"] = json.dumps({"msgId": "m1", "content": "hello"})
+    rich = bot_message(fake, "x")
+    rich["text"] = {
+        "content": "x",
+        "isReplyMsg": True,
+        "repliedMsg": {
+            "msgId": "m1",
+            "senderId": "bot_user_1",
+            "content": {"richText": [{"text": "heat"}, {"type": "picture"}, {"text": "pumps"}]},
+        },
+    }
+    for data in (top, nested, as_string, rich):
+        quote = quote_of(data)
+        assert quote is not None and quote.msg_id == "m1"
+    rich_quote = quote_of(rich)
+    assert rich_quote is not None and rich_quote.from_robot and rich_quote.text == "heat pumps"
+    assert quote_of(bot_message(fake, "x")) is None
+    for odd in ([], 5, "not json", {"content": [1]}):
+        data = bot_message(fake, "x")
+        data["repliedMsg"] = odd
+        quote = quote_of(data)
+        assert quote is None or quote.msg_id is None
+
+
 def test_odd_rich_text_is_no_request_and_never_an_error() -> None:
     from bots.dingtalk.events import translate
 

@@ -12,7 +12,9 @@ through the message's session webhook.
 
 **Follow-ups.** DingTalk robots have no threads. A message continues a research thread (its
 topics and findings) when
-- it quotes (replies to) the message that started that research, or
+- it quotes (replies to) the message that started that research, or one of Fathom's own
+  messages of that research (wherever the quote arrives: ``repliedMsg`` at the top level or
+  under ``text``; see ``bots.dingtalk.events.quote_of``), or
 - it is a topic written *without* ``/research`` by the same user in the same conversation
   within ``FATHOM_DINGTALK_FOLLOWUP_WINDOW`` seconds (default 600; 0 turns this off) after
   their last research there finished.
@@ -64,6 +66,11 @@ log = logging.getLogger(__name__)
 FOLLOW_UP_CANDIDATES = 10
 #: ``/research <topic>``: always a new research.
 EXPLICIT = re.compile(r"^\s*/research\b", re.IGNORECASE)
+
+
+def _report_heading(markdown: str | None) -> str | None:
+    match = re.search(r"^#{1,6}[ \t]+(.+)$", markdown or "", re.MULTILINE)
+    return match.group(1).strip() if match else None
 
 
 class DingTalkMarkup:
@@ -136,15 +143,9 @@ class DingTalkAdapter:
         message = request.message
         if not self._is_research(message.text):
             return request
-        if request.replied_to:
-            quoted = ThreadKey(
-                platform=PLATFORM,
-                workspace=message.workspace,
-                channel=message.channel,
-                thread=request.replied_to,
-            )
-            if await self._store.get_thread(str(quoted)) is not None:
-                return request.in_thread(request.replied_to)
+        quoted = await self._quoted_thread(request)
+        if quoted is not None:
+            return request.in_thread(quoted)
         window = self._settings.dingtalk_followup_window
         if window <= 0 or EXPLICIT.match(message.text):
             return request
@@ -163,6 +164,35 @@ class DingTalkAdapter:
                 return request.in_thread(key.thread)
             return request
         return request
+
+    async def _quoted_thread(self, request: DingTalkRequest) -> str | None:
+        """The research thread a quote-reply continues: the one its quoted message started,
+        or, for a quote of one of this robot's own messages (whose ids DingTalk does not
+        give the robot when it sends), the research in this conversation that the quoted
+        text shows (its topic or its report's title), else the newest one here."""
+        quote, message = request.quote, request.message
+        if quote is None:
+            return None
+        if quote.msg_id:
+            key = ThreadKey(
+                platform=PLATFORM,
+                workspace=message.workspace,
+                channel=message.channel,
+                thread=quote.msg_id,
+            )
+            if await self._store.get_thread(str(key)) is not None:
+                return quote.msg_id
+        if not quote.from_robot:
+            return None
+        runs = await self._store.recent_runs_in_channel(
+            PLATFORM, message.workspace, message.channel, FOLLOW_UP_CANDIDATES
+        )
+        shown = quote.text.casefold()
+        for run in runs:  # newest first
+            names = (run.topic, _report_heading(run.report_markdown))
+            if any(name and name.casefold() in shown for name in names):
+                return ThreadKey.parse(run.thread_key).thread
+        return ThreadKey.parse(runs[0].thread_key).thread if runs else None
 
     def _is_research(self, text: str) -> bool:
         settings = self._settings

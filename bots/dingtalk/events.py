@@ -89,7 +89,12 @@ class DingTalkRequest:
     readable: bool  # text or rich text; anything else gets a short help answer
     webhook: str | None  # the message's session webhook (answers go there)
     robot_code: str = ""
-    replied_to: str | None = None  # the msgId of the message it quotes, if any
+    quote: Quote | None = None  # the message it quotes (a quote-reply), if any
+
+    @property
+    def replied_to(self) -> str | None:
+        """The msgId of the message it quotes, if DingTalk gave one."""
+        return self.quote.msg_id if self.quote is not None else None
 
     def without_webhook(self) -> DingTalkRequest:
         context = dict(self.message.context or {}, webhook="", webhook_expires_ms="0")
@@ -98,6 +103,57 @@ class DingTalkRequest:
     def in_thread(self, thread: str) -> DingTalkRequest:
         """The same request, continuing the thread that started with message ``thread``."""
         return replace(self, message=replace(self.message, thread=thread, in_thread=True))
+
+
+@dataclass(frozen=True)
+class Quote:
+    """The message a quote-reply quotes: its id, who sent it, its text (as far as DingTalk
+    shows it), and whether it is one of this robot's own messages."""
+
+    msg_id: str | None
+    text: str
+    from_robot: bool
+
+
+def _strings(value: Any) -> list[str]:
+    """The texts in a quoted message's ``content``: a string, ``{"text": ...}``, or rich text
+    (``{"richText": [{"text": ...} | {"content": ...}, ...]}``)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        texts = [v for k, v in value.items() if k in ("text", "content", "title")]
+        rich = value.get("richText")
+        items = rich if isinstance(rich, list) else []
+        return [t for v in [*texts, *items] for t in _strings(v)]
+    return []
+
+
+def quote_of(data: dict[str, Any]) -> Quote | None:
+    """The quoted message of a robot message, in every shape it arrives: ``repliedMsg`` at the
+    top level (with ``isReplyMsg``), or nested under ``text`` (``text.isReplyMsg`` with
+    ``text.repliedMsg``) or under a rich text's ``content``; the quoted id is its ``msgId``
+    (or ``originalMsgId``) wherever the quote stands."""
+    places = [data]
+    places += [data[k] for k in ("text", "content") if isinstance(data.get(k), dict)]
+    for place in places:
+        replied = place.get("repliedMsg")
+        if isinstance(replied, str):  # some deliveries carry it as a JSON string
+            try:
+                replied = json.loads(replied)
+            except ValueError:
+                replied = None
+        if not isinstance(replied, dict):
+            continue
+        msg_id = replied.get("msgId") or replied.get("originalMsgId") or place.get("originalMsgId")
+        sender = str(replied.get("senderId") or replied.get("senderStaffId") or "")
+        robots = {str(data.get("chatbotUserId") or ""), str(data.get("robotCode") or "")} - {""}
+        text = " ".join(" ".join(_strings(replied.get("content"))).split())[:2000]
+        return Quote(
+            msg_id=str(msg_id) if isinstance(msg_id, str | int) and msg_id else None,
+            text=text,
+            from_robot=bool(sender) and sender in robots,
+        )
+    return None
 
 
 def _text(message: Any) -> str | None:
@@ -117,6 +173,18 @@ def _text(message: Any) -> str | None:
     return None
 
 
+def _without_robot_mention(text: str, message: Any, group: bool) -> str:
+    """Rich text keeps the robot's @-mention as words ("@Fathom topic"; a text message's
+    content arrives without it): drop a leading one when the robot is among the mentioned."""
+    robot = str(message.chatbot_user_id or "")
+    mentioned = {str(getattr(u, "dingtalk_id", "") or "") for u in message.at_users or []}
+    words = text.split()
+    addressed = bool(message.is_in_at_list) or robot in mentioned
+    if group and addressed and words and words[0].startswith("@"):
+        return " ".join(words[1:])
+    return text
+
+
 def translate(data: dict[str, Any], *, delivery_id: str | None = None) -> DingTalkRequest | None:
     """The request in a robot message (the stream's ``data`` or the HTTP callback's body), or
     None when it is not for the bot (a group message without its @-mention, the bot itself)."""
@@ -125,6 +193,8 @@ def translate(data: dict[str, Any], *, delivery_id: str | None = None) -> DingTa
     try:
         message = ChatbotMessage.from_dict(data)
         text = _text(message)
+        if text is not None and message.message_type == "richText":
+            text = _without_robot_mention(text, message, str(message.conversation_type) == "2")
     except Exception:  # a shape the SDK cannot read: not a robot message
         return None
     user = str(message.sender_staff_id or message.sender_id or "")
@@ -157,12 +227,10 @@ def translate(data: dict[str, Any], *, delivery_id: str | None = None) -> DingTa
         delivery_key=f"dingtalk:stream:{delivery_id}" if delivery_id else None,
         context=context,
     )
-    replied = message.extensions.get("repliedMsg") if message.extensions else None
-    replied_to = replied.get("msgId") if isinstance(replied, dict) else None
     return DingTalkRequest(
         chat,
         readable=text is not None,
         webhook=webhook,
         robot_code=str(message.robot_code or ""),
-        replied_to=str(replied_to) if replied_to else None,
+        quote=quote_of(data),
     )

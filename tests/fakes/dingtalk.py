@@ -402,9 +402,18 @@ def bot_message(
     webhook_valid_for: float = 5400.0,
     replied_to: str | None = None,
     webhook: str | None = None,
+    quote_under_text: bool = False,
+    quoted_sender: str | None = None,
+    quoted_text: str = "…",
+    rich_text: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A robot message (the stream's ``data`` and the HTTP callback's body). In a group the
-    @bot part is already removed by DingTalk and the text starts with a space."""
+    @bot part is already removed by DingTalk and the text starts with a space.
+
+    A quote-reply (``replied_to``: the quoted msgId, or "" for a quote without one) carries
+    ``repliedMsg`` at the top level, or with ``quote_under_text`` under ``text`` (as several
+    public integrations receive it); ``quoted_sender`` is who sent the quoted message (the
+    robot: ``"bot_user_1"``). ``rich_text`` makes a ``richText`` message of those parts."""
     conversation = conversation or ("cid_group_1" if group else "cid_single_1")
     hook, expires = fake.session_webhook(conversation, webhook_valid_for)
     data: dict[str, Any] = {
@@ -429,11 +438,25 @@ def bot_message(
         data["conversationTitle"] = "Research group"
     if webhook is not None:
         data["sessionWebhook"] = webhook
+    quote: dict[str, Any] | None = None
     if replied_to is not None:  # a quote-reply
+        quote = {"msgType": "text", "content": {"text": quoted_text}}
+        if replied_to:
+            quote["msgId"] = replied_to
+        if quoted_sender:
+            quote["senderId"] = quoted_sender
+    if quote is not None and not quote_under_text:
         data["isReplyMsg"] = True
-        data["repliedMsg"] = {"msgId": replied_to, "msgType": "text", "content": {"text": "…"}}
-    if message_type == "text":
+        data["repliedMsg"] = quote
+    if rich_text is not None:
+        data["msgtype"] = "richText"
+        data["content"] = {"richText": rich_text}
+        if group and at_bot:
+            data["atUsers"] = [{"dingtalkId": "bot_user_1"}]
+    elif message_type == "text":
         data["text"] = {"content": (" " if group else "") + (text or "")}
+        if quote is not None and quote_under_text:
+            data["text"].update(isReplyMsg=True, repliedMsg=quote)
     elif message_type == "picture":
         data["content"] = {"downloadCode": "dl_1"}
     return data
