@@ -129,6 +129,26 @@ async def test_a_chinese_request_is_answered_in_chinese_around_the_fixed_progres
     assert english is not None and "depth must be from 1 to" in english.text
 
 
+async def test_files_are_named_as_not_read_and_unreadable_messages_follow_the_language(
+    world: Callable[..., World],
+) -> None:
+    w = world()
+    await w.runner.start()
+    reply = await w.chat.say(w.commands, "/research 热泵 depth=1", files=1)
+    assert reply is not None and reply.started
+    await w.delivered()
+    (note,) = w.chat.messages(w.thread(), "answer")
+    assert "暂时还不能读取附件" in note.text and "1 个文件" in note.text
+    # An image from the same user: their last research was in Chinese.
+    await w.chat.say(w.commands, "", thread="t2", readable=False, key="img-1")
+    (answer,) = w.chat.messages(w.thread("t2"), "answer")
+    assert answer.text.startswith("我只能读文字消息")
+    # A file whose name is English words, from another user: English.
+    await w.chat.say(w.commands, "quarterly report", user="U2", thread="t3", readable=False)
+    (english,) = w.chat.messages(w.thread("t3"), "answer")
+    assert english.text.startswith("I can only read text")
+
+
 @pytest.mark.parametrize("text", ["/research depth=0 heat pumps", "/research   ", "depth=99 x"])
 async def test_bad_input_is_answered_with_what_is_allowed_and_stores_nothing(
     world: Callable[..., World], text: str

@@ -49,6 +49,7 @@ from tests.fakes.slack import (
     sign,
     slash_command_body,
     url_verification_body,
+    with_files,
 )
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -300,6 +301,29 @@ async def test_access_control_refuses_politely(start_bot: BotFactory) -> None:
     assert "can't start research" in ephemeral[0].params["text"]
     assert ephemeral[0].params["user"] == "U123"
     assert await bot.runs() == []
+
+
+@pytest.mark.parametrize("where", ["dm", "mention"])
+async def test_a_message_with_files_is_answered_like_its_text(
+    start_bot: BotFactory, where: str
+) -> None:
+    """A DM (``subtype: file_share``) or an @-mention that carries files starts the same
+    research as its text alone, and says that the files are not read yet."""
+    bot = await start_bot()
+    plain = im_message_event if where == "dm" else app_mention_event
+    event = with_files(plain("hydrogen aviation depth=1"), "brief.pdf", "notes.txt")
+    await bot.event(event, f"Ev-files-{where}")
+    [run] = await bot.finished()
+    assert (run.status, run.topic, run.depth) == ("succeeded", "hydrogen aviation", 1)
+    [note] = await wait_for(lambda: bot.slack.calls_to("chat.postEphemeral"))
+    assert "do not read attached files yet" in note.params["text"]
+    assert "2 files" in note.params["text"] and note.params["user"] == "U123"
+    if where == "dm":  # edits and other subtypes of a DM stay ignored
+        edited = dict(plain("solar depth=1"), subtype="message_changed")
+        await bot.event(edited, "Ev-edit")
+        await bot.event(plain("wind depth=1"), "Ev-after")
+        runs = await bot.finished(2)
+        assert [r.topic for r in runs] == ["wind", "hydrogen aviation"]
 
 
 async def test_concurrency_limit_refuses_a_second_run(start_bot: BotFactory) -> None:

@@ -70,6 +70,8 @@ class ChatMessage:
     language: Language | None = None
     #: What the platform needs later to deliver a run of this request (kept with the run).
     context: dict[str, str] | None = None
+    #: Files attached to the message (not read yet: the answer says so).
+    files: int = 0
 
     @property
     def lang(self) -> Language:
@@ -147,12 +149,22 @@ class ChatCommands:
             return None  # another delivery of it (another replica) answered meanwhile
         if not reply.started:
             await answer(reply.text)
+        elif message.files:
+            await answer(self.replies(message.lang).files_not_read(message.files))
         return reply
 
     async def receive_unreadable(self, message: ChatMessage, answer: Answer) -> None:
-        """A message the bot cannot read (an image, a file): a short help answer, once."""
+        """A message the bot cannot read (an image, a file): a short help answer, once, in
+        the request's language: its own words (a file's name) when it has any, else the
+        language of the sender's last research."""
         if message.addressed and await self._claim(message):
-            await answer(self.replies("en").unsupported_message())
+            language = message.language
+            if language is None and request_words(message.text).strip():
+                language = message.lang
+            if language is None:
+                recent = await self._store.recent_runs_for_user(message.requested_by, 1)
+                language = request_language(recent[0].topic) if recent else "en"
+            await answer(self.replies(language).unsupported_message())
 
     async def _claim(self, message: ChatMessage) -> bool:
         """Record the request; True for the delivery that recorded it first."""

@@ -113,8 +113,12 @@ class MemoryChat:
         key: str | None = None,
         addressed: bool = True,
         in_thread: bool = False,
+        files: int = 0,
+        readable: bool = True,
     ) -> Reply | None:
-        """A user writes to the bot in ``C1``; the answer (if any) is posted in the thread."""
+        """A user writes to the bot in ``C1``; the answer (if any) is posted in the thread.
+        ``files``: files attached; not ``readable``: a message the bot cannot read (an
+        image; ``text`` is what the platform shows of it, e.g. a file name)."""
         message = ChatMessage(
             platform=PLATFORM,
             workspace="W1",
@@ -125,12 +129,16 @@ class MemoryChat:
             dedupe_key=key or f"memory:{thread}:{user}:{text}",
             addressed=addressed,
             in_thread=in_thread,
+            files=files,
         )
 
         async def answer(reply: str) -> None:
             self._call("answer", message.thread_key)
             self._add(message.thread_key, "answer", reply)
 
+        if not readable:
+            await commands.receive_unreadable(message, answer)
+            return None
         return await commands.receive(message, answer)
 
     # -- outbound -------------------------------------------------------------------

@@ -18,7 +18,7 @@ from storage import DigestRecord, RunRecord
 if TYPE_CHECKING:
     from core.digests import DigestView
 
-Icon = Literal["warning", "no_entry", "hourglass", "mag", "stop"]
+Icon = Literal["warning", "no_entry", "hourglass", "mag", "stop", "paperclip"]
 #: Icons as emoji, for platforms whose markup has no icon codes of its own (Feishu, DingTalk).
 EMOJI_ICONS: dict[Icon, str] = {
     "warning": "⚠️ ",
@@ -26,6 +26,7 @@ EMOJI_ICONS: dict[Icon, str] = {
     "hourglass": "⏳ ",
     "mag": "🔍 ",
     "stop": "🛑 ",
+    "paperclip": "📎 ",
 }
 STATUS_RECENT = 5
 
@@ -156,6 +157,14 @@ class Replies:
         return self._pick(
             "I can only read text. Send me a topic, e.g. `/research solid-state batteries`.",
             "我只能读文字消息。请发给我一个主题，例如 `/research 固态电池`。",
+        )
+
+    def files_not_read(self, count: int) -> str:
+        """A research started from a message with files: they are not read (yet)."""
+        return self._icon("paperclip") + self._pick(
+            f"I do not read attached files yet: this research works from your text only "
+            f"({count} {'file' if count == 1 else 'files'} not read).",
+            f"我暂时还不能读取附件：这次研究只依据你的文字（{count} 个文件未读取）。",
         )
 
     # -- scheduled digests ------------------------------------------------------------------

@@ -44,8 +44,26 @@ from core.runtime import Runtime
 log = logging.getLogger(__name__)
 
 
+#: Message subtypes that are a person writing to the bot (a message with files is
+#: ``file_share``; a reply also sent to the channel is ``thread_broadcast``).
+PERSON_SUBTYPES = frozenset({None, "", "file_share", "thread_broadcast"})
+
+
+def _files(event: dict[str, Any]) -> int:
+    files = event.get("files")
+    return len(files) if isinstance(files, list) else 0
+
+
 def _message(
-    *, team: str, user: str, channel: str, thread: str, text: str, key: str, in_thread: bool
+    *,
+    team: str,
+    user: str,
+    channel: str,
+    thread: str,
+    text: str,
+    key: str,
+    in_thread: bool,
+    files: int = 0,
 ) -> ChatMessage:
     return ChatMessage(
         platform="slack",
@@ -56,6 +74,7 @@ def _message(
         text=text,
         dedupe_key=key,
         in_thread=in_thread,
+        files=files,
     )
 
 
@@ -96,8 +115,11 @@ class SlackCommands:
     async def on_message(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
     ) -> None:
-        """DMs only; edits, joins, bot messages and the bot's own messages are ignored."""
-        if event.get("channel_type") != "im" or event.get("subtype") or event.get("bot_id"):
+        """DMs only (with files too); edits, joins, bot messages and the bot's own messages
+        are ignored."""
+        if event.get("channel_type") != "im" or event.get("bot_id"):
+            return
+        if event.get("subtype") not in PERSON_SUBTYPES:
             return
         if not event.get("user") or event.get("user") == context.bot_user_id:
             return
@@ -118,6 +140,7 @@ class SlackCommands:
             text=clean_text(str(event.get("text") or ""), context.bot_user_id),
             key=f"slack:event:{event_id}",
             in_thread=bool(parent and parent != ts),
+            files=_files(event),
         )
 
         async def answer(text: str) -> None:

@@ -48,6 +48,7 @@ _ICONS: dict[Icon, str] = {
     "hourglass": ":hourglass: ",
     "mag": ":mag: ",
     "stop": ":octagonal_sign: ",
+    "paperclip": ":paperclip: ",
 }
 
 

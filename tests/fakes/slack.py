@@ -534,3 +534,31 @@ def im_message_event(
 def url_verification_body(challenge: str) -> bytes:
     body = {"token": "verification-token", "challenge": challenge, "type": "url_verification"}
     return json.dumps(body).encode()
+
+
+def with_files(event: dict[str, Any], *names: str) -> dict[str, Any]:
+    """``event`` carrying files, as Slack sends a message with uploads: the file objects
+    under ``files`` (their public fields), ``upload: false``, and, for a ``message`` event,
+    ``subtype: file_share``."""
+    files = [
+        {
+            "id": f"F{uuid.uuid4().hex[:10].upper()}",
+            "created": int(time.time()),
+            "timestamp": int(time.time()),
+            "name": name,
+            "title": name,
+            "mimetype": "application/pdf" if name.endswith(".pdf") else "text/plain",
+            "filetype": "pdf" if name.endswith(".pdf") else "text",
+            "user": event.get("user"),
+            "mode": "hosted",
+            "is_external": False,
+            "size": 12345,
+            "url_private": f"https://files.slack.com/files-pri/T0001-F0001/{name}",
+            "permalink": f"https://example.slack.com/files/U123/F0001/{name}",
+        }
+        for name in names or ("notes.pdf",)
+    ]
+    event = dict(event, files=files, upload=False, display_as_bot=False)
+    if event.get("type") == "message":
+        event["subtype"] = "file_share"
+    return event
