@@ -10,14 +10,17 @@ secret ever reaches the log. Slack, Feishu and DingTalk use it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
+#: Seconds a whole body may take to arrive (``FATHOM_BODY_TIMEOUT``).
+DEFAULT_BODY_TIMEOUT = 10.0
 
 
 class Rejected(Exception):
@@ -29,9 +32,13 @@ class Rejected(Exception):
         self.reason = reason
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, or :class:`Rejected` (413) as soon as it is known to exceed ``limit``
-    bytes: by its ``Content-Length``, or while it streams in (never read whole)."""
+async def read_body(
+    request: Request, limit: int, body_timeout: float = DEFAULT_BODY_TIMEOUT
+) -> bytes:
+    """The request body, or :class:`Rejected`: 413 as soon as it is known to exceed ``limit``
+    bytes (by its ``Content-Length``, or while it streams in: never read whole), 408 when it
+    is not complete within ``body_timeout`` seconds (a client that trickles it), 400 when the
+    client went away before sending it all (answered to nobody; one log line)."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.strip().isdigit():
@@ -40,11 +47,17 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise Rejected(413, "request body too large")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise Rejected(413, "request body too large")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(body_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise Rejected(413, "request body too large")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise Rejected(408, f"request body not complete within {body_timeout:g} s") from None
+    except ClientDisconnect:
+        raise Rejected(400, "the client disconnected before sending its whole body") from None
     return b"".join(chunks)
 
 
@@ -59,5 +72,5 @@ def rejected_response(request: Request, rejection: Rejected) -> Response:
         rejection.status,
         rejection.reason,
     )
-    headers = {"Connection": "close"} if rejection.status == 413 else None
+    headers = {"Connection": "close"} if rejection.status in (408, 413) else None
     return JSONResponse({"error": rejection.reason}, rejection.status, headers=headers)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
+import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -24,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from core.config import Settings
+from core.config import ConfigError, Settings
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.duty import OneHolder
 from core.jobs import InProcessJobRunner, JobRunner
@@ -114,14 +116,18 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
             app.state.holders = holders
             app.state.scheduler = scheduler
             housekeeping: asyncio.Task[None] | None = None
-            if upgrade or await runtime.database.schema_is_current():
+            app.state.schema_current = upgrade or await runtime.database.schema_is_current()
+            if app.state.schema_current:
                 await runner.start()
                 housekeeping = asyncio.create_task(_housekeeping(runtime.store, settings))
                 await scheduler.start()
                 for holder in holders.values():
                     await holder.start()
             else:
-                log.error("database schema is not current: run `fathom db upgrade`")
+                log.error(
+                    "database schema is not current: run `fathom db upgrade`, then restart; "
+                    "until then the platform routes answer 503"
+                )
             try:
                 yield
             finally:
@@ -160,6 +166,7 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
     app.state.scheduler = None
     app.state.metrics = None
     app.state.settings = settings
+    app.state.schema_current = True
     return app
 
 
@@ -224,7 +231,22 @@ async def _housekeeping(store: Store, settings: Settings) -> None:
         await asyncio.sleep(HOUSEKEEPING_EVERY)
 
 
+def _schema_refusal(request: Request) -> Response | None:
+    """503 for a platform route while the schema is behind this code (``serve --no-upgrade``
+    on an old database): nothing would work, and each request would fail with a traceback."""
+    if request.app.state.schema_current:
+        return None
+    log.warning(
+        "%s %s answered 503: the database schema is not current (run `fathom db upgrade`)",
+        request.method,
+        request.url.path,
+    )
+    return JSONResponse({"error": "the database schema is not current"}, 503)
+
+
 async def slack_route(request: Request) -> Response:
+    if (refused := _schema_refusal(request)) is not None:
+        return refused
     slack: SlackAdapter | None = request.app.state.slack
     if slack is None:
         return JSONResponse({"error": "Slack is not configured on this server"}, 404)
@@ -232,6 +254,8 @@ async def slack_route(request: Request) -> Response:
 
 
 async def feishu_route(request: Request) -> Response:
+    if (refused := _schema_refusal(request)) is not None:
+        return refused
     feishu: FeishuAdapter | None = request.app.state.feishu
     if feishu is None:
         return JSONResponse({"error": "Feishu is not configured on this server"}, 404)
@@ -239,6 +263,8 @@ async def feishu_route(request: Request) -> Response:
 
 
 async def dingtalk_route(request: Request) -> Response:
+    if (refused := _schema_refusal(request)) is not None:
+        return refused
     dingtalk: DingTalkAdapter | None = request.app.state.dingtalk
     if dingtalk is None:
         return JSONResponse({"error": "DingTalk is not configured on this server"}, 404)
@@ -340,6 +366,7 @@ def run_server(settings: Settings, *, host: str, port: int, upgrade: bool = True
     import uvicorn
 
     app = create_app(settings, upgrade=upgrade)
+    sock = listen_socket(host, port)  # before the lifespan connects to any platform
     config = uvicorn.Config(
         app,
         host=host,
@@ -351,8 +378,26 @@ def run_server(settings: Settings, *, host: str, port: int, upgrade: bool = True
         timeout_graceful_shutdown=5,
     )
     server = _graceful_server_class()(config)
-    server.run()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
     return bool(server.started)
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound now: a port in use (or an address this machine does not
+    have) is one ``ConfigError`` line, before anything connects anywhere."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        why = "the port is already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise ConfigError(f"cannot listen on {host}:{port}: {why}") from None
+    return sock
 
 
 def _graceful_server_class() -> type[Any]:

@@ -154,6 +154,10 @@ class Settings(BaseSettings):
         le=64 * 1_048_576,
         validation_alias=_env("FATHOM_MAX_BODY_BYTES"),
     )
+    #: Seconds a platform route waits for a request's whole body (then 408).
+    body_timeout: float = Field(
+        default=10.0, gt=0, le=300, validation_alias=_env("FATHOM_BODY_TIMEOUT")
+    )
 
     # Slack
     slack_bot_token: str | None = Field(default=None, validation_alias=_env("SLACK_BOT_TOKEN"))

@@ -232,7 +232,9 @@ class DingTalkAdapter:
         if self.mode != "http":
             return JSONResponse({"error": "DingTalk runs in stream mode here"}, 404)
         try:
-            body = await read_body(request, self._settings.max_body_bytes)
+            body = await read_body(
+                request, self._settings.max_body_bytes, self._settings.body_timeout
+            )
             payload = open_callback(
                 body,
                 {k.lower(): v for k, v in request.headers.items()},

@@ -130,7 +130,9 @@ class FeishuAdapter:
         if self.mode != "webhook":
             return JSONResponse({"error": "Feishu runs in long-connection mode here"}, 404)
         try:
-            body = await read_body(request, self._settings.max_body_bytes)
+            body = await read_body(
+                request, self._settings.max_body_bytes, self._settings.body_timeout
+            )
             delivery = open_delivery(
                 body,
                 {k.lower(): v for k, v in request.headers.items()},

@@ -303,5 +303,6 @@ async def open_slack(
         app,
         signing_secret=settings.slack_signing_secret,
         max_body_bytes=settings.max_body_bytes,
+        body_timeout=settings.body_timeout,
     )
     return SlackAdapter(app, endpoint, settings)

@@ -29,7 +29,7 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltRequest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from bots.http_gate import Rejected, read_body, rejected_response
+from bots.http_gate import DEFAULT_BODY_TIMEOUT, Rejected, read_body, rejected_response
 
 log = logging.getLogger(__name__)
 
@@ -88,16 +88,18 @@ class SlackEndpoint:
         *,
         signing_secret: str | None,
         max_body_bytes: int,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._app = app
         self._secret = signing_secret or ""
         self._limit = max_body_bytes
+        self._body_timeout = body_timeout
         self._clock = clock
 
     async def __call__(self, request: Request) -> Response:
         try:
-            body = await read_body(request, self._limit)
+            body = await read_body(request, self._limit, self._body_timeout)
             if request.method == "POST":
                 return await self._dispatch(request, body)
             return await self._oauth(request, body)
