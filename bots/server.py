@@ -245,30 +245,24 @@ def _schema_refusal(request: Request) -> Response | None:
 
 
 async def slack_route(request: Request) -> Response:
-    if (refused := _schema_refusal(request)) is not None:
-        return refused
     slack: SlackAdapter | None = request.app.state.slack
     if slack is None:
         return JSONResponse({"error": "Slack is not configured on this server"}, 404)
-    return await slack.handler(request)
+    return _schema_refusal(request) or await slack.handler(request)
 
 
 async def feishu_route(request: Request) -> Response:
-    if (refused := _schema_refusal(request)) is not None:
-        return refused
     feishu: FeishuAdapter | None = request.app.state.feishu
     if feishu is None:
         return JSONResponse({"error": "Feishu is not configured on this server"}, 404)
-    return await feishu.webhook(request)
+    return _schema_refusal(request) or await feishu.webhook(request)
 
 
 async def dingtalk_route(request: Request) -> Response:
-    if (refused := _schema_refusal(request)) is not None:
-        return refused
     dingtalk: DingTalkAdapter | None = request.app.state.dingtalk
     if dingtalk is None:
         return JSONResponse({"error": "DingTalk is not configured on this server"}, 404)
-    return await dingtalk.callback(request)
+    return _schema_refusal(request) or await dingtalk.callback(request)
 
 
 async def healthz(request: Request) -> Response:
