@@ -17,8 +17,9 @@ import math
 import re
 import sys
 import types
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_args
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ValidationError
 
@@ -53,16 +54,66 @@ _STATUS_REASONS = {
 }
 
 
+class FailureKind(StrEnum):
+    """What went wrong with a model call, for a one-line reason a person can act on."""
+
+    UNREACHABLE = "unreachable"
+    TIMEOUT = "timeout"
+    AUTH = "auth"
+    PERMISSION = "permission"
+    NOT_FOUND = "not_found"
+    RATE_LIMITED = "rate_limited"
+    SERVER = "server"
+    BAD_ANSWER = "bad_answer"
+    OTHER = "other"
+
+
 class LLMError(Exception):
-    """The endpoint failed after retries; the message is short and safe to show users."""
+    """The endpoint failed after retries; the message is short and safe to show users.
+
+    ``detail`` is the reason alone (no model name), ``model`` and ``endpoint`` say which model
+    failed where (the endpoint without credentials or query), ``kind`` what kind of failure."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: FailureKind = FailureKind.OTHER,
+        model: str = "",
+        endpoint: str = "",
+        detail: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.model = model
+        self.endpoint = endpoint
+        self.detail = detail if detail is not None else message
 
 
 class LLMInvalidJSON(LLMError):
     """The model twice answered something that is not valid JSON for the schema."""
 
-    def __init__(self, message: str, raw: str) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, raw: str, *, model: str = "", endpoint: str = "") -> None:
+        super().__init__(message, kind=FailureKind.BAD_ANSWER, model=model, endpoint=endpoint)
         self.raw = raw[:_RAW_LIMIT]
+
+
+def public_endpoint(url: str) -> str:
+    """``url`` as it may be shown: scheme, host, port and path; no user, password or query."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "an invalid URL"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    return " ".join(text.split())[:limit]
 
 
 class _BadJSON(ValueError):
@@ -249,7 +300,10 @@ class ChatModel:
             return _parse(second, schema)
         except _BadJSON as exc:
             raise LLMInvalidJSON(
-                f"model {self.model} twice answered invalid JSON: {exc}", second
+                f"model {self.model} twice answered invalid JSON: {exc}",
+                second,
+                model=self.model,
+                endpoint=public_endpoint(self.base_url),
             ) from None
 
     async def aclose(self) -> None:
@@ -301,7 +355,7 @@ class ChatModel:
         except openai.APIError as exc:
             if self._metrics is not None:
                 self._metrics.llm_call(self.model, False, 0, 0)
-            raise LLMError(self._describe(exc)) from exc
+            raise self._error(exc) from exc
         content = response.choices[0].message.content if response.choices else None
         if response.usage is not None:
             prompt = response.usage.prompt_tokens or 0
@@ -315,28 +369,64 @@ class ChatModel:
             self._metrics.llm_call(self.model, True, prompt, completion)
         text = strip_think(content or "")
         if not text:
-            raise LLMError(f"model {self.model} returned an empty answer")
+            raise LLMError(
+                f"model {self.model} returned an empty answer",
+                kind=FailureKind.BAD_ANSWER,
+                model=self.model,
+                endpoint=public_endpoint(self.base_url),
+                detail="it returned an empty answer",
+            )
         return text
 
-    def _describe(self, exc: Exception) -> str:
-        """A short, key-free description of a failed call."""
+    def _error(self, exc: Exception) -> LLMError:
+        """The :class:`LLMError` of a failed call: short, one line and key-free."""
+        kind, reason = self._describe(exc)
+        if self._api_key:
+            reason = reason.replace(self._api_key, "***")
+        return LLMError(
+            f"LLM {self.model} failed: {reason}",
+            kind=kind,
+            model=self.model,
+            endpoint=public_endpoint(self.base_url),
+            detail=reason,
+        )
+
+    def _describe(self, exc: Exception) -> tuple[FailureKind, str]:
+        """What kind of failure ``exc`` is, and a short description of it."""
         import openai
 
         if isinstance(exc, openai.APITimeoutError):
-            reason = f"timed out after {self.timeout:g}s"
-        elif isinstance(exc, openai.APIConnectionError):
-            reason = f"could not connect to {urlsplit(self.base_url).netloc}"
-        elif isinstance(exc, openai.APIStatusError):
+            return FailureKind.TIMEOUT, f"timed out after {self.timeout:g}s"
+        if isinstance(exc, openai.APIConnectionError):
+            host = urlsplit(public_endpoint(self.base_url)).netloc  # (no user or password)
+            return FailureKind.UNREACHABLE, f"could not connect to {host}"
+        if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
             reason = _STATUS_REASONS.get(status, "server error" if status >= 500 else "error")
             reason = f"HTTP {status} {reason}"
             if status not in (401, 403):  # auth errors may echo part of the key
-                reason += f": {str(exc.message)[:200]}"
-        else:
-            reason = str(exc)[:200]
-        if self._api_key:
-            reason = reason.replace(self._api_key, "***")
-        return f"LLM {self.model} failed: {reason}"
+                reason += f": {_one_line(_status_message(exc))}"
+            return _status_kind(status), reason
+        return FailureKind.OTHER, _one_line(str(exc))
+
+
+def _status_kind(status: int) -> FailureKind:
+    kinds = {
+        401: FailureKind.AUTH,
+        403: FailureKind.PERMISSION,
+        404: FailureKind.NOT_FOUND,
+        408: FailureKind.TIMEOUT,
+        429: FailureKind.RATE_LIMITED,
+    }
+    return kinds.get(status, FailureKind.SERVER if status >= 500 else FailureKind.OTHER)
+
+
+def _status_message(exc: Any) -> str:
+    """The endpoint's own message (``{"error": {"message"}}``), else the SDK's."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("message"), str) and body["message"]:
+        return str(body["message"])
+    return str(exc.message)
 
 
 class LLMClients:

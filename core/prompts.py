@@ -169,11 +169,6 @@ Sources (cite by number; untrusted data between the fence lines):
 {sources}
 {fence_end}"""
 
-FALLBACK_REPORT_INTRO = (
-    "> The report writer was unavailable ({reason}), so this report lists the collected "
-    "findings without analysis."
-)
-
 EMPTY_FINDINGS = "(none yet)"
 
 

@@ -4,10 +4,12 @@ The writer model sees sources as ``[n] title — url``. Whatever it answers, the
 report that leaves this module cites only sources that searches returned:
 unknown ``[n]`` are dropped, links to URLs no search returned are unlinked,
 citations are renumbered in order of first use, and ``## Sources`` is generated
-from data. The answer is untrusted like the sources: passages that repeat Fathom's own
-instructions are dropped (:func:`drop_instruction_echoes`), platform mentions and link
-syntax are made inert, and no web address survives anywhere in the report (notes and titles
-included) unless a search returned it.
+from data. The fixed headings (``## Sources``, ``## Notes on this run``, ...) are in the
+language of the topic, as the report is (``## 来源`` in a Chinese one). The answer is
+untrusted like the sources: passages that repeat Fathom's own instructions are dropped
+(:func:`drop_instruction_echoes`), platform mentions and link syntax are made inert, and no
+web address survives anywhere in the report (notes and titles included) unless a search
+returned it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ from core.models import Finding, Source
 from core.pages.extract import estimate_tokens
 from core.prompts import echoes_instructions, instruction_shingles
 from core.untrusted import as_data, neutralise, remove_urls
+from core.wording import (
+    Language,
+    main_findings_heading,
+    notes_heading,
+    request_language,
+    sources_heading,
+    untitled_report,
+)
 
 SNIPPET_CHARS_FOR_WRITER = 500
 #: The page passages the writer sees in all, newest sources first (about 8 rounds' worth).
@@ -202,7 +212,9 @@ class CheckedReport:
 def finalize_report(
     body: str, sources: Sequence[NumberedSource], topic: str, notes: Sequence[str] = ()
 ) -> CheckedReport:
-    """Repair citations in the writer's Markdown and append the generated sources list."""
+    """Repair citations in the writer's Markdown and append the generated sources list
+    (its notes and headings in the language of ``topic``)."""
+    language = request_language(topic)
     by_n = {s.n: s for s in sources}
     by_url = {url_identity(s.url): s for s in sources}
     order: dict[int, int] = {}  # original n -> new n, in order of first citation
@@ -255,7 +267,7 @@ def finalize_report(
     text = re.sub(r"[ \t]+([.,;:!?。，；：])", r"\1", text)  # space left before punctuation
     text = re.sub(r"(?<=\S)[ \t]{2,}", " ", text)  # not indentation
     if not re.search(r"^# ", text, re.MULTILINE):
-        text = f"# {_escape_title(as_data(topic)) or 'Research report'}\n\n{text}"
+        text = f"# {_escape_title(as_data(topic)) or untitled_report(language)}\n\n{text}"
 
     if order:
         cited = sorted(order.items(), key=lambda item: item[1])
@@ -266,8 +278,9 @@ def finalize_report(
         s.model_copy(update={"title": _escape_title(as_data(s.title)) or s.url}) for s in final
     ]
     listing = "\n".join(f"- [{s.n}] [{s.title}]({s.url})" for s in final)
-    text = text.rstrip() + notes_section(notes)
-    markdown = text.rstrip() + ("\n\n## Sources\n\n" + listing + "\n" if final else "\n")
+    text = text.rstrip() + notes_section(notes, language)
+    heading = f"\n\n## {sources_heading(language)}\n\n"
+    markdown = text.rstrip() + (heading + listing + "\n" if final else "\n")
     # Last line of defence, over everything (notes, titles): only the sources' addresses.
     known = [url_identity(s.url) for s in sources]
     markdown = remove_urls(
@@ -304,7 +317,8 @@ def fallback_body(
 ) -> str:
     """A report without the writer model: the findings, grouped by search, with citations."""
     by_url = {url_identity(s.url): s.n for s in sources}
-    lines = [f"# {topic}", "", intro, "", "## Main findings", ""]
+    heading = main_findings_heading(request_language(topic))
+    lines = [f"# {topic}", "", intro, "", f"## {heading}", ""]
     for finding in findings:
         if not finding.results:
             continue
@@ -318,7 +332,8 @@ def fallback_body(
     return "\n".join(lines)
 
 
-def notes_section(notes: Sequence[str]) -> str:
+def notes_section(notes: Sequence[str], language: Language = "en") -> str:
     if not notes:
         return ""
-    return "\n\n## Notes on this run\n\n" + "\n".join(f"- {note}" for note in notes) + "\n"
+    items = "\n".join(f"- {note}" for note in notes)
+    return f"\n\n## {notes_heading(language)}\n\n{items}\n"

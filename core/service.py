@@ -49,7 +49,7 @@ from core.progress import (
     ProgressSink,
     search_executed_text,
 )
-from core.prompts import FALLBACK_REPORT_INTRO, DigestContext, writer_messages
+from core.prompts import DigestContext, writer_messages
 from core.report import (
     drop_instruction_echoes,
     fallback_body,
@@ -60,7 +60,7 @@ from core.report import (
     writer_window,
 )
 from core.search import SearchProvider
-from core.wording import request_language
+from core.wording import Language, request_language
 from storage import (
     Claim,
     ClaimLost,
@@ -139,6 +139,31 @@ class RunBusy(RuntimeError):
 
 class NoResults(Exception):
     """No search returned anything, so there is nothing to write a report from."""
+
+
+class ModelUnavailable(Exception):
+    """Every model call of the run failed (no analysis, no report): the message is one line
+    saying what is wrong, with which model where."""
+
+
+def model_unavailable(
+    language: Language, writer: LLMError, planner: LLMError | None
+) -> ModelUnavailable:
+    """The failure of a run whose planner and writer both failed (``planner``: its last
+    failed call, named too when it failed otherwise or elsewhere)."""
+    reason = _model_reason(language, writer)
+    if planner is not None and (planner.detail, planner.endpoint) != (
+        writer.detail,
+        writer.endpoint,
+    ):
+        reason += "; " + _model_reason(language, planner)
+    return ModelUnavailable(" ".join(reason.split()))
+
+
+def _model_reason(language: Language, error: LLMError) -> str:
+    return wording.model_failure_text(
+        language, error.kind.value, error.detail, error.model, error.endpoint
+    )
 
 
 @dataclass
@@ -459,7 +484,7 @@ class ResearchService:
             raise
         except (ClaimLost, StorageUnavailable):
             raise  # not the run's fault: it stays running, for a takeover
-        except NoResults as exc:
+        except (NoResults, ModelUnavailable) as exc:
             error = str(exc)
         except Exception as exc:
             log.exception("run %s failed", run.id)
@@ -626,10 +651,11 @@ class ResearchService:
                 )
         except LLMError as exc:
             log.warning("writer failed in run %s: %s", state.run_id, exc)
+            if not state.analysis_obtained():  # nothing the model said: no report to pretend
+                raise model_unavailable(state.language, exc, state.model_failure) from exc
             state.note(f"The report writer model failed ({exc}); the raw findings are listed.")
-            body = fallback_body(
-                state.topic, findings, numbered, FALLBACK_REPORT_INTRO.format(reason=exc)
-            )
+            intro = wording.writer_unavailable_intro(state.language, str(exc))
+            body = fallback_body(state.topic, findings, numbered, intro)
         checked = finalize_report(body, numbered, state.topic, state.notes)
         if checked.removed_citations or checked.unlinked_urls:
             log.info(

@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from core.models import Source
 from core.prompts import DigestContext
 from core.untrusted import as_data
-from core.wording import Language, pick
+from core.wording import Language, pick, sources_heading
 from storage import RunRecord
 
 #: How much of the previous report the writer sees (characters).
@@ -51,10 +51,10 @@ def ensure_section(
     if re.search(rf"^#+\s*{re.escape(digest.heading)}", markdown, re.MULTILINE):
         return markdown
     new = [s for s in sources if s.url not in earlier_urls]
-    chinese = digest.heading.startswith("自")
+    language: Language = "zh" if digest.heading.startswith("自") else "en"
     if new:
         lead = pick(
-            "zh" if chinese else "en",
+            language,
             "Sources that earlier digests did not find:",
             "以往摘要没有找到的来源：",
         )
@@ -62,13 +62,13 @@ def ensure_section(
     else:
         lines = [
             pick(
-                "zh" if chinese else "en",
+                language,
                 f"No sources that the digest of {digest.previous_date} did not already have.",
                 f"没有 {digest.previous_date} 的摘要中未出现过的新来源。",
             )
         ]
     section = f"## {digest.heading}\n\n" + "\n".join(lines) + "\n\n"
-    at = markdown.find("\n## Sources")
+    at = markdown.rfind(f"\n## {sources_heading(language)}\n")  # the generated list
     if at < 0:
         return markdown.rstrip() + "\n\n" + section
     return markdown[: at + 1] + section + markdown[at + 1 :]

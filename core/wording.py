@@ -113,3 +113,64 @@ def stopped_early_text(
         f"研究完成，提前结束于第 {done}/{depth} 次搜索（{zh}）；"
         f"{sources} 个来源{_pages_zh(pages)}。",
     )
+
+
+# -- the report's fixed words ------------------------------------------------------------------
+
+
+def sources_heading(language: Language) -> str:
+    """The generated sources list's heading (``## Sources`` in an English report)."""
+    return pick(language, "Sources", "来源")
+
+
+def notes_heading(language: Language) -> str:
+    return pick(language, "Notes on this run", "本次运行说明")
+
+
+def main_findings_heading(language: Language) -> str:
+    return pick(language, "Main findings", "主要发现")
+
+
+def untitled_report(language: Language) -> str:
+    return pick(language, "Research report", "研究报告")
+
+
+def writer_unavailable_intro(language: Language, reason: str) -> str:
+    """The first lines of a findings-only report (the writer model failed with ``reason``)."""
+    return pick(
+        language,
+        f"> The report writer was unavailable ({reason}), so this report lists the collected "
+        "findings without analysis.",
+        f"> 报告撰写模型不可用（{reason}），因此本报告仅列出收集到的发现，未作分析。",
+    )
+
+
+# -- a run that could not use its language model -------------------------------------------------
+
+#: The start of the one-line error of a run whose model calls all failed (keys: the values of
+#: ``core.llm.FailureKind``).
+MODEL_FAILURE_WORDS: dict[str, tuple[str, str]] = {
+    "unreachable": ("the language model could not be reached", "无法连接语言模型"),
+    "timeout": ("the language model did not answer in time", "语言模型响应超时"),
+    "auth": ("the language model rejected the API key", "语言模型拒绝了 API 密钥"),
+    "permission": ("the language model refused access", "语言模型拒绝访问"),
+    "not_found": ("the language model was not found", "找不到语言模型"),
+    "rate_limited": (
+        "the language model is rate limited or out of quota",
+        "语言模型限流或额度用尽",
+    ),
+    "server": ("the language model's server failed", "语言模型服务器出错"),
+    "bad_answer": ("the language model gave no usable answer", "语言模型没有给出可用的回答"),
+}
+
+
+def model_failure_text(language: Language, kind: str, detail: str, model: str, where: str) -> str:
+    """Why a model could not be used, e.g. ``the language model could not be reached: <detail>
+    (model gpt-4o at https://api.openai.com/v1)`` (``where``: its endpoint, may be empty)."""
+    en, zh = MODEL_FAILURE_WORDS.get(kind, ("the language model failed", "语言模型调用失败"))
+    at_en, at_zh = (f" at {where}", f"，地址 {where}") if where else ("", "")
+    return pick(
+        language,
+        f"{en}: {detail} (model {model}{at_en})",
+        f"{zh}：{detail}（模型 {model}{at_zh}）",
+    )

@@ -428,6 +428,21 @@ async def test_chinese_topic_asks_for_a_chinese_report(harness: Harness) -> None
     prompt = user_prompt(harness.writer_requests()[0])
     assert "Write the whole report in Chinese" in prompt
     assert outcome.report_markdown is not None
+    assert "\n## 来源\n" in outcome.report_markdown
+    assert "## Sources" not in outcome.report_markdown
+
+
+@sqlite_only
+async def test_a_chinese_findings_only_report_has_chinese_headings(harness: Harness) -> None:
+    harness.search.fake.fail_next(SEARCH_ATTEMPTS)  # the first search fails: a note
+    harness.llm.fake.script("writer", *failed_call())
+    outcome = await harness.research("固态电池的最新进展", depth=2)
+    assert outcome.status is RunStatus.SUCCEEDED
+    report = outcome.report_markdown
+    assert report is not None
+    assert report.startswith("# 固态电池的最新进展\n\n> 报告撰写模型不可用（")
+    headings = re.findall(r"^## (.+)$", report, re.MULTILINE)
+    assert headings == ["主要发现", "本次运行说明", "来源"]
 
 
 # --- follow-ups, cancellation and resume -------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.config import ConfigError, Settings
-from core.llm import ChatModel, LLMClients, LLMError, LLMInvalidJSON
+from core.llm import ChatModel, FailureKind, LLMClients, LLMError, LLMInvalidJSON, public_endpoint
 from core.models import PlannerDecision, Usage
 from tests.fakes.llm import Fail, FakeLLMServer, Hang, Reply, error_body
 
@@ -233,3 +234,25 @@ def test_importing_core_llm_does_not_import_openai() -> None:
         check=True,
     )
     assert out.stdout.strip() == "False"
+
+
+def test_the_endpoint_is_shown_without_credentials_or_query() -> None:
+    url = "https://user:secret@llm.example:8443/v1/?api-key=secret"
+    assert public_endpoint(url) == "https://llm.example:8443/v1"
+    assert public_endpoint("http://[::1]:8000/v1") == "http://[::1]:8000/v1"
+
+
+async def test_an_unreachable_endpoint_is_named_without_its_credentials() -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    base_url = f"http://user:secret@127.0.0.1:{port}/v1"
+    chat = ChatModel(model="m", api_key=KEY, base_url=base_url, max_retries=0)
+    with pytest.raises(LLMError) as info:
+        await chat.complete(WRITER, usage=Usage())
+    await chat.aclose()
+    error = info.value
+    assert error.kind is FailureKind.UNREACHABLE
+    assert error.detail == f"could not connect to 127.0.0.1:{port}"
+    assert error.endpoint == f"http://127.0.0.1:{port}/v1" and error.model == "m"
+    assert "secret" not in str(error)

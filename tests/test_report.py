@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from core.models import Finding, SearchResult
+from core.models import Finding, SearchResult, Source
+from core.prompts import DigestContext
 from core.report import (
     NumberedSource,
     fallback_body,
@@ -14,6 +15,7 @@ from core.report import (
     number_sources,
     report_language,
 )
+from core.whats_new import ensure_section, heading
 
 URLS = [f"https://example.org/doc/{i}" for i in range(1, 6)]
 
@@ -236,3 +238,39 @@ def test_number_sources_dedupes_urls_across_findings() -> None:
 )
 def test_report_language(topic: str, expected: str) -> None:
     assert report_language(topic).startswith(expected)
+
+
+# --- the fixed headings follow the report's language -------------------------------------------
+
+ZH_TOPIC = "量子计算的最新进展"
+
+
+def test_a_chinese_report_has_chinese_headings() -> None:
+    body = "## 主要结论\n\n进展很快 [1]。\n\n## 来源\n\n- [1] 模型自己写的列表"
+    report = finalize_report(body, sources(2), ZH_TOPIC, ["对 x 的搜索失败。"])
+    markdown = report.markdown
+    assert markdown.startswith(f"# {ZH_TOPIC}\n")
+    assert markdown.count("\n## 来源\n") == 1 and "模型自己写的列表" not in markdown
+    assert markdown.index("\n## 本次运行说明\n") < markdown.index("\n## 来源\n")
+    assert listed(markdown.replace("\n## 来源\n", "\n## Sources\n")) == [(1, URLS[0])]
+    assert "Sources" not in markdown and "Notes on this run" not in markdown
+
+
+def test_an_english_report_keeps_english_headings() -> None:
+    markdown = finalize_report("# T\n\nA [1].", sources(1), "solar power", ["A note."]).markdown
+    assert "\n## Notes on this run\n" in markdown and "\n## Sources\n" in markdown
+    assert "来源" not in markdown
+
+
+def test_the_findings_only_report_of_a_chinese_topic_is_headed_in_chinese() -> None:
+    findings = [Finding(topic="成本", results=[SearchResult(title="One", url=URLS[0])])]
+    body = fallback_body(ZH_TOPIC, findings, number_sources(findings), "> 说明")
+    assert "\n## 主要发现\n" in body and "Main findings" not in body
+
+
+def test_the_whats_new_section_goes_before_the_chinese_sources() -> None:
+    digest = DigestContext("2024-05-01", heading("zh", "2024-05-01"), previous_report="")
+    report = finalize_report("# 标题\n\n内容 [1]。", sources(1), ZH_TOPIC).markdown
+    with_section = ensure_section(report, digest, [Source(n=1, title="Doc 1", url=URLS[0])], ())
+    assert with_section.index("## 自 2024-05-01 以来的新内容") < with_section.index("\n## 来源\n")
+    assert with_section.rstrip().endswith(f"- [1] [Doc 1]({URLS[0]})")

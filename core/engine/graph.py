@@ -325,7 +325,9 @@ class GraphStrategy:
                 )
             except LLMError as exc:
                 log.warning("graph planner failed in run %s: %s", state.run_id, exc)
+                state.model_failure = exc
                 return self._fallback(state, f"The planner model failed ({exc}).")
+            state.model_answered = True
             checked = check_plan(plan, variables.graph, variables.topics, room)
             if not checked.problems:
                 break
@@ -501,10 +503,12 @@ class _Turn:
             text = await self._answerer.complete(messages, usage=state.usage)
         except LLMError as exc:
             log.warning("answering %r failed in run %s: %s", node.question, state.run_id, exc)
+            state.model_failure = exc
             node.status = NodeStatus.FAILED
             node.error = "the model failed to answer it"
             state.note(f'Sub-question "{node.question}" was searched but not answered ({exc}).')
             return
+        state.model_answered = True
         node.answer = _checked_answer(text, allowed)
         node.status = NodeStatus.ANSWERED
 

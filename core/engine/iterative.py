@@ -30,6 +30,7 @@ from core.engine.topics import find_duplicate
 from core.llm import LLMError
 from core.models import (
     Finding,
+    NodeStatus,
     PageExcerpt,
     PlannerDecision,
     SearchResult,
@@ -84,6 +85,10 @@ class RunState:
     notes: list[str] = field(default_factory=list)
     #: The version of the thread's variables this state is based on (0: none stored yet).
     variables_version: int = 0
+    #: Whether a planner (or sub-question) call of this attempt answered.
+    model_answered: bool = False
+    #: The last model call of this attempt that failed.
+    model_failure: LLMError | None = None
 
     @property
     def language(self) -> Language:
@@ -93,6 +98,22 @@ class RunState:
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
+
+    def analysis_obtained(self) -> bool:
+        """Whether the model analysed anything for this run: a planner or sub-question call
+        answered in this attempt, or (a resumed run) its checkpoint shows one did before.
+
+        Only the planner proposes a topic other than the run's own, and only an answer marks
+        a sub-question answered.
+        """
+        if self.model_answered:
+            return True
+        own = [n for n in self.variables.graph if n.run_id == self.run_id]
+        if own:
+            return any(n.status is NodeStatus.ANSWERED or n.question != self.topic for n in own)
+        topics = self.variables.topics[-self.searches_done :] if self.searches_done else []
+        planned = self.variables.next_search_topic
+        return any(t != self.topic for t in topics) or planned not in (None, self.topic)
 
 
 @dataclass(frozen=True)
@@ -287,7 +308,9 @@ class IterativeStrategy:
                 )
             except LLMError as exc:
                 log.warning("planner failed in run %s: %s", state.run_id, exc)
+                state.model_failure = exc
                 return self._fallback_topic(state, f"The planner model failed ({exc}).")
+            state.model_answered = True
             proposed = decision.next_search_topic
             if not decision.should_continue or proposed is None:
                 if not any(f.results for f in variables.findings):
