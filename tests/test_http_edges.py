@@ -15,8 +15,21 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
+from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
+from tests.fakes.dingtalk import FakeDingTalkServer
+from tests.fakes.feishu import FakeFeishuServer
 from tests.fakes.slack import FakeSlackServer, sign, slash_command_body
-from tests.test_serve import FORM, SECRET, Served, serve, slack_env, terminate, wait_until_up
+from tests.test_serve import (
+    FORM,
+    SECRET,
+    Served,
+    feishu_env,
+    serve,
+    slack_env,
+    terminate,
+    wait_until_up,
+)
 
 __all__ = ["slack_env"]  # the fixture, used by name below
 
@@ -53,20 +66,32 @@ def _wait_for_log(served: Served, words: str, within: float = 30) -> list[str]:
     raise AssertionError(f"no log line with {words!r}:\n{served.stderr()}")
 
 
+@pytest.fixture
+def feishu_server() -> Iterator[FakeFeishuServer]:
+    with FakeFeishuServer() as server:
+        yield server
+
+
+@pytest.fixture
+def dingtalk_server() -> Iterator[FakeDingTalkServer]:
+    with FakeDingTalkServer() as server:
+        yield server
+
+
 @pytest.mark.parametrize("path", ["/slack/events", "/feishu/events", "/dingtalk/events"])
 def test_a_client_that_disconnects_mid_body_costs_one_log_line(
-    slack_env: dict[str, str], tmp_path: Path, path: str
+    slack_env: dict[str, str],
+    feishu_server: FakeFeishuServer,
+    dingtalk_server: FakeDingTalkServer,
+    tmp_path: Path,
+    path: str,
 ) -> None:
     env = {
         **slack_env,
-        "FEISHU_APP_ID": "cli_1",
-        "FEISHU_APP_SECRET": "s",
-        "FEISHU_MODE": "webhook",
-        "FEISHU_VERIFICATION_TOKEN": "v",
-        "FEISHU_ENCRYPT_KEY": "k",
-        "FEISHU_DOMAIN": slack_env["SLACK_API_URL"].removesuffix("/api/"),  # not called here
-        "DINGTALK_CLIENT_ID": "d",
-        "DINGTALK_CLIENT_SECRET": "s",
+        **feishu_env(feishu_server, "webhook"),
+        "DINGTALK_CLIENT_ID": DINGTALK_ID,
+        "DINGTALK_CLIENT_SECRET": DINGTALK_SECRET,
+        "DINGTALK_API_URL": dingtalk_server.url,
         "DINGTALK_MODE": "http",
         "FATHOM_LOG_LEVEL": "INFO",
     }
