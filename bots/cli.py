@@ -19,6 +19,7 @@ import sys
 import traceback
 import uuid
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
     from core.config import Settings
     from core.digests import DigestService
+    from core.models import ThreadKey
     from core.service import RunOutcome
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -81,8 +83,26 @@ def _configure_logging(settings: Settings, *, quiet_below_warning: bool) -> None
     configure_logging(level, settings.log_format)
 
 
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine; SIGTERM cancels it like Ctrl-C so runs end in a recorded state."""
+@dataclass
+class StartedRun:
+    """The run a command started or resumed, once its row exists (for the line an
+    interruption prints)."""
+
+    run_id: str | None = None
+
+    def interrupted_line(self) -> str:
+        if self.run_id is None:
+            return "interrupted before the run was recorded; nothing to resume."
+        return (
+            f"interrupted; run {self.run_id} is recorded as cancelled. "
+            f"Finish it with: fathom resume {self.run_id}"
+        )
+
+
+def _run(coro: Coroutine[Any, Any, T], started: StartedRun | None = None) -> T:
+    """Run a coroutine; SIGTERM cancels it like Ctrl-C so runs end in a recorded state.
+    A settings problem found on the way (the database cannot be reached) is one line, exit 2."""
+    from core.config import ConfigError
 
     async def main() -> T:
         task = asyncio.ensure_future(coro)
@@ -95,8 +115,11 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
     try:
         return asyncio.run(main())
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
     except (KeyboardInterrupt, asyncio.CancelledError):
-        _stderr().print("interrupted; the run is recorded as cancelled.")
+        line = (started or StartedRun()).interrupted_line()
+        _stderr().print(line, highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
 
 
@@ -112,7 +135,10 @@ def research(
     ] = None,
     thread: Annotated[
         str | None,
-        typer.Option(help="Thread key to continue, e.g. cli:local:local:abc (follow-ups)."),
+        typer.Option(
+            help="Console thread to continue, e.g. cli:local:local:abc (follow-ups). Chat "
+            "threads are continued in the chat."
+        ),
     ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Also write the Markdown report here.")
@@ -123,7 +149,7 @@ def research(
 ) -> None:
     """Research TOPIC with live progress and print a cited Markdown report."""
     from core.commands import CommandError, validate_depth, validate_strategy, validate_topic
-    from core.models import ResearchRequest, ThreadKey
+    from core.models import CONSOLE_PLATFORM, ResearchRequest, ThreadKey
 
     settings = _settings()
     try:
@@ -133,14 +159,19 @@ def research(
         )
         clean_strategy = validate_strategy(strategy, settings.strategy)
         key = (
-            ThreadKey.parse(thread)
+            console_thread(ThreadKey.parse(thread))
             if thread
             else ThreadKey(
-                platform="cli", workspace="local", channel="local", thread=uuid.uuid4().hex[:12]
+                platform=CONSOLE_PLATFORM,
+                workspace="local",
+                channel="local",
+                thread=uuid.uuid4().hex[:12],
             )
         )
     except (CommandError, ValueError) as exc:
         raise _fail(str(exc)) from None
+    if output is not None:
+        _check_writable(output)
     _configure_logging(settings, quiet_below_warning=True)
     request = ResearchRequest(
         topic=clean_topic,
@@ -149,8 +180,51 @@ def research(
         thread=key,
         requested_by="cli",
     )
-    outcome = _run(_research(settings, request, None))
+    started = StartedRun()
+    outcome = _run(_research(settings, request, None, started), started)
     _show_outcome(outcome, output=output, as_json=as_json)
+
+
+def console_thread(key: ThreadKey) -> ThreadKey:
+    """``key`` when it is a console thread; otherwise a :class:`CommandError` saying where to
+    ask instead (the CLI never posts to a chat, and a serving replica must never deliver a
+    run started here)."""
+    from core.commands import CommandError
+    from core.config import CHAT_PLATFORMS
+    from core.models import CONSOLE_PLATFORM
+
+    if key.platform == CONSOLE_PLATFORM:
+        return key
+    name = CHAT_PLATFORMS.get(key.platform)
+    where = (
+        f"it is a {name} thread: ask there (/research <topic>, or a reply to the bot in that "
+        "thread)"
+        if name
+        else f"{key.platform!r} is not a console thread"
+    )
+    raise CommandError(
+        f"--thread {key}: the CLI never posts to a chat; {where}, or continue a console "
+        "thread (cli:local:local:<id>; see `fathom thread list`)"
+    )
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse (exit 2, nothing spent) a report file that cannot be written: its folder is
+    missing, it is a directory, or writing there is not permitted. An existing file is
+    opened for appending (its content untouched); a new one is created and removed."""
+    if path.is_dir():
+        raise _fail(f"--output {path} is a directory; name a file, e.g. {path / 'report.md'}")
+    if not path.parent.is_dir():
+        raise _fail(f"--output {path}: the folder {path.parent} does not exist")
+    existed = path.exists()
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise _fail(f"--output {path} cannot be written: {exc.strerror or exc}") from None
+    if not existed:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 @app.command()
@@ -161,12 +235,17 @@ def resume(
 ) -> None:
     """Resume a crashed, failed or cancelled run without repeating finished searches."""
     settings = _settings()
+    if output is not None:
+        _check_writable(output)
     _configure_logging(settings, quiet_below_warning=True)
-    outcome = _run(_research(settings, None, run_id))
+    started = StartedRun(run_id)
+    outcome = _run(_research(settings, None, run_id, started), started)
     _show_outcome(outcome, output=output, as_json=as_json)
 
 
-async def _research(settings: Settings, request: Any, run_id: str | None) -> RunOutcome:
+async def _research(
+    settings: Settings, request: Any, run_id: str | None, started: StartedRun
+) -> RunOutcome:
     from bots.console.progress import ConsoleProgress
     from core.config import ConfigError
     from core.runtime import open_runtime
@@ -181,8 +260,9 @@ async def _research(settings: Settings, request: Any, run_id: str | None) -> Run
                     run, _ = await runtime.service.submit(request)
                 except RunRejected as exc:
                     raise _fail(str(exc)) from None
-                run_id = run.id
+                run_id = started.run_id = run.id
             elif await runtime.store.get_run(run_id or "") is None:
+                started.run_id = None  # nothing to resume
                 raise _fail(f"there is no run {run_id!r}")
             try:
                 if request is None:
@@ -203,12 +283,27 @@ async def _research(settings: Settings, request: Any, run_id: str | None) -> Run
 
 
 def _show_outcome(outcome: RunOutcome, *, output: Path | None, as_json: bool) -> None:
+    from rich.markup import escape
+
     from core.models import RunStatus
 
     err = _stderr()
+    unwritten = False
     if output is not None and outcome.report_markdown:
-        output.write_text(outcome.report_markdown, encoding="utf-8")
-        err.print(f"report written to {output}", highlight=False)
+        try:
+            output.write_text(outcome.report_markdown, encoding="utf-8")
+        except OSError as exc:
+            unwritten = True
+            err.print(
+                f"[bold red]error:[/] the report could not be written to "
+                f"{escape(str(output))} ({escape(exc.strerror or str(exc))}); it follows on "
+                "stdout",
+                highlight=False,
+                soft_wrap=True,
+            )
+            output = None
+        else:
+            err.print(f"report written to {output}", highlight=False)
     if as_json:
         sys.stdout.write(json.dumps(outcome.as_json(), ensure_ascii=False) + "\n")
     elif outcome.report_markdown and output is None:
@@ -220,9 +315,9 @@ def _show_outcome(outcome: RunOutcome, *, output: Path | None, as_json: bool) ->
         else:
             sys.stdout.write(outcome.report_markdown)
     err.print(f"thread: {outcome.thread}  run: {outcome.run_id}", highlight=False)
+    if unwritten:
+        raise typer.Exit(EXIT_FAILED)
     if outcome.status is not RunStatus.SUCCEEDED:
-        from rich.markup import escape
-
         err.print(
             f"[bold red]run {outcome.status.value}:[/] {escape(outcome.error or '')}",
             highlight=False,
@@ -261,7 +356,7 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
 
     data = _run(show())
     if data is None:
-        raise _fail(f"there is no thread {key!r}", EXIT_FAILED)
+        raise _fail(f"there is no thread {key!r} (see `fathom thread list`)")
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
 
 
@@ -383,10 +478,11 @@ def digest_add(
 ) -> None:
     """Add a schedule (checked like `/research schedule`); prints its id."""
     from core.commands import CommandError, validate_depth, validate_strategy, validate_topic
+    from core.digests import check_digest_platform
     from core.grammar import ScheduleCommand
     from core.models import ThreadKey
     from core.runtime import open_database
-    from core.schedule import timezone, trigger
+    from core.schedule import CLI_SYNTAX, timezone, trigger
 
     settings = _settings()
     try:
@@ -395,8 +491,9 @@ def digest_add(
             raise CommandError(
                 "--channel must be <platform>:<workspace>:<channel>, e.g. slack:T0001:C0001"
             )
-        zone = timezone(tz)
-        trigger(cron, zone)
+        check_digest_platform(parts[0], settings.chat_platforms)  # before the database
+        zone = timezone(tz, CLI_SYNTAX)
+        trigger(cron, zone, CLI_SYNTAX)
         command = ScheduleCommand(
             topic=validate_topic(topic),
             cron=" ".join(cron.split()),
@@ -410,7 +507,9 @@ def digest_add(
 
     async def add() -> Any:
         async with open_database(settings) as database:
-            return await _digest_service(database, settings).add(command, thread=key, created_by=by)
+            return await _digest_service(database, settings).add(
+                command, thread=key, created_by=by, syntax=CLI_SYNTAX
+            )
 
     try:
         digest = _run(add())
@@ -465,13 +564,14 @@ def digest_remove(digest_id: Annotated[str, typer.Argument()]) -> None:
     """Remove a schedule."""
     from core.commands import CommandError
     from core.runtime import open_database
+    from core.schedule import CLI_SYNTAX
 
     settings = _settings()
 
     async def remove() -> None:
         async with open_database(settings) as database:
             await _digest_service(database, settings).remove(
-                digest_id, by="", is_admin=True, channel=None
+                digest_id, by="", is_admin=True, channel=None, syntax=CLI_SYNTAX
             )
 
     try:
@@ -510,10 +610,12 @@ def db_upgrade() -> None:
     settings = _settings()
 
     async def upgrade() -> None:
+        from core.runtime import reach_database
         from storage import Database
 
         database = Database(settings.database_url)
         try:
+            await reach_database(database, upgrade=False)  # unreachable: one line, exit 2
             await database.upgrade()
         finally:
             await database.dispose()
@@ -530,13 +632,21 @@ def serve(
         bool, typer.Option("--no-upgrade", help="Do not migrate the database schema on start.")
     ] = False,
 ) -> None:
-    """Serve the HTTP routes (Slack, health) with the in-process job runner."""
+    """Serve every platform whose credentials are set (Slack, Feishu/Lark, DingTalk: their
+    HTTP routes and long-lived connections), /healthz, /readyz and /metrics, the digest
+    scheduler and the job runner."""
     from core.config import ConfigError
+    from core.runtime import check_database
 
     settings = _settings()
     _configure_logging(settings, quiet_below_warning=False)
-    from bots.server import run_server
+    from bots.server import check_settings, run_server
 
+    try:
+        check_settings(settings)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    _run(check_database(settings))  # before the port is bound: one line, exit 2
     try:
         started = run_server(settings, host=host, port=port, upgrade=not no_upgrade)
     except ConfigError as exc:
@@ -562,9 +672,9 @@ def worker(
 
     try:
         check_worker_settings(settings)
+        asyncio.run(work(settings, concurrency=concurrency))
     except ConfigError as exc:
         raise _fail(str(exc)) from None
-    asyncio.run(work(settings, concurrency=concurrency))
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -18,6 +19,13 @@ from core.models import Strategy
 SearchProviderName = Literal["ddgs", "searxng", "tavily", "brave"]
 #: A comma-separated list in the environment (``U1,U2``), a list in code.
 CommaList = Annotated[list[str], NoDecode]
+
+
+#: The chat platforms Fathom serves, by the name that starts their thread keys, with the name
+#: people know them by. Only these can ever receive a run's report.
+CHAT_PLATFORMS: dict[str, str] = {"slack": "Slack", "feishu": "Feishu/Lark", "dingtalk": "DingTalk"}
+#: Variables whose given value is never repeated in an error (it may hold a password).
+_UNECHOED = frozenset({"DATABASE_URL"})
 
 
 class ConfigError(Exception):
@@ -238,6 +246,27 @@ class Settings(BaseSettings):
         default="INFO", validation_alias=_env("FATHOM_LOG_LEVEL")
     )
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        from storage.db import check_url
+
+        return check_url(value)
+
+    @field_validator("openai_base_url", "writer_base_url", mode="before")
+    @classmethod
+    def _endpoint_url(cls, value: object) -> object:
+        """An http(s) URL with a host (blank: the SDK's default)."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if not text:
+            return None
+        parts = urlsplit(text)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http(s) URL; e.g. https://api.openai.com/v1")
+        return text
+
     @field_validator("search_cache_ttl", "page_cache_ttl", mode="before")
     @classmethod
     def _parse_ttl(cls, value: object) -> object:
@@ -326,6 +355,16 @@ class Settings(BaseSettings):
                 "OPENAI_API_KEY is not set: export OPENAI_API_KEY=<key> (and OPENAI_BASE_URL="
                 "<url> for any OpenAI-compatible endpoint), or put them in .env"
             )
+
+    @property
+    def chat_platforms(self) -> frozenset[str]:
+        """The chat platforms whose credentials are set (what ``fathom serve`` connects to)."""
+        enabled = {
+            "slack": self.slack_enabled,
+            "feishu": self.feishu_enabled,
+            "dingtalk": self.dingtalk_enabled,
+        }
+        return frozenset(name for name, on in enabled.items() if on)
 
     @property
     def slack_enabled(self) -> bool:
@@ -428,10 +467,10 @@ def load_settings(**overrides: object) -> Settings:
             loc = [str(p) for p in error.get("loc", ())]
             name = _variable_for(loc[0]) if loc else "settings"
             value = error.get("input")
-            shown = "" if isinstance(value, dict) else f" (got {value!r})"
-            message = error.get("msg", "invalid")
+            shown = "" if isinstance(value, dict) or name in _UNECHOED else f" (got {value!r})"
+            message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
             if not loc:
-                problems.append(message.removeprefix("Value error, "))
+                problems.append(message)
             else:
                 problems.append(f"{name} is invalid{shown}: {message}")
         raise ConfigError("; ".join(problems)) from None

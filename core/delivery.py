@@ -26,11 +26,13 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol
 
+from core.config import CHAT_PLATFORMS
 from core.lease import Lease, release_quietly
 from core.logs import log_context
-from core.models import RunStatus, ThreadKey
+from core.models import CONSOLE_PLATFORM, RunStatus, ThreadKey
 from core.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.service import ResearchService, RunOutcome, final_progress_text
 from storage import (
@@ -42,6 +44,7 @@ from storage import (
     StorageUnavailable,
     Store,
 )
+from storage.tables import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -202,9 +205,18 @@ class ResearchJob:
         platform = ThreadKey.parse(run.thread_key).platform
         factory = self._factories.get(platform)
         if factory is None:
-            log.warning(
-                "run %s: no %s delivery in this process; left for one that has it", run_id, platform
+            reason = never_deliverable(run, platform, self._service.timing.stale_after)
+            if reason is None:
+                log.warning(
+                    "run %s: no %s delivery in this process; left for one that has it",
+                    run_id,
+                    platform,
+                )
+                return
+            log.error(
+                "run %s: no %s delivery in this process or any other: %s", run_id, platform, reason
             )
+            await self._undeliverable(run_id, f"{UNDELIVERABLE}{platform}: {reason}"[:500])
             return
         try:
             delivery = await factory.for_run(run)
@@ -372,10 +384,34 @@ class ResearchJob:
         self._count(claim, "failed")
 
     async def _undeliverable(self, run_id: str, reason: str) -> None:
-        """Fail a run whose delivery can never be built, before anything is spent on it."""
+        """Fail a run whose delivery can never be built, before anything is spent on it (a
+        console run has no delivery to end: its terminal shows the outcome)."""
         claim = await self._claim(run_id)
         if claim is None:
             return
-        if claim.run.status in UNFINISHED_STATUSES:
-            await self._service.fail_claimed(claim, reason)
-        await self._store.finish_delivery(claim, posted=False, error=reason)
+        run = claim.run
+        if run.status in UNFINISHED_STATUSES:
+            run = await self._service.fail_claimed(claim, reason)
+        if run.delivery == DELIVERY_PENDING:
+            await self._store.finish_delivery(claim, posted=False, error=reason)
+
+
+def never_deliverable(run: RunRecord, platform: str, stale_after: float) -> str | None:
+    """Why no process will ever deliver ``run`` (None: one that serves ``platform`` may).
+
+    A chat platform's run waits for a replica that serves it. A console run is delivered
+    only by the ``fathom`` process that started it, to its terminal: once that process has
+    left it (not claimed or heartbeating for ``stale_after`` seconds) nobody will. A run of
+    any other platform (a digest for a ``cli:`` or ``irc:`` channel) has nowhere to go.
+    """
+    if platform in CHAT_PLATFORMS:
+        return None
+    if platform == CONSOLE_PLATFORM and run.digest_id is None:
+        last_seen = run.heartbeat_at or run.created_at
+        if last_seen > utcnow() - timedelta(seconds=stale_after):
+            return None  # its fathom process may be about to claim it, or holds it
+        return (
+            "a console run is shown only in the terminal of the fathom process that started "
+            f"it, and that process left it; finish it with `fathom resume {run.id}`"
+        )
+    return f"{platform!r} is not a chat platform (runs are posted to {', '.join(CHAT_PLATFORMS)})"

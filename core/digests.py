@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from core import schedule
 from core.commands import CommandError
+from core.config import CHAT_PLATFORMS
 from core.grammar import ScheduleCommand
 from core.jobs import JobRunner
 from core.models import ResearchRequest, Strategy, ThreadKey
@@ -90,11 +91,17 @@ class DigestService:
         thread: ThreadKey,
         created_by: str,
         platform_context: dict[str, str] | None = None,
+        syntax: schedule.Syntax = schedule.CHAT_SYNTAX,
     ) -> DigestRecord:
-        """Store a schedule for ``thread``'s channel; :class:`CommandError` saying why not."""
-        tz = schedule.timezone(command.timezone)
-        trigger = schedule.trigger(command.cron, tz)
-        schedule.check_interval(trigger, self.clock(), self._min_interval, command.cron)
+        """Store a schedule for ``thread``'s channel; :class:`CommandError` saying why not
+        (worded in ``syntax``: chat's, or the command line's). A channel given by name (the
+        command line) is checked first with :func:`check_digest_platform`; in chat it is the
+        command's own, which its platform can always post to."""
+        tz = schedule.timezone(command.timezone, syntax)
+        trigger = schedule.trigger(command.cron, tz, syntax)
+        now = self.clock()
+        schedule.check_fires(trigger, now, command.cron, syntax)
+        schedule.check_interval(trigger, now, self._min_interval, command.cron, syntax)
         try:
             return await self.digests.add(
                 platform=thread.platform,
@@ -112,9 +119,9 @@ class DigestService:
         except DigestLimit as full:
             raise CommandError(
                 f"This channel already has {full.limit} schedules, the most allowed; remove "
-                "one with `/research unschedule <id>` first.",
+                f"one with {syntax.remove} first.",
                 f"这个频道已有 {full.limit} 个定时摘要，已达上限；请先用 "
-                "`/research unschedule <id>` 删除一个。",
+                f"{syntax.remove} 删除一个。",
             ) from None
 
     async def views(self, digests: list[DigestRecord], language: Language) -> list[DigestView]:
@@ -128,7 +135,13 @@ class DigestService:
         return out
 
     async def remove(
-        self, digest_id: str, *, by: str, is_admin: bool, channel: ThreadKey | None
+        self,
+        digest_id: str,
+        *,
+        by: str,
+        is_admin: bool,
+        channel: ThreadKey | None,
+        syntax: schedule.Syntax = schedule.CHAT_SYNTAX,
     ) -> DigestRecord:
         """Remove a schedule (its creator or an admin; in chat, only this channel's)."""
         digest = await self.digests.get(digest_id.strip().lower())
@@ -137,9 +150,10 @@ class DigestService:
             and (digest.platform, digest.workspace, digest.channel)
             != (channel.platform, channel.workspace, channel.channel)
         ):
+            where, where_zh = ("", "") if channel is None else (" in this channel", "这个频道")
             raise CommandError(
-                f"There is no schedule `{digest_id}` in this channel; see `/research digests`.",
-                f"这个频道没有定时摘要 `{digest_id}`；见 `/research digests`。",
+                f"There is no schedule `{digest_id}`{where}; see {syntax.listing}.",
+                f"{where_zh}没有定时摘要 `{digest_id}`；见 {syntax.listing}。",
             )
         if digest.created_by != by and not is_admin:
             raise CommandError(
@@ -230,6 +244,27 @@ class DigestService:
         if runner is not None:
             await runner.enqueue(run.id)
         return run
+
+
+def check_digest_platform(platform: str, configured: frozenset[str]) -> None:
+    """A digest's channel must be on a chat platform this deployment is configured for: any
+    other firing could never be posted anywhere."""
+    if platform not in CHAT_PLATFORMS:
+        names = ", ".join(CHAT_PLATFORMS)
+        raise CommandError(
+            f"{platform!r} is not a chat platform: a digest is posted in a chat channel "
+            f"({names}), e.g. slack:T0001:C0001.",
+            f"{platform!r} 不是聊天平台：定时摘要只能发到聊天频道（{names}），"
+            "例如 slack:T0001:C0001。",
+        )
+    if platform not in configured:
+        name = CHAT_PLATFORMS[platform]
+        raise CommandError(
+            f"{name} is not configured, so a digest there could never be posted: set its "
+            "credentials first (docs/configuration.md).",
+            f"{name} 尚未配置，发到那里的定时摘要永远无法发布：请先设置它的凭据"
+            "（docs/configuration.md）。",
+        )
 
 
 def heading_of(run: RunRecord) -> str | None:

@@ -9,7 +9,9 @@ here, and the queue-backed one of ``FATHOM_QUEUE=procrastinate``):
 - every runner sweeps periodically (every ``FATHOM_STALE_RUN_AFTER / 2`` seconds) for runs of
   the platforms it can deliver to that nobody works on: queued or running with an expired
   heartbeat, and finished runs whose delivery is pending with an expired heartbeat; it
-  enqueues them, and the job's claim settles which runner gets each;
+  enqueues them, and the job's claim settles which runner gets each. Such runs of a platform
+  no process can deliver to (a console run its ``fathom`` process left, a digest for a
+  channel that is no chat) are enqueued too: the job fails them with the reason;
 - on a graceful stop, running jobs get a grace period, then are cancelled and hand their
   runs back (heartbeat at the epoch), so any runner's next sweep takes them at once.
 """
@@ -22,6 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from core.config import CHAT_PLATFORMS
 from core.lease import LeaseTiming
 from storage import Store
 
@@ -125,7 +128,10 @@ class InProcessJobRunner:
     async def sweep(self) -> list[str]:
         """Enqueue the runs nobody works on; returns the ids newly enqueued here."""
         found = await self._store.runs_to_sweep(
-            sorted(self._job.platforms), stale_after=self._timing.stale_after, limit=SWEEP_BATCH
+            sorted(self._job.platforms),
+            stale_after=self._timing.stale_after,
+            limit=SWEEP_BATCH,
+            orphans_outside=sorted(CHAT_PLATFORMS),  # the job ends runs nobody can deliver
         )
         new = [run_id for run_id in found if run_id not in self._tasks]
         for run_id in new:

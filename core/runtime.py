@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
-from core.config import Settings
+from core.config import ConfigError, Settings
 from core.digests import DigestService
 from core.lease import LeaseTiming
 from core.llm import LLMClients
@@ -26,7 +27,8 @@ from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
 from core.search import SearchProvider, build_search_provider
 from core.service import ResearchService
-from storage import Database, DigestStore, Store
+from storage import Database, DigestStore, StorageUnavailable, Store
+from storage.db import connection_problem, masked_url
 
 if TYPE_CHECKING:
     from core.metrics import Metrics
@@ -137,20 +139,46 @@ class Runtime:
     reader: PageReader | None
 
 
+def unreachable_database(url: str, error: BaseException) -> ConfigError:
+    """One line naming the database (password masked) and why it could not be used."""
+    reason = connection_problem(error)
+    return ConfigError(f"DATABASE_URL {masked_url(url)}: cannot connect: {reason}")
+
+
+async def reach_database(database: Database, *, upgrade: bool) -> None:
+    """Connect once, and bring the schema to head when ``upgrade``; ``ConfigError`` (one line)
+    when the database cannot be reached (a closed port, a missing database, a bad password,
+    an SQLite file that cannot be opened)."""
+    try:
+        if upgrade:
+            await database.ensure_schema()
+        else:
+            await database.schema_is_current()
+    except (StorageUnavailable, DBAPIError) as exc:
+        raise unreachable_database(database.url, exc) from None
+
+
 @asynccontextmanager
 async def open_database(settings: Settings, *, upgrade: bool = True) -> AsyncIterator[Database]:
-    """The database with its schema brought to head (cheap when already current).
+    """The database, reached, with its schema brought to head (cheap when already current);
+    ``ConfigError`` when it cannot be reached.
 
     ``upgrade=False`` leaves the schema alone (``fathom serve --no-upgrade``, when
     migrations run as a separate deploy step).
     """
     database = Database(settings.database_url)
     try:
-        if upgrade:
-            await database.ensure_schema()
+        await reach_database(database, upgrade=upgrade)
         yield database
     finally:
         await database.dispose()
+
+
+async def check_database(settings: Settings) -> None:
+    """Connect to ``DATABASE_URL`` once (what ``fathom serve`` checks before it binds its
+    port); ``ConfigError`` naming the problem."""
+    async with open_database(settings, upgrade=False):
+        pass
 
 
 @asynccontextmanager

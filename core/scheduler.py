@@ -101,11 +101,17 @@ class DigestScheduler:
 
     async def _disable_if_refused(self, digest: DigestRecord) -> bool:
         """A digest whose latest firing the platform refused for good (its channel is gone,
-        the bot was removed) is disabled, not fired forever."""
+        the bot was removed), or that could never be delivered (a channel that is no chat),
+        is disabled, not fired forever."""
         runs = await self._digests.digests.runs(digest.id, limit=1)
-        if not runs or not delivery_refused(runs[0].delivery_error):
+        if not runs:
             return False
-        reason = f"its last firing could not be posted: {runs[0].delivery_error}"[:500]
+        why = next(
+            (e for e in (runs[0].delivery_error, runs[0].error) if delivery_refused(e)), None
+        )
+        if why is None:
+            return False
+        reason = f"its last firing could not be posted: {why}"[:500]
         log.warning("digest %s (%s) disabled: %s", digest.id, digest.channel, reason)
         await self._digests.digests.disable(digest.id, reason)
         return True

@@ -7,6 +7,7 @@ Alembic owns the schema. ``ensure_schema`` runs on every CLI start, so the commo
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import Pool
@@ -33,6 +34,15 @@ class StorageUnavailable(RuntimeError):
     exhausted): nothing was committed, and trying again later may work."""
 
 
+#: The drivers Fathom runs on (``normalize_url`` maps the plain schemes to them).
+SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+psycopg")
+#: Seconds a PostgreSQL connection attempt may take (a host that drops packets would
+#: otherwise hold a command for the operating system's TCP timeout, minutes).
+PG_CONNECT_TIMEOUT = 10
+_URL_FORMS = "sqlite+aiosqlite:///<file> or postgresql+psycopg://<user>:<password>@<host>/<db>"
+_PASSWORD_IN_URL = re.compile(r"(://[^/@:]*:)[^@/]*@")
+
+
 def normalize_url(url: str) -> str:
     """Map the URLs people paste (``postgres://``, ``sqlite:///``) to our async drivers."""
     for prefix in ("postgresql://", "postgres://"):
@@ -41,6 +51,50 @@ def normalize_url(url: str) -> str:
     if url.startswith("sqlite://"):
         return "sqlite+aiosqlite://" + url[len("sqlite://") :]
     return url
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password shown as ``***`` (also when it does not parse)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):  # a port that is not a number raises ValueError
+        return _PASSWORD_IN_URL.sub(r"\1***@", url)
+
+
+def check_url(url: str) -> str:
+    """The normalized ``DATABASE_URL``; :class:`ValueError` (one line, password masked) when
+    it does not parse, names a database Fathom does not run on, or is an SQLite file in a
+    folder that does not exist (the folder is not created: a typo must not scatter files)."""
+    normalized = normalize_url(url.strip())
+    try:
+        parsed = make_url(normalized)
+    except (ArgumentError, ValueError):
+        raise ValueError(f"{masked_url(url)!r} is not a database URL; use {_URL_FORMS}") from None
+    if parsed.drivername not in SUPPORTED_DRIVERS:
+        raise ValueError(
+            f"{masked_url(url)} is not supported: Fathom runs on SQLite or PostgreSQL "
+            f"({_URL_FORMS})"
+        )
+    path = parsed.database if parsed.get_backend_name() == "sqlite" else None
+    if path and path != ":memory:" and not path.startswith("file:"):
+        folder = Path(path).expanduser().parent
+        if not folder.is_dir():
+            raise ValueError(
+                f"the SQLite file {path} is in a folder that does not exist ({folder}); "
+                "create the folder first, or point DATABASE_URL elsewhere"
+            )
+    return normalized
+
+
+def connection_problem(error: BaseException) -> str:
+    """The database's own reason a connection failed, in one line (the first line of the
+    driver's message: "Connection refused", "database "x" does not exist")."""
+    reason: BaseException = error
+    while isinstance(reason, StorageUnavailable) and reason.__cause__ is not None:
+        reason = reason.__cause__
+    reason = getattr(reason, "orig", None) or reason
+    lines = [line.strip() for line in str(reason).splitlines() if line.strip()]
+    return lines[0] if lines else type(reason).__name__
 
 
 def _migrations_dir() -> str:
@@ -86,8 +140,6 @@ class Database:
         if self.dialect == "sqlite":
             path = parsed.database
             in_memory = not path or path == ":memory:" or "mode=memory" in self.url
-            if path and path != ":memory:" and not path.startswith("file:"):
-                Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             self.engine: AsyncEngine = create_async_engine(
                 self.url, echo=echo, connect_args={"timeout": busy_timeout_ms / 1000}
             )
@@ -112,6 +164,11 @@ class Database:
                 pool_size=pool_size,
                 max_overflow=max_overflow,
                 pool_recycle=1800,
+                connect_args=(
+                    {}
+                    if "connect_timeout" in parsed.query
+                    else {"connect_timeout": PG_CONNECT_TIMEOUT}
+                ),
             )
         self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
 

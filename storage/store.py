@@ -70,6 +70,8 @@ from storage.tables import (
 
 UNFINISHED_STATUSES = ("queued", "running")
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
+#: The platform of console threads (``cli:local:local:<id>``; ``core.models.CONSOLE_PLATFORM``).
+CONSOLE_PLATFORM = "cli"
 USAGE_KEYS = (
     "llm_calls",
     "prompt_tokens",
@@ -355,20 +357,28 @@ class _Statements:
             .values(report_posted_at=case((bindparam("posted"), now), else_=None))
             .returning(_runs.c.id)
         )
+        has_work = or_(
+            _runs.c.status.in_(UNFINISHED_STATUSES), _runs.c.delivery == DELIVERY_PENDING
+        )
+        served_here = _threads.c.platform.in_(bindparam("platforms", expanding=True))
+        served_nowhere = _threads.c.platform.not_in(bindparam("servable", expanding=True))
         self.sweep = (
             select(_runs.c.id)
             .join(_threads, _threads.c.id == _runs.c.thread_id)
-            .where(
-                _threads.c.platform.in_(bindparam("platforms", expanding=True)),
-                or_(
-                    _runs.c.status.in_(UNFINISHED_STATUSES),
-                    _runs.c.delivery == DELIVERY_PENDING,
-                ),
-                stale,
-            )
+            .where(served_here, has_work, stale)
             .order_by(_runs.c.created_at, _runs.c.id)
             .limit(bindparam("limit"))
         )
+        self.sweep_with_orphans = (
+            select(_runs.c.id)
+            .join(_threads, _threads.c.id == _runs.c.thread_id)
+            .where(or_(served_here, served_nowhere), has_work, stale)
+            .order_by(_runs.c.created_at, _runs.c.id)
+            .limit(bindparam("limit"))
+        )
+        #: What ``requeue_run`` sets the heartbeat to: the lease clock's now, so that a sweep
+        #: leaves a requeued run to the caller that is about to claim it.
+        self.now = now
         variables = upsert(_variables)
         self.insert_variables = variables.on_conflict_do_nothing(
             index_elements=[_variables.c.thread_id]
@@ -488,7 +498,9 @@ class Store:
                 row = conn.execute(self._sql.insert_run, {**run, "thread_id": thread_id})
                 inserted = row.mappings().first()
                 if inserted is not None:
-                    if self._on_new_run is not None:
+                    # A console run is executed by the fathom process that makes it,
+                    # never by a queue worker: it is not queued.
+                    if self._on_new_run is not None and platform != CONSOLE_PLATFORM:
                         self._on_new_run(conn, str(inserted["id"]))
                     return _run_record({**inserted, "thread_key": thread_key}), True
                 if dedupe_key is not None:
@@ -514,7 +526,7 @@ class Store:
         stale_after: float,
         max_attempts: int,
         from_owner: str | None = None,
-        console_platform: str = "cli",
+        console_platform: str = CONSOLE_PLATFORM,
     ) -> ClaimResult:
         """Take a run for ``owner`` with one atomic statement, or find out why not.
 
@@ -585,22 +597,32 @@ class Store:
         )
 
     async def runs_to_sweep(
-        self, platforms: Sequence[str], *, stale_after: float, limit: int = 100
+        self,
+        platforms: Sequence[str],
+        *,
+        stale_after: float,
+        limit: int = 100,
+        orphans_outside: Sequence[str] | None = None,
     ) -> list[str]:
         """Ids of runs of ``platforms`` nobody works on: queued or running, or finished with
         a pending delivery, whose heartbeat (creation, if none) is older than ``stale_after``
         seconds. Handed-back runs have an epoch heartbeat and are found at once. Oldest
-        first. The caller still has to claim each (another runner may be faster)."""
-        if not platforms:
+        first. The caller still has to claim each (another runner may be faster).
+
+        ``orphans_outside``: the platforms any process could deliver to; such runs of every
+        other platform are found too (nobody will ever deliver them: the caller ends them)."""
+        if not platforms and orphans_outside is None:
             return []
-        params = {
+        params: dict[str, Any] = {
             "platforms": list(platforms),
             "limit": limit,
             **self._sql.clock(stale_after),
         }
-        return await self._db.run(
-            lambda conn: [row[0] for row in conn.execute(self._sql.sweep, params)]
-        )
+        statement = self._sql.sweep
+        if orphans_outside is not None:
+            params["servable"] = list(orphans_outside)
+            statement = self._sql.sweep_with_orphans
+        return await self._db.run(lambda conn: [row[0] for row in conn.execute(statement, params)])
 
     async def checkpoint(
         self,
@@ -750,7 +772,9 @@ class Store:
 
         await self._db.run(work)
 
-    async def request_cancel(self, run_id: str, *, console_platform: str = "cli") -> bool:
+    async def request_cancel(
+        self, run_id: str, *, console_platform: str = CONSOLE_PLATFORM
+    ) -> bool:
         """Cancel an unfinished run; False when it has finished or is unknown.
 
         A queued run ends ``cancelled`` at once (nobody has started it; its thread is free
@@ -860,7 +884,7 @@ class Store:
                 owner=None,
                 fence=_runs.c.fence + 1,
                 attempt=0,
-                heartbeat_at=None,
+                heartbeat_at=self._sql.now,
                 delivery=None,
                 report_parts_posted=0,
                 delivery_attempts=0,
@@ -868,8 +892,10 @@ class Store:
             )
         )
 
+        params = self._sql.clock()
+
         def work(conn: Connection) -> RunRecord:
-            conn.execute(stmt)
+            conn.execute(stmt, params)
             return _require_run(conn, run_id)
 
         try:

@@ -224,7 +224,8 @@ def test_output_file_follow_up_and_thread_commands(
     assert threads[0]["last_topic"] == "heat pump costs"
 
     missing = fathom("thread", "show", "cli:local:local:nope", env=cli_env, cwd=tmp_path)
-    assert missing.returncode == 1 and "no thread" in missing.stderr
+    assert missing.returncode == 2 and "there is no thread" in missing.stderr
+    assert "fathom thread list" in missing.stderr and missing.stdout == ""
 
 
 @pytest.mark.parametrize(
@@ -236,6 +237,15 @@ def test_output_file_follow_up_and_thread_commands(
         (["x" * 2001], "at most 2,000"),
         (["batteries", "--strategy", "bogus"], "Unknown strategy 'bogus'"),
         (["batteries", "--thread", "not-a-key"], "not of the form"),
+        (
+            ["batteries", "--thread", "slack:T0001:C0001:1700000000.000100"],
+            "the CLI never posts to a chat; it is a Slack thread: ask there (/research <topic>",
+        ),
+        (
+            ["batteries", "--thread", "dingtalk:corp:cid:msg1"],
+            "it is a DingTalk thread: ask there",
+        ),
+        (["batteries", "--thread", "irc:libera:fathom:1"], "'irc' is not a console thread"),
     ],
 )
 def test_bad_input_exits_2_and_starts_nothing(
@@ -296,6 +306,7 @@ def alembic_head() -> str | None:
 
 
 def test_db_upgrade_on_a_fresh_file(cli_env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
     cli_env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'sub' / 'fresh.db'}"
     result = fathom("db", "upgrade", env=cli_env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -322,10 +333,14 @@ def test_sigterm_records_an_interruption_that_resume_finishes(
     finally:
         stop(proc)
     assert proc.returncode == 130, stderr.decode()
-    assert b"interrupted" in stderr
     with sqlite3.connect(db_file(cli_env)) as db:
         rows = db.execute("SELECT id, status, error, rounds_done FROM research_runs").fetchall()
     assert [r[1:] for r in rows] == [("cancelled", "interrupted", 1)]
+    # The last line names the run and the command that finishes it.
+    assert stderr.decode().splitlines()[-1] == (
+        f"interrupted; run {rows[0][0]} is recorded as cancelled. "
+        f"Finish it with: fathom resume {rows[0][0]}"
+    )
     first_query = search_server.fake.queries[0]
 
     search_server.fake.latency = 0.0
@@ -405,6 +420,7 @@ def test_resume_refuses_a_run_a_live_process_holds(
 
 def test_digest_add_list_run_and_remove(cli_env: dict[str, str], tmp_path: Path) -> None:
     env = {k: v for k, v in cli_env.items() if not k.startswith("OPENAI_")}  # no LLM needed
+    env["SLACK_BOT_TOKEN"] = "xoxb-test"  # the channel's platform must be configured
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return fathom(*args, env=env, cwd=tmp_path)
@@ -437,3 +453,205 @@ def test_digest_add_list_run_and_remove(cli_env: dict[str, str], tmp_path: Path)
     assert json.loads(run("digest", "list", "--json").stdout) == []
     missing = run("digest", "run", digest_id)
     assert missing.returncode == 2 and "no schedule" in missing.stderr
+
+
+def unwritable_folder(tmp_path: Path) -> Path:
+    """A folder this process may not write in (root writes anywhere except sysfs)."""
+    if os.geteuid() == 0:
+        return Path("/sys")
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("missing", "the folder {parent} does not exist"),
+        ("directory", "is a directory; name a file"),
+        ("forbidden", "cannot be written:"),
+    ],
+)
+def test_an_output_file_that_cannot_be_written_is_refused_before_anything_is_spent(
+    where: str,
+    message: str,
+    cli_env: dict[str, str],
+    tmp_path: Path,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+) -> None:
+    output = {
+        "missing": tmp_path / "no-such-folder" / "report.md",
+        "directory": tmp_path,
+        "forbidden": unwritable_folder(tmp_path) / "fathom-report.md",
+    }[where]
+    for command in (["research", "batteries"], ["resume", "0" * 32]):
+        result = fathom(*command, "--output", str(output), env=cli_env, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and message.format(parent=output.parent) in lines[0], lines
+        assert result.stdout == ""
+    assert not db_file(cli_env).exists()
+    assert llm_server.fake.requests == [] and search_server.fake.queries == []
+    assert where == "directory" or not output.exists()
+
+
+def test_a_report_that_cannot_be_written_after_the_run_goes_to_stdout(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    output = folder / "report.md"
+    search_server.fake.latency = 0.3  # the second search is running when the folder goes
+    proc = start_fathom(
+        "research", "wave power", "--depth", "2", "-o", str(output), env=cli_env, cwd=tmp_path
+    )
+    try:
+        wait_for_stderr(proc, "1/2th search executed.")
+        folder.rmdir()
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        stop(proc)
+    err = stderr.decode()
+    assert proc.returncode == 1, err
+    assert f"the report could not be written to {output}" in err and "follows on stdout" in err
+    assert stdout.decode().startswith("# ") and "## Sources" in stdout.decode()
+    with sqlite3.connect(db_file(cli_env)) as db:
+        [(run_id, status)] = db.execute("SELECT id, status FROM research_runs").fetchall()
+    assert status == "succeeded" and f"run: {run_id}" in err
+    assert not folder.exists()
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr and lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_digest_add_refuses_what_could_never_be_posted_in_cli_words(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**cli_env, "SLACK_BOT_TOKEN": "xoxb-test", "FATHOM_MAX_DIGESTS_PER_CHANNEL": "1"}
+
+    def add(channel: str, cron: str = "0 9 * * MON") -> subprocess.CompletedProcess[str]:
+        return fathom(
+            "digest", "add", "tides", "--cron", cron, "--channel", channel, env=env, cwd=tmp_path
+        )
+
+    cases = [
+        ("cli:local:local", "0 9 * * MON", "'cli' is not a chat platform"),
+        ("irc:libera:fathom", "0 9 * * MON", "'irc' is not a chat platform"),
+        ("feishu:tenant:oc_1", "0 9 * * MON", "Feishu/Lark is not configured"),
+        ("slack:T0001:C0001", "0 9 30 2 *", "--cron '0 9 30 2 *' never fires"),
+        ("slack:T0001:C0001", "0 9 * *", "--cron '0 9 * *' is not a valid 5-field cron"),
+        ("slack:T0001:C0001", "*/5 * * * *", "--cron '*/5 * * * *' fires every 5 min"),
+    ]
+    for channel, cron, message in cases:
+        result = add(channel, cron)
+        assert result.returncode == 2, (channel, cron, result.stderr)
+        line = _one_line_error(result)
+        assert message in line, line
+        assert "/research" not in line and "cron=" not in line, line  # CLI words only
+        if "cron" in message:
+            assert '--cron "0 9 * * MON"' in line and "fathom digest add" in line
+    bad_tz = fathom(
+        "digest", "add", "tides", "--cron", "0 9 * * *", "--tz", "Mars/Base",
+        "--channel", "slack:T0001:C0001", env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert "Unknown timezone 'Mars/Base'" in _one_line_error(bad_tz)
+    assert "/research" not in bad_tz.stderr
+    assert json.loads(fathom("digest", "list", "--json", env=env, cwd=tmp_path).stdout) == []
+    assert add("slack:T0001:C0001").returncode == 0
+    full = add("slack:T0001:C0001")
+    assert "remove one with `fathom digest remove <id>` first" in _one_line_error(full)
+    gone = fathom("digest", "remove", "ffffffff", env=env, cwd=tmp_path)
+    assert gone.returncode == 2
+    assert "There is no schedule `ffffffff`; see `fathom digest list`." in _one_line_error(gone)
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def database_urls(tmp_path: Path) -> list[tuple[str, str]]:
+    """Unusable DATABASE_URLs (each with a password) and what their error line must say."""
+    server = os.environ.get("TEST_DATABASE_URL")
+    urls = [
+        ("garbage://::", "is not a database URL"),
+        ("not a url at all", "is not a database URL"),
+        ("mysql://fathom:s3cret-pw@db.example/fathom", "mysql://fathom:***@db.example/fathom"),
+        (
+            f"postgresql://fathom:s3cret-pw@127.0.0.1:{closed_port()}/fathom",
+            "Connection refused",
+        ),
+        (f"sqlite:///{tmp_path / 'no-such-folder' / 'x.db'}", "in a folder that does not exist"),
+        (f"sqlite:///{tmp_path}", "cannot connect: unable to open database file"),  # a directory
+    ]
+    if server:
+        from sqlalchemy.engine import make_url
+
+        missing = make_url(server).set(database="fathom_no_such_db", password="s3cret-pw")
+        urls.append(
+            (
+                missing.render_as_string(hide_password=False),
+                'database "fathom_no_such_db" does not exist',
+            )
+        )
+    return urls
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["research", "batteries"],
+        ["resume", "0" * 32],
+        ["thread", "list"],
+        ["thread", "show", "cli:local:local:x"],
+        ["digest", "list"],
+        ["digest", "add", "tides", "--cron", "0 9 * * MON", "--channel", "slack:T1:C1"],
+        ["digest", "remove", "ffffffff"],
+        ["digest", "run", "ffffffff"],
+        ["db", "upgrade"],
+        ["serve", "--port", "1"],
+        ["serve", "--port", "1", "--no-upgrade"],
+    ],
+)
+def test_an_unusable_database_url_is_one_line_and_exit_2_everywhere(
+    command: list[str], cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    for url, expected in database_urls(tmp_path):
+        env = {**cli_env, "DATABASE_URL": url, "SLACK_BOT_TOKEN": "xoxb-test"}
+        env["SLACK_SIGNING_SECRET"] = "secret"
+        result = fathom(*command, env=env, cwd=tmp_path)
+        assert result.returncode == 2, (url, result.stderr)
+        line = _one_line_error(result)
+        assert "DATABASE_URL" in line and expected in line, (url, line)
+        assert "s3cret-pw" not in result.stderr
+    assert not (tmp_path / "no-such-folder").exists()  # refused, not created
+    assert llm_server.fake.requests == []
+
+
+def test_an_openai_base_url_that_is_not_a_url_is_a_settings_error(
+    cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    for value in ("localhost:8000/v1", "not a url", "ftp://models.example/v1"):
+        env = {**cli_env, "OPENAI_BASE_URL": value}
+        result = fathom("research", "batteries", env=env, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        line = _one_line_error(result)
+        assert "OPENAI_BASE_URL is invalid" in line and "not an http(s) URL" in line, line
+    assert not db_file(cli_env).exists() and llm_server.fake.requests == []
+
+
+def test_serve_help_names_every_platform(cli_env: dict[str, str], tmp_path: Path) -> None:
+    result = fathom("serve", "--help", env={**cli_env, "COLUMNS": "200"}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    for platform in ("Slack", "Feishu/Lark", "DingTalk"):
+        assert platform in text, text

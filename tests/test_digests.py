@@ -329,6 +329,49 @@ async def test_one_broken_digest_does_not_stop_the_others(replicas: Replicas) ->
     assert b.scheduler.holder
 
 
+@pytest.mark.parametrize("channel", ["irc:libera:fathom", "cli:local:local"])
+async def test_a_digest_that_can_never_be_posted_fails_at_once_and_is_disabled(
+    replicas: Replicas, channel: str, llm_server: FakeLLMServer
+) -> None:
+    """A schedule stored before channels were checked (``digest add`` refuses these now):
+    its firing fails at once with the reason instead of staying queued, nothing is spent on
+    it, and the scheduler disables the schedule."""
+    make, _, clock = replicas
+    a = await make("a")
+    await a.runner.start()
+    platform, workspace, name = channel.split(":")
+    digest = await a.digests.digests.add(
+        platform=platform,
+        workspace=workspace,
+        channel=name,
+        topic="tides",
+        depth=1,
+        strategy="iterative",
+        cron="0 9 * * MON",
+        timezone="Asia/Shanghai",
+        created_by="cli:local:operator",
+        platform_context=None,
+        max_per_channel=10,
+    )
+    clock.now = MONDAY_0900_SHANGHAI + timedelta(seconds=1)
+    (run,) = await a.digests.fire_due(a.runner)
+    await a.runner.drain()
+    failed = await a.store.get_run(run.id)
+    assert failed is not None and failed.status == "failed", failed
+    assert (
+        failed.error == f"cannot deliver to {platform}: {platform!r} is not a chat platform "
+        "(runs are posted to slack, feishu, dingtalk)"
+    )
+    assert ("queued", platform) not in {(s, p) for s, p, _ in await a.store.count_runs()}
+    assert llm_server.fake.requests == []
+    await a.scheduler.tick()
+    (stored,) = await a.digests.digests.all()
+    assert stored.id == digest.id and not stored.enabled
+    assert "is not a chat platform" in (stored.disabled_reason or "")
+    clock.now += timedelta(days=7)
+    assert await a.digests.fire_due(None) == []
+
+
 # -- chat commands ----------------------------------------------------------------------------
 
 
@@ -344,11 +387,13 @@ async def test_bad_schedules_are_answered_clearly_and_nothing_is_stored(replicas
         ),
         ('schedule heat pumps cron="0 9 * * *" depth=9', "depth must be from 1 to 5"),
         ("schedule heat pumps", 'A schedule needs cron="<minute hour day month weekday>"'),
+        ('schedule heat pumps cron="0 9 30 2 *"', "cron='0 9 30 2 *' never fires"),
     ]
     for i, (text, expected) in enumerate(cases):
         reply = await chat.say(a.commands, text, thread=f"b{i}")
         assert reply is not None and expected in reply.text, reply
         assert 'cron="0 9 * * MON"' in reply.text  # a valid example
+        assert "--cron" not in reply.text and "fathom digest" not in reply.text  # chat words
     assert await a.digests.digests.all() == []
 
 

@@ -100,6 +100,24 @@ async def test_a_queued_run_is_executed_by_a_worker_and_queued_once(
     assert "Research done: 2/2 searches" in progress.text
 
 
+@postgresql_only
+async def test_a_console_run_is_never_queued_for_the_workers(
+    database: Database,
+    database_url: str,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+) -> None:
+    """``fathom research`` executes its own run: its creating transaction queues nothing, so
+    no worker picks it up (the queue's lock for it is free)."""
+    store = Store(database, on_new_run=queue_in_transaction)
+    chat = MemoryChat()
+    async with research_job(store, chat, llm_server, search_server) as (service, job):
+        thread = ThreadKey(platform="cli", workspace="local", channel="local", thread="c1")
+        run, _ = await service.submit(ResearchRequest(topic="tidal power", depth=1, thread=thread))
+        async with RecordingQueue(database_url, job) as queue:
+            assert await queue.defer(run.id) is True  # nothing held its queueing lock
+
+
 class RecordingQueue(ProcrastinateQueue):
     """The real queue, recording which runs were deferred through it."""
 
@@ -260,7 +278,12 @@ async def test_fathom_digest_run_queues_its_run_for_the_workers(
 ) -> None:
     """`fathom digest run` under FATHOM_QUEUE=procrastinate: the run is queued with its row,
     so a worker starts it at once instead of after the next sweep finds it."""
-    env = {**cli_env, "DATABASE_URL": database_url, "FATHOM_QUEUE": "procrastinate"}
+    env = {
+        **cli_env,
+        "DATABASE_URL": database_url,
+        "FATHOM_QUEUE": "procrastinate",
+        "SLACK_BOT_TOKEN": "xoxb-test",  # a digest is refused for a platform not configured
+    }
     digest = ["digest", "add", "tidal power", "--cron", "0 9 * * *", "--channel", "slack:T:C"]
     added = fathom(*digest, env=env, cwd=tmp_path)
     assert added.returncode == 0, added.stderr

@@ -84,7 +84,8 @@ def test_head_revision_constant_matches_alembic_head() -> None:
 
 
 def test_ensure_schema_on_a_current_database_does_not_import_alembic(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'nested' / 'fathom.db'}"  # also: parent dir gets created
+    (tmp_path / "nested").mkdir()  # a missing folder is refused, not created (test_cli.py)
+    url = f"sqlite:///{tmp_path / 'nested' / 'fathom.db'}"
     script = (
         "import asyncio, sys\n"
         "from storage import Database\n"
