@@ -290,10 +290,20 @@ class Settings(BaseSettings):
     @field_validator("feishu_domain", mode="before")
     @classmethod
     def _feishu_domain(cls, value: object) -> object:
-        """``feishu`` and ``lark`` name the two public endpoints; any URL is taken as is."""
+        """``feishu`` and ``lark`` name the two public endpoints; otherwise an origin
+        (``https://host[:port]``, no path: the SDK refuses anything else at start-up)."""
         if isinstance(value, str):
             named = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
             value = named.get(value.strip().lower(), value.strip()).rstrip("/")
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    "not feishu, lark or an http(s) origin like https://open.feishu.cn"
+                )
+            if parts.path or parts.query or parts.fragment:
+                raise ValueError(
+                    "an origin without a path (scheme and host only), e.g. https://open.feishu.cn"
+                )
         return value
 
     @field_validator("dingtalk_mode", mode="before")
@@ -304,7 +314,11 @@ class Settings(BaseSettings):
     @field_validator("dingtalk_api_url")
     @classmethod
     def _no_trailing_slash(cls, value: str) -> str:
-        return value.strip().rstrip("/")
+        value = value.strip().rstrip("/")
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http(s) URL; e.g. https://api.dingtalk.com")
+        return value
 
     @field_validator("feishu_mode", mode="before")
     @classmethod
@@ -314,6 +328,10 @@ class Settings(BaseSettings):
     @field_validator("slack_api_url")
     @classmethod
     def _slash_terminated(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http(s) URL; e.g. https://slack.com/api/")
+        value = value.strip()
         return value if value.endswith("/") else value + "/"
 
     @field_validator("log_level", mode="before")

@@ -165,6 +165,12 @@ def test_serve_without_upgrade_is_alive_but_not_ready(
         ),
         ({"FEISHU_APP_ID": "cli_1", "FEISHU_MODE": "socket"}, "FEISHU_MODE"),
         ({"DINGTALK_CLIENT_ID": "d"}, "DINGTALK_CLIENT_ID and DINGTALK_CLIENT_SECRET must both"),
+        (
+            {"FEISHU_APP_ID": "c", "FEISHU_APP_SECRET": "s", "FEISHU_DOMAIN": "http://h:1/api"},
+            "FEISHU_DOMAIN",
+        ),
+        ({"DINGTALK_API_URL": "api.dingtalk.com"}, "DINGTALK_API_URL"),
+        ({"SLACK_API_URL": "slack"}, "SLACK_API_URL"),
     ],
 )
 def test_serve_refuses_bad_settings_in_one_line(
