@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.pool import QueuePool
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -310,7 +311,8 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics_route(request: Request) -> Response:
-    """Prometheus metrics: this process's counters, and the runs, queue and leases now."""
+    """Prometheus metrics: this process's counters, and the runs, queue, leases, event-loop
+    tasks and database connections now."""
     from core.metrics import CONTENT_TYPE, Metrics
 
     metrics: Metrics | None = getattr(request.app.state, "metrics", None)
@@ -332,6 +334,15 @@ async def metrics_route(request: Request) -> Response:
     scheduler: DigestScheduler | None = getattr(request.app.state, "scheduler", None)
     if scheduler is not None:
         metrics.lease_holder.labels("digest-scheduler").set(1 if scheduler.holder else 0)
+    metrics.asyncio_tasks.set(len(asyncio.all_tasks()))  # this one included
+    pools = {"store": database.pool}
+    if database.engine.pool is not database.pool:  # SQLite: aiosqlite beside the store's
+        pools["engine"] = database.engine.pool
+    for name, pool in pools.items():
+        if isinstance(pool, QueuePool):  # not StaticPool (in-memory SQLite): always one
+            checked_out = pool.checkedout()
+            metrics.db_connections.labels(name, "checked_out").set(checked_out)
+            metrics.db_connections.labels(name, "open").set(checked_out + pool.checkedin())
     return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
 

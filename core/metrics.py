@@ -3,13 +3,21 @@
 Counters are counted where the work happens (runs, LLM calls, searches, deliveries); gauges
 that describe the whole deployment (runs by status, the queue, who holds which lease) are read
 when scraped. Each process has its own registry (no module-level state), so two apps in one
-test process never mix their numbers.
+test process never mix their numbers. The registry also has prometheus_client's process
+collector (``process_resident_memory_bytes``, ``process_open_fds``, CPU seconds, ...).
 """
 
 from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -86,6 +94,20 @@ class Metrics:
             ["lease"],
             registry=registry,
         )
+        self.asyncio_tasks = Gauge(
+            "fathom_asyncio_tasks",
+            "Asyncio tasks alive in the server's event loop (read when scraped).",
+            registry=registry,
+        )
+        self.db_connections = Gauge(
+            "fathom_db_connections",
+            "Database connections of this process by pool (store: the store's transactions; "
+            "engine: the async engine, when it is another pool) and state (checked_out, open) "
+            "(read when scraped).",
+            ["pool", "state"],
+            registry=registry,
+        )
+        ProcessCollector(registry=registry)
 
     def llm_call(self, model: str, ok: bool, prompt_tokens: int, completion_tokens: int) -> None:
         self.llm_calls.labels(model, "ok" if ok else "error").inc()

@@ -72,3 +72,25 @@ async def test_readyz_shows_the_queue(feishu: FeishuFactory) -> None:  # noqa: F
     ready = await bot.served.readyz()
     assert ready["queue"] == {"kind": "local", "queued": 0, "running": 0}
     assert ready["scheduler"] == "holder"
+
+
+async def test_metrics_show_tasks_connections_memory_and_fds(
+    feishu: FeishuFactory,  # noqa: F811
+) -> None:
+    bot = await feishu()
+    text = (await bot.served.http.get(f"{bot.served.url}/metrics")).text
+    # The scrape's own task, the runner's sweeper, housekeeping, the scheduler, uvicorn's.
+    assert 3 <= value(text, "fathom_asyncio_tasks") < 100
+    # SQLite: the store's one pysqlite connection (opened by the runs count of this very
+    # scrape, back in its pool by now), and aiosqlite's pool beside it.
+    assert value(text, "fathom_db_connections", pool="store", state="open") == 1
+    assert value(text, "fathom_db_connections", pool="store", state="checked_out") == 0
+    engine_open = value(text, "fathom_db_connections", pool="engine", state="open")
+    assert 0 <= engine_open <= 15
+    assert value(text, "fathom_db_connections", pool="engine", state="checked_out") == 0
+    assert ("fathom_db_connections", frozenset({("pool", "engine"), ("state", "open")})) in (
+        samples(text)
+    )
+    # prometheus_client's process collector, on the same registry.
+    assert value(text, "process_resident_memory_bytes") > 20e6
+    assert 5 < value(text, "process_open_fds") < 10_000
