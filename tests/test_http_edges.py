@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,20 +23,17 @@ from tests.test_serve import (
     FORM,
     SECRET,
     Served,
+    dingtalk_server,
     feishu_env,
+    feishu_server,
     serve,
     slack_env,
+    slack_server,
     terminate,
     wait_until_up,
 )
 
-__all__ = ["slack_env"]  # the fixture, used by name below
-
-
-@pytest.fixture
-def slack_server() -> Iterator[FakeSlackServer]:
-    with FakeSlackServer() as server:
-        yield server
+__all__ = ["dingtalk_server", "feishu_server", "slack_env", "slack_server"]  # fixtures
 
 
 def _address(served: Served) -> tuple[str, int]:
@@ -64,18 +60,6 @@ def _wait_for_log(served: Served, words: str, within: float = 30) -> list[str]:
             return lines
         time.sleep(0.05)
     raise AssertionError(f"no log line with {words!r}:\n{served.stderr()}")
-
-
-@pytest.fixture
-def feishu_server() -> Iterator[FakeFeishuServer]:
-    with FakeFeishuServer() as server:
-        yield server
-
-
-@pytest.fixture
-def dingtalk_server() -> Iterator[FakeDingTalkServer]:
-    with FakeDingTalkServer() as server:
-        yield server
 
 
 @pytest.mark.parametrize("path", ["/slack/events", "/feishu/events", "/dingtalk/events"])
@@ -171,7 +155,7 @@ def test_serve_on_a_port_in_use_fails_in_one_line_before_connecting_anywhere(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        served = serve(slack_env, tmp_path, "--port", str(port))
+        served = serve({**slack_env, "FATHOM_LOG_LEVEL": "INFO"}, tmp_path, "--port", str(port))
         assert served.proc.wait(timeout=60) == 2
     lines = [line for line in served.stderr().splitlines() if line.strip()]
     assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0], lines
