@@ -118,8 +118,10 @@ class DigestScheduler:
 
     async def _sync(self, digests: list[DigestRecord], now: datetime) -> None:
         """One APScheduler job per enabled digest (none unless this replica holds the lease).
-        A job added just after its digest's slot would only fire the next one, so a new job
-        also fires a slot that is due now (once: the dedupe key)."""
+        Every tick also fires each digest's slot of the last ``JOB_WINDOW`` seconds that was
+        not fired yet (once: the dedupe key): a job added just after its slot would only fire
+        the next one, and a job whose firing was missed (a stalled loop, a job added by a
+        tick a moment before its slot while the clock moved on) would skip it."""
         scheduler = self._apscheduler
         if scheduler is None:
             return
@@ -145,11 +147,17 @@ class DigestScheduler:
                     misfire_grace_time=None,
                 )
                 self._jobs[digest.id] = (digest.cron, digest.timezone)
+            except Exception:  # e.g. a timezone this machine's tzdata no longer knows
+                log.exception("digest %s: could not be scheduled", digest.id)
+        for digest in digests:
+            if digest.id not in self._jobs:
+                continue
+            try:
                 await self._digests.fire_if_due(digest, self._runner, now, window=JOB_WINDOW)
             except StorageUnavailable:
                 raise
-            except Exception:  # e.g. a timezone this machine's tzdata no longer knows
-                log.exception("digest %s: could not be scheduled", digest.id)
+            except Exception:
+                log.exception("digest %s: firing failed", digest.id)
 
     async def _fire(self, digest_id: str) -> None:
         """An APScheduler job: fire the digest's due slot (re-read: it may be gone)."""

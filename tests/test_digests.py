@@ -296,6 +296,27 @@ async def test_a_digest_added_just_before_its_slot_still_fires_it(replicas: Repl
     assert run.dedupe_key == f"digest:{digest.id}:20261207T0100Z"
 
 
+async def test_a_slot_whose_job_firing_was_missed_is_fired_by_the_next_tick(
+    replicas: Replicas,
+) -> None:
+    """The job was added by a tick just before the slot, and its own firing never came (a
+    stalled loop; here, a fake clock APScheduler does not follow): the next tick fires the
+    slot, once. (The test above raced with the scheduler's own first tick this way.)"""
+    make, _, clock = replicas
+    a = await make("a")
+    clock.now = MONDAY_0900_SHANGHAI - timedelta(seconds=10)
+    await a.scheduler.start()
+    digest = await a.digests.add(weekly(), thread=CHANNEL, created_by="memory:W1:U1")
+    await a.scheduler.tick()  # the job is added; its slot is 10 s away
+    assert digest.id in a.scheduler._jobs
+    assert await a.digests.digests.runs(digest.id) == []
+    clock.now = MONDAY_0900_SHANGHAI + timedelta(seconds=30)
+    await a.scheduler.tick()
+    await a.scheduler.tick()  # again: still one run
+    (run,) = await a.digests.digests.runs(digest.id)
+    assert run.dedupe_key == f"digest:{digest.id}:20261207T0100Z"
+
+
 async def test_one_broken_digest_does_not_stop_the_others(replicas: Replicas) -> None:
     make, _, clock = replicas
     a = await make("a")
