@@ -35,8 +35,10 @@ async def test_runs_nobody_can_deliver_fail_and_stop_counting_as_queued(
     served = await serve_fathom(database_url, FATHOM_STALE_RUN_AFTER="60")
 
     async def both_failed() -> list[RunRecord] | None:
+        """Both failed and their delivery settled (failing a run and ending its delivery are
+        two steps: waiting for the first alone raced the second under load)."""
         runs = [await served.store.get_run(r.id) for r in (left, irc)]
-        done = [r for r in runs if r is not None and r.status == "failed"]
+        done = [r for r in runs if r and r.status == "failed" and r.delivery != "pending"]
         return done if len(done) == 2 else None
 
     failed_left, failed_irc = await wait_for(both_failed)
