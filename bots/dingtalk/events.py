@@ -174,8 +174,10 @@ def _text(message: Any) -> str | None:
 
 
 def _without_robot_mention(text: str, message: Any, group: bool) -> str:
-    """Rich text keeps the robot's @-mention as words ("@Fathom topic"; a text message's
-    content arrives without it): drop a leading one when the robot is among the mentioned."""
+    """A text message's content arrives without the robot's @-mention; rich text may keep it
+    as words ("@Fathom topic": not confirmed by DingTalk's docs, which show no such sample).
+    In a group message addressed to the robot, a leading "@word" is taken to be it and
+    dropped; a rich text that starts with another person's mention loses that word only."""
     robot = str(message.chatbot_user_id or "")
     mentioned = {str(getattr(u, "dingtalk_id", "") or "") for u in message.at_users or []}
     words = text.split()
