@@ -28,8 +28,8 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from bots.composition import AppSettings
     from core.config import Settings
-    from core.digests import DigestService
     from core.models import ThreadKey
     from core.service import RunOutcome
 
@@ -70,6 +70,18 @@ def _settings() -> Settings:
 
     try:
         return load_settings()
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _app_settings() -> AppSettings:
+    """Every part's settings (core's, the chat layer's, each platform's): ``serve``,
+    ``worker`` and the digest checks need the platforms'."""
+    from bots.composition import load_app_settings
+    from core.config import ConfigError
+
+    try:
+        return load_app_settings()
     except ConfigError as exc:
         raise _fail(str(exc)) from None
 
@@ -189,13 +201,13 @@ def console_thread(key: ThreadKey) -> ThreadKey:
     """``key`` when it is a console thread; otherwise a :class:`CommandError` saying where to
     ask instead (the CLI never posts to a chat, and a serving replica must never deliver a
     run started here)."""
+    from bots.platforms import titles
     from core.commands import CommandError
-    from core.config import CHAT_PLATFORMS
     from core.models import CONSOLE_PLATFORM
 
     if key.platform == CONSOLE_PLATFORM:
         return key
-    name = CHAT_PLATFORMS.get(key.platform)
+    name = titles().get(key.platform)
     where = (
         f"it is a {name} thread: ask there (/research <topic>, or a reply to the bot in that "
         "thread)"
@@ -332,11 +344,10 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
     settings = _settings()
 
     async def show() -> dict[str, Any] | None:
-        from core.runtime import open_database
-        from storage import Store
+        from core.runtime import open_storage
 
-        async with open_database(settings) as database:
-            store = Store(database)
+        async with open_storage(settings) as storage:
+            store = storage.store
             record = await store.get_thread(key)
             if record is None:
                 return None
@@ -401,11 +412,10 @@ def thread_list(
     settings = _settings()
 
     async def rows() -> list[Any]:
-        from core.runtime import open_database
-        from storage import Store
+        from core.runtime import open_storage
 
-        async with open_database(settings) as database:
-            return await Store(database).list_threads(limit)
+        async with open_storage(settings) as storage:
+            return await storage.store.list_threads(limit)
 
     threads = _run(rows())
     if not as_json and not sys.stdout.isatty():
@@ -448,22 +458,6 @@ def thread_list(
     Console().print(table)
 
 
-def _digest_service(database: Any, settings: Settings) -> DigestService:
-    """Schedules need no LLM or search: adding, listing and firing only touch the database.
-    A fired run is queued like any other (with procrastinate, in its creating transaction)."""
-    from core.digests import DigestService
-    from core.runtime import new_run_hook
-    from storage import DigestStore, Store
-
-    return DigestService(
-        DigestStore(database),
-        Store(database, on_new_run=new_run_hook(settings)),
-        min_interval=settings.digest_min_interval,
-        grace=settings.digest_grace,
-        max_per_channel=settings.max_digests_per_channel,
-    )
-
-
 @digest_app.command("add")
 def digest_add(
     topic: Annotated[str, typer.Argument(help="What to research every time.")],
@@ -481,17 +475,20 @@ def digest_add(
     from core.digests import check_digest_platform
     from core.grammar import ScheduleCommand
     from core.models import ThreadKey
-    from core.runtime import open_database
+    from core.runtime import digest_service, open_storage
     from core.schedule import CLI_SYNTAX, timezone, trigger
 
-    settings = _settings()
+    app_settings = _app_settings()
+    settings = app_settings.core
     try:
         parts = channel.split(":")
         if len(parts) != 3 or not all(parts):
             raise CommandError(
                 "--channel must be <platform>:<workspace>:<channel>, e.g. slack:T0001:C0001"
             )
-        check_digest_platform(parts[0], settings.chat_platforms)  # before the database
+        check_digest_platform(  # before the database
+            parts[0], app_settings.titles, app_settings.enabled_names
+        )
         zone = timezone(tz, CLI_SYNTAX)
         trigger(cron, zone, CLI_SYNTAX)
         command = ScheduleCommand(
@@ -506,8 +503,8 @@ def digest_add(
     key = ThreadKey(platform=parts[0], workspace=parts[1], channel=parts[2], thread="cli")
 
     async def add() -> Any:
-        async with open_database(settings) as database:
-            return await _digest_service(database, settings).add(
+        async with open_storage(settings) as storage:
+            return await digest_service(settings, storage).add(
                 command, thread=key, created_by=by, syntax=CLI_SYNTAX
             )
 
@@ -521,13 +518,13 @@ def digest_add(
 @digest_app.command("list")
 def digest_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Every schedule: id, channel, topic, cron (in words), next run in its timezone."""
-    from core.runtime import open_database
+    from core.runtime import digest_service, open_storage
 
     settings = _settings()
 
     async def views() -> list[Any]:
-        async with open_database(settings) as database:
-            service = _digest_service(database, settings)
+        async with open_storage(settings) as storage:
+            service = digest_service(settings, storage)
             return await service.views(await service.digests.all(), "en")
 
     found = _run(views())
@@ -563,14 +560,14 @@ def digest_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
 def digest_remove(digest_id: Annotated[str, typer.Argument()]) -> None:
     """Remove a schedule."""
     from core.commands import CommandError
-    from core.runtime import open_database
+    from core.runtime import digest_service, open_storage
     from core.schedule import CLI_SYNTAX
 
     settings = _settings()
 
     async def remove() -> None:
-        async with open_database(settings) as database:
-            await _digest_service(database, settings).remove(
+        async with open_storage(settings) as storage:
+            await digest_service(settings, storage).remove(
                 digest_id, by="", is_admin=True, channel=None, syntax=CLI_SYNTAX
             )
 
@@ -584,14 +581,14 @@ def digest_remove(digest_id: Annotated[str, typer.Argument()]) -> None:
 @digest_app.command("run")
 def digest_run(digest_id: Annotated[str, typer.Argument()]) -> None:
     """Fire a schedule now: queue its run (a running `fathom serve` posts it); prints the run id."""
-    from core.runtime import open_database
+    from core.runtime import digest_service, open_storage
     from storage.tables import utcnow
 
     settings = _settings()
 
     async def fire() -> Any:
-        async with open_database(settings) as database:
-            service = _digest_service(database, settings)
+        async with open_storage(settings) as storage:
+            service = digest_service(settings, storage)
             digest = await service.digests.get(digest_id)
             if digest is None:
                 return None
@@ -638,15 +635,15 @@ def serve(
     from core.config import ConfigError
     from core.runtime import check_database
 
-    settings = _settings()
-    _configure_logging(settings, quiet_below_warning=False)
+    settings = _app_settings()
+    _configure_logging(settings.core, quiet_below_warning=False)
     from bots.server import check_settings, run_server
 
     try:
         check_settings(settings)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
-    _run(check_database(settings))  # before the port is bound: one line, exit 2
+    _run(check_database(settings.core))  # before the port is bound: one line, exit 2
     try:
         started = run_server(settings, host=host, port=port, upgrade=not no_upgrade)
     except ConfigError as exc:
@@ -666,8 +663,8 @@ def worker(
 
     from core.config import ConfigError
 
-    settings = _settings()
-    _configure_logging(settings, quiet_below_warning=False)
+    settings = _app_settings()
+    _configure_logging(settings.core, quiet_below_warning=False)
     from bots.worker import check_worker_settings, work
 
     try:

@@ -1,10 +1,13 @@
-"""``fathom serve``: the HTTP routes, every configured adapter and the in-process job runner.
+"""``fathom serve``: the HTTP routes, every enabled platform and the in-process job runner.
 
-``create_app(settings)`` returns a Starlette app whose lifespan opens the runtime (schema
-upgraded unless told not to), starts the job runner (which resumes runs a dead process
-left behind, and keeps sweeping for runs a dead replica abandoned) and, when Slack is
-configured, the Slack adapter. Shutdown closes the long-lived connections first, then gives
-running jobs a grace period and hands the rest back for any replica to continue.
+``create_app(settings)`` returns a Starlette app whose lifespan builds the process
+(``bots.composition.open_app``: runtime with the schema upgraded unless told not to, job
+runner, every enabled platform), starts the job runner (which resumes runs a dead process
+left behind, and keeps sweeping for runs a dead replica abandoned), the digest scheduler, and
+for each platform with a long-lived connection the election of the replica that holds it.
+Every registered platform's routes are mounted (404 while it is not configured). Shutdown
+closes the long-lived connections first, then gives running jobs a grace period and hands
+the rest back for any replica to continue.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.pool import QueuePool
 from starlette.applications import Starlette
@@ -27,39 +30,31 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from core.config import ConfigError, Settings
-from core.delivery import DeliveryPolicy, ResearchJob
+from bots.chat.platform import ChatPlatform
+from bots.composition import AppSettings, open_app
+from bots.platforms import PlatformClass
+from core.config import ConfigError
 from core.duty import OneHolder
-from core.jobs import InProcessJobRunner, JobRunner
-from core.queue import ProcrastinateJobRunner, ProcrastinateQueue, conninfo
-from core.runtime import Runtime, open_runtime
+from core.queue import conninfo
 from core.scheduler import DigestScheduler
 from storage import HEAD_REVISION, Database, LeaseStore, Store
-
-if TYPE_CHECKING:
-    from bots.dingtalk.app import DingTalkAdapter
-    from bots.feishu.app import FeishuAdapter
-    from bots.slack.app import SlackAdapter
 
 log = logging.getLogger(__name__)
 
 
-def check_settings(settings: Settings) -> None:
+def check_settings(settings: AppSettings) -> None:
     """Everything ``serve`` needs, as one ``ConfigError`` line, before binding a port."""
-    if settings.queue == "procrastinate":
-        conninfo(settings.database_url)  # PostgreSQL, or one clear line
-    settings.require_llm()
-    settings.require_search()
-    if settings.slack_enabled:
-        settings.require_slack()
-    if settings.feishu_enabled:
-        settings.require_feishu()
-    if settings.dingtalk_enabled:
-        settings.require_dingtalk()
+    core = settings.core
+    if core.queue == "procrastinate":
+        conninfo(core.database_url)  # PostgreSQL, or one clear line
+    core.require_llm()
+    core.require_search()
+    settings.check_platforms()
 
 
-def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
+def create_app(settings: AppSettings, *, upgrade: bool = True) -> Starlette:
     check_settings(settings)
+    core = settings.core
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -67,52 +62,31 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
 
         metrics = Metrics()
         app.state.metrics = metrics
-        async with (
-            open_runtime(settings, upgrade=upgrade, metrics=metrics) as runtime,
-            contextlib.AsyncExitStack() as resources,  # closed last, also after a failed start
-        ):
-            policy = DeliveryPolicy(
-                attempts=settings.delivery_attempts, first_delay=settings.delivery_backoff
-            )
-            job = ResearchJob(runtime.service, runtime.store, policy=policy)
-            runner: JobRunner
-            if settings.queue == "procrastinate":  # workers execute; this process enqueues
-                queue = await resources.enter_async_context(
-                    ProcrastinateQueue(settings.database_url)
-                )
-                runner = ProcrastinateJobRunner(
-                    queue, job=job, store=runtime.store, timing=runtime.service.timing
-                )
-            else:
-                runner = InProcessJobRunner(
-                    job,
-                    store=runtime.store,
-                    max_concurrent=settings.max_concurrent_runs,
-                    timing=runtime.service.timing,
-                )
+        async with open_app(settings, role="serve", upgrade=upgrade, metrics=metrics) as built:
+            runtime, runner = built.runtime, built.runner
             app.state.database = runtime.database
-            slack, feishu, dingtalk = await open_adapters(settings, runtime, job, runner)
-            app.state.slack, app.state.feishu, app.state.dingtalk = slack, feishu, dingtalk
+            app.state.store = runtime.store
+            app.state.platforms = built.platforms
             scheduler = DigestScheduler(
                 runtime.digests,
                 LeaseStore(runtime.database),
                 runner,
                 owner=runtime.service.owner,
-                lease=settings.lease,
-                tick_every=settings.lease / 3,
+                lease=core.lease,
+                tick_every=core.lease / 3,
             )
-            # Each long-lived connection is held by one replica at a time (a lease each).
+            # Each long-lived connection is held by one replica at a time (an election each).
             holders = {
                 name: OneHolder(
                     f"{name}-connection",
                     LeaseStore(runtime.database),
                     owner=runtime.service.owner,
-                    start=adapter.connect,
-                    stop=adapter.disconnect,
-                    lease=settings.lease,
+                    start=platform.connect,
+                    stop=platform.disconnect,
+                    lease=core.lease,
                 )
-                for name, adapter in (("slack", slack), ("feishu", feishu), ("dingtalk", dingtalk))
-                if adapter is not None and adapter.long_lived
+                for name, platform in built.platforms.items()
+                if platform.long_lived
             }
             app.state.holders = holders
             app.state.scheduler = scheduler
@@ -137,62 +111,45 @@ def create_app(settings: Settings, *, upgrade: bool = True) -> Starlette:
                 for holder in holders.values():
                     await holder.close()
                 await scheduler.close()
-                if slack is not None:
-                    await slack.close()
-                if feishu is not None:
-                    await feishu.close()
-                if dingtalk is not None:
-                    await dingtalk.close()
-                await runner.stop()
-                if dingtalk is not None:
-                    await dingtalk.release()
+            # open_app then closes the platforms' ingress, stops the runner (its jobs hand
+            # their runs back) and closes the platforms' outbound clients, in that order.
 
+    routes = [
+        Route(route.path, platform_endpoint(cls), methods=list(route.methods))
+        for cls in settings.registry
+        for route in cls.routes
+    ]
     app = Starlette(
         routes=[
-            Route("/slack/events", slack_route, methods=["POST"]),
-            Route("/slack/install", slack_route, methods=["GET"]),
-            Route("/slack/oauth_redirect", slack_route, methods=["GET"]),
-            Route("/feishu/events", feishu_route, methods=["POST"]),
-            Route("/dingtalk/events", dingtalk_route, methods=["POST"]),
+            *routes,
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics_route, methods=["GET"]),
         ],
         lifespan=lifespan,
     )
-    app.state.slack = None
-    app.state.feishu = None
-    app.state.dingtalk = None
+    app.state.platforms = {}
     app.state.holders = {}
     app.state.scheduler = None
     app.state.metrics = None
+    app.state.store = None
     app.state.settings = settings
     app.state.schema_current = True
     return app
 
 
-async def open_adapters(
-    settings: Settings, runtime: Runtime, job: ResearchJob, runner: JobRunner
-) -> tuple[SlackAdapter | None, FeishuAdapter | None, DingTalkAdapter | None]:
-    """Every platform whose credentials are set: its routes' handlers, and its delivery
-    registered on ``job`` (what a worker needs too). Long-lived connections are opened by the
-    replica holding their lease, not here."""
-    slack: SlackAdapter | None = None
-    if settings.slack_enabled:
-        from bots.slack.app import open_slack
+def platform_endpoint(cls: PlatformClass) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint of ``cls``'s routes: 404 while it is not configured here, 503 while the
+    schema is behind this code, else the platform's own handler."""
 
-        slack = await open_slack(settings, runtime, job, runner)
-    feishu: FeishuAdapter | None = None
-    if settings.feishu_enabled:
-        from bots.feishu.app import open_feishu
+    async def endpoint(request: Request) -> Response:
+        platforms: dict[str, ChatPlatform[Any]] = request.app.state.platforms
+        platform = platforms.get(cls.name)
+        if platform is None:
+            return JSONResponse({"error": f"{cls.title} is not configured on this server"}, 404)
+        return _schema_refusal(request) or await platform.handle(request)
 
-        feishu = await open_feishu(settings, runtime, job, runner)
-    dingtalk: DingTalkAdapter | None = None
-    if settings.dingtalk_enabled:
-        from bots.dingtalk.app import open_dingtalk
-
-        dingtalk = await open_dingtalk(settings, runtime, job, runner)
-    return slack, feishu, dingtalk
+    return endpoint
 
 
 #: Platform deliveries are remembered this long (Slack retries within minutes).
@@ -203,7 +160,7 @@ EVENT_MEMORY = timedelta(days=7)
 HOUSEKEEPING_EVERY = 3600.0
 
 
-async def _housekeeping(store: Store, settings: Settings) -> None:
+async def _housekeeping(store: Store, settings: AppSettings) -> None:
     """Keep the bookkeeping tables small: processed platform events older than
     ``EVENT_MEMORY``, expired Slack OAuth states (anyone may open the install page), and
     cached search results and page texts past their time to live."""
@@ -217,8 +174,8 @@ async def _housekeeping(store: Store, settings: Settings) -> None:
             (
                 "expired cached searches and pages",
                 lambda: store.prune_caches(
-                    search_older_than=settings.search_cache_ttl,
-                    pages_older_than=settings.page_cache_ttl,
+                    search_older_than=settings.core.search_cache_ttl,
+                    pages_older_than=settings.core.page_cache_ttl,
                 ),
             ),
         )
@@ -243,27 +200,6 @@ def _schema_refusal(request: Request) -> Response | None:
         request.url.path,
     )
     return JSONResponse({"error": "the database schema is not current"}, 503)
-
-
-async def slack_route(request: Request) -> Response:
-    slack: SlackAdapter | None = request.app.state.slack
-    if slack is None:
-        return JSONResponse({"error": "Slack is not configured on this server"}, 404)
-    return _schema_refusal(request) or await slack.handler(request)
-
-
-async def feishu_route(request: Request) -> Response:
-    feishu: FeishuAdapter | None = request.app.state.feishu
-    if feishu is None:
-        return JSONResponse({"error": "Feishu is not configured on this server"}, 404)
-    return _schema_refusal(request) or await feishu.webhook(request)
-
-
-async def dingtalk_route(request: Request) -> Response:
-    dingtalk: DingTalkAdapter | None = request.app.state.dingtalk
-    if dingtalk is None:
-        return JSONResponse({"error": "DingTalk is not configured on this server"}, 404)
-    return _schema_refusal(request) or await dingtalk.callback(request)
 
 
 async def healthz(request: Request) -> Response:
@@ -291,15 +227,17 @@ async def readyz(request: Request) -> Response:
     roles: dict[str, object] = {
         "scheduler": "holder" if scheduler is not None and scheduler.holder else "standby"
     }
-    settings: Settings | None = getattr(request.app.state, "settings", None)
-    if settings is not None and database is not None and reason is None:
+    settings: AppSettings | None = getattr(request.app.state, "settings", None)
+    store: Store | None = getattr(request.app.state, "store", None)
+    if settings is not None and store is not None and reason is None:
+        kind = settings.core.queue
         try:  # readiness is probed every few seconds: unfinished runs only (indexed)
-            counts = await Store(database).count_runs(("queued", "running"))
+            counts = await store.count_runs(("queued", "running"))
         except Exception as exc:  # shown, never a 500
-            roles["queue"] = {"kind": settings.queue, "error": type(exc).__name__}
+            roles["queue"] = {"kind": kind, "error": type(exc).__name__}
         else:
             roles["queue"] = {
-                "kind": settings.queue,
+                "kind": kind,
                 "queued": sum(n for status, _, n in counts if status == "queued"),
                 "running": sum(n for status, _, n in counts if status == "running"),
             }
@@ -317,10 +255,11 @@ async def metrics_route(request: Request) -> Response:
 
     metrics: Metrics | None = getattr(request.app.state, "metrics", None)
     database: Database | None = getattr(request.app.state, "database", None)
-    if metrics is None or database is None:
+    store: Store | None = getattr(request.app.state, "store", None)
+    if metrics is None or database is None or store is None:
         return JSONResponse({"error": "starting"}, 503)
     try:
-        counts = await Store(database).count_runs()
+        counts = await store.count_runs()
     except Exception:
         log.warning("metrics: the runs could not be counted", exc_info=True)
     else:
@@ -347,23 +286,19 @@ async def metrics_route(request: Request) -> Response:
 
 
 def _platforms(request: Request) -> dict[str, object]:
-    """Each configured platform, with the state of its long-lived connection if it has one."""
+    """Each enabled platform, with the state of its long-lived connection if it has one."""
     shown: dict[str, object] = {}
+    platforms: dict[str, ChatPlatform[Any]] = getattr(request.app.state, "platforms", {})
     holders: dict[str, OneHolder] = getattr(request.app.state, "holders", {})
-    for name in ("slack", "feishu", "dingtalk"):
-        adapter: SlackAdapter | FeishuAdapter | DingTalkAdapter | None = getattr(
-            request.app.state, name, None
-        )
-        if adapter is None:
-            continue
-        status = adapter.status()
+    for name, platform in platforms.items():
+        status = platform.status()
         if name in holders:  # a long-lived connection: held here, or by another replica
             status = {**status, **holders[name].status()}
         shown[name] = status
     return shown
 
 
-def run_server(settings: Settings, *, host: str, port: int, upgrade: bool = True) -> bool:
+def run_server(settings: AppSettings, *, host: str, port: int, upgrade: bool = True) -> bool:
     """Serve until SIGINT/SIGTERM (uvicorn runs the lifespan's graceful shutdown).
 
     Returns False when the server never started (start-up failed; uvicorn logged why).
@@ -376,7 +311,7 @@ def run_server(settings: Settings, *, host: str, port: int, upgrade: bool = True
         app,
         host=host,
         port=port,
-        log_level=settings.log_level.lower(),
+        log_level=settings.core.log_level.lower(),
         log_config=None,  # keep core.logs' (redacting) handlers
         access_log=False,  # query strings (OAuth codes, states) stay out of the logs
         lifespan="on",

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import logging
 
-from core.config import ConfigError, Settings
-from core.delivery import DeliveryPolicy, ResearchJob
-from core.queue import ProcrastinateJobRunner, ProcrastinateQueue, conninfo
-from core.runtime import open_runtime
+from bots.composition import AppSettings, open_app
+from core.config import ConfigError
+from core.queue import conninfo
 
 log = logging.getLogger(__name__)
 
@@ -22,46 +21,30 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 10.0
 
 
-def check_worker_settings(settings: Settings) -> None:
-    if settings.queue != "procrastinate":
+def check_worker_settings(settings: AppSettings) -> None:
+    core = settings.core
+    if core.queue != "procrastinate":
         raise ConfigError("fathom worker needs FATHOM_QUEUE=procrastinate (and PostgreSQL)")
-    conninfo(settings.database_url)
-    settings.require_llm()
-    settings.require_search()
+    conninfo(core.database_url)
+    core.require_llm()
+    core.require_search()
 
 
 async def work(
-    settings: Settings, *, concurrency: int, wait: bool = True, upgrade: bool = True
+    settings: AppSettings, *, concurrency: int, wait: bool = True, upgrade: bool = True
 ) -> None:
     """Work until stopped (``wait``), or until the queue is empty."""
-    from bots.server import open_adapters
-
     check_worker_settings(settings)
-    async with open_runtime(settings, upgrade=upgrade) as runtime:
-        policy = DeliveryPolicy(
-            attempts=settings.delivery_attempts, first_delay=settings.delivery_backoff
+    async with open_app(settings, role="worker", upgrade=upgrade) as built:
+        queue, owner = built.queue, built.runtime.service.owner
+        if queue is None:  # pragma: no cover - a worker's app always has its queue
+            raise ConfigError("fathom worker needs FATHOM_QUEUE=procrastinate")
+        await built.runner.start()
+        log.info("worker %s: taking research runs, %d at a time", owner, concurrency)
+        await queue.work(
+            concurrency=concurrency,
+            wait=wait,
+            name=owner,
+            shutdown_graceful_timeout=SHUTDOWN_GRACE,
         )
-        job = ResearchJob(runtime.service, runtime.store, policy=policy)
-        async with ProcrastinateQueue(settings.database_url, job) as queue:
-            runner = ProcrastinateJobRunner(
-                queue, job=job, store=runtime.store, timing=runtime.service.timing
-            )
-            slack, feishu, dingtalk = await open_adapters(settings, runtime, job, runner)
-            await runner.start()
-            log.info(
-                "worker %s: taking research runs, %d at a time", runtime.service.owner, concurrency
-            )
-            try:
-                await queue.work(
-                    concurrency=concurrency,
-                    wait=wait,
-                    name=runtime.service.owner,
-                    shutdown_graceful_timeout=SHUTDOWN_GRACE,
-                )
-            finally:
-                await runner.stop()
-                for adapter in (slack, feishu, dingtalk):
-                    if adapter is not None:
-                        await adapter.close()
-                if dingtalk is not None:
-                    await dingtalk.release()
+        # open_app then stops the runner and closes the platforms' outbound clients.

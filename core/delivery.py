@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
-from core.config import CHAT_PLATFORMS
 from core.lease import Lease, release_quietly
 from core.logs import log_context
 from core.models import CONSOLE_PLATFORM, RunStatus, ThreadKey
@@ -176,11 +175,13 @@ class ResearchJob:
         factories: Mapping[str, DeliveryFactory] | None = None,
         *,
         policy: DeliveryPolicy | None = None,
+        chat_platforms: Mapping[str, str] | None = None,
     ) -> None:
         self._service = service
         self._store = store
         self._factories = dict(factories or {})
         self._policy = policy or DeliveryPolicy()
+        self._chat_platforms = dict(chat_platforms or {})
 
     def register(self, platform: str, factory: DeliveryFactory) -> None:
         self._factories[platform] = factory
@@ -189,6 +190,14 @@ class ResearchJob:
     def platforms(self) -> frozenset[str]:
         """The platforms this process can deliver to: the only runs its sweep takes."""
         return frozenset(self._factories)
+
+    @property
+    def deliverable(self) -> frozenset[str]:
+        """The platforms some process of this deployment may deliver to: every chat platform
+        the code has (``chat_platforms``: name -> what people call it, from the composition
+        root's registry), and those registered here. A run of any other platform is ended by
+        the job as undeliverable (the runners' sweeps hand such orphans to it)."""
+        return frozenset(self._chat_platforms) | self.platforms
 
     async def __call__(self, run_id: str) -> None:
         run = await self._store.get_run(run_id)
@@ -205,7 +214,9 @@ class ResearchJob:
         platform = ThreadKey.parse(run.thread_key).platform
         factory = self._factories.get(platform)
         if factory is None:
-            reason = never_deliverable(run, platform, self._service.timing.stale_after)
+            reason = never_deliverable(
+                run, platform, self._service.timing.stale_after, self._chat_platforms
+            )
             if reason is None:
                 log.warning(
                     "run %s: no %s delivery in this process; left for one that has it",
@@ -396,7 +407,9 @@ class ResearchJob:
             await self._store.finish_delivery(claim, posted=False, error=reason)
 
 
-def never_deliverable(run: RunRecord, platform: str, stale_after: float) -> str | None:
+def never_deliverable(
+    run: RunRecord, platform: str, stale_after: float, chat_platforms: Mapping[str, str]
+) -> str | None:
     """Why no process will ever deliver ``run`` (None: one that serves ``platform`` may).
 
     A chat platform's run waits for a replica that serves it. A console run is delivered
@@ -404,7 +417,7 @@ def never_deliverable(run: RunRecord, platform: str, stale_after: float) -> str 
     left it (not claimed or heartbeating for ``stale_after`` seconds) nobody will. A run of
     any other platform (a digest for a ``cli:`` or ``irc:`` channel) has nowhere to go.
     """
-    if platform in CHAT_PLATFORMS:
+    if platform in chat_platforms:
         return None
     if platform == CONSOLE_PLATFORM and run.digest_id is None:
         last_seen = run.heartbeat_at or run.created_at
@@ -414,4 +427,5 @@ def never_deliverable(run: RunRecord, platform: str, stale_after: float) -> str 
             "a console run is shown only in the terminal of the fathom process that started "
             f"it, and that process left it; finish it with `fathom resume {run.id}`"
         )
-    return f"{platform!r} is not a chat platform (runs are posted to {', '.join(CHAT_PLATFORMS)})"
+    names = ", ".join(chat_platforms) or "none here"
+    return f"{platform!r} is not a chat platform (runs are posted to {names})"

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from core import schedule
 from core.commands import CommandError
-from core.config import CHAT_PLATFORMS
 from core.grammar import ScheduleCommand
 from core.jobs import JobRunner
 from core.models import ResearchRequest, Strategy, ThreadKey
@@ -246,11 +245,13 @@ class DigestService:
         return run
 
 
-def check_digest_platform(platform: str, configured: frozenset[str]) -> None:
-    """A digest's channel must be on a chat platform this deployment is configured for: any
-    other firing could never be posted anywhere."""
-    if platform not in CHAT_PLATFORMS:
-        names = ", ".join(CHAT_PLATFORMS)
+def check_digest_platform(
+    platform: str, chat_platforms: Mapping[str, str], configured: frozenset[str]
+) -> None:
+    """A digest's channel must be on a chat platform (``chat_platforms``: name -> what people
+    call it) this deployment is configured for: any other firing could never be posted."""
+    if platform not in chat_platforms:
+        names = ", ".join(chat_platforms)
         raise CommandError(
             f"{platform!r} is not a chat platform: a digest is posted in a chat channel "
             f"({names}), e.g. slack:T0001:C0001.",
@@ -258,7 +259,7 @@ def check_digest_platform(platform: str, configured: frozenset[str]) -> None:
             "例如 slack:T0001:C0001。",
         )
     if platform not in configured:
-        name = CHAT_PLATFORMS[platform]
+        name = chat_platforms[platform]
         raise CommandError(
             f"{name} is not configured, so a digest there could never be posted: set its "
             "credentials first (docs/configuration.md).",

@@ -1,4 +1,4 @@
-"""The command grammar shared by every platform (DESIGN.md, "Command grammar").
+"""The command grammar every platform shares (``/research help`` shows it to users).
 
 ``/research <topic> [depth=N] [strategy=iterative|graph]``, ``/research help``,
 ``/research status``, ``/research cancel [run-id]``. Adapters strip their own

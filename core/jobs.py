@@ -24,7 +24,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from core.config import CHAT_PLATFORMS
 from core.lease import LeaseTiming
 from storage import Store
 
@@ -40,7 +39,15 @@ class Job(Protocol):
     """What a runner executes: ``await job(run_id)`` (see ``core.delivery.ResearchJob``)."""
 
     @property
-    def platforms(self) -> frozenset[str]: ...
+    def platforms(self) -> frozenset[str]:
+        """The platforms this process delivers to: the runs its sweep takes."""
+        ...
+
+    @property
+    def deliverable(self) -> frozenset[str]:
+        """The platforms any process may deliver to: runs of others are orphans the job
+        ends."""
+        ...
 
     async def __call__(self, run_id: str) -> None: ...
 
@@ -131,7 +138,7 @@ class InProcessJobRunner:
             sorted(self._job.platforms),
             stale_after=self._timing.stale_after,
             limit=SWEEP_BATCH,
-            orphans_outside=sorted(CHAT_PLATFORMS),  # the job ends runs nobody can deliver
+            orphans_outside=sorted(self._job.deliverable),  # the job ends runs nobody can deliver
         )
         new = [run_id for run_id in found if run_id not in self._tasks]
         for run_id in new:

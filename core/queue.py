@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 
-from core.config import CHAT_PLATFORMS, ConfigError
+from core.config import ConfigError
 from core.jobs import SWEEP_BATCH, Job, Sweeper
 from core.lease import LeaseTiming
 
@@ -177,7 +177,7 @@ class ProcrastinateJobRunner:
             sorted(self._job.platforms),
             stale_after=self._timing.stale_after,
             limit=SWEEP_BATCH,
-            orphans_outside=sorted(CHAT_PLATFORMS),  # the job ends runs nobody can deliver
+            orphans_outside=sorted(self._job.deliverable),  # the job ends runs nobody can deliver
         )
         try:  # tidying only: a failure here must not keep the runs from being queued again
             if forgotten := await self._queue.forget_stalled(found):

@@ -1,7 +1,10 @@
-"""The composition root: settings in, a wired :class:`ResearchService` out.
+"""Core's half of the composition root: settings in, storage, clients and services out.
 
-Every entry point (CLI, ``fathom serve``, workers) builds its clients here so
-they are created once, injected everywhere, and closed together.
+The database, its stores, the HTTP and model clients, the search provider, the page reader
+and the services are built here, once per process, injected everywhere and closed together:
+``fathom research`` and the ``thread``/``digest`` commands call :func:`open_runtime` or
+:func:`open_storage` directly; ``fathom serve`` and ``fathom worker`` through
+``bots.composition.open_app``, which adds the job, its runner and the chat platforms.
 """
 
 from __future__ import annotations
@@ -181,6 +184,36 @@ async def check_database(settings: Settings) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class Storage:
+    """The database and the stores on it, built once per process (here, nowhere else)."""
+
+    database: Database
+    store: Store
+    digests: DigestStore
+
+
+@asynccontextmanager
+async def open_storage(settings: Settings, *, upgrade: bool = True) -> AsyncIterator[Storage]:
+    """The database (reached, its schema brought to head unless ``upgrade=False``) and its
+    stores. A new run is queued in its creating transaction with ``FATHOM_QUEUE=procrastinate``
+    (so a run created by ``fathom digest run`` is queued like any other)."""
+    async with open_database(settings, upgrade=upgrade) as database:
+        store = Store(database, on_new_run=new_run_hook(settings))
+        yield Storage(database, store, DigestStore(database))
+
+
+def digest_service(settings: Settings, storage: Storage) -> DigestService:
+    """Schedules: adding, listing and firing only touch the database (no LLM or search)."""
+    return DigestService(
+        storage.digests,
+        storage.store,
+        min_interval=settings.digest_min_interval,
+        grace=settings.digest_grace,
+        max_per_channel=settings.max_digests_per_channel,
+    )
+
+
 @asynccontextmanager
 async def open_runtime(
     settings: Settings, *, upgrade: bool = True, metrics: Metrics | None = None
@@ -191,7 +224,7 @@ async def open_runtime(
     settings.require_search()
     tls = DeferredTrustContext()  # one for every client of the process
     async with (
-        open_database(settings, upgrade=upgrade) as database,
+        open_storage(settings, upgrade=upgrade) as storage,
         httpx.AsyncClient(
             timeout=settings.search_timeout,
             headers={"User-Agent": "fathom-bot/0.1"},
@@ -200,7 +233,7 @@ async def open_runtime(
         ) as http,
         page_client(settings, tls) as pages_http,
     ):
-        store = Store(database, on_new_run=new_run_hook(settings))
+        database, store = storage.database, storage.store
         search = build_search_provider(settings, http, store, metrics)
         llm = LLMClients.from_settings(settings, ssl_context=tls, metrics=metrics)
         reader = page_reader(settings, pages_http, store)
@@ -217,13 +250,7 @@ async def open_runtime(
                 graph_max_nodes=settings.graph_max_nodes,
                 metrics=metrics,
             )
-            digests = DigestService(
-                DigestStore(database),
-                store,
-                min_interval=settings.digest_min_interval,
-                grace=settings.digest_grace,
-                max_per_channel=settings.max_digests_per_channel,
-            )
+            digests = digest_service(settings, storage)
             yield Runtime(settings, database, store, service, search, llm, digests, reader)
         finally:
             await llm.aclose()

@@ -22,7 +22,8 @@ from typing import Any, Self
 import httpx
 import uvicorn
 
-from core.config import Settings
+from bots.composition import AppSettings, load_app_settings
+from bots.platforms import PLATFORMS, PlatformClass
 from storage import Database, RunRecord, Store
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.server import BackgroundServer
@@ -81,9 +82,17 @@ class LifespanServer(BackgroundServer):
         self._server = self._thread = self._sock = None
 
 
+#: The platforms a served app has (``bots.platforms.PLATFORMS``, or more in a test).
+Registry = tuple[PlatformClass, ...]
+
+
 def fathom_settings(
-    database_url: str, llm: FakeLLMServer, search: FakeSearchServer, **extra: str
-) -> Settings:
+    database_url: str,
+    llm: FakeLLMServer,
+    search: FakeSearchServer,
+    registry: Registry | None = None,
+    **extra: str,
+) -> AppSettings:
     """Settings of a served app against the fakes (no platform: add its own in ``extra``)."""
     values: dict[str, Any] = {
         "DATABASE_URL": database_url,
@@ -96,7 +105,7 @@ def fathom_settings(
         "FATHOM_LLM_MAX_RETRIES": "1",
     }
     values.update(extra)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return load_app_settings(registry or PLATFORMS, _env_file=None, **values)
 
 
 @dataclass

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from storage import Database, Store
-from tests.chat_app import LifespanServer, ServedFathom, fathom_settings
+from tests.chat_app import LifespanServer, Registry, ServedFathom, fathom_settings
 from tests.env import clean_environ, is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.pg import throwaway_database
@@ -103,9 +103,10 @@ async def serve_fathom(
     search_server: FakeSearchServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[ServeFathom]:
-    """``await serve_fathom(database_url=None, **env)``: the real ``fathom serve`` app (its
-    lifespan, job runner and every adapter ``env`` configures) against the LLM and search
-    fakes, on a SQLite file unless a database URL is given. Stopped after the test."""
+    """``await serve_fathom(database_url=None, registry=None, **env)``: the real ``fathom
+    serve`` app (its lifespan, job runner and every platform ``env`` configures, out of
+    ``registry``: default ``bots.platforms.PLATFORMS``) against the LLM and search fakes, on
+    a SQLite file unless a database URL is given. Stopped after the test."""
     for name in list(os.environ):
         if is_fathom_setting(name):
             monkeypatch.delenv(name)
@@ -113,9 +114,11 @@ async def serve_fathom(
 
     started: list[ServedFathom] = []
 
-    async def serve(database_url: str | None = None, **env: str) -> ServedFathom:
+    async def serve(
+        database_url: str | None = None, registry: Registry | None = None, **env: str
+    ) -> ServedFathom:
         url = database_url or f"sqlite+aiosqlite:///{tmp_path / f'serve{len(started)}.db'}"
-        settings = fathom_settings(url, llm_server, search_server, **env)
+        settings = fathom_settings(url, llm_server, search_server, registry=registry, **env)
         server = await asyncio.to_thread(LifespanServer(create_app(settings)).start)
         database = Database(url)
         served = ServedFathom(

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from bots.chat.inbound import ChatCommands, ChatMessage, Reply
+from bots.chat.inbound import ChatCommands, ChatMessage, Parsed, Reply
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage, RateLimited
-from core.config import Settings
+from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
@@ -37,7 +37,7 @@ class World:
     store: Store
     runner: InProcessJobRunner
     #: What a ChatCommands is made of (settings, service, store, runner).
-    parts: tuple[Settings, ResearchService, Store, InProcessJobRunner]
+    parts: tuple[ChatPolicy, ResearchService, Store, InProcessJobRunner]
 
     def thread(self, name: str = "t1") -> ThreadKey:
         return ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread=name)
@@ -74,7 +74,7 @@ async def world(
 
     def make(**settings: object) -> World:
         chat = MemoryChat(report_limit=int(str(settings.pop("report_limit", 2_000))))
-        config = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
+        config = ChatPolicy.load(_env_file=None, **settings)
         job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=FAST)
         runner = InProcessJobRunner(job, store=store, timing=service.timing)
         runners.append(runner)
@@ -291,8 +291,8 @@ async def test_the_per_user_limit_and_a_busy_thread_are_refused_clearly(
 class CrashAfterHandling(ChatCommands):
     """A process that dies right after a request took effect, before anything else."""
 
-    async def handle(self, message: ChatMessage) -> Reply:
-        await super().handle(message)
+    async def handle(self, message: ChatMessage, parsed: Parsed | None = None) -> Reply:
+        await super().handle(message, parsed)
         raise RuntimeError("the process died here")
 
 

@@ -16,6 +16,8 @@ import pytest
 
 from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Refusal
+from bots.chat.settings import ChatPolicy
+from bots.platforms import titles
 from core import schedule
 from core.config import Settings
 from core.delivery import DeliveryPolicy, ResearchJob
@@ -88,9 +90,12 @@ async def replicas(
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
             owner=name,
         )
-        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=FAST)
+        job = ResearchJob(
+            service, store, {PLATFORM: chat.factory(store)}, policy=FAST, chat_platforms=titles()
+        )
         runner = InProcessJobRunner(job, store=store, timing=service.timing)
         config = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
+        policy = ChatPolicy.load(_env_file=None, **settings)
         digests = DigestService(
             DigestStore(db),
             store,
@@ -100,7 +105,7 @@ async def replicas(
             clock=clock,
         )
         scheduler = DigestScheduler(digests, LeaseStore(db), runner, owner=name, clock=clock)
-        commands = ChatCommands(config, service, store, runner, MemoryMarkup(), digests)
+        commands = ChatCommands(policy, service, store, runner, MemoryMarkup(), digests)
         replica = Replica(store, digests, scheduler, runner, commands)
         made.append(replica)
         return replica

@@ -35,8 +35,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from bots.composition import load_app_settings
 from bots.server import create_app
-from core.config import Settings
 from storage import Database
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
@@ -123,7 +123,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         FakeDingTalkServer() as dingtalk,
     ):
         url = f"sqlite+aiosqlite:///{directory / 'fuzz.db'}"
-        app_settings = Settings(  # type: ignore[call-arg]
+        app_settings = load_app_settings(
             _env_file=None,
             DATABASE_URL=url,
             OPENAI_API_KEY=FAKE_API_KEY,

@@ -14,7 +14,7 @@ import pytest
 
 from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
-from core.config import Settings
+from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.engine.graph import GraphPlan, GraphStrategy, PlannedNode, check_plan
 from core.engine.iterative import RunState, StepHooks, StopReason
@@ -348,8 +348,8 @@ async def test_a_graph_request_from_a_chat_platform(
         policy = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
         job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy)
         runner = InProcessJobRunner(job, store=store, timing=service.timing)
-        settings = Settings(_env_file=None, FATHOM_STRATEGY="graph")  # type: ignore[call-arg]
-        commands = ChatCommands(settings, service, store, runner, MemoryMarkup())
+        policy = ChatPolicy.load(_env_file=None, FATHOM_STRATEGY="graph")
+        commands = ChatCommands(policy, service, store, runner, MemoryMarkup())
         await runner.start()
         try:
             await chat.say(commands, "/research heat pumps depth=2")  # graph by default here

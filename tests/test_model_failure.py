@@ -18,7 +18,7 @@ import pytest
 
 from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
-from core.config import Settings
+from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.engine.iterative import RunState
 from core.jobs import InProcessJobRunner
@@ -293,7 +293,7 @@ async def test_the_thread_says_why_the_run_failed(
         job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy)
         runner = InProcessJobRunner(job, store=store, timing=service.timing)
         commands = ChatCommands(
-            Settings(_env_file=None),  # type: ignore[call-arg]
+            ChatPolicy.load(_env_file=None),
             service,
             store,
             runner,

@@ -31,9 +31,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from bots.chat.replies import Replies
+from bots.composition import AppSettings
 from bots.server import create_app
 from bots.slack.text import SlackMarkup, clean_text
-from core.config import Settings
 from storage import Database, RunRecord, Store
 from tests.chat_app import LifespanServer, fathom_settings, wait_for
 from tests.env import is_fathom_setting
@@ -68,7 +68,7 @@ def slack_settings(
     search: FakeSearchServer,
     slack_api_url: str,
     **extra: str,
-) -> Settings:
+) -> AppSettings:
     values = {
         "SLACK_BOT_TOKEN": BOT_TOKEN,
         "SLACK_SIGNING_SECRET": SECRET,

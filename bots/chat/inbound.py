@@ -17,11 +17,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bots.chat.replies import STATUS_RECENT, Markup, Replies
+from bots.chat.settings import ChatPolicy
 from core.commands import CommandError, validate_ids
-from core.config import Settings
 from core.digests import DigestService
 from core.grammar import (
     CancelCommand,
+    Command,
     DigestsCommand,
     HelpCommand,
     ResearchCommand,
@@ -103,6 +104,8 @@ class Reply:
 
 #: Posts a reply in the request's thread (the adapter's translation of "answer this").
 Answer = Callable[[str], Awaitable[None]]
+#: A request's text parsed once: its command, or why it is not one.
+Parsed = Command | CommandError
 
 
 class ChatCommands:
@@ -110,14 +113,14 @@ class ChatCommands:
 
     def __init__(
         self,
-        settings: Settings,
+        policy: ChatPolicy,
         service: ResearchService,
         store: Store,
         runner: JobRunner,
         markup: Markup,
         digests: DigestService | None = None,
     ) -> None:
-        self._settings = settings
+        self._policy = policy
         self._service = service
         self._store = store
         self._runner = runner
@@ -127,12 +130,28 @@ class ChatCommands:
     def replies(self, language: Language) -> Replies:
         return Replies(self._markup, language)
 
-    async def receive(self, message: ChatMessage, answer: Answer) -> Reply | None:
+    def parse(self, text: str) -> Parsed:
+        """A request's command (or the error to answer), under this deployment's limits."""
+        policy = self._policy
+        try:
+            return parse_command(
+                text,
+                default_depth=policy.default_depth,
+                max_depth=policy.max_depth,
+                default_strategy=policy.strategy,
+            )
+        except CommandError as exc:
+            return exc
+
+    async def receive(
+        self, message: ChatMessage, answer: Answer, parsed: Parsed | None = None
+    ) -> Reply | None:
         """Handle a delivery whose answer is posted afterwards (events, messages), at most
         once per request whatever the redeliveries and replicas: a request already handled
         is dropped before any work, a run is created once (its dedupe key), and the answer
         goes out only from the delivery that records the request first. A crash before that
-        record leaves the request to the platform's redelivery."""
+        record leaves the request to the platform's redelivery. ``parsed``: the message's
+        text already parsed by the adapter (:meth:`parse`), so it is parsed once."""
         if not message.addressed:
             return None
         if await self._store.events_seen(message.event_keys):
@@ -141,10 +160,12 @@ class ChatCommands:
         # is handled; schedule and unschedule change the channel's digests) is recorded
         # first: handled at most once (two deliveries must not cancel two runs or store two
         # schedules).
-        once = self._acts_once(message)
+        if parsed is None:
+            parsed = self.parse(message.text)
+        once = isinstance(parsed, CancelCommand | ScheduleCommand | UnscheduleCommand)
         if once and not await self._claim(message):
             return None
-        reply = await self.handle(message)
+        reply = await self.handle(message, parsed)
         if not once and not await self._claim(message):
             return None  # another delivery of it (another replica) answered meanwhile
         if not reply.started:
@@ -174,42 +195,26 @@ class ChatCommands:
             await self._store.claim_event(message.delivery_key)
         return True
 
-    def _acts_once(self, message: ChatMessage) -> bool:
-        settings = self._settings
-        try:
-            command = parse_command(
-                message.text,
-                default_depth=settings.default_depth,
-                max_depth=settings.max_depth,
-                default_strategy=settings.strategy,
-            )
-        except CommandError:
-            return False
-        return isinstance(command, CancelCommand | ScheduleCommand | UnscheduleCommand)
-
-    async def handle(self, message: ChatMessage) -> Reply:
-        """What to answer to one request; a research request becomes a queued run."""
-        settings = self._settings
+    async def handle(self, message: ChatMessage, parsed: Parsed | None = None) -> Reply:
+        """What to answer to one request; a research request becomes a queued run.
+        ``parsed``: its text already parsed (:meth:`parse`)."""
+        if parsed is None:
+            parsed = self.parse(message.text)
+        policy = self._policy
         replies = self.replies(message.lang)
         try:
             validate_ids(workspace=message.workspace, channel=message.channel, user=message.user)
             validate_ids(thread=message.thread.removeprefix(PENDING_PREFIX))
         except CommandError as exc:
             return Reply(replies.error(exc.text(replies.language)))
-        if not settings.is_allowed(message.user, message.channel):
+        if not policy.is_allowed(message.user, message.channel):
             return Reply(replies.not_allowed())
-        try:
-            command = parse_command(
-                message.text,
-                default_depth=settings.default_depth,
-                max_depth=settings.max_depth,
-                default_strategy=settings.strategy,
-            )
-        except CommandError as exc:
-            return Reply(replies.error(exc.text(replies.language)))
+        if isinstance(parsed, CommandError):
+            return Reply(replies.error(parsed.text(replies.language)))
+        command = parsed
         if isinstance(command, HelpCommand):
             return Reply(
-                replies.help(default_depth=settings.default_depth, max_depth=settings.max_depth)
+                replies.help(default_depth=policy.default_depth, max_depth=policy.max_depth)
             )
         if isinstance(command, StatusCommand):
             return Reply(await self._status(message, replies))
@@ -239,7 +244,7 @@ class ChatCommands:
             removed = await digests.remove(
                 command.digest_id,
                 by=message.requested_by,
-                is_admin=message.user in self._settings.admins,
+                is_admin=self._policy.is_admin(message.user),
                 channel=where,
             )
             return replies.unscheduled(removed)
@@ -266,7 +271,7 @@ class ChatCommands:
             # One transaction: the per-user limit, the dedupe key, the thread's one active
             # run and (with the procrastinate queue) the job.
             run, created = await self._service.submit(
-                request, user_limit=self._settings.user_concurrency
+                request, user_limit=self._policy.user_concurrency
             )
         except UserBusy as busy:
             return Reply(replies.concurrency(busy.limit))
@@ -288,7 +293,7 @@ class ChatCommands:
             run = await self._store.latest_run_in_thread(str(message.thread_key))
             if run is None or RunStatus(run.status).finished:
                 return replies.nothing_running_in_thread()
-            if run.requested_by != by and message.user not in self._settings.admins:
+            if run.requested_by != by and not self._policy.is_admin(message.user):
                 return replies.only_starter_can_cancel()
         else:
             picked = self._pick(await self._store.active_runs_for_user(by), message, prefix)

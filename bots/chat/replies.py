@@ -7,7 +7,7 @@ icons and how to point at a thread. The words live here, once for every platform
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.grammar import help_text
@@ -48,6 +48,35 @@ class Markup(Protocol):
     def thread_hint(self, thread: ThreadKey, language: Language) -> str:
         """Where a run lives (``in #general, thread 17000…``)."""
         ...
+
+
+class MarkdownMarkup:
+    """:class:`Markup` for a platform whose replies are Markdown (``**bold**``) with emoji
+    icons (Feishu cards, DingTalk): its own escaping, and how it points at its threads (a
+    thread of another platform is shown by its key)."""
+
+    bold = "**"
+
+    def __init__(
+        self,
+        platform: str,
+        escape: Callable[[str], str],
+        where: Callable[[ThreadKey, Language], str],
+    ) -> None:
+        self._platform = platform
+        self._escape = escape
+        self._where = where
+
+    def escape(self, text: str) -> str:
+        return self._escape(text)
+
+    def icon(self, name: Icon) -> str:
+        return EMOJI_ICONS[name]
+
+    def thread_hint(self, thread: ThreadKey, language: Language) -> str:
+        if thread.platform != self._platform:
+            return str(thread)
+        return self._where(thread, language)
 
 
 def _short(topic: str, limit: int = 80) -> str:

@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from bots.chat.errors import PlatformError
+
 #: Renew the access token this long before DingTalk says it expires (seconds).
 TOKEN_MARGIN = 300.0
 #: Session-webhook error codes that mean "too many messages": wait and retry.
@@ -41,8 +43,11 @@ FINAL_CODE_PREFIXES = (
 WEBHOOK_FINAL = frozenset({310000, 400101, 400102, 400105, 400106})
 
 
-class DingTalkError(Exception):
-    """A refused or failed call: HTTP ``status`` and DingTalk's ``code``."""
+class DingTalkError(PlatformError):
+    """A refused or failed call: HTTP ``status`` and DingTalk's ``code``; ``final`` when
+    DingTalk's own answer says this call can never succeed."""
+
+    code: str
 
     def __init__(
         self,
@@ -53,12 +58,14 @@ class DingTalkError(Exception):
         *,
         final: bool = False,
     ) -> None:
-        super().__init__(f"{message} ({code}, HTTP {status})")
-        self.status = status
-        self.code = code
-        self.message = message
-        self.retry_after = retry_after
-        self.final = final  # DingTalk's own answer says this call can never succeed
+        super().__init__(
+            status,
+            code,
+            message,
+            retry_after,
+            final=final,
+            shown=f"{message} ({code}, HTTP {status})",
+        )
 
     @property
     def rate_limited(self) -> bool:

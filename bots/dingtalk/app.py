@@ -30,15 +30,15 @@ import re
 from datetime import timedelta
 from typing import Any
 
-import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from bots.chat.background import Background
 from bots.chat.inbound import Answer, ChatCommands
-from bots.chat.replies import EMOJI_ICONS, Icon
-from bots.dingtalk.api import DingTalkApi, DingTalkError, Space
-from bots.dingtalk.delivery import DingTalkDeliveryFactory, classify_error
+from bots.chat.replies import MarkdownMarkup
+from bots.chat.settings import RouteLimits
+from bots.dingtalk.api import DingTalkApi
+from bots.dingtalk.delivery import classify_error
 from bots.dingtalk.events import (
     PLATFORM,
     DingTalkRequest,
@@ -47,15 +47,12 @@ from bots.dingtalk.events import (
     webhook_allowed,
 )
 from bots.dingtalk.render import escape_text
+from bots.dingtalk.send import Conversation, space_of
+from bots.dingtalk.settings import DingTalkSettings
 from bots.dingtalk.stream import DingTalkStream
 from bots.http_gate import Rejected, read_body, rejected_response
-from core.commands import CommandError
-from core.config import Settings
-from core.delivery import ResearchJob
-from core.grammar import ResearchCommand, parse_command
-from core.jobs import JobRunner
+from core.grammar import ResearchCommand
 from core.models import RunStatus, ThreadKey
-from core.runtime import Runtime
 from core.wording import Language, pick
 from storage import Store
 from storage.tables import utcnow
@@ -73,21 +70,13 @@ def _report_heading(markdown: str | None) -> str | None:
     return match.group(1).strip() if match else None
 
 
-class DingTalkMarkup:
-    """``bots.chat.replies.Markup`` for DingTalk Markdown."""
+def dingtalk_markup() -> MarkdownMarkup:
+    """Replies as DingTalk Markdown; a DingTalk run lives in the conversation itself."""
 
-    bold = "**"
-
-    def escape(self, text: str) -> str:
-        return escape_text(text)
-
-    def icon(self, name: Icon) -> str:
-        return EMOJI_ICONS[name]
-
-    def thread_hint(self, thread: ThreadKey, language: Language) -> str:
-        if thread.platform != PLATFORM:
-            return str(thread)
+    def where(thread: ThreadKey, language: Language) -> str:
         return pick(language, "in this conversation", "在本会话")
+
+    return MarkdownMarkup(PLATFORM, escape_text, where)
 
 
 class DingTalkAdapter:
@@ -95,23 +84,23 @@ class DingTalkAdapter:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: DingTalkSettings,
         chat: ChatCommands,
         api: DingTalkApi,
         store: Store,
-        http: httpx.AsyncClient,
+        limits: RouteLimits,
     ) -> None:
         self._settings = settings
-        self._http = http
         self._chat = chat
         self._api = api
         self._store = store
+        self._limits = limits
         self._background = Background()
         self.stream: DingTalkStream | None = None
 
     @property
     def mode(self) -> str:
-        return self._settings.dingtalk_mode
+        return self._settings.mode
 
     # -- inbound -----------------------------------------------------------------------------
     async def receive(self, data: dict[str, Any], delivery_id: str | None = None) -> None:
@@ -119,16 +108,16 @@ class DingTalkAdapter:
         request = translate(data, delivery_id=delivery_id)
         if request is None or not request.message.addressed:
             return
-        if request.webhook and not webhook_allowed(
-            request.webhook, self._settings.dingtalk_api_url
-        ):
+        if request.webhook and not webhook_allowed(request.webhook, self._settings.api_url):
             log.warning("dingtalk: a message's session webhook is not DingTalk's; not used")
             request = request.without_webhook()
         if not request.readable:
             await self._chat.receive_unreadable(request.message, self._answerer(request))
             return
-        request = await self._follow_up(request)
-        await self._chat.receive(request.message, self._answerer(request))
+        parsed = self._chat.parse(request.message.text)  # once, for the follow-up rule too
+        if isinstance(parsed, ResearchCommand):
+            request = await self._follow_up(request)
+        await self._chat.receive(request.message, self._answerer(request), parsed)
 
     def _answerer(self, request: DingTalkRequest) -> Answer:
         """Answers to ``request``, posted after the acknowledgement."""
@@ -139,14 +128,12 @@ class DingTalkAdapter:
         return answer
 
     async def _follow_up(self, request: DingTalkRequest) -> DingTalkRequest:
-        """The request in the thread it follows up on, if any (see the module)."""
+        """The research request in the thread it follows up on, if any (see the module)."""
         message = request.message
-        if not self._is_research(message.text):
-            return request
         quoted = await self._quoted_thread(request)
         if quoted is not None:
             return request.in_thread(quoted)
-        window = self._settings.dingtalk_followup_window
+        window = self._settings.followup_window
         if window <= 0 or EXPLICIT.match(message.text):
             return request
         runs = await self._store.recent_runs_for_user(message.requested_by, FOLLOW_UP_CANDIDATES)
@@ -194,36 +181,13 @@ class DingTalkAdapter:
                 return ThreadKey.parse(run.thread_key).thread
         return ThreadKey.parse(runs[0].thread_key).thread if runs else None
 
-    def _is_research(self, text: str) -> bool:
-        settings = self._settings
-        try:
-            command = parse_command(
-                text,
-                default_depth=settings.default_depth,
-                max_depth=settings.max_depth,
-                default_strategy=settings.strategy,
-            )
-        except CommandError:
-            return False
-        return isinstance(command, ResearchCommand)
-
     async def _answer(self, request: DingTalkRequest, text: str) -> None:
-        body = {"msgtype": "markdown", "markdown": {"title": "Fathom", "text": text}}
+        message = request.message
+        conversation = Conversation(
+            self._api, space_of(message.context or {}, message.channel), webhook=request.webhook
+        )
         try:
-            if request.webhook:
-                try:
-                    await self._api.post_webhook(request.webhook, body)
-                    return
-                except DingTalkError as exc:
-                    if exc.rate_limited or exc.status >= 500:
-                        raise
-            context = request.message.context or {}
-            space = Space(
-                group=context.get("conversation_type") == "group",
-                conversation_id=request.message.channel,
-                staff_id=str(context.get("staff_id") or ""),
-            )
-            await self._api.send_markdown(space, "Fathom", text)
+            await conversation.send("Fathom", text)
         except Exception as exc:
             log.warning("dingtalk answer to a request failed (%s)", classify_error(exc).reason)
 
@@ -232,19 +196,16 @@ class DingTalkAdapter:
         if self.mode != "http":
             return JSONResponse({"error": "DingTalk runs in stream mode here"}, 404)
         try:
-            body = await read_body(
-                request, self._settings.max_body_bytes, self._settings.body_timeout
-            )
+            body = await read_body(request, self._limits.max_body_bytes, self._limits.body_timeout)
             payload = open_callback(
                 body,
                 {k.lower(): v for k, v in request.headers.items()},
-                self._settings.dingtalk_client_secret or "",
+                self._settings.client_secret or "",
             )
         except Rejected as rejection:
             return rejected_response(request, rejection)
         robot = str(payload.get("robotCode") or "")
-        expected = self._settings.dingtalk_robot_code or self._settings.dingtalk_client_id
-        if robot and robot != expected:
+        if robot and robot != self._settings.robot:
             # The sign covers only the timestamp: a body for another robot is not ours.
             return rejected_response(request, Rejected(403, "a message for another robot"))
         try:
@@ -256,20 +217,12 @@ class DingTalkAdapter:
         return JSONResponse({})
 
     # -- lifecycle ---------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Nothing to open here: the stream is opened by the replica holding its lease."""
-
-    @property
-    def long_lived(self) -> bool:
-        """Whether messages come over the stream (one replica holds it)."""
-        return self.mode == "stream"
-
     async def connect(self) -> None:
-        """Open the stream (on the replica that holds its lease)."""
+        """Open the stream (on the replica that holds its election)."""
         stream = DingTalkStream(
-            self._settings.dingtalk_client_id or "",
-            self._settings.dingtalk_client_secret or "",
-            self._settings.dingtalk_api_url,
+            self._settings.client_id or "",
+            self._settings.client_secret or "",
+            self._settings.api_url,
             self.receive,
             asyncio.get_running_loop(),
         )
@@ -290,38 +243,3 @@ class DingTalkAdapter:
         """Stop taking messages (the stream) and finish the answers in flight."""
         await self.disconnect()
         await self._background.drain()
-
-    async def release(self) -> None:
-        """Close the HTTP client, once the job runner has stopped (its running jobs post
-        through it during their grace period)."""
-        await self._http.aclose()
-
-
-async def open_dingtalk(
-    settings: Settings, runtime: Runtime, job: ResearchJob, runner: JobRunner
-) -> DingTalkAdapter:
-    """Wire DingTalk in and out; opens the stream in ``stream`` mode."""
-    settings.require_dingtalk()
-    http = httpx.AsyncClient(timeout=10.0, headers={"User-Agent": "fathom-bot/0.1"})
-    api = DingTalkApi(
-        http,
-        client_id=settings.dingtalk_client_id or "",
-        client_secret=settings.dingtalk_client_secret or "",
-        api_url=settings.dingtalk_api_url,
-        robot_code=settings.dingtalk_robot_code,
-    )
-    chat = ChatCommands(
-        settings, runtime.service, runtime.store, runner, DingTalkMarkup(), runtime.digests
-    )
-    job.register(
-        "dingtalk",
-        DingTalkDeliveryFactory(
-            api,
-            runtime.store,
-            template_id=settings.dingtalk_card_template_id,
-            edit_interval=settings.dingtalk_edit_interval,
-        ),
-    )
-    adapter = DingTalkAdapter(settings, chat, api, runtime.store, http)
-    await adapter.start()
-    return adapter

@@ -15,15 +15,13 @@ DingTalk has no threads and cannot edit a plain message, so:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
-
 from bots.chat.delivery import ChatDelivery
+from bots.chat.errors import judge_failure
 from bots.chat.throttle import WorkspaceLimiters
-from bots.dingtalk.api import DingTalkApi, DingTalkError, Space
+from bots.dingtalk.api import DingTalkApi, DingTalkError
 from bots.dingtalk.render import (
     ReportMessage,
     escape_text,
@@ -31,6 +29,7 @@ from bots.dingtalk.render import (
     progress_title,
     report_messages,
 )
+from bots.dingtalk.send import Conversation, space_of
 from core.delivery import PostFailure
 from core.digests import heading_of
 from core.models import ThreadKey
@@ -45,24 +44,13 @@ STANDARD_CARD_TEMPLATE = "589420e2-c1e2-46ef-a5ed-b8728e654da9.schema"
 CARD_KEY = "markdown"
 #: The progress message id of the plain-message fallback (cards refused).
 PLAIN = "plain"
-#: A session webhook is not used in the last minute of its life.
-WEBHOOK_MARGIN_MS = 60_000
 #: DingTalk's permission for card instances (the console's permission list names it).
 CARD_PERMISSION = "Card.Instance.Write"
 
 
 def classify_error(error: Exception) -> PostFailure:
-    """Rate-limited (wait), final (DingTalk's own answer says so: ``DingTalkError.final``),
-    or worth another try: any other code, a 5xx or a body that was no DingTalk answer (HTML,
-    empty, cut off), the network, any other exception."""
-    if isinstance(error, DingTalkError):
-        if error.rate_limited:
-            return PostFailure("dingtalk: rate limited", True, error.retry_after or 2.0)
-        reason = f"dingtalk {error.code}: {error.message[:120]}"
-        return PostFailure(reason, not error.final)
-    if isinstance(error, (httpx.TransportError, OSError, TimeoutError)):
-        return PostFailure(f"dingtalk unreachable ({type(error).__name__})", True)
-    return PostFailure(f"{type(error).__name__}: {str(error)[:120]}", True)
+    """A failed dingtalk call judged the way every platform's is (``bots.chat.errors``)."""
+    return judge_failure(error, "dingtalk", rate_limit_wait=2.0)
 
 
 class CardsRefused:
@@ -101,20 +89,20 @@ class DingTalkThread:
         self._template = template_id or STANDARD_CARD_TEMPLATE
         self._cards = cards
         context: dict[str, Any] = dict(run.platform_context or {})
-        key = ThreadKey.parse(run.thread_key)
-        self._space = Space(
-            group=context.get("conversation_type") == "group",
-            conversation_id=str(context.get("conversation_id") or key.channel),
-            staff_id=str(context.get("staff_id") or ""),
-        )
-        self._nick = str(context.get("nick") or "")
-        # A digest's firing has no message of its own: always the robot OpenAPI.
-        self._webhook = None if run.digest_id else (str(context.get("webhook") or "") or None)
-        self._title = heading_of(run)
+        self._space = space_of(context, ThreadKey.parse(run.thread_key).channel)
         try:
-            self._webhook_expires_ms = int(context.get("webhook_expires_ms") or 0)
+            expires_ms = int(context.get("webhook_expires_ms") or 0)
         except ValueError:
-            self._webhook_expires_ms = 0
+            expires_ms = 0
+        self._conversation = Conversation(
+            api,
+            self._space,
+            # A digest's firing has no message of its own: always the robot OpenAPI.
+            webhook=None if run.digest_id else (str(context.get("webhook") or "") or None),
+            expires_ms=expires_ms,
+            nick=str(context.get("nick") or ""),
+        )
+        self._title = heading_of(run)
         self.language = request_language(run.topic)
 
     # -- progress ---------------------------------------------------------------------------
@@ -168,40 +156,8 @@ class DingTalkThread:
     def classify(self, error: Exception) -> PostFailure:
         return classify_error(error)
 
-    def _webhook_valid(self) -> bool:
-        expires = self._webhook_expires_ms - WEBHOOK_MARGIN_MS
-        return self._webhook is not None and time.time() * 1000 < expires
-
     async def _send(self, title: str, text: str, *, mention: bool) -> None:
-        """Through the session webhook while it is valid; through the OpenAPI otherwise, or
-        when the webhook refuses (a rate limit or an outage is raised: retried later)."""
-        staff = self._space.staff_id
-        if self._webhook is not None and self._webhook_valid():
-            body: dict[str, Any] = {
-                "msgtype": "markdown",
-                "markdown": {
-                    "title": title,
-                    "text": f"@{staff}\n\n{text}" if mention and staff else text,
-                },
-            }
-            if mention and staff:
-                body["at"] = {"atUserIds": [staff], "isAtAll": False}
-            try:
-                await self._api.post_webhook(self._webhook, body)
-                return
-            except DingTalkError as exc:
-                if exc.rate_limited or exc.status >= 500:
-                    raise
-                log.info("dingtalk session webhook refused (%s); using the OpenAPI", exc.code)
-                self._webhook = None
-            except httpx.HTTPError as exc:  # unreachable or malformed: the OpenAPI instead
-                log.info(
-                    "dingtalk session webhook failed (%s); using the OpenAPI", type(exc).__name__
-                )
-                self._webhook = None
-        # The mention on a line of its own: a report's first line is its heading.
-        shown = f"@{escape_text(self._nick)}\n\n{text}" if mention and self._nick else text
-        await self._api.send_markdown(self._space, title, shown)
+        await self._conversation.send(title, text, mention=mention)
 
 
 class DingTalkDeliveryFactory:

@@ -7,7 +7,8 @@ the SDK's async call, cached until shortly before it expires, fetched again when
 it is invalid) and passes it per request (``enable_set_token``).
 
 Every failure becomes a :class:`FeishuError` with the HTTP status, Feishu's error code and,
-for rate limits, how long to wait; ``bots.feishu.delivery.classify_error`` judges it. The
+for rate limits, how long to wait; ``bots.feishu.delivery.classify_error`` judges it
+(``bots.chat.errors.judge_failure``). The
 SDK retries nothing; callers own retries (``bots.chat.throttle``, ``core.delivery``).
 """
 
@@ -34,6 +35,8 @@ from lark_oapi.api.im.v1 import (
 )
 from lark_oapi.core.enum import AccessTokenType, HttpMethod
 from lark_oapi.core.model import BaseRequest, RawResponse, RequestOption
+
+from bots.chat.errors import PlatformError
 
 #: Feishu error codes of an invalid or expired tenant token.
 TOKEN_INVALID = frozenset({99991663, 99991661, 99991664, 99991668})
@@ -63,15 +66,20 @@ FINAL_CODES = frozenset(
 TOKEN_MARGIN = 300.0
 
 
-class FeishuError(Exception):
-    """A refused or failed Open API call."""
+class FeishuError(PlatformError):
+    """A refused or failed Open API call (final when Feishu's code is in :data:`FINAL_CODES`)."""
+
+    code: int
 
     def __init__(self, status: int, code: int, message: str, retry_after: float = 0.0) -> None:
-        super().__init__(f"{message} (code {code}, HTTP {status})")
-        self.status = status
-        self.code = code
-        self.message = message
-        self.retry_after = retry_after
+        super().__init__(
+            status,
+            code,
+            message,
+            retry_after,
+            final=code in FINAL_CODES,
+            shown=f"{message} (code {code}, HTTP {status})",
+        )
 
     @property
     def rate_limited(self) -> bool:

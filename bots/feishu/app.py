@@ -26,20 +26,17 @@ from starlette.responses import JSONResponse, Response
 
 from bots.chat.background import Background
 from bots.chat.inbound import ChatCommands
-from bots.chat.replies import EMOJI_ICONS, Icon
+from bots.chat.replies import MarkdownMarkup
+from bots.chat.settings import RouteLimits
 from bots.feishu.api import FeishuApi
-from bots.feishu.delivery import FeishuDeliveryFactory, classify_error
+from bots.feishu.delivery import classify_error
 from bots.feishu.events import Challenge, FeishuRequest, event_to_dict, open_delivery, translate
 from bots.feishu.render import escape_text, reply_card
+from bots.feishu.settings import FeishuSettings
 from bots.feishu.ws import LongConnection
 from bots.http_gate import Rejected, read_body, rejected_response
-from core.config import Settings
-from core.delivery import ResearchJob
-from core.jobs import JobRunner
 from core.models import ThreadKey
-from core.runtime import Runtime
 from core.wording import Language, pick
-from storage import Store
 
 log = logging.getLogger(__name__)
 
@@ -50,33 +47,25 @@ ACK_WITHIN = 2.5
 IDENTIFY_EVERY = 60.0
 
 
-class FeishuMarkup:
-    """``bots.chat.replies.Markup`` for Feishu card markdown."""
+def feishu_markup() -> MarkdownMarkup:
+    """Replies as card markdown; a Feishu thread is pointed at by its chat."""
 
-    bold = "**"
-
-    def escape(self, text: str) -> str:
-        return escape_text(text)
-
-    def icon(self, name: Icon) -> str:
-        return EMOJI_ICONS[name]
-
-    def thread_hint(self, thread: ThreadKey, language: Language) -> str:
-        if thread.platform != "feishu":
-            return str(thread)
+    def where(thread: ThreadKey, language: Language) -> str:
         return pick(language, f"in chat {thread.channel}", f"在会话 {thread.channel}")
+
+    return MarkdownMarkup("feishu", escape_text, where)
 
 
 class FeishuAdapter:
     """The Feishu side of ``fathom serve``: webhook route, long connection, answers."""
 
     def __init__(
-        self, settings: Settings, chat: ChatCommands, api: FeishuApi, store: Store
+        self, settings: FeishuSettings, chat: ChatCommands, api: FeishuApi, limits: RouteLimits
     ) -> None:
         self._settings = settings
         self._chat = chat
         self._api = api
-        self._store = store
+        self._limits = limits
         self.bot_open_id: str | None = None
         self._identified_at = 0.0
         self._background = Background()
@@ -85,7 +74,7 @@ class FeishuAdapter:
 
     @property
     def mode(self) -> str:
-        return self._settings.feishu_mode
+        return self._settings.mode
 
     async def identify(self) -> None:
         """Learn the bot's open id (to tell its mentions apart); failures are retried later."""
@@ -130,14 +119,12 @@ class FeishuAdapter:
         if self.mode != "webhook":
             return JSONResponse({"error": "Feishu runs in long-connection mode here"}, 404)
         try:
-            body = await read_body(
-                request, self._settings.max_body_bytes, self._settings.body_timeout
-            )
+            body = await read_body(request, self._limits.max_body_bytes, self._limits.body_timeout)
             delivery = open_delivery(
                 body,
                 {k.lower(): v for k, v in request.headers.items()},
-                verification_token=self._settings.feishu_verification_token or "",
-                encrypt_key=self._settings.feishu_encrypt_key or "",
+                verification_token=self._settings.verification_token or "",
+                encrypt_key=self._settings.encrypt_key or "",
             )
         except Rejected as rejection:
             return rejected_response(request, rejection)
@@ -171,13 +158,8 @@ class FeishuAdapter:
         self._loop = asyncio.get_running_loop()
         await self.identify()
 
-    @property
-    def long_lived(self) -> bool:
-        """Whether deliveries come over a long connection (one replica holds it)."""
-        return self.mode == "ws"
-
     async def connect(self) -> None:
-        """Open the long connection (on the replica that holds its lease)."""
+        """Open the long connection (on the replica that holds its election)."""
         import lark_oapi as lark
 
         handler = (
@@ -186,9 +168,9 @@ class FeishuAdapter:
             .build()
         )
         connection = LongConnection(
-            self._settings.feishu_app_id or "",
-            self._settings.feishu_app_secret or "",
-            self._settings.feishu_domain,
+            self._settings.app_id or "",
+            self._settings.app_secret or "",
+            self._settings.domain,
             handler,
         )
         self.connection = connection
@@ -207,23 +189,3 @@ class FeishuAdapter:
     async def close(self) -> None:
         await self.disconnect()
         await self._background.drain()
-
-
-async def open_feishu(
-    settings: Settings, runtime: Runtime, job: ResearchJob, runner: JobRunner
-) -> FeishuAdapter:
-    """Wire Feishu in and out; connects the long connection in ``ws`` mode."""
-    settings.require_feishu()
-    api = FeishuApi(
-        settings.feishu_app_id or "", settings.feishu_app_secret or "", settings.feishu_domain
-    )
-    chat = ChatCommands(
-        settings, runtime.service, runtime.store, runner, FeishuMarkup(), runtime.digests
-    )
-    job.register(
-        "feishu",
-        FeishuDeliveryFactory(api, runtime.store, edit_interval=settings.feishu_edit_interval),
-    )
-    adapter = FeishuAdapter(settings, chat, api, runtime.store)
-    await adapter.start()
-    return adapter

@@ -14,12 +14,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import httpx
-
 from bots.chat.delivery import ChatDelivery
+from bots.chat.errors import judge_failure
 from bots.chat.inbound import PENDING_PREFIX
 from bots.chat.throttle import WorkspaceLimiters
-from bots.feishu.api import FINAL_CODES, FeishuApi, FeishuError
+from bots.feishu.api import FeishuApi
 from bots.feishu.render import notice_card, progress_card, report_cards
 from core.delivery import PostFailure
 from core.digests import heading_of
@@ -36,18 +35,8 @@ APP_CALLS_PER_MINUTE = 900.0
 
 
 def classify_error(error: Exception) -> PostFailure:
-    """Rate-limited (wait as Feishu says), final (Feishu's own code says the call can never
-    succeed: :data:`~bots.feishu.api.FINAL_CODES`), or worth another try: any other code, a
-    5xx or a body that was no Feishu answer (HTML, empty, cut off), the network, any other
-    exception."""
-    if isinstance(error, FeishuError):
-        if error.rate_limited:
-            return PostFailure("feishu: rate limited", True, error.retry_after or 1.0)
-        reason = f"feishu {error.code}: {error.message[:120]}"
-        return PostFailure(reason, error.code not in FINAL_CODES)
-    if isinstance(error, (httpx.TransportError, OSError, TimeoutError)):
-        return PostFailure(f"feishu unreachable ({type(error).__name__})", True)
-    return PostFailure(f"{type(error).__name__}: {str(error)[:120]}", True)
+    """A failed feishu call judged the way every platform's is (``bots.chat.errors``)."""
+    return judge_failure(error, "feishu", rate_limit_wait=1.0)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from slack_bolt import BoltResponse
@@ -22,9 +23,10 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_sdk.web.async_client import AsyncWebClient
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bots.chat.inbound import PENDING_PREFIX, ChatCommands, ChatMessage
-from bots.slack.delivery import SlackDeliveryFactory
+from bots.chat.settings import RouteLimits
 from bots.slack.errors import describe_error
 from bots.slack.http import SlackEndpoint
 from bots.slack.messenger import SlackClients, StaticSlackClients, make_web_client
@@ -35,11 +37,8 @@ from bots.slack.oauth import (
     installation_store,
     oauth_settings,
 )
-from bots.slack.text import SlackMarkup, clean_text
-from core.config import Settings
-from core.delivery import ResearchJob
-from core.jobs import JobRunner
-from core.runtime import Runtime
+from bots.slack.settings import SlackSettings
+from bots.slack.text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +180,7 @@ class _TokenFromEnvNoise(logging.Filter):
 
 
 def build_bolt_app(
-    settings: Settings,
+    settings: SlackSettings,
     commands: SlackCommands,
     *,
     client: AsyncWebClient,
@@ -194,7 +193,7 @@ def build_bolt_app(
         bolt_log.addFilter(_TokenFromEnvNoise())
     app = AsyncApp(
         client=client,
-        signing_secret=settings.slack_signing_secret or "",
+        signing_secret=settings.signing_secret or "",
         authorize=authorize,  # type: ignore[arg-type]  # an AsyncAuthorize is accepted
         oauth_settings=oauth,
         request_verification_enabled=True,
@@ -217,92 +216,66 @@ def build_bolt_app(
     return app
 
 
-def bolt_client(settings: Settings) -> AsyncWebClient:
+def bolt_client(settings: SlackSettings) -> AsyncWebClient:
     """Bolt's base client: no token of its own (``authorize`` supplies one per request),
     every call (``auth.test``, ``oauth.v2.access``, replies) to ``SLACK_API_URL``."""
-    client = make_web_client("", settings.slack_api_url)
+    client = make_web_client("", settings.api_url)
     client.token = None
     return client
 
 
-class SlackAdapter:
-    """Bolt app, its gated HTTP endpoint, optional Socket Mode connection."""
+@dataclass(frozen=True)
+class SlackAuth:
+    """Who the bot is per request (``authorize``), the clients its runs post with, and the
+    OAuth install flow (multi-workspace only)."""
 
-    def __init__(self, app: AsyncApp, endpoint: SlackEndpoint, settings: Settings) -> None:
-        self.app = app
-        self.handler = endpoint
-        self._settings = settings
-        self.socket: AsyncSocketModeHandler | None = None
-
-    @property
-    def long_lived(self) -> bool:
-        """Whether events come over Socket Mode (one replica holds the connection)."""
-        return bool(self._settings.slack_app_token)
-
-    @property
-    def mode(self) -> str:
-        return "socket" if self.long_lived else "http"
-
-    async def connect(self) -> None:
-        """Open Socket Mode (on the replica that holds its lease)."""
-        socket = AsyncSocketModeHandler(
-            self.app, self._settings.slack_app_token, web_client=bolt_client(self._settings)
-        )
-        self.socket = socket
-        await socket.connect_async()  # type: ignore[no-untyped-call]
-        log.info("slack: connected in Socket Mode")
-
-    async def disconnect(self) -> None:
-        socket, self.socket = self.socket, None
-        if socket is not None:
-            await socket.close_async()  # type: ignore[no-untyped-call]
-
-    def status(self) -> dict[str, object]:
-        return {"mode": self.mode}
-
-    async def close(self) -> None:
-        await self.disconnect()
-
-
-async def open_slack(
-    settings: Settings, runtime: Runtime, job: ResearchJob, runner: JobRunner
-) -> SlackAdapter:
-    """Wire Slack in and out (Socket Mode, when ``SLACK_APP_TOKEN`` is set, is opened by the
-    replica holding its lease: :meth:`SlackAdapter.connect`)."""
-    settings.require_slack()
-    api = settings.slack_api_url
+    authorize: AsyncAuthorize
     clients: SlackClients
     oauth: AsyncOAuthSettings | None = None
-    authorize: AsyncAuthorize
-    if settings.slack_oauth:
-        store = installation_store(settings, runtime.database.engine)
-        authorize, clients = InstallationAuthorize(store), InstallationClients(store, api)
-        oauth = oauth_settings(settings, store, runtime.database.engine)
-    else:
-        bot = make_web_client(settings.slack_bot_token or "", api)
-        token_authorize = TokenAuthorize(bot)
-        authorize, clients = token_authorize, StaticSlackClients(bot)
-        try:
-            me = await token_authorize.identify()
-            log.info("slack: bot %s in workspace %s", me.get("user_id"), me.get("team_id"))
-        except Exception as exc:
-            why = describe_error(exc)
-            log.warning("slack auth.test failed at start-up (%s); retried per request", why)
-    chat = ChatCommands(
-        settings, runtime.service, runtime.store, runner, SlackMarkup(), runtime.digests
-    )
-    commands = SlackCommands(chat)
+
+
+async def slack_auth(settings: SlackSettings, engine: AsyncEngine) -> SlackAuth:
+    """One token (its identity learned now, retried per request when Slack does not answer),
+    or the installations stored by the OAuth flow."""
+    api = settings.api_url
+    if settings.oauth:
+        store = installation_store(settings, engine)
+        return SlackAuth(
+            InstallationAuthorize(store),
+            InstallationClients(store, api),
+            oauth_settings(settings, store, engine),
+        )
+    bot = make_web_client(settings.bot_token or "", api)
+    authorize = TokenAuthorize(bot)
+    try:
+        me = await authorize.identify()
+        log.info("slack: bot %s in workspace %s", me.get("user_id"), me.get("team_id"))
+    except Exception as exc:
+        why = describe_error(exc)
+        log.warning("slack auth.test failed at start-up (%s); retried per request", why)
+    return SlackAuth(authorize, StaticSlackClients(bot))
+
+
+def slack_endpoint(
+    settings: SlackSettings, auth: SlackAuth, chat: ChatCommands, limits: RouteLimits
+) -> tuple[AsyncApp, SlackEndpoint]:
+    """The Bolt app with our listeners, and its gated HTTP endpoint."""
     app = build_bolt_app(
-        settings, commands, client=bolt_client(settings), authorize=authorize, oauth=oauth
-    )
-    job.register(
-        "slack",
-        SlackDeliveryFactory(clients, runtime.store, edit_interval=settings.slack_edit_interval),
+        settings,
+        SlackCommands(chat),
+        client=bolt_client(settings),
+        authorize=auth.authorize,
+        oauth=auth.oauth,
     )
     endpoint = SlackEndpoint(
         app,
-        signing_secret=settings.slack_signing_secret,
-        max_body_bytes=settings.max_body_bytes,
-        body_timeout=settings.body_timeout,
+        signing_secret=settings.signing_secret,
+        max_body_bytes=limits.max_body_bytes,
+        body_timeout=limits.body_timeout,
     )
-    return SlackAdapter(app, endpoint, settings)
+    return app, endpoint
+
+
+def socket_mode_handler(settings: SlackSettings, app: AsyncApp) -> AsyncSocketModeHandler:
+    """Socket Mode for ``app`` (connected by the replica that holds its election)."""
+    return AsyncSocketModeHandler(app, settings.app_token, web_client=bolt_client(settings))

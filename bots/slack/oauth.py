@@ -23,7 +23,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bots.slack.messenger import make_web_client
-from core.config import Settings
+from bots.slack.settings import SlackSettings
 from core.delivery import Undeliverable
 
 log = logging.getLogger(__name__)
@@ -44,12 +44,14 @@ class NotInstalled(Undeliverable, LookupError):
     """No installation (bot token) is stored for this workspace: its runs cannot be delivered."""
 
 
-def installation_store(settings: Settings, engine: AsyncEngine) -> AsyncSQLAlchemyInstallationStore:
-    return AsyncSQLAlchemyInstallationStore(client_id=settings.slack_client_id or "", engine=engine)
+def installation_store(
+    settings: SlackSettings, engine: AsyncEngine
+) -> AsyncSQLAlchemyInstallationStore:
+    return AsyncSQLAlchemyInstallationStore(client_id=settings.client_id or "", engine=engine)
 
 
 def oauth_settings(
-    settings: Settings, store: AsyncSQLAlchemyInstallationStore, engine: AsyncEngine
+    settings: SlackSettings, store: AsyncSQLAlchemyInstallationStore, engine: AsyncEngine
 ) -> AsyncOAuthSettings:
     """``/slack/install`` and ``/slack/oauth_redirect`` with our stores.
 
@@ -58,8 +60,8 @@ def oauth_settings(
     ``SLACK_REDIRECT_URI`` is read by Bolt from the environment when set.
     """
     return AsyncOAuthSettings(
-        client_id=settings.slack_client_id,
-        client_secret=settings.slack_client_secret,
+        client_id=settings.client_id,
+        client_secret=settings.client_secret,
         scopes=list(BOT_SCOPES),
         user_scopes=[],
         installation_store=store,

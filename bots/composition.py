@@ -1,0 +1,159 @@
+"""The composition root of ``fathom serve`` and ``fathom worker``: settings in, the app out.
+
+:func:`load_app_settings` reads every part's settings from the one environment (core's, the
+chat layer's, each registered platform's); :func:`open_app` builds, once, everything a
+serving or working process needs: core's runtime (``core.runtime.open_runtime``: storage,
+clients, services), the research job, the job runner, and every enabled platform (its
+delivery registered on the job; for ``serve`` its ingress too), and closes them in the one
+safe order: the platforms stop taking requests, the runner stops (its jobs hand their runs
+back), then the platforms' outbound clients close. ``fathom research`` and the ``thread``
+and ``digest`` commands need no platform and use ``core.runtime`` directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from bots.chat.platform import ChatPlatform, PlatformServices
+from bots.chat.settings import ChatPolicy, ChatSettings, PlatformSettings
+from bots.platforms import PLATFORMS, PlatformClass, titles
+from core.config import Settings, load
+
+if TYPE_CHECKING:
+    from core.delivery import ResearchJob
+    from core.jobs import JobRunner
+    from core.metrics import Metrics
+    from core.queue import ProcrastinateQueue
+    from core.runtime import Runtime
+
+#: ``serve`` receives requests (routes, connections) and runs or enqueues; ``worker`` only
+#: executes and delivers runs from the queue.
+Role = Literal["serve", "worker"]
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """Every part's settings, read from the same environment."""
+
+    core: Settings
+    chat: ChatSettings
+    #: Every registered platform's settings, by platform name.
+    platforms: Mapping[str, PlatformSettings]
+    #: The registered platforms (``bots.platforms.PLATFORMS``, or more in a test).
+    registry: tuple[PlatformClass, ...] = PLATFORMS
+
+    @property
+    def enabled(self) -> tuple[PlatformClass, ...]:
+        """The platforms whose credentials are set (what ``fathom serve`` connects to)."""
+        return tuple(cls for cls in self.registry if self.platforms[cls.name].enabled)
+
+    @property
+    def enabled_names(self) -> frozenset[str]:
+        return frozenset(cls.name for cls in self.enabled)
+
+    @property
+    def titles(self) -> dict[str, str]:
+        """Every registered platform's name and what people call it."""
+        return titles(self.registry)
+
+    @property
+    def policy(self) -> ChatPolicy:
+        return ChatPolicy.of(self.core, self.chat)
+
+    def check_platforms(self) -> None:
+        """``ConfigError`` (one line) for the first enabled platform that is half-configured."""
+        for cls in self.enabled:
+            self.platforms[cls.name].check()
+
+
+def load_app_settings(
+    registry: tuple[PlatformClass, ...] = PLATFORMS, **overrides: object
+) -> AppSettings:
+    """Every part's settings (``overrides`` as for any settings class: variable names, and
+    ``_env_file``); ``ConfigError`` with one readable line."""
+    return AppSettings(
+        core=load(Settings, **overrides),
+        chat=load(ChatSettings, **overrides),
+        platforms={cls.name: load(cls.settings_class, **overrides) for cls in registry},
+        registry=registry,
+    )
+
+
+@dataclass
+class App:
+    """A serving or working process, built: what its entry point drives."""
+
+    settings: AppSettings
+    runtime: Runtime
+    job: ResearchJob
+    runner: JobRunner
+    #: The procrastinate queue (a worker's, or ``serve``'s with ``FATHOM_QUEUE=procrastinate``).
+    queue: ProcrastinateQueue | None = None
+    #: The enabled platforms, opened, by name (registration order).
+    platforms: dict[str, ChatPlatform[Any]] = field(default_factory=dict)
+
+
+@asynccontextmanager
+async def open_app(
+    settings: AppSettings,
+    *,
+    role: Role,
+    upgrade: bool = True,
+    metrics: Metrics | None = None,
+) -> AsyncIterator[App]:
+    """Build the process (``ConfigError`` before touching anything when a setting is
+    missing); the runner is built but not started (the entry point starts it)."""
+    from core.delivery import DeliveryPolicy, ResearchJob
+    from core.jobs import InProcessJobRunner
+    from core.queue import ProcrastinateJobRunner, ProcrastinateQueue
+    from core.runtime import open_runtime
+
+    core = settings.core
+    async with (
+        open_runtime(core, upgrade=upgrade, metrics=metrics) as runtime,
+        contextlib.AsyncExitStack() as stack,  # closed in reverse: see the module
+    ):
+        policy = DeliveryPolicy(attempts=core.delivery_attempts, first_delay=core.delivery_backoff)
+        job = ResearchJob(
+            runtime.service, runtime.store, policy=policy, chat_platforms=settings.titles
+        )
+        runner: JobRunner
+        queue: ProcrastinateQueue | None = None
+        if role == "worker" or core.queue == "procrastinate":
+            queue = await stack.enter_async_context(
+                ProcrastinateQueue(core.database_url, job if role == "worker" else None)
+            )
+            runner = ProcrastinateJobRunner(
+                queue, job=job, store=runtime.store, timing=runtime.service.timing
+            )
+        else:
+            runner = InProcessJobRunner(
+                job,
+                store=runtime.store,
+                max_concurrent=core.max_concurrent_runs,
+                timing=runtime.service.timing,
+            )
+        services = PlatformServices(
+            service=runtime.service,
+            store=runtime.store,
+            digests=runtime.digests,
+            database=runtime.database,
+            policy=settings.policy,
+            limits=settings.chat.route_limits,
+        )
+        app = App(settings, runtime, job, runner, queue)
+        for cls in settings.enabled:
+            platform = cls(settings.platforms[cls.name], services)
+            app.platforms[cls.name] = platform
+            stack.push_async_callback(platform.aclose)  # after the runner has stopped
+            job.register(cls.name, await platform.open_delivery())
+        stack.push_async_callback(runner.stop)
+        if role == "serve":
+            for platform in app.platforms.values():
+                stack.push_async_callback(platform.close_ingress)  # before the runner stops
+                await platform.open_ingress(runner)
+        yield app

@@ -1,0 +1,103 @@
+"""DingTalk on the platform contract: the HTTP callback route, or the SDK's stream.
+
+``dingtalk-stream`` is imported only when the platform is opened (``bots.dingtalk.app``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bots.chat.platform import ChatPlatform, PlatformRoute
+from bots.dingtalk.settings import DingTalkSettings
+
+if TYPE_CHECKING:
+    import httpx
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from bots.dingtalk.api import DingTalkApi
+    from bots.dingtalk.app import DingTalkAdapter
+    from core.delivery import DeliveryFactory
+    from core.jobs import JobRunner
+
+
+class DingTalkPlatform(ChatPlatform[DingTalkSettings]):
+    name = "dingtalk"
+    title = "DingTalk"
+    settings_class = DingTalkSettings
+    routes = (PlatformRoute("/dingtalk/events", ("POST",)),)
+
+    _http: httpx.AsyncClient | None = None
+    _api: DingTalkApi | None = None
+    _adapter: DingTalkAdapter | None = None
+
+    async def open_delivery(self) -> DeliveryFactory:
+        import httpx
+
+        from bots.dingtalk.api import DingTalkApi
+        from bots.dingtalk.delivery import DingTalkDeliveryFactory
+
+        settings = self.settings
+        self._http = http = httpx.AsyncClient(
+            timeout=10.0, headers={"User-Agent": "fathom-bot/0.1"}
+        )
+        self._api = api = DingTalkApi(
+            http,
+            client_id=settings.client_id or "",
+            client_secret=settings.client_secret or "",
+            api_url=settings.api_url,
+            robot_code=settings.robot_code,
+        )
+        return DingTalkDeliveryFactory(
+            api,
+            self.services.store,
+            template_id=settings.card_template_id,
+            edit_interval=settings.edit_interval,
+        )
+
+    async def open_ingress(self, runner: JobRunner) -> None:
+        from bots.dingtalk.app import DingTalkAdapter, dingtalk_markup
+
+        if self._api is None:
+            raise RuntimeError("open_delivery first: ingress answers with its client")
+        chat = self.services.commands(runner, dingtalk_markup())
+        self._adapter = DingTalkAdapter(
+            self.settings, chat, self._api, self.services.store, self.services.limits
+        )
+
+    def _open(self) -> DingTalkAdapter:
+        if self._adapter is None:
+            raise RuntimeError("the DingTalk platform is not open")
+        return self._adapter
+
+    async def handle(self, request: Request) -> Response:
+        return await self._open().callback(request)
+
+    @property
+    def mode(self) -> str:
+        return self.settings.mode
+
+    @property
+    def long_lived(self) -> bool:
+        return self.settings.mode == "stream"
+
+    async def connect(self) -> None:
+        await self._open().connect()
+
+    async def disconnect(self) -> None:
+        if self._adapter is not None:
+            await self._adapter.disconnect()
+
+    def status(self) -> dict[str, object]:
+        return self._adapter.status() if self._adapter is not None else super().status()
+
+    async def close_ingress(self) -> None:
+        if self._adapter is not None:
+            await self._adapter.close()
+
+    async def aclose(self) -> None:
+        """The HTTP client, once the job runner has stopped (its running jobs post through it
+        during their grace period)."""
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()

@@ -1,0 +1,65 @@
+"""Feishu/Lark's settings: the app's credentials, its domain, the ingress mode, edit pace."""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+
+from bots.chat.settings import PlatformSettings
+from core.config import ConfigError, env, lowered
+
+
+class FeishuSettings(PlatformSettings):
+    app_id: str | None = Field(default=None, validation_alias=env("FEISHU_APP_ID"))
+    app_secret: str | None = Field(default=None, validation_alias=env("FEISHU_APP_SECRET"))
+    verification_token: str | None = Field(
+        default=None, validation_alias=env("FEISHU_VERIFICATION_TOKEN")
+    )
+    encrypt_key: str | None = Field(default=None, validation_alias=env("FEISHU_ENCRYPT_KEY"))
+    domain: str = Field(default="https://open.feishu.cn", validation_alias=env("FEISHU_DOMAIN"))
+    mode: Literal["ws", "webhook"] = Field(default="ws", validation_alias=env("FEISHU_MODE"))
+    edit_interval: float = Field(
+        default=1.0, ge=0, le=60, validation_alias=env("FATHOM_FEISHU_EDIT_INTERVAL")
+    )
+
+    @field_validator("domain", mode="before")
+    @classmethod
+    def _domain(cls, value: object) -> object:
+        """``feishu`` and ``lark`` name the two public endpoints; otherwise an origin
+        (``https://host[:port]``, no path: the SDK refuses anything else at start-up)."""
+        if isinstance(value, str):
+            named = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
+            value = named.get(value.strip().lower(), value.strip()).rstrip("/")
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    "not feishu, lark or an http(s) origin like https://open.feishu.cn"
+                )
+            if parts.path or parts.query or parts.fragment:
+                raise ValueError(
+                    "an origin without a path (scheme and host only), e.g. https://open.feishu.cn"
+                )
+        return value
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, value: object) -> object:
+        return lowered(value)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.app_id or self.app_secret)
+
+    def check(self) -> None:
+        if not self.app_id or not self.app_secret:
+            raise ConfigError(
+                "FEISHU_APP_ID and FEISHU_APP_SECRET must both be set (the app's credentials, "
+                "from the developer console)"
+            )
+        if self.mode == "webhook" and not (self.verification_token and self.encrypt_key):
+            raise ConfigError(
+                "FEISHU_MODE=webhook needs FEISHU_VERIFICATION_TOKEN and FEISHU_ENCRYPT_KEY "
+                "(Events and callbacks > Encryption strategy) to verify Feishu's requests"
+            )

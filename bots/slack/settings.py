@@ -1,0 +1,63 @@
+"""Slack's settings: credentials, mode (HTTP or Socket Mode), OAuth install, edit pace."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+
+from bots.chat.settings import PlatformSettings
+from core.config import ConfigError, env
+
+
+class SlackSettings(PlatformSettings):
+    bot_token: str | None = Field(default=None, validation_alias=env("SLACK_BOT_TOKEN"))
+    signing_secret: str | None = Field(default=None, validation_alias=env("SLACK_SIGNING_SECRET"))
+    app_token: str | None = Field(default=None, validation_alias=env("SLACK_APP_TOKEN"))
+    api_url: str = Field(default="https://slack.com/api/", validation_alias=env("SLACK_API_URL"))
+    client_id: str | None = Field(default=None, validation_alias=env("SLACK_CLIENT_ID"))
+    client_secret: str | None = Field(default=None, validation_alias=env("SLACK_CLIENT_SECRET"))
+    edit_interval: float = Field(
+        default=1.0, ge=0, le=60, validation_alias=env("FATHOM_SLACK_EDIT_INTERVAL")
+    )
+
+    @field_validator("api_url")
+    @classmethod
+    def _slash_terminated(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http(s) URL; e.g. https://slack.com/api/")
+        value = value.strip()
+        return value if value.endswith("/") else value + "/"
+
+    @property
+    def enabled(self) -> bool:
+        """Slack is on when a token (single workspace) or OAuth client is configured."""
+        return bool(self.bot_token or (self.client_id and self.client_secret))
+
+    @property
+    def oauth(self) -> bool:
+        """Multi-workspace: installed through OAuth, tokens kept per workspace."""
+        return bool(self.client_id and self.client_secret)
+
+    @property
+    def socket_mode(self) -> bool:
+        """Events come over Socket Mode (one replica holds the connection)."""
+        return bool(self.app_token)
+
+    def check(self) -> None:
+        if self.app_token:
+            if not self.app_token.startswith("xapp-"):
+                raise ConfigError("SLACK_APP_TOKEN must be an app-level token starting with xapp-")
+        elif not self.signing_secret:
+            raise ConfigError(
+                "SLACK_SIGNING_SECRET is not set: HTTP mode needs it to verify Slack's requests "
+                "(or set SLACK_APP_TOKEN for Socket Mode)"
+            )
+        if not self.oauth and not self.bot_token:
+            raise ConfigError(
+                "SLACK_BOT_TOKEN is not set: set it (single workspace) or SLACK_CLIENT_ID and "
+                "SLACK_CLIENT_SECRET (multi-workspace OAuth install)"
+            )
+        if self.client_id and not self.client_secret:
+            raise ConfigError("SLACK_CLIENT_SECRET is not set: SLACK_CLIENT_ID needs it")

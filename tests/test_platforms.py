@@ -1,0 +1,251 @@
+"""The platform contract (``bots.chat.platform``): every registered platform against it, and
+a toy platform, defined here, that registers and serves one research end to end with no
+change outside this file."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+from pydantic import Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from bots.chat.delivery import ChatDelivery
+from bots.chat.inbound import ChatMessage
+from bots.chat.platform import ChatPlatform, PlatformRoute
+from bots.chat.replies import MarkdownMarkup
+from bots.chat.settings import PlatformSettings
+from bots.platforms import PLATFORMS
+from core.config import env
+from core.delivery import DeliveryFactory, PostFailure
+from core.jobs import JobRunner
+from core.models import ThreadKey
+from core.service import RunOutcome
+from core.untrusted import neutralise
+from storage import RunRecord
+from tests.chat_app import wait_for
+from tests.conftest import ServeFathom
+from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
+from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
+from tests.fakes.dingtalk import FakeDingTalkServer
+from tests.fakes.feishu import APP_ID, APP_SECRET, FakeFeishuServer
+from tests.fakes.slack import FakeSlackServer
+
+# -- every registered platform ------------------------------------------------------------
+
+#: For each registered platform: a fake of it, and the settings that serve it over HTTP.
+Fake = Callable[[], Any]
+PlatformEnv = Callable[[Any], dict[str, str]]
+CONTRACT: dict[str, tuple[Fake, PlatformEnv]] = {
+    "slack": (
+        FakeSlackServer,
+        lambda fake: {
+            "SLACK_BOT_TOKEN": "xoxb-contract",
+            "SLACK_SIGNING_SECRET": "contract-secret",
+            "SLACK_API_URL": fake.api_url,
+        },
+    ),
+    "feishu": (
+        FakeFeishuServer,
+        lambda fake: {
+            "FEISHU_APP_ID": APP_ID,
+            "FEISHU_APP_SECRET": APP_SECRET,
+            "FEISHU_VERIFICATION_TOKEN": "contract-token",
+            "FEISHU_ENCRYPT_KEY": "contract-key",
+            "FEISHU_DOMAIN": fake.url,
+            "FEISHU_MODE": "webhook",
+        },
+    ),
+    "dingtalk": (
+        FakeDingTalkServer,
+        lambda fake: {
+            "DINGTALK_CLIENT_ID": DINGTALK_ID,
+            "DINGTALK_CLIENT_SECRET": DINGTALK_SECRET,
+            "DINGTALK_API_URL": fake.url,
+            "DINGTALK_MODE": "http",
+        },
+    ),
+}
+
+
+def test_every_registered_platform_is_under_the_contract_test() -> None:
+    assert sorted(cls.name for cls in PLATFORMS) == sorted(CONTRACT)
+    assert len({cls.name for cls in PLATFORMS}) == len(PLATFORMS)
+    routes = [route.path for cls in PLATFORMS for route in cls.routes]
+    assert len(routes) == len(set(routes)), "two platforms claim one route"
+    for cls in PLATFORMS:
+        assert all(route.path.startswith(f"/{cls.name}/") for route in cls.routes), cls.name
+
+
+@pytest.fixture(params=[cls.name for cls in PLATFORMS])
+def platform(request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, str]]]:
+    make, settings = CONTRACT[request.param]
+    with make() as fake:
+        yield request.param, settings(fake)
+
+
+async def test_a_registered_platform_serves_its_routes_reports_readiness_and_stops_cleanly(
+    serve_fathom: ServeFathom,
+    platform: tuple[str, dict[str, str]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    name, settings = platform
+    (cls,) = [cls for cls in PLATFORMS if cls.name == name]
+    served = await serve_fathom(**settings)
+    ready = await served.readyz()
+    assert ready["status"] == "ready" and list(ready["platforms"]) == [name]
+    assert ready["platforms"][name]["mode"] in ("http", "webhook")
+    for route in cls.routes:
+        method = route.methods[0]
+        # Unsigned and empty: the platform's own answer (a refusal), never the server's
+        # "not configured" nor a crash.
+        answer = await served.http.request(method, f"{served.url}{route.path}", content=b"")
+        assert answer.status_code < 500, (route.path, answer.status_code, answer.text)
+        assert f"{cls.title} is not configured" not in answer.text, route.path
+    others = [route for other in PLATFORMS if other is not cls for route in other.routes]
+    for route in others:  # the other platforms' routes exist, and say they are not set up
+        answer = await served.http.request(route.methods[0], f"{served.url}{route.path}")
+        assert answer.status_code == 404 and "not configured" in answer.json()["error"]
+    with caplog.at_level(logging.WARNING):
+        await asyncio.to_thread(served.server.stop)
+    assert served.server._thread is None  # joined: the lifespan's shutdown finished
+    problems = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert problems == [], [r.getMessage() for r in problems]
+
+
+# -- a toy platform, defined only here ----------------------------------------------------
+
+TOY = "toy"
+
+
+class ToySettings(PlatformSettings):
+    token: str | None = Field(default=None, validation_alias=env("TOY_TOKEN"))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.token)
+
+
+class ToyChat:
+    """The toy chat service's side: threads of messages, by thread key."""
+
+    def __init__(self) -> None:
+        self.threads: dict[str, list[str]] = defaultdict(list)
+        self.answers: list[str] = []
+
+
+class ToyThread:
+    """``bots.chat.delivery.ThreadPoster`` for one run's toy thread."""
+
+    def __init__(self, chat: ToyChat, run: RunRecord) -> None:
+        self._messages = chat.threads[run.thread_key]
+
+    def render_progress(self, status: str, message_id: str | None) -> str:
+        return status
+
+    async def post_progress(self, content: str) -> str:
+        self._messages.append(content)
+        return str(len(self._messages) - 1)
+
+    async def edit_progress(self, message_id: str, content: str) -> None:
+        self._messages[int(message_id)] = content
+
+    def can_edit(self, message_id: str) -> bool:
+        return True
+
+    async def resume(self, message_id: str | None) -> None:
+        return None
+
+    @property
+    def needs_opener(self) -> bool:
+        return False
+
+    def report_parts(self, outcome: RunOutcome) -> Sequence[str]:
+        return [outcome.report_markdown or ""]
+
+    async def post_report_part(self, part: str) -> None:
+        self._messages.append(part)
+
+    async def post_notice(self, text: str) -> None:
+        self._messages.append(neutralise(text))
+
+    def classify(self, error: Exception) -> PostFailure:
+        return PostFailure(type(error).__name__, True)
+
+
+def toy_platform(chat: ToyChat) -> type[ChatPlatform[ToySettings]]:
+    """The toy platform, delivering into ``chat`` (what the test reads)."""
+
+    class ToyDeliveries:
+        def __init__(self, platform: ToyPlatform) -> None:
+            self._platform = platform
+
+        async def for_run(self, run: RunRecord) -> ChatDelivery:
+            store = self._platform.services.store
+            return ChatDelivery(run, ToyThread(chat, run), store, edit_interval=0)
+
+    class ToyPlatform(ChatPlatform[ToySettings]):
+        name = TOY
+        title = "Toy"
+        settings_class = ToySettings
+        routes = (PlatformRoute(f"/{TOY}/messages", ("POST",)),)
+
+        async def open_delivery(self) -> DeliveryFactory:
+            return ToyDeliveries(self)
+
+        async def open_ingress(self, runner: JobRunner) -> None:
+            markup = MarkdownMarkup(TOY, neutralise, lambda thread, language: thread.thread)
+            self._chat = self.services.commands(runner, markup)
+
+        async def handle(self, request: Request) -> Response:
+            data = await request.json()
+            message = ChatMessage(
+                platform=TOY,
+                workspace="w1",
+                channel=str(data["channel"]),
+                thread=str(data["id"]),
+                user=str(data["user"]),
+                text=str(data["text"]),
+                dedupe_key=f"toy:{data['id']}",
+            )
+
+            async def answer(text: str) -> None:
+                chat.answers.append(text)
+
+            await self._chat.receive(message, answer)
+            return JSONResponse({"ok": True})
+
+    return ToyPlatform
+
+
+async def test_a_toy_platform_registered_in_a_test_serves_one_research_end_to_end(
+    serve_fathom: ServeFathom,
+) -> None:
+    toy_chat = ToyChat()
+    served = await serve_fathom(registry=(*PLATFORMS, toy_platform(toy_chat)), TOY_TOKEN="t")
+    ready = await served.readyz()
+    assert ready["platforms"] == {TOY: {"mode": "http"}}
+    answer = await served.http.post(
+        f"{served.url}/{TOY}/messages",
+        json={"id": "m1", "channel": "c1", "user": "u1", "text": "/research heat pumps depth=2"},
+    )
+    assert answer.status_code == 200
+    (run,) = await served.delivered(f"{TOY}:w1:u1")
+    assert run.status == "succeeded" and run.delivery == "posted"
+    key = str(ThreadKey(platform=TOY, workspace="w1", channel="c1", thread="m1"))
+    progress, *report = toy_chat.threads[key]
+    assert progress.startswith("Research done: 2/2 searches")
+    assert report and report[0].startswith("# ")
+    assert toy_chat.answers == []  # the progress message was the answer
+    help_answer = await served.http.post(
+        f"{served.url}/{TOY}/messages",
+        json={"id": "m2", "channel": "c1", "user": "u1", "text": "help"},
+    )
+    assert help_answer.status_code == 200
+    await wait_for(lambda: toy_chat.answers)
+    assert "/research" in toy_chat.answers[0]
