@@ -155,5 +155,5 @@ async def open_app(
         if role == "serve":
             for platform in app.platforms.values():
                 stack.push_async_callback(platform.close_ingress)  # before the runner stops
-                await platform.open_ingress(runner)
+                await platform.start_ingress(runner)
         yield app

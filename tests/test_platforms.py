@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from bots.chat.delivery import ChatDelivery
-from bots.chat.inbound import ChatMessage
-from bots.chat.platform import ChatPlatform, PlatformRoute
+from bots.chat.inbound import ChatCommands, ChatMessage
+from bots.chat.platform import ChatPlatform, HttpIngress, PlatformRoute
 from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import PlatformSettings
 from bots.platforms import PLATFORMS
@@ -198,9 +198,13 @@ def toy_platform(chat: ToyChat) -> type[ChatPlatform[ToySettings]]:
         async def open_delivery(self) -> DeliveryFactory:
             return ToyDeliveries(self)
 
-        async def open_ingress(self, runner: JobRunner) -> None:
+        async def open_ingress(self, runner: JobRunner) -> ToyIngress:
             markup = MarkdownMarkup(TOY, neutralise, lambda thread, language: thread.thread)
-            self._chat = self.services.commands(runner, markup)
+            return ToyIngress(self.services.commands(runner, markup))
+
+    class ToyIngress(HttpIngress):
+        def __init__(self, commands: ChatCommands) -> None:
+            self._commands = commands
 
         async def handle(self, request: Request) -> Response:
             data = await request.json()
@@ -217,7 +221,7 @@ def toy_platform(chat: ToyChat) -> type[ChatPlatform[ToySettings]]:
             async def answer(text: str) -> None:
                 chat.answers.append(text)
 
-            await self._chat.receive(message, answer)
+            await self._commands.receive(message, answer)
             return JSONResponse({"ok": True})
 
     return ToyPlatform

@@ -236,3 +236,27 @@ class WatchedConnection:
         if session is not None and session.thread is not None:
             await asyncio.to_thread(session.thread.join, 5.0)
         self.set_state("stopped")
+
+
+class ConnectionSlot:
+    """The one long-lived connection of a platform in this process: opened on the replica
+    holding the platform's election, closed when it loses it or shuts down; its status is
+    the connection's, or the platform's ``mode`` while there is none."""
+
+    def __init__(self, mode: str) -> None:
+        self._mode = mode
+        self.connection: WatchedConnection | None = None
+
+    async def open(self, connection: WatchedConnection) -> None:
+        self.connection = connection  # before starting: a failed start is still closed
+        await connection.start()
+
+    async def close(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            await connection.close()
+
+    def status(self) -> dict[str, object]:
+        if self.connection is not None:
+            return self.connection.status()
+        return {"mode": self._mode}

@@ -20,10 +20,11 @@ from typing import Any, Protocol
 
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter
 from core.delivery import PostFailure
+from core.models import ThreadKey
 from core.progress import ProgressEvent, ProgressKind, ProgressSink
+from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.wording import Language, pick, request_language
-from storage import RunRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,20 @@ def report_opener_status(language: Language) -> str:
         "Research done; the report is in this thread.",
         "研究完成；报告在这个话题里。",
     )
+
+
+async def adopt_opener(
+    store: ChatRuns, run: RunRecord, thread: ThreadKey, message_id: str | None
+) -> ThreadKey:
+    """The thread of a run whose thread starts with its own progress message (a Slack slash
+    command, a digest's firing): once that opener is posted (now, or by an earlier attempt of
+    a resumed run), the thread row is re-keyed to it, and the new key is returned; before
+    that, ``thread`` as it is."""
+    if message_id is None:
+        return thread
+    key = thread.model_copy(update={"thread": message_id})
+    await store.rekey_thread(run.thread_id, key=str(key), thread_ref=message_id)
+    return key
 
 
 class ThreadPoster(Protocol):
@@ -90,7 +105,7 @@ class ChatDelivery:
         self,
         run: RunRecord,
         poster: ThreadPoster,
-        store: Store,
+        store: ChatRuns,
         *,
         edit_interval: float,
         limiter: WorkspaceLimiter | None = None,

@@ -34,9 +34,9 @@ from core.grammar import (
 )
 from core.jobs import JobRunner
 from core.models import ResearchRequest, RunStatus, ThreadKey
+from core.runs import ChatRuns, RunRecord, UserBusy
 from core.service import ResearchService, RunRejected
 from core.wording import Language, request_language
-from storage import RunRecord, Store, UserBusy
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class ChatCommands:
         self,
         policy: ChatPolicy,
         service: ResearchService,
-        store: Store,
+        store: ChatRuns,
         runner: JobRunner,
         markup: Markup,
         digests: DigestService | None = None,

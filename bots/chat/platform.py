@@ -14,11 +14,12 @@ The life of a platform in one process (``bots.composition`` drives it):
 - ``ChatPlatform(settings, services)``: nothing is opened yet;
 - :meth:`open_delivery` (``serve`` and ``worker``): its outbound clients and the delivery of
   its runs, registered on the research job;
-- :meth:`open_ingress` (``serve`` only): what receives requests (answers them through the
-  chat layer); its HTTP :attr:`routes` are then served by :meth:`handle`;
-- :meth:`connect` / :meth:`disconnect`: its long-lived connection, if :attr:`long_lived`,
-  opened only on the replica that holds the platform's election (``core.duty.OneHolder``);
-- :meth:`status`: what ``/readyz`` shows for it;
+- :meth:`open_ingress` (``serve`` only): its :class:`Ingress`, the adapter that receives
+  requests (and answers them through the chat layer); its HTTP :attr:`routes` are served by
+  the ingress's ``handle``;
+- ``connect`` / ``disconnect``: its long-lived connection, if :attr:`long_lived`, opened only
+  on the replica that holds the platform's election (``core.duty.OneHolder``);
+- ``status``: what ``/readyz`` shows for it;
 - :meth:`close_ingress` at shutdown, before the job runner stops (stop taking requests,
   finish the answers in flight), then :meth:`aclose` once the runner has stopped (its
   running jobs post through the outbound clients during their grace period).
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar
 
 from starlette.responses import JSONResponse
 
@@ -43,8 +44,9 @@ if TYPE_CHECKING:
     from core.delivery import DeliveryFactory
     from core.digests import DigestService
     from core.jobs import JobRunner
+    from core.runs import ChatRuns
     from core.service import ResearchService
-    from storage import Database, Store
+    from storage import Database
 
 SettingsT = TypeVar("SettingsT", bound=PlatformSettings)
 
@@ -62,7 +64,7 @@ class PlatformServices:
     """What every platform is given: the shared services, the chat policy, route limits."""
 
     service: ResearchService
-    store: Store
+    store: ChatRuns
     digests: DigestService
     #: The database, for a platform that keeps tables of its own (Slack's OAuth install).
     database: Database
@@ -76,8 +78,56 @@ class PlatformServices:
         return ChatCommands(self.policy, self.service, self.store, runner, markup, self.digests)
 
 
+class Ingress(Protocol):
+    """What receives a platform's requests in ``fathom serve`` (its adapter)."""
+
+    async def handle(self, request: Request) -> Response:
+        """Answer one of the platform's routes."""
+        ...
+
+    async def connect(self) -> None:
+        """Open the long-lived connection."""
+        ...
+
+    async def disconnect(self) -> None:
+        """Close the long-lived connection (idempotent)."""
+        ...
+
+    def status(self) -> dict[str, object]:
+        """What ``/readyz`` shows for the platform."""
+        ...
+
+    async def close(self) -> None:
+        """Stop taking requests and finish the answers in flight."""
+        ...
+
+
+class HttpIngress(ABC):
+    """An :class:`Ingress` that takes requests on its routes only (no long-lived connection,
+    nothing in flight to finish): fill in :meth:`handle`."""
+
+    @abstractmethod
+    async def handle(self, request: Request) -> Response: ...
+
+    async def connect(self) -> None:
+        raise NotImplementedError("requests arrive on the HTTP routes only")
+
+    async def disconnect(self) -> None:  # noqa: B027 - nothing to close
+        """Nothing to close."""
+
+    def status(self) -> dict[str, object]:
+        return {"mode": "http"}
+
+    async def close(self) -> None:  # noqa: B027 - nothing in flight
+        """Nothing in flight."""
+
+
 class ChatPlatform(ABC, Generic[SettingsT]):
-    """One chat platform in ``fathom serve`` and ``fathom worker``."""
+    """One chat platform in ``fathom serve`` and ``fathom worker``.
+
+    A platform fills in :meth:`open_delivery` and, to receive requests, :meth:`open_ingress`
+    (its adapter); the routes, the connection, the status and the shutdown are its ingress's.
+    """
 
     #: The first part of its thread keys (``slack:T1:C1:1712.5``) and of its routes.
     name: ClassVar[str]
@@ -91,18 +141,20 @@ class ChatPlatform(ABC, Generic[SettingsT]):
     def __init__(self, settings: SettingsT, services: PlatformServices) -> None:
         self.settings = settings
         self.services = services
+        self.ingress: Ingress | None = None
 
     @abstractmethod
     async def open_delivery(self) -> DeliveryFactory:
         """Open the outbound clients; the delivery of this platform's runs."""
 
-    async def open_ingress(self, runner: JobRunner) -> None:
-        """Get ready to receive requests (``fathom serve``); runs go to ``runner``."""
+    async def open_ingress(self, runner: JobRunner) -> Ingress | None:
+        """What receives this platform's requests, its runs going to ``runner`` (``fathom
+        serve``, after :meth:`open_delivery`); None: it receives none."""
+        return None
 
-    async def handle(self, request: Request) -> Response:
-        """Answer one of :attr:`routes` (the server checked the schema and the platform is
-        configured)."""
-        return JSONResponse({"error": "not found"}, 404)
+    async def start_ingress(self, runner: JobRunner) -> None:
+        """Open the ingress (what the composition root calls)."""
+        self.ingress = await self.open_ingress(runner)
 
     @property
     def mode(self) -> str:
@@ -114,20 +166,31 @@ class ChatPlatform(ABC, Generic[SettingsT]):
         """Whether requests arrive over a connection one replica holds (:meth:`connect`)."""
         return False
 
+    async def handle(self, request: Request) -> Response:
+        """Answer one of :attr:`routes` (the server checked that the platform is configured
+        here and the schema is current)."""
+        if self.ingress is None:
+            return JSONResponse({"error": f"{self.title} does not take requests here"}, 404)
+        return await self.ingress.handle(request)
+
     async def connect(self) -> None:
         """Open the long-lived connection (on the replica holding the election)."""
-        raise NotImplementedError(f"{self.name} has no long-lived connection")
+        if self.ingress is None:
+            raise RuntimeError(f"{self.title} is not taking requests in this process")
+        await self.ingress.connect()
 
     async def disconnect(self) -> None:
-        """Close the long-lived connection (idempotent)."""
+        if self.ingress is not None:
+            await self.ingress.disconnect()
 
     def status(self) -> dict[str, object]:
         """What ``/readyz`` shows for this platform."""
-        return {"mode": self.mode}
+        return self.ingress.status() if self.ingress is not None else {"mode": self.mode}
 
     async def close_ingress(self) -> None:
         """Stop taking requests and finish the answers in flight (before the runner stops)."""
-        await self.disconnect()
+        if self.ingress is not None:
+            await self.ingress.close()
 
     async def aclose(self) -> None:
         """Close the outbound clients (after the job runner has stopped)."""

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.grammar import help_text
 from core.models import ThreadKey
+from core.runs import DigestRecord, RunRecord
 from core.wording import Language, pick
-from storage import DigestRecord, RunRecord
 
 if TYPE_CHECKING:
     from core.digests import DigestView

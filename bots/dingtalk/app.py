@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from bots.chat.background import Background
+from bots.chat.connection import ConnectionSlot
 from bots.chat.inbound import Answer, ChatCommands
 from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import RouteLimits
@@ -53,9 +54,8 @@ from bots.dingtalk.stream import DingTalkStream
 from bots.http_gate import Rejected, read_body, rejected_response
 from core.grammar import ResearchCommand
 from core.models import RunStatus, ThreadKey
+from core.runs import ChatRuns, utcnow
 from core.wording import Language, pick
-from storage import Store
-from storage.tables import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class DingTalkAdapter:
         settings: DingTalkSettings,
         chat: ChatCommands,
         api: DingTalkApi,
-        store: Store,
+        store: ChatRuns,
         limits: RouteLimits,
     ) -> None:
         self._settings = settings
@@ -96,7 +96,7 @@ class DingTalkAdapter:
         self._store = store
         self._limits = limits
         self._background = Background()
-        self.stream: DingTalkStream | None = None
+        self._stream = ConnectionSlot(settings.mode)
 
     @property
     def mode(self) -> str:
@@ -191,7 +191,7 @@ class DingTalkAdapter:
         except Exception as exc:
             log.warning("dingtalk answer to a request failed (%s)", classify_error(exc).reason)
 
-    async def callback(self, request: Request) -> Response:
+    async def handle(self, request: Request) -> Response:
         """``POST /dingtalk/events``."""
         if self.mode != "http":
             return JSONResponse({"error": "DingTalk runs in stream mode here"}, 404)
@@ -219,25 +219,21 @@ class DingTalkAdapter:
     # -- lifecycle ---------------------------------------------------------------------------
     async def connect(self) -> None:
         """Open the stream (on the replica that holds its election)."""
-        stream = DingTalkStream(
-            self._settings.client_id or "",
-            self._settings.client_secret or "",
-            self._settings.api_url,
-            self.receive,
-            asyncio.get_running_loop(),
+        await self._stream.open(
+            DingTalkStream(
+                self._settings.client_id or "",
+                self._settings.client_secret or "",
+                self._settings.api_url,
+                self.receive,
+                asyncio.get_running_loop(),
+            )
         )
-        self.stream = stream
-        await stream.start()
 
     async def disconnect(self) -> None:
-        stream, self.stream = self.stream, None
-        if stream is not None:
-            await stream.close()
+        await self._stream.close()
 
     def status(self) -> dict[str, object]:
-        if self.stream is not None:
-            return self.stream.status()
-        return {"mode": self.mode}
+        return self._stream.status()
 
     async def close(self) -> None:
         """Stop taking messages (the stream) and finish the answers in flight."""

@@ -33,9 +33,9 @@ from bots.dingtalk.send import Conversation, space_of
 from core.delivery import PostFailure
 from core.digests import heading_of
 from core.models import ThreadKey
+from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.wording import request_language
-from storage import RunRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class DingTalkDeliveryFactory:
     def __init__(
         self,
         api: DingTalkApi,
-        store: Store,
+        store: ChatRuns,
         *,
         template_id: str | None = None,
         edit_interval: float = 1.0,

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bots.chat.platform import ChatPlatform, PlatformRoute
+from bots.chat.platform import ChatPlatform, Ingress, PlatformRoute
 from bots.dingtalk.settings import DingTalkSettings
 
 if TYPE_CHECKING:
     import httpx
-    from starlette.requests import Request
-    from starlette.responses import Response
 
     from bots.dingtalk.api import DingTalkApi
-    from bots.dingtalk.app import DingTalkAdapter
     from core.delivery import DeliveryFactory
     from core.jobs import JobRunner
 
@@ -29,7 +26,6 @@ class DingTalkPlatform(ChatPlatform[DingTalkSettings]):
 
     _http: httpx.AsyncClient | None = None
     _api: DingTalkApi | None = None
-    _adapter: DingTalkAdapter | None = None
 
     async def open_delivery(self) -> DeliveryFactory:
         import httpx
@@ -55,23 +51,15 @@ class DingTalkPlatform(ChatPlatform[DingTalkSettings]):
             edit_interval=settings.edit_interval,
         )
 
-    async def open_ingress(self, runner: JobRunner) -> None:
+    async def open_ingress(self, runner: JobRunner) -> Ingress:
         from bots.dingtalk.app import DingTalkAdapter, dingtalk_markup
 
         if self._api is None:
-            raise RuntimeError("open_delivery first: ingress answers with its client")
+            raise RuntimeError("open_delivery first: the ingress answers with its client")
         chat = self.services.commands(runner, dingtalk_markup())
-        self._adapter = DingTalkAdapter(
+        return DingTalkAdapter(
             self.settings, chat, self._api, self.services.store, self.services.limits
         )
-
-    def _open(self) -> DingTalkAdapter:
-        if self._adapter is None:
-            raise RuntimeError("the DingTalk platform is not open")
-        return self._adapter
-
-    async def handle(self, request: Request) -> Response:
-        return await self._open().callback(request)
 
     @property
     def mode(self) -> str:
@@ -80,20 +68,6 @@ class DingTalkPlatform(ChatPlatform[DingTalkSettings]):
     @property
     def long_lived(self) -> bool:
         return self.settings.mode == "stream"
-
-    async def connect(self) -> None:
-        await self._open().connect()
-
-    async def disconnect(self) -> None:
-        if self._adapter is not None:
-            await self._adapter.disconnect()
-
-    def status(self) -> dict[str, object]:
-        return self._adapter.status() if self._adapter is not None else super().status()
-
-    async def close_ingress(self) -> None:
-        if self._adapter is not None:
-            await self._adapter.close()
 
     async def aclose(self) -> None:
         """The HTTP client, once the job runner has stopped (its running jobs post through it

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from bots.chat.background import Background
+from bots.chat.connection import ConnectionSlot
 from bots.chat.inbound import ChatCommands
 from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import RouteLimits
@@ -70,7 +71,7 @@ class FeishuAdapter:
         self._identified_at = 0.0
         self._background = Background()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.connection: LongConnection | None = None
+        self._connection = ConnectionSlot(settings.mode)
 
     @property
     def mode(self) -> str:
@@ -114,7 +115,7 @@ class FeishuAdapter:
         except Exception as exc:
             log.warning("feishu answer to a request failed (%s)", classify_error(exc).reason)
 
-    async def webhook(self, request: Request) -> Response:
+    async def handle(self, request: Request) -> Response:
         """``POST /feishu/events``."""
         if self.mode != "webhook":
             return JSONResponse({"error": "Feishu runs in long-connection mode here"}, 404)
@@ -167,24 +168,20 @@ class FeishuAdapter:
             .register_p2_im_message_receive_v1(self.on_ws_event)
             .build()
         )
-        connection = LongConnection(
-            self._settings.app_id or "",
-            self._settings.app_secret or "",
-            self._settings.domain,
-            handler,
+        await self._connection.open(
+            LongConnection(
+                self._settings.app_id or "",
+                self._settings.app_secret or "",
+                self._settings.domain,
+                handler,
+            )
         )
-        self.connection = connection
-        await connection.start()
 
     async def disconnect(self) -> None:
-        connection, self.connection = self.connection, None
-        if connection is not None:
-            await connection.close()
+        await self._connection.close()
 
     def status(self) -> dict[str, object]:
-        if self.connection is not None:
-            return self.connection.status()
-        return {"mode": self.mode}
+        return self._connection.status()
 
     async def close(self) -> None:
         await self.disconnect()

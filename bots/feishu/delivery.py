@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bots.chat.delivery import ChatDelivery
+from bots.chat.delivery import ChatDelivery, adopt_opener
 from bots.chat.errors import judge_failure
 from bots.chat.inbound import PENDING_PREFIX
 from bots.chat.throttle import WorkspaceLimiters
@@ -23,9 +23,9 @@ from bots.feishu.render import notice_card, progress_card, report_cards
 from core.delivery import PostFailure
 from core.digests import heading_of
 from core.models import ThreadKey
+from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.wording import request_language
-from storage import RunRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class ReportCard:
 class FeishuThread:
     """``bots.chat.delivery.ThreadPoster`` for one run's Feishu thread."""
 
-    def __init__(self, run: RunRecord, api: FeishuApi, store: Store) -> None:
+    def __init__(self, run: RunRecord, api: FeishuApi, store: ChatRuns) -> None:
         self._run = run
         self._api = api
         self._store = store
@@ -84,10 +84,8 @@ class FeishuThread:
 
     async def resume(self, message_id: str | None) -> None:
         """A digest's opener is its thread: once posted, the thread is re-keyed to it."""
-        if message_id is not None and self.needs_opener:
-            key = self.thread.model_copy(update={"thread": message_id})
-            await self._store.rekey_thread(self._run.thread_id, key=str(key), thread_ref=message_id)
-            self.thread = key
+        if self.needs_opener:
+            self.thread = await adopt_opener(self._store, self._run, self.thread, message_id)
 
     @property
     def needs_opener(self) -> bool:
@@ -114,7 +112,7 @@ class FeishuThread:
 class FeishuDeliveryFactory:
     """``core.delivery.DeliveryFactory`` for thread keys ``feishu:<tenant>:<chat>:<root>``."""
 
-    def __init__(self, api: FeishuApi, store: Store, *, edit_interval: float = 1.0) -> None:
+    def __init__(self, api: FeishuApi, store: ChatRuns, *, edit_interval: float = 1.0) -> None:
         self._api = api
         self._store = store
         self._interval = max(edit_interval, MIN_EDIT_INTERVAL)

@@ -7,15 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bots.chat.platform import ChatPlatform, PlatformRoute
+from bots.chat.platform import ChatPlatform, Ingress, PlatformRoute
 from bots.feishu.settings import FeishuSettings
 
 if TYPE_CHECKING:
-    from starlette.requests import Request
-    from starlette.responses import Response
-
     from bots.feishu.api import FeishuApi
-    from bots.feishu.app import FeishuAdapter
     from core.delivery import DeliveryFactory
     from core.jobs import JobRunner
 
@@ -27,7 +23,6 @@ class FeishuPlatform(ChatPlatform[FeishuSettings]):
     routes = (PlatformRoute("/feishu/events", ("POST",)),)
 
     _api: FeishuApi | None = None
-    _adapter: FeishuAdapter | None = None
 
     async def open_delivery(self) -> DeliveryFactory:
         from bots.feishu.api import FeishuApi
@@ -39,22 +34,15 @@ class FeishuPlatform(ChatPlatform[FeishuSettings]):
         )
         return FeishuDeliveryFactory(api, self.services.store, edit_interval=settings.edit_interval)
 
-    async def open_ingress(self, runner: JobRunner) -> None:
+    async def open_ingress(self, runner: JobRunner) -> Ingress:
         from bots.feishu.app import FeishuAdapter, feishu_markup
 
         if self._api is None:
-            raise RuntimeError("open_delivery first: ingress answers with its client")
+            raise RuntimeError("open_delivery first: the ingress answers with its client")
         chat = self.services.commands(runner, feishu_markup())
-        self._adapter = FeishuAdapter(self.settings, chat, self._api, self.services.limits)
-        await self._adapter.start()
-
-    def _open(self) -> FeishuAdapter:
-        if self._adapter is None:
-            raise RuntimeError("the Feishu platform is not open")
-        return self._adapter
-
-    async def handle(self, request: Request) -> Response:
-        return await self._open().webhook(request)
+        adapter = FeishuAdapter(self.settings, chat, self._api, self.services.limits)
+        await adapter.start()
+        return adapter
 
     @property
     def mode(self) -> str:
@@ -63,17 +51,3 @@ class FeishuPlatform(ChatPlatform[FeishuSettings]):
     @property
     def long_lived(self) -> bool:
         return self.settings.mode == "ws"
-
-    async def connect(self) -> None:
-        await self._open().connect()
-
-    async def disconnect(self) -> None:
-        if self._adapter is not None:
-            await self._adapter.disconnect()
-
-    def status(self) -> dict[str, object]:
-        return self._adapter.status() if self._adapter is not None else super().status()
-
-    async def close_ingress(self) -> None:
-        if self._adapter is not None:
-            await self._adapter.close()

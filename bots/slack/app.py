@@ -24,6 +24,8 @@ from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.requests import Request
+from starlette.responses import Response
 
 from bots.chat.inbound import PENDING_PREFIX, ChatCommands, ChatMessage
 from bots.chat.settings import RouteLimits
@@ -256,26 +258,49 @@ async def slack_auth(settings: SlackSettings, engine: AsyncEngine) -> SlackAuth:
     return SlackAuth(authorize, StaticSlackClients(bot))
 
 
-def slack_endpoint(
-    settings: SlackSettings, auth: SlackAuth, chat: ChatCommands, limits: RouteLimits
-) -> tuple[AsyncApp, SlackEndpoint]:
-    """The Bolt app with our listeners, and its gated HTTP endpoint."""
-    app = build_bolt_app(
-        settings,
-        SlackCommands(chat),
-        client=bolt_client(settings),
-        authorize=auth.authorize,
-        oauth=auth.oauth,
-    )
-    endpoint = SlackEndpoint(
-        app,
-        signing_secret=settings.signing_secret,
-        max_body_bytes=limits.max_body_bytes,
-        body_timeout=limits.body_timeout,
-    )
-    return app, endpoint
+class SlackIngress:
+    """Slack's side of ``fathom serve``: the Bolt app behind its gated endpoint
+    (``/slack/events`` and the OAuth routes), and Socket Mode when ``SLACK_APP_TOKEN`` is set
+    (opened on the replica holding its election)."""
 
+    def __init__(
+        self, settings: SlackSettings, auth: SlackAuth, chat: ChatCommands, limits: RouteLimits
+    ) -> None:
+        self._settings = settings
+        self.app = build_bolt_app(
+            settings,
+            SlackCommands(chat),
+            client=bolt_client(settings),
+            authorize=auth.authorize,
+            oauth=auth.oauth,
+        )
+        self._endpoint = SlackEndpoint(
+            self.app,
+            signing_secret=settings.signing_secret,
+            max_body_bytes=limits.max_body_bytes,
+            body_timeout=limits.body_timeout,
+        )
+        self._socket: AsyncSocketModeHandler | None = None
 
-def socket_mode_handler(settings: SlackSettings, app: AsyncApp) -> AsyncSocketModeHandler:
-    """Socket Mode for ``app`` (connected by the replica that holds its election)."""
-    return AsyncSocketModeHandler(app, settings.app_token, web_client=bolt_client(settings))
+    async def handle(self, request: Request) -> Response:
+        return await self._endpoint(request)
+
+    async def connect(self) -> None:
+        """Open Socket Mode."""
+        settings = self._settings
+        self._socket = socket = AsyncSocketModeHandler(
+            self.app, settings.app_token, web_client=bolt_client(settings)
+        )
+        await socket.connect_async()  # type: ignore[no-untyped-call]
+        log.info("slack: connected in Socket Mode")
+
+    async def disconnect(self) -> None:
+        socket, self._socket = self._socket, None
+        if socket is not None:
+            await socket.close_async()  # type: ignore[no-untyped-call]
+
+    def status(self) -> dict[str, object]:
+        return {"mode": "socket" if self._settings.socket_mode else "http"}
+
+    async def close(self) -> None:
+        await self.disconnect()

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from bots.chat.delivery import ChatDelivery
+from bots.chat.delivery import ChatDelivery, adopt_opener
 from bots.chat.throttle import WorkspaceLimiters
 from bots.slack.errors import classify_error
 from bots.slack.messenger import SlackClients, SlackMessenger, thread_ts
@@ -29,9 +29,9 @@ from bots.slack.render import (
 from core.delivery import PostFailure
 from core.digests import heading_of
 from core.models import ThreadKey
+from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.wording import request_language
-from storage import RunRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def requester_user_id(requested_by: str | None) -> str | None:
 class SlackThread:
     """``bots.chat.delivery.ThreadPoster`` for one run's Slack thread."""
 
-    def __init__(self, run: RunRecord, messenger: SlackMessenger, store: Store) -> None:
+    def __init__(self, run: RunRecord, messenger: SlackMessenger, store: ChatRuns) -> None:
         self._run = run
         self._messenger = messenger
         self._store = store
@@ -86,10 +86,8 @@ class SlackThread:
     async def resume(self, message_id: str | None) -> None:
         """A slash-command run's opener is its thread: once it is posted (now, or by an
         earlier attempt of a resumed run), the thread row is re-keyed to its ``ts``."""
-        if message_id is not None and self.needs_opener:
-            key = self.thread.model_copy(update={"thread": message_id})
-            await self._store.rekey_thread(self._run.thread_id, key=str(key), thread_ref=message_id)
-            self.thread = key
+        if self.needs_opener:
+            self.thread = await adopt_opener(self._store, self._run, self.thread, message_id)
 
     @property
     def needs_opener(self) -> bool:
@@ -122,7 +120,7 @@ class SlackDeliveryFactory:
     def __init__(
         self,
         clients: SlackClients,
-        store: Store,
+        store: ChatRuns,
         *,
         edit_interval: float = 1.0,
         limiters: WorkspaceLimiters | None = None,

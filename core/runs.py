@@ -1,0 +1,56 @@
+"""Runs and threads as the chat layer and the platforms see them: the records (read-only
+views of stored rows) and :class:`ChatRuns`, the store operations they may use.
+
+``storage`` implements these (its ``Store`` is a ``ChatRuns``); ``bots/chat`` and every
+platform import this module, never ``storage``, so dependencies point inward (platforms ->
+chat layer -> core -> storage) and a platform's needs from the database are visible here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from storage import UserBusy
+from storage.records import DigestRecord, RunRecord, ThreadRecord
+from storage.tables import utcnow
+
+__all__ = ["ChatRuns", "DigestRecord", "RunRecord", "ThreadRecord", "UserBusy", "utcnow"]
+
+
+class ChatRuns(Protocol):
+    """What the chat layer reads and records of runs, threads and platform events."""
+
+    async def claim_event(self, key: str) -> bool:
+        """Record a platform delivery; True for the first to record it (every replica)."""
+        ...
+
+    async def events_seen(self, keys: Sequence[str]) -> bool:
+        """Whether any of these deliveries was recorded already."""
+        ...
+
+    async def get_thread(self, key: str) -> ThreadRecord | None: ...
+
+    async def rekey_thread(self, thread_id: int, *, key: str, thread_ref: str) -> ThreadRecord:
+        """Give a thread the key of the message that became its start (its opener)."""
+        ...
+
+    async def active_runs_for_user(self, requested_by: str) -> list[RunRecord]:
+        """The user's queued and running runs, oldest first."""
+        ...
+
+    async def recent_runs_for_user(self, requested_by: str, limit: int = 10) -> list[RunRecord]:
+        """The user's runs, newest first."""
+        ...
+
+    async def recent_runs_in_channel(
+        self, platform: str, workspace: str, channel: str, limit: int = 10
+    ) -> list[RunRecord]:
+        """A channel's runs, newest first."""
+        ...
+
+    async def latest_run_in_thread(self, thread_key: str) -> RunRecord | None: ...
+
+    async def set_progress_message(self, run_id: str, message_id: str) -> None:
+        """Remember the message showing a run's progress (a resumed run edits the same)."""
+        ...
