@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -27,7 +28,7 @@ from core.models import ResearchRequest, RunStatus, ThreadKey, ThreadVariables
 from core.search import SearxngProvider
 from core.service import ResearchService, RunRejected
 from storage import Claim, ClaimLost, Database, RunRecord, Store
-from storage.tables import ResearchRun
+from storage.tables import ResearchRun, utcnow
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.runs import age_heartbeat, finish, new_run
 from tests.runs import claim as take
@@ -343,6 +344,7 @@ async def test_a_lease_that_cannot_renew_gives_the_run_up_before_others_may_take
     """A holder cut off from the database (here: its run row locked by another connection)
     stops on its own after two thirds of the lease, before any takeover is allowed."""
     claim = await _claimed_run(store, "cut-off")
+    timing = LeaseTiming(3.0)  # gives up 2 s after its last renewal; a takeover after 3 s
     blocker = Database(database_url, busy_timeout_ms=60_000)
     started = asyncio.get_running_loop().time()
     try:
@@ -355,24 +357,32 @@ async def test_a_lease_that_cannot_renew_gives_the_run_up_before_others_may_take
                     {"id": claim.run_id},
                 )
             with pytest.raises(ClaimLost):
-                async with asyncio.timeout(10), Lease(store, claim, LeaseTiming(1.5)):
+                async with asyncio.timeout(10), Lease(store, claim, timing):
                     await asyncio.Event().wait()
-            elapsed = asyncio.get_running_loop().time() - started
+            gave_up_at, held_for = utcnow(), asyncio.get_running_loop().time() - started
             await conn.rollback()
     finally:
         await blocker.dispose()
-    assert 1.0 - 0.05 <= elapsed < 1.5  # lost_after = 1.0 s, before stale_after = 1.5 s
+    assert held_for >= timing.lost_after - 0.05  # its renewals had their chance
+    # It gave up while its last heartbeat (the claim's: no renewal got through) was fresh by
+    # the takeover rule, so no other runner could have taken the run yet.
+    last_beat = claim.run.heartbeat_at
+    assert last_beat is not None
+    assert gave_up_at < last_beat + timedelta(seconds=timing.stale_after)
 
 
 async def test_other_cancellations_pass_through_the_lease(store: Store) -> None:
     claim = await _claimed_run(store, "cancelled")
 
+    held = asyncio.Event()
+
     async def hold() -> None:
         async with Lease(store, claim, LeaseTiming(60)):
+            held.set()
             await asyncio.Event().wait()
 
     task = asyncio.create_task(hold())
-    await asyncio.sleep(0.05)
+    await held.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -701,6 +711,23 @@ async def test_a_runner_stopping_mid_run_hands_it_back_for_another(
 # -- after review: failures that must not cost a run ----------------------------------
 
 
+class RecordedRenewals(Store):
+    """A store that records what each heartbeat renewal gave: True, False, or its error."""
+
+    def __init__(self, database: Database) -> None:
+        super().__init__(database)
+        self.renewals: list[bool | str] = []
+
+    async def renew_claim(self, claim: Claim) -> bool:
+        try:
+            held = await super().renew_claim(claim)
+        except Exception as exc:
+            self.renewals.append(type(exc).__name__)
+            raise
+        self.renewals.append(held)
+        return held
+
+
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 async def test_one_failed_renewal_does_not_lose_the_claim(
     database: Database, database_url: str
@@ -709,27 +736,22 @@ async def test_one_failed_renewal_does_not_lose_the_claim(
     impatient = Database(database_url, busy_timeout_ms=50)  # fails fast while locked
     blocker = Database(database_url)
     try:
-        store = Store(impatient)
+        store = RecordedRenewals(impatient)
         claim = await _claimed_run(store, "blip")
-        timing = LeaseTiming(3.0)  # renew at 1 s; retry every 1/3 s; give up at 2 s
+        timing = LeaseTiming(3.0)  # renew every 1 s; retry every 1/3 s; give up after 2 s
         async with Lease(store, claim, timing) as lease:
             async with blocker.engine.connect() as conn:
-                await asyncio.sleep(0.8)
-                await conn.exec_driver_sql("BEGIN IMMEDIATE")  # the renewal at 1 s fails
-                await asyncio.sleep(0.4)
+                await conn.exec_driver_sql("BEGIN IMMEDIATE")  # every renewal fails now
+                await until(lambda: store.renewals)  # the first one (at 1 s) did
                 await conn.rollback()
-            renewed = await wait_for(
-                store,
-                claim.run_id,
-                lambda r: (
-                    r.heartbeat_at is not None
-                    and claim.run.heartbeat_at is not None
-                    and r.heartbeat_at > claim.run.heartbeat_at
-                ),
-                within=5,
-            )
-            await asyncio.sleep(timing.lost_after)  # past the first renewal's deadline
-        assert not lease.lost and renewed.owner == claim.owner
+            # The retry, then the next renewal, due after the first one's deadline (2 s): a
+            # claim lost to the one failure would have neither.
+            await until(lambda: store.renewals.count(True) >= 2, within=10)
+        assert not lease.lost
+        failed, *later = store.renewals
+        assert failed is not True and all(r is True for r in later)
+        renewed = await store.get_run(claim.run_id)
+        assert renewed is not None and renewed.owner == claim.owner
     finally:
         await blocker.dispose()
         await impatient.dispose()
