@@ -1,13 +1,14 @@
-"""A duty that one replica at a time performs (a platform's long-lived connection), elected
-by a named lease in the database.
+"""A duty that one replica at a time performs (a platform's long-lived connection), held by
+winning an election (:mod:`core.election`).
 
-Every replica runs a :class:`OneHolder` per duty. Each tick (a third of the lease) it takes or
-renews the lease (:class:`storage.LeaseStore`); the replica that holds it starts the duty, the
-others stand by. A holder that dies stops renewing, its lease expires, and the next tick of
-another replica takes it over: within ``lease + tick`` seconds (60 s by default). A holder that
-cannot renew (the database is unreachable) stops the duty once its lease has run out, so two
-replicas never hold a connection at once for longer than a clock skew. A graceful stop stops
-the duty and releases the lease at once, so another replica takes over at its next tick.
+Every replica runs a :class:`OneHolder` per duty. Each tick (a third of the lease) it votes in
+the duty's election; the replica that holds it starts the duty, the others stand by. A holder
+that dies stops renewing, its lease expires, and the next tick of another replica takes it
+over: within ``lease + tick`` seconds (60 s by default). A holder that cannot renew (the
+database is unreachable) stops the duty once its lease has run out, so two replicas never hold
+a connection at once for longer than a clock skew. A duty that cannot start gives the election
+up for the others. A graceful stop stops the duty and resigns at once, so another replica
+takes over at its next tick.
 """
 
 from __future__ import annotations
@@ -16,15 +17,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
+from core.election import LEASE, Change, Election
 from storage import LeaseStore
 from storage.tables import utcnow
 
 log = logging.getLogger(__name__)
-
-#: How long a duty's lease lasts without renewal (seconds); it is renewed every third of it.
-LEASE = 45.0
 
 
 class OneHolder:
@@ -41,36 +40,25 @@ class OneHolder:
     ) -> None:
         self.name = name
         self.owner = owner
-        self._leases = leases
+        self._election = Election(name, leases, owner=owner, lease=lease, clock=clock)
         self._start = start
         self._stop = stop
-        self._lease = lease
-        self._clock = clock
+        # The duty runs here: the election is won and ``start`` returned (the election's own
+        # holder flag turns at the vote, before the duty has started).
         self.holder = False
-        self._expires = clock()
         self._task: asyncio.Task[None] | None = None
 
     @property
     def tick_every(self) -> float:
-        return self._lease / 3
+        return self._election.vote_every
 
     def status(self) -> dict[str, object]:
         return {"lease": self.name, "role": "holder" if self.holder else "standby"}
 
     async def tick(self) -> None:
-        """Take or renew the lease; start the duty on taking it, stop it on losing it."""
-        now = self._clock()
-        try:
-            held = await self._leases.acquire(self.name, self.owner, self._lease, now)
-        except Exception:
-            log.warning("%s: the lease could not be renewed", self.name, exc_info=True)
-            if self.holder and now >= self._expires:  # ours has run out: someone may take it
-                log.warning("%s: lease expired while unreachable; standing by", self.name)
-                await self._stop_duty()
-            return
-        if held:
-            self._expires = now + timedelta(seconds=self._lease)
-        if held and not self.holder:
+        """Vote; start the duty on winning the election, stop it on losing it."""
+        change = await self._election.vote()
+        if change in (Change.TAKEN, Change.KEPT) and not self.holder:
             log.info("%s: this replica (%s) holds it now", self.name, self.owner)
             try:
                 await self._start()
@@ -78,11 +66,12 @@ class OneHolder:
                 log.exception("%s: could not start; giving the lease up", self.name)
                 with contextlib.suppress(Exception):
                     await self._stop()
-                await self._release()
+                await self._election.resign()
                 return
             self.holder = True
-        elif not held and self.holder:
-            log.warning("%s: lease lost to another replica; standing by", self.name)
+        elif change in (Change.LOST, Change.EXPIRED) and self.holder:
+            if change is Change.LOST:  # an expired one was logged by the election
+                log.warning("%s: lease lost to another replica; standing by", self.name)
             await self._stop_duty()
 
     async def start(self) -> None:
@@ -101,8 +90,8 @@ class OneHolder:
                 log.exception("%s: tick failed", self.name)
 
     async def close(self) -> None:
-        """Stop ticking, stop the duty and release the lease (another replica takes over at
-        its next tick)."""
+        """Stop ticking, stop the duty and resign (another replica takes over at its next
+        tick)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -110,7 +99,7 @@ class OneHolder:
             self._task = None
         if self.holder:
             await self._stop_duty()
-            await self._release()
+            await self._election.resign()
 
     async def _stop_duty(self) -> None:
         self.holder = False
@@ -118,9 +107,3 @@ class OneHolder:
             await self._stop()
         except Exception:
             log.exception("%s: stopping failed", self.name)
-
-    async def _release(self) -> None:
-        try:
-            await self._leases.release(self.name, self.owner)
-        except Exception:
-            log.warning("%s: the lease could not be released; it expires", self.name)

@@ -1,14 +1,15 @@
 """The digest scheduler: APScheduler 3 on one replica at a time.
 
 Every replica runs a :class:`DigestScheduler` (for every platform's digests: a firing is a run,
-posted by whichever replica serves its platform); each ``tick`` (every :data:`TICK` seconds) it
-takes or renews the ``digest-scheduler`` lease (:class:`storage.LeaseStore`, :data:`LEASE`
+posted by whichever replica serves its platform); each ``tick`` (every third of the lease) it
+votes in the ``digest-scheduler`` election (:class:`core.election.Election`, ``FATHOM_LEASE``
 seconds). The holder keeps one APScheduler job per enabled digest (``CronTrigger`` in the
 digest's timezone), rebuilt from the table on every tick, so digests added or removed on any
-replica are in step within a tick; the others keep no jobs. A replica that takes the lease
+replica are in step within a tick; the others keep no jobs. A replica that wins the election
 (at start, or when the holder died and its lease expired, well within a minute) first fires
-every slot missed within the grace period (``FATHOM_DIGEST_GRACE``). Whoever fires a slot, and
-however often, it starts one run (``core.digests``).
+every slot missed within the grace period (``FATHOM_DIGEST_GRACE``); a catch-up that fails
+gives the election up, so the next tick (here or on another replica) catches up again.
+Whoever fires a slot, and however often, it starts one run (``core.digests``).
 """
 
 from __future__ import annotations
@@ -16,23 +17,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from core import schedule
 from core.delivery import delivery_refused
 from core.digests import Clock, DigestService
+from core.election import LEASE, Change, Election
 from core.jobs import JobRunner
 from storage import DigestRecord, LeaseStore, StorageUnavailable
 from storage.tables import utcnow
 
 log = logging.getLogger(__name__)
 
+#: The election's name (the row in ``leases``, the ``fathom_lease_holder`` label).
 LEASE_NAME = "digest-scheduler"
-#: How long the lease lasts without renewal (seconds), and how often it is renewed.
-LEASE = 45.0
-TICK = 15.0
 #: How far back a job (or a job just added) looks for its slot (seconds); the catch-up on
 #: taking the lease looks back FATHOM_DIGEST_GRACE instead.
 JOB_WINDOW = 120.0
@@ -47,39 +47,42 @@ class DigestScheduler:
         *,
         owner: str,
         clock: Clock = utcnow,
-        tick_every: float = TICK,
+        tick_every: float | None = None,
         lease: float = LEASE,
     ) -> None:
         self._digests = digests
-        self._leases = leases
         self._runner = runner
         self.owner = owner
         self._clock = clock
-        self._tick_every = tick_every
-        self._lease = lease
-        self.holder = False
-        self._expires = clock()
+        self.election = Election(
+            LEASE_NAME, leases, owner=owner, label="digest scheduler", lease=lease, clock=clock
+        )
+        self._tick_every = tick_every or self.election.vote_every
         self._jobs: dict[str, tuple[str, str]] = {}  # digest id -> (cron, timezone)
         self._apscheduler: AsyncIOScheduler | None = None
         self._task: asyncio.Task[None] | None = None
 
     # -- one step, with the clock given (what the loop runs, and what tests call) ----------------
     async def tick(self, now: datetime | None = None) -> list[str]:
-        """Take or renew the lease; as holder, catch up after taking it and keep the jobs in
-        step with the table. Returns the ids of the runs started by the catch-up."""
+        """Vote; as holder, catch up after winning and keep the jobs in step with the table.
+        Returns the ids of the runs started by the catch-up."""
         now = now or self._clock()
-        held = await self._leases.acquire(LEASE_NAME, self.owner, self._lease, now)
-        started: list[str] = []
-        taken = held and not self.holder
-        if self.holder and not held:
+        change = await self.election.vote(now)
+        if change is Change.UNREACHABLE:  # the jobs keep firing while the lease lasts (holds)
+            return []
+        if change is Change.LOST:
             log.warning("digest scheduler: lease lost to another replica")
-        self.holder = held
-        self._expires = now + timedelta(seconds=self._lease) if held else now
-        if taken:
+        started: list[str] = []
+        if change is Change.TAKEN:
             log.info("digest scheduler: this replica (%s) holds it now", self.owner)
-            runs = await self._digests.fire_due(self._runner, now)
+            try:
+                runs = await self._digests.fire_due(self._runner, now)
+            except Exception:  # the database failed: caught up by the next tick that wins
+                log.exception("digest scheduler: the catch-up failed; giving the lease up")
+                await self.election.resign()
+                return []
             started = [run.id for run in runs]
-        enabled = await self._digests.digests.enabled() if held else []
+        enabled = await self._digests.digests.enabled() if self.holder else []
         kept = []
         for digest in enabled:
             try:
@@ -94,10 +97,15 @@ class DigestScheduler:
         return started
 
     @property
+    def holder(self) -> bool:
+        """This replica won the election (by its last vote that reached the database)."""
+        return self.election.holder
+
+    @property
     def holds(self) -> bool:
         """Holder, and the lease not expired by this replica's clock (a stalled tick must not
         leave jobs firing on a lease another replica may have taken)."""
-        return self.holder and self._clock() < self._expires
+        return self.election.holds
 
     async def _disable_if_refused(self, digest: DigestRecord) -> bool:
         """A digest whose latest firing the platform refused for good (its channel is gone,
@@ -117,7 +125,7 @@ class DigestScheduler:
         return True
 
     async def _sync(self, digests: list[DigestRecord], now: datetime) -> None:
-        """One APScheduler job per enabled digest (none unless this replica holds the lease).
+        """One APScheduler job per enabled digest (none unless this replica won the election).
         Every tick also fires each digest's slot of the last ``JOB_WINDOW`` seconds that was
         not fired yet (once: the dedupe key): a job added just after its slot would only fire
         the next one, and a job whose firing was missed (a stalled loop, a job added by a
@@ -193,6 +201,4 @@ class DigestScheduler:
         if self._apscheduler is not None and self._apscheduler.running:
             self._apscheduler.shutdown(wait=False)
         if self.holder:
-            with contextlib.suppress(Exception):
-                await self._leases.release(LEASE_NAME, self.owner)
-            self.holder = False
+            await self.election.resign()

@@ -26,10 +26,10 @@ from core.grammar import ScheduleCommand
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.models import Strategy, ThreadKey
-from core.scheduler import LEASE_NAME, DigestScheduler
+from core.scheduler import DigestScheduler
 from core.search import SearxngProvider
 from core.service import ResearchService
-from storage import Database, DigestStore, LeaseStore, Store
+from storage import Database, DigestRecord, DigestStore, LeaseStore, StorageUnavailable, Store
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
 
@@ -199,7 +199,66 @@ async def test_the_lease_elects_one_scheduler_and_a_survivor_takes_over(replicas
 
 
 async def LeaseStore_holder(replica: Replica) -> str | None:
-    return await replica.scheduler._leases.holder(LEASE_NAME, replica.scheduler._clock())
+    return await replica.scheduler.election.who_holds()
+
+
+class CutOffLeases(LeaseStore):
+    """A lease store whose database stops answering while ``cut_off`` is set."""
+
+    cut_off = False
+
+    async def acquire(self, name: str, owner: str, ttl: float, now: datetime) -> bool:
+        if self.cut_off:
+            raise StorageUnavailable("the database did not answer")
+        return await super().acquire(name, owner, ttl, now)
+
+
+async def test_a_scheduler_cut_off_from_the_database_stands_by_once_its_lease_ran_out(
+    replicas: Replicas, database: Database
+) -> None:
+    """Unreachable, the holder keeps its jobs while its lease lasts (they fire only while it
+    holds), then drops them; another replica takes over after the lease, as from a dead one."""
+    make, _, clock = replicas
+    a, b = await make("a"), await make("b")
+    leases = CutOffLeases(database)
+    cut = DigestScheduler(a.digests, leases, a.runner, owner="cut", clock=clock)
+    await cut.start()
+    try:
+        digest = await a.digests.add(weekly(), thread=CHANNEL, created_by="memory:W1:U1")
+        await cut.tick()
+        assert cut.holder and digest.id in cut._jobs
+        leases.cut_off = True
+        clock.now += timedelta(seconds=30)
+        assert await cut.tick() == []  # no exception: the election says it was unreachable
+        assert cut.holder and cut.holds and digest.id in cut._jobs  # 15 s of lease left
+        clock.now += timedelta(seconds=16)
+        assert not cut.holds  # its jobs no longer fire
+        await cut.tick()
+        assert not cut.holder and cut._jobs == {}
+        await b.scheduler.tick()
+        assert b.scheduler.holder
+    finally:
+        await cut.close()
+
+
+async def test_a_failed_catch_up_gives_the_election_up_and_the_next_tick_catches_up(
+    replicas: Replicas,
+) -> None:
+    make, _, clock = replicas
+    a = await make("a")
+    await a.digests.add(weekly(), thread=CHANNEL, created_by="memory:W1:U1")
+    clock.now = MONDAY_0900_SHANGHAI + timedelta(minutes=10)  # the 09:00 slot was missed
+    enabled = a.digests.digests.enabled
+
+    async def unreachable() -> list[DigestRecord]:
+        raise StorageUnavailable("the database did not answer")
+
+    a.digests.digests.enabled = unreachable  # type: ignore[method-assign]
+    assert await a.scheduler.tick() == []
+    assert not a.scheduler.holder and await LeaseStore_holder(a) is None  # given up
+    a.digests.digests.enabled = enabled  # type: ignore[method-assign]
+    assert len(await a.scheduler.tick()) == 1  # won again, and caught up this time
+    assert a.scheduler.holder
 
 
 async def test_a_missed_slot_fires_once_at_start_within_the_grace_period_only(

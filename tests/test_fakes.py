@@ -159,8 +159,10 @@ async def test_latency_does_not_serialise_requests(llm: FakeLLMServer, client: M
     c = client()
     started = time.monotonic()
     answers = await asyncio.gather(*(ask(c, f"Topic: t{i}") for i in range(100)))
-    elapsed = time.monotonic() - started
-    assert elapsed < 1.5 and elapsed >= 0.2
+    assert time.monotonic() - started >= 0.2  # the latency was applied
+    # Requests waited out their latency side by side (a blocking wait would make this 1); how
+    # long 100 of them take is the benchmarks' business.
+    assert llm.fake.max_in_flight > 1
     assert all(a.startswith(f"# Report: t{i}") for i, a in enumerate(answers))
 
 
@@ -203,9 +205,8 @@ async def test_searxng_results_are_deterministic_and_recorded(search: FakeSearch
 
 
 def test_background_server_is_quick_and_loopback_only() -> None:
-    started = time.monotonic()
     with BackgroundServer(build_search_app(FakeSearch())) as server:
-        assert time.monotonic() - started < 0.5
+        # Serving as soon as it is entered (how fast that is: the benchmarks' business).
         assert httpx.get(f"{server.url}/search?q=a&format=json").status_code == 200
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{server.url}/search?q=a&format=json")

@@ -132,9 +132,8 @@ async def test_the_url_challenge_is_answered_plain_or_encrypted(
     bot = await feishu()
     body = challenge_body("c-123", TOKEN)
     payload = json.dumps(encrypt(body, KEY) if encrypted else body).encode()
-    started = time.monotonic()
+    # Feishu waits one second for the answer; bench/ measures such times, not this test.
     response = await bot.served.http.post(f"{bot.served.url}/feishu/events", content=payload)
-    assert time.monotonic() - started < 1.0  # Feishu waits one second
     assert response.status_code == 200 and response.json() == {"challenge": "c-123"}
     wrong = json.dumps(challenge_body("c-123", "not-the-token")).encode()
     refused = await bot.served.http.post(f"{bot.served.url}/feishu/events", content=wrong)
@@ -183,15 +182,18 @@ async def test_a_chinese_private_request_gets_a_card_updated_in_place_then_repor
     llm.fake.latency = search.fake.latency = 0.15  # progress edits apart from each other
     topic = "人工智能在医疗领域的最新发展"
     event = message_event(f"/research {topic} depth=3", token=TOKEN, message_id="om_req_1")
-    started = time.monotonic()
     response = await bot.send(event)
-    assert response.status_code == 200 and time.monotonic() - started < 3.0
+    acknowledged = time.time()
+    assert response.status_code == 200
     (queued,) = await bot.served.runs(USER)  # committed before the answer
     assert queued.thread_key == f"feishu:{TENANT}:oc_chat_1:om_req_1"
     assert queued.topic == topic and queued.depth == 3
 
     (run,) = await bot.delivered()
     assert run.status == "succeeded" and run.delivery == "posted"
+    # The answer did not wait for the research: the report was asked for after it.
+    writes = llm.fake.requests_for("writer")
+    assert writes and all(r.time > acknowledged for r in writes)
     thread = bot.thread("om_req_1")
     progress, *reports = thread
     assert progress.message_id == run.progress_message_id
@@ -224,8 +226,7 @@ async def test_a_redelivered_event_makes_no_second_run(feishu: FeishuFactory) ->
     other_id = dict(event, header=dict(event["header"], event_id="another-event-id"))
     assert (await bot.send(other_id)).status_code == 200  # the same message, another event
     (run,) = await bot.delivered()
-    await asyncio.sleep(0)  # the answer tasks, if any, were scheduled before the 200
-    assert len(await bot.served.runs(USER)) == 1
+    assert len(await bot.served.runs(USER)) == 1  # a run is committed before its event's 200
     progress = [m for m in bot.thread("om_r") if m.uuid.endswith(":progress")]
     assert len(progress) == 1 and run.progress_message_id == progress[0].message_id
 

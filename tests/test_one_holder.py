@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from core.duty import OneHolder
-from storage import Database, LeaseStore
+from storage import Database, LeaseStore, StorageUnavailable
 from tests.chat_app import ServedFathom, wait_for
 from tests.conftest import ServeFathom
 from tests.fakes.feishu import FakeFeishuServer
@@ -89,6 +89,45 @@ async def test_one_holder_at_a_time_and_takeover_when_the_holder_stops_renewing(
     await d.tick()
     assert d.holder is True and log[-1] == "d:start"
     await d.close()
+
+
+async def test_a_holder_cut_off_from_the_database_stops_its_duty_once_its_lease_ran_out(
+    database: Database,
+) -> None:
+    class CutOff(LeaseStore):
+        cut_off = False
+
+        async def acquire(self, name: str, owner: str, ttl: float, now: datetime) -> bool:
+            if self.cut_off:
+                raise StorageUnavailable("the database did not answer")
+            return await super().acquire(name, owner, ttl, now)
+
+    leases = CutOff(database)
+    now = [T0]
+    log: list[str] = []
+    duty = Duty("a", log)
+    a = OneHolder(
+        "slack-connection",
+        leases,
+        owner="a",
+        start=duty.start,
+        stop=duty.stop,
+        lease=45,
+        clock=lambda: now[0],
+    )
+    await a.tick()
+    assert a.holder and log == ["a:start"]
+    leases.cut_off = True
+    now[0] += timedelta(seconds=30)
+    await a.tick()
+    assert a.holder and log == ["a:start"]  # its lease runs for 15 s more: still connected
+    now[0] += timedelta(seconds=15)
+    await a.tick()
+    assert not a.holder and log == ["a:start", "a:stop"]  # another replica may take it now
+    leases.cut_off = False
+    await a.tick()  # nobody took it meanwhile: a wins again
+    assert a.holder and log[-1] == "a:start"
+    await a.close()
 
 
 FEISHU_WS = {

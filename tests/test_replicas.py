@@ -130,8 +130,14 @@ def test_a_killed_replicas_run_is_finished_by_the_other_one(
             return any("blocks" in m for m in fake.history)
 
         wait_until(reported, "a report from the survivor")
-        time.sleep(3 * STALE_AFTER)  # a late duplicate would have appeared by now
-        data = run_row(env, tmp_path)
+
+        def delivery_done() -> dict[str, Any] | None:
+            data = run_row(env, tmp_path)
+            return data if data["runs"][0]["delivery"]["state"] == "posted" else None
+
+        # Its delivery recorded as done, after every part: no sweep takes such a run again
+        # (test_the_sweep_finds_exactly_the_runs_nobody_works_on), so no later post can come.
+        data = wait_until(delivery_done, "the survivor to record the delivery")
     finally:
         if doomed.proc.poll() is None:
             doomed.proc.kill()

@@ -2,7 +2,7 @@
 
 Every "replica" here is a full stack of its own (Database pool, Store, ResearchService with
 its own owner identity, ResearchJob, InProcessJobRunner) on one shared database, against the
-LLM and search fakes, delivering to one in-memory chat platform (tests/memory_platform.py).
+LLM and search fakes, delivering to one in-memory chat (``bots.chat.memory.MemoryChat``).
 What depends on real processes (SIGKILL) is in test_replicas.py.
 """
 
@@ -12,12 +12,14 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import text, update
 
+from bots.chat.memory import PLATFORM, MemoryChat, Outage, Refusal
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.jobs import InProcessJobRunner
 from core.lease import Lease, LeaseTiming, holder_is_gone, runner_identity
@@ -26,9 +28,8 @@ from core.models import ResearchRequest, RunStatus, ThreadKey, ThreadVariables
 from core.search import SearxngProvider
 from core.service import ResearchService, RunRejected
 from storage import Claim, ClaimLost, Database, RunRecord, Store
-from storage.tables import ResearchRun
+from storage.tables import ResearchRun, utcnow
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
-from tests.memory_platform import PLATFORM, MemoryPlatform, PlatformDown, Refused
 from tests.runs import age_heartbeat, finish, new_run
 from tests.runs import claim as take
 
@@ -51,8 +52,9 @@ ReplicaFactory = Callable[..., Awaitable[Replica]]
 
 
 @pytest.fixture
-def platform() -> MemoryPlatform:
-    return MemoryPlatform()
+def chat() -> MemoryChat:
+    """One chat that every replica of a test delivers to; each report section is a part."""
+    return MemoryChat(part_per_section=True)
 
 
 @pytest.fixture
@@ -61,7 +63,7 @@ async def replicas(
     database_url: str,
     llm_server: FakeLLMServer,
     search_server: FakeSearchServer,
-    platform: MemoryPlatform,
+    chat: MemoryChat,
 ) -> AsyncIterator[ReplicaFactory]:
     """``await replicas(stale_after=..., max_attempts=..., policy=..., start=True)``."""
     stack = contextlib.AsyncExitStack()
@@ -89,7 +91,7 @@ async def replicas(
             timing=timing,
             max_attempts=max_attempts,
         )
-        job = ResearchJob(service, store, {PLATFORM: platform}, policy=policy)
+        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy)
         runner = InProcessJobRunner(job, store=store, timing=timing)
         replica = Replica(db, store, service, job, runner)
         made.append(replica)
@@ -147,7 +149,7 @@ def delivered(run: RunRecord) -> bool:
 
 
 async def test_two_runners_racing_for_a_released_run_execute_it_once(
-    replicas: ReplicaFactory, platform: MemoryPlatform, search_server: FakeSearchServer
+    replicas: ReplicaFactory, chat: MemoryChat, search_server: FakeSearchServer
 ) -> None:
     """A run handed back at shutdown is found by both replicas' first sweep; one runs it."""
     a = await replicas(start=False)
@@ -165,7 +167,7 @@ async def test_two_runners_racing_for_a_released_run_execute_it_once(
     assert final is not None and final.status == "succeeded" and delivered(final)
     assert final.attempt == 1  # the handed-back attempt did not count, one claim did
     assert len(search_server.fake.queries) == 2 == len(set(search_server.fake.queries))
-    posts = platform.threads[run.id]
+    posts = chat.shown(run.id)
     assert posts.parts == [p for p in posts.parts if p]  # every part once:
     assert len(posts.parts) == len(set(posts.parts)) > 0
     assert sum(t.startswith("Research done") for t in posts.progress) == 1
@@ -342,6 +344,7 @@ async def test_a_lease_that_cannot_renew_gives_the_run_up_before_others_may_take
     """A holder cut off from the database (here: its run row locked by another connection)
     stops on its own after two thirds of the lease, before any takeover is allowed."""
     claim = await _claimed_run(store, "cut-off")
+    timing = LeaseTiming(3.0)  # gives up 2 s after its last renewal; a takeover after 3 s
     blocker = Database(database_url, busy_timeout_ms=60_000)
     started = asyncio.get_running_loop().time()
     try:
@@ -354,24 +357,32 @@ async def test_a_lease_that_cannot_renew_gives_the_run_up_before_others_may_take
                     {"id": claim.run_id},
                 )
             with pytest.raises(ClaimLost):
-                async with asyncio.timeout(10), Lease(store, claim, LeaseTiming(1.5)):
+                async with asyncio.timeout(10), Lease(store, claim, timing):
                     await asyncio.Event().wait()
-            elapsed = asyncio.get_running_loop().time() - started
+            gave_up_at, held_for = utcnow(), asyncio.get_running_loop().time() - started
             await conn.rollback()
     finally:
         await blocker.dispose()
-    assert 1.0 - 0.05 <= elapsed < 1.5  # lost_after = 1.0 s, before stale_after = 1.5 s
+    assert held_for >= timing.lost_after - 0.05  # its renewals had their chance
+    # It gave up while its last heartbeat (the claim's: no renewal got through) was fresh by
+    # the takeover rule, so no other runner could have taken the run yet.
+    last_beat = claim.run.heartbeat_at
+    assert last_beat is not None
+    assert gave_up_at < last_beat + timedelta(seconds=timing.stale_after)
 
 
 async def test_other_cancellations_pass_through_the_lease(store: Store) -> None:
     claim = await _claimed_run(store, "cancelled")
 
+    held = asyncio.Event()
+
     async def hold() -> None:
         async with Lease(store, claim, LeaseTiming(60)):
+            held.set()
             await asyncio.Event().wait()
 
     task = asyncio.create_task(hold())
-    await asyncio.sleep(0.05)
+    await held.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -396,7 +407,7 @@ def test_a_holder_is_known_gone_only_when_its_process_provably_is() -> None:
 
 
 async def test_a_dead_replicas_run_is_finished_by_a_survivor_without_a_restart(
-    replicas: ReplicaFactory, platform: MemoryPlatform, search_server: FakeSearchServer
+    replicas: ReplicaFactory, chat: MemoryChat, search_server: FakeSearchServer
 ) -> None:
     survivor = await replicas(stale_after=1.0)  # already running: it sweeps every 0.5 s
     run = await submit(survivor, depth=3, name="dead")
@@ -424,15 +435,16 @@ async def test_a_dead_replicas_run_is_finished_by_a_survivor_without_a_restart(
     assert final.rounds_done == 3 and final.searches == 3
     assert "heat pumps overview" not in search_server.fake.queries  # not searched again
     assert len(search_server.fake.queries) == 2
-    shown = platform.threads[run.id]
+    shown = chat.shown(run.id)
     assert shown.progress[0].startswith("Resuming")
-    assert "3/3th search executed." in shown.progress
+    # its last search shown (the throttle may coalesce it with the "Writing" status after it)
+    assert any(t.startswith("3/3th search executed.") for t in shown.progress)
     assert len(shown.parts) == len(set(shown.parts)) > 0
 
 
 async def test_a_stalled_runner_that_lost_its_run_stops_and_writes_nothing(
     replicas: ReplicaFactory,
-    platform: MemoryPlatform,
+    chat: MemoryChat,
     search_server: FakeSearchServer,
     llm_server: FakeLLMServer,
 ) -> None:
@@ -455,7 +467,7 @@ async def test_a_stalled_runner_that_lost_its_run_stops_and_writes_nothing(
     assert variables is not None
     topics = variables["topics"]
     assert len(topics) == 2 == len(set(topics))  # the stalled runner's search was discarded
-    shown = platform.threads[run.id]
+    shown = chat.shown(run.id)
     assert sum(t.startswith("Research done") for t in shown.progress) == 1
     assert len(shown.parts) == len(set(shown.parts)) > 0
     assert llm_server.fake.requests_for("writer")  # written once, by the survivor
@@ -466,7 +478,7 @@ async def test_a_stalled_runner_that_lost_its_run_stops_and_writes_nothing(
 
 
 async def test_two_follow_ups_racing_in_one_thread(
-    replicas: ReplicaFactory, platform: MemoryPlatform
+    replicas: ReplicaFactory, chat: MemoryChat
 ) -> None:
     a = await replicas()
     b = await replicas()
@@ -559,18 +571,18 @@ LONG_TOPIC = "heat pumps"
 
 
 async def test_a_report_post_failing_then_succeeding_posts_each_part_once(
-    replicas: ReplicaFactory, platform: MemoryPlatform
+    replicas: ReplicaFactory, chat: MemoryChat
 ) -> None:
     a = await replicas(start=False)
     run = await submit(a, depth=2, name="flaky")
-    platform.fail_posts(PlatformDown("HTTP 503"), PlatformDown("HTTP 500"))
+    chat.fail("report", Outage("HTTP 503"), Outage("HTTP 500"))
     await a.job(run.id)
     final = await a.store.get_run(run.id)
     assert final is not None and final.status == "succeeded"
     assert (final.delivery, final.delivery_attempts) == ("posted", 2)
-    assert final.delivery_error == "PlatformDown: HTTP 500"  # the last failure, kept
+    assert final.delivery_error == "Outage: HTTP 500"  # the last failure, kept
     assert final.report_posted_at is not None
-    shown = platform.threads[run.id]
+    shown = chat.shown(run.id)
     parts = final.report_markdown and shown.parts
     assert parts and len(parts) == final.report_parts_posted
     assert "\n".join(parts) == (final.report_markdown or "").strip()  # all, once, in order
@@ -578,11 +590,11 @@ async def test_a_report_post_failing_then_succeeding_posts_each_part_once(
 
 
 async def test_a_takeover_during_delivery_posts_only_the_missing_parts(
-    replicas: ReplicaFactory, platform: MemoryPlatform
+    replicas: ReplicaFactory, chat: MemoryChat
 ) -> None:
     a = await replicas(start=False)
     run = await submit(a, depth=2, name="half-posted")
-    platform.fail_posts(Refused("gone"))  # the first part fails for good: delivery failed
+    chat.fail("report", Refusal("gone"))  # the first part fails for good: delivery failed
     await a.job(run.id)
     done = await a.store.get_run(run.id)
     assert done is not None and done.delivery == "failed"
@@ -595,25 +607,25 @@ async def test_a_takeover_during_delivery_posts_only_the_missing_parts(
             .where(ResearchRun.id == run.id)
             .values(delivery="pending", report_parts_posted=1, delivery_attempts=0)
         )
-    platform.threads[run.id].posts.clear()
+    assert chat.shown(run.id).parts == []  # the refused part was not posted
     await age_heartbeat(a.database, run.id)
     b = await replicas(start=False)
     assert await b.runner.sweep() == [run.id]
     await b.runner.drain()
     final = await b.store.get_run(run.id)
     assert final is not None and final.delivery == "posted"
-    shown = platform.threads[run.id]
+    shown = chat.shown(run.id)
     assert len(shown.parts) == final.report_parts_posted - 1  # part 1 was not posted again
     assert shown.parts[0].startswith("## ")
     assert shown.progress[-1].startswith("Research done")  # the final state, re-written
 
 
 async def test_a_report_that_never_posts_gets_one_notice_and_the_run_records_why(
-    replicas: ReplicaFactory, platform: MemoryPlatform
+    replicas: ReplicaFactory, chat: MemoryChat
 ) -> None:
     a = await replicas(start=False, policy=FAST)
     run = await submit(a, depth=1, name="never")
-    platform.fail_posts(*(PlatformDown(f"HTTP 50{i}") for i in range(10)))
+    chat.fail("report", *(Outage(f"HTTP 50{i}") for i in range(10)))
     await a.job(run.id)
     final = await a.store.get_run(run.id)
     assert final is not None and final.status == "succeeded"  # the research itself is fine
@@ -622,10 +634,8 @@ async def test_a_report_that_never_posts_gets_one_notice_and_the_run_records_why
         FAST.attempts,
         0,
     )
-    assert (
-        final.delivery_error == f"not posted after {FAST.attempts} failures: PlatformDown: HTTP 503"
-    )
-    shown = platform.threads[run.id]
+    assert final.delivery_error == f"not posted after {FAST.attempts} failures: Outage: HTTP 503"
+    shown = chat.shown(run.id)
     assert shown.parts == []
     [notice] = shown.notices
     assert "could not post its report" in notice and f"{FAST.attempts} attempts" in notice
@@ -636,24 +646,24 @@ async def test_a_report_that_never_posts_gets_one_notice_and_the_run_records_why
 
 
 async def test_a_permanent_refusal_is_not_retried(
-    replicas: ReplicaFactory, platform: MemoryPlatform
+    replicas: ReplicaFactory, chat: MemoryChat
 ) -> None:
     a = await replicas(start=False)
     run = await submit(a, depth=1, name="refused")
-    platform.fail_posts(Refused("not_in_channel"))
+    chat.fail("report", Refusal("not_in_channel"))
     await a.job(run.id)
     final = await a.store.get_run(run.id)
     assert final is not None
     assert (final.delivery, final.delivery_attempts) == ("failed", 1)
-    assert len(platform.threads[run.id].notices) == 1
+    assert len(chat.shown(run.id).notices) == 1
 
 
 async def test_a_run_whose_delivery_cannot_be_built_spends_nothing(
-    replicas: ReplicaFactory, platform: MemoryPlatform, llm_server: FakeLLMServer
+    replicas: ReplicaFactory, chat: MemoryChat, llm_server: FakeLLMServer
 ) -> None:
     a = await replicas(start=False)
     run = await submit(a, depth=2, name="nowhere")
-    platform.refuse_for_run = run.id
+    chat.refuse_for_run = run.id
     await a.job(run.id)
     final = await a.store.get_run(run.id)
     assert final is not None and final.status == "failed"
@@ -663,7 +673,7 @@ async def test_a_run_whose_delivery_cannot_be_built_spends_nothing(
 
 
 async def test_a_given_up_run_tells_its_thread(
-    replicas: ReplicaFactory, platform: MemoryPlatform, llm_server: FakeLLMServer
+    replicas: ReplicaFactory, chat: MemoryChat, llm_server: FakeLLMServer
 ) -> None:
     a = await replicas(start=False, max_attempts=1)
     run = await submit(a, depth=2, name="poison")
@@ -674,12 +684,12 @@ async def test_a_given_up_run_tells_its_thread(
     final = await a.store.get_run(run.id)
     assert final is not None and final.status == "failed" and final.delivery == "posted"
     assert llm_server.fake.requests == []
-    [shown] = platform.threads[run.id].progress
+    [shown] = chat.shown(run.id).progress
     assert shown.startswith("Research failed after 0 of 2 searches: gave up after 1 attempts")
 
 
 async def test_a_runner_stopping_mid_run_hands_it_back_for_another(
-    replicas: ReplicaFactory, platform: MemoryPlatform, llm_server: FakeLLMServer
+    replicas: ReplicaFactory, chat: MemoryChat, llm_server: FakeLLMServer
 ) -> None:
     a = await replicas()
     llm_server.fake.script("planner", Hang(30))
@@ -701,6 +711,23 @@ async def test_a_runner_stopping_mid_run_hands_it_back_for_another(
 # -- after review: failures that must not cost a run ----------------------------------
 
 
+class RecordedRenewals(Store):
+    """A store that records what each heartbeat renewal gave: True, False, or its error."""
+
+    def __init__(self, database: Database) -> None:
+        super().__init__(database)
+        self.renewals: list[bool | str] = []
+
+    async def renew_claim(self, claim: Claim) -> bool:
+        try:
+            held = await super().renew_claim(claim)
+        except Exception as exc:
+            self.renewals.append(type(exc).__name__)
+            raise
+        self.renewals.append(held)
+        return held
+
+
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 async def test_one_failed_renewal_does_not_lose_the_claim(
     database: Database, database_url: str
@@ -709,27 +736,22 @@ async def test_one_failed_renewal_does_not_lose_the_claim(
     impatient = Database(database_url, busy_timeout_ms=50)  # fails fast while locked
     blocker = Database(database_url)
     try:
-        store = Store(impatient)
+        store = RecordedRenewals(impatient)
         claim = await _claimed_run(store, "blip")
-        timing = LeaseTiming(3.0)  # renew at 1 s; retry every 1/3 s; give up at 2 s
+        timing = LeaseTiming(3.0)  # renew every 1 s; retry every 1/3 s; give up after 2 s
         async with Lease(store, claim, timing) as lease:
             async with blocker.engine.connect() as conn:
-                await asyncio.sleep(0.8)
-                await conn.exec_driver_sql("BEGIN IMMEDIATE")  # the renewal at 1 s fails
-                await asyncio.sleep(0.4)
+                await conn.exec_driver_sql("BEGIN IMMEDIATE")  # every renewal fails now
+                await until(lambda: store.renewals)  # the first one (at 1 s) did
                 await conn.rollback()
-            renewed = await wait_for(
-                store,
-                claim.run_id,
-                lambda r: (
-                    r.heartbeat_at is not None
-                    and claim.run.heartbeat_at is not None
-                    and r.heartbeat_at > claim.run.heartbeat_at
-                ),
-                within=5,
-            )
-            await asyncio.sleep(timing.lost_after)  # past the first renewal's deadline
-        assert not lease.lost and renewed.owner == claim.owner
+            # The retry, then the next renewal, due after the first one's deadline (2 s): a
+            # claim lost to the one failure would have neither.
+            await until(lambda: store.renewals.count(True) >= 2, within=10)
+        assert not lease.lost
+        failed, *later = store.renewals
+        assert failed is not True and all(r is True for r in later)
+        renewed = await store.get_run(claim.run_id)
+        assert renewed is not None and renewed.owner == claim.owner
     finally:
         await blocker.dispose()
         await impatient.dispose()
@@ -753,33 +775,35 @@ async def test_a_lost_lease_cancels_again_when_the_first_cancellation_is_swallow
 
 
 async def test_a_shutdown_during_a_post_records_that_part_and_the_next_replica_goes_on(
-    replicas: ReplicaFactory, platform: MemoryPlatform
+    replicas: ReplicaFactory, chat: MemoryChat
 ) -> None:
     a = await replicas()
     run = await submit(a, depth=2, name="deploy-mid-post")
-    platform.post_latency = 0.3
+    chat.post_latency = 0.3
     await a.runner.enqueue(run.id)
-    await asyncio.wait_for(platform.posting.wait(), 30)  # part 1 is on its way
+    await asyncio.wait_for(chat.posting.wait(), 30)  # part 1 is on its way
     await a.runner.stop(grace=0.01)
     handed_back = await a.store.get_run(run.id)
     assert handed_back is not None and handed_back.owner is None
-    assert handed_back.report_parts_posted == 1 == len(platform.threads[run.id].parts)
-    platform.post_latency = 0.0
+    assert handed_back.report_parts_posted == 1 == len(chat.shown(run.id).parts)
+    chat.post_latency = 0.0
     b = await replicas()
     final = await wait_for(b.store, run.id, delivered)
     assert final.delivery == "posted"
-    parts = platform.threads[run.id].parts
+    parts = chat.shown(run.id).parts
     assert len(parts) == final.report_parts_posted == len(set(parts))  # none twice, all there
     assert "\n".join(parts) == (final.report_markdown or "").strip()
 
 
 async def test_a_failed_runs_final_status_is_delivered_with_retries(
-    replicas: ReplicaFactory, platform: MemoryPlatform, search_server: FakeSearchServer
+    replicas: ReplicaFactory, chat: MemoryChat, search_server: FakeSearchServer
 ) -> None:
     a = await replicas(start=False)
     run = await submit(a, depth=1, name="nothing-found")
     search_server.fake.empty = True  # no results: the run fails
-    platform.fail_posts(PlatformDown("HTTP 502"))  # and its final status fails once
+    # and its final status fails once: the progress message's final edit is refused (the
+    # edit throttle gives up on it at once), then the delivery step's first post fails
+    chat.fail("edit", Refusal("HTTP 403"), Outage("HTTP 502"), when="Research failed")
     await a.job(run.id)
     final = await a.store.get_run(run.id)
     assert final is not None and final.status == "failed"
@@ -788,17 +812,17 @@ async def test_a_failed_runs_final_status_is_delivered_with_retries(
         1,
         1,
     )
-    shown = platform.threads[run.id]
+    shown = chat.shown(run.id)
     assert shown.progress[-1].startswith("Research failed after 1 of 1 searches")
     assert shown.parts == [] and shown.notices == []
 
 
 async def test_a_passing_error_building_the_delivery_leaves_the_run_for_later(
-    replicas: ReplicaFactory, platform: MemoryPlatform, llm_server: FakeLLMServer
+    replicas: ReplicaFactory, chat: MemoryChat, llm_server: FakeLLMServer
 ) -> None:
     a = await replicas(start=False)
     run = await submit(a, depth=1, name="installation-store-down")
-    platform.for_run_errors.append(ConnectionError("installation store timed out"))
+    chat.for_run_errors.append(ConnectionError("installation store timed out"))
     await a.job(run.id)
     waiting = await a.store.get_run(run.id)
     assert waiting is not None and (waiting.status, waiting.attempt) == ("queued", 0)
@@ -809,7 +833,7 @@ async def test_a_passing_error_building_the_delivery_leaves_the_run_for_later(
 
 
 async def test_a_delivery_that_keeps_killing_its_runners_is_given_up(
-    replicas: ReplicaFactory, platform: MemoryPlatform
+    replicas: ReplicaFactory, chat: MemoryChat
 ) -> None:
     a = await replicas(start=False, policy=FAST)
     run = await submit(a, depth=1, name="poison-delivery")
@@ -836,5 +860,5 @@ async def test_a_delivery_that_keeps_killing_its_runners_is_given_up(
     assert final is not None and final.delivery == "failed"
     assert final.delivery_attempts == FAST.attempts
     assert "the process delivering it stopped" in (final.delivery_error or "")
-    shown = platform.threads[run.id]
+    shown = chat.shown(run.id)
     assert shown.parts == [] and len(shown.notices) == 1

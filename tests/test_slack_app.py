@@ -42,6 +42,7 @@ from tests.fakes.server import BROKEN_BODIES, BackgroundServer
 from tests.fakes.slack import (
     FakeSlack,
     FakeSlackServer,
+    SlackCall,
     app_mention_event,
     build_slack_app,
     event_callback_body,
@@ -122,6 +123,20 @@ class Bot:
         runs: list[RunRecord] = await wait_for(done, within=30)
         return runs
 
+    async def answer_later(self, event_id: str) -> list[SlackCall]:
+        """A later event that proves the earlier ones were handled: a DM asking for help,
+        waited for until its (ephemeral) answer is posted. Each earlier delivery was
+        acknowledged before this one was sent, so its listener was scheduled first, and one
+        that ignores or drops a delivery does less than answering it. Returns the ephemeral
+        answers posted so far (this one last)."""
+        before = len(self.slack.calls_to("chat.postEphemeral"))
+        await self.event(im_message_event("help"), event_id)
+        answers: list[SlackCall] = await wait_for(
+            lambda: (calls := self.slack.calls_to("chat.postEphemeral"))[before:] and calls
+        )
+        assert "/research <topic>" in answers[-1].params["text"], answers[-1].params
+        return answers
+
     def reports(self) -> list[dict[str, Any]]:
         """Report messages Slack accepted (refused attempts are not in the channel)."""
         return [
@@ -200,12 +215,10 @@ async def test_slash_command_end_to_end(start_bot: BotFactory) -> None:
     bot = await start_bot()
     bot.llm.fake.latency = bot.search.fake.latency = 0.1  # edits apart from each other
 
-    started = time.monotonic()
     response = await bot.command("solid-state batteries depth=3", trigger_id="trig-e2e")
-    elapsed = time.monotonic() - started
+    acknowledged = time.time()
 
     assert response.status_code == 200
-    assert elapsed < 1.5
     runs = await bot.runs()  # committed before the ack
     assert len(runs) == 1 and runs[0].topic == "solid-state batteries" and runs[0].depth == 3
     assert runs[0].dedupe_key == "slack:cmd:T0001:trig-e2e"
@@ -213,6 +226,10 @@ async def test_slash_command_end_to_end(start_bot: BotFactory) -> None:
 
     [run] = await bot.finished()
     assert run.status == "succeeded"
+    # The ack did not wait for the research (Slack gives three seconds; bench/slack_ack.py
+    # measures the ack): the report was asked for after it.
+    writes = bot.llm.fake.requests_for("writer")
+    assert writes and all(r.time > acknowledged for r in writes)
     opener = bot.slack.calls_to("chat.postMessage")[0].params
     assert "thread_ts" not in opener
     assert "<@U123>" in opener["text"] and "solid-state batteries" in opener["text"]
@@ -358,8 +375,7 @@ async def test_same_slash_command_twice_gives_one_run(start_bot: BotFactory) -> 
     second = await bot.command("wind turbines depth=1", trigger_id="t-dup")
     assert first.status_code == second.status_code == 200
     await bot.finished()
-    await asyncio.sleep(0.3)
-    assert len(await bot.runs()) == 1
+    assert len(await bot.runs()) == 1  # a slash command's run is committed before its ack
     assert len(bot.reports()) == 1
 
 
@@ -377,7 +393,7 @@ async def test_retried_event_gives_one_run_and_one_report(
     )
     assert retry.status_code == 200
     [run] = await bot.finished()
-    await asyncio.sleep(0.3)
+    await bot.answer_later("Ev-after-retry")  # the retry's listener has run by now
     assert len(await bot.runs()) == 1
     assert run.thread_key == "slack:T0001:C0001:1700000100.000100"
     assert run.dedupe_key == "slack:event:Ev-retry"
@@ -415,11 +431,11 @@ async def test_unverified_requests_get_401_and_store_nothing(
         else:
             response = await bot.http.post(f"{bot.url}/slack/events", content=body, headers=headers)
         assert response.status_code == 401, problem
-    await asyncio.sleep(0.3)
+    await bot.answer_later("Ev-after-forged")  # anything the forgeries started has run
     assert await bot.runs() == []
     async with bot.database.engine.connect() as conn:
-        count = (await conn.execute(text("SELECT COUNT(*) FROM processed_events"))).scalar_one()
-    assert count == 0
+        keys = (await conn.execute(text("SELECT key FROM processed_events"))).scalars().all()
+    assert list(keys) == ["slack:event:Ev-after-forged"]  # the later event's only
     assert bot.slack.calls_to("chat.postMessage") == []
 
 
@@ -555,9 +571,9 @@ async def test_bot_messages_edits_and_channel_chatter_are_ignored(start_bot: Bot
     chatter["channel_type"] = "channel"
     for i, event in enumerate((own, edited, chatter)):
         assert (await bot.event(event, f"Ev-ignored-{i}")).status_code == 200
-    await asyncio.sleep(0.5)
+    answers = await bot.answer_later("Ev-after-ignored")
     assert await bot.runs() == []
-    assert bot.slack.calls_to("chat.postEphemeral") == []
+    assert len(answers) == 1  # the later event's: none for the ignored ones
 
 
 async def test_mentions_from_other_bots_are_ignored(start_bot: BotFactory) -> None:
@@ -565,7 +581,7 @@ async def test_mentions_from_other_bots_are_ignored(start_bot: BotFactory) -> No
     event = app_mention_event("carbon capture")
     event["bot_id"] = "BOTHER"
     assert (await bot.event(event, "Ev-bot-mention")).status_code == 200
-    await asyncio.sleep(0.5)
+    await bot.answer_later("Ev-after-bot-mention")
     assert await bot.runs() == []
 
 

@@ -4,13 +4,18 @@
 message), answers requests through :class:`~bots.chat.inbound.ChatCommands` and delivers
 runs through :class:`~bots.chat.delivery.ChatDelivery`, exactly as a real adapter does, with
 nothing but translation left out. Calls can be made to fail (rate limits, outages, refusals),
-so the shared layer's retry and final-state logic is tested without any platform.
+so the shared layer's retry and final-state logic is tested without any platform; so can
+building a run's delivery (a workspace the bot left, an installation store that did not
+answer), and a report part can take a while (a post in flight when the runner stops). What a
+run's delivery showed is kept per run (:meth:`MemoryChat.shown`), so the run lifecycle is
+tested against the same twin, with several runners ("replicas") sharing one chat.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +26,7 @@ from bots.chat.inbound import ChatCommands, ChatMessage, Reply
 from bots.chat.markdown import split_report
 from bots.chat.replies import EMOJI_ICONS, Icon
 from bots.chat.throttle import WorkspaceLimiters
-from core.delivery import PostFailure
+from core.delivery import PostFailure, Undeliverable
 from core.models import ThreadKey
 from core.service import RunOutcome
 from core.untrusted import neutralise
@@ -52,10 +57,20 @@ class MemoryMessage:
     id: str
     kind: Kind
     versions: list[str] = field(default_factory=list)
+    run_id: str | None = None  # the run whose delivery posted it (None: an answer)
 
     @property
     def text(self) -> str:
         return self.versions[-1]
+
+
+@dataclass(frozen=True)
+class RunShown:
+    """What one run's delivery showed in its thread, in order."""
+
+    progress: list[str]  # every status its progress message showed (without the topic line)
+    parts: list[str]  # the report parts posted
+    notices: list[str]
 
 
 class MemoryMarkup:
@@ -74,33 +89,64 @@ class MemoryMarkup:
 
 
 class MemoryChat:
-    """A chat service in memory: threads by key, messages by id, failures on demand."""
+    """A chat service in memory: threads by key, messages by id, failures on demand.
 
-    def __init__(self, *, report_limit: int = 2_000) -> None:
+    ``report_limit``: the most characters in one report part; ``part_per_section``: post each
+    ``## `` section as a part of its own instead (a short report still has several parts, for
+    tests of a delivery interrupted between two).
+    """
+
+    def __init__(self, *, report_limit: int = 2_000, part_per_section: bool = False) -> None:
         self.threads: dict[str, list[MemoryMessage]] = defaultdict(list)
         self.report_limit = report_limit
+        self.part_per_section = part_per_section
         self._ids = itertools.count(1)
-        self._failures: dict[Operation, list[Exception]] = defaultdict(list)
+        self._failures: dict[Operation, list[tuple[Exception, str | None]]] = defaultdict(list)
+        self._by_run: dict[str, list[MemoryMessage]] = defaultdict(list)
         self.calls: list[tuple[Operation, str]] = []  # every attempted call, failed ones too
         self.changed = asyncio.Event()
+        self.refuse_for_run: str | None = None  # building this run's delivery: Undeliverable
+        self.for_run_errors: list[Exception] = []  # the next deliveries built raise these
+        self.post_latency = 0.0  # seconds each report part takes (a post in flight can be cut)
+        self.posting = asyncio.Event()  # set when a report part post has started
 
-    def fail(self, operation: Operation, *errors: Exception) -> None:
-        """The next ``operation`` calls raise these, in order."""
-        self._failures[operation].extend(errors)
+    def fail(self, operation: Operation, *errors: Exception, when: str | None = None) -> None:
+        """The next ``operation`` calls raise these, in order; with ``when``, only calls whose
+        text (the message's content) contains it."""
+        self._failures[operation].extend((error, when) for error in errors)
 
-    def _call(self, operation: Operation, thread: ThreadKey) -> None:
+    def _call(self, operation: Operation, thread: ThreadKey, text: str = "") -> None:
         self.calls.append((operation, str(thread)))
-        if self._failures[operation]:
-            raise self._failures[operation].pop(0)
+        failures = self._failures[operation]
+        for i, (error, when) in enumerate(failures):
+            if when is None or when in text:
+                del failures[i]
+                raise error
 
-    def _add(self, thread: ThreadKey, kind: Kind, text: str) -> str:
-        message = MemoryMessage(f"m{next(self._ids)}", kind, [text])
+    def _add(self, thread: ThreadKey, kind: Kind, text: str, run_id: str | None = None) -> str:
+        message = MemoryMessage(f"m{next(self._ids)}", kind, [text], run_id)
         self.threads[str(thread)].append(message)
+        if run_id is not None:
+            self._by_run[run_id].append(message)
         self.changed.set()
         return message.id
 
     def messages(self, thread: ThreadKey | str, kind: str | None = None) -> list[MemoryMessage]:
         return [m for m in self.threads[str(thread)] if kind is None or m.kind == kind]
+
+    def shown(self, run_id: str) -> RunShown:
+        """What the run's delivery showed, by whichever runner delivered it."""
+        messages = self._by_run[run_id]
+        return RunShown(
+            progress=[
+                MemoryThread.status_of(version)
+                for m in messages
+                if m.kind == "progress"
+                for version in m.versions
+            ],
+            parts=[m.text for m in messages if m.kind == "report"],
+            notices=[m.text for m in messages if m.kind == "notice"],
+        )
 
     # -- inbound --------------------------------------------------------------------
     async def say(
@@ -133,7 +179,7 @@ class MemoryChat:
         )
 
         async def answer(reply: str) -> None:
-            self._call("answer", message.thread_key)
+            self._call("answer", message.thread_key, reply)
             self._add(message.thread_key, "answer", reply)
 
         if not readable:
@@ -157,12 +203,17 @@ class MemoryThread:
     def render_progress(self, status: str, message_id: str | None) -> str:
         return f"{neutralise(self._run.topic)}\n{neutralise(status)}"
 
+    @staticmethod
+    def status_of(content: str) -> str:
+        """The status a progress message shows, without its topic line."""
+        return content.partition("\n")[2]
+
     async def post_progress(self, content: str) -> str:
-        self._chat._call("post", self.thread)
-        return self._chat._add(self.thread, "progress", content)
+        self._chat._call("post", self.thread, content)
+        return self._chat._add(self.thread, "progress", content, self._run.id)
 
     async def edit_progress(self, message_id: str, content: str) -> None:
-        self._chat._call("edit", self.thread)
+        self._chat._call("edit", self.thread, content)
         for message in self._chat.threads[str(self.thread)]:
             if message.id == message_id:
                 message.versions.append(content)
@@ -181,15 +232,21 @@ class MemoryThread:
         return False
 
     def report_parts(self, outcome: RunOutcome) -> Sequence[str]:
-        return split_report(neutralise(outcome.report_markdown or ""), self._chat.report_limit)
+        report = neutralise(outcome.report_markdown or "")
+        if self._chat.part_per_section:
+            return [p for p in re.split(r"\n(?=## )", report.strip()) if p.strip()]
+        return split_report(report, self._chat.report_limit)
 
     async def post_report_part(self, part: str) -> None:
-        self._chat._call("report", self.thread)
-        self._chat._add(self.thread, "report", part)
+        self._chat.posting.set()
+        self._chat._call("report", self.thread, part)
+        self._chat._add(self.thread, "report", part, self._run.id)
+        if self._chat.post_latency:  # the chat has it; its answer is on the way
+            await asyncio.sleep(self._chat.post_latency)
 
     async def post_notice(self, text: str) -> None:
-        self._chat._call("notice", self.thread)
-        self._chat._add(self.thread, "notice", neutralise(text))
+        self._chat._call("notice", self.thread, text)
+        self._chat._add(self.thread, "notice", neutralise(text), self._run.id)
 
     def classify(self, error: Exception) -> PostFailure:
         if isinstance(error, RateLimited):
@@ -207,6 +264,10 @@ class MemoryDeliveryFactory:
         self._limiters = WorkspaceLimiters()
 
     async def for_run(self, run: RunRecord) -> ChatDelivery:
+        if self._chat.for_run_errors:
+            raise self._chat.for_run_errors.pop(0)
+        if run.id == self._chat.refuse_for_run:
+            raise Undeliverable("no installation for this workspace")
         thread = ThreadKey.parse(run.thread_key)
         return ChatDelivery(
             run,

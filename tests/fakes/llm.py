@@ -174,6 +174,10 @@ class FakeLLM:
         self.latency = 0.0
         self.stop_after: int | None = None
         self.reject_response_format = False
+        #: Requests being answered right now, and the most ever (concurrency checks; the app
+        #: runs on one event loop).
+        self.in_flight = 0
+        self.max_in_flight = 0
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -192,6 +196,7 @@ class FakeLLM:
             self._requests.clear()
             self._scripts.clear()
         self.latency, self.stop_after, self.reject_response_format = 0.0, None, False
+        self.in_flight = self.max_in_flight = 0
 
     def record(self, body: dict[str, Any]) -> str:
         texts = [_text(m.get("content")) for m in _messages(body)]
@@ -286,7 +291,12 @@ def build_llm_app(fake: FakeLLM) -> Starlette:
             msg = "response_format is not supported"
             return JSONResponse(error_body(msg, "invalid_request_error", "response_format"), 400)
         if fake.latency > 0:
-            await asyncio.sleep(fake.latency)
+            fake.in_flight += 1
+            fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+            try:
+                await asyncio.sleep(fake.latency)
+            finally:
+                fake.in_flight -= 1
         scripted = fake.next_scripted(role)
         if isinstance(scripted, Fail):
             payload = scripted.body or error_body(f"fake error {scripted.status}")
