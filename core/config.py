@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core.election import LEASE
 from core.models import Strategy
 
 SearchProviderName = Literal["ddgs", "searxng", "tavily", "brave"]
@@ -149,7 +150,7 @@ class Settings(EnvSettings):
         default=180.0, ge=1, le=86_400, validation_alias=env("FATHOM_STALE_RUN_AFTER")
     )
     max_attempts: int = Field(default=3, ge=1, le=100, validation_alias=env("FATHOM_MAX_ATTEMPTS"))
-    lease: float = Field(default=45.0, ge=1.0, le=600.0, validation_alias=env("FATHOM_LEASE"))
+    lease: float = Field(default=LEASE, ge=1.0, le=600.0, validation_alias=env("FATHOM_LEASE"))
     delivery_attempts: int = Field(
         default=8, ge=1, le=100, validation_alias=env("FATHOM_DELIVERY_ATTEMPTS")
     )

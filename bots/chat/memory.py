@@ -28,10 +28,10 @@ from bots.chat.replies import EMOJI_ICONS, Icon
 from bots.chat.throttle import WorkspaceLimiters
 from core.delivery import PostFailure, Undeliverable
 from core.models import ThreadKey
+from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.untrusted import neutralise
 from core.wording import Language
-from storage import RunRecord, Store
 
 PLATFORM = "memory"
 Operation = Literal["post", "edit", "report", "notice", "answer"]
@@ -188,7 +188,7 @@ class MemoryChat:
         return await commands.receive(message, answer)
 
     # -- outbound -------------------------------------------------------------------
-    def factory(self, store: Store, *, edit_interval: float = 0.0) -> MemoryDeliveryFactory:
+    def factory(self, store: ChatRuns, *, edit_interval: float = 0.0) -> MemoryDeliveryFactory:
         return MemoryDeliveryFactory(self, store, edit_interval=edit_interval)
 
 
@@ -257,7 +257,7 @@ class MemoryThread:
 class MemoryDeliveryFactory:
     """``core.delivery.DeliveryFactory`` for the ``memory`` platform."""
 
-    def __init__(self, chat: MemoryChat, store: Store, *, edit_interval: float = 0.0) -> None:
+    def __init__(self, chat: MemoryChat, store: ChatRuns, *, edit_interval: float = 0.0) -> None:
         self._chat = chat
         self._store = store
         self._interval = edit_interval
