@@ -11,10 +11,11 @@ from sqlalchemy.engine import Connection
 
 from storage.db import Database
 from storage.records import DigestRecord, RunRecord
-from storage.store import _RUNS, _run_record, _runs
-from storage.tables import Digest, utcnow
+from storage.sql import SELECT_RUNS, run_record
+from storage.tables import Digest, ResearchRun, utcnow
 
 _digests = cast(Table, Digest.__table__)
+_runs = cast(Table, ResearchRun.__table__)
 
 
 class DigestLimit(Exception):
@@ -143,8 +144,8 @@ class DigestStore:
     async def runs(self, digest_id: str, limit: int = 20) -> list[RunRecord]:
         """The digest's runs, newest first."""
         stmt = (
-            _RUNS.where(_runs.c.digest_id == digest_id)
+            SELECT_RUNS.where(_runs.c.digest_id == digest_id)
             .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
             .limit(limit)
         )
-        return await self._db.run(lambda c: [_run_record(r) for r in c.execute(stmt).mappings()])
+        return await self._db.run(lambda c: [run_record(r) for r in c.execute(stmt).mappings()])

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 from uuid import uuid4
 
 from sqlalchemy import (
-    Interval,
     Select,
     String,
     Table,
@@ -42,10 +41,22 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from storage.db import Database
+from storage.errors import ClaimLost, RunNotFound, ThreadBusy, UserBusy, VariablesConflict
+from storage.lifecycle import (
+    CONSOLE_PLATFORM,
+    DELIVERY_FAILED,
+    DELIVERY_PENDING,
+    DELIVERY_POSTED,
+    DELIVERY_WHEN_ENDED,
+    EPOCH,
+    FINISHED_STATUSES,
+    UNFINISHED_STATUSES,
+    LeaseClock,
+)
 from storage.records import (
     Checkpointed,
     Claim,
@@ -55,6 +66,19 @@ from storage.records import (
     ThreadRecord,
     ThreadSummary,
 )
+from storage.sql import (
+    RUN_BY_ID,
+    SELECT_RUNS,
+    VARIABLE_COLUMNS,
+    fit_key,
+    newest_first,
+    one_run,
+    require_run,
+    run_record,
+    thread_record,
+    upsert_for,
+    variables_dict,
+)
 from storage.tables import (
     PageCacheEntry,
     ProcessedEvent,
@@ -63,15 +87,24 @@ from storage.tables import (
     SearchCacheEntry,
     Thread,
     ThreadVariables,
-    UTCDateTime,
     slack_oauth_states,
     utcnow,
 )
 
-UNFINISHED_STATUSES = ("queued", "running")
-FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
-#: The platform of console threads (``cli:local:local:<id>``; ``core.models.CONSOLE_PLATFORM``).
-CONSOLE_PLATFORM = "cli"
+__all__ = [
+    "DELIVERY_FAILED",
+    "DELIVERY_PENDING",
+    "DELIVERY_POSTED",
+    "FINISHED_STATUSES",
+    "UNFINISHED_STATUSES",
+    "ClaimLost",
+    "RunNotFound",
+    "Store",
+    "ThreadBusy",
+    "UserBusy",
+    "VariablesConflict",
+]
+
 USAGE_KEYS = (
     "llm_calls",
     "prompt_tokens",
@@ -80,14 +113,8 @@ USAGE_KEYS = (
     "pages_read",
     "pages_skipped",
 )
-#: ``research_runs.delivery``: the finished run's outcome still has to reach its thread,
-#: it has, or posting it was given up.
-DELIVERY_PENDING, DELIVERY_POSTED, DELIVERY_FAILED = "pending", "posted", "failed"
-#: processed_events.key and research_runs.dedupe_key are VARCHAR(255) (see fit_key).
-MAX_KEY_CHARS = 255
 # search_cache.query is VARCHAR(1024); longer queries are simply not cached.
 MAX_CACHED_QUERY_BYTES = 1024
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: How often create_run retries when the thread's active run finished while it looked.
 _CREATE_ATTEMPTS = 3
 
@@ -99,33 +126,20 @@ _cache = cast(Table, SearchCacheEntry.__table__)
 _pages = cast(Table, PageCacheEntry.__table__)
 _events = cast(Table, ProcessedEvent.__table__)
 
-#: A run with its thread's key: the columns of a RunRecord.
-_RUNS: Select[Any] = select(*_runs.c, _threads.c.key.label("thread_key")).join(
-    _threads, _threads.c.id == _runs.c.thread_id
-)
-_VARIABLE_COLUMNS = (
-    _variables.c.thread_id.label("variables_thread_id"),
-    _variables.c.topics,
-    _variables.c.next_search_topic,
-    _variables.c.findings,
-    _variables.c.should_continue,
-    _variables.c.graph,
-)
-_RUN_BY_ID = _RUNS.where(_runs.c.id == bindparam("run_id"))
 _RUN_WITH_VARIABLES_BY_ID = (
-    _RUNS.add_columns(*_VARIABLE_COLUMNS, _variables.c.version.label("variables_version"))
+    SELECT_RUNS.add_columns(*VARIABLE_COLUMNS, _variables.c.version.label("variables_version"))
     .outerjoin(_variables, _variables.c.thread_id == _runs.c.thread_id)
     .where(_runs.c.id == bindparam("run_id"))
 )
 _LATEST_RUN_IN_THREAD = (
-    _RUNS.where(_threads.c.key == bindparam("thread_key"))
+    SELECT_RUNS.where(_threads.c.key == bindparam("thread_key"))
     .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
     .limit(1)
 )
-_ACTIVE_RUN_IN_THREAD = _RUNS.where(
+_ACTIVE_RUN_IN_THREAD = SELECT_RUNS.where(
     _runs.c.thread_id == bindparam("tid"), _runs.c.status.in_(UNFINISHED_STATUSES)
 )
-_RUN_BY_DEDUPE_KEY = _RUNS.where(_runs.c.dedupe_key == bindparam("dedupe_key"))
+_RUN_BY_DEDUPE_KEY = SELECT_RUNS.where(_runs.c.dedupe_key == bindparam("dedupe_key"))
 #: How many unfinished runs a user has, and whether any run (finished or not) already
 #: carries the request's dedupe key: a delivery seen again is never refused.
 _ACTIVE_RUN_COUNT = select(
@@ -155,64 +169,17 @@ _VARIABLE_VALUES = (
 )
 
 
-class RunNotFound(LookupError):
-    """The run id names no run."""
-
-
-class ClaimLost(RuntimeError):
-    """The run is no longer held by this claim: another runner took it over."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id} is no longer held by this runner (taken over)")
-        self.run_id = run_id
-
-
-class ThreadBusy(RuntimeError):
-    """The thread already has a queued or running run (one active run per thread)."""
-
-    def __init__(self, active: RunRecord | None) -> None:
-        which = f" (run {active.id})" if active is not None else ""
-        super().__init__(f"a research is already running in this thread{which}")
-        self.active = active
-
-
-class UserBusy(RuntimeError):
-    """The requester already has ``limit`` queued or running runs (the per-user limit)."""
-
-    def __init__(self, active: int, limit: int) -> None:
-        super().__init__(f"{active} runs of this user are queued or running (limit {limit})")
-        self.active = active
-        self.limit = limit
-
-
-class VariablesConflict(RuntimeError):
-    """The thread's variables changed since the version the checkpoint was based on."""
-
-    def __init__(self, variables: dict[str, Any], version: int) -> None:
-        super().__init__(f"thread variables are at version {version}")
-        self.variables = variables
-        self.version = version
-
-
 class _Statements:
     """The dialect's statements of the hot path and of the run lifecycle, built once.
 
-    Lease timestamps (heartbeats and their expiry) come from one clock: on PostgreSQL the
-    database server's (replicas on several machines agree whatever their own clocks say),
-    on SQLite this machine's (every process using the file runs here).
+    Their heartbeats and expiry are read on the :class:`~storage.lifecycle.LeaseClock`.
     """
 
     def __init__(self, dialect: str) -> None:
         self.dialect = dialect
-        self.upsert = upsert = _upsert_for(dialect)
-        now: Any
-        cutoff: Any
-        if dialect == "postgresql":
-            now = func.now()
-            cutoff = func.now() - bindparam("stale_after", type_=Interval())
-        else:
-            now = bindparam("now", type_=UTCDateTime())
-            cutoff = bindparam("cutoff", type_=UTCDateTime())
+        self.upsert = upsert = upsert_for(dialect)
+        self.clock = clock = LeaseClock(dialect)
+        now, cutoff = clock.now, clock.cutoff
         thread = upsert(_threads)
         self.upsert_thread = thread.on_conflict_do_update(
             index_elements=[_threads.c.key], set_={"updated_at": thread.excluded.updated_at}
@@ -254,9 +221,6 @@ class _Statements:
             )
             .returning(_runs.c.id)
         )
-        on_console = select(_threads.c.platform).where(
-            _threads.c.id == _runs.c.thread_id
-        ).scalar_subquery() == bindparam("console_platform")
         self.give_up = (
             update(_runs)
             .where(
@@ -272,7 +236,7 @@ class _Statements:
                     "error": bindparam("why"),
                     "finished_at": now,
                     # A console run's caller shows the outcome itself; a chat run's is delivered.
-                    "delivery": case((on_console, None), else_=DELIVERY_PENDING),
+                    "delivery": DELIVERY_WHEN_ENDED,
                 }
             )
             .returning(_runs.c.id)
@@ -286,7 +250,7 @@ class _Statements:
                 finished_at=now,
                 owner=None,
                 heartbeat_at=EPOCH,  # its delivery is due at once
-                delivery=case((on_console, None), else_=DELIVERY_PENDING),
+                delivery=DELIVERY_WHEN_ENDED,
             )
             .returning(_runs.c.id)
         )
@@ -395,19 +359,9 @@ class _Statements:
             )
             .returning(_variables.c.version)
         )
-        self.load_variables = select(*_VARIABLE_COLUMNS, _variables.c.version).where(
+        self.load_variables = select(*VARIABLE_COLUMNS, _variables.c.version).where(
             _variables.c.thread_id == bindparam("tid")
         )
-
-    def clock(self, stale_after: float | None = None) -> dict[str, Any]:
-        """The parameters of the lease clock (see the class docstring)."""
-        if self.dialect == "postgresql":
-            return {} if stale_after is None else {"stale_after": timedelta(seconds=stale_after)}
-        now = utcnow()
-        params: dict[str, Any] = {"now": now}
-        if stale_after is not None:
-            params["cutoff"] = now - timedelta(seconds=stale_after)
-        return params
 
 
 def _fence(claim: Claim) -> dict[str, Any]:
@@ -484,7 +438,7 @@ class Store:
             "digest_id": digest_id,
             "notes": [],
             "created_at": now,
-            **self._sql.clock(),
+            **self._sql.clock.params(),
         }
 
         def work(conn: Connection) -> tuple[RunRecord, bool]:
@@ -502,12 +456,12 @@ class Store:
                     # never by a queue worker: it is not queued.
                     if self._on_new_run is not None and platform != CONSOLE_PLATFORM:
                         self._on_new_run(conn, str(inserted["id"]))
-                    return _run_record({**inserted, "thread_key": thread_key}), True
+                    return run_record({**inserted, "thread_key": thread_key}), True
                 if dedupe_key is not None:
-                    record = _one_run(conn, _RUN_BY_DEDUPE_KEY, dedupe_key=dedupe_key)
+                    record = one_run(conn, _RUN_BY_DEDUPE_KEY, dedupe_key=dedupe_key)
                     if record is not None:  # the same delivery again: its run
                         return record, False
-                active = _one_run(conn, _ACTIVE_RUN_IN_THREAD, tid=thread_id)
+                active = one_run(conn, _ACTIVE_RUN_IN_THREAD, tid=thread_id)
                 if active is not None:
                     raise ThreadBusy(active)
                 # The active run finished between the insert and the look-up: try again.
@@ -516,7 +470,7 @@ class Store:
         return await self._db.run(work)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
-        return await self._db.run(lambda conn: _one_run(conn, _RUN_BY_ID, run_id=run_id))
+        return await self._db.run(lambda conn: one_run(conn, RUN_BY_ID, run_id=run_id))
 
     async def claim_run(
         self,
@@ -549,7 +503,7 @@ class Store:
             "max_attempts": max_attempts,
             "why": f"gave up after {max_attempts} attempts: the process running it stopped "
             "each time (FATHOM_MAX_ATTEMPTS)",
-            **self._sql.clock(stale_after),
+            **self._sql.clock.params(stale_after),
         }
         sql = self._sql
 
@@ -563,7 +517,7 @@ class Store:
             row = conn.execute(_RUN_WITH_VARIABLES_BY_ID, {"run_id": run_id}).mappings().first()
             if row is None:
                 return ClaimResult(None)
-            record = _run_record(row)
+            record = run_record(row)
             if not claimed:
                 return ClaimResult(record)
             has_variables = row["variables_thread_id"] is not None
@@ -571,7 +525,7 @@ class Store:
                 run=record,
                 owner=owner,
                 fence=record.fence,
-                variables=_variables_dict(row) if has_variables else None,
+                variables=variables_dict(row) if has_variables else None,
                 variables_version=int(row["variables_version"]) if has_variables else 0,
             )
             return ClaimResult(record, claim, gave_up)
@@ -580,7 +534,7 @@ class Store:
 
     async def renew_claim(self, claim: Claim) -> bool:
         """Refresh the heartbeat; False when the run is no longer held by this claim."""
-        params = {**_fence(claim), **self._sql.clock()}
+        params = {**_fence(claim), **self._sql.clock.params()}
         return await self._db.run(
             lambda conn: conn.execute(self._sql.renew, params).first() is not None
         )
@@ -616,7 +570,7 @@ class Store:
         params: dict[str, Any] = {
             "platforms": list(platforms),
             "limit": limit,
-            **self._sql.clock(stale_after),
+            **self._sql.clock.params(stale_after),
         }
         statement = self._sql.sweep
         if orphans_outside is not None:
@@ -646,7 +600,7 @@ class Store:
         """
         run = {
             **_fence(claim),
-            **self._sql.clock(),
+            **self._sql.clock.params(),
             "rounds_done": rounds_done,
             "notes": list(notes),
             **_usage_values(usage),
@@ -678,7 +632,7 @@ class Store:
                 current = conn.execute(sql.load_variables, {"tid": thread_id}).mappings().first()
                 if current is None:  # pragma: no cover - only a deleted thread gets here
                     raise RunNotFound(claim.run_id)
-                raise VariablesConflict(_variables_dict(current), int(current["version"]))
+                raise VariablesConflict(variables_dict(current), int(current["version"]))
             return Checkpointed(bool(cancel_requested), int(written[0]))
 
         return await self._db.run(work)
@@ -707,7 +661,7 @@ class Store:
             )
         run = {
             **_fence(claim),
-            **self._sql.clock(),
+            **self._sql.clock.params(),
             "status": status,
             "report_markdown": report_markdown,
             "error": error,
@@ -724,7 +678,7 @@ class Store:
             conn.execute(_DELETE_SOURCES, {"run_id": claim.run_id})
             if rows:
                 conn.execute(insert(_sources), rows)
-            return _require_run(conn, claim.run_id)
+            return require_run(conn, claim.run_id)
 
         return await self._db.run(work)
 
@@ -734,7 +688,7 @@ class Store:
 
     async def count_delivery_failure(self, claim: Claim, error: str) -> int:
         """Count one failed attempt to deliver (and why); the number of failures so far."""
-        params = {**_fence(claim), **self._sql.clock(), "delivery_error": error[:1000]}
+        params = {**_fence(claim), **self._sql.clock.params(), "delivery_error": error[:1000]}
 
         def work(conn: Connection) -> int:
             row = conn.execute(self._sql.count_delivery_failure, params).first()
@@ -750,7 +704,7 @@ class Store:
         """End the delivery step: ``posted``, or given up (``failed``) with its reason."""
         params = {
             **_fence(claim),
-            **self._sql.clock(),
+            **self._sql.clock.params(),
             "posted": posted,
             "delivery": DELIVERY_POSTED if posted else DELIVERY_FAILED,
         }
@@ -781,7 +735,11 @@ class Store:
         again, and any runner's next sweep delivers the outcome); a running one is flagged and
         stops at its next step.
         """
-        params = {"run_id": run_id, "console_platform": console_platform, **self._sql.clock()}
+        params = {
+            "run_id": run_id,
+            "console_platform": console_platform,
+            **self._sql.clock.params(),
+        }
 
         def work(conn: Connection) -> bool:
             if conn.execute(self._sql.cancel_queued, params).first() is not None:
@@ -795,36 +753,36 @@ class Store:
         await self._db.run(lambda conn: conn.execute(stmt))
 
     async def active_runs_for_user(self, requested_by: str) -> list[RunRecord]:
-        stmt = _RUNS.where(
+        stmt = SELECT_RUNS.where(
             _runs.c.requested_by == requested_by,
             _runs.c.status.in_(UNFINISHED_STATUSES),
         )
         return await self._runs(stmt.order_by(_runs.c.created_at, _runs.c.id))
 
     async def recent_runs_for_user(self, requested_by: str, limit: int = 10) -> list[RunRecord]:
-        stmt = _RUNS.where(_runs.c.requested_by == requested_by)
-        return await self._runs(_newest_first(stmt).limit(limit))
+        stmt = SELECT_RUNS.where(_runs.c.requested_by == requested_by)
+        return await self._runs(newest_first(stmt).limit(limit))
 
     async def recent_runs_in_channel(
         self, platform: str, workspace: str, channel: str, limit: int = 10
     ) -> list[RunRecord]:
         """The newest runs of every thread in one channel (a DingTalk conversation), newest
         first."""
-        stmt = _RUNS.where(
+        stmt = SELECT_RUNS.where(
             _threads.c.platform == platform,
             _threads.c.workspace == workspace,
             _threads.c.channel == channel,
         )
-        return await self._runs(_newest_first(stmt).limit(limit))
+        return await self._runs(newest_first(stmt).limit(limit))
 
     async def latest_run_in_thread(self, thread_key: str) -> RunRecord | None:
         """The newest run of the thread with this key; None if it has none (or no thread)."""
         return await self._db.run(
-            lambda conn: _one_run(conn, _LATEST_RUN_IN_THREAD, thread_key=thread_key)
+            lambda conn: one_run(conn, _LATEST_RUN_IN_THREAD, thread_key=thread_key)
         )
 
     async def thread_runs(self, thread_id: int) -> list[RunRecord]:
-        stmt = _RUNS.where(_runs.c.thread_id == thread_id)
+        stmt = SELECT_RUNS.where(_runs.c.thread_id == thread_id)
         return await self._runs(stmt.order_by(_runs.c.created_at, _runs.c.id))
 
     async def run_sources(self, run_id: str) -> list[SourceRecord]:
@@ -846,7 +804,7 @@ class Store:
         succeeded, and the URLs of every source its earlier firings found."""
         earlier = _runs.c.digest_id == digest_id
         previous = (
-            _RUNS.where(earlier, _runs.c.status == "succeeded", _runs.c.created_at < before)
+            SELECT_RUNS.where(earlier, _runs.c.status == "succeeded", _runs.c.created_at < before)
             .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
             .limit(1)
         )
@@ -860,7 +818,7 @@ class Store:
         def work(conn: Connection) -> tuple[RunRecord | None, set[str]]:
             row = conn.execute(previous).mappings().first()
             return (
-                None if row is None else _run_record(row),
+                None if row is None else run_record(row),
                 {str(url) for (url,) in conn.execute(urls)},
             )
 
@@ -892,11 +850,11 @@ class Store:
             )
         )
 
-        params = self._sql.clock()
+        params = self._sql.clock.params()
 
         def work(conn: Connection) -> RunRecord:
             conn.execute(stmt, params)
-            return _require_run(conn, run_id)
+            return require_run(conn, run_id)
 
         try:
             return await self._db.run(work)
@@ -905,7 +863,7 @@ class Store:
             active = None
             if run is not None:
                 active = await self._db.run(
-                    lambda conn: _one_run(conn, _ACTIVE_RUN_IN_THREAD, tid=run.thread_id)
+                    lambda conn: one_run(conn, _ACTIVE_RUN_IN_THREAD, tid=run.thread_id)
                 )
             raise ThreadBusy(active) from None
 
@@ -968,7 +926,7 @@ class Store:
             row = conn.execute(stmt).mappings().first()
             if row is None:
                 raise LookupError(f"no thread {thread_id}")
-            return _thread_record(row)
+            return thread_record(row)
 
         return await self._db.run(work)
 
@@ -977,7 +935,7 @@ class Store:
 
         def work(conn: Connection) -> ThreadRecord | None:
             row = conn.execute(stmt).mappings().first()
-            return None if row is None else _thread_record(row)
+            return None if row is None else thread_record(row)
 
         return await self._db.run(work)
 
@@ -1022,11 +980,11 @@ class Store:
 
     async def load_variables(self, thread_id: int) -> dict[str, Any] | None:
         """The thread's variables under their contract names, or None if never written."""
-        stmt = select(*_VARIABLE_COLUMNS).where(_variables.c.thread_id == thread_id)
+        stmt = select(*VARIABLE_COLUMNS).where(_variables.c.thread_id == thread_id)
 
         def work(conn: Connection) -> dict[str, Any] | None:
             row = conn.execute(stmt).mappings().first()
-            return None if row is None else _variables_dict(row)
+            return None if row is None else variables_dict(row)
 
         return await self._db.run(work)
 
@@ -1118,44 +1076,9 @@ class Store:
 
     async def _runs(self, stmt: Select[Any]) -> list[RunRecord]:
         def work(conn: Connection) -> list[RunRecord]:
-            return [_run_record(row) for row in conn.execute(stmt).mappings()]
+            return [run_record(row) for row in conn.execute(stmt).mappings()]
 
         return await self._db.run(work)
-
-
-def fit_key(key: str) -> str:
-    """A delivery key that fits its 255-character column: a longer one becomes its head and a
-    digest of the whole (never a bare truncation, so two long keys do not collide)."""
-    if len(key) <= MAX_KEY_CHARS:
-        return key
-    return key[:180] + "~" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _upsert_for(dialect: str) -> Callable[[Table], Any]:
-    """``INSERT`` with ``ON CONFLICT`` support for the connected dialect."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert
-
-
-def _one_run(conn: Connection, stmt: Select[Any], **params: Any) -> RunRecord | None:
-    row = conn.execute(stmt, params).mappings().first()
-    return None if row is None else _run_record(row)
-
-
-def _require_run(conn: Connection, run_id: str) -> RunRecord:
-    record = _one_run(conn, _RUN_BY_ID, run_id=run_id)
-    if record is None:
-        raise RunNotFound(run_id)
-    return record
-
-
-def _newest_first(stmt: Select[Any]) -> Select[Any]:
-    return stmt.order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
 
 
 def _cacheable(query: str) -> bool:
@@ -1171,66 +1094,3 @@ def _usage_values(usage: Mapping[str, int]) -> dict[str, int]:
     if unknown:
         raise ValueError(f"unknown usage counters {sorted(unknown)}; known: {USAGE_KEYS}")
     return {name: int(value) for name, value in usage.items()}
-
-
-def _variables_dict(row: RowMapping) -> dict[str, Any]:
-    return {
-        "topics": list(row["topics"]),
-        "nextSearchTopic": row["next_search_topic"],
-        "findings": list(row["findings"]),
-        "shouldContinue": row["should_continue"],
-        "graph": list(row["graph"] or []),
-    }
-
-
-def _thread_record(row: RowMapping) -> ThreadRecord:
-    return ThreadRecord(
-        id=row["id"],
-        key=row["key"],
-        platform=row["platform"],
-        workspace=row["workspace"],
-        channel=row["channel"],
-        thread_ref=row["thread_ref"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
-
-
-def _run_record(row: Mapping[Any, Any]) -> RunRecord:
-    return RunRecord(
-        id=row["id"],
-        thread_id=row["thread_id"],
-        thread_key=row["thread_key"],
-        topic=row["topic"],
-        depth=row["depth"],
-        strategy=row["strategy"],
-        status=row["status"],
-        rounds_done=row["rounds_done"],
-        requested_by=row["requested_by"],
-        dedupe_key=row["dedupe_key"],
-        cancel_requested=bool(row["cancel_requested"]),
-        progress_message_id=row["progress_message_id"],
-        error=row["error"],
-        notes=list(row["notes"]),
-        report_markdown=row["report_markdown"],
-        llm_calls=row["llm_calls"],
-        prompt_tokens=row["prompt_tokens"],
-        completion_tokens=row["completion_tokens"],
-        searches=row["searches"],
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        heartbeat_at=row["heartbeat_at"],
-        report_posted_at=row["report_posted_at"],
-        owner=row["owner"],
-        fence=row["fence"],
-        attempt=row["attempt"],
-        delivery=row["delivery"],
-        report_parts_posted=row["report_parts_posted"],
-        delivery_attempts=row["delivery_attempts"],
-        delivery_error=row["delivery_error"],
-        platform_context=row["platform_context"],
-        digest_id=row["digest_id"],
-        pages_read=row["pages_read"],
-        pages_skipped=row["pages_skipped"],
-    )
