@@ -20,9 +20,8 @@ and cache-keying them.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, cast
 from uuid import uuid4
 
@@ -44,8 +43,10 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from storage.caches import CacheStore
 from storage.db import Database
 from storage.errors import ClaimLost, RunNotFound, ThreadBusy, UserBusy, VariablesConflict
+from storage.events import EventStore
 from storage.lifecycle import (
     CONSOLE_PLATFORM,
     DELIVERY_FAILED,
@@ -63,9 +64,8 @@ from storage.records import (
     ClaimResult,
     RunRecord,
     SourceRecord,
-    ThreadRecord,
-    ThreadSummary,
 )
+from storage.slack_oauth import SlackOAuthStates
 from storage.sql import (
     RUN_BY_ID,
     SELECT_RUNS,
@@ -75,21 +75,17 @@ from storage.sql import (
     one_run,
     require_run,
     run_record,
-    thread_record,
     upsert_for,
     variables_dict,
 )
 from storage.tables import (
-    PageCacheEntry,
-    ProcessedEvent,
     ResearchRun,
     RunSource,
-    SearchCacheEntry,
     Thread,
     ThreadVariables,
-    slack_oauth_states,
     utcnow,
 )
+from storage.threads import ThreadStore
 
 __all__ = [
     "DELIVERY_FAILED",
@@ -113,8 +109,6 @@ USAGE_KEYS = (
     "pages_read",
     "pages_skipped",
 )
-# search_cache.query is VARCHAR(1024); longer queries are simply not cached.
-MAX_CACHED_QUERY_BYTES = 1024
 #: How often create_run retries when the thread's active run finished while it looked.
 _CREATE_ATTEMPTS = 3
 
@@ -122,9 +116,6 @@ _runs = cast(Table, ResearchRun.__table__)
 _threads = cast(Table, Thread.__table__)
 _variables = cast(Table, ThreadVariables.__table__)
 _sources = cast(Table, RunSource.__table__)
-_cache = cast(Table, SearchCacheEntry.__table__)
-_pages = cast(Table, PageCacheEntry.__table__)
-_events = cast(Table, ProcessedEvent.__table__)
 
 _RUN_WITH_VARIABLES_BY_ID = (
     SELECT_RUNS.add_columns(*VARIABLE_COLUMNS, _variables.c.version.label("variables_version"))
@@ -377,6 +368,24 @@ class Store:
         self._db = database
         self._sql = _Statements(database.dialect)
         self._on_new_run = on_new_run
+        self.threads = ThreadStore(database)
+        self.events = EventStore(database)
+        self.caches = CacheStore(database)
+        self.slack_oauth_states = SlackOAuthStates(database)
+        # The names callers used before the split: the per-job stores' own bound methods.
+        self.rekey_thread = self.threads.rekey_thread
+        self.get_thread = self.threads.get_thread
+        self.list_threads = self.threads.list_threads
+        self.load_variables = self.threads.load_variables
+        self.claim_event = self.events.claim_event
+        self.events_seen = self.events.events_seen
+        self.prune_events = self.events.prune_events
+        self.cache_get = self.caches.cache_get
+        self.cache_put = self.caches.cache_put
+        self.page_get = self.caches.page_get
+        self.page_put = self.caches.page_put
+        self.prune_caches = self.caches.prune_caches
+        self.prune_oauth_states = self.slack_oauth_states.prune_expired
 
     @property
     def queues_new_runs(self) -> bool:
@@ -867,162 +876,6 @@ class Store:
                 )
             raise ThreadBusy(active) from None
 
-    # -- platform events ----------------------------------------------------------------
-
-    async def claim_event(self, key: str) -> bool:
-        """Record a platform delivery; True the first time ``key`` is seen, else False."""
-        stmt = (
-            self._sql.upsert(_events)
-            .values(key=fit_key(key), created_at=utcnow())
-            .on_conflict_do_nothing(index_elements=[_events.c.key])
-            .returning(_events.c.key)
-        )
-        return await self._db.run(lambda conn: conn.execute(stmt).first() is not None)
-
-    async def events_seen(self, keys: Sequence[str]) -> bool:
-        """Whether any of these platform deliveries was recorded (:meth:`claim_event`)."""
-        fitted = [fit_key(key) for key in keys]
-        stmt = select(_events.c.key).where(_events.c.key.in_(fitted)).limit(1)
-        return await self._db.run(lambda conn: conn.execute(stmt).first() is not None)
-
-    async def prune_events(self, older_than: timedelta) -> int:
-        stmt = delete(_events).where(_events.c.created_at < utcnow() - older_than)
-        return await self._db.run(lambda conn: int(conn.execute(stmt).rowcount or 0))
-
-    async def prune_caches(
-        self, *, search_older_than: timedelta, pages_older_than: timedelta
-    ) -> int:
-        """Delete search results and page texts past their time to live (never read again)."""
-        now = utcnow()
-        searches = delete(_cache).where(_cache.c.created_at < now - search_older_than)
-        pages = delete(_pages).where(_pages.c.created_at < now - pages_older_than)
-
-        def work(conn: Connection) -> int:
-            return int(conn.execute(searches).rowcount or 0) + int(
-                conn.execute(pages).rowcount or 0
-            )
-
-        return await self._db.run(work)
-
-    async def prune_oauth_states(self) -> int:
-        """Delete the Slack OAuth states that have expired (each install page view stores one;
-        the SDK only deletes a state when it is used)."""
-        now = utcnow().replace(tzinfo=None)  # the SDK stores naive UTC
-        stmt = delete(slack_oauth_states).where(slack_oauth_states.c.expire_at < now)
-        return await self._db.run(lambda conn: int(conn.execute(stmt).rowcount or 0))
-
-    # -- threads ------------------------------------------------------------------------
-
-    async def rekey_thread(self, thread_id: int, *, key: str, thread_ref: str) -> ThreadRecord:
-        """Give a thread its final key once the platform assigned its id (e.g. Slack ts)."""
-        stmt = (
-            update(_threads)
-            .where(_threads.c.id == thread_id)
-            .values(key=key, thread_ref=thread_ref, updated_at=utcnow())
-            .returning(*_threads.c)
-        )
-
-        def work(conn: Connection) -> ThreadRecord:
-            row = conn.execute(stmt).mappings().first()
-            if row is None:
-                raise LookupError(f"no thread {thread_id}")
-            return thread_record(row)
-
-        return await self._db.run(work)
-
-    async def get_thread(self, key: str) -> ThreadRecord | None:
-        stmt = select(_threads).where(_threads.c.key == key)
-
-        def work(conn: Connection) -> ThreadRecord | None:
-            row = conn.execute(stmt).mappings().first()
-            return None if row is None else thread_record(row)
-
-        return await self._db.run(work)
-
-    async def list_threads(self, limit: int = 50) -> list[ThreadSummary]:
-        """Threads with their run count and latest run, most recently active first."""
-
-        def latest(column: Any) -> Any:
-            return (
-                select(column)
-                .where(_runs.c.thread_id == _threads.c.id)
-                .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
-                .limit(1)
-                .scalar_subquery()
-            )
-
-        count = (
-            select(func.count(_runs.c.id))
-            .where(_runs.c.thread_id == _threads.c.id)
-            .scalar_subquery()
-        )
-        stmt = (
-            select(
-                _threads.c.key,
-                count,
-                latest(_runs.c.topic),
-                latest(_runs.c.status),
-                _threads.c.updated_at,
-            )
-            .order_by(_threads.c.updated_at.desc(), _threads.c.id.desc())
-            .limit(limit)
-        )
-
-        def work(conn: Connection) -> list[ThreadSummary]:
-            return [
-                ThreadSummary(
-                    key=key, runs=runs, last_topic=topic, last_status=status, updated_at=updated
-                )
-                for key, runs, topic, status, updated in conn.execute(stmt)
-            ]
-
-        return await self._db.run(work)
-
-    async def load_variables(self, thread_id: int) -> dict[str, Any] | None:
-        """The thread's variables under their contract names, or None if never written."""
-        stmt = select(*VARIABLE_COLUMNS).where(_variables.c.thread_id == thread_id)
-
-        def work(conn: Connection) -> dict[str, Any] | None:
-            row = conn.execute(stmt).mappings().first()
-            return None if row is None else variables_dict(row)
-
-        return await self._db.run(work)
-
-    # -- search cache -------------------------------------------------------------------
-
-    async def cache_get(
-        self, provider: str, query: str, max_age: timedelta
-    ) -> list[dict[str, Any]] | None:
-        """Cached results younger than ``max_age``; None for a miss or a stale entry."""
-        if not _cacheable(query):
-            return None
-        stmt = select(_cache.c.results, _cache.c.created_at).where(
-            _cache.c.provider == provider, _cache.c.query == query
-        )
-
-        def work(conn: Connection) -> list[dict[str, Any]] | None:
-            row = conn.execute(stmt).first()
-            if row is None or row.created_at < utcnow() - max_age:
-                return None
-            return list(row.results)
-
-        return await self._db.run(work)
-
-    async def cache_put(self, provider: str, query: str, results: Sequence[dict[str, Any]]) -> None:
-        if not _cacheable(query):
-            return
-        insert_entry = self._sql.upsert(_cache).values(
-            provider=provider, query=query, results=list(results), created_at=utcnow()
-        )
-        stmt = insert_entry.on_conflict_do_update(
-            index_elements=[_cache.c.provider, _cache.c.query],
-            set_={
-                "results": insert_entry.excluded.results,
-                "created_at": insert_entry.excluded.created_at,
-            },
-        )
-        await self._db.run(lambda conn: conn.execute(stmt))
-
     async def count_runs(self, statuses: Sequence[str] | None = None) -> list[tuple[str, str, int]]:
         """How many runs there are by (status, platform); only ``statuses`` when given (an
         index look-up, not a pass over every run ever made)."""
@@ -1039,39 +892,6 @@ class Store:
 
         return await self._db.run(work)
 
-    # -- page cache ---------------------------------------------------------------------
-
-    async def page_get(self, url: str, max_age: timedelta) -> tuple[str, str] | None:
-        """The cached main text of the page at ``url`` and the address it was read at, when
-        younger than ``max_age``; None otherwise."""
-        stmt = select(_pages.c.url, _pages.c.final_url, _pages.c.text, _pages.c.created_at).where(
-            _pages.c.key == _page_key(url)
-        )
-
-        def work(conn: Connection) -> tuple[str, str] | None:
-            row = conn.execute(stmt).first()
-            if row is None or row.url != url or row.created_at < utcnow() - max_age:
-                return None
-            return row.final_url, row.text
-
-        return await self._db.run(work)
-
-    async def page_put(self, url: str, final_url: str, text: str) -> None:
-        """Keep the main text of the page at ``url`` (replacing an older copy)."""
-        insert_entry = self._sql.upsert(_pages).values(
-            key=_page_key(url), url=url, final_url=final_url, text=text, created_at=utcnow()
-        )
-        stmt = insert_entry.on_conflict_do_update(
-            index_elements=[_pages.c.key],
-            set_={
-                "url": insert_entry.excluded.url,
-                "final_url": insert_entry.excluded.final_url,
-                "text": insert_entry.excluded.text,
-                "created_at": insert_entry.excluded.created_at,
-            },
-        )
-        await self._db.run(lambda conn: conn.execute(stmt))
-
     # -- helpers ------------------------------------------------------------------------
 
     async def _runs(self, stmt: Select[Any]) -> list[RunRecord]:
@@ -1079,14 +899,6 @@ class Store:
             return [run_record(row) for row in conn.execute(stmt).mappings()]
 
         return await self._db.run(work)
-
-
-def _cacheable(query: str) -> bool:
-    return len(query.encode("utf-8")) <= MAX_CACHED_QUERY_BYTES
-
-
-def _page_key(url: str) -> str:
-    return hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _usage_values(usage: Mapping[str, int]) -> dict[str, int]:
