@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from storage.claims import USAGE_KEYS
 from storage.db import HEAD_REVISION, Database, StorageUnavailable, normalize_url
 from storage.digests import DigestLimit, DigestStore
+from storage.errors import ClaimLost, RunNotFound, ThreadBusy, UserBusy, VariablesConflict
 from storage.leases import LeaseStore
+from storage.lifecycle import (
+    DELIVERY_FAILED,
+    DELIVERY_PENDING,
+    DELIVERY_POSTED,
+    FINISHED_STATUSES,
+    UNFINISHED_STATUSES,
+)
 from storage.records import (
     Checkpointed,
     Claim,
@@ -15,20 +24,7 @@ from storage.records import (
     ThreadRecord,
     ThreadSummary,
 )
-from storage.store import (
-    DELIVERY_FAILED,
-    DELIVERY_PENDING,
-    DELIVERY_POSTED,
-    FINISHED_STATUSES,
-    UNFINISHED_STATUSES,
-    USAGE_KEYS,
-    ClaimLost,
-    RunNotFound,
-    Store,
-    ThreadBusy,
-    UserBusy,
-    VariablesConflict,
-)
+from storage.store import Store
 
 __all__ = [
     "DELIVERY_FAILED",

@@ -27,6 +27,8 @@ _pages = cast(Table, PageCacheEntry.__table__)
 
 
 class CacheStore:
+    """Search results and page texts kept for reuse until their time to live ends."""
+
     def __init__(self, database: Database) -> None:
         self._db = database
         self._upsert = upsert_for(database.dialect)

@@ -21,6 +21,8 @@ _events = cast(Table, ProcessedEvent.__table__)
 
 
 class EventStore:
+    """The platform deliveries already seen, by their key."""
+
     def __init__(self, database: Database) -> None:
         self._db = database
         self._upsert = upsert_for(database.dialect)

@@ -13,6 +13,8 @@ from storage.tables import slack_oauth_states, utcnow
 
 
 class SlackOAuthStates:
+    """The Slack SDK's OAuth states, pruned once they expire."""
+
     def __init__(self, database: Database) -> None:
         self._db = database
 

@@ -24,6 +24,8 @@ _variables = cast(Table, ThreadVariables.__table__)
 
 
 class ThreadStore:
+    """Threads and their variables, read (and re-keyed) outside a run's checkpoints."""
+
     def __init__(self, database: Database) -> None:
         self._db = database
 
