@@ -1,34 +1,26 @@
 """The aggregate store: every per-job store over one database, under one name.
 
-``Store(database)`` builds the stores that each do one job (:mod:`storage.runs`,
-:mod:`storage.claims`, :mod:`storage.threads`, :mod:`storage.events`, :mod:`storage.caches`,
-:mod:`storage.slack_oauth`) and exposes them as attributes, so code that needs one job can
-depend on that store alone. The method names callers used before the split are the per-job
-stores' own bound methods, assigned once here: one implementation, no copies to keep in step.
+``Store(database)`` builds the stores that each do one job and exposes them as attributes
+(``runs``, ``claims``, ``threads``, ``events``, ``caches``, ``digests``,
+``slack_oauth_states``), so code that needs one job can depend on that store alone. The method
+names callers used before the split are the per-job stores' own bound methods, assigned once
+here: one implementation, no copies to keep in step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
-from typing import cast
 
-from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection
 
 from storage.caches import CacheStore
 from storage.claims import ClaimStore
 from storage.db import Database
+from storage.digests import DigestStore
 from storage.events import EventStore
-from storage.records import RunRecord
 from storage.runs import RunStore
 from storage.slack_oauth import SlackOAuthStates
-from storage.sql import SELECT_RUNS, run_record
-from storage.tables import ResearchRun, RunSource
 from storage.threads import ThreadStore
-
-_runs = cast(Table, ResearchRun.__table__)
-_sources = cast(Table, RunSource.__table__)
 
 
 class Store:
@@ -43,6 +35,7 @@ class Store:
         self.threads = ThreadStore(database)
         self.events = EventStore(database)
         self.caches = CacheStore(database)
+        self.digests = DigestStore(database)
         self.slack_oauth_states = SlackOAuthStates(database)
         # The names callers used before the split: the per-job stores' own bound methods.
         self.create_run = self.runs.create_run
@@ -78,36 +71,10 @@ class Store:
         self.page_get = self.caches.page_get
         self.page_put = self.caches.page_put
         self.prune_caches = self.caches.prune_caches
+        self.digest_history = self.digests.history
         self.prune_oauth_states = self.slack_oauth_states.prune_expired
 
     @property
     def queues_new_runs(self) -> bool:
         """Whether a new run is queued by the transaction that creates it (``on_new_run``)."""
         return self.runs.queues_new_runs
-
-    async def digest_history(
-        self, digest_id: str, before: datetime
-    ) -> tuple[RunRecord | None, set[str]]:
-        """For a digest's firing created at ``before``: the latest earlier firing that
-        succeeded, and the URLs of every source its earlier firings found."""
-        earlier = _runs.c.digest_id == digest_id
-        previous = (
-            SELECT_RUNS.where(earlier, _runs.c.status == "succeeded", _runs.c.created_at < before)
-            .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
-            .limit(1)
-        )
-        urls = (
-            select(_sources.c.url)
-            .join(_runs, _runs.c.id == _sources.c.run_id)
-            .where(earlier, _runs.c.created_at < before)
-            .distinct()
-        )
-
-        def work(conn: Connection) -> tuple[RunRecord | None, set[str]]:
-            row = conn.execute(previous).mappings().first()
-            return (
-                None if row is None else run_record(row),
-                {str(url) for (url,) in conn.execute(urls)},
-            )
-
-        return await self._db.run(work)
