@@ -13,6 +13,7 @@ from storage.lifecycle import (
     DELIVERY_POSTED,
     FINISHED_STATUSES,
     UNFINISHED_STATUSES,
+    outcome_is_delivered,
 )
 from storage.records import (
     Checkpointed,
@@ -54,4 +55,5 @@ __all__ = [
     "UserBusy",
     "VariablesConflict",
     "normalize_url",
+    "outcome_is_delivered",
 ]

@@ -434,7 +434,8 @@ class ClaimStore:
         """Record the outcome, report and (replacing any earlier) sources of a held run.
 
         With ``deliver`` its delivery becomes pending: posting the outcome in its chat
-        thread is the next step (a console run's caller prints it instead). Raises
+        thread is the next step (a console run's caller prints it instead: the caller asks
+        :func:`~storage.lifecycle.outcome_is_delivered`). Raises
         :class:`ClaimLost` when the claim no longer holds the (running) run.
         """
         if status not in FINISHED_STATUSES:

@@ -21,6 +21,7 @@ from storage import (
     ThreadBusy,
     UserBusy,
     VariablesConflict,
+    outcome_is_delivered,
 )
 from storage.db import _migrations_dir, normalize_url
 from storage.tables import Base, SearchCacheEntry
@@ -800,3 +801,24 @@ async def test_runs_are_counted_by_status_and_platform(store: Store) -> None:
     every = await store.count_runs()
     assert sorted(every) == [("queued", "memory", 1), ("succeeded", "memory", 1)]
     assert await store.count_runs(("queued", "running")) == [("queued", "memory", 1)]
+
+
+@pytest.mark.parametrize("platform", ["cli", "slack", "dingtalk"])
+async def test_runs_ended_without_their_holder_are_delivered_as_outcome_is_delivered_says(
+    store: Store, database: Database, platform: str
+) -> None:
+    """The rule "console runs are not delivered" is one function, and the SQL that ends a run
+    without its holder (cancelled while queued, given up) applies the same rule."""
+    expected = "pending" if outcome_is_delivered(platform) else None
+    cancelled, _ = await new_run(store, thread_key=f"{platform}:W:C:cancelled")
+    assert await store.request_cancel(cancelled.id)
+    ended = await store.get_run(cancelled.id)
+    assert ended is not None and (ended.status, ended.delivery) == ("cancelled", expected)
+
+    given_up, _ = await new_run(store, thread_key=f"{platform}:W:C:given-up")
+    await claim(store, given_up.id)
+    await age_heartbeat(database, given_up.id)
+    result = await store.claim_run(given_up.id, "other", stale_after=60, max_attempts=1)
+    assert result.gave_up and result.run is not None
+    assert (result.run.status, result.run.delivery) == ("failed", expected)
+    assert outcome_is_delivered(platform) is (platform != "cli")
