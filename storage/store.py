@@ -24,6 +24,8 @@ from storage.threads import ThreadStore
 
 
 class Store:
+    """Every per-job store over one database, and the names callers knew before the split."""
+
     def __init__(
         self, database: Database, *, on_new_run: Callable[[Connection, str], None] | None = None
     ) -> None:
