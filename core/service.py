@@ -70,6 +70,7 @@ from storage import (
     Store,
     ThreadBusy,
     VariablesConflict,
+    outcome_is_delivered,
 )
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ CHECKPOINT_ATTEMPTS = 5
 
 def _delivers(run: RunRecord) -> bool:
     """Whether the run's outcome has to be delivered to a chat thread once it finishes."""
-    return ThreadKey.parse(run.thread_key).platform != CONSOLE_PLATFORM
+    return outcome_is_delivered(ThreadKey.parse(run.thread_key).platform)
 
 
 def _interrupted(run: RunRecord) -> bool:

@@ -1,10 +1,52 @@
-"""Persistence for Fathom: SQLAlchemy 2 async repositories over SQLite or PostgreSQL."""
+"""Persistence for Fathom: SQLAlchemy 2 async repositories over SQLite or PostgreSQL.
+
+Every public method of a store is one transaction and returns plain records
+(:mod:`storage.records`); ORM objects never leave this package. One store per job, each
+built from a :class:`Database` alone:
+
+- :class:`RunStore` (``storage/runs.py``): runs created (once per platform delivery, one
+  active per thread), found, listed, counted, cancelled, requeued;
+- :class:`ClaimStore` (``storage/claims.py``): a runner's lifecycle of a run it holds (claim,
+  heartbeat, checkpoint, finish, delivery, release) and the sweep for runs nobody holds,
+  every write fenced by the claim;
+- :class:`ThreadStore` (``storage/threads.py``): threads and their variables;
+- :class:`EventStore` (``storage/events.py``): processed platform events (dedupe of retries);
+- :class:`CacheStore` (``storage/caches.py``): search results and page texts;
+- :class:`DigestStore` (``storage/digests.py``): scheduled digests and their firings' history;
+- :class:`LeaseStore` (``storage/leases.py``): named leases (one holder of a duty);
+- :class:`SlackOAuthStates` (``storage/slack_oauth.py``): pruning the Slack SDK's OAuth states.
+
+The rules they share are in ``storage/lifecycle.py`` (run statuses, delivery states, which
+runs are delivered: :func:`outcome_is_delivered`, and the lease clock), the SQL helpers in
+``storage/sql.py``, the exceptions in ``storage/errors.py``.
+
+:class:`Store` is the aggregate the rest of the code was written against: it *composes* the
+per-job stores over one database (``store.runs``, ``store.claims``, ``store.threads``,
+``store.events``, ``store.caches``, ``store.digests``, ``store.slack_oauth_states``) and keeps
+every old method name as the matching store's bound method (``store.claim_run`` *is*
+``store.claims.claim_run``, not a copy). Composition rather than one class inheriting the stores
+as mixins: each store keeps its own statements and state with no shared namespace to collide
+in, a caller can be handed just the store it needs, and a twin of one store (in memory, say)
+can stand in for it without the others.
+"""
 
 from __future__ import annotations
 
+from storage.caches import CacheStore
+from storage.claims import USAGE_KEYS, ClaimStore
 from storage.db import HEAD_REVISION, Database, StorageUnavailable, normalize_url
 from storage.digests import DigestLimit, DigestStore
+from storage.errors import ClaimLost, RunNotFound, ThreadBusy, UserBusy, VariablesConflict
+from storage.events import EventStore
 from storage.leases import LeaseStore
+from storage.lifecycle import (
+    DELIVERY_FAILED,
+    DELIVERY_PENDING,
+    DELIVERY_POSTED,
+    FINISHED_STATUSES,
+    UNFINISHED_STATUSES,
+    outcome_is_delivered,
+)
 from storage.records import (
     Checkpointed,
     Claim,
@@ -15,20 +57,10 @@ from storage.records import (
     ThreadRecord,
     ThreadSummary,
 )
-from storage.store import (
-    DELIVERY_FAILED,
-    DELIVERY_PENDING,
-    DELIVERY_POSTED,
-    FINISHED_STATUSES,
-    UNFINISHED_STATUSES,
-    USAGE_KEYS,
-    ClaimLost,
-    RunNotFound,
-    Store,
-    ThreadBusy,
-    UserBusy,
-    VariablesConflict,
-)
+from storage.runs import RunStore
+from storage.slack_oauth import SlackOAuthStates
+from storage.store import Store
+from storage.threads import ThreadStore
 
 __all__ = [
     "DELIVERY_FAILED",
@@ -38,24 +70,31 @@ __all__ = [
     "HEAD_REVISION",
     "UNFINISHED_STATUSES",
     "USAGE_KEYS",
+    "CacheStore",
     "Checkpointed",
     "Claim",
     "ClaimLost",
     "ClaimResult",
+    "ClaimStore",
     "Database",
     "DigestLimit",
     "DigestRecord",
     "DigestStore",
+    "EventStore",
     "LeaseStore",
     "RunNotFound",
     "RunRecord",
+    "RunStore",
+    "SlackOAuthStates",
     "SourceRecord",
     "StorageUnavailable",
     "Store",
     "ThreadBusy",
     "ThreadRecord",
+    "ThreadStore",
     "ThreadSummary",
     "UserBusy",
     "VariablesConflict",
     "normalize_url",
+    "outcome_is_delivered",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, delete, func, insert, select, update
@@ -11,10 +12,12 @@ from sqlalchemy.engine import Connection
 
 from storage.db import Database
 from storage.records import DigestRecord, RunRecord
-from storage.store import _RUNS, _run_record, _runs
-from storage.tables import Digest, utcnow
+from storage.sql import SELECT_RUNS, run_record
+from storage.tables import Digest, ResearchRun, RunSource, utcnow
 
 _digests = cast(Table, Digest.__table__)
+_runs = cast(Table, ResearchRun.__table__)
+_sources = cast(Table, RunSource.__table__)
 
 
 class DigestLimit(Exception):
@@ -143,8 +146,33 @@ class DigestStore:
     async def runs(self, digest_id: str, limit: int = 20) -> list[RunRecord]:
         """The digest's runs, newest first."""
         stmt = (
-            _RUNS.where(_runs.c.digest_id == digest_id)
+            SELECT_RUNS.where(_runs.c.digest_id == digest_id)
             .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
             .limit(limit)
         )
-        return await self._db.run(lambda c: [_run_record(r) for r in c.execute(stmt).mappings()])
+        return await self._db.run(lambda c: [run_record(r) for r in c.execute(stmt).mappings()])
+
+    async def history(self, digest_id: str, before: datetime) -> tuple[RunRecord | None, set[str]]:
+        """For a digest's firing created at ``before``: the latest earlier firing that
+        succeeded, and the URLs of every source its earlier firings found."""
+        earlier = _runs.c.digest_id == digest_id
+        previous = (
+            SELECT_RUNS.where(earlier, _runs.c.status == "succeeded", _runs.c.created_at < before)
+            .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
+            .limit(1)
+        )
+        urls = (
+            select(_sources.c.url)
+            .join(_runs, _runs.c.id == _sources.c.run_id)
+            .where(earlier, _runs.c.created_at < before)
+            .distinct()
+        )
+
+        def work(conn: Connection) -> tuple[RunRecord | None, set[str]]:
+            row = conn.execute(previous).mappings().first()
+            return (
+                None if row is None else run_record(row),
+                {str(url) for (url,) in conn.execute(urls)},
+            )
+
+        return await self._db.run(work)

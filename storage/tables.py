@@ -136,7 +136,7 @@ class ResearchRun(Base):
     digest_id: Mapped[str | None] = mapped_column(String(16), index=True)
 
     __table_args__ = (
-        # One active run per thread, enforced by the database (see storage.store.create_run).
+        # One active run per thread, enforced by the database (see storage.runs.create_run).
         Index(
             "uq_research_runs_active_thread",
             "thread_id",

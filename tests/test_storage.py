@@ -14,13 +14,20 @@ from sqlalchemy import text, update
 
 from storage import (
     HEAD_REVISION,
+    CacheStore,
     Checkpointed,
     ClaimLost,
+    ClaimStore,
     Database,
+    EventStore,
+    RunStore,
+    SlackOAuthStates,
     Store,
     ThreadBusy,
+    ThreadStore,
     UserBusy,
     VariablesConflict,
+    outcome_is_delivered,
 )
 from storage.db import _migrations_dir, normalize_url
 from storage.tables import Base, SearchCacheEntry
@@ -800,3 +807,58 @@ async def test_runs_are_counted_by_status_and_platform(store: Store) -> None:
     every = await store.count_runs()
     assert sorted(every) == [("queued", "memory", 1), ("succeeded", "memory", 1)]
     assert await store.count_runs(("queued", "running")) == [("queued", "memory", 1)]
+
+
+@pytest.mark.parametrize("platform", ["cli", "slack", "dingtalk"])
+async def test_runs_ended_without_their_holder_are_delivered_as_outcome_is_delivered_says(
+    store: Store, database: Database, platform: str
+) -> None:
+    """The rule "console runs are not delivered" is one function, and the SQL that ends a run
+    without its holder (cancelled while queued, given up) applies the same rule."""
+    expected = "pending" if outcome_is_delivered(platform) else None
+    cancelled, _ = await new_run(store, thread_key=f"{platform}:W:C:cancelled")
+    assert await store.request_cancel(cancelled.id)
+    ended = await store.get_run(cancelled.id)
+    assert ended is not None and (ended.status, ended.delivery) == ("cancelled", expected)
+
+    given_up, _ = await new_run(store, thread_key=f"{platform}:W:C:given-up")
+    await claim(store, given_up.id)
+    await age_heartbeat(database, given_up.id)
+    result = await store.claim_run(given_up.id, "other", stale_after=60, max_attempts=1)
+    assert result.gave_up and result.run is not None
+    assert (result.run.status, result.run.delivery) == ("failed", expected)
+    assert outcome_is_delivered(platform) is (platform != "cli")
+
+
+async def test_each_store_works_alone_on_a_database(database: Database) -> None:
+    """The per-job stores need nothing but a Database; Store's old names are their methods."""
+    runs, claims, threads = RunStore(database), ClaimStore(database), ThreadStore(database)
+    events, caches = EventStore(database), CacheStore(database)
+    run, created = await runs.create_run(
+        thread_key=KEY,
+        platform="slack",
+        workspace="T0001",
+        channel="C0001",
+        thread_ref="1700000000.000100",
+        topic="alone",
+        depth=1,
+        strategy="iterative",
+    )
+    assert created
+    result = await claims.claim_run(run.id, "alone", stale_after=60, max_attempts=3)
+    assert result.claim is not None and result.claim.fence == 1
+    thread = await threads.get_thread(KEY)
+    assert thread is not None and thread.id == run.thread_id
+    assert await events.claim_event("alone") and await events.events_seen(["alone"])
+    await caches.cache_put("p", "q", [{"url": "u"}])
+    assert await caches.cache_get("p", "q", timedelta(hours=1)) == [{"url": "u"}]
+    assert await SlackOAuthStates(database).prune_expired() == 0
+
+    store = Store(database)
+    assert store.claim_run == store.claims.claim_run and store.claims is not claims
+    assert store.create_run == store.runs.create_run
+    assert store.load_variables == store.threads.load_variables
+    assert store.claim_event == store.events.claim_event
+    assert store.page_get == store.caches.page_get
+    assert store.digest_history == store.digests.history
+    assert store.prune_oauth_states == store.slack_oauth_states.prune_expired

@@ -1,0 +1,521 @@
+"""The run lifecycle of a runner: claim a run, hold it by heartbeat, checkpoint its steps,
+finish it, deliver its outcome, hand it back; and the sweep that finds runs nobody holds.
+
+The lifecycle is settled by single ``UPDATE ... RETURNING`` statements, the same on both
+databases. A runner *claims* a run (queued, or running with an expired heartbeat) and gets
+a :class:`~storage.records.Claim`; every later write of that runner (checkpoint, finish,
+delivery bookkeeping, heartbeat, release) is *fenced* by the claim's owner and fence, so
+a runner that lost the run to another one changes nothing (:class:`ClaimLost`). The
+thread's variables are written with a compare-and-swap on their version.
+
+The statements of the per-round hot path (checkpoint, run start and finish) are built once
+with bind parameters, so each call skips building and cache-keying them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from sqlalchemy import (
+    String,
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import Connection
+
+from storage.db import Database
+from storage.errors import ClaimLost, RunNotFound, VariablesConflict
+from storage.lifecycle import (
+    CONSOLE_PLATFORM,
+    DELIVERY_FAILED,
+    DELIVERY_PENDING,
+    DELIVERY_POSTED,
+    DELIVERY_WHEN_ENDED,
+    EPOCH,
+    FINISHED_STATUSES,
+    UNFINISHED_STATUSES,
+    LeaseClock,
+)
+from storage.records import Checkpointed, Claim, ClaimResult, RunRecord
+from storage.sql import (
+    SELECT_RUNS,
+    VARIABLE_COLUMNS,
+    require_run,
+    run_record,
+    upsert_for,
+    variables_dict,
+)
+from storage.tables import ResearchRun, RunSource, Thread, ThreadVariables, utcnow
+
+USAGE_KEYS = (
+    "llm_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "searches",
+    "pages_read",
+    "pages_skipped",
+)
+
+_runs = cast(Table, ResearchRun.__table__)
+_threads = cast(Table, Thread.__table__)
+_variables = cast(Table, ThreadVariables.__table__)
+_sources = cast(Table, RunSource.__table__)
+
+_RUN_WITH_VARIABLES_BY_ID = (
+    SELECT_RUNS.add_columns(*VARIABLE_COLUMNS, _variables.c.version.label("variables_version"))
+    .outerjoin(_variables, _variables.c.thread_id == _runs.c.thread_id)
+    .where(_runs.c.id == bindparam("run_id"))
+)
+#: The writes of a claim's holder only apply while it still holds the run.
+_FENCE = (
+    _runs.c.id == bindparam("run_id"),
+    _runs.c.owner == bindparam("fence_owner"),
+    _runs.c.fence == bindparam("fence_token"),
+)
+_LAST_SEEN = func.coalesce(_runs.c.heartbeat_at, _runs.c.created_at)
+_RUNNING = _runs.c.status == "running"
+_RELEASE = (
+    update(_runs)
+    .where(*_FENCE)
+    .values(
+        owner=None,
+        heartbeat_at=EPOCH,
+        # A handed-back attempt does not count against FATHOM_MAX_ATTEMPTS (the fence
+        # stays: it never goes back).
+        status=case((_RUNNING, "queued"), else_=_runs.c.status),
+        attempt=case((_RUNNING, _runs.c.attempt - 1), else_=_runs.c.attempt),
+    )
+    .returning(_runs.c.id)
+)
+_FENCED_UPDATE = update(_runs).where(*_FENCE).returning(_runs.c.id)
+_DELETE_SOURCES = delete(_sources).where(_sources.c.run_id == bindparam("run_id"))
+_VARIABLE_VALUES = (
+    "topics",
+    "next_search_topic",
+    "findings",
+    "should_continue",
+    "graph",
+    "updated_at",
+)
+_UPDATE_VARIABLES = (
+    update(_variables)
+    .where(
+        _variables.c.thread_id == bindparam("tid"),
+        _variables.c.version == bindparam("expected_version"),
+    )
+    .values(
+        {name: bindparam(f"new_{name}") for name in _VARIABLE_VALUES}
+        | {"version": _variables.c.version + 1}
+    )
+    .returning(_variables.c.version)
+)
+_LOAD_VARIABLES = select(*VARIABLE_COLUMNS, _variables.c.version).where(
+    _variables.c.thread_id == bindparam("tid")
+)
+
+
+class _Statements:
+    """The claim statements that read the :class:`~storage.lifecycle.LeaseClock` or the
+    dialect's upsert, built once for the dialect."""
+
+    def __init__(self, clock: LeaseClock, upsert: Any) -> None:
+        now, cutoff = clock.now, clock.cutoff
+        stale = _LAST_SEEN < cutoff
+        claimable = or_(_runs.c.status == "queued", and_(_runs.c.status == "running", stale))
+        # A forced claim (``from_owner``) takes the run only from the holder judged dead.
+        from_owner = bindparam("from_owner", type_=String())
+        held_by_expected = or_(from_owner.is_(None), _runs.c.owner == from_owner)
+        claim_values = {
+            "owner": bindparam("claimant"),
+            "fence": _runs.c.fence + 1,
+            "heartbeat_at": now,
+        }
+        self.claim_unfinished = (
+            update(_runs)
+            .where(
+                _runs.c.id == bindparam("run_id"),
+                claimable,
+                held_by_expected,
+                _runs.c.attempt < bindparam("max_attempts"),
+            )
+            .values(
+                claim_values
+                | {
+                    "status": "running",
+                    "attempt": _runs.c.attempt + 1,
+                    "started_at": func.coalesce(_runs.c.started_at, now),
+                }
+            )
+            .returning(_runs.c.id)
+        )
+        self.give_up = (
+            update(_runs)
+            .where(
+                _runs.c.id == bindparam("run_id"),
+                claimable,
+                held_by_expected,
+                _runs.c.attempt >= bindparam("max_attempts"),
+            )
+            .values(
+                claim_values
+                | {
+                    "status": "failed",
+                    "error": bindparam("why"),
+                    "finished_at": now,
+                    # A console run's caller shows the outcome itself; a chat run's is delivered.
+                    "delivery": DELIVERY_WHEN_ENDED,
+                }
+            )
+            .returning(_runs.c.id)
+        )
+        self.claim_delivery = (
+            update(_runs)
+            .where(
+                _runs.c.id == bindparam("run_id"),
+                _runs.c.status.in_(FINISHED_STATUSES),
+                _runs.c.delivery == DELIVERY_PENDING,
+                stale,
+                held_by_expected,
+            )
+            .values(
+                claim_values
+                | {
+                    # The runner that was delivering it stopped: that counts as a failed
+                    # attempt, so a delivery that keeps killing its runners ends
+                    # (FATHOM_DELIVERY_ATTEMPTS).
+                    "delivery_attempts": _runs.c.delivery_attempts + 1,
+                    "delivery_error": func.coalesce(
+                        _runs.c.delivery_error, "the process delivering it stopped"
+                    ),
+                }
+            )
+            .returning(_runs.c.id)
+        )
+        self.renew = update(_runs).where(*_FENCE).values(heartbeat_at=now).returning(_runs.c.id)
+        # SET also takes the usage counters present in each call's parameters.
+        self.checkpoint_run = (
+            update(_runs)
+            .where(*_FENCE, _RUNNING)
+            .values(heartbeat_at=now)
+            .returning(_runs.c.thread_id, _runs.c.cancel_requested)
+        )
+        self.finish_run = (
+            update(_runs).where(*_FENCE, _RUNNING).values(heartbeat_at=now).returning(_runs.c.id)
+        )
+        self.count_delivery_failure = (
+            update(_runs)
+            .where(*_FENCE)
+            .values(delivery_attempts=_runs.c.delivery_attempts + 1, heartbeat_at=now)
+            .returning(_runs.c.delivery_attempts)
+        )
+        self.finish_delivery = (
+            update(_runs)
+            .where(*_FENCE, _runs.c.delivery == DELIVERY_PENDING)
+            .values(report_posted_at=case((bindparam("posted"), now), else_=None))
+            .returning(_runs.c.id)
+        )
+        has_work = or_(
+            _runs.c.status.in_(UNFINISHED_STATUSES), _runs.c.delivery == DELIVERY_PENDING
+        )
+        served_here = _threads.c.platform.in_(bindparam("platforms", expanding=True))
+        served_nowhere = _threads.c.platform.not_in(bindparam("servable", expanding=True))
+        self.sweep = (
+            select(_runs.c.id)
+            .join(_threads, _threads.c.id == _runs.c.thread_id)
+            .where(served_here, has_work, stale)
+            .order_by(_runs.c.created_at, _runs.c.id)
+            .limit(bindparam("limit"))
+        )
+        self.sweep_with_orphans = (
+            select(_runs.c.id)
+            .join(_threads, _threads.c.id == _runs.c.thread_id)
+            .where(or_(served_here, served_nowhere), has_work, stale)
+            .order_by(_runs.c.created_at, _runs.c.id)
+            .limit(bindparam("limit"))
+        )
+        variables = upsert(_variables)
+        self.insert_variables = variables.on_conflict_do_nothing(
+            index_elements=[_variables.c.thread_id]
+        ).returning(_variables.c.version)
+
+
+class ClaimStore:
+    """What a runner does with a run: claim it, then write to it only while the claim holds."""
+
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._clock = LeaseClock(database.dialect)
+        self._sql = _Statements(self._clock, upsert_for(database.dialect))
+
+    async def claim_run(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        stale_after: float,
+        max_attempts: int,
+        from_owner: str | None = None,
+        console_platform: str = CONSOLE_PLATFORM,
+    ) -> ClaimResult:
+        """Take a run for ``owner`` with one atomic statement, or find out why not.
+
+        Claimable: a ``queued`` run; a ``running`` run whose heartbeat is older than
+        ``stale_after`` seconds (its runner died: taken over); a finished run whose delivery
+        is pending and whose heartbeat expired (its runner died while posting; that counts as
+        a failed delivery attempt). A claim bumps ``fence`` (the fencing token) and, for an
+        unfinished run, ``attempt``. A run that already had ``max_attempts`` attempts is
+        failed instead (``gave_up``); its holder still delivers that outcome, unless it is a
+        ``console_platform`` run. Anything else (held by a live runner, finished and
+        delivered, unknown) is not claimed. ``from_owner`` limits the claim to a run still
+        held by that owner (a takeover from a holder known to be dead, with a zero
+        ``stale_after``).
+        """
+        params = {
+            "run_id": run_id,
+            "claimant": owner,
+            "from_owner": from_owner,
+            "console_platform": console_platform,
+            "max_attempts": max_attempts,
+            "why": f"gave up after {max_attempts} attempts: the process running it stopped "
+            "each time (FATHOM_MAX_ATTEMPTS)",
+            **self._clock.params(stale_after),
+        }
+        sql = self._sql
+
+        def work(conn: Connection) -> ClaimResult:
+            gave_up = False
+            claimed = conn.execute(sql.claim_unfinished, params).first() is not None
+            if not claimed:
+                claimed = conn.execute(sql.claim_delivery, params).first() is not None
+            if not claimed:
+                claimed = gave_up = conn.execute(sql.give_up, params).first() is not None
+            row = conn.execute(_RUN_WITH_VARIABLES_BY_ID, {"run_id": run_id}).mappings().first()
+            if row is None:
+                return ClaimResult(None)
+            record = run_record(row)
+            if not claimed:
+                return ClaimResult(record)
+            has_variables = row["variables_thread_id"] is not None
+            claim = Claim(
+                run=record,
+                owner=owner,
+                fence=record.fence,
+                variables=variables_dict(row) if has_variables else None,
+                variables_version=int(row["variables_version"]) if has_variables else 0,
+            )
+            return ClaimResult(record, claim, gave_up)
+
+        return await self._db.run(work)
+
+    async def renew_claim(self, claim: Claim) -> bool:
+        """Refresh the heartbeat; False when the run is no longer held by this claim."""
+        params = {**_fence(claim), **self._clock.params()}
+        return await self._db.run(
+            lambda conn: conn.execute(self._sql.renew, params).first() is not None
+        )
+
+    async def release_run(self, claim: Claim) -> bool:
+        """Hand a held run back at once (graceful shutdown): any runner's next sweep takes it.
+
+        An unfinished run goes back to ``queued`` (this attempt does not count); a finished
+        one keeps its status and its pending delivery. False when the claim was lost.
+        """
+        params = _fence(claim)
+        return await self._db.run(lambda conn: conn.execute(_RELEASE, params).first() is not None)
+
+    async def runs_to_sweep(
+        self,
+        platforms: Sequence[str],
+        *,
+        stale_after: float,
+        limit: int = 100,
+        orphans_outside: Sequence[str] | None = None,
+    ) -> list[str]:
+        """Ids of runs of ``platforms`` nobody works on: queued or running, or finished with
+        a pending delivery, whose heartbeat (creation, if none) is older than ``stale_after``
+        seconds. Handed-back runs have an epoch heartbeat and are found at once. Oldest
+        first. The caller still has to claim each (another runner may be faster).
+
+        ``orphans_outside``: the platforms any process could deliver to; such runs of every
+        other platform are found too (nobody will ever deliver them: the caller ends them)."""
+        if not platforms and orphans_outside is None:
+            return []
+        params: dict[str, Any] = {
+            "platforms": list(platforms),
+            "limit": limit,
+            **self._clock.params(stale_after),
+        }
+        statement = self._sql.sweep
+        if orphans_outside is not None:
+            params["servable"] = list(orphans_outside)
+            statement = self._sql.sweep_with_orphans
+        return await self._db.run(lambda conn: [row[0] for row in conn.execute(statement, params)])
+
+    async def checkpoint(
+        self,
+        claim: Claim,
+        *,
+        variables: Mapping[str, Any],
+        variables_version: int,
+        rounds_done: int,
+        usage: Mapping[str, int],
+        notes: Sequence[str],
+    ) -> Checkpointed:
+        """Persist one step: the thread's variables and the run's counters, atomically.
+
+        ``variables`` uses the contract names (topics, nextSearchTopic, findings,
+        shouldContinue); ``usage`` holds the run's running totals, not increments. The
+        variables are written only if they are still at ``variables_version`` (0: no row
+        yet); otherwise nothing is written and :class:`VariablesConflict` carries the stored
+        ones. Raises :class:`ClaimLost` when the claim no longer holds the run. Returns the
+        run's ``cancel_requested`` flag as stored now (noticing a cancel request costs the
+        engine no query of its own) and the variables' new version.
+        """
+        run = {
+            **_fence(claim),
+            **self._clock.params(),
+            "rounds_done": rounds_done,
+            "notes": list(notes),
+            **_usage_values(usage),
+        }
+        now = utcnow()
+        state = {
+            "topics": list(variables.get("topics") or []),
+            "next_search_topic": variables.get("nextSearchTopic"),
+            "findings": list(variables.get("findings") or []),
+            "should_continue": bool(variables.get("shouldContinue", True)),
+            "graph": list(variables.get("graph") or []),
+            "updated_at": now,
+        }
+        sql = self._sql
+
+        def work(conn: Connection) -> Checkpointed:
+            row = conn.execute(sql.checkpoint_run, run).first()
+            if row is None:
+                raise ClaimLost(claim.run_id)
+            thread_id, cancel_requested = row
+            if variables_version == 0:
+                new = {**state, "thread_id": thread_id, "version": 1}
+                written = conn.execute(sql.insert_variables, new).first()
+            else:
+                params = {f"new_{k}": v for k, v in state.items()}
+                params |= {"tid": thread_id, "expected_version": variables_version}
+                written = conn.execute(_UPDATE_VARIABLES, params).first()
+            if written is None:
+                current = conn.execute(_LOAD_VARIABLES, {"tid": thread_id}).mappings().first()
+                if current is None:  # pragma: no cover - only a deleted thread gets here
+                    raise RunNotFound(claim.run_id)
+                raise VariablesConflict(variables_dict(current), int(current["version"]))
+            return Checkpointed(bool(cancel_requested), int(written[0]))
+
+        return await self._db.run(work)
+
+    async def finish_run(
+        self,
+        claim: Claim,
+        *,
+        status: str,
+        report_markdown: str | None,
+        sources: Sequence[tuple[int, str, str]],
+        error: str | None,
+        usage: Mapping[str, int],
+        notes: Sequence[str],
+        deliver: bool = True,
+    ) -> RunRecord:
+        """Record the outcome, report and (replacing any earlier) sources of a held run.
+
+        With ``deliver`` its delivery becomes pending: posting the outcome in its chat
+        thread is the next step (a console run's caller prints it instead: the caller asks
+        :func:`~storage.lifecycle.outcome_is_delivered`). Raises
+        :class:`ClaimLost` when the claim no longer holds the (running) run.
+        """
+        if status not in FINISHED_STATUSES:
+            raise ValueError(
+                f"finish_run status must be one of {FINISHED_STATUSES}, not {status!r}"
+            )
+        run = {
+            **_fence(claim),
+            **self._clock.params(),
+            "status": status,
+            "report_markdown": report_markdown,
+            "error": error,
+            "notes": list(notes),
+            "finished_at": utcnow(),
+            "delivery": DELIVERY_PENDING if deliver else None,
+            **_usage_values(usage),
+        }
+        rows = [{"run_id": claim.run_id, "n": n, "title": t, "url": u} for n, t, u in sources]
+
+        def work(conn: Connection) -> RunRecord:
+            if conn.execute(self._sql.finish_run, run).first() is None:
+                raise ClaimLost(claim.run_id)
+            conn.execute(_DELETE_SOURCES, {"run_id": claim.run_id})
+            if rows:
+                conn.execute(insert(_sources), rows)
+            return require_run(conn, claim.run_id)
+
+        return await self._db.run(work)
+
+    async def report_parts_posted(self, claim: Claim, parts: int) -> None:
+        """Record that the first ``parts`` parts of the report are in the thread."""
+        await self._fenced(claim, report_parts_posted=parts)
+
+    async def count_delivery_failure(self, claim: Claim, error: str) -> int:
+        """Count one failed attempt to deliver (and why); the number of failures so far."""
+        params = {**_fence(claim), **self._clock.params(), "delivery_error": error[:1000]}
+
+        def work(conn: Connection) -> int:
+            row = conn.execute(self._sql.count_delivery_failure, params).first()
+            if row is None:
+                raise ClaimLost(claim.run_id)
+            return int(row[0])
+
+        return await self._db.run(work)
+
+    async def finish_delivery(
+        self, claim: Claim, *, posted: bool, error: str | None = None
+    ) -> None:
+        """End the delivery step: ``posted``, or given up (``failed``) with its reason."""
+        params = {
+            **_fence(claim),
+            **self._clock.params(),
+            "posted": posted,
+            "delivery": DELIVERY_POSTED if posted else DELIVERY_FAILED,
+        }
+        if error is not None:
+            params["delivery_error"] = error[:1000]
+
+        def work(conn: Connection) -> None:
+            if conn.execute(self._sql.finish_delivery, params).first() is None:
+                raise ClaimLost(claim.run_id)
+
+        await self._db.run(work)
+
+    async def _fenced(self, claim: Claim, **values: Any) -> None:
+        params = {**_fence(claim), **values}
+
+        def work(conn: Connection) -> None:
+            if conn.execute(_FENCED_UPDATE, params).first() is None:
+                raise ClaimLost(claim.run_id)
+
+        await self._db.run(work)
+
+
+def _fence(claim: Claim) -> dict[str, Any]:
+    return {"run_id": claim.run_id, "fence_owner": claim.owner, "fence_token": claim.fence}
+
+
+def _usage_values(usage: Mapping[str, int]) -> dict[str, int]:
+    unknown = set(usage) - set(USAGE_KEYS)
+    if unknown:
+        raise ValueError(f"unknown usage counters {sorted(unknown)}; known: {USAGE_KEYS}")
+    return {name: int(value) for name, value in usage.items()}

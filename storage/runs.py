@@ -1,0 +1,348 @@
+"""Runs as everyone but their runner sees them: created (once per platform delivery, one
+active per thread), found, listed, counted, cancelled and requeued.
+
+What a runner holding a run writes is :mod:`storage.claims`. Races between processes
+(retried platform deliveries, concurrent requests in one thread) are settled by unique
+constraints through ``INSERT ... ON CONFLICT``, which keeps the transaction usable on
+PostgreSQL (no aborted transaction to recover from) and works the same on SQLite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+from uuid import uuid4
+
+from sqlalchemy import Select, Table, bindparam, exists, func, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from storage.db import Database
+from storage.errors import ThreadBusy, UserBusy
+from storage.lifecycle import (
+    CONSOLE_PLATFORM,
+    DELIVERY_WHEN_ENDED,
+    EPOCH,
+    UNFINISHED_STATUSES,
+    LeaseClock,
+)
+from storage.records import RunRecord, SourceRecord
+from storage.sql import (
+    RUN_BY_ID,
+    SELECT_RUNS,
+    fit_key,
+    newest_first,
+    one_run,
+    require_run,
+    run_record,
+    upsert_for,
+)
+from storage.tables import ResearchRun, RunSource, Thread, utcnow
+
+#: How often create_run retries when the thread's active run finished while it looked.
+_CREATE_ATTEMPTS = 3
+
+_runs = cast(Table, ResearchRun.__table__)
+_threads = cast(Table, Thread.__table__)
+_sources = cast(Table, RunSource.__table__)
+
+_LATEST_RUN_IN_THREAD = (
+    SELECT_RUNS.where(_threads.c.key == bindparam("thread_key"))
+    .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
+    .limit(1)
+)
+_ACTIVE_RUN_IN_THREAD = SELECT_RUNS.where(
+    _runs.c.thread_id == bindparam("tid"), _runs.c.status.in_(UNFINISHED_STATUSES)
+)
+_RUN_BY_DEDUPE_KEY = SELECT_RUNS.where(_runs.c.dedupe_key == bindparam("dedupe_key"))
+#: How many unfinished runs a user has, and whether any run (finished or not) already
+#: carries the request's dedupe key: a delivery seen again is never refused.
+_ACTIVE_RUN_COUNT = select(
+    select(func.count())
+    .where(
+        _runs.c.requested_by == bindparam("requested_by"),
+        _runs.c.status.in_(UNFINISHED_STATUSES),
+    )
+    .scalar_subquery(),
+    exists().where(_runs.c.dedupe_key == bindparam("dedupe_key")),
+)
+_CANCEL_RUNNING = (
+    update(_runs)
+    .where(_runs.c.id == bindparam("run_id"), _runs.c.status == "running")
+    .values(cancel_requested=True)
+    .returning(_runs.c.id)
+)
+
+
+class RunStore:
+    """Runs created, found, cancelled and requeued by anyone (not fenced by a claim)."""
+
+    def __init__(
+        self, database: Database, *, on_new_run: Callable[[Connection, str], None] | None = None
+    ) -> None:
+        """``on_new_run(conn, run_id)`` runs in the transaction that creates a run (the job
+        queue of ``FATHOM_QUEUE=procrastinate`` queues it there: committed means queued)."""
+        self._db = database
+        self._on_new_run = on_new_run
+        self._clock = clock = LeaseClock(database.dialect)
+        upsert = upsert_for(database.dialect)
+        thread = upsert(_threads)
+        self._upsert_thread = thread.on_conflict_do_update(
+            index_elements=[_threads.c.key], set_={"updated_at": thread.excluded.updated_at}
+        ).returning(_threads.c.id)
+        # No conflict target: a used dedupe key and a busy thread (the partial unique index
+        # on active runs) both insert nothing, and the transaction stays usable on PostgreSQL.
+        # RETURNING the new row saves create_run a SELECT (a round trip on PostgreSQL).
+        # The heartbeat starts at creation, on the lease clock: a queued run nobody takes is
+        # swept once it is as old as a dead runner's heartbeat.
+        self._insert_run = (
+            upsert(_runs)
+            .values(heartbeat_at=clock.now)
+            .on_conflict_do_nothing()
+            .returning(*_runs.c)
+        )
+        self._cancel_queued = (
+            update(_runs)
+            .where(_runs.c.id == bindparam("run_id"), _runs.c.status == "queued")
+            .values(
+                status="cancelled",
+                cancel_requested=True,
+                finished_at=clock.now,
+                owner=None,
+                heartbeat_at=EPOCH,  # its delivery is due at once
+                delivery=DELIVERY_WHEN_ENDED,
+            )
+            .returning(_runs.c.id)
+        )
+
+    @property
+    def queues_new_runs(self) -> bool:
+        """Whether a new run is queued by the transaction that creates it (``on_new_run``)."""
+        return self._on_new_run is not None
+
+    async def create_run(
+        self,
+        *,
+        thread_key: str,
+        platform: str,
+        workspace: str,
+        channel: str,
+        thread_ref: str,
+        topic: str,
+        depth: int,
+        strategy: str,
+        requested_by: str | None = None,
+        dedupe_key: str | None = None,
+        platform_context: dict[str, Any] | None = None,
+        digest_id: str | None = None,
+        user_limit: int | None = None,
+    ) -> tuple[RunRecord, bool]:
+        """Queue a run in the (created on demand) thread.
+
+        Returns ``(run, True)``, or ``(existing_run, False)`` when ``dedupe_key`` was
+        already used: the same platform delivery seen twice yields one run. Raises
+        :class:`ThreadBusy` when the thread already has a queued or running run; the
+        database settles races (a partial unique index), so two requests racing in one
+        thread never both get a run. With ``user_limit``, raises :class:`UserBusy` when
+        ``requested_by`` already has that many unfinished runs; a redelivery (a run with
+        ``dedupe_key`` exists) is never refused. The count is made in the same transaction,
+        so an acknowledgement costs one, but no constraint enforces it: two requests of one
+        user racing in different threads may both pass.
+        """
+        now = utcnow()
+        if dedupe_key is not None:
+            dedupe_key = fit_key(dedupe_key)
+        thread = {
+            "key": thread_key,
+            "platform": platform,
+            "workspace": workspace,
+            "channel": channel,
+            "thread_ref": thread_ref,
+            "created_at": now,
+            "updated_at": now,
+        }
+        run = {
+            "id": uuid4().hex,
+            "topic": topic,
+            "depth": depth,
+            "strategy": strategy,
+            "status": "queued",
+            "requested_by": requested_by,
+            "dedupe_key": dedupe_key,
+            "platform_context": platform_context,
+            "digest_id": digest_id,
+            "notes": [],
+            "created_at": now,
+            **self._clock.params(),
+        }
+
+        def work(conn: Connection) -> tuple[RunRecord, bool]:
+            if user_limit is not None and requested_by is not None:
+                counted = {"requested_by": requested_by, "dedupe_key": dedupe_key}
+                unfinished, seen = conn.execute(_ACTIVE_RUN_COUNT, counted).one()
+                if not seen and unfinished >= user_limit:
+                    raise UserBusy(int(unfinished), user_limit)
+            thread_id = conn.execute(self._upsert_thread, thread).scalar_one()
+            for _ in range(_CREATE_ATTEMPTS):
+                row = conn.execute(self._insert_run, {**run, "thread_id": thread_id})
+                inserted = row.mappings().first()
+                if inserted is not None:
+                    # A console run is executed by the fathom process that makes it,
+                    # never by a queue worker: it is not queued.
+                    if self._on_new_run is not None and platform != CONSOLE_PLATFORM:
+                        self._on_new_run(conn, str(inserted["id"]))
+                    return run_record({**inserted, "thread_key": thread_key}), True
+                if dedupe_key is not None:
+                    record = one_run(conn, _RUN_BY_DEDUPE_KEY, dedupe_key=dedupe_key)
+                    if record is not None:  # the same delivery again: its run
+                        return record, False
+                active = one_run(conn, _ACTIVE_RUN_IN_THREAD, tid=thread_id)
+                if active is not None:
+                    raise ThreadBusy(active)
+                # The active run finished between the insert and the look-up: try again.
+            raise ThreadBusy(None)
+
+        return await self._db.run(work)
+
+    async def request_cancel(
+        self, run_id: str, *, console_platform: str = CONSOLE_PLATFORM
+    ) -> bool:
+        """Cancel an unfinished run; False when it has finished or is unknown.
+
+        A queued run ends ``cancelled`` at once (nobody has started it; its thread is free
+        again, and any runner's next sweep delivers the outcome); a running one is flagged and
+        stops at its next step.
+        """
+        params = {
+            "run_id": run_id,
+            "console_platform": console_platform,
+            **self._clock.params(),
+        }
+
+        def work(conn: Connection) -> bool:
+            if conn.execute(self._cancel_queued, params).first() is not None:
+                return True
+            return conn.execute(_CANCEL_RUNNING, params).first() is not None
+
+        return await self._db.run(work)
+
+    async def requeue_run(self, run_id: str) -> RunRecord:
+        """Make a failed or cancelled run resumable from its checkpoint, with fresh attempts
+        (the fence moves on: whoever held it before holds nothing).
+
+        A succeeded or unfinished run is left as it is. Raises :class:`ThreadBusy` when its
+        thread has another active run by now.
+        """
+        stmt = (
+            update(_runs)
+            .where(_runs.c.id == run_id, _runs.c.status.in_(("failed", "cancelled")))
+            .values(
+                status="queued",
+                finished_at=None,
+                error=None,
+                cancel_requested=False,
+                owner=None,
+                fence=_runs.c.fence + 1,
+                attempt=0,
+                # The lease clock's now: a sweep leaves a requeued run to the caller that is
+                # about to claim it.
+                heartbeat_at=self._clock.now,
+                delivery=None,
+                report_parts_posted=0,
+                delivery_attempts=0,
+                delivery_error=None,
+            )
+        )
+
+        params = self._clock.params()
+
+        def work(conn: Connection) -> RunRecord:
+            conn.execute(stmt, params)
+            return require_run(conn, run_id)
+
+        try:
+            return await self._db.run(work)
+        except IntegrityError:  # the partial unique index: the thread is busy
+            run = await self.get_run(run_id)
+            active = None
+            if run is not None:
+                active = await self._db.run(
+                    lambda conn: one_run(conn, _ACTIVE_RUN_IN_THREAD, tid=run.thread_id)
+                )
+            raise ThreadBusy(active) from None
+
+    async def set_progress_message(self, run_id: str, message_id: str) -> None:
+        stmt = update(_runs).where(_runs.c.id == run_id).values(progress_message_id=message_id)
+        await self._db.run(lambda conn: conn.execute(stmt))
+
+    # -- queries ----------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        return await self._db.run(lambda conn: one_run(conn, RUN_BY_ID, run_id=run_id))
+
+    async def active_runs_for_user(self, requested_by: str) -> list[RunRecord]:
+        stmt = SELECT_RUNS.where(
+            _runs.c.requested_by == requested_by,
+            _runs.c.status.in_(UNFINISHED_STATUSES),
+        )
+        return await self._records(stmt.order_by(_runs.c.created_at, _runs.c.id))
+
+    async def recent_runs_for_user(self, requested_by: str, limit: int = 10) -> list[RunRecord]:
+        stmt = SELECT_RUNS.where(_runs.c.requested_by == requested_by)
+        return await self._records(newest_first(stmt).limit(limit))
+
+    async def recent_runs_in_channel(
+        self, platform: str, workspace: str, channel: str, limit: int = 10
+    ) -> list[RunRecord]:
+        """The newest runs of every thread in one channel (a DingTalk conversation), newest
+        first."""
+        stmt = SELECT_RUNS.where(
+            _threads.c.platform == platform,
+            _threads.c.workspace == workspace,
+            _threads.c.channel == channel,
+        )
+        return await self._records(newest_first(stmt).limit(limit))
+
+    async def latest_run_in_thread(self, thread_key: str) -> RunRecord | None:
+        """The newest run of the thread with this key; None if it has none (or no thread)."""
+        return await self._db.run(
+            lambda conn: one_run(conn, _LATEST_RUN_IN_THREAD, thread_key=thread_key)
+        )
+
+    async def thread_runs(self, thread_id: int) -> list[RunRecord]:
+        stmt = SELECT_RUNS.where(_runs.c.thread_id == thread_id)
+        return await self._records(stmt.order_by(_runs.c.created_at, _runs.c.id))
+
+    async def run_sources(self, run_id: str) -> list[SourceRecord]:
+        stmt = (
+            select(_sources.c.n, _sources.c.title, _sources.c.url)
+            .where(_sources.c.run_id == run_id)
+            .order_by(_sources.c.n)
+        )
+
+        def work(conn: Connection) -> list[SourceRecord]:
+            return [SourceRecord(n=n, title=title, url=url) for n, title, url in conn.execute(stmt)]
+
+        return await self._db.run(work)
+
+    async def count_runs(self, statuses: Sequence[str] | None = None) -> list[tuple[str, str, int]]:
+        """How many runs there are by (status, platform); only ``statuses`` when given (an
+        index look-up, not a pass over every run ever made)."""
+        stmt = (
+            select(_runs.c.status, _threads.c.platform, func.count())
+            .join(_threads, _threads.c.id == _runs.c.thread_id)
+            .group_by(_runs.c.status, _threads.c.platform)
+        )
+        if statuses is not None:
+            stmt = stmt.where(_runs.c.status.in_(list(statuses)))
+
+        def work(conn: Connection) -> list[tuple[str, str, int]]:
+            return [(str(s), str(p), int(n)) for s, p, n in conn.execute(stmt)]
+
+        return await self._db.run(work)
+
+    async def _records(self, stmt: Select[Any]) -> list[RunRecord]:
+        def work(conn: Connection) -> list[RunRecord]:
+            return [run_record(row) for row in conn.execute(stmt).mappings()]
+
+        return await self._db.run(work)

@@ -1,0 +1,105 @@
+"""Chat threads and their conversation variables, as the rest of the code reads them.
+
+A thread row is created on demand with its first run (:meth:`~storage.runs.RunStore.create_run`)
+and its variables are written by its runs' checkpoints
+(:meth:`~storage.claims.ClaimStore.checkpoint`); here they are found, listed, read, and
+re-keyed once a platform assigned the thread its id.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from sqlalchemy import Table, func, select, update
+from sqlalchemy.engine import Connection
+
+from storage.db import Database
+from storage.records import ThreadRecord, ThreadSummary
+from storage.sql import VARIABLE_COLUMNS, thread_record, variables_dict
+from storage.tables import ResearchRun, Thread, ThreadVariables, utcnow
+
+_runs = cast(Table, ResearchRun.__table__)
+_threads = cast(Table, Thread.__table__)
+_variables = cast(Table, ThreadVariables.__table__)
+
+
+class ThreadStore:
+    """Threads and their variables, read (and re-keyed) outside a run's checkpoints."""
+
+    def __init__(self, database: Database) -> None:
+        self._db = database
+
+    async def rekey_thread(self, thread_id: int, *, key: str, thread_ref: str) -> ThreadRecord:
+        """Give a thread its final key once the platform assigned its id (e.g. Slack ts)."""
+        stmt = (
+            update(_threads)
+            .where(_threads.c.id == thread_id)
+            .values(key=key, thread_ref=thread_ref, updated_at=utcnow())
+            .returning(*_threads.c)
+        )
+
+        def work(conn: Connection) -> ThreadRecord:
+            row = conn.execute(stmt).mappings().first()
+            if row is None:
+                raise LookupError(f"no thread {thread_id}")
+            return thread_record(row)
+
+        return await self._db.run(work)
+
+    async def get_thread(self, key: str) -> ThreadRecord | None:
+        stmt = select(_threads).where(_threads.c.key == key)
+
+        def work(conn: Connection) -> ThreadRecord | None:
+            row = conn.execute(stmt).mappings().first()
+            return None if row is None else thread_record(row)
+
+        return await self._db.run(work)
+
+    async def list_threads(self, limit: int = 50) -> list[ThreadSummary]:
+        """Threads with their run count and latest run, most recently active first."""
+
+        def latest(column: Any) -> Any:
+            return (
+                select(column)
+                .where(_runs.c.thread_id == _threads.c.id)
+                .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
+                .limit(1)
+                .scalar_subquery()
+            )
+
+        count = (
+            select(func.count(_runs.c.id))
+            .where(_runs.c.thread_id == _threads.c.id)
+            .scalar_subquery()
+        )
+        stmt = (
+            select(
+                _threads.c.key,
+                count,
+                latest(_runs.c.topic),
+                latest(_runs.c.status),
+                _threads.c.updated_at,
+            )
+            .order_by(_threads.c.updated_at.desc(), _threads.c.id.desc())
+            .limit(limit)
+        )
+
+        def work(conn: Connection) -> list[ThreadSummary]:
+            return [
+                ThreadSummary(
+                    key=key, runs=runs, last_topic=topic, last_status=status, updated_at=updated
+                )
+                for key, runs, topic, status, updated in conn.execute(stmt)
+            ]
+
+        return await self._db.run(work)
+
+    async def load_variables(self, thread_id: int) -> dict[str, Any] | None:
+        """The thread's variables under their contract names, or None if never written."""
+        stmt = select(*VARIABLE_COLUMNS).where(_variables.c.thread_id == thread_id)
+
+        def work(conn: Connection) -> dict[str, Any] | None:
+            row = conn.execute(stmt).mappings().first()
+            return None if row is None else variables_dict(row)
+
+        return await self._db.run(work)
