@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from storage import UserBusy
+from storage.errors import UserBusy
 from storage.records import DigestRecord, RunRecord, ThreadRecord
 from storage.tables import utcnow
 
