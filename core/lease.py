@@ -25,8 +25,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
-from storage import Claim, ClaimLost, Store
+from storage import Claim, ClaimLost
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,14 @@ class LeaseTiming:
         return self.stale_after / 2
 
 
+class ClaimHolder(Protocol):
+    """What a lease needs of the store: renew and release a claim (``storage.ClaimStore``)."""
+
+    async def renew_claim(self, claim: Claim) -> bool: ...
+
+    async def release_run(self, claim: Claim) -> bool: ...
+
+
 class Lease:
     """``async with Lease(store, claim, timing):`` keep ``claim`` alive while the body runs.
 
@@ -124,7 +133,7 @@ class Lease:
     through unchanged. ``lost`` tells the body, e.g. before it posts anything.
     """
 
-    def __init__(self, store: Store, claim: Claim, timing: LeaseTiming) -> None:
+    def __init__(self, store: ClaimHolder, claim: Claim, timing: LeaseTiming) -> None:
         self._store = store
         self._claim = claim
         self._timing = timing
@@ -203,7 +212,7 @@ class Lease:
             await asyncio.sleep(self._timing.retry_every)
 
 
-async def release_quietly(store: Store, claim: Claim) -> None:
+async def release_quietly(store: ClaimHolder, claim: Claim) -> None:
     """Hand a held run back for another runner (shielded: the caller is being cancelled)."""
     with contextlib.suppress(Exception):
         released = await asyncio.shield(store.release_run(claim))

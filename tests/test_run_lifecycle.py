@@ -27,7 +27,7 @@ from core.llm import ChatModel
 from core.models import ResearchRequest, RunStatus, ThreadKey, ThreadVariables
 from core.search import SearxngProvider
 from core.service import ResearchService, RunRejected
-from storage import Claim, ClaimLost, Database, RunRecord, Store
+from storage import Claim, ClaimLost, ClaimStore, Database, RunRecord, Store
 from storage.tables import ResearchRun, utcnow
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.runs import age_heartbeat, finish, new_run
@@ -711,8 +711,9 @@ async def test_a_runner_stopping_mid_run_hands_it_back_for_another(
 # -- after review: failures that must not cost a run ----------------------------------
 
 
-class RecordedRenewals(Store):
-    """A store that records what each heartbeat renewal gave: True, False, or its error."""
+class RecordedRenewals(ClaimStore):
+    """A claim store that records what each heartbeat renewal gave: True, False, or its
+    error."""
 
     def __init__(self, database: Database) -> None:
         super().__init__(database)
@@ -736,19 +737,19 @@ async def test_one_failed_renewal_does_not_lose_the_claim(
     impatient = Database(database_url, busy_timeout_ms=50)  # fails fast while locked
     blocker = Database(database_url)
     try:
-        store = RecordedRenewals(impatient)
+        store, claims = Store(impatient), RecordedRenewals(impatient)
         claim = await _claimed_run(store, "blip")
         timing = LeaseTiming(3.0)  # renew every 1 s; retry every 1/3 s; give up after 2 s
-        async with Lease(store, claim, timing) as lease:
+        async with Lease(claims, claim, timing) as lease:
             async with blocker.engine.connect() as conn:
                 await conn.exec_driver_sql("BEGIN IMMEDIATE")  # every renewal fails now
-                await until(lambda: store.renewals)  # the first one (at 1 s) did
+                await until(lambda: claims.renewals)  # the first one (at 1 s) did
                 await conn.rollback()
             # The retry, then the next renewal, due after the first one's deadline (2 s): a
             # claim lost to the one failure would have neither.
-            await until(lambda: store.renewals.count(True) >= 2, within=10)
+            await until(lambda: claims.renewals.count(True) >= 2, within=10)
         assert not lease.lost
-        failed, *later = store.renewals
+        failed, *later = claims.renewals
         assert failed is not True and all(r is True for r in later)
         renewed = await store.get_run(claim.run_id)
         assert renewed is not None and renewed.owner == claim.owner
