@@ -27,7 +27,7 @@ from core.digests import DigestService
 from core.lease import LeaseTiming
 from core.llm import LLMClients
 from core.pages.fetch import PageFetcher
-from core.pages.reader import PageReader
+from core.pages.reader import PageCache, PageReader
 from core.search import SearchProvider, build_search_provider
 from core.service import ResearchService
 from storage import Database, DigestStore, StorageUnavailable, Store
@@ -108,7 +108,7 @@ def page_client(settings: Settings, tls: ssl.SSLContext) -> httpx.AsyncClient:
     )
 
 
-def page_reader(settings: Settings, http: httpx.AsyncClient, store: Store) -> PageReader | None:
+def page_reader(settings: Settings, http: httpx.AsyncClient, cache: PageCache) -> PageReader | None:
     """The reader of result pages (None when ``FATHOM_READ_PAGES=0``)."""
     if settings.read_pages <= 0:
         return None
@@ -123,7 +123,7 @@ def page_reader(settings: Settings, http: httpx.AsyncClient, store: Store) -> Pa
         fetcher,
         pages=settings.read_pages,
         budget_tokens=settings.page_tokens,
-        cache=store,
+        cache=cache,
         cache_ttl=settings.page_cache_ttl,
         extract_timeout=settings.page_timeout,
     )
@@ -200,7 +200,7 @@ async def open_storage(settings: Settings, *, upgrade: bool = True) -> AsyncIter
     (so a run created by ``fathom digest run`` is queued like any other)."""
     async with open_database(settings, upgrade=upgrade) as database:
         store = Store(database, on_new_run=new_run_hook(settings))
-        yield Storage(database, store, DigestStore(database))
+        yield Storage(database, store, store.digests)
 
 
 def digest_service(settings: Settings, storage: Storage) -> DigestService:
@@ -234,9 +234,9 @@ async def open_runtime(
         page_client(settings, tls) as pages_http,
     ):
         database, store = storage.database, storage.store
-        search = build_search_provider(settings, http, store, metrics)
+        search = build_search_provider(settings, http, store.caches, metrics)
         llm = LLMClients.from_settings(settings, ssl_context=tls, metrics=metrics)
-        reader = page_reader(settings, pages_http, store)
+        reader = page_reader(settings, pages_http, store.caches)
         try:
             service = ResearchService(
                 store=store,
