@@ -199,9 +199,14 @@ async def test_a_chinese_private_request_gets_a_card_updated_in_place_then_repor
     assert progress.message_id == run.progress_message_id
     assert progress.parent_id == "om_req_1" and progress.msg_type == "interactive"
     texts = card_texts(progress)
+    # Edits are coalesced (a round that ends while the previous edit is still in flight is
+    # shown with the next one), so which rounds appear depends on the machine's pace; those
+    # that appear are in order, in one card updated in place, and it ends with all three.
     lines = ["1/3th search executed.", "2/3th search executed.", "3/3th search executed."]
-    positions = [next(i for i, t in enumerate(texts) if line in t) for line in lines]
-    assert positions == sorted(positions)
+    firsts = [next((i for i, t in enumerate(texts) if line in t), None) for line in lines]
+    shown = [i for i in firsts if i is not None]
+    assert shown and shown == sorted(shown)
+    assert len(texts) >= 2
     assert texts[0].startswith(f"正在研究 **{topic}**（深度 3）")
     assert "研究完成：3/3 次搜索" in texts[-1]
     assert len(reports) == run.report_parts_posted >= 1
