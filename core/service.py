@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from core import whats_new, wording
-from core.engine.graph import ANSWER_CHARS, GraphStrategy, TextModel, graph_lines
-from core.engine.iterative import IterativeStrategy, RunState, StepHooks, StopReason
+from core.engine.graph import ANSWER_CHARS, GraphStrategy, graph_lines
+from core.engine.iterative import IterativeStrategy
+from core.engine.state import RunState, StepHooks, StopReason, TextModel
 from core.lease import (
     LOST_CLAIM,
     Lease,

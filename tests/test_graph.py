@@ -17,7 +17,7 @@ from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
 from core.config import Settings
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.engine.graph import GraphPlan, GraphStrategy, PlannedNode, check_plan
-from core.engine.iterative import RunState, StepHooks, StopReason
+from core.engine.state import RunState, StepHooks, StopReason
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.models import (

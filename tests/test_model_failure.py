@@ -20,7 +20,7 @@ from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
 from core.config import Settings
 from core.delivery import DeliveryPolicy, ResearchJob
-from core.engine.iterative import RunState
+from core.engine.state import RunState
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.models import (

@@ -20,21 +20,14 @@ import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from core.engine.iterative import (
-    JsonModel,
-    PageReading,
-    RunState,
-    StepHooks,
-    StopReason,
-    search_topic,
-)
+from core.engine.searching import PageReading, search_topic, searching_text
+from core.engine.state import JsonModel, RunState, StepHooks, StopReason, TextModel
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
-from core.models import Finding, GraphNode, NodeStatus, Usage
+from core.models import Finding, GraphNode, NodeStatus
 from core.pages.reader import PageReader
 from core.progress import ProgressKind, search_executed_text
 from core.prompts import (
@@ -46,7 +39,6 @@ from core.report import number_sources, url_identity, writer_source_blocks
 from core.search import SearchProvider
 from core.text import clean_text, has_visible
 from core.untrusted import as_data, neutralise
-from core.wording import searching_words
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +50,6 @@ PLANNER_NODES = 40
 _NAME = re.compile(r"[^\w-]+", re.UNICODE)
 #: A citation; more digits than any source list has are no citation (and no huge int()).
 _CITATION = re.compile(r"\[(\d{1,4})\]")
-
-
-class TextModel(JsonModel, Protocol):
-    async def complete(self, messages: list[dict[str, str]], *, usage: Usage) -> str: ...
 
 
 def _clean(value: str) -> str:
@@ -410,7 +398,7 @@ class _Turn:
         if questions:
             await self._hooks.progress(
                 ProgressKind.SEARCHING,
-                _searching(self._state, questions),
+                searching_text(self._state, questions),
                 None,
             )
         running: dict[asyncio.Task[None], str] = {}
@@ -519,9 +507,3 @@ def _checked_answer(text: str, allowed: set[int]) -> str:
     clean = _CITATION.sub(lambda m: m.group(0) if int(m.group(1)) in allowed else "", clean)
     clean = " ".join(clean.split())[:ANSWER_CHARS]
     return clean or "(no answer)"
-
-
-def _searching(state: RunState, questions: str) -> str:
-    done = state.searches_done
-    prefix = f"{search_executed_text(done, state.depth)} " if done else ""
-    return f"{prefix}{searching_words(state.language, questions)}"
