@@ -40,7 +40,7 @@ class Metrics:
             buckets=RUN_SECONDS,
             registry=registry,
         )
-        self.rounds = Counter(
+        self.rounds_done = Counter(  # the rounds_done of every attempt, summed
             "fathom_rounds",
             "Search rounds done (graph runs: planner turns).",
             ["strategy"],

@@ -184,7 +184,7 @@ class RunOutcome:
     notes: list[str] = field(default_factory=list)
     strategy: Strategy = Strategy.ITERATIVE
     #: Rounds (iterative) or planner turns (graph) done.
-    rounds: int = 0
+    rounds_done: int = 0
     #: The sub-questions a graph run planned.
     nodes: list[GraphNode] = field(default_factory=list)
 
@@ -223,7 +223,7 @@ def usage_of(run: RunRecord) -> Usage:
 
 def final_progress_text(outcome: RunOutcome) -> str:
     """The last status of a run, in the language of its topic."""
-    done, depth, language = outcome.rounds, outcome.depth, request_language(outcome.topic)
+    done, depth, language = outcome.rounds_done, outcome.depth, request_language(outcome.topic)
     if outcome.status is RunStatus.FAILED:
         return wording.failed_text(language, done, depth, outcome.error)
     if outcome.status is RunStatus.CANCELLED:
@@ -428,7 +428,7 @@ class ResearchService:
             topic=run.topic,
             depth=run.depth,
             variables=variables,
-            searches_done=run.rounds_done,
+            rounds_done=run.rounds_done,
             usage=usage_of(run),
             notes=list(run.notes),
             variables_version=claim.variables_version,
@@ -436,7 +436,7 @@ class ResearchService:
         started = time.monotonic()
 
         async def publish(kind: ProgressKind, text: str, topic: str | None = None) -> None:
-            event = ProgressEvent(run.id, kind, text, state.searches_done, state.depth, topic)
+            event = ProgressEvent(run.id, kind, text, state.rounds_done, state.depth, topic)
             try:
                 await sink.publish(event)
             except Exception:  # showing progress must never break the research
@@ -456,7 +456,7 @@ class ResearchService:
         markdown: str | None = None
         sources: list[Source] = []
         try:
-            resumed_after = state.searches_done if resuming else None
+            resumed_after = state.rounds_done if resuming else None
             await publish(
                 ProgressKind.STARTED,
                 wording.started_text(
@@ -467,7 +467,7 @@ class ResearchService:
             if reason is StopReason.CANCELLED:
                 status = RunStatus.CANCELLED
             else:
-                rounds = state.searches_done
+                rounds = state.rounds_done
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
                 await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))
                 markdown, sources = await self._write(
@@ -510,7 +510,7 @@ class ResearchService:
             error=error,
             notes=state.notes,
             strategy=Strategy(run.strategy),
-            rounds=state.searches_done,
+            rounds_done=state.rounds_done,
             nodes=[n for n in state.variables.graph if n.run_id == run.id],
         )
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
@@ -526,7 +526,7 @@ class ResearchService:
         self.metrics.runs_finished.labels(run.status, platform, strategy).inc()
         if run.seconds is not None:
             self.metrics.run_seconds.labels(strategy).observe(run.seconds)
-        self.metrics.rounds.labels(strategy).inc(max(0, state.searches_done - rounds_before))
+        self.metrics.rounds_done.labels(strategy).inc(max(0, state.rounds_done - rounds_before))
         usage = state.usage
         self.metrics.pages.labels("read").inc(max(0, usage.pages_read - usage_before.pages_read))
         skipped = max(0, usage.pages_skipped - usage_before.pages_skipped)
@@ -570,7 +570,7 @@ class ResearchService:
                     claim,
                     variables=state.variables.public_dict(),
                     variables_version=state.variables_version,
-                    rounds_done=state.searches_done,
+                    rounds_done=state.rounds_done,
                     usage=state.usage.model_dump(),
                     notes=state.notes,
                 )
@@ -680,7 +680,7 @@ class ResearchService:
         if run.strategy == Strategy.GRAPH.value:
             return GraphStrategy.run_topics(state)
         topics = state.variables.topics
-        return topics[len(topics) - state.searches_done :] if state.searches_done else []
+        return topics[len(topics) - state.rounds_done :] if state.rounds_done else []
 
     async def stored_outcome(self, run: RunRecord) -> RunOutcome:
         """The outcome of a finished run, as stored."""
@@ -704,6 +704,6 @@ class ResearchService:
             error=run.error,
             notes=list(run.notes),
             strategy=Strategy(run.strategy),
-            rounds=run.rounds_done,
+            rounds_done=run.rounds_done,
             nodes=[n for n in variables.graph if n.run_id == run.id],
         )

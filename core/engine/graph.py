@@ -206,7 +206,7 @@ def graph_lines(graph: Sequence[GraphNode], answer_chars: int = PLANNER_ANSWER_C
 
 def turn_text(state: RunState, nodes: Iterable[GraphNode]) -> str:
     """``{turn}/{depth}th search executed.`` and the turn's sub-questions, each marked."""
-    lines = [search_executed_text(state.searches_done, state.depth)]
+    lines = [search_executed_text(state.rounds_done, state.depth)]
     for node in nodes:
         mark = "✓" if node.status is NodeStatus.ANSWERED else "✗"
         why = f" ({node.error})" if node.status is NodeStatus.FAILED and node.error else ""
@@ -260,10 +260,10 @@ class GraphStrategy:
             if not nodes:
                 # A turn whose nodes all finished is done, also when the process stopped
                 # before counting it.
-                state.searches_done = max(state.searches_done, *(n.turn for n in own), 0)
-                if not variables.should_continue and state.searches_done > 0:
+                state.rounds_done = max(state.rounds_done, *(n.turn for n in own), 0)
+                if not variables.should_continue and state.rounds_done > 0:
                     return StopReason.PLANNER_STOPPED
-                if state.searches_done >= state.depth:
+                if state.rounds_done >= state.depth:
                     return StopReason.DEPTH_REACHED
                 planned = await self._plan(state)
                 if isinstance(planned, StopReason):
@@ -278,7 +278,7 @@ class GraphStrategy:
             unfinished = (NodeStatus.PENDING, NodeStatus.SEARCHED)
             if any(n.status in unfinished for n in nodes):  # left for a resume: cancelled
                 return StopReason.CANCELLED
-            state.searches_done = max(state.searches_done, nodes[0].turn)
+            state.rounds_done = max(state.rounds_done, nodes[0].turn)
             variables.next_search_topic = None
             await hooks.checkpoint(state)
             await hooks.progress(ProgressKind.SEARCHED, turn_text(state, nodes), None)
@@ -296,7 +296,7 @@ class GraphStrategy:
         if room == 0:
             state.note(f"The graph reached its {self._max_nodes} sub-questions, so it stopped.")
             return StopReason.PLANNER_STOPPED
-        turn = state.searches_done + 1
+        turn = state.rounds_done + 1
         messages = graph_planner_messages(
             topic=state.topic,
             turn=turn,
@@ -351,7 +351,7 @@ class GraphStrategy:
     def _fallback(self, state: RunState, note: str | None) -> list[GraphNode] | StopReason:
         """The user's question itself as the one node, when the planner gives nothing first."""
         variables = state.variables
-        if state.searches_done == 0 and find_duplicate(state.topic, variables.topics) is None:
+        if state.rounds_done == 0 and find_duplicate(state.topic, variables.topics) is None:
             if note:
                 state.note(note + " The question itself was searched instead.")
             names = {n.name for n in variables.graph}

@@ -75,7 +75,7 @@ class IterativeStrategy:
                 await reading[-1].attach(state)
                 reading.pop()
 
-        while state.searches_done < state.depth:
+        while state.rounds_done < state.depth:
             if hooks.is_cancelled():
                 return StopReason.CANCELLED
             topic = self._pending_topic(variables)
@@ -100,10 +100,10 @@ class IterativeStrategy:
             finding = await self._run_search(state, topic)
             variables.findings.append(finding)
             variables.topics.append(topic)
-            state.searches_done += 1
+            state.rounds_done += 1
             reading += self._read(state, [finding])
             await hooks.checkpoint(state)
-            text = search_executed_text(state.searches_done, state.depth)
+            text = search_executed_text(state.rounds_done, state.depth)
             if finding.error:
                 text += f" {search_failed_words(state.language)}"
             await hooks.progress(ProgressKind.SEARCHED, text, topic)
@@ -122,9 +122,9 @@ class IterativeStrategy:
     @staticmethod
     def _unread(state: RunState) -> list[Finding]:
         """This run's findings whose pages were not read before it was interrupted."""
-        if state.searches_done == 0:
+        if state.rounds_done == 0:
             return []
-        own = state.variables.findings[-state.searches_done :]
+        own = state.variables.findings[-state.rounds_done :]
         return [f for f in own if f.pages is None and f.results]
 
     @staticmethod
@@ -139,7 +139,7 @@ class IterativeStrategy:
         variables = state.variables
         messages = planner_messages(
             topic=state.topic,
-            round_number=state.searches_done + 1,
+            round_number=state.rounds_done + 1,
             depth=state.depth,
             topics=variables.topics,
             findings_digest=findings_digest(variables.findings),
@@ -175,7 +175,7 @@ class IterativeStrategy:
 
     def _fallback_topic(self, state: RunState, note: str | None) -> str | StopReason:
         """Search the user's own topic when the planner gives nothing and it is unsearched."""
-        if state.searches_done == 0 and find_duplicate(state.topic, state.variables.topics) is None:
+        if state.rounds_done == 0 and find_duplicate(state.topic, state.variables.topics) is None:
             if note:
                 state.note(note + " The topic itself was searched instead.")
             return state.topic

@@ -29,7 +29,7 @@ def searching_text(state: RunState, topic: str) -> str:
     Platforms coalesce edits of the progress message, so every status after the i-th
     search repeats its line; whichever edit lands, the count is shown.
     """
-    done = state.searches_done
+    done = state.rounds_done
     prefix = f"{search_executed_text(done, state.depth)} " if done else ""
     return f"{prefix}{searching_words(state.language, topic)}"
 

@@ -49,7 +49,8 @@ class RunState:
     topic: str
     depth: int
     variables: ThreadVariables
-    searches_done: int = 0
+    #: Rounds (iterative) or planner turns (graph) done; the run's ``rounds_done`` column.
+    rounds_done: int = 0
     usage: Usage = field(default_factory=Usage)
     notes: list[str] = field(default_factory=list)
     #: The version of the thread's variables this state is based on (0: none stored yet).
@@ -80,7 +81,7 @@ class RunState:
         own = [n for n in self.variables.graph if n.run_id == self.run_id]
         if own:
             return any(n.status is NodeStatus.ANSWERED or n.question != self.topic for n in own)
-        topics = self.variables.topics[-self.searches_done :] if self.searches_done else []
+        topics = self.variables.topics[-self.rounds_done :] if self.rounds_done else []
         planned = self.variables.next_search_topic
         return any(t != self.topic for t in topics) or planned not in (None, self.topic)
 
