@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from core import whats_new, wording
-from core.engine.graph import ANSWER_CHARS, GraphStrategy, graph_lines
-from core.engine.iterative import IterativeStrategy
 from core.engine.state import RunState, StepHooks, StopReason, TextModel
+from core.engine.strategy import build_strategies
 from core.lease import (
     LOST_CLAIM,
     Lease,
@@ -296,14 +295,12 @@ class ResearchService:
         self._store = store
         self._writer = writer
         self.metrics = metrics
-        self._iterative = IterativeStrategy(planner, search, reader)
-        self._graph = GraphStrategy(
-            planner,
-            planner,
-            search,
-            reader,
-            max_parallel=max_parallel_searches,
-            max_nodes=graph_max_nodes,
+        self._strategies = build_strategies(
+            planner=planner,
+            search=search,
+            reader=reader,
+            max_parallel_searches=max_parallel_searches,
+            graph_max_nodes=graph_max_nodes,
         )
         self.owner = owner or runner_identity()
         self.timing = timing or LeaseTiming()
@@ -463,7 +460,8 @@ class ResearchService:
                     state.language, run.topic, run.depth, resumed_after=resumed_after
                 ),
             )
-            reason = await self._strategy(run).run(state, hooks)
+            strategy = self._strategies[Strategy(run.strategy)]
+            reason = await strategy.run(state, hooks)
             if reason is StopReason.CANCELLED:
                 status = RunStatus.CANCELLED
             else:
@@ -471,9 +469,7 @@ class ResearchService:
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
                 await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))
                 markdown, sources = await self._write(
-                    state,
-                    await self._digest(run, state),
-                    graph=run.strategy == Strategy.GRAPH.value,
+                    state, await self._digest(run, state), graph=strategy.writer_graph(state)
                 )
                 status = RunStatus.SUCCEEDED
         except asyncio.CancelledError as exc:
@@ -618,10 +614,10 @@ class ResearchService:
         return _DigestHistory(whats_new.context(previous, state.language), earlier_urls)
 
     async def _write(
-        self, state: RunState, digest: _DigestHistory | None = None, *, graph: bool = False
+        self, state: RunState, digest: _DigestHistory | None = None, *, graph: list[str]
     ) -> tuple[str, list[Source]]:
         findings = state.variables.findings
-        lines = graph_lines(state.variables.graph, ANSWER_CHARS) if graph else []
+        lines = graph
         cited = frozenset(int(n) for n in re.findall(r"\[(\d{1,4})\]", "\n".join(lines)))
         numbered = writer_window(number_sources(findings), MAX_WRITER_SOURCES, cited)
         if not numbered:
@@ -672,15 +668,9 @@ class ResearchService:
             )
         return markdown, checked.sources
 
-    def _strategy(self, run: RunRecord) -> IterativeStrategy | GraphStrategy:
-        return self._graph if run.strategy == Strategy.GRAPH.value else self._iterative
-
     def _run_topics(self, run: RunRecord, state: RunState) -> list[str]:
         """The topics this run searched (a graph run: its sub-questions)."""
-        if run.strategy == Strategy.GRAPH.value:
-            return GraphStrategy.run_topics(state)
-        topics = state.variables.topics
-        return topics[len(topics) - state.rounds_done :] if state.rounds_done else []
+        return self._strategies[Strategy(run.strategy)].run_topics(state)
 
     async def stored_outcome(self, run: RunRecord) -> RunOutcome:
         """The outcome of a finished run, as stored."""

@@ -242,6 +242,11 @@ class GraphStrategy:
             if n.run_id == state.run_id and n.question in searched
         ]
 
+    @staticmethod
+    def writer_graph(state: RunState) -> list[str]:
+        """The thread's graph with its answers (at most ``ANSWER_CHARS`` of each)."""
+        return graph_lines(state.variables.graph, ANSWER_CHARS)
+
     async def run(self, state: RunState, hooks: StepHooks) -> StopReason:
         turn = _Turn(
             state,

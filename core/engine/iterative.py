@@ -55,6 +55,17 @@ class IterativeStrategy:
         self._search = search
         self._reader = reader
 
+    @staticmethod
+    def run_topics(state: RunState) -> list[str]:
+        """The topics this run searched: the last ``rounds_done`` of the thread's."""
+        topics = state.variables.topics
+        return topics[len(topics) - state.rounds_done :] if state.rounds_done else []
+
+    @staticmethod
+    def writer_graph(state: RunState) -> list[str]:
+        """Nothing: the writer works from the findings alone."""
+        return []
+
     async def run(self, state: RunState, hooks: StepHooks) -> StopReason:
         reading = self._read(state, self._unread(state))
         try:
