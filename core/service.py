@@ -13,12 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from core import whats_new, wording
+from core import wording
 from core.engine.state import RunState, StepHooks, StopReason, TextModel
 from core.engine.strategy import build_strategies
 from core.lease import (
@@ -29,7 +28,6 @@ from core.lease import (
     release_quietly,
     runner_identity,
 )
-from core.llm import LLMError
 from core.models import (
     CONSOLE_PLATFORM,
     GraphNode,
@@ -49,18 +47,9 @@ from core.progress import (
     ProgressSink,
     search_executed_text,
 )
-from core.prompts import DigestContext, writer_messages
-from core.report import (
-    drop_instruction_echoes,
-    fallback_body,
-    finalize_report,
-    number_sources,
-    report_language,
-    writer_source_blocks,
-    writer_window,
-)
 from core.search import SearchProvider
-from core.wording import Language, request_language
+from core.wording import request_language
+from core.writer import ModelUnavailable, NoResults, ReportWriter, model_unavailable
 from storage import (
     Claim,
     ClaimLost,
@@ -75,10 +64,21 @@ from storage import (
 if TYPE_CHECKING:
     from core.metrics import Metrics  # (prometheus-client is imported by `fathom serve` only)
 
+__all__ = [
+    "ModelUnavailable",
+    "NoResults",
+    "ResearchService",
+    "RunBusy",
+    "RunOutcome",
+    "RunRejected",
+    "final_progress_text",
+    "model_unavailable",
+    "submit_run",
+    "usage_of",
+]
+
 log = logging.getLogger(__name__)
 
-#: At most this many sources (the most recent) are given to the writer.
-MAX_WRITER_SOURCES = 60
 #: The error of a run whose task was cancelled without a cancel request (Ctrl-C, SIGTERM).
 INTERRUPTED = "interrupted"
 #: How often a checkpoint is retried after the thread's variables changed under it.
@@ -105,12 +105,6 @@ class _CancelFlag:
     requested: bool
 
 
-@dataclass(frozen=True)
-class _DigestHistory:
-    context: DigestContext
-    earlier_urls: set[str]
-
-
 class RunRejected(ValueError):
     """The request cannot start now: a run is already active in the thread (``active``,
     when known)."""
@@ -135,35 +129,6 @@ class RunBusy(RuntimeError):
             "it is taken over automatically if that process stops"
         )
         self.run = run
-
-
-class NoResults(Exception):
-    """No search returned anything, so there is nothing to write a report from."""
-
-
-class ModelUnavailable(Exception):
-    """Every model call of the run failed (no analysis, no report): the message is one line
-    saying what is wrong, with which model where."""
-
-
-def model_unavailable(
-    language: Language, writer: LLMError, planner: LLMError | None
-) -> ModelUnavailable:
-    """The failure of a run whose planner and writer both failed (``planner``: its last
-    failed call, named too when it failed otherwise or elsewhere)."""
-    reason = _model_reason(language, writer)
-    if planner is not None and (planner.detail, planner.endpoint) != (
-        writer.detail,
-        writer.endpoint,
-    ):
-        reason += "; " + _model_reason(language, planner)
-    return ModelUnavailable(" ".join(reason.split()))
-
-
-def _model_reason(language: Language, error: LLMError) -> str:
-    return wording.model_failure_text(
-        language, error.kind.value, error.detail, error.model, error.endpoint
-    )
 
 
 @dataclass
@@ -293,7 +258,7 @@ class ResearchService:
         at most ``max_parallel_searches`` sub-questions of a run at once and plans at most
         ``graph_max_nodes`` per run. Sub-questions are answered by the planner's model."""
         self._store = store
-        self._writer = writer
+        self._writer = ReportWriter(writer, store)
         self.metrics = metrics
         self._strategies = build_strategies(
             planner=planner,
@@ -468,8 +433,8 @@ class ResearchService:
                 rounds = state.rounds_done
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
                 await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))
-                markdown, sources = await self._write(
-                    state, await self._digest(run, state), graph=strategy.writer_graph(state)
+                markdown, sources = await self._writer.write(
+                    run, state, strategy.writer_graph(state)
                 )
                 status = RunStatus.SUCCEEDED
         except asyncio.CancelledError as exc:
@@ -602,71 +567,6 @@ class ResearchService:
             notes=state.notes,
             deliver=_delivers(claim.run),
         )
-
-    async def _digest(self, run: RunRecord, state: RunState) -> _DigestHistory | None:
-        """What the previous firing of a digest's run reported (None: not a digest, or its
-        first successful firing)."""
-        if run.digest_id is None:
-            return None
-        previous, earlier_urls = await self._store.digest_history(run.digest_id, run.created_at)
-        if previous is None:
-            return None
-        return _DigestHistory(whats_new.context(previous, state.language), earlier_urls)
-
-    async def _write(
-        self, state: RunState, digest: _DigestHistory | None = None, *, graph: list[str]
-    ) -> tuple[str, list[Source]]:
-        findings = state.variables.findings
-        lines = graph
-        cited = frozenset(int(n) for n in re.findall(r"\[(\d{1,4})\]", "\n".join(lines)))
-        numbered = writer_window(number_sources(findings), MAX_WRITER_SOURCES, cited)
-        if not numbered:
-            errors = [f.error for f in findings if f.error]
-            why = f" (last error: {errors[-1]})" if errors else ""
-            raise NoResults(f"no search returned any results{why}")
-        new = (
-            whats_new.new_numbers([(s.n, s.url) for s in numbered], digest.earlier_urls)
-            if digest is not None
-            else frozenset()
-        )
-        messages = writer_messages(
-            topic=state.topic,
-            language=report_language(state.topic),
-            topics=state.variables.topics,
-            sources=writer_source_blocks(numbered, new),
-            notes=state.notes,
-            digest=digest.context if digest is not None else None,
-            graph=lines,
-        )
-        try:
-            body = await self._writer.complete(messages, usage=state.usage)
-            body, echoes = drop_instruction_echoes(body)
-            if echoes:
-                state.note(
-                    "A passage of the writer's answer that repeated Fathom's own instructions "
-                    "was removed."
-                )
-        except LLMError as exc:
-            log.warning("writer failed in run %s: %s", state.run_id, exc)
-            if not state.analysis_obtained():  # nothing the model said: no report to pretend
-                raise model_unavailable(state.language, exc, state.model_failure) from exc
-            state.note(f"The report writer model failed ({exc}); the raw findings are listed.")
-            intro = wording.writer_unavailable_intro(state.language, str(exc))
-            body = fallback_body(state.topic, findings, numbered, intro)
-        checked = finalize_report(body, numbered, state.topic, state.notes)
-        if checked.removed_citations or checked.unlinked_urls:
-            log.info(
-                "run %s: removed %d citations to unknown sources, unlinked %d unknown URLs",
-                state.run_id,
-                checked.removed_citations,
-                checked.unlinked_urls,
-            )
-        markdown = checked.markdown
-        if digest is not None:
-            markdown = whats_new.ensure_section(
-                markdown, digest.context, checked.sources, digest.earlier_urls
-            )
-        return markdown, checked.sources
 
     def _run_topics(self, run: RunRecord, state: RunState) -> list[str]:
         """The topics this run searched (a graph run: its sub-questions)."""
