@@ -6,6 +6,10 @@ thread) and returns at once. A runner then ``claim``s the run, holds it with a
 checkpointing every step, and always leaves the run in a finished state; if the process
 dies, the run stays ``running`` with a checkpoint that the next claim resumes from.
 ``execute`` does all three for callers that run one research themselves (the CLI).
+
+This module is the run's lifecycle. The run's strategy (looked up by its name in
+:mod:`core.engine.strategy`) researches it, :mod:`core.writer` writes its report, and
+:mod:`core.outcome` is what it came to; their public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from core import wording
@@ -30,7 +34,6 @@ from core.lease import (
 )
 from core.models import (
     CONSOLE_PLATFORM,
-    GraphNode,
     ResearchRequest,
     RunStatus,
     Source,
@@ -39,6 +42,7 @@ from core.models import (
     ThreadVariables,
     Usage,
 )
+from core.outcome import RunOutcome, final_progress_text, usage_of
 from core.pages.reader import PageReader
 from core.progress import (
     NullProgress,
@@ -48,7 +52,6 @@ from core.progress import (
     search_executed_text,
 )
 from core.search import SearchProvider
-from core.wording import request_language
 from core.writer import ModelUnavailable, NoResults, ReportWriter, model_unavailable
 from storage import (
     Claim,
@@ -129,74 +132,6 @@ class RunBusy(RuntimeError):
             "it is taken over automatically if that process stops"
         )
         self.run = run
-
-
-@dataclass
-class RunOutcome:
-    run_id: str
-    thread: str
-    status: RunStatus
-    topic: str
-    depth: int
-    topics: list[str]
-    report_markdown: str | None
-    sources: list[Source]
-    usage: Usage
-    seconds: float
-    stop_reason: StopReason | None = None
-    error: str | None = None
-    notes: list[str] = field(default_factory=list)
-    strategy: Strategy = Strategy.ITERATIVE
-    #: Rounds (iterative) or planner turns (graph) done.
-    rounds_done: int = 0
-    #: The sub-questions a graph run planned.
-    nodes: list[GraphNode] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, object]:
-        """The ``fathom research --json`` contract (DESIGN.md)."""
-        data: dict[str, object] = {
-            "run_id": self.run_id,
-            "thread": self.thread,
-            "status": self.status.value,
-            "strategy": self.strategy.value,
-            "topics": self.topics,
-            "report_markdown": self.report_markdown,
-            "sources": [s.model_dump() for s in self.sources],
-            "usage": self.usage.model_dump(),
-            "seconds": round(self.seconds, 3),
-            "stop_reason": self.stop_reason.value if self.stop_reason else None,
-            "error": self.error,
-            "notes": self.notes,
-        }
-        if self.strategy is Strategy.GRAPH:
-            data["nodes"] = [n.model_dump(mode="json", exclude={"run_id"}) for n in self.nodes]
-        return data
-
-
-def usage_of(run: RunRecord) -> Usage:
-    """A run's counters as stored."""
-    return Usage(
-        llm_calls=run.llm_calls,
-        prompt_tokens=run.prompt_tokens,
-        completion_tokens=run.completion_tokens,
-        searches=run.searches,
-        pages_read=run.pages_read,
-        pages_skipped=run.pages_skipped,
-    )
-
-
-def final_progress_text(outcome: RunOutcome) -> str:
-    """The last status of a run, in the language of its topic."""
-    done, depth, language = outcome.rounds_done, outcome.depth, request_language(outcome.topic)
-    if outcome.status is RunStatus.FAILED:
-        return wording.failed_text(language, done, depth, outcome.error)
-    if outcome.status is RunStatus.CANCELLED:
-        return wording.cancelled_text(language, done, depth)
-    sources, pages = len(outcome.sources), outcome.usage.pages_read
-    if outcome.stop_reason in (StopReason.DEPTH_REACHED, None):
-        return wording.done_text(language, done, depth, sources, pages)
-    why = str(outcome.stop_reason.value)
-    return wording.stopped_early_text(language, done, depth, sources, why, pages)
 
 
 async def submit_run(
@@ -483,15 +418,16 @@ class ResearchService:
         """Count a finished attempt of a run in the process's metrics."""
         if self.metrics is None:
             return
-        strategy, platform = run.strategy, run.thread_key.split(":", 1)[0]
-        self.metrics.runs_finished.labels(run.status, platform, strategy).inc()
-        if run.seconds is not None:
-            self.metrics.run_seconds.labels(strategy).observe(run.seconds)
-        self.metrics.rounds_done.labels(strategy).inc(max(0, state.rounds_done - rounds_before))
         usage = state.usage
-        self.metrics.pages.labels("read").inc(max(0, usage.pages_read - usage_before.pages_read))
-        skipped = max(0, usage.pages_skipped - usage_before.pages_skipped)
-        self.metrics.pages.labels("skipped").inc(skipped)
+        self.metrics.run_finished(
+            status=run.status,
+            platform=run.thread_key.split(":", 1)[0],
+            strategy=run.strategy,
+            seconds=run.seconds,
+            rounds_done=max(0, state.rounds_done - rounds_before),
+            pages_read=max(0, usage.pages_read - usage_before.pages_read),
+            pages_skipped=max(0, usage.pages_skipped - usage_before.pages_skipped),
+        )
 
     async def fail_claimed(self, claim: Claim, error: str) -> RunRecord:
         """End a claimed, unfinished run as failed without working on it (e.g. its outcome
