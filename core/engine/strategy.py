@@ -4,7 +4,8 @@ strategy by its name (:class:`core.models.Strategy`).
 A strategy researches a run from its thread's variables up to the findings; the service runs
 it between checkpoints and the writer turns what it found into the report. To add one: a value
 of ``core.models.Strategy``, a class with the methods of :class:`Strategy` (``iterative.py`` and
-``graph.py`` are the two), and its entry in :func:`build_strategies`.
+``graph.py`` are the two), its entry in :func:`build_strategies` and, once users may pick it,
+in ``core.commands.AVAILABLE_STRATEGIES``.
 """
 
 from __future__ import annotations
