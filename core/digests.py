@@ -4,7 +4,7 @@ A firing of a digest at a slot (a time its cron names, in its timezone) is a run
 key is ``digest:<id>:<slot>``: the database lets each slot start at most one run, whoever
 fires it and however often. The run starts a new thread in the digest's channel
 (``pending-digest-…``: its progress message opens the thread, as a Slack slash command's
-does), and the writer is told what the previous digest found (see ``core.service``).
+does), and the writer is told what the previous digest found (see ``core.writer``).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class Metrics:
             buckets=RUN_SECONDS,
             registry=registry,
         )
-        self.rounds = Counter(
+        self.rounds_done = Counter(  # the rounds_done of every attempt, summed
             "fathom_rounds",
             "Search rounds done (graph runs: planner turns).",
             ["strategy"],
@@ -115,6 +115,25 @@ class Metrics:
             self.llm_tokens.labels(model, "prompt").inc(prompt_tokens)
         if completion_tokens:
             self.llm_tokens.labels(model, "completion").inc(completion_tokens)
+
+    def run_finished(
+        self,
+        *,
+        status: str,
+        platform: str,
+        strategy: str,
+        seconds: float | None,
+        rounds_done: int,
+        pages_read: int,
+        pages_skipped: int,
+    ) -> None:
+        """Count a finished attempt of a run; rounds and pages are those of the attempt."""
+        self.runs_finished.labels(status, platform, strategy).inc()
+        if seconds is not None:
+            self.run_seconds.labels(strategy).observe(seconds)
+        self.rounds_done.labels(strategy).inc(rounds_done)
+        self.pages.labels("read").inc(pages_read)
+        self.pages.labels("skipped").inc(pages_skipped)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -27,7 +27,8 @@ class ProgressEvent:
     run_id: str
     kind: ProgressKind
     text: str
-    searches_done: int
+    #: Rounds (iterative) or planner turns (graph) done so far.
+    rounds_done: int
     depth: int
     topic: str | None = None
 

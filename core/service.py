@@ -6,6 +6,10 @@ thread) and returns at once. A runner then ``claim``s the run, holds it with a
 checkpointing every step, and always leaves the run in a finished state; if the process
 dies, the run stays ``running`` with a checkpoint that the next claim resumes from.
 ``execute`` does all three for callers that run one research themselves (the CLI).
+
+This module is the run's lifecycle. The run's strategy (looked up by its name in
+:mod:`core.engine.strategy`) researches it, :mod:`core.writer` writes its report, and
+:mod:`core.outcome` is what it came to; their public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -13,14 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from core import whats_new, wording
-from core.engine.graph import ANSWER_CHARS, GraphStrategy, TextModel, graph_lines
-from core.engine.iterative import IterativeStrategy, RunState, StepHooks, StopReason
+from core import wording
+from core.engine.state import RunState, StepHooks, StopReason, TextModel
+from core.engine.strategy import build_strategies
 from core.lease import (
     LOST_CLAIM,
     Lease,
@@ -29,10 +32,8 @@ from core.lease import (
     release_quietly,
     runner_identity,
 )
-from core.llm import LLMError
 from core.models import (
     CONSOLE_PLATFORM,
-    GraphNode,
     ResearchRequest,
     RunStatus,
     Source,
@@ -41,6 +42,7 @@ from core.models import (
     ThreadVariables,
     Usage,
 )
+from core.outcome import RunOutcome, final_progress_text, usage_of
 from core.pages.reader import PageReader
 from core.progress import (
     NullProgress,
@@ -49,18 +51,8 @@ from core.progress import (
     ProgressSink,
     search_executed_text,
 )
-from core.prompts import DigestContext, writer_messages
-from core.report import (
-    drop_instruction_echoes,
-    fallback_body,
-    finalize_report,
-    number_sources,
-    report_language,
-    writer_source_blocks,
-    writer_window,
-)
 from core.search import SearchProvider
-from core.wording import Language, request_language
+from core.writer import ModelUnavailable, NoResults, ReportWriter, model_unavailable
 from storage import (
     Claim,
     ClaimLost,
@@ -76,10 +68,21 @@ from storage import (
 if TYPE_CHECKING:
     from core.metrics import Metrics  # (prometheus-client is imported by `fathom serve` only)
 
+__all__ = [
+    "ModelUnavailable",
+    "NoResults",
+    "ResearchService",
+    "RunBusy",
+    "RunOutcome",
+    "RunRejected",
+    "final_progress_text",
+    "model_unavailable",
+    "submit_run",
+    "usage_of",
+]
+
 log = logging.getLogger(__name__)
 
-#: At most this many sources (the most recent) are given to the writer.
-MAX_WRITER_SOURCES = 60
 #: The error of a run whose task was cancelled without a cancel request (Ctrl-C, SIGTERM).
 INTERRUPTED = "interrupted"
 #: How often a checkpoint is retried after the thread's variables changed under it.
@@ -106,12 +109,6 @@ class _CancelFlag:
     requested: bool
 
 
-@dataclass(frozen=True)
-class _DigestHistory:
-    context: DigestContext
-    earlier_urls: set[str]
-
-
 class RunRejected(ValueError):
     """The request cannot start now: a run is already active in the thread (``active``,
     when known)."""
@@ -136,103 +133,6 @@ class RunBusy(RuntimeError):
             "it is taken over automatically if that process stops"
         )
         self.run = run
-
-
-class NoResults(Exception):
-    """No search returned anything, so there is nothing to write a report from."""
-
-
-class ModelUnavailable(Exception):
-    """Every model call of the run failed (no analysis, no report): the message is one line
-    saying what is wrong, with which model where."""
-
-
-def model_unavailable(
-    language: Language, writer: LLMError, planner: LLMError | None
-) -> ModelUnavailable:
-    """The failure of a run whose planner and writer both failed (``planner``: its last
-    failed call, named too when it failed otherwise or elsewhere)."""
-    reason = _model_reason(language, writer)
-    if planner is not None and (planner.detail, planner.endpoint) != (
-        writer.detail,
-        writer.endpoint,
-    ):
-        reason += "; " + _model_reason(language, planner)
-    return ModelUnavailable(" ".join(reason.split()))
-
-
-def _model_reason(language: Language, error: LLMError) -> str:
-    return wording.model_failure_text(
-        language, error.kind.value, error.detail, error.model, error.endpoint
-    )
-
-
-@dataclass
-class RunOutcome:
-    run_id: str
-    thread: str
-    status: RunStatus
-    topic: str
-    depth: int
-    topics: list[str]
-    report_markdown: str | None
-    sources: list[Source]
-    usage: Usage
-    seconds: float
-    stop_reason: StopReason | None = None
-    error: str | None = None
-    notes: list[str] = field(default_factory=list)
-    strategy: Strategy = Strategy.ITERATIVE
-    #: Rounds (iterative) or planner turns (graph) done.
-    rounds: int = 0
-    #: The sub-questions a graph run planned.
-    nodes: list[GraphNode] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, object]:
-        """The ``fathom research --json`` contract (DESIGN.md)."""
-        data: dict[str, object] = {
-            "run_id": self.run_id,
-            "thread": self.thread,
-            "status": self.status.value,
-            "strategy": self.strategy.value,
-            "topics": self.topics,
-            "report_markdown": self.report_markdown,
-            "sources": [s.model_dump() for s in self.sources],
-            "usage": self.usage.model_dump(),
-            "seconds": round(self.seconds, 3),
-            "stop_reason": self.stop_reason.value if self.stop_reason else None,
-            "error": self.error,
-            "notes": self.notes,
-        }
-        if self.strategy is Strategy.GRAPH:
-            data["nodes"] = [n.model_dump(mode="json", exclude={"run_id"}) for n in self.nodes]
-        return data
-
-
-def usage_of(run: RunRecord) -> Usage:
-    """A run's counters as stored."""
-    return Usage(
-        llm_calls=run.llm_calls,
-        prompt_tokens=run.prompt_tokens,
-        completion_tokens=run.completion_tokens,
-        searches=run.searches,
-        pages_read=run.pages_read,
-        pages_skipped=run.pages_skipped,
-    )
-
-
-def final_progress_text(outcome: RunOutcome) -> str:
-    """The last status of a run, in the language of its topic."""
-    done, depth, language = outcome.rounds, outcome.depth, request_language(outcome.topic)
-    if outcome.status is RunStatus.FAILED:
-        return wording.failed_text(language, done, depth, outcome.error)
-    if outcome.status is RunStatus.CANCELLED:
-        return wording.cancelled_text(language, done, depth)
-    sources, pages = len(outcome.sources), outcome.usage.pages_read
-    if outcome.stop_reason in (StopReason.DEPTH_REACHED, None):
-        return wording.done_text(language, done, depth, sources, pages)
-    why = str(outcome.stop_reason.value)
-    return wording.stopped_early_text(language, done, depth, sources, why, pages)
 
 
 async def submit_run(
@@ -294,16 +194,14 @@ class ResearchService:
         at most ``max_parallel_searches`` sub-questions of a run at once and plans at most
         ``graph_max_nodes`` per run. Sub-questions are answered by the planner's model."""
         self._store = store
-        self._writer = writer
+        self._writer = ReportWriter(writer, store)
         self.metrics = metrics
-        self._iterative = IterativeStrategy(planner, search, reader)
-        self._graph = GraphStrategy(
-            planner,
-            planner,
-            search,
-            reader,
-            max_parallel=max_parallel_searches,
-            max_nodes=graph_max_nodes,
+        self._strategies = build_strategies(
+            planner=planner,
+            search=search,
+            reader=reader,
+            max_parallel_searches=max_parallel_searches,
+            graph_max_nodes=graph_max_nodes,
         )
         self.owner = owner or runner_identity()
         self.timing = timing or LeaseTiming()
@@ -428,7 +326,7 @@ class ResearchService:
             topic=run.topic,
             depth=run.depth,
             variables=variables,
-            searches_done=run.rounds_done,
+            rounds_done=run.rounds_done,
             usage=usage_of(run),
             notes=list(run.notes),
             variables_version=claim.variables_version,
@@ -436,7 +334,7 @@ class ResearchService:
         started = time.monotonic()
 
         async def publish(kind: ProgressKind, text: str, topic: str | None = None) -> None:
-            event = ProgressEvent(run.id, kind, text, state.searches_done, state.depth, topic)
+            event = ProgressEvent(run.id, kind, text, state.rounds_done, state.depth, topic)
             try:
                 await sink.publish(event)
             except Exception:  # showing progress must never break the research
@@ -456,24 +354,23 @@ class ResearchService:
         markdown: str | None = None
         sources: list[Source] = []
         try:
-            resumed_after = state.searches_done if resuming else None
+            resumed_after = state.rounds_done if resuming else None
             await publish(
                 ProgressKind.STARTED,
                 wording.started_text(
                     state.language, run.topic, run.depth, resumed_after=resumed_after
                 ),
             )
-            reason = await self._strategy(run).run(state, hooks)
+            strategy = self._strategies[Strategy(run.strategy)]
+            reason = await strategy.run(state, hooks)
             if reason is StopReason.CANCELLED:
                 status = RunStatus.CANCELLED
             else:
-                rounds = state.searches_done
+                rounds = state.rounds_done
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
                 await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))
-                markdown, sources = await self._write(
-                    state,
-                    await self._digest(run, state),
-                    graph=run.strategy == Strategy.GRAPH.value,
+                markdown, sources = await self._writer.write(
+                    run, state, strategy.writer_graph(state)
                 )
                 status = RunStatus.SUCCEEDED
         except asyncio.CancelledError as exc:
@@ -510,7 +407,7 @@ class ResearchService:
             error=error,
             notes=state.notes,
             strategy=Strategy(run.strategy),
-            rounds=state.searches_done,
+            rounds_done=state.rounds_done,
             nodes=[n for n in state.variables.graph if n.run_id == run.id],
         )
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
@@ -522,15 +419,16 @@ class ResearchService:
         """Count a finished attempt of a run in the process's metrics."""
         if self.metrics is None:
             return
-        strategy, platform = run.strategy, run.thread_key.split(":", 1)[0]
-        self.metrics.runs_finished.labels(run.status, platform, strategy).inc()
-        if run.seconds is not None:
-            self.metrics.run_seconds.labels(strategy).observe(run.seconds)
-        self.metrics.rounds.labels(strategy).inc(max(0, state.searches_done - rounds_before))
         usage = state.usage
-        self.metrics.pages.labels("read").inc(max(0, usage.pages_read - usage_before.pages_read))
-        skipped = max(0, usage.pages_skipped - usage_before.pages_skipped)
-        self.metrics.pages.labels("skipped").inc(skipped)
+        self.metrics.run_finished(
+            status=run.status,
+            platform=run.thread_key.split(":", 1)[0],
+            strategy=run.strategy,
+            seconds=run.seconds,
+            rounds_done=max(0, state.rounds_done - rounds_before),
+            pages_read=max(0, usage.pages_read - usage_before.pages_read),
+            pages_skipped=max(0, usage.pages_skipped - usage_before.pages_skipped),
+        )
 
     async def fail_claimed(self, claim: Claim, error: str) -> RunRecord:
         """End a claimed, unfinished run as failed without working on it (e.g. its outcome
@@ -570,7 +468,7 @@ class ResearchService:
                     claim,
                     variables=state.variables.public_dict(),
                     variables_version=state.variables_version,
-                    rounds_done=state.searches_done,
+                    rounds_done=state.rounds_done,
                     usage=state.usage.model_dump(),
                     notes=state.notes,
                 )
@@ -607,80 +505,9 @@ class ResearchService:
             deliver=_delivers(claim.run),
         )
 
-    async def _digest(self, run: RunRecord, state: RunState) -> _DigestHistory | None:
-        """What the previous firing of a digest's run reported (None: not a digest, or its
-        first successful firing)."""
-        if run.digest_id is None:
-            return None
-        previous, earlier_urls = await self._store.digest_history(run.digest_id, run.created_at)
-        if previous is None:
-            return None
-        return _DigestHistory(whats_new.context(previous, state.language), earlier_urls)
-
-    async def _write(
-        self, state: RunState, digest: _DigestHistory | None = None, *, graph: bool = False
-    ) -> tuple[str, list[Source]]:
-        findings = state.variables.findings
-        lines = graph_lines(state.variables.graph, ANSWER_CHARS) if graph else []
-        cited = frozenset(int(n) for n in re.findall(r"\[(\d{1,4})\]", "\n".join(lines)))
-        numbered = writer_window(number_sources(findings), MAX_WRITER_SOURCES, cited)
-        if not numbered:
-            errors = [f.error for f in findings if f.error]
-            why = f" (last error: {errors[-1]})" if errors else ""
-            raise NoResults(f"no search returned any results{why}")
-        new = (
-            whats_new.new_numbers([(s.n, s.url) for s in numbered], digest.earlier_urls)
-            if digest is not None
-            else frozenset()
-        )
-        messages = writer_messages(
-            topic=state.topic,
-            language=report_language(state.topic),
-            topics=state.variables.topics,
-            sources=writer_source_blocks(numbered, new),
-            notes=state.notes,
-            digest=digest.context if digest is not None else None,
-            graph=lines,
-        )
-        try:
-            body = await self._writer.complete(messages, usage=state.usage)
-            body, echoes = drop_instruction_echoes(body)
-            if echoes:
-                state.note(
-                    "A passage of the writer's answer that repeated Fathom's own instructions "
-                    "was removed."
-                )
-        except LLMError as exc:
-            log.warning("writer failed in run %s: %s", state.run_id, exc)
-            if not state.analysis_obtained():  # nothing the model said: no report to pretend
-                raise model_unavailable(state.language, exc, state.model_failure) from exc
-            state.note(f"The report writer model failed ({exc}); the raw findings are listed.")
-            intro = wording.writer_unavailable_intro(state.language, str(exc))
-            body = fallback_body(state.topic, findings, numbered, intro)
-        checked = finalize_report(body, numbered, state.topic, state.notes)
-        if checked.removed_citations or checked.unlinked_urls:
-            log.info(
-                "run %s: removed %d citations to unknown sources, unlinked %d unknown URLs",
-                state.run_id,
-                checked.removed_citations,
-                checked.unlinked_urls,
-            )
-        markdown = checked.markdown
-        if digest is not None:
-            markdown = whats_new.ensure_section(
-                markdown, digest.context, checked.sources, digest.earlier_urls
-            )
-        return markdown, checked.sources
-
-    def _strategy(self, run: RunRecord) -> IterativeStrategy | GraphStrategy:
-        return self._graph if run.strategy == Strategy.GRAPH.value else self._iterative
-
     def _run_topics(self, run: RunRecord, state: RunState) -> list[str]:
         """The topics this run searched (a graph run: its sub-questions)."""
-        if run.strategy == Strategy.GRAPH.value:
-            return GraphStrategy.run_topics(state)
-        topics = state.variables.topics
-        return topics[len(topics) - state.searches_done :] if state.searches_done else []
+        return self._strategies[Strategy(run.strategy)].run_topics(state)
 
     async def stored_outcome(self, run: RunRecord) -> RunOutcome:
         """The outcome of a finished run, as stored."""
@@ -704,6 +531,6 @@ class ResearchService:
             error=run.error,
             notes=list(run.notes),
             strategy=Strategy(run.strategy),
-            rounds=run.rounds_done,
+            rounds_done=run.rounds_done,
             nodes=[n for n in variables.graph if n.run_id == run.id],
         )

@@ -73,7 +73,7 @@ def after_search(n: int, action: Callable[[], Awaitable[object] | object]) -> Co
     """A sink that runs ``action`` once the ``n``-th search of the run has executed."""
 
     async def on_event(event: ProgressEvent) -> None:
-        if event.kind is ProgressKind.SEARCHED and event.searches_done == n:
+        if event.kind is ProgressKind.SEARCHED and event.rounds_done == n:
             result = action()
             if asyncio.iscoroutine(result):
                 await result
@@ -172,7 +172,7 @@ async def test_progress_sequence(harness: Harness) -> None:
     writing = kinds.index(ProgressKind.WRITING)
     last_searched = max(i for i, k in enumerate(kinds) if k is ProgressKind.SEARCHED)
     assert last_searched < writing < len(kinds) - 1
-    assert [e.searches_done for e in progress.events if e.kind is ProgressKind.SEARCHED] == [
+    assert [e.rounds_done for e in progress.events if e.kind is ProgressKind.SEARCHED] == [
         1,
         2,
         3,

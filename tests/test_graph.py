@@ -17,7 +17,7 @@ from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
 from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.engine.graph import GraphPlan, GraphStrategy, PlannedNode, check_plan
-from core.engine.iterative import RunState, StepHooks, StopReason
+from core.engine.state import RunState, StepHooks, StopReason
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.models import (
@@ -397,13 +397,13 @@ class Hooks:
         return StepHooks(checkpoint, progress, lambda: self.cancelled)
 
 
-def interrupted_state(*nodes: GraphNode, searches_done: int = 0, depth: int = 3) -> RunState:
+def interrupted_state(*nodes: GraphNode, rounds_done: int = 0, depth: int = 3) -> RunState:
     finding = Finding(
         topic=f"{QUESTION} cost",
         results=[SearchResult(title="Costs", url="https://costs.example/a", snippet="cheap")],
     )
     variables = ThreadVariables(topics=[finding.topic], findings=[finding], graph=list(nodes))
-    return RunState("r1", QUESTION, depth, variables, searches_done=searches_done)
+    return RunState("r1", QUESTION, depth, variables, rounds_done=rounds_done)
 
 
 @pytest.fixture
@@ -428,7 +428,7 @@ async def test_a_cancelled_run_with_a_searched_but_unanswered_node_ends(
     hooks = Hooks(cancelled=True)
     reason = await strategy.run(state, hooks.hooks())
     assert reason is StopReason.CANCELLED
-    assert state.searches_done == 0 and hooks.checkpoints == 0
+    assert state.rounds_done == 0 and hooks.checkpoints == 0
     assert llm_server.fake.requests == [] and search_server.fake.queries == []
 
 
@@ -445,12 +445,12 @@ async def test_a_turn_finished_before_a_crash_is_not_planned_again(
         status=NodeStatus.ANSWERED,
         answer="Cheap [1].",
     )
-    state = interrupted_state(answered, searches_done=0, depth=2)
+    state = interrupted_state(answered, rounds_done=0, depth=2)
     llm_server.fake.script("graph_planner", FINISH)
     await strategy.run(state, Hooks().hooks())
     (prompt,) = planner_prompts_of(llm_server)
     assert "Planner turn 2 of at most 2" in prompt
-    assert state.searches_done == 1
+    assert state.rounds_done == 1
 
 
 def planner_prompts_of(llm_server: FakeLLMServer) -> list[str]:

@@ -20,7 +20,7 @@ from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
 from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
-from core.engine.iterative import RunState
+from core.engine.state import RunState
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.models import (
@@ -256,18 +256,18 @@ async def test_a_planner_that_always_fails_with_a_working_writer_gives_a_report(
 
 def test_a_resumed_run_knows_an_earlier_attempt_was_planned() -> None:
     """The attempt's flags start afresh on resume; the checkpoint tells what the planner did."""
-    only_the_topic = RunState("r", TOPIC, 3, ThreadVariables(topics=[TOPIC]), searches_done=1)
+    only_the_topic = RunState("r", TOPIC, 3, ThreadVariables(topics=[TOPIC]), rounds_done=1)
     assert not only_the_topic.analysis_obtained()
     planned = ThreadVariables(topics=[TOPIC, f"{TOPIC} costs"])
-    assert RunState("r", TOPIC, 3, planned, searches_done=2).analysis_obtained()
+    assert RunState("r", TOPIC, 3, planned, rounds_done=2).analysis_obtained()
     # An earlier run's topics in the thread are not this run's.
     follow_up = RunState("r", "and prices?", 3, ThreadVariables(topics=[TOPIC, "and prices?"]), 1)
     assert not follow_up.analysis_obtained()
     fallback = GraphNode(name="q1", question=TOPIC, run_id="r", status=NodeStatus.FAILED)
     graph = ThreadVariables(topics=[TOPIC], graph=[fallback])
-    assert not RunState("r", TOPIC, 3, graph, searches_done=1).analysis_obtained()
+    assert not RunState("r", TOPIC, 3, graph, rounds_done=1).analysis_obtained()
     fallback.status = NodeStatus.ANSWERED
-    assert RunState("r", TOPIC, 3, graph, searches_done=1).analysis_obtained()
+    assert RunState("r", TOPIC, 3, graph, rounds_done=1).analysis_obtained()
 
 
 # --- where the failure shows: the thread and the CLI --------------------------------------------

@@ -240,7 +240,7 @@ async def test_a_resumed_run_reuses_the_passages_it_stored(reading: MakeHarness)
 
     async def on_event(event: ProgressEvent) -> None:
         # Searching round 2: round 1's pages were attached and checkpointed with its plan.
-        if event.kind is ProgressKind.SEARCHING and event.searches_done == 1:
+        if event.kind is ProgressKind.SEARCHING and event.rounds_done == 1:
             round_two.set()
 
     task = asyncio.create_task(harness.service.execute(run_id, Collect(on_event)))

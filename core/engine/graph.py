@@ -20,21 +20,14 @@ import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from core.engine.iterative import (
-    JsonModel,
-    PageReading,
-    RunState,
-    StepHooks,
-    StopReason,
-    search_topic,
-)
+from core.engine.searching import PageReading, search_topic, searching_text
+from core.engine.state import JsonModel, RunState, StepHooks, StopReason, TextModel
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
-from core.models import Finding, GraphNode, NodeStatus, Usage
+from core.models import Finding, GraphNode, NodeStatus
 from core.pages.reader import PageReader
 from core.progress import ProgressKind, search_executed_text
 from core.prompts import (
@@ -46,7 +39,6 @@ from core.report import number_sources, url_identity, writer_source_blocks
 from core.search import SearchProvider
 from core.text import clean_text, has_visible
 from core.untrusted import as_data, neutralise
-from core.wording import searching_words
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +50,6 @@ PLANNER_NODES = 40
 _NAME = re.compile(r"[^\w-]+", re.UNICODE)
 #: A citation; more digits than any source list has are no citation (and no huge int()).
 _CITATION = re.compile(r"\[(\d{1,4})\]")
-
-
-class TextModel(JsonModel, Protocol):
-    async def complete(self, messages: list[dict[str, str]], *, usage: Usage) -> str: ...
 
 
 def _clean(value: str) -> str:
@@ -218,7 +206,7 @@ def graph_lines(graph: Sequence[GraphNode], answer_chars: int = PLANNER_ANSWER_C
 
 def turn_text(state: RunState, nodes: Iterable[GraphNode]) -> str:
     """``{turn}/{depth}th search executed.`` and the turn's sub-questions, each marked."""
-    lines = [search_executed_text(state.searches_done, state.depth)]
+    lines = [search_executed_text(state.rounds_done, state.depth)]
     for node in nodes:
         mark = "✓" if node.status is NodeStatus.ANSWERED else "✗"
         why = f" ({node.error})" if node.status is NodeStatus.FAILED and node.error else ""
@@ -254,6 +242,11 @@ class GraphStrategy:
             if n.run_id == state.run_id and n.question in searched
         ]
 
+    @staticmethod
+    def writer_graph(state: RunState) -> list[str]:
+        """The thread's graph with its answers (at most ``ANSWER_CHARS`` of each)."""
+        return graph_lines(state.variables.graph, ANSWER_CHARS)
+
     async def run(self, state: RunState, hooks: StepHooks) -> StopReason:
         turn = _Turn(
             state,
@@ -272,10 +265,10 @@ class GraphStrategy:
             if not nodes:
                 # A turn whose nodes all finished is done, also when the process stopped
                 # before counting it.
-                state.searches_done = max(state.searches_done, *(n.turn for n in own), 0)
-                if not variables.should_continue and state.searches_done > 0:
+                state.rounds_done = max(state.rounds_done, *(n.turn for n in own), 0)
+                if not variables.should_continue and state.rounds_done > 0:
                     return StopReason.PLANNER_STOPPED
-                if state.searches_done >= state.depth:
+                if state.rounds_done >= state.depth:
                     return StopReason.DEPTH_REACHED
                 planned = await self._plan(state)
                 if isinstance(planned, StopReason):
@@ -290,7 +283,7 @@ class GraphStrategy:
             unfinished = (NodeStatus.PENDING, NodeStatus.SEARCHED)
             if any(n.status in unfinished for n in nodes):  # left for a resume: cancelled
                 return StopReason.CANCELLED
-            state.searches_done = max(state.searches_done, nodes[0].turn)
+            state.rounds_done = max(state.rounds_done, nodes[0].turn)
             variables.next_search_topic = None
             await hooks.checkpoint(state)
             await hooks.progress(ProgressKind.SEARCHED, turn_text(state, nodes), None)
@@ -308,7 +301,7 @@ class GraphStrategy:
         if room == 0:
             state.note(f"The graph reached its {self._max_nodes} sub-questions, so it stopped.")
             return StopReason.PLANNER_STOPPED
-        turn = state.searches_done + 1
+        turn = state.rounds_done + 1
         messages = graph_planner_messages(
             topic=state.topic,
             turn=turn,
@@ -363,7 +356,7 @@ class GraphStrategy:
     def _fallback(self, state: RunState, note: str | None) -> list[GraphNode] | StopReason:
         """The user's question itself as the one node, when the planner gives nothing first."""
         variables = state.variables
-        if state.searches_done == 0 and find_duplicate(state.topic, variables.topics) is None:
+        if state.rounds_done == 0 and find_duplicate(state.topic, variables.topics) is None:
             if note:
                 state.note(note + " The question itself was searched instead.")
             names = {n.name for n in variables.graph}
@@ -410,7 +403,7 @@ class _Turn:
         if questions:
             await self._hooks.progress(
                 ProgressKind.SEARCHING,
-                _searching(self._state, questions),
+                searching_text(self._state, questions),
                 None,
             )
         running: dict[asyncio.Task[None], str] = {}
@@ -519,9 +512,3 @@ def _checked_answer(text: str, allowed: set[int]) -> str:
     clean = _CITATION.sub(lambda m: m.group(0) if int(m.group(1)) in allowed else "", clean)
     clean = " ".join(clean.split())[:ANSWER_CHARS]
     return clean or "(no answer)"
-
-
-def _searching(state: RunState, questions: str) -> str:
-    done = state.searches_done
-    prefix = f"{search_executed_text(done, state.depth)} " if done else ""
-    return f"{prefix}{searching_words(state.language, questions)}"

@@ -1,0 +1,101 @@
+"""The types every research strategy shares: the run's state, the hooks between its steps,
+why it stopped, and the models it calls."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from core.llm import LLMError
+from core.models import NodeStatus, ThreadVariables, Usage
+from core.progress import ProgressKind
+from core.wording import Language, request_language
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class JsonModel(Protocol):
+    async def complete_json(
+        self,
+        messages: list[dict[str, str]],
+        schema: type[T],
+        *,
+        usage: Usage,
+        schema_name: str = "answer",
+    ) -> T: ...
+
+
+class TextModel(JsonModel, Protocol):
+    async def complete(self, messages: list[dict[str, str]], *, usage: Usage) -> str: ...
+
+
+class StopReason(enum.StrEnum):
+    DEPTH_REACHED = "depth_reached"
+    PLANNER_STOPPED = "planner_stopped"
+    PLANNER_FAILED = "planner_failed"
+    DUPLICATE_TOPICS = "duplicate_topics"
+    CANCELLED = "cancelled"
+
+
+@dataclass
+class RunState:
+    """Mutable state of one run; the variables belong to the run's thread."""
+
+    run_id: str
+    topic: str
+    depth: int
+    variables: ThreadVariables
+    #: Rounds (iterative) or planner turns (graph) done; the run's ``rounds_done`` column.
+    rounds_done: int = 0
+    usage: Usage = field(default_factory=Usage)
+    notes: list[str] = field(default_factory=list)
+    #: The version of the thread's variables this state is based on (0: none stored yet).
+    variables_version: int = 0
+    #: Whether a planner (or sub-question) call of this attempt answered.
+    model_answered: bool = False
+    #: The last model call of this attempt that failed.
+    model_failure: LLMError | None = None
+
+    @property
+    def language(self) -> Language:
+        """The language of the bot's words for this run (that of its topic)."""
+        return request_language(self.topic)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def analysis_obtained(self) -> bool:
+        """Whether the model analysed anything for this run: a planner or sub-question call
+        answered in this attempt, or (a resumed run) its checkpoint shows one did before.
+
+        Only the planner proposes a topic other than the run's own, and only an answer marks
+        a sub-question answered.
+        """
+        if self.model_answered:
+            return True
+        own = [n for n in self.variables.graph if n.run_id == self.run_id]
+        if own:
+            return any(n.status is NodeStatus.ANSWERED or n.question != self.topic for n in own)
+        topics = self.variables.topics[-self.rounds_done :] if self.rounds_done else []
+        planned = self.variables.next_search_topic
+        return any(t != self.topic for t in topics) or planned not in (None, self.topic)
+
+
+@dataclass(frozen=True)
+class StepHooks:
+    """What the strategy calls between steps; the service supplies them.
+
+    ``is_cancelled`` answers from memory, not from the database: the service keeps the flag
+    from the run's start and from every checkpoint (which returns it), plus cancels made
+    through this process. A cancel from elsewhere is seen at the next checkpoint, which
+    precedes both places where the strategy asks.
+    """
+
+    checkpoint: Callable[[RunState], Awaitable[None]]
+    progress: Callable[[ProgressKind, str, str | None], Awaitable[None]]
+    is_cancelled: Callable[[], bool]

@@ -1,0 +1,80 @@
+"""What a run came to: its outcome, as ``fathom research --json`` prints it and platforms
+deliver it, and the last progress line, which says how it ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core import wording
+from core.engine.state import StopReason
+from core.models import GraphNode, RunStatus, Source, Strategy, Usage
+from core.wording import request_language
+from storage import RunRecord
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    thread: str
+    status: RunStatus
+    topic: str
+    depth: int
+    topics: list[str]
+    report_markdown: str | None
+    sources: list[Source]
+    usage: Usage
+    seconds: float
+    stop_reason: StopReason | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    strategy: Strategy = Strategy.ITERATIVE
+    #: Rounds (iterative) or planner turns (graph) done.
+    rounds_done: int = 0
+    #: The sub-questions a graph run planned.
+    nodes: list[GraphNode] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, object]:
+        """The ``fathom research --json`` contract (DESIGN.md)."""
+        data: dict[str, object] = {
+            "run_id": self.run_id,
+            "thread": self.thread,
+            "status": self.status.value,
+            "strategy": self.strategy.value,
+            "topics": self.topics,
+            "report_markdown": self.report_markdown,
+            "sources": [s.model_dump() for s in self.sources],
+            "usage": self.usage.model_dump(),
+            "seconds": round(self.seconds, 3),
+            "stop_reason": self.stop_reason.value if self.stop_reason else None,
+            "error": self.error,
+            "notes": self.notes,
+        }
+        if self.strategy is Strategy.GRAPH:
+            data["nodes"] = [n.model_dump(mode="json", exclude={"run_id"}) for n in self.nodes]
+        return data
+
+
+def usage_of(run: RunRecord) -> Usage:
+    """A run's counters as stored."""
+    return Usage(
+        llm_calls=run.llm_calls,
+        prompt_tokens=run.prompt_tokens,
+        completion_tokens=run.completion_tokens,
+        searches=run.searches,
+        pages_read=run.pages_read,
+        pages_skipped=run.pages_skipped,
+    )
+
+
+def final_progress_text(outcome: RunOutcome) -> str:
+    """The last status of a run, in the language of its topic."""
+    done, depth, language = outcome.rounds_done, outcome.depth, request_language(outcome.topic)
+    if outcome.status is RunStatus.FAILED:
+        return wording.failed_text(language, done, depth, outcome.error)
+    if outcome.status is RunStatus.CANCELLED:
+        return wording.cancelled_text(language, done, depth)
+    sources, pages = len(outcome.sources), outcome.usage.pages_read
+    if outcome.stop_reason in (StopReason.DEPTH_REACHED, None):
+        return wording.done_text(language, done, depth, sources, pages)
+    why = str(outcome.stop_reason.value)
+    return wording.stopped_early_text(language, done, depth, sources, why, pages)

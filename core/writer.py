@@ -1,0 +1,160 @@
+"""The report writer: a run's findings become its Markdown report.
+
+The writer model gets the run's numbered sources (at most ``MAX_WRITER_SOURCES``: those the
+graph's answers cite, then the most recent), its notes and, for a graph run, the answered
+sub-questions. A digest's firing is also told what the previous firing reported, and the
+report always gets its "What's new" section (:mod:`core.whats_new`). Citations and links are
+checked before the report leaves (:func:`core.report.finalize_report`). When the writer model
+fails, the findings are listed instead; when no model call of the run answered at all, the
+run fails with :class:`ModelUnavailable` rather than pretend to a report.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from core import whats_new, wording
+from core.engine.state import RunState, TextModel
+from core.llm import LLMError
+from core.models import Source
+from core.prompts import DigestContext, writer_messages
+from core.report import (
+    drop_instruction_echoes,
+    fallback_body,
+    finalize_report,
+    number_sources,
+    report_language,
+    writer_source_blocks,
+    writer_window,
+)
+from core.wording import Language
+from storage import RunRecord, Store
+
+# The logger these lines were always written under (the writer began in the service), so that
+# log queries keep finding them.
+log = logging.getLogger("core.service")
+
+#: At most this many sources (the most recent) are given to the writer.
+MAX_WRITER_SOURCES = 60
+
+
+class NoResults(Exception):
+    """No search returned anything, so there is nothing to write a report from."""
+
+
+class ModelUnavailable(Exception):
+    """Every model call of the run failed (no analysis, no report): the message is one line
+    saying what is wrong, with which model where."""
+
+
+def model_unavailable(
+    language: Language, writer: LLMError, planner: LLMError | None
+) -> ModelUnavailable:
+    """The failure of a run whose planner and writer both failed (``planner``: its last
+    failed call, named too when it failed otherwise or elsewhere)."""
+    reason = _model_reason(language, writer)
+    if planner is not None and (planner.detail, planner.endpoint) != (
+        writer.detail,
+        writer.endpoint,
+    ):
+        reason += "; " + _model_reason(language, planner)
+    return ModelUnavailable(" ".join(reason.split()))
+
+
+def _model_reason(language: Language, error: LLMError) -> str:
+    return wording.model_failure_text(
+        language, error.kind.value, error.detail, error.model, error.endpoint
+    )
+
+
+@dataclass(frozen=True)
+class _DigestHistory:
+    context: DigestContext
+    earlier_urls: set[str]
+
+
+class ReportWriter:
+    """Writes the reports of runs with the writer model."""
+
+    def __init__(self, model: TextModel, store: Store) -> None:
+        """``store``: where a digest's earlier firings are found."""
+        self._model = model
+        self._store = store
+
+    async def write(
+        self, run: RunRecord, state: RunState, graph: Sequence[str] = ()
+    ) -> tuple[str, list[Source]]:
+        """The run's report and the sources it lists; ``graph``: the answered sub-questions,
+        one line each (see ``Strategy.writer_graph``).
+
+        Raises :class:`NoResults` when no search found anything and :class:`ModelUnavailable`
+        when the writer failed after every other model call of the run did too.
+        """
+        return await self._write(state, await self._digest(run, state), graph)
+
+    async def _digest(self, run: RunRecord, state: RunState) -> _DigestHistory | None:
+        """What the previous firing of a digest's run reported (None: not a digest, or its
+        first successful firing)."""
+        if run.digest_id is None:
+            return None
+        previous, earlier_urls = await self._store.digest_history(run.digest_id, run.created_at)
+        if previous is None:
+            return None
+        return _DigestHistory(whats_new.context(previous, state.language), earlier_urls)
+
+    async def _write(
+        self, state: RunState, digest: _DigestHistory | None, lines: Sequence[str]
+    ) -> tuple[str, list[Source]]:
+        findings = state.variables.findings
+        cited = frozenset(int(n) for n in re.findall(r"\[(\d{1,4})\]", "\n".join(lines)))
+        numbered = writer_window(number_sources(findings), MAX_WRITER_SOURCES, cited)
+        if not numbered:
+            errors = [f.error for f in findings if f.error]
+            why = f" (last error: {errors[-1]})" if errors else ""
+            raise NoResults(f"no search returned any results{why}")
+        new = (
+            whats_new.new_numbers([(s.n, s.url) for s in numbered], digest.earlier_urls)
+            if digest is not None
+            else frozenset()
+        )
+        messages = writer_messages(
+            topic=state.topic,
+            language=report_language(state.topic),
+            topics=state.variables.topics,
+            sources=writer_source_blocks(numbered, new),
+            notes=state.notes,
+            digest=digest.context if digest is not None else None,
+            graph=lines,
+        )
+        try:
+            body = await self._model.complete(messages, usage=state.usage)
+            body, echoes = drop_instruction_echoes(body)
+            if echoes:
+                state.note(
+                    "A passage of the writer's answer that repeated Fathom's own instructions "
+                    "was removed."
+                )
+        except LLMError as exc:
+            log.warning("writer failed in run %s: %s", state.run_id, exc)
+            if not state.analysis_obtained():  # nothing the model said: no report to pretend
+                raise model_unavailable(state.language, exc, state.model_failure) from exc
+            state.note(f"The report writer model failed ({exc}); the raw findings are listed.")
+            intro = wording.writer_unavailable_intro(state.language, str(exc))
+            body = fallback_body(state.topic, findings, numbered, intro)
+        checked = finalize_report(body, numbered, state.topic, state.notes)
+        if checked.removed_citations or checked.unlinked_urls:
+            log.info(
+                "run %s: removed %d citations to unknown sources, unlinked %d unknown URLs",
+                state.run_id,
+                checked.removed_citations,
+                checked.unlinked_urls,
+            )
+        markdown = checked.markdown
+        if digest is not None:
+            markdown = whats_new.ensure_section(
+                markdown, digest.context, checked.sources, digest.earlier_urls
+            )
+        return markdown, checked.sources
