@@ -34,7 +34,7 @@ class RunOutcome:
     nodes: list[GraphNode] = field(default_factory=list)
 
     def as_json(self) -> dict[str, object]:
-        """The ``fathom research --json`` contract (DESIGN.md)."""
+        """The ``fathom research --json`` contract (README.md, "Using the CLI")."""
         data: dict[str, object] = {
             "run_id": self.run_id,
             "thread": self.thread,
