@@ -37,7 +37,7 @@ from core.config import ConfigError
 from core.duty import OneHolder
 from core.queue import conninfo
 from core.scheduler import DigestScheduler
-from storage import HEAD_REVISION, Database, LeaseStore, Store
+from storage import HEAD_REVISION, Database, Store
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def create_app(settings: AppSettings, *, upgrade: bool = True) -> Starlette:
             app.state.platforms = built.platforms
             scheduler = DigestScheduler(
                 runtime.digests,
-                LeaseStore(runtime.database),
+                runtime.store.leases,
                 runner,
                 owner=runtime.service.owner,
                 lease=core.lease,
@@ -79,7 +79,7 @@ def create_app(settings: AppSettings, *, upgrade: bool = True) -> Starlette:
             holders = {
                 name: OneHolder(
                     f"{name}-connection",
-                    LeaseStore(runtime.database),
+                    runtime.store.leases,
                     owner=runtime.service.owner,
                     start=platform.connect,
                     stop=platform.disconnect,

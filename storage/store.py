@@ -2,9 +2,9 @@
 
 ``Store(database)`` builds the stores that each do one job and exposes them as attributes
 (``runs``, ``claims``, ``threads``, ``events``, ``caches``, ``digests``,
-``slack_oauth_states``), so code that needs one job can depend on that store alone. The method
-names callers used before the split are the per-job stores' own bound methods, assigned once
-here: one implementation, no copies to keep in step.
+``slack_oauth_states``, ``leases``), so code that needs one job can depend on that store
+alone. The method names callers used before the split are the per-job stores' own bound
+methods, assigned once here: one implementation, no copies to keep in step.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from storage.claims import ClaimStore
 from storage.db import Database
 from storage.digests import DigestStore
 from storage.events import EventStore
+from storage.leases import LeaseStore
 from storage.runs import RunStore
 from storage.slack_oauth import SlackOAuthStates
 from storage.threads import ThreadStore
@@ -39,6 +40,7 @@ class Store:
         self.caches = CacheStore(database)
         self.digests = DigestStore(database)
         self.slack_oauth_states = SlackOAuthStates(database)
+        self.leases = LeaseStore(database)
         # The names callers used before the split: the per-job stores' own bound methods.
         self.create_run = self.runs.create_run
         self.get_run = self.runs.get_run
