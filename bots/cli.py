@@ -66,12 +66,9 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 
 
 def _settings() -> Settings:
-    from core.config import ConfigError, load_settings
-
-    try:
-        return load_settings()
-    except ConfigError as exc:
-        raise _fail(str(exc)) from None
+    """Core's settings, once every part's are known to be valid (a bad platform setting stops
+    every command with one line, not only ``serve``)."""
+    return _app_settings().core
 
 
 def _app_settings() -> AppSettings:

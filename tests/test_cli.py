@@ -264,6 +264,26 @@ def test_bad_input_exits_2_and_starts_nothing(
     assert llm_server.fake.requests == [] and search_server.fake.queries == []
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("FEISHU_MODE", "socket"), ("SLACK_API_URL", "slack"), ("FATHOM_USER_CONCURRENCY", "0")],
+)
+def test_a_bad_setting_of_any_part_stops_research_in_one_line(
+    variable: str,
+    value: str,
+    cli_env: dict[str, str],
+    tmp_path: Path,
+    llm_server: FakeLLMServer,
+) -> None:
+    """Every part reads its own settings (a platform's, the chat layer's), and each is checked
+    by every command, not only by the one that uses it."""
+    result = fathom("research", "batteries", env={**cli_env, variable: value}, cwd=tmp_path)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and variable in lines[0], result.stderr
+    assert llm_server.fake.requests == []
+
+
 def test_missing_api_key_is_one_clear_line(
     cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
 ) -> None:

@@ -31,8 +31,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar
 
-from starlette.responses import JSONResponse
-
 from bots.chat.settings import ChatPolicy, PlatformSettings, RouteLimits
 
 if TYPE_CHECKING:
@@ -170,6 +168,8 @@ class ChatPlatform(ABC, Generic[SettingsT]):
         """Answer one of :attr:`routes` (the server checked that the platform is configured
         here and the schema is current)."""
         if self.ingress is None:
+            from starlette.responses import JSONResponse
+
             return JSONResponse({"error": f"{self.title} does not take requests here"}, 404)
         return await self.ingress.handle(request)
 
