@@ -17,12 +17,14 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core.election import LEASE
 from core.models import Strategy
 
 SearchProviderName = Literal["ddgs", "searxng", "tavily", "brave"]
 #: A comma-separated list in the environment (``U1,U2``), a list in code.
 CommaList = Annotated[list[str], NoDecode]
+#: How long an election's lease lasts without renewal (seconds): the default of
+#: ``FATHOM_LEASE`` and of ``core.election.Election``.
+LEASE = 45.0
 #: Variables whose given value is never repeated in an error (it may hold a password).
 _UNECHOED = frozenset({"DATABASE_URL"})
 

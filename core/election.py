@@ -26,14 +26,15 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from core import config
 from storage import LeaseStore
 from storage.tables import utcnow
 
 log = logging.getLogger(__name__)
 
 #: How long an election's lease lasts without renewal (seconds); candidates vote every third
-#: of it. The default of ``FATHOM_LEASE``.
-LEASE = 45.0
+#: of it (``FATHOM_LEASE``'s default, defined with the settings so they stay light to import).
+LEASE = config.LEASE
 
 
 class Change(enum.Enum):
