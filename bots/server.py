@@ -156,13 +156,19 @@ def platform_endpoint(cls: PlatformClass) -> Callable[[Request], Awaitable[Respo
 EVENT_MEMORY = timedelta(days=7)
 
 
+#: Files sent on their own wait this long at most for their request (every platform's window
+#: is shorter).
+FILE_MEMORY = timedelta(days=1)
+
+
 #: How often housekeeping runs (it also runs at start).
 HOUSEKEEPING_EVERY = 3600.0
 
 
 async def _housekeeping(store: Store, settings: AppSettings) -> None:
     """Keep the bookkeeping tables small: processed platform events older than
-    ``EVENT_MEMORY``, expired Slack OAuth states (anyone may open the install page), and
+    ``EVENT_MEMORY``, expired Slack OAuth states (anyone may open the install page), files
+    sent on their own that no request took (``FILE_MEMORY``), and
     cached search results and page texts past their time to live."""
     while True:
         jobs: tuple[tuple[str, Callable[[], Awaitable[int]]], ...] = (
@@ -171,6 +177,10 @@ async def _housekeeping(store: Store, settings: AppSettings) -> None:
                 lambda: store.prune_events(EVENT_MEMORY),
             ),
             ("expired Slack OAuth states", store.prune_oauth_states),
+            (
+                f"files kept for a request, older than {FILE_MEMORY}",
+                lambda: store.files.prune_files(FILE_MEMORY),
+            ),
             (
                 "expired cached searches and pages",
                 lambda: store.prune_caches(

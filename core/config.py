@@ -127,6 +127,17 @@ class Settings(EnvSettings):
         default=False, validation_alias=env("FATHOM_ALLOW_PRIVATE_FETCH")
     )
 
+    # Files attached in the chat
+    attachment_max_bytes: int = Field(
+        default=20 * 1024 * 1024,
+        ge=1024,
+        le=200 * 1024 * 1024,
+        validation_alias=env("FATHOM_ATTACHMENT_MAX_BYTES"),
+    )
+    attachments_per_request: int = Field(
+        default=5, ge=0, le=20, validation_alias=env("FATHOM_ATTACHMENTS_PER_REQUEST")
+    )
+
     # Limits
     default_depth: int = Field(default=3, ge=1, validation_alias=env("FATHOM_DEFAULT_DEPTH"))
     max_depth: int = Field(default=10, ge=1, le=50, validation_alias=env("FATHOM_MAX_DEPTH"))

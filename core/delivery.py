@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from core.lease import Lease, release_quietly
 from core.logs import log_context
-from core.models import CONSOLE_PLATFORM, RunStatus, ThreadKey
+from core.models import CONSOLE_PLATFORM, Attachment, RunStatus, ThreadKey
 from core.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.service import ResearchService, RunOutcome, final_progress_text
 from storage import (
@@ -90,6 +90,10 @@ class Delivery(Protocol):
 
     async def post_notice(self, text: str) -> None:
         """Post a short plain-text message in the thread."""
+        ...
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """A file attached to the run's request (``core.attachments.FileSource``)."""
         ...
 
     def classify(self, error: Exception) -> PostFailure: ...

@@ -29,6 +29,8 @@ class SearchResult(BaseModel):
     title: str
     url: str
     snippet: str = ""
+    #: Its publication date (``YYYY-MM-DD``) when the provider gives one.
+    published: str | None = None
 
 
 class PageExcerpt(BaseModel):
@@ -39,6 +41,8 @@ class PageExcerpt(BaseModel):
 
     url: str
     passages: list[str] = Field(default_factory=list)
+    #: The date the page declares it was published (``YYYY-MM-DD``), when it declares one.
+    published: str | None = None
 
 
 class Finding(BaseModel):
@@ -53,6 +57,53 @@ class Finding(BaseModel):
     error: str | None = None
     searched_at: datetime = Field(default_factory=utcnow)
     pages: list[PageExcerpt] | None = None
+
+
+class Attachment(BaseModel):
+    """A file attached to a chat request, as its platform described it (not its contents).
+
+    Recorded with the run when the request arrives; the run downloads it when it executes,
+    through its platform's delivery (:meth:`core.delivery.Delivery.download`), with the
+    platform's credentials and from the platform's own hosts only.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    #: The platform's id of the file (Slack's file id, Feishu's ``file_key``, DingTalk's
+    #: ``downloadCode``): a thread reads a file once, whatever the requests that carry it.
+    id: str
+    name: str
+    #: The media type the platform gives, and the size in bytes when it gives one.
+    mime: str | None = None
+    size: int | None = None
+    #: The platform's link to the file (shown in the report's sources), when it has one.
+    url: str | None = None
+    #: Who attached it, as the report names them (a display name, else the platform's id).
+    attached_by: str = ""
+    #: The message that carries the file (Feishu's resource API needs it).
+    message_id: str | None = None
+    #: Whatever else the platform's download needs (e.g. Slack's ``url_private_download``).
+    extra: dict[str, str] = Field(default_factory=dict)
+
+
+class AttachedFile(BaseModel):
+    """An attached file as read, kept with the thread's variables: follow-ups in the thread
+    reuse its text without downloading it again. The text is untrusted like any page."""
+
+    id: str
+    name: str
+    #: ``pdf``, ``docx``, ``html`` or ``text`` (Markdown and plain text).
+    kind: str
+    size: int
+    url: str | None = None
+    attached_by: str = ""
+    #: Pages read (a PDF), and the pages it has.
+    pages_read: int | None = None
+    pages_total: int | None = None
+    published: str | None = None
+    text: str = ""
+    run_id: str = ""
+    read_at: datetime = Field(default_factory=utcnow)
 
 
 class NodeStatus(enum.StrEnum):
@@ -95,6 +146,8 @@ class ThreadVariables(BaseModel):
     findings: list[Finding] = Field(default_factory=list)
     should_continue: bool = Field(default=True, alias="shouldContinue")
     graph: list[GraphNode] = Field(default_factory=list)
+    #: The files attached in the thread that were read (their text, for every later run).
+    files: list[AttachedFile] = Field(default_factory=list)
 
     def public_dict(self) -> dict[str, object]:
         """The variables under their contract names (``nextSearchTopic`` ...)."""
@@ -112,6 +165,8 @@ class ThreadVariables(BaseModel):
         self.findings[:0] = findings
         names = {node.name for node in self.graph}
         self.graph[:0] = [node for node in stored.graph if node.name not in names]
+        ids = {file.id for file in self.files}
+        self.files[:0] = [file for file in stored.files if file.id not in ids]
 
 
 class PlannerDecision(BaseModel):
@@ -159,6 +214,8 @@ class Usage(BaseModel):
     #: Result pages read (their passages kept), and pages not read or with nothing relevant.
     pages_read: int = 0
     pages_skipped: int = 0
+    #: Files attached in the chat that were read.
+    attachments_read: int = 0
 
     def add(self, other: Usage) -> None:
         self.llm_calls += other.llm_calls
@@ -167,14 +224,18 @@ class Usage(BaseModel):
         self.searches += other.searches
         self.pages_read += other.pages_read
         self.pages_skipped += other.pages_skipped
+        self.attachments_read += other.attachments_read
 
 
 class Source(BaseModel):
-    """A numbered source of one run's report."""
+    """A numbered source of one run's report: a web page, or a file attached in the chat
+    (``kind`` ``file``; ``url`` is the platform's link to it, empty when it has none)."""
 
     n: int
     title: str
     url: str
+    published: str | None = None
+    kind: str = "web"
 
 
 #: The platform of console threads (``cli:local:local:<id>``): the report goes to the terminal
@@ -222,3 +283,5 @@ class ResearchRequest(BaseModel):
     platform_context: dict[str, Any] | None = None
     #: The digest this run is a firing of.
     digest_id: str | None = None
+    #: The files the request carried (read when the run executes).
+    attachments: list[Attachment] = Field(default_factory=list)

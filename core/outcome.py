@@ -63,6 +63,7 @@ def usage_of(run: RunRecord) -> Usage:
         searches=run.searches,
         pages_read=run.pages_read,
         pages_skipped=run.pages_skipped,
+        attachments_read=run.attachments_read,
     )
 
 

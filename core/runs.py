@@ -9,7 +9,8 @@ chat layer -> core -> storage) and a platform's needs from the database are visi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from datetime import datetime
+from typing import Any, Protocol
 
 from storage.errors import UserBusy
 from storage.records import DigestRecord, RunRecord, ThreadRecord
@@ -27,6 +28,14 @@ class ChatRuns(Protocol):
 
     async def events_seen(self, keys: Sequence[str]) -> bool:
         """Whether any of these deliveries was recorded already."""
+        ...
+
+    async def remember_files(self, scope: str, attachments: Sequence[dict[str, Any]]) -> None:
+        """Keep files sent on their own for the next request in ``scope``."""
+        ...
+
+    async def take_files(self, scope: str, since: datetime) -> list[dict[str, Any]]:
+        """The files kept in ``scope`` since ``since``, taken (removed) by this request."""
         ...
 
     async def get_thread(self, key: str) -> ThreadRecord | None: ...

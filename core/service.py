@@ -58,6 +58,7 @@ from storage import (
     ClaimLost,
     ClaimResult,
     RunRecord,
+    SourceRecord,
     StorageUnavailable,
     Store,
     ThreadBusy,
@@ -162,6 +163,7 @@ async def submit_run(
             platform_context=request.platform_context,
             digest_id=request.digest_id,
             user_limit=user_limit,
+            attachments=[a.model_dump(mode="json") for a in request.attachments],
         )
     except ThreadBusy as busy:
         raise _rejected(
@@ -498,7 +500,7 @@ class ResearchService:
             claim,
             status=status.value,
             report_markdown=markdown,
-            sources=[(s.n, s.title, s.url) for s in sources],
+            sources=[SourceRecord(s.n, s.title, s.url, s.published, s.kind) for s in sources],
             error=error,
             usage=state.usage.model_dump(),
             notes=state.notes,
@@ -515,7 +517,8 @@ class ResearchService:
         variables = ThreadVariables.model_validate(raw) if raw else ThreadVariables()
         state = RunState(run.id, run.topic, run.depth, variables, run.rounds_done)
         sources = [
-            Source(n=s.n, title=s.title, url=s.url) for s in await self._store.run_sources(run.id)
+            Source(n=s.n, title=s.title, url=s.url, published=s.published, kind=s.kind)
+            for s in await self._store.run_sources(run.id)
         ]
         return RunOutcome(
             run_id=run.id,

@@ -45,7 +45,7 @@ from storage.lifecycle import (
     UNFINISHED_STATUSES,
     LeaseClock,
 )
-from storage.records import Checkpointed, Claim, ClaimResult, RunRecord
+from storage.records import Checkpointed, Claim, ClaimResult, RunRecord, SourceRecord
 from storage.sql import (
     SELECT_RUNS,
     VARIABLE_COLUMNS,
@@ -63,6 +63,7 @@ USAGE_KEYS = (
     "searches",
     "pages_read",
     "pages_skipped",
+    "attachments_read",
 )
 
 _runs = cast(Table, ResearchRun.__table__)
@@ -425,7 +426,7 @@ class ClaimStore:
         *,
         status: str,
         report_markdown: str | None,
-        sources: Sequence[tuple[int, str, str]],
+        sources: Sequence[SourceRecord],
         error: str | None,
         usage: Mapping[str, int],
         notes: Sequence[str],
@@ -453,7 +454,17 @@ class ClaimStore:
             "delivery": DELIVERY_PENDING if deliver else None,
             **_usage_values(usage),
         }
-        rows = [{"run_id": claim.run_id, "n": n, "title": t, "url": u} for n, t, u in sources]
+        rows = [
+            {
+                "run_id": claim.run_id,
+                "n": s.n,
+                "title": s.title,
+                "url": s.url,
+                "published": s.published,
+                "kind": s.kind,
+            }
+            for s in sources
+        ]
 
         def work(conn: Connection) -> RunRecord:
             if conn.execute(self._sql.finish_run, run).first() is None:

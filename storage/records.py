@@ -59,6 +59,10 @@ class RunRecord:
     #: Result pages read, and pages that could not be read or held nothing relevant.
     pages_read: int = 0
     pages_skipped: int = 0
+    #: Files attached in the chat that were read.
+    attachments_read: int = 0
+    #: The files the request carried (``core.models.Attachment`` as JSON).
+    attachments: list[dict[str, Any]] | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -73,6 +77,8 @@ class SourceRecord:
     n: int
     title: str
     url: str
+    published: str | None = None
+    kind: str = "web"
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,7 @@ class RunStore:
         platform_context: dict[str, Any] | None = None,
         digest_id: str | None = None,
         user_limit: int | None = None,
+        attachments: list[dict[str, Any]] | None = None,
     ) -> tuple[RunRecord, bool]:
         """Queue a run in the (created on demand) thread.
 
@@ -171,6 +172,7 @@ class RunStore:
             "dedupe_key": dedupe_key,
             "platform_context": platform_context,
             "digest_id": digest_id,
+            "attachments": attachments or None,
             "notes": [],
             "created_at": now,
             **self._clock.params(),
@@ -315,13 +317,19 @@ class RunStore:
 
     async def run_sources(self, run_id: str) -> list[SourceRecord]:
         stmt = (
-            select(_sources.c.n, _sources.c.title, _sources.c.url)
+            select(
+                _sources.c.n,
+                _sources.c.title,
+                _sources.c.url,
+                _sources.c.published,
+                _sources.c.kind,
+            )
             .where(_sources.c.run_id == run_id)
             .order_by(_sources.c.n)
         )
 
         def work(conn: Connection) -> list[SourceRecord]:
-            return [SourceRecord(n=n, title=title, url=url) for n, title, url in conn.execute(stmt)]
+            return [SourceRecord(*row) for row in conn.execute(stmt)]
 
         return await self._db.run(work)
 

@@ -138,4 +138,6 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
         digest_id=row["digest_id"],
         pages_read=row["pages_read"],
         pages_skipped=row["pages_skipped"],
+        attachments_read=row["attachments_read"],
+        attachments=row["attachments"],
     )

@@ -1,7 +1,7 @@
 """The aggregate store: every per-job store over one database, under one name.
 
 ``Store(database)`` builds the stores that each do one job and exposes them as attributes
-(``runs``, ``claims``, ``threads``, ``events``, ``caches``, ``digests``,
+(``runs``, ``claims``, ``threads``, ``events``, ``files``, ``caches``, ``digests``,
 ``slack_oauth_states``, ``leases``), so code that needs one job can depend on that store
 alone. The method names callers used before the split are the per-job stores' own bound
 methods, assigned once here: one implementation, no copies to keep in step.
@@ -18,6 +18,7 @@ from storage.claims import ClaimStore
 from storage.db import Database
 from storage.digests import DigestStore
 from storage.events import EventStore
+from storage.files import FileStore
 from storage.leases import LeaseStore
 from storage.runs import RunStore
 from storage.slack_oauth import SlackOAuthStates
@@ -37,6 +38,7 @@ class Store:
         self.claims = ClaimStore(database)
         self.threads = ThreadStore(database)
         self.events = EventStore(database)
+        self.files = FileStore(database)
         self.caches = CacheStore(database)
         self.digests = DigestStore(database)
         self.slack_oauth_states = SlackOAuthStates(database)
@@ -70,6 +72,8 @@ class Store:
         self.claim_event = self.events.claim_event
         self.events_seen = self.events.events_seen
         self.prune_events = self.events.prune_events
+        self.remember_files = self.files.remember_files
+        self.take_files = self.files.take_files
         self.cache_get = self.caches.cache_get
         self.cache_put = self.caches.cache_put
         self.page_get = self.caches.page_get

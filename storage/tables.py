@@ -117,6 +117,8 @@ class ResearchRun(Base):
     searches: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     pages_read: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     pages_skipped: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    #: Files attached in the chat that were read (migration 0010).
+    attachments_read: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -134,6 +136,8 @@ class ResearchRun(Base):
     platform_context: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     # The digest this run is a firing of (migration 0006); its dedupe key names the slot.
     digest_id: Mapped[str | None] = mapped_column(String(16), index=True)
+    # The files the request carried, as the platform described them (migration 0010).
+    attachments: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
 
     __table_args__ = (
         # One active run per thread, enforced by the database (see storage.runs.create_run).
@@ -156,6 +160,9 @@ class RunSource(Base):
     n: Mapped[int] = mapped_column(Integer)
     title: Mapped[str] = mapped_column(Text)
     url: Mapped[str] = mapped_column(Text)
+    #: Its publication date (``YYYY-MM-DD``) when known, and ``web`` or ``file`` (migration 0010).
+    published: Mapped[str | None] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(16), server_default=text("'web'"))
 
 
 class SearchCacheEntry(Base):
@@ -210,6 +217,20 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     owner: Mapped[str] = mapped_column(String(255))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ChatFile(Base):
+    """A file sent to the bot on its own (migration 0010), kept for a short while for the
+    request that follows it (DingTalk: the same user's ``/research`` in the conversation;
+    Feishu: an @-mention in the same thread). ``scope`` says where it may be taken from."""
+
+    __tablename__ = "chat_files"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    scope: Mapped[str] = mapped_column(String(255), index=True)
+    #: ``core.models.Attachment`` as JSON (what the platform said of the file; no contents).
+    attachment: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
 
 
 class ProcessedEvent(Base):

@@ -20,7 +20,7 @@ from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
-from core.models import ThreadKey
+from core.models import Attachment, ThreadKey
 from core.search import SearxngProvider
 from core.service import ResearchService
 from storage import RunRecord, Store
@@ -129,16 +129,18 @@ async def test_a_chinese_request_is_answered_in_chinese_around_the_fixed_progres
     assert english is not None and "depth must be from 1 to" in english.text
 
 
-async def test_files_are_named_as_not_read_and_unreadable_messages_follow_the_language(
+async def test_files_not_read_are_named_and_unreadable_messages_follow_the_language(
     world: Callable[..., World],
 ) -> None:
     w = world()
     await w.runner.start()
-    reply = await w.chat.say(w.commands, "/research 热泵 depth=1", files=1)
-    assert reply is not None and reply.started
+    program = Attachment(id="F1", name="setup.exe", mime="application/x-msdownload")
+    reply = await w.chat.say(w.commands, "/research 热泵 depth=1", attachments=[program])
+    assert reply is not None and reply.started and reply.left_out == (("setup.exe", "type"),)
     await w.delivered()
     (note,) = w.chat.messages(w.thread(), "answer")
-    assert "暂时还不能读取附件" in note.text and "1 个文件" in note.text
+    assert "未读取：setup.exe（不是我能读取的文件类型" in note.text and "继续" in note.text
+    assert w.chat.downloads == []  # a file of a kind not read is never downloaded
     # An image from the same user: their last research was in Chinese.
     await w.chat.say(w.commands, "", thread="t2", readable=False, key="img-1")
     (answer,) = w.chat.messages(w.thread("t2"), "answer")

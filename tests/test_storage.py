@@ -22,6 +22,7 @@ from storage import (
     EventStore,
     RunStore,
     SlackOAuthStates,
+    SourceRecord,
     Store,
     ThreadBusy,
     ThreadStore,
@@ -350,7 +351,10 @@ async def test_finish_run_stores_report_and_sources_and_ends_the_claim(store: St
     run, _ = await new_run(store)
     held = await claim(store, run.id)
     usage = {"llm_calls": 4, "prompt_tokens": 100, "completion_tokens": 50, "searches": 3}
-    sources = [(1, "One", "https://one.test"), (2, "Two", "https://two.test")]
+    sources = [
+        SourceRecord(1, "One", "https://one.test", published="2026-11-30"),
+        SourceRecord(2, "report.pdf (attached by U1)", "", kind="file"),
+    ]
     done = await store.finish_run(
         held,
         status="succeeded",
@@ -365,11 +369,11 @@ async def test_finish_run_stores_report_and_sources_and_ends_the_claim(store: St
     assert done.delivery == "pending"  # the next step: post it in the thread
     assert_aware_utc(done.finished_at)
     assert done.seconds is not None and done.seconds >= 0
-    assert [(s.n, s.title, s.url) for s in await store.run_sources(run.id)] == sources
+    assert await store.run_sources(run.id) == sources
 
     with pytest.raises(ClaimLost):  # finished: no second outcome, whoever holds it
         await finish(store, held, status="failed")
-    assert [s.title for s in await store.run_sources(run.id)] == ["One", "Two"]
+    assert [s.title for s in await store.run_sources(run.id)] == ["One", sources[1].title]
     with pytest.raises(ValueError):
         await finish(store, held, status="running")
 
@@ -862,3 +866,22 @@ async def test_each_store_works_alone_on_a_database(database: Database) -> None:
     assert store.page_get == store.caches.page_get
     assert store.digest_history == store.digests.history
     assert store.prune_oauth_states == store.slack_oauth_states.prune_expired
+
+
+async def test_files_sent_on_their_own_are_taken_once_by_the_next_request(store: Store) -> None:
+    scope = "dingtalk:corp1:cid1:staff1"
+    paper = {"id": "code-1", "name": "paper.pdf"}
+    await store.remember_files(scope, [paper, {"id": "code-2", "name": "notes.md"}])
+    await store.remember_files("dingtalk:corp1:cid1:someone-else", [{"id": "x", "name": "y"}])
+    hour_ago = datetime.now(UTC) - timedelta(hours=1)
+    # Two requests racing (two replicas): one takes both files, the other none.
+    first, second = await asyncio.gather(
+        store.take_files(scope, hour_ago), store.take_files(scope, hour_ago)
+    )
+    assert sorted([first, second], key=len) == [[], [paper, {"id": "code-2", "name": "notes.md"}]]
+    assert await store.take_files(scope, hour_ago) == []
+    # Only files kept within the window are taken; older ones wait for the pruning.
+    await store.remember_files(scope, [paper])
+    assert await store.take_files(scope, datetime.now(UTC) + timedelta(seconds=1)) == []
+    assert await store.files.prune_files(timedelta(0)) == 2
+    assert await store.take_files(scope, hour_ago) == []

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter
 from core.delivery import PostFailure
-from core.models import ThreadKey
+from core.models import Attachment, ThreadKey
 from core.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
@@ -91,6 +91,11 @@ class ThreadPoster(Protocol):
 
     async def post_notice(self, text: str) -> None:
         """A short plain-text message in the thread (the text is untrusted: escape it)."""
+        ...
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """A file attached to the run's request, from the platform's own hosts with its
+        credentials (see ``core.attachments.FileSource``)."""
         ...
 
     def classify(self, error: Exception) -> PostFailure:
@@ -185,6 +190,9 @@ class ChatDelivery:
     async def post_notice(self, text: str) -> None:
         await self._ensure_thread()
         await self.poster.post_notice(text)
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        return await self.poster.download(attachment, max_bytes)
 
     def classify(self, error: Exception) -> PostFailure:
         return self.poster.classify(error)

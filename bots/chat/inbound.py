@@ -13,11 +13,13 @@ message is its answer; any other answer (help, an error) is a :class:`Reply` the
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from bots.chat.replies import STATUS_RECENT, Markup, Replies
 from bots.chat.settings import ChatPolicy
+from core.attachments import Screened, screen
 from core.commands import CommandError, validate_ids
 from core.digests import DigestService
 from core.grammar import (
@@ -33,8 +35,8 @@ from core.grammar import (
     request_words,
 )
 from core.jobs import JobRunner
-from core.models import ResearchRequest, RunStatus, ThreadKey
-from core.runs import ChatRuns, RunRecord, UserBusy
+from core.models import Attachment, ResearchRequest, RunStatus, ThreadKey
+from core.runs import ChatRuns, RunRecord, UserBusy, utcnow
 from core.service import ResearchService, RunRejected
 from core.wording import Language, request_language
 
@@ -71,8 +73,13 @@ class ChatMessage:
     language: Language | None = None
     #: What the platform needs later to deliver a run of this request (kept with the run).
     context: dict[str, str] | None = None
-    #: Files attached to the message (not read yet: the answer says so).
-    files: int = 0
+    #: Files attached to the message, as the platform described them (the run reads them).
+    attachments: tuple[Attachment, ...] = ()
+    #: Where files sent on their own before this message wait for it (a scope the platform
+    #: chooses: DingTalk's conversation and sender, Feishu's thread), and for how many
+    #: seconds: a research request takes them (:meth:`ChatCommands.receive_files`).
+    earlier_files: str | None = None
+    earlier_window: float = 0.0
 
     @property
     def lang(self) -> Language:
@@ -100,6 +107,8 @@ class ChatMessage:
 class Reply:
     text: str
     started: bool = False  # a run was accepted: its progress message speaks for itself
+    #: Files of the request that the run does not read: (name, why), see ``core.attachments``.
+    left_out: tuple[tuple[str, str], ...] = ()
 
 
 #: Posts a reply in the request's thread (the adapter's translation of "answer this").
@@ -170,22 +179,80 @@ class ChatCommands:
             return None  # another delivery of it (another replica) answered meanwhile
         if not reply.started:
             await answer(reply.text)
-        elif message.files:
-            await answer(self.replies(message.lang).files_not_read(message.files))
+        elif reply.left_out:
+            await answer(self._left_out(reply.left_out, message.lang))
         return reply
+
+    def _left_out(self, left_out: Sequence[tuple[str, str]], language: Language) -> str:
+        policy = self._policy
+        return self.replies(language).files_left_out(
+            left_out,
+            max_bytes=policy.attachment_max_bytes,
+            per_request=policy.attachments_per_request,
+        )
+
+    async def receive_files(self, message: ChatMessage, answer: Answer) -> None:
+        """Files sent on their own (no request in the message): kept under the message's
+        ``earlier_files`` scope for the sender's next research request there, within its
+        window. Answered (what will be read, what not) only when the bot was addressed: a
+        file posted in a group is not the bot's business until someone asks."""
+        if message.earlier_files is None or not message.attachments:
+            return
+        if not self._policy.is_allowed(message.user, message.channel):
+            return
+        if not await self._claim(message):
+            return  # a redelivery
+        screened = self._screen(message.attachments)
+        await self._store.remember_files(
+            message.earlier_files, [a.model_dump(mode="json") for a in screened.accepted]
+        )
+        if not message.addressed:
+            return
+        language = await self._language_of(message)
+        replies = self.replies(language)
+        if screened.rejected:
+            await answer(self._left_out(_named(screened.rejected), language))
+        if screened.accepted:
+            minutes = max(1, round(message.earlier_window / 60))
+            await answer(replies.files_kept([a.name for a in screened.accepted], minutes))
+
+    def _screen(self, attachments: Sequence[Attachment]) -> Screened:
+        policy = self._policy
+        return screen(
+            attachments,
+            max_bytes=policy.attachment_max_bytes,
+            per_request=policy.attachments_per_request,
+        )
+
+    async def _attachments(self, message: ChatMessage) -> list[Attachment]:
+        """The request's own files, after those sent on their own just before it (taken)."""
+        earlier: list[Attachment] = []
+        if message.earlier_files is not None and message.earlier_window > 0:
+            since = utcnow() - timedelta(seconds=message.earlier_window)
+            for raw in await self._store.take_files(message.earlier_files, since):
+                try:
+                    earlier.append(Attachment.model_validate(raw))
+                except ValueError:
+                    log.warning("a kept file's description is not valid; dropped")
+        return earlier + list(message.attachments)
 
     async def receive_unreadable(self, message: ChatMessage, answer: Answer) -> None:
         """A message the bot cannot read (an image, a file): a short help answer, once, in
         the request's language: its own words (a file's name) when it has any, else the
         language of the sender's last research."""
         if message.addressed and await self._claim(message):
-            language = message.language
-            if language is None and request_words(message.text).strip():
-                language = message.lang
-            if language is None:
-                recent = await self._store.recent_runs_for_user(message.requested_by, 1)
-                language = request_language(recent[0].topic) if recent else "en"
+            language = await self._language_of(message)
             await answer(self.replies(language).unsupported_message())
+
+    async def _language_of(self, message: ChatMessage) -> Language:
+        """The language to answer a message that is not a request in: its own words' (a
+        file's name) when it has any, else that of the sender's last research."""
+        if message.language is not None:
+            return message.language
+        if request_words(message.text).strip():
+            return message.lang
+        recent = await self._store.recent_runs_for_user(message.requested_by, 1)
+        return request_language(recent[0].topic) if recent else "en"
 
     async def _claim(self, message: ChatMessage) -> bool:
         """Record the request; True for the delivery that recorded it first."""
@@ -258,6 +325,8 @@ class ChatCommands:
         self, message: ChatMessage, command: ResearchCommand, replies: Replies
     ) -> Reply:
         by = message.requested_by
+        attachments = await self._attachments(message)
+        screened = self._screen(attachments)
         request = ResearchRequest(
             topic=command.topic,
             depth=command.depth,
@@ -266,6 +335,7 @@ class ChatCommands:
             requested_by=by,
             dedupe_key=message.dedupe_key,
             platform_context=message.context,
+            attachments=screened.accepted,
         )
         try:
             # One transaction: the per-user limit, the dedupe key, the thread's one active
@@ -274,12 +344,23 @@ class ChatCommands:
                 request, user_limit=self._policy.user_concurrency
             )
         except UserBusy as busy:
+            await self._keep(message, attachments)
             return Reply(replies.concurrency(busy.limit))
         except RunRejected as exc:
+            await self._keep(message, attachments)
             return Reply(replies.thread_busy(exc.active))
         if created:
             await self._runner.enqueue(run.id)
-        return Reply(replies.accepted(run.topic, run.depth), started=True)
+        left_out = _named(screened.rejected) if created else ()
+        return Reply(replies.accepted(run.topic, run.depth), started=True, left_out=left_out)
+
+    async def _keep(self, message: ChatMessage, attachments: Sequence[Attachment]) -> None:
+        """A request refused for now: the files it took wait for the next one again."""
+        taken = [a for a in attachments if a not in message.attachments]
+        if message.earlier_files is not None and taken:
+            await self._store.remember_files(
+                message.earlier_files, [a.model_dump(mode="json") for a in taken]
+            )
 
     async def _status(self, message: ChatMessage, replies: Replies) -> str:
         by = message.requested_by
@@ -317,3 +398,7 @@ class ChatCommands:
                 r for r in active if ThreadKey.parse(r.thread_key).channel == message.channel
             ]
         return matches[-1] if matches else None
+
+
+def _named(rejected: Sequence[tuple[Attachment, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple((attachment.name, why) for attachment, why in rejected)

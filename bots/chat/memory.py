@@ -26,15 +26,16 @@ from bots.chat.inbound import ChatCommands, ChatMessage, Reply
 from bots.chat.markdown import split_report
 from bots.chat.replies import EMOJI_ICONS, Icon
 from bots.chat.throttle import WorkspaceLimiters
+from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.delivery import PostFailure, Undeliverable
-from core.models import ThreadKey
+from core.models import Attachment, ThreadKey
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.untrusted import neutralise
 from core.wording import Language
 
 PLATFORM = "memory"
-Operation = Literal["post", "edit", "report", "notice", "answer"]
+Operation = Literal["post", "edit", "report", "notice", "answer", "download"]
 Kind = Literal["progress", "report", "notice", "answer"]
 
 
@@ -109,6 +110,9 @@ class MemoryChat:
         self.for_run_errors: list[Exception] = []  # the next deliveries built raise these
         self.post_latency = 0.0  # seconds each report part takes (a post in flight can be cut)
         self.posting = asyncio.Event()  # set when a report part post has started
+        #: The chat's files by id (what a run's delivery downloads), and every download.
+        self.files: dict[str, bytes] = {}
+        self.downloads: list[str] = []
 
     def fail(self, operation: Operation, *errors: Exception, when: str | None = None) -> None:
         """The next ``operation`` calls raise these, in order; with ``when``, only calls whose
@@ -159,12 +163,16 @@ class MemoryChat:
         key: str | None = None,
         addressed: bool = True,
         in_thread: bool = False,
-        files: int = 0,
+        attachments: Sequence[Attachment] = (),
         readable: bool = True,
+        earlier_files: str | None = None,
+        earlier_window: float = 0.0,
     ) -> Reply | None:
         """A user writes to the bot in ``C1``; the answer (if any) is posted in the thread.
-        ``files``: files attached; not ``readable``: a message the bot cannot read (an
-        image; ``text`` is what the platform shows of it, e.g. a file name)."""
+        ``attachments``: files attached (their bytes are in :attr:`files`, by id; a
+        message with files and no ``text`` is a file sent on its own, kept under
+        ``earlier_files`` for the next request); not ``readable``: a message the bot cannot
+        read (an image; ``text`` is what the platform shows of it, e.g. a file name)."""
         message = ChatMessage(
             platform=PLATFORM,
             workspace="W1",
@@ -175,7 +183,9 @@ class MemoryChat:
             dedupe_key=key or f"memory:{thread}:{user}:{text}",
             addressed=addressed,
             in_thread=in_thread,
-            files=files,
+            attachments=tuple(attachments),
+            earlier_files=earlier_files,
+            earlier_window=earlier_window,
         )
 
         async def answer(reply: str) -> None:
@@ -184,6 +194,9 @@ class MemoryChat:
 
         if not readable:
             await commands.receive_unreadable(message, answer)
+            return None
+        if attachments and not text.strip():
+            await commands.receive_files(message, answer)
             return None
         return await commands.receive(message, answer)
 
@@ -247,6 +260,16 @@ class MemoryThread:
     async def post_notice(self, text: str) -> None:
         self._chat._call("notice", self.thread, text)
         self._chat._add(self.thread, "notice", neutralise(text), self._run.id)
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        self._chat._call("download", self.thread, attachment.id)
+        self._chat.downloads.append(attachment.id)
+        data = self._chat.files.get(attachment.id)
+        if data is None:
+            raise AttachmentRefused("the file is gone")
+        if len(data) > max_bytes:
+            raise AttachmentTooLarge(f"larger than {max_bytes} bytes")
+        return data
 
     def classify(self, error: Exception) -> PostFailure:
         if isinstance(error, RateLimited):

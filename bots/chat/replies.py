@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from core.attachments import READABLE
 from core.grammar import help_text
 from core.models import ThreadKey
 from core.runs import DigestRecord, RunRecord
@@ -188,12 +189,40 @@ class Replies:
             "我只能读文字消息。请发给我一个主题，例如 `/research 固态电池`。",
         )
 
-    def files_not_read(self, count: int) -> str:
-        """A research started from a message with files: they are not read (yet)."""
+    def files_left_out(
+        self, rejected: Sequence[tuple[str, str]], *, max_bytes: int, per_request: int
+    ) -> str:
+        """The files of a request that the research does not read, each named with why
+        (``type``, ``size`` or ``count``); the research goes on without them."""
+        mb = f"{max_bytes / (1024 * 1024):g} MB"
+        why_en = {
+            "type": f"not a file I read ({READABLE})",
+            "size": f"larger than {mb}",
+            "count": f"only {per_request} files are read per request",
+        }
+        why_zh = {
+            "type": f"不是我能读取的文件类型（{READABLE}）",
+            "size": f"超过 {mb}",
+            "count": f"每个请求最多读取 {per_request} 个文件",
+        }
+        names = [(self.markup.escape(name) or "?", why) for name, why in rejected]
         return self._icon("paperclip") + self._pick(
-            f"I do not read attached files yet: this research works from your text only "
-            f"({count} {'file' if count == 1 else 'files'} not read).",
-            f"我暂时还不能读取附件：这次研究只依据你的文字（{count} 个文件未读取）。",
+            "Not read: "
+            + "; ".join(f"{name} ({why_en.get(why, why)})" for name, why in names)
+            + ". The research goes on without them.",
+            "未读取："
+            + "；".join(f"{name}（{why_zh.get(why, why)}）" for name, why in names)
+            + "。研究会在没有它们的情况下继续。",
+        )
+
+    def files_kept(self, names: Sequence[str], minutes: int) -> str:
+        """Files sent on their own: they are read with the sender's next research here."""
+        shown = ", ".join(self.markup.escape(name) or "?" for name in names)
+        return self._icon("paperclip") + self._pick(
+            f"Got {shown}. Send `/research <topic>` here within {minutes} min and I will "
+            "read it with your research.",
+            f"已收到 {shown}。请在 {minutes} 分钟内在这里发送 `/research <主题>`，"
+            "我会在研究中读取它。",
         )
 
     # -- scheduled digests ------------------------------------------------------------------

@@ -70,6 +70,9 @@ class ChatPolicy:
     allowed_channels: tuple[str, ...] = ()
     admins: tuple[str, ...] = ()
     user_concurrency: int = 2
+    #: Files attached to a request: the largest read, and how many one request may carry.
+    attachment_max_bytes: int = 20 * 1024 * 1024
+    attachments_per_request: int = 5
 
     @classmethod
     def of(cls, settings: Settings, chat: ChatSettings) -> ChatPolicy:
@@ -81,6 +84,8 @@ class ChatPolicy:
             allowed_channels=tuple(chat.allowed_channels),
             admins=tuple(chat.admins),
             user_concurrency=chat.user_concurrency,
+            attachment_max_bytes=settings.attachment_max_bytes,
+            attachments_per_request=settings.attachments_per_request,
         )
 
     @classmethod

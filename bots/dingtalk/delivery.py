@@ -30,9 +30,10 @@ from bots.dingtalk.render import (
     report_messages,
 )
 from bots.dingtalk.send import Conversation, space_of
+from core.attachments import AttachmentRefused
 from core.delivery import PostFailure
 from core.digests import heading_of
-from core.models import ThreadKey
+from core.models import Attachment, ThreadKey
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.wording import request_language
@@ -152,6 +153,9 @@ class DingTalkThread:
 
     async def post_notice(self, text: str) -> None:
         await self._send("Fathom", escape_text(text), mention=False)
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        raise AttachmentRefused("files are not read from this platform yet")
 
     def classify(self, error: Exception) -> PostFailure:
         return classify_error(error)

@@ -20,9 +20,10 @@ from bots.chat.inbound import PENDING_PREFIX
 from bots.chat.throttle import WorkspaceLimiters
 from bots.feishu.api import FeishuApi
 from bots.feishu.render import notice_card, progress_card, report_cards
+from core.attachments import AttachmentRefused
 from core.delivery import PostFailure
 from core.digests import heading_of
-from core.models import ThreadKey
+from core.models import Attachment, ThreadKey
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.wording import request_language
@@ -104,6 +105,9 @@ class FeishuThread:
 
     async def post_notice(self, text: str) -> None:
         await self._api.reply(self.root, "interactive", notice_card(text), uuid=self._uuid("n"))
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        raise AttachmentRefused("files are not read from this platform yet")
 
     def classify(self, error: Exception) -> PostFailure:
         return classify_error(error)

@@ -50,11 +50,6 @@ log = logging.getLogger(__name__)
 PERSON_SUBTYPES = frozenset({None, "", "file_share", "thread_broadcast"})
 
 
-def _files(event: dict[str, Any]) -> int:
-    files = event.get("files")
-    return len(files) if isinstance(files, list) else 0
-
-
 def _message(
     *,
     team: str,
@@ -64,7 +59,6 @@ def _message(
     text: str,
     key: str,
     in_thread: bool,
-    files: int = 0,
 ) -> ChatMessage:
     return ChatMessage(
         platform="slack",
@@ -75,7 +69,6 @@ def _message(
         text=text,
         dedupe_key=key,
         in_thread=in_thread,
-        files=files,
     )
 
 
@@ -141,7 +134,6 @@ class SlackCommands:
             text=clean_text(str(event.get("text") or ""), context.bot_user_id),
             key=f"slack:event:{event_id}",
             in_thread=bool(parent and parent != ts),
-            files=_files(event),
         )
 
         async def answer(text: str) -> None:

@@ -26,9 +26,10 @@ from bots.slack.render import (
     progress_text,
     report_messages,
 )
+from core.attachments import AttachmentRefused
 from core.delivery import PostFailure
 from core.digests import heading_of
-from core.models import ThreadKey
+from core.models import Attachment, ThreadKey
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.wording import request_language
@@ -109,6 +110,9 @@ class SlackThread:
 
     async def post_notice(self, text: str) -> None:
         await self._messenger.post_message(self.thread, escape_mrkdwn(text))
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        raise AttachmentRefused("files are not read from this platform yet")
 
     def classify(self, error: Exception) -> PostFailure:
         return classify_error(error)

@@ -1,0 +1,114 @@
+"""Files attached in the chat: what a request may carry, and how a run gets their bytes.
+
+A platform's adapter describes each file of a request as a :class:`~core.models.Attachment`
+(its name, type, size and the platform's id; never its contents). :func:`screen` decides at
+once, in the webhook, which of them the run will read (a supported type, within
+``FATHOM_ATTACHMENT_MAX_BYTES`` and ``FATHOM_ATTACHMENTS_PER_REQUEST``) and why the others are
+not read, so the requester is told in one short reply. The run downloads the accepted ones
+when it executes, through its platform's :class:`FileSource` (the run's delivery), with the
+platform's credentials and from the platform's own hosts only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from core.models import Attachment
+
+#: Defaults of ``FATHOM_ATTACHMENT_MAX_BYTES`` and ``FATHOM_ATTACHMENTS_PER_REQUEST``.
+MAX_BYTES = 20 * 1024 * 1024
+PER_REQUEST = 5
+
+#: The kinds of file read, by extension and by media type (``text``: plain text and Markdown).
+EXTENSIONS = {
+    ".pdf": "pdf",
+    ".docx": "docx",
+    ".html": "html",
+    ".htm": "html",
+    ".txt": "text",
+    ".text": "text",
+    ".md": "text",
+    ".markdown": "text",
+}
+MEDIA_TYPES = {
+    "application/pdf": "pdf",
+    "application/x-pdf": "pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "text/html": "html",
+    "application/xhtml+xml": "html",
+    "text/plain": "text",
+    "text/markdown": "text",
+    "text/x-markdown": "text",
+}
+#: What the reply names as readable.
+READABLE = "PDF, DOCX, HTML, Markdown, plain text"
+
+
+class AttachmentRefused(Exception):
+    """The platform will never give this file (gone, no permission, not a file): ``reason``
+    is short and safe to show. Any other error of a download is judged by the delivery's
+    ``classify`` (a retryable one is tried again)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class AttachmentTooLarge(AttachmentRefused):
+    """The file holds more than the limit (the download stopped there)."""
+
+
+class FileSource(Protocol):
+    """How a run gets the bytes of its attachments (a run's platform delivery)."""
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """The file's contents, from the platform's own hosts with its credentials. Raises
+        :class:`AttachmentTooLarge` past ``max_bytes`` (reading no further) and
+        :class:`AttachmentRefused` when the platform refuses it for good."""
+        ...
+
+
+def attachment_kind(name: str, mime: str | None) -> str | None:
+    """``pdf``, ``docx``, ``html`` or ``text`` by the file's name or media type (the content
+    is checked again when it is read); None when it is of no kind read."""
+    kind = MEDIA_TYPES.get((mime or "").split(";", 1)[0].strip().lower())
+    if kind is None:
+        kind = EXTENSIONS.get(os.path.splitext(name.strip().lower())[1])
+    return kind
+
+
+@dataclass(frozen=True)
+class Screened:
+    """A request's files: those the run reads, and those it does not, each with why."""
+
+    accepted: list[Attachment]
+    #: (file, reason): ``type`` (not a kind read), ``size`` (over the limit), ``count`` (over
+    #: the per-request limit).
+    rejected: list[tuple[Attachment, str]]
+
+
+def screen(
+    attachments: Sequence[Attachment], *, max_bytes: int = MAX_BYTES, per_request: int = PER_REQUEST
+) -> Screened:
+    """Which files of a request are read: a kind read, within the size limit (when the
+    platform says the size; the download enforces it too), the first ``per_request``; the
+    same file twice counts once."""
+    accepted: list[Attachment] = []
+    rejected: list[tuple[Attachment, str]] = []
+    seen: set[str] = set()
+    for attachment in attachments:
+        if attachment.id in seen:
+            continue
+        seen.add(attachment.id)
+        if attachment_kind(attachment.name, attachment.mime) is None:
+            rejected.append((attachment, "type"))
+        elif attachment.size is not None and attachment.size > max_bytes:
+            rejected.append((attachment, "size"))
+        elif len(accepted) >= per_request:
+            rejected.append((attachment, "count"))
+        else:
+            accepted.append(attachment)
+    return Screened(accepted, rejected)
