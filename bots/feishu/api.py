@@ -6,6 +6,12 @@ them process-wide per app id, so this client manages the tenant token itself (fe
 the SDK's async call, cached until shortly before it expires, fetched again when Feishu says
 it is invalid) and passes it per request (``enable_set_token``).
 
+Files attached to messages are downloaded with the message resource API
+(``GET /open-apis/im/v1/messages/:message_id/resources/:file_key?type=file``, the tenant
+token) over httpx rather than the SDK: the SDK's ``message_resource.aget`` reads the whole
+answer (up to Feishu's 100 MB) into memory, while :meth:`FeishuApi.download_resource` streams
+it from ``FEISHU_DOMAIN`` only and stops past the limit.
+
 Every failure becomes a :class:`FeishuError` with the HTTP status, Feishu's error code and,
 for rate limits, how long to wait; ``bots.feishu.delivery.classify_error`` judges it
 (``bots.chat.errors.judge_failure``). The
@@ -17,9 +23,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from typing import Any
+from urllib.parse import quote
 
+import httpx
 import lark_oapi as lark
 from lark_oapi.api.auth.v3 import (
     InternalTenantAccessTokenRequest,
@@ -37,6 +46,7 @@ from lark_oapi.core.enum import AccessTokenType, HttpMethod
 from lark_oapi.core.model import BaseRequest, RawResponse, RequestOption
 
 from bots.chat.errors import PlatformError
+from core.attachments import AttachmentRefused, AttachmentTooLarge
 
 #: Feishu error codes of an invalid or expired tenant token.
 TOKEN_INVALID = frozenset({99991663, 99991661, 99991664, 99991668})
@@ -64,6 +74,31 @@ FINAL_CODES = frozenset(
 )
 #: Renew the tenant token this long before Feishu says it expires.
 TOKEN_MARGIN = 300.0
+
+#: The message resource API's answers that say a file can never be downloaded as asked, and
+#: how the requester is told ("获取消息中的资源文件", error codes); 234037 is Feishu's own
+#: 100 MB limit. Others (234002 unauthorized, 234019 "retry", 234042 storage) are retried.
+RESOURCE_REFUSED = {
+    230110: "the message was deleted",
+    234001: "Feishu refused the request for it",
+    234003: "the file is not in that message",
+    234004: "the bot is not in that chat",
+    234009: "files of external chats cannot be read",
+    234038: "the chat is in restricted mode",
+    234040: "the message is not visible to the bot",
+    234041: "the tenant's encryption key was deleted",
+    234043: "not a message whose files can be read",
+    230002: "the bot is not in that chat",
+    230027: "the app lacks a permission",
+    99991672: "the app lacks the permission to read messages (im:message:readonly)",
+}
+RESOURCE_TOO_LARGE = 234037
+#: What a ``message_id`` and a ``file_key`` look like (``om_…``, ``file_v3_…-…g``): nothing
+#: that could change the path of the request.
+RESOURCE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
+#: The longest a download may take, and how much of an error answer is read.
+DOWNLOAD_TIMEOUT = 120.0
+ERROR_BODY_LIMIT = 64 * 1024
 
 
 class FeishuError(PlatformError):
@@ -122,6 +157,9 @@ class FeishuApi:
         route_sdk_logs()
         self._app_id = app_id
         self._app_secret = app_secret
+        self._domain = domain.rstrip("/")
+        self._timeout = timeout
+        self._http: httpx.AsyncClient | None = None  # downloads; opened on the first one
         self.client = (
             lark.Client.builder()
             .app_id(app_id)
@@ -242,3 +280,108 @@ class FeishuApi:
         if not open_id:
             raise FeishuError(200, -1, "no bot.open_id in Feishu's answer")
         return str(open_id)
+
+    # -- files of messages ---------------------------------------------------------------
+    def _files_client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                base_url=self._domain,
+                timeout=httpx.Timeout(30.0, connect=self._timeout),
+                follow_redirects=False,  # only FEISHU_DOMAIN answers
+                headers={"User-Agent": "fathom-bot/0.1"},
+            )
+        return self._http
+
+    async def download_resource(self, message_id: str, file_key: str, max_bytes: int) -> bytes:
+        """The file ``file_key`` of the message ``message_id`` (a user's file message or a
+        post's video), read up to ``max_bytes``: :class:`AttachmentTooLarge` past it,
+        :class:`AttachmentRefused` when Feishu's answer says it can never be had; any other
+        failure is a :class:`FeishuError` (or httpx's) that ``classify_error`` judges."""
+        if not (RESOURCE_ID.fullmatch(message_id) and RESOURCE_ID.fullmatch(file_key)):
+            raise AttachmentRefused("not a Feishu message file")
+        path = (
+            f"/open-apis/im/v1/messages/{quote(message_id, safe='')}"
+            f"/resources/{quote(file_key, safe='')}"
+        )
+        async with asyncio.timeout(DOWNLOAD_TIMEOUT):
+            for attempt in (1, 2):
+                token = await self._tenant_token()
+                try:
+                    return await self._stream(path, token, max_bytes)
+                except FeishuError as exc:
+                    if exc.code not in TOKEN_INVALID or attempt == 2:
+                        raise _refusal(exc) or exc from None
+                    async with self._lock:
+                        if self._token == token:
+                            self._token = None
+        raise AssertionError("unreachable")
+
+    async def _stream(self, path: str, token: str, max_bytes: int) -> bytes:
+        client = self._files_client()
+        headers = {"Authorization": f"Bearer {token}"}
+        async with client.stream("GET", path, params={"type": "file"}, headers=headers) as answer:
+            if answer.status_code != 200:
+                raise await _answer_error(answer)
+            declared = answer.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise AttachmentTooLarge(f"larger than {max_bytes} bytes")
+            data = bytearray()
+            async for chunk in answer.aiter_bytes():
+                data.extend(chunk)
+                if len(data) > max_bytes:
+                    raise AttachmentTooLarge(f"larger than {max_bytes} bytes")
+        if answer.headers.get("content-type", "").startswith("application/json"):
+            failed = _json_failure(bytes(data))
+            if failed is not None:  # a 200 whose body is Feishu's error, not the file
+                raise _error_of(answer, *failed)
+        return bytes(data)
+
+    async def aclose(self) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
+
+
+def _json_failure(body: bytes) -> tuple[int, str] | None:
+    """Feishu's ``{"code": <non-zero>, "msg": ...}`` in a body, else None."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(data, dict) and isinstance(data.get("code"), int) and data["code"] != 0:
+        return int(data["code"]), str(data.get("msg") or "")
+    return None
+
+
+def _error_of(answer: httpx.Response, code: int, message: str) -> FeishuError:
+    retry_after = 0.0
+    for name in ("x-ogw-ratelimit-reset", "retry-after"):
+        try:
+            retry_after = max(retry_after, float(answer.headers.get(name, 0)))
+        except ValueError:
+            pass
+    return FeishuError(answer.status_code, code, message, retry_after)
+
+
+async def _answer_error(answer: httpx.Response) -> FeishuError:
+    """A non-200 answer as a FeishuError: Feishu's code when the body is its JSON, else -1
+    (a proxy's page, an empty or cut-off body: retried)."""
+    body = bytearray()
+    async for chunk in answer.aiter_bytes():
+        body.extend(chunk)
+        if len(body) > ERROR_BODY_LIMIT:
+            break
+    failed = _json_failure(bytes(body))
+    if failed is None:
+        return _error_of(answer, -1, f"unreadable answer (HTTP {answer.status_code})")
+    return _error_of(answer, *failed)
+
+
+def _refusal(error: FeishuError) -> AttachmentRefused | None:
+    """The final answers of the message resource API, as the requester is told them."""
+    if error.code == RESOURCE_TOO_LARGE:
+        return AttachmentTooLarge("larger than Feishu's 100 MB limit")
+    reason = RESOURCE_REFUSED.get(error.code)
+    if reason is None and error.final:
+        reason = f"Feishu refused it (code {error.code})"
+    return AttachmentRefused(reason) if reason is not None else None

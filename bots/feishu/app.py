@@ -8,7 +8,11 @@
   request is recorded.
 
 Either way an event becomes a :class:`~bots.chat.inbound.ChatMessage` and goes to
-``ChatCommands.receive``, which deduplicates by message id and event id in the database.
+``ChatCommands.receive``, which deduplicates by message id and event id in the database; a
+message that is only files (a file message) goes to ``ChatCommands.receive_files``, kept for
+the next request of its thread (``bots.feishu.events.files_scope``) within
+``FATHOM_FEISHU_FILE_WINDOW``. A request replying to a file message is in that file's
+thread, so it takes the file the same way; the parent message is never fetched here.
 Answers that are not a run (help, errors, status) are posted after the acknowledgement, as a
 card replying in the request's thread.
 """
@@ -92,14 +96,21 @@ class FeishuAdapter:
         if self.bot_open_id is None and time.monotonic() - self._identified_at > IDENTIFY_EVERY:
             self._identified_at = time.monotonic()
             self._background.spawn(self.identify())  # not on the acknowledgement's path
-        request = translate(payload, self.bot_open_id)
-        if request is None or not request.message.addressed:
+        request = translate(payload, self.bot_open_id, file_window=self._settings.file_window)
+        if request is None:
             return
 
         async def answer(text: str) -> None:
             self._background.spawn(self._answer(request, text))
 
-        if not request.readable:
+        if request.files_only and request.message.earlier_files is not None:
+            # Kept for the thread's next request; answered only in a private chat (a file
+            # posted in a group is not the bot's business until someone asks).
+            await self._chat.receive_files(request.message, answer)
+            return
+        if not request.message.addressed:
+            return
+        if not request.readable or request.files_only:
             await self._chat.receive_unreadable(request.message, answer)
             return
         await self._chat.receive(request.message, answer)

@@ -5,7 +5,8 @@ The progress card is a reply, in its thread, to the thread's root message (the r
 the message a follow-up's thread started from) and is updated in place by PATCH. The report
 follows as cards in the same thread. Every send carries a ``uuid`` derived from the run
 (``<run id>:progress``, ``<run id>:r<n>``), so a retried or resumed send that Feishu already
-accepted returns the same message instead of showing it twice.
+accepted returns the same message instead of showing it twice. Files attached to the request
+are downloaded from the messages that carried them (``FeishuApi.download_resource``).
 """
 
 from __future__ import annotations
@@ -107,7 +108,11 @@ class FeishuThread:
         await self._api.reply(self.root, "interactive", notice_card(text), uuid=self._uuid("n"))
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
-        raise AttachmentRefused("files are not read from this platform yet")
+        """The file from the message that carried it (the message resource API, the tenant
+        token, ``FEISHU_DOMAIN`` only)."""
+        if not attachment.message_id:
+            raise AttachmentRefused("the message carrying the file is not known")
+        return await self._api.download_resource(attachment.message_id, attachment.id, max_bytes)
 
     def classify(self, error: Exception) -> PostFailure:
         return classify_error(error)

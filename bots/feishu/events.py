@@ -1,6 +1,15 @@
 """Feishu/Lark deliveries in: the webhook's verification and decryption, and the translation
 of an ``im.message.receive_v1`` event into the shared layer's :class:`ChatMessage` (pure).
 
+Files: a ``file`` (or ``media``, a video) message carries ``{"file_key", "file_name"}`` and no
+words, so it cannot mention the bot; a received ``post`` carries videos as ``media`` elements
+(``file_key``, no name). Both become :class:`~core.models.Attachment` objects (``id`` the
+``file_key``, ``message_id`` the message carrying it, for the message resource API). Shapes
+after Feishu's "接收消息内容结构" (received message content: ``file``, ``media``, and the
+``post`` tags text, a, at, img, media, emotion, code_block, hr). A message that is only files
+goes to ``ChatCommands.receive_files`` under :func:`files_scope`, where the next request of
+the same thread (of the same sender in a private chat) takes it.
+
 Webhook requests are checked here before anything else looks at them (the SDK's own handler
 answers every bad request with HTTP 500, which Feishu would retry): a URL challenge carries
 the Verification Token; an event carries a valid ``X-Lark-Signature`` (plain SHA-256 of
@@ -23,6 +32,7 @@ from lark_oapi.core.utils.decryptor import AESCipher
 
 from bots.chat.inbound import ChatMessage
 from bots.http_gate import Rejected
+from core.models import Attachment
 
 PLATFORM = "feishu"
 MESSAGE_EVENT = "im.message.receive_v1"
@@ -113,13 +123,22 @@ class FeishuRequest:
 
     message: ChatMessage
     reply_to: str
-    readable: bool = True  # text or rich text; anything else gets a short help answer
+    readable: bool = True  # text, rich text or files; anything else gets a short help answer
+    #: No request in it, only files (a file message; a post of files without words or not
+    #: addressed to the bot): kept for the next request (``ChatCommands.receive_files``).
+    files_only: bool = False
 
 
 #: The tags of a ``post`` whose ``text`` is words of the message.
 POST_TEXT_TAGS = frozenset({"text", "a", "code_block", "md"})
 #: The mention of everyone in a chat (a word to drop: it is nobody's request).
 AT_ALL = "@_all"
+#: Message types that are one downloadable file with a name: a file, a video. (An image, an
+#: audio clip, a sticker or a folder is no file the research reads: a short help answer.)
+FILE_MESSAGES = frozenset({"file", "media"})
+#: The ``post`` tags that carry a file: ``media`` (a video, documented) and ``file`` (not in
+#: the documented tags of a received post; read the same way should Feishu send one).
+POST_FILE_TAGS = frozenset({"media", "file"})
 
 
 def _post_body(content: dict[str, Any]) -> tuple[str, list[Any]]:
@@ -142,10 +161,24 @@ def _post_at(element: dict[str, Any]) -> str:
     return f" @{name} " if name else " "
 
 
-def _text_of(message: dict[str, Any]) -> tuple[str, str] | None:
-    """The title (of a post) and the plain text of a ``text`` or ``post`` message, with
-    mention keys (``@_user_1``) where the mentions stand, for :func:`translate` to resolve;
-    None for other kinds."""
+@dataclass(frozen=True)
+class _Content:
+    title: str
+    text: str  # with mention keys (``@_user_1``) where the mentions stand
+    files: tuple[tuple[str, str], ...] = ()  # (file_key, file_name)
+
+
+def _file(element: dict[str, Any], default_name: str) -> tuple[str, str] | None:
+    key = str(element.get("file_key") or "")
+    if not key:
+        return None
+    return key, str(element.get("file_name") or "").strip() or default_name
+
+
+def _read(message: dict[str, Any]) -> _Content | None:
+    """The title (of a post), the plain text and the files of a ``text``, ``post``, ``file``
+    or ``media`` message, with mention keys (``@_user_1``) where the mentions stand, for
+    :func:`translate` to resolve; None for other kinds."""
     try:
         content = json.loads(message.get("content") or "{}")
     except ValueError:
@@ -154,22 +187,43 @@ def _text_of(message: dict[str, Any]) -> tuple[str, str] | None:
         return None
     kind = message.get("message_type")
     if kind == "text":
-        return "", str(content.get("text") or "")
+        return _Content("", str(content.get("text") or ""))
+    if kind in FILE_MESSAGES:
+        found = _file(content, "video" if kind == "media" else "file")
+        return _Content("", "", (found,)) if found else None
     if kind == "post":
         title, paragraphs = _post_body(content)
         lines = []
+        files: list[tuple[str, str]] = []
         for paragraph in paragraphs:
             words = []
             for element in paragraph if isinstance(paragraph, list) else []:
                 if not isinstance(element, dict):
                     continue
-                if element.get("tag") in POST_TEXT_TAGS:
+                tag = element.get("tag")
+                if tag in POST_TEXT_TAGS:
                     words.append(str(element.get("text") or ""))
-                elif element.get("tag") == "at":
+                elif tag == "at":
                     words.append(_post_at(element))
+                elif tag in POST_FILE_TAGS:
+                    found = _file(element, "video" if tag == "media" else "file")
+                    if found:
+                        files.append(found)
             lines.append("".join(words))
-        return title, "\n".join(line for line in lines if line.strip())
+        text = "\n".join(line for line in lines if line.strip())
+        return _Content(title, text, tuple(files))
     return None
+
+
+def files_scope(tenant: str, chat: str, chat_type: object, user: str, root: str) -> str:
+    """Where files sent on their own wait for the next request: in a private chat, the chat
+    and its sender (every message there is to the bot); in a group, the thread the file was
+    posted in (``root``: the thread's first message, the file's own id when it starts one),
+    so a request in that thread, or replying to the file, takes it, and one in another
+    thread does not."""
+    if chat_type == "p2p":
+        return f"feishu:{tenant}:{chat}:p2p:{user}"
+    return f"feishu:{tenant}:{chat}:thread:{root}"
 
 
 def _with_title(title: str, text: str) -> str:
@@ -192,10 +246,14 @@ def _open_id(mention: dict[str, Any]) -> str:
     return str(_obj(mention, "id").get("open_id") or "")
 
 
-def translate(payload: dict[str, Any], bot_open_id: str | None) -> FeishuRequest | None:
+def translate(
+    payload: dict[str, Any], bot_open_id: str | None, *, file_window: float = 0.0
+) -> FeishuRequest | None:
     """The request in an ``im.message.receive_v1`` event, or None when it is not for the bot
-    (another event, a message from a bot or the bot itself, a group message without its
-    mention)."""
+    (another event, a message from a bot or the bot itself). A group message without the
+    bot's mention is returned not ``addressed`` (only its files matter: kept, unanswered).
+    ``file_window``: seconds that files sent on their own wait for the next request (0:
+    they are not kept)."""
     header, event = _obj(payload, "header"), _obj(payload, "event")
     if header.get("event_type") != MESSAGE_EVENT:
         return None
@@ -216,10 +274,10 @@ def translate(payload: dict[str, Any], bot_open_id: str | None) -> FeishuRequest
 
     chat_type = message.get("chat_type")
     addressed = chat_type == "p2p" or any(is_bot(m) for m in mentions)
-    read = _text_of(message)
+    read = _read(message)
     text: str | None = None
     if read is not None:
-        title, text = read
+        text = read.text
         # Longest keys first: "@_user_1" must not eat the start of "@_user_12".
         for mention in sorted(mentions, key=lambda m: -len(str(m.get("key") or ""))):
             key = str(mention.get("key") or "")
@@ -227,24 +285,41 @@ def translate(payload: dict[str, Any], bot_open_id: str | None) -> FeishuRequest
                 text = text.replace(
                     key, " " if is_bot(mention) else f"@{mention.get('name') or ''}"
                 )
-        text = _with_title(title, " ".join(w for w in text.split() if w != AT_ALL))
+        text = _with_title(read.title, " ".join(w for w in text.split() if w != AT_ALL))
     message_id = str(message.get("message_id") or "")
     root = str(message.get("root_id") or "")
     tenant = str(header.get("tenant_key") or sender.get("tenant_key") or "")
+    chat_id = str(message.get("chat_id") or "")
     event_id = str(header.get("event_id") or "")
+    attachments = tuple(
+        Attachment(id=key, name=name, attached_by=user, message_id=message_id)
+        for key, name in (read.files if read is not None else ())
+    )
+    scope = (
+        files_scope(tenant, chat_id, chat_type, user, root or message_id)
+        if file_window > 0
+        else None
+    )
+    files_only = bool(attachments) and not (addressed and (text or "").strip())
     chat = ChatMessage(
         platform=PLATFORM,
         workspace=tenant,
-        channel=str(message.get("chat_id") or ""),
+        channel=chat_id,
         thread=root or message_id,
         user=user,
-        text=text or "",
+        # A file sent on its own is answered in the language of its name.
+        text=" ".join(a.name for a in attachments) if files_only else text or "",
         dedupe_key=f"feishu:msg:{tenant}:{message_id}",
         addressed=addressed,
         in_thread=bool(root and root != message_id),
         delivery_key=f"feishu:event:{event_id}" if event_id else None,
+        attachments=attachments,
+        earlier_files=scope,
+        earlier_window=file_window if scope is not None else 0.0,
     )
-    return FeishuRequest(chat, reply_to=message_id, readable=text is not None)
+    return FeishuRequest(
+        chat, reply_to=message_id, readable=text is not None, files_only=files_only
+    )
 
 
 def event_to_dict(event: object) -> dict[str, Any]:

@@ -51,3 +51,10 @@ class FeishuPlatform(ChatPlatform[FeishuSettings]):
     @property
     def long_lived(self) -> bool:
         return self.settings.mode == "ws"
+
+    async def aclose(self) -> None:
+        """The download client, once the job runner has stopped (its running jobs read their
+        files through it during their grace period)."""
+        api, self._api = self._api, None
+        if api is not None:
+            await api.aclose()

@@ -1,4 +1,5 @@
-"""Feishu/Lark's settings: the app's credentials, its domain, the ingress mode, edit pace."""
+"""Feishu/Lark's settings: the app's credentials, its domain, the ingress mode, edit pace,
+and how long files sent on their own wait for a request."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ class FeishuSettings(PlatformSettings):
     mode: Literal["ws", "webhook"] = Field(default="ws", validation_alias=env("FEISHU_MODE"))
     edit_interval: float = Field(
         default=1.0, ge=0, le=60, validation_alias=env("FATHOM_FEISHU_EDIT_INTERVAL")
+    )
+    #: Seconds a file sent on its own waits for the next request in its thread (0: files
+    #: sent on their own are not read).
+    file_window: float = Field(
+        default=600.0, ge=0, le=86_400, validation_alias=env("FATHOM_FEISHU_FILE_WINDOW")
     )
 
     @field_validator("domain", mode="before")

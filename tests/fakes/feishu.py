@@ -2,7 +2,9 @@
 
 The real ``lark-oapi`` clients talk to it over HTTP and WebSocket: the tenant token, bot
 info, message reply/create, interactive-card PATCH (``update_multi`` required, 30 KB card
-limit, 5 updates a second per message), and ``/callback/ws/endpoint`` plus a WebSocket
+limit, 5 updates a second per message), the files of users' messages (the message resource
+API: the bytes with ``Content-Type`` and ``Content-Disposition`` to a valid tenant token and
+``type=file`` only, Feishu's JSON errors otherwise), and ``/callback/ws/endpoint`` plus a WebSocket
 speaking the SDK's protobuf frames, over which a test pushes real ``im.message.receive_v1``
 events and reads the client's acknowledgements. Every call is recorded; 429s and 5xx are
 given on demand. The webhook helpers build deliveries exactly as Feishu does: plain or
@@ -22,6 +24,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from Crypto.Cipher import AES
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
@@ -49,6 +52,8 @@ class FeishuCall:
     body: dict[str, Any]
     size: int  # bytes of the request body
     time: float = field(default_factory=time.time)
+    token: str = ""  # the bearer token it carried
+    query: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,6 +86,15 @@ class FeishuMessage:
         return card_markdown(self.content) if self.msg_type == "interactive" else self.content
 
 
+@dataclass(frozen=True)
+class FakeFile:
+    """A file a user attached to a message: what the message resource API serves."""
+
+    data: bytes
+    name: str
+    content_type: str = "application/octet-stream"
+
+
 def card_markdown(content: str) -> str:
     card = json.loads(content)
     if "text" in card:
@@ -98,6 +112,7 @@ class FakeFeishu:
         self.tokens: set[str] = set()
         self.calls: list[FeishuCall] = []
         self.messages: dict[str, FeishuMessage] = {}
+        self.files: dict[tuple[str, str], FakeFile] = {}  # (message_id, file_key)
         self._by_uuid: dict[str, str] = {}
         self._failures: dict[str, deque[_Failure]] = {}
         self._patch_times: dict[str, deque[float]] = {}
@@ -134,6 +149,18 @@ class FakeFeishu:
         with self._lock:
             self._failures.setdefault(kind, deque()).append(failure)
 
+    def add_file(
+        self,
+        message_id: str,
+        file_key: str,
+        data: bytes,
+        name: str,
+        content_type: str = "application/octet-stream",
+    ) -> None:
+        """A file of a user's message (served by the message resource API)."""
+        with self._lock:
+            self.files[(message_id, file_key)] = FakeFile(data, name, content_type)
+
     def calls_to(self, kind: str) -> list[FeishuCall]:
         with self._lock:
             return [c for c in self.calls if _kind(c.method, c.path) == kind]
@@ -159,7 +186,9 @@ class FakeFeishu:
     ) -> tuple[int, dict[str, Any] | Broken, dict[str, str]]:
         kind = _kind(method, path)
         with self._lock:
-            self.calls.append(FeishuCall(method, path, body, size))
+            self.calls.append(
+                FeishuCall(method, path, body, size, token=auth.removeprefix("Bearer "))
+            )
             failure = self._take_failure(kind)
             if failure is not None:
                 if failure.after:
@@ -274,6 +303,37 @@ class FakeFeishu:
             "body": {"content": message.content},
         }
 
+    def resource(
+        self, path: str, query: dict[str, str], auth: str
+    ) -> tuple[int, dict[str, Any] | Broken | bytes, dict[str, str]]:
+        """``GET /open-apis/im/v1/messages/:message_id/resources/:file_key?type=file``, as
+        Feishu answers it ("获取消息中的资源文件"): the file's bytes, or its JSON error."""
+        token = auth.removeprefix("Bearer ")
+        with self._lock:
+            self.calls.append(FeishuCall("GET", path, {}, 0, token=token, query=dict(query)))
+            failure = self._take_failure("resource")
+            if failure is not None:
+                if failure.body is not None:
+                    return failure.status, Broken(failure.body), {}
+                headers = {"x-ogw-ratelimit-reset": "1"} if failure.status == 429 else {}
+                return failure.status, {"code": failure.code, "msg": "injected"}, headers
+            if token not in self.tokens:
+                return 400, {"code": 99991663, "msg": "Invalid access token for authorization."}, {}
+            parts = path.split(
+                "/"
+            )  # ['', 'open-apis', 'im', 'v1', 'messages', mid, 'resources', key]
+            if query.get("type") not in ("file", "image"):
+                return 400, {"code": 234001, "msg": "Invalid request param."}, {}
+            found = self.files.get((parts[5], parts[7])) if len(parts) == 8 else None
+            if found is None:
+                return 400, {"code": 234003, "msg": "File not in message."}, {}
+            disposition = f"attachment; filename*=UTF-8''{quote(found.name)}"
+            return (
+                200,
+                found.data,
+                {"Content-Type": found.content_type, "Content-Disposition": disposition},
+            )
+
     # -- the long connection ----------------------------------------------------------------
     def push_event(self, event: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
         """Send an event over the open long connection; returns the client's answer
@@ -367,11 +427,24 @@ def _kind(method: str, path: str) -> str:
         return "create"
     if method == "PATCH" and "/im/v1/messages/" in path:
         return "patch"
+    if method == "GET" and "/im/v1/messages/" in path and "/resources/" in path:
+        return "resource"
     return "other"
 
 
 def build_feishu_app(fake: FakeFeishu) -> Starlette:
     async def api(request: Request) -> Response:
+        if _kind(request.method, request.url.path) == "resource":
+            status, answer, headers = fake.resource(
+                request.url.path,
+                dict(request.query_params),
+                request.headers.get("authorization", ""),
+            )
+            if isinstance(answer, Broken):
+                return broken_body(answer.kind, status)
+            if isinstance(answer, bytes):
+                return Response(answer, status, headers=headers)
+            return JSONResponse(answer, status, headers=headers)
         raw = await request.body()
         try:
             body = json.loads(raw) if raw else {}
@@ -511,6 +584,18 @@ def message_event(
             "message": message,
         },
     }
+
+
+def file_event(
+    file_key: str, file_name: str, *, message_type: str = "file", **kwargs: Any
+) -> dict[str, Any]:
+    """A file message (``message_type`` ``file``, or ``media`` for a video) as Feishu sends
+    it: ``content`` is ``{"file_key", "file_name"}`` (a video's also has ``image_key`` and
+    ``duration``), and no mentions (a file cannot mention anyone)."""
+    content: dict[str, Any] = {"file_key": file_key, "file_name": file_name}
+    if message_type == "media":
+        content.update(image_key="img_v3_cover", duration=2000)
+    return message_event(None, message_type=message_type, content=content, **kwargs)
 
 
 def challenge_body(challenge: str, token: str) -> dict[str, Any]:
