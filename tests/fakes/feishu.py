@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -30,7 +31,7 @@ from Crypto.Cipher import AES
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -93,6 +94,7 @@ class FakeFile:
     data: bytes
     name: str
     content_type: str = "application/octet-stream"
+    chunked: bool = False  # sent in pieces without a Content-Length
 
 
 def card_markdown(content: str) -> str:
@@ -156,10 +158,11 @@ class FakeFeishu:
         data: bytes,
         name: str,
         content_type: str = "application/octet-stream",
+        chunked: bool = False,
     ) -> None:
         """A file of a user's message (served by the message resource API)."""
         with self._lock:
-            self.files[(message_id, file_key)] = FakeFile(data, name, content_type)
+            self.files[(message_id, file_key)] = FakeFile(data, name, content_type, chunked)
 
     def calls_to(self, kind: str) -> list[FeishuCall]:
         with self._lock:
@@ -305,7 +308,7 @@ class FakeFeishu:
 
     def resource(
         self, path: str, query: dict[str, str], auth: str
-    ) -> tuple[int, dict[str, Any] | Broken | bytes, dict[str, str]]:
+    ) -> tuple[int, dict[str, Any] | Broken | FakeFile, dict[str, str]]:
         """``GET /open-apis/im/v1/messages/:message_id/resources/:file_key?type=file``, as
         Feishu answers it ("获取消息中的资源文件"): the file's bytes, or its JSON error."""
         token = auth.removeprefix("Bearer ")
@@ -330,7 +333,7 @@ class FakeFeishu:
             disposition = f"attachment; filename*=UTF-8''{quote(found.name)}"
             return (
                 200,
-                found.data,
+                found,
                 {"Content-Type": found.content_type, "Content-Disposition": disposition},
             )
 
@@ -442,8 +445,16 @@ def build_feishu_app(fake: FakeFeishu) -> Starlette:
             )
             if isinstance(answer, Broken):
                 return broken_body(answer.kind, status)
-            if isinstance(answer, bytes):
-                return Response(answer, status, headers=headers)
+            if isinstance(answer, FakeFile):
+                if answer.chunked:
+                    data = answer.data
+
+                    async def pieces() -> AsyncIterator[bytes]:
+                        for start in range(0, len(data), 64 * 1024):
+                            yield data[start : start + 64 * 1024]
+
+                    return StreamingResponse(pieces(), status, headers=headers)
+                return Response(answer.data, status, headers=headers)
             return JSONResponse(answer, status, headers=headers)
         raw = await request.body()
         try:
