@@ -33,6 +33,7 @@ from tests.fakes.feishu import (
     FeishuMessage,
     challenge_body,
     encrypt,
+    file_event,
     message_event,
     signed_headers,
 )
@@ -596,3 +597,136 @@ async def test_a_digest_opens_a_new_thread_in_the_chat_with_its_card(
     assert done.thread_key == f"feishu:{TENANT}:oc_chat_1:{opener.message_id}"
     reports = bot.thread(opener.message_id)
     assert reports and all(r.parent_id == opener.message_id for r in reports)
+
+
+# -- files attached in the chat -------------------------------------------------------------
+
+
+def _attached(run: Any) -> list[tuple[str, str, str | None, str]]:
+    return [
+        (a["id"], a["name"], a.get("message_id"), a.get("attached_by", ""))
+        for a in run.attachments or []
+    ]
+
+
+async def test_a_private_file_then_a_request_gives_the_run_the_file(feishu: FeishuFactory) -> None:
+    """A file message cannot mention the bot: in a private chat it is kept (and answered),
+    and the sender's next request there takes it, with the message that carries it."""
+    bot = await feishu()
+    bot.fake.add_file(
+        "om_f1", "file_v3_00ab_1", b"Heat pumps move heat.", "notes.md", "text/markdown"
+    )
+    sent = await bot.send(file_event("file_v3_00ab_1", "notes.md", token=TOKEN, message_id="om_f1"))
+    assert sent.status_code == 200
+    (kept,) = await wait_for(lambda: bot.thread("om_f1"))
+    assert "Got notes.md" in kept.markdown and "10 min" in kept.markdown
+    await bot.send(message_event("/research heat pumps depth=1", token=TOKEN, message_id="om_q1"))
+    (run,) = await bot.delivered()
+    assert _attached(run) == [("file_v3_00ab_1", "notes.md", "om_f1", "ou_user_1")]
+    assert bot.thread("om_q1")[0].uuid == f"{run.id}:progress"  # no "Not read" answer
+    # Taken once: the next request has no file.
+    await bot.send(message_event("/research heat pumps again depth=1", token=TOKEN))
+    newest, _ = await bot.delivered(2)
+    assert _attached(newest) == []
+
+
+async def test_a_group_file_is_taken_by_a_request_in_its_thread_only(
+    feishu: FeishuFactory,
+) -> None:
+    """With the group-message permission the bot sees a file posted in a thread (and says
+    nothing); an @-mention in another thread does not take it, one in its thread does."""
+    bot = await feishu()
+    posted = file_event(
+        "file_v3_spec",
+        "spec.pdf",
+        chat_type="group",
+        root_id="om_root",
+        token=TOKEN,
+        message_id="om_gf",
+    )
+    assert (await bot.send(posted)).status_code == 200
+    elsewhere = message_event(
+        "/research heat pumps depth=1",
+        chat_type="group",
+        mention_bot=True,
+        root_id="om_other",
+        token=TOKEN,
+    )
+    await bot.send(elsewhere)
+    (other,) = await bot.delivered()
+    assert _attached(other) == []
+    here = message_event(
+        "/research heat pumps spec depth=1",
+        chat_type="group",
+        mention_bot=True,
+        root_id="om_root",
+        sender="ou_user_2",  # anyone in the thread may ask about it
+        token=TOKEN,
+    )
+    await bot.send(here)
+    (run,) = await bot.delivered(user=f"feishu:{TENANT}:ou_user_2")
+    assert _attached(run) == [("file_v3_spec", "spec.pdf", "om_gf", "ou_user_1")]
+    assert bot.thread("om_gf") == []  # a group file alone is not answered
+
+
+async def test_files_the_research_cannot_read_are_named_in_one_answer(
+    feishu: FeishuFactory,
+) -> None:
+    """A post with the bot's mention and a video starts the research and says the video is
+    not read; a private zip file is answered at once."""
+    bot = await feishu()
+    post = message_event(
+        None,
+        chat_type="group",
+        mention_bot=True,
+        message_type="post",
+        content={
+            "title": "",
+            "content": [
+                [
+                    {"tag": "at", "user_id": "@_user_1", "user_name": "Fathom"},
+                    {"tag": "text", "text": " /research heat pumps depth=1"},
+                ],
+                [{"tag": "media", "file_key": "file_v3_video", "image_key": "img_v3_cover"}],
+            ],
+        },
+        token=TOKEN,
+        message_id="om_post_v",
+    )
+    await bot.send(post)
+    (run,) = await bot.delivered()
+    assert _attached(run) == []
+    answers = [m for m in bot.thread("om_post_v") if not m.uuid.startswith(run.id)]
+    (left_out,) = answers
+    assert "Not read: video" in left_out.markdown
+    await bot.send(file_event("file_v3_zip", "data.zip", token=TOKEN, message_id="om_zip"))
+    (answer,) = await wait_for(lambda: bot.thread("om_zip"))
+    assert "Not read: data.zip" in answer.markdown and "PDF" in answer.markdown
+
+
+async def test_a_redelivered_file_event_is_kept_once(feishu: FeishuFactory) -> None:
+    bot = await feishu()
+    event = file_event("file_v3_once", "notes.txt", token=TOKEN, message_id="om_once")
+    for _ in range(3):
+        assert (await bot.send(event)).status_code == 200
+    other_event = dict(event, header=dict(event["header"], event_id="another-event-id"))
+    assert (await bot.send(other_event)).status_code == 200  # the same message again
+    await wait_for(lambda: bot.thread("om_once"))
+    await bot.send(message_event("/research notes depth=1", token=TOKEN))
+    (run,) = await bot.delivered()
+    assert _attached(run) == [("file_v3_once", "notes.txt", "om_once", "ou_user_1")]
+    assert len(bot.thread("om_once")) == 1  # answered once
+
+
+async def test_a_file_over_the_long_connection_is_kept_for_the_next_request(
+    feishu: FeishuFactory,
+) -> None:
+    bot = await feishu(mode="ws")
+    await wait_for(lambda: _connected(bot.served))
+    ack = await bot.push(file_event("file_v3_ws", "paper.pdf", message_id="om_wsf"))
+    assert ack["code"] == 200
+    assert (await bot.push(message_event("/research heat pumps depth=1", message_id="om_wsq")))[
+        "code"
+    ] == 200
+    (run,) = await bot.delivered()
+    assert _attached(run) == [("file_v3_ws", "paper.pdf", "om_wsf", "ou_user_1")]
