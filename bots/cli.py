@@ -354,11 +354,12 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
                 "findings": [],
                 "shouldContinue": True,
                 "graph": [],
+                "files": [],
             }
             runs = await store.thread_runs(record.id)
             return {
                 "thread": record.key,
-                "variables": variables,
+                "variables": _shown_variables(variables),
                 "runs": [_run_json(r) for r in runs],
             }
 
@@ -366,6 +367,17 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
     if data is None:
         raise _fail(f"there is no thread {key!r} (see `fathom thread list`)")
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+
+
+def _shown_variables(variables: dict[str, Any]) -> dict[str, Any]:
+    """The thread's variables as ``thread show`` prints them: an attached file's text is
+    summed up by its length (it can be a whole book)."""
+    files = [
+        {k: v for k, v in f.items() if k != "text"} | {"text_chars": len(f.get("text") or "")}
+        for f in variables.get("files") or []
+        if isinstance(f, dict)
+    ]
+    return {**variables, "files": files}
 
 
 def _run_json(run: Any) -> dict[str, Any]:
@@ -384,7 +396,12 @@ def _run_json(run: Any) -> dict[str, Any]:
             "searches": run.searches,
             "pages_read": run.pages_read,
             "pages_skipped": run.pages_skipped,
+            "attachments_read": run.attachments_read,
         },
+        "attachments": [
+            {k: a.get(k) for k in ("name", "mime", "size", "attached_by")}
+            for a in run.attachments or []
+        ],
         "created_at": run.created_at.isoformat() if run.created_at else None,
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "attempt": run.attempt,

@@ -34,6 +34,7 @@ USAGE_KEYS = {
     "searches",
     "pages_read",
     "pages_skipped",
+    "attachments_read",
 }
 
 
@@ -107,7 +108,9 @@ def test_research_json(
     assert data["thread"].startswith("cli:local:local:")
     assert data["topics"] == search_server.fake.queries and len(data["topics"]) == 2
     assert data["report_markdown"].startswith("# ") and "## Sources" in data["report_markdown"]
-    assert data["sources"] and all(set(s) == {"n", "title", "url"} for s in data["sources"])
+    keys = {"n", "title", "url", "published", "kind"}
+    assert data["sources"] and all(set(s) == keys for s in data["sources"])
+    assert {s["kind"] for s in data["sources"]} == {"web"} and data["attachments"] == []
     assert [s["n"] for s in data["sources"]] == list(range(1, len(data["sources"]) + 1))
     for source in data["sources"]:
         assert (
@@ -208,7 +211,14 @@ def test_output_file_follow_up_and_thread_commands(
     info = json.loads(shown.stdout)
     assert info["thread"] == key
     variables = info["variables"]
-    assert set(variables) == {"topics", "nextSearchTopic", "findings", "shouldContinue", "graph"}
+    assert set(variables) == {
+        "topics",
+        "nextSearchTopic",
+        "findings",
+        "shouldContinue",
+        "graph",
+        "files",
+    }
     assert variables["graph"] == []  # iterative research plans no sub-questions
     assert variables["topics"] == first_topics + data["topics"]
     assert len(variables["findings"]) == 3
