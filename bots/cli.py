@@ -155,8 +155,18 @@ def research(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of the report.")
     ] = False,
+    files: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--file",
+            "-f",
+            help="A file to read with the research (PDF, DOCX, HTML, Markdown, text); repeat "
+            "for more.",
+        ),
+    ] = None,
 ) -> None:
     """Research TOPIC with live progress and print a cited Markdown report."""
+    from bots.console.files import FileProblem, local_attachments
     from core.commands import CommandError, validate_depth, validate_strategy, validate_topic
     from core.models import CONSOLE_PLATFORM, ResearchRequest, ThreadKey
 
@@ -177,7 +187,12 @@ def research(
                 thread=uuid.uuid4().hex[:12],
             )
         )
-    except (CommandError, ValueError) as exc:
+        attachments = local_attachments(
+            files or [],
+            max_bytes=settings.attachment_max_bytes,
+            per_request=settings.attachments_per_request,
+        )
+    except (CommandError, FileProblem, ValueError) as exc:
         raise _fail(str(exc)) from None
     if output is not None:
         _check_writable(output)
@@ -188,6 +203,7 @@ def research(
         strategy=clean_strategy,
         thread=key,
         requested_by="cli",
+        attachments=attachments,
     )
     started = StartedRun()
     outcome = _run(_research(settings, request, None, started), started)
@@ -255,6 +271,7 @@ def resume(
 async def _research(
     settings: Settings, request: Any, run_id: str | None, started: StartedRun
 ) -> RunOutcome:
+    from bots.console.files import LocalFiles
     from bots.console.progress import ConsoleProgress
     from core.config import ConfigError
     from core.runtime import open_runtime
@@ -275,8 +292,8 @@ async def _research(
                 raise _fail(f"there is no run {run_id!r}")
             try:
                 if request is None:
-                    return await runtime.service.resume(run_id or "", progress)
-                return await runtime.service.execute(run_id or "", progress)
+                    return await runtime.service.resume(run_id or "", progress, LocalFiles())
+                return await runtime.service.execute(run_id or "", progress, LocalFiles())
             except RunRejected as exc:
                 raise _fail(str(exc)) from None
             except (RunBusy, ClaimLost) as exc:

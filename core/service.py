@@ -250,7 +250,12 @@ class ResearchService:
         """``async with service.lease(claim):`` keeps the claim alive while the body runs."""
         return Lease(self._store, claim, self.timing)
 
-    async def execute(self, run_id: str, progress: ProgressSink | None = None) -> RunOutcome:
+    async def execute(
+        self,
+        run_id: str,
+        progress: ProgressSink | None = None,
+        files: PlatformFiles | None = None,
+    ) -> RunOutcome:
         """Claim the run, hold it and run it to its end (or resume it from its checkpoint).
 
         For callers that run one research themselves (the CLI, tests). A finished run is
@@ -279,12 +284,17 @@ class ResearchService:
             await release_quietly(self._store, claim)
             return await self.stored_outcome(claim.run)
         async with self.lease(claim):
-            outcome = await self.execute_claimed(claim, progress)
+            outcome = await self.execute_claimed(claim, progress, files=files)
         if _delivers(claim.run):
             await release_quietly(self._store, claim)
         return outcome
 
-    async def resume(self, run_id: str, progress: ProgressSink | None = None) -> RunOutcome:
+    async def resume(
+        self,
+        run_id: str,
+        progress: ProgressSink | None = None,
+        files: PlatformFiles | None = None,
+    ) -> RunOutcome:
         """Run again from the checkpoint, also after a failure or a cancellation.
 
         A succeeded run is not repeated: its stored outcome is returned.
@@ -292,7 +302,7 @@ class ResearchService:
         run = await self._store.get_run(run_id)
         if run is not None and run.status in (RunStatus.FAILED.value, RunStatus.CANCELLED.value):
             await self._requeue(run_id)
-        return await self.execute(run_id, progress)
+        return await self.execute(run_id, progress, files)
 
     async def _requeue(self, run_id: str) -> None:
         try:
