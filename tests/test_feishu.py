@@ -609,13 +609,15 @@ def _attached(run: Any) -> list[tuple[str, str, str | None, str]]:
     ]
 
 
-async def test_a_private_file_then_a_request_gives_the_run_the_file(feishu: FeishuFactory) -> None:
+async def test_a_private_file_then_a_request_reads_the_file_into_the_report(
+    feishu: FeishuFactory, llm: FakeLLMServer
+) -> None:
     """A file message cannot mention the bot: in a private chat it is kept (and answered),
-    and the sender's next request there takes it, with the message that carries it."""
+    and the sender's next request there takes it: the run downloads it from its message with
+    the tenant token, the writer has its passages, and the report cites it."""
     bot = await feishu()
-    bot.fake.add_file(
-        "om_f1", "file_v3_00ab_1", b"Heat pumps move heat.", "notes.md", "text/markdown"
-    )
+    notes = "# Field notes\n\nThe heat pump's seasonal coefficient of performance was 3.4.\n"
+    bot.fake.add_file("om_f1", "file_v3_00ab_1", notes.encode(), "notes.md", "text/markdown")
     sent = await bot.send(file_event("file_v3_00ab_1", "notes.md", token=TOKEN, message_id="om_f1"))
     assert sent.status_code == 200
     (kept,) = await wait_for(lambda: bot.thread("om_f1"))
@@ -623,7 +625,16 @@ async def test_a_private_file_then_a_request_gives_the_run_the_file(feishu: Feis
     await bot.send(message_event("/research heat pumps depth=1", token=TOKEN, message_id="om_q1"))
     (run,) = await bot.delivered()
     assert _attached(run) == [("file_v3_00ab_1", "notes.md", "om_f1", "ou_user_1")]
-    assert bot.thread("om_q1")[0].uuid == f"{run.id}:progress"  # no "Not read" answer
+    assert run.status == "succeeded" and run.attachments_read == 1
+    (download,) = bot.fake.calls_to("resource")
+    assert download.path == "/open-apis/im/v1/messages/om_f1/resources/file_v3_00ab_1"
+    assert download.query == {"type": "file"} and download.token in bot.fake.tokens
+    prompt = str(llm.fake.requests_for("writer")[-1].body["messages"][-1]["content"])
+    assert "[1] notes.md (attached by ou_user_1)" in prompt
+    assert "coefficient of performance was 3.4" in prompt
+    progress, *reports = bot.thread("om_q1")
+    assert progress.uuid == f"{run.id}:progress"  # no "Not read" answer before it
+    assert "notes.md (attached by ou_user_1)" in "".join(card.markdown for card in reports)
     # Taken once: the next request has no file.
     await bot.send(message_event("/research heat pumps again depth=1", token=TOKEN))
     newest, _ = await bot.delivered(2)
@@ -730,3 +741,39 @@ async def test_a_file_over_the_long_connection_is_kept_for_the_next_request(
     ] == 200
     (run,) = await bot.delivered()
     assert _attached(run) == [("file_v3_ws", "paper.pdf", "om_wsf", "ou_user_1")]
+
+
+async def test_a_post_with_the_bot_and_a_file_is_read_and_one_too_large_is_noted(
+    feishu: FeishuFactory,
+) -> None:
+    """A post that mentions the bot carries its files to the run. (Feishu documents only
+    ``media`` among a received post's file tags; a ``file`` element is read the same way.)
+    A file larger than ``FATHOM_ATTACHMENT_MAX_BYTES`` (Feishu does not say its size before
+    the download) is not read past the limit, and the report's notes say so."""
+    bot = await feishu(FATHOM_ATTACHMENT_MAX_BYTES="2000")
+    bot.fake.add_file("om_pf", "file_v3_small", b"Heat pumps: COP 3.4.", "small.txt", "text/plain")
+    bot.fake.add_file("om_pf", "file_v3_big", b"z" * 50_000, "big.txt", "text/plain")
+    post = message_event(
+        None,
+        chat_type="group",
+        mention_bot=True,
+        message_type="post",
+        content={
+            "title": "",
+            "content": [
+                [
+                    {"tag": "at", "user_id": "@_user_1", "user_name": "Fathom"},
+                    {"tag": "text", "text": " /research heat pumps depth=1"},
+                ],
+                [{"tag": "file", "file_key": "file_v3_small", "file_name": "small.txt"}],
+                [{"tag": "file", "file_key": "file_v3_big", "file_name": "big.txt"}],
+            ],
+        },
+        token=TOKEN,
+        message_id="om_pf",
+    )
+    await bot.send(post)
+    (run,) = await bot.delivered()
+    assert [name for _, name, _, _ in _attached(run)] == ["small.txt", "big.txt"]
+    assert run.attachments_read == 1
+    assert any("big.txt" in note and "not read" in note for note in run.notes)
