@@ -148,6 +148,22 @@ async def test_an_outage_is_retryable_and_the_next_try_reads_the_file(
     assert await poster.download(the_file(), 1_000_000) == PDF
 
 
+async def test_an_html_page_instead_of_a_file_is_retried(
+    api: FeishuApi, server: FakeFeishuServer
+) -> None:
+    """A proxy's sign-in or error page with HTTP 200 is not the PDF: retried, never read as
+    the file; an HTML file itself is read."""
+    server.fake.fail_next("resource", status=200, body="html")
+    poster = thread(api)
+    with pytest.raises(FeishuError) as failed:
+        await poster.download(the_file(), 1_000_000)
+    assert poster.classify(failed.value).retryable
+    page = b"<html><body><p>Heat pumps</p></body></html>"
+    server.fake.add_file("om_h", "file_html", page, "page.html", "text/html")
+    html = Attachment(id="file_html", name="page.html", message_id="om_h")
+    assert await poster.download(html, 1_000_000) == page
+
+
 async def test_a_rate_limit_waits_as_feishu_says(api: FeishuApi, server: FakeFeishuServer) -> None:
     server.fake.fail_next("resource", status=429)
     with pytest.raises(FeishuError) as failed:

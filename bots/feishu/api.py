@@ -292,11 +292,15 @@ class FeishuApi:
             )
         return self._http
 
-    async def download_resource(self, message_id: str, file_key: str, max_bytes: int) -> bytes:
+    async def download_resource(
+        self, message_id: str, file_key: str, max_bytes: int, *, html: bool = False
+    ) -> bytes:
         """The file ``file_key`` of the message ``message_id`` (a user's file message or a
         post's video), read up to ``max_bytes``: :class:`AttachmentTooLarge` past it,
         :class:`AttachmentRefused` when Feishu's answer says it can never be had; any other
-        failure is a :class:`FeishuError` (or httpx's) that ``classify_error`` judges."""
+        failure is a :class:`FeishuError` (or httpx's) that ``classify_error`` judges. An
+        HTML page answered for a file that is no HTML (``html``) is a proxy's page (a
+        sign-in, an outage), not the file: retried."""
         if not (RESOURCE_ID.fullmatch(message_id) and RESOURCE_ID.fullmatch(file_key)):
             raise AttachmentRefused("not a Feishu message file")
         path = (
@@ -307,7 +311,7 @@ class FeishuApi:
             for attempt in (1, 2):
                 token = await self._tenant_token()
                 try:
-                    return await self._stream(path, token, max_bytes)
+                    return await self._stream(path, token, max_bytes, html)
                 except FeishuError as exc:
                     if exc.code not in TOKEN_INVALID or attempt == 2:
                         raise _refusal(exc) or exc from None
@@ -316,12 +320,14 @@ class FeishuApi:
                             self._token = None
         raise AssertionError("unreachable")
 
-    async def _stream(self, path: str, token: str, max_bytes: int) -> bytes:
+    async def _stream(self, path: str, token: str, max_bytes: int, html: bool) -> bytes:
         client = self._files_client()
         headers = {"Authorization": f"Bearer {token}"}
         async with client.stream("GET", path, params={"type": "file"}, headers=headers) as answer:
             if answer.status_code != 200:
                 raise await _answer_error(answer)
+            if not html and answer.headers.get("content-type", "").startswith("text/html"):
+                raise _error_of(answer, -1, "an HTML page instead of the file")
             declared = answer.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > max_bytes:
                 raise AttachmentTooLarge(f"larger than {max_bytes} bytes")

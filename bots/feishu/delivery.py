@@ -21,7 +21,7 @@ from bots.chat.inbound import PENDING_PREFIX
 from bots.chat.throttle import WorkspaceLimiters
 from bots.feishu.api import FeishuApi
 from bots.feishu.render import notice_card, progress_card, report_cards
-from core.attachments import AttachmentRefused
+from core.attachments import AttachmentRefused, attachment_kind
 from core.delivery import PostFailure
 from core.digests import heading_of
 from core.models import Attachment, ThreadKey
@@ -112,7 +112,12 @@ class FeishuThread:
         token, ``FEISHU_DOMAIN`` only)."""
         if not attachment.message_id:
             raise AttachmentRefused("the message carrying the file is not known")
-        return await self._api.download_resource(attachment.message_id, attachment.id, max_bytes)
+        return await self._api.download_resource(
+            attachment.message_id,
+            attachment.id,
+            max_bytes,
+            html=attachment_kind(attachment.name, attachment.mime) == "html",
+        )
 
     def classify(self, error: Exception) -> PostFailure:
         return classify_error(error)
