@@ -258,6 +258,9 @@ async def test_an_html_file_is_not_mistaken_for_the_sign_in_page(
     page = b"<html><body><p>Trial summary</p></body></html>"
     attachment = hosted(server, "summary.html", page)
     assert await downloads_for(server, http).download(attachment, 1_000_000) == page
+    server.fake.files_read = False  # the sign-in page has no Content-Disposition
+    with pytest.raises(AttachmentRefused, match="files:read"):
+        await downloads_for(server, http).download(attachment, 1_000_000)
 
 
 async def test_gone_files_and_final_answers_are_refused(
@@ -375,3 +378,26 @@ async def test_each_workspaces_files_are_fetched_with_its_own_token(
     assert await delivery.download(notes, 1_000_000) == NOTES.encode()
     assert [r.authorization for r in server.fake.file_requests] == ["Bearer xoxb-team-two"]
     await factory.aclose()
+
+
+async def test_a_body_without_a_length_stops_as_soon_as_it_passes_the_limit() -> None:
+    sent: list[int] = []
+
+    async def body() -> Any:
+        for _ in range(100):
+            sent.append(1)
+            yield b"x" * 1000
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.headers["authorization"] == f"Bearer {BOT_TOKEN}"
+        return httpx.Response(200, content=body(), headers={"content-type": "text/plain"})
+
+    api = "https://fathom-fake.test/api/"
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        downloads = SlackDownloads(make_web_client(BOT_TOKEN, api), http, allowed_origins(api))
+        attachment = Attachment(
+            id="F1", name="n.txt", extra={"download": "https://fathom-fake.test/files-pri/T-F1/n"}
+        )
+        with pytest.raises(AttachmentTooLarge):
+            await downloads.download(attachment, 5_500)
+    assert len(sent) == 6  # stopped at the chunk that passed the limit

@@ -12,7 +12,8 @@ workspace's OAuth installation).
   redirects are followed by hand, only to the same hosts.
 - A token Slack does not accept for the file (no ``files:read``, or the file is not shared
   where the bot is) is answered with Slack's HTML sign-in page (HTTP 200), or a redirect to
-  it on the workspace's host: both are a final refusal that names the scope. 401/403/404/410
+  it on the workspace's host: both are a final refusal that names the scope. (An HTML file
+  is told from the page by the download's ``Content-Disposition: attachment``.) 401/403/404/410
   are final too. 429, 5xx, a timeout or the network are raised as they are (an
   ``httpx.HTTPStatusError`` with the response, or the transport's error):
   ``bots.slack.errors.classify_error`` judges them worth another try.
@@ -186,9 +187,14 @@ def _judge(response: httpx.Response, *, html_expected: bool) -> None:
     if not 200 <= status < 300:
         raise AttachmentRefused(f"Slack refused the download (HTTP {status})")
     media = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if media == "text/html" and not html_expected:
-        # A file that is not HTML answered with HTML: Slack's sign-in page.
-        raise AttachmentRefused(NO_ACCESS)
+    if media == "text/html":
+        # Slack's sign-in page, unless it is the file: an HTML file, or a file Slack sends as
+        # a download (``url_private_download`` "includes headers to force a browser
+        # download": ``Content-Disposition: attachment``; the sign-in page has none).
+        forced = "attachment" in response.headers.get("content-disposition", "").lower()
+        via_download = "/download/" in response.url.path
+        if not forced and (via_download or not html_expected):
+            raise AttachmentRefused(NO_ACCESS)
 
 
 async def _read(response: httpx.Response, max_bytes: int) -> bytes:
