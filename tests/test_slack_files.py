@@ -18,6 +18,7 @@ import httpx
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bots.chat.replies import Replies
 from bots.slack.delivery import SlackDeliveryFactory
 from bots.slack.download import (
     NO_ACCESS,
@@ -28,8 +29,10 @@ from bots.slack.download import (
 from bots.slack.errors import classify_error
 from bots.slack.files import SlackFiles, attached_by, describe_files, describe_pending
 from bots.slack.messenger import make_web_client
+from bots.slack.text import SlackMarkup
 from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
+from core.wording import Language
 from storage import Store
 from tests.fakes.slack import (
     FILES,
@@ -401,3 +404,17 @@ async def test_a_body_without_a_length_stops_as_soon_as_it_passes_the_limit() ->
         with pytest.raises(AttachmentTooLarge):
             await downloads.download(attachment, 5_500)
     assert len(sent) == 6  # stopped at the chunk that passed the limit
+
+
+@pytest.mark.parametrize(
+    ("language", "expected"),
+    [
+        ("en", "Not read: Roadmap (a link to a file kept outside the chat, not the file itself)"),
+        ("zh", "未读取：Roadmap（只是存放在聊天之外的文件的链接，不是文件本身）"),
+    ],
+)
+def test_files_slack_cannot_hand_over_are_named_with_why(language: Language, expected: str) -> None:
+    text = Replies(SlackMarkup(), language).files_left_out(
+        [("Roadmap", "external"), ("F1", "deleted")], max_bytes=2**20, per_request=5
+    )
+    assert expected in text and ("F1 (deleted)" in text or "F1（已被删除）" in text)
