@@ -40,6 +40,7 @@ from tests.env import is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.fakes.server import BROKEN_BODIES, BackgroundServer
 from tests.fakes.slack import (
+    FILES,
     FakeSlack,
     FakeSlackServer,
     SlackCall,
@@ -321,26 +322,28 @@ async def test_access_control_refuses_politely(start_bot: BotFactory) -> None:
 
 
 @pytest.mark.parametrize("where", ["dm", "mention"])
-async def test_a_message_with_files_is_answered_like_its_text(
+async def test_a_message_with_files_starts_its_research_with_them(
     start_bot: BotFactory, where: str
 ) -> None:
-    """A DM (``subtype: file_share``) or an @-mention that carries files starts the same
-    research as its text alone, and says that the files are not read yet."""
+    """A DM (``subtype: file_share``) or an @-mention that carries files starts the research
+    its text asks for, with the files recorded as the run's attachments."""
     bot = await start_bot()
     plain = im_message_event if where == "dm" else app_mention_event
-    event = with_files(plain("hydrogen aviation depth=1"), "brief.pdf", "notes.txt")
+    brief = bot.slack.host_file("brief.md", b"# Brief\nHydrogen aircraft need new tanks.")
+    notes = bot.slack.host_file("notes.txt", b"Liquid hydrogen is stored at 20 K.")
+    event = with_files(plain("hydrogen aviation depth=1"), brief, notes)
     await bot.event(event, f"Ev-files-{where}")
     [run] = await bot.finished()
     assert (run.status, run.topic, run.depth) == ("succeeded", "hydrogen aviation", 1)
-    [note] = await wait_for(lambda: bot.slack.calls_to("chat.postEphemeral"))
-    assert "do not read attached files yet" in note.params["text"]
-    assert "2 files" in note.params["text"] and note.params["user"] == "U123"
+    assert [a["name"] for a in run.attachments or []] == ["brief.md", "notes.txt"]
+    assert run.attachments_read == 2
     if where == "dm":  # edits and other subtypes of a DM stay ignored
         edited = dict(plain("solar depth=1"), subtype="message_changed")
         await bot.event(edited, "Ev-edit")
         await bot.event(plain("wind depth=1"), "Ev-after")
         runs = await bot.finished(2)
         assert [r.topic for r in runs] == ["wind", "hydrogen aviation"]
+    assert bot.slack.calls_to("chat.postEphemeral") == []
 
 
 async def test_concurrency_limit_refuses_a_second_run(start_bot: BotFactory) -> None:
@@ -933,3 +936,177 @@ async def test_serve_forgets_platform_events_older_than_a_week(
         await asyncio.sleep(0.1)
     assert await store.claim_event("slack:event:recent") is False
     await database.dispose()
+
+
+# -- files attached (issue 20; parsing and download: tests/test_slack_files.py) ------------
+
+NOTES = (
+    "Heat pump field trial notes. In January the defrost cycles cost seven percent of the "
+    "heat output at the Oslo site, and the night setback saved little."
+)
+
+
+def report_text(bot: Bot) -> str:
+    return "\n".join(b.get("text", "") for m in bot.reports() for b in m.get("blocks") or [])
+
+
+def writer_prompts(bot: Bot) -> list[str]:
+    return [str(r.body["messages"][-1]["content"]) for r in bot.llm.fake.requests_for("writer")]
+
+
+async def test_a_mention_with_a_file_reads_it_into_the_report(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    notes = bot.slack.host_file("trial-notes.txt", NOTES.encode())
+    event = with_files(app_mention_event("heat pump defrost losses depth=1"), notes)
+    await bot.event(event, "Ev-file-read")
+    [run] = await bot.finished()
+    assert run.status == "succeeded" and run.attachments_read == 1
+    assert run.attachments is not None
+    [stored] = run.attachments
+    assert stored["id"] == notes["id"] and stored["name"] == "trial-notes.txt"
+    assert stored["url"] == notes["permalink"] and stored["attached_by"] == "U123"
+    [request] = bot.slack.file_requests
+    assert request.authorization == f"Bearer {BOT_TOKEN}"
+    assert request.path.endswith(f"-{notes['id']}/download/trial-notes.txt")
+    [prompt] = writer_prompts(bot)
+    assert "trial-notes.txt (attached by U123)" in prompt and "defrost cycles" in prompt
+    report = report_text(bot)
+    assert "trial-notes.txt (attached by U123)" in report and notes["permalink"] in report
+    assert "<@U123>" not in report
+    assert bot.slack.calls_to("chat.postEphemeral") == []  # nothing to say about the file
+
+
+async def test_files_not_read_are_named_in_one_reply_and_the_run_goes_on(
+    start_bot: BotFactory,
+) -> None:
+    bot = await start_bot(FATHOM_ATTACHMENT_MAX_BYTES="2048")
+    notes = bot.slack.host_file("trial-notes.txt", NOTES.encode())
+    program = bot.slack.host_file("setup.exe", b"MZ" + b"\0" * 100)
+    chart = bot.slack.host_file("chart.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 100)
+    big = bot.slack.host_file("dump.txt", b"x" * 4096)
+    drive = {
+        "id": "FGDRIVE1",
+        "name": "Roadmap",
+        "mimetype": "application/vnd.google-apps.document",
+        "filetype": "gdoc",
+        "mode": "external",
+        "is_external": True,
+        "external_type": "gdrive",
+        "url_private": "https://docs.google.com/document/d/1abc/edit",
+    }
+    deleted = {"id": "FDELETED1", "mode": "tombstone"}
+    files = (notes, program, chart, big, drive, deleted)
+    await bot.event(with_files(app_mention_event("heat pumps depth=1"), *files), "Ev-not-read")
+    [run] = await bot.finished()
+    assert run.status == "succeeded" and run.attachments_read == 1
+    [note] = await wait_for(lambda: bot.slack.calls_to("chat.postEphemeral"))
+    text = note.params["text"]
+    assert text.startswith(":paperclip: Not read: ") and note.params["user"] == "U123"
+    for expected in (
+        "Roadmap (a link to a file kept outside the chat, not the file itself)",
+        "FDELETED1 (deleted)",
+        "setup.exe (not a file I read",
+        "chart.png (not a file I read",
+        "dump.txt (larger than",
+    ):
+        assert expected in text, text
+    assert "trial-notes.txt" not in text
+    # Only the file that is read was downloaded.
+    assert [r.path.rsplit("/", 1)[1] for r in bot.slack.file_requests] == ["trial-notes.txt"]
+
+
+async def test_a_file_address_pasted_in_the_text_is_never_fetched(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    notes = bot.slack.host_file("trial-notes.txt", NOTES.encode())
+    text = f"summarise <{notes['url_private_download']}> depth=1"
+    await bot.event(app_mention_event(text), "Ev-pasted")
+    [run] = await bot.finished()
+    assert run.status == "succeeded" and not run.attachments
+    assert bot.slack.file_requests == []
+
+
+async def test_without_files_read_the_run_notes_the_scope_and_goes_on(
+    start_bot: BotFactory,
+) -> None:
+    bot = await start_bot()
+    notes = bot.slack.host_file("trial-notes.txt", NOTES.encode())
+    bot.slack.files_read = False
+    await bot.event(with_files(app_mention_event("heat pumps depth=1"), notes), "Ev-scope")
+    [run] = await bot.finished()
+    assert run.status == "succeeded" and run.attachments_read == 0
+    [why] = [n for n in run.notes if "trial-notes.txt" in n]
+    assert "files:read" in why
+    assert len(bot.slack.file_requests) == 1  # refused for good: not tried again
+    assert "files:read" in report_text(bot)
+
+
+async def test_a_download_that_fails_once_is_retried(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    notes = bot.slack.host_file("trial-notes.txt", NOTES.encode())
+    bot.slack.fail_next(FILES, status=500)
+    await bot.event(with_files(app_mention_event("heat pumps depth=1"), notes), "Ev-500")
+    [run] = await bot.finished()
+    assert run.attachments_read == 1 and len(bot.slack.file_requests) == 2
+    assert "defrost cycles" in writer_prompts(bot)[0]
+
+
+async def test_a_follow_up_in_the_thread_reuses_the_file_and_reads_a_new_one(
+    start_bot: BotFactory,
+) -> None:
+    bot = await start_bot()
+    notes = bot.slack.host_file("trial-notes.txt", NOTES.encode())
+    first = app_mention_event("heat pumps depth=1", ts="1700000300.000100")
+    await bot.event(with_files(first, notes), "Ev-first")
+    await bot.finished()
+    extra = bot.slack.host_file("costs.md", b"# Costs\nThe install cost 14,000 EUR per home.")
+    follow = app_mention_event("what about costs? depth=1", thread_ts="1700000300.000100")
+    await bot.event(with_files(follow, extra, notes), "Ev-follow-files")
+    runs = await bot.finished(2)
+    second = next(r for r in runs if r.dedupe_key == "slack:event:Ev-follow-files")
+    assert second.thread_key == "slack:T0001:C0001:1700000300.000100"
+    names = [r.path.rsplit("/", 1)[1] for r in bot.slack.file_requests]
+    assert names == ["trial-notes.txt", "costs.md"]  # the thread's file is not fetched again
+    prompt = writer_prompts(bot)[-1]
+    assert "defrost cycles" in prompt and "14,000 EUR" in prompt
+
+
+async def test_a_dm_of_files_only_waits_for_the_next_request(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    notes = bot.slack.host_file("trial-notes.txt", NOTES.encode())
+    await bot.event(with_files(im_message_event(""), notes), "Ev-dm-files")
+    [kept] = await wait_for(lambda: bot.slack.calls_to("chat.postEphemeral"))
+    assert "Got trial-notes.txt" in kept.params["text"] and "10 min" in kept.params["text"]
+    assert await bot.runs() == [] and bot.slack.file_requests == []
+    await bot.event(im_message_event("heat pump defrost depth=1"), "Ev-dm-topic")
+    [run] = await bot.finished()
+    assert run.attachments_read == 1 and len(bot.slack.file_requests) == 1
+    assert "trial-notes.txt (attached by U123)" in report_text(bot)
+
+
+async def test_a_slack_connect_file_is_described_then_read(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    file = bot.slack.host_file("partner-brief.txt", NOTES.encode(), team="T0PARTNER")
+    stub = bot.slack.connect_stub(file)
+    await bot.event(with_files(app_mention_event("heat pumps depth=1"), stub), "Ev-connect")
+    [run] = await bot.finished()
+    assert run.attachments_read == 1
+    assert [c.token for c in bot.slack.calls_to("files.info")] == [BOT_TOKEN]
+    assert "partner-brief.txt (attached by U123)" in report_text(bot)
+
+
+async def test_a_dm_of_a_drive_link_only_is_named_as_not_read(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    drive = {
+        "id": "FGDRIVE2",
+        "name": "Roadmap",
+        "mode": "external",
+        "is_external": True,
+        "external_type": "gdrive",
+        "url_private": "https://docs.google.com/document/d/1abc/edit",
+    }
+    await bot.event(with_files(im_message_event(""), drive), "Ev-dm-drive")
+    [note] = await wait_for(lambda: bot.slack.calls_to("chat.postEphemeral"))
+    assert "Not read: Roadmap (a link to a file kept outside the chat" in note.params["text"]
+    await bot.event(im_message_event("roadmaps depth=1"), "Ev-dm-after-drive")
+    [run] = await bot.finished()
+    assert not run.attachments and bot.slack.file_requests == []

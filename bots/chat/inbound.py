@@ -80,6 +80,10 @@ class ChatMessage:
     #: seconds: a research request takes them (:meth:`ChatCommands.receive_files`).
     earlier_files: str | None = None
     earlier_window: float = 0.0
+    #: Files the platform already knows cannot be read (deleted, a link to a file kept
+    #: elsewhere, ...): (name, reason code, see ``Replies.files_left_out``); named in the
+    #: same "Not read" reply as the files the screen leaves out.
+    unreadable: tuple[tuple[str, str], ...] = ()
 
     @property
     def lang(self) -> Language:
@@ -196,7 +200,7 @@ class ChatCommands:
         ``earlier_files`` scope for the sender's next research request there, within its
         window. Answered (what will be read, what not) only when the bot was addressed: a
         file posted in a group is not the bot's business until someone asks."""
-        if message.earlier_files is None or not message.attachments:
+        if message.earlier_files is None or not (message.attachments or message.unreadable):
             return
         if not self._policy.is_allowed(message.user, message.channel):
             return
@@ -210,8 +214,9 @@ class ChatCommands:
             return
         language = await self._language_of(message)
         replies = self.replies(language)
-        if screened.rejected:
-            await answer(self._left_out(_named(screened.rejected), language))
+        rejected = message.unreadable + _named(screened.rejected)
+        if rejected:
+            await answer(self._left_out(rejected, language))
         if screened.accepted:
             minutes = max(1, round(message.earlier_window / 60))
             await answer(replies.files_kept([a.name for a in screened.accepted], minutes))
@@ -351,7 +356,7 @@ class ChatCommands:
             return Reply(replies.thread_busy(exc.active))
         if created:
             await self._runner.enqueue(run.id)
-        left_out = _named(screened.rejected) if created else ()
+        left_out = message.unreadable + _named(screened.rejected) if created else ()
         return Reply(replies.accepted(run.topic, run.depth), started=True, left_out=left_out)
 
     async def _keep(self, message: ChatMessage, attachments: Sequence[Attachment]) -> None:

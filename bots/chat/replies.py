@@ -193,17 +193,24 @@ class Replies:
         self, rejected: Sequence[tuple[str, str]], *, max_bytes: int, per_request: int
     ) -> str:
         """The files of a request that the research does not read, each named with why
-        (``type``, ``size`` or ``count``); the research goes on without them."""
+        (``type``, ``size`` or ``count`` from the screen; ``deleted``, ``external`` or
+        ``unavailable`` from the platform's description); the research goes on without them."""
         mb = f"{max_bytes / (1024 * 1024):g} MB"
         why_en = {
             "type": f"not a file I read ({READABLE})",
             "size": f"larger than {mb}",
             "count": f"only {per_request} files are read per request",
+            "deleted": "deleted",
+            "external": "a link to a file kept outside the chat, not the file itself",
+            "unavailable": "the chat does not let me open it",
         }
         why_zh = {
             "type": f"不是我能读取的文件类型（{READABLE}）",
             "size": f"超过 {mb}",
             "count": f"每个请求最多读取 {per_request} 个文件",
+            "deleted": "已被删除",
+            "external": "只是存放在聊天之外的文件的链接，不是文件本身",
+            "unavailable": "聊天平台不允许我打开它",
         }
         names = [(self.markup.escape(name) or "?", why) for name, why in rejected]
         return self._icon("paperclip") + self._pick(

@@ -30,6 +30,7 @@ from starlette.responses import Response
 from bots.chat.inbound import PENDING_PREFIX, ChatCommands, ChatMessage
 from bots.chat.settings import RouteLimits
 from bots.slack.errors import describe_error
+from bots.slack.files import SlackFiles, attached_by, describe_files, describe_pending
 from bots.slack.http import SlackEndpoint
 from bots.slack.messenger import SlackClients, StaticSlackClients, make_web_client
 from bots.slack.oauth import (
@@ -48,6 +49,14 @@ log = logging.getLogger(__name__)
 #: Message subtypes that are a person writing to the bot (a message with files is
 #: ``file_share``; a reply also sent to the channel is ``thread_broadcast``).
 PERSON_SUBTYPES = frozenset({None, "", "file_share", "thread_broadcast"})
+#: Files sent without a request (a DM of files only; a mention with files and no topic) wait
+#: this many seconds for the sender's next request in the same conversation.
+EARLIER_FILES_WINDOW = 600.0
+
+
+def earlier_files_scope(team: str, channel: str, user: str) -> str:
+    """Where files sent on their own wait: the sender in one conversation of one workspace."""
+    return f"slack:{team}:{channel}:{user}"
 
 
 def _message(
@@ -59,7 +68,9 @@ def _message(
     text: str,
     key: str,
     in_thread: bool,
+    files: SlackFiles | None = None,
 ) -> ChatMessage:
+    files = files or SlackFiles()
     return ChatMessage(
         platform="slack",
         workspace=team,
@@ -69,6 +80,10 @@ def _message(
         text=text,
         dedupe_key=key,
         in_thread=in_thread,
+        attachments=files.attachments,
+        unreadable=files.unreadable,
+        earlier_files=earlier_files_scope(team, channel, user),
+        earlier_window=EARLIER_FILES_WINDOW,
     )
 
 
@@ -126,6 +141,9 @@ class SlackCommands:
         channel, ts = str(event.get("channel") or ""), str(event.get("ts") or "")
         event_id = body.get("event_id") or f"{team}:{channel}:{ts}"
         parent = event.get("thread_ts")
+        files = describe_files(event)
+        if files.pending:  # Slack Connect stubs: files.info, now that Slack has its ack
+            files = await describe_pending(files, context.client, attached_by(event))
         message = _message(
             team=team,
             user=str(event.get("user") or ""),
@@ -134,6 +152,7 @@ class SlackCommands:
             text=clean_text(str(event.get("text") or ""), context.bot_user_id),
             key=f"slack:event:{event_id}",
             in_thread=bool(parent and parent != ts),
+            files=files,
         )
 
         async def answer(text: str) -> None:
@@ -146,6 +165,11 @@ class SlackCommands:
             except Exception as exc:
                 log.warning("ephemeral reply in %s failed (%s)", channel, describe_error(exc))
 
+        if files and not message.text.strip():
+            # Files and no topic (a DM of files; a mention with files only): kept for the
+            # sender's next request in this conversation, and said so.
+            await self.chat.receive_files(message, answer)
+            return
         await self.chat.receive(message, answer)
 
 

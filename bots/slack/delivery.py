@@ -16,8 +16,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from bots.chat.delivery import ChatDelivery, adopt_opener
 from bots.chat.throttle import WorkspaceLimiters
+from bots.slack.download import SlackDownloads, allowed_origins, download_client
 from bots.slack.errors import classify_error
 from bots.slack.messenger import SlackClients, SlackMessenger, thread_ts
 from bots.slack.render import (
@@ -54,10 +57,17 @@ def requester_user_id(requested_by: str | None) -> str | None:
 class SlackThread:
     """``bots.chat.delivery.ThreadPoster`` for one run's Slack thread."""
 
-    def __init__(self, run: RunRecord, messenger: SlackMessenger, store: ChatRuns) -> None:
+    def __init__(
+        self,
+        run: RunRecord,
+        messenger: SlackMessenger,
+        store: ChatRuns,
+        downloads: SlackDownloads | None = None,
+    ) -> None:
         self._run = run
         self._messenger = messenger
         self._store = store
+        self._downloads = downloads
         self._requester = requester_user_id(run.requested_by)
         self.language = request_language(run.topic)
         self.thread = ThreadKey.parse(run.thread_key)
@@ -112,7 +122,11 @@ class SlackThread:
         await self._messenger.post_message(self.thread, escape_mrkdwn(text))
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
-        raise AttachmentRefused("files are not read from this platform yet")
+        """The file from Slack's file host with the workspace's bot token
+        (``bots.slack.download``)."""
+        if self._downloads is None:
+            raise AttachmentRefused("files are not read by this delivery")
+        return await self._downloads.download(attachment, max_bytes)
 
     def classify(self, error: Exception) -> PostFailure:
         return classify_error(error)
@@ -128,19 +142,37 @@ class SlackDeliveryFactory:
         *,
         edit_interval: float = 1.0,
         limiters: WorkspaceLimiters | None = None,
+        api_url: str = "https://slack.com/api/",
+        http: httpx.AsyncClient | None = None,
     ) -> None:
         self._clients = clients
         self._store = store
         self._interval = edit_interval
         self._limiters = limiters or WorkspaceLimiters()
+        self._origins = allowed_origins(api_url)
+        self._http = http
+        self._owns_http = http is None
+
+    def _download_http(self) -> httpx.AsyncClient:
+        """One HTTP client for every run's downloads (made on first use, closed by
+        :meth:`aclose`)."""
+        if self._http is None:
+            self._http = download_client()
+        return self._http
 
     async def for_run(self, run: RunRecord) -> ChatDelivery:
         team = ThreadKey.parse(run.thread_key).workspace
         client = await self._clients.client_for(team)
+        downloads = SlackDownloads(client, self._download_http(), self._origins)
         return ChatDelivery(
             run,
-            SlackThread(run, SlackMessenger(client), self._store),
+            SlackThread(run, SlackMessenger(client), self._store, downloads),
             self._store,
             edit_interval=self._interval,
             limiter=self._limiters.for_team(team),
         )
+
+    async def aclose(self) -> None:
+        http, self._http = self._http, None
+        if http is not None and self._owns_http:
+            await http.aclose()

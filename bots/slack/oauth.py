@@ -34,6 +34,7 @@ BOT_SCOPES = (
     "chat:write",
     "chat:write.public",
     "commands",
+    "files:read",
     "files:write",
     "im:history",
 )

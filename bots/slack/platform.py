@@ -13,6 +13,7 @@ from bots.slack.settings import SlackSettings
 
 if TYPE_CHECKING:
     from bots.slack.app import SlackAuth
+    from bots.slack.delivery import SlackDeliveryFactory
     from core.delivery import DeliveryFactory
     from core.jobs import JobRunner
 
@@ -28,15 +29,20 @@ class SlackPlatform(ChatPlatform[SlackSettings]):
     )
 
     _auth: SlackAuth | None = None
+    _delivery: SlackDeliveryFactory | None = None
 
     async def open_delivery(self) -> DeliveryFactory:
         from bots.slack.app import slack_auth
         from bots.slack.delivery import SlackDeliveryFactory
 
         self._auth = auth = await slack_auth(self.settings, self.services.database.engine)
-        return SlackDeliveryFactory(
-            auth.clients, self.services.store, edit_interval=self.settings.edit_interval
+        self._delivery = factory = SlackDeliveryFactory(
+            auth.clients,
+            self.services.store,
+            edit_interval=self.settings.edit_interval,
+            api_url=self.settings.api_url,
         )
+        return factory
 
     async def open_ingress(self, runner: JobRunner) -> Ingress:
         from bots.slack.app import SlackIngress
@@ -54,3 +60,10 @@ class SlackPlatform(ChatPlatform[SlackSettings]):
     @property
     def long_lived(self) -> bool:
         return self.settings.socket_mode
+
+    async def aclose(self) -> None:
+        """The download client, once the job runner has stopped (its running jobs download
+        through it during their grace period)."""
+        delivery, self._delivery = self._delivery, None
+        if delivery is not None:
+            await delivery.aclose()

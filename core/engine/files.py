@@ -19,9 +19,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from core.documents import DocumentExtractor, DocumentUnreadable, document_kind
-
 from core.attachments import AttachmentRefused, AttachmentTooLarge, FileSource, shown_name
+from core.documents import DocumentExtractor, DocumentUnreadable, document_kind
 from core.engine.state import RunState
 from core.models import AttachedFile, Attachment
 

@@ -40,6 +40,26 @@ class SlackCall:
     time: float = field(default_factory=time.time)
 
 
+@dataclass(frozen=True)
+class FileRequest:
+    """One request for a file's contents (``/files-pri/...``): its path and credential."""
+
+    path: str
+    authorization: str | None
+    time: float = field(default_factory=time.time)
+
+
+#: What Slack answers a file request whose token may not read the file: its sign-in page,
+#: with HTTP 200 (a browser would show it).
+SIGN_IN_PAGE = (
+    '<!DOCTYPE html><html lang="en-US"><head><title>Slack</title></head><body>'
+    '<h1>Sign in to Fathom Fake</h1><form action="/signin"><input name="email">'
+    "</form></body></html>"
+)
+#: The failure queue of file requests (``fail_next(FILES, status=500)``).
+FILES = "files-pri"
+
+
 @dataclass
 class _Failure:
     status: int
@@ -100,6 +120,14 @@ class FakeSlack:
         self.responses: list[tuple[str, dict[str, Any]]] = []
         self._uploads: dict[str, dict[str, Any]] = {}
         self._counter = 0
+        #: Files people attached (served at their ``url_private``), by id: the file object
+        #: and the contents; every request for one; where a file's requests are redirected.
+        self.hosted: dict[str, tuple[dict[str, Any], bytes]] = {}
+        self.file_requests: list[FileRequest] = []
+        self.file_redirects: dict[str, str] = {}
+        #: False: the bot's token lacks ``files:read`` (files.info answers missing_scope,
+        #: file requests get the sign-in page).
+        self.files_read = True
 
     def reset(self) -> None:
         with self._lock:
@@ -151,6 +179,105 @@ class FakeSlack:
             if failure.remaining <= 0:
                 queue.popleft()
             return failure
+
+    def host_file(
+        self,
+        name: str,
+        content: bytes,
+        *,
+        mimetype: str | None = None,
+        filetype: str | None = None,
+        user: str = "U123",
+        mode: str = "hosted",
+        team: str | None = None,
+    ) -> dict[str, Any]:
+        """A file someone attached: stored, and its file object as events and ``files.info``
+        carry it (https://api.slack.com/types/file), its URLs on this fake's host."""
+        team = team or self.team_id
+        guessed = {
+            ".pdf": ("application/pdf", "pdf"),
+            ".txt": ("text/plain", "text"),
+            ".md": ("text/markdown", "markdown"),
+            ".html": ("text/html", "html"),
+            ".docx": (
+                "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+                "docx",
+            ),
+            ".png": ("image/png", "png"),
+            ".exe": ("application/x-msdownload", "binary"),
+        }.get(
+            name[name.rfind(".") :].lower() if "." in name else "",
+            ("application/octet-stream", "binary"),
+        )
+        with self._lock:
+            file_id = f"F{self._next_id():08d}"
+            now = int(time.time())
+            url = f"{self.base_url}/files-pri/{team}-{file_id}/{name}"
+            download = f"{self.base_url}/files-pri/{team}-{file_id}/download/{name}"
+            file = {
+                "id": file_id,
+                "created": now,
+                "timestamp": now,
+                "name": name,
+                "title": name,
+                "mimetype": mimetype or guessed[0],
+                "filetype": filetype or guessed[1],
+                "pretty_type": (filetype or guessed[1]).upper(),
+                "user": user,
+                "user_team": team,
+                "editable": mode == "snippet",
+                "size": len(content),
+                "mode": mode,
+                "is_external": False,
+                "external_type": "",
+                "is_public": True,
+                "public_url_shared": False,
+                "display_as_bot": False,
+                "username": "",
+                "url_private": url,
+                "url_private_download": download,
+                "permalink": f"https://fathom-fake.slack.com/files/{user}/{file_id}/{name}",
+                "permalink_public": f"https://slack-files.com/{team}-{file_id}-0123456789",
+                "is_starred": False,
+                "has_rich_preview": False,
+                "file_access": "visible",
+            }
+            self.hosted[file_id] = (file, content)
+            return dict(file)
+
+    @staticmethod
+    def connect_stub(file: dict[str, Any]) -> dict[str, Any]:
+        """How a Slack Connect channel's event carries ``file``: its id only, details by
+        ``files.info`` (https://api.slack.com/types/file, "Slack Connect files")."""
+        return {
+            "id": file["id"],
+            "mode": "file_access",
+            "file_access": "check_file_info",
+            "created": 0,
+            "timestamp": 0,
+            "user": "",
+        }
+
+    def record_file_request(self, path: str, authorization: str | None) -> None:
+        with self._lock:
+            self.file_requests.append(FileRequest(path, authorization))
+
+    def file_at(self, team_file: str, name: str) -> bytes | None:
+        """The contents served at ``/files-pri/<team>-<id>/<name>``, or None."""
+        team, _, file_id = team_file.partition("-")
+        with self._lock:
+            hosted = self.hosted.get(file_id)
+        if hosted is None or hosted[0].get("user_team") != team or hosted[0]["name"] != name:
+            return None
+        return hosted[1]
+
+    def _file_info(self, p: dict[str, Any]) -> dict[str, Any]:
+        if not self.files_read:
+            raise SlackError("missing_scope")
+        hosted = self.hosted.get(str(p.get("file") or ""))
+        if hosted is None:
+            raise SlackError("file_not_found")
+        return {"file": dict(hosted[0]), "comments": [], "response_metadata": {"next_cursor": ""}}
 
     def _next_id(self) -> int:
         self._counter += 1
@@ -206,6 +333,8 @@ class FakeSlack:
                 return self._complete_upload(p)
             if method == "reactions.add":
                 return {}
+            if method == "files.info":
+                return self._file_info(p)
         raise SlackError("unknown_method")
 
     def _post(self, p: dict[str, Any]) -> dict[str, Any]:
@@ -346,6 +475,29 @@ def build_slack_app(fake: FakeSlack) -> Starlette:
             return PlainTextResponse("file not found", 404)
         return PlainTextResponse(f"OK - {len(content)}")
 
+    async def file_contents(request: Request) -> Response:
+        """``url_private`` / ``url_private_download``: the contents for a bot token allowed to
+        read files; otherwise Slack's sign-in page with HTTP 200, like Slack."""
+        team_file, name = request.path_params["team_file"], request.path_params["name"]
+        auth = request.headers.get("authorization")
+        fake.record_file_request(request.url.path, auth)
+        failure = fake.take_failure(FILES)
+        if failure is not None and failure.status == 429:
+            return PlainTextResponse("ratelimited", 429, {"Retry-After": str(failure.retry_after)})
+        if failure is not None:
+            return broken_body(failure.body or "html", failure.status)
+        redirect = fake.file_redirects.get(team_file.partition("-")[2])
+        if redirect is not None:
+            return Response(status_code=302, headers={"Location": redirect})
+        token = auth[7:].strip() if auth and auth.startswith("Bearer ") else ""
+        if not token.startswith("xoxb-") or not fake.files_read:
+            return Response(SIGN_IN_PAGE, 200, media_type="text/html")
+        content = fake.file_at(team_file, name)
+        if content is None:
+            return PlainTextResponse("Not Found", 404)
+        headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+        return Response(content, 200, media_type="application/octet-stream", headers=headers)
+
     async def response_url(request: Request) -> Response:
         body = await request.json()
         fake.record_response(request.path_params["rid"], body)
@@ -379,6 +531,8 @@ def build_slack_app(fake: FakeSlack) -> Starlette:
         routes=[
             Route("/api/{method}", api, methods=["GET", "POST"]),
             Route("/upload/{file_id}", upload, methods=["POST"]),
+            Route("/files-pri/{team_file}/{name}", file_contents, methods=["GET"]),
+            Route("/files-pri/{team_file}/download/{name}", file_contents, methods=["GET"]),
             Route("/response/{rid}", response_url, methods=["POST"]),
             Route("/_fake/calls", calls, methods=["GET"]),
             Route("/_fake/messages", messages, methods=["GET"]),
@@ -536,29 +690,34 @@ def url_verification_body(challenge: str) -> bytes:
     return json.dumps(body).encode()
 
 
-def with_files(event: dict[str, Any], *names: str) -> dict[str, Any]:
+def with_files(event: dict[str, Any], *files: str | dict[str, Any]) -> dict[str, Any]:
     """``event`` carrying files, as Slack sends a message with uploads: the file objects
-    under ``files`` (their public fields), ``upload: false``, and, for a ``message`` event,
+    under ``files`` (:meth:`FakeSlack.host_file`'s, or, for a name, one on Slack's own host
+    that the fake does not serve), ``upload: true``, and, for a ``message`` event,
     ``subtype: file_share``."""
-    files = [
-        {
-            "id": f"F{uuid.uuid4().hex[:10].upper()}",
-            "created": int(time.time()),
-            "timestamp": int(time.time()),
-            "name": name,
-            "title": name,
-            "mimetype": "application/pdf" if name.endswith(".pdf") else "text/plain",
-            "filetype": "pdf" if name.endswith(".pdf") else "text",
-            "user": event.get("user"),
-            "mode": "hosted",
-            "is_external": False,
-            "size": 12345,
-            "url_private": f"https://files.slack.com/files-pri/T0001-F0001/{name}",
-            "permalink": f"https://example.slack.com/files/U123/F0001/{name}",
-        }
-        for name in names or ("notes.pdf",)
+    objects = [
+        file if isinstance(file, dict) else _unserved_file(file, event)
+        for file in files or ("notes.pdf",)
     ]
-    event = dict(event, files=files, upload=False, display_as_bot=False)
+    event = dict(event, files=objects, upload=True, display_as_bot=False)
     if event.get("type") == "message":
         event["subtype"] = "file_share"
     return event
+
+
+def _unserved_file(name: str, event: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": f"F{uuid.uuid4().hex[:10].upper()}",
+        "created": int(time.time()),
+        "timestamp": int(time.time()),
+        "name": name,
+        "title": name,
+        "mimetype": "application/pdf" if name.endswith(".pdf") else "text/plain",
+        "filetype": "pdf" if name.endswith(".pdf") else "text",
+        "user": event.get("user"),
+        "mode": "hosted",
+        "is_external": False,
+        "size": 12345,
+        "url_private": f"https://files.slack.com/files-pri/T0001-F0001/{name}",
+        "permalink": f"https://example.slack.com/files/U123/F0001/{name}",
+    }
