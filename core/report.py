@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
 from urllib.parse import urlsplit, urlunsplit
 
 from core.models import Finding, Source
@@ -30,9 +31,11 @@ from core.wording import (
     request_language,
     sources_heading,
     untitled_report,
+    written_line,
 )
 
 SNIPPET_CHARS_FOR_WRITER = 500
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 #: The page passages the writer sees in all, newest sources first (about 8 rounds' worth).
 WRITER_PASSAGE_TOKENS = 12_000
 
@@ -46,6 +49,8 @@ class NumberedSource:
     topic: str
     #: Passages read from the page itself (empty when it was not read).
     passages: tuple[str, ...] = ()
+    #: Its publication date (``YYYY-MM-DD``): the search provider's, else the page's own.
+    published: str | None = None
 
 
 def url_identity(url: str) -> str:
@@ -57,7 +62,8 @@ def url_identity(url: str) -> str:
 
 def number_sources(findings: Sequence[Finding]) -> list[NumberedSource]:
     """Number every distinct result URL once, in the order the searches found them, each
-    with the passages last read from its page."""
+    with the passages last read from its page and its publication date (the first a search
+    gave, else the one its page declares)."""
     seen: set[str] = set()
     numbered: list[NumberedSource] = []
     passages = {
@@ -66,6 +72,15 @@ def number_sources(findings: Sequence[Finding]) -> list[NumberedSource]:
         for page in finding.pages or ()
         if page.passages
     }
+    dates: dict[str, str] = {}
+    for finding in findings:
+        for page in finding.pages or ():
+            if page.published and _ISO_DAY.fullmatch(page.published):
+                dates[url_identity(page.url)] = page.published
+    for finding in reversed(findings):  # a search's date wins over a page's; the first search's
+        for result in reversed(finding.results):
+            if result.published and _ISO_DAY.fullmatch(result.published):
+                dates[url_identity(result.url)] = result.published
     for finding in findings:
         for result in finding.results:
             key = url_identity(result.url)
@@ -80,6 +95,7 @@ def number_sources(findings: Sequence[Finding]) -> list[NumberedSource]:
                     snippet=result.snippet,
                     topic=finding.topic,
                     passages=passages.get(key, ()),
+                    published=dates.get(key),
                 )
             )
     return numbered
@@ -103,8 +119,9 @@ def writer_source_blocks(
     new: frozenset[int] = frozenset(),
     passage_tokens: int = WRITER_PASSAGE_TOKENS,
 ) -> list[str]:
-    """``[n] title — url``, the snippet and the passages read from the page of each source;
-    sources in ``new`` (a digest's sources that no earlier firing found) are marked ``NEW``.
+    """``[n] title — url`` (with `` (published 2026-11-30)`` when its date is known), the
+    snippet and the passages read from the page of each source; sources in ``new`` (a
+    digest's sources that no earlier firing found) are marked ``NEW``.
 
     The passages of all sources stay within ``passage_tokens``; when a thread has read more,
     the newest sources keep theirs (a follow-up's own reading comes first)."""
@@ -119,7 +136,9 @@ def writer_source_blocks(
     for s in sources:
         snippet = s.snippet[:SNIPPET_CHARS_FOR_WRITER]
         mark = " NEW" if s.n in new else ""
-        block = f"[{s.n}]{mark} {s.title} — {s.url}\n    (search: {s.topic}) {snippet}".rstrip()
+        dated = f" (published {s.published})" if s.published else ""
+        block = f"[{s.n}]{mark} {s.title} — {s.url}{dated}\n    (search: {s.topic}) {snippet}"
+        block = block.rstrip()
         if s.n in kept:
             block += "\n    From the page:" + "".join(f"\n    > {p}" for p in kept[s.n])
         blocks.append(block)
@@ -210,10 +229,15 @@ class CheckedReport:
 
 
 def finalize_report(
-    body: str, sources: Sequence[NumberedSource], topic: str, notes: Sequence[str] = ()
+    body: str,
+    sources: Sequence[NumberedSource],
+    topic: str,
+    notes: Sequence[str] = (),
+    written: date | None = None,
 ) -> CheckedReport:
-    """Repair citations in the writer's Markdown and append the generated sources list
-    (its notes and headings in the language of ``topic``)."""
+    """Repair citations in the writer's Markdown and append the generated sources list, each
+    with its publication date when known (its notes and headings in the language of
+    ``topic``); ``written``: the date stated under the title (``*Written 2 December 2026.*``)."""
     language = request_language(topic)
     by_n = {s.n: s for s in sources}
     by_url = {url_identity(s.url): s for s in sources}
@@ -268,16 +292,27 @@ def finalize_report(
     text = re.sub(r"(?<=\S)[ \t]{2,}", " ", text)  # not indentation
     if not re.search(r"^# ", text, re.MULTILINE):
         text = f"# {_escape_title(as_data(topic)) or untitled_report(language)}\n\n{text}"
+    if written is not None:
+        text = _date_under_title(text, written_line(language, written))
 
     if order:
         cited = sorted(order.items(), key=lambda item: item[1])
-        final = [Source(n=new, title=by_n[old].title, url=by_n[old].url) for old, new in cited]
+        chosen = [(new, by_n[old]) for old, new in cited]
     else:
-        final = [Source(n=i, title=s.title, url=s.url) for i, s in enumerate(sources, 1)]
+        chosen = list(enumerate(sources, 1))
     final = [
-        s.model_copy(update={"title": _escape_title(as_data(s.title)) or s.url}) for s in final
+        Source(
+            n=n,
+            title=_escape_title(as_data(s.title)) or s.url,
+            url=s.url,
+            published=s.published,
+        )
+        for n, s in chosen
     ]
-    listing = "\n".join(f"- [{s.n}] [{s.title}]({s.url})" for s in final)
+    listing = "\n".join(
+        f"- [{s.n}] [{s.title}]({s.url})" + (f" ({s.published})" if s.published else "")
+        for s in final
+    )
     text = text.rstrip() + notes_section(notes, language)
     heading = f"\n\n## {sources_heading(language)}\n\n"
     markdown = text.rstrip() + (heading + listing + "\n" if final else "\n")
@@ -287,6 +322,15 @@ def finalize_report(
         neutralise(markdown), allowed=lambda url: _is_known(url_identity(url), known)
     )
     return CheckedReport(markdown, final, removed, unlinked)
+
+
+def _date_under_title(text: str, line: str) -> str:
+    """``text`` with ``line`` as the paragraph right under its first ``# `` heading."""
+    match = re.search(r"^# .*$", text, re.MULTILINE)
+    if match is None:
+        return text
+    head, rest = text[: match.end()], text[match.end() :].lstrip("\n")
+    return f"{head}\n\n{line}\n\n{rest}" if rest else f"{head}\n\n{line}"
 
 
 def _is_known(identity: str, known: Sequence[str]) -> bool:

@@ -249,6 +249,7 @@ async def open_runtime(
                 max_parallel_searches=settings.max_parallel_searches,
                 graph_max_nodes=settings.graph_max_nodes,
                 metrics=metrics,
+                timezone=settings.timezone,
             )
             digests = digest_service(settings, storage)
             yield Runtime(settings, database, store, service, search, llm, digests, reader)

@@ -20,8 +20,10 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
 
 from core import wording
+from core.dates import Clock, utcnow, zone
 from core.engine.state import RunState, StepHooks, StopReason, TextModel
 from core.engine.strategy import build_strategies
 from core.lease import (
@@ -188,14 +190,20 @@ class ResearchService:
         max_parallel_searches: int = 10,
         graph_max_nodes: int = 12,
         metrics: Metrics | None = None,
+        timezone: str | ZoneInfo = "UTC",
+        clock: Clock = utcnow,
     ) -> None:
         """``owner`` names this process's claims (default: host, pid and a random part);
         ``timing`` sets the lease (FATHOM_STALE_RUN_AFTER); a run is claimed at most
         ``max_attempts`` times before it fails (FATHOM_MAX_ATTEMPTS); ``reader`` reads the
         best result pages of every search (None: snippets only); the graph strategy searches
         at most ``max_parallel_searches`` sub-questions of a run at once and plans at most
-        ``graph_max_nodes`` per run. Sub-questions are answered by the planner's model."""
+        ``graph_max_nodes`` per run. Sub-questions are answered by the planner's model.
+        ``timezone`` (FATHOM_TIMEZONE) is that of today's date in the prompts and reports (a
+        digest's firing: its digest's); ``clock`` tells the time (tests pin it)."""
         self._store = store
+        self._timezone = timezone if isinstance(timezone, ZoneInfo) else zone(timezone)
+        self._clock = clock
         self._writer = ReportWriter(writer, store)
         self.metrics = metrics
         self._strategies = build_strategies(
@@ -332,6 +340,8 @@ class ResearchService:
             usage=usage_of(run),
             notes=list(run.notes),
             variables_version=claim.variables_version,
+            timezone=await self._run_timezone(run),
+            clock=self._clock,
         )
         started = time.monotonic()
 
@@ -414,6 +424,19 @@ class ResearchService:
         )
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
         return outcome
+
+    async def _run_timezone(self, run: RunRecord) -> ZoneInfo:
+        """The timezone of the run's dates: its digest's for a firing, else the service's."""
+        if run.digest_id is None:
+            return self._timezone
+        digest = await self._store.digests.get(run.digest_id)
+        if digest is None:  # (the schedule was removed since)
+            return self._timezone
+        try:
+            return zone(digest.timezone)
+        except ValueError:
+            log.warning("digest %s: unknown timezone %r", run.digest_id, digest.timezone)
+            return self._timezone
 
     def _count(
         self, run: RunRecord, state: RunState, *, rounds_before: int, usage_before: Usage

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ FAST_RETRY = {"retry-after-ms": "1"}  # the openai SDK otherwise backs off ~0.5 
 LLM_RETRIES = 1  # so one failed call is LLM_RETRIES + 1 HTTP requests
 SEARCH_ATTEMPTS = 3  # core.search.http.DEFAULT_ATTEMPTS
 TOPIC = "solid-state batteries"
+#: The harness's clock: 2 December 2026, a Wednesday (UTC).
+NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -142,7 +145,9 @@ async def harness(
         )
         search = SearxngProvider(http, base_url=search_server.url, base_delay=0.01)
         store = Store(database)
-        service = ResearchService(store=store, planner=planner, writer=writer, search=search)
+        service = ResearchService(
+            store=store, planner=planner, writer=writer, search=search, clock=lambda: NOW
+        )
         try:
             yield Harness(llm_server, search_server, database, store, service, database_url)
         finally:
@@ -440,7 +445,8 @@ async def test_a_chinese_findings_only_report_has_chinese_headings(harness: Harn
     assert outcome.status is RunStatus.SUCCEEDED
     report = outcome.report_markdown
     assert report is not None
-    assert report.startswith("# 固态电池的最新进展\n\n> 报告撰写模型不可用（")
+    written = "*撰写于 2026年12月2日。*"
+    assert report.startswith(f"# 固态电池的最新进展\n\n{written}\n\n> 报告撰写模型不可用（")
     headings = re.findall(r"^## (.+)$", report, re.MULTILINE)
     assert headings == ["主要发现", "本次运行说明", "来源"]
 

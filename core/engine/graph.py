@@ -308,6 +308,7 @@ class GraphStrategy:
             depth=state.depth,
             room=room,
             graph=graph_lines(variables.graph),
+            today=state.today,
         )
         checked = CheckedPlan([], [])
         plan = GraphPlan(finish=True)
@@ -491,6 +492,7 @@ class _Turn:
             question=node.question,
             parents=[f"[{p.name}] {p.question} — {p.answer or '(no answer)'}" for p in parents],
             sources=writer_source_blocks(sources),
+            today=state.today,
         )
         try:
             text = await self._answerer.complete(messages, usage=state.usage)
