@@ -18,7 +18,7 @@ import signal
 import sys
 import traceback
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -359,7 +359,7 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
             return {
                 "thread": record.key,
                 "variables": variables,
-                "runs": [_run_json(r) for r in runs],
+                "runs": [_run_json(r, await store.run_sources(r.id)) for r in runs],
             }
 
     data = _run(show())
@@ -368,7 +368,8 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
 
 
-def _run_json(run: Any) -> dict[str, Any]:
+def _run_json(run: Any, sources: Sequence[Any] = ()) -> dict[str, Any]:
+    """A run as ``fathom thread show`` prints it, with its report's sources (and their dates)."""
     return {
         "run_id": run.id,
         "topic": run.topic,
@@ -397,6 +398,10 @@ def _run_json(run: Any) -> dict[str, Any]:
             "error": run.delivery_error,
             "posted_at": run.report_posted_at.isoformat() if run.report_posted_at else None,
         },
+        "sources": [
+            {"n": s.n, "title": s.title, "url": s.url, "published": s.published, "kind": s.kind}
+            for s in sources
+        ],
     }
 
 

@@ -38,6 +38,8 @@ TOPIC = "solid-state batteries"
 #: The harness's clock: 2 December 2026, a Wednesday (UTC).
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 
+#: A line of the generated sources list: ``- [n] [title](url)``, then its date when known.
+LISTED = r"^- \[(\d+)\] \[[^\]]*\]\((\S+)\)(?: \(\d{4}-\d{2}-\d{2}\))?$"
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
@@ -344,7 +346,7 @@ async def test_writer_failure_falls_back_to_the_findings(harness: Harness) -> No
     assert report.index("## Notes on this run") < report.index("## Sources")
     assert outcome.sources
     listing = report.split("\n## Sources\n", 1)[1]
-    listed = re.findall(r"^- \[(\d+)\] \[[^\]]*\]\((\S+)\)$", listing, re.MULTILINE)
+    listed = re.findall(LISTED, listing, re.MULTILINE)
     assert [(int(n), url) for n, url in listed] == [(s.n, s.url) for s in outcome.sources]
     assert len(listed) == 12  # every result of the three searches is cited
     assert all(url.startswith(f"{harness.search.url}/pages/") for _, url in listed)
@@ -418,7 +420,7 @@ async def test_citations_are_repaired(harness: Harness) -> None:
     searched = set(re.findall(r"— (https?://\S+)", writer_prompt))
     assert len(searched) == 3
     listing = report.split("\n## Sources\n", 1)[1]
-    listed = re.findall(r"^- \[(\d+)\] \[[^\]]*\]\((\S+)\)$", listing, re.MULTILINE)
+    listed = re.findall(LISTED, listing, re.MULTILINE)
     assert [int(n) for n, _ in listed] == [1, 2, 3]
     assert {url for _, url in listed} == searched
     body = report.split("\n## Sources\n", 1)[0]
