@@ -412,6 +412,7 @@ async def open_bench(
             writer=writer,
             search=TimedSearch(runtime.search, timings),
             reader=reader,
+            timezone=settings.timezone,
         )
         yield Bench(runtime, service, timings, wired)
 

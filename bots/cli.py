@@ -18,7 +18,7 @@ import signal
 import sys
 import traceback
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -377,7 +377,7 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
             return {
                 "thread": record.key,
                 "variables": _shown_variables(variables),
-                "runs": [_run_json(r) for r in runs],
+                "runs": [_run_json(r, await store.run_sources(r.id)) for r in runs],
             }
 
     data = _run(show())
@@ -397,7 +397,8 @@ def _shown_variables(variables: dict[str, Any]) -> dict[str, Any]:
     return {**variables, "files": files}
 
 
-def _run_json(run: Any) -> dict[str, Any]:
+def _run_json(run: Any, sources: Sequence[Any] = ()) -> dict[str, Any]:
+    """A run as ``fathom thread show`` prints it, with its report's sources (and their dates)."""
     return {
         "run_id": run.id,
         "topic": run.topic,
@@ -431,6 +432,10 @@ def _run_json(run: Any) -> dict[str, Any]:
             "error": run.delivery_error,
             "posted_at": run.report_posted_at.isoformat() if run.report_posted_at else None,
         },
+        "sources": [
+            {"n": s.n, "title": s.title, "url": s.url, "published": s.published, "kind": s.kind}
+            for s in sources
+        ],
     }
 
 

@@ -180,6 +180,9 @@ class Settings(EnvSettings):
         default=10, ge=1, le=1000, validation_alias=env("FATHOM_MAX_DIGESTS_PER_CHANNEL")
     )
 
+    # The timezone of today's date in the prompts and reports (a digest's firing: its own)
+    timezone: str = Field(default="UTC", validation_alias=env("FATHOM_TIMEZONE"))
+
     # Logging
     log_format: Literal["console", "json"] = Field(
         default="console", validation_alias=env("FATHOM_LOG_FORMAT")
@@ -221,6 +224,14 @@ class Settings(EnvSettings):
             if text.replace(".", "", 1).isdigit():
                 return timedelta(seconds=float(text))
         return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        """An IANA timezone name (``Europe/Berlin``), as zoneinfo knows it."""
+        from core.dates import zone
+
+        return zone(value).key
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from urllib.parse import urlsplit, urlunsplit
 
 from core.attachments import file_title
@@ -33,9 +33,11 @@ from core.wording import (
     request_language,
     sources_heading,
     untitled_report,
+    written_line,
 )
 
 SNIPPET_CHARS_FOR_WRITER = 500
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 #: The page passages the writer sees in all, newest sources first (about 8 rounds' worth).
 WRITER_PASSAGE_TOKENS = 12_000
 #: What the models see of one attached file, at most.
@@ -51,6 +53,8 @@ class NumberedSource:
     topic: str
     #: Passages read from the page itself (empty when it was not read).
     passages: tuple[str, ...] = ()
+    #: Its publication date (``YYYY-MM-DD``): the search provider's, else the page's own.
+    published: str | None = None
     #: ``web``, or ``file``: a file attached in the chat (``url``: the platform's link to it,
     #: empty when the platform gives none).
     kind: str = "web"
@@ -68,7 +72,8 @@ def number_sources(
 ) -> list[NumberedSource]:
     """Number the thread's sources in the order they came: each file attached in the thread
     (with its passages that matter for ``query``) when it was read, and every distinct result
-    URL once, when its search found it, with the passages last read from its page. A source
+    URL once, when its search found it, with the passages last read from its page and its
+    publication date (the first a search gave, else the one its page declares). A source
     keeps its number as the thread grows (a graph's answers cite these numbers)."""
     seen: set[str] = set()
     numbered: list[NumberedSource] = []
@@ -78,6 +83,15 @@ def number_sources(
         for page in finding.pages or ()
         if page.passages
     }
+    dates: dict[str, str] = {}
+    for finding in findings:
+        for page in finding.pages or ():
+            if page.published and _ISO_DAY.fullmatch(page.published):
+                dates[url_identity(page.url)] = page.published
+    for finding in reversed(findings):  # a search's date wins over a page's; the first search's
+        for result in reversed(finding.results):
+            if result.published and _ISO_DAY.fullmatch(result.published):
+                dates[url_identity(result.url)] = result.published
     arrivals: list[tuple[datetime, AttachedFile | Finding]] = [(f.read_at, f) for f in files]
     arrivals += [(f.searched_at, f) for f in findings]
     arrivals.sort(key=lambda arrival: arrival[0])  # (stable: a file read first stays first)
@@ -96,6 +110,9 @@ def number_sources(
                     topic="",
                     passages=file_passages(item, query),
                     kind="file",
+                    published=item.published
+                    if item.published and _ISO_DAY.fullmatch(item.published)
+                    else None,
                 )
             )
             continue
@@ -112,6 +129,7 @@ def number_sources(
                     snippet=result.snippet,
                     topic=item.topic,
                     passages=passages.get(key, ()),
+                    published=dates.get(key),
                 )
             )
     return numbered
@@ -167,9 +185,10 @@ def writer_source_blocks(
     new: frozenset[int] = frozenset(),
     passage_tokens: int = WRITER_PASSAGE_TOKENS,
 ) -> list[str]:
-    """``[n] title — url``, the snippet and the passages read from the page of each source
-    (of an attached file, its passages); sources in ``new`` (a digest's sources that no
-    earlier firing found) are marked ``NEW``.
+    """``[n] title — url`` (with `` (published 2026-11-30)`` when its date is known), the
+    snippet and the passages read from the page of each source (of an attached file, its
+    passages); sources in ``new`` (a digest's sources that no earlier firing found) are
+    marked ``NEW``.
 
     The passages of all sources stay within ``passage_tokens``: the attached files' first
     (the people asking gave them), then, when a thread has read more, the newest sources keep
@@ -185,13 +204,15 @@ def writer_source_blocks(
     blocks = []
     for s in sources:
         mark = " NEW" if s.n in new else ""
+        dated = f" (published {s.published})" if s.published else ""
         if s.kind == "file":
-            block = f"[{s.n}]{mark} {s.title} — {s.url or 'a file attached in the chat'}"
+            link = s.url or "a file attached in the chat"
+            block = f"[{s.n}]{mark} {s.title} — {link}{dated}"
             block += "\n    (attached in the chat by the people asking)"
             label = "From the file:"
         else:
             snippet = s.snippet[:SNIPPET_CHARS_FOR_WRITER]
-            block = f"[{s.n}]{mark} {s.title} — {s.url}\n    (search: {s.topic}) {snippet}"
+            block = f"[{s.n}]{mark} {s.title} — {s.url}{dated}\n    (search: {s.topic}) {snippet}"
             label = "From the page:"
         block = block.rstrip()
         if s.n in kept:
@@ -284,10 +305,15 @@ class CheckedReport:
 
 
 def finalize_report(
-    body: str, sources: Sequence[NumberedSource], topic: str, notes: Sequence[str] = ()
+    body: str,
+    sources: Sequence[NumberedSource],
+    topic: str,
+    notes: Sequence[str] = (),
+    written: date | None = None,
 ) -> CheckedReport:
-    """Repair citations in the writer's Markdown and append the generated sources list
-    (its notes and headings in the language of ``topic``)."""
+    """Repair citations in the writer's Markdown and append the generated sources list, each
+    with its publication date when known (its notes and headings in the language of
+    ``topic``); ``written``: the date stated under the title (``*Written 2 December 2026.*``)."""
     language = request_language(topic)
     by_n = {s.n: s for s in sources}
     by_url = {url_identity(s.url): s for s in sources if s.url}
@@ -342,22 +368,28 @@ def finalize_report(
     text = re.sub(r"(?<=\S)[ \t]{2,}", " ", text)  # not indentation
     if not re.search(r"^# ", text, re.MULTILINE):
         text = f"# {_escape_title(as_data(topic)) or untitled_report(language)}\n\n{text}"
+    if written is not None:
+        text = _date_under_title(text, written_line(language, written))
 
     if order:
         cited = sorted(order.items(), key=lambda item: item[1])
-        final = [
-            Source(n=new, title=by_n[old].title, url=by_n[old].url, kind=by_n[old].kind)
-            for old, new in cited
-        ]
+        chosen = [(new, by_n[old]) for old, new in cited]
     else:
-        final = [
-            Source(n=i, title=s.title, url=s.url, kind=s.kind) for i, s in enumerate(sources, 1)
-        ]
+        chosen = list(enumerate(sources, 1))
     final = [
-        s.model_copy(update={"title": _escape_title(as_data(s.title)) or s.url}) for s in final
+        Source(
+            n=n,
+            title=_escape_title(as_data(s.title)) or s.url,
+            url=s.url,
+            published=s.published,
+            kind=s.kind,
+        )
+        for n, s in chosen
     ]
     listing = "\n".join(
-        f"- [{s.n}] [{s.title}]({s.url})" if s.url else f"- [{s.n}] {s.title}" for s in final
+        (f"- [{s.n}] [{s.title}]({s.url})" if s.url else f"- [{s.n}] {s.title}")
+        + (f" ({s.published})" if s.published else "")
+        for s in final
     )
     text = text.rstrip() + notes_section(notes, language)
     heading = f"\n\n## {sources_heading(language)}\n\n"
@@ -368,6 +400,15 @@ def finalize_report(
         neutralise(markdown), allowed=lambda url: _is_known(url_identity(url), known)
     )
     return CheckedReport(markdown, final, removed, unlinked)
+
+
+def _date_under_title(text: str, line: str) -> str:
+    """``text`` with ``line`` as the paragraph right under its first ``# `` heading."""
+    match = re.search(r"^# .*$", text, re.MULTILINE)
+    if match is None:
+        return text
+    head, rest = text[: match.end()], text[match.end() :].lstrip("\n")
+    return f"{head}\n\n{line}\n\n{rest}" if rest else f"{head}\n\n{line}"
 
 
 def _is_known(identity: str, known: Sequence[str]) -> bool:

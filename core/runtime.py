@@ -254,6 +254,7 @@ async def open_runtime(
                 graph_max_nodes=settings.graph_max_nodes,
                 metrics=metrics,
                 files=files,
+                timezone=settings.timezone,
             )
             digests = digest_service(settings, storage)
             yield Runtime(settings, database, store, service, search, llm, digests, reader)

@@ -21,9 +21,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
 
 from core import wording
 from core.attachments import shown_name
+from core.dates import Clock, utcnow, zone
 from core.engine.files import FileReader, PlatformFiles
 from core.engine.state import RunState, StepHooks, StopReason, TextModel
 from core.engine.strategy import build_strategies
@@ -193,6 +195,8 @@ class ResearchService:
         graph_max_nodes: int = 12,
         metrics: Metrics | None = None,
         files: FileReader | None = None,
+        timezone: str | ZoneInfo = "UTC",
+        clock: Clock = utcnow,
     ) -> None:
         """``owner`` names this process's claims (default: host, pid and a random part);
         ``timing`` sets the lease (FATHOM_STALE_RUN_AFTER); a run is claimed at most
@@ -201,9 +205,12 @@ class ResearchService:
         at most ``max_parallel_searches`` sub-questions of a run at once and plans at most
         ``graph_max_nodes`` per run. Sub-questions are answered by the planner's model.
         ``files`` reads the files attached to a run's request (None: they are noted as not
-        read)."""
+        read). ``timezone`` (FATHOM_TIMEZONE) is that of today's date in the prompts and
+        reports (a digest's firing: its digest's); ``clock`` tells the time (tests pin it)."""
         self._store = store
         self._files = files
+        self._timezone = timezone if isinstance(timezone, ZoneInfo) else zone(timezone)
+        self._clock = clock
         self._writer = ReportWriter(writer, store)
         self.metrics = metrics
         self._strategies = build_strategies(
@@ -353,6 +360,8 @@ class ResearchService:
             usage=usage_of(run),
             notes=list(run.notes),
             variables_version=claim.variables_version,
+            timezone=await self._run_timezone(run),
+            clock=self._clock,
         )
         started = time.monotonic()
 
@@ -463,6 +472,19 @@ class ResearchService:
         if unread:
             await publish(ProgressKind.READING, wording.reading_files_words(state.language, unread))
             await self._files.read(state, unread, files, checkpoint)
+
+    async def _run_timezone(self, run: RunRecord) -> ZoneInfo:
+        """The timezone of the run's dates: its digest's for a firing, else the service's."""
+        if run.digest_id is None:
+            return self._timezone
+        digest = await self._store.digests.get(run.digest_id)
+        if digest is None:  # (the schedule was removed since)
+            return self._timezone
+        try:
+            return zone(digest.timezone)
+        except ValueError:
+            log.warning("digest %s: unknown timezone %r", run.digest_id, digest.timezone)
+            return self._timezone
 
     def _count(
         self, run: RunRecord, state: RunState, *, rounds_before: int, usage_before: Usage

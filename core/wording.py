@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import date
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from core.models import Attachment
+
+from core.dates import long_date
 
 Language = Literal["en", "zh"]
 
@@ -158,6 +161,15 @@ def main_findings_heading(language: Language) -> str:
 
 def untitled_report(language: Language) -> str:
     return pick(language, "Research report", "研究报告")
+
+
+def written_line(language: Language, day: date) -> str:
+    """The line under a report's title: the date it was written, in the run's timezone."""
+    return pick(
+        language,
+        f"*Written {long_date(day)}.*",
+        f"*撰写于 {day.year}年{day.month}月{day.day}日。*",
+    )
 
 
 def writer_unavailable_intro(language: Language, reason: str) -> str:

@@ -129,6 +129,7 @@ class ReportWriter:
             topics=state.variables.topics,
             sources=writer_source_blocks(numbered, new),
             notes=state.notes,
+            today=state.today,
             digest=digest.context if digest is not None else None,
             graph=lines,
         )
@@ -147,7 +148,7 @@ class ReportWriter:
             state.note(f"The report writer model failed ({exc}); the raw findings are listed.")
             intro = wording.writer_unavailable_intro(state.language, str(exc))
             body = fallback_body(state.topic, findings, numbered, intro)
-        checked = finalize_report(body, numbered, state.topic, state.notes)
+        checked = finalize_report(body, numbered, state.topic, state.notes, written=state.today)
         if checked.removed_citations or checked.unlinked_urls:
             log.info(
                 "run %s: removed %d citations to unknown sources, unlinked %d unknown URLs",

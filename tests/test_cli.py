@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.fakes.search import RESULT_DATE, page_date
 
 JSON_KEYS = {
     "run_id",
@@ -108,9 +109,19 @@ def test_research_json(
     assert data["thread"].startswith("cli:local:local:")
     assert data["topics"] == search_server.fake.queries and len(data["topics"]) == 2
     assert data["report_markdown"].startswith("# ") and "## Sources" in data["report_markdown"]
-    keys = {"n", "title", "url", "published", "kind"}
-    assert data["sources"] and all(set(s) == keys for s in data["sources"])
+    assert data["sources"] and all(
+        set(s) == {"n", "title", "url", "published", "kind"} for s in data["sources"]
+    )
+    # Each search's first result has SearXNG's publishedDate; the pages read declare theirs.
+    # (Result 4's page is not read: only the top 3 are.)
+    expected = {"1": RESULT_DATE[:10], "2": page_date(2), "3": page_date(3), "4": None}
+    assert [s["published"] for s in data["sources"]] == [
+        expected[s["url"].rsplit("/", 1)[1]] for s in data["sources"]
+    ]
     assert {s["kind"] for s in data["sources"]} == {"web"} and data["attachments"] == []
+    assert any(s["published"] == page_date(2) for s in data["sources"])
+    first = data["sources"][0]
+    assert f"[{first['title']}]({first['url']}) ({first['published']})" in data["report_markdown"]
     assert [s["n"] for s in data["sources"]] == list(range(1, len(data["sources"]) + 1))
     for source in data["sources"]:
         assert (
@@ -185,6 +196,11 @@ def test_output_file_follow_up_and_thread_commands(
     before = json.loads(shown.stdout)
     first_topics = before["variables"]["topics"]
     assert len(first_topics) == 2
+    # Each run's sources, with their dates (as in the report's list and --json).
+    (run,) = before["runs"]
+    assert run["sources"] and run["sources"][0]["published"] == RESULT_DATE[:10]
+    assert f"({run['sources'][0]['url']}) ({RESULT_DATE[:10]})" in text
+    assert before["variables"]["findings"][0]["results"][0]["published"] == RESULT_DATE[:10]
 
     planner_calls = len(llm_server.fake.requests_for("planner"))
     second = fathom(

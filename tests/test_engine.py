@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,11 @@ FAST_RETRY = {"retry-after-ms": "1"}  # the openai SDK otherwise backs off ~0.5 
 LLM_RETRIES = 1  # so one failed call is LLM_RETRIES + 1 HTTP requests
 SEARCH_ATTEMPTS = 3  # core.search.http.DEFAULT_ATTEMPTS
 TOPIC = "solid-state batteries"
+#: The harness's clock: 2 December 2026, a Wednesday (UTC).
+NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 
+#: A line of the generated sources list: ``- [n] [title](url)``, then its date when known.
+LISTED = r"^- \[(\d+)\] \[[^\]]*\]\((\S+)\)(?: \(\d{4}-\d{2}-\d{2}\))?$"
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
@@ -142,7 +147,9 @@ async def harness(
         )
         search = SearxngProvider(http, base_url=search_server.url, base_delay=0.01)
         store = Store(database)
-        service = ResearchService(store=store, planner=planner, writer=writer, search=search)
+        service = ResearchService(
+            store=store, planner=planner, writer=writer, search=search, clock=lambda: NOW
+        )
         try:
             yield Harness(llm_server, search_server, database, store, service, database_url)
         finally:
@@ -339,7 +346,7 @@ async def test_writer_failure_falls_back_to_the_findings(harness: Harness) -> No
     assert report.index("## Notes on this run") < report.index("## Sources")
     assert outcome.sources
     listing = report.split("\n## Sources\n", 1)[1]
-    listed = re.findall(r"^- \[(\d+)\] \[[^\]]*\]\((\S+)\)$", listing, re.MULTILINE)
+    listed = re.findall(LISTED, listing, re.MULTILINE)
     assert [(int(n), url) for n, url in listed] == [(s.n, s.url) for s in outcome.sources]
     assert len(listed) == 12  # every result of the three searches is cited
     assert all(url.startswith(f"{harness.search.url}/pages/") for _, url in listed)
@@ -413,7 +420,7 @@ async def test_citations_are_repaired(harness: Harness) -> None:
     searched = set(re.findall(r"— (https?://\S+)", writer_prompt))
     assert len(searched) == 3
     listing = report.split("\n## Sources\n", 1)[1]
-    listed = re.findall(r"^- \[(\d+)\] \[[^\]]*\]\((\S+)\)$", listing, re.MULTILINE)
+    listed = re.findall(LISTED, listing, re.MULTILINE)
     assert [int(n) for n, _ in listed] == [1, 2, 3]
     assert {url for _, url in listed} == searched
     body = report.split("\n## Sources\n", 1)[0]
@@ -440,7 +447,8 @@ async def test_a_chinese_findings_only_report_has_chinese_headings(harness: Harn
     assert outcome.status is RunStatus.SUCCEEDED
     report = outcome.report_markdown
     assert report is not None
-    assert report.startswith("# 固态电池的最新进展\n\n> 报告撰写模型不可用（")
+    written = "*撰写于 2026年12月2日。*"
+    assert report.startswith(f"# 固态电池的最新进展\n\n{written}\n\n> 报告撰写模型不可用（")
     headings = re.findall(r"^## (.+)$", report, re.MULTILINE)
     assert headings == ["主要发现", "本次运行说明", "来源"]
 

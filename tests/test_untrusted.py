@@ -3,6 +3,8 @@ control and invisible characters cleaned (pure functions)."""
 
 from __future__ import annotations
 
+from datetime import date
+
 import pytest
 
 from core.commands import CommandError, validate_topic
@@ -106,8 +108,17 @@ def test_passages_repeating_the_instructions_are_dropped() -> None:
 
 
 def test_the_writer_gets_sources_between_unguessable_fences() -> None:
-    first = writer_messages(topic="t", language="English", topics=[], sources=["[1] a"], notes=[])
-    second = writer_messages(topic="t", language="English", topics=[], sources=["[1] a"], notes=[])
+    first, second = (
+        writer_messages(
+            topic="t",
+            language="English",
+            topics=[],
+            sources=["[1] a"],
+            notes=[],
+            today=date(2026, 12, 2),
+        )
+        for _ in range(2)
+    )
     assert first[1]["content"] != second[1]["content"]  # a new tag for every request
     assert (
         "<<<untrusted-" in first[1]["content"]

@@ -309,6 +309,7 @@ class GraphStrategy:
             room=room,
             graph=graph_lines(variables.graph),
             files=files_digest(variables.files, state.topic),
+            today=state.today,
         )
         checked = CheckedPlan([], [])
         plan = GraphPlan(finish=True)
@@ -493,6 +494,7 @@ class _Turn:
             question=node.question,
             parents=[f"[{p.name}] {p.question} — {p.answer or '(no answer)'}" for p in parents],
             sources=writer_source_blocks(sources),
+            today=state.today,
         )
         try:
             text = await self._answerer.complete(messages, usage=state.usage)

@@ -44,7 +44,8 @@ def findings_digest(findings: list[Finding]) -> list[str]:
             lines.append(f"[{finding.topic}] (search failed)")
         for result in finding.results[:DIGEST_RESULTS_PER_FINDING]:
             snippet = result.snippet[:DIGEST_SNIPPET_CHARS]
-            lines.append(f"[{finding.topic}] {result.title}: {snippet}".rstrip(": "))
+            dated = f" ({result.published})" if result.published else ""
+            lines.append(f"[{finding.topic}] {result.title}{dated}: {snippet}".rstrip(": "))
     return lines[-DIGEST_MAX_LINES:]
 
 
@@ -156,6 +157,7 @@ class IterativeStrategy:
             topics=variables.topics,
             findings_digest=findings_digest(variables.findings),
             files=files_digest(variables.files, state.topic),
+            today=state.today,
         )
         for attempt in range(2):
             try:

@@ -58,7 +58,10 @@ class PageReading:
                     f'The result pages of "{finding.topic}" could not be read '
                     f"({type(exc).__name__}); its snippets were used."
                 )
-            finding.pages = [PageExcerpt(url=p.url, passages=p.passages) for p in reading.pages]
+            finding.pages = [
+                PageExcerpt(url=p.url, passages=p.passages, published=p.published)
+                for p in reading.pages
+            ]
             state.usage.pages_read += reading.read
             state.usage.pages_skipped += len(reading.skipped)
             if reading.skipped:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Protocol, TypeVar
+from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
+from core.dates import UTC_ZONE, Clock, today_in, utcnow
 from core.llm import LLMError
 from core.models import NodeStatus, ThreadVariables, Usage
 from core.progress import ProgressKind
@@ -59,6 +62,16 @@ class RunState:
     model_answered: bool = False
     #: The last model call of this attempt that failed.
     model_failure: LLMError | None = None
+    #: The run's timezone: a digest's firing, its digest's; else ``FATHOM_TIMEZONE``.
+    timezone: ZoneInfo = UTC_ZONE
+    #: The current instant (the service's clock; tests pin it).
+    clock: Clock = utcnow
+
+    @property
+    def today(self) -> date:
+        """Today's date in the run's timezone, read when asked: every prompt is told it, and a
+        run that goes on past midnight is told the new day."""
+        return today_in(self.timezone, self.clock)
 
     @property
     def language(self) -> Language:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.dates import parse_published
 from core.text import clean_text
 from core.untrusted import as_data
 
@@ -30,14 +32,30 @@ class Passage:
     score: float
 
 
+@dataclass(frozen=True)
+class PageContent:
+    """What is read of a page: its main text, and the date it declares it was published
+    (``YYYY-MM-DD``; None when it declares none or one that cannot be right)."""
+
+    text: str
+    published: str | None = None
+
+
 def main_text(html: str, url: str, content_type: str) -> str:
     """The main text of a page: article paragraphs without navigation, footers, cookie
     banners or comments; plain text as it is."""
+    return read_page(html, url, content_type).text
+
+
+def read_page(html: str, url: str, content_type: str) -> PageContent:
+    """The page's main text (as :func:`main_text`) and its publication date, from its
+    metadata (``article:published_time``, JSON-LD, ``<time>``...: trafilatura's, through
+    htmldate, without guessing from the text)."""
     if content_type == "text/plain":
-        return html
+        return PageContent(html)
     import trafilatura
 
-    text = trafilatura.extract(
+    document = trafilatura.bare_extraction(
         html,
         url=url,
         include_comments=False,
@@ -46,8 +64,14 @@ def main_text(html: str, url: str, content_type: str) -> str:
         # Not ``deduplicate``: its cache of seen text is global to the process, so a page read
         # again (by another run, or after the page cache expired) would come out empty.
         deduplicate=False,
+        with_metadata=True,
+        date_extraction_params={"original_date": True, "extensive_search": False},
     )
-    return text or ""
+    if document is None or isinstance(document, dict):
+        return PageContent("")
+    # (What ``trafilatura.extract`` returns: the same text, NFC-normalised.)
+    text = unicodedata.normalize("NFC", document.text or "")
+    return PageContent(text, parse_published(document.date))
 
 
 def estimate_tokens(text: str) -> int:

@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol, TypeVar
 
-from core.pages.extract import Passage, estimate_tokens, main_text, select, split_passages
+from core.pages.extract import (
+    PageContent,
+    Passage,
+    estimate_tokens,
+    read_page,
+    select,
+    split_passages,
+)
 from core.pages.fetch import PageFetcher, PageSkipped
 
 log = logging.getLogger(__name__)
@@ -49,6 +56,8 @@ class PageText:
 
     url: str
     passages: list[str]
+    #: The date the page declares it was published (None: none, or it came from the cache).
+    published: str | None = None
 
 
 @dataclass
@@ -108,8 +117,9 @@ class PageReader:
         results = await asyncio.gather(
             *(self._candidates(url, query) for url in wanted), return_exceptions=True
         )
-        # Each page's passages, best first (with their place in the page).
+        # Each page's passages, best first (with their place in the page); its date.
         ranked: dict[str, list[tuple[int, Passage]]] = {}
+        dates: dict[str, str | None] = {}
         for url, result in zip(wanted, results, strict=True):
             if isinstance(result, PageSkipped):
                 reading.skipped.append(result)
@@ -119,10 +129,11 @@ class PageReader:
                 reading.skipped.append(
                     PageSkipped(url, f"could not be read ({type(result).__name__})")
                 )
-            elif not result:
+            elif not result[0]:
                 reading.skipped.append(PageSkipped(url, "nothing on it about the topic"))
             else:
-                ranked[url] = sorted(enumerate(result), key=lambda p: p[1].score, reverse=True)
+                ranked[url] = sorted(enumerate(result[0]), key=lambda p: p[1].score, reverse=True)
+                dates[url] = result[1]
         # One budget for the round: the pages take turns, best passages first.
         spent, kept = 0, {url: set[int]() for url in ranked}
         for turn in range(max((len(r) for r in ranked.values()), default=0)):
@@ -136,30 +147,32 @@ class PageReader:
         for url, passages in ranked.items():
             texts = [p.text for place, p in sorted(passages) if place in kept[url]]
             if texts:  # (a relevant page whose passages did not fit is read, not skipped)
-                reading.pages.append(PageText(url, texts))
+                reading.pages.append(PageText(url, texts, dates.get(url)))
         reading.read = len(wanted) - len(reading.skipped)
         return reading
 
-    async def _candidates(self, url: str, query: str) -> list[Passage]:
-        text = await self._main_text(url)
+    async def _candidates(self, url: str, query: str) -> tuple[list[Passage], str | None]:
+        """The page's passages for ``query``, and its publication date."""
+        content = await self._main_text(url)
+        text = content.text
         if not text.strip():
             raise PageSkipped(url, "no readable text")
-        return await self._cpu(url, _best_passages, text, query, self._budget)
+        return await self._cpu(url, _best_passages, text, query, self._budget), content.published
 
-    async def _main_text(self, url: str) -> str:
+    async def _main_text(self, url: str) -> PageContent:
         cached = await self._cached(url)
         if cached is not None:
-            return cached
+            return PageContent(cached)  # (the cache keeps the text only: no date)
         page = await self._fetcher.fetch(url)
         body = page.body[:MAX_EXTRACT_CHARS]
-        text = await self._cpu(url, main_text, body, page.final_url, page.content_type)
-        text = text[:MAX_CACHED_CHARS].replace("\x00", "")  # PostgreSQL refuses NUL in text
+        content = await self._cpu(url, read_page, body, page.final_url, page.content_type)
+        text = content.text[:MAX_CACHED_CHARS].replace("\x00", "")  # PostgreSQL refuses NUL
         if text.strip() and self._cache is not None:
             try:
                 await self._cache.page_put(url, page.final_url, text)
             except Exception as exc:  # the cache is an optimisation only
                 log.warning("page cache: write failed (%s: %s)", type(exc).__name__, exc)
-        return text
+        return PageContent(text, content.published)
 
     async def _cached(self, url: str) -> str | None:
         if self._cache is None:

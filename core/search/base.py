@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
+from core.dates import parse_published
 from core.models import SearchResult
 from core.text import clean_text
 from core.untrusted import as_data
@@ -67,13 +68,18 @@ def _truncate(text: str, limit: int = MAX_SNIPPET_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def normalise_results(
-    raw: Iterable[tuple[object, object, object]], max_results: int
-) -> list[SearchResult]:
-    """Turn provider ``(title, url, snippet)`` triples into clean, unique results."""
+RawResult = tuple[object, object, object] | tuple[object, object, object, object]
+
+
+def normalise_results(raw: Iterable[RawResult], max_results: int) -> list[SearchResult]:
+    """Turn provider ``(title, url, snippet)`` triples, or ``(title, url, snippet, date)``
+    quadruples, into clean, unique results (the date as ``YYYY-MM-DD``, None when the
+    provider gives none or one that cannot be read: :func:`core.dates.parse_published`)."""
     results: list[SearchResult] = []
     seen: set[str] = set()
-    for title, url, snippet in raw:
+    for item in raw:
+        title, url, snippet = item[0], item[1], item[2]
+        published = parse_published(item[3]) if len(item) > 3 else None
         link = url.strip() if isinstance(url, str) else ""
         if not _is_web_url(link):
             continue
@@ -86,6 +92,7 @@ def normalise_results(
                 title=result_text(title) or (urlsplit(link).hostname or link),
                 url=link,
                 snippet=_truncate(result_text(snippet)),
+                published=published,
             )
         )
         if len(results) >= max_results:

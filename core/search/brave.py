@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.dates import parse_published
 from core.models import SearchResult
 from core.search.base import normalise_results, strip_html
 from core.search.http import HttpSearchProvider, expect_items
@@ -12,7 +13,8 @@ BRAVE_MAX_COUNT = 20  # the API rejects larger page sizes
 
 
 class BraveProvider(HttpSearchProvider):
-    """``GET {base}/web/search?q=..&count=n`` -> ``web.results[].{title,url,description}``."""
+    """``GET {base}/web/search?q=..&count=n`` -> ``web.results[].{title,url,description}``;
+    the date is ``page_age`` (ISO 8601), else ``age`` (``November 30, 2026``, ``3 days ago``)."""
 
     name = "brave"
     default_base_url = "https://api.search.brave.com/res/v1"
@@ -28,7 +30,12 @@ class BraveProvider(HttpSearchProvider):
         items = expect_items(web.get("results") if isinstance(web, dict) else None, self.name)
         return normalise_results(
             (
-                (strip_html(i.get("title")), i.get("url"), strip_html(i.get("description")))
+                (
+                    strip_html(i.get("title")),
+                    i.get("url"),
+                    strip_html(i.get("description")),
+                    parse_published(i.get("page_age")) or i.get("age"),
+                )
                 for i in items
             ),
             self.max_results,

@@ -44,7 +44,8 @@ def _is_no_results(exc: Exception) -> bool:
 
 
 class DdgsProvider:
-    """Metasearch via ``DDGS().text(query, max_results=n)`` -> ``{title, href, body}``."""
+    """Metasearch via ``DDGS().text(query, max_results=n)`` -> ``{title, href, body}`` (text
+    results carry no date; a ``date``, as ddgs's news results have, is read when present)."""
 
     name = "ddgs"
 
@@ -80,5 +81,6 @@ class DdgsProvider:
             raise SearchError(f"{self.name}: unexpected response (not a list)")
         items = [i for i in raw if isinstance(i, dict)]
         return normalise_results(
-            ((i.get("title"), i.get("href"), i.get("body")) for i in items), self.max_results
+            ((i.get("title"), i.get("href"), i.get("body"), i.get("date")) for i in items),
+            self.max_results,
         )

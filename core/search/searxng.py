@@ -8,7 +8,8 @@ from core.search.http import HttpSearchProvider, expect_items
 
 
 class SearxngProvider(HttpSearchProvider):
-    """``GET {SEARXNG_URL}/search?q=...&format=json`` -> ``results[].{title,url,content}``."""
+    """``GET {SEARXNG_URL}/search?q=...&format=json`` ->
+    ``results[].{title,url,content,publishedDate}`` (the date is null or ISO 8601)."""
 
     name = "searxng"
 
@@ -16,5 +17,9 @@ class SearxngProvider(HttpSearchProvider):
         data = await self._get_json("GET", "/search", params={"q": query, "format": "json"})
         items = expect_items(data.get("results"), self.name)
         return normalise_results(
-            ((i.get("title"), i.get("url"), i.get("content")) for i in items), self.max_results
+            (
+                (i.get("title"), i.get("url"), i.get("content"), i.get("publishedDate"))
+                for i in items
+            ),
+            self.max_results,
         )

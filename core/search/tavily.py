@@ -8,7 +8,8 @@ from core.search.http import HttpSearchProvider, expect_items
 
 
 class TavilyProvider(HttpSearchProvider):
-    """``POST {base}/search`` with a bearer key -> ``results[].{title,url,content}``."""
+    """``POST {base}/search`` with a bearer key -> ``results[].{title,url,content}``, and
+    ``published_date`` where Tavily gives one (its news results)."""
 
     name = "tavily"
     default_base_url = "https://api.tavily.com"
@@ -22,5 +23,9 @@ class TavilyProvider(HttpSearchProvider):
         )
         items = expect_items(data.get("results"), self.name)
         return normalise_results(
-            ((i.get("title"), i.get("url"), i.get("content")) for i in items), self.max_results
+            (
+                (i.get("title"), i.get("url"), i.get("content"), i.get("published_date"))
+                for i in items
+            ),
+            self.max_results,
         )

@@ -1,4 +1,9 @@
-"""Fake Tavily and Brave search APIs: check the key, record queries, inject failures."""
+"""Fake Tavily and Brave search APIs: check the key, record queries, inject failures.
+
+:func:`tavily_results` and :func:`brave_results` are payloads shaped as the real APIs send them,
+dates included: Tavily's ``published_date`` (RFC 2822, on its news results only), Brave's
+``page_age`` (ISO 8601) and ``age`` (``November 30, 2026``, or relative: ``3 days ago``).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,57 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tests.fakes.server import BackgroundServer
+
+
+def tavily_results(base: str = "https://news.example") -> list[dict[str, Any]]:
+    """Two results: a news one with ``published_date``, a general one without."""
+    return [
+        {
+            "title": "Grid batteries pass 1 TWh",
+            "url": f"{base}/grid-batteries",
+            "content": "Installed grid storage passed one terawatt-hour this year.",
+            "score": 0.91,
+            "raw_content": None,
+            "published_date": "Mon, 30 Nov 2026 08:15:00 GMT",
+        },
+        {
+            "title": "What is a grid battery?",
+            "url": f"{base}/explainer",
+            "content": "An explainer on grid-scale storage.",
+            "score": 0.55,
+            "raw_content": None,
+        },
+    ]
+
+
+def brave_results(base: str = "https://web.example") -> list[dict[str, Any]]:
+    """Three web results: one with ``page_age`` and ``age``, one with a relative ``age`` only,
+    one without either."""
+    return [
+        {
+            "type": "search_result",
+            "title": "Grid <strong>batteries</strong> pass 1 TWh",
+            "url": f"{base}/grid-batteries",
+            "description": "Installed <strong>grid storage</strong> passed one terawatt-hour.",
+            "page_age": "2026-11-30T08:15:00",
+            "age": "November 30, 2026",
+            "language": "en",
+            "family_friendly": True,
+        },
+        {
+            "type": "search_result",
+            "title": "Storage prices this week",
+            "url": f"{base}/prices",
+            "description": "Prices of lithium cells fell again.",
+            "age": "3 days ago",
+        },
+        {
+            "type": "search_result",
+            "title": "Grid storage (encyclopedia)",
+            "url": f"{base}/encyclopedia",
+            "description": "Grid energy storage is a collection of methods.",
+        },
+    ]
 
 
 class FakeProviderState:

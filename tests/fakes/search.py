@@ -6,6 +6,10 @@ was asked at), so a run that reads its result pages reads them here: an article 
 wrapped in navigation, a cookie banner and a footer, with a ``robots.txt`` that allows all.
 Tests can script a page (``script_page``), slow pages down (``page_latency``) and see which pages
 were fetched (``page_requests``).
+
+Dates, as SearXNG sends them: the first result of a search has a ``publishedDate`` (ISO 8601,
+:data:`RESULT_DATE`), the others ``null``; the page of result ``i`` declares it was published on
+``2026-10-<i>`` (:func:`page_date`) in its ``article:published_time`` meta tag.
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from tests.fakes.server import BackgroundServer
+
+#: The ``publishedDate`` of a search's first generated result (as SearXNG sends it).
+RESULT_DATE = "2026-09-14T08:30:00"
+
+
+def page_date(number: int) -> str:
+    """The date the generated page of result ``number`` declares (``YYYY-MM-DD``)."""
+    return f"2026-10-{min(number, 28):02d}"
 
 
 def slug(query: str) -> str:
@@ -158,6 +170,7 @@ class FakeSearch:
                 "url": f"{base}/pages/{slug(query)}/{i}",
                 "content": f"Source {i} reports facts, figures and context about {query}.",
                 "engine": "fake",
+                "publishedDate": RESULT_DATE if i == 1 else None,
             }
             for i in range(1, self.results_per_query + 1)
         ]
@@ -193,7 +206,8 @@ def article(query: str, number: int) -> str:
     ]
     paragraphs = "\n".join(f"<p>{fact}</p>" for fact in facts)
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>{query} — source {number}</title></head>
+<html><head><meta charset="utf-8"><title>{query} — source {number}</title>
+<meta property="article:published_time" content="{page_date(number)}T09:00:00Z"></head>
 <body>
 <nav><a href="/">Home</a> | <a href="/about">About us</a> | <a href="/subscribe">Subscribe</a></nav>
 <div class="cookie-banner" id="cookie-consent">We use cookies to improve your experience.
