@@ -1,5 +1,5 @@
-"""Text files' bytes as text: a byte-order mark decides, else UTF-8, else UTF-16 when the bytes
-look like it, else UTF-8 with the undecodable bytes replaced."""
+"""Text files' bytes as text: a byte-order mark decides, else UTF-16 when the bytes look like it
+(ASCII with a NUL in every pair), else UTF-8 with the undecodable bytes replaced."""
 
 from __future__ import annotations
 
@@ -19,11 +19,7 @@ def decode_text(data: bytes) -> str:
     for bom, encoding in _BOMS:
         if data.startswith(bom):
             return data[len(bom) :].decode(encoding, errors="replace")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    utf16 = _utf16_without_bom(data)
+    utf16 = _utf16_without_bom(data)  # (NUL-heavy ASCII is valid UTF-8: this goes first)
     if utf16 is not None:
         return data.decode(utf16, errors="replace")
     return data.decode("utf-8", errors="replace")

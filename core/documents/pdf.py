@@ -14,6 +14,7 @@ import re
 import time
 from typing import Any
 
+from core.documents.matter import without_matter
 from core.documents.result import (
     DAMAGED,
     ENCRYPTED,
@@ -54,7 +55,8 @@ def pypdf_limits() -> dict[str, int]:
 
 def read_pdf(data: bytes, *, max_pages: int, max_chars: int, deadline: float) -> dict[str, Any]:
     """The text of the first ``max_pages`` pages (fewer once ``max_chars`` are read, or when
-    ``deadline`` (``time.monotonic()``) passes after a page was read), as the fields of a
+    ``deadline`` (``time.monotonic()``) passes after a page was read) without its cover,
+    contents and references (``core.documents.matter``), as the fields of a
     ``DocumentText``; :class:`DocumentUnreadable` when there is none."""
     import pypdf
     from pypdf.errors import DependencyError, LimitReachedError
@@ -104,8 +106,9 @@ def read_pdf(data: bytes, *, max_pages: int, max_chars: int, deadline: float) ->
         if not texts:
             raise DocumentUnreadable(NO_TEXT)
         title, published = _metadata(reader)
+    body = [text for text in without_matter(texts) if text]
     return {
-        "text": "\n\n".join(texts)[:max_chars],
+        "text": "\n\n".join(body)[:max_chars],
         "kind": "pdf",
         "pages_read": read,
         "pages_total": total,
