@@ -24,6 +24,7 @@ from sqlalchemy.exc import DBAPIError
 
 from core.config import ConfigError, Settings
 from core.digests import DigestService
+from core.documents import DocumentExtractor
 from core.lease import LeaseTiming
 from core.llm import LLMClients
 from core.pages.fetch import PageFetcher
@@ -108,8 +109,20 @@ def page_client(settings: Settings, tls: ssl.SSLContext) -> httpx.AsyncClient:
     )
 
 
-def page_reader(settings: Settings, http: httpx.AsyncClient, cache: PageCache) -> PageReader | None:
-    """The reader of result pages (None when ``FATHOM_READ_PAGES=0``)."""
+def document_extractor(settings: Settings) -> DocumentExtractor:
+    """Documents' text within the settings' limits (``FATHOM_PDF_MAX_PAGES``,
+    ``FATHOM_PDF_TIMEOUT``); its worker processes start with the first PDF or DOCX."""
+    return DocumentExtractor(max_pages=settings.pdf_max_pages, timeout=settings.pdf_timeout)
+
+
+def page_reader(
+    settings: Settings,
+    http: httpx.AsyncClient,
+    cache: PageCache,
+    documents: DocumentExtractor | None = None,
+) -> PageReader | None:
+    """The reader of result pages (None when ``FATHOM_READ_PAGES=0``); it reads PDF results
+    with ``documents`` (default: :func:`document_extractor`) and closes it."""
     if settings.read_pages <= 0:
         return None
     fetcher = PageFetcher(
@@ -126,6 +139,7 @@ def page_reader(settings: Settings, http: httpx.AsyncClient, cache: PageCache) -
         cache=cache,
         cache_ttl=settings.page_cache_ttl,
         extract_timeout=settings.page_timeout,
+        documents=documents or document_extractor(settings),
     )
 
 
@@ -255,4 +269,4 @@ async def open_runtime(
         finally:
             await llm.aclose()
             if reader is not None:
-                reader.close()
+                await reader.aclose()
