@@ -196,7 +196,7 @@ async def test_a_pdf_of_5000_pages_is_read_up_to_the_page_limit(
 async def test_a_page_tree_5000_levels_deep_is_refused(extractor: DocumentExtractor) -> None:
     with pytest.raises(DocumentUnreadable) as unreadable:
         await extractor.extract(deep_tree_pdf(5000), "pdf")
-    assert unreadable.value.reason == "its structure is too complex to read"
+    assert unreadable.value.reason == "it is too large or complex to read"
 
 
 async def test_a_slow_pdf_gives_the_pages_read_in_time() -> None:
@@ -511,7 +511,7 @@ async def test_a_pdf_result_is_read_and_ranked_like_a_page(site: BackgroundServe
         assert matter not in text
     assert [s.reason for s in reading.skipped] == [
         "it is password-protected",
-        "its structure is too complex to read",
+        "it is too large or complex to read",
     ]
     assert reading.read == 1 and reading.tokens <= 600
 

@@ -46,9 +46,10 @@ log = logging.getLogger(__name__)
 MAX_CHARS = 200_000
 #: At most this much HTML is given to trafilatura (as ``core.pages.reader.MAX_EXTRACT_CHARS``).
 MAX_HTML_CHARS = 1_000_000
-#: A worker's address space: Python, pypdf and python-docx take about 55 MB of it, a 300-page
-#: PDF about 120 MB more (bench/README.md, "Documents").
-MEMORY_LIMIT = 768 * 1024 * 1024
+#: A worker's address space. Python, pypdf and python-docx take about 55 MB of it; a 10 MB,
+#: 300-page PDF read whole peaks at about 90 MB of RSS, a page of 400,000 text operators at
+#: about 240 MB (bench/README.md, "Reading PDFs").
+MEMORY_LIMIT = 512 * 1024 * 1024
 #: A worker reads pages until this share of the time limit is gone, then answers with the
 #: pages it has (the rest of the limit is for the answer; past it the worker is killed).
 SOFT_SHARE = 0.75
