@@ -120,6 +120,14 @@ class Settings(EnvSettings):
         validation_alias=env("FATHOM_PAGE_MAX_BYTES"),
     )
     page_fetches: int = Field(default=20, ge=1, le=500, validation_alias=env("FATHOM_PAGE_FETCHES"))
+    #: A PDF result: the pages read of it, and the seconds its text may take (a worker
+    #: process that overruns is killed).
+    pdf_max_pages: int = Field(
+        default=50, ge=1, le=2000, validation_alias=env("FATHOM_PDF_MAX_PAGES")
+    )
+    pdf_timeout: float = Field(
+        default=10.0, gt=0, le=120, validation_alias=env("FATHOM_PDF_TIMEOUT")
+    )
     page_cache_ttl: timedelta = Field(
         default=timedelta(hours=24), validation_alias=env("FATHOM_PAGE_CACHE_TTL")
     )

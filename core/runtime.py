@@ -110,8 +110,20 @@ def page_client(settings: Settings, tls: ssl.SSLContext) -> httpx.AsyncClient:
     )
 
 
-def page_reader(settings: Settings, http: httpx.AsyncClient, cache: PageCache) -> PageReader | None:
-    """The reader of result pages (None when ``FATHOM_READ_PAGES=0``)."""
+def document_extractor(settings: Settings) -> DocumentExtractor:
+    """Documents' text within the settings' limits (``FATHOM_PDF_MAX_PAGES``,
+    ``FATHOM_PDF_TIMEOUT``); its worker processes start with the first PDF or DOCX."""
+    return DocumentExtractor(max_pages=settings.pdf_max_pages, timeout=settings.pdf_timeout)
+
+
+def page_reader(
+    settings: Settings,
+    http: httpx.AsyncClient,
+    cache: PageCache,
+    documents: DocumentExtractor | None = None,
+) -> PageReader | None:
+    """The reader of result pages (None when ``FATHOM_READ_PAGES=0``); it reads PDF results
+    with ``documents`` (default: :func:`document_extractor`) and closes it."""
     if settings.read_pages <= 0:
         return None
     fetcher = PageFetcher(
@@ -128,6 +140,7 @@ def page_reader(settings: Settings, http: httpx.AsyncClient, cache: PageCache) -
         cache=cache,
         cache_ttl=settings.page_cache_ttl,
         extract_timeout=settings.page_timeout,
+        documents=documents or document_extractor(settings),
     )
 
 
@@ -238,9 +251,10 @@ async def open_runtime(
         database, store = storage.database, storage.store
         search = build_search_provider(settings, http, store.caches, metrics)
         llm = LLMClients.from_settings(settings, ssl_context=tls, metrics=metrics)
-        reader = page_reader(settings, pages_http, store.caches)
-        extractor = DocumentExtractor()
-        files = FileReader(extractor, max_bytes=settings.attachment_max_bytes)
+        # One extractor (its worker processes) for result pages and attached files.
+        documents = document_extractor(settings)
+        reader = page_reader(settings, pages_http, store.caches, documents)
+        files = FileReader(documents, max_bytes=settings.attachment_max_bytes)
         try:
             service = ResearchService(
                 store=store,
@@ -261,5 +275,5 @@ async def open_runtime(
         finally:
             await llm.aclose()
             if reader is not None:
-                reader.close()
-            extractor.close()
+                await reader.aclose()
+            await documents.aclose()  # (the reader closed it already, if there is one)

@@ -11,8 +11,12 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
 
 from core.config import load_settings
+from core.documents import DocumentExtractor
 from core.llm import ChatModel
 from core.models import RunStatus
 from core.pages.fetch import PageFetcher
@@ -25,6 +29,8 @@ from storage import Database, Store
 from tests.chat_app import wait_for
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.search import slug
+from tests.fakes.server import BackgroundServer
+from tests.pdfs import REPORT_FACTS, REPORT_MATTER, encrypted_pdf, make_pdf, report_pdf
 from tests.test_engine import KEY, Collect, Harness, after_search, plan, user_prompt
 
 BOILERPLATE = ("Accept all cookies", "All rights reserved", "About us", "Subscribe")
@@ -50,15 +56,23 @@ async def reading(
         cache_ttl: timedelta = timedelta(hours=1),
         page_timeout: float = 5.0,
         budget: int = 1500,
+        max_bytes: int = 2 * 1024 * 1024,
     ) -> Harness:
         http = httpx.AsyncClient(trust_env=False)
         pages_http = httpx.AsyncClient(trust_env=False, follow_redirects=False)
         planner = ChatModel(model="planner", api_key=KEY, base_url=llm_server.base_url)
         writer = ChatModel(model="writer", api_key=KEY, base_url=llm_server.base_url)
         store = Store(database)
-        fetcher = PageFetcher(pages_http, timeout=page_timeout, allow_loopback=True)
+        fetcher = PageFetcher(
+            pages_http, timeout=page_timeout, max_bytes=max_bytes, allow_loopback=True
+        )
         reader = PageReader(
-            fetcher, pages=pages, budget_tokens=budget, cache=store, cache_ttl=cache_ttl
+            fetcher,
+            pages=pages,
+            budget_tokens=budget,
+            cache=store,
+            cache_ttl=cache_ttl,
+            documents=DocumentExtractor(timeout=30.0),
         )
         service = ResearchService(
             store=store,
@@ -68,11 +82,8 @@ async def reading(
             reader=reader,
         )
 
-        async def close_reader() -> None:
-            reader.close()
-
         closers.extend(
-            [http.aclose, pages_http.aclose, planner.aclose, writer.aclose, close_reader]
+            [http.aclose, pages_http.aclose, planner.aclose, writer.aclose, reader.aclose]
         )
         return Harness(llm_server, search_server, database, store, service, database_url)
 
@@ -362,3 +373,42 @@ async def test_cancelling_a_resumed_run_leaves_no_page_reading_behind(
         assert left == []
     finally:
         pages.search.fake.release_pages()
+
+
+async def test_a_pdf_result_is_read_and_unreadable_ones_are_noted(reading: MakeHarness) -> None:
+    """A report served as a PDF reaches the writer through its body passages, not its cover,
+    contents or references; a password-protected PDF and one cut at the size limit are
+    skipped and noted with their reasons."""
+    big = make_pdf([["Heat pumps in winter, line after line."] * 40] * 60, catalog_last=True)
+    locked = encrypted_pdf(report_pdf(), "s3cret")
+    app = Starlette(
+        routes=[
+            Route("/report.pdf", lambda r: Response(report_pdf(), media_type="application/pdf")),
+            Route("/locked.pdf", lambda r: Response(locked, media_type="application/pdf")),
+            Route("/big.pdf", lambda r: Response(big, media_type="application/octet-stream")),
+        ]
+    )
+    topic = "heat pump performance in winter"
+    harness = await reading(max_bytes=64 * 1024)
+    harness.llm.fake.script("planner", plan(topic))
+    with BackgroundServer(app) as site:
+        harness.search.fake.script_for(
+            topic,
+            [
+                {"title": name, "url": f"{site.url}/{name}.pdf", "content": f"{name} on {topic}"}
+                for name in ("report", "locked", "big")
+            ],
+        )
+        outcome = await harness.research("heat pumps in cold climates", depth=1)
+    assert outcome.status is RunStatus.SUCCEEDED, outcome.error
+    assert (outcome.usage.pages_read, outcome.usage.pages_skipped) == (1, 2)
+    prompt = writer_prompt(harness)
+    assert sum(" ".join(fact.split()) in " ".join(prompt.split()) for fact in REPORT_FACTS) >= 2
+    for matter in (*REPORT_MATTER, "Energy Journal", ".........."):
+        assert matter not in prompt
+    note = (
+        f'Result pages left out for "{topic}": 127.0.0.1 (it is password-protected); '
+        "127.0.0.1 (it is larger than the 64 kB limit)."
+    )
+    assert outcome.notes == [note]
+    assert note in (outcome.report_markdown or "")

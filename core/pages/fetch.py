@@ -1,6 +1,10 @@
 """Fetching a result page safely: public http(s) addresses only, robots.txt respected, bounded
 in time, size, redirects and content type.
 
+Text pages (HTML, plain text) come back as text; PDFs (``application/pdf``, or a generic binary
+type for an address whose path ends in ``.pdf``) as bytes, for ``core.documents`` to read. A PDF
+cut at the size limit is still handed over: its first pages can often be read.
+
 Every address a fetch touches (the page's, each redirect's, robots.txt's) is resolved and
 refused when any of its IPs is private, loopback, link-local, site-local, multicast, reserved,
 unspecified or an IPv6 wrapping of one of those. ``allow_loopback``
@@ -42,6 +46,10 @@ import httpx
 USER_AGENT = "FathomBot/0.1 (research assistant; reads the result pages of a user's research)"
 ROBOTS_AGENT = "FathomBot"
 TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
+PDF_TYPES = ("application/pdf", "application/x-pdf")
+#: Types a server may give a PDF: read as one when the address's path ends in ``.pdf``.
+BINARY_TYPES = ("application/octet-stream", "binary/octet-stream")
+ACCEPT = "text/html, application/xhtml+xml, text/plain;q=0.9, application/pdf;q=0.8"
 #: robots.txt files are kept this long per host (seconds).
 ROBOTS_TTL = 3600.0
 ROBOTS_MAX_BYTES = 256 * 1024
@@ -66,8 +74,14 @@ class FetchedPage:
     url: str  # as asked
     final_url: str  # after redirects
     content_type: str
-    body: str
+    body: str  # a text page's text ("" for a document)
     truncated: bool
+    #: A document's bytes (a PDF); None for a text page.
+    data: bytes | None = None
+
+    @property
+    def is_pdf(self) -> bool:
+        return self.data is not None
 
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -130,7 +144,7 @@ class PageFetcher:
         self._http = http
         self._resolve = resolve or system_resolve
         self._timeout = timeout
-        self._max_bytes = max_bytes
+        self.max_bytes = max_bytes
         self._max_redirects = max_redirects
         self._slots = asyncio.Semaphore(max_concurrent)
         self._allow_loopback = allow_loopback
@@ -138,7 +152,7 @@ class PageFetcher:
         self._robots_locks: dict[str, asyncio.Lock] = {}
 
     async def fetch(self, url: str) -> FetchedPage:
-        """The page at ``url`` (text only); :class:`PageSkipped` saying why not."""
+        """The page at ``url`` (a text page or a PDF); :class:`PageSkipped` saying why not."""
         async with self._slots:
             try:
                 return await asyncio.wait_for(self._fetch(url), self._timeout)
@@ -154,7 +168,7 @@ class PageFetcher:
         for _ in range(self._max_redirects + 1):
             target, address = await self._check_address(url, current)
             await self._check_robots(url, target)
-            response = await self._send(target, address, "text/html, text/plain")
+            response = await self._send(target, address, ACCEPT)
             try:
                 if response.is_redirect and "location" in response.headers:
                     current = urljoin(current, response.headers["location"])
@@ -162,13 +176,16 @@ class PageFetcher:
                 if response.status_code >= 400:
                     raise PageSkipped(url, f"HTTP {response.status_code}")
                 kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-                if kind not in TEXT_TYPES:
+                pdf = kind in PDF_TYPES or (kind in BINARY_TYPES and _pdf_path(target))
+                if kind not in TEXT_TYPES and not pdf:
                     # The type is the server's text: shown only when it looks like a type.
                     shown = kind if _MEDIA_TYPE.fullmatch(kind) else "an unknown content type"
                     raise PageSkipped(url, f"not a text page ({shown})")
-                body, truncated = await self._read(url, response, self._max_bytes)
+                body, truncated = await self._read(url, response, self.max_bytes)
             finally:
                 await response.aclose()
+            if pdf:
+                return FetchedPage(url, current, "application/pdf", "", truncated, body)
             text = body.decode(_charset(response.charset_encoding), errors="replace")
             return FetchedPage(url, current, kind, text, truncated)
         raise PageSkipped(url, f"more than {self._max_redirects} redirects")
@@ -280,6 +297,11 @@ class PageFetcher:
         parser = RobotFileParser(robots_url)
         parser.parse(body.decode("utf-8", "replace").splitlines())
         return parser
+
+
+def _pdf_path(target: httpx.URL) -> bool:
+    """Whether the address's path names a PDF (``/report.pdf``)."""
+    return target.path.lower().endswith(".pdf")
 
 
 def _is_ip(host: str) -> bool:

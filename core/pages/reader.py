@@ -10,6 +10,11 @@ Extraction and ranking are CPU work. They run on the reader's own two threads (n
 loop's default pool, which also resolves names for every HTTP client), on at most
 ``MAX_EXTRACT_CHARS`` of a page, and a page whose extraction takes longer than the page time
 limit is skipped (its thread finishes on its own).
+
+A PDF result is read by the ``core.documents`` extractor (worker processes with their own time
+and memory limits, its first ``FATHOM_PDF_MAX_PAGES`` pages); its text then goes through the
+same passages, ranking, budget and cache as a page's. A PDF that cannot be read is skipped with
+the extractor's reason.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol, TypeVar
 
+from core.documents import DocumentExtractor, DocumentUnreadable
 from core.pages.extract import (
     PageContent,
     Passage,
@@ -30,7 +36,7 @@ from core.pages.extract import (
     select,
     split_passages,
 )
-from core.pages.fetch import PageFetcher, PageSkipped
+from core.pages.fetch import FetchedPage, PageFetcher, PageSkipped
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -76,7 +82,9 @@ class RoundReading:
 
 class PageReader:
     """Reads a round's pages; with a ``cache``, a page read within ``cache_ttl`` (by any run
-    or replica) is taken from it instead of being fetched again."""
+    or replica) is taken from it instead of being fetched again. PDFs are read by
+    ``documents`` (by default an extractor of its own, whose workers start with the first PDF);
+    the reader closes it."""
 
     def __init__(
         self,
@@ -87,6 +95,7 @@ class PageReader:
         cache: PageCache | None = None,
         cache_ttl: timedelta = timedelta(hours=24),
         extract_timeout: float = 8.0,
+        documents: DocumentExtractor | None = None,
     ) -> None:
         self._fetcher = fetcher
         self.pages = pages
@@ -95,10 +104,17 @@ class PageReader:
         self._cache_ttl = cache_ttl
         self._extract_timeout = extract_timeout
         self._threads = ThreadPoolExecutor(EXTRACT_THREADS, thread_name_prefix="fathom-extract")
+        self.documents = documents or DocumentExtractor()
 
     def close(self) -> None:
-        """Stop the extraction threads (an extraction under way finishes first)."""
+        """Stop the extraction threads (an extraction under way finishes first) and the
+        document workers (:meth:`aclose` also waits until they are gone)."""
         self._threads.shutdown(wait=False, cancel_futures=True)
+        self.documents.close()
+
+    async def aclose(self) -> None:
+        self.close()
+        await self.documents.aclose()
 
     async def _cpu(self, url: str, work: Callable[..., T], *args: object) -> T:
         """``work(*args)`` on the reader's threads, within the time limit."""
@@ -164,8 +180,11 @@ class PageReader:
         if cached is not None:
             return PageContent(cached)  # (the cache keeps the text only: no date)
         page = await self._fetcher.fetch(url)
-        body = page.body[:MAX_EXTRACT_CHARS]
-        content = await self._cpu(url, read_page, body, page.final_url, page.content_type)
+        if page.is_pdf:
+            content = PageContent(await self._pdf_text(page))
+        else:
+            body = page.body[:MAX_EXTRACT_CHARS]
+            content = await self._cpu(url, read_page, body, page.final_url, page.content_type)
         text = content.text[:MAX_CACHED_CHARS].replace("\x00", "")  # PostgreSQL refuses NUL
         if text.strip() and self._cache is not None:
             try:
@@ -173,6 +192,19 @@ class PageReader:
             except Exception as exc:  # the cache is an optimisation only
                 log.warning("page cache: write failed (%s: %s)", type(exc).__name__, exc)
         return PageContent(text, content.published)
+
+    async def _pdf_text(self, page: FetchedPage) -> str:
+        """A PDF's text; :class:`PageSkipped` with the reason it could not be read (that it
+        was larger than the size limit, when it was cut there and nothing could be read)."""
+        assert page.data is not None
+        try:
+            document = await self.documents.extract(page.data, "pdf")
+        except DocumentUnreadable as unreadable:
+            if page.truncated:
+                limit = _size(self._fetcher.max_bytes)
+                raise PageSkipped(page.url, f"it is larger than the {limit} limit") from None
+            raise PageSkipped(page.url, unreadable.reason) from None
+        return document.text
 
     async def _cached(self, url: str) -> str | None:
         if self._cache is None:
@@ -183,6 +215,13 @@ class PageReader:
             log.warning("page cache: read failed (%s: %s)", type(exc).__name__, exc)
             return None
         return None if hit is None else hit[1]
+
+
+def _size(size: int) -> str:
+    """``2 MB``, ``256 kB``."""
+    if size >= 1024 * 1024:
+        return f"{size / (1024 * 1024):.3g} MB"
+    return f"{size / 1024:.3g} kB"
 
 
 def _best_passages(text: str, query: str, budget: int) -> list[Passage]:

@@ -1,0 +1,245 @@
+"""Reading PDFs within limits (``core.documents``): time and memory for normal and hostile files.
+
+    python -m bench.pdf            # every case, about a minute
+    python -m bench.pdf --case bomb
+
+Each case runs in a fresh process of its own (the "bot"), which builds its file, then reads it
+with a ``DocumentExtractor`` at the default limits (50 pages, 10 s, 512 MB per worker) unless
+the case says otherwise. Reported per case: the wall time of the first extraction (it starts
+the worker: Python and pypdf's imports) and of a second one of the same file (a worker kept
+warm), what came out, the bot process's peak RSS (VmHWM) once the file is built and after
+reading it, and the workers' peak RSS (``ru_maxrss`` of its reaped children). Cases:
+
+- ``normal-300``: a 300-page report (2,800 characters of text and a 30 kB image per page,
+  about 10 MB): the default 50 pages, and ``all-300``: every page (text cap lifted);
+- ``bomb``: one page whose content stream inflates to 4 GiB (a 4 MB file);
+- ``pages-5000``: 5,000 pages; ``tree-5000``: a page tree 5,000 levels deep;
+- ``slow-page``: one page of 400,000 text operators, which takes pypdf about half a minute
+  (the worker is killed at the time limit, and a new one started for the second file);
+- ``round``: one round of page reading (``PageReader``, 3 pages at once, like a run) whose
+  three results are the bomb, the 5,000 pages and the deep tree, served on 127.0.0.1 with
+  ``FATHOM_PAGE_MAX_BYTES`` at 8 MB: the round's wall time and the bot's peak.
+
+The issue's goal: a bomb, 5,000 pages or a 5,000-level tree leaves the run finishing within
+40 s and the process under 450 MB peak. Results go to ``bench/results/pdf.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+from bench.common import cpu_model
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "pdf.json"
+CASES = ("normal-300", "all-300", "bomb", "pages-5000", "tree-5000", "slow-page", "round")
+GOAL_SECONDS, GOAL_MB = 40.0, 450.0
+WORDS = (
+    "heat pump grid energy efficiency winter compressor refrigerant installation cost subsidy "
+    "policy demand supply household measured season region meter report results"
+).split()
+
+
+def realistic_pdf(pages: int = 300, seed: int = 1) -> bytes:
+    """``pages`` pages of about 2,800 characters each (compressed content streams in
+    Helvetica) and a 30 kB JPEG-typed image each (random bytes: never decoded for text)."""
+    from tests.pdfs import FONT, content_stream, stream, write_pdf
+
+    rng = random.Random(seed)
+    kids = b" ".join(b"%d 0 R" % (4 + 3 * i) for i in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages,
+        FONT,
+    ]
+    for i in range(pages):
+        lines = [" ".join(rng.choice(WORDS) for _ in range(12)) + "." for _ in range(40)]
+        content = content_stream(lines) + b"\nq 200 0 0 150 56 60 cm /Im1 Do Q"
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Resources << /Font "
+            b"<< /F1 3 0 R >> /XObject << /Im1 %d 0 R >> >> /Contents %d 0 R >>"
+            % (6 + 3 * i, 5 + 3 * i)
+        )
+        objects.append(stream(zlib.compress(content), b"/Filter /FlateDecode "))
+        objects.append(
+            stream(
+                rng.randbytes(30_000),
+                b"/Type /XObject /Subtype /Image /Width 400 /Height 300 /ColorSpace "
+                b"/DeviceRGB /BitsPerComponent 8 /Filter /DCTDecode ",
+            )
+        )
+    return write_pdf(objects)
+
+
+def vm_hwm_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def children_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def _file(case: str) -> tuple[bytes, dict[str, Any]]:
+    from tests.pdfs import bomb_pdf, deep_tree_pdf, make_pdf, many_pages_pdf
+
+    if case == "normal-300":
+        return realistic_pdf(), {}
+    if case == "all-300":
+        return realistic_pdf(), {"max_pages": 300, "max_chars": 10_000_000, "timeout": 60.0}
+    if case == "bomb":
+        return bomb_pdf(4 << 30), {}
+    if case == "pages-5000":
+        return many_pages_pdf(5000), {}
+    if case == "tree-5000":
+        return deep_tree_pdf(5000), {}
+    if case == "slow-page":
+        return make_pdf([["heat pumps"] * 400_000], compress=True), {}
+    raise ValueError(case)
+
+
+def _outcome(result: Any) -> str:
+    from core.documents import DocumentUnreadable
+
+    if isinstance(result, DocumentUnreadable):
+        return f"unreadable: {result.reason}"
+    return f"{result.pages_read}/{result.pages_total} pages, {len(result.text):,} chars"
+
+
+async def _extract_case(case: str) -> dict[str, Any]:
+    from core.documents import DocumentExtractor, DocumentUnreadable
+
+    data, options = _file(case)
+    before = vm_hwm_mb()
+    timings, outcomes = [], []
+    async with DocumentExtractor(**options) as documents:
+        for _ in range(2):
+            start = time.perf_counter()
+            try:
+                result: Any = await documents.extract(data, "pdf")
+            except DocumentUnreadable as unreadable:
+                result = unreadable
+            timings.append(time.perf_counter() - start)
+            outcomes.append(_outcome(result))
+        started = documents.started
+    return {
+        "case": case,
+        "file_mb": round(len(data) / 1e6, 2),
+        "first_s": round(timings[0], 3),
+        "second_s": round(timings[1], 3),
+        "outcome": outcomes[0],
+        "workers_started": started,
+        "bot_peak_mb_before": round(before, 1),
+        "bot_peak_mb": round(vm_hwm_mb(), 1),
+        "worker_peak_mb": round(children_mb(), 1),
+    }
+
+
+async def _round_case() -> dict[str, Any]:
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from core.documents import DocumentExtractor
+    from core.pages.fetch import PageFetcher
+    from core.pages.reader import PageReader
+    from tests.fakes.server import BackgroundServer
+    from tests.pdfs import bomb_pdf, deep_tree_pdf, many_pages_pdf
+
+    files = {
+        "bomb.pdf": bomb_pdf(4 << 30),
+        "pages.pdf": many_pages_pdf(5000),
+        "tree.pdf": deep_tree_pdf(5000),
+    }
+
+    def serve(name: str) -> Route:
+        body = files[name]
+        return Route(f"/{name}", lambda r: Response(body, media_type="application/pdf"))
+
+    app = Starlette(routes=[serve(name) for name in files])
+    before = vm_hwm_mb()
+    with BackgroundServer(app) as site:
+        async with httpx.AsyncClient(trust_env=False) as http:
+            fetcher = PageFetcher(http, timeout=8.0, max_bytes=8 << 20, allow_loopback=True)
+            reader = PageReader(fetcher, pages=3, documents=DocumentExtractor())
+            start = time.perf_counter()
+            reading = await reader.read([f"{site.url}/{n}" for n in files], "heat pumps grid")
+            wall = time.perf_counter() - start
+            await reader.aclose()
+    kept = [f"{p.url.rsplit('/', 1)[1]}: {len(p.passages)} passages" for p in reading.pages]
+    skipped = [f"{s.url.rsplit('/', 1)[1]}: {s.reason}" for s in reading.skipped]
+    return {
+        "case": "round",
+        "file_mb": round(sum(len(f) for f in files.values()) / 1e6, 2),
+        "first_s": round(wall, 3),
+        "second_s": None,
+        "outcome": "; ".join(kept + skipped),
+        "bot_peak_mb_before": round(before, 1),
+        "bot_peak_mb": round(vm_hwm_mb(), 1),
+        "worker_peak_mb": round(children_mb(), 1),
+    }
+
+
+def run_case(case: str) -> dict[str, Any]:
+    """One case in its own process (its peak RSS is its own)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.pdf", "--case", case, "--json"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pdf", description=__doc__)
+    parser.add_argument("--case", choices=CASES, help="one case (default: all)")
+    parser.add_argument("--json", action="store_true", help="print the case's JSON only")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.case and args.json:
+        work = _round_case() if args.case == "round" else _extract_case(args.case)
+        print(json.dumps(asyncio.run(work)))
+        return 0
+    results = [run_case(case) for case in ([args.case] if args.case else CASES)]
+    print("| case | file | first | second | outcome | bot peak RSS | worker peak RSS |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        second = "-" if r["second_s"] is None else f"{r['second_s']:.2f} s"
+        peak = f"{r['bot_peak_mb_before']} -> {r['bot_peak_mb']} MB"
+        print(
+            f"| {r['case']} | {r['file_mb']} MB | {r['first_s']:.2f} s | {second} | "
+            f"{r['outcome']} | {peak} | {r['worker_peak_mb']} MB |"
+        )
+    hostile = [r for r in results if r["case"] in ("bomb", "pages-5000", "tree-5000", "round")]
+    met = all(r["first_s"] < GOAL_SECONDS and r["bot_peak_mb"] < GOAL_MB for r in hostile)
+    print(f"goal (< {GOAL_SECONDS:g} s, bot < {GOAL_MB:g} MB) for the hostile files: {met}")
+    if not args.case:
+        args.output.write_text(
+            json.dumps({"cpu": cpu_model(), "cpus": os.cpu_count(), "results": results}, indent=2)
+            + "\n",
+            encoding="utf-8",
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""What a document gives: its text and what is known of it, or why it could not be read."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+#: The kinds of document read (markdown and plain text are both "text").
+KINDS = ("pdf", "docx", "html", "text")
+
+# Why a document was not read: short, safe to show under "Notes on this run" (never any of the
+# document's content).
+ENCRYPTED = "it is password-protected"
+NO_TEXT = "it has no text layer (scanned images?)"
+EMPTY = "no readable text"
+DAMAGED = "it is damaged"
+TOO_COMPLEX = "it is too large or complex to read"  # a limit of pypdf's was reached
+TOO_SLOW = "its text took too long to extract"
+TOO_MUCH_MEMORY = "reading it needed too much memory"
+UNSUPPORTED = "not a supported document type"
+STOPPED = "its reader stopped unexpectedly"
+#: Every reason (the worker process may only answer one of these).
+REASONS = frozenset(
+    {
+        ENCRYPTED,
+        NO_TEXT,
+        EMPTY,
+        DAMAGED,
+        TOO_COMPLEX,
+        TOO_SLOW,
+        TOO_MUCH_MEMORY,
+        UNSUPPORTED,
+        STOPPED,
+    }
+)
+
+_ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+#: Dates before this are taken for a wrong clock or a default value, not a publication date.
+EARLIEST = dt.date(1980, 1, 1)
+
+
+class DocumentUnreadable(Exception):
+    """The document was not read; ``reason`` is one of the short reasons above."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class DocumentText:
+    """A document's text. ``pages_read``/``pages_total``: for a PDF, the pages whose text was
+    read and the pages it has (None for other kinds); ``published``: ``YYYY-MM-DD`` from the
+    document's own metadata (a PDF's CreationDate, a DOCX's created date) when present and
+    plausible."""
+
+    text: str
+    kind: str
+    pages_read: int | None = None
+    pages_total: int | None = None
+    title: str | None = None
+    published: str | None = None
+
+
+def plausible_date(year: int, month: int, day: int, *, today: dt.date | None = None) -> str | None:
+    """``YYYY-MM-DD`` when the date exists, is not before 1980 and not after tomorrow."""
+    try:
+        date = dt.date(year, month, day)
+    except ValueError:
+        return None
+    latest = (today or dt.datetime.now(dt.UTC).date()) + dt.timedelta(days=1)
+    return date.isoformat() if EARLIEST <= date <= latest else None
+
+
+def checked_date(value: object) -> str | None:
+    """``value`` when it is a plausible ``YYYY-MM-DD`` date, else None."""
+    if not isinstance(value, str):
+        return None
+    match = _ISO_DATE.fullmatch(value)
+    if match is None:
+        return None
+    return plausible_date(*(int(g) for g in match.groups()))

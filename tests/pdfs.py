@@ -1,0 +1,240 @@
+"""Real PDF files for the tests, written object by object (a catalog, a page tree, pages whose
+content streams show text in Helvetica, an xref table and a trailer), and the pathological
+ones: a decompression bomb, thousands of pages, a page tree thousands of levels deep."""
+
+from __future__ import annotations
+
+import io
+import zlib
+from collections.abc import Sequence
+
+FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
+
+
+def _escape(text: str) -> bytes:
+    raw = text.encode("cp1252", "replace")
+    return raw.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)")
+
+
+def content_stream(lines: Sequence[str]) -> bytes:
+    """A page's content: each line shown on its own line, top down."""
+    ops = [b"BT /F1 11 Tf 14 TL 56 780 Td"]
+    for line in lines:
+        ops.append(b"(" + _escape(line) + b") Tj T*")
+    ops.append(b"ET")
+    return b"\n".join(ops)
+
+
+def stream(data: bytes, extra: bytes = b"") -> bytes:
+    return b"<< /Length %d %s>>\nstream\n" % (len(data), extra) + data + b"\nendstream"
+
+
+def write_pdf(
+    objects: Sequence[bytes], *, info: bytes | None = None, catalog_last: bool = False
+) -> bytes:
+    """A PDF of ``objects`` (object 1 is the catalog; numbered from 1 in order), with an
+    information dictionary ``info`` appended as the last object when given. ``catalog_last``
+    writes the catalog after every other object (as many producers do)."""
+    bodies = list(objects) + ([info] if info is not None else [])
+    out = io.BytesIO()
+    out.write(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+    offsets = [0] * len(bodies)
+    order = [*range(1, len(bodies)), 0] if catalog_last else range(len(bodies))
+    for index in order:
+        offsets[index] = out.tell()
+        out.write(b"%d 0 obj\n" % (index + 1) + bodies[index] + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(bodies) + 1))
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
+    info_ref = b" /Info %d 0 R" % len(bodies) if info is not None else b""
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R%s >>\n" % (len(bodies) + 1, info_ref))
+    out.write(b"startxref\n%d\n%%%%EOF\n" % xref)
+    return out.getvalue()
+
+
+def _info(title: str | None, created: str | None) -> bytes | None:
+    if title is None and created is None:
+        return None
+    parts = []
+    if title is not None:
+        parts.append(b"/Title (" + _escape(title) + b")")
+    if created is not None:
+        parts.append(b"/CreationDate (" + created.encode() + b")")
+    return b"<< " + b" ".join(parts) + b" >>"
+
+
+def make_pdf(
+    pages: Sequence[Sequence[str]],
+    *,
+    title: str | None = None,
+    created: str | None = None,
+    compress: bool = False,
+    catalog_last: bool = False,
+) -> bytes:
+    """A PDF whose page i shows the lines ``pages[i]``; objects: 1 catalog, 2 pages, 3 font,
+    then each page and its content stream."""
+    count = len(pages)
+    kids = b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(count))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % count,
+        FONT,
+    ]
+    for i, lines in enumerate(pages):
+        content = content_stream(lines)
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] "
+            b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (5 + 2 * i)
+        )
+        if compress:
+            objects.append(stream(zlib.compress(content), b"/Filter /FlateDecode "))
+        else:
+            objects.append(stream(content))
+    return write_pdf(objects, info=_info(title, created), catalog_last=catalog_last)
+
+
+def wrap(text: str, width: int = 90) -> list[str]:
+    """``text`` as the lines of a page, at most ``width`` characters each."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+#: The body of :func:`report_pdf`: what a reader of the report should find.
+REPORT_FACTS = (
+    "Field trials in Oslo found that air-source heat pumps kept a seasonal coefficient of "
+    "performance of 2.9 through a winter averaging minus 15 C, well above resistance heating.",
+    "Cold-climate heat pump models with vapour injection compressors delivered 80 percent of "
+    "their rated heating capacity at minus 25 C in the trials, so few homes needed a backup.",
+    "Installation costs for heat pumps in cold climates averaged 14,000 euros per home, and "
+    "the national subsidy covered 40 percent of that cost for households that joined the trial.",
+)
+#: The report's front and back matter, none of which should reach a prompt.
+REPORT_MATTER = (
+    "Northern Energy Institute",
+    "Prepared for the Ministry of Energy",
+    "Heat pumps in cold climates: field data",
+    "Smith, J. and Berg, K. (2024). Heat pumps in cold climates",
+)
+
+
+def report_pdf(**options: bool) -> bytes:
+    """A six-page report on heat pumps in cold climates: a cover, a table of contents, three
+    pages of body (one fact of :data:`REPORT_FACTS` each, among filler) and a page of
+    references that repeat the topic's words in every line."""
+    filler = (
+        "The institute collected measurements from 120 homes across three regions over two "
+        "heating seasons, with meters on every unit and on the household supply. "
+    )
+    cover = [
+        "Heat Pumps in Cold Climates",
+        "Annual Report 2026",
+        "Northern Energy Institute",
+        "Prepared for the Ministry of Energy",
+    ]
+    contents = [
+        "Contents",
+        "1 Heat pumps in cold climates: an introduction .......... 3",
+        "2 Heat pumps in cold climates: field data .......... 4",
+        "3 Heat pump costs in cold climates .......... 5",
+        "References .......... 6",
+    ]
+    body = [wrap(filler * 2 + fact + " " + filler) for fact in REPORT_FACTS]
+    references = ["References"] + [
+        f"[{i}] Smith, J. and Berg, K. ({2010 + i}). Heat pumps in cold climates, part {i}: "
+        f"heat pump performance in winter. Energy Journal {i}(2), 1-20."
+        for i in range(1, 13)
+    ]
+    references[1] = (
+        "[1] Smith, J. and Berg, K. (2024). Heat pumps in cold climates: heat pump "
+        "performance in winter. Energy Journal 1(2), 1-20."
+    )
+    return make_pdf(
+        [cover, contents, *body, references],
+        title="Heat pumps in cold climates",
+        created="D:20260115093000+01'00'",
+        **options,
+    )
+
+
+def image_only_pdf(pages: int = 2) -> bytes:
+    """Pages that draw (a grey rectangle, as a scan would be an image) but show no text."""
+    kids = b" ".join(b"%d 0 R" % (3 + 2 * i) for i in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages,
+    ]
+    for i in range(pages):
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Contents %d 0 R >>"
+            % (4 + 2 * i)
+        )
+        objects.append(stream(b"0.5 g 56 56 483 730 re f"))
+    return write_pdf(objects)
+
+
+def deflate_bomb(size: int) -> bytes:
+    """A zlib stream of ``size`` zero bytes (a multiple of 1 MiB) in about ``size / 1000``
+    bytes: one 1 MiB block compressed after a full flush comes out the same every time, so it
+    is compressed once and repeated (with the right Adler-32 at the end)."""
+    block = b"\0" * (1 << 20)
+    packer = zlib.compressobj(9)
+    first = packer.compress(block) + packer.flush(zlib.Z_FULL_FLUSH)
+    again = packer.compress(block) + packer.flush(zlib.Z_FULL_FLUSH)
+    blocks = size >> 20
+    # Adler-32 of n zeros: the sum of bytes stays 1, the sum of sums grows by 1 per byte.
+    adler = ((size % 65521) << 16) | 1
+    # The final empty block, then the checksum (big-endian).
+    end = b"\x03\x00" + adler.to_bytes(4, "big")
+    return first + again * (blocks - 1) + end
+
+
+def bomb_pdf(size: int = 4 << 30) -> bytes:
+    """One page whose content stream inflates to ``size`` bytes of zeros (4 GiB: 4 MB)."""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+        FONT,
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] "
+        b"/Resources << /Font << /F1 3 0 R >> >> /Contents 5 0 R >>",
+        stream(deflate_bomb(size), b"/Filter /FlateDecode "),
+    ]
+    return write_pdf(objects)
+
+
+def many_pages_pdf(count: int = 5000) -> bytes:
+    """``count`` pages, page i saying so (pages share one content stream per ten)."""
+    return make_pdf([[f"Page {i + 1} of {count}: heat pumps and the grid."] for i in range(count)])
+
+
+def deep_tree_pdf(depth: int = 5000) -> bytes:
+    """A page tree ``depth`` levels deep: each /Pages node's kids are a page and the next
+    node. Objects: 1 catalog, 2 font, 3 a content stream, then (node, page) per level."""
+    objects = [b"<< /Type /Catalog /Pages 4 0 R >>", FONT, stream(content_stream(["Deep."]))]
+    for level in range(depth):
+        node, page, child = 4 + 2 * level, 5 + 2 * level, 6 + 2 * level
+        parent = b" /Parent %d 0 R" % (node - 2) if level else b""
+        kids = b"%d 0 R" % page + (b" %d 0 R" % child if level < depth - 1 else b"")
+        count = depth - level
+        objects.append(b"<< /Type /Pages /Kids [%s] /Count %d%s >>" % (kids, count, parent))
+        objects.append(
+            b"<< /Type /Page /Parent %d 0 R /MediaBox [0 0 595 842] "
+            b"/Resources << /Font << /F1 2 0 R >> >> /Contents 3 0 R >>" % node
+        )
+    return write_pdf(objects)
+
+
+def encrypted_pdf(pdf: bytes, user_password: str, owner_password: str = "owner") -> bytes:
+    """``pdf`` encrypted with pypdf's writer (AES-256)."""
+    from pypdf import PdfWriter
+
+    writer = PdfWriter(clone_from=io.BytesIO(pdf))
+    writer.encrypt(user_password, owner_password, algorithm="AES-256")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
