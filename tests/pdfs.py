@@ -238,3 +238,23 @@ def encrypted_pdf(pdf: bytes, user_password: str, owner_password: str = "owner")
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
+
+
+def make_docx(*, title: str | None = None, year: int = 2025) -> bytes:
+    import datetime as dt
+
+    import docx
+
+    document = docx.Document()
+    document.add_heading("Heat pumps in winter", level=1)
+    document.add_paragraph("Heat pumps keep working at minus 20 C.")
+    table = document.add_table(rows=2, cols=2)
+    for r, row in enumerate((("Model", "COP"), ("A-1", "3.1"))):
+        for c, value in enumerate(row):
+            table.cell(r, c).text = value
+    document.add_paragraph("The end.")
+    document.core_properties.title = title or ""
+    document.core_properties.created = dt.datetime(year, 6, 1, 12, 0, tzinfo=dt.UTC)
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()

@@ -27,6 +27,7 @@ from core.service import ResearchService
 from storage import RunRecord, Store
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.pdfs import REPORT_FACTS, encrypted_pdf, make_docx, report_pdf
 
 FAST = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
 NOTES = """# Heat pump field trial, winter 2025
@@ -244,3 +245,35 @@ async def test_a_files_name_and_text_are_untrusted_data(world: Chat) -> None:
     # The file's passages sit inside the fence, like a page's.
     fence = prompt.index("<<<untrusted-")
     assert prompt.index("\n    From the file:") > fence
+
+
+async def test_attached_pdf_and_docx_are_read_and_an_encrypted_pdf_is_noted(world: Chat) -> None:
+    world.chat.files.update(
+        {
+            "F-pdf": report_pdf(),
+            "F-docx": make_docx(title="Winter trial"),
+            "F-locked": encrypted_pdf(report_pdf(), "secret"),
+        }
+    )
+    files = [
+        Attachment(id="F-pdf", name="cold-climates.pdf", mime="application/pdf", attached_by="Bo"),
+        Attachment(id="F-docx", name="trial.docx", attached_by="Bo"),
+        Attachment(id="F-locked", name="locked.pdf", attached_by="Bo"),
+    ]
+    await world.chat.say(
+        world.commands, "/research heat pumps cold climates depth=1", attachments=files
+    )
+    (run,) = await world.delivered()
+    assert run.attachments_read == 2
+    prompt = world.writer_prompt()
+    assert (
+        "cold-climates.pdf (attached by Bo)" in prompt and "trial.docx (attached by Bo)" in prompt
+    )
+    assert any(fact in prompt for fact in REPORT_FACTS)  # the PDF's body reached the writer
+    assert "minus 20 C" in prompt  # and the DOCX's
+    assert 'The attached file "locked.pdf" was not read: it is password-protected.' in run.notes
+    variables = ThreadVariables.model_validate(await world.store.load_variables(run.thread_id))
+    pdf = next(f for f in variables.files if f.name == "cold-climates.pdf")
+    assert (pdf.kind, pdf.pages_read, pdf.pages_total, pdf.published) == ("pdf", 6, 6, "2026-01-15")
+    # The file's date is shown with it in the report's sources.
+    assert "cold-climates.pdf (attached by Bo) (2026-01-15)" in world.report()

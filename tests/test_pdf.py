@@ -36,6 +36,7 @@ from tests.pdfs import (
     deep_tree_pdf,
     encrypted_pdf,
     image_only_pdf,
+    make_docx,
     make_pdf,
     many_pages_pdf,
     report_pdf,
@@ -297,26 +298,6 @@ def test_front_and_back_matter_rules() -> None:
 
 
 # --- DOCX ---------------------------------------------------------------------------------
-
-
-def make_docx(*, title: str | None = None, year: int = 2025) -> bytes:
-    import datetime as dt
-
-    import docx
-
-    document = docx.Document()
-    document.add_heading("Heat pumps in winter", level=1)
-    document.add_paragraph("Heat pumps keep working at minus 20 C.")
-    table = document.add_table(rows=2, cols=2)
-    for r, row in enumerate((("Model", "COP"), ("A-1", "3.1"))):
-        for c, value in enumerate(row):
-            table.cell(r, c).text = value
-    document.add_paragraph("The end.")
-    document.core_properties.title = title or ""
-    document.core_properties.created = dt.datetime(year, 6, 1, 12, 0, tzinfo=dt.UTC)
-    out = io.BytesIO()
-    document.save(out)
-    return out.getvalue()
 
 
 async def test_a_docx_gives_its_paragraphs_and_tables_in_order(
