@@ -155,8 +155,18 @@ def research(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of the report.")
     ] = False,
+    files: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--file",
+            "-f",
+            help="A file to read with the research (PDF, DOCX, HTML, Markdown, text); repeat "
+            "for more.",
+        ),
+    ] = None,
 ) -> None:
     """Research TOPIC with live progress and print a cited Markdown report."""
+    from bots.console.files import FileProblem, local_attachments
     from core.commands import CommandError, validate_depth, validate_strategy, validate_topic
     from core.models import CONSOLE_PLATFORM, ResearchRequest, ThreadKey
 
@@ -177,7 +187,12 @@ def research(
                 thread=uuid.uuid4().hex[:12],
             )
         )
-    except (CommandError, ValueError) as exc:
+        attachments = local_attachments(
+            files or [],
+            max_bytes=settings.attachment_max_bytes,
+            per_request=settings.attachments_per_request,
+        )
+    except (CommandError, FileProblem, ValueError) as exc:
         raise _fail(str(exc)) from None
     if output is not None:
         _check_writable(output)
@@ -188,6 +203,7 @@ def research(
         strategy=clean_strategy,
         thread=key,
         requested_by="cli",
+        attachments=attachments,
     )
     started = StartedRun()
     outcome = _run(_research(settings, request, None, started), started)
@@ -255,6 +271,7 @@ def resume(
 async def _research(
     settings: Settings, request: Any, run_id: str | None, started: StartedRun
 ) -> RunOutcome:
+    from bots.console.files import LocalFiles
     from bots.console.progress import ConsoleProgress
     from core.config import ConfigError
     from core.runtime import open_runtime
@@ -275,8 +292,8 @@ async def _research(
                 raise _fail(f"there is no run {run_id!r}")
             try:
                 if request is None:
-                    return await runtime.service.resume(run_id or "", progress)
-                return await runtime.service.execute(run_id or "", progress)
+                    return await runtime.service.resume(run_id or "", progress, LocalFiles())
+                return await runtime.service.execute(run_id or "", progress, LocalFiles())
             except RunRejected as exc:
                 raise _fail(str(exc)) from None
             except (RunBusy, ClaimLost) as exc:
@@ -354,11 +371,12 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
                 "findings": [],
                 "shouldContinue": True,
                 "graph": [],
+                "files": [],
             }
             runs = await store.thread_runs(record.id)
             return {
                 "thread": record.key,
-                "variables": variables,
+                "variables": _shown_variables(variables),
                 "runs": [_run_json(r) for r in runs],
             }
 
@@ -366,6 +384,17 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
     if data is None:
         raise _fail(f"there is no thread {key!r} (see `fathom thread list`)")
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+
+
+def _shown_variables(variables: dict[str, Any]) -> dict[str, Any]:
+    """The thread's variables as ``thread show`` prints them: an attached file's text is
+    summed up by its length (it can be a whole book)."""
+    files = [
+        {k: v for k, v in f.items() if k != "text"} | {"text_chars": len(f.get("text") or "")}
+        for f in variables.get("files") or []
+        if isinstance(f, dict)
+    ]
+    return {**variables, "files": files}
 
 
 def _run_json(run: Any) -> dict[str, Any]:
@@ -384,7 +413,12 @@ def _run_json(run: Any) -> dict[str, Any]:
             "searches": run.searches,
             "pages_read": run.pages_read,
             "pages_skipped": run.pages_skipped,
+            "attachments_read": run.attachments_read,
         },
+        "attachments": [
+            {k: a.get(k) for k in ("name", "mime", "size", "attached_by")}
+            for a in run.attachments or []
+        ],
         "created_at": run.created_at.isoformat() if run.created_at else None,
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "attempt": run.attempt,

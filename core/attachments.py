@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from core.models import Attachment
+from core.models import AttachedFile, Attachment
+from core.text import clean_text
+from core.untrusted import as_data
 
 #: Defaults of ``FATHOM_ATTACHMENT_MAX_BYTES`` and ``FATHOM_ATTACHMENTS_PER_REQUEST``.
 MAX_BYTES = 20 * 1024 * 1024
@@ -43,6 +45,8 @@ MEDIA_TYPES = {
     "text/markdown": "text",
     "text/x-markdown": "text",
 }
+#: A file's name as notes and sources show it (user input: inert, bounded).
+NAME_CHARS = 120
 #: What the reply names as readable.
 READABLE = "PDF, DOCX, HTML, Markdown, plain text"
 
@@ -112,3 +116,18 @@ def screen(
         else:
             accepted.append(attachment)
     return Screened(accepted, rejected)
+
+
+def shown_name(name: str) -> str:
+    """A file's name as the report and its notes show it: inert (no mention, link or
+    markup), on one line, bounded."""
+    shown = " ".join(as_data(clean_text(name)).split())
+    if len(shown) > NAME_CHARS:
+        shown = shown[: NAME_CHARS - 1] + "…"
+    return shown or "file"
+
+
+def file_title(file: AttachedFile) -> str:
+    """``<name> (attached by <who>)``: how the report's sources list an attached file."""
+    who = shown_name(file.attached_by) if file.attached_by else ""
+    return f"{shown_name(file.name)} (attached by {who})" if who else shown_name(file.name)

@@ -271,7 +271,7 @@ class ResearchJob:
             async with self._service.lease(claim) as lease:
                 if claim.run.status in UNFINISHED_STATUSES:
                     outcome = await self._service.execute_claimed(
-                        claim, delivery.progress, record_interruption=False
+                        claim, delivery.progress, record_interruption=False, files=delivery
                     )
                 else:  # finished by a runner that stopped before delivering, or given up now
                     outcome = await self._service.stored_outcome(claim.run)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from core import wording
 from core.engine.state import StopReason
-from core.models import GraphNode, RunStatus, Source, Strategy, Usage
+from core.models import AttachedFile, GraphNode, RunStatus, Source, Strategy, Usage
 from core.wording import request_language
 from storage import RunRecord
 
@@ -32,6 +32,8 @@ class RunOutcome:
     rounds_done: int = 0
     #: The sub-questions a graph run planned.
     nodes: list[GraphNode] = field(default_factory=list)
+    #: The files attached in the thread that this run read.
+    files: list[AttachedFile] = field(default_factory=list)
 
     def as_json(self) -> dict[str, object]:
         """The ``fathom research --json`` contract (README.md, "Using the CLI")."""
@@ -48,6 +50,9 @@ class RunOutcome:
             "stop_reason": self.stop_reason.value if self.stop_reason else None,
             "error": self.error,
             "notes": self.notes,
+            "attachments": [
+                f.model_dump(mode="json", exclude={"text", "run_id", "id"}) for f in self.files
+            ],
         }
         if self.strategy is Strategy.GRAPH:
             data["nodes"] = [n.model_dump(mode="json", exclude={"run_id"}) for n in self.nodes]
@@ -75,7 +80,8 @@ def final_progress_text(outcome: RunOutcome) -> str:
     if outcome.status is RunStatus.CANCELLED:
         return wording.cancelled_text(language, done, depth)
     sources, pages = len(outcome.sources), outcome.usage.pages_read
+    files = outcome.usage.attachments_read
     if outcome.stop_reason in (StopReason.DEPTH_REACHED, None):
-        return wording.done_text(language, done, depth, sources, pages)
+        return wording.done_text(language, done, depth, sources, pages, files)
     why = str(outcome.stop_reason.value)
-    return wording.stopped_early_text(language, done, depth, sources, why, pages)
+    return wording.stopped_early_text(language, done, depth, sources, why, pages, files)

@@ -13,6 +13,7 @@ from typing import Protocol
 
 class ProgressKind(enum.StrEnum):
     STARTED = "started"
+    READING = "reading"  # the files attached to the request
     PLANNING = "planning"
     SEARCHING = "searching"
     SEARCHED = "searched"

@@ -17,14 +17,17 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from urllib.parse import urlsplit, urlunsplit
 
-from core.models import Finding, Source
-from core.pages.extract import estimate_tokens
+from core.attachments import file_title
+from core.models import AttachedFile, Finding, Source
+from core.pages.extract import estimate_tokens, select, split_passages
 from core.prompts import echoes_instructions, instruction_shingles
 from core.untrusted import as_data, neutralise, remove_urls
 from core.wording import (
     Language,
+    attached_files_heading,
     main_findings_heading,
     notes_heading,
     request_language,
@@ -35,6 +38,8 @@ from core.wording import (
 SNIPPET_CHARS_FOR_WRITER = 500
 #: The page passages the writer sees in all, newest sources first (about 8 rounds' worth).
 WRITER_PASSAGE_TOKENS = 12_000
+#: What the models see of one attached file, at most.
+FILE_PASSAGE_TOKENS = 2_500
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,9 @@ class NumberedSource:
     topic: str
     #: Passages read from the page itself (empty when it was not read).
     passages: tuple[str, ...] = ()
+    #: ``web``, or ``file``: a file attached in the chat (``url``: the platform's link to it,
+    #: empty when the platform gives none).
+    kind: str = "web"
 
 
 def url_identity(url: str) -> str:
@@ -55,9 +63,13 @@ def url_identity(url: str) -> str:
     return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), path, parts.query, ""))
 
 
-def number_sources(findings: Sequence[Finding]) -> list[NumberedSource]:
-    """Number every distinct result URL once, in the order the searches found them, each
-    with the passages last read from its page."""
+def number_sources(
+    findings: Sequence[Finding], files: Sequence[AttachedFile] = (), query: str = ""
+) -> list[NumberedSource]:
+    """Number the thread's sources in the order they came: each file attached in the thread
+    (with its passages that matter for ``query``) when it was read, and every distinct result
+    URL once, when its search found it, with the passages last read from its page. A source
+    keeps its number as the thread grows (a graph's answers cite these numbers)."""
     seen: set[str] = set()
     numbered: list[NumberedSource] = []
     passages = {
@@ -66,8 +78,28 @@ def number_sources(findings: Sequence[Finding]) -> list[NumberedSource]:
         for page in finding.pages or ()
         if page.passages
     }
-    for finding in findings:
-        for result in finding.results:
+    arrivals: list[tuple[datetime, AttachedFile | Finding]] = [(f.read_at, f) for f in files]
+    arrivals += [(f.searched_at, f) for f in findings]
+    arrivals.sort(key=lambda arrival: arrival[0])  # (stable: a file read first stays first)
+    for _, item in arrivals:
+        if isinstance(item, AttachedFile):
+            key = url_identity(item.url) if item.url else f"file:{item.id}"
+            if key in seen:
+                continue
+            seen.add(key)
+            numbered.append(
+                NumberedSource(
+                    n=len(numbered) + 1,
+                    title=file_title(item),
+                    url=item.url or "",
+                    snippet="",
+                    topic="",
+                    passages=file_passages(item, query),
+                    kind="file",
+                )
+            )
+            continue
+        for result in item.results:
             key = url_identity(result.url)
             if key in seen:
                 continue
@@ -78,19 +110,51 @@ def number_sources(findings: Sequence[Finding]) -> list[NumberedSource]:
                     title=result.title or result.url,
                     url=result.url,
                     snippet=result.snippet,
-                    topic=finding.topic,
+                    topic=item.topic,
                     passages=passages.get(key, ()),
                 )
             )
     return numbered
 
 
+def file_passages(
+    file: AttachedFile, query: str, budget_tokens: int = FILE_PASSAGE_TOKENS
+) -> tuple[str, ...]:
+    """What the models see of an attached file: its opening passage (what it is), then the
+    passages that matter most for ``query`` (BM25), within ``budget_tokens``, in its order."""
+    pieces = split_passages(file.text)
+    if not pieces:
+        return ()
+    opening = select(pieces[:1], pieces[0], budget_tokens)
+    spent = sum(estimate_tokens(p.text) for p in opening)
+    rest = select(pieces[1:], query or file.name, budget_tokens - spent)
+    return tuple(p.text for p in opening) + tuple(p.text for p in rest)
+
+
+#: What the planners see of each attached file.
+FILE_DIGEST_CHARS = 400
+
+
+def files_digest(files: Sequence[AttachedFile], query: str) -> list[str]:
+    """One line per attached file for the planners: its name, kind and size, and the start
+    of its passages that matter for ``query`` (neutralised like every passage)."""
+    lines = []
+    for file in files:
+        pages = f", {file.pages_read} pages read" if file.pages_read else ""
+        text = " ".join(" ".join(file_passages(file, query, 600)).split())
+        if len(text) > FILE_DIGEST_CHARS:
+            text = text[: FILE_DIGEST_CHARS - 1] + "…"
+        lines.append(f"{file_title(file)} ({file.kind}{pages}): {text}".rstrip(": "))
+    return lines
+
+
 def writer_window(
     sources: Sequence[NumberedSource], size: int, cited: frozenset[int] = frozenset()
 ) -> list[NumberedSource]:
-    """At most ``size`` sources for the writer: those in ``cited`` (the graph's answers cite
-    them, so the writer must see them), then the newest; in their numbered order."""
-    keep = {s.n for s in sources if s.n in cited}
+    """At most ``size`` sources for the writer: the attached files and those in ``cited``
+    (the graph's answers cite them, so the writer must see them), then the newest; in their
+    numbered order."""
+    keep = {s.n for s in sources if s.n in cited or s.kind == "file"}
     for s in reversed(sources):
         if len(keep) >= size:
             break
@@ -103,25 +167,35 @@ def writer_source_blocks(
     new: frozenset[int] = frozenset(),
     passage_tokens: int = WRITER_PASSAGE_TOKENS,
 ) -> list[str]:
-    """``[n] title — url``, the snippet and the passages read from the page of each source;
-    sources in ``new`` (a digest's sources that no earlier firing found) are marked ``NEW``.
+    """``[n] title — url``, the snippet and the passages read from the page of each source
+    (of an attached file, its passages); sources in ``new`` (a digest's sources that no
+    earlier firing found) are marked ``NEW``.
 
-    The passages of all sources stay within ``passage_tokens``; when a thread has read more,
-    the newest sources keep theirs (a follow-up's own reading comes first)."""
+    The passages of all sources stay within ``passage_tokens``: the attached files' first
+    (the people asking gave them), then, when a thread has read more, the newest sources keep
+    theirs (a follow-up's own reading comes first)."""
     kept: dict[int, tuple[str, ...]] = {}
     spent = 0
-    for s in reversed(sources):
+    files = [s for s in sources if s.kind == "file"]
+    for s in files + [s for s in reversed(sources) if s.kind != "file"]:
         cost = sum(estimate_tokens(p) for p in s.passages)
         if s.passages and spent + cost <= passage_tokens:
             kept[s.n] = s.passages
             spent += cost
     blocks = []
     for s in sources:
-        snippet = s.snippet[:SNIPPET_CHARS_FOR_WRITER]
         mark = " NEW" if s.n in new else ""
-        block = f"[{s.n}]{mark} {s.title} — {s.url}\n    (search: {s.topic}) {snippet}".rstrip()
+        if s.kind == "file":
+            block = f"[{s.n}]{mark} {s.title} — {s.url or 'a file attached in the chat'}"
+            block += "\n    (attached in the chat by the people asking)"
+            label = "From the file:"
+        else:
+            snippet = s.snippet[:SNIPPET_CHARS_FOR_WRITER]
+            block = f"[{s.n}]{mark} {s.title} — {s.url}\n    (search: {s.topic}) {snippet}"
+            label = "From the page:"
+        block = block.rstrip()
         if s.n in kept:
-            block += "\n    From the page:" + "".join(f"\n    > {p}" for p in kept[s.n])
+            block += f"\n    {label}" + "".join(f"\n    > {p}" for p in kept[s.n])
         blocks.append(block)
     return blocks
 
@@ -216,7 +290,7 @@ def finalize_report(
     (its notes and headings in the language of ``topic``)."""
     language = request_language(topic)
     by_n = {s.n: s for s in sources}
-    by_url = {url_identity(s.url): s for s in sources}
+    by_url = {url_identity(s.url): s for s in sources if s.url}
     order: dict[int, int] = {}  # original n -> new n, in order of first citation
     removed = 0
     unlinked = 0
@@ -271,18 +345,25 @@ def finalize_report(
 
     if order:
         cited = sorted(order.items(), key=lambda item: item[1])
-        final = [Source(n=new, title=by_n[old].title, url=by_n[old].url) for old, new in cited]
+        final = [
+            Source(n=new, title=by_n[old].title, url=by_n[old].url, kind=by_n[old].kind)
+            for old, new in cited
+        ]
     else:
-        final = [Source(n=i, title=s.title, url=s.url) for i, s in enumerate(sources, 1)]
+        final = [
+            Source(n=i, title=s.title, url=s.url, kind=s.kind) for i, s in enumerate(sources, 1)
+        ]
     final = [
         s.model_copy(update={"title": _escape_title(as_data(s.title)) or s.url}) for s in final
     ]
-    listing = "\n".join(f"- [{s.n}] [{s.title}]({s.url})" for s in final)
+    listing = "\n".join(
+        f"- [{s.n}] [{s.title}]({s.url})" if s.url else f"- [{s.n}] {s.title}" for s in final
+    )
     text = text.rstrip() + notes_section(notes, language)
     heading = f"\n\n## {sources_heading(language)}\n\n"
     markdown = text.rstrip() + (heading + listing + "\n" if final else "\n")
     # Last line of defence, over everything (notes, titles): only the sources' addresses.
-    known = [url_identity(s.url) for s in sources]
+    known = [url_identity(s.url) for s in sources if s.url]
     markdown = remove_urls(
         neutralise(markdown), allowed=lambda url: _is_known(url_identity(url), known)
     )
@@ -319,6 +400,11 @@ def fallback_body(
     by_url = {url_identity(s.url): s.n for s in sources}
     heading = main_findings_heading(request_language(topic))
     lines = [f"# {topic}", "", intro, "", f"## {heading}", ""]
+    files = [s for s in sources if s.kind == "file"]
+    if files:
+        lines += [f"### {attached_files_heading(request_language(topic))}", ""]
+        lines += [f"- {s.title}: {s.passages[0] if s.passages else ''} [{s.n}]" for s in files]
+        lines.append("")
     for finding in findings:
         if not finding.results:
             continue

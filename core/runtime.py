@@ -24,6 +24,8 @@ from sqlalchemy.exc import DBAPIError
 
 from core.config import ConfigError, Settings
 from core.digests import DigestService
+from core.documents import DocumentExtractor
+from core.engine.files import FileReader
 from core.lease import LeaseTiming
 from core.llm import LLMClients
 from core.pages.fetch import PageFetcher
@@ -237,6 +239,8 @@ async def open_runtime(
         search = build_search_provider(settings, http, store.caches, metrics)
         llm = LLMClients.from_settings(settings, ssl_context=tls, metrics=metrics)
         reader = page_reader(settings, pages_http, store.caches)
+        extractor = DocumentExtractor()
+        files = FileReader(extractor, max_bytes=settings.attachment_max_bytes)
         try:
             service = ResearchService(
                 store=store,
@@ -249,6 +253,7 @@ async def open_runtime(
                 max_parallel_searches=settings.max_parallel_searches,
                 graph_max_nodes=settings.graph_max_nodes,
                 metrics=metrics,
+                files=files,
             )
             digests = digest_service(settings, storage)
             yield Runtime(settings, database, store, service, search, llm, digests, reader)
@@ -256,3 +261,4 @@ async def open_runtime(
             await llm.aclose()
             if reader is not None:
                 reader.close()
+            extractor.close()

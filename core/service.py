@@ -18,10 +18,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from core import wording
+from core.attachments import shown_name
+from core.engine.files import FileReader, PlatformFiles
 from core.engine.state import RunState, StepHooks, StopReason, TextModel
 from core.engine.strategy import build_strategies
 from core.lease import (
@@ -34,6 +37,7 @@ from core.lease import (
 )
 from core.models import (
     CONSOLE_PLATFORM,
+    Attachment,
     ResearchRequest,
     RunStatus,
     Source,
@@ -188,14 +192,18 @@ class ResearchService:
         max_parallel_searches: int = 10,
         graph_max_nodes: int = 12,
         metrics: Metrics | None = None,
+        files: FileReader | None = None,
     ) -> None:
         """``owner`` names this process's claims (default: host, pid and a random part);
         ``timing`` sets the lease (FATHOM_STALE_RUN_AFTER); a run is claimed at most
         ``max_attempts`` times before it fails (FATHOM_MAX_ATTEMPTS); ``reader`` reads the
         best result pages of every search (None: snippets only); the graph strategy searches
         at most ``max_parallel_searches`` sub-questions of a run at once and plans at most
-        ``graph_max_nodes`` per run. Sub-questions are answered by the planner's model."""
+        ``graph_max_nodes`` per run. Sub-questions are answered by the planner's model.
+        ``files`` reads the files attached to a run's request (None: they are noted as not
+        read)."""
         self._store = store
+        self._files = files
         self._writer = ReportWriter(writer, store)
         self.metrics = metrics
         self._strategies = build_strategies(
@@ -242,7 +250,12 @@ class ResearchService:
         """``async with service.lease(claim):`` keeps the claim alive while the body runs."""
         return Lease(self._store, claim, self.timing)
 
-    async def execute(self, run_id: str, progress: ProgressSink | None = None) -> RunOutcome:
+    async def execute(
+        self,
+        run_id: str,
+        progress: ProgressSink | None = None,
+        files: PlatformFiles | None = None,
+    ) -> RunOutcome:
         """Claim the run, hold it and run it to its end (or resume it from its checkpoint).
 
         For callers that run one research themselves (the CLI, tests). A finished run is
@@ -271,12 +284,17 @@ class ResearchService:
             await release_quietly(self._store, claim)
             return await self.stored_outcome(claim.run)
         async with self.lease(claim):
-            outcome = await self.execute_claimed(claim, progress)
+            outcome = await self.execute_claimed(claim, progress, files=files)
         if _delivers(claim.run):
             await release_quietly(self._store, claim)
         return outcome
 
-    async def resume(self, run_id: str, progress: ProgressSink | None = None) -> RunOutcome:
+    async def resume(
+        self,
+        run_id: str,
+        progress: ProgressSink | None = None,
+        files: PlatformFiles | None = None,
+    ) -> RunOutcome:
         """Run again from the checkpoint, also after a failure or a cancellation.
 
         A succeeded run is not repeated: its stored outcome is returned.
@@ -284,7 +302,7 @@ class ResearchService:
         run = await self._store.get_run(run_id)
         if run is not None and run.status in (RunStatus.FAILED.value, RunStatus.CANCELLED.value):
             await self._requeue(run_id)
-        return await self.execute(run_id, progress)
+        return await self.execute(run_id, progress, files)
 
     async def _requeue(self, run_id: str) -> None:
         try:
@@ -302,6 +320,7 @@ class ResearchService:
         progress: ProgressSink | None = None,
         *,
         record_interruption: bool = True,
+        files: PlatformFiles | None = None,
     ) -> RunOutcome:
         """Run a claimed, unfinished run to its end, resuming from its checkpoint.
 
@@ -309,7 +328,9 @@ class ResearchService:
         :class:`storage.ClaimLost` is raised and nothing more is written. When the task is
         cancelled (not through a cancel request), ``record_interruption`` records the run
         as cancelled ("interrupted"; the CLI's Ctrl-C); otherwise the checkpoint is left as
-        it is for the caller to hand the run back (a job runner shutting down).
+        it is for the caller to hand the run back (a job runner shutting down). ``files``:
+        where the files attached to the run's request are downloaded from (its platform's
+        delivery).
         """
         sink = progress or NullProgress()
         run = claim.run
@@ -363,6 +384,7 @@ class ResearchService:
                     state.language, run.topic, run.depth, resumed_after=resumed_after
                 ),
             )
+            await self._read_files(run, state, files, publish, checkpoint)
             strategy = self._strategies[Strategy(run.strategy)]
             reason = await strategy.run(state, hooks)
             if reason is StopReason.CANCELLED:
@@ -411,9 +433,36 @@ class ResearchService:
             strategy=Strategy(run.strategy),
             rounds_done=state.rounds_done,
             nodes=[n for n in state.variables.graph if n.run_id == run.id],
+            files=[f for f in state.variables.files if f.run_id == run.id],
         )
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
         return outcome
+
+    async def _read_files(
+        self,
+        run: RunRecord,
+        state: RunState,
+        files: PlatformFiles | None,
+        publish: Callable[[ProgressKind, str], Awaitable[None]],
+        checkpoint: Callable[[RunState], Awaitable[None]],
+    ) -> None:
+        """Read the files attached to the run's request that the thread has not read yet."""
+        attachments = []
+        for raw in run.attachments or ():
+            try:
+                attachments.append(Attachment.model_validate(raw))
+            except ValueError:
+                log.warning("run %s: an attachment's description is not valid; skipped", run.id)
+        if not attachments:
+            return
+        if self._files is None:
+            for attachment in attachments:
+                state.note(f'The attached file "{shown_name(attachment.name)}" was not read.')
+            return
+        unread = self._files.unread(state, attachments)
+        if unread:
+            await publish(ProgressKind.READING, wording.reading_files_words(state.language, unread))
+            await self._files.read(state, unread, files, checkpoint)
 
     def _count(
         self, run: RunRecord, state: RunState, *, rounds_before: int, usage_before: Usage
@@ -536,4 +585,5 @@ class ResearchService:
             strategy=Strategy(run.strategy),
             rounds_done=run.rounds_done,
             nodes=[n for n in variables.graph if n.run_id == run.id],
+            files=[f for f in variables.files if f.run_id == run.id],
         )

@@ -8,7 +8,11 @@ is never translated; the words around it are.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from core.models import Attachment
 
 Language = Literal["en", "zh"]
 
@@ -58,6 +62,14 @@ def search_failed_words(language: Language) -> str:
     return pick(language, "(the search failed; continuing)", "（本次搜索失败，继续）")
 
 
+def reading_files_words(language: Language, files: Sequence[Attachment]) -> str:
+    """While the attached files are read (their names are the user's: made inert)."""
+    from core.attachments import shown_name
+
+    names = ", ".join(shown_name(f.name) for f in files[:3]) + ("…" if len(files) > 3 else "")
+    return pick(language, f"Reading the attached files: {names}…", f"正在读取附件：{names}…")
+
+
 def writing_words(language: Language) -> str:
     return pick(language, "Writing the report…", "正在撰写报告…")
 
@@ -78,20 +90,23 @@ def cancelled_text(language: Language, done: int, depth: int) -> str:
     )
 
 
-def done_text(language: Language, done: int, depth: int, sources: int, pages: int = 0) -> str:
+def done_text(
+    language: Language, done: int, depth: int, sources: int, pages: int = 0, files: int = 0
+) -> str:
     return pick(
         language,
-        f"Research done: {done}/{depth} searches, {sources} sources{_pages_en(pages)}.",
-        f"研究完成：{done}/{depth} 次搜索，{sources} 个来源{_pages_zh(pages)}。",
+        f"Research done: {done}/{depth} searches, {sources} sources{_pages_en(pages, files)}.",
+        f"研究完成：{done}/{depth} 次搜索，{sources} 个来源{_pages_zh(pages, files)}。",
     )
 
 
-def _pages_en(pages: int) -> str:
-    return f", {pages} {'page' if pages == 1 else 'pages'} read" if pages else ""
+def _pages_en(pages: int, files: int = 0) -> str:
+    read = f", {pages} {'page' if pages == 1 else 'pages'} read" if pages else ""
+    return read + (f", {files} attached {'file' if files == 1 else 'files'} read" if files else "")
 
 
-def _pages_zh(pages: int) -> str:
-    return f"，阅读 {pages} 个网页" if pages else ""
+def _pages_zh(pages: int, files: int = 0) -> str:
+    return (f"，阅读 {pages} 个网页" if pages else "") + (f"，读取 {files} 个附件" if files else "")
 
 
 #: Why a run stopped before its depth (keys: ``StopReason`` values).
@@ -103,15 +118,21 @@ STOPPED_EARLY_WHY: dict[str, tuple[str, str]] = {
 
 
 def stopped_early_text(
-    language: Language, done: int, depth: int, sources: int, why: str, pages: int = 0
+    language: Language,
+    done: int,
+    depth: int,
+    sources: int,
+    why: str,
+    pages: int = 0,
+    files: int = 0,
 ) -> str:
     en, zh = STOPPED_EARLY_WHY.get(why, (why, why))
     return pick(
         language,
         f"Research done, stopped early after {done} of {depth} searches ({en}); "
-        f"{sources} sources{_pages_en(pages)}.",
+        f"{sources} sources{_pages_en(pages, files)}.",
         f"研究完成，提前结束于第 {done}/{depth} 次搜索（{zh}）；"
-        f"{sources} 个来源{_pages_zh(pages)}。",
+        f"{sources} 个来源{_pages_zh(pages, files)}。",
     )
 
 
@@ -121,6 +142,10 @@ def stopped_early_text(
 def sources_heading(language: Language) -> str:
     """The generated sources list's heading (``## Sources`` in an English report)."""
     return pick(language, "Sources", "来源")
+
+
+def attached_files_heading(language: Language) -> str:
+    return pick(language, "Attached files", "附件")
 
 
 def notes_heading(language: Language) -> str:

@@ -110,7 +110,10 @@ class ReportWriter:
     ) -> tuple[str, list[Source]]:
         findings = state.variables.findings
         cited = frozenset(int(n) for n in re.findall(r"\[(\d{1,4})\]", "\n".join(lines)))
-        numbered = writer_window(number_sources(findings), MAX_WRITER_SOURCES, cited)
+        query = " ".join([state.topic, *state.variables.topics[-8:]])
+        numbered = writer_window(
+            number_sources(findings, state.variables.files, query), MAX_WRITER_SOURCES, cited
+        )
         if not numbered:
             errors = [f.error for f in findings if f.error]
             why = f" (last error: {errors[-1]})" if errors else ""

@@ -105,6 +105,7 @@ _VARIABLE_VALUES = (
     "findings",
     "should_continue",
     "graph",
+    "files",
     "updated_at",
 )
 _UPDATE_VARIABLES = (
@@ -395,6 +396,7 @@ class ClaimStore:
             "findings": list(variables.get("findings") or []),
             "should_continue": bool(variables.get("shouldContinue", True)),
             "graph": list(variables.get("graph") or []),
+            "files": list(variables.get("files") or []),
             "updated_at": now,
         }
         sql = self._sql

@@ -39,6 +39,7 @@ VARIABLE_COLUMNS = (
     _variables.c.findings,
     _variables.c.should_continue,
     _variables.c.graph,
+    _variables.c.files,
 )
 
 
@@ -85,6 +86,7 @@ def variables_dict(row: RowMapping) -> dict[str, Any]:
         "findings": list(row["findings"]),
         "shouldContinue": row["should_continue"],
         "graph": list(row["graph"] or []),
+        "files": list(row["files"] or []),
     }
 
 

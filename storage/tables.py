@@ -90,6 +90,8 @@ class ThreadVariables(Base):
     should_continue: Mapped[bool] = mapped_column(Boolean, server_default=false())
     #: The graph strategy's sub-questions (migration 0008); None for threads without one.
     graph: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
+    #: The files attached in the thread, as read (migration 0010); None for threads without.
+    files: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
     version: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

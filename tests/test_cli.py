@@ -34,6 +34,7 @@ USAGE_KEYS = {
     "searches",
     "pages_read",
     "pages_skipped",
+    "attachments_read",
 }
 
 
@@ -107,7 +108,9 @@ def test_research_json(
     assert data["thread"].startswith("cli:local:local:")
     assert data["topics"] == search_server.fake.queries and len(data["topics"]) == 2
     assert data["report_markdown"].startswith("# ") and "## Sources" in data["report_markdown"]
-    assert data["sources"] and all(set(s) == {"n", "title", "url"} for s in data["sources"])
+    keys = {"n", "title", "url", "published", "kind"}
+    assert data["sources"] and all(set(s) == keys for s in data["sources"])
+    assert {s["kind"] for s in data["sources"]} == {"web"} and data["attachments"] == []
     assert [s["n"] for s in data["sources"]] == list(range(1, len(data["sources"]) + 1))
     for source in data["sources"]:
         assert (
@@ -208,7 +211,14 @@ def test_output_file_follow_up_and_thread_commands(
     info = json.loads(shown.stdout)
     assert info["thread"] == key
     variables = info["variables"]
-    assert set(variables) == {"topics", "nextSearchTopic", "findings", "shouldContinue", "graph"}
+    assert set(variables) == {
+        "topics",
+        "nextSearchTopic",
+        "findings",
+        "shouldContinue",
+        "graph",
+        "files",
+    }
     assert variables["graph"] == []  # iterative research plans no sub-questions
     assert variables["topics"] == first_topics + data["topics"]
     assert len(variables["findings"]) == 3
@@ -675,3 +685,47 @@ def test_serve_help_names_every_platform(cli_env: dict[str, str], tmp_path: Path
     text = " ".join(result.stdout.split())
     for platform in ("Slack", "Feishu/Lark", "DingTalk"):
         assert platform in text, text
+
+
+def test_research_reads_the_files_given_with_file(
+    cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    notes = tmp_path / "rfp-notes.md"
+    notes.write_text(
+        "# Request for proposals\n\nThe buyer requires a seasonal coefficient of performance of"
+        " at least 3.2 and delivery within 14 weeks.\n",
+        encoding="utf-8",
+    )
+    result = fathom(
+        "research", "heat pump tender", "--depth", "1", "--file", str(notes), "--json",
+        env=cli_env, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["usage"]["attachments_read"] == 1
+    (attached,) = data["attachments"]
+    assert (attached["name"], attached["kind"], attached["size"]) == (
+        "rfp-notes.md",
+        "text",
+        notes.stat().st_size,
+    )
+    first = data["sources"][0]
+    assert first["kind"] == "file" and first["title"].startswith("rfp-notes.md (attached by ")
+    prompt = llm_server.fake.requests_for("writer")[-1].body["messages"][-1]["content"]
+    assert "coefficient of performance of at least 3.2" in prompt
+    # Bad files are refused before anything is spent.
+    calls = len(llm_server.fake.requests)
+    for args, says in (
+        (["--file", str(tmp_path / "missing.pdf")], "there is no such file"),
+        (["--file", str(tmp_path / "cli.db")], "not a kind of file that is read"),
+    ):
+        refused = fathom("research", "x", *args, env=cli_env, cwd=tmp_path)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"a" * 4096)
+    refused = fathom(
+        "research", "x", "--file", str(big), env={**cli_env, "FATHOM_ATTACHMENT_MAX_BYTES": "2048"},
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "larger than 2048 bytes" in refused.stderr
+    assert len(llm_server.fake.requests) == calls

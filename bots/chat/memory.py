@@ -110,7 +110,8 @@ class MemoryChat:
         self.for_run_errors: list[Exception] = []  # the next deliveries built raise these
         self.post_latency = 0.0  # seconds each report part takes (a post in flight can be cut)
         self.posting = asyncio.Event()  # set when a report part post has started
-        #: The chat's files by id (what a run's delivery downloads), and every download.
+        #: The chat's files by id (what a run's delivery downloads), and the downloads that
+        #: succeeded (every attempt is in :attr:`calls`).
         self.files: dict[str, bytes] = {}
         self.downloads: list[str] = []
 

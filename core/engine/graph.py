@@ -35,7 +35,7 @@ from core.prompts import (
     graph_planner_messages,
     node_answer_messages,
 )
-from core.report import number_sources, url_identity, writer_source_blocks
+from core.report import files_digest, number_sources, url_identity, writer_source_blocks
 from core.search import SearchProvider
 from core.text import clean_text, has_visible
 from core.untrusted import as_data, neutralise
@@ -308,6 +308,7 @@ class GraphStrategy:
             depth=state.depth,
             room=room,
             graph=graph_lines(variables.graph),
+            files=files_digest(variables.files, state.topic),
         )
         checked = CheckedPlan([], [])
         plan = GraphPlan(finish=True)
@@ -479,9 +480,10 @@ class _Turn:
         finding = next(
             (f for f in reversed(state.variables.findings) if f.topic == node.question), None
         )
-        numbered = number_sources(state.variables.findings)
+        numbered = number_sources(state.variables.findings, state.variables.files, node.question)
         own = {url_identity(r.url) for r in (finding.results if finding else [])}
-        sources = [s for s in numbered if url_identity(s.url) in own]
+        # The attached files, and the sub-question's own results.
+        sources = [s for s in numbered if s.kind == "file" or url_identity(s.url) in own]
         parents = [graph[p] for p in node.after if p in graph]
         allowed = {s.n for s in sources}
         for parent in parents:

@@ -25,6 +25,7 @@ from core.models import Finding, PlannerDecision, ThreadVariables
 from core.pages.reader import PageReader
 from core.progress import ProgressKind, search_executed_text
 from core.prompts import planner_duplicate_message, planner_messages
+from core.report import files_digest
 from core.search import SearchProvider
 from core.wording import search_failed_words
 
@@ -154,6 +155,7 @@ class IterativeStrategy:
             depth=state.depth,
             topics=variables.topics,
             findings_digest=findings_digest(variables.findings),
+            files=files_digest(variables.files, state.topic),
         )
         for attempt in range(2):
             try:

@@ -4,6 +4,8 @@
   (name, type, size, the platform's id and link; never their contents), read when the run
   executes. What was read is kept with the thread's variables (``files``), so follow-ups
   reuse it.
+- ``thread_variables.files``: the attached files as read (their text), for every later run
+  of the thread.
 - ``research_runs.attachments_read``: the run's usage counter of files read.
 - ``chat_files``: a file sent to the bot on its own, kept for a short while for the request
   that follows it (DingTalk has no threads: the same user's ``/research`` soon after it).
@@ -41,6 +43,8 @@ def upgrade() -> None:
     )
     op.create_index("ix_chat_files_scope", "chat_files", ["scope"])
     op.create_index("ix_chat_files_created_at", "chat_files", ["created_at"])
+    with op.batch_alter_table("thread_variables") as batch:
+        batch.add_column(sa.Column("files", JSON, nullable=True))
     with op.batch_alter_table("research_runs") as batch:
         batch.add_column(sa.Column("attachments", JSON, nullable=True))
         batch.add_column(
@@ -60,6 +64,8 @@ def downgrade() -> None:
     with op.batch_alter_table("research_runs") as batch:
         batch.drop_column("attachments_read")
         batch.drop_column("attachments")
+    with op.batch_alter_table("thread_variables") as batch:
+        batch.drop_column("files")
     op.drop_index("ix_chat_files_created_at", table_name="chat_files")
     op.drop_index("ix_chat_files_scope", table_name="chat_files")
     op.drop_table("chat_files")

@@ -1,0 +1,171 @@
+"""The step that reads the files attached to a run's request, before any search.
+
+Each attachment the thread has not read yet is downloaded through the run's platform (its
+delivery is the :class:`~core.attachments.FileSource`), its kind checked on its first bytes,
+and its text extracted off the event loop (PDF and DOCX in the bounded worker process of
+:mod:`core.documents`). The text is kept with the thread's variables (``files``), so a
+resumed run or a follow-up in the thread reuses it without downloading it again.
+
+A run never fails because of a file: one that cannot be downloaded or read is noted (with a
+short reason, never its contents) under "Notes on this run", and the research goes on. A
+download the platform refuses for good is not tried again; any other failure is retried a few
+times, with the platform's own rate-limit delay when it gives one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+from core.documents import DocumentExtractor, DocumentUnreadable, document_kind
+
+from core.attachments import AttachmentRefused, AttachmentTooLarge, FileSource, shown_name
+from core.engine.state import RunState
+from core.models import AttachedFile, Attachment
+
+log = logging.getLogger(__name__)
+
+#: At most this much of a file's text is kept (the passages come from all of it).
+FILE_TEXT_CHARS = 200_000
+#: Downloads tried per file when the platform fails in a way that may pass.
+DOWNLOAD_ATTEMPTS = 3
+RETRY_DELAY = 2.0
+
+
+class Judgement(Protocol):
+    """How the platform judges a failed call (``core.delivery.PostFailure`` is one)."""
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def retryable(self) -> bool: ...
+
+    @property
+    def retry_after(self) -> float: ...
+
+
+class PlatformFiles(FileSource, Protocol):
+    """A run's delivery as the file step uses it: downloads, and the platform's judgement of
+    a failed one."""
+
+    def classify(self, error: Exception) -> Judgement: ...
+
+
+class FileReader:
+    """Reads the attachments of runs (one per process, shared by its runs)."""
+
+    def __init__(
+        self,
+        extractor: DocumentExtractor,
+        *,
+        max_bytes: int,
+        retry_delay: float = RETRY_DELAY,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._extractor = extractor
+        self._max_bytes = max_bytes
+        self._retry_delay = retry_delay
+        self._sleep = sleep
+
+    def unread(self, state: RunState, attachments: Sequence[Attachment]) -> list[Attachment]:
+        """The attachments the thread has not read yet (a file is read once per thread)."""
+        known = {file.id for file in state.variables.files}
+        fresh: list[Attachment] = []
+        for attachment in attachments:
+            if attachment.id not in known:
+                known.add(attachment.id)
+                fresh.append(attachment)
+        return fresh
+
+    async def read(
+        self,
+        state: RunState,
+        attachments: Sequence[Attachment],
+        files: PlatformFiles | None,
+        checkpoint: Callable[[RunState], Awaitable[None]],
+    ) -> None:
+        """Read each unread attachment into the thread's variables, checkpointing after each
+        one, so a resumed run does not download it again."""
+        for attachment in self.unread(state, attachments):
+            name = shown_name(attachment.name)
+            if files is None:
+                state.note(f'The attached file "{name}" was not read: its chat is not connected.')
+                continue
+            try:
+                read = await self._read_one(attachment, files, state.run_id)
+            except (AttachmentRefused, DocumentUnreadable) as exc:
+                state.note(f'The attached file "{name}" was not read: {exc.reason}.')
+                continue
+            state.variables.files.append(read)
+            state.usage.attachments_read += 1
+            await checkpoint(state)
+
+    async def _read_one(
+        self, attachment: Attachment, files: PlatformFiles, run_id: str
+    ) -> AttachedFile:
+        data = await self._download(attachment, files)
+        kind = document_kind(attachment.name, attachment.mime, data[:4096])
+        if kind is None:
+            raise AttachmentRefused("it is not a kind of file that is read")
+        document = await self._extractor.extract(data, kind)
+        text = document.text[:FILE_TEXT_CHARS].replace("\x00", "")
+        if not text.strip():
+            raise DocumentUnreadable("it has no readable text")
+        return AttachedFile(
+            id=attachment.id,
+            name=attachment.name,
+            kind=kind,
+            size=len(data),
+            url=attachment.url,
+            attached_by=attachment.attached_by,
+            pages_read=document.pages_read,
+            pages_total=document.pages_total,
+            published=document.published,
+            text=text,
+            run_id=run_id,
+        )
+
+    async def _download(self, attachment: Attachment, files: PlatformFiles) -> bytes:
+        limit = self._max_bytes
+        for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
+            try:
+                return await files.download(attachment, limit)
+            except AttachmentTooLarge:
+                raise AttachmentTooLarge(f"it is larger than {limit / 1048576:g} MB") from None
+            except AttachmentRefused:
+                raise
+            except Exception as exc:
+                judged = _judge(files, exc)
+                if not judged.retryable:
+                    raise AttachmentRefused(f"the platform refused it ({judged.reason})") from None
+                if attempt == DOWNLOAD_ATTEMPTS:
+                    raise AttachmentRefused(
+                        f"its download kept failing ({judged.reason}; {attempt} attempts)"
+                    ) from None
+                delay = max(judged.retry_after, self._retry_delay * 2 ** (attempt - 1))
+                log.warning(
+                    "downloading an attached file failed (%s); retrying in %.1f s",
+                    judged.reason,
+                    delay,
+                )
+                await self._sleep(delay)
+        raise AssertionError("unreachable")
+
+
+class _Failure:
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.retryable = True
+        self.retry_after = 0.0
+
+
+def _judge(files: PlatformFiles, error: Exception) -> Judgement:
+    """The platform's judgement; a judge that fails itself means "try again"."""
+    try:
+        return files.classify(error)
+    except Exception:
+        log.warning("judging a failed download failed; retried", exc_info=True)
+        return _Failure(type(error).__name__)
