@@ -11,6 +11,7 @@ integrations receive it (``text.repliedMsg`` with ``msgType: "file"``).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +26,7 @@ from bots.dingtalk.events import translate
 from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
 from tests.chat_app import wait_for
+from tests.fakes import FakeLLMServer
 from tests.fakes.dingtalk import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -83,8 +85,9 @@ def test_a_file_message_becomes_an_attachment_and_a_quote_of_one_attaches_it() -
     assert request is not None and not request.readable and not request.message.attachments
 
 
-async def test_a_file_then_the_same_users_research_takes_it_and_others_do_not(
+async def test_a_file_then_the_same_users_research_reads_it_and_others_do_not(
     dingtalk: DingTalkFactory,  # noqa: F811
+    llm_server: FakeLLMServer,
 ) -> None:
     bot = await dingtalk()
     code = bot.fake.add_file(NOTES)
@@ -100,20 +103,50 @@ async def test_a_file_then_the_same_users_research_takes_it_and_others_do_not(
     )
     await bot.send(other)
     (theirs,) = await bot.served.delivered(f"dingtalk:{CORP}:staff_2")
-    assert not theirs.attachments
-    # ... the sender's next request in that chat does.
+    assert not theirs.attachments and bot.fake.calls_to("file_code") == []
+    # ... the sender's next request in that chat does, and reads it (DingTalk fails once).
+    bot.fake.fail_next("file_code", status=500)
     await bot.send(bot.message("/research heat pumps depth=1", msg_id="msg_r1"))
     (run,) = await bot.served.delivered(USER)
+    assert run.status == "succeeded" and run.attachments_read == 1
     (attached,) = run.attachments or []
     assert (attached["id"], attached["name"], attached["attached_by"]) == (
         code,
         "notes.md",
         "Alice",
     )
+    exchanges = bot.fake.calls_to("file_code")
+    assert len(exchanges) == 2  # the 500, then the exchange that worked
+    assert all(c.body == {"downloadCode": code, "robotCode": CLIENT_ID} for c in exchanges)
+    assert exchanges[-1].token in bot.fake.tokens
+    (get,) = bot.fake.file_gets
+    assert "x-acs-dingtalk-access-token" not in get
+    # Its passages reached the writer, and the report cites it.
+    prompt = str(llm_server.fake.requests_for("writer")[-1].body["messages"][-1]["content"])
+    assert "notes.md (attached by Alice)" in prompt and "COP is about 3 to 4" in prompt
+    report = "\n".join(s.text for s in bot.fake.sent_to("cid_single_1") if s.title != "Fathom")
+    assert "notes.md (attached by Alice)" in report
     # Taken once: the next request has none.
     await bot.send(bot.message("/research wind power depth=1", msg_id="msg_r2"))
     newest, _ = await bot.served.delivered(USER, 2)
     assert not newest.attachments
+
+
+async def test_a_file_over_the_limit_is_not_read_and_the_report_says_why(
+    dingtalk: DingTalkFactory,  # noqa: F811
+) -> None:
+    """DingTalk's file message gives no size: the limit is met while downloading."""
+    bot = await dingtalk(FATHOM_ATTACHMENT_MAX_BYTES="1024")
+    code = bot.fake.add_file(b"a" * 4096)
+    await bot.send(bot.message(None, file=(code, "big.txt"), msg_id="msg_big"))
+    await wait_for(lambda: answers(bot))
+    await bot.send(bot.message("/research heat pumps depth=1", msg_id="msg_big2"))
+    (run,) = await bot.served.delivered(USER)
+    assert run.status == "succeeded" and run.attachments_read == 0
+    assert 'The attached file "big.txt" was not read: it is larger than' in (
+        run.report_markdown or ""
+    )
+    assert len(bot.fake.file_gets) == 1  # not downloaded again: too large is final
 
 
 async def test_a_file_is_not_taken_after_the_window_nor_by_another_conversation(
@@ -144,6 +177,7 @@ async def test_a_request_quoting_a_file_message_reads_that_file(
     assert (await bot.send(data)).status_code == 200
     (run,) = await bot.served.delivered(USER)
     assert [(a["id"], a["attached_by"]) for a in run.attachments or []] == [(code, "Bob")]
+    assert run.attachments_read == 1
     assert run.thread_key == f"dingtalk:{CORP}:cid_group_1:msg_q1"  # a new research
 
 
@@ -198,7 +232,7 @@ async def test_in_stream_mode_a_file_then_a_request_takes_it(
     await bot.push(bot.message("/research heat pumps depth=1", msg_id="msg_sr"))
     (run,) = await bot.served.delivered(USER)
     assert [a["id"] for a in run.attachments or []] == [code]
-    assert len(answers(bot)) == 1
+    assert run.attachments_read == 1 and len(answers(bot)) == 1
 
 
 # -- the download ---------------------------------------------------------------------------
@@ -315,3 +349,37 @@ def test_the_storage_allow_list() -> None:
         "not a url",
     ):
         assert files.storage_url(bad, api) is None, bad
+
+
+async def test_a_redirect_is_followed_only_on_the_allow_list() -> None:
+    """The real hosts (an OSS bucket over https, an http address upgraded), without a network:
+    a redirect to another bucket is followed, one off the list is not."""
+    oss = "wukong-file-im-zjk.oss-cn-zhangjiakou.aliyuncs.com"
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        path = request.url.path
+        if path == "/v1.0/oauth2/accessToken":
+            return httpx.Response(200, json={"accessToken": "t", "expireIn": 7200})
+        if path == "/v1.0/robot/messageFiles/download":
+            code = json.loads(request.read())["downloadCode"]
+            return httpx.Response(200, json={"downloadUrl": f"http://{oss}/{code}"})
+        if request.url.host == oss and path == "/good":
+            other = "https://b2.oss-cn-beijing.aliyuncs.com/x"
+            return httpx.Response(302, headers={"location": other})
+        if request.url.host == oss and path == "/evil":
+            return httpx.Response(302, headers={"location": "https://evil.example/x"})
+        if request.url.host == "b2.oss-cn-beijing.aliyuncs.com":
+            return httpx.Response(200, content=NOTES)
+        return httpx.Response(500)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        api = DingTalkApi(
+            http, client_id=CLIENT_ID, client_secret="s", api_url="https://api.dingtalk.com"
+        )
+        assert await files.download(api, attachment("good"), 1000) == NOTES
+        assert f"https://{oss}/good" in seen  # upgraded to https
+        with pytest.raises(AttachmentRefused, match="not DingTalk's storage"):
+            await files.download(api, attachment("evil"), 1000)
+    assert not any("evil.example" in url for url in seen)
