@@ -4,9 +4,10 @@ The ``dingtalk-stream`` SDK's helpers block the event loop (``requests``), read 
 once at import, and swallow refusals (a card that was never created still gets an id). So the
 few calls Fathom needs are made here, against ``DINGTALK_API_URL``: the access token (cached
 until five minutes before it expires, fetched again when DingTalk says it is invalid), card
-instances (create-and-deliver, update), the robot's group and one-to-one sends, and posts to
-a message's session webhook. Every failure becomes a :class:`DingTalkError`; nothing retries
-here (``bots.chat.throttle`` and ``core.delivery`` own retries).
+instances (create-and-deliver, update), the robot's group and one-to-one sends, posts to
+a message's session webhook, and the exchange of a received file's ``downloadCode``. Every
+failure becomes a :class:`DingTalkError`; nothing retries here (``bots.chat.throttle`` and
+``core.delivery`` own retries).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
@@ -57,7 +59,9 @@ class DingTalkError(PlatformError):
         retry_after: float = 0.0,
         *,
         final: bool = False,
+        answered: bool = False,
     ) -> None:
+        self.answered = answered  # the body was DingTalk's own JSON answer with a code
         super().__init__(
             status,
             code,
@@ -100,7 +104,14 @@ def _error(response: httpx.Response) -> DingTalkError:
         and response.status_code < 500
         and (response.status_code in (401, 403) or code.startswith(FINAL_CODE_PREFIXES))
     )
-    return DingTalkError(response.status_code, code, message, _retry_after(response), final=final)
+    return DingTalkError(
+        response.status_code,
+        code,
+        message,
+        _retry_after(response),
+        final=final,
+        answered=own is not None,
+    )
 
 
 class DingTalkApi:
@@ -186,6 +197,29 @@ class DingTalkApi:
             "cardUpdateOptions": {"updateCardDataByKey": True},
         }
         await self._call("PUT", "/v1.0/card/instances", body)
+
+    # -- files -------------------------------------------------------------------------------
+    async def message_file_url(self, download_code: str) -> str:
+        """The temporary download address of a file a user sent the robot: its message's
+        ``downloadCode`` exchanged through ``POST /v1.0/robot/messageFiles/download`` (with
+        this robot's code: DingTalk's "download the file content of the robot receiving
+        message" API; permission ``qyapi_robot_sendmsg``)."""
+        body = {"downloadCode": download_code, "robotCode": self.robot_code}
+        data = await self._call("POST", "/v1.0/robot/messageFiles/download", body)
+        url = data.get("downloadUrl")
+        if not isinstance(url, str) or not url:
+            raise DingTalkError(200, "noDownloadUrl", "the answer has no downloadUrl")
+        return url
+
+    def stream(self, url: str) -> AbstractAsyncContextManager[httpx.Response]:
+        """A plain GET of ``url`` streamed (no access token, no redirects followed): for a
+        file's temporary address on DingTalk's storage, which carries its own signature (and
+        refuses a request whose headers it did not sign, e.g. a ``Content-Type``)."""
+        return self._http.stream("GET", url, follow_redirects=False)
+
+    @property
+    def api_url(self) -> str:
+        return self._api
 
     # -- messages ----------------------------------------------------------------------------
     async def send_markdown(self, space: Space, title: str, text: str) -> None:

@@ -20,6 +20,10 @@ topics and findings) when
   their last research there finished.
 ``/research <topic>`` always starts a new research, and so does any request while the user's
 last research there still runs.
+
+**Files.** A file sent on its own (DingTalk delivers files in a one-to-one chat only) waits
+for the same user's next research request in that conversation within the same window; a
+request that quotes a file message reads that file (see ``bots.dingtalk.events``).
 """
 
 from __future__ import annotations
@@ -105,12 +109,19 @@ class DingTalkAdapter:
     # -- inbound -----------------------------------------------------------------------------
     async def receive(self, data: dict[str, Any], delivery_id: str | None = None) -> None:
         """One robot message: recorded (and a run committed) when this returns."""
-        request = translate(data, delivery_id=delivery_id)
-        if request is None or not request.message.addressed:
+        request = translate(
+            data, delivery_id=delivery_id, files_window=self._settings.followup_window
+        )
+        if request is None:
             return
         if request.webhook and not webhook_allowed(request.webhook, self._settings.api_url):
             log.warning("dingtalk: a message's session webhook is not DingTalk's; not used")
             request = request.without_webhook()
+        if request.files_only:  # kept for the sender's next request (answered if addressed)
+            await self._chat.receive_files(request.message, self._answerer(request))
+            return
+        if not request.message.addressed:
+            return
         if not request.readable:
             await self._chat.receive_unreadable(request.message, self._answerer(request))
             return

@@ -9,7 +9,9 @@ DingTalk has no threads and cannot edit a plain message, so:
   message at the start and one at the end, and the process logs once what to grant;
 - messages (report parts, the fallback progress, notices) go through the request's session
   webhook while it is valid, and through the robot OpenAPI (group or one-to-one send) once it
-  has expired or refuses; the first report part @-mentions the requester.
+  has expired or refuses; the first report part @-mentions the requester;
+- a file of the request is read through the robot's file-download OpenAPI
+  (``bots.dingtalk.files``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from bots.chat.delivery import ChatDelivery
 from bots.chat.errors import judge_failure
 from bots.chat.throttle import WorkspaceLimiters
+from bots.dingtalk import files
 from bots.dingtalk.api import DingTalkApi, DingTalkError
 from bots.dingtalk.render import (
     ReportMessage,
@@ -30,7 +33,6 @@ from bots.dingtalk.render import (
     report_messages,
 )
 from bots.dingtalk.send import Conversation, space_of
-from core.attachments import AttachmentRefused
 from core.delivery import PostFailure
 from core.digests import heading_of
 from core.models import Attachment, ThreadKey
@@ -155,7 +157,9 @@ class DingTalkThread:
         await self._send("Fathom", escape_text(text), mention=False)
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
-        raise AttachmentRefused("files are not read from this platform yet")
+        """A file of the request (``bots.dingtalk.files``): its ``downloadCode`` exchanged
+        through the robot OpenAPI, then read from DingTalk's storage within ``max_bytes``."""
+        return await files.download(self._api, attachment, max_bytes)
 
     def classify(self, error: Exception) -> PostFailure:
         return classify_error(error)

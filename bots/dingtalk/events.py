@@ -10,6 +10,16 @@ DingTalk robots have no threads. A request's thread is the request itself
 ``bots.dingtalk.app``). What a run needs later to reach the conversation (its type, the
 requester, the message's session webhook and when it expires) travels with the run as its
 platform context.
+
+Files. A ``file`` message carries ``content: {downloadCode, fileName, fileId, spaceId}`` (a
+real stream delivery: dingtalk-stream-sdk's Rust test resource ``cb_msg_file.json``); the
+``downloadCode`` is exchanged for the bytes when the run reads it (``bots.dingtalk.files``).
+DingTalk delivers files only in a one-to-one chat with the robot (its file-download API page:
+a group @-message carries no file), and a message has one file. So a file arrives on its own
+and waits, under the conversation and its sender (:func:`files_scope`), for that sender's next
+research request there; or a request quotes the file message (``repliedMsg`` with
+``msgType: "file"`` and the file's ``content``, as third-party integrations receive it),
+and that file is attached to it directly.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ import httpx
 
 from bots.chat.inbound import ChatMessage
 from bots.http_gate import Rejected
+from core.models import Attachment
+from core.wording import Language, request_language
 
 PLATFORM = "dingtalk"
 #: Signed callbacks older (or newer) than this are refused as replays (milliseconds).
@@ -86,10 +98,15 @@ class DingTalkRequest:
     """A robot message for the bot: the neutral message and how to answer it."""
 
     message: ChatMessage
-    readable: bool  # text or rich text; anything else gets a short help answer
+    readable: bool  # text, rich text or a file; anything else gets a short help answer
     webhook: str | None  # the message's session webhook (answers go there)
     robot_code: str = ""
     quote: Quote | None = None  # the message it quotes (a quote-reply), if any
+
+    @property
+    def files_only(self) -> bool:
+        """A file sent on its own (a ``file`` message): kept for the sender's next request."""
+        return bool(self.message.attachments) and not self.message.text
 
     @property
     def replied_to(self) -> str | None:
@@ -113,6 +130,8 @@ class Quote:
     msg_id: str | None
     text: str
     from_robot: bool
+    #: The quoted message's file (a quote of a ``file`` message), attached to the request.
+    file: Attachment | None = None
 
 
 def _strings(value: Any) -> list[str]:
@@ -148,12 +167,39 @@ def quote_of(data: dict[str, Any]) -> Quote | None:
         sender = str(replied.get("senderId") or replied.get("senderStaffId") or "")
         robots = {str(data.get("chatbotUserId") or ""), str(data.get("robotCode") or "")} - {""}
         text = " ".join(" ".join(_strings(replied.get("content"))).split())[:2000]
+        file = None
+        if replied.get("msgType") == "file":
+            who = replied.get("senderNick") or replied.get("senderStaffId") or sender
+            file = file_of(replied.get("content"), str(who or ""))
         return Quote(
             msg_id=str(msg_id) if isinstance(msg_id, str | int) and msg_id else None,
             text=text,
             from_robot=bool(sender) and sender in robots,
+            file=file,
         )
     return None
+
+
+def file_of(content: Any, attached_by: str) -> Attachment | None:
+    """The file of a ``file`` message's ``content`` (``{"downloadCode", "fileName", ...}``),
+    or None when it names none. Its ``downloadCode`` is the id the download exchanges; DingTalk
+    gives the robot no link a reader of the report could open (``url`` stays None)."""
+    if not isinstance(content, dict):
+        return None
+    code, name = content.get("downloadCode"), content.get("fileName")
+    if not isinstance(code, str) or not code.strip():
+        return None
+    name = " ".join(str(name).split())[:200] if isinstance(name, str) else ""
+    extra = {k: str(content[k])[:100] for k in ("fileId", "spaceId") if content.get(k)}
+    return Attachment(
+        id=code.strip(), name=name or "file", attached_by=attached_by[:100], extra=extra
+    )
+
+
+def files_scope(corp: str, conversation: str, user: str) -> str:
+    """Where files sent on their own wait: the conversation and the sender (DingTalk has no
+    threads; another user's request there does not take them)."""
+    return f"{PLATFORM}:{corp}:{conversation}:{user}"
 
 
 def _text(message: Any) -> str | None:
@@ -187,9 +233,13 @@ def _without_robot_mention(text: str, message: Any, group: bool) -> str:
     return text
 
 
-def translate(data: dict[str, Any], *, delivery_id: str | None = None) -> DingTalkRequest | None:
+def translate(
+    data: dict[str, Any], *, delivery_id: str | None = None, files_window: float = 0.0
+) -> DingTalkRequest | None:
     """The request in a robot message (the stream's ``data`` or the HTTP callback's body), or
-    None when it is not for the bot (a group message without its @-mention, the bot itself)."""
+    None when it is not for the bot (a group message without its @-mention, the bot itself).
+    ``files_window``: how long a file sent on its own waits for the sender's next request
+    (``FATHOM_DINGTALK_FOLLOWUP_WINDOW``; 0: files are read only when a request quotes them)."""
     from dingtalk_stream import ChatbotMessage
 
     try:
@@ -209,11 +259,22 @@ def translate(data: dict[str, Any], *, delivery_id: str | None = None) -> DingTa
     conversation = str(message.conversation_id or "")
     msg_id = str(message.message_id or "")
     webhook = str(message.session_webhook or "") or None
+    nick = str(message.sender_nick or "")[:100]
+    attachments: tuple[Attachment, ...] = ()
+    quote = quote_of(data)
+    language: Language | None = None
+    if message.message_type == "file":
+        file = file_of(data.get("content"), nick or user)
+        if file is not None:
+            attachments, text = (file,), ""
+            language = "zh" if request_language(file.name) == "zh" else None
+    elif quote is not None and quote.file is not None:
+        attachments = (quote.file,)
     context = {
         "conversation_type": "group" if group else "single",
         "conversation_id": conversation,
         "staff_id": str(message.sender_staff_id or ""),
-        "nick": str(message.sender_nick or "")[:100],
+        "nick": nick,
         "webhook": webhook or "",
         "webhook_expires_ms": str(message.session_webhook_expired_time or 0),
     }
@@ -227,12 +288,16 @@ def translate(data: dict[str, Any], *, delivery_id: str | None = None) -> DingTa
         dedupe_key=f"dingtalk:msg:{corp}:{msg_id}",
         addressed=not group or bool(message.is_in_at_list),
         delivery_key=f"dingtalk:stream:{delivery_id}" if delivery_id else None,
+        language=language,
         context=context,
+        attachments=attachments,
+        earlier_files=files_scope(corp, conversation, user) if files_window > 0 else None,
+        earlier_window=files_window,
     )
     return DingTalkRequest(
         chat,
         readable=text is not None,
         webhook=webhook,
         robot_code=str(message.robot_code or ""),
-        quote=quote_of(data),
+        quote=quote,
     )

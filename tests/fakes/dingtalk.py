@@ -7,6 +7,13 @@ card create-and-deliver and update, robot group and one-to-one sends) and its po
 message's session webhook land here too; every call is recorded; 403 (a missing permission),
 429 and 5xx are given on demand, and a session webhook can be made to expire. The HTTP
 callback helpers sign requests exactly as DingTalk does.
+
+Files: :meth:`FakeDingTalk.add_file` keeps a file under a ``downloadCode``; the robot's
+file-download OpenAPI (``POST /v1.0/robot/messageFiles/download``) checks the access token
+and the robot code and answers a ``downloadUrl`` on the fake's own host (``/files/<key>``),
+which serves the bytes to a plain GET (refusing one that carries the access token or a
+``Content-Type``, as a signed OSS address does). A code not issued, or expired, gets a JSON
+refusal; the permission can be withdrawn; ``fail_next("file_code")`` / ``("file_get")``.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ class DingTalkCall:
     body: dict[str, Any]
     size: int
     time: float = field(default_factory=time.time)
+    token: str = ""  # the x-acs-dingtalk-access-token it carried
 
 
 @dataclass
@@ -93,6 +101,12 @@ class FakeDingTalk:
         self.webhooks: dict[str, tuple[str, float]] = {}  # id -> (conversation, expires at)
         self._failures: dict[str, deque[_Failure]] = {}
         self.cards_forbidden = False  # the app lacks the card permission
+        # files a user sent the robot: downloadCode -> bytes; what the storage served
+        self.files: dict[str, bytes] = {}
+        self.expired_codes: set[str] = set()
+        self.files_forbidden = False  # the app lacks qyapi_robot_sendmsg
+        self._file_keys: dict[str, str] = {}  # storage key -> downloadCode
+        self.file_gets: list[dict[str, str]] = []  # the headers of every GET of a file
         # the stream
         self.stream_connections = 0
         self.stream_open = 0
@@ -124,6 +138,13 @@ class FakeDingTalk:
             self.webhooks[hook] = (conversation, expires)
         return f"{self.base_url}/robot/sendBySession/{hook}", int(expires * 1000)
 
+    def add_file(self, data: bytes, code: str | None = None) -> str:
+        """Keep a file a user sent the robot; returns its ``downloadCode``."""
+        code = code or f"dl{uuid.uuid4().hex}+/=="  # DingTalk's codes are base64
+        with self._lock:
+            self.files[code] = data
+        return code
+
     def calls_to(self, kind: str) -> list[DingTalkCall]:
         with self._lock:
             return [c for c in self.calls if _kind(c.method, c.path) == kind]
@@ -148,7 +169,7 @@ class FakeDingTalk:
     ) -> tuple[int, dict[str, Any] | Broken]:
         kind = _kind(method, path)
         with self._lock:
-            self.calls.append(DingTalkCall(method, path, body, size))
+            self.calls.append(DingTalkCall(method, path, body, size, token=token))
             failure = self._take_failure(kind)
             if failure is not None and failure.body is not None:
                 return failure.status, Broken(failure.body)
@@ -175,7 +196,51 @@ class FakeDingTalk:
                 return 200, {"success": True}
             if kind in ("group", "single"):
                 return self._robot_send(kind, body, size)
+            if kind == "file_code":
+                return self._file_code(body)
         return 404, {"code": "NotFound", "message": f"no such API {method} {path}"}
+
+    def _file_code(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The file-download OpenAPI. DingTalk's exact codes for a bad code are not
+        documented on the API page; these follow its JSON refusals (``code``, ``message``,
+        ``requestid``) and its permission answer's shape."""
+        if self.files_forbidden:
+            return 403, {
+                "code": "Forbidden.AccessDenied.AccessTokenPermissionDenied",
+                "message": "没有调用该接口的权限",
+                "requiredScopes": ["qyapi_robot_sendmsg"],
+                "requestid": uuid.uuid4().hex,
+            }
+        if body.get("robotCode") != CLIENT_ID:
+            return 400, {
+                "code": "robot.not.exist",
+                "message": "机器人不存在",
+                "requestid": uuid.uuid4().hex,
+            }
+        code = str(body.get("downloadCode") or "")
+        if code in self.expired_codes or code not in self.files:
+            return 400, {
+                "code": "invalidParameter.downloadCode.invalid",
+                "message": "downloadCode 无效或已过期",
+                "requestid": uuid.uuid4().hex,
+            }
+        key = uuid.uuid4().hex
+        self._file_keys[key] = code
+        url = f"{self.base_url}/files/ddmedia%2F{key}.file?x-oss-signature=sig{key[:8]}"
+        return 200, {"downloadUrl": url}
+
+    def serve_file(self, key: str, headers: dict[str, str]) -> tuple[int, bytes | Broken]:
+        """A GET of a file's temporary address: the bytes, or OSS's XML refusal."""
+        with self._lock:
+            self.file_gets.append(headers)
+            failure = self._take_failure("file_get")
+            if failure is not None:
+                return failure.status, Broken(failure.body or "html")
+            code = self._file_keys.get(key.removeprefix("ddmedia/").removesuffix(".file"))
+            signed = "x-acs-dingtalk-access-token" not in headers and "content-type" not in headers
+            if code is None or not signed:
+                return 403, b'<?xml version="1.0"?><Error><Code>AccessDenied</Code></Error>'
+            return 200, self.files[code]
 
     def _create_card(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if self.cards_forbidden:
@@ -335,6 +400,8 @@ def _kind(method: str, path: str) -> str:
         return "single"
     if path.startswith("/robot/sendBySession/"):
         return "webhook"
+    if path == "/v1.0/robot/messageFiles/download":
+        return "file_code"
     return "other"
 
 
@@ -363,9 +430,18 @@ def build_dingtalk_app(fake: FakeDingTalk) -> Starlette:
         endpoint = fake.base_url.replace("http://", "ws://") + "/stream"
         return JSONResponse({"endpoint": endpoint, "ticket": uuid.uuid4().hex})
 
+    async def file(request: Request) -> Response:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        status, payload = fake.serve_file(request.path_params["key"], headers)
+        if isinstance(payload, Broken):
+            return broken_body(payload.kind, status)
+        kind = "application/octet-stream" if status == 200 else "application/xml"
+        return Response(payload, status, media_type=kind)
+
     return Starlette(
         routes=[
             Route("/v1.0/gateway/connections/open", gateway, methods=["POST"]),
+            Route("/files/{key:path}", file, methods=["GET"]),
             WebSocketRoute("/stream", fake.serve_stream),
             Route("/{path:path}", api, methods=["GET", "POST", "PUT"]),
         ]
@@ -406,6 +482,8 @@ def bot_message(
     quoted_sender: str | None = None,
     quoted_text: str = "…",
     rich_text: list[dict[str, Any]] | None = None,
+    file: tuple[str, str] | None = None,
+    quoted_file: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """A robot message (the stream's ``data`` and the HTTP callback's body). In a group the
     @bot part is already removed by DingTalk and the text starts with a space.
@@ -413,7 +491,13 @@ def bot_message(
     A quote-reply (``replied_to``: the quoted msgId, or "" for a quote without one) carries
     ``repliedMsg`` at the top level, or with ``quote_under_text`` under ``text`` (as several
     public integrations receive it); ``quoted_sender`` is who sent the quoted message (the
-    robot: ``"bot_user_1"``). ``rich_text`` makes a ``richText`` message of those parts."""
+    robot: ``"bot_user_1"``). ``rich_text`` makes a ``richText`` message of those parts.
+
+    ``file`` (downloadCode, fileName) makes a ``file`` message, shaped as a real stream
+    delivery (dingtalk-stream-sdk's Rust test resource ``cb_msg_file.json``: ``content`` with
+    ``downloadCode``, ``fileId``, ``fileName``, ``spaceId``); ``quoted_file`` quotes one
+    (``repliedMsg`` with ``msgType: "file"`` and that content, as third-party integrations
+    receive it), sent by ``quoted_sender``."""
     conversation = conversation or ("cid_group_1" if group else "cid_single_1")
     hook, expires = fake.session_webhook(conversation, webhook_valid_for)
     data: dict[str, Any] = {
@@ -439,8 +523,16 @@ def bot_message(
     if webhook is not None:
         data["sessionWebhook"] = webhook
     quote: dict[str, Any] | None = None
+    if quoted_file is not None and replied_to is None:
+        replied_to = ""
     if replied_to is not None:  # a quote-reply
         quote = {"msgType": "text", "content": {"text": quoted_text}}
+        if quoted_file is not None:
+            quote = {
+                "msgType": "file",
+                "senderNick": "Bob",
+                "content": {"downloadCode": quoted_file[0], "fileName": quoted_file[1]},
+            }
         if replied_to:
             quote["msgId"] = replied_to
         if quoted_sender:
@@ -459,6 +551,15 @@ def bot_message(
             data["text"].update(isReplyMsg=True, repliedMsg=quote)
     elif message_type == "picture":
         data["content"] = {"downloadCode": "dl_1"}
+    if file is not None:
+        data.pop("text", None)
+        data["msgtype"] = "file"
+        data["content"] = {
+            "downloadCode": file[0],
+            "fileId": str(uuid.uuid4().int)[:12],
+            "fileName": file[1],
+            "spaceId": "28455378906",
+        }
     return data
 
 
