@@ -139,7 +139,8 @@ class Settings(EnvSettings):
     attachment_max_bytes: int = Field(
         default=20 * 1024 * 1024,
         ge=1024,
-        le=200 * 1024 * 1024,
+        # (A file is held in memory while it is read, and a PDF worker has 512 MB in all.)
+        le=50 * 1024 * 1024,
         validation_alias=env("FATHOM_ATTACHMENT_MAX_BYTES"),
     )
     attachments_per_request: int = Field(

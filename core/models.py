@@ -104,6 +104,9 @@ class AttachedFile(BaseModel):
     text: str = ""
     run_id: str = ""
     read_at: datetime = Field(default_factory=utcnow)
+    #: How many findings the thread had when it was read: its place among the sources (a
+    #: source's number must not move as the thread grows; clocks cannot tell the order).
+    findings_before: int = 0
 
 
 class NodeStatus(enum.StrEnum):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date
 from urllib.parse import urlsplit, urlunsplit
 
 from core.attachments import file_title
@@ -40,8 +40,12 @@ SNIPPET_CHARS_FOR_WRITER = 500
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 #: The page passages the writer sees in all, newest sources first (about 8 rounds' worth).
 WRITER_PASSAGE_TOKENS = 12_000
-#: What the models see of one attached file, at most.
+#: What the models see of one attached file, at most, and of all of them: the writer's
+#: passages are shared by the files (first) and the pages (the rest), so a request's five files
+#: each get their share and the web still gets half.
 FILE_PASSAGE_TOKENS = 2_500
+FILES_TOKENS = WRITER_PASSAGE_TOKENS // 2
+FILE_MIN_TOKENS = 300
 
 
 @dataclass(frozen=True)
@@ -92,10 +96,17 @@ def number_sources(
         for result in reversed(finding.results):
             if result.published and _ISO_DAY.fullmatch(result.published):
                 dates[url_identity(result.url)] = result.published
-    arrivals: list[tuple[datetime, AttachedFile | Finding]] = [(f.read_at, f) for f in files]
-    arrivals += [(f.searched_at, f) for f in findings]
-    arrivals.sort(key=lambda arrival: arrival[0])  # (stable: a file read first stays first)
-    for _, item in arrivals:
+    # Each file goes where it was read among the findings (in their order, which is the
+    # order they were stored in: a graph's node is stored once its pages are read).
+    waiting = sorted(files, key=lambda f: f.findings_before)  # (stable)
+    arrivals: list[AttachedFile | Finding] = []
+    for i, finding in enumerate(findings):
+        while waiting and waiting[0].findings_before <= i:
+            arrivals.append(waiting.pop(0))
+        arrivals.append(finding)
+    arrivals += waiting
+    file_budget = max(FILE_MIN_TOKENS, min(FILE_PASSAGE_TOKENS, FILES_TOKENS // max(1, len(files))))
+    for item in arrivals:
         if isinstance(item, AttachedFile):
             key = url_identity(item.url) if item.url else f"file:{item.id}"
             if key in seen:
@@ -108,7 +119,7 @@ def number_sources(
                     url=item.url or "",
                     snippet="",
                     topic="",
-                    passages=file_passages(item, query),
+                    passages=file_passages(item, query, file_budget),
                     kind="file",
                     published=item.published
                     if item.published and _ISO_DAY.fullmatch(item.published)
@@ -195,7 +206,7 @@ def writer_source_blocks(
     theirs (a follow-up's own reading comes first)."""
     kept: dict[int, tuple[str, ...]] = {}
     spent = 0
-    files = [s for s in sources if s.kind == "file"]
+    files = [s for s in reversed(sources) if s.kind == "file"]  # the newest file first
     for s in files + [s for s in reversed(sources) if s.kind != "file"]:
         cost = sum(estimate_tokens(p) for p in s.passages)
         if s.passages and spent + cost <= passage_tokens:

@@ -360,6 +360,7 @@ class ResearchService:
             usage=usage_of(run),
             notes=list(run.notes),
             variables_version=claim.variables_version,
+            files_saved=[f.id for f in variables.files] if claim.variables_version else [],
             timezone=await self._run_timezone(run),
             clock=self._clock,
         )
@@ -393,7 +394,7 @@ class ResearchService:
                     state.language, run.topic, run.depth, resumed_after=resumed_after
                 ),
             )
-            await self._read_files(run, state, files, publish, checkpoint)
+            await self._read_files(run, state, files, publish, checkpoint, lambda: cancel.requested)
             strategy = self._strategies[Strategy(run.strategy)]
             reason = await strategy.run(state, hooks)
             if reason is StopReason.CANCELLED:
@@ -454,6 +455,7 @@ class ResearchService:
         files: PlatformFiles | None,
         publish: Callable[[ProgressKind, str], Awaitable[None]],
         checkpoint: Callable[[RunState], Awaitable[None]],
+        is_cancelled: Callable[[], bool],
     ) -> None:
         """Read the files attached to the run's request that the thread has not read yet."""
         attachments = []
@@ -471,7 +473,7 @@ class ResearchService:
         unread = self._files.unread(state, attachments)
         if unread:
             await publish(ProgressKind.READING, wording.reading_files_words(state.language, unread))
-            await self._files.read(state, unread, files, checkpoint)
+            await self._files.read(state, unread, files, checkpoint, is_cancelled)
 
     async def _run_timezone(self, run: RunRecord) -> ZoneInfo:
         """The timezone of the run's dates: its digest's for a firing, else the service's."""
@@ -536,10 +538,14 @@ class ResearchService:
         so no update is lost.
         """
         for _ in range(CHECKPOINT_ATTEMPTS):
+            variables = state.variables.public_dict()
+            files = [f.id for f in state.variables.files]
+            if files == state.files_saved:
+                del variables["files"]  # unchanged: their text is not written again
             try:
                 result = await self._store.checkpoint(
                     claim,
-                    variables=state.variables.public_dict(),
+                    variables=variables,
                     variables_version=state.variables_version,
                     rounds_done=state.rounds_done,
                     usage=state.usage.model_dump(),
@@ -553,8 +559,10 @@ class ResearchService:
                 )
                 state.variables.absorb(ThreadVariables.model_validate(conflict.variables))
                 state.variables_version = conflict.version
+                state.files_saved = [f["id"] for f in conflict.variables.get("files") or []]
                 continue
             state.variables_version = result.variables_version
+            state.files_saved = files
             return result.cancel_requested
         raise RuntimeError("the thread's variables kept changing under the run")
 

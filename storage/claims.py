@@ -120,6 +120,20 @@ _UPDATE_VARIABLES = (
     )
     .returning(_variables.c.version)
 )
+#: The same, leaving the stored ``files`` as they are (the run read no file since its last
+#: checkpoint: their text, up to megabytes, is not written again at every step).
+_UPDATE_VARIABLES_KEEP_FILES = (
+    update(_variables)
+    .where(
+        _variables.c.thread_id == bindparam("tid"),
+        _variables.c.version == bindparam("expected_version"),
+    )
+    .values(
+        {name: bindparam(f"new_{name}") for name in _VARIABLE_VALUES if name != "files"}
+        | {"version": _variables.c.version + 1}
+    )
+    .returning(_variables.c.version)
+)
 _LOAD_VARIABLES = select(*VARIABLE_COLUMNS, _variables.c.version).where(
     _variables.c.thread_id == bindparam("tid")
 )
@@ -375,7 +389,8 @@ class ClaimStore:
         """Persist one step: the thread's variables and the run's counters, atomically.
 
         ``variables`` uses the contract names (topics, nextSearchTopic, findings,
-        shouldContinue); ``usage`` holds the run's running totals, not increments. The
+        shouldContinue, graph, files; without ``files``, the stored files are kept as they
+        are); ``usage`` holds the run's running totals, not increments. The
         variables are written only if they are still at ``variables_version`` (0: no row
         yet); otherwise nothing is written and :class:`VariablesConflict` carries the stored
         ones. Raises :class:`ClaimLost` when the claim no longer holds the run. Returns the
@@ -390,6 +405,7 @@ class ClaimStore:
             **_usage_values(usage),
         }
         now = utcnow()
+        keep_files = "files" not in variables
         state = {
             "topics": list(variables.get("topics") or []),
             "next_search_topic": variables.get("nextSearchTopic"),
@@ -410,9 +426,11 @@ class ClaimStore:
                 new = {**state, "thread_id": thread_id, "version": 1}
                 written = conn.execute(sql.insert_variables, new).first()
             else:
-                params = {f"new_{k}": v for k, v in state.items()}
+                values = {k: v for k, v in state.items() if not (keep_files and k == "files")}
+                params = {f"new_{k}": v for k, v in values.items()}
                 params |= {"tid": thread_id, "expected_version": variables_version}
-                written = conn.execute(_UPDATE_VARIABLES, params).first()
+                update = _UPDATE_VARIABLES_KEEP_FILES if keep_files else _UPDATE_VARIABLES
+                written = conn.execute(update, params).first()
             if written is None:
                 current = conn.execute(_LOAD_VARIABLES, {"tid": thread_id}).mappings().first()
                 if current is None:  # pragma: no cover - only a deleted thread gets here

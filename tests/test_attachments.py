@@ -9,11 +9,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
-from bots.chat.inbound import ChatCommands
+from bots.chat.inbound import ChatCommands, ChatMessage
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage
 from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
@@ -21,7 +22,18 @@ from core.documents import DocumentExtractor
 from core.engine.files import FileReader
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
-from core.models import Attachment, RunStatus, ThreadKey, ThreadVariables
+from core.models import (
+    AttachedFile,
+    Attachment,
+    Finding,
+    PageExcerpt,
+    RunStatus,
+    SearchResult,
+    ThreadKey,
+    ThreadVariables,
+)
+from core.pages.extract import estimate_tokens
+from core.report import WRITER_PASSAGE_TOKENS, number_sources, writer_source_blocks
 from core.search import SearxngProvider
 from core.service import ResearchService
 from storage import RunRecord, Store
@@ -47,6 +59,7 @@ class Chat:
     commands: ChatCommands
     store: Store
     llm: FakeLLMServer
+    service: ResearchService
 
     def thread(self, name: str = "t1") -> ThreadKey:
         return ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread=name)
@@ -99,7 +112,7 @@ async def world(
         await runner.start()
         stack.push_async_callback(runner.stop, grace=0.1)
         commands = ChatCommands(policy, service, store, runner, MemoryMarkup())
-        yield Chat(chat, commands, store, llm_server)
+        yield Chat(chat, commands, store, llm_server, service)
 
 
 def notes_file(**changes: object) -> Attachment:
@@ -277,3 +290,102 @@ async def test_attached_pdf_and_docx_are_read_and_an_encrypted_pdf_is_noted(worl
     assert (pdf.kind, pdf.pages_read, pdf.pages_total, pdf.published) == ("pdf", 6, 6, "2026-01-15")
     # The file's date is shown with it in the report's sources.
     assert "cold-climates.pdf (attached by Bo) (2026-01-15)" in world.report()
+
+
+def test_source_numbers_stay_put_when_a_slower_finding_is_stored_later() -> None:
+    """A graph node whose pages took longer is stored after a faster one that searched later:
+    the faster one's numbers (which its answer cites) must not move, whatever the clocks say."""
+    later = datetime(2026, 12, 2, 10, 0, 5, tzinfo=UTC)
+    earlier = datetime(2026, 12, 2, 10, 0, 1, tzinfo=UTC)
+    fast = Finding(
+        topic="b", results=[SearchResult(title="B", url="https://b.test")], searched_at=later
+    )
+    slow = Finding(
+        topic="a", results=[SearchResult(title="A", url="https://a.test")], searched_at=earlier
+    )
+    notes = AttachedFile(id="F", name="n.md", kind="text", size=1, text="notes", findings_before=0)
+    before = number_sources([fast], [notes])
+    after = number_sources([fast, slow], [notes])
+    assert [(s.n, s.title) for s in before] == [(1, "n.md"), (2, "B")]
+    assert [(s.n, s.title) for s in after] == [(1, "n.md"), (2, "B"), (3, "A")]
+    # A file read after the first finding takes its place after it.
+    follow_up = AttachedFile(id="G", name="g.md", kind="text", size=1, text="g", findings_before=1)
+    grown = number_sources([fast, slow], [notes, follow_up])
+    assert [s.title for s in grown] == ["n.md", "B", "g.md", "A"]
+
+
+def test_five_attached_files_all_reach_the_writer_and_leave_room_for_pages() -> None:
+    words = "heat pump performance measured in the trial homes during winter " * 60
+    files = [
+        AttachedFile(id=f"F{i}", name=f"f{i}.md", kind="text", size=1, text=f"{words}\n\n{words}")
+        for i in range(5)
+    ]
+    finding = Finding(
+        topic="heat pump performance",
+        results=[SearchResult(title="Web", url="https://web.test")],
+        pages=[PageExcerpt(url="https://web.test", passages=[words[:600]] * 4)],
+    )
+    sources = number_sources([finding], files, "heat pump performance")
+    blocks = writer_source_blocks(sources)
+    assert all("From the file:" in block for block in blocks[:5])
+    assert "From the page:" in blocks[5]
+    file_tokens = sum(estimate_tokens(p) for s in sources[:5] for p in s.passages)
+    assert file_tokens <= WRITER_PASSAGE_TOKENS // 2
+
+
+async def test_a_redelivery_that_loses_the_race_puts_the_files_it_took_back(world: Chat) -> None:
+    scope = "memory:W1:C1:U1"
+    message = ChatMessage(
+        platform=PLATFORM, workspace="W1", channel="C1", thread="t1", user="U1",
+        text="/research heat pumps depth=1", dedupe_key="memory:request-1",
+        earlier_files=scope, earlier_window=600,
+    )  # fmt: skip
+    first = await world.commands.handle(message)
+    assert first.started
+    # A file arrives; a second delivery of the same request (another replica, past the dedupe
+    # of events) takes it, finds the run already made and must leave the file for later.
+    await world.store.remember_files(scope, [notes_file().model_dump(mode="json")])
+    second = await world.commands.handle(message)
+    assert second.started
+    since = datetime.now(UTC) - timedelta(minutes=5)
+    assert [f["id"] for f in await world.store.take_files(scope, since)] == ["F-notes"]
+
+
+async def test_a_cancel_stops_the_reading_of_files(
+    world: Chat, search_server: FakeSearchServer
+) -> None:
+    world.chat.files.update({"F-notes": NOTES.encode(), "F-more": NOTES.encode()})
+    world.chat.download_gate = asyncio.Event()
+    files = [notes_file(), notes_file(id="F-more", name="more.md")]
+    await world.chat.say(world.commands, "/research heat pumps depth=2", attachments=files)
+    async with asyncio.timeout(10):
+        await world.chat.downloading.wait()
+    (run,) = await world.store.active_runs_for_user("memory:W1:U1")
+    assert await world.service.cancel(run.id)
+    world.chat.download_gate.set()
+    (done,) = await world.delivered()
+    assert done.status == RunStatus.CANCELLED.value
+    assert world.chat.downloads == ["F-notes"]  # the second file was not fetched
+    assert search_server.fake.queries == []  # nor was anything searched
+
+
+async def test_replies_about_files_show_their_names_inert(world: Chat) -> None:
+    lure = Attachment(id="F-x", name="https://evil.example/login <!channel> setup.exe")
+    await world.chat.say(world.commands, "/research heat pumps depth=1", attachments=[lure])
+    await world.delivered()
+    kept = notes_file(id="F-y", name="<@U999> www.evil.example notes.md")
+    await world.chat.say(
+        world.commands, "", attachments=[kept], earlier_files="memory:W1:C1:U1",
+        earlier_window=600, thread="t2", key="file-y",
+    )  # fmt: skip
+    # Where files cannot wait for a request (the platform's window is off), the sender is
+    # told how to ask with one.
+    await world.chat.say(
+        world.commands, "", attachments=[notes_file(id="F-z")], thread="t3", key="file-z"
+    )
+    answers = world.answers() + world.answers("t2") + world.answers("t3")
+    assert len(answers) == 3 and "setup.exe" in answers[0] and "notes.md" in answers[1]
+    for answer in answers:
+        assert "evil.example" not in answer and "<!channel>" not in answer
+        assert "<@U999>" not in answer
+    assert "reply to (quote) the file" in answers[2]

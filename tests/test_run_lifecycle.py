@@ -198,6 +198,7 @@ async def test_a_runner_whose_heartbeat_expired_loses_its_claim(database: Databa
         "findings": [],
         "shouldContinue": True,
         "graph": [],
+        "files": [],
     }
     await store.checkpoint(
         old, variables=state, variables_version=0, rounds_done=1, usage={}, notes=[]

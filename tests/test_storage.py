@@ -277,6 +277,7 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
         "findings": [finding],
         "shouldContinue": False,
         "graph": [node],
+        "files": [{"id": "F1", "name": "paper.pdf", "text": "its text"}],
     }
     usage = {"llm_calls": 2, "prompt_tokens": 30, "completion_tokens": 9, "searches": 2}
     second = await store.checkpoint(
@@ -288,6 +289,14 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
         notes=["search b failed"],
     )
     assert second.variables_version == 2
+    # A checkpoint without "files" leaves the stored files as they are (their text is not
+    # written again at every step).
+    unchanged = {k: v for k, v in variables.items() if k != "files"}
+    third = await store.checkpoint(
+        held, variables=unchanged, variables_version=2, rounds_done=2, usage=usage,
+        notes=["search b failed"],
+    )  # fmt: skip
+    assert third.variables_version == 3
 
     fresh_db = Database(database_url)
     try:
@@ -302,13 +311,13 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
         assert_aware_utc(reread.heartbeat_at)
         async with fresh_db.engine.connect() as conn:
             version = await conn.scalar(text("SELECT version FROM thread_variables"))
-        assert version == 2
+        assert version == 3
     finally:
         await fresh_db.dispose()
 
     with pytest.raises(ValueError, match="unknown usage"):
         await store.checkpoint(
-            held, variables=variables, variables_version=2, rounds_done=0, usage={"x": 1}, notes=[]
+            held, variables=variables, variables_version=3, rounds_done=0, usage={"x": 1}, notes=[]
         )
     assert (await store.get_run(run.id)) == reread  # the rejected write changed nothing
 
@@ -323,6 +332,7 @@ async def test_checkpoint_compares_and_swaps_the_variables_version(store: Store)
         "findings": [],
         "shouldContinue": True,
         "graph": [],
+        "files": [],
     }
     await store.checkpoint(
         held, variables=mine, variables_version=0, rounds_done=1, usage={}, notes=[]
@@ -400,6 +410,7 @@ async def test_claim_loads_the_threads_variables(store: Store) -> None:
         "findings": [],
         "shouldContinue": True,
         "graph": [],
+        "files": [],
     }
     await store.checkpoint(
         held, variables=state, variables_version=0, rounds_done=1, usage={}, notes=[]

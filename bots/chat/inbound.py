@@ -12,6 +12,7 @@ message is its answer; any other answer (help, an error) is a :class:`Reply` the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -200,9 +201,14 @@ class ChatCommands:
         ``earlier_files`` scope for the sender's next research request there, within its
         window. Answered (what will be read, what not) only when the bot was addressed: a
         file posted in a group is not the bot's business until someone asks."""
-        if message.earlier_files is None or not (message.attachments or message.unreadable):
+        if not (message.attachments or message.unreadable):
             return
         if not self._policy.is_allowed(message.user, message.channel):
+            return
+        if message.earlier_files is None:  # files cannot wait here (the window is off)
+            if message.addressed and await self._claim(message):
+                language = await self._language_of(message)
+                await answer(self.replies(language).files_need_request())
             return
         if not await self._claim(message):
             return  # a redelivery
@@ -354,8 +360,14 @@ class ChatCommands:
         except RunRejected as exc:
             await self._keep(message, attachments)
             return Reply(replies.thread_busy(exc.active))
+        except BaseException:  # the database failed: the files wait for the retried request
+            with contextlib.suppress(Exception):
+                await self._keep(message, attachments)
+            raise
         if created:
             await self._runner.enqueue(run.id)
+        else:  # another delivery of this request made the run: what this one took waits on
+            await self._keep(message, attachments)
         left_out = message.unreadable + _named(screened.rejected) if created else ()
         return Reply(replies.accepted(run.topic, run.depth), started=True, left_out=left_out)
 

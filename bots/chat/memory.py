@@ -114,6 +114,8 @@ class MemoryChat:
         #: succeeded (every attempt is in :attr:`calls`).
         self.files: dict[str, bytes] = {}
         self.downloads: list[str] = []
+        self.download_gate: asyncio.Event | None = None  # downloads wait for it when set
+        self.downloading = asyncio.Event()  # set when a download has started
 
     def fail(self, operation: Operation, *errors: Exception, when: str | None = None) -> None:
         """The next ``operation`` calls raise these, in order; with ``when``, only calls whose
@@ -264,6 +266,9 @@ class MemoryThread:
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         self._chat._call("download", self.thread, attachment.id)
+        self._chat.downloading.set()
+        if self._chat.download_gate is not None:
+            await self._chat.download_gate.wait()
         self._chat.downloads.append(attachment.id)
         data = self._chat.files.get(attachment.id)
         if data is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from core.attachments import READABLE
+from core.attachments import READABLE, shown_name
 from core.grammar import help_text
 from core.models import ThreadKey
 from core.runs import DigestRecord, RunRecord
@@ -212,7 +212,7 @@ class Replies:
             "external": "只是存放在聊天之外的文件的链接，不是文件本身",
             "unavailable": "聊天平台不允许我打开它",
         }
-        names = [(self.markup.escape(name) or "?", why) for name, why in rejected]
+        names = [(self.markup.escape(shown_name(name)), why) for name, why in rejected]
         return self._icon("paperclip") + self._pick(
             "Not read: "
             + "; ".join(f"{name} ({why_en.get(why, why)})" for name, why in names)
@@ -222,9 +222,17 @@ class Replies:
             + "。研究会在没有它们的情况下继续。",
         )
 
+    def files_need_request(self) -> str:
+        """Files sent on their own where they cannot wait for a request."""
+        return self._icon("paperclip") + self._pick(
+            "To research with a file, send it with your request: reply to (quote) the file "
+            "with `/research <topic>`.",
+            "如需结合文件研究，请在请求中带上它：引用（回复）该文件并发送 `/research <主题>`。",
+        )
+
     def files_kept(self, names: Sequence[str], minutes: int) -> str:
         """Files sent on their own: they are read with the sender's next research here."""
-        shown = ", ".join(self.markup.escape(name) or "?" for name in names)
+        shown = ", ".join(self.markup.escape(shown_name(name)) for name in names)
         return self._icon("paperclip") + self._pick(
             f"Got {shown}. Send `/research <topic>` here within {minutes} min and I will "
             "read it with your research.",

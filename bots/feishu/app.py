@@ -103,14 +103,15 @@ class FeishuAdapter:
         async def answer(text: str) -> None:
             self._background.spawn(self._answer(request, text))
 
-        if request.files_only and request.message.earlier_files is not None:
-            # Kept for the thread's next request; answered only in a private chat (a file
-            # posted in a group is not the bot's business until someone asks).
+        if request.files_only:
+            # Kept for the thread's next request (unless FATHOM_FEISHU_FILE_WINDOW is 0);
+            # answered only in a private chat (a file posted in a group is not the bot's
+            # business until someone asks).
             await self._chat.receive_files(request.message, answer)
             return
         if not request.message.addressed:
             return
-        if not request.readable or request.files_only:
+        if not request.readable:
             await self._chat.receive_unreadable(request.message, answer)
             return
         await self._chat.receive(request.message, answer)

@@ -31,6 +31,8 @@ FILE_TEXT_CHARS = 200_000
 #: Downloads tried per file when the platform fails in a way that may pass.
 DOWNLOAD_ATTEMPTS = 3
 RETRY_DELAY = 2.0
+#: The longest wait between two attempts (a platform's Retry-After included).
+MAX_RETRY_DELAY = 30.0
 
 
 class Judgement(Protocol):
@@ -85,16 +87,20 @@ class FileReader:
         attachments: Sequence[Attachment],
         files: PlatformFiles | None,
         checkpoint: Callable[[RunState], Awaitable[None]],
+        is_cancelled: Callable[[], bool] = lambda: False,
     ) -> None:
         """Read each unread attachment into the thread's variables, checkpointing after each
-        one, so a resumed run does not download it again."""
+        one, so a resumed run does not download it again; a cancel stops before the next
+        file (and the next attempt of a download)."""
         for attachment in self.unread(state, attachments):
+            if is_cancelled():
+                return
             name = shown_name(attachment.name)
             if files is None:
                 state.note(f'The attached file "{name}" was not read: its chat is not connected.')
                 continue
             try:
-                read = await self._read_one(attachment, files, state.run_id)
+                read = await self._read_one(attachment, files, state, is_cancelled)
             except (AttachmentRefused, DocumentUnreadable) as exc:
                 state.note(f'The attached file "{name}" was not read: {exc.reason}.')
                 continue
@@ -103,10 +109,14 @@ class FileReader:
             await checkpoint(state)
 
     async def _read_one(
-        self, attachment: Attachment, files: PlatformFiles, run_id: str
+        self,
+        attachment: Attachment,
+        files: PlatformFiles,
+        state: RunState,
+        is_cancelled: Callable[[], bool],
     ) -> AttachedFile:
-        data = await self._download(attachment, files)
-        kind = document_kind(attachment.name, attachment.mime, data[:4096])
+        data = await self._download(attachment, files, is_cancelled)
+        kind = document_kind(attachment.name, attachment.mime, data)  # (a zip's index is last)
         if kind is None:
             raise AttachmentRefused("it is not a kind of file that is read")
         document = await self._extractor.extract(data, kind)
@@ -124,12 +134,17 @@ class FileReader:
             pages_total=document.pages_total,
             published=document.published,
             text=text,
-            run_id=run_id,
+            run_id=state.run_id,
+            findings_before=len(state.variables.findings),
         )
 
-    async def _download(self, attachment: Attachment, files: PlatformFiles) -> bytes:
+    async def _download(
+        self, attachment: Attachment, files: PlatformFiles, is_cancelled: Callable[[], bool]
+    ) -> bytes:
         limit = self._max_bytes
         for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
+            if is_cancelled():
+                raise AttachmentRefused("the research was cancelled")
             try:
                 return await files.download(attachment, limit)
             except AttachmentTooLarge:
@@ -144,7 +159,9 @@ class FileReader:
                     raise AttachmentRefused(
                         f"its download kept failing ({judged.reason}; {attempt} attempts)"
                     ) from None
-                delay = max(judged.retry_after, self._retry_delay * 2 ** (attempt - 1))
+                delay = min(
+                    MAX_RETRY_DELAY, max(judged.retry_after, self._retry_delay * 2 ** (attempt - 1))
+                )
                 log.warning(
                     "downloading an attached file failed (%s); retrying in %.1f s",
                     judged.reason,

@@ -58,6 +58,9 @@ class RunState:
     notes: list[str] = field(default_factory=list)
     #: The version of the thread's variables this state is based on (0: none stored yet).
     variables_version: int = 0
+    #: The ids of the thread's files as last stored (a checkpoint writes them again only
+    #: when they changed).
+    files_saved: list[str] = field(default_factory=list)
     #: Whether a planner (or sub-question) call of this attempt answered.
     model_answered: bool = False
     #: The last model call of this attempt that failed.
