@@ -194,7 +194,9 @@ class DocumentExtractor:
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write(protocol.request(header, data))
         await process.stdin.drain()
-        return await self._answer(process, limit=4 * self.max_chars + 65536)
+        # The answer is JSON in UTF-8: a character takes at most 4 bytes, a control character
+        # escaped as \uXXXX 6.
+        return await self._answer(process, limit=6 * self.max_chars + 65536)
 
     @staticmethod
     async def _answer(process: asyncio.subprocess.Process, *, limit: int) -> dict[str, Any]:
