@@ -19,6 +19,13 @@
     of searches, the parallel sub-answers, the writer); beside it an iterative run with the same
     number of searches (wall time and tokens).
 
+(g) reading pages, one a PDF: (e) with the first result of every search a real 30-page PDF
+    (the fake's ``pdf_pages``), the extractor's workers started before timing; beside it
+    bench/pdf.py's 300-page PDF (time, bot and worker peak RSS), each case in a fresh process.
+(f) with PDFs (``--rows f-pdf``): (f) reading 3 pages per sub-question, one a 30-page PDF;
+    end to end (``--rows f-cli``): ``fathom research --strategy graph`` as a process, reading
+    pages and PDFs, process start to exit, vs. its waits (and the waits + ``python -c pass``).
+
 (a)-(c) and (f) measure the engine without page reading (a service built without a reader); (d) and
 (e) read pages as the defaults do (the fake's pages are on 127.0.0.1, so loopback is allowed).
 
