@@ -19,6 +19,13 @@
     of searches, the parallel sub-answers, the writer); beside it an iterative run with the same
     number of searches (wall time and tokens).
 
+(g) reading pages, one a PDF: (e) with the first result of every search a real 30-page PDF
+    (the fake's ``pdf_pages``), the extractor's workers started before timing; beside it
+    bench/pdf.py's 300-page PDF (time, bot and worker peak RSS), each case in a fresh process.
+(f) with PDFs (``--rows f-pdf``): (f) reading 3 pages per sub-question, one a 30-page PDF;
+    end to end (``--rows f-cli``): ``fathom research --strategy graph`` as a process, reading
+    pages and PDFs, process start to exit, vs. its waits (and the waits + ``python -c pass``).
+
 (a)-(c) and (f) measure the engine without page reading (a service built without a reader); (d) and
 (e) read pages as the defaults do (the fake's pages are on 127.0.0.1, so loopback is allowed).
 
@@ -73,7 +80,12 @@ GOALS = {
     "llm_calls_per_run": 5,
     "e_ratio": 1.1,
     "f_ratio": 1.1,
+    "g_ratio": 1.1,
+    "f_cli_ratio": 1.1,
 }
+
+#: The rows ``--rows`` selects from (all by default).
+ROWS = ("a", "b", "c", "d", "e", "f", "g", "f-pdf", "f-cli")
 
 T = TypeVar("T")
 
@@ -142,7 +154,11 @@ class FakesProcess:
             ).raise_for_status()
 
     def configure(
-        self, llm_latency: float, search_latency: float, page_latency: float = 0.0
+        self,
+        llm_latency: float,
+        search_latency: float,
+        page_latency: float = 0.0,
+        pdf_pages: int = 0,
     ) -> None:
         base = self.llm_url.removesuffix("/v1")
         with httpx.Client(trust_env=False) as client:
@@ -152,7 +168,11 @@ class FakesProcess:
             client.post(f"{base}/_fake/config", json={"latency": llm_latency}).raise_for_status()
             client.post(
                 f"{self.search_url}/_fake/config",
-                json={"latency": search_latency, "page_latency": page_latency},
+                json={
+                    "latency": search_latency,
+                    "page_latency": page_latency,
+                    "pdf_pages": pdf_pages,
+                },
             ).raise_for_status()
 
 
@@ -620,30 +640,146 @@ async def bench_pages(db_url: str, fakes: FakesProcess, runs: int) -> dict[str, 
     return {"runs": runs, "median": best, "samples": samples}
 
 
+# --- (g) reading pages, one of them a PDF --------------------------------------------------
+
+PDF_PAGES = 30
+
+
+async def warm_documents(documents: Any) -> int:
+    """Start every worker of the extractor (``documents.workers`` files at once) before timing,
+    as the warm-up run warms trafilatura: the workers' start (Python, pypdf, python-docx) is
+    measured on its own, in bench/pdf.py and in the end-to-end rows. Workers started so far."""
+    from tests.pdfs import topic_pdf
+
+    pdf = topic_pdf("warm-up", PDF_PAGES)
+    await asyncio.gather(*(documents.extract(pdf, "pdf") for _ in range(documents.workers)))
+    return int(documents.started)
+
+
+@contextmanager
+def timed_documents(documents: Any) -> Iterator[list[dict[str, Any]]]:
+    """Every PDF/DOCX extraction of ``documents`` while inside: its seconds (waiting for a free
+    worker included) and the pages it read. (An instance attribute over the method.)"""
+    inner = documents.extract
+    log: list[dict[str, Any]] = []
+
+    async def extract(data: bytes, kind: str) -> Any:
+        start = time.perf_counter()
+        result = await inner(data, kind)
+        log.append(
+            {
+                "kind": kind,
+                "seconds": round(time.perf_counter() - start, 4),
+                "pages_read": result.pages_read,
+                "chars": len(result.text),
+            }
+        )
+        return result
+
+    setattr(documents, "extract", extract)  # noqa: B010
+    try:
+        yield log
+    finally:
+        delattr(documents, "extract")
+
+
+async def bench_pdf_pages(db_url: str, fakes: FakesProcess, runs: int) -> dict[str, Any]:
+    """Depth-3 runs reading 3 pages per search, the first of them a 30-page PDF, each beside
+    the same topic with HTML pages only."""
+    samples = []
+    async with open_bench(db_url, fakes.llm_url, fakes.search_url, read_pages=True) as reading:
+        documents = reading.runtime.reader.documents
+        fakes.configure(0.0, 0.0, pdf_pages=PDF_PAGES)
+        await one_run(reading.service, "warm-up")  # imports (trafilatura), connections, a worker
+        workers = await warm_documents(documents)
+        for i in range(runs):
+            topic = f"district heating networks {i}"
+            fakes.configure(LLM_LATENCY, SEARCH_LATENCY, PAGE_LATENCY, PDF_PAGES)
+            with timed_documents(documents) as extractions:
+                wall, outcome = await one_run(reading.service, topic)
+            fakes.configure(LLM_LATENCY, SEARCH_LATENCY, PAGE_LATENCY)
+            html_wall, _ = await one_run(reading.service, topic)
+            usage = outcome.usage
+            if usage.pages_read != 3 * DEPTH or len(extractions) != DEPTH:
+                raise RuntimeError(f"expected {3 * DEPTH} pages and {DEPTH} PDFs: {usage}")
+            waits = usage.llm_calls * LLM_LATENCY + usage.searches * SEARCH_LATENCY
+            floor = waits + usage.searches * PAGE_LATENCY  # one page latency per round, as (e)
+            critical = waits + PAGE_LATENCY  # only the last round's pages are waited for
+            last = extractions[-1]["seconds"]
+            samples.append(
+                {
+                    "wall_s": round(wall, 4),
+                    "floor_s": round(floor, 4),
+                    "ratio": round(wall / floor, 4),
+                    "critical_path_s": round(critical, 4),
+                    "ratio_to_critical_path": round(wall / critical, 4),
+                    # The last round's PDF is read after its page latency, before the writer:
+                    # its extraction is CPU work on the path (not a wait on another service).
+                    "last_extraction_s": last,
+                    "ratio_to_critical_path_with_last_extraction": round(
+                        wall / (critical + last), 4
+                    ),
+                    "pages_read": usage.pages_read,
+                    "pdfs_read": len(extractions),
+                    "pdf_pages_read": sum(e["pages_read"] or 0 for e in extractions),
+                    "extraction_s": [e["seconds"] for e in extractions],
+                    "pdf_chars": [e["chars"] for e in extractions],
+                    "prompt_tokens": usage.prompt_tokens,
+                    "wall_html_pages_only_s": round(html_wall, 4),
+                }
+            )
+    best = sorted(samples, key=lambda s: s["ratio"])[len(samples) // 2]
+    return {
+        "runs": runs,
+        "pdf_pages": PDF_PAGES,
+        "workers_warmed": workers,
+        "median": best,
+        "samples": samples,
+    }
+
+
+def bench_pdf_300() -> dict[str, Any]:
+    """bench/pdf.py's 300-page report, each case in a fresh process: at the default limits
+    (50 pages) and read whole."""
+    from bench.pdf import run_case
+
+    return {case: run_case(case) for case in ("normal-300", "all-300")}
+
+
 # --- (f) the graph strategy ----------------------------------------------------------------
 
 GRAPH_WIDTH = 6
 
 
-async def bench_graph(db_url: str, fakes: FakesProcess, runs: int) -> dict[str, Any]:
+async def bench_graph(
+    db_url: str, fakes: FakesProcess, runs: int, *, pdf_pages: int = 0
+) -> dict[str, Any]:
     """A graph run of 6 independent sub-questions in one turn (depth 1), beside an iterative run
-    of 6 searches on the same topic."""
+    of 6 searches on the same topic. ``pdf_pages``: the runs read 3 pages per search, one of
+    them a PDF of that many pages (the floor then has one page latency more)."""
     samples = []
-    async with open_bench(db_url, fakes.llm_url, fakes.search_url) as bench:
-        fakes.configure(0.0, 0.0)
+    reading = pdf_pages > 0
+    page_latency = PAGE_LATENCY if reading else 0.0
+    async with open_bench(db_url, fakes.llm_url, fakes.search_url, read_pages=reading) as bench:
+        fakes.configure(0.0, 0.0, pdf_pages=pdf_pages)
         fakes.script_graph_plan([f"warm-up aspect {i}" for i in range(GRAPH_WIDTH)])
         await one_run(bench.service, "warm-up", 1, "graph", GRAPH_WIDTH)
-        fakes.configure(LLM_LATENCY, SEARCH_LATENCY)
+        if reading:
+            await warm_documents(bench.runtime.reader.documents)
+        fakes.configure(LLM_LATENCY, SEARCH_LATENCY, page_latency, pdf_pages)
         for i in range(runs):
             topic = f"offshore wind power {i}"
             fakes.script_graph_plan([f"{topic} aspect {j}" for j in range(GRAPH_WIDTH)])
             wall, outcome = await one_run(bench.service, topic, 1, "graph", GRAPH_WIDTH)
             iterative_wall, iterative = await one_run(bench.service, topic, GRAPH_WIDTH)
             usage = outcome.usage
-            # planner, one wave of searches, one wave of answers, the writer
-            floor = 3 * LLM_LATENCY + SEARCH_LATENCY
+            if reading and usage.pages_read != 3 * GRAPH_WIDTH:
+                raise RuntimeError(f"expected {3 * GRAPH_WIDTH} pages read: {usage}")
+            # planner, one wave of searches (and of page reads), one wave of answers, the writer
+            floor = 3 * LLM_LATENCY + SEARCH_LATENCY + page_latency
             samples.append(
                 {
+                    "pages_read": usage.pages_read,
                     "wall_s": round(wall, 4),
                     "floor_s": round(floor, 4),
                     "ratio": round(wall / floor, 4),
@@ -938,6 +1074,107 @@ def _cli_once(
     }
 
 
+# --- (f) end to end: `fathom research --strategy graph` as a process ---------------------
+
+
+def bench_graph_cli(runs: int) -> dict[str, Any]:
+    """``fathom research "<topic>" --strategy graph --depth 1 --json`` as a user runs it,
+    reading 3 pages per search (one of them a 30-page PDF), 6 independent sub-questions, at
+    400 ms LLM / 300 ms search / 150 ms page latency: process start to exit."""
+    from tests.fakes import FakeLLMServer, FakeSearchServer, Reply
+
+    fathom = [str(FATHOM)] if FATHOM.exists() else [sys.executable, "-m", "bots.cli"]
+    results: list[dict[str, Any]] = []
+    with FakeLLMServer() as llm, FakeSearchServer() as search, sqlite_url() as db_url:
+        asyncio.run(migrate(db_url))  # (a first run on an empty database also migrates)
+        env = {**fathom_env(db_url, llm.base_url, search.url), "FATHOM_READ_PAGES": "3"}
+
+        def once(topic: str) -> dict[str, Any]:
+            llm.fake.reset()
+            search.fake.reset()
+            llm.fake.latency, search.fake.latency = LLM_LATENCY, SEARCH_LATENCY
+            search.fake.page_latency, search.fake.pdf_pages = PAGE_LATENCY, PDF_PAGES
+            nodes = [
+                {"name": f"q{i}", "question": f"{topic} aspect {i}", "after": []}
+                for i in range(GRAPH_WIDTH)
+            ]
+            llm.fake.script("graph_planner", Reply(json.dumps({"nodes": nodes, "finish": True})))
+            cmd = [*fathom, "research", topic, "--strategy", "graph", "--depth", "1", "--json"]
+            start = time.time()
+            proc = subprocess.Popen(
+                cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            stdout, stderr = proc.communicate(timeout=120)
+            end = time.time()
+            if proc.returncode != 0:
+                raise RuntimeError(f"fathom research failed ({proc.returncode}):\n{stderr[-3000:]}")
+            data = json.loads(stdout)
+            usage = data["usage"]
+            if usage["searches"] != GRAPH_WIDTH or usage["pages_read"] != 3 * GRAPH_WIDTH:
+                raise RuntimeError(f"unexpected run: {usage}")
+            requests = llm.fake.requests
+            planner = [r.time for r in requests if r.role == "graph_planner"]
+            answers = sorted(r.time for r in requests if r.role == "answerer")
+            writer = [r.time for r in requests if r.role == "writer"][-1]
+            reads_from = planner[-1] + LLM_LATENCY + SEARCH_LATENCY + PAGE_LATENCY
+            return {
+                "wall_s": round(end - start, 4),
+                # Where the time went, from the requests' arrival at the fake LLM.
+                "start_to_planner_request_s": round(planner[0] - start, 4),
+                # planner answered + search + page latency -> the sub-answers asked: the page
+                # reading beyond its latency (fetching, PDF extraction, ranking) and the engine.
+                "first_answer_after_waits_s": round(answers[0] - reads_from, 4),
+                "last_answer_after_waits_s": round(answers[-1] - reads_from, 4),
+                "writer_after_answers_s": round(writer - answers[-1] - LLM_LATENCY, 4),
+                "tail_after_writer_s": round(end - writer - LLM_LATENCY, 4),
+                "llm_calls": usage["llm_calls"],
+                "pages_read": usage["pages_read"],
+                "stderr_tail": stderr[-500:] if stderr.strip() else "",
+            }
+
+        once("warm-up topic")  # the OS's file cache, .pyc files
+        for i in range(runs):
+            results.append(once(f"tidal energy {i}"))
+    interpreter = bare_start(runs * 2)
+    floor = 3 * LLM_LATENCY + SEARCH_LATENCY + PAGE_LATENCY
+    with_start = floor + interpreter["python_c_pass_s"]
+    for r in results:
+        r["ratio"] = round(r["wall_s"] / floor, 4)
+        r["ratio_with_interpreter_start"] = round(r["wall_s"] / with_start, 4)
+    best = sorted(results, key=lambda r: r["wall_s"])[len(results) // 2]
+    return {
+        "runs": runs,
+        "floor_s": round(floor, 4),
+        "floor_with_interpreter_start_s": round(with_start, 4),
+        "interpreter": interpreter,
+        "median": best,
+        "samples": results,
+    }
+
+
+def bare_start(runs: int) -> dict[str, float]:
+    """Median wall time of processes that do (almost) nothing: the interpreter's start and
+    exit (``python -c pass``, with ``site`` and the venv's ``.pth`` files, as the ``fathom``
+    entry point starts), without ``site`` (``-S``), and importing the CLI module alone."""
+
+    def median_wall(args: list[str]) -> float:
+        walls = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            subprocess.run(args, cwd=ROOT, env=clean_environ(), check=True, capture_output=True)
+            walls.append(time.perf_counter() - start)
+        return round(_median(walls), 4)
+
+    return {
+        "python_c_pass_s": median_wall([sys.executable, "-c", "pass"]),
+        "python_S_c_pass_s": median_wall([sys.executable, "-S", "-c", "pass"]),
+        "import_bots_cli_s": median_wall([sys.executable, "-c", "import bots.cli"]),
+        "import_core_runtime_s": median_wall(
+            [sys.executable, "-c", "import bots.cli, core.runtime, core.service"]
+        ),
+    }
+
+
 def import_cost(code: str, runs: int) -> dict[str, float]:
     walls, peaks = [], []
     for _ in range(runs):
@@ -983,6 +1220,117 @@ def verdict(value: float | None, goal: float, *, lower_is_better: bool = True) -
 
 
 def table(results: dict[str, Any]) -> str:
+    rows = _classic_rows(results) if all(k in results for k in "abcdef") else []
+    rows += _pdf_rows(results)
+    lines = ["| benchmark | goal | result | met? |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b_} | {c_} | {d_} |" for a, b_, c_, d_ in rows]
+    return "\n".join(lines)
+
+
+def _pdf_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Rows (g), (f) with pages and PDFs, and (f) end to end, for those measured."""
+    rows: list[tuple[str, str, str, str]] = []
+    if "g" in results:
+        g = results["g"]["median"]
+        rows.append(
+            (
+                f"(g) depth-3 wall reading 3 pages/search, one a {results['g']['pdf_pages']}-page"
+                " PDF / (LLM x 0.4 s + searches x (0.3 + 0.15 s))",
+                "<= 1.1",
+                f"{g['ratio']:.3f} ({g['wall_s']:.3f} s / {g['floor_s']:.2f} s; HTML pages only"
+                f" {g['wall_html_pages_only_s']:.3f} s)",
+                "yes" if g["ratio"] <= GOALS["g_ratio"] else "**no**",
+            )
+        )
+        rows.append(
+            (
+                "(g) the same wall / its critical path (waits + the last round's page latency);"
+                " + the last PDF's extraction",
+                "-",
+                f"{g['ratio_to_critical_path']:.3f} ({g['critical_path_s']:.2f} s);"
+                f" {g['ratio_to_critical_path_with_last_extraction']:.3f}"
+                f" (+ {g['last_extraction_s']:.3f} s)",
+                "-",
+            )
+        )
+        rows.append(
+            (
+                "(g) pages read; PDFs; PDF pages read; each PDF's extraction (in the run)",
+                "-",
+                f"{g['pages_read']}; {g['pdfs_read']}; {g['pdf_pages_read']};"
+                f" {' / '.join(f'{x:.3f}' for x in g['extraction_s'])} s"
+                f" (workers warmed: {results['g']['workers_warmed']})",
+                "-",
+            )
+        )
+    for case, r in results.get("g_300", {}).items():
+        rows.append(
+            (
+                f"(g) beside it: a 300-page PDF ({case}), fresh process: first / again;"
+                " bot peak; worker peak",
+                "-",
+                f"{r['first_s']:.2f} / {r['second_s']:.2f} s ({r['outcome']});"
+                f" {r['bot_peak_mb']:.1f} MB; {r['worker_peak_mb']:.1f} MB",
+                "-",
+            )
+        )
+    if "f_pdf" in results:
+        f = results["f_pdf"]["median"]
+        rows.append(
+            (
+                "(f) in process, reading 3 pages/search, one a PDF:"
+                " wall / (3 x 0.4 + 0.3 + 0.15 s)",
+                "<= 1.1",
+                f"{f['ratio']:.3f} ({f['wall_s']:.3f} s / {f['floor_s']:.2f} s)",
+                "yes" if f["ratio"] <= GOALS["f_ratio"] else "**no**",
+            )
+        )
+    if "f_cli" in results:
+        fc = results["f_cli"]
+        m, i = fc["median"], fc["interpreter"]
+        rows.append(
+            (
+                "(f) end to end: `fathom research --strategy graph`, pages + PDFs, process start"
+                " -> exit / (3 x 0.4 + 0.3 + 0.15 s)",
+                "<= 1.1",
+                f"{m['ratio']:.3f} ({m['wall_s']:.3f} s / {fc['floor_s']:.2f} s)",
+                "yes" if m["ratio"] <= GOALS["f_cli_ratio"] else "**no**",
+            )
+        )
+        rows.append(
+            (
+                "(f) end to end / (those waits + `python -c pass`)",
+                "-",
+                f"{m['ratio_with_interpreter_start']:.3f}"
+                f" ({m['wall_s']:.3f} s / {fc['floor_with_interpreter_start_s']:.3f} s)",
+                "-",
+            )
+        )
+        rows.append(
+            (
+                "(f) end to end: start -> planner request; reading beyond its waits (first /"
+                " last sub-answer); writer; tail",
+                "-",
+                f"{m['start_to_planner_request_s']:.3f} s; {m['first_answer_after_waits_s']:.3f}"
+                f" / {m['last_answer_after_waits_s']:.3f} s; {m['writer_after_answers_s']:.3f} s;"
+                f" {m['tail_after_writer_s']:.3f} s",
+                "-",
+            )
+        )
+        rows.append(
+            (
+                "(context) `python -c pass`; `-S`; `import bots.cli`;"
+                " + `core.runtime, core.service`",
+                "-",
+                f"{i['python_c_pass_s']:.3f}; {i['python_S_c_pass_s']:.3f};"
+                f" {i['import_bots_cli_s']:.3f}; {i['import_core_runtime_s']:.3f} s",
+                "-",
+            )
+        )
+    return rows
+
+
+def _classic_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows: list[tuple[str, str, str, str]] = []
     for name, a in results["a"].items():
         rows.append(
@@ -1112,9 +1460,7 @@ def table(results: dict[str, Any]) -> str:
             "-",
         )
     )
-    lines = ["| benchmark | goal | result | met? |", "|---|---|---|---|"]
-    lines += [f"| {a} | {b_} | {c_} | {d_} |" for a, b_, c_, d_ in rows]
-    return "\n".join(lines)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1123,6 +1469,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child-concurrency", help=argparse.SUPPRESS)
     parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL runs")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--rows", help=f"only these rows, comma-separated ({', '.join(ROWS)}; default: all)"
+    )
     args = parser.parse_args(argv)
     # Settings a developer exported must not leak into the measured configuration.
     for name in list(os.environ):
@@ -1142,45 +1491,83 @@ def main(argv: list[str] | None = None) -> int:
     kinds = ["sqlite"]
     if os.environ.get("TEST_DATABASE_URL") and not args.no_postgres:
         kinds.append("postgresql")
+    rows = set(args.rows.split(",")) if args.rows else set(ROWS)
+    if rows - set(ROWS):
+        parser.error(f"--rows: unknown {sorted(rows - set(ROWS))}; known: {', '.join(ROWS)}")
 
     results: dict[str, Any] = {
         "machine": machine(),
-        "command": "python -m bench.engine" + (" --quick" if quick else ""),
+        "command": "python -m bench.engine"
+        + (" --quick" if quick else "")
+        + (f" --rows {args.rows}" if args.rows else ""),
         "quick": quick,
         "goals": GOALS,
-        "a": {},
-        "c": {},
     }
 
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    def load() -> list[float]:
+        return [round(x, 2) for x in os.getloadavg()]
+
     with fakes_process() as fakes:
-        for kind in kinds:
-            say(f"(a) overhead per round on {kind}: {a_runs} runs …")
-            with database_url(kind) as url:
-                results["a"][kind] = asyncio.run(bench_overhead(url, fakes, a_runs, a_warmup))
-            say(json.dumps(results["a"][kind]))
-        say(f"(b) latency-bound run x{b_runs} …")
-        with sqlite_url() as url:
-            results["b"] = asyncio.run(bench_latency(url, fakes, b_runs))
-        say(json.dumps(results["b"]["median"]))
-        for kind in kinds:
-            say(f"(c) {c_n} concurrent runs on {kind} …")
-            with database_url(kind) as url:
-                results["c"][kind] = bench_concurrency(url, fakes, c_n)
-            say(json.dumps(results["c"][kind]))
-        say(f"(f) graph strategy x{b_runs} …")
-        with sqlite_url() as url:
-            results["f"] = asyncio.run(bench_graph(url, fakes, b_runs))
-        say(json.dumps(results["f"]["median"]))
-        say(f"(e) reading pages x{b_runs} …")
-        with sqlite_url() as url:
-            results["e"] = asyncio.run(bench_pages(url, fakes, b_runs))
-        say(json.dumps(results["e"]["median"]))
-    say(f"(d) fathom research x{d_runs} …")
-    results["d"] = bench_cli(d_runs)
-    say(json.dumps(results["d"]))
+        if "a" in rows:
+            results["a"] = {}
+            for kind in kinds:
+                say(f"(a) overhead per round on {kind}: {a_runs} runs …")
+                with database_url(kind) as url:
+                    results["a"][kind] = asyncio.run(bench_overhead(url, fakes, a_runs, a_warmup))
+                say(json.dumps(results["a"][kind]))
+        if "b" in rows:
+            say(f"(b) latency-bound run x{b_runs} …")
+            with sqlite_url() as url:
+                results["b"] = asyncio.run(bench_latency(url, fakes, b_runs))
+            say(json.dumps(results["b"]["median"]))
+        if "c" in rows:
+            results["c"] = {}
+            for kind in kinds:
+                say(f"(c) {c_n} concurrent runs on {kind} …")
+                with database_url(kind) as url:
+                    results["c"][kind] = bench_concurrency(url, fakes, c_n)
+                say(json.dumps(results["c"][kind]))
+        if "f" in rows:
+            say(f"(f) graph strategy x{b_runs} …")
+            with sqlite_url() as url:
+                results["f"] = asyncio.run(bench_graph(url, fakes, b_runs))
+            say(json.dumps(results["f"]["median"]))
+        if "e" in rows:
+            say(f"(e) reading pages x{b_runs} …")
+            with sqlite_url() as url:
+                results["e"] = asyncio.run(bench_pages(url, fakes, b_runs))
+            say(json.dumps(results["e"]["median"]))
+        if "g" in rows:
+            say(f"(g) reading pages, one a {PDF_PAGES}-page PDF, x{b_runs} …")
+            before = load()
+            with sqlite_url() as url:
+                results["g"] = asyncio.run(bench_pdf_pages(url, fakes, b_runs))
+            results["g"]["loadavg"] = [before, load()]
+            say(json.dumps(results["g"]["median"]))
+            say("(g) beside it: a 300-page PDF (bench/pdf.py) …")
+            results["g_300"] = bench_pdf_300()
+            say(json.dumps(results["g_300"]))
+        if "f-pdf" in rows:
+            say(f"(f) graph strategy reading pages and PDFs x{b_runs} …")
+            before = load()
+            with sqlite_url() as url:
+                results["f_pdf"] = asyncio.run(bench_graph(url, fakes, b_runs, pdf_pages=PDF_PAGES))
+            results["f_pdf"]["loadavg"] = [before, load()]
+            say(json.dumps(results["f_pdf"]["median"]))
+    if "d" in rows:
+        say(f"(d) fathom research x{d_runs} …")
+        results["d"] = bench_cli(d_runs)
+        say(json.dumps(results["d"]))
+    if "f-cli" in rows:
+        f_runs = 3 if quick else 7
+        say(f"(f) end to end: fathom research --strategy graph x{f_runs} …")
+        before = load()
+        results["f_cli"] = bench_graph_cli(f_runs)
+        results["f_cli"]["loadavg"] = [before, load()]
+        say(json.dumps(results["f_cli"]["median"]))
 
     results["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -258,3 +258,39 @@ def make_docx(*, title: str | None = None, year: int = 2025) -> bytes:
     out = io.BytesIO()
     document.save(out)
     return out.getvalue()
+
+
+#: Words the pages of :func:`topic_pdf` are filled with around their sentences on the topic.
+_FILLER = (
+    "measured results season region report household supply demand cost policy analysis "
+    "survey sample method table figure annex trend estimate baseline scenario"
+).split()
+
+
+def topic_pdf(topic: str, pages: int = 30, *, seed: int = 0) -> bytes:
+    """A ``pages``-page report about ``topic``, like a real one a search finds: a title page,
+    then pages of about 2,800 characters of compressed text each (about 36 lines), every page with
+    a few sentences naming the topic (so its passages are relevant to a query on it) among
+    filler. Deterministic for a topic and ``seed``."""
+    import hashlib
+    import random
+
+    rng = random.Random(hashlib.sha1(f"{seed}:{topic}".encode()).digest())
+    body: list[list[str]] = [[topic.title(), "A report in " + str(pages) + " pages", ""]]
+    for number in range(2, pages + 1):
+        facts = (
+            f"On page {number}, the report on {topic} finds that adoption rose "
+            f"{10 + number % 17} percent in 2026 across the regions studied.",
+            f"Costs of {topic} fell {3 + number % 9} percent a year, while regulation and "
+            f"demand remained the main drivers named by the analysts on page {number}.",
+            f"Open risks for {topic} listed on page {number} range from supply constraints "
+            "to unclear long-term effects.",
+        )
+        text = " ".join(
+            " ".join(rng.choice(_FILLER) for _ in range(14)) + ". " + fact for fact in facts
+        )
+        while len(text) < 2800:
+            text += " " + " ".join(rng.choice(_FILLER) for _ in range(12)) + "."
+        lines = wrap(text, 80)
+        body.append(lines)
+    return make_pdf(body, title=topic, compress=True)

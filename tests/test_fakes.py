@@ -204,6 +204,34 @@ async def test_searxng_results_are_deterministic_and_recorded(search: FakeSearch
         ] * 2 + ["y"]
 
 
+async def test_searxng_pdf_pages_serve_a_real_pdf_about_the_query(
+    search: FakeSearchServer,
+) -> None:
+    """``pdf_pages``: each search's first result is a PDF of that many pages about the query,
+    which the real reader reads and keeps passages of; the other results stay HTML."""
+    from core.documents import DocumentExtractor
+    from core.pages.fetch import PageFetcher
+    from core.pages.reader import PageReader
+
+    async with httpx.AsyncClient(base_url=search.url, trust_env=False) as h:
+        await h.post("/_fake/config", json={"pdf_pages": 30})
+        found = (await h.get("/search", params={"q": "tidal power", "format": "json"})).json()
+        urls = [r["url"] for r in found["results"]]
+        pdf, html_page = await h.get(urls[0]), await h.get(urls[1])
+        assert pdf.headers["content-type"] == "application/pdf"
+        assert html_page.headers["content-type"].startswith("text/html")
+        fetcher = PageFetcher(h, timeout=10.0, allow_loopback=True)
+        async with DocumentExtractor(timeout=30.0) as documents:
+            text = (await documents.extract(pdf.content, "pdf")).text
+            reader = PageReader(fetcher, pages=1, documents=documents)
+            reading = await reader.read(urls[:1], "tidal power")
+        assert " ".join(text.split()).count("tidal power") >= 3 * 29  # 29 pages of 3 facts
+        assert reading.read == 1 and reading.pages and reading.pages[0].url == urls[0]
+        assert all("tidal power" in p for p in reading.pages[0].passages)
+        search.fake.reset()
+        assert search.fake.pdf_pages == 0
+
+
 def test_background_server_is_quick_and_loopback_only() -> None:
     with BackgroundServer(build_search_app(FakeSearch())) as server:
         # Serving as soon as it is entered (how fast that is: the benchmarks' business).

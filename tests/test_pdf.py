@@ -245,6 +245,27 @@ async def test_workers_are_kept_between_files_and_bounded_in_number() -> None:
         assert documents.started == 2 and len(documents.pids) == 2
 
 
+async def test_warming_starts_the_workers_once_and_files_meanwhile_wait_for_them() -> None:
+    """``warm`` starts the workers ahead of the first file; files that come while they start
+    wait for them instead of starting more; closing while they start leaves none behind."""
+    files = [make_pdf([[f"File {n}."]]) for n in range(3)]
+    async with DocumentExtractor(workers=2) as documents:
+        documents.warm()
+        documents.warm()  # (the workers already starting count)
+        read = await asyncio.gather(*(documents.extract(f, "pdf") for f in files))
+        assert [d.text for d in read] == [f"File {n}." for n in range(3)]
+        assert documents.started == 2 and len(documents.pids) == 2
+        documents.warm()  # both running: nothing to start
+        assert documents.started == 2
+    starting = DocumentExtractor(workers=2)
+    starting.warm()
+    pids = await wait_for(lambda: starting.pids if len(starting.pids) == 2 else None)
+    await starting.aclose()
+    assert starting.pids == [] and not any(_alive(pid) for pid in pids)
+    starting.warm()  # closed: nothing starts
+    assert starting.started == 2
+
+
 async def test_closing_leaves_no_worker_process() -> None:
     documents = DocumentExtractor(workers=2)
     await asyncio.gather(*(documents.extract(make_pdf([["x"]]), "pdf") for _ in range(2)))

@@ -5,9 +5,13 @@ point at pages it serves on 127.0.0.1 (SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -36,6 +40,7 @@ from tests.test_engine import KEY, Collect, Harness, after_search, plan, user_pr
 BOILERPLATE = ("Accept all cookies", "All rights reserved", "About us", "Subscribe")
 PAGE_FACT = "measured adoption rose"  # a sentence of every generated page's article
 TOPIC = "heat pumps"
+REPO = Path(__file__).resolve().parent.parent
 
 MakeHarness = Callable[..., Awaitable[Harness]]
 
@@ -57,6 +62,7 @@ async def reading(
         page_timeout: float = 5.0,
         budget: int = 1500,
         max_bytes: int = 2 * 1024 * 1024,
+        documents: DocumentExtractor | None = None,
     ) -> Harness:
         http = httpx.AsyncClient(trust_env=False)
         pages_http = httpx.AsyncClient(trust_env=False, follow_redirects=False)
@@ -72,7 +78,7 @@ async def reading(
             budget_tokens=budget,
             cache=store,
             cache_ttl=cache_ttl,
-            documents=DocumentExtractor(timeout=30.0),
+            documents=documents or DocumentExtractor(timeout=30.0),
         )
         service = ResearchService(
             store=store,
@@ -315,6 +321,63 @@ async def test_a_rounds_pages_are_read_while_the_next_round_is_planned(
     assert (outcome.usage.pages_read, outcome.usage.pages_skipped) == (6, 0)
 
 
+async def test_a_run_reading_pages_starts_the_document_workers_before_its_first_page(
+    reading: MakeHarness,
+) -> None:
+    """A PDF among a run's first results does not wait for a worker's start: the run starts
+    the workers with its first search (they start while it waits for the search and the
+    pages), so they are running before any page has been answered."""
+    documents = DocumentExtractor(timeout=30.0)
+    harness = await reading(documents=documents)
+    harness.search.fake.hold_pages()
+    run = asyncio.create_task(harness.research(depth=1))
+    try:
+        await wait_for(lambda: harness.search.fake.page_requests)
+        await wait_for(lambda: len(documents.pids) == documents.workers)
+        assert documents.started == documents.workers
+    finally:
+        harness.search.fake.release_pages()
+    outcome = await run
+    assert outcome.status is RunStatus.SUCCEEDED and outcome.usage.pages_read == 3
+    assert documents.started == documents.workers  # (HTML pages: no worker was needed yet)
+
+
+def test_warming_a_reader_imports_the_page_extractor_ahead_of_the_first_page() -> None:
+    """In a fresh process (this one imported trafilatura long ago), ``PageReader.warm``
+    imports trafilatura on the reader's thread before any page is read, and starts the
+    document workers; a reader that reads no pages does neither."""
+    script = """
+import asyncio, sys, httpx
+from core.pages.fetch import PageFetcher
+from core.pages.reader import PageReader
+from tests.chat_app import wait_for
+
+async def main():
+    async with httpx.AsyncClient() as http:
+        off = PageReader(PageFetcher(http), pages=0)
+        off.warm()
+        await asyncio.sleep(0.2)
+        assert "trafilatura" not in sys.modules and off.documents.started == 0
+        reader = PageReader(PageFetcher(http), pages=3)
+        reader.warm()
+        await wait_for(lambda: "trafilatura" in sys.modules)
+        await wait_for(lambda: len(reader.documents.pids) == reader.documents.workers)
+        await reader.aclose()
+        await off.aclose()
+
+asyncio.run(main())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_page_settings_are_validated() -> None:
     settings = load_settings(_env_file=None, FATHOM_PAGE_CACHE_TTL="2h", FATHOM_READ_PAGES="5")
     assert settings.page_cache_ttl == timedelta(hours=2) and settings.read_pages == 5
@@ -360,7 +423,13 @@ async def test_cancelling_a_resumed_run_leaves_no_page_reading_behind(
     with pytest.raises(asyncio.CancelledError):
         await task
 
-    pages = await reading()
+    # Its document workers running already: the tasks that start them are the extractor's
+    # (a run starts them with its first search, and they outlive it), not its page reading.
+    documents = DocumentExtractor(timeout=30.0)
+    documents.warm()
+    pdf = make_pdf([["Heat pumps."]])
+    await asyncio.gather(*(documents.extract(pdf, "pdf") for _ in range(documents.workers)))
+    pages = await reading(documents=documents)
     pages.search.fake.hold_pages()
     try:
         before = asyncio.all_tasks()

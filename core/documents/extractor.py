@@ -2,10 +2,13 @@
 
 PDFs and DOCX files are read by worker processes (``core.documents.worker``), at most
 ``workers`` at once (the CPU count, 2 at most), kept between files so a run pays Python's
-start-up once, not per PDF. A worker that overruns the time limit is killed (and a fresh one
-started for the next file); one that dies (killed, out of memory) costs that file only. The
-worker limits its own address space to ``memory_limit``, so no file can take the bot's memory.
-HTML and plain text are read here, on the extractor's own two threads, within the same limit.
+start-up once, not per PDF; :meth:`DocumentExtractor.warm` starts them ahead of the first file
+(a run that reads pages calls it with its first search, so that the workers start while it
+waits for that search and its pages, not after a PDF has arrived). A worker that overruns the
+time limit is killed (and a fresh one started for the next file); one that dies (killed, out of
+memory) costs that file only. The worker limits its own address space to ``memory_limit``, so
+no file can take the bot's memory. HTML and plain text are read here, on the extractor's own
+two threads, within the same limit.
 
 The worker's answers are checked like any untrusted input: only known reasons, typed fields,
 text cut at ``max_chars``.
@@ -73,6 +76,7 @@ class _Pool:
     idle: list[_Worker] = field(default_factory=list)
     live: dict[int, _Worker] = field(default_factory=dict)
     reaping: set[asyncio.Task[int]] = field(default_factory=set)
+    warming: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 class DocumentExtractor:
@@ -150,10 +154,41 @@ class DocumentExtractor:
 
     # PDF and DOCX: in a worker process.
 
-    async def _in_worker(self, data: bytes, kind: str) -> dict[str, Any]:
+    def warm(self) -> None:
+        """Start the workers not running yet (up to ``workers``) in the background, so that
+        the next files need not wait for a worker's start (Python, pypdf and python-docx:
+        about 0.2 s of CPU each). Each start holds a worker slot, so a file that comes
+        meanwhile waits for that worker instead of starting one more. A worker that fails to
+        start is logged; the next file starts one as before. Call it on the event loop that
+        will use the extractor."""
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        for _ in range(self.workers - len(self._pool.live) - len(self._pool.warming)):
+            task = loop.create_task(self._warm_one(), name="documents-warm")
+            self._pool.warming.add(task)
+            task.add_done_callback(self._pool.warming.discard)
+
+    async def _warm_one(self) -> None:
+        async with self._worker_slots():
+            if self._closed or len(self._pool.live) >= self.workers:
+                return
+            try:
+                worker = await self._start()
+            except DocumentUnreadable:  # (_start logged why)
+                return
+            if self._closed:
+                self._discard(worker)
+            else:
+                self._pool.idle.append(worker)
+
+    def _worker_slots(self) -> asyncio.Semaphore:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.workers)
-        async with self._slots:
+        return self._slots
+
+    async def _in_worker(self, data: bytes, kind: str) -> dict[str, Any]:
+        async with self._worker_slots():
             worker = self._pool.idle.pop() if self._pool.idle else await self._start()
             header = {
                 "kind": kind,
@@ -290,6 +325,8 @@ class DocumentExtractor:
         """Kill every worker and stop the threads (a file being read gets
         :class:`DocumentUnreadable`). :meth:`aclose` also waits until the workers are gone."""
         self._closed = True
+        for task in self._pool.warming:
+            task.cancel()
         for worker in list(self._pool.live.values()):
             self._discard(worker)
         self._pool.idle.clear()
@@ -299,6 +336,8 @@ class DocumentExtractor:
     async def aclose(self) -> None:
         """:meth:`close`, then wait until every worker process has been reaped."""
         self.close()
+        if self._pool.warming:
+            await asyncio.gather(*self._pool.warming, return_exceptions=True)
         if self._pool.reaping:
             await asyncio.gather(*self._pool.reaping, return_exceptions=True)
 

@@ -466,7 +466,9 @@ class _Turn:
 
     async def _search(self, node: GraphNode) -> Finding:
         """The node's search and its best pages, as an iterative round has them."""
-        finding = await search_topic(self._search_provider, self._state, node.question)
+        finding = await search_topic(
+            self._search_provider, self._state, node.question, self._reader
+        )
         reader = self._reader
         if reader is not None and reader.pages > 0 and finding.results:
             reading = PageReading(reader, self._state.topic, [finding])

@@ -199,4 +199,4 @@ class IterativeStrategy:
         return StopReason.PLANNER_FAILED
 
     async def _run_search(self, state: RunState, topic: str) -> Finding:
-        return await search_topic(self._search, state, topic)
+        return await search_topic(self._search, state, topic, self._reader)

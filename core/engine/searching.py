@@ -88,9 +88,16 @@ def _host(url: str) -> str:
     return host if _HOST.fullmatch(host) else "a page"
 
 
-async def search_topic(search: SearchProvider, state: RunState, topic: str) -> Finding:
+async def search_topic(
+    search: SearchProvider, state: RunState, topic: str, reader: PageReader | None = None
+) -> Finding:
     """Search ``topic`` (query only): its results, or a finding that says why there are none
-    (noted for the report); a run never fails because of a search."""
+    (noted for the report); a run never fails because of a search. ``reader``, which will
+    read the results' pages, gets ready meanwhile (``PageReader.warm``: its document workers
+    start during the search and the pages' latency, not after a PDF has arrived; a no-op
+    once done)."""
+    if reader is not None:
+        reader.warm()
     state.usage.searches += 1
     try:
         results: list[SearchResult] = await search.search(topic)

@@ -32,6 +32,7 @@ from core.pages.extract import (
     PageContent,
     Passage,
     estimate_tokens,
+    preload,
     read_page,
     select,
     split_passages,
@@ -105,6 +106,21 @@ class PageReader:
         self._extract_timeout = extract_timeout
         self._threads = ThreadPoolExecutor(EXTRACT_THREADS, thread_name_prefix="fathom-extract")
         self.documents = documents or DocumentExtractor()
+        self._preloaded = False
+
+    def warm(self) -> None:
+        """Get ready for the first pages while a run waits for its search (every search
+        calls it; a no-op once done): start the document workers (see
+        :meth:`DocumentExtractor.warm`), so that a PDF among the first results is not read by
+        a worker started after it arrived, and import the page extractor (trafilatura) on
+        the reader's thread, once per reader, so that the first HTML page does not wait for
+        that import either."""
+        if self.pages <= 0:
+            return
+        self.documents.warm()
+        if not self._preloaded:
+            self._preloaded = True
+            self._threads.submit(preload)
 
     def close(self) -> None:
         """Stop the extraction threads (an extraction under way finishes first) and the

@@ -5,7 +5,9 @@ Results point at pages this server serves (``/pages/<slug>/<i>``, under the addr
 was asked at), so a run that reads its result pages reads them here: an article about the query
 wrapped in navigation, a cookie banner and a footer, with a ``robots.txt`` that allows all.
 Tests can script a page (``script_page``), slow pages down (``page_latency``) and see which pages
-were fetched (``page_requests``).
+were fetched (``page_requests``). With ``pdf_pages`` > 0 (``/_fake/config``), the page of each
+search's first result is a real PDF of that many pages about the query instead
+(``tests.pdfs.topic_pdf``, ``application/pdf``, after the same page latency).
 
 Dates, as SearXNG sends them: the first result of a search has a ``publishedDate`` (ISO 8601,
 :data:`RESULT_DATE`), the others ``null``; the page of result ``i`` declares it was published on
@@ -32,6 +34,8 @@ from tests.fakes.server import BackgroundServer
 
 #: The ``publishedDate`` of a search's first generated result (as SearXNG sends it).
 RESULT_DATE = "2026-09-14T08:30:00"
+#: With ``pdf_pages`` set, the page of this result (``/pages/<slug>/1``) is a PDF.
+PDF_RESULT = 1
 
 
 def page_date(number: int) -> str:
@@ -52,7 +56,7 @@ def slug(query: str) -> str:
 class ScriptedPage:
     status: int
     content_type: str
-    body: str
+    body: str | bytes
     headers: dict[str, str] | None = None
     delay: float = 0.0
 
@@ -75,6 +79,9 @@ class FakeSearch:
         self.page_latency = 0.0
         self.empty = False
         self.results_per_query = 4
+        #: > 0: the first result's page is a PDF of this many pages (see :data:`PDF_RESULT`).
+        self.pdf_pages = 0
+        self._pdfs: dict[tuple[str, int], bytes] = {}
         #: Searches answered at once right now, and the most ever (concurrency checks).
         self.in_flight = 0
         self.max_in_flight = 0
@@ -142,6 +149,7 @@ class FakeSearch:
             self._fail_next, self._fail_status = 0, 500
         self._pages_released.set()
         self.latency, self.page_latency, self.empty, self.results_per_query = 0.0, 0.0, False, 4
+        self.pdf_pages = 0
         self.in_flight = self.max_in_flight = self.gather = 0
 
     def record(self, query: str) -> int | None:
@@ -181,16 +189,35 @@ class FakeSearch:
             self._page_requests.append(path)
             scripted = self._scripted_pages.get(path)
             query = self._pages.get(name)
-        generated = (
-            ScriptedPage(200, "text/html; charset=utf-8", article(query, number))
-            if query is not None
-            else ScriptedPage(404, "text/html", "<html><body><h1>Not found</h1></body></html>")
-        )
+        pdf_pages = self.pdf_pages
+        if query is None:
+            generated = ScriptedPage(
+                404, "text/html", "<html><body><h1>Not found</h1></body></html>"
+            )
+        elif pdf_pages > 0 and number == PDF_RESULT:
+            generated = ScriptedPage(200, "application/pdf", self._pdf(query, pdf_pages))
+        else:
+            generated = ScriptedPage(200, "text/html; charset=utf-8", article(query, number))
         if scripted is None:
             return generated
         if not scripted.body and scripted.status == 200:
             return ScriptedPage(**{**scripted.__dict__, "body": generated.body})
         return scripted
+
+    def _pdf(self, query: str, pages: int) -> bytes:
+        """The PDF about ``query`` (built once per query and length)."""
+        from tests.pdfs import topic_pdf
+
+        key = (query, pages)
+        with self._lock:
+            cached = self._pdfs.get(key)
+        if cached is None:
+            cached = topic_pdf(query, pages)
+            with self._lock:
+                if len(self._pdfs) >= 64:
+                    self._pdfs.clear()
+                self._pdfs[key] = cached
+        return cached
 
 
 def article(query: str, number: int) -> str:
@@ -271,6 +298,8 @@ def build_search_app(fake: FakeSearch) -> Starlette:
             fake.page_latency = float(data["page_latency"])
         if "results_per_query" in data:
             fake.results_per_query = int(data["results_per_query"])
+        if "pdf_pages" in data:
+            fake.pdf_pages = int(data["pdf_pages"])
         if "fail_next" in data:
             fake.fail_next(int(data["fail_next"]), int(data.get("fail_status", 500)))
         return JSONResponse({"ok": True})
