@@ -11,11 +11,11 @@ platform's credentials and from the platform's own hosts only.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from core.documents.kinds import document_kind
 from core.models import AttachedFile, Attachment
 from core.text import clean_text
 from core.untrusted import as_data
@@ -24,27 +24,6 @@ from core.untrusted import as_data
 MAX_BYTES = 20 * 1024 * 1024
 PER_REQUEST = 5
 
-#: The kinds of file read, by extension and by media type (``text``: plain text and Markdown).
-EXTENSIONS = {
-    ".pdf": "pdf",
-    ".docx": "docx",
-    ".html": "html",
-    ".htm": "html",
-    ".txt": "text",
-    ".text": "text",
-    ".md": "text",
-    ".markdown": "text",
-}
-MEDIA_TYPES = {
-    "application/pdf": "pdf",
-    "application/x-pdf": "pdf",
-    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
-    "text/html": "html",
-    "application/xhtml+xml": "html",
-    "text/plain": "text",
-    "text/markdown": "text",
-    "text/x-markdown": "text",
-}
 #: A file's name as notes and sources show it (user input: inert, bounded).
 NAME_CHARS = 120
 #: What the reply names as readable.
@@ -76,12 +55,10 @@ class FileSource(Protocol):
 
 
 def attachment_kind(name: str, mime: str | None) -> str | None:
-    """``pdf``, ``docx``, ``html`` or ``text`` by the file's name or media type (the content
-    is checked again when it is read); None when it is of no kind read."""
-    kind = MEDIA_TYPES.get((mime or "").split(";", 1)[0].strip().lower())
-    if kind is None:
-        kind = EXTENSIONS.get(os.path.splitext(name.strip().lower())[1])
-    return kind
+    """``pdf``, ``docx``, ``html`` or ``text`` by the file's name or media type, before its
+    bytes are known (``core.documents.document_kind`` checks them when it is read); None
+    when it is of no kind read."""
+    return document_kind(name.strip(), mime, b"")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
+from core.failures import PostFailure, judge
 from core.lease import Lease, release_quietly
 from core.logs import log_context
 from core.models import CONSOLE_PLATFORM, Attachment, RunStatus, ThreadKey
@@ -58,15 +59,6 @@ UNDELIVERABLE = "cannot deliver to "
 def delivery_refused(error: str | None) -> bool:
     """Whether a run's ``delivery_error`` says its channel can never be posted to."""
     return bool(error) and str(error).startswith((REFUSED, UNDELIVERABLE))
-
-
-@dataclass(frozen=True)
-class PostFailure:
-    """How a platform judges a failed post: ``reason`` is short and safe to log and show."""
-
-    reason: str
-    retryable: bool
-    retry_after: float = 0.0  # the platform asked to wait at least this long (rate limits)
 
 
 class Delivery(Protocol):
@@ -153,16 +145,6 @@ async def publish_final(progress: ProgressSink, outcome: RunOutcome) -> None:
         await progress.publish(event)
     except Exception:
         log.warning("final progress of run %s failed", outcome.run_id, exc_info=True)
-
-
-def judge(delivery: Delivery, error: Exception) -> PostFailure:
-    """The platform's judgement of a failed post; a judge that fails itself (an answer in a
-    shape nobody foresaw) means "try again", never "give up"."""
-    try:
-        return delivery.classify(error)
-    except Exception:
-        log.warning("judging %s failed; retried", type(error).__name__, exc_info=True)
-        return PostFailure(type(error).__name__, True)
 
 
 def _has_work(run: RunRecord) -> bool:

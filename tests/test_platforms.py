@@ -22,7 +22,8 @@ from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import PlatformSettings
 from bots.platforms import PLATFORMS
 from core.config import env
-from core.delivery import DeliveryFactory, PostFailure
+from core.delivery import DeliveryFactory
+from core.failures import PostFailure
 from core.jobs import JobRunner
 from core.models import ThreadKey
 from core.service import RunOutcome

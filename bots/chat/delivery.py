@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter
-from core.delivery import PostFailure
+from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
 from core.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.runs import ChatRuns, RunRecord

@@ -3,14 +3,14 @@
 Each platform's client raises a subclass of :class:`PlatformError` for an answer that says a
 call failed (its status, the platform's own code and message, how long it asked us to wait,
 and whether its own answer says the call can never succeed); :func:`judge_failure` turns any
-exception of a post into the :class:`~core.delivery.PostFailure` the delivery step acts on.
+exception of a post into the :class:`~core.failures.PostFailure` the delivery step acts on.
 """
 
 from __future__ import annotations
 
 import httpx
 
-from core.delivery import PostFailure
+from core.failures import PostFailure
 
 
 class PlatformError(Exception):

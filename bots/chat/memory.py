@@ -27,7 +27,8 @@ from bots.chat.markdown import split_report
 from bots.chat.replies import EMOJI_ICONS, Icon
 from bots.chat.throttle import WorkspaceLimiters
 from core.attachments import AttachmentRefused, AttachmentTooLarge
-from core.delivery import PostFailure, Undeliverable
+from core.delivery import Undeliverable
+from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome

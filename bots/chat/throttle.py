@@ -6,7 +6,7 @@ Intermediate texts are only the latest state, so they are coalesced and may be s
 final text is always written: rate limits are waited out as the platform asks (its
 ``Retry-After``) for up to five minutes, other retryable failures get a few attempts. The
 platform says which failures are worth a retry through its ``classify`` function
-(``core.delivery.PostFailure``).
+(``core.failures.PostFailure``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from core.delivery import PostFailure
+from core.failures import PostFailure
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from core.attachments import READABLE, AttachmentRefused, AttachmentTooLarge, attachment_kind
-from core.delivery import PostFailure
+from core.failures import PostFailure
 from core.models import Attachment
 
 

@@ -33,8 +33,8 @@ from bots.dingtalk.render import (
     report_messages,
 )
 from bots.dingtalk.send import Conversation, space_of
-from core.delivery import PostFailure
 from core.digests import heading_of
+from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome

@@ -22,8 +22,8 @@ from bots.chat.throttle import WorkspaceLimiters
 from bots.feishu.api import FeishuApi
 from bots.feishu.render import notice_card, progress_card, report_cards
 from core.attachments import AttachmentRefused, attachment_kind
-from core.delivery import PostFailure
 from core.digests import heading_of
+from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome

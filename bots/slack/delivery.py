@@ -30,8 +30,8 @@ from bots.slack.render import (
     report_messages,
 )
 from core.attachments import AttachmentRefused
-from core.delivery import PostFailure
 from core.digests import heading_of
+from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome

@@ -1,4 +1,4 @@
-"""Slack's answers, judged for the shared retry logic (``core.delivery.PostFailure``).
+"""Slack's answers, judged for the shared retry logic (``core.failures.PostFailure``).
 
 The rule, on every platform: only an answer in which Slack itself says the call can never
 succeed (:data:`FINAL_ERRORS`: the channel is gone, the bot is not in it, the token is
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.delivery import PostFailure
+from core.failures import PostFailure
 
 #: The longest ``Retry-After`` honoured (seconds).
 MAX_RETRY_AFTER = 30.0

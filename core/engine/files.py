@@ -22,6 +22,7 @@ from typing import Protocol
 from core.attachments import AttachmentRefused, AttachmentTooLarge, FileSource, shown_name
 from core.documents import DocumentExtractor, DocumentUnreadable, document_kind
 from core.engine.state import RunState
+from core.failures import PostFailure, judge
 from core.models import AttachedFile, Attachment
 
 log = logging.getLogger(__name__)
@@ -35,24 +36,11 @@ RETRY_DELAY = 2.0
 MAX_RETRY_DELAY = 30.0
 
 
-class Judgement(Protocol):
-    """How the platform judges a failed call (``core.delivery.PostFailure`` is one)."""
-
-    @property
-    def reason(self) -> str: ...
-
-    @property
-    def retryable(self) -> bool: ...
-
-    @property
-    def retry_after(self) -> float: ...
-
-
 class PlatformFiles(FileSource, Protocol):
     """A run's delivery as the file step uses it: downloads, and the platform's judgement of
     a failed one."""
 
-    def classify(self, error: Exception) -> Judgement: ...
+    def classify(self, error: Exception) -> PostFailure: ...
 
 
 class FileReader:
@@ -152,7 +140,7 @@ class FileReader:
             except AttachmentRefused:
                 raise
             except Exception as exc:
-                judged = _judge(files, exc)
+                judged = judge(files, exc)
                 if not judged.retryable:
                     raise AttachmentRefused(f"the platform refused it ({judged.reason})") from None
                 if attempt == DOWNLOAD_ATTEMPTS:
@@ -169,19 +157,3 @@ class FileReader:
                 )
                 await self._sleep(delay)
         raise AssertionError("unreachable")
-
-
-class _Failure:
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        self.retryable = True
-        self.retry_after = 0.0
-
-
-def _judge(files: PlatformFiles, error: Exception) -> Judgement:
-    """The platform's judgement; a judge that fails itself means "try again"."""
-    try:
-        return files.classify(error)
-    except Exception:
-        log.warning("judging a failed download failed; retried", exc_info=True)
-        return _Failure(type(error).__name__)
