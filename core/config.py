@@ -105,6 +105,12 @@ class Settings(EnvSettings):
         default=timedelta(hours=24), validation_alias=env("FATHOM_SEARCH_CACHE_TTL")
     )
 
+    # Team knowledge: MCP servers searched beside the web (core.knowledge)
+    mcp_config: str | None = Field(default=None, validation_alias=env("FATHOM_MCP_CONFIG"))
+    mcp_timeout: float = Field(
+        default=20.0, gt=0, le=600, validation_alias=env("FATHOM_MCP_TIMEOUT")
+    )
+
     # Reading result pages
     read_pages: int = Field(default=3, ge=0, le=10, validation_alias=env("FATHOM_READ_PAGES"))
     page_tokens: int = Field(

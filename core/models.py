@@ -22,15 +22,27 @@ def utcnow() -> datetime:
 
 
 class SearchResult(BaseModel):
-    """One web search hit, normalised across providers."""
+    """One search hit, normalised across providers: a web result, or (``server`` set) a
+    document an internal source (an MCP server, :mod:`core.knowledge`) returned."""
 
     model_config = ConfigDict(frozen=True)
 
     title: str
+    #: A web result's address; an internal document's link or URI as its server gave it (any
+    #: scheme, or empty). Page reading never fetches an internal one.
     url: str
     snippet: str = ""
     #: Its publication date (``YYYY-MM-DD``) when the provider gives one.
     published: str | None = None
+    #: The configured name of the MCP server that returned it (None: the web).
+    server: str | None = None
+    #: An internal document's passages that matter for the search (the server's text is its
+    #: content: BM25-selected within the page budget, neutralised like page passages).
+    passages: list[str] = Field(default_factory=list)
+
+    @property
+    def internal(self) -> bool:
+        return self.server is not None
 
 
 class PageExcerpt(BaseModel):
@@ -219,6 +231,8 @@ class Usage(BaseModel):
     pages_skipped: int = 0
     #: Files attached in the chat that were read.
     attachments_read: int = 0
+    #: Calls to internal sources (MCP servers), one per server per search.
+    internal_searches: int = 0
 
     def add(self, other: Usage) -> None:
         self.llm_calls += other.llm_calls
@@ -228,17 +242,39 @@ class Usage(BaseModel):
         self.pages_read += other.pages_read
         self.pages_skipped += other.pages_skipped
         self.attachments_read += other.attachments_read
+        self.internal_searches += other.internal_searches
+
+
+class SourceKind(enum.StrEnum):
+    """Where a report's source came from."""
+
+    WEB = "web"
+    #: A file attached in the chat (``url``: the platform's link to it, empty when none).
+    ATTACHMENT = "attachment"
+    #: A document an internal source (an MCP server) returned (``server`` names it).
+    INTERNAL = "internal"
+
+
+class SourceChoice(enum.StrEnum):
+    """Which sources a run searches (``sources=`` of ``/research``, ``--sources``)."""
+
+    WEB = "web"
+    INTERNAL = "internal"
+    #: The web and every internal source the run's channel may use.
+    ALL = "all"
 
 
 class Source(BaseModel):
-    """A numbered source of one run's report: a web page, or a file attached in the chat
-    (``kind`` ``file``; ``url`` is the platform's link to it, empty when it has none)."""
+    """A numbered source of one run's report: a web page, a file attached in the chat, or an
+    internal document (``kind``, :class:`SourceKind`)."""
 
     n: int
     title: str
     url: str
     published: str | None = None
-    kind: str = "web"
+    kind: str = SourceKind.WEB.value
+    #: The MCP server an internal source came from.
+    server: str | None = None
 
 
 #: The platform of console threads (``cli:local:local:<id>``): the report goes to the terminal
@@ -288,3 +324,6 @@ class ResearchRequest(BaseModel):
     digest_id: str | None = None
     #: The files the request carried (read when the run executes).
     attachments: list[Attachment] = Field(default_factory=list)
+    #: Which sources the run searches; the internal ones are those its thread's channel may
+    #: use when it executes (:mod:`core.knowledge`).
+    sources: SourceChoice = SourceChoice.ALL

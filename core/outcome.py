@@ -69,6 +69,7 @@ def usage_of(run: RunRecord) -> Usage:
         pages_read=run.pages_read,
         pages_skipped=run.pages_skipped,
         attachments_read=run.attachments_read,
+        internal_searches=run.internal_searches,
     )
 
 

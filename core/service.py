@@ -170,6 +170,7 @@ async def submit_run(
             digest_id=request.digest_id,
             user_limit=user_limit,
             attachments=[a.model_dump(mode="json") for a in request.attachments],
+            sources=request.sources.value,
         )
     except ThreadBusy as busy:
         raise _rejected(
@@ -579,7 +580,9 @@ class ResearchService:
             claim,
             status=status.value,
             report_markdown=markdown,
-            sources=[SourceRecord(s.n, s.title, s.url, s.published, s.kind) for s in sources],
+            sources=[
+                SourceRecord(s.n, s.title, s.url, s.published, s.kind, s.server) for s in sources
+            ],
             error=error,
             usage=state.usage.model_dump(),
             notes=state.notes,
@@ -596,7 +599,14 @@ class ResearchService:
         variables = ThreadVariables.model_validate(raw) if raw else ThreadVariables()
         state = RunState(run.id, run.topic, run.depth, variables, run.rounds_done)
         sources = [
-            Source(n=s.n, title=s.title, url=s.url, published=s.published, kind=s.kind)
+            Source(
+                n=s.n,
+                title=s.title,
+                url=s.url,
+                published=s.published,
+                kind=s.kind,
+                server=s.server,
+            )
             for s in await self._store.run_sources(run.id)
         ]
         return RunOutcome(

@@ -64,6 +64,7 @@ USAGE_KEYS = (
     "pages_read",
     "pages_skipped",
     "attachments_read",
+    "internal_searches",
 )
 
 _runs = cast(Table, ResearchRun.__table__)
@@ -482,6 +483,7 @@ class ClaimStore:
                 "url": s.url,
                 "published": s.published,
                 "kind": s.kind,
+                "server": s.server,
             }
             for s in sources
         ]

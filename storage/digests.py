@@ -44,6 +44,7 @@ def _record(row: Mapping[Any, Any]) -> DigestRecord:
         created_at=row["created_at"],
         disabled_reason=row["disabled_reason"],
         platform_context=row["platform_context"],
+        sources=row["sources"],
     )
 
 
@@ -65,6 +66,7 @@ class DigestStore:
         created_by: str,
         platform_context: dict[str, Any] | None,
         max_per_channel: int,
+        sources: str = "all",
     ) -> DigestRecord:
         """Store an enabled schedule; :class:`DigestLimit` when the channel is full."""
         where = and_(
@@ -86,6 +88,7 @@ class DigestStore:
             "enabled": True,
             "created_at": utcnow(),
             "platform_context": platform_context,
+            "sources": sources,
         }
 
         def work(conn: Connection) -> DigestRecord:

@@ -63,6 +63,10 @@ class RunRecord:
     attachments_read: int = 0
     #: The files the request carried (``core.models.Attachment`` as JSON).
     attachments: list[dict[str, Any]] | None = None
+    #: Calls to internal sources (MCP servers).
+    internal_searches: int = 0
+    #: Which sources the run searches (``core.models.SourceChoice``).
+    sources: str = "all"
 
     @property
     def seconds(self) -> float | None:
@@ -79,6 +83,7 @@ class SourceRecord:
     url: str
     published: str | None = None
     kind: str = "web"
+    server: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,3 +148,4 @@ class DigestRecord:
     created_at: datetime
     disabled_reason: str | None = None
     platform_context: dict[str, Any] | None = None
+    sources: str = "all"

@@ -137,6 +137,7 @@ class RunStore:
         digest_id: str | None = None,
         user_limit: int | None = None,
         attachments: list[dict[str, Any]] | None = None,
+        sources: str = "all",
     ) -> tuple[RunRecord, bool]:
         """Queue a run in the (created on demand) thread.
 
@@ -173,6 +174,7 @@ class RunStore:
             "platform_context": platform_context,
             "digest_id": digest_id,
             "attachments": attachments or None,
+            "sources": sources,
             "notes": [],
             "created_at": now,
             **self._clock.params(),
@@ -323,6 +325,7 @@ class RunStore:
                 _sources.c.url,
                 _sources.c.published,
                 _sources.c.kind,
+                _sources.c.server,
             )
             .where(_sources.c.run_id == run_id)
             .order_by(_sources.c.n)

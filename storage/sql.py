@@ -142,4 +142,6 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
         pages_skipped=row["pages_skipped"],
         attachments_read=row["attachments_read"],
         attachments=row["attachments"],
+        internal_searches=row["internal_searches"],
+        sources=row["sources"],
     )

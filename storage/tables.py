@@ -121,6 +121,10 @@ class ResearchRun(Base):
     pages_skipped: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     #: Files attached in the chat that were read (migration 0010).
     attachments_read: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    #: Calls to internal sources (MCP servers), and which sources the run searches (``web``,
+    #: ``internal`` or ``all``; migration 0011).
+    internal_searches: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    sources: Mapped[str] = mapped_column(String(16), server_default=text("'all'"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -162,9 +166,11 @@ class RunSource(Base):
     n: Mapped[int] = mapped_column(Integer)
     title: Mapped[str] = mapped_column(Text)
     url: Mapped[str] = mapped_column(Text)
-    #: Its publication date (``YYYY-MM-DD``) when known, and ``web`` or ``file`` (migration 0010).
+    #: Its publication date (``YYYY-MM-DD``) when known, and ``web``, ``attachment`` or
+    #: ``internal`` (migrations 0010, 0011), with the MCP server of an internal one.
     published: Mapped[str | None] = mapped_column(String(32))
     kind: Mapped[str] = mapped_column(String(16), server_default=text("'web'"))
+    server: Mapped[str | None] = mapped_column(String(255))
 
 
 class SearchCacheEntry(Base):
@@ -207,6 +213,8 @@ class Digest(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     disabled_reason: Mapped[str | None] = mapped_column(Text)
     platform_context: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    #: Which sources its firings search (migration 0011).
+    sources: Mapped[str] = mapped_column(String(16), server_default=text("'all'"))
 
     __table_args__ = (Index("ix_digests_channel", "platform", "workspace", "channel"),)
 

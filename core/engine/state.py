@@ -16,6 +16,7 @@ from core.dates import UTC_ZONE, Clock, today_in, utcnow
 from core.llm import LLMError
 from core.models import NodeStatus, ThreadVariables, Usage
 from core.progress import ProgressKind
+from core.search.base import SearchProvider
 from core.wording import Language, request_language
 
 T = TypeVar("T", bound=BaseModel)
@@ -34,6 +35,21 @@ class JsonModel(Protocol):
 
 class TextModel(JsonModel, Protocol):
     async def complete(self, messages: list[dict[str, str]], *, usage: Usage) -> str: ...
+
+
+@dataclass
+class RunSources:
+    """What a run searches: the web (unless ``sources=internal``) and the internal sources
+    (MCP servers, :mod:`core.knowledge`) its thread's channel may use, decided by the service
+    from the run's own thread key when the run executes. Each is a :class:`SearchProvider`
+    whose results carry its ``server`` name."""
+
+    web: bool = True
+    internal: tuple[SearchProvider, ...] = ()
+    #: The internal sources left out for the rest of this run (they timed out again).
+    given_up: set[str] = field(default_factory=set)
+    #: How many times each internal source timed out in this run.
+    timeouts: dict[str, int] = field(default_factory=dict)
 
 
 class StopReason(enum.StrEnum):
@@ -69,6 +85,8 @@ class RunState:
     timezone: ZoneInfo = UTC_ZONE
     #: The current instant (the service's clock; tests pin it).
     clock: Clock = utcnow
+    #: What this run searches (the service sets it from the run's thread when it executes).
+    sources: RunSources = field(default_factory=RunSources)
 
     @property
     def today(self) -> date:

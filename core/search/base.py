@@ -29,6 +29,11 @@ class SearchError(Exception):
     """A provider failed; the message names it and says why, for logs and reports."""
 
 
+class SearchTimeout(SearchError):
+    """A provider did not answer in time (an internal source that keeps timing out is left
+    out for the rest of the run)."""
+
+
 @runtime_checkable
 class SearchProvider(Protocol):
     """Searches the web for a query; ``[]`` means no results, failure raises SearchError."""
