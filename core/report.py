@@ -21,7 +21,7 @@ from datetime import date
 from urllib.parse import urlsplit, urlunsplit
 
 from core.attachments import file_title
-from core.models import AttachedFile, Finding, Source
+from core.models import AttachedFile, Finding, SearchResult, Source, SourceKind
 from core.pages.extract import estimate_tokens, select, split_passages
 from core.prompts import echoes_instructions, instruction_shingles
 from core.untrusted import as_data, neutralise, remove_urls
@@ -59,9 +59,14 @@ class NumberedSource:
     passages: tuple[str, ...] = ()
     #: Its publication date (``YYYY-MM-DD``): the search provider's, else the page's own.
     published: str | None = None
-    #: ``web``, or ``file``: a file attached in the chat (``url``: the platform's link to it,
-    #: empty when the platform gives none).
-    kind: str = "web"
+    #: ``web``; ``attachment``: a file attached in the chat (``url``: the platform's link to
+    #: it, empty when the platform gives none); ``internal``: a document an MCP server
+    #: returned (``url``: its link or URI as the server gave it, any scheme, or empty).
+    kind: str = SourceKind.WEB.value
+    #: The MCP server of an internal source.
+    server: str | None = None
+    #: Its identity among the thread's sources (:func:`source_key`).
+    key: str = ""
 
 
 def url_identity(url: str) -> str:
@@ -71,14 +76,39 @@ def url_identity(url: str) -> str:
     return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), path, parts.query, ""))
 
 
+ATTACHMENT = SourceKind.ATTACHMENT.value
+INTERNAL = SourceKind.INTERNAL.value
+
+
+def source_key(result: SearchResult) -> str:
+    """A result's identity among the thread's sources: its address (compared as
+    :func:`url_identity`), or, for an internal document without one, its server and title."""
+    if result.url:
+        return url_identity(result.url)
+    return f"internal:{result.server}:{result.title}"
+
+
+def internal_title(result: SearchResult) -> str:
+    """An internal source's title as the report shows it: ``<title> (<server>)``."""
+    return f"{result.title or result.url or 'document'} ({result.server})"
+
+
+def is_link(url: str) -> bool:
+    """Whether a source's address is shown as a link (an internal URI of another scheme, such
+    as ``jira://PROJ-1``, is not: a chat cannot open it)."""
+    return url.lower().startswith(("http://", "https://"))
+
+
 def number_sources(
     findings: Sequence[Finding], files: Sequence[AttachedFile] = (), query: str = ""
 ) -> list[NumberedSource]:
     """Number the thread's sources in the order they came: each file attached in the thread
     (with its passages that matter for ``query``) when it was read, and every distinct result
     URL once, when its search found it, with the passages last read from its page and its
-    publication date (the first a search gave, else the one its page declares). A source
-    keeps its number as the thread grows (a graph's answers cite these numbers)."""
+    publication date (the first a search gave, else the one its page declares). An internal
+    document is a source like a web result, titled ``<title> (<server>)``, with the passages
+    its server returned. A source keeps its number as the thread grows (a graph's answers cite
+    these numbers)."""
     seen: set[str] = set()
     numbered: list[NumberedSource] = []
     passages = {
@@ -120,7 +150,8 @@ def number_sources(
                     snippet="",
                     topic="",
                     passages=file_passages(item, query, file_budget),
-                    kind="file",
+                    kind=ATTACHMENT,
+                    key=key,
                     published=item.published
                     if item.published and _ISO_DAY.fullmatch(item.published)
                     else None,
@@ -128,10 +159,29 @@ def number_sources(
             )
             continue
         for result in item.results:
-            key = url_identity(result.url)
+            key = source_key(result)
             if key in seen:
                 continue
             seen.add(key)
+            if result.internal:
+                published = result.published
+                numbered.append(
+                    NumberedSource(
+                        n=len(numbered) + 1,
+                        title=internal_title(result),
+                        url=result.url,
+                        snippet=result.snippet,
+                        topic=item.topic,
+                        passages=tuple(result.passages),
+                        published=published
+                        if published and _ISO_DAY.fullmatch(published)
+                        else None,
+                        kind=INTERNAL,
+                        server=result.server,
+                        key=key,
+                    )
+                )
+                continue
             numbered.append(
                 NumberedSource(
                     n=len(numbered) + 1,
@@ -141,6 +191,7 @@ def number_sources(
                     topic=item.topic,
                     passages=passages.get(key, ()),
                     published=dates.get(key),
+                    key=key,
                 )
             )
     return numbered
@@ -183,7 +234,7 @@ def writer_window(
     """At most ``size`` sources for the writer: the attached files and those in ``cited``
     (the graph's answers cite them, so the writer must see them), then the newest; in their
     numbered order."""
-    keep = {s.n for s in sources if s.n in cited or s.kind == "file"}
+    keep = {s.n for s in sources if s.n in cited or s.kind == ATTACHMENT}
     for s in reversed(sources):
         if len(keep) >= size:
             break
@@ -206,8 +257,8 @@ def writer_source_blocks(
     theirs (a follow-up's own reading comes first)."""
     kept: dict[int, tuple[str, ...]] = {}
     spent = 0
-    files = [s for s in reversed(sources) if s.kind == "file"]  # the newest file first
-    for s in files + [s for s in reversed(sources) if s.kind != "file"]:
+    files = [s for s in reversed(sources) if s.kind == ATTACHMENT]  # the newest file first
+    for s in files + [s for s in reversed(sources) if s.kind != ATTACHMENT]:
         cost = sum(estimate_tokens(p) for p in s.passages)
         if s.passages and spent + cost <= passage_tokens:
             kept[s.n] = s.passages
@@ -216,11 +267,17 @@ def writer_source_blocks(
     for s in sources:
         mark = " NEW" if s.n in new else ""
         dated = f" (published {s.published})" if s.published else ""
-        if s.kind == "file":
+        if s.kind == ATTACHMENT:
             link = s.url or "a file attached in the chat"
             block = f"[{s.n}]{mark} {s.title} — {link}{dated}"
             block += "\n    (attached in the chat by the people asking)"
             label = "From the file:"
+        elif s.kind == INTERNAL:
+            link = s.url or "an internal document"
+            snippet = s.snippet[:SNIPPET_CHARS_FOR_WRITER] if not s.passages else ""
+            block = f"[{s.n}]{mark} {s.title} — {link}{dated}"
+            block += f"\n    (internal source {s.server}, search: {s.topic}) {snippet}"
+            label = "From the document:"
         else:
             snippet = s.snippet[:SNIPPET_CHARS_FOR_WRITER]
             block = f"[{s.n}]{mark} {s.title} — {s.url}{dated}\n    (search: {s.topic}) {snippet}"
@@ -394,11 +451,12 @@ def finalize_report(
             url=s.url,
             published=s.published,
             kind=s.kind,
+            server=s.server,
         )
         for n, s in chosen
     ]
     listing = "\n".join(
-        (f"- [{s.n}] [{s.title}]({s.url})" if s.url else f"- [{s.n}] {s.title}")
+        (f"- [{s.n}] [{s.title}]({s.url})" if is_link(s.url) else f"- [{s.n}] {s.title}")
         + (f" ({s.published})" if s.published else "")
         for s in final
     )
@@ -449,10 +507,10 @@ def fallback_body(
     topic: str, findings: Sequence[Finding], sources: Sequence[NumberedSource], intro: str
 ) -> str:
     """A report without the writer model: the findings, grouped by search, with citations."""
-    by_url = {url_identity(s.url): s.n for s in sources}
+    by_key = {s.key: s.n for s in sources}
     heading = main_findings_heading(request_language(topic))
     lines = [f"# {topic}", "", intro, "", f"## {heading}", ""]
-    files = [s for s in sources if s.kind == "file"]
+    files = [s for s in sources if s.kind == ATTACHMENT]
     if files:
         lines += [f"### {attached_files_heading(request_language(topic))}", ""]
         lines += [f"- {s.title}: {s.passages[0] if s.passages else ''} [{s.n}]" for s in files]
@@ -463,7 +521,7 @@ def fallback_body(
         lines.append(f"### {finding.topic}")
         lines.append("")
         for result in finding.results:
-            n = by_url.get(url_identity(result.url))
+            n = by_key.get(source_key(result))
             snippet = result.snippet or result.title
             lines.append(f"- {snippet} [{n}]" if n else f"- {snippet}")
         lines.append("")

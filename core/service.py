@@ -18,16 +18,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo
 
 from core import wording
 from core.attachments import shown_name
 from core.dates import Clock, utcnow, zone
 from core.engine.files import FileReader, PlatformFiles
-from core.engine.state import RunState, StepHooks, StopReason, TextModel
+from core.engine.state import RunSources, RunState, StepHooks, StopReason, TextModel
 from core.engine.strategy import build_strategies
 from core.lease import (
     LOST_CLAIM,
@@ -43,6 +43,7 @@ from core.models import (
     ResearchRequest,
     RunStatus,
     Source,
+    SourceChoice,
     Strategy,
     ThreadKey,
     ThreadVariables,
@@ -180,6 +181,32 @@ async def submit_run(
         ) from None
 
 
+class InternalSources(Protocol):
+    """The internal sources of the process (:class:`core.knowledge.Knowledge`)."""
+
+    def allowed(self, thread_key: str) -> Sequence[SearchProvider]:
+        """The internal sources a thread's channel may use (by configuration, whatever their
+        state), each a provider whose results carry its ``server`` name."""
+        ...
+
+
+class NoInternalSource(Exception):
+    """A ``sources=internal`` run in a channel that may use no internal source."""
+
+
+def forget_other_servers(variables: ThreadVariables, permitted: set[str]) -> int:
+    """Drop the thread's stored results of internal sources that are not in ``permitted``
+    (the channel may no longer use them: the configuration changed); how many were dropped.
+    A channel's stored findings never outlive its permission to see them."""
+    dropped = 0
+    for i, finding in enumerate(variables.findings):
+        kept = [r for r in finding.results if r.server is None or r.server in permitted]
+        if len(kept) != len(finding.results):
+            dropped += len(finding.results) - len(kept)
+            variables.findings[i] = finding.model_copy(update={"results": kept})
+    return dropped
+
+
 class ResearchService:
     def __init__(
         self,
@@ -198,6 +225,7 @@ class ResearchService:
         files: FileReader | None = None,
         timezone: str | ZoneInfo = "UTC",
         clock: Clock = utcnow,
+        knowledge: InternalSources | None = None,
     ) -> None:
         """``owner`` names this process's claims (default: host, pid and a random part);
         ``timing`` sets the lease (FATHOM_STALE_RUN_AFTER); a run is claimed at most
@@ -207,8 +235,11 @@ class ResearchService:
         ``graph_max_nodes`` per run. Sub-questions are answered by the planner's model.
         ``files`` reads the files attached to a run's request (None: they are noted as not
         read). ``timezone`` (FATHOM_TIMEZONE) is that of today's date in the prompts and
-        reports (a digest's firing: its digest's); ``clock`` tells the time (tests pin it)."""
+        reports (a digest's firing: its digest's); ``clock`` tells the time (tests pin it).
+        ``knowledge``: the internal sources (MCP servers); which of them a run searches is
+        decided from the run's own thread key when it executes (None: the web only)."""
         self._store = store
+        self._knowledge = knowledge
         self._files = files
         self._timezone = timezone if isinstance(timezone, ZoneInfo) else zone(timezone)
         self._clock = clock
@@ -395,6 +426,7 @@ class ResearchService:
                     state.language, run.topic, run.depth, resumed_after=resumed_after
                 ),
             )
+            state.sources = self._run_sources(run, state)
             await self._read_files(run, state, files, publish, checkpoint, lambda: cancel.requested)
             strategy = self._strategies[Strategy(run.strategy)]
             reason = await strategy.run(state, hooks)
@@ -417,7 +449,7 @@ class ResearchService:
             raise
         except (ClaimLost, StorageUnavailable):
             raise  # not the run's fault: it stays running, for a takeover
-        except (NoResults, ModelUnavailable) as exc:
+        except (NoResults, ModelUnavailable, NoInternalSource) as exc:
             error = str(exc)
         except Exception as exc:
             log.exception("run %s failed", run.id)
@@ -448,6 +480,28 @@ class ResearchService:
         )
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
         return outcome
+
+    def _run_sources(self, run: RunRecord, state: RunState) -> RunSources:
+        """What the run searches, decided here, where it executes, from its own thread key
+        (a follow-up, a resumed run and a digest's firing alike): the web unless
+        ``sources=internal``, and the internal sources its channel may use unless
+        ``sources=web``. Stored results of internal sources the channel may no longer use are
+        dropped from the thread first. :class:`NoInternalSource` for ``sources=internal``
+        where none may be used."""
+        allowed = list(self._knowledge.allowed(run.thread_key)) if self._knowledge else []
+        dropped = forget_other_servers(state.variables, {s.name for s in allowed})
+        if dropped:
+            state.note(wording.forgotten_internal_words(state.language, dropped))
+        try:
+            choice = SourceChoice(run.sources)
+        except ValueError:
+            choice = SourceChoice.ALL
+        if choice is SourceChoice.INTERNAL and not allowed:
+            raise NoInternalSource(wording.no_internal_source_words(state.language))
+        return RunSources(
+            web=choice is not SourceChoice.INTERNAL,
+            internal=() if choice is SourceChoice.WEB else tuple(allowed),
+        )
 
     async def _read_files(
         self,

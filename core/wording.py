@@ -73,6 +73,27 @@ def reading_files_words(language: Language, files: Sequence[Attachment]) -> str:
     return pick(language, f"Reading the attached files: {names}…", f"正在读取附件：{names}…")
 
 
+def no_internal_source_words(language: Language) -> str:
+    """Why a ``sources=internal`` research cannot run in its channel."""
+    return pick(
+        language,
+        "No internal source may be used in this channel, so a research with sources=internal "
+        "cannot run here; use sources=web or sources=all.",
+        "此频道不能使用任何内部来源，无法进行 sources=internal 的研究；"
+        "请改用 sources=web 或 sources=all。",
+    )
+
+
+def forgotten_internal_words(language: Language, count: int) -> str:
+    """A note: results of internal sources this channel may no longer use were left out."""
+    return pick(
+        language,
+        f"{count} earlier result(s) from internal sources this channel may no longer use were "
+        "left out.",
+        f"已略去此前来自本频道不再可用的内部来源的 {count} 条结果。",
+    )
+
+
 def writing_words(language: Language) -> str:
     return pick(language, "Writing the report…", "正在撰写报告…")
 

@@ -726,7 +726,7 @@ def test_research_reads_the_files_given_with_file(
         notes.stat().st_size,
     )
     first = data["sources"][0]
-    assert first["kind"] == "file" and first["title"].startswith("rfp-notes.md (attached by ")
+    assert first["kind"] == "attachment" and first["title"].startswith("rfp-notes.md (attached by ")
     prompt = llm_server.fake.requests_for("writer")[-1].body["messages"][-1]["content"]
     assert "coefficient of performance of at least 3.2" in prompt
     # Bad files are refused before anything is spent.

@@ -363,7 +363,7 @@ async def test_finish_run_stores_report_and_sources_and_ends_the_claim(store: St
     usage = {"llm_calls": 4, "prompt_tokens": 100, "completion_tokens": 50, "searches": 3}
     sources = [
         SourceRecord(1, "One", "https://one.test", published="2026-11-30"),
-        SourceRecord(2, "report.pdf (attached by U1)", "", kind="file"),
+        SourceRecord(2, "report.pdf (attached by U1)", "", kind="attachment"),
     ]
     done = await store.finish_run(
         held,

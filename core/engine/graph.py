@@ -35,7 +35,13 @@ from core.prompts import (
     graph_planner_messages,
     node_answer_messages,
 )
-from core.report import files_digest, number_sources, url_identity, writer_source_blocks
+from core.report import (
+    ATTACHMENT,
+    files_digest,
+    number_sources,
+    source_key,
+    writer_source_blocks,
+)
 from core.search import SearchProvider
 from core.text import clean_text, has_visible
 from core.untrusted import as_data, neutralise
@@ -470,7 +476,7 @@ class _Turn:
             self._search_provider, self._state, node.question, self._reader
         )
         reader = self._reader
-        if reader is not None and reader.pages > 0 and finding.results:
+        if reader is not None and reader.pages > 0 and any(not r.internal for r in finding.results):
             reading = PageReading(reader, self._state.topic, [finding])
             try:
                 await reading.attach(self._state)
@@ -484,9 +490,9 @@ class _Turn:
             (f for f in reversed(state.variables.findings) if f.topic == node.question), None
         )
         numbered = number_sources(state.variables.findings, state.variables.files, node.question)
-        own = {url_identity(r.url) for r in (finding.results if finding else [])}
-        # The attached files, and the sub-question's own results.
-        sources = [s for s in numbered if s.kind == "file" or url_identity(s.url) in own]
+        own = {source_key(r) for r in (finding.results if finding else [])}
+        # The attached files, and the sub-question's own results (internal ones included).
+        sources = [s for s in numbered if s.kind == ATTACHMENT or s.key in own]
         parents = [graph[p] for p in node.after if p in graph]
         allowed = {s.n for s in sources}
         for parent in parents:

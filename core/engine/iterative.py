@@ -45,7 +45,9 @@ def findings_digest(findings: list[Finding]) -> list[str]:
         for result in finding.results[:DIGEST_RESULTS_PER_FINDING]:
             snippet = result.snippet[:DIGEST_SNIPPET_CHARS]
             dated = f" ({result.published})" if result.published else ""
-            lines.append(f"[{finding.topic}] {result.title}{dated}: {snippet}".rstrip(": "))
+            where = f" (internal source {result.server})" if result.internal else ""
+            line = f"[{finding.topic}]{where} {result.title}{dated}: {snippet}"
+            lines.append(line.rstrip(": "))
     return lines[-DIGEST_MAX_LINES:]
 
 
@@ -127,7 +129,7 @@ class IterativeStrategy:
 
     def _read(self, state: RunState, findings: list[Finding]) -> list[PageReading]:
         """Start reading the pages of ``findings`` (nothing when reading is off)."""
-        findings = [f for f in findings if f.results]
+        findings = [f for f in findings if any(not r.internal for r in f.results)]
         if self._reader is None or self._reader.pages <= 0 or not findings:
             return []
         return [PageReading(self._reader, state.topic, findings)]
@@ -138,7 +140,7 @@ class IterativeStrategy:
         if state.rounds_done == 0:
             return []
         own = state.variables.findings[-state.rounds_done :]
-        return [f for f in own if f.pages is None and f.results]
+        return [f for f in own if f.pages is None and any(not r.internal for r in f.results)]
 
     @staticmethod
     def _pending_topic(variables: ThreadVariables) -> str | None:

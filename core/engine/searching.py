@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from core.engine.state import RunState
@@ -16,6 +17,7 @@ from core.models import Finding, PageExcerpt, SearchResult
 from core.pages.reader import PageReader, RoundReading
 from core.progress import search_executed_text
 from core.search import SearchError, SearchProvider
+from core.search.base import SearchTimeout
 from core.wording import searching_words
 
 # The logger these lines were always written under (they began in the iterative strategy), so
@@ -39,9 +41,13 @@ class PageReading:
 
     def __init__(self, reader: PageReader, topic: str, findings: list[Finding]) -> None:
         self._findings = findings
+        # Only web results' pages: an internal document's text is what its server returned
+        # (page reading never fetches an internal address).
         self._tasks = [
             asyncio.create_task(
-                reader.read([r.url for r in finding.results], f"{topic} {finding.topic}")
+                reader.read(
+                    [r.url for r in finding.results if not r.internal], f"{topic} {finding.topic}"
+                )
             )
             for finding in findings
         ]
@@ -88,24 +94,86 @@ def _host(url: str) -> str:
     return host if _HOST.fullmatch(host) else "a page"
 
 
+#: An internal source that timed out this many times in a run is left out for the rest of it
+#: (each timeout costs the round ``FATHOM_MCP_TIMEOUT``).
+INTERNAL_TIMEOUTS_TO_GIVE_UP = 2
+
+
 async def search_topic(
     search: SearchProvider, state: RunState, topic: str, reader: PageReader | None = None
 ) -> Finding:
-    """Search ``topic`` (query only): its results, or a finding that says why there are none
-    (noted for the report); a run never fails because of a search. ``reader``, which will
-    read the results' pages, gets ready meanwhile (``PageReader.warm``: its document workers
-    start during the search and the pages' latency, not after a PDF has arrived; a no-op
-    once done)."""
+    """Search ``topic`` (query only) on the web and on every internal source of the run
+    (``state.sources``), all at once: the round waits for the slowest, not for the sum. The
+    finding holds the web's results, then each internal source's, in their configured order;
+    a source that fails is noted for the report and the others' results are kept (the finding
+    says why there are none only when every source failed). A run never fails because of a
+    search. ``reader``, which will read the web results' pages, gets ready meanwhile
+    (``PageReader.warm``: its document workers start during the search and the pages'
+    latency, not after a PDF has arrived; a no-op once done)."""
     if reader is not None:
         reader.warm()
-    state.usage.searches += 1
+    sources = state.sources
+    internal = [s for s in sources.internal if s.name not in sources.given_up]
+    asked: list[SearchProvider] = ([search] if sources.web else []) + internal
+    if not asked:
+        state.note(f'"{topic}" was not searched: no source was left to search.')
+        return Finding(topic=topic, error="no source to search")
+    if sources.web:
+        state.usage.searches += 1
+    state.usage.internal_searches += len(internal)
+    answers = await asyncio.gather(*(_ask(source, topic) for source in asked))
+    results: list[SearchResult] = []
+    errors: list[str] = []
+    for i, (source, answer) in enumerate(zip(asked, answers, strict=True)):
+        is_web = sources.web and i == 0
+        if isinstance(answer, list):
+            results += answer
+            if not is_web:
+                sources.timeouts.pop(source.name, None)  # (only timeouts in a row count)
+            continue
+        errors.append(answer.reason)
+        if is_web:
+            state.note(f'The search for "{topic}" failed: {answer.reason}.')
+            continue
+        name = _server_name(source.name)
+        state.note(f'The internal source {name} failed for "{topic}": {answer.reason}.')
+        if answer.timed_out:
+            count = sources.timeouts.get(source.name, 0) + 1
+            sources.timeouts[source.name] = count
+            if count >= INTERNAL_TIMEOUTS_TO_GIVE_UP:
+                sources.given_up.add(source.name)
+                state.note(
+                    f"The internal source {name} timed out {count} times in a row and was "
+                    "not asked again in this research."
+                )
+    if results or not errors:
+        return Finding(topic=topic, results=results)
+    return Finding(topic=topic, error="; ".join(errors))
+
+
+@dataclass(frozen=True)
+class _Failed:
+    reason: str
+    timed_out: bool = False
+
+
+async def _ask(source: SearchProvider, topic: str) -> list[SearchResult] | _Failed:
+    """One source's results for ``topic``, or why there are none."""
     try:
-        results: list[SearchResult] = await search.search(topic)
+        return await source.search(topic)
+    except SearchTimeout as exc:
+        return _Failed(str(exc) or "it did not answer in time", timed_out=True)
     except SearchError as exc:
-        state.note(f'The search for "{topic}" failed: {exc}.')
-        return Finding(topic=topic, error=str(exc))
+        return _Failed(str(exc))
     except Exception as exc:  # a broken provider must not kill the run
-        log.exception("search provider crashed on %r", topic)
-        state.note(f'The search for "{topic}" failed: {type(exc).__name__}.')
-        return Finding(topic=topic, error=type(exc).__name__)
-    return Finding(topic=topic, results=results)
+        log.exception("search provider %s crashed on %r", source.name, topic)
+        return _Failed(type(exc).__name__)
+
+
+_SERVER_NAME = re.compile(r"[\w.-]{1,64}")
+
+
+def _server_name(name: str) -> str:
+    """An internal source's configured name for a note (notes reach the writer outside the
+    fence; the operator chose the name, but it is shown only when it looks like one)."""
+    return f'"{name}"' if _SERVER_NAME.fullmatch(name) else "(unnamed)"
