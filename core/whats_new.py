@@ -40,8 +40,9 @@ def context(previous: RunRecord, language: Language) -> DigestContext:
 def new_numbers(
     sources: Sequence[tuple[int, str]], earlier_urls: Collection[str]
 ) -> frozenset[int]:
-    """The numbers of the sources (``(n, url)``) that no earlier firing found."""
-    return frozenset(n for n, url in sources if url not in earlier_urls)
+    """The numbers of the sources (``(n, identity)``: its URL, or its title when it has none)
+    that no earlier firing found."""
+    return frozenset(n for n, identity in sources if identity not in earlier_urls)
 
 
 def ensure_section(
@@ -50,7 +51,7 @@ def ensure_section(
     """The report with its "What's new" section: the writer's, or one listing new sources."""
     if re.search(rf"^#+\s*{re.escape(digest.heading)}", markdown, re.MULTILINE):
         return markdown
-    new = [s for s in sources if s.url not in earlier_urls]
+    new = [s for s in sources if (s.url or s.title) not in earlier_urls]
     language: Language = "zh" if digest.heading.startswith("自") else "en"
     if new:
         lead = pick(

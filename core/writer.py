@@ -119,7 +119,7 @@ class ReportWriter:
             why = f" (last error: {errors[-1]})" if errors else ""
             raise NoResults(f"no search returned any results{why}")
         new = (
-            whats_new.new_numbers([(s.n, s.url) for s in numbered], digest.earlier_urls)
+            whats_new.new_numbers([(s.n, s.url or s.title) for s in numbered], digest.earlier_urls)
             if digest is not None
             else frozenset()
         )

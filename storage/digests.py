@@ -157,7 +157,8 @@ class DigestStore:
 
     async def history(self, digest_id: str, before: datetime) -> tuple[RunRecord | None, set[str]]:
         """For a digest's firing created at ``before``: the latest earlier firing that
-        succeeded, and the URLs of every source its earlier firings found."""
+        succeeded, and the identity of every source its earlier firings found: its URL, or
+        its title when it has none (an attached file, an internal document without a link)."""
         earlier = _runs.c.digest_id == digest_id
         previous = (
             SELECT_RUNS.where(earlier, _runs.c.status == "succeeded", _runs.c.created_at < before)
@@ -165,7 +166,7 @@ class DigestStore:
             .limit(1)
         )
         urls = (
-            select(_sources.c.url)
+            select(_sources.c.url, _sources.c.title)
             .join(_runs, _runs.c.id == _sources.c.run_id)
             .where(earlier, _runs.c.created_at < before)
             .distinct()
@@ -175,7 +176,7 @@ class DigestStore:
             row = conn.execute(previous).mappings().first()
             return (
                 None if row is None else run_record(row),
-                {str(url) for (url,) in conn.execute(urls)},
+                {str(url or title) for (url, title) in conn.execute(urls)},
             )
 
         return await self._db.run(work)
