@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from core import wording
 from core.engine.state import StopReason
-from core.models import AttachedFile, GraphNode, RunStatus, Source, Strategy, Usage
+from core.models import AttachedFile, GraphNode, RunStatus, Source, SourceKind, Strategy, Usage
 from core.wording import request_language
 from storage import RunRecord
 
@@ -82,7 +82,8 @@ def final_progress_text(outcome: RunOutcome) -> str:
         return wording.cancelled_text(language, done, depth)
     sources, pages = len(outcome.sources), outcome.usage.pages_read
     files = outcome.usage.attachments_read
+    internal = sum(1 for s in outcome.sources if s.kind == SourceKind.INTERNAL)
     if outcome.stop_reason in (StopReason.DEPTH_REACHED, None):
-        return wording.done_text(language, done, depth, sources, pages, files)
+        return wording.done_text(language, done, depth, sources, pages, files, internal)
     why = str(outcome.stop_reason.value)
-    return wording.stopped_early_text(language, done, depth, sources, why, pages, files)
+    return wording.stopped_early_text(language, done, depth, sources, why, pages, files, internal)

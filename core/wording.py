@@ -115,22 +115,33 @@ def cancelled_text(language: Language, done: int, depth: int) -> str:
 
 
 def done_text(
-    language: Language, done: int, depth: int, sources: int, pages: int = 0, files: int = 0
+    language: Language,
+    done: int,
+    depth: int,
+    sources: int,
+    pages: int = 0,
+    files: int = 0,
+    internal: int = 0,
 ) -> str:
+    """``internal``: how many of the sources came from internal sources."""
+    en, zh = _pages_en(pages, files, internal), _pages_zh(pages, files, internal)
     return pick(
         language,
-        f"Research done: {done}/{depth} searches, {sources} sources{_pages_en(pages, files)}.",
-        f"研究完成：{done}/{depth} 次搜索，{sources} 个来源{_pages_zh(pages, files)}。",
+        f"Research done: {done}/{depth} searches, {sources} sources{en}.",
+        f"研究完成：{done}/{depth} 次搜索，{sources} 个来源{zh}。",
     )
 
 
-def _pages_en(pages: int, files: int = 0) -> str:
-    read = f", {pages} {'page' if pages == 1 else 'pages'} read" if pages else ""
+def _pages_en(pages: int, files: int = 0, internal: int = 0) -> str:
+    read = f", {internal} from internal sources" if internal else ""
+    read += f", {pages} {'page' if pages == 1 else 'pages'} read" if pages else ""
     return read + (f", {files} attached {'file' if files == 1 else 'files'} read" if files else "")
 
 
-def _pages_zh(pages: int, files: int = 0) -> str:
-    return (f"，阅读 {pages} 个网页" if pages else "") + (f"，读取 {files} 个附件" if files else "")
+def _pages_zh(pages: int, files: int = 0, internal: int = 0) -> str:
+    read = f"（其中 {internal} 个来自内部来源）" if internal else ""
+    read += f"，阅读 {pages} 个网页" if pages else ""
+    return read + (f"，读取 {files} 个附件" if files else "")
 
 
 #: Why a run stopped before its depth (keys: ``StopReason`` values).
@@ -149,14 +160,15 @@ def stopped_early_text(
     why: str,
     pages: int = 0,
     files: int = 0,
+    internal: int = 0,
 ) -> str:
     en, zh = STOPPED_EARLY_WHY.get(why, (why, why))
     return pick(
         language,
         f"Research done, stopped early after {done} of {depth} searches ({en}); "
-        f"{sources} sources{_pages_en(pages, files)}.",
+        f"{sources} sources{_pages_en(pages, files, internal)}.",
         f"研究完成，提前结束于第 {done}/{depth} 次搜索（{zh}）；"
-        f"{sources} 个来源{_pages_zh(pages, files)}。",
+        f"{sources} 个来源{_pages_zh(pages, files, internal)}。",
     )
 
 

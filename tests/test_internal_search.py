@@ -240,3 +240,29 @@ def test_a_channel_that_may_no_longer_use_a_server_loses_its_stored_results() ->
     assert forget_other_servers(variables, set()) == 1
     assert [r.title for r in variables.findings[0].results] == ["Page"]
     assert forget_other_servers(variables, set()) == 0
+
+
+def test_the_final_status_says_how_many_sources_are_internal() -> None:
+    from core.models import RunStatus, Source, Usage
+    from core.outcome import final_progress_text
+    from core.service import RunOutcome
+
+    sources = [
+        Source(n=1, title="Page", url="https://example.com/a"),
+        Source(n=2, title="Design doc (wiki)", url="", kind="internal", server="wiki"),
+    ]
+    outcome = RunOutcome(
+        run_id="r",
+        thread="cli:local:local:t",
+        status=RunStatus.SUCCEEDED,
+        topic="batteries",
+        depth=3,
+        topics=["batteries"],
+        report_markdown="# r",
+        sources=sources,
+        usage=Usage(pages_read=2),
+        seconds=1.0,
+    )
+    assert final_progress_text(outcome) == (
+        "Research done: 0/3 searches, 2 sources, 1 from internal sources, 2 pages read."
+    )
