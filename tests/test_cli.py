@@ -272,6 +272,12 @@ def test_output_file_follow_up_and_thread_commands(
             "it is a DingTalk thread: ask there",
         ),
         (["batteries", "--thread", "irc:libera:fathom:1"], "'irc' is not a console thread"),
+        (["batteries", "--sources", "intranet"], "Unknown sources 'intranet'; allowed: web, "),
+        (
+            ["batteries", "--sources", "internal"],
+            "--sources internal: FATHOM_MCP_CONFIG is not set, so there is no internal source; "
+            "use --sources web or --sources all",
+        ),
     ],
 )
 def test_bad_input_exits_2_and_starts_nothing(
@@ -745,3 +751,113 @@ def test_research_reads_the_files_given_with_file(
     )  # fmt: skip
     assert refused.returncode == 2 and "larger than 2048 bytes" in refused.stderr
     assert len(llm_server.fake.requests) == calls
+
+
+# -- sources ----------------------------------------------------------------------------------
+
+
+def test_research_with_sources_web_records_the_choice(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    result = fathom(
+        "research", "tidal power", "--depth", "1", "--sources", "WEB", "--json",
+        env=cli_env, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["status"] == "succeeded" and len(search_server.fake.queries) == 1
+    default = fathom("research", "wave power", "--depth", "1", env=cli_env, cwd=tmp_path)
+    assert default.returncode == 0, default.stderr
+    with sqlite3.connect(db_file(cli_env)) as db:
+        stored = dict(db.execute("SELECT topic, sources FROM research_runs"))
+    assert stored == {"tidal power": "web", "wave power": "all"}
+
+
+def test_sources_lists_the_web_provider_when_no_mcp_server_is_configured(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    listed = fathom("sources", "--json", env=cli_env, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    (web,) = json.loads(listed.stdout)
+    assert web == {
+        "name": "searxng",
+        "kind": "web",
+        "transport": "http",
+        "tool": None,
+        "channels": None,
+        "state": "configured",
+        "problem": None,
+        "connect_seconds": None,
+        "config": {},
+    }
+    piped = fathom("sources", env=cli_env, cwd=tmp_path)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout == "searxng\tweb\thttp\t-\tevery channel\tconfigured\n"
+    unset = fathom("sources", "--json", env={**cli_env, "SEARXNG_URL": ""}, cwd=tmp_path)
+    (down,) = json.loads(unset.stdout)
+    assert down["state"] == "down" and "SEARXNG_URL" in down["problem"]
+    assert not db_file(cli_env).exists()  # nothing here touches the database
+
+
+def test_sources_test_prints_what_the_web_returned(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    shown = fathom("sources", "test", "heat pumps", env=cli_env, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert re.fullmatch(r"searxng \(web\): \d+ results in \d+\.\d\d s", lines[0]), lines
+    assert lines[1].startswith("  1. ") and lines[2].strip().startswith("http://127.0.0.1:")
+    assert "no internal source searched: FATHOM_MCP_CONFIG is not set" in shown.stderr
+    as_json = fathom("sources", "test", "heat pumps", "--json", env=cli_env, cwd=tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    data = json.loads(as_json.stdout)
+    assert data["query"] == "heat pumps" and data["channel"] == "cli:local:local"
+    (web,) = data["sources"]
+    assert web["name"] == "searxng" and web["kind"] == "web" and web["error"] is None
+    assert web["results"] and all(r["server"] is None for r in web["results"])
+    assert set(web["results"][0]) == {"title", "url", "snippet", "published", "server"}
+    assert search_server.fake.queries == ["heat pumps", "heat pumps"]  # no cache in between
+    search_server.fake.fail_next(1, status=400)
+    failed = fathom("sources", "test", "heat pumps", env=cli_env, cwd=tmp_path)
+    assert failed.returncode == 1
+    (line,) = failed.stdout.splitlines()  # a failure is one line
+    assert line.startswith("searxng (web): failed: ")
+    assert not db_file(cli_env).exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["   "], "topic is empty"),
+        (["heat pumps", "--channel", "slack"], "--channel 'slack': name a channel as"),
+        (["heat pumps", "--channel", "slack::C1"], "e.g. slack:T0001:C0001, or cli"),
+    ],
+)
+def test_sources_test_refuses_bad_input(
+    args: list[str], message: str, cli_env: dict[str, str], tmp_path: Path,
+    search_server: FakeSearchServer,
+) -> None:  # fmt: skip
+    result = fathom("sources", "test", *args, env=cli_env, cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert search_server.fake.queries == []
+
+
+def test_digest_add_keeps_its_sources(cli_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**cli_env, "SLACK_BOT_TOKEN": "xoxb-test"}
+
+    def add(*args: str) -> subprocess.CompletedProcess[str]:
+        return fathom(
+            "digest", "add", "tides", "--cron", "0 9 * * MON", "--channel", "slack:T1:C1", *args,
+            env=env, cwd=tmp_path,
+        )  # fmt: skip
+
+    refused = add("--sources", "internal")
+    assert refused.returncode == 2
+    assert "--sources internal: FATHOM_MCP_CONFIG is not set" in refused.stderr
+    assert add("--sources", "everything").returncode == 2
+    assert add("--sources", "web").returncode == 0
+    assert add().returncode == 0
+    entries = json.loads(fathom("digest", "list", "--json", env=env, cwd=tmp_path).stdout)
+    assert [e["sources"] for e in entries] == ["web", "all"]
+    piped = fathom("digest", "list", env=env, cwd=tmp_path).stdout.splitlines()
+    assert "\tsources=web" in piped[0] and "sources=" not in piped[1]
