@@ -40,6 +40,7 @@ USAGE_KEYS = {
     "pages_read",
     "pages_skipped",
     "attachments_read",
+    "internal_searches",
 }
 
 
@@ -114,7 +115,7 @@ def test_research_json(
     assert data["topics"] == search_server.fake.queries and len(data["topics"]) == 2
     assert data["report_markdown"].startswith("# ") and "## Sources" in data["report_markdown"]
     assert data["sources"] and all(
-        set(s) == {"n", "title", "url", "published", "kind"} for s in data["sources"]
+        set(s) == {"n", "title", "url", "published", "kind", "server"} for s in data["sources"]
     )
     # Each search's first result has SearXNG's publishedDate; the pages read declare theirs.
     # (Result 4's page is not read: only the top 3 are.)
@@ -123,6 +124,8 @@ def test_research_json(
         expected[s["url"].rsplit("/", 1)[1]] for s in data["sources"]
     ]
     assert {s["kind"] for s in data["sources"]} == {"web"} and data["attachments"] == []
+    assert {s["server"] for s in data["sources"]} == {None}  # no internal source here
+    assert data["usage"]["internal_searches"] == 0
     assert any(s["published"] == page_date(2) for s in data["sources"])
     first = data["sources"][0]
     assert f"[{first['title']}]({first['url']}) ({first['published']})" in data["report_markdown"]
