@@ -46,9 +46,14 @@ app = typer.Typer(
 thread_app = typer.Typer(help="Inspect research threads and their variables.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema management.", no_args_is_help=True)
 digest_app = typer.Typer(help="Scheduled digests (recurring research).", no_args_is_help=True)
+sources_app = typer.Typer(
+    help="The sources research searches: the web provider and the team's MCP servers "
+    "(FATHOM_MCP_CONFIG). Without a subcommand: list them with their state."
+)
 app.add_typer(thread_app, name="thread")
 app.add_typer(db_app, name="db")
 app.add_typer(digest_app, name="digest")
+app.add_typer(sources_app, name="sources")
 
 
 def _stderr() -> Console:
@@ -164,11 +169,23 @@ def research(
             "for more.",
         ),
     ] = None,
+    sources: Annotated[
+        str | None,
+        typer.Option(
+            help="web, internal (the MCP servers the console may use) or all (default: all)."
+        ),
+    ] = None,
 ) -> None:
     """Research TOPIC with live progress and print a cited Markdown report."""
     from bots.console.files import FileProblem, local_attachments
-    from core.commands import CommandError, validate_depth, validate_strategy, validate_topic
-    from core.models import CONSOLE_PLATFORM, ResearchRequest, ThreadKey
+    from core.commands import (
+        CommandError,
+        validate_depth,
+        validate_sources,
+        validate_strategy,
+        validate_topic,
+    )
+    from core.models import CONSOLE_PLATFORM, ResearchRequest, SourceChoice, ThreadKey
 
     settings = _settings()
     try:
@@ -177,6 +194,7 @@ def research(
             depth, default=settings.default_depth, maximum=settings.max_depth
         )
         clean_strategy = validate_strategy(strategy, settings.strategy)
+        clean_sources = validate_sources(sources)
         key = (
             console_thread(ThreadKey.parse(thread))
             if thread
@@ -194,6 +212,8 @@ def research(
         )
     except (CommandError, FileProblem, ValueError) as exc:
         raise _fail(str(exc)) from None
+    if clean_sources is SourceChoice.INTERNAL and not settings.mcp_config:
+        raise _fail(no_internal_source(str(key), configured=False))  # before anything opens
     if output is not None:
         _check_writable(output)
     _configure_logging(settings, quiet_below_warning=True)
@@ -204,10 +224,21 @@ def research(
         thread=key,
         requested_by="cli",
         attachments=attachments,
+        sources=clean_sources,
     )
     started = StartedRun()
     outcome = _run(_research(settings, request, None, started), started)
     _show_outcome(outcome, output=output, as_json=as_json)
+
+
+def no_internal_source(key: str, *, configured: bool) -> str:
+    """Why ``--sources internal`` cannot run for ``key`` (a thread, or a digest's channel)."""
+    why = (
+        f"no MCP server in FATHOM_MCP_CONFIG may be used in {key} (see `fathom sources`)"
+        if configured
+        else "FATHOM_MCP_CONFIG is not set, so there is no internal source"
+    )
+    return f"--sources internal: {why}; use --sources web or --sources all"
 
 
 def console_thread(key: ThreadKey) -> ThreadKey:
@@ -274,6 +305,7 @@ async def _research(
     from bots.console.files import LocalFiles
     from bots.console.progress import ConsoleProgress
     from core.config import ConfigError
+    from core.models import SourceChoice
     from core.runtime import open_runtime
     from core.service import RunBusy, RunRejected
     from storage import ClaimLost, StorageUnavailable
@@ -281,6 +313,11 @@ async def _research(
     progress = ConsoleProgress(_stderr())
     try:
         async with open_runtime(settings) as runtime:
+            if request is not None and request.sources is SourceChoice.INTERNAL:
+                knowledge = runtime.knowledge
+                key = str(request.thread)
+                if knowledge is None or not knowledge.allowed(key):
+                    raise _fail(no_internal_source(key, configured=knowledge is not None))
             if request is not None:
                 try:
                     run, _ = await runtime.service.submit(request)
@@ -502,16 +539,26 @@ def digest_add(
     tz: Annotated[str, typer.Option(help="IANA timezone of the cron.")] = "UTC",
     depth: Annotated[int | None, typer.Option(min=1)] = None,
     strategy: Annotated[str | None, typer.Option(help="iterative or graph.")] = None,
+    sources: Annotated[
+        str | None,
+        typer.Option(help="web, internal (the channel's MCP servers) or all (default: all)."),
+    ] = None,
     by: Annotated[
         str, typer.Option(help="Recorded as the schedule's creator.")
     ] = "cli:local:operator",
 ) -> None:
     """Add a schedule (checked like `/research schedule`); prints its id."""
-    from core.commands import CommandError, validate_depth, validate_strategy, validate_topic
+    from core.commands import (
+        CommandError,
+        validate_depth,
+        validate_sources,
+        validate_strategy,
+        validate_topic,
+    )
     from core.digests import check_digest_platform
     from core.grammar import ScheduleCommand
-    from core.models import ThreadKey
-    from core.runtime import digest_service, open_storage
+    from core.models import SourceChoice, ThreadKey
+    from core.runtime import digest_service, knowledge_from_settings, open_storage
     from core.schedule import CLI_SYNTAX, timezone, trigger
 
     app_settings = _app_settings()
@@ -533,12 +580,21 @@ def digest_add(
             timezone=zone.key,
             depth=validate_depth(depth, default=settings.default_depth, maximum=settings.max_depth),
             strategy=validate_strategy(strategy, settings.strategy),
+            sources=validate_sources(sources),
         )
     except CommandError as exc:
         raise _fail(str(exc)) from None
     key = ThreadKey(platform=parts[0], workspace=parts[1], channel=parts[2], thread="cli")
 
     async def add() -> Any:
+        if command.sources is SourceChoice.INTERNAL:  # by configuration: nothing connects
+            knowledge = knowledge_from_settings(settings)
+            try:
+                if knowledge is None or not knowledge.allowed(channel):
+                    raise _fail(no_internal_source(channel, configured=knowledge is not None))
+            finally:
+                if knowledge is not None:
+                    await knowledge.aclose()
         async with open_storage(settings) as storage:
             return await digest_service(settings, storage).add(
                 command, thread=key, created_by=by, syntax=CLI_SYNTAX
@@ -574,6 +630,7 @@ def digest_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
                 "timezone": v.digest.timezone,
                 "schedule": v.words,
                 "depth": v.digest.depth,
+                "sources": v.digest.sources,
                 "enabled": v.digest.enabled,
                 "disabled_reason": v.digest.disabled_reason,
                 "next_run": v.next_run.isoformat() if v.next_run else None,
@@ -586,9 +643,10 @@ def digest_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
     for v in found:
         when = v.next_run.strftime("%Y-%m-%d %H:%M") if v.next_run else "-"
         state = "" if v.digest.enabled else f"\tdisabled: {v.digest.disabled_reason or ''}"
+        searched = "" if v.digest.sources == "all" else f"\tsources={v.digest.sources}"
         sys.stdout.write(
             f"{v.digest.id}\t{v.digest.platform}:{v.digest.workspace}:{v.digest.channel}\t"
-            f"{v.digest.topic}\t{v.words} ({v.digest.timezone})\tnext {when}{state}\n"
+            f"{v.digest.topic}\t{v.words} ({v.digest.timezone})\tnext {when}{searched}{state}\n"
         )
 
 
@@ -635,6 +693,107 @@ def digest_run(digest_id: Annotated[str, typer.Argument()]) -> None:
     if run is None:
         raise _fail(f"there is no schedule {digest_id!r} (see `fathom digest list`)")
     sys.stdout.write(run.id + "\n")
+
+
+@sources_app.callback(invoke_without_command=True)
+def sources_list(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON array.")] = False,
+) -> None:
+    """List the web provider and each MCP server: transport, tool, channels and state (each
+    server is connected to, to resolve its tool); configured secrets are masked."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from bots.console.sources import list_sources
+
+    settings = _settings()
+    _configure_logging(settings, quiet_below_warning=True)
+
+    async def rows() -> list[Any]:
+        from core.runtime import knowledge_from_settings
+
+        knowledge = knowledge_from_settings(settings)  # malformed: one line, exit 2
+        try:
+            return await list_sources(settings, knowledge)
+        finally:
+            if knowledge is not None:
+                await knowledge.aclose()
+
+    found = _run(rows())
+    if as_json:
+        sys.stdout.write(json.dumps([r.as_json() for r in found], ensure_ascii=False) + "\n")
+        return
+    if not sys.stdout.isatty():  # scripts and pipes: one tab-separated line per source
+        for r in found:
+            fields = (r.name, r.kind, r.transport, r.tool or "-", r.channels_text, r.state)
+            sys.stdout.write("\t".join((*fields, r.detail)).rstrip("\t") + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("source", "kind", "transport", "tool", "channels", "state", "detail")
+    for r in found:
+        table.add_row(
+            r.name, r.kind, r.transport, r.tool or "-", r.channels_text, r.state, r.detail
+        )
+    Console().print(table)
+    if not settings.mcp_config:
+        _stderr().print(
+            "FATHOM_MCP_CONFIG is not set: research searches the web only", highlight=False
+        )
+
+
+@sources_app.command("test")
+def sources_test(
+    query: Annotated[str, typer.Argument(help="What to search for.")],
+    channel: Annotated[
+        str,
+        typer.Option(
+            help="Whose sources: a thread key or its prefix (slack:T0001:C0001), or cli "
+            "for the console."
+        ),
+    ] = "cli",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run QUERY once against the web provider and each MCP server the channel may use, and
+    print what came back. Exit 1 when a source failed."""
+    from bots.console.sources import answer_lines, channel_key, probe_sources
+    from core.commands import CommandError, validate_topic
+
+    settings = _settings()
+    try:
+        clean = validate_topic(query)
+        key = channel_key(channel)
+    except CommandError as exc:
+        raise _fail(str(exc)) from None
+    _configure_logging(settings, quiet_below_warning=True)
+
+    async def probe() -> list[Any]:
+        from core.runtime import knowledge_from_settings
+
+        knowledge = knowledge_from_settings(settings)  # malformed: one line, exit 2
+        try:
+            return await probe_sources(settings, knowledge, clean, key)
+        finally:
+            if knowledge is not None:
+                await knowledge.aclose()
+
+    answers = _run(probe())
+    if as_json:
+        data = {"query": clean, "channel": key, "sources": [a.as_json() for a in answers]}
+        sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+    else:
+        for answer in answers:
+            sys.stdout.write("\n".join(answer_lines(answer)) + "\n")
+        if not any(a.kind == "internal" for a in answers):
+            why = (
+                f"no MCP server may be used in {key}"
+                if settings.mcp_config
+                else "FATHOM_MCP_CONFIG is not set"
+            )
+            _stderr().print(f"no internal source searched: {why}", highlight=False)
+    if any(a.error is not None for a in answers):
+        raise typer.Exit(EXIT_FAILED)
 
 
 @db_app.command("upgrade")

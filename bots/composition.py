@@ -144,6 +144,7 @@ async def open_app(
             database=runtime.database,
             policy=settings.policy,
             limits=settings.chat.route_limits,
+            knowledge=runtime.knowledge,
         )
         app = App(settings, runtime, job, runner, queue)
         for cls in settings.enabled:

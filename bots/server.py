@@ -19,10 +19,10 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.pool import QueuePool
 from starlette.applications import Starlette
@@ -49,6 +49,10 @@ def check_settings(settings: AppSettings) -> None:
         conninfo(core.database_url)  # PostgreSQL, or one clear line
     core.require_llm()
     core.require_search()
+    if core.mcp_config:  # a malformed file stops serve here; a bad server only is down
+        from core.knowledge import load_knowledge_config  # type: ignore[attr-defined,unused-ignore]
+
+        load_knowledge_config(core.mcp_config)
     settings.check_platforms()
 
 
@@ -67,6 +71,7 @@ def create_app(settings: AppSettings, *, upgrade: bool = True) -> Starlette:
             app.state.database = runtime.database
             app.state.store = runtime.store
             app.state.platforms = built.platforms
+            app.state.knowledge = runtime.knowledge
             scheduler = DigestScheduler(
                 runtime.digests,
                 runtime.store.leases,
@@ -133,6 +138,7 @@ def create_app(settings: AppSettings, *, upgrade: bool = True) -> Starlette:
     app.state.scheduler = None
     app.state.metrics = None
     app.state.store = None
+    app.state.knowledge = None
     app.state.settings = settings
     app.state.schema_current = True
     return app
@@ -218,7 +224,9 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     """Ready when the database answers and its schema is the one this code expects; the
-    platforms (and their connections' states) are shown either way."""
+    platforms (and their connections' states) and the MCP servers (``knowledge``, when
+    ``FATHOM_MCP_CONFIG`` is set) are shown either way: research goes on without a server
+    that is down, so its state never makes the process unready."""
     database: Database | None = getattr(request.app.state, "database", None)
     reason = None
     if database is None:
@@ -237,6 +245,9 @@ async def readyz(request: Request) -> Response:
     roles: dict[str, object] = {
         "scheduler": "holder" if scheduler is not None and scheduler.holder else "standby"
     }
+    knowledge: KnowledgeStatus | None = getattr(request.app.state, "knowledge", None)
+    if knowledge is not None:  # shown; a server that is down never makes the process unready
+        roles["knowledge"] = knowledge_status(knowledge)
     settings: AppSettings | None = getattr(request.app.state, "settings", None)
     store: Store | None = getattr(request.app.state, "store", None)
     if settings is not None and store is not None and reason is None:
@@ -293,6 +304,43 @@ async def metrics_route(request: Request) -> Response:
             metrics.db_connections.labels(name, "checked_out").set(checked_out)
             metrics.db_connections.labels(name, "open").set(checked_out + pool.checkedin())
     return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
+
+class ServerState(Protocol):
+    """What ``/readyz`` shows of an MCP server (``core.knowledge.ServerStatus``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def transport(self) -> str: ...
+    @property
+    def tool(self) -> str | None: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def problem(self) -> str | None: ...
+
+
+class KnowledgeStatus(Protocol):
+    """The internal sources as ``/readyz`` sees them (``core.knowledge.Knowledge``)."""
+
+    def status(self) -> Sequence[ServerState]: ...
+
+
+def knowledge_status(knowledge: KnowledgeStatus) -> dict[str, dict[str, object]]:
+    """Each MCP server by name: its state (``starting``, ``up``, ``down``), transport and
+    tool, and why it is down (no configuration values: they can hold secrets)."""
+    shown: dict[str, dict[str, object]] = {}
+    for server in knowledge.status():
+        entry: dict[str, object] = {
+            "state": server.state,
+            "transport": server.transport,
+            "tool": server.tool,
+        }
+        if server.problem:
+            entry["problem"] = server.problem
+        shown[server.name] = entry
+    return shown
 
 
 def _platforms(request: Request) -> dict[str, object]:

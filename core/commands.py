@@ -5,7 +5,7 @@ Errors say what is wrong and what is allowed, so adapters can show them verbatim
 
 from __future__ import annotations
 
-from core.models import Strategy
+from core.models import SourceChoice, Strategy
 from core.text import clean_text, has_visible
 from core.wording import Language
 
@@ -86,6 +86,27 @@ def validate_strategy(
             f"{name} 策略暂不可用；可用：{allowed}。",
         )
     return strategy
+
+
+def validate_sources(
+    value: str | SourceChoice | None, default: SourceChoice = SourceChoice.ALL
+) -> SourceChoice:
+    """Which sources a research searches (``sources=``, ``--sources``): ``web``, ``internal``
+    (the team's MCP servers the channel may use) or ``all`` (``default`` when none is given).
+    Whether the channel may use any internal source is checked where the request is taken."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return default
+    name = str(value).strip().lower()
+    try:
+        return SourceChoice(name)
+    except ValueError:
+        allowed = ", ".join(c.value for c in SourceChoice)
+        raise CommandError(
+            f"Unknown sources {name!r}; allowed: {allowed} (web: the public web only, "
+            "internal: the team's own sources only, all: both).",
+            f"未知的 sources {name!r}；可用：{allowed}（web：只搜公开网络，"
+            "internal：只搜团队内部来源，all：两者都搜）。",
+        ) from None
 
 
 def validate_ids(**ids: str | None) -> None:

@@ -19,7 +19,7 @@ from core import schedule
 from core.commands import CommandError
 from core.grammar import ScheduleCommand
 from core.jobs import JobRunner
-from core.models import ResearchRequest, Strategy, ThreadKey
+from core.models import ResearchRequest, SourceChoice, Strategy, ThreadKey
 from core.service import RunRejected, submit_run
 from core.wording import Language, pick, request_language
 from storage import (
@@ -109,6 +109,7 @@ class DigestService:
                 topic=command.topic,
                 depth=command.depth,
                 strategy=command.strategy.value,
+                sources=command.sources.value,
                 cron=command.cron,
                 timezone=tz.key,
                 created_by=created_by,
@@ -199,6 +200,7 @@ class DigestService:
                 DIGEST_DATE: local_date(slot, digest.timezone),
             },
             digest_id=digest.id,
+            sources=digest_sources(digest),
         )
         try:
             return await submit_run(self._store, request)
@@ -266,6 +268,15 @@ def check_digest_platform(
             f"{name} 尚未配置，发到那里的定时摘要永远无法发布：请先设置它的凭据"
             "（docs/configuration.md）。",
         )
+
+
+def digest_sources(digest: DigestRecord) -> SourceChoice:
+    """The sources a digest's firings search (``sources=`` of its schedule; a value this
+    code does not know reads as the default, ``all``)."""
+    try:
+        return SourceChoice(digest.sources)
+    except ValueError:
+        return SourceChoice.ALL
 
 
 def heading_of(run: RunRecord) -> str | None:

@@ -1,6 +1,7 @@
 """The command grammar every platform shares (``/research help`` shows it to users).
 
-``/research <topic> [depth=N] [strategy=iterative|graph]``, ``/research help``,
+``/research <topic> [depth=N] [strategy=iterative|graph] [sources=web|internal|all]``,
+``/research help``,
 ``/research status``, ``/research cancel [run-id]``. Adapters strip their own
 syntax (mentions, links) first and hand the remaining text to :func:`parse_command`.
 """
@@ -10,13 +11,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from core.commands import CommandError, validate_depth, validate_strategy, validate_topic
-from core.models import Strategy
+from core.commands import (
+    CommandError,
+    validate_depth,
+    validate_sources,
+    validate_strategy,
+    validate_topic,
+)
+from core.models import SourceChoice, Strategy
 from core.text import clean_text
 from core.wording import Language
 
-RESEARCH_OPTIONS = ("depth", "strategy")
-SCHEDULE_OPTIONS = ("cron", "depth", "tz", "strategy")
+RESEARCH_OPTIONS = ("depth", "strategy", "sources")
+SCHEDULE_OPTIONS = ("cron", "depth", "tz", "strategy", "sources")
 _OPTION = re.compile(r"(?<!\S)([a-z][a-z_]+)=(\"[^\"]*\"|“[^”]*”|\S*)")
 _PREFIX = re.compile(r"^\s*/research\b", re.IGNORECASE)
 
@@ -26,6 +33,8 @@ class ResearchCommand:
     topic: str
     depth: int
     strategy: Strategy
+    #: ``sources=``: the web, the internal sources the channel may use, or both (the default).
+    sources: SourceChoice = SourceChoice.ALL
 
 
 @dataclass(frozen=True)
@@ -45,13 +54,15 @@ class CancelCommand:
 
 @dataclass(frozen=True)
 class ScheduleCommand:
-    """``/research schedule <topic> cron="…" [depth=N] [tz=Area/City] [strategy=S]``."""
+    """``/research schedule <topic> cron="…" [depth=N] [tz=Area/City] [strategy=S]
+    [sources=web|internal|all]``."""
 
     topic: str
     cron: str
     timezone: str
     depth: int
     strategy: Strategy
+    sources: SourceChoice = SourceChoice.ALL
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,8 @@ def help_text(
             f"• `/research <主题> [depth=N]`：N 轮搜索，1 到 {max_depth}（默认 {default_depth}），"
             "例如 `/research 固态电池 depth=3`\n"
             "• 加上 `strategy=graph`：把问题拆成子问题，同时搜索互不依赖的子问题\n"
+            "• `sources=web|internal|all`：只搜公开网络、只搜本频道可用的团队内部来源，"
+            "或两者都搜（默认 `all`；定时摘要同样适用）\n"
             "• 在群里 @我 并写上主题，或直接私聊我；"
             "在研究话题里再次 @我，会基于已有结果继续深入。\n"
             "• `/research status`（或 `状态`）：你正在进行和最近的研究\n"
@@ -101,6 +114,8 @@ def help_text(
         f"(default {default_depth}), e.g. `/research solid-state batteries depth=3`\n"
         "• Add `strategy=graph` to split the question into sub-questions and search the "
         "independent ones at the same time\n"
+        "• `sources=web|internal|all`: the public web only, only the team's internal "
+        "sources this channel may use, or both (default `all`; schedules take it too)\n"
         "• Mention me with a topic in a channel or thread, or write to me directly; "
         "mention me again in a research thread to dig deeper from what is known.\n"
         "• `/research status`: your running and recent research\n"
@@ -156,16 +171,27 @@ def parse_command(
 
     options = _options(body, RESEARCH_OPTIONS)
     topic = " ".join(_OPTION.sub(" ", body).split())
+    _refuse_empty(options, max_depth)
+    return ResearchCommand(
+        topic=validate_topic(topic),
+        depth=validate_depth(options.get("depth"), default=default_depth, maximum=max_depth),
+        strategy=validate_strategy(options.get("strategy"), default_strategy),
+        sources=validate_sources(options.get("sources")),
+    )
+
+
+def _refuse_empty(options: dict[str, str], max_depth: int) -> None:
+    """``depth=`` and ``sources=`` given without a value: refused (not silently the
+    default), saying what is allowed."""
     if "depth" in options and not options["depth"]:
         raise CommandError(
             f"depth must be a whole number from 1 to {max_depth}.",
             f"depth 必须是 1 到 {max_depth} 之间的整数。",
         )
-    return ResearchCommand(
-        topic=validate_topic(topic),
-        depth=validate_depth(options.get("depth"), default=default_depth, maximum=max_depth),
-        strategy=validate_strategy(options.get("strategy"), default_strategy),
-    )
+    if "sources" in options and not options["sources"]:
+        raise CommandError(
+            "sources must be web, internal or all.", "sources 必须是 web、internal 或 all。"
+        )
 
 
 def _options(body: str, allowed_names: tuple[str, ...]) -> dict[str, str]:
@@ -220,15 +246,12 @@ def _parse_schedule(
     tz = schedule.timezone(options.get("tz"))
     cron = " ".join(options.get("cron", "").split())
     schedule.trigger(cron, tz)
-    if "depth" in options and not options["depth"]:
-        raise CommandError(
-            f"depth must be a whole number from 1 to {max_depth}.",
-            f"depth 必须是 1 到 {max_depth} 之间的整数。",
-        )
+    _refuse_empty(options, max_depth)
     return ScheduleCommand(
         topic=validate_topic(topic),
         cron=cron,
         timezone=tz.key,
         depth=validate_depth(options.get("depth"), default=default_depth, maximum=max_depth),
         strategy=validate_strategy(options.get("strategy"), default_strategy),
+        sources=validate_sources(options.get("sources")),
     )

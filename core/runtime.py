@@ -4,7 +4,9 @@ The database, its stores, the HTTP and model clients, the search provider, the p
 and the services are built here, once per process, injected everywhere and closed together:
 ``fathom research`` and the ``thread``/``digest`` commands call :func:`open_runtime` or
 :func:`open_storage` directly; ``fathom serve`` and ``fathom worker`` through
-``bots.composition.open_app``, which adds the job, its runner and the chat platforms.
+``bots.composition.open_app``, which adds the job, its runner and the chat platforms. The
+team's internal sources (``FATHOM_MCP_CONFIG``, :mod:`core.knowledge`) are built here too:
+started with the runtime (their servers connect in the background) and closed last.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from storage import Database, DigestStore, StorageUnavailable, Store
 from storage.db import connection_problem, masked_url
 
 if TYPE_CHECKING:
+    from core.knowledge import Knowledge  # type: ignore[attr-defined,unused-ignore]
     from core.metrics import Metrics
 
 
@@ -155,6 +158,21 @@ class Runtime:
     digests: DigestService
     #: Reads the result pages of every search (None: ``FATHOM_READ_PAGES=0``).
     reader: PageReader | None
+    #: The team's internal sources, started (None: ``FATHOM_MCP_CONFIG`` is not set).
+    knowledge: Knowledge | None = None
+
+
+def knowledge_from_settings(settings: Settings, metrics: Metrics | None = None) -> Knowledge | None:
+    """The internal sources ``FATHOM_MCP_CONFIG`` names, built but not started (nothing
+    connects yet); None when it is not set (and :mod:`core.knowledge` is not even imported).
+    ``ConfigError`` (one line) when the file cannot be read or is not an ``mcpServers``
+    object; a single bad server is not an error: it is down, with its problem."""
+    if not settings.mcp_config:
+        return None
+    from core.knowledge import Knowledge  # type: ignore[attr-defined,unused-ignore]
+
+    knowledge: Knowledge | None = Knowledge.from_settings(settings, metrics)
+    return knowledge
 
 
 def unreachable_database(url: str, error: BaseException) -> ConfigError:
@@ -237,6 +255,21 @@ async def open_runtime(
     ``metrics``: where the clients and the service count their work (``fathom serve``)."""
     settings.require_llm()
     settings.require_search()
+    knowledge = knowledge_from_settings(settings, metrics)
+    if knowledge is not None:
+        knowledge.start()  # its servers connect in the background while the rest is built
+    try:
+        async with _runtime(settings, upgrade=upgrade, metrics=metrics, knowledge=knowledge) as rt:
+            yield rt
+    finally:
+        if knowledge is not None:
+            await knowledge.aclose()
+
+
+@asynccontextmanager
+async def _runtime(
+    settings: Settings, *, upgrade: bool, metrics: Metrics | None, knowledge: Knowledge | None
+) -> AsyncIterator[Runtime]:
     tls = DeferredTrustContext()  # one for every client of the process
     async with (
         open_storage(settings, upgrade=upgrade) as storage,
@@ -271,7 +304,9 @@ async def open_runtime(
                 timezone=settings.timezone,
             )
             digests = digest_service(settings, storage)
-            yield Runtime(settings, database, store, service, search, llm, digests, reader)
+            yield Runtime(
+                settings, database, store, service, search, llm, digests, reader, knowledge
+            )
         finally:
             await llm.aclose()
             if reader is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -320,3 +320,115 @@ async def test_a_cancel_redelivered_after_a_crash_does_not_cancel_another_run(
     llm_server.fake.latency = 0.0
     (other,) = await w.delivered("t1")
     assert other.status == "succeeded"
+
+
+# -- sources= ---------------------------------------------------------------------------------
+
+
+class TeamSource:
+    """An internal source as a search provider (its name; it finds nothing)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def search(self, query: str) -> list[object]:
+        return []
+
+
+class TeamSources:
+    """The process's internal sources as the chat layer asks about them
+    (``core.knowledge.Knowledge.allowed``): each server with the thread-key prefixes that may
+    use it, compared part by part. Records the thread keys it was asked about."""
+
+    def __init__(self, **channels: Sequence[str]) -> None:
+        self.channels = channels
+        self.asked: list[str] = []
+
+    def allowed(self, thread_key: str) -> list[TeamSource]:
+        self.asked.append(thread_key)
+        parts = thread_key.split(":")
+        return [
+            TeamSource(name)
+            for name, prefixes in self.channels.items()
+            if any(p.split(":") == parts[: len(p.split(":"))] for p in prefixes)
+        ]
+
+
+class HeldRunner:
+    """A job runner that keeps what it is given and runs nothing (what is checked here is
+    the request, not its run)."""
+
+    def __init__(self) -> None:
+        self.enqueued: list[str] = []
+
+    async def enqueue(self, run_id: str) -> None:
+        self.enqueued.append(run_id)
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+
+def with_sources(w: World, knowledge: TeamSources | None) -> tuple[ChatCommands, HeldRunner]:
+    policy, service, store, _ = w.parts
+    runner = HeldRunner()
+    return ChatCommands(policy, service, store, runner, MemoryMarkup(), knowledge=knowledge), runner
+
+
+async def test_sources_internal_is_refused_where_no_internal_source_may_be_used(
+    world: Callable[..., World],
+) -> None:
+    w = world()
+    for knowledge in (None, TeamSources(wiki=["memory:W1:C9"], drive=["slack"])):
+        commands, runner = with_sources(w, knowledge)
+        reply = await w.chat.say(
+            commands, "/research heat pumps sources=internal", key=f"{knowledge}"
+        )
+        assert reply is not None and not reply.started
+        assert reply.text == (
+            "⚠️ No internal source is available in this channel, so `sources=internal` cannot "
+            "run here; use `sources=web` or `sources=all`."
+        )
+        zh = await w.chat.say(
+            commands, "/research 热泵 sources=internal", thread="t2", key=f"z{knowledge}"
+        )
+        assert zh is not None and zh.text.startswith("⚠️ 这个频道没有可用的内部来源")
+        assert runner.enqueued == []
+        if knowledge is not None:  # asked with the request's own thread key
+            assert knowledge.asked == ["memory:W1:C1:t1", "memory:W1:C1:t2"]
+    assert await w.runs() == [] and await w.runs("t2") == []
+    assert await w.store.get_thread(str(w.thread())) is None  # nothing was created
+
+
+async def test_sources_are_carried_into_the_run_where_the_channel_may_use_them(
+    world: Callable[..., World],
+) -> None:
+    w = world(FATHOM_USER_CONCURRENCY=5)  # the runs are held, never finished
+    knowledge = TeamSources(wiki=["memory:W1"])
+    commands, runner = with_sources(w, knowledge)
+    cases = [("sources=internal", "internal"), ("sources=web", "web"), ("", "all")]
+    for i, (option, stored) in enumerate(cases):
+        reply = await w.chat.say(commands, f"/research heat pumps {option}", thread=f"s{i}")
+        assert reply is not None and reply.started, reply
+        (run,) = await w.runs(f"s{i}")
+        assert run.sources == stored and run.topic == "heat pumps"
+    assert len(runner.enqueued) == 3
+    # The web (and both) never need an internal source: no internal source anywhere.
+    bare, _ = with_sources(w, None)
+    reply = await w.chat.say(bare, "/research wind sources=web", thread="w1")
+    assert reply is not None and reply.started
+    (run,) = await w.runs("w1")
+    assert run.sources == "web"
+
+
+async def test_a_bad_sources_value_is_answered_with_what_is_allowed(
+    world: Callable[..., World],
+) -> None:
+    w = world()
+    reply = await w.chat.say(w.commands, "/research heat pumps sources=intranet")
+    assert reply is not None and "Unknown sources 'intranet'" in reply.text
+    zh = await w.chat.say(w.commands, "/research 热泵 sources=内网", thread="t2")
+    assert zh is not None and "未知的 sources" in zh.text
+    assert await w.runs() == [] and await w.runs("t2") == []

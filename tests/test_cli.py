@@ -7,14 +7,18 @@ import os
 import re
 import select
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from core.config import Settings
+from core.models import SearchResult
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.search import RESULT_DATE, page_date
 
@@ -36,6 +40,7 @@ USAGE_KEYS = {
     "pages_read",
     "pages_skipped",
     "attachments_read",
+    "internal_searches",
 }
 
 
@@ -110,7 +115,7 @@ def test_research_json(
     assert data["topics"] == search_server.fake.queries and len(data["topics"]) == 2
     assert data["report_markdown"].startswith("# ") and "## Sources" in data["report_markdown"]
     assert data["sources"] and all(
-        set(s) == {"n", "title", "url", "published", "kind"} for s in data["sources"]
+        set(s) == {"n", "title", "url", "published", "kind", "server"} for s in data["sources"]
     )
     # Each search's first result has SearXNG's publishedDate; the pages read declare theirs.
     # (Result 4's page is not read: only the top 3 are.)
@@ -119,6 +124,8 @@ def test_research_json(
         expected[s["url"].rsplit("/", 1)[1]] for s in data["sources"]
     ]
     assert {s["kind"] for s in data["sources"]} == {"web"} and data["attachments"] == []
+    assert {s["server"] for s in data["sources"]} == {None}  # no internal source here
+    assert data["usage"]["internal_searches"] == 0
     assert any(s["published"] == page_date(2) for s in data["sources"])
     first = data["sources"][0]
     assert f"[{first['title']}]({first['url']}) ({first['published']})" in data["report_markdown"]
@@ -272,6 +279,12 @@ def test_output_file_follow_up_and_thread_commands(
             "it is a DingTalk thread: ask there",
         ),
         (["batteries", "--thread", "irc:libera:fathom:1"], "'irc' is not a console thread"),
+        (["batteries", "--sources", "intranet"], "Unknown sources 'intranet'; allowed: web, "),
+        (
+            ["batteries", "--sources", "internal"],
+            "--sources internal: FATHOM_MCP_CONFIG is not set, so there is no internal source; "
+            "use --sources web or --sources all",
+        ),
     ],
 )
 def test_bad_input_exits_2_and_starts_nothing(
@@ -745,3 +758,434 @@ def test_research_reads_the_files_given_with_file(
     )  # fmt: skip
     assert refused.returncode == 2 and "larger than 2048 bytes" in refused.stderr
     assert len(llm_server.fake.requests) == calls
+
+
+# -- sources ----------------------------------------------------------------------------------
+
+
+def test_research_with_sources_web_records_the_choice(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    result = fathom(
+        "research", "tidal power", "--depth", "1", "--sources", "WEB", "--json",
+        env=cli_env, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["status"] == "succeeded" and len(search_server.fake.queries) == 1
+    default = fathom("research", "wave power", "--depth", "1", env=cli_env, cwd=tmp_path)
+    assert default.returncode == 0, default.stderr
+    with sqlite3.connect(db_file(cli_env)) as db:
+        stored = dict(db.execute("SELECT topic, sources FROM research_runs"))
+    assert stored == {"tidal power": "web", "wave power": "all"}
+
+
+def test_sources_lists_the_web_provider_when_no_mcp_server_is_configured(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    listed = fathom("sources", "--json", env=cli_env, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    (web,) = json.loads(listed.stdout)
+    assert web == {
+        "name": "searxng",
+        "kind": "web",
+        "transport": "http",
+        "tool": None,
+        "channels": None,
+        "state": "configured",
+        "problem": None,
+        "connect_seconds": None,
+        "config": {},
+    }
+    piped = fathom("sources", env=cli_env, cwd=tmp_path)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout == "searxng\tweb\thttp\t-\tevery channel\tconfigured\n"
+    unset = fathom("sources", "--json", env={**cli_env, "SEARXNG_URL": ""}, cwd=tmp_path)
+    (down,) = json.loads(unset.stdout)
+    assert down["state"] == "down" and "SEARXNG_URL" in down["problem"]
+    assert not db_file(cli_env).exists()  # nothing here touches the database
+
+
+def test_sources_test_prints_what_the_web_returned(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    shown = fathom("sources", "test", "heat pumps", env=cli_env, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert re.fullmatch(r"searxng \(web\): \d+ results in \d+\.\d\d s", lines[0]), lines
+    assert lines[1].startswith("  1. ") and lines[2].strip().startswith("http://127.0.0.1:")
+    assert "no internal source searched: FATHOM_MCP_CONFIG is not set" in shown.stderr
+    as_json = fathom("sources", "test", "heat pumps", "--json", env=cli_env, cwd=tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    data = json.loads(as_json.stdout)
+    assert data["query"] == "heat pumps" and data["channel"] == "cli:local:local"
+    (web,) = data["sources"]
+    assert web["name"] == "searxng" and web["kind"] == "web" and web["error"] is None
+    assert web["results"] and all(r["server"] is None for r in web["results"])
+    assert set(web["results"][0]) == {"title", "url", "snippet", "published", "server"}
+    assert search_server.fake.queries == ["heat pumps", "heat pumps"]  # no cache in between
+    search_server.fake.fail_next(1, status=400)
+    failed = fathom("sources", "test", "heat pumps", env=cli_env, cwd=tmp_path)
+    assert failed.returncode == 1
+    (line,) = failed.stdout.splitlines()  # a failure is one line
+    assert line.startswith("searxng (web): failed: ")
+    assert not db_file(cli_env).exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["   "], "topic is empty"),
+        (["heat pumps", "--channel", "slack"], "--channel 'slack': name a channel as"),
+        (["heat pumps", "--channel", "slack::C1"], "e.g. slack:T0001:C0001, or cli"),
+    ],
+)
+def test_sources_test_refuses_bad_input(
+    args: list[str], message: str, cli_env: dict[str, str], tmp_path: Path,
+    search_server: FakeSearchServer,
+) -> None:  # fmt: skip
+    result = fathom("sources", "test", *args, env=cli_env, cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert search_server.fake.queries == []
+
+
+def test_digest_add_keeps_its_sources(cli_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**cli_env, "SLACK_BOT_TOKEN": "xoxb-test"}
+
+    def add(*args: str) -> subprocess.CompletedProcess[str]:
+        return fathom(
+            "digest", "add", "tides", "--cron", "0 9 * * MON", "--channel", "slack:T1:C1", *args,
+            env=env, cwd=tmp_path,
+        )  # fmt: skip
+
+    refused = add("--sources", "internal")
+    assert refused.returncode == 2
+    assert "--sources internal: FATHOM_MCP_CONFIG is not set" in refused.stderr
+    assert add("--sources", "everything").returncode == 2
+    assert add("--sources", "web").returncode == 0
+    assert add().returncode == 0
+    entries = json.loads(fathom("digest", "list", "--json", env=env, cwd=tmp_path).stdout)
+    assert [e["sources"] for e in entries] == ["web", "all"]
+    piped = fathom("digest", "list", env=env, cwd=tmp_path).stdout.splitlines()
+    assert "\tsources=web" in piped[0] and "sources=" not in piped[1]
+
+
+# -- sources with MCP servers (core.knowledge) --------------------------------------------------
+
+NOTES_SERVER = Path(__file__).parent / "fakes" / "notes_mcp.py"
+#: Configured secrets: never printed, never logged, never in a server's environment but its own.
+NOTES_TOKEN, TICKETS_TOKEN = "notes-s3cret-token", "tickets-h3ader-secret"
+
+
+def _knowledge_is_built() -> bool:
+    import core.knowledge
+
+    return hasattr(core.knowledge, "Knowledge")
+
+
+needs_knowledge = pytest.mark.skipif(
+    not _knowledge_is_built(), reason="core.knowledge (issue 21) is not built in this tree yet"
+)
+
+
+def mcp_config(tmp_path: Path, **channels: list[str]) -> dict[str, str]:
+    """A FATHOM_MCP_CONFIG file: ``notes`` (this test's stdio server, recording its calls in
+    tmp_path/notes-calls.jsonl), ``tickets`` (Streamable HTTP on a port nothing listens on:
+    down) and ``broken`` (neither command nor url: down); ``channels`` per server (default:
+    notes for slack:T1:C1 and the console, tickets for slack:T1). The env to add."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    servers = {
+        "notes": {
+            "command": sys.executable,
+            "args": [str(NOTES_SERVER)],
+            "env": {"NOTES_TOKEN": NOTES_TOKEN, "NOTES_CALLS": str(tmp_path / "notes-calls.jsonl")},
+            "fathom": {"channels": channels.get("notes", ["slack:T1:C1", "cli"])},
+        },
+        "tickets": {
+            "url": f"http://127.0.0.1:{closed_port}/mcp",
+            "headers": {"Authorization": f"Bearer {TICKETS_TOKEN}"},
+            "fathom": {"channels": channels.get("tickets", ["slack:T1"]), "results": 3},
+        },
+        "broken": {"fathom": {"channels": ["slack"]}},
+    }
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
+    return {"FATHOM_MCP_CONFIG": str(path), "FATHOM_MCP_TIMEOUT": "10"}
+
+
+def notes_calls(tmp_path: Path) -> list[dict[str, object]]:
+    calls = tmp_path / "notes-calls.jsonl"
+    if not calls.exists():
+        return []
+    return [json.loads(line) for line in calls.read_text(encoding="utf-8").splitlines()]
+
+
+@needs_knowledge
+def test_sources_lists_each_mcp_server_with_its_state_and_masks_secrets(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**cli_env, **mcp_config(tmp_path)}
+    listed = fathom("sources", "--json", env=env, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert list(rows) == ["searxng", "notes", "tickets", "broken"]
+    notes, tickets, broken = rows["notes"], rows["tickets"], rows["broken"]
+    assert (notes["kind"], notes["transport"], notes["tool"], notes["state"]) == (
+        "internal",
+        "stdio",
+        "search",
+        "up",
+    )
+    assert notes["channels"] == ["slack:T1:C1", "cli"] and notes["problem"] is None
+    assert notes["connect_seconds"] is not None
+    assert (tickets["transport"], tickets["state"]) == ("http", "down") and tickets["problem"]
+    assert broken["state"] == "down" and broken["problem"]
+    for output in (listed.stdout, listed.stderr):
+        assert NOTES_TOKEN not in output and TICKETS_TOKEN not in output
+    assert "****" in json.dumps(notes["config"]) and "****" in json.dumps(tickets["config"])
+    piped = fathom("sources", env=env, cwd=tmp_path)
+    lines = piped.stdout.splitlines()
+    assert lines[1].startswith("notes\tinternal\tstdio\tsearch\tslack:T1:C1, cli\tup")
+    assert lines[2].startswith("tickets\tinternal\thttp\t-\tslack:T1\tdown\t")
+    assert notes_calls(tmp_path) == []  # listing connects; it never calls the tool
+
+
+@needs_knowledge
+def test_sources_test_asks_only_the_servers_the_channel_may_use(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    env = {**cli_env, **mcp_config(tmp_path)}
+    console = fathom("sources", "test", "pumps", "--json", env=env, cwd=tmp_path)
+    assert console.returncode == 0, console.stderr
+    answers = {a["name"]: a for a in json.loads(console.stdout)["sources"]}
+    assert list(answers) == ["searxng", "notes"]  # tickets: slack:T1 only
+    titles = [r["title"] for r in answers["notes"]["results"]]
+    assert titles == ["Runbook: pumps", "Design notes"]
+    assert {r["server"] for r in answers["notes"]["results"]} == {"notes"}
+    (call,) = notes_calls(tmp_path)
+    assert call["query"] == "pumps"
+    assert "NOTES_TOKEN" in call["env"] and "OPENAI_API_KEY" not in call["env"]  # type: ignore[operator]
+    elsewhere = fathom(
+        "sources", "test", "pumps", "--channel", "slack:T9:C9", env=env, cwd=tmp_path
+    )
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert elsewhere.stdout.startswith("searxng (web): ") and "notes" not in elsewhere.stdout
+    assert "no internal source searched: no MCP server may be used in slack:T9:C9" in (
+        elsewhere.stderr
+    )
+    assert len(notes_calls(tmp_path)) == 1  # never called for a channel that may not use it
+    team = fathom("sources", "test", "pumps", "--channel", "slack:T1:C1", env=env, cwd=tmp_path)
+    assert team.returncode == 1  # tickets is down: its one line, the others' results
+    assert "notes (internal): 2 results in " in team.stdout
+    (failed,) = [line for line in team.stdout.splitlines() if line.startswith("tickets")]
+    assert failed.startswith("tickets (internal): failed: ")
+    assert TICKETS_TOKEN not in team.stdout + team.stderr
+    assert len(notes_calls(tmp_path)) == 2
+
+
+@needs_knowledge
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sources"],
+        ["sources", "test", "pumps"],
+        ["research", "pumps"],
+        [
+            "digest",
+            "add",
+            "x",
+            "--cron",
+            "0 9 * * MON",
+            "--channel",
+            "slack:T1:C1",
+            "--sources",
+            "internal",
+        ],
+    ],
+)
+def test_a_malformed_mcp_config_is_one_line_and_exit_2(
+    args: list[str], cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    bad = tmp_path / "mcp.json"
+    bad.write_text('{"mcpServers": [', encoding="utf-8")
+    env = {**cli_env, "FATHOM_MCP_CONFIG": str(bad), "SLACK_BOT_TOKEN": "xoxb-test"}
+    result = fathom(*args, env=env, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert llm_server.fake.requests == []
+
+
+@needs_knowledge
+def test_research_sources_internal_needs_a_server_the_console_may_use(
+    cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    env = {**cli_env, **mcp_config(tmp_path, notes=["slack:T1"])}
+    refused = fathom("research", "pumps", "--sources", "internal", env=env, cwd=tmp_path)
+    assert refused.returncode == 2
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith(
+        "error: --sources internal: no MCP server in FATHOM_MCP_CONFIG may be used in "
+        "cli:local:local:"
+    ), refused.stderr
+    assert llm_server.fake.requests == [] and notes_calls(tmp_path) == []
+    with sqlite3.connect(db_file(cli_env)) as db:
+        assert db.execute("SELECT count(*) FROM research_runs").fetchone() == (0,)
+    env = {**cli_env, "SLACK_BOT_TOKEN": "xoxb-test", **mcp_config(tmp_path)}
+    digest = ["digest", "add", "pumps", "--cron", "0 9 * * MON", "--sources", "internal"]
+    allowed = fathom(*digest, "--channel", "slack:T1:C1", env=env, cwd=tmp_path)
+    assert allowed.returncode == 0, allowed.stderr
+    other = fathom(*digest, "--channel", "slack:T2:C1", env=env, cwd=tmp_path)
+    assert other.returncode == 2 and "may be used in slack:T2:C1" in other.stderr
+
+
+# -- what `fathom sources` does with the internal sources (through its protocol) ---------------
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """One server as ``Knowledge.status()`` describes it."""
+
+    name: str
+    transport: str
+    tool: str | None
+    channels: tuple[str, ...]
+    state: str
+    problem: str | None
+    connect_seconds: float | None
+    config: dict[str, object]
+
+
+class Answering:
+    """An internal source: answers ``results``, or raises ``error``; records its queries."""
+
+    def __init__(
+        self, name: str, results: list[SearchResult] | None = None, error: Exception | None = None
+    ) -> None:
+        self.name, self.results, self.error = name, results or [], error
+        self.queries: list[str] = []
+
+    async def search(self, query: str) -> list[SearchResult]:
+        self.queries.append(query)
+        if self.error is not None:
+            raise self.error
+        return self.results
+
+
+class Team:
+    """The internal sources as ``fathom sources`` uses them; records its life."""
+
+    def __init__(self, servers: list[ServerState], sources: dict[str, list[Answering]]) -> None:
+        self.servers, self.sources = servers, sources
+        self.events: list[str] = []
+
+    def start(self) -> None:
+        self.events.append("start")
+
+    async def wait_started(self) -> None:
+        self.events.append("wait")
+
+    def status(self) -> list[ServerState]:
+        return self.servers
+
+    def allowed(self, thread_key: str) -> list[Answering]:
+        self.events.append(f"allowed {thread_key}")
+        return self.sources.get(thread_key, [])
+
+    async def aclose(self) -> None:
+        self.events.append("close")
+
+
+def core_settings(search_server: FakeSearchServer, **extra: str) -> Settings:
+    values = {"FATHOM_SEARCH": "searxng", "SEARXNG_URL": search_server.url, **extra}
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+async def test_sources_rows_show_each_server_after_it_tried_to_connect(
+    search_server: FakeSearchServer,
+) -> None:
+    from bots.console.sources import list_sources
+
+    up = ServerState("wiki", "stdio", "search", ("slack:T1", "cli"), "up", None, 0.25, {})
+    down = ServerState(
+        "tickets", "http", None, (), "down", "tickets: cannot connect", None, {"headers": "****"}
+    )
+    team = Team([up, down], {})
+    web, wiki, tickets = await list_sources(core_settings(search_server), team)
+    assert team.events == ["start", "wait"]  # started, and waited for, before the states
+    assert (web.name, web.kind, web.channels_text, web.state) == (
+        "searxng",
+        "web",
+        "every channel",
+        "configured",
+    )
+    assert (wiki.kind, wiki.tool, wiki.channels_text, wiki.detail) == (
+        "internal",
+        "search",
+        "slack:T1, cli",
+        "connected in 0.25 s",
+    )
+    assert (
+        tickets.channels_text == "cli (console only)"
+        and tickets.detail == "tickets: cannot connect"
+    )
+    assert (
+        tickets.as_json()["config"] == {"headers": "****"} and tickets.as_json()["channels"] == []
+    )
+    assert web.as_json()["channels"] is None
+
+
+async def test_sources_test_asks_the_web_and_each_allowed_source_at_once(
+    search_server: FakeSearchServer,
+) -> None:
+    from bots.console.sources import answer_lines, channel_key, probe_sources
+    from core.search.base import SearchTimeout
+
+    doc = SearchResult(
+        title="Runbook: pumps", url="", snippet="restart " * 40, server="wiki", passages=["x"]
+    )
+    wiki = Answering("wiki", [doc])
+    slow = Answering("tickets", error=SearchTimeout("tickets: no answer in 20 s"))
+    odd = Answering("drive", error=RuntimeError("boom"))
+    key = channel_key("slack:T1:C1")
+    team = Team([], {key: [wiki, slow, odd]})
+    answers = await probe_sources(core_settings(search_server), team, "pumps", key)
+    assert [(a.name, a.kind) for a in answers] == [
+        ("searxng", "web"),
+        ("wiki", "internal"),
+        ("tickets", "internal"),
+        ("drive", "internal"),
+    ]
+    assert team.events == ["start", f"allowed {key}"]
+    assert wiki.queries == ["pumps"] and search_server.fake.queries == ["pumps"]
+    web, found, timed_out, broken = answers
+    assert web.error is None and web.results
+    assert answer_lines(timed_out) == ["tickets (internal): failed: tickets: no answer in 20 s"]
+    assert answer_lines(broken) == ["drive (internal): failed: RuntimeError: boom"]
+    heading, title, snippet = answer_lines(found)
+    assert heading.startswith("wiki (internal): 1 result in ")
+    assert title == "  1. Runbook: pumps"  # no link line: the document has none
+    assert snippet.startswith("     restart restart") and snippet.endswith("…")
+    assert len(snippet.strip()) == 160
+    assert found.as_json()["results"][0]["server"] == "wiki"
+    # The web provider misconfigured: its one line, the internal sources still asked.
+    unset = await probe_sources(core_settings(search_server, SEARXNG_URL=""), team, "x", key)
+    assert unset[0].name == "searxng" and "SEARXNG_URL" in (unset[0].error or "")
+    assert wiki.queries == ["pumps", "x"]
+
+
+@pytest.mark.parametrize(
+    ("given", "key"),
+    [
+        (None, "cli:local:local"),
+        ("cli", "cli:local:local"),
+        ("slack:T1", "slack:T1"),
+        ("feishu:tk:oc_1:om_1", "feishu:tk:oc_1:om_1"),
+    ],
+)
+def test_the_channel_sources_test_asks_for(given: str | None, key: str) -> None:
+    from bots.console.sources import channel_key
+
+    assert channel_key(given) == key

@@ -13,7 +13,7 @@ from core.grammar import (
     help_text,
     parse_command,
 )
-from core.models import Strategy
+from core.models import SourceChoice, Strategy
 
 
 def parse(text: str) -> object:
@@ -108,3 +108,58 @@ def test_the_default_strategy_comes_from_the_settings() -> None:
         default_strategy=Strategy.GRAPH,
     )
     assert chosen == ResearchCommand("AI chips", 3, Strategy.ITERATIVE)
+
+
+@pytest.mark.parametrize(
+    ("text", "sources"),
+    [
+        ("AI chips", SourceChoice.ALL),
+        ("AI chips sources=web", SourceChoice.WEB),
+        ("sources=INTERNAL AI chips depth=2", SourceChoice.INTERNAL),
+        ("/research 人工智能 sources=all", SourceChoice.ALL),
+    ],
+)
+def test_sources_choose_the_web_the_internal_sources_or_both(
+    text: str, sources: SourceChoice
+) -> None:
+    command = parse(text)
+    assert isinstance(command, ResearchCommand) and command.sources is sources
+    assert "sources" not in command.topic
+
+
+@pytest.mark.parametrize("text", ["AI chips sources=intranet", "AI chips sources="])
+def test_bad_sources_are_refused_in_both_languages(text: str) -> None:
+    with pytest.raises(CommandError) as caught:
+        parse(text)
+    english, chinese = str(caught.value), caught.value.text("zh")
+    assert "web" in english and "internal" in english and "all" in english
+    assert "sources" in chinese and "internal" in chinese and chinese != english
+
+
+def test_a_schedule_keeps_its_sources() -> None:
+    from core.grammar import ScheduleCommand
+
+    command = parse('schedule AI chips cron="0 9 * * MON" sources=internal')
+    assert isinstance(command, ScheduleCommand) and command.sources is SourceChoice.INTERNAL
+    assert command.topic == "AI chips"
+    default = parse('schedule AI chips cron="0 9 * * MON"')
+    assert isinstance(default, ScheduleCommand) and default.sources is SourceChoice.ALL
+    with pytest.raises(CommandError) as caught:
+        parse('schedule AI chips cron="0 9 * * MON" sources=everything')
+    assert "Unknown sources 'everything'" in str(caught.value)
+    assert "A valid schedule:" in str(caught.value)  # like every refused schedule
+
+
+def test_help_names_the_sources_option_in_both_languages() -> None:
+    for language in ("en", "zh"):
+        text = help_text(default_depth=3, max_depth=7, language=language)
+        assert "sources=web|internal|all" in text
+
+
+def test_validate_sources() -> None:
+    from core.commands import validate_sources
+
+    assert validate_sources(None) is SourceChoice.ALL
+    assert validate_sources(" Web ") is SourceChoice.WEB
+    assert validate_sources(SourceChoice.INTERNAL) is SourceChoice.INTERNAL
+    assert validate_sources("", SourceChoice.WEB) is SourceChoice.WEB

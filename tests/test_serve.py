@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -30,6 +31,7 @@ from tests.fakes.feishu import (
     signed_headers,
 )
 from tests.fakes.slack import FakeSlackServer, sign, slash_command_body
+from tests.test_cli import NOTES_TOKEN, TICKETS_TOKEN, mcp_config, needs_knowledge
 from tests.test_slack_app import BOT_TOKEN, FORM, SECRET
 
 
@@ -407,3 +409,86 @@ def test_a_digest_scheduled_from_slack_fires_at_local_time_and_reports_what_is_n
     finally:
         code = terminate(served)
     assert code == 0, served.stderr()
+
+
+# -- team knowledge (MCP servers) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerState:
+    name: str
+    transport: str
+    tool: str | None
+    state: str
+    problem: str | None
+
+
+class Servers:
+    """The internal sources as ``/readyz`` reads them (``Knowledge.status()``)."""
+
+    def __init__(self, *servers: ServerState) -> None:
+        self.servers = servers
+
+    def status(self) -> tuple[ServerState, ...]:
+        return self.servers
+
+
+def test_readyz_shows_each_mcp_server_by_name_with_its_state() -> None:
+    from bots.server import knowledge_status
+
+    shown = knowledge_status(
+        Servers(
+            ServerState("wiki", "stdio", "search", "up", None),
+            ServerState("tickets", "http", None, "down", "tickets: cannot connect"),
+        )
+    )
+    assert shown == {
+        "wiki": {"state": "up", "transport": "stdio", "tool": "search"},
+        "tickets": {
+            "state": "down",
+            "transport": "http",
+            "tool": None,
+            "problem": "tickets: cannot connect",
+        },
+    }
+
+
+@needs_knowledge
+def test_serve_runs_without_a_server_that_is_down_and_readyz_shows_it(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    served = serve({**cli_env, **mcp_config(tmp_path)}, tmp_path)
+    try:
+        wait_until_up(served)
+        deadline = time.monotonic() + 30
+        while True:
+            ready = httpx.get(f"{served.url}/readyz")
+            servers = ready.json()["knowledge"]
+            if all(s["state"] != "starting" for s in servers.values()):
+                break
+            assert time.monotonic() < deadline, servers
+            time.sleep(0.1)
+        assert ready.status_code == 200 and ready.json()["status"] == "ready"  # not made unready
+        assert list(servers) == ["notes", "tickets", "broken"]
+        assert servers["notes"] == {"state": "up", "transport": "stdio", "tool": "search"}
+        assert servers["tickets"]["state"] == "down" and servers["tickets"]["problem"]
+        assert servers["broken"]["state"] == "down" and servers["broken"]["problem"]
+    finally:
+        code = terminate(served)
+    assert code == 0
+    log = served.stderr()
+    for name in ("tickets", "broken"):  # one line at start-up names each server that is down
+        assert len([line for line in log.splitlines() if name in line]) >= 1, log
+    assert NOTES_TOKEN not in log and TICKETS_TOKEN not in log
+
+
+@needs_knowledge
+def test_serve_refuses_a_malformed_mcp_config_in_one_line(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "mcp.json"
+    bad.write_text('{"servers": {}}', encoding="utf-8")  # not the mcpServers shape
+    served = serve({**cli_env, "FATHOM_MCP_CONFIG": str(bad)}, tmp_path)
+    assert served.proc.wait(timeout=30) == 2
+    errors = [line for line in served.stderr().splitlines() if line.strip()]
+    assert len(errors) == 1, errors

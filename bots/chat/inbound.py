@@ -17,6 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 
 from bots.chat.replies import STATUS_RECENT, Markup, Replies
 from bots.chat.settings import ChatPolicy
@@ -36,7 +37,7 @@ from core.grammar import (
     request_words,
 )
 from core.jobs import JobRunner
-from core.models import Attachment, ResearchRequest, RunStatus, ThreadKey
+from core.models import Attachment, ResearchRequest, RunStatus, SourceChoice, ThreadKey
 from core.runs import ChatRuns, RunRecord, UserBusy, utcnow
 from core.service import ResearchService, RunRejected
 from core.wording import Language, request_language
@@ -116,6 +117,22 @@ class Reply:
     left_out: tuple[tuple[str, str], ...] = ()
 
 
+class NamedSource(Protocol):
+    """An internal source as the chat layer sees it: its configured name only."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class InternalSources(Protocol):
+    """The process's internal sources (``core.knowledge.Knowledge``), as far as the chat
+    layer needs them: which of them a thread's channel may use (by configuration, whatever
+    their state). The layer only refuses ``sources=internal`` where none may be used; which
+    sources a run searches is decided again where it executes (``core.service``)."""
+
+    def allowed(self, thread_key: str) -> Sequence[NamedSource]: ...
+
+
 #: Posts a reply in the request's thread (the adapter's translation of "answer this").
 Answer = Callable[[str], Awaitable[None]]
 #: A request's text parsed once: its command, or why it is not one.
@@ -133,6 +150,7 @@ class ChatCommands:
         runner: JobRunner,
         markup: Markup,
         digests: DigestService | None = None,
+        knowledge: InternalSources | None = None,
     ) -> None:
         self._policy = policy
         self._service = service
@@ -140,6 +158,7 @@ class ChatCommands:
         self._runner = runner
         self._markup = markup
         self._digests = digests
+        self._knowledge = knowledge
 
     def replies(self, language: Language) -> Replies:
         return Replies(self._markup, language)
@@ -326,15 +345,26 @@ class ChatCommands:
                 channel=where,
             )
             return replies.unscheduled(removed)
+        if not self._may_search(command.sources, where):
+            return replies.no_internal_source()
         digest = await digests.add(
             command, thread=where, created_by=message.requested_by, platform_context=message.context
         )
         (view,) = await digests.views([digest], replies.language)
         return replies.scheduled(view)
 
+    def _may_search(self, sources: SourceChoice, thread: ThreadKey) -> bool:
+        """False for ``sources=internal`` where the thread's channel may use no internal
+        source (nothing is created then; ``web`` and ``all`` always run)."""
+        if sources is not SourceChoice.INTERNAL:
+            return True
+        return self._knowledge is not None and bool(self._knowledge.allowed(str(thread)))
+
     async def _research(
         self, message: ChatMessage, command: ResearchCommand, replies: Replies
     ) -> Reply:
+        if not self._may_search(command.sources, message.thread_key):
+            return Reply(replies.no_internal_source())  # before any file is taken
         by = message.requested_by
         attachments = await self._attachments(message)
         screened = self._screen(attachments)
@@ -347,6 +377,7 @@ class ChatCommands:
             dedupe_key=message.dedupe_key,
             platform_context=message.context,
             attachments=screened.accepted,
+            sources=command.sources,
         )
         try:
             # One transaction: the per-user limit, the dedupe key, the thread's one active

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-    from bots.chat.inbound import ChatCommands
+    from bots.chat.inbound import ChatCommands, InternalSources
     from bots.chat.replies import Markup
     from core.delivery import DeliveryFactory
     from core.digests import DigestService
@@ -68,12 +68,22 @@ class PlatformServices:
     database: Database
     policy: ChatPolicy
     limits: RouteLimits
+    #: The internal sources (MCP servers, ``FATHOM_MCP_CONFIG``); None: the web only.
+    knowledge: InternalSources | None = None
 
     def commands(self, runner: JobRunner, markup: Markup) -> ChatCommands:
         """The shared chat layer, answering in ``markup``, submitting to ``runner``."""
         from bots.chat.inbound import ChatCommands
 
-        return ChatCommands(self.policy, self.service, self.store, runner, markup, self.digests)
+        return ChatCommands(
+            self.policy,
+            self.service,
+            self.store,
+            runner,
+            markup,
+            self.digests,
+            knowledge=self.knowledge,
+        )
 
 
 class Ingress(Protocol):

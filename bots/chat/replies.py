@@ -80,6 +80,12 @@ class MarkdownMarkup:
         return self._where(thread, language)
 
 
+def _sources_option(digest: DigestRecord) -> str:
+    """``sources=web`` / ``sources=internal`` for a schedule that does not search both
+    (the default, ``all``, is not shown)."""
+    return "" if digest.sources == "all" else f"sources={digest.sources}"
+
+
 def _short(topic: str, limit: int = 80) -> str:
     return topic if len(topic) <= limit else topic[: limit - 1] + "…"
 
@@ -182,6 +188,15 @@ class Replies:
     def already_finished(self) -> str:
         return self._pick("That research has already finished.", "那个研究已经结束了。")
 
+    def no_internal_source(self) -> str:
+        """``sources=internal`` where the channel may use no internal source (nothing starts)."""
+        return self._icon("warning") + self._pick(
+            "No internal source is available in this channel, so `sources=internal` cannot "
+            "run here; use `sources=web` or `sources=all`.",
+            "这个频道没有可用的内部来源，无法使用 `sources=internal`；"
+            "请改用 `sources=web` 或 `sources=all`。",
+        )
+
     def unsupported_message(self) -> str:
         """A message the bot cannot read (an image, a file, a sticker)."""
         return self._pick(
@@ -255,12 +270,15 @@ class Replies:
     def scheduled(self, view: DigestView) -> str:
         digest, bold = view.digest, self.markup.bold
         topic = self.markup.escape(_short(digest.topic))
+        sources = _sources_option(digest)
+        extra = f", `{sources}`" if sources else ""
+        extra_zh = f"，`{sources}`" if sources else ""
         return self._icon("mag") + self._pick(
-            f"Scheduled {bold}{topic}{bold} (id `{digest.id}`, depth {digest.depth}): "
+            f"Scheduled {bold}{topic}{bold} (id `{digest.id}`, depth {digest.depth}{extra}): "
             f"{view.words} ({digest.timezone}). Next run: {self._when(view)}. "
             f"Remove it with `/research unschedule {digest.id}`.",
-            f"已创建定时摘要 {bold}{topic}{bold}（id `{digest.id}`，深度 {digest.depth}）："
-            f"{view.words}（{digest.timezone}）。下次运行：{self._when(view)}。"
+            f"已创建定时摘要 {bold}{topic}{bold}（id `{digest.id}`，深度 {digest.depth}"
+            f"{extra_zh}）：{view.words}（{digest.timezone}）。下次运行：{self._when(view)}。"
             f"用 `/research unschedule {digest.id}` 删除。",
         )
 
@@ -278,10 +296,13 @@ class Replies:
             digest = view.digest
             topic = self.markup.escape(_short(digest.topic))
             state = "" if digest.enabled else self._pick(" (disabled)", "（已停用）")
+            sources = _sources_option(digest)
             lines.append(
                 f"• `{digest.id}` “{topic}”: {view.words} ({digest.timezone}), "
                 + self._pick("next", "下次")
-                + f" {self._when(view)}{state}"
+                + f" {self._when(view)}"
+                + (f", `{sources}`" if sources else "")
+                + state
             )
         return "\n".join(lines)
 
