@@ -50,7 +50,7 @@ def check_settings(settings: AppSettings) -> None:
     core.require_llm()
     core.require_search()
     if core.mcp_config:  # a malformed file stops serve here; a bad server only is down
-        from core.knowledge import load_knowledge_config  # type: ignore[attr-defined,unused-ignore]
+        from core.knowledge import load_knowledge_config
 
         load_knowledge_config(core.mcp_config)
     settings.check_platforms()

@@ -38,7 +38,7 @@ from storage import Database, DigestStore, StorageUnavailable, Store
 from storage.db import connection_problem, masked_url
 
 if TYPE_CHECKING:
-    from core.knowledge import Knowledge  # type: ignore[attr-defined,unused-ignore]
+    from core.knowledge import Knowledge
     from core.metrics import Metrics
 
 
@@ -169,7 +169,7 @@ def knowledge_from_settings(settings: Settings, metrics: Metrics | None = None) 
     object; a single bad server is not an error: it is down, with its problem."""
     if not settings.mcp_config:
         return None
-    from core.knowledge import Knowledge  # type: ignore[attr-defined,unused-ignore]
+    from core.knowledge import Knowledge
 
     knowledge: Knowledge | None = Knowledge.from_settings(settings, metrics)
     return knowledge
@@ -302,6 +302,7 @@ async def _runtime(
                 metrics=metrics,
                 files=files,
                 timezone=settings.timezone,
+                knowledge=knowledge,
             )
             digests = digest_service(settings, storage)
             yield Runtime(
