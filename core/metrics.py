@@ -64,6 +64,13 @@ class Metrics:
             ["provider", "outcome"],
             registry=registry,
         )
+        self.mcp_calls = Counter(
+            "fathom_mcp_calls",
+            "Calls to the MCP servers of team knowledge by server and outcome (ok, error, "
+            "timeout).",
+            ["server", "outcome"],
+            registry=registry,
+        )
         self.pages = Counter(
             "fathom_pages",
             "Result pages by outcome (read, skipped).",
@@ -115,6 +122,10 @@ class Metrics:
             self.llm_tokens.labels(model, "prompt").inc(prompt_tokens)
         if completion_tokens:
             self.llm_tokens.labels(model, "completion").inc(completion_tokens)
+
+    def mcp_call(self, server: str, outcome: str) -> None:
+        """Count one search of an MCP server (``outcome``: ok, error or timeout)."""
+        self.mcp_calls.labels(server, outcome).inc()
 
     def run_finished(
         self,

@@ -1,0 +1,276 @@
+"""What an MCP tool's answer becomes: internal search results (``SearchResult.server`` set).
+
+Everything a server returns is untrusted, like a web page: titles and snippets enter through
+:func:`core.search.base.result_text` (inert data), the document's text through the page
+passages (:func:`core.pages.extract.split_passages`, BM25 :func:`~core.pages.extract.select`
+against the query within the page budget, neutralised exactly like a page's), and every size
+is capped before any work is done on it (a server answering 50 MB costs no more than 200 kB a
+result).
+
+An answer is read as, in this order:
+
+1. structured content: the list under ``results``, the one array property the tool's output
+   schema declares, or the content itself when it is a list; each item an object with
+   ``title``, ``url`` or ``uri``, ``text``, ``snippet`` or ``content``, and optionally
+   ``date``, ``published`` or ``updated``. Its text blocks then are its unstructured
+   rendering and are not read again;
+2. otherwise text blocks that parse as such JSON;
+3. resource links (``uri``, ``name``/``title``, ``description``) and embedded text resources,
+   each a result of its own;
+4. the other text blocks, joined as one result titled after the server.
+
+At most ``limit`` results; two with the same link are one. This module works on the SDK's
+objects by their attributes and never imports the SDK (importing it costs most of a second).
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core.dates import parse_published
+from core.models import SearchResult
+from core.pages.extract import select, split_passages
+from core.search.base import MAX_SNIPPET_CHARS, result_text
+
+#: At most this much of one document's text is split into passages (what a page keeps).
+MAX_TEXT_CHARS = 200_000
+#: At most this much of a title is read.
+MAX_TITLE_CHARS = 500
+#: At most this much of a link is kept (a longer one is no link: it is dropped).
+MAX_URL_CHARS = 2048
+#: At most this many content blocks and structured items are looked at.
+MAX_ITEMS = 200
+#: A text block larger than this is not parsed as JSON (it is read as text).
+MAX_JSON_CHARS = 5_000_000
+#: How much of an error the server gave is repeated in a SearchError.
+MAX_REASON_CHARS = 200
+
+_TEXT_KEYS = ("text", "snippet", "content")
+_URL_KEYS = ("url", "uri")
+_DATE_KEYS = ("date", "published", "updated")
+_TITLE_KEYS = ("title", "name")
+
+
+@dataclass(frozen=True)
+class _Document:
+    title: object
+    url: object
+    text: str
+    date: object = None
+
+
+def tool_results(
+    result: Any,
+    *,
+    server: str,
+    query: str,
+    limit: int,
+    budget_tokens: int,
+    output_schema: Mapping[str, Any] | None = None,
+) -> list[SearchResult]:
+    """The search results in an SDK ``CallToolResult`` (see the module); ``server`` is the
+    configured name every result carries."""
+    content = list(getattr(result, "content", None) or [])[:MAX_ITEMS]
+    texts = [block for block in content if getattr(block, "type", None) == "text"]
+    items = _structured_items(getattr(result, "structured_content", None), output_schema)
+    plain: list[str] = []
+    if items is None:
+        for block in texts:
+            text = getattr(block, "text", None)
+            if not isinstance(text, str):
+                continue
+            parsed = _json_items(text)
+            if parsed is None:
+                plain.append(text)
+            else:
+                items = (items or []) + parsed
+    documents = [d for d in map(_item_document, (items or [])[:MAX_ITEMS]) if d is not None]
+    documents.extend(_resource_documents(content))
+    if plain:
+        documents.append(_Document(server, "", _joined(plain)))
+    out: list[SearchResult] = []
+    seen: set[str] = set()
+    for document in documents:
+        made = _result(document, server=server, query=query, budget_tokens=budget_tokens)
+        if made is None or (made.url and made.url in seen):
+            continue
+        if made.url:
+            seen.add(made.url)
+        out.append(made)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def error_reason(result: Any) -> str:
+    """What a tool error (``isError``) says, short and inert ('' when it says nothing)."""
+    texts = [
+        block.text
+        for block in list(getattr(result, "content", None) or [])[:MAX_ITEMS]
+        if getattr(block, "type", None) == "text" and isinstance(getattr(block, "text", None), str)
+    ]
+    return short_text(" ".join(text[: MAX_REASON_CHARS * 4] for text in texts))
+
+
+def short_text(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """Untrusted text for a log line or an error: inert, on one line, at most ``limit``."""
+    return _truncate(result_text(text[: limit * 4]), limit)
+
+
+def _structured_items(
+    structured: object, output_schema: Mapping[str, Any] | None
+) -> list[Any] | None:
+    """The items of structured content, None when it holds no list of results."""
+    if isinstance(structured, list):
+        return structured
+    if not isinstance(structured, dict):
+        return None
+    found = structured.get("results")
+    if isinstance(found, list):
+        return found
+    key = _array_property(output_schema)
+    if key is not None and isinstance(structured.get(key), list):
+        return list(structured[key])
+    return None
+
+
+def _array_property(schema: Mapping[str, Any] | None) -> str | None:
+    """The one property of an output schema whose type is an array (None: none, or more)."""
+    if not isinstance(schema, Mapping):
+        return None
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return None
+    arrays = [
+        name
+        for name, spec in properties.items()
+        if isinstance(spec, Mapping) and _is_array(spec.get("type"))
+    ]
+    return arrays[0] if len(arrays) == 1 else None
+
+
+def _is_array(kind: object) -> bool:
+    return kind == "array" or (isinstance(kind, list) and "array" in kind)
+
+
+def _json_items(text: str) -> list[Any] | None:
+    """The items of a text block that is a JSON answer (an object with ``results``, or a list
+    of objects); None for any other text."""
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "[{" or len(stripped) > MAX_JSON_CHARS:
+        return None
+    try:
+        parsed = json.loads(stripped)
+    except ValueError:
+        return None
+    if isinstance(parsed, dict):
+        found = parsed.get("results")
+        return found if isinstance(found, list) else None
+    if isinstance(parsed, list) and parsed and all(isinstance(item, dict) for item in parsed):
+        return parsed
+    return None
+
+
+def _item_document(item: object) -> _Document | None:
+    if not isinstance(item, dict):
+        return None
+    text = _first_string(item, _TEXT_KEYS)
+    title = _first_string(item, _TITLE_KEYS)
+    url = _first_string(item, _URL_KEYS)
+    if not (text or title or url):
+        return None
+    return _Document(title, url, text, _first(item, _DATE_KEYS))
+
+
+def _resource_documents(content: Sequence[Any]) -> Iterator[_Document]:
+    for block in content:
+        kind = getattr(block, "type", None)
+        if kind == "resource_link":
+            title = getattr(block, "title", None) or getattr(block, "name", None)
+            description = getattr(block, "description", None)
+            yield _Document(
+                title,
+                getattr(block, "uri", None),
+                description if isinstance(description, str) else "",
+            )
+        elif kind == "resource":
+            resource = getattr(block, "resource", None)
+            text = getattr(resource, "text", None)
+            if not isinstance(text, str):
+                continue  # (a blob: nothing to read)
+            uri = getattr(resource, "uri", None)
+            meta = getattr(resource, "meta", None)
+            title = meta.get("title") if isinstance(meta, dict) else None
+            yield _Document(title or _uri_name(uri), uri, text)
+
+
+def _result(
+    document: _Document, *, server: str, query: str, budget_tokens: int
+) -> SearchResult | None:
+    text = unicodedata.normalize("NFC", document.text[:MAX_TEXT_CHARS]).replace("\x00", "")
+    title = document.title if isinstance(document.title, str) else ""
+    url = _link(document.url)
+    passages = [p.text for p in select(split_passages(text), query, budget_tokens)]
+    snippet = _truncate(result_text(text[: MAX_SNIPPET_CHARS * 4]))
+    if not (snippet or url or title):
+        return None
+    return SearchResult(
+        title=result_text(title[:MAX_TITLE_CHARS]) or server,
+        url=url,
+        snippet=snippet,
+        published=parse_published(document.date),
+        server=server,
+        passages=passages,
+    )
+
+
+def _link(value: object) -> str:
+    """A document's link or URI as the server gave it (any scheme), or '' when it is none:
+    not a string, too long, or holding spaces or control characters."""
+    if not isinstance(value, str):
+        return ""
+    link = value.strip()
+    if len(link) > MAX_URL_CHARS or any(c.isspace() or not c.isprintable() for c in link):
+        return ""
+    return link
+
+
+def _uri_name(uri: object) -> str:
+    if not isinstance(uri, str):
+        return ""
+    return uri.rstrip("/").rsplit("/", 1)[-1][:MAX_TITLE_CHARS]
+
+
+def _first_string(item: Mapping[str, Any], keys: Sequence[str]) -> str:
+    for key in keys:
+        value = item.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return ""
+
+
+def _first(item: Mapping[str, Any], keys: Sequence[str]) -> object:
+    for key in keys:
+        if item.get(key) is not None:
+            return item[key]
+    return None
+
+
+def _joined(texts: Sequence[str]) -> str:
+    joined: list[str] = []
+    size = 0
+    for text in texts:
+        if size >= MAX_TEXT_CHARS:
+            break
+        piece = text[: MAX_TEXT_CHARS - size]
+        joined.append(piece)
+        size += len(piece) + 2
+    return "\n\n".join(joined)
+
+
+def _truncate(text: str, limit: int = MAX_SNIPPET_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
