@@ -725,7 +725,7 @@ def sources_list(
         return
     if not sys.stdout.isatty():  # scripts and pipes: one tab-separated line per source
         for r in found:
-            fields = (r.name, r.kind, r.transport, r.tool or "-", r.channels_text, r.state)
+            fields = (r.name, r.kind, r.transport or "-", r.tool or "-", r.channels_text, r.state)
             sys.stdout.write("\t".join((*fields, r.detail)).rstrip("\t") + "\n")
         return
     from rich.console import Console
@@ -734,7 +734,7 @@ def sources_list(
     table = Table("source", "kind", "transport", "tool", "channels", "state", "detail")
     for r in found:
         table.add_row(
-            r.name, r.kind, r.transport, r.tool or "-", r.channels_text, r.state, r.detail
+            r.name, r.kind, r.transport or "-", r.tool or "-", r.channels_text, r.state, r.detail
         )
     Console().print(table)
     if not settings.mcp_config:

@@ -35,7 +35,7 @@ class ServerView(Protocol):
     @property
     def name(self) -> str: ...
     @property
-    def transport(self) -> str: ...
+    def transport(self) -> str | None: ...
     @property
     def tool(self) -> str | None: ...
     @property
@@ -68,7 +68,7 @@ class SourceRow:
 
     name: str
     kind: Kind
-    transport: str
+    transport: str | None
     tool: str | None
     #: Thread-key prefixes that may use it (a server without any: the console only); None:
     #: every channel (the web).
