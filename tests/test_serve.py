@@ -487,7 +487,7 @@ def test_serve_refuses_a_malformed_mcp_config_in_one_line(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     bad = tmp_path / "mcp.json"
-    bad.write_text('{"servers": {}}', encoding="utf-8")  # not the mcpServers shape
+    bad.write_text('{"mcpServers": ["wiki"]}', encoding="utf-8")  # a list, not an object
     served = serve({**cli_env, "FATHOM_MCP_CONFIG": str(bad)}, tmp_path)
     assert served.proc.wait(timeout=30) == 2
     errors = [line for line in served.stderr().splitlines() if line.strip()]
