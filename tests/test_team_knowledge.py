@@ -1,0 +1,233 @@
+"""Team knowledge end to end: the real runtime (``core.runtime.open_runtime``: storage, the
+LLM and search clients, ``core.knowledge.Knowledge``) against the LLM and search fakes and a
+real MCP server written with the SDK (tests/fakes/notes_mcp.py, a stdio subprocess that
+records every call it gets), and Slack through the served app.
+
+What a channel may use is decided from the run's own thread key where the run executes: a run
+in a channel the server is not configured for never calls it, and nothing from it is stored in
+that thread.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.config import load_settings
+from core.grammar import ScheduleCommand
+from core.models import ResearchRequest, SourceChoice, Strategy, ThreadKey
+from core.runtime import Runtime, open_runtime
+from tests.env import is_fathom_setting
+from tests.fakes import FakeLLMServer, FakeSearchServer
+
+NOTES_SERVER = Path(__file__).parent / "fakes" / "notes_mcp.py"
+ALLOWED = "slack:T0001:C0001"
+OTHER = "slack:T0001:C0002"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if is_fathom_setting(name):
+            monkeypatch.delenv(name)
+
+
+def write_config(path: Path, calls: Path, channels: list[str]) -> Path:
+    """A FATHOM_MCP_CONFIG with the notes server, usable by ``channels``."""
+    config = {
+        "mcpServers": {
+            "notes": {
+                "command": sys.executable,
+                "args": [str(NOTES_SERVER)],
+                "env": {"NOTES_CALLS": str(calls)},
+                "fathom": {"channels": channels},
+            }
+        }
+    }
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+def calls_of(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+OpenTeam = Callable[..., Any]
+
+
+@pytest.fixture
+def open_team(
+    tmp_path: Path, llm_server: FakeLLMServer, search_server: FakeSearchServer
+) -> OpenTeam:
+    """``async with open_team(channels) as runtime``: the runtime with the notes server
+    configured for ``channels``, on one SQLite file for the whole test."""
+    database = f"sqlite+aiosqlite:///{tmp_path / 'team.db'}"
+
+    @asynccontextmanager
+    async def open_it(channels: list[str]) -> AsyncIterator[Runtime]:
+        config = write_config(tmp_path / "mcp.json", tmp_path / "calls.jsonl", channels)
+        settings = load_settings(
+            _env_file=None,
+            DATABASE_URL=database,
+            OPENAI_API_KEY="fake-key",
+            OPENAI_BASE_URL=llm_server.base_url,
+            FATHOM_SEARCH="searxng",
+            SEARXNG_URL=search_server.url,
+            FATHOM_SEARCH_CACHE_TTL="0",
+            FATHOM_READ_PAGES="0",
+            FATHOM_LLM_MAX_RETRIES="1",
+            FATHOM_MCP_CONFIG=str(config),
+        )
+        async with open_runtime(settings) as runtime:
+            yield runtime
+
+    return open_it
+
+
+async def research(
+    runtime: Runtime,
+    thread: str,
+    topic: str = "pump failures",
+    *,
+    depth: int = 1,
+    sources: SourceChoice = SourceChoice.ALL,
+) -> Any:
+    key = ThreadKey.parse(thread)
+    request = ResearchRequest(
+        topic=topic, depth=depth, thread=key, requested_by="U1", sources=sources
+    )
+    run, created = await runtime.service.submit(request)
+    assert created
+    return await runtime.service.execute(run.id)
+
+
+async def stored_results(runtime: Runtime, thread: str) -> list[dict[str, Any]]:
+    record = await runtime.store.get_thread(thread)
+    assert record is not None
+    variables = await runtime.store.load_variables(record.id)
+    assert variables is not None
+    return [r for f in variables["findings"] for r in f["results"]]
+
+
+async def test_a_run_in_an_allowed_channel_cites_the_internal_document(
+    open_team: OpenTeam, llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    async with open_team([ALLOWED]) as runtime:
+        outcome = await research(runtime, f"{ALLOWED}:1700.1", sources=SourceChoice.INTERNAL)
+    assert outcome.status.value == "succeeded", outcome.error
+    [query] = [c["query"] for c in calls_of(tmp_path / "calls.jsonl")]
+    assert query.startswith("pump failures")
+    cited = [(s.title, s.kind, s.server) for s in outcome.sources]
+    assert (f"Runbook: {query} (notes)", "internal", "notes") in cited
+    report = outcome.report_markdown or ""
+    # The server returned this link, so the report may link it; the other URI is no link.
+    assert f"[Runbook: {query} (notes)](https://wiki.example.internal/runbook)" in report
+    assert "notes://" not in report
+    assert outcome.usage.searches == 0 and outcome.usage.internal_searches == 1
+    writer = json.dumps(llm_server.fake.requests_for("writer")[-1].body)
+    assert "internal source notes" in writer and "restart the pump" in writer
+
+
+async def test_the_web_and_the_server_are_searched_together_and_both_are_sources(
+    open_team: OpenTeam, tmp_path: Path
+) -> None:
+    async with open_team([ALLOWED]) as runtime:
+        outcome = await research(runtime, f"{ALLOWED}:1700.2", depth=2)
+        stored = await stored_results(runtime, f"{ALLOWED}:1700.2")
+    assert outcome.status.value == "succeeded", outcome.error
+    assert len(calls_of(tmp_path / "calls.jsonl")) == 2  # once per round
+    assert {r["server"] for r in stored} == {None, "notes"}
+    assert outcome.usage.searches == 2 and outcome.usage.internal_searches == 2
+
+
+async def test_a_channel_that_is_not_allowed_never_calls_the_server(
+    open_team: OpenTeam, tmp_path: Path
+) -> None:
+    async with open_team([ALLOWED]) as runtime:
+        outcome = await research(runtime, f"{OTHER}:1700.3", depth=2)
+        stored = await stored_results(runtime, f"{OTHER}:1700.3")
+        refused = await research(runtime, f"{OTHER}:1700.4", sources=SourceChoice.INTERNAL)
+        workspace = await research(runtime, "slack:T0002:C0001:1700.5")
+    assert outcome.status.value == "succeeded" and workspace.status.value == "succeeded"
+    assert calls_of(tmp_path / "calls.jsonl") == []
+    assert stored and all(r["server"] is None for r in stored)
+    assert all(s.kind == "web" for s in outcome.sources)
+    assert refused.status.value == "failed"
+    assert "No internal source may be used in this channel" in (refused.error or "")
+
+
+async def test_a_follow_up_in_the_allowed_thread_uses_the_server_again(
+    open_team: OpenTeam, tmp_path: Path
+) -> None:
+    thread = f"{ALLOWED}:1700.6"
+    async with open_team([ALLOWED]) as runtime:
+        await research(runtime, thread, "pump failures")
+        follow = await research(runtime, thread, "valve placement", sources=SourceChoice.INTERNAL)
+    assert follow.status.value == "succeeded", follow.error
+    queries = [c["query"] for c in calls_of(tmp_path / "calls.jsonl")]
+    assert len(queries) == 2 and queries[1].startswith("valve placement")
+
+
+async def test_a_server_taken_from_a_channel_takes_its_stored_findings_with_it(
+    open_team: OpenTeam, tmp_path: Path
+) -> None:
+    thread = f"{ALLOWED}:1700.7"
+    async with open_team([ALLOWED]) as runtime:
+        await research(runtime, thread)
+        assert any(r["server"] == "notes" for r in await stored_results(runtime, thread))
+    async with open_team(["feishu"]) as runtime:  # the operator moved the server elsewhere
+        follow = await research(runtime, thread, "valve placement")
+        stored = await stored_results(runtime, thread)
+    assert follow.status.value == "succeeded", follow.error
+    assert all(r["server"] is None for r in stored)
+    assert all(s.kind == "web" for s in follow.sources)
+    assert any("internal sources this channel may no longer use" in n for n in follow.notes)
+    assert len(calls_of(tmp_path / "calls.jsonl")) == 1  # only the first run's
+
+
+async def test_a_digest_in_an_allowed_channel_uses_the_server(
+    open_team: OpenTeam, tmp_path: Path
+) -> None:
+    command = ScheduleCommand(
+        topic="pump failures",
+        cron="0 9 * * 1",
+        timezone="UTC",
+        depth=1,
+        strategy=Strategy.ITERATIVE,
+        sources=SourceChoice.INTERNAL,
+    )
+    async with open_team([ALLOWED]) as runtime:
+        digest = await runtime.digests.add(
+            command, thread=ThreadKey.parse(f"{ALLOWED}:1700.8"), created_by="U1"
+        )
+        assert digest.sources == "internal"
+        run, created = await runtime.digests.fire(digest, datetime(2026, 12, 7, 9, tzinfo=UTC))
+        assert run is not None and created
+        outcome = await runtime.service.execute(run.id)
+    assert outcome.status.value == "succeeded", outcome.error
+    [query] = [c["query"] for c in calls_of(tmp_path / "calls.jsonl")]
+    assert query.startswith("pump failures")
+    assert any(s.server == "notes" for s in outcome.sources)
+
+
+async def test_the_server_sees_none_of_fathoms_secrets(
+    open_team: OpenTeam, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    async with open_team([ALLOWED]) as runtime:
+        await research(runtime, f"{ALLOWED}:1700.9", sources=SourceChoice.INTERNAL)
+    [call] = calls_of(tmp_path / "calls.jsonl")
+    assert "NOTES_CALLS" in call["env"]  # its configured env
+    assert not {"SLACK_BOT_TOKEN", "OPENAI_API_KEY", "DATABASE_URL"} & set(call["env"])
