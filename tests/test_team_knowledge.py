@@ -231,3 +231,54 @@ async def test_the_server_sees_none_of_fathoms_secrets(
     [call] = calls_of(tmp_path / "calls.jsonl")
     assert "NOTES_CALLS" in call["env"]  # its configured env
     assert not {"SLACK_BOT_TOKEN", "OPENAI_API_KEY", "DATABASE_URL"} & set(call["env"])
+
+
+# -- Slack, through the served app ----------------------------------------------------------
+
+SLACK_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+
+
+async def test_slack_cites_the_server_in_its_channel_and_refuses_internal_elsewhere(
+    serve_fathom: Any, tmp_path: Path
+) -> None:
+    from tests.fakes.slack import FakeSlackServer, sign, slash_command_body
+
+    calls = tmp_path / "calls.jsonl"
+    config = write_config(tmp_path / "mcp.json", calls, ["slack:T0001:C0001"])
+    with FakeSlackServer() as slack:
+        served = await serve_fathom(
+            SLACK_BOT_TOKEN="xoxb-fathom-test-token",
+            SLACK_SIGNING_SECRET=SLACK_SECRET,
+            SLACK_API_URL=slack.api_url,
+            FATHOM_SLACK_EDIT_INTERVAL="0.05",
+            FATHOM_MCP_CONFIG=str(config),
+        )
+        ready = await served.readyz()
+        assert "notes" in ready["knowledge"]
+
+        async def command(text: str, channel: str, trigger: str) -> Any:
+            body = slash_command_body(text, channel_id=channel, trigger_id=trigger)
+            headers = {
+                **sign(body, SLACK_SECRET),
+                "Content-Type": "application/x-www-form-urlencoded",
+            }
+            return await served.http.post(
+                f"{served.url}/slack/events", content=body, headers=headers
+            )
+
+        refused = await command("pump failures depth=1 sources=internal", "C0002", "t-other")
+        assert refused.status_code == 200
+        assert "No internal source is available in this channel" in refused.json()["text"]
+        assert await served.runs("slack:T0001:U123") == []
+
+        await command("pump failures depth=1 sources=all", "C0002", "t-web")
+        await command("pump failures depth=1 sources=internal", "C0001", "t-team")
+        runs = await served.delivered("slack:T0001:U123", count=2)
+        assert {r.status for r in runs} == {"succeeded"}
+        by_channel = {r.thread_key.split(":")[2]: r for r in runs}
+        report = by_channel["C0001"].report_markdown or ""
+        assert "(notes)](https://wiki.example.internal/runbook)" in report
+        assert "(notes)" not in (by_channel["C0002"].report_markdown or "")
+        posted = json.dumps(slack.fake.history)
+        assert "wiki.example.internal/runbook" in posted  # the report reached the thread
+        assert len(calls_of(calls)) == 1  # the C0002 run never called it
