@@ -470,7 +470,14 @@ def _run_json(run: Any, sources: Sequence[Any] = ()) -> dict[str, Any]:
             "posted_at": run.report_posted_at.isoformat() if run.report_posted_at else None,
         },
         "sources": [
-            {"n": s.n, "title": s.title, "url": s.url, "published": s.published, "kind": s.kind}
+            {
+                "n": s.n,
+                "title": s.title,
+                "url": s.url,
+                "published": s.published,
+                "kind": s.kind,
+                "server": s.server,
+            }
             for s in sources
         ],
     }
