@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -572,3 +573,21 @@ def test_a_progress_status_of_several_lines_keeps_its_lines() -> None:
     assert text.endswith(
         "1/2th search executed.  \n✓ heat pumps cost  \n✗ heat pumps noise (its search failed)"
     )
+
+
+async def test_a_dingtalk_research_never_calls_a_server_scoped_to_another_platform(
+    dingtalk: DingTalkFactory, tmp_path: Path
+) -> None:
+    from tests.test_team_knowledge import calls_of, write_config
+
+    calls = tmp_path / "calls.jsonl"
+    config = write_config(tmp_path / "mcp.json", calls, ["feishu"])
+    bot = await dingtalk(FATHOM_MCP_CONFIG=str(config))
+    await bot.send(bot.message("/research pump failures depth=1", msg_id="msg_kb"))
+    (run,) = await bot.delivered()
+    assert run.status == "succeeded", run.error
+    assert "(notes)" not in (run.report_markdown or "") and calls_of(calls) == []
+    await bot.send(bot.message("/research pump failures sources=internal", msg_id="msg_kb2"))
+    refused = await wait_for(lambda: [s for s in bot.fake.sent if "sources=internal" in s.text])
+    assert "No internal source is available in this channel" in refused[0].text
+    assert len(await bot.served.runs(USER)) == 1

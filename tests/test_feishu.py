@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -777,3 +778,21 @@ async def test_a_post_with_the_bot_and_a_file_is_read_and_one_too_large_is_noted
     assert [name for _, name, _, _ in _attached(run)] == ["small.txt", "big.txt"]
     assert run.attachments_read == 1
     assert any("big.txt" in note and "not read" in note for note in run.notes)
+
+
+async def test_a_feishu_research_cites_the_team_server_its_platform_may_use(
+    feishu: FeishuFactory, tmp_path: Path
+) -> None:
+    from tests.test_team_knowledge import calls_of, write_config
+
+    calls = tmp_path / "calls.jsonl"
+    config = write_config(tmp_path / "mcp.json", calls, ["feishu"])
+    bot = await feishu(FATHOM_MCP_CONFIG=str(config))
+    event = message_event(
+        "/research pump failures depth=1 sources=internal", token=TOKEN, message_id="om_kb"
+    )
+    assert (await bot.send(event)).status_code == 200
+    (run,) = await bot.delivered()
+    assert run.status == "succeeded", run.error
+    assert "(notes)](https://wiki.example.internal/runbook)" in (run.report_markdown or "")
+    assert len(calls_of(calls)) == 1
