@@ -41,14 +41,15 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def write_config(path: Path, calls: Path, channels: list[str]) -> Path:
-    """A FATHOM_MCP_CONFIG with the notes server, usable by ``channels``."""
+def write_config(path: Path, calls: Path, channels: list[str], mode: str = "") -> Path:
+    """A FATHOM_MCP_CONFIG with the notes server, usable by ``channels`` (``mode``: how it
+    misbehaves, see tests/fakes/notes_mcp.py)."""
     config = {
         "mcpServers": {
             "notes": {
                 "command": sys.executable,
                 "args": [str(NOTES_SERVER)],
-                "env": {"NOTES_CALLS": str(calls)},
+                "env": {"NOTES_CALLS": str(calls), "NOTES_MODE": mode},
                 "fathom": {"channels": channels},
             }
         }
@@ -75,8 +76,10 @@ def open_team(
     database = f"sqlite+aiosqlite:///{tmp_path / 'team.db'}"
 
     @asynccontextmanager
-    async def open_it(channels: list[str]) -> AsyncIterator[Runtime]:
-        config = write_config(tmp_path / "mcp.json", tmp_path / "calls.jsonl", channels)
+    async def open_it(
+        channels: list[str], mode: str = "", mcp_timeout: str = "20"
+    ) -> AsyncIterator[Runtime]:
+        config = write_config(tmp_path / "mcp.json", tmp_path / "calls.jsonl", channels, mode)
         settings = load_settings(
             _env_file=None,
             DATABASE_URL=database,
@@ -88,6 +91,7 @@ def open_team(
             FATHOM_READ_PAGES="0",
             FATHOM_LLM_MAX_RETRIES="1",
             FATHOM_MCP_CONFIG=str(config),
+            FATHOM_MCP_TIMEOUT=mcp_timeout,
         )
         async with open_runtime(settings) as runtime:
             yield runtime
@@ -231,6 +235,62 @@ async def test_the_server_sees_none_of_fathoms_secrets(
     [call] = calls_of(tmp_path / "calls.jsonl")
     assert "NOTES_CALLS" in call["env"]  # its configured env
     assert not {"SLACK_BOT_TOKEN", "OPENAI_API_KEY", "DATABASE_URL"} & set(call["env"])
+
+
+# -- servers that misbehave: the report is clean either way ----------------------------------
+
+
+def clean(outcome: Any) -> str:
+    assert outcome.status.value == "succeeded", outcome.error
+    report = str(outcome.report_markdown)
+    for bad in ("<!channel>", "<!here>", "<@U999>", "evil.example", "notes://"):
+        assert bad not in report, bad
+    return report
+
+
+async def test_a_server_that_hangs_costs_its_timeout_and_is_given_up(
+    open_team: OpenTeam, tmp_path: Path
+) -> None:
+    async with open_team([ALLOWED], mode="hang", mcp_timeout="0.5") as runtime:
+        outcome = await research(runtime, f"{ALLOWED}:1800.1", depth=3)
+    report = clean(outcome)
+    assert len(calls_of(tmp_path / "calls.jsonl")) == 2  # then left out for the run
+    assert 'The internal source "notes" failed for' in report
+    assert "was not asked again in this research" in report
+    assert all(s.kind == "web" for s in outcome.sources)
+
+
+async def test_a_server_that_crashes_mid_run_is_restarted_for_the_next_run(
+    open_team: OpenTeam, tmp_path: Path
+) -> None:
+    async with open_team([ALLOWED], mode="crash") as runtime:
+        (source,) = runtime.knowledge.sources if runtime.knowledge else []
+        source.initial_backoff = 0.0  # (1 s in production) the next call may reconnect
+        first = await research(runtime, f"{ALLOWED}:1800.2")
+        second = await research(runtime, f"{ALLOWED}:1800.3", sources=SourceChoice.INTERNAL)
+    assert 'The internal source "notes" failed for' in clean(first)
+    assert any(s.server == "notes" for s in second.sources)
+    assert "notes" in clean(second) and len(calls_of(tmp_path / "calls.jsonl")) == 2
+
+
+async def test_a_server_that_answers_an_error_is_a_note(open_team: OpenTeam) -> None:
+    async with open_team([ALLOWED], mode="error") as runtime:
+        outcome = await research(runtime, f"{ALLOWED}:1800.4")
+    report = clean(outcome)
+    # (The SDK's server answers "Error executing tool search", keeping its exception's text.)
+    assert 'The internal source "notes" failed for' in report and "the tool failed" in report
+    assert all(s.kind == "web" for s in outcome.sources)
+
+
+async def test_a_server_that_returns_hostile_text_leaves_it_inert(
+    open_team: OpenTeam, llm_server: FakeLLMServer
+) -> None:
+    async with open_team([ALLOWED], mode="hostile") as runtime:
+        outcome = await research(runtime, f"{ALLOWED}:1800.5", sources=SourceChoice.INTERNAL)
+    clean(outcome)
+    assert any(s.server == "notes" for s in outcome.sources)
+    writer = json.dumps(llm_server.fake.requests_for("writer")[-1].body)
+    assert "evil.example" not in writer and "<!channel>" not in writer
 
 
 # -- Slack, through the served app ----------------------------------------------------------
