@@ -342,3 +342,90 @@ async def test_slack_cites_the_server_in_its_channel_and_refuses_internal_elsewh
         posted = json.dumps(slack.fake.history)
         assert "wiki.example.internal/runbook" in posted  # the report reached the thread
         assert len(calls_of(calls)) == 1  # the C0002 run never called it
+
+
+# -- a Streamable HTTP server ---------------------------------------------------------------
+
+
+def tickets_app(seen: list[str]) -> Any:
+    """A Streamable HTTP MCP server answering plain text, refusing requests without its
+    bearer token (``seen``: the Authorization header of every request)."""
+    from mcp.server.mcpserver import MCPServer
+    from starlette.responses import PlainTextResponse
+
+    server = MCPServer("tickets")
+
+    @server.tool()
+    async def find(text: str) -> str:
+        """Find tickets."""
+        return f"PROJ-7: the pump trips when {text}; fixed by raising the valve threshold."
+
+    app = server.streamable_http_app(stateless_http=True, json_response=True)
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            token = headers.get(b"authorization", b"").decode()
+            seen.append(token)
+            if token != "Bearer t0ken":
+                await PlainTextResponse("no", 401)(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+async def test_a_streamable_http_server_gets_its_headers_and_its_text_is_one_source(
+    tmp_path: Path,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import asyncio
+
+    from tests.chat_app import LifespanServer
+
+    seen: list[str] = []
+    http = await asyncio.to_thread(LifespanServer(tickets_app(seen)).start)
+    monkeypatch.setenv("TICKETS_TOKEN", "t0ken")
+    config = {
+        "mcpServers": {
+            "tickets": {
+                "url": f"{http.url}/mcp",
+                "headers": {"Authorization": "Bearer ${TICKETS_TOKEN}"},
+                "fathom": {"channels": ["slack:T0001"]},
+            }
+        }
+    }
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    settings = load_settings(
+        _env_file=None,
+        DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'http.db'}",
+        OPENAI_API_KEY="fake-key",
+        OPENAI_BASE_URL=llm_server.base_url,
+        FATHOM_SEARCH="searxng",
+        SEARXNG_URL=search_server.url,
+        FATHOM_READ_PAGES="0",
+        FATHOM_MCP_CONFIG=str(path),
+    )
+    try:
+        with caplog.at_level("DEBUG"):
+            async with open_runtime(settings) as runtime:
+                assert runtime.knowledge is not None
+                await runtime.knowledge.wait_started()
+                [status] = runtime.knowledge.status()
+                assert (status.state, status.tool) == ("up", "find")
+                assert "t0ken" not in json.dumps(status.config)
+                outcome = await research(
+                    runtime, f"{ALLOWED}:1900.1", sources=SourceChoice.INTERNAL
+                )
+    finally:
+        await asyncio.to_thread(http.stop)
+    assert outcome.status.value == "succeeded", outcome.error
+    [source] = [s for s in outcome.sources if s.server == "tickets"]
+    assert source.title == "tickets (tickets)" and source.kind == "internal"
+    assert "PROJ-7: the pump trips when" in str(outcome.report_markdown)
+    assert seen and set(seen) == {"Bearer t0ken"}
+    assert "t0ken" not in caplog.text
