@@ -252,6 +252,10 @@ async def test_a_server_that_hangs_costs_its_timeout_and_is_given_up(
     open_team: OpenTeam, tmp_path: Path
 ) -> None:
     async with open_team([ALLOWED], mode="hang", mcp_timeout="0.5") as runtime:
+        # (A search waits for a session still connecting within the same timeout: on a slow
+        # machine spawning the server alone may take longer than 0.5 s.)
+        assert runtime.knowledge is not None
+        await runtime.knowledge.wait_started()
         outcome = await research(runtime, f"{ALLOWED}:1800.1", depth=3)
     report = clean(outcome)
     assert len(calls_of(tmp_path / "calls.jsonl")) == 2  # then left out for the run
