@@ -82,10 +82,11 @@ GOALS = {
     "f_ratio": 1.1,
     "g_ratio": 1.1,
     "f_cli_ratio": 1.1,
+    "h_ratio": 1.1,
 }
 
 #: The rows ``--rows`` selects from (all by default).
-ROWS = ("a", "b", "c", "d", "e", "f", "g", "f-pdf", "f-cli")
+ROWS = ("a", "b", "c", "d", "e", "f", "g", "f-pdf", "f-cli", "h")
 
 T = TypeVar("T")
 
@@ -404,10 +405,17 @@ class Bench:
 
 @asynccontextmanager
 async def open_bench(
-    db_url: str, llm_url: str, search_url: str, *, wire: bool = True, read_pages: bool = False
+    db_url: str,
+    llm_url: str,
+    search_url: str,
+    *,
+    wire: bool = True,
+    read_pages: bool = False,
+    mcp_config: Path | None = None,
 ) -> AsyncIterator[Bench]:
     """A service with timing proxies; ``read_pages``: it reads result pages as configured by
-    default (its reader is the one ``open_runtime`` built)."""
+    default (its reader is the one ``open_runtime`` built); ``mcp_config``: the MCP servers of
+    that file are its internal sources (``FATHOM_MCP_CONFIG``)."""
     from core.config import load_settings
     from core.runtime import open_runtime
     from core.service import ResearchService
@@ -415,6 +423,8 @@ async def open_bench(
     overrides = {
         k: v for k, v in fathom_env(db_url, llm_url, search_url).items() if is_fathom_setting(k)
     }
+    if mcp_config is not None:
+        overrides["FATHOM_MCP_CONFIG"] = str(mcp_config)
     settings = load_settings(_env_file=None, **overrides)
     async with open_runtime(settings) as runtime:
         reader = runtime.reader if read_pages else None
@@ -432,20 +442,31 @@ async def open_bench(
             writer=writer,
             search=TimedSearch(runtime.search, timings),
             reader=reader,
+            knowledge=runtime.knowledge,
             timezone=settings.timezone,
         )
         yield Bench(runtime, service, timings, wired)
 
 
 async def one_run(
-    service: Any, topic: str, depth: int = DEPTH, strategy: str = "iterative", searches: int = 0
+    service: Any,
+    topic: str,
+    depth: int = DEPTH,
+    strategy: str = "iterative",
+    searches: int = 0,
+    sources: str = "all",
 ) -> tuple[float, Any]:
     """submit + execute of one research in its own new thread; (wall seconds, outcome)."""
-    from core.models import ResearchRequest, RunStatus, Strategy, ThreadKey
+    from core.models import ResearchRequest, RunStatus, SourceChoice, Strategy, ThreadKey
 
     key = ThreadKey(platform="cli", workspace="local", channel="local", thread=uuid.uuid4().hex)
     request = ResearchRequest(
-        topic=topic, depth=depth, thread=key, requested_by="bench", strategy=Strategy(strategy)
+        topic=topic,
+        depth=depth,
+        thread=key,
+        requested_by="bench",
+        strategy=Strategy(strategy),
+        sources=SourceChoice(sources),
     )
     start = time.perf_counter()
     run, _ = await service.submit(request)
@@ -795,6 +816,88 @@ async def bench_graph(
             )
     best = sorted(samples, key=lambda s: s["ratio"])[len(samples) // 2]
     return {"runs": runs, "median": best, "samples": samples}
+
+
+# --- (h) a team's MCP server beside the web ------------------------------------------------
+
+MCP_LATENCY = 0.5
+
+
+def notes_config(path: Path, delay: float) -> Path:
+    """A FATHOM_MCP_CONFIG with tests/fakes/notes_mcp.py (a real stdio MCP server written with
+    the SDK) answering every call after ``delay`` seconds, usable from the console."""
+    config = {
+        "mcpServers": {
+            "notes": {
+                "command": sys.executable,
+                "args": [str(ROOT / "tests" / "fakes" / "notes_mcp.py")],
+                "env": {"NOTES_DELAY": str(delay)},
+                "fathom": {"channels": ["cli"]},
+            }
+        }
+    }
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+async def bench_mcp(db_url: str, fakes: FakesProcess, runs: int) -> dict[str, Any]:
+    """Depth-3 runs searching the web (300 ms) and an MCP server (500 ms) each round, beside
+    the same topic on the web only; the MCP session's start-up beside them."""
+    samples = []
+    with tempfile.TemporaryDirectory(prefix="fathom-bench-mcp-") as tmp:
+        config = notes_config(Path(tmp) / "mcp.json", MCP_LATENCY)
+        opened = time.perf_counter()
+        async with open_bench(db_url, fakes.llm_url, fakes.search_url, mcp_config=config) as bench:
+            knowledge = bench.runtime.knowledge
+            await knowledge.wait_started()
+            up_after = time.perf_counter() - opened
+            (status,) = knowledge.status()
+            if status.state != "up":
+                raise RuntimeError(f"the MCP server did not start: {status.problem}")
+            fakes.configure(0.0, 0.0)
+            await one_run(bench.service, "warm-up")  # connections, first statements, first call
+            fakes.configure(LLM_LATENCY, SEARCH_LATENCY)
+            for i in range(runs):
+                topic = f"heat pump maintenance {i}"
+                wall, outcome = await one_run(bench.service, topic)
+                web_wall, web = await one_run(bench.service, topic, sources="web")
+                usage = outcome.usage
+                rounds = len(outcome.topics)
+                if usage.internal_searches != rounds or usage.searches != rounds:
+                    raise RuntimeError(f"expected {rounds} web and internal searches: {usage}")
+                if not any(source.server == "notes" for source in outcome.sources):
+                    raise RuntimeError("the report cites no internal source")
+                # each round waits for the slower of its two sources, once
+                floor = usage.llm_calls * LLM_LATENCY + rounds * max(SEARCH_LATENCY, MCP_LATENCY)
+                summed = usage.llm_calls * LLM_LATENCY + rounds * (SEARCH_LATENCY + MCP_LATENCY)
+                samples.append(
+                    {
+                        "wall_s": round(wall, 4),
+                        "floor_s": round(floor, 4),
+                        "ratio": round(wall / floor, 4),
+                        "sum_of_waits_s": round(summed, 4),
+                        "llm_calls": usage.llm_calls,
+                        "searches": usage.searches,
+                        "internal_searches": usage.internal_searches,
+                        "internal_sources_cited": sum(1 for s in outcome.sources if s.server),
+                        "web_only_wall_s": round(web_wall, 4),
+                        "web_only_floor_s": round(
+                            web.usage.llm_calls * LLM_LATENCY + web.usage.searches * SEARCH_LATENCY,
+                            4,
+                        ),
+                    }
+                )
+    best = sorted(samples, key=lambda s: s["ratio"])[len(samples) // 2]
+    return {
+        "runs": runs,
+        "mcp_latency_s": MCP_LATENCY,
+        # from the session's start (its SDK import included) to the server's tool resolved
+        "mcp_connect_s": round(status.connect_seconds or 0.0, 4),
+        # from open_bench (migrations, clients) to the server up: what a process start waits
+        "mcp_up_after_open_s": round(up_after, 4),
+        "median": best,
+        "samples": samples,
+    }
 
 
 # --- (c) concurrency (runs in a fresh child process) ---------------------------------------
@@ -1222,9 +1325,43 @@ def verdict(value: float | None, goal: float, *, lower_is_better: bool = True) -
 def table(results: dict[str, Any]) -> str:
     rows = _classic_rows(results) if all(k in results for k in "abcdef") else []
     rows += _pdf_rows(results)
+    rows += _mcp_rows(results)
     lines = ["| benchmark | goal | result | met? |", "|---|---|---|---|"]
     lines += [f"| {a} | {b_} | {c_} | {d_} |" for a, b_, c_, d_ in rows]
     return "\n".join(lines)
+
+
+def _mcp_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Row (h), when measured."""
+    if "h" not in results:
+        return []
+    h = results["h"]
+    m = h["median"]
+    return [
+        (
+            "(h) depth-3 wall, web (0.3 s) and an MCP server (0.5 s) each round / (LLM x 0.4 s"
+            " + rounds x max(0.3, 0.5) s)",
+            "<= 1.1",
+            f"{m['ratio']:.3f} ({m['wall_s']:.3f} s / {m['floor_s']:.2f} s; the sum of both"
+            f" waits would be {m['sum_of_waits_s']:.2f} s)",
+            "yes" if m["ratio"] <= GOALS["h_ratio"] else "**no**",
+        ),
+        (
+            "(h) beside it: the same topic on the web only (wall / its waits); the report's"
+            " internal sources",
+            "-",
+            f"{m['web_only_wall_s']:.3f} s / {m['web_only_floor_s']:.2f} s;"
+            f" {m['internal_sources_cited']} (from {m['internal_searches']} internal searches)",
+            "-",
+        ),
+        (
+            "(h) the MCP session's start-up (stdio server spawned, SDK imported, tool resolved);"
+            " up after the runtime began opening",
+            "-",
+            f"{h['mcp_connect_s']:.3f} s; {h['mcp_up_after_open_s']:.3f} s",
+            "-",
+        ),
+    ]
 
 
 def _pdf_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -1557,6 +1694,13 @@ def main(argv: list[str] | None = None) -> int:
                 results["f_pdf"] = asyncio.run(bench_graph(url, fakes, b_runs, pdf_pages=PDF_PAGES))
             results["f_pdf"]["loadavg"] = [before, load()]
             say(json.dumps(results["f_pdf"]["median"]))
+        if "h" in rows:
+            say(f"(h) the web and an MCP server each round x{b_runs} …")
+            before = load()
+            with sqlite_url() as url:
+                results["h"] = asyncio.run(bench_mcp(url, fakes, b_runs))
+            results["h"]["loadavg"] = [before, load()]
+            say(json.dumps(results["h"]["median"]))
     if "d" in rows:
         say(f"(d) fathom research x{d_runs} …")
         results["d"] = bench_cli(d_runs)

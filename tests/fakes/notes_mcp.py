@@ -8,6 +8,7 @@ server's environment, so a test sees whether it was called and what it was given
 ``NOTES_MODE`` makes it misbehave: ``hang`` (never answers), ``crash`` (exits mid-call, the
 first time only: a marker file next to ``NOTES_CALLS`` remembers it), ``error`` (a tool error)
 or ``hostile`` (mentions, links to unknown sites and instructions in its text).
+``NOTES_DELAY`` (seconds) delays every answer (bench/engine.py's row (h)).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ async def search(query: str) -> Notes:
     if record(query):
         os._exit(3)
     mode = os.environ.get("NOTES_MODE", "")
+    if delay := float(os.environ.get("NOTES_DELAY") or 0):
+        await asyncio.sleep(delay)
     if mode == "hang":
         await asyncio.sleep(3600)
     if mode == "error":
