@@ -89,8 +89,10 @@ def source_key(result: SearchResult) -> str:
 
 
 def internal_title(result: SearchResult) -> str:
-    """An internal source's title as the report shows it: ``<title> (<server>)``."""
-    return f"{result.title or result.url or 'document'} ({result.server})"
+    """An internal source's title as the report shows it: ``<title> (<server>)``; a server's
+    plain text, titled after the server itself, is just ``<server>``."""
+    title = result.title or result.url or "document"
+    return title if title == result.server else f"{title} ({result.server})"
 
 
 def is_link(url: str) -> bool:

@@ -429,7 +429,7 @@ async def test_a_streamable_http_server_gets_its_headers_and_its_text_is_one_sou
         await asyncio.to_thread(http.stop)
     assert outcome.status.value == "succeeded", outcome.error
     [source] = [s for s in outcome.sources if s.server == "tickets"]
-    assert source.title == "tickets (tickets)" and source.kind == "internal"
+    assert source.title == "tickets" and source.kind == "internal"  # (named after it, once)
     assert "PROJ-7: the pump trips when" in str(outcome.report_markdown)
     assert seen and set(seen) == {"Bearer t0ken"}
     assert "t0ken" not in caplog.text
