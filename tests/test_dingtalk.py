@@ -591,3 +591,20 @@ async def test_a_dingtalk_research_never_calls_a_server_scoped_to_another_platfo
     refused = await wait_for(lambda: [s for s in bot.fake.sent if "sources=internal" in s.text])
     assert "No internal source is available in this channel" in refused[0].text
     assert len(await bot.served.runs(USER)) == 1
+
+
+async def test_a_dingtalk_research_cites_the_team_server_its_platform_may_use(
+    dingtalk: DingTalkFactory, tmp_path: Path
+) -> None:
+    from tests.test_team_knowledge import calls_of, write_config
+
+    calls = tmp_path / "calls.jsonl"
+    config = write_config(tmp_path / "mcp.json", calls, ["dingtalk"])
+    bot = await dingtalk(FATHOM_MCP_CONFIG=str(config))
+    await bot.send(bot.message("/research pump failures sources=internal depth=1", msg_id="msg_k"))
+    (run,) = await bot.delivered()
+    assert run.status == "succeeded", run.error
+    cited = "(notes)](https://wiki.example.internal/runbook)"
+    assert cited in (run.report_markdown or "")
+    assert any(cited in sent.text for sent in bot.fake.sent)  # what the chat received
+    assert len(calls_of(calls)) == 1 and "Design notes (notes)" in (run.report_markdown or "")
