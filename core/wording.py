@@ -74,12 +74,13 @@ def reading_files_words(language: Language, files: Sequence[Attachment]) -> str:
 
 
 def no_internal_source_words(language: Language) -> str:
-    """Why a ``sources=internal`` research cannot run in its channel."""
+    """Why a ``sources=internal`` research cannot run in its channel (the words of
+    ``Replies.no_internal_source``, which refuses it before a run exists)."""
     return pick(
         language,
-        "No internal source may be used in this channel, so a research with sources=internal "
-        "cannot run here; use sources=web or sources=all.",
-        "此频道不能使用任何内部来源，无法进行 sources=internal 的研究；"
+        "No internal source is available in this channel, so sources=internal cannot run "
+        "here; use sources=web or sources=all.",
+        "这个频道没有可用的内部来源，无法使用 sources=internal；"
         "请改用 sources=web 或 sources=all。",
     )
 

@@ -106,14 +106,32 @@ async def research(
     *,
     depth: int = 1,
     sources: SourceChoice = SourceChoice.ALL,
+    strategy: Strategy = Strategy.ITERATIVE,
 ) -> Any:
-    key = ThreadKey.parse(thread)
+    run = await submit(runtime, thread, topic, depth=depth, sources=sources, strategy=strategy)
+    return await runtime.service.execute(run.id)
+
+
+async def submit(
+    runtime: Runtime,
+    thread: str,
+    topic: str = "pump failures",
+    *,
+    depth: int = 1,
+    sources: SourceChoice = SourceChoice.ALL,
+    strategy: Strategy = Strategy.ITERATIVE,
+) -> Any:
     request = ResearchRequest(
-        topic=topic, depth=depth, thread=key, requested_by="U1", sources=sources
+        topic=topic,
+        depth=depth,
+        thread=ThreadKey.parse(thread),
+        requested_by="U1",
+        sources=sources,
+        strategy=strategy,
     )
     run, created = await runtime.service.submit(request)
     assert created
-    return await runtime.service.execute(run.id)
+    return run
 
 
 async def stored_results(runtime: Runtime, thread: str) -> list[dict[str, Any]]:
@@ -168,7 +186,7 @@ async def test_a_channel_that_is_not_allowed_never_calls_the_server(
     assert stored and all(r["server"] is None for r in stored)
     assert all(s.kind == "web" for s in outcome.sources)
     assert refused.status.value == "failed"
-    assert "No internal source may be used in this channel" in (refused.error or "")
+    assert "No internal source is available in this channel" in (refused.error or "")
 
 
 async def test_a_follow_up_in_the_allowed_thread_uses_the_server_again(
@@ -223,6 +241,42 @@ async def test_a_digest_in_an_allowed_channel_uses_the_server(
     [query] = [c["query"] for c in calls_of(tmp_path / "calls.jsonl")]
     assert query.startswith("pump failures")
     assert any(s.server == "notes" for s in outcome.sources)
+
+
+async def test_a_graph_run_asks_the_server_each_sub_question_and_cites_it(
+    open_team: OpenTeam, tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    async with open_team([ALLOWED]) as runtime:
+        outcome = await research(
+            runtime,
+            f"{ALLOWED}:1750.1",
+            strategy=Strategy.GRAPH,
+            sources=SourceChoice.INTERNAL,
+        )
+    report = clean(outcome)
+    questions = {node.question for node in outcome.nodes}
+    assert len(questions) == 3 and {c["query"] for c in calls_of(tmp_path / "calls.jsonl")} == (
+        questions
+    )
+    answers = [json.dumps(r.body) for r in llm_server.fake.requests_for("answerer")]
+    assert len(answers) == 3 and all("Runbook: pump failures" in a for a in answers)
+    assert any(s.server == "notes" for s in outcome.sources) and "(notes)" in report
+
+
+async def test_scope_is_decided_when_the_run_executes_not_when_it_was_asked(
+    open_team: OpenTeam, tmp_path: Path
+) -> None:
+    async with open_team([ALLOWED]) as asked:  # (the process that took the request, then died)
+        anything = await submit(asked, f"{ALLOWED}:1760.1")
+        internal = await submit(asked, f"{ALLOWED}:1760.2", sources=SourceChoice.INTERNAL)
+    async with open_team(["feishu"]) as executing:  # the channel was taken off the server
+        web_only = await executing.service.execute(anything.id)
+        refused = await executing.service.execute(internal.id)
+    assert calls_of(tmp_path / "calls.jsonl") == []
+    assert web_only.status.value == "succeeded" and web_only.usage.internal_searches == 0
+    assert all(s.kind == "web" for s in web_only.sources)
+    assert refused.status.value == "failed" and refused.usage.searches == 0
+    assert "No internal source is available in this channel" in (refused.error or "")
 
 
 async def test_the_server_sees_none_of_fathoms_secrets(
