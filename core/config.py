@@ -155,7 +155,14 @@ class Settings(EnvSettings):
 
     # Limits
     default_depth: int = Field(default=3, ge=1, validation_alias=env("FATHOM_DEFAULT_DEPTH"))
-    max_depth: int = Field(default=10, ge=1, le=50, validation_alias=env("FATHOM_MAX_DEPTH"))
+    # Any positive depth may be allowed: the token and time budgets end a run that goes on.
+    max_depth: int = Field(default=10, ge=1, validation_alias=env("FATHOM_MAX_DEPTH"))
+    max_run_tokens: int = Field(
+        default=300_000, ge=1, validation_alias=env("FATHOM_MAX_RUN_TOKENS")
+    )
+    max_run_seconds: float = Field(
+        default=1200.0, gt=0, validation_alias=env("FATHOM_MAX_RUN_SECONDS")
+    )
     max_parallel_searches: int = Field(
         default=10, ge=1, le=10, validation_alias=env("FATHOM_MAX_PARALLEL_SEARCHES")
     )

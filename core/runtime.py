@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from core.config import ConfigError, Settings
 from core.digests import DigestService
 from core.documents import DocumentExtractor
+from core.engine.budget import RunBudget
 from core.engine.files import FileReader
 from core.lease import LeaseTiming
 from core.llm import LLMClients
@@ -303,6 +304,7 @@ async def _runtime(
                 files=files,
                 timezone=settings.timezone,
                 knowledge=knowledge,
+                budget=RunBudget(settings.max_run_tokens, settings.max_run_seconds),
             )
             digests = digest_service(settings, storage)
             yield Runtime(

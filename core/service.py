@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo
 from core import wording
 from core.attachments import shown_name
 from core.dates import Clock, utcnow, zone
+from core.engine.budget import RunBudget
 from core.engine.files import FileReader, PlatformFiles
 from core.engine.state import RunSources, RunState, StepHooks, StopReason, TextModel
 from core.engine.strategy import build_strategies
@@ -61,11 +62,13 @@ from core.progress import (
 from core.search import SearchProvider
 from core.writer import ModelUnavailable, NoResults, ReportWriter, model_unavailable
 from storage import (
+    Checkpointed,
     Claim,
     ClaimLost,
     ClaimResult,
     RunRecord,
     SourceRecord,
+    StopRequest,
     StorageUnavailable,
     Store,
     ThreadBusy,
@@ -102,6 +105,13 @@ def _delivers(run: RunRecord) -> bool:
     return outcome_is_delivered(ThreadKey.parse(run.thread_key).platform)
 
 
+def _seconds_before(run: RunRecord) -> float:
+    """How long ago the claimed ``run`` first started (its claim stamped ``heartbeat_at``)."""
+    if run.started_at is None or run.heartbeat_at is None:
+        return 0.0
+    return max(0.0, (run.heartbeat_at - run.started_at).total_seconds())
+
+
 def _interrupted(run: RunRecord) -> bool:
     return (
         run.status == RunStatus.CANCELLED.value
@@ -112,9 +122,11 @@ def _interrupted(run: RunRecord) -> bool:
 
 @dataclass
 class _CancelFlag:
-    """Whether a cancel was requested for an executing run, as last seen."""
+    """Whether a cancel (``requested``) or a "Stop and write now" (``stop``) was requested for
+    an executing run, as last seen."""
 
     requested: bool
+    stop: bool = False
 
 
 class RunRejected(ValueError):
@@ -226,6 +238,8 @@ class ResearchService:
         timezone: str | ZoneInfo = "UTC",
         clock: Clock = utcnow,
         knowledge: InternalSources | None = None,
+        budget: RunBudget | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``owner`` names this process's claims (default: host, pid and a random part);
         ``timing`` sets the lease (FATHOM_STALE_RUN_AFTER); a run is claimed at most
@@ -237,8 +251,12 @@ class ResearchService:
         read). ``timezone`` (FATHOM_TIMEZONE) is that of today's date in the prompts and
         reports (a digest's firing: its digest's); ``clock`` tells the time (tests pin it).
         ``knowledge``: the internal sources (MCP servers); which of them a run searches is
-        decided from the run's own thread key when it executes (None: the web only)."""
+        decided from the run's own thread key when it executes (None: the web only).
+        ``budget``: the tokens and seconds a run's searching may take (FATHOM_MAX_RUN_TOKENS,
+        FATHOM_MAX_RUN_SECONDS; None: unlimited), its seconds on ``monotonic``."""
         self._store = store
+        self._budget = budget or RunBudget()
+        self._monotonic = monotonic
         self._knowledge = knowledge
         self._files = files
         self._timezone = timezone if isinstance(timezone, ZoneInfo) else zone(timezone)
@@ -405,14 +423,28 @@ class ResearchService:
             except Exception:  # showing progress must never break the research
                 log.warning("progress sink failed for run %s", run.id, exc_info=True)
 
-        cancel = _CancelFlag(run.cancel_requested)
+        cancel = _CancelFlag(run.cancel_requested, run.stop_requested)
 
         async def checkpoint(current: RunState) -> None:
-            if await self._checkpoint(claim, current):
-                cancel.requested = True
+            stored = await self._checkpoint(claim, current)
+            cancel.requested = cancel.requested or stored.cancel_requested
+            cancel.stop = cancel.stop or stored.stop_requested
+
+        # The time budget counts from the run's first start: the time of earlier attempts (on
+        # the database's clock, as the claim stamped both), then this one's.
+        earlier = _seconds_before(run)
+        began = self._monotonic()
+
+        def stop_reason() -> StopReason | None:
+            if cancel.stop:
+                return StopReason.STOPPED
+            return self._budget.spent(state.usage, earlier + self._monotonic() - began)
 
         hooks = StepHooks(
-            checkpoint=checkpoint, progress=publish, is_cancelled=lambda: cancel.requested
+            checkpoint=checkpoint,
+            progress=publish,
+            is_cancelled=lambda: cancel.requested,
+            stop_reason=stop_reason,
         )
         self._executing[run.id] = cancel
         status, error, reason = RunStatus.FAILED, None, None
@@ -433,6 +465,9 @@ class ResearchService:
             if reason is StopReason.CANCELLED:
                 status = RunStatus.CANCELLED
             else:
+                if reason.stopped_early:
+                    searched = len(strategy.run_topics(state))
+                    state.note(self._stopped_words(state, reason, searched))
                 rounds = state.rounds_done
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
                 await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))
@@ -576,6 +611,25 @@ class ResearchService:
             deliver=_delivers(run),
         )
 
+    def _stopped_words(self, state: RunState, reason: StopReason, searches: int) -> str:
+        """The note saying why the searching ended early (the report then says it)."""
+        if reason is StopReason.TOKEN_BUDGET:
+            return wording.token_budget_words(state.language, searches, self._budget.tokens or 0)
+        if reason is StopReason.TIME_BUDGET:
+            seconds = self._budget.seconds or 0.0
+            return wording.time_budget_words(state.language, searches, seconds)
+        return wording.stopped_early_words(state.language, searches)
+
+    async def stop(self, run_id: str) -> StopRequest:
+        """ "Stop and write now": a running run stops searching at its next step and writes
+        its report from what it found (a queued one, with nothing found, is cancelled);
+        ``ended`` when it had ended or was already asked (nothing changed)."""
+        answer = await self._store.request_stop(run_id, console_platform=CONSOLE_PLATFORM)
+        flag = self._executing.get(run_id)
+        if answer is StopRequest.STOPPING and flag is not None:
+            flag.stop = True  # running here: seen before the next search
+        return answer
+
     async def cancel(self, run_id: str) -> bool:
         """Flag the run for cancellation; it stops at its next step (False: it has ended)."""
         requested = await self._store.request_cancel(run_id, console_platform=CONSOLE_PLATFORM)
@@ -585,8 +639,8 @@ class ResearchService:
         return requested
 
     # -- steps ----------------------------------------------------------------
-    async def _checkpoint(self, claim: Claim, state: RunState) -> bool:
-        """Persist the state; True when a cancel has been requested for the run.
+    async def _checkpoint(self, claim: Claim, state: RunState) -> Checkpointed:
+        """Persist the state; the run's cancel and stop flags as stored.
 
         The variables are compare-and-swapped on their version. If another writer changed
         them meanwhile, its topics and findings are taken in and the checkpoint is retried,
@@ -618,7 +672,7 @@ class ResearchService:
                 continue
             state.variables_version = result.variables_version
             state.files_saved = files
-            return result.cancel_requested
+            return result
         raise RuntimeError("the thread's variables kept changing under the run")
 
     async def _finish(

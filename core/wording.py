@@ -107,6 +107,41 @@ def failed_text(language: Language, done: int, depth: int, error: str | None) ->
     )
 
 
+def stopped_early_words(language: Language, searches: int) -> str:
+    """A note: "Stop and write now" ended the searching; the report is built from what was
+    found."""
+    return pick(
+        language,
+        f"Stopped early on request (Stop and write now): this report is built from the "
+        f"{searches} {'search' if searches == 1 else 'searches'} done by then.",
+        f"应要求提前停止（立即停止并撰写）：本报告基于此前完成的 {searches} 次搜索。",
+    )
+
+
+def token_budget_words(language: Language, searches: int, tokens: int) -> str:
+    """A note: the run's token budget ended the searching."""
+    return pick(
+        language,
+        f"Stopped at the run's token budget ({tokens:,} tokens, FATHOM_MAX_RUN_TOKENS): this "
+        f"report is built from the {searches} {'search' if searches == 1 else 'searches'} "
+        "done by then.",
+        f"已达到本次研究的 token 预算（{tokens:,} 个 token，FATHOM_MAX_RUN_TOKENS）而停止："
+        f"本报告基于此前完成的 {searches} 次搜索。",
+    )
+
+
+def time_budget_words(language: Language, searches: int, seconds: float) -> str:
+    """A note: the run's time budget ended the searching."""
+    return pick(
+        language,
+        f"Stopped at the run's time budget ({seconds:g} s, FATHOM_MAX_RUN_SECONDS): this "
+        f"report is built from the {searches} {'search' if searches == 1 else 'searches'} "
+        "done by then.",
+        f"已达到本次研究的时间预算（{seconds:g} 秒，FATHOM_MAX_RUN_SECONDS）而停止："
+        f"本报告基于此前完成的 {searches} 次搜索。",
+    )
+
+
 def cancelled_text(language: Language, done: int, depth: int) -> str:
     return pick(
         language,
@@ -150,6 +185,9 @@ STOPPED_EARLY_WHY: dict[str, tuple[str, str]] = {
     "planner_stopped": ("the planner found nothing more worth searching", "没有更值得搜索的内容了"),
     "planner_failed": ("the planner model failed", "规划模型出错"),
     "duplicate_topics": ("the planner only proposed topics already searched", "只剩已搜索过的主题"),
+    "stopped": ("stopped on request", "应要求停止"),
+    "token_budget": ("the run's token budget was reached", "已达到 token 预算"),
+    "time_budget": ("the run's time budget was reached", "已达到时间预算"),
 }
 
 

@@ -54,6 +54,7 @@ from storage.records import (
     DigestRecord,
     RunRecord,
     SourceRecord,
+    StopRequest,
     ThreadRecord,
     ThreadSummary,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "RunStore",
     "SlackOAuthStates",
     "SourceRecord",
+    "StopRequest",
     "StorageUnavailable",
     "Store",
     "ThreadBusy",

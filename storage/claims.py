@@ -223,7 +223,7 @@ class _Statements:
             update(_runs)
             .where(*_FENCE, _RUNNING)
             .values(heartbeat_at=now)
-            .returning(_runs.c.thread_id, _runs.c.cancel_requested)
+            .returning(_runs.c.thread_id, _runs.c.cancel_requested, _runs.c.stop_requested)
         )
         self.finish_run = (
             update(_runs).where(*_FENCE, _RUNNING).values(heartbeat_at=now).returning(_runs.c.id)
@@ -395,8 +395,9 @@ class ClaimStore:
         variables are written only if they are still at ``variables_version`` (0: no row
         yet); otherwise nothing is written and :class:`VariablesConflict` carries the stored
         ones. Raises :class:`ClaimLost` when the claim no longer holds the run. Returns the
-        run's ``cancel_requested`` flag as stored now (noticing a cancel request costs the
-        engine no query of its own) and the variables' new version.
+        run's ``cancel_requested`` and ``stop_requested`` flags as stored now (noticing a
+        cancel or stop request costs the engine no query of its own) and the variables' new
+        version.
         """
         run = {
             **_fence(claim),
@@ -422,7 +423,7 @@ class ClaimStore:
             row = conn.execute(sql.checkpoint_run, run).first()
             if row is None:
                 raise ClaimLost(claim.run_id)
-            thread_id, cancel_requested = row
+            thread_id, cancel_requested, stop_requested = row
             if variables_version == 0:
                 new = {**state, "thread_id": thread_id, "version": 1}
                 written = conn.execute(sql.insert_variables, new).first()
@@ -437,7 +438,9 @@ class ClaimStore:
                 if current is None:  # pragma: no cover - only a deleted thread gets here
                     raise RunNotFound(claim.run_id)
                 raise VariablesConflict(variables_dict(current), int(current["version"]))
-            return Checkpointed(bool(cancel_requested), int(written[0]))
+            return Checkpointed(
+                bool(cancel_requested), int(written[0]), stop_requested=bool(stop_requested)
+            )
 
         return await self._db.run(work)
 

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+
+class StopRequest(enum.StrEnum):
+    """What asking a run to stop and write did (:meth:`storage.Store.request_stop`)."""
+
+    #: It was running: it stops searching at its next step and writes its report.
+    STOPPING = "stopping"
+    #: It was queued, with nothing found to write from: it was cancelled.
+    CANCELLED = "cancelled"
+    #: It had ended, or was already asked to stop or cancel: nothing changed.
+    ENDED = "ended"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +79,8 @@ class RunRecord:
     internal_searches: int = 0
     #: Which sources the run searches (``core.models.SourceChoice``).
     sources: str = "all"
+    #: "Stop and write now" was asked: the run stops searching and writes its report.
+    stop_requested: bool = False
 
     @property
     def seconds(self) -> float | None:
@@ -126,10 +140,12 @@ class ClaimResult:
 
 @dataclass(frozen=True, slots=True)
 class Checkpointed:
-    """What a checkpoint returns: the cancel flag as stored, and the variables' new version."""
+    """What a checkpoint returns: the cancel and stop flags as stored, and the variables' new
+    version."""
 
     cancel_requested: bool
     variables_version: int
+    stop_requested: bool = False
 
 
 @dataclass(frozen=True, slots=True)

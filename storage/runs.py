@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 from uuid import uuid4
 
-from sqlalchemy import Select, Table, bindparam, exists, func, select, update
+from sqlalchemy import Select, Table, bindparam, exists, false, func, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -26,7 +26,7 @@ from storage.lifecycle import (
     UNFINISHED_STATUSES,
     LeaseClock,
 )
-from storage.records import RunRecord, SourceRecord
+from storage.records import RunRecord, SourceRecord, StopRequest
 from storage.sql import (
     RUN_BY_ID,
     SELECT_RUNS,
@@ -70,6 +70,17 @@ _CANCEL_RUNNING = (
     update(_runs)
     .where(_runs.c.id == bindparam("run_id"), _runs.c.status == "running")
     .values(cancel_requested=True)
+    .returning(_runs.c.id)
+)
+_STOP_RUNNING = (
+    update(_runs)
+    .where(
+        _runs.c.id == bindparam("run_id"),
+        _runs.c.status == "running",
+        _runs.c.cancel_requested == false(),
+        _runs.c.stop_requested == false(),
+    )
+    .values(stop_requested=True)
     .returning(_runs.c.id)
 )
 
@@ -230,6 +241,28 @@ class RunStore:
 
         return await self._db.run(work)
 
+    async def request_stop(
+        self, run_id: str, *, console_platform: str = CONSOLE_PLATFORM
+    ) -> StopRequest:
+        """ "Stop and write now": a running run is flagged and, at its next step, stops
+        searching and writes its report from what it found (``stopping``); a queued run has
+        found nothing to write from, so it is cancelled (``cancelled``); ``ended`` when it has
+        finished, is unknown, or was already asked to stop or cancel (a repeated press)."""
+        params = {
+            "run_id": run_id,
+            "console_platform": console_platform,
+            **self._clock.params(),
+        }
+
+        def work(conn: Connection) -> StopRequest:
+            if conn.execute(_STOP_RUNNING, params).first() is not None:
+                return StopRequest.STOPPING
+            if conn.execute(self._cancel_queued, params).first() is not None:
+                return StopRequest.CANCELLED
+            return StopRequest.ENDED
+
+        return await self._db.run(work)
+
     async def requeue_run(self, run_id: str) -> RunRecord:
         """Make a failed or cancelled run resumable from its checkpoint, with fresh attempts
         (the fence moves on: whoever held it before holds nothing).
@@ -245,6 +278,7 @@ class RunStore:
                 finished_at=None,
                 error=None,
                 cancel_requested=False,
+                stop_requested=False,
                 owner=None,
                 fence=_runs.c.fence + 1,
                 attempt=0,

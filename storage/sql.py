@@ -144,4 +144,5 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
         attachments=row["attachments"],
         internal_searches=row["internal_searches"],
         sources=row["sources"],
+        stop_requested=bool(row["stop_requested"]),
     )

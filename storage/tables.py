@@ -109,6 +109,8 @@ class ResearchRun(Base):
     requested_by: Mapped[str | None] = mapped_column(String(255), index=True)
     dedupe_key: Mapped[str | None] = mapped_column(String(255), unique=True)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    #: Stop searching and write the report from what was found ("Stop and write now").
+    stop_requested: Mapped[bool] = mapped_column(Boolean, server_default=false())
     progress_message_id: Mapped[str | None] = mapped_column(String(255))
     error: Mapped[str | None] = mapped_column(Text)
     notes: Mapped[list[str]] = mapped_column(JSONType, default=list)

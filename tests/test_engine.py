@@ -95,6 +95,10 @@ class Harness:
     service: ResearchService
     url: str
     threads: list[ThreadKey] = field(default_factory=list)
+    #: Another service on the same clients and store (``**options`` for ResearchService).
+    build_service: Callable[..., ResearchService] = ResearchService
+    #: The real search provider the services use (against the fake search server).
+    search_provider: Any = None
 
     def thread(self, name: str = "t1") -> ThreadKey:
         return ThreadKey(platform="cli", workspace="local", channel="local", thread=name)
@@ -147,11 +151,25 @@ async def harness(
         )
         search = SearxngProvider(http, base_url=search_server.url, base_delay=0.01)
         store = Store(database)
-        service = ResearchService(
-            store=store, planner=planner, writer=writer, search=search, clock=lambda: NOW
-        )
+
+        def build_service(**options: Any) -> ResearchService:
+            clients: dict[str, Any] = dict(
+                store=store, planner=planner, writer=writer, search=search, clock=lambda: NOW
+            )
+            return ResearchService(**(clients | options))
+
+        service = build_service()
         try:
-            yield Harness(llm_server, search_server, database, store, service, database_url)
+            yield Harness(
+                llm_server,
+                search_server,
+                database,
+                store,
+                service,
+                database_url,
+                build_service=build_service,
+                search_provider=search,
+            )
         finally:
             await planner.aclose()
             await writer.aclose()

@@ -210,6 +210,18 @@ def graph_lines(graph: Sequence[GraphNode], answer_chars: int = PLANNER_ANSWER_C
     return lines
 
 
+#: Why a sub-question planned before "Stop and write now" (or a spent budget) was not searched.
+STOPPED_BEFORE_SEARCH = "not searched: the research was stopped before it"
+
+
+def skip_unsearched(state: RunState) -> None:
+    """Mark the run's sub-questions not searched yet as failed: the searching was stopped.
+    (Searched ones keep their status: answering one is no search.)"""
+    for node in state.variables.graph:
+        if node.run_id == state.run_id and node.status is NodeStatus.PENDING:
+            node.status, node.error = NodeStatus.FAILED, STOPPED_BEFORE_SEARCH
+
+
 def turn_text(state: RunState, nodes: Iterable[GraphNode]) -> str:
     """``{turn}/{depth}th search executed.`` and the turn's sub-questions, each marked."""
     lines = [search_executed_text(state.rounds_done, state.depth)]
@@ -266,6 +278,24 @@ class GraphStrategy:
         while True:
             if hooks.is_cancelled():
                 return StopReason.CANCELLED
+            if (why := hooks.stop_reason()) is not None:
+                skip_unsearched(state)
+                searched = [
+                    n
+                    for n in variables.graph
+                    if n.run_id == state.run_id and n.status is NodeStatus.SEARCHED
+                ]
+                if searched:  # their searches are done: they are answered and used
+                    await turn.run(searched)
+                    if hooks.is_cancelled():
+                        return StopReason.CANCELLED
+                own = [n for n in variables.graph if n.run_id == state.run_id]
+                worked = (n.turn for n in own if n.error != STOPPED_BEFORE_SEARCH)
+                state.rounds_done = max(state.rounds_done, *worked, 0)
+                variables.should_continue = False
+                variables.next_search_topic = None
+                await hooks.checkpoint(state)
+                return why
             own = [n for n in variables.graph if n.run_id == state.run_id]
             nodes = [n for n in own if n.status in (NodeStatus.PENDING, NodeStatus.SEARCHED)]
             if not nodes:
@@ -428,6 +458,9 @@ class _Turn:
                         sorter.done(name)
                     elif self._hooks.is_cancelled():
                         sorter.done(name)  # left pending, for a resume
+                    elif node.status is NodeStatus.PENDING and self._hooks.stop_reason():
+                        node.status, node.error = NodeStatus.FAILED, STOPPED_BEFORE_SEARCH
+                        sorter.done(name)  # the searching was stopped: not searched
                     else:
                         running[asyncio.create_task(self._node(node, graph))] = name
                 if not running:
@@ -450,6 +483,9 @@ class _Turn:
         state = self._state
         if node.status is NodeStatus.PENDING:
             async with self._slots:
+                if self._hooks.stop_reason() is not None:  # stopped while it waited its turn
+                    node.status, node.error = NodeStatus.FAILED, STOPPED_BEFORE_SEARCH
+                    return
                 finding = await self._search(node)
             state.variables.findings.append(finding)
             state.variables.topics.append(node.question)

@@ -90,9 +90,19 @@ class IterativeStrategy:
                 await reading[-1].attach(state)
                 reading.pop()
 
+        async def stop(why: StopReason) -> StopReason:
+            """End the searching early: no search starts, the pages being read are kept."""
+            variables.should_continue = False
+            variables.next_search_topic = None
+            await attach_pages()
+            await hooks.checkpoint(state)
+            return why
+
         while state.rounds_done < state.depth:
             if hooks.is_cancelled():
                 return StopReason.CANCELLED
+            if (why := hooks.stop_reason()) is not None:
+                return await stop(why)
             topic = self._pending_topic(variables)
             if topic is None:
                 planned = await self._plan(state)  # meanwhile, the last round's pages are read
@@ -108,6 +118,8 @@ class IterativeStrategy:
                 await hooks.checkpoint(state)  # the plan is kept while the pages finish
                 if hooks.is_cancelled():
                     return StopReason.CANCELLED
+                if (why := hooks.stop_reason()) is not None:
+                    return await stop(why)  # (asked while the planner planned)
             if reading:
                 await attach_pages()
                 await hooks.checkpoint(state)

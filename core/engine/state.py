@@ -58,6 +58,18 @@ class StopReason(enum.StrEnum):
     PLANNER_FAILED = "planner_failed"
     DUPLICATE_TOPICS = "duplicate_topics"
     CANCELLED = "cancelled"
+    #: "Stop and write now": the searching ended early and the report is written.
+    STOPPED = "stopped"
+    #: The run's token budget (FATHOM_MAX_RUN_TOKENS, less the writer's reserve) is spent.
+    TOKEN_BUDGET = "token_budget"
+    #: The run's time budget (FATHOM_MAX_RUN_SECONDS) is spent.
+    TIME_BUDGET = "time_budget"
+
+    @property
+    def stopped_early(self) -> bool:
+        """Whether the searching was ended before the planner or the depth ended it (the
+        report is still written)."""
+        return self in (StopReason.STOPPED, StopReason.TOKEN_BUDGET, StopReason.TIME_BUDGET)
 
 
 @dataclass
@@ -128,8 +140,13 @@ class StepHooks:
     from the run's start and from every checkpoint (which returns it), plus cancels made
     through this process. A cancel from elsewhere is seen at the next checkpoint, which
     precedes both places where the strategy asks.
+
+    ``stop_reason`` answers the same way whether the searching must end now, and why: a
+    "Stop and write now" request, or a spent budget. The strategy then starts no search
+    (one in flight finishes and is used) and returns that reason; the report is written.
     """
 
     checkpoint: Callable[[RunState], Awaitable[None]]
     progress: Callable[[ProgressKind, str, str | None], Awaitable[None]]
     is_cancelled: Callable[[], bool]
+    stop_reason: Callable[[], StopReason | None] = lambda: None

@@ -1,0 +1,210 @@
+"""Stop and write now, and the run budgets (tokens, seconds): the searching ends early, no
+search starts after the signal, and the report is written from what was found and says why.
+Through the real service, store (SQLite and PostgreSQL) and fakes at the HTTP boundary."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from core.engine.budget import RunBudget
+from core.engine.graph import STOPPED_BEFORE_SEARCH
+from core.engine.state import StopReason
+from core.models import NodeStatus, ResearchRequest, RunStatus, Strategy
+from core.outcome import final_progress_text
+from storage import StopRequest
+from tests.test_engine import (
+    TOPIC,
+    Harness,
+    after_search,
+    fresh_store,
+    harness,  # noqa: F401
+    sqlite_only,
+)
+
+STOPPED_NOTE = "Stopped early on request (Stop and write now)"
+
+
+async def test_stop_from_this_process_writes_the_report_from_the_searches_done(
+    harness: Harness,  # noqa: F811
+) -> None:
+    run_id = await harness.submit(depth=5)
+    answers: list[StopRequest] = []
+
+    async def press() -> None:
+        answers.append(await harness.service.stop(run_id))
+
+    outcome = await harness.service.execute(run_id, after_search(1, press))
+    assert answers == [StopRequest.STOPPING]
+    assert outcome.status is RunStatus.SUCCEEDED and outcome.stop_reason is StopReason.STOPPED
+    assert len(harness.search.fake.queries) == 1 and len(outcome.topics) == 1
+    assert len(harness.planner_requests()) == 1  # seen at once: no further plan either
+    assert len(harness.writer_requests()) == 1
+    assert STOPPED_NOTE in (outcome.report_markdown or "")
+    assert "1 search done by then" in (outcome.report_markdown or "")
+    run = await harness.store.get_run(run_id)
+    assert run is not None and run.stop_requested and run.status == "succeeded"
+    # A press after the run ended changes nothing and says so.
+    assert await harness.service.stop(run_id) is StopRequest.ENDED
+
+
+async def test_stop_from_another_replica_is_seen_before_the_next_search(
+    harness: Harness,  # noqa: F811
+) -> None:
+    run_id = await harness.submit(depth=5)
+    database, other = await fresh_store(harness.url)  # e.g. the replica the button reached
+    answers: list[StopRequest] = []
+
+    async def press_twice() -> None:
+        answers.append(await other.request_stop(run_id))
+        answers.append(await other.request_stop(run_id))  # a press delivered twice
+
+    try:
+        outcome = await harness.service.execute(run_id, after_search(1, press_twice))
+    finally:
+        await database.dispose()
+    assert answers == [StopRequest.STOPPING, StopRequest.ENDED]
+    assert outcome.status is RunStatus.SUCCEEDED and outcome.stop_reason is StopReason.STOPPED
+    # The flag arrives with the checkpoint after the next plan, before that plan's search.
+    assert len(harness.search.fake.queries) == 1 and len(harness.planner_requests()) == 2
+    assert STOPPED_NOTE in (outcome.report_markdown or "")
+
+
+@sqlite_only
+async def test_stop_of_a_queued_run_cancels_it_and_cancel_then_stop_changes_nothing(
+    harness: Harness,  # noqa: F811
+) -> None:
+    queued = await harness.submit(thread="t1")
+    assert await harness.service.stop(queued) is StopRequest.CANCELLED
+    outcome = await harness.service.execute(queued)
+    assert outcome.status is RunStatus.CANCELLED
+    assert harness.planner_requests() == [] and harness.search.fake.queries == []
+
+    running = await harness.submit(thread="t2", depth=5)
+    answers: list[StopRequest] = []
+
+    async def cancel_then_stop() -> None:
+        assert await harness.service.cancel(running)
+        answers.append(await harness.service.stop(running))
+
+    cancelled = await harness.service.execute(running, after_search(1, cancel_then_stop))
+    assert answers == [StopRequest.ENDED]
+    assert cancelled.status is RunStatus.CANCELLED and cancelled.report_markdown is None
+
+
+class StopAfterFirstSearch:
+    """The real provider, pressing "Stop and write now" once its first search has answered
+    (from the search's own task: the other sub-questions of the turn are waiting for it)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.press: Callable[[], Awaitable[StopRequest]] | None = None
+        self.answers: list[StopRequest] = []
+
+    async def search(self, query: str) -> Any:
+        results = await self.inner.search(query)
+        if self.press is not None and not self.answers:
+            self.answers.append(await self.press())
+        return results
+
+
+async def test_a_graph_run_stopped_mid_turn_answers_what_it_searched(
+    harness: Harness,  # noqa: F811
+) -> None:
+    search = StopAfterFirstSearch(harness.search_provider)
+    service = harness.build_service(search=search, max_parallel_searches=1)
+    request = ResearchRequest(
+        topic=TOPIC, depth=2, thread=harness.thread("g1"), strategy=Strategy.GRAPH
+    )
+    run, _ = await service.submit(request)
+    search.press = lambda: service.stop(run.id)
+    outcome = await service.execute(run.id)
+    assert search.answers == [StopRequest.STOPPING]
+    assert outcome.status is RunStatus.SUCCEEDED, outcome.error
+    assert outcome.stop_reason is StopReason.STOPPED
+    answered = [n for n in outcome.nodes if n.status is NodeStatus.ANSWERED]
+    skipped = [n for n in outcome.nodes if n.error == STOPPED_BEFORE_SEARCH]
+    assert len(answered) == 1 and skipped  # the searched one is answered and used
+    assert len(harness.search.fake.queries) == 1
+    assert len(harness.llm.fake.requests_for("graph_planner")) == 1  # no second turn
+    assert STOPPED_NOTE in (outcome.report_markdown or "")
+
+
+# -- budgets ----------------------------------------------------------------------------------
+
+
+def test_the_token_budget_keeps_the_writers_reserve() -> None:
+    from core.models import Usage
+
+    budget = RunBudget(tokens=1000, seconds=60)
+    assert budget.searching_tokens == 800
+    assert budget.spent(Usage(prompt_tokens=700, completion_tokens=99), 10) is None
+    assert budget.spent(Usage(prompt_tokens=700, completion_tokens=100), 10) is (
+        StopReason.TOKEN_BUDGET
+    )
+    assert budget.spent(Usage(), 60) is StopReason.TIME_BUDGET
+    assert RunBudget().spent(Usage(prompt_tokens=10**9), 10**9) is None  # unlimited
+
+
+@sqlite_only
+async def test_the_token_budget_stops_the_searching_and_the_report_says_so(
+    harness: Harness,  # noqa: F811
+) -> None:
+    # How many tokens the first plan of this topic costs (a probe run in its own thread):
+    probe = await harness.submit(depth=1, thread="probe")
+    first_plan: list[int] = []
+
+    async def measure() -> None:
+        run = await harness.store.get_run(probe)
+        assert run is not None
+        first_plan.append(run.prompt_tokens + run.completion_tokens)
+
+    await harness.service.execute(probe, after_search(1, measure))
+    (spent_by_one_plan,) = first_plan
+    # A budget whose searching share is used up by the second plan, not the first.
+    tokens = math.ceil((spent_by_one_plan + 1) / 0.8)
+    service = harness.build_service(budget=RunBudget(tokens=tokens))
+    before = len(harness.search.fake.queries)
+    run_id = await harness.submit(depth=5, thread="budget")
+    outcome = await service.execute(run_id)
+    assert outcome.status is RunStatus.SUCCEEDED and outcome.stop_reason is (
+        StopReason.TOKEN_BUDGET
+    )
+    assert len(harness.search.fake.queries) == before + 1 and len(outcome.topics) == 1
+    report = outcome.report_markdown or ""
+    assert f"Stopped at the run's token budget ({tokens:,} tokens" in report
+    assert "FATHOM_MAX_RUN_TOKENS" in report
+    assert final_progress_text(outcome) == (
+        "Research done, stopped early after 1 of 5 searches (the run's token budget was "
+        f"reached); {len(outcome.sources)} sources."
+    )
+
+
+@sqlite_only
+async def test_the_time_budget_stops_the_searching_and_the_report_says_so(
+    harness: Harness,  # noqa: F811
+) -> None:
+    now = [100.0]
+    service = harness.build_service(budget=RunBudget(seconds=1200), monotonic=lambda: now[0])
+    run_id = await harness.submit(depth=5)
+
+    def two_minutes_past_the_budget() -> None:
+        now[0] += 1320.0
+
+    outcome = await service.execute(run_id, after_search(2, two_minutes_past_the_budget))
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert outcome.stop_reason is StopReason.TIME_BUDGET
+    assert len(harness.search.fake.queries) == 2
+    assert "Stopped at the run's time budget (1200 s" in (outcome.report_markdown or "")
+
+
+@pytest.mark.parametrize("depth", [60, 500])
+def test_any_positive_depth_may_be_allowed(depth: int) -> None:
+    from core.config import load_settings
+
+    settings = load_settings(_env_file=None, FATHOM_MAX_DEPTH=str(depth))
+    assert settings.max_depth == depth
+    assert settings.max_run_tokens == 300_000 and settings.max_run_seconds == 1200
