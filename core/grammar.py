@@ -53,6 +53,35 @@ class CancelCommand:
 
 
 @dataclass(frozen=True)
+class StopCommand:
+    """``/research stop [run-id]`` (or ``write now``, ``停止``, ``现在写``): stop searching and
+    write the report from what was found."""
+
+    run_id: str | None = None
+
+
+#: Whole messages that mean "stop and write now" (lower-cased, end punctuation dropped).
+STOP_PHRASES = frozenset(
+    {
+        "stop",
+        "write now",
+        "stop and write",
+        "stop and write now",
+        "停止",
+        "停",
+        "停下",
+        "现在写",
+        "立即撰写",
+        "停止并撰写",
+        "立即停止并撰写",
+    }
+)
+#: What a run id (prefix) looks like: ``stop <id>``; ``stop smoking`` is a topic.
+_RUN_ID = re.compile(r"[0-9a-f]{4,32}")
+_END_PUNCTUATION = ".!。！?？,，"
+
+
+@dataclass(frozen=True)
 class ScheduleCommand:
     """``/research schedule <topic> cron="…" [depth=N] [tz=Area/City] [strategy=S]
     [sources=web|internal|all]``."""
@@ -80,6 +109,7 @@ Command = (
     | HelpCommand
     | StatusCommand
     | CancelCommand
+    | StopCommand
     | ScheduleCommand
     | DigestsCommand
     | UnscheduleCommand
@@ -103,7 +133,10 @@ def help_text(
             "• 在群里 @我 并写上主题，或直接私聊我；"
             "在研究话题里再次 @我，会基于已有结果继续深入。\n"
             "• `/research status`（或 `状态`）：你正在进行和最近的研究\n"
-            "• `/research cancel`（或 `取消`）：停止你正在进行的研究（在话题里：该话题的研究）\n"
+            "• `/research stop`（或在话题里回复 `停止`、`现在写`）：停止搜索，"
+            "用已找到的内容立即撰写报告\n"
+            "• `/research cancel`（或 `取消`）：取消你正在进行的研究，不写报告"
+            "（在话题里：该话题的研究）\n"
             '• `/research schedule <主题> cron="0 9 * * MON" [tz=Asia/Shanghai]`：定时摘要；'
             "`/research digests` 列出本频道的定时摘要，`/research unschedule <id>` 删除\n"
             "• `/research help`（或 `帮助`）：本说明"
@@ -119,7 +152,10 @@ def help_text(
         "• Mention me with a topic in a channel or thread, or write to me directly; "
         "mention me again in a research thread to dig deeper from what is known.\n"
         "• `/research status`: your running and recent research\n"
-        "• `/research cancel`: stop your running research (in a thread: that thread's)\n"
+        "• `/research stop` (or `stop`, `write now` in its thread): stop searching and write "
+        "the report now from what was found\n"
+        "• `/research cancel`: cancel your running research without a report (in a thread: "
+        "that thread's)\n"
         '• `/research schedule <topic> cron="0 9 * * MON" [tz=Asia/Shanghai]`: a recurring '
         "digest in this channel; `/research digests` lists them, "
         "`/research unschedule <id>` removes one\n"
@@ -150,6 +186,10 @@ def parse_command(
         return StatusCommand()
     if first in ("cancel", "取消") and len(words) <= 2:
         return CancelCommand(words[1] if len(words) == 2 else None)
+    if " ".join(words).lower().rstrip(_END_PUNCTUATION) in STOP_PHRASES:
+        return StopCommand()
+    if first in ("stop", "停止") and len(words) == 2 and _RUN_ID.fullmatch(words[1].lower()):
+        return StopCommand(words[1].lower())
     if first in ("digests", "schedules") and len(words) == 1:
         return DigestsCommand()
     if first == "unschedule":

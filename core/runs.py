@@ -13,10 +13,18 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from storage.errors import UserBusy
-from storage.records import DigestRecord, RunRecord, ThreadRecord
+from storage.records import DigestRecord, RunRecord, StopRequest, ThreadRecord
 from storage.tables import utcnow
 
-__all__ = ["ChatRuns", "DigestRecord", "RunRecord", "ThreadRecord", "UserBusy", "utcnow"]
+__all__ = [
+    "ChatRuns",
+    "DigestRecord",
+    "RunRecord",
+    "StopRequest",
+    "ThreadRecord",
+    "UserBusy",
+    "utcnow",
+]
 
 
 class ChatRuns(Protocol):

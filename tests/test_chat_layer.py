@@ -243,6 +243,36 @@ async def test_cancel_in_the_thread_stops_its_run_and_the_message_ends_cancelled
     assert w.chat.messages(w.thread(), "report") == []
 
 
+async def test_stop_typed_in_the_thread_ends_the_searching_and_the_report_follows(
+    world: Callable[..., World], llm_server: FakeLLMServer, search_server: FakeSearchServer
+) -> None:
+    w = world()
+    await w.runner.start()
+    llm_server.fake.latency = 0.3
+    await w.chat.say(w.commands, "heat pumps depth=5")
+    async with asyncio.timeout(30):
+        while not any(
+            "1/5th search executed." in m.text for m in w.chat.messages(w.thread(), "progress")
+        ):
+            await w.chat.changed.wait()
+            w.chat.changed.clear()
+    other = await w.chat.say(w.commands, "stop", user="U2", in_thread=True)
+    assert other is not None and "Only the person who started this research" in other.text
+    assert "can stop it" in other.text
+    reply = await w.chat.say(w.commands, "Write now!", in_thread=True)
+    assert reply is not None and reply.text.startswith("🛑 Stopping “heat pumps”")
+    again = await w.chat.say(w.commands, "停止", in_thread=True)
+    assert again is not None and (
+        again.text in ("那个研究已经在停止了。", "那个研究已经结束了。")
+    )  # (a repeated press; or it ended already)
+    (run,) = await w.delivered()
+    assert run.status == "succeeded" and run.stop_requested
+    assert run.searches < 5
+    reports = w.chat.messages(w.thread(), "report")
+    assert reports and "Stopped early on request" in "".join(r.text for r in reports)
+    assert len(search_server.fake.queries) == run.searches
+
+
 async def test_a_platform_outage_on_the_progress_message_does_not_stop_the_research(
     world: Callable[..., World],
 ) -> None:

@@ -10,6 +10,7 @@ from core.grammar import (
     HelpCommand,
     ResearchCommand,
     StatusCommand,
+    StopCommand,
     help_text,
     parse_command,
 )
@@ -163,3 +164,19 @@ def test_validate_sources() -> None:
     assert validate_sources(" Web ") is SourceChoice.WEB
     assert validate_sources(SourceChoice.INTERNAL) is SourceChoice.INTERNAL
     assert validate_sources("", SourceChoice.WEB) is SourceChoice.WEB
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["stop", "Stop!", "write now", "/research stop", "stop and write now.", "停止", "现在写。"],
+)
+def test_stop_and_write_now_phrases(text: str) -> None:
+    assert parse_command(text, default_depth=3, max_depth=10) == StopCommand()
+
+
+def test_stop_takes_a_run_id_but_a_topic_that_starts_with_stop_is_a_topic() -> None:
+    assert parse_command("stop 1a2b3c4d", default_depth=3, max_depth=10) == StopCommand("1a2b3c4d")
+    topic = parse_command("stop smoking", default_depth=3, max_depth=10)
+    assert isinstance(topic, ResearchCommand) and topic.topic == "stop smoking"
+    words = parse_command("stop words in NLP", default_depth=3, max_depth=10)
+    assert isinstance(words, ResearchCommand)

@@ -32,13 +32,14 @@ from core.grammar import (
     ResearchCommand,
     ScheduleCommand,
     StatusCommand,
+    StopCommand,
     UnscheduleCommand,
     parse_command,
     request_words,
 )
 from core.jobs import JobRunner
 from core.models import Attachment, ResearchRequest, RunStatus, SourceChoice, ThreadKey
-from core.runs import ChatRuns, RunRecord, UserBusy, utcnow
+from core.runs import ChatRuns, RunRecord, StopRequest, UserBusy, utcnow
 from core.service import ResearchService, RunRejected
 from core.wording import Language, request_language
 
@@ -107,6 +108,23 @@ class ChatMessage:
     @property
     def event_keys(self) -> tuple[str, ...]:
         return (self.dedupe_key,) + ((self.delivery_key,) if self.delivery_key else ())
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """Why a cancel or stop has no run to act on."""
+
+    why: str  # "nothing_in_thread", "not_theirs" or "nothing"
+    prefix: str | None = None
+
+    def text(self, replies: Replies, *, stop: bool) -> str:
+        if self.why == "nothing_in_thread":
+            return replies.nothing_running_in_thread()
+        if self.why == "not_theirs":
+            return replies.only_starter_can_stop() if stop else replies.only_starter_can_cancel()
+        return (
+            replies.nothing_to_stop(self.prefix) if stop else replies.nothing_to_cancel(self.prefix)
+        )
 
 
 @dataclass(frozen=True)
@@ -195,7 +213,7 @@ class ChatCommands:
         # schedules).
         if parsed is None:
             parsed = self.parse(message.text)
-        once = isinstance(parsed, CancelCommand | ScheduleCommand | UnscheduleCommand)
+        once = isinstance(parsed, CancelCommand | StopCommand | ScheduleCommand | UnscheduleCommand)
         if once and not await self._claim(message):
             return None
         reply = await self.handle(message, parsed)
@@ -317,6 +335,8 @@ class ChatCommands:
             return Reply(await self._status(message, replies))
         if isinstance(command, CancelCommand):
             return Reply(await self._cancel(message, command.run_id, replies))
+        if isinstance(command, StopCommand):
+            return Reply(await self._stop(message, command.run_id, replies))
         if isinstance(command, ScheduleCommand | DigestsCommand | UnscheduleCommand):
             try:
                 return Reply(await self._digest_command(message, command, replies))
@@ -417,21 +437,40 @@ class ChatCommands:
         return replies.status(list(reversed(active)), recent)
 
     async def _cancel(self, message: ChatMessage, prefix: str | None, replies: Replies) -> str:
+        run = await self._target(message, prefix)
+        if isinstance(run, _Refusal):
+            return run.text(replies, stop=False)
+        if not await self._service.cancel(run.id):
+            return replies.already_finished()
+        return replies.cancelled(run)
+
+    async def _stop(self, message: ChatMessage, prefix: str | None, replies: Replies) -> str:
+        """ "Stop and write now" typed (``stop``, ``write now``, ``停止``, ...)."""
+        run = await self._target(message, prefix)
+        if isinstance(run, _Refusal):
+            return run.text(replies, stop=True)
+        answer = await self._service.stop(run.id)
+        if answer is StopRequest.STOPPING:
+            return replies.stopping(run)
+        if answer is StopRequest.CANCELLED:  # queued: nothing found yet to write from
+            return replies.cancelled(run)
+        if run.stop_requested or run.cancel_requested:  # a repeated press
+            return replies.already_stopping()
+        return replies.already_finished()  # it ended meanwhile
+
+    async def _target(self, message: ChatMessage, prefix: str | None) -> RunRecord | _Refusal:
+        """The run a cancel or stop means: in a thread, that thread's (its requester's or an
+        admin's to end); elsewhere the sender's newest active run (matching ``prefix``)."""
         by = message.requested_by
         if message.in_thread and prefix is None:
             run = await self._store.latest_run_in_thread(str(message.thread_key))
             if run is None or RunStatus(run.status).finished:
-                return replies.nothing_running_in_thread()
+                return _Refusal("nothing_in_thread")
             if run.requested_by != by and not self._policy.is_admin(message.user):
-                return replies.only_starter_can_cancel()
-        else:
-            picked = self._pick(await self._store.active_runs_for_user(by), message, prefix)
-            if picked is None:
-                return replies.nothing_to_cancel(prefix)
-            run = picked
-        if not await self._service.cancel(run.id):
-            return replies.already_finished()
-        return replies.cancelled(run)
+                return _Refusal("not_theirs")
+            return run
+        picked = self._pick(await self._store.active_runs_for_user(by), message, prefix)
+        return _Refusal("nothing", prefix) if picked is None else picked
 
     @staticmethod
     def _pick(

@@ -166,6 +166,33 @@ class Replies:
             f"正在取消“{topic}”（运行 `{run.id[:8]}`）。",
         )
 
+    def stopping(self, run: RunRecord) -> str:
+        """ "Stop and write now" taken: no search starts, the report follows."""
+        topic = self.markup.escape(run.topic)
+        return self._icon("stop") + self._pick(
+            f"Stopping “{topic}” (run `{run.id[:8]}`): no new search starts, and the report "
+            "is written from what was found.",
+            f"正在停止“{topic}”（运行 `{run.id[:8]}`）：不再开始新的搜索，"
+            "将用已找到的内容撰写报告。",
+        )
+
+    def already_stopping(self) -> str:
+        """A repeated press: the run was already asked to stop or cancel."""
+        return self._pick("That research is already stopping.", "那个研究已经在停止了。")
+
+    def nothing_to_stop(self, run_id_prefix: str | None) -> str:
+        if run_id_prefix:
+            return self.nothing_to_cancel(run_id_prefix)
+        return self._pick(
+            "You have no running research here to stop.", "你在这里没有可停止的进行中研究。"
+        )
+
+    def only_starter_can_stop(self) -> str:
+        return self._pick(
+            "Only the person who started this research (or an admin) can stop it.",
+            "只有发起这个研究的人（或管理员）可以停止它。",
+        )
+
     def nothing_to_cancel(self, run_id_prefix: str | None) -> str:
         if run_id_prefix:
             return self._pick(
