@@ -18,7 +18,7 @@ import signal
 import sys
 import traceback
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -100,9 +100,10 @@ def _configure_logging(settings: Settings, *, quiet_below_warning: bool) -> None
 @dataclass
 class StartedRun:
     """The run a command started or resumed, once its row exists (for the line an
-    interruption prints)."""
+    interruption prints), and how to ask it to stop and write (the first Ctrl-C)."""
 
     run_id: str | None = None
+    stop: Callable[[], Awaitable[object]] | None = None
 
     def interrupted_line(self) -> str:
         if self.run_id is None:
@@ -113,6 +114,10 @@ class StartedRun:
         )
 
 
+async def _ask(call: Callable[[], Awaitable[object]]) -> object:
+    return await call()
+
+
 def _run(coro: Coroutine[Any, Any, T], started: StartedRun | None = None) -> T:
     """Run a coroutine; SIGTERM cancels it like Ctrl-C so runs end in a recorded state.
     A settings problem found on the way (the database cannot be reached) is one line, exit 2."""
@@ -121,8 +126,26 @@ def _run(coro: Coroutine[Any, Any, T], started: StartedRun | None = None) -> T:
     async def main() -> T:
         task = asyncio.ensure_future(coro)
         loop = asyncio.get_running_loop()
+        stopping: list[asyncio.Task[object]] = []
+
+        def on_ctrl_c() -> None:
+            """The first Ctrl-C stops the searching and writes the report; the second (or
+            one before the run exists) cancels, like SIGTERM."""
+            ask = started.stop if started is not None else None
+            if stopping or ask is None:
+                task.cancel()
+                return
+            _stderr().print(
+                "stopping: no new search starts, the report is written from what was found "
+                "(Ctrl-C again to cancel without a report)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            stopping.append(loop.create_task(_ask(ask)))
+
         try:
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
+            loop.add_signal_handler(signal.SIGINT, on_ctrl_c)
         except (NotImplementedError, RuntimeError):  # pragma: no cover - non-Unix
             pass
         return await task
@@ -327,6 +350,8 @@ async def _research(
             elif await runtime.store.get_run(run_id or "") is None:
                 started.run_id = None  # nothing to resume
                 raise _fail(f"there is no run {run_id!r}")
+            service, stopped = runtime.service, run_id or ""
+            started.stop = lambda: service.stop(stopped)
             try:
                 if request is None:
                     return await runtime.service.resume(run_id or "", progress, LocalFiles())

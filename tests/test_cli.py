@@ -380,6 +380,46 @@ def test_db_upgrade_on_a_fresh_file(cli_env: dict[str, str], tmp_path: Path) -> 
     assert again.returncode == 0, again.stderr
 
 
+def test_the_first_ctrl_c_stops_and_writes_the_report_from_the_searches_done(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    search_server.fake.latency = 0.5  # the second search is running when Ctrl-C arrives
+    proc = start_fathom(
+        "research", "tidal power", "--depth", "5", "--json", env=cli_env, cwd=tmp_path
+    )
+    try:
+        wait_for_stderr(proc, "1/5th search executed.")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, stderr.decode()
+    assert "stopping: no new search starts" in stderr.decode()
+    data = json.loads(stdout)
+    assert data["status"] == "succeeded" and data["stop_reason"] == "stopped"
+    assert 1 <= len(data["topics"]) <= 2 and len(search_server.fake.queries) == len(data["topics"])
+    assert "Stopped early on request" in data["report_markdown"]
+
+
+def test_a_second_ctrl_c_cancels_without_a_report(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    search_server.fake.latency = 3.0  # a search is in flight through both presses
+    proc = start_fathom("research", "tidal power", "--depth", "5", env=cli_env, cwd=tmp_path)
+    try:
+        wait_for_stderr(proc, "1/5th search executed.")
+        proc.send_signal(signal.SIGINT)
+        wait_for_stderr(proc, "stopping: no new search starts")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        stop(proc)
+    assert proc.returncode == 130, stderr.decode()
+    with sqlite3.connect(db_file(cli_env)) as db:
+        rows = db.execute("SELECT status, error, report_markdown FROM research_runs").fetchall()
+    assert rows == [("cancelled", "interrupted", None)]
+
+
 def test_sigterm_records_an_interruption_that_resume_finishes(
     cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
 ) -> None:
