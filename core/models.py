@@ -147,6 +147,20 @@ class GraphNode(BaseModel):
     error: str | None = None
 
 
+class Guidance(BaseModel):
+    """A reply in a thread while its research ran: the user's own words steering it (shown
+    to that run's planner from its next round, and to its writer)."""
+
+    run_id: str
+    by: str
+    at: datetime
+    text: str
+
+    def line(self) -> str:
+        """``<text> (<by>, 14:02 UTC)``: how the planner and the writer see it."""
+        return f"{self.text} ({self.by}, {self.at.astimezone(UTC):%H:%M} UTC)"
+
+
 class ThreadVariables(BaseModel):
     """The conversation variables persisted per thread after every step.
 
@@ -163,6 +177,12 @@ class ThreadVariables(BaseModel):
     graph: list[GraphNode] = Field(default_factory=list)
     #: The files attached in the thread that were read (their text, for every later run).
     files: list[AttachedFile] = Field(default_factory=list)
+    #: Replies that steered a run of the thread while it ran (who, when, what).
+    guidance: list[Guidance] = Field(default_factory=list)
+
+    def guidance_for(self, run_id: str) -> list[str]:
+        """The guidance given during run ``run_id``, one line each, in order."""
+        return [g.line() for g in self.guidance if g.run_id == run_id]
 
     def public_dict(self) -> dict[str, object]:
         """The variables under their contract names (``nextSearchTopic`` ...)."""
@@ -182,6 +202,9 @@ class ThreadVariables(BaseModel):
         self.graph[:0] = [node for node in stored.graph if node.name not in names]
         ids = {file.id for file in self.files}
         self.files[:0] = [file for file in stored.files if file.id not in ids]
+        given = {(g.by, g.at, g.text) for g in self.guidance}
+        fresh = [g for g in stored.guidance if (g.by, g.at, g.text) not in given]
+        self.guidance = sorted(self.guidance + fresh, key=lambda g: g.at)
 
 
 class PlannerDecision(BaseModel):

@@ -41,6 +41,7 @@ from core.lease import (
 from core.models import (
     CONSOLE_PLATFORM,
     Attachment,
+    Guidance,
     ResearchRequest,
     RunStatus,
     Source,
@@ -60,6 +61,8 @@ from core.progress import (
     search_executed_text,
 )
 from core.search import SearchProvider
+from core.text import clean_text, has_visible
+from core.untrusted import neutralise
 from core.writer import ModelUnavailable, NoResults, ReportWriter, model_unavailable
 from storage import (
     Checkpointed,
@@ -103,6 +106,10 @@ CHECKPOINT_ATTEMPTS = 5
 def _delivers(run: RunRecord) -> bool:
     """Whether the run's outcome has to be delivered to a chat thread once it finishes."""
     return outcome_is_delivered(ThreadKey.parse(run.thread_key).platform)
+
+
+#: At most this much of one guidance reply is kept (like a topic, it is the user's words).
+MAX_GUIDANCE_CHARS = 500
 
 
 def _seconds_before(run: RunRecord) -> float:
@@ -465,6 +472,8 @@ class ResearchService:
             if reason is StopReason.CANCELLED:
                 status = RunStatus.CANCELLED
             else:
+                for line in state.variables.guidance_for(run.id):
+                    state.note(wording.guidance_followed_words(state.language, line))
                 if reason.stopped_early:
                     searched = len(strategy.run_topics(state))
                     state.note(self._stopped_words(state, reason, searched))
@@ -619,6 +628,16 @@ class ResearchService:
             seconds = self._budget.seconds or 0.0
             return wording.time_budget_words(state.language, searches, seconds)
         return wording.stopped_early_words(state.language, searches)
+
+    async def add_guidance(self, run: RunRecord, by: str, text: str) -> bool:
+        """Record a reply steering the running ``run`` (its thread's variables keep it; the
+        run takes it in at its next checkpoint and shows it to its next plan and to the
+        writer). False when the run has ended meanwhile."""
+        words = " ".join(neutralise(clean_text(text)).split())[:MAX_GUIDANCE_CHARS]
+        if RunStatus(run.status).finished or not has_visible(words):
+            return False
+        entry = Guidance(run_id=run.id, by=by, at=self._clock(), text=words)
+        return await self._store.add_guidance(run.thread_key, entry.model_dump(mode="json"))
 
     async def stop(self, run_id: str) -> StopRequest:
         """ "Stop and write now": a running run stops searching at its next step and writes

@@ -107,6 +107,11 @@ def failed_text(language: Language, done: int, depth: int, error: str | None) ->
     )
 
 
+def guidance_followed_words(language: Language, line: str) -> str:
+    """A note: guidance given in the thread while the run went on, which it followed."""
+    return pick(language, f"Guidance followed: {line}", f"已遵循的指导：{line}")
+
+
 def stopped_early_words(language: Language, searches: int) -> str:
     """A note: "Stop and write now" ended the searching; the report is built from what was
     found."""

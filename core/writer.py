@@ -132,6 +132,7 @@ class ReportWriter:
             today=state.today,
             digest=digest.context if digest is not None else None,
             graph=lines,
+            guidance=state.variables.guidance_for(state.run_id),
         )
         try:
             body = await self._model.complete(messages, usage=state.usage)

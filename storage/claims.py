@@ -107,6 +107,7 @@ _VARIABLE_VALUES = (
     "should_continue",
     "graph",
     "files",
+    "guidance",
     "updated_at",
 )
 _UPDATE_VARIABLES = (
@@ -415,6 +416,7 @@ class ClaimStore:
             "should_continue": bool(variables.get("shouldContinue", True)),
             "graph": list(variables.get("graph") or []),
             "files": list(variables.get("files") or []),
+            "guidance": list(variables.get("guidance") or []),
             "updated_at": now,
         }
         sql = self._sql

@@ -40,6 +40,7 @@ VARIABLE_COLUMNS = (
     _variables.c.should_continue,
     _variables.c.graph,
     _variables.c.files,
+    _variables.c.guidance,
 )
 
 
@@ -87,6 +88,7 @@ def variables_dict(row: RowMapping) -> dict[str, Any]:
         "shouldContinue": row["should_continue"],
         "graph": list(row["graph"] or []),
         "files": list(row["files"] or []),
+        "guidance": list(row["guidance"] or []),
     }
 
 

@@ -70,6 +70,7 @@ class Store:
         self.get_thread = self.threads.get_thread
         self.list_threads = self.threads.list_threads
         self.load_variables = self.threads.load_variables
+        self.add_guidance = self.threads.add_guidance
         self.claim_event = self.events.claim_event
         self.events_seen = self.events.events_seen
         self.prune_events = self.events.prune_events

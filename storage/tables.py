@@ -92,6 +92,8 @@ class ThreadVariables(Base):
     graph: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
     #: The files attached in the thread, as read (migration 0010); None for threads without.
     files: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
+    #: Replies that steered a run while it ran (migration 0012); None for threads without.
+    guidance: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
     version: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

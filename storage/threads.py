@@ -10,17 +10,19 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
 from storage.db import Database
 from storage.records import ThreadRecord, ThreadSummary
-from storage.sql import VARIABLE_COLUMNS, thread_record, variables_dict
+from storage.sql import VARIABLE_COLUMNS, thread_record, upsert_for, variables_dict
 from storage.tables import ResearchRun, Thread, ThreadVariables, utcnow
 
 _runs = cast(Table, ResearchRun.__table__)
 _threads = cast(Table, Thread.__table__)
 _variables = cast(Table, ThreadVariables.__table__)
+#: How many times adding guidance retries when a checkpoint changed the variables meanwhile.
+GUIDANCE_ATTEMPTS = 20
 
 
 class ThreadStore:
@@ -91,6 +93,62 @@ class ThreadStore:
                 )
                 for key, runs, topic, status, updated in conn.execute(stmt)
             ]
+
+        return await self._db.run(work)
+
+    async def add_guidance(self, thread_key: str, entry: dict[str, Any]) -> bool:
+        """Append one guidance entry (a reply steering the thread's running research) to the
+        thread's variables, compare-and-swapped on their version like a checkpoint: the run's
+        next checkpoint meets the new version and takes the entry in
+        (``ThreadVariables.absorb``). False when the thread is unknown."""
+        find = select(_threads.c.id).where(_threads.c.key == thread_key)
+        load = select(_variables.c.guidance, _variables.c.version).where(
+            _variables.c.thread_id == bindparam("tid")
+        )
+        upsert = upsert_for(self._db.dialect)
+        first = (
+            upsert(_variables)
+            .values(
+                thread_id=bindparam("tid"),
+                topics=[],
+                findings=[],
+                should_continue=True,
+                guidance=[entry],
+                version=1,
+                updated_at=utcnow(),
+            )
+            .on_conflict_do_nothing()
+            .returning(_variables.c.version)
+        )
+        append = (
+            update(_variables)
+            .where(
+                _variables.c.thread_id == bindparam("tid"),
+                _variables.c.version == bindparam("expected"),
+            )
+            .values(
+                guidance=bindparam("guidance"),
+                version=_variables.c.version + 1,
+                updated_at=utcnow(),
+            )
+            .returning(_variables.c.version)
+        )
+
+        def work(conn: Connection) -> bool:
+            tid = conn.execute(find).scalar()
+            if tid is None:
+                return False
+            for _ in range(GUIDANCE_ATTEMPTS):
+                row = conn.execute(load, {"tid": tid}).first()
+                if row is None:
+                    if conn.execute(first, {"tid": tid}).first() is not None:
+                        return True
+                    continue  # a checkpoint wrote the first variables meanwhile
+                guidance = [*(row[0] or []), entry]
+                params = {"tid": tid, "expected": row[1], "guidance": guidance}
+                if conn.execute(append, params).first() is not None:
+                    return True
+            raise RuntimeError("the thread's variables kept changing under the guidance")
 
         return await self._db.run(work)
 

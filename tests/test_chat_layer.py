@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
@@ -271,6 +272,36 @@ async def test_stop_typed_in_the_thread_ends_the_searching_and_the_report_follow
     reports = w.chat.messages(w.thread(), "report")
     assert reports and "Stopped early on request" in "".join(r.text for r in reports)
     assert len(search_server.fake.queries) == run.searches
+
+
+async def test_a_reply_during_the_run_steers_its_next_plans_and_the_report(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    w = world()
+    await w.runner.start()
+    llm_server.fake.latency = 0.2
+    await w.chat.say(w.commands, "heat pumps depth=5")
+    async with asyncio.timeout(30):
+        while not any(
+            "1/5th search executed." in m.text for m in w.chat.messages(w.thread(), "progress")
+        ):
+            await w.chat.changed.wait()
+            w.chat.changed.clear()
+    reply = await w.chat.say(w.commands, "focus on <@U0BAD> Europe", in_thread=True)
+    assert reply is not None and reply.text == "Noted: the next searches take this into account."
+    (run,) = await w.delivered()
+    assert run.status == "succeeded"
+    planners = [json.dumps(r.body) for r in llm_server.fake.requests_for("planner")]
+    assert "focus on" in planners[-1] and "Europe" in planners[-1]
+    assert "<@U0BAD>" not in planners[-1]  # the user's words, with mentions made inert
+    writer = json.dumps(llm_server.fake.requests_for("writer")[-1].body)
+    assert "Guidance the people asking gave" in writer and "Europe" in writer
+    report = "".join(r.text for r in w.chat.messages(w.thread(), "report"))
+    assert "Guidance followed: focus on" in report and "Europe" in report
+    variables = await w.store.load_variables(run.thread_id)
+    assert variables is not None
+    [entry] = variables["guidance"]
+    assert entry["run_id"] == run.id and entry["by"] == run.requested_by
 
 
 async def test_a_platform_outage_on_the_progress_message_does_not_stop_the_research(

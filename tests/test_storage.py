@@ -278,6 +278,7 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
         "shouldContinue": False,
         "graph": [node],
         "files": [{"id": "F1", "name": "paper.pdf", "text": "its text"}],
+        "guidance": [],
     }
     usage = {"llm_calls": 2, "prompt_tokens": 30, "completion_tokens": 9, "searches": 2}
     second = await store.checkpoint(
@@ -333,6 +334,7 @@ async def test_checkpoint_compares_and_swaps_the_variables_version(store: Store)
         "shouldContinue": True,
         "graph": [],
         "files": [],
+        "guidance": [],
     }
     await store.checkpoint(
         held, variables=mine, variables_version=0, rounds_done=1, usage={}, notes=[]
@@ -411,6 +413,7 @@ async def test_claim_loads_the_threads_variables(store: Store) -> None:
         "shouldContinue": True,
         "graph": [],
         "files": [],
+        "guidance": [],
     }
     await store.checkpoint(
         held, variables=state, variables_version=0, rounds_done=1, usage={}, notes=[]
@@ -896,3 +899,24 @@ async def test_files_sent_on_their_own_are_taken_once_by_the_next_request(store:
     assert await store.take_files(scope, datetime.now(UTC) + timedelta(seconds=1)) == []
     assert await store.files.prune_files(timedelta(0)) == 2
     assert await store.take_files(scope, hour_ago) == []
+
+
+async def test_guidance_added_meanwhile_reaches_the_runs_next_checkpoint(store: Store) -> None:
+    """A reply steering a run (another replica's add_guidance) bumps the variables' version:
+    the run's next checkpoint meets the conflict and gets the guidance with it."""
+    run, _ = await new_run(store)
+    held = await claim(store, run.id)
+    mine = {"topics": ["a"], "nextSearchTopic": None, "findings": [], "shouldContinue": True}
+    await store.checkpoint(
+        held, variables=mine, variables_version=0, rounds_done=1, usage={}, notes=[]
+    )
+    entry = {"run_id": run.id, "by": "U2", "at": "2026-12-02T10:00:00+00:00", "text": "EU only"}
+    assert await store.add_guidance(run.thread_key, entry)
+    assert not await store.add_guidance("slack:T9:C9:nowhere", entry)  # an unknown thread
+    with pytest.raises(VariablesConflict) as conflict:
+        await store.checkpoint(
+            held, variables=mine, variables_version=1, rounds_done=1, usage={}, notes=[]
+        )
+    assert conflict.value.version == 2
+    assert conflict.value.variables["guidance"] == [entry]
+    assert conflict.value.variables["topics"] == ["a"]

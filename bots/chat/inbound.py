@@ -410,7 +410,11 @@ class ChatCommands:
             return Reply(replies.concurrency(busy.limit))
         except RunRejected as exc:
             await self._keep(message, attachments)
-            return Reply(replies.thread_busy(exc.active))
+            active = exc.active
+            if message.in_thread and active is not None:  # a reply steering the research
+                if await self._service.add_guidance(active, by, command.topic):
+                    return Reply(replies.guidance_noted())
+            return Reply(replies.thread_busy(active))
         except BaseException:  # the database failed: the files wait for the retried request
             with contextlib.suppress(Exception):
                 await self._keep(message, attachments)

@@ -159,6 +159,12 @@ class Replies:
             f"这个话题里已有研究在进行{run}；请等它完成，或用 `/research cancel` 取消。",
         )
 
+    def guidance_noted(self) -> str:
+        """A reply in the thread of a running research, kept as guidance for it."""
+        return self._pick(
+            "Noted: the next searches take this into account.", "已记下：接下来的搜索会考虑这一点。"
+        )
+
     def cancelled(self, run: RunRecord) -> str:
         topic = self.markup.escape(run.topic)
         return self._icon("stop") + self._pick(

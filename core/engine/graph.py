@@ -346,6 +346,7 @@ class GraphStrategy:
             graph=graph_lines(variables.graph),
             files=files_digest(variables.files, state.topic),
             today=state.today,
+            guidance=variables.guidance_for(state.run_id),
         )
         checked = CheckedPlan([], [])
         plan = GraphPlan(finish=True)

@@ -172,6 +172,7 @@ class IterativeStrategy:
             findings_digest=findings_digest(variables.findings),
             files=files_digest(variables.files, state.topic),
             today=state.today,
+            guidance=variables.guidance_for(state.run_id),
         )
         for attempt in range(2):
             try:
