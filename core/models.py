@@ -155,6 +155,8 @@ class Guidance(BaseModel):
     by: str
     at: datetime
     text: str
+    #: The delivery's dedupe key: a reply delivered twice (two replicas) is kept once.
+    key: str | None = None
 
     def line(self) -> str:
         """``<text> (<by>, 14:02 UTC)``: how the planner and the writer see it."""

@@ -629,14 +629,17 @@ class ResearchService:
             return wording.time_budget_words(state.language, searches, seconds)
         return wording.stopped_early_words(state.language, searches)
 
-    async def add_guidance(self, run: RunRecord, by: str, text: str) -> bool:
+    async def add_guidance(
+        self, run: RunRecord, by: str, text: str, *, key: str | None = None
+    ) -> bool:
         """Record a reply steering the running ``run`` (its thread's variables keep it; the
         run takes it in at its next checkpoint and shows it to its next plan and to the
-        writer). False when the run has ended meanwhile."""
+        writer). False when the run has ended meanwhile. ``key``: the delivery's dedupe key
+        (a redelivered reply is kept once)."""
         words = " ".join(neutralise(clean_text(text)).split())[:MAX_GUIDANCE_CHARS]
         if RunStatus(run.status).finished or not has_visible(words):
             return False
-        entry = Guidance(run_id=run.id, by=by, at=self._clock(), text=words)
+        entry = Guidance(run_id=run.id, by=by, at=self._clock(), text=words, key=key)
         return await self._store.add_guidance(run.thread_key, entry.model_dump(mode="json"))
 
     async def stop(self, run_id: str) -> StopRequest:

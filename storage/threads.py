@@ -144,7 +144,10 @@ class ThreadStore:
                     if conn.execute(first, {"tid": tid}).first() is not None:
                         return True
                     continue  # a checkpoint wrote the first variables meanwhile
-                guidance = [*(row[0] or []), entry]
+                kept = list(row[0] or [])
+                if entry.get("key") and any(g.get("key") == entry["key"] for g in kept):
+                    return True  # a redelivery of a reply already kept
+                guidance = [*kept, entry]
                 params = {"tid": tid, "expected": row[1], "guidance": guidance}
                 if conn.execute(append, params).first() is not None:
                     return True

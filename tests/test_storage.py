@@ -913,10 +913,13 @@ async def test_guidance_added_meanwhile_reaches_the_runs_next_checkpoint(store: 
     entry = {"run_id": run.id, "by": "U2", "at": "2026-12-02T10:00:00+00:00", "text": "EU only"}
     assert await store.add_guidance(run.thread_key, entry)
     assert not await store.add_guidance("slack:T9:C9:nowhere", entry)  # an unknown thread
+    keyed = {**entry, "text": "and Asia", "key": "ev-1"}
+    assert await store.add_guidance(run.thread_key, keyed)
+    assert await store.add_guidance(run.thread_key, keyed)  # redelivered: kept once
     with pytest.raises(VariablesConflict) as conflict:
         await store.checkpoint(
             held, variables=mine, variables_version=1, rounds_done=1, usage={}, notes=[]
         )
-    assert conflict.value.version == 2
-    assert conflict.value.variables["guidance"] == [entry]
+    assert conflict.value.version == 3
+    assert conflict.value.variables["guidance"] == [entry, keyed]
     assert conflict.value.variables["topics"] == ["a"]

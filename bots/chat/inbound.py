@@ -412,7 +412,8 @@ class ChatCommands:
             await self._keep(message, attachments)
             active = exc.active
             if message.in_thread and active is not None:  # a reply steering the research
-                if await self._service.add_guidance(active, by, command.topic):
+                steer = command.topic
+                if await self._service.add_guidance(active, by, steer, key=message.dedupe_key):
                     return Reply(replies.guidance_noted())
             return Reply(replies.thread_busy(active))
         except BaseException:  # the database failed: the files wait for the retried request
