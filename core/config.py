@@ -163,6 +163,13 @@ class Settings(EnvSettings):
     max_run_seconds: float = Field(
         default=1200.0, gt=0, validation_alias=env("FATHOM_MAX_RUN_SECONDS")
     )
+    # Per chat user per day (in FATHOM_TIMEZONE), counted in the database; None: unlimited.
+    user_daily_runs: int | None = Field(
+        default=None, ge=1, validation_alias=env("FATHOM_USER_DAILY_RUNS")
+    )
+    user_daily_tokens: int | None = Field(
+        default=None, ge=1, validation_alias=env("FATHOM_USER_DAILY_TOKENS")
+    )
     max_parallel_searches: int = Field(
         default=10, ge=1, le=10, validation_alias=env("FATHOM_MAX_PARALLEL_SEARCHES")
     )

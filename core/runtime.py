@@ -34,7 +34,7 @@ from core.llm import LLMClients
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageCache, PageReader
 from core.search import SearchProvider, build_search_provider
-from core.service import ResearchService
+from core.service import ResearchService, UserQuota
 from storage import Database, DigestStore, StorageUnavailable, Store
 from storage.db import connection_problem, masked_url
 
@@ -305,6 +305,7 @@ async def _runtime(
                 timezone=settings.timezone,
                 knowledge=knowledge,
                 budget=RunBudget(settings.max_run_tokens, settings.max_run_seconds),
+                quota=UserQuota(settings.user_daily_runs, settings.user_daily_tokens),
             )
             digests = digest_service(settings, storage)
             yield Runtime(

@@ -20,6 +20,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from datetime import time as dt_time
 from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo
 
@@ -69,6 +71,8 @@ from storage import (
     Claim,
     ClaimLost,
     ClaimResult,
+    DailyQuota,
+    QuotaReached,
     RunRecord,
     SourceRecord,
     StopRequest,
@@ -83,12 +87,14 @@ if TYPE_CHECKING:
     from core.metrics import Metrics  # (prometheus-client is imported by `fathom serve` only)
 
 __all__ = [
+    "DailyLimitReached",
     "ModelUnavailable",
     "NoResults",
     "ResearchService",
     "RunBusy",
     "RunOutcome",
     "RunRejected",
+    "UserQuota",
     "final_progress_text",
     "model_unavailable",
     "submit_run",
@@ -162,8 +168,32 @@ class RunBusy(RuntimeError):
         self.run = run
 
 
+@dataclass(frozen=True)
+class UserQuota:
+    """What one chat user may start per day (FATHOM_USER_DAILY_RUNS, _TOKENS; None:
+    unlimited). The console and a digest's firings are not counted against a user."""
+
+    runs: int | None = None
+    tokens: int | None = None
+
+
+class DailyLimitReached(Exception):
+    """The requester has used today's quota: ``kind`` (``runs`` or ``tokens``), its
+    ``limit``, and when it resets (midnight in FATHOM_TIMEZONE, an aware datetime)."""
+
+    def __init__(self, kind: str, limit: int, resets_at: datetime) -> None:
+        super().__init__(f"today's {kind} quota ({limit}) is used; it resets at {resets_at}")
+        self.kind = kind
+        self.limit = limit
+        self.resets_at = resets_at
+
+
 async def submit_run(
-    store: Store, request: ResearchRequest, *, user_limit: int | None = None
+    store: Store,
+    request: ResearchRequest,
+    *,
+    user_limit: int | None = None,
+    quota: DailyQuota | None = None,
 ) -> tuple[RunRecord, bool]:
     """Create the run row (or find the one this request already created).
 
@@ -191,6 +221,7 @@ async def submit_run(
             user_limit=user_limit,
             attachments=[a.model_dump(mode="json") for a in request.attachments],
             sources=request.sources.value,
+            quota=quota,
         )
     except ThreadBusy as busy:
         raise _rejected(
@@ -247,6 +278,7 @@ class ResearchService:
         knowledge: InternalSources | None = None,
         budget: RunBudget | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        quota: UserQuota | None = None,
     ) -> None:
         """``owner`` names this process's claims (default: host, pid and a random part);
         ``timing`` sets the lease (FATHOM_STALE_RUN_AFTER); a run is claimed at most
@@ -263,6 +295,7 @@ class ResearchService:
         FATHOM_MAX_RUN_SECONDS; None: unlimited), its seconds on ``monotonic``."""
         self._store = store
         self._budget = budget or RunBudget()
+        self._quota = quota or UserQuota()
         self._monotonic = monotonic
         self._knowledge = knowledge
         self._files = files
@@ -291,8 +324,27 @@ class ResearchService:
         self, request: ResearchRequest, *, user_limit: int | None = None
     ) -> tuple[RunRecord, bool]:
         """Create the run row (or find the one this request already created); see
-        :func:`submit_run`."""
-        return await submit_run(self._store, request, user_limit=user_limit)
+        :func:`submit_run`. :class:`DailyLimitReached` when a chat user has used today's
+        quota."""
+        quota = self._daily_quota(request)
+        try:
+            return await submit_run(self._store, request, user_limit=user_limit, quota=quota)
+        except QuotaReached as reached:
+            assert quota is not None
+            resets = quota.since.astimezone(self._timezone) + timedelta(days=1)
+            midnight = datetime.combine(resets.date(), dt_time(), self._timezone)
+            raise DailyLimitReached(reached.kind, reached.limit, midnight) from None
+
+    def _daily_quota(self, request: ResearchRequest) -> DailyQuota | None:
+        """Today's quota of the request's user (None: unlimited, the console, a digest)."""
+        quota = self._quota
+        if quota.runs is None and quota.tokens is None:
+            return None
+        if request.digest_id is not None or request.thread.platform == CONSOLE_PLATFORM:
+            return None
+        today = self._clock().astimezone(self._timezone).date()
+        since = datetime.combine(today, dt_time(), self._timezone)
+        return DailyQuota(since=since, runs=quota.runs, tokens=quota.tokens)
 
     # -- the run lifecycle ------------------------------------------------------
     async def claim(self, run_id: str, *, from_dead_owner: str | None = None) -> ClaimResult:

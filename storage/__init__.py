@@ -36,7 +36,14 @@ from storage.caches import CacheStore
 from storage.claims import USAGE_KEYS, ClaimStore
 from storage.db import HEAD_REVISION, Database, StorageUnavailable, normalize_url
 from storage.digests import DigestLimit, DigestStore
-from storage.errors import ClaimLost, RunNotFound, ThreadBusy, UserBusy, VariablesConflict
+from storage.errors import (
+    ClaimLost,
+    QuotaReached,
+    RunNotFound,
+    ThreadBusy,
+    UserBusy,
+    VariablesConflict,
+)
 from storage.events import EventStore
 from storage.leases import LeaseStore
 from storage.lifecycle import (
@@ -51,6 +58,7 @@ from storage.records import (
     Checkpointed,
     Claim,
     ClaimResult,
+    DailyQuota,
     DigestRecord,
     RunRecord,
     SourceRecord,
@@ -77,12 +85,14 @@ __all__ = [
     "ClaimLost",
     "ClaimResult",
     "ClaimStore",
+    "DailyQuota",
     "Database",
     "DigestLimit",
     "DigestRecord",
     "DigestStore",
     "EventStore",
     "LeaseStore",
+    "QuotaReached",
     "RunNotFound",
     "RunRecord",
     "RunStore",

@@ -41,6 +41,16 @@ class UserBusy(RuntimeError):
         self.limit = limit
 
 
+class QuotaReached(RuntimeError):
+    """The requester has used today's quota (``kind``: ``runs`` or ``tokens``)."""
+
+    def __init__(self, kind: str, used: int, limit: int) -> None:
+        super().__init__(f"{used} {kind} today (limit {limit})")
+        self.kind = kind
+        self.used = used
+        self.limit = limit
+
+
 class VariablesConflict(RuntimeError):
     """The thread's variables changed since the version the checkpoint was based on."""
 

@@ -20,6 +20,16 @@ class StopRequest(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class DailyQuota:
+    """A requester's quota for the day that began at ``since`` (None: unlimited). Runs and
+    tokens of their requests since then count (a digest's firings do not)."""
+
+    since: datetime
+    runs: int | None = None
+    tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ThreadRecord:
     id: int
     key: str

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from storage.db import Database
-from storage.errors import ThreadBusy, UserBusy
+from storage.errors import QuotaReached, ThreadBusy, UserBusy
 from storage.lifecycle import (
     CONSOLE_PLATFORM,
     DELIVERY_WHEN_ENDED,
@@ -26,7 +26,7 @@ from storage.lifecycle import (
     UNFINISHED_STATUSES,
     LeaseClock,
 )
-from storage.records import RunRecord, SourceRecord, StopRequest
+from storage.records import DailyQuota, RunRecord, SourceRecord, StopRequest
 from storage.sql import (
     RUN_BY_ID,
     SELECT_RUNS,
@@ -66,6 +66,15 @@ _ACTIVE_RUN_COUNT = select(
     .scalar_subquery(),
     exists().where(_runs.c.dedupe_key == bindparam("dedupe_key")),
 )
+_USED_TODAY = select(
+    func.count(),
+    func.coalesce(func.sum(_runs.c.prompt_tokens + _runs.c.completion_tokens), 0),
+).where(
+    _runs.c.requested_by == bindparam("requested_by"),
+    _runs.c.created_at >= bindparam("since"),
+    _runs.c.digest_id.is_(None),
+)
+_DEDUPE_USED = select(exists().where(_runs.c.dedupe_key == bindparam("dedupe_key")))
 _CANCEL_RUNNING = (
     update(_runs)
     .where(_runs.c.id == bindparam("run_id"), _runs.c.status == "running")
@@ -149,6 +158,7 @@ class RunStore:
         user_limit: int | None = None,
         attachments: list[dict[str, Any]] | None = None,
         sources: str = "all",
+        quota: DailyQuota | None = None,
     ) -> tuple[RunRecord, bool]:
         """Queue a run in the (created on demand) thread.
 
@@ -160,7 +170,9 @@ class RunStore:
         ``requested_by`` already has that many unfinished runs; a redelivery (a run with
         ``dedupe_key`` exists) is never refused. The count is made in the same transaction,
         so an acknowledgement costs one, but no constraint enforces it: two requests of one
-        user racing in different threads may both pass.
+        user racing in different threads may both pass. With ``quota``, raises
+        :class:`QuotaReached` when ``requested_by`` has used today's runs or tokens, counted
+        the same way (all replicas share the database).
         """
         now = utcnow()
         if dedupe_key is not None:
@@ -192,6 +204,8 @@ class RunStore:
         }
 
         def work(conn: Connection) -> tuple[RunRecord, bool]:
+            if quota is not None and requested_by is not None:
+                _check_quota(conn, quota, requested_by, dedupe_key)
             if user_limit is not None and requested_by is not None:
                 counted = {"requested_by": requested_by, "dedupe_key": dedupe_key}
                 unfinished, seen = conn.execute(_ACTIVE_RUN_COUNT, counted).one()
@@ -391,3 +405,21 @@ class RunStore:
             return [run_record(row) for row in conn.execute(stmt).mappings()]
 
         return await self._db.run(work)
+
+
+def _check_quota(
+    conn: Connection, quota: DailyQuota, requested_by: str, dedupe_key: str | None
+) -> None:
+    """QuotaReached when ``requested_by`` has used today's runs or tokens (a redelivery of a
+    request that already made its run is never refused)."""
+    if quota.runs is None and quota.tokens is None:
+        return
+    if dedupe_key is not None and conn.execute(_DEDUPE_USED, {"dedupe_key": dedupe_key}).scalar():
+        return
+    runs, tokens = conn.execute(
+        _USED_TODAY, {"requested_by": requested_by, "since": quota.since}
+    ).one()
+    if quota.runs is not None and runs >= quota.runs:
+        raise QuotaReached("runs", int(runs), quota.runs)
+    if quota.tokens is not None and tokens >= quota.tokens:
+        raise QuotaReached("tokens", int(tokens), quota.tokens)

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from core.engine.budget import RunBudget
 from core.engine.graph import STOPPED_BEFORE_SEARCH
 from core.engine.state import StopReason
-from core.models import NodeStatus, ResearchRequest, RunStatus, Strategy
+from core.models import NodeStatus, ResearchRequest, RunStatus, Strategy, ThreadKey
 from core.outcome import final_progress_text
+from core.service import DailyLimitReached, UserQuota
 from storage import StopRequest
 from tests.test_engine import (
     TOPIC,
@@ -208,3 +211,67 @@ def test_any_positive_depth_may_be_allowed(depth: int) -> None:
     settings = load_settings(_env_file=None, FATHOM_MAX_DEPTH=str(depth))
     assert settings.max_depth == depth
     assert settings.max_run_tokens == 300_000 and settings.max_run_seconds == 1200
+
+
+# -- daily quotas -----------------------------------------------------------------------------
+
+
+def chat_request(thread: str, *, user: str = "U1", digest_id: str | None = None) -> Any:
+    key = ThreadKey(platform="slack", workspace="T1", channel="C1", thread=thread)
+    return ResearchRequest(topic=TOPIC, depth=1, thread=key, requested_by=user, digest_id=digest_id)
+
+
+async def test_the_daily_run_quota_is_counted_across_replicas(
+    harness: Harness,  # noqa: F811
+) -> None:
+    database, other = await fresh_store(harness.url)  # another replica's pool
+    try:
+        here = harness.build_service(quota=UserQuota(runs=2))
+        there = harness.build_service(store=other, quota=UserQuota(runs=2))
+        await here.submit(chat_request("1"))
+        delivered = chat_request("2").model_copy(update={"dedupe_key": "ev-2"})
+        await there.submit(delivered)
+        with pytest.raises(DailyLimitReached) as reached:
+            await there.submit(chat_request("3"))
+        assert (reached.value.kind, reached.value.limit) == ("runs", 2)
+        assert reached.value.resets_at == datetime(2026, 12, 3, tzinfo=ZoneInfo("UTC"))
+        # A redelivery of a request that made its run, another user, a digest's firing and
+        # the console are not refused.
+        assert (await here.submit(delivered))[1] is False
+        await there.submit(chat_request("4", user="U2"))
+        await there.submit(chat_request("5", digest_id="D1"))
+        await there.submit(ResearchRequest(topic=TOPIC, depth=1, thread=harness.thread("c")))
+    finally:
+        await database.dispose()
+
+
+@sqlite_only
+async def test_the_daily_token_quota_refuses_once_the_tokens_are_used(
+    harness: Harness,  # noqa: F811
+) -> None:
+    service = harness.build_service(
+        quota=UserQuota(tokens=1), timezone="Asia/Shanghai", search=harness.search_provider
+    )
+    run, _ = await service.submit(chat_request("1"))
+    outcome = await service.execute(run.id)
+    assert outcome.status is RunStatus.SUCCEEDED and outcome.usage.prompt_tokens > 0
+    with pytest.raises(DailyLimitReached) as reached:
+        await service.submit(chat_request("2"))
+    assert reached.value.kind == "tokens"
+    # Midnight in FATHOM_TIMEZONE: NOW is 18:00 in Shanghai, so the quota resets at 00:00 there.
+    resets = reached.value.resets_at
+    assert (resets.hour, resets.minute, resets.tzname()) == (0, 0, "CST")
+    assert resets.astimezone(ZoneInfo("UTC")) == datetime(2026, 12, 2, 16, tzinfo=ZoneInfo("UTC"))
+
+
+def test_the_refusal_says_when_the_quota_resets() -> None:
+    from bots.chat.memory import MemoryMarkup
+    from bots.chat.replies import Replies
+
+    at = datetime(2026, 12, 3, tzinfo=ZoneInfo("UTC"))
+    assert (
+        Replies(MemoryMarkup(), "en")
+        .daily_limit("runs", 5, at)
+        .endswith("You have started today's 5 researches; the quota resets at 00:00 UTC.")
+    )
+    assert "00:00 UTC 重置" in Replies(MemoryMarkup(), "zh").daily_limit("tokens", 9, at)

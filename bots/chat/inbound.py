@@ -40,7 +40,7 @@ from core.grammar import (
 from core.jobs import JobRunner
 from core.models import Attachment, ResearchRequest, RunStatus, SourceChoice, ThreadKey
 from core.runs import ChatRuns, RunRecord, StopRequest, UserBusy, utcnow
-from core.service import ResearchService, RunRejected
+from core.service import DailyLimitReached, ResearchService, RunRejected
 from core.wording import Language, request_language
 
 log = logging.getLogger(__name__)
@@ -408,6 +408,9 @@ class ChatCommands:
         except UserBusy as busy:
             await self._keep(message, attachments)
             return Reply(replies.concurrency(busy.limit))
+        except DailyLimitReached as reached:
+            await self._keep(message, attachments)
+            return Reply(replies.daily_limit(reached.kind, reached.limit, reached.resets_at))
         except RunRejected as exc:
             await self._keep(message, attachments)
             active = exc.active

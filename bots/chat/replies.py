@@ -8,6 +8,7 @@ icons and how to point at a thread. The words live here, once for every platform
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.attachments import READABLE, shown_name
@@ -157,6 +158,19 @@ class Replies:
             f"A research is already running in this thread{run}; "
             "wait for it to finish or cancel it.",
             f"这个话题里已有研究在进行{run}；请等它完成，或用 `/research cancel` 取消。",
+        )
+
+    def daily_limit(self, kind: str, limit: int, resets_at: datetime) -> str:
+        """Today's quota of researches (``runs``) or tokens is used; when it resets."""
+        when = f"{resets_at:%H:%M} {resets_at.tzname() or 'UTC'}"
+        if kind == "tokens":
+            return self._icon("warning") + self._pick(
+                f"You have used today's {limit:,} tokens of research; the quota resets at {when}.",
+                f"你今天的研究额度（{limit:,} 个 token）已用完；额度于 {when} 重置。",
+            )
+        return self._icon("warning") + self._pick(
+            f"You have started today's {limit} researches; the quota resets at {when}.",
+            f"你今天已发起 {limit} 次研究，额度已用完；额度于 {when} 重置。",
         )
 
     def guidance_noted(self) -> str:
