@@ -163,6 +163,20 @@ class Settings(EnvSettings):
     max_run_seconds: float = Field(
         default=1200.0, gt=0, validation_alias=env("FATHOM_MAX_RUN_SECONDS")
     )
+    #: JSON: model -> [input, output] US dollars per million tokens, "search": per call
+    #: (core.cost); unset: no cost is shown.
+    prices: str | None = Field(default=None, validation_alias=env("FATHOM_PRICES"))
+
+    @field_validator("prices")
+    @classmethod
+    def _valid_prices(cls, value: str | None) -> str | None:
+        if value is not None and value.strip():
+            from core.cost import Prices
+
+            Prices.parse(value)
+            return value
+        return None
+
     # Per chat user per day (in FATHOM_TIMEZONE), counted in the database; None: unlimited.
     user_daily_runs: int | None = Field(
         default=None, ge=1, validation_alias=env("FATHOM_USER_DAILY_RUNS")

@@ -363,8 +363,7 @@ class ChatModel:
         else:
             prompt = _estimate_tokens(sum(len(m.get("content", "")) for m in messages))
             completion = _estimate_tokens(len(content or ""))
-        usage.prompt_tokens += prompt
-        usage.completion_tokens += completion
+        usage.count_tokens(self.model, prompt, completion)
         if self._metrics is not None:
             self._metrics.llm_call(self.model, True, prompt, completion)
         text = strip_think(content or "")

@@ -258,6 +258,16 @@ class Usage(BaseModel):
     attachments_read: int = 0
     #: Calls to internal sources (MCP servers), one per server per search.
     internal_searches: int = 0
+    #: Model name -> [prompt tokens, completion tokens] (what FATHOM_PRICES prices).
+    tokens_by_model: dict[str, list[int]] = Field(default_factory=dict)
+
+    def count_tokens(self, model: str, prompt: int, completion: int) -> None:
+        """One model call's tokens, in the totals and under its model."""
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        tally = self.tokens_by_model.setdefault(model, [0, 0])
+        tally[0] += prompt
+        tally[1] += completion
 
     def add(self, other: Usage) -> None:
         self.llm_calls += other.llm_calls
@@ -268,6 +278,10 @@ class Usage(BaseModel):
         self.pages_skipped += other.pages_skipped
         self.attachments_read += other.attachments_read
         self.internal_searches += other.internal_searches
+        for model, (prompt, completion) in other.tokens_by_model.items():
+            tally = self.tokens_by_model.setdefault(model, [0, 0])
+            tally[0] += prompt
+            tally[1] += completion
 
 
 class SourceKind(enum.StrEnum):

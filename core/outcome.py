@@ -34,6 +34,8 @@ class RunOutcome:
     nodes: list[GraphNode] = field(default_factory=list)
     #: The files attached in the thread that this run read.
     files: list[AttachedFile] = field(default_factory=list)
+    #: What the run cost in US dollars (FATHOM_PRICES; None: no prices, or a model unpriced).
+    cost: float | None = None
 
     def as_json(self) -> dict[str, object]:
         """The ``fathom research --json`` contract (README.md, "Using the CLI")."""
@@ -45,7 +47,7 @@ class RunOutcome:
             "topics": self.topics,
             "report_markdown": self.report_markdown,
             "sources": [s.model_dump() for s in self.sources],
-            "usage": self.usage.model_dump(),
+            "usage": {**self.usage.model_dump(), "cost": self.cost},
             "seconds": round(self.seconds, 3),
             "stop_reason": self.stop_reason.value if self.stop_reason else None,
             "error": self.error,
@@ -70,6 +72,7 @@ def usage_of(run: RunRecord) -> Usage:
         pages_skipped=run.pages_skipped,
         attachments_read=run.attachments_read,
         internal_searches=run.internal_searches,
+        tokens_by_model={m: list(t) for m, t in (run.tokens_by_model or {}).items()},
     )
 
 

@@ -25,6 +25,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from core.config import ConfigError, Settings
+from core.cost import Prices
 from core.digests import DigestService
 from core.documents import DocumentExtractor
 from core.engine.budget import RunBudget
@@ -306,6 +307,7 @@ async def _runtime(
                 knowledge=knowledge,
                 budget=RunBudget(settings.max_run_tokens, settings.max_run_seconds),
                 quota=UserQuota(settings.user_daily_runs, settings.user_daily_tokens),
+                prices=Prices.parse(settings.prices) if settings.prices else None,
             )
             digests = digest_service(settings, storage)
             yield Runtime(

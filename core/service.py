@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 
 from core import wording
 from core.attachments import shown_name
+from core.cost import Prices
 from core.dates import Clock, utcnow, zone
 from core.engine.budget import RunBudget
 from core.engine.files import FileReader, PlatformFiles
@@ -279,6 +280,7 @@ class ResearchService:
         budget: RunBudget | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         quota: UserQuota | None = None,
+        prices: Prices | None = None,
     ) -> None:
         """``owner`` names this process's claims (default: host, pid and a random part);
         ``timing`` sets the lease (FATHOM_STALE_RUN_AFTER); a run is claimed at most
@@ -296,6 +298,7 @@ class ResearchService:
         self._store = store
         self._budget = budget or RunBudget()
         self._quota = quota or UserQuota()
+        self._prices = prices
         self._monotonic = monotonic
         self._knowledge = knowledge
         self._files = files
@@ -573,6 +576,7 @@ class ResearchService:
             rounds_done=state.rounds_done,
             nodes=[n for n in state.variables.graph if n.run_id == run.id],
             files=[f for f in state.variables.files if f.run_id == run.id],
+            cost=self._cost(state.usage),
         )
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
         return outcome
@@ -680,6 +684,10 @@ class ResearchService:
             seconds = self._budget.seconds or 0.0
             return wording.time_budget_words(state.language, searches, seconds)
         return wording.stopped_early_words(state.language, searches)
+
+    def _cost(self, usage: Usage) -> float | None:
+        """What ``usage`` cost (None without FATHOM_PRICES)."""
+        return self._prices.cost(usage) if self._prices is not None else None
 
     async def add_guidance(
         self, run: RunRecord, by: str, text: str, *, key: str | None = None
@@ -808,4 +816,5 @@ class ResearchService:
             rounds_done=run.rounds_done,
             nodes=[n for n in variables.graph if n.run_id == run.id],
             files=[f for f in variables.files if f.run_id == run.id],
+            cost=self._cost(usage_of(run)),
         )

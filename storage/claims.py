@@ -385,7 +385,7 @@ class ClaimStore:
         variables: Mapping[str, Any],
         variables_version: int,
         rounds_done: int,
-        usage: Mapping[str, int],
+        usage: Mapping[str, Any],
         notes: Sequence[str],
     ) -> Checkpointed:
         """Persist one step: the thread's variables and the run's counters, atomically.
@@ -454,7 +454,7 @@ class ClaimStore:
         report_markdown: str | None,
         sources: Sequence[SourceRecord],
         error: str | None,
-        usage: Mapping[str, int],
+        usage: Mapping[str, Any],
         notes: Sequence[str],
         deliver: bool = True,
     ) -> RunRecord:
@@ -552,8 +552,16 @@ def _fence(claim: Claim) -> dict[str, Any]:
     return {"run_id": claim.run_id, "fence_owner": claim.owner, "fence_token": claim.fence}
 
 
-def _usage_values(usage: Mapping[str, int]) -> dict[str, int]:
-    unknown = set(usage) - set(USAGE_KEYS)
+def _usage_values(usage: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(usage) - set(USAGE_KEYS) - {"tokens_by_model"}
     if unknown:
         raise ValueError(f"unknown usage counters {sorted(unknown)}; known: {USAGE_KEYS}")
-    return {name: int(value) for name, value in usage.items()}
+    values: dict[str, Any] = {
+        name: int(value) for name, value in usage.items() if name != "tokens_by_model"
+    }
+    if "tokens_by_model" in usage:
+        values["tokens_by_model"] = {
+            str(model): [int(n) for n in tally]
+            for model, tally in dict(usage["tokens_by_model"]).items()
+        }
+    return values

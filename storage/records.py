@@ -87,6 +87,8 @@ class RunRecord:
     attachments: list[dict[str, Any]] | None = None
     #: Calls to internal sources (MCP servers).
     internal_searches: int = 0
+    #: Model name -> [prompt, completion] tokens.
+    tokens_by_model: dict[str, list[int]] | None = None
     #: Which sources the run searches (``core.models.SourceChoice``).
     sources: str = "all"
     #: "Stop and write now" was asked: the run stops searching and writes its report.

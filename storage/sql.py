@@ -145,6 +145,7 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
         attachments_read=row["attachments_read"],
         attachments=row["attachments"],
         internal_searches=row["internal_searches"],
+        tokens_by_model=dict(row["tokens_by_model"] or {}),
         sources=row["sources"],
         stop_requested=bool(row["stop_requested"]),
     )

@@ -128,6 +128,8 @@ class ResearchRun(Base):
     #: Calls to internal sources (MCP servers), and which sources the run searches (``web``,
     #: ``internal`` or ``all``; migration 0011).
     internal_searches: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    #: Model name -> [prompt, completion] tokens (migration 0012); None before any call.
+    tokens_by_model: Mapped[dict[str, list[int]] | None] = mapped_column(JSONType)
     sources: Mapped[str] = mapped_column(String(16), server_default=text("'all'"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -41,6 +41,8 @@ USAGE_KEYS = {
     "pages_skipped",
     "attachments_read",
     "internal_searches",
+    "tokens_by_model",
+    "cost",
 }
 
 
@@ -378,6 +380,40 @@ def test_db_upgrade_on_a_fresh_file(cli_env: dict[str, str], tmp_path: Path) -> 
     assert {"threads", "research_runs"} <= tables
     again = fathom("db", "upgrade", env=cli_env, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
+
+
+def test_research_json_prices_the_run_with_fathom_prices(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    cli_env["FATHOM_PLANNER_MODEL"] = "planner-model"
+    cli_env["FATHOM_WRITER_MODEL"] = "writer-model"
+    cli_env["FATHOM_PRICES"] = json.dumps(
+        {"planner-model": [2.5, 10], "writer-model": [1.1, 4.4], "search": 0.005}
+    )
+    result = fathom("research", "tidal power", "--depth", "2", "--json", env=cli_env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    usage = json.loads(result.stdout)["usage"]
+    by_model = usage["tokens_by_model"]
+    assert set(by_model) == {"planner-model", "writer-model"}
+    assert sum(p for p, _ in by_model.values()) == usage["prompt_tokens"]
+    assert sum(c for _, c in by_model.values()) == usage["completion_tokens"]
+    (pp, pc), (wp, wc) = by_model["planner-model"], by_model["writer-model"]
+    expected = (pp * 2.5 + pc * 10 + wp * 1.1 + wc * 4.4) / 1e6 + usage["searches"] * 0.005
+    assert usage["cost"] == pytest.approx(expected, abs=1e-6) and usage["cost"] > 0
+    unpriced = dict(cli_env, FATHOM_PRICES=json.dumps({"planner-model": [2.5, 10]}))
+    again = fathom("research", "wave power", "--depth", "1", "--json", env=unpriced, cwd=tmp_path)
+    assert json.loads(again.stdout)["usage"]["cost"] is None  # the writer's model is unpriced
+
+
+@pytest.mark.parametrize("prices", ["{not json", '{"gpt-4o": [1]}', '{"gpt-4o": [-1, 2]}', "[]"])
+def test_malformed_fathom_prices_is_one_line_and_exit_2(
+    cli_env: dict[str, str], tmp_path: Path, prices: str
+) -> None:
+    cli_env["FATHOM_PRICES"] = prices
+    result = fathom("research", "tidal power", env=cli_env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "FATHOM_PRICES" in result.stderr and 'expected JSON like {"gpt-4o"' in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_the_first_ctrl_c_stops_and_writes_the_report_from_the_searches_done(

@@ -119,7 +119,7 @@ async def test_reports_are_written_from_the_pages_passages(reading: MakeHarness)
     expected = [page_path(t, n) for t in outcome.topics for n in (1, 2, 3)]
     assert sorted(fake.page_requests) == sorted(expected)
     assert (outcome.usage.pages_read, outcome.usage.pages_skipped) == (6, 0)
-    assert outcome.as_json()["usage"] == outcome.usage.model_dump()
+    assert outcome.as_json()["usage"] == {**outcome.usage.model_dump(), "cost": None}
     sources = len(outcome.sources)
     assert progress.final == f"Research done: 2/2 searches, {sources} sources, 6 pages read."
 

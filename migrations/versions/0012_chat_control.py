@@ -5,6 +5,7 @@
   one). Like a cancel, the flag goes through the database, so any replica may set it and the
   one running the research sees it at its next checkpoint.
 - ``thread_variables.guidance``: replies that steered a run while it ran (who, when, what).
+- ``research_runs.tokens_by_model``: the run's tokens per model, which FATHOM_PRICES prices.
 
 Revision ID: 0012
 Revises: 0011
@@ -32,6 +33,7 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("stop_requested", sa.Boolean(), server_default=sa.false(), nullable=False)
         )
+        batch.add_column(sa.Column("tokens_by_model", JSON, nullable=True))
     with op.batch_alter_table("thread_variables") as batch:
         batch.add_column(sa.Column("guidance", JSON, nullable=True))
 
@@ -40,4 +42,5 @@ def downgrade() -> None:
     with op.batch_alter_table("thread_variables") as batch:
         batch.drop_column("guidance")
     with op.batch_alter_table("research_runs") as batch:
+        batch.drop_column("tokens_by_model")
         batch.drop_column("stop_requested")
