@@ -243,8 +243,10 @@ def test_output_file_follow_up_and_thread_commands(
         "shouldContinue",
         "graph",
         "files",
+        "guidance",
     }
     assert variables["graph"] == []  # iterative research plans no sub-questions
+    assert variables["guidance"] == []  # nobody steered these runs
     assert variables["topics"] == first_topics + data["topics"]
     assert len(variables["findings"]) == 3
     assert [r["status"] for r in info["runs"]] == ["succeeded", "succeeded"]
