@@ -53,6 +53,12 @@ class CancelCommand:
 
 
 @dataclass(frozen=True)
+class UsageCommand:
+    """``/research usage`` (``用量``): the requester's runs, tokens and cost today and this
+    month, and the channel's this month."""
+
+
+@dataclass(frozen=True)
 class StopCommand:
     """``/research stop [run-id]`` (or ``write now``, ``停止``, ``现在写``): stop searching and
     write the report from what was found."""
@@ -110,6 +116,7 @@ Command = (
     | StatusCommand
     | CancelCommand
     | StopCommand
+    | UsageCommand
     | ScheduleCommand
     | DigestsCommand
     | UnscheduleCommand
@@ -137,6 +144,8 @@ def help_text(
             "用已找到的内容立即撰写报告\n"
             "• `/research cancel`（或 `取消`）：取消你正在进行的研究，不写报告"
             "（在话题里：该话题的研究）\n"
+            "• `/research usage`（或 `用量`）：你今天和本月的研究次数、token 与费用，"
+            "以及本频道本月的\n"
             '• `/research schedule <主题> cron="0 9 * * MON" [tz=Asia/Shanghai]`：定时摘要；'
             "`/research digests` 列出本频道的定时摘要，`/research unschedule <id>` 删除\n"
             "• `/research help`（或 `帮助`）：本说明"
@@ -156,6 +165,8 @@ def help_text(
         "the report now from what was found\n"
         "• `/research cancel`: cancel your running research without a report (in a thread: "
         "that thread's)\n"
+        "• `/research usage`: your researches, tokens and cost today and this month, and "
+        "this channel's this month\n"
         '• `/research schedule <topic> cron="0 9 * * MON" [tz=Asia/Shanghai]`: a recurring '
         "digest in this channel; `/research digests` lists them, "
         "`/research unschedule <id>` removes one\n"
@@ -184,6 +195,8 @@ def parse_command(
         return HelpCommand()
     if first in ("status", "状态") and len(words) == 1:
         return StatusCommand()
+    if first in ("usage", "用量") and len(words) == 1:
+        return UsageCommand()
     if first in ("cancel", "取消") and len(words) <= 2:
         return CancelCommand(words[1] if len(words) == 2 else None)
     if " ".join(words).lower().rstrip(_END_PUNCTUATION) in STOP_PHRASES:

@@ -75,6 +75,7 @@ from storage import (
     DailyQuota,
     QuotaReached,
     RunRecord,
+    RunUsage,
     SourceRecord,
     StopRequest,
     StorageUnavailable,
@@ -95,6 +96,8 @@ __all__ = [
     "RunBusy",
     "RunOutcome",
     "RunRejected",
+    "UsageReport",
+    "UsageTotal",
     "UserQuota",
     "final_progress_text",
     "model_unavailable",
@@ -176,6 +179,26 @@ class UserQuota:
 
     runs: int | None = None
     tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class UsageTotal:
+    """Runs, tokens and (with FATHOM_PRICES, every model priced) the cost of some runs."""
+
+    runs: int
+    tokens: int
+    cost: float | None
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    """``/research usage``: the requester's runs today and this month, and their channel's
+    this month (days and months in FATHOM_TIMEZONE)."""
+
+    today: UsageTotal
+    month: UsageTotal
+    channel_month: UsageTotal
+    priced: bool
 
 
 class DailyLimitReached(Exception):
@@ -684,6 +707,45 @@ class ResearchService:
             seconds = self._budget.seconds or 0.0
             return wording.time_budget_words(state.language, searches, seconds)
         return wording.stopped_early_words(state.language, searches)
+
+    async def usage_report(self, user: str, thread: ThreadKey) -> UsageReport:
+        """What ``user`` spent today and this month, and what ``thread``'s channel spent
+        this month."""
+        now = self._clock().astimezone(self._timezone)
+        day = datetime.combine(now.date(), dt_time(), self._timezone)
+        month = day.replace(day=1)
+        mine = await self._store.usage_since(month, requested_by=user)
+        theirs = await self._store.usage_since(
+            month, channel=(thread.platform, thread.workspace, thread.channel)
+        )
+        today = await self._store.usage_since(day, requested_by=user)
+        return UsageReport(
+            today=self._total(today),
+            month=self._total(mine),
+            channel_month=self._total(theirs),
+            priced=self._prices is not None,
+        )
+
+    def _total(self, runs: Sequence[RunUsage]) -> UsageTotal:
+        costs = [
+            self._cost(
+                Usage(
+                    prompt_tokens=r.prompt_tokens,
+                    completion_tokens=r.completion_tokens,
+                    searches=r.searches,
+                    tokens_by_model=r.tokens_by_model,
+                )
+            )
+            for r in runs
+        ]
+        priced = [c for c in costs if c is not None]
+        # No prices, or a run with an unpriced model: no cost (a part would look like all).
+        whole = self._prices is not None and len(priced) == len(costs)
+        return UsageTotal(
+            runs=len(runs),
+            tokens=sum(r.prompt_tokens + r.completion_tokens for r in runs),
+            cost=round(sum(priced), 6) if whole else None,
+        )
 
     def _cost(self, usage: Usage) -> float | None:
         """What ``usage`` cost (None without FATHOM_PRICES)."""

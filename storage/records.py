@@ -20,6 +20,16 @@ class StopRequest(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class RunUsage:
+    """One run's counters, for totals (``/research usage``)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    searches: int
+    tokens_by_model: dict[str, list[int]]
+
+
+@dataclass(frozen=True, slots=True)
 class DailyQuota:
     """A requester's quota for the day that began at ``since`` (None: unlimited). Runs and
     tokens of their requests since then count (a digest's firings do not)."""

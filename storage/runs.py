@@ -10,6 +10,7 @@ PostgreSQL (no aborted transaction to recover from) and works the same on SQLite
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, cast
 from uuid import uuid4
 
@@ -26,7 +27,7 @@ from storage.lifecycle import (
     UNFINISHED_STATUSES,
     LeaseClock,
 )
-from storage.records import DailyQuota, RunRecord, SourceRecord, StopRequest
+from storage.records import DailyQuota, RunRecord, RunUsage, SourceRecord, StopRequest
 from storage.sql import (
     RUN_BY_ID,
     SELECT_RUNS,
@@ -354,6 +355,43 @@ class RunStore:
             _threads.c.channel == channel,
         )
         return await self._records(newest_first(stmt).limit(limit))
+
+    async def usage_since(
+        self,
+        since: datetime,
+        *,
+        requested_by: str | None = None,
+        channel: tuple[str, str, str] | None = None,
+    ) -> list[RunUsage]:
+        """The counters of the runs created since ``since``: one requester's, or one
+        channel's (``(platform, workspace, channel)``), without their reports."""
+        stmt = (
+            select(
+                _runs.c.prompt_tokens,
+                _runs.c.completion_tokens,
+                _runs.c.searches,
+                _runs.c.tokens_by_model,
+            )
+            .select_from(_runs.join(_threads, _threads.c.id == _runs.c.thread_id))
+            .where(_runs.c.created_at >= since)
+        )
+        if requested_by is not None:
+            stmt = stmt.where(_runs.c.requested_by == requested_by)
+        if channel is not None:
+            platform, workspace, name = channel
+            stmt = stmt.where(
+                _threads.c.platform == platform,
+                _threads.c.workspace == workspace,
+                _threads.c.channel == name,
+            )
+
+        def work(conn: Connection) -> list[RunUsage]:
+            return [
+                RunUsage(int(p), int(c), int(s), dict(models or {}))
+                for p, c, s, models in conn.execute(stmt)
+            ]
+
+        return await self._db.run(work)
 
     async def latest_run_in_thread(self, thread_key: str) -> RunRecord | None:
         """The newest run of the thread with this key; None if it has none (or no thread)."""

@@ -48,6 +48,7 @@ class Store:
         self.get_run = self.runs.get_run
         self.request_cancel = self.runs.request_cancel
         self.request_stop = self.runs.request_stop
+        self.usage_since = self.runs.usage_since
         self.requeue_run = self.runs.requeue_run
         self.set_progress_message = self.runs.set_progress_message
         self.active_runs_for_user = self.runs.active_runs_for_user

@@ -304,6 +304,25 @@ async def test_a_reply_during_the_run_steers_its_next_plans_and_the_report(
     assert entry["run_id"] == run.id and entry["by"] == run.requested_by
 
 
+async def test_usage_answers_the_requesters_runs_and_the_channels(
+    world: Callable[..., World],
+) -> None:
+    w = world()
+    await w.runner.start()
+    await w.chat.say(w.commands, "heat pumps depth=1")
+    (run,) = await w.delivered()
+    reply = await w.chat.say(w.commands, "usage", thread="t2")
+    assert reply is not None
+    tokens = run.prompt_tokens + run.completion_tokens
+    shown = f"{tokens / 1000:.1f}k" if tokens >= 1000 else str(tokens)
+    assert reply.text.splitlines() == [
+        f"You, today: 1 research · {shown} tokens",
+        f"You, this month: 1 research · {shown} tokens",
+        f"This channel, this month: 1 research · {shown} tokens",
+        "(No cost: FATHOM_PRICES is not set.)",
+    ]
+
+
 async def test_a_platform_outage_on_the_progress_message_does_not_stop_the_research(
     world: Callable[..., World],
 ) -> None:

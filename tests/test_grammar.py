@@ -11,6 +11,7 @@ from core.grammar import (
     ResearchCommand,
     StatusCommand,
     StopCommand,
+    UsageCommand,
     help_text,
     parse_command,
 )
@@ -180,3 +181,10 @@ def test_stop_takes_a_run_id_but_a_topic_that_starts_with_stop_is_a_topic() -> N
     assert isinstance(topic, ResearchCommand) and topic.topic == "stop smoking"
     words = parse_command("stop words in NLP", default_depth=3, max_depth=10)
     assert isinstance(words, ResearchCommand)
+
+
+def test_usage_is_a_command_and_a_longer_text_a_topic() -> None:
+    assert parse_command("usage", default_depth=3, max_depth=10) == UsageCommand()
+    assert parse_command("用量", default_depth=3, max_depth=10) == UsageCommand()
+    topic = parse_command("usage of water in farming", default_depth=3, max_depth=10)
+    assert isinstance(topic, ResearchCommand)

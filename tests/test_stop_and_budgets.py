@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from core.cost import Prices
 from core.engine.budget import RunBudget
 from core.engine.graph import STOPPED_BEFORE_SEARCH
 from core.engine.state import StopReason
@@ -275,3 +276,68 @@ def test_the_refusal_says_when_the_quota_resets() -> None:
         .endswith("You have started today's 5 researches; the quota resets at 00:00 UTC.")
     )
     assert "00:00 UTC 重置" in Replies(MemoryMarkup(), "zh").daily_limit("tokens", 9, at)
+
+
+# -- /research usage --------------------------------------------------------------------------
+
+
+@sqlite_only
+async def test_usage_sums_the_requesters_runs_and_the_channels(
+    harness: Harness,  # noqa: F811
+) -> None:
+    prices = Prices.parse(
+        '{"planner-model": [2.5, 10], "writer-model": [1.1, 4.4], "search": 0.01}'
+    )
+    service = harness.build_service(prices=prices)
+
+    def in_channel(channel: str, thread: str, user: str) -> ResearchRequest:
+        key = ThreadKey(platform="slack", workspace="T1", channel=channel, thread=thread)
+        return ResearchRequest(topic=TOPIC, depth=1, thread=key, requested_by=user)
+
+    outcomes = []
+    for request in (
+        in_channel("C1", "1", "U1"),
+        in_channel("C1", "2", "U1"),
+        in_channel("C1", "3", "U2"),
+        in_channel("C2", "4", "U1"),
+    ):
+        run, _ = await service.submit(request)
+        outcomes.append(await service.execute(run.id))
+    costs = [o.cost for o in outcomes]
+    assert all(c is not None and c > 0 for c in costs)
+    tokens = [o.usage.prompt_tokens + o.usage.completion_tokens for o in outcomes]
+    report = await service.usage_report("U1", in_channel("C1", "1", "U1").thread)
+    assert (report.today.runs, report.month.runs, report.channel_month.runs) == (3, 3, 3)
+    assert report.today.tokens == tokens[0] + tokens[1] + tokens[3]
+    assert report.channel_month.tokens == sum(tokens[:3])
+    assert report.month.cost == pytest.approx(costs[0] + costs[1] + costs[3])  # type: ignore[operator]
+    assert report.priced
+    # Without prices: counts and tokens, no cost.
+    plain = await harness.service.usage_report("U1", in_channel("C1", "1", "U1").thread)
+    assert plain.month.tokens == report.month.tokens and plain.month.cost is None
+
+
+def test_the_usage_answer_has_a_line_for_each_total() -> None:
+    from bots.chat.memory import MemoryMarkup
+    from bots.chat.replies import Replies
+    from core.service import UsageReport, UsageTotal
+
+    report = UsageReport(
+        today=UsageTotal(1, 950, 0.0123),
+        month=UsageTotal(4, 12_400, 0.04),
+        channel_month=UsageTotal(9, 31_000, 0.11),
+        priced=True,
+    )
+    assert Replies(MemoryMarkup(), "en").usage(report).splitlines() == [
+        "You, today: 1 research · 950 tokens · ≈ $0.01",
+        "You, this month: 4 researches · 12.4k tokens · ≈ $0.04",
+        "This channel, this month: 9 researches · 31.0k tokens · ≈ $0.11",
+    ]
+    unpriced = UsageReport(
+        UsageTotal(0, 0, None), UsageTotal(0, 0, None), UsageTotal(0, 0, None), False
+    )
+    assert (
+        Replies(MemoryMarkup(), "zh")
+        .usage(unpriced)
+        .endswith("（未设置 FATHOM_PRICES，不显示费用。）")
+    )

@@ -34,6 +34,7 @@ from core.grammar import (
     StatusCommand,
     StopCommand,
     UnscheduleCommand,
+    UsageCommand,
     parse_command,
     request_words,
 )
@@ -337,6 +338,9 @@ class ChatCommands:
             return Reply(await self._cancel(message, command.run_id, replies))
         if isinstance(command, StopCommand):
             return Reply(await self._stop(message, command.run_id, replies))
+        if isinstance(command, UsageCommand):
+            report = await self._service.usage_report(message.requested_by, message.thread_key)
+            return Reply(replies.usage(report))
         if isinstance(command, ScheduleCommand | DigestsCommand | UnscheduleCommand):
             try:
                 return Reply(await self._digest_command(message, command, replies))

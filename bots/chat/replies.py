@@ -19,6 +19,7 @@ from core.wording import Language, pick
 
 if TYPE_CHECKING:
     from core.digests import DigestView
+    from core.service import UsageReport, UsageTotal
 
 Icon = Literal["warning", "no_entry", "hourglass", "mag", "stop", "paperclip"]
 #: Icons as emoji, for platforms whose markup has no icon codes of its own (Feishu, DingTalk).
@@ -159,6 +160,31 @@ class Replies:
             "wait for it to finish or cancel it.",
             f"这个话题里已有研究在进行{run}；请等它完成，或用 `/research cancel` 取消。",
         )
+
+    def usage(self, report: UsageReport) -> str:
+        """``/research usage``: three lines (today, this month, this channel this month)."""
+
+        def line(en: str, zh: str, total: UsageTotal) -> str:
+            tokens = f"{total.tokens / 1000:.1f}k" if total.tokens >= 1000 else str(total.tokens)
+            cost = f" · ≈ ${total.cost:.2f}" if total.cost is not None else ""
+            return self._pick(
+                f"{en}: {total.runs} {'research' if total.runs == 1 else 'researches'} · "
+                f"{tokens} tokens{cost}",
+                f"{zh}：{total.runs} 次研究 · {tokens} 个 token{cost}",
+            )
+
+        lines = [
+            line("You, today", "你今天", report.today),
+            line("You, this month", "你本月", report.month),
+            line("This channel, this month", "本频道本月", report.channel_month),
+        ]
+        if not report.priced:
+            lines.append(
+                self._pick(
+                    "(No cost: FATHOM_PRICES is not set.)", "（未设置 FATHOM_PRICES，不显示费用。）"
+                )
+            )
+        return "\n".join(lines)
 
     def daily_limit(self, kind: str, limit: int, resets_at: datetime) -> str:
         """Today's quota of researches (``runs``) or tokens is used; when it resets."""
