@@ -294,6 +294,7 @@ class RunStore:
                 error=None,
                 cancel_requested=False,
                 stop_requested=False,
+                started_at=None,  # an explicit resume starts the run's time budget again
                 owner=None,
                 fence=_runs.c.fence + 1,
                 attempt=0,

@@ -655,6 +655,9 @@ async def test_requeue_makes_a_failed_run_resumable_but_not_a_succeeded_one(stor
         False,
     )
     assert (again.owner, again.attempt, again.delivery) == (None, 0, None)  # a fresh start
+    # ... and a fresh time budget (FATHOM_MAX_RUN_SECONDS counts from started_at).
+    assert held.run.started_at is not None and again.started_at is None
+    assert not again.stop_requested
     other, _ = await new_run(store, thread_key="cli:local:local:x", thread_ref="x")
     await finish(store, await claim(store, other.id))
     assert (await store.requeue_run(other.id)).status == "succeeded"

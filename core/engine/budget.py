@@ -4,8 +4,8 @@ with what it has. The depth is the third budget, enforced by the strategies.
 
 A share of the token budget is the writer's reserve: the searching stops once the run has used
 the rest, so the writer's own call (the largest prompt of a run) still fits in the budget. The
-seconds count from the run's first start (``research_runs.started_at``), across a resume on
-another replica.
+seconds count from the run's first start (``research_runs.started_at``), across a takeover by
+another replica after a crash; an explicit resume (``fathom resume``) starts them again.
 """
 
 from __future__ import annotations
