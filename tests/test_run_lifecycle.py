@@ -199,6 +199,7 @@ async def test_a_runner_whose_heartbeat_expired_loses_its_claim(database: Databa
         "shouldContinue": True,
         "graph": [],
         "files": [],
+        "guidance": [],
     }
     await store.checkpoint(
         old, variables=state, variables_version=0, rounds_done=1, usage={}, notes=[]
