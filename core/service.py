@@ -765,7 +765,7 @@ class ResearchService:
         return await self._store.add_guidance(run.thread_key, entry.model_dump(mode="json"))
 
     async def stop(self, run_id: str) -> StopRequest:
-        """ "Stop and write now": a running run stops searching at its next step and writes
+        """Stop and write now: a running run stops searching at its next step and writes
         its report from what it found (a queued one, with nothing found, is cancelled);
         ``ended`` when it had ended or was already asked (nothing changed)."""
         answer = await self._store.request_stop(run_id, console_platform=CONSOLE_PLATFORM)

@@ -259,7 +259,7 @@ class RunStore:
     async def request_stop(
         self, run_id: str, *, console_platform: str = CONSOLE_PLATFORM
     ) -> StopRequest:
-        """ "Stop and write now": a running run is flagged and, at its next step, stops
+        """Stop and write now: a running run is flagged and, at its next step, stops
         searching and writes its report from what it found (``stopping``); a queued run has
         found nothing to write from, so it is cancelled (``cancelled``); ``ended`` when it has
         finished, is unknown, or was already asked to stop or cancel (a repeated press)."""

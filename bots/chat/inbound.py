@@ -457,7 +457,7 @@ class ChatCommands:
         return replies.cancelled(run)
 
     async def _stop(self, message: ChatMessage, prefix: str | None, replies: Replies) -> str:
-        """ "Stop and write now" typed (``stop``, ``write now``, ``停止``, ...)."""
+        """Stop and write now, typed (``stop``, ``write now``, ``停止``, ...)."""
         run = await self._target(message, prefix)
         if isinstance(run, _Refusal):
             return run.text(replies, stop=True)

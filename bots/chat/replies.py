@@ -213,7 +213,7 @@ class Replies:
         )
 
     def stopping(self, run: RunRecord) -> str:
-        """ "Stop and write now" taken: no search starts, the report follows."""
+        """Stop and write now, taken: no search starts, the report follows."""
         topic = self.markup.escape(run.topic)
         return self._icon("stop") + self._pick(
             f"Stopping “{topic}” (run `{run.id[:8]}`): no new search starts, and the report "
