@@ -112,39 +112,44 @@ def guidance_followed_words(language: Language, line: str) -> str:
     return pick(language, f"Guidance followed: {line}", f"已遵循的指导：{line}")
 
 
-def stopped_early_words(language: Language, searches: int) -> str:
-    """A note: "Stop and write now" ended the searching; the report is built from what was
-    found."""
+def _built_from(language: Language, searches: int) -> str:
+    """The tail of every stopped-early note: what the report is built from."""
     return pick(
         language,
-        f"Stopped early on request (Stop and write now): this report is built from the "
-        f"{searches} {'search' if searches == 1 else 'searches'} done by then.",
-        f"应要求提前停止（立即停止并撰写）：本报告基于此前完成的 {searches} 次搜索。",
+        f"this report is built from the {searches} {'search' if searches == 1 else 'searches'} "
+        "done by then.",
+        f"本报告基于此前完成的 {searches} 次搜索。",
     )
+
+
+def stopped_early_words(language: Language, searches: int) -> str:
+    """A note: "Stop and write now" ended the searching."""
+    why = pick(
+        language,
+        "Stopped early on request (Stop and write now): ",
+        "应要求提前停止（立即停止并撰写）：",
+    )
+    return why + _built_from(language, searches)
 
 
 def token_budget_words(language: Language, searches: int, tokens: int) -> str:
     """A note: the run's token budget ended the searching."""
-    return pick(
+    why = pick(
         language,
-        f"Stopped at the run's token budget ({tokens:,} tokens, FATHOM_MAX_RUN_TOKENS): this "
-        f"report is built from the {searches} {'search' if searches == 1 else 'searches'} "
-        "done by then.",
-        f"已达到本次研究的 token 预算（{tokens:,} 个 token，FATHOM_MAX_RUN_TOKENS）而停止："
-        f"本报告基于此前完成的 {searches} 次搜索。",
+        f"Stopped at the run's token budget ({tokens:,} tokens, FATHOM_MAX_RUN_TOKENS): ",
+        f"已达到本次研究的 token 预算（{tokens:,} 个 token，FATHOM_MAX_RUN_TOKENS）而停止：",
     )
+    return why + _built_from(language, searches)
 
 
 def time_budget_words(language: Language, searches: int, seconds: float) -> str:
     """A note: the run's time budget ended the searching."""
-    return pick(
+    why = pick(
         language,
-        f"Stopped at the run's time budget ({seconds:g} s, FATHOM_MAX_RUN_SECONDS): this "
-        f"report is built from the {searches} {'search' if searches == 1 else 'searches'} "
-        "done by then.",
-        f"已达到本次研究的时间预算（{seconds:g} 秒，FATHOM_MAX_RUN_SECONDS）而停止："
-        f"本报告基于此前完成的 {searches} 次搜索。",
+        f"Stopped at the run's time budget ({seconds:g} s, FATHOM_MAX_RUN_SECONDS): ",
+        f"已达到本次研究的时间预算（{seconds:g} 秒，FATHOM_MAX_RUN_SECONDS）而停止：",
     )
+    return why + _built_from(language, searches)
 
 
 def cancelled_text(language: Language, done: int, depth: int) -> str:

@@ -43,6 +43,15 @@ class World:
     def thread(self, name: str = "t1") -> ThreadKey:
         return ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread=name)
 
+    async def progress_shows(self, text: str, name: str = "t1") -> None:
+        """Wait until the thread's progress message shows ``text``."""
+        async with asyncio.timeout(30):
+            while not any(
+                text in m.text for m in self.chat.messages(self.thread(name), "progress")
+            ):
+                await self.chat.changed.wait()
+                self.chat.changed.clear()
+
     async def runs(self, name: str = "t1") -> list[RunRecord]:
         thread = await self.store.get_thread(str(self.thread(name)))
         return [] if thread is None else await self.store.thread_runs(thread.id)
@@ -251,12 +260,7 @@ async def test_stop_typed_in_the_thread_ends_the_searching_and_the_report_follow
     await w.runner.start()
     llm_server.fake.latency = 0.3
     await w.chat.say(w.commands, "heat pumps depth=5")
-    async with asyncio.timeout(30):
-        while not any(
-            "1/5th search executed." in m.text for m in w.chat.messages(w.thread(), "progress")
-        ):
-            await w.chat.changed.wait()
-            w.chat.changed.clear()
+    await w.progress_shows("1/5th search executed.")
     other = await w.chat.say(w.commands, "stop", user="U2", in_thread=True)
     assert other is not None and "Only the person who started this research" in other.text
     assert "can stop it" in other.text
@@ -281,12 +285,7 @@ async def test_a_reply_during_the_run_steers_its_next_plans_and_the_report(
     await w.runner.start()
     llm_server.fake.latency = 0.2
     await w.chat.say(w.commands, "heat pumps depth=5")
-    async with asyncio.timeout(30):
-        while not any(
-            "1/5th search executed." in m.text for m in w.chat.messages(w.thread(), "progress")
-        ):
-            await w.chat.changed.wait()
-            w.chat.changed.clear()
+    await w.progress_shows("1/5th search executed.")
     reply = await w.chat.say(w.commands, "focus on <@U0BAD> Europe", in_thread=True)
     assert reply is not None and reply.text == "Noted: the next searches take this into account."
     (run,) = await w.delivered()
