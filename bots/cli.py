@@ -115,7 +115,17 @@ class StartedRun:
 
 
 async def _ask(call: Callable[[], Awaitable[object]]) -> object:
-    return await call()
+    """Ask the run to stop; a failure (the database is down) is one line, not a crash: the
+    next Ctrl-C still cancels."""
+    try:
+        return await call()
+    except Exception as exc:
+        _stderr().print(
+            f"could not ask the run to stop ({type(exc).__name__}); Ctrl-C again to cancel",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return None
 
 
 def _run(coro: Coroutine[Any, Any, T], started: StartedRun | None = None) -> T:
