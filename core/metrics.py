@@ -71,6 +71,12 @@ class Metrics:
             ["server", "outcome"],
             registry=registry,
         )
+        self.feedback = Counter(
+            "fathom_feedback",
+            "Votes on reports (up, down); a changed vote counts again under its new value.",
+            ["value"],
+            registry=registry,
+        )
         self.pages = Counter(
             "fathom_pages",
             "Result pages by outcome (read, skipped).",

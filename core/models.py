@@ -294,6 +294,13 @@ class SourceKind(enum.StrEnum):
     INTERNAL = "internal"
 
 
+class Vote(enum.StrEnum):
+    """A person's rating of a report (👍 / 👎 on its last message)."""
+
+    UP = "up"
+    DOWN = "down"
+
+
 class SourceChoice(enum.StrEnum):
     """Which sources a run searches (``sources=`` of ``/research``, ``--sources``)."""
 

@@ -68,6 +68,10 @@ class ChatRuns(Protocol):
 
     async def latest_run_in_thread(self, thread_key: str) -> RunRecord | None: ...
 
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """One run by id (a button press names its run)."""
+        ...
+
     async def set_progress_message(self, run_id: str, message_id: str) -> None:
         """Remember the message showing a run's progress (a resumed run edits the same)."""
         ...

@@ -53,6 +53,7 @@ from core.models import (
     ThreadKey,
     ThreadVariables,
     Usage,
+    Vote,
 )
 from core.outcome import RunOutcome, final_progress_text, usage_of
 from core.pages.reader import PageReader
@@ -763,6 +764,16 @@ class ResearchService:
             return False
         entry = Guidance(run_id=run.id, by=by, at=self._clock(), text=words, key=key)
         return await self._store.add_guidance(run.thread_key, entry.model_dump(mode="json"))
+
+    async def record_feedback(self, run: RunRecord, by: str, vote: Vote) -> Vote | None:
+        """Store ``by``'s vote on ``run``'s report (a second press changes it); returns their
+        vote before this one (None: their first). A vote that changes something is counted
+        in ``fathom_feedback_total``."""
+        previous = await self._store.record_feedback(run.id, by, vote.value)
+        before = Vote(previous) if previous is not None else None
+        if self.metrics is not None and before is not vote:
+            self.metrics.feedback.labels(vote.value).inc()
+        return before
 
     async def stop(self, run_id: str) -> StopRequest:
         """Stop and write now: a running run stops searching at its next step and writes

@@ -45,6 +45,7 @@ from storage.errors import (
     VariablesConflict,
 )
 from storage.events import EventStore
+from storage.feedback import FeedbackStore
 from storage.leases import LeaseStore
 from storage.lifecycle import (
     DELIVERY_FAILED,
@@ -60,6 +61,7 @@ from storage.records import (
     ClaimResult,
     DailyQuota,
     DigestRecord,
+    FeedbackRecord,
     RunRecord,
     RunUsage,
     SourceRecord,
@@ -92,6 +94,8 @@ __all__ = [
     "DigestRecord",
     "DigestStore",
     "EventStore",
+    "FeedbackRecord",
+    "FeedbackStore",
     "LeaseStore",
     "QuotaReached",
     "RunNotFound",

@@ -187,3 +187,16 @@ class DigestRecord:
     disabled_reason: str | None = None
     platform_context: dict[str, Any] | None = None
     sources: str = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackRecord:
+    """One vote on a run's report, with what the run was about and where."""
+
+    run_id: str
+    voter: str
+    value: str  # "up" or "down"
+    topic: str
+    thread_key: str
+    created_at: datetime
+    updated_at: datetime

@@ -2,8 +2,8 @@
 
 ``Store(database)`` builds the stores that each do one job and exposes them as attributes
 (``runs``, ``claims``, ``threads``, ``events``, ``files``, ``caches``, ``digests``,
-``slack_oauth_states``, ``leases``), so code that needs one job can depend on that store
-alone. The method names callers used before the split are the per-job stores' own bound
+``slack_oauth_states``, ``leases``, ``feedback``), so code that needs one job can depend on that
+store alone. The method names callers used before the split are the per-job stores' own bound
 methods, assigned once here: one implementation, no copies to keep in step.
 """
 
@@ -18,6 +18,7 @@ from storage.claims import ClaimStore
 from storage.db import Database
 from storage.digests import DigestStore
 from storage.events import EventStore
+from storage.feedback import FeedbackStore
 from storage.files import FileStore
 from storage.leases import LeaseStore
 from storage.runs import RunStore
@@ -43,6 +44,7 @@ class Store:
         self.digests = DigestStore(database)
         self.slack_oauth_states = SlackOAuthStates(database)
         self.leases = LeaseStore(database)
+        self.feedback = FeedbackStore(database)
         # The names callers used before the split: the per-job stores' own bound methods.
         self.create_run = self.runs.create_run
         self.get_run = self.runs.get_run
@@ -73,6 +75,8 @@ class Store:
         self.load_variables = self.threads.load_variables
         self.add_guidance = self.threads.add_guidance
         self.claim_event = self.events.claim_event
+        self.record_feedback = self.feedback.record_feedback
+        self.feedback_since = self.feedback.feedback_since
         self.events_seen = self.events.events_seen
         self.prune_events = self.events.prune_events
         self.remember_files = self.files.remember_files

@@ -130,6 +130,8 @@ class ResearchRun(Base):
     internal_searches: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     #: Model name -> [prompt, completion] tokens (migration 0012); None before any call.
     tokens_by_model: Mapped[dict[str, list[int]] | None] = mapped_column(JSONType)
+    # Seconds per step (planning, searching, reading, writing; migration 0013).
+    seconds_by_step: Mapped[dict[str, float] | None] = mapped_column(JSONType)
     sources: Mapped[str] = mapped_column(String(16), server_default=text("'all'"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -256,6 +258,20 @@ class ProcessedEvent(Base):
 
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+
+
+class RunFeedback(Base):
+    """One person's vote on a run's report (migration 0013); a second press changes it."""
+
+    __tablename__ = "run_feedback"
+
+    run_id: Mapped[str] = mapped_column(
+        ForeignKey("research_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    voter: Mapped[str] = mapped_column(String(255), primary_key=True)
+    value: Mapped[str] = mapped_column(String(8))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
 
 
 # Slack OAuth tables (migration 0003), used through slack_sdk's SQLAlchemy stores, never

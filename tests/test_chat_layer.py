@@ -15,12 +15,14 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from bots.chat.controls import Control
 from bots.chat.inbound import ChatCommands, ChatMessage, Parsed, Reply
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage, RateLimited
 from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
+from core.metrics import Metrics
 from core.models import Attachment, ThreadKey
 from core.search import SearxngProvider
 from core.service import ResearchService
@@ -276,6 +278,89 @@ async def test_stop_typed_in_the_thread_ends_the_searching_and_the_report_follow
     reports = w.chat.messages(w.thread(), "report")
     assert reports and "Stopped early on request" in "".join(r.text for r in reports)
     assert len(search_server.fake.queries) == run.searches
+
+
+async def test_the_stop_button_is_the_requesters_and_the_final_message_has_no_buttons(
+    world: Callable[..., World], llm_server: FakeLLMServer, search_server: FakeSearchServer
+) -> None:
+    w = world(FATHOM_ADMINS="UADMIN")
+    await w.runner.start()
+    llm_server.fake.latency = 0.3
+    await w.chat.say(w.commands, "heat pumps depth=5")
+    await w.progress_shows("1/5th search executed.")
+    (progress,) = w.chat.messages(w.thread(), "progress")
+    assert progress.buttons == (Control.STOP, Control.CANCEL)
+    (run,) = await w.runs()
+    other = await w.chat.press(w.commands, run.id, Control.STOP, user="U2")
+    assert other.startswith("Only the person who started this research (or an admin)")
+    elsewhere = await w.chat.press(w.commands, run.id, Control.STOP, channel="C2")
+    assert elsewhere.startswith("This button does not belong to a research here")
+    assert await w.chat.press(w.commands, "f" * 32, Control.STOP) == elsewhere
+    assert not (await w.store.get_run(run.id)).stop_requested  # type: ignore[union-attr]
+    pressed = await w.chat.press(w.commands, run.id, Control.STOP, user="UADMIN")
+    assert pressed.startswith("🛑 Stopping “heat pumps”")
+    again = await w.chat.press(w.commands, run.id, Control.STOP)
+    assert again in ("That research is already stopping.", "That research has already finished.")
+    (run,) = await w.delivered()
+    assert run.status == "succeeded" and run.stop_requested and run.searches < 5
+    assert len(search_server.fake.queries) == run.searches
+    assert progress.buttons == ()  # the final state: no buttons
+    assert all(buttons for buttons in progress.button_versions[:-1])
+    reports = w.chat.messages(w.thread(), "report")
+    assert "Stopped early on request" in "".join(r.text for r in reports)
+    assert reports[-1].buttons == (Control.UP, Control.DOWN)
+    assert all(r.buttons == () for r in reports[:-1])
+    late = await w.chat.press(w.commands, run.id, Control.CANCEL)
+    assert late == "That research has already finished."
+    assert (await w.store.get_run(run.id)).status == "succeeded"  # type: ignore[union-attr]
+
+
+async def test_the_cancel_button_ends_the_run_without_a_report(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    w = world()
+    await w.runner.start()
+    llm_server.fake.latency = 0.3
+    await w.chat.say(w.commands, "heat pumps depth=5")
+    await w.progress_shows("1/5th search executed.")
+    (run,) = await w.runs()
+    other = await w.chat.press(w.commands, run.id, Control.CANCEL, user="U2")
+    assert other.startswith("Only the person who started this research (or an admin)")
+    assert (await w.chat.press(w.commands, run.id, Control.CANCEL)).startswith("🛑 Cancelling")
+    (run,) = await w.delivered()
+    assert run.status == "cancelled"
+    (progress,) = w.chat.messages(w.thread(), "progress")
+    assert "Research cancelled" in progress.text and progress.buttons == ()
+    assert w.chat.messages(w.thread(), "report") == []
+    rate = await w.chat.press(w.commands, run.id, Control.UP)
+    assert rate == "That research has no report to rate."
+
+
+async def test_a_vote_is_stored_once_per_person_and_a_second_press_changes_it(
+    world: Callable[..., World],
+) -> None:
+    w = world(FATHOM_ALLOWED_USERS="U1,U2")
+    w.parts[1].metrics = metrics = Metrics()  # (the fixture's service has none)
+    await w.runner.start()
+    await w.chat.say(w.commands, "heat pumps depth=1")
+    (run,) = await w.delivered()
+    (last,) = w.chat.messages(w.thread(), "report")[-1:]
+    assert last.buttons == (Control.UP, Control.DOWN)
+    press = w.chat.press
+    assert await press(w.commands, run.id, Control.UP) == "Thanks: your 👍 is recorded."
+    assert await press(w.commands, run.id, Control.UP) == "Your 👍 was already recorded."
+    assert await press(w.commands, run.id, Control.DOWN) == "Changed your rating to 👎."
+    assert await press(w.commands, run.id, Control.UP, user="U2") == "Thanks: your 👍 is recorded."
+    stranger = await press(w.commands, run.id, Control.UP, user="U3")
+    assert "you can't start research here" in stranger
+    votes = {(v.voter, v.value) for v in await w.store.feedback_since()}
+    assert votes == {("memory:W1:U1", "down"), ("memory:W1:U2", "up")}
+    (vote,) = [v for v in await w.store.feedback_since() if v.voter == "memory:W1:U1"]
+    assert vote.topic == "heat pumps" and vote.thread_key == str(w.thread())
+    assert vote.updated_at >= vote.created_at
+    counted = metrics.registry.get_sample_value  # a repeated vote is not counted again
+    assert counted("fathom_feedback_total", {"value": "up"}) == 2
+    assert counted("fathom_feedback_total", {"value": "down"}) == 1
 
 
 async def test_a_reply_during_the_run_steers_its_next_plans_and_the_report(

@@ -15,6 +15,7 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from bots.chat.controls import Button
 from bots.chat.delivery import ChatDelivery
 from bots.chat.inbound import ChatCommands, ChatMessage
 from bots.chat.platform import ChatPlatform, HttpIngress, PlatformRoute
@@ -146,8 +147,10 @@ class ToyThread:
     def __init__(self, chat: ToyChat, run: RunRecord) -> None:
         self._messages = chat.threads[run.thread_key]
 
-    def render_progress(self, status: str, message_id: str | None) -> str:
-        return status
+    def render_progress(
+        self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
+    ) -> str:
+        return status  # a toy chat without buttons
 
     async def post_progress(self, content: str) -> str:
         self._messages.append(content)

@@ -7,6 +7,8 @@ how to post a notice, and how to judge a failed call. :class:`ChatDelivery` (a
 
 - one progress message per run, posted by the first event and edited in place afterwards;
   its id is stored on the run, so a resumed run (on any replica) edits the same message;
+- the progress message carries the run's buttons ("Stop and write now", "Cancel",
+  ``bots.chat.controls``) while the run works, and none in its final state;
 - edits coalesced and paced by :class:`~bots.chat.throttle.EditThrottle` (per message and per
   workspace), retried on rate limits, and the final state always written;
 - the report's parts and the final status posted by ``core.delivery`` exactly once each.
@@ -18,6 +20,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from bots.chat.controls import Button, run_buttons
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
@@ -55,10 +58,12 @@ async def adopt_opener(
 class ThreadPoster(Protocol):
     """A platform's calls for one run's thread (what an adapter implements)."""
 
-    def render_progress(self, status: str, message_id: str | None) -> str:
+    def render_progress(
+        self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
+    ) -> str:
         """The progress message showing ``status`` (``message_id``: the message it will
-        replace, None for a new one). Any string the platform's edit call takes: mrkdwn text,
-        a card's JSON."""
+        replace, None for a new one) and ``buttons`` (none in the final state). Any string
+        the platform's edit call takes: mrkdwn text, a card's JSON."""
         ...
 
     async def post_progress(self, content: str) -> str:
@@ -84,7 +89,9 @@ class ThreadPoster(Protocol):
         ...
 
     def report_parts(self, outcome: RunOutcome) -> Sequence[Any]:
-        """The report as the messages to post, in order; the same for the same outcome."""
+        """The report as the messages to post, in order; the same for the same outcome. The
+        last one carries the feedback buttons (``bots.chat.controls.feedback_buttons``)
+        where the platform can show them."""
         ...
 
     async def post_report_part(self, part: Any) -> None: ...
@@ -122,6 +129,7 @@ class ChatDelivery:
         self._limiter = limiter
         self.language = request_language(run.topic)
         self.message_id = run.progress_message_id
+        self.buttons = run_buttons(run.id, self.language)
         self._throttle: EditThrottle | None = None
         self._final_posted: str | None = None  # the final state, posted as a new message
 
@@ -138,16 +146,18 @@ class ChatDelivery:
 
     async def _publish(self, event: ProgressEvent) -> None:
         await self.poster.resume(self.message_id)
+        final = event.kind is ProgressKind.FINISHED
         if self.message_id is None:
-            await self._post_progress(event.text)
+            await self._post_progress(event.text, final=final)
             return
         if not self.poster.can_edit(self.message_id):
-            if event.kind is ProgressKind.FINISHED:
+            if final:
                 await self._post_final(event.text)
             return
-        content = self.poster.render_progress(event.text, self.message_id)
+        buttons = () if final else self.buttons
+        content = self.poster.render_progress(event.text, self.message_id, buttons)
         throttle = self._edits(self.message_id)
-        if event.kind is ProgressKind.FINISHED:
+        if final:
             await throttle.flush_final(content)
         else:
             await throttle.submit(content)
@@ -177,7 +187,7 @@ class ChatDelivery:
         very content), or post it; raises when the platform refused it."""
         await self.poster.resume(self.message_id)
         if self.message_id is None:
-            await self._post_progress(text)
+            await self._post_progress(text, final=True)
             return
         if not self.poster.can_edit(self.message_id):
             await self._post_final(text)
@@ -206,7 +216,7 @@ class ChatDelivery:
         message, and which never managed to post one, posts one now."""
         await self.poster.resume(self.message_id)
         if self.poster.needs_opener:
-            await self._post_progress(report_opener_status(self.language))
+            await self._post_progress(report_opener_status(self.language), final=True)
 
     async def _post_final(self, status: str) -> None:
         """A progress message that cannot be edited ends with a new message, posted once."""
@@ -215,8 +225,10 @@ class ChatDelivery:
             await self.poster.post_progress(content)
             self._final_posted = content
 
-    async def _post_progress(self, status: str) -> None:
-        message_id = await self.poster.post_progress(self.poster.render_progress(status, None))
+    async def _post_progress(self, status: str, *, final: bool = False) -> None:
+        buttons = () if final else self.buttons
+        content = self.poster.render_progress(status, None, buttons)
+        message_id = await self.poster.post_progress(content)
         self.message_id = message_id
         # Stored before anything else: a run resumed from here finds its message.
         await self._store.set_progress_message(self._run.id, message_id)

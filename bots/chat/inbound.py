@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
+from bots.chat.controls import Control, Press
 from bots.chat.replies import STATUS_RECENT, Markup, Replies
 from bots.chat.settings import ChatPolicy
 from core.attachments import Screened, screen
@@ -39,7 +40,7 @@ from core.grammar import (
     request_words,
 )
 from core.jobs import JobRunner
-from core.models import Attachment, ResearchRequest, RunStatus, SourceChoice, ThreadKey
+from core.models import Attachment, ResearchRequest, RunStatus, SourceChoice, ThreadKey, Vote
 from core.runs import ChatRuns, RunRecord, StopRequest, UserBusy, utcnow
 from core.service import DailyLimitReached, ResearchService, RunRejected
 from core.wording import Language, request_language
@@ -470,6 +471,49 @@ class ChatCommands:
             return replies.already_stopping()
         return replies.already_finished()  # it ended meanwhile
 
+    async def press(self, press: Press) -> str:
+        """A press on one of a run's buttons (database only, within any platform's
+        acknowledgement deadline); the answer is shown to the presser only. Stop and cancel
+        are the requester's or an admin's; a vote is anyone's who may use the bot here. A
+        repeated or late press changes nothing and says so."""
+        try:
+            validate_ids(workspace=press.workspace, channel=press.channel, user=press.user)
+            validate_ids(run=press.run_id)
+        except CommandError:
+            return self.replies("en").button_unknown()
+        run = await self._store.get_run(press.run_id)
+        if run is None or not _belongs(run, press):
+            return self.replies("en").button_unknown()
+        replies = self.replies(request_language(run.topic))
+        if not self._policy.is_allowed(press.user, press.channel):
+            return replies.not_allowed()
+        if press.control.is_vote:
+            return await self._vote(run, press, replies)
+        if run.requested_by != press.requested_by and not self._policy.is_admin(press.user):
+            stop = press.control is Control.STOP
+            return replies.only_starter_can_stop() if stop else replies.only_starter_can_cancel()
+        if RunStatus(run.status).finished:
+            return replies.already_finished()
+        if press.control is Control.STOP:
+            answer = await self._service.stop(run.id)
+            if answer is StopRequest.STOPPING:
+                return replies.stopping(run)
+            if answer is StopRequest.CANCELLED:
+                return replies.cancelled(run)
+            return replies.already_stopping() if _asked(run) else replies.already_finished()
+        if run.cancel_requested:
+            return replies.already_stopping()
+        if not await self._service.cancel(run.id):
+            return replies.already_finished()
+        return replies.cancelled(run)
+
+    async def _vote(self, run: RunRecord, press: Press, replies: Replies) -> str:
+        if run.status != RunStatus.SUCCEEDED or not run.report_markdown:
+            return replies.nothing_to_rate()
+        vote = Vote.UP if press.control is Control.UP else Vote.DOWN
+        before = await self._service.record_feedback(run, press.requested_by, vote)
+        return replies.vote_recorded(vote, before)
+
     async def _target(self, message: ChatMessage, prefix: str | None) -> RunRecord | _Refusal:
         """The run a cancel or stop means: in a thread, that thread's (its requester's or an
         admin's to end); elsewhere the sender's newest active run (matching ``prefix``)."""
@@ -497,6 +541,24 @@ class ChatCommands:
                 r for r in active if ThreadKey.parse(r.thread_key).channel == message.channel
             ]
         return matches[-1] if matches else None
+
+
+def _belongs(run: RunRecord, press: Press) -> bool:
+    """Whether the pressed run is in the platform, workspace and channel of the press."""
+    try:
+        thread = ThreadKey.parse(run.thread_key)
+    except ValueError:
+        return False
+    return (thread.platform, thread.workspace, thread.channel) == (
+        press.platform,
+        press.workspace,
+        press.channel,
+    )
+
+
+def _asked(run: RunRecord) -> bool:
+    """The run was already asked to stop or cancel (when it was read)."""
+    return run.stop_requested or run.cancel_requested
 
 
 def _named(rejected: Sequence[tuple[Attachment, str]]) -> tuple[tuple[str, str], ...]:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bots.chat.controls import Button, Control, Press, feedback_buttons
 from bots.chat.delivery import ChatDelivery
 from bots.chat.inbound import ChatCommands, ChatMessage, Reply
 from bots.chat.markdown import split_report
@@ -33,9 +34,11 @@ from core.models import Attachment, ThreadKey
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.untrusted import neutralise
-from core.wording import Language
+from core.wording import Language, request_language
 
 PLATFORM = "memory"
+#: How a progress message's content lists its buttons (its last line).
+BUTTONS_MARK = "⟦buttons⟧ "
 Operation = Literal["post", "edit", "report", "notice", "answer", "download"]
 Kind = Literal["progress", "report", "notice", "answer"]
 
@@ -60,10 +63,17 @@ class MemoryMessage:
     kind: Kind
     versions: list[str] = field(default_factory=list)
     run_id: str | None = None  # the run whose delivery posted it (None: an answer)
+    #: The buttons each version showed (in step with :attr:`versions`).
+    button_versions: list[tuple[Control, ...]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         return self.versions[-1]
+
+    @property
+    def buttons(self) -> tuple[Control, ...]:
+        """The buttons the message shows now."""
+        return self.button_versions[-1] if self.button_versions else ()
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,8 @@ class MemoryChat:
         self.downloads: list[str] = []
         self.download_gate: asyncio.Event | None = None  # downloads wait for it when set
         self.downloading = asyncio.Event()  # set when a download has started
+        #: The answers to button presses, shown to the presser only: (user, text).
+        self.private: list[tuple[str, str]] = []
 
     def fail(self, operation: Operation, *errors: Exception, when: str | None = None) -> None:
         """The next ``operation`` calls raise these, in order; with ``when``, only calls whose
@@ -131,8 +143,16 @@ class MemoryChat:
                 del failures[i]
                 raise error
 
-    def _add(self, thread: ThreadKey, kind: Kind, text: str, run_id: str | None = None) -> str:
-        message = MemoryMessage(f"m{next(self._ids)}", kind, [text], run_id)
+    def _add(
+        self,
+        thread: ThreadKey,
+        kind: Kind,
+        text: str,
+        run_id: str | None = None,
+        buttons: tuple[Control, ...] = (),
+    ) -> str:
+        text, shown = _split_buttons(text, buttons)
+        message = MemoryMessage(f"m{next(self._ids)}", kind, [text], run_id, [shown])
         self.threads[str(thread)].append(message)
         if run_id is not None:
             self._by_run[run_id].append(message)
@@ -204,6 +224,21 @@ class MemoryChat:
             return None
         return await commands.receive(message, answer)
 
+    async def press(
+        self,
+        commands: ChatCommands,
+        run_id: str,
+        control: Control,
+        *,
+        user: str = "U1",
+        channel: str = "C1",
+    ) -> str:
+        """A user presses one of a run's buttons; the answer is shown to them only."""
+        press = Press(PLATFORM, "W1", channel, user, run_id, control)
+        text = await commands.press(press)
+        self.private.append((user, text))
+        return text
+
     # -- outbound -------------------------------------------------------------------
     def factory(self, store: ChatRuns, *, edit_interval: float = 0.0) -> MemoryDeliveryFactory:
         return MemoryDeliveryFactory(self, store, edit_interval=edit_interval)
@@ -216,9 +251,15 @@ class MemoryThread:
         self._chat = chat
         self._run = run
         self.thread = ThreadKey.parse(run.thread_key)
+        self._last_part: str | None = None
 
-    def render_progress(self, status: str, message_id: str | None) -> str:
-        return f"{neutralise(self._run.topic)}\n{neutralise(status)}"
+    def render_progress(
+        self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
+    ) -> str:
+        content = f"{neutralise(self._run.topic)}\n{neutralise(status)}"
+        if buttons:
+            content += "\n" + BUTTONS_MARK + " ".join(b.control.value for b in buttons)
+        return content
 
     @staticmethod
     def status_of(content: str) -> str:
@@ -233,7 +274,9 @@ class MemoryThread:
         self._chat._call("edit", self.thread, content)
         for message in self._chat.threads[str(self.thread)]:
             if message.id == message_id:
-                message.versions.append(content)
+                text, shown = _split_buttons(content)
+                message.versions.append(text)
+                message.button_versions.append(shown)
                 self._chat.changed.set()
                 return
         raise Refusal(f"no message {message_id}")
@@ -251,13 +294,20 @@ class MemoryThread:
     def report_parts(self, outcome: RunOutcome) -> Sequence[str]:
         report = neutralise(outcome.report_markdown or "")
         if self._chat.part_per_section:
-            return [p for p in re.split(r"\n(?=## )", report.strip()) if p.strip()]
-        return split_report(report, self._chat.report_limit)
+            parts = [p for p in re.split(r"\n(?=## )", report.strip()) if p.strip()]
+        else:
+            parts = split_report(report, self._chat.report_limit)
+        self._last_part = parts[-1] if parts else None
+        return parts
 
     async def post_report_part(self, part: str) -> None:
         self._chat.posting.set()
         self._chat._call("report", self.thread, part)
-        self._chat._add(self.thread, "report", part, self._run.id)
+        buttons: tuple[Control, ...] = ()
+        if part == self._last_part:  # the last part carries the feedback buttons
+            language = request_language(self._run.topic)
+            buttons = tuple(b.control for b in feedback_buttons(self._run.id, language))
+        self._chat._add(self.thread, "report", part, self._run.id, buttons)
         if self._chat.post_latency:  # the chat has it; its answer is on the way
             await asyncio.sleep(self._chat.post_latency)
 
@@ -282,6 +332,16 @@ class MemoryThread:
         if isinstance(error, RateLimited):
             return PostFailure("rate limited", True, error.retry_after)
         return PostFailure(f"{type(error).__name__}: {error}", isinstance(error, Outage))
+
+
+def _split_buttons(
+    content: str, buttons: tuple[Control, ...] = ()
+) -> tuple[str, tuple[Control, ...]]:
+    """A message's text without the line that lists its buttons, and those buttons."""
+    head, _, last = content.rpartition("\n")
+    if not last.startswith(BUTTONS_MARK):
+        return content, buttons
+    return head, tuple(Control(name) for name in last.removeprefix(BUTTONS_MARK).split())
 
 
 class MemoryDeliveryFactory:

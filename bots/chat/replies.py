@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.attachments import READABLE, shown_name
 from core.grammar import help_text
-from core.models import ThreadKey
+from core.models import ThreadKey, Vote
 from core.runs import DigestRecord, RunRecord
 from core.wording import Language, pick
 
@@ -257,6 +257,28 @@ class Replies:
             "Only the person who started this research (or an admin) can cancel it.",
             "只有发起这个研究的人（或管理员）可以取消它。",
         )
+
+    def button_unknown(self) -> str:
+        """A press on a button of no run here (a stale or forged value)."""
+        return self._pick(
+            "This button does not belong to a research here; nothing changed.",
+            "这个按钮不属于这里的研究；没有任何改动。",
+        )
+
+    def nothing_to_rate(self) -> str:
+        return self._pick(
+            "That research has no report to rate.",
+            "那个研究没有可以评价的报告。",
+        )
+
+    def vote_recorded(self, vote: Vote, before: Vote | None) -> str:
+        """A vote on a report: the first, a change, or the same again."""
+        mark = "👍" if vote is Vote.UP else "👎"
+        if before is None:
+            return self._pick(f"Thanks: your {mark} is recorded.", f"谢谢：已记录你的 {mark}。")
+        if before is vote:
+            return self._pick(f"Your {mark} was already recorded.", f"你的 {mark} 已经记录过了。")
+        return self._pick(f"Changed your rating to {mark}.", f"已把你的评价改为 {mark}。")
 
     def already_finished(self) -> str:
         return self._pick("That research has already finished.", "那个研究已经结束了。")

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from bots.chat.controls import Button
 from bots.chat.delivery import ChatDelivery
 from bots.chat.errors import judge_failure
 from bots.chat.throttle import WorkspaceLimiters
@@ -109,7 +110,9 @@ class DingTalkThread:
         self.language = request_language(run.topic)
 
     # -- progress ---------------------------------------------------------------------------
-    def render_progress(self, status: str, message_id: str | None) -> str:
+    def render_progress(
+        self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
+    ) -> str:
         content = progress_markdown(
             self._run.topic, self._run.depth, status, language=self.language
         )

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bots.chat.controls import Button
 from bots.chat.delivery import ChatDelivery, adopt_opener
 from bots.chat.errors import judge_failure
 from bots.chat.inbound import PENDING_PREFIX
@@ -66,7 +67,9 @@ class FeishuThread:
     def _uuid(self, what: str) -> str:
         return f"{self._run.id}:{what}"
 
-    def render_progress(self, status: str, message_id: str | None) -> str:
+    def render_progress(
+        self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
+    ) -> str:
         return progress_card(
             self._run.topic, self._run.depth, status, language=self.language, title=self._title
         )

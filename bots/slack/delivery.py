@@ -13,11 +13,13 @@ records each and retries the rest, so a retry never repeats a part.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from bots.chat.controls import Button
 from bots.chat.delivery import ChatDelivery, adopt_opener
 from bots.chat.throttle import WorkspaceLimiters
 from bots.slack.download import SlackDownloads, allowed_origins, download_client
@@ -72,7 +74,9 @@ class SlackThread:
         self.language = request_language(run.topic)
         self.thread = ThreadKey.parse(run.thread_key)
 
-    def render_progress(self, status: str, message_id: str | None) -> str:
+    def render_progress(
+        self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
+    ) -> str:
         # Who asked is said in the thread's top-level message (a slash command's opener).
         opener = self.needs_opener if message_id is None else message_id == self.thread.thread
         return progress_text(
