@@ -74,6 +74,34 @@ async def test_post_then_update_same_ts(server: FakeSlackServer) -> None:
     assert [c.params["ts"] for c in fake.calls_to("chat.update")] == [progress["ts"]] * 3
 
 
+def button(action_id: str, label: str = "Stop", **extra: str) -> dict[str, object]:
+    text = {"type": "plain_text", "text": label}
+    return {"type": "button", "action_id": action_id, "value": "run", "text": text, **extra}
+
+
+@pytest.mark.parametrize(
+    "elements",
+    [
+        [button("a"), button("a")],  # action ids are unique within a message
+        [button("a", "x" * 76)],  # a label is at most 75 characters
+        [button("a", style="warning")],  # styles are primary and danger only
+        [{**button("a"), "text": {"type": "mrkdwn", "text": "*Stop*"}}],  # plain text only
+        [],  # an actions block has 1 to 25 elements
+    ],
+)
+async def test_malformed_buttons_are_refused_like_slack_does(
+    server: FakeSlackServer, elements: list[dict[str, object]]
+) -> None:
+    blocks = [{"type": "actions", "elements": elements}]
+    with pytest.raises(SlackApiError) as err:
+        await client(server).chat_postMessage(channel="C1", text="0/3", blocks=blocks)
+    assert err.value.response["error"] == "invalid_blocks"
+    good = [{"type": "actions", "elements": [button("a"), button("b", style="danger")]}]
+    posted = await client(server).chat_postMessage(channel="C1", text="0/3", blocks=good)
+    removed = await client(server).chat_update(channel="C1", ts=posted["ts"], text="3/3", blocks=[])
+    assert removed["ok"] and server.fake.messages[("C1", posted["ts"])]["blocks"] == []
+
+
 async def test_update_unknown_ts_is_message_not_found(server: FakeSlackServer) -> None:
     with pytest.raises(SlackApiError) as err:
         await client(server).chat_update(channel="C1", ts="1.000001", text="x")

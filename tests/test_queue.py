@@ -25,7 +25,7 @@ from core.search import SearxngProvider
 from core.service import ResearchService
 from storage import Database, Store
 from tests.fakes import FakeLLMServer, FakeSearchServer
-from tests.fakes.slack import FakeSlackServer, sign, slash_command_body
+from tests.fakes.slack import FakeSlackServer, is_report, sign, slash_command_body
 from tests.pg import throwaway_database
 from tests.runs import age_heartbeat, claim
 from tests.test_cli import fathom
@@ -403,7 +403,7 @@ def test_a_killed_worker_s_runs_are_finished_by_another_with_one_report_each(
             terminate(served)
             terminate(other)
         fake = slack_server.fake
-        reports = [c for c in fake.calls_to("chat.postMessage") if "blocks" in c.params]
+        reports = [c for c in fake.calls_to("chat.postMessage") if is_report(c.params)]
         assert sorted(c.params["channel"] for c in reports) == [f"C{i:04d}" for i in range(runs)]
         progress = _sql(url, "SELECT progress_message_id FROM research_runs")
         channels = {ts: channel for (channel, ts) in fake.messages}
@@ -470,7 +470,5 @@ def test_a_stopped_worker_hands_its_runs_back_for_another(
                     proc.send_signal(signal.SIGTERM)
                     proc.wait(30)
             terminate(served)
-        reports = [
-            c for c in slack_server.fake.calls_to("chat.postMessage") if "blocks" in c.params
-        ]
+        reports = [c for c in slack_server.fake.calls_to("chat.postMessage") if is_report(c.params)]
         assert len(reports) == 1

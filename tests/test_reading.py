@@ -321,6 +321,25 @@ async def test_a_rounds_pages_are_read_while_the_next_round_is_planned(
     assert (outcome.usage.pages_read, outcome.usage.pages_skipped) == (6, 0)
 
 
+async def test_a_stop_while_a_rounds_pages_are_read_starts_no_further_search(
+    reading: MakeHarness,
+) -> None:
+    """Stop and write now pressed after round 1 has searched and planned round 2, while its
+    pages are still being read: the pages are kept, and no search starts after the press."""
+    harness = await reading(page_timeout=20.0)
+    run_id = await harness.submit(depth=5)
+    harness.search.fake.hold_pages()
+    run = asyncio.create_task(harness.service.execute(run_id))
+    try:
+        await wait_for(lambda: len(harness.planner_requests()) >= 2)  # round 2 planned
+        await harness.service.stop(run_id)
+    finally:
+        harness.search.fake.release_pages()
+    outcome = await run
+    assert outcome.status is RunStatus.SUCCEEDED and len(harness.search.fake.queries) == 1
+    assert outcome.usage.pages_read == 3  # the pages in flight at the press are used
+
+
 async def test_a_run_reading_pages_starts_the_document_workers_before_its_first_page(
     reading: MakeHarness,
 ) -> None:

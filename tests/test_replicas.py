@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang, Reply
-from tests.fakes.slack import FakeSlackServer, sign, slash_command_body
+from tests.fakes.slack import FakeSlackServer, is_report, sign, slash_command_body
 from tests.pg import throwaway_database
 from tests.test_serve import Served, serve, terminate, wait_until_up
 from tests.test_slack_app import BOT_TOKEN, FORM, SECRET
@@ -127,7 +127,7 @@ def test_a_killed_replicas_run_is_finished_by_the_other_one(
         doomed.proc.wait(10)
 
         def reported() -> bool:
-            return any("blocks" in m for m in fake.history)
+            return any(is_report(m) for m in fake.history)
 
         wait_until(reported, "a report from the survivor")
 
@@ -157,7 +157,7 @@ def test_a_killed_replicas_run_is_finished_by_the_other_one(
     edits = [str(c.params["text"]).splitlines()[-1] for c in fake.calls_to("chat.update")]
     assert any(e.startswith("Resuming") and "1 of 3 searches done" in e for e in edits), edits
     assert "Research done: 3/3 searches" in edits[-1]
-    reports = [m for m in fake.history if "blocks" in m]
+    reports = [m for m in fake.history if is_report(m)]
     assert reports and all(m["thread_ts"] == opener_ts for m in reports)
     texts = [m["blocks"][0]["text"] for m in reports]
     assert len(texts) == len(set(texts))  # no part twice

@@ -30,7 +30,7 @@ from tests.fakes.feishu import (
     message_event,
     signed_headers,
 )
-from tests.fakes.slack import FakeSlackServer, sign, slash_command_body
+from tests.fakes.slack import FakeSlackServer, is_report, sign, slash_command_body
 from tests.test_cli import NOTES_TOKEN, TICKETS_TOKEN, mcp_config, needs_knowledge
 from tests.test_slack_app import BOT_TOKEN, FORM, SECRET
 
@@ -123,7 +123,7 @@ def test_serve_answers_slack_and_stops_cleanly_on_sigterm(
         deadline = time.monotonic() + 30
         fake = slack_server.fake
         while time.monotonic() < deadline:
-            reports = [c for c in fake.calls_to("chat.postMessage") if "blocks" in c.params]
+            reports = [c for c in fake.calls_to("chat.postMessage") if is_report(c.params)]
             if reports:
                 break
             time.sleep(0.05)
@@ -259,7 +259,7 @@ def test_serve_runs_slack_feishu_and_dingtalk_side_by_side(
         assert "heat pumps" in reports[0].markdown
         deadline = time.monotonic() + 30
         while not [
-            c for c in slack_server.fake.calls_to("chat.postMessage") if "blocks" in c.params
+            c for c in slack_server.fake.calls_to("chat.postMessage") if is_report(c.params)
         ]:
             assert time.monotonic() < deadline, served.stderr()
             time.sleep(0.05)
@@ -392,7 +392,7 @@ def test_a_digest_scheduled_from_slack_fires_at_local_time_and_reports_what_is_n
             return [
                 str(c.params["blocks"][0]["text"])
                 for c in fake.calls_to("chat.postMessage")
-                if c.params.get("thread_ts") == ts and "blocks" in c.params
+                if c.params.get("thread_ts") == ts and is_report(c.params)
             ]
 
         deadline = time.monotonic() + 150

@@ -45,9 +45,11 @@ from tests.fakes.slack import (
     FakeSlackServer,
     SlackCall,
     app_mention_event,
+    block_actions_body,
     build_slack_app,
     event_callback_body,
     im_message_event,
+    is_report,
     sign,
     slash_command_body,
     url_verification_body,
@@ -205,6 +207,7 @@ async def start_bot(
     for server, database, http in started:
         await http.aclose()
         llm_server.fake.latency = 0.0  # let held runs finish instead of waiting out the grace
+        search_server.fake.release_pages()
         await asyncio.to_thread(server.stop)
         await database.dispose()
 
@@ -473,7 +476,7 @@ async def test_a_report_slack_refuses_twice_is_posted_once_on_the_third_try(
     reports = bot.reports()
     assert len(reports) == run.report_parts_posted >= 1  # each part in the thread once
     assert all(r["thread_ts"] == run.progress_message_id for r in reports)
-    attempts = [c for c in bot.slack.calls_to("chat.postMessage") if "blocks" in c.params]
+    attempts = [c for c in bot.slack.calls_to("chat.postMessage") if is_report(c.params)]
     assert len(attempts) == len(reports) + 2  # two refused, then posted: no SDK retries on top
 
 
@@ -635,6 +638,155 @@ async def test_slash_cancel_and_nothing_to_cancel(start_bot: BotFactory) -> None
     assert "Cancelling" in reply and run.id[:8] in reply
     [done] = await bot.finished()
     assert done.status == "cancelled"
+
+
+# -- buttons --------------------------------------------------------------------------
+
+
+def button_ids(message: dict[str, Any]) -> list[str]:
+    return [
+        element["action_id"]
+        for block in message.get("blocks") or []
+        if block.get("type") == "actions"
+        for element in block["elements"]
+    ]
+
+
+async def progress_with_buttons(bot: Bot) -> tuple[RunRecord, dict[str, Any]]:
+    """The one run, once its progress message (the slash command's opener) shows buttons."""
+
+    async def shown() -> tuple[RunRecord, dict[str, Any]] | None:
+        runs = await bot.runs()
+        if len(runs) != 1 or not runs[0].progress_message_id:
+            return None
+        message = bot.slack.messages.get(("C0001", runs[0].progress_message_id))
+        # A copy: the message as a client shows it now (a later press may come from it).
+        return (
+            (runs[0], json.loads(json.dumps(message))) if message and button_ids(message) else None
+        )
+
+    found: tuple[RunRecord, dict[str, Any]] = await wait_for(shown)
+    return found
+
+
+async def ephemeral_answers(bot: Bot, count: int) -> list[SlackCall]:
+    answers: list[SlackCall] = await wait_for(
+        lambda: len(calls := bot.slack.calls_to("chat.postEphemeral")) >= count and calls
+    )
+    return answers
+
+
+async def test_stop_and_write_now_in_round_one_writes_the_report_from_that_search(
+    start_bot: BotFactory,
+) -> None:
+    bot = await start_bot(FATHOM_ALLOWED_USERS="U123,U999")
+    bot.search.fake.hold_pages()  # round 1 has searched; its pages wait for the press
+    await bot.command("deep sea mining depth=5", trigger_id="t-stop")
+    run, message = await progress_with_buttons(bot)
+    assert button_ids(message) == ["fathom_stop", "fathom_cancel"]
+    assert message["text"] in message["blocks"][0]["text"]["text"]  # the same words shown
+    await wait_for(lambda: bot.search.fake.page_requests)
+
+    other = await bot.post(block_actions_body(message, "fathom_stop", user_id="U999"), FORM)
+    assert other.status_code == 200  # acknowledged; the answer is private
+    [refusal] = await ephemeral_answers(bot, 1)
+    assert refusal.params["user"] == "U999" and refusal.params["channel"] == "C0001"
+    assert "Only the person who started this research" in refusal.params["text"]
+    assert refusal.params["thread_ts"] == run.progress_message_id
+    after = await bot.store.get_run(run.id)
+    assert after is not None and not after.stop_requested  # nothing changed
+
+    pressed = await bot.post(block_actions_body(message, "fathom_stop"), FORM)
+    assert pressed.status_code == 200
+    again = await bot.post(block_actions_body(message, "fathom_stop"), FORM)  # a double click
+    assert again.status_code == 200
+    _, first, second = await ephemeral_answers(bot, 3)
+    assert {first.params["user"], second.params["user"]} == {"U123"}
+    texts = [first.params["text"], second.params["text"]]
+    assert "That research is already stopping." in texts, texts  # one press took effect
+    assert any("no new search starts" in text for text in texts), texts
+    bot.search.fake.release_pages()
+
+    [done] = await bot.finished()
+    assert (done.status, done.stop_requested) == ("succeeded", True)
+    assert bot.search.fake.queries == [bot.search.fake.queries[0]]  # no second search
+    final = bot.slack.messages[("C0001", run.progress_message_id or "")]
+    assert final["blocks"] == []  # the buttons are gone from the final state
+    assert "stopped early after 1 of 5 searches (stopped on request)" in final["text"]
+    [report] = bot.reports()
+    assert button_ids(report) == ["fathom_up", "fathom_down"]
+    assert "Stop and write now" in report_text(bot)  # the report says it was stopped early
+
+    late = await bot.post(block_actions_body(message, "fathom_cancel"), FORM)
+    assert late.status_code == 200
+    answers = await ephemeral_answers(bot, 4)
+    assert answers[-1].params["text"] == "That research has already finished."
+
+
+async def test_the_cancel_button_ends_the_run_without_a_report(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    bot.search.fake.hold_pages()
+    await bot.command("lithium prices depth=5", trigger_id="t-cancel-button")
+    run, message = await progress_with_buttons(bot)
+    await bot.post(block_actions_body(message, "fathom_cancel"), FORM)
+    [answer] = await ephemeral_answers(bot, 1)
+    assert "Cancelling “lithium prices”" in answer.params["text"]
+    bot.search.fake.release_pages()
+    [done] = await bot.finished()
+    assert done.status == "cancelled" and bot.reports() == []
+    final = bot.slack.messages[("C0001", run.progress_message_id or "")]
+    assert final["blocks"] == [] and "Research cancelled" in final["text"]
+
+
+async def test_a_vote_on_the_report_is_stored_once_and_a_second_press_changes_it(
+    start_bot: BotFactory,
+) -> None:
+    bot = await start_bot()
+    await bot.command("tidal power depth=1", trigger_id="t-vote")
+    [run] = await bot.finished()
+    [report] = bot.reports()
+    for count, action in enumerate(("fathom_up", "fathom_up", "fathom_down"), 1):
+        response = await bot.post(block_actions_body(report, action), FORM)
+        assert response.status_code == 200
+        answers = await ephemeral_answers(bot, count)  # one press after the other
+    assert [a.params["text"] for a in answers] == [
+        "Thanks: your 👍 is recorded.",
+        "Your 👍 was already recorded.",
+        "Changed your rating to 👎.",
+    ]
+    [vote] = await bot.store.feedback_since()
+    assert (vote.run_id, vote.voter, vote.value) == (run.id, USER, "down")
+
+
+async def test_forged_and_foreign_presses_change_nothing(start_bot: BotFactory) -> None:
+    bot = await start_bot()
+    bot.search.fake.hold_pages()
+    await bot.command("wave energy depth=5", trigger_id="t-forged")
+    run, message = await progress_with_buttons(bot)
+    body = block_actions_body(message, "fathom_cancel")
+    unsigned = await bot.http.post(f"{bot.url}/slack/events", content=body, headers=FORM)
+    assert unsigned.status_code == 401
+    forged = await bot.post(body, FORM, secret="not-the-signing-secret")
+    assert forged.status_code == 401
+    stale = await bot.post(body, FORM, ts=int(time.time()) - 600)
+    assert stale.status_code == 401
+    broken = await bot.post(b"payload=%7B%22actions%22%3A%20%22x%22%7D", FORM)
+    assert broken.status_code == 400
+    # A signed press whose value names another run, or this run from another channel.
+    other_run = block_actions_body(message, "fathom_cancel", value="0" * 32)
+    moved = dict(message, channel="C0777")
+    foreign = block_actions_body(moved, "fathom_cancel")
+    assert (await bot.post(other_run, FORM)).status_code == 200
+    assert (await bot.post(foreign, FORM)).status_code == 200
+    answers = await ephemeral_answers(bot, 2)
+    assert [a.params["text"] for a in answers] == [
+        "This button does not belong to a research here; nothing changed.",
+    ] * 2
+    still = await bot.store.get_run(run.id)
+    assert still is not None and not still.cancel_requested and not still.finished_at
+    bot.search.fake.release_pages()
+    [done] = await bot.finished()
+    assert done.status == "succeeded"
 
 
 # -- OAuth (multi-workspace) ------------------------------------------------------------
@@ -901,6 +1053,34 @@ async def test_socket_mode_receives_commands_over_the_websocket(
     [run] = await bot.finished()
     assert run.status == "succeeded"
     assert bot.reports() and all(c.token == BOT_TOKEN for c in slack.fake.calls)
+
+
+async def test_socket_mode_delivers_a_press_on_a_button(
+    socket_slack: SocketSlack, start_bot: BotFactory
+) -> None:
+    """Interactivity over Socket Mode (an ``interactive`` envelope): the press is
+    acknowledged on the socket and answered privately, like one posted to the Request URL."""
+    slack, link = socket_slack, socket_slack.link
+    bot = await start_bot(slack_api_url=slack.api_url, fake=slack.fake, SLACK_APP_TOKEN=APP_TOKEN)
+    assert link.connected.wait(5)
+    payload = dict(parse_qsl(slash_command_body("magnetic refrigeration depth=1").decode()))
+    link.send({"envelope_id": "env-cmd", "type": "slash_commands", "payload": payload})
+    [run] = await bot.finished()
+    [report] = bot.reports()
+    form = dict(parse_qsl(block_actions_body(report, "fathom_up").decode()))
+    link.send(
+        {
+            "envelope_id": "env-press",
+            "type": "interactive",
+            "payload": json.loads(form["payload"]),
+            "accepts_response_payload": False,
+        }
+    )
+    await wait_for(lambda: [a for a in link.acks if a.get("envelope_id") == "env-press"])
+    [answer] = await ephemeral_answers(bot, 1)
+    assert answer.params["text"] == "Thanks: your 👍 is recorded."
+    [vote] = await bot.store.feedback_since()
+    assert (vote.run_id, vote.value) == (run.id, "up")
 
 
 def test_manifests_request_the_scopes_the_install_asks_for() -> None:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
 
+from bots.chat.controls import feedback_buttons, run_buttons
 from bots.chat.markdown import link_citations
-from bots.slack.render import MARKDOWN_LIMIT, progress_text, report_messages
+from bots.slack.render import (
+    MARKDOWN_LIMIT,
+    SECTION_CHARS,
+    progress_message,
+    progress_text,
+    report_messages,
+)
 from core.models import Source
 
 SOURCES = [
@@ -72,3 +80,30 @@ def test_long_report_splits_at_section_boundaries_within_the_limit() -> None:
         f"Long report (report part {i}/{n})" for i in range(1, n + 1)
     ]
     assert all(len(str(m["text"])) <= 3_000 for m in messages)
+
+
+def test_progress_with_buttons_shows_its_text_in_a_section_and_without_has_no_blocks() -> None:
+    text = progress_text("AI chips", 3, "1/3th search executed.", requester=None, opener=False)
+    working = json.loads(progress_message(text, run_buttons("r1", "en")))
+    assert working["text"] == text == working["blocks"][0]["text"]["text"]
+    [stop, cancel] = working["blocks"][1]["elements"]
+    assert (stop["action_id"], stop["value"], stop["style"]) == ("fathom_stop", "r1", "primary")
+    assert (cancel["action_id"], cancel["style"]) == ("fathom_cancel", "danger")
+    assert json.loads(progress_message(text, ())) == {"text": text, "blocks": []}
+
+
+def test_a_long_progress_section_is_cut_outside_an_entity() -> None:
+    text = "a" * (SECTION_CHARS - 3) + "&amp;&amp;"
+    section = json.loads(progress_message(text, run_buttons("r1", "en")))["blocks"][0]
+    shown = section["text"]["text"]
+    assert len(shown) <= SECTION_CHARS and shown.endswith("a…")
+
+
+def test_the_last_report_message_alone_carries_the_feedback_buttons() -> None:
+    markdown = "# T\n\n" + "\n\n".join(f"## S{i}\n\n" + "x" * 6000 for i in range(3))
+    messages = report_messages(markdown, SOURCES, feedback_buttons("r1", "zh"))
+    assert len(messages) > 1
+    assert all(len(m["blocks"]) == 1 for m in messages[:-1])
+    actions = messages[-1]["blocks"][-1]
+    assert [e["action_id"] for e in actions["elements"]] == ["fathom_up", "fathom_down"]
+    assert actions["elements"][0]["text"]["text"] == "👍 有用"

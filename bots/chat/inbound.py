@@ -467,9 +467,7 @@ class ChatCommands:
             return replies.stopping(run)
         if answer is StopRequest.CANCELLED:  # queued: nothing found yet to write from
             return replies.cancelled(run)
-        if run.stop_requested or run.cancel_requested:  # a repeated press
-            return replies.already_stopping()
-        return replies.already_finished()  # it ended meanwhile
+        return await self._not_taken(run.id, replies)
 
     async def press(self, press: Press) -> str:
         """A press on one of a run's buttons (database only, within any platform's
@@ -500,12 +498,21 @@ class ChatCommands:
                 return replies.stopping(run)
             if answer is StopRequest.CANCELLED:
                 return replies.cancelled(run)
-            return replies.already_stopping() if _asked(run) else replies.already_finished()
+            return await self._not_taken(run.id, replies)
         if run.cancel_requested:
             return replies.already_stopping()
         if not await self._service.cancel(run.id):
-            return replies.already_finished()
+            return await self._not_taken(run.id, replies)
         return replies.cancelled(run)
+
+    async def _not_taken(self, run_id: str, replies: Replies) -> str:
+        """Why a stop or cancel changed nothing, read after the attempt (a press delivered
+        twice races its twin, so the run read before it can be stale): the run has ended,
+        or it was already asked to stop."""
+        run = await self._store.get_run(run_id)
+        if run is None or RunStatus(run.status).finished:
+            return replies.already_finished()
+        return replies.already_stopping()
 
     async def _vote(self, run: RunRecord, press: Press, replies: Replies) -> str:
         if run.status != RunStatus.SUCCEEDED or not run.report_markdown:
@@ -554,11 +561,6 @@ def _belongs(run: RunRecord, press: Press) -> bool:
         press.workspace,
         press.channel,
     )
-
-
-def _asked(run: RunRecord) -> bool:
-    """The run was already asked to stop or cancel (when it was read)."""
-    return run.stop_requested or run.cancel_requested
 
 
 def _named(rejected: Sequence[tuple[Attachment, str]]) -> tuple[tuple[str, str], ...]:

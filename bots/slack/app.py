@@ -1,11 +1,13 @@
-"""Slack input: ``/research``, @-mentions and DMs become runs (Bolt wiring and listeners).
+"""Slack input: ``/research``, @-mentions and DMs become runs, presses on a run's buttons
+reach it (Bolt wiring and listeners).
 
 The listeners only translate: a Slack delivery becomes a ``bots.chat.inbound.ChatMessage``
-for the shared ``ChatCommands`` (access, grammar, help/status/cancel, per-user limit, the
-dedupe-aware submit and enqueue; database only). The slash command is acknowledged, with the
-answer, after the run row is committed; events are acknowledged at once and handled in lazy
-listeners, their answers sent as ephemeral messages. Retried deliveries are dropped through
-the database (``Store.claim_event`` and the run's dedupe key).
+(a button press a ``bots.chat.controls.Press``) for the shared ``ChatCommands`` (access,
+grammar, help/status/cancel, per-user limit, the dedupe-aware submit and enqueue; database
+only). The slash command is acknowledged, with the answer, after the run row is committed;
+events and presses are acknowledged at once and handled in lazy listeners, their answers
+sent as ephemeral messages. Retried deliveries are dropped through the database
+(``Store.claim_event`` and the run's dedupe key).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 from starlette.responses import Response
 
+from bots.chat.controls import ACTION_PREFIX, Press, control_of
 from bots.chat.inbound import PENDING_PREFIX, ChatCommands, ChatMessage
 from bots.chat.settings import RouteLimits
 from bots.slack.errors import describe_error
@@ -156,14 +159,7 @@ class SlackCommands:
         )
 
         async def answer(text: str) -> None:
-            if context.client is None or not (channel and message.user):
-                return
-            try:
-                await context.client.chat_postEphemeral(
-                    channel=channel, user=message.user, thread_ts=parent, text=text
-                )
-            except Exception as exc:
-                log.warning("ephemeral reply in %s failed (%s)", channel, describe_error(exc))
+            await _ephemeral(context, channel=channel, user=message.user, thread=parent, text=text)
 
         if files and not message.text.strip():
             # Files and no topic (a DM of files; a mention with files only): kept for the
@@ -171,6 +167,47 @@ class SlackCommands:
             await self.chat.receive_files(message, answer)
             return
         await self.chat.receive(message, answer)
+
+    async def on_action(self, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        """A press on one of a run's buttons (``block_actions``, acknowledged at once): the
+        shared layer decides, and the presser alone sees the answer (ephemeral, in the
+        pressed message's thread)."""
+        actions = body.get("actions")
+        action = actions[0] if isinstance(actions, list) and actions else None
+        if not isinstance(action, dict) or (control := control_of(action.get("action_id"))) is None:
+            return
+        user = _field(body, "user", "id")
+        channel = _field(body, "channel", "id") or _field(body, "container", "channel_id")
+        team = context.team_id or _field(body, "team", "id") or _field(body, "user", "team_id")
+        press = Press("slack", team, channel, user, str(action.get("value") or ""), control)
+        try:
+            text = await self.chat.press(press)
+        except Exception:
+            log.exception("a press on %s by %s failed", control.action_id, user)
+            text = self.chat.replies("en").failure()
+        thread = _field(body, "message", "thread_ts") or _field(body, "message", "ts") or None
+        await _ephemeral(context, channel=channel, user=user, thread=thread, text=text)
+
+
+def _field(body: dict[str, Any], name: str, key: str) -> str:
+    """``body[name][key]`` as a string, or "" (a payload's parts may be missing or null)."""
+    part = body.get(name)
+    value = part.get(key) if isinstance(part, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+async def _ephemeral(
+    context: AsyncBoltContext, *, channel: str, user: str, thread: str | None, text: str
+) -> None:
+    """An answer only ``user`` sees, in the thread; a failure is logged, nothing more."""
+    if context.client is None or not (channel and user):
+        return
+    try:
+        await context.client.chat_postEphemeral(
+            channel=channel, user=user, thread_ts=thread, text=text
+        )
+    except Exception as exc:
+        log.warning("ephemeral reply in %s failed (%s)", channel, describe_error(exc))
 
 
 async def _ack_event(ack: AsyncAck) -> None:
@@ -227,6 +264,10 @@ def build_bolt_app(
     app.command(re.compile(r"^/.+"))(commands.on_command)  # whatever the app names it
     app.event("app_mention")(ack=_ack_event, lazy=[commands.on_mention])
     app.event("message")(ack=_ack_event, lazy=[commands.on_message])
+    # Buttons (interactivity arrives at the same Request URL, and over Socket Mode).
+    app.action(re.compile(f"^{re.escape(ACTION_PREFIX)}"))(
+        ack=_ack_event, lazy=[commands.on_action]
+    )
     if oauth is not None:
         # app_uninstalled / tokens_revoked delete the workspace's stored tokens; its runs
         # then fail as undeliverable instead of calling Slack with a dead token.

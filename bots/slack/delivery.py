@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from bots.chat.controls import Button
+from bots.chat.controls import Button, feedback_buttons
 from bots.chat.delivery import ChatDelivery, adopt_opener
 from bots.chat.throttle import WorkspaceLimiters
 from bots.slack.download import SlackDownloads, allowed_origins, download_client
@@ -28,6 +28,7 @@ from bots.slack.messenger import SlackClients, SlackMessenger, thread_ts
 from bots.slack.render import (
     REPORT_FILE_THRESHOLD,
     escape_mrkdwn,
+    progress_message,
     progress_text,
     report_messages,
 )
@@ -79,7 +80,7 @@ class SlackThread:
     ) -> str:
         # Who asked is said in the thread's top-level message (a slash command's opener).
         opener = self.needs_opener if message_id is None else message_id == self.thread.thread
-        return progress_text(
+        text = progress_text(
             self._run.topic,
             self._run.depth,
             status,
@@ -88,12 +89,13 @@ class SlackThread:
             language=self.language,
             digest_title=heading_of(self._run),
         )
+        return progress_message(text, buttons)
 
     async def post_progress(self, content: str) -> str:
-        return await self._messenger.post_message(self.thread, content)
+        return await self._messenger.post_progress(self.thread, content)
 
     async def edit_progress(self, message_id: str, content: str) -> None:
-        await self._messenger.edit_message(self.thread, message_id, content)
+        await self._messenger.edit_progress(self.thread, message_id, content)
 
     def can_edit(self, message_id: str) -> bool:
         return True
@@ -110,7 +112,8 @@ class SlackThread:
 
     def report_parts(self, outcome: RunOutcome) -> list[ReportPart]:
         markdown = outcome.report_markdown or ""
-        messages = report_messages(markdown, outcome.sources)
+        feedback = feedback_buttons(self._run.id, self.language)
+        messages = report_messages(markdown, outcome.sources, feedback)
         parts = [ReportPart(message=message) for message in messages]
         if len(messages) > REPORT_FILE_THRESHOLD:
             parts.append(ReportPart(file_markdown=markdown))

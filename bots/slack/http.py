@@ -65,12 +65,18 @@ def parse_payload(text: str, content_type: str | None) -> dict[str, Any]:
         raise Rejected(400, "malformed Slack payload") from None
     if not isinstance(payload, dict):
         raise Rejected(400, "malformed Slack payload")
-    for name in ("event", "team", "enterprise", "user", "channel", "view", "message"):
+    names = ("event", "team", "enterprise", "user", "channel", "view", "message", "container")
+    for name in names:
         value = payload.get(name)
         if value is not None and not isinstance(value, dict | str):
             raise Rejected(400, f"malformed Slack payload ({name})")
     if payload.get("type") == "event_callback" and not isinstance(payload.get("event"), dict):
         raise Rejected(400, "malformed Slack payload (event)")
+    actions = payload.get("actions")
+    if actions is not None and not (
+        isinstance(actions, list) and all(isinstance(a, dict) for a in actions)
+    ):
+        raise Rejected(400, "malformed Slack payload (actions)")
     authorizations = payload.get("authorizations")
     if authorizations is not None and not (
         isinstance(authorizations, list) and all(isinstance(a, dict) for a in authorizations)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Protocol
 
@@ -68,9 +69,31 @@ class SlackMessenger:
     async def edit_message(self, thread: ThreadKey, message_id: str, text: str) -> None:
         await self._client.chat_update(channel=thread.channel, ts=message_id, text=text)
 
+    async def post_progress(self, thread: ThreadKey, content: str) -> str:
+        """Post a progress message (``render.progress_message``: its text and blocks)."""
+        message = json.loads(content)
+        blocks = message["blocks"] or None  # none yet: nothing to send
+        response = await self._client.chat_postMessage(
+            channel=thread.channel,
+            text=message["text"],
+            blocks=blocks,
+            thread_ts=thread_ts(thread),
+            unfurl_links=False,
+        )
+        return str(response["ts"])
+
+    async def edit_progress(self, thread: ThreadKey, message_id: str, content: str) -> None:
+        """Edit a progress message; its blocks are always sent (Slack keeps the old ones when
+        they are left out, and ``[]`` removes the buttons of the final state)."""
+        message = json.loads(content)
+        await self._client.chat_update(
+            channel=thread.channel, ts=message_id, text=message["text"], blocks=message["blocks"]
+        )
+
     async def post_report_message(self, thread: ThreadKey, message: dict[str, Any]) -> None:
         """Post one report message (``chat.postMessage`` kwargs from ``render``) in the thread;
-        a refused ``markdown`` block is posted again as escaped text."""
+        a refused ``markdown`` block is posted again as escaped text (without the feedback
+        buttons: with blocks, Slack would show them instead of the text)."""
         common: dict[str, Any] = {
             "channel": thread.channel,
             "thread_ts": thread_ts(thread),

@@ -123,6 +123,10 @@ class IterativeStrategy:
             if reading:
                 await attach_pages()
                 await hooks.checkpoint(state)
+                if hooks.is_cancelled():
+                    return StopReason.CANCELLED
+                if (why := hooks.stop_reason()) is not None:
+                    return await stop(why)  # (asked while the last pages were read)
             await hooks.progress(ProgressKind.SEARCHING, searching_text(state, topic), topic)
             finding = await self._run_search(state, topic)
             variables.findings.append(finding)

@@ -30,6 +30,8 @@ from tests.fakes.server import BackgroundServer, broken_body
 MAX_TEXT = 40_000
 MAX_BLOCKS = 50
 MAX_MARKDOWN = 12_000  # cumulative over all `markdown` blocks of one message
+SECTION_CHARS = 3_000  # a section block's text
+BUTTON_TEXT_CHARS = 75  # a button's label
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,66 @@ def _check_message(params: dict[str, Any]) -> None:
     markdown = sum(len(str(b.get("text", ""))) for b in blocks if b["type"] == "markdown")
     if markdown > MAX_MARKDOWN:
         raise SlackError("invalid_blocks")
+    block_ids = [b["block_id"] for b in blocks if "block_id" in b]
+    action_ids = [
+        e.get("action_id") for b in blocks if b["type"] == "actions" for e in b.get("elements", [])
+    ]
+    if len(set(block_ids)) < len(block_ids) or len(set(action_ids)) < len(action_ids):
+        raise SlackError("invalid_blocks")  # ids must be unique within a message
+    for block in blocks:
+        if not _block_is_valid(block):
+            raise SlackError("invalid_blocks")
+
+
+def _text_object(value: Any, limit: int, kinds: tuple[str, ...]) -> bool:
+    return (
+        isinstance(value, dict)
+        and value.get("type") in kinds
+        and isinstance(value.get("text"), str)
+        and 0 < len(value["text"]) <= limit
+    )
+
+
+def is_report(message: dict[str, Any]) -> bool:
+    """A message (or ``chat.postMessage`` params) of a report: it has a ``markdown`` block
+    (progress messages carry a section and buttons)."""
+    blocks = message.get("blocks")
+    return isinstance(blocks, list) and any(
+        isinstance(b, dict) and b.get("type") == "markdown" for b in blocks
+    )
+
+
+def _block_is_valid(block: dict[str, Any]) -> bool:
+    """The Block Kit rules Slack enforces on the blocks Fathom sends (section, actions with
+    buttons, markdown; the limits of slack_sdk's block models)."""
+    block_id = block.get("block_id")
+    if block_id is not None and not (isinstance(block_id, str) and 0 < len(block_id) <= 255):
+        return False
+    kind = block["type"]
+    if kind == "markdown":
+        return isinstance(block.get("text"), str)
+    if kind == "section":
+        return _text_object(block.get("text"), SECTION_CHARS, ("mrkdwn", "plain_text"))
+    if kind == "actions":
+        elements = block.get("elements")
+        if not isinstance(elements, list) or not 0 < len(elements) <= 25:
+            return False
+        return all(_button_is_valid(e) for e in elements)
+    return True  # other kinds are not checked here
+
+
+def _button_is_valid(element: Any) -> bool:
+    if not isinstance(element, dict) or element.get("type") != "button":
+        return False
+    action_id, value = element.get("action_id"), element.get("value", "")
+    return (
+        _text_object(element.get("text"), BUTTON_TEXT_CHARS, ("plain_text",))
+        and isinstance(action_id, str)
+        and 0 < len(action_id) <= 255
+        and isinstance(value, str)
+        and len(value) <= 2_000
+        and element.get("style", "primary") in ("primary", "danger")
+    )
 
 
 class FakeSlack:
@@ -637,6 +699,58 @@ def event_callback_body(
         "is_ext_shared_channel": False,
     }
     return json.dumps(envelope).encode()
+
+
+def block_actions_body(
+    message: dict[str, Any],
+    action_id: str,
+    *,
+    user_id: str = "U123",
+    team_id: str = "T0001",
+    value: str | None = None,
+    api_app_id: str = "A0001",
+) -> bytes:
+    """A press on the button ``action_id`` of a posted ``message`` (as the fake stores it),
+    form-encoded as ``payload=<json>`` like Slack sends interactivity: the shape of Slack's
+    block_actions samples (team, user, container, channel, the message with its blocks,
+    actions). ``value`` overrides the button's own value (a forged press)."""
+    button = next(
+        element
+        for block in message.get("blocks") or []
+        if block.get("type") == "actions"
+        for element in block["elements"]
+        if element.get("action_id") == action_id
+    )
+    channel = str(message["channel"])
+    payload = {
+        "type": "block_actions",
+        "team": {"id": team_id, "domain": "fathom"},
+        "user": {"id": user_id, "username": user_id.lower(), "team_id": team_id},
+        "api_app_id": api_app_id,
+        "token": "verification-token",
+        "container": {
+            "type": "message",
+            "message_ts": message["ts"],
+            "channel_id": channel,
+            "is_ephemeral": False,
+        },
+        "trigger_id": f"{int(time.time())}.1234.{action_id}",
+        "channel": {"id": channel, "name": f"chan-{channel.lower()}"},
+        "message": {key: value for key, value in message.items() if key != "channel"},
+        "response_url": f"https://hooks.slack.com/actions/{team_id}/1/abc",
+        "actions": [
+            {
+                "action_id": action_id,
+                "block_id": "fathom_controls",
+                "text": button["text"],
+                "value": button.get("value") if value is None else value,
+                "type": "button",
+                "action_ts": _now_ts(),
+                **({"style": button["style"]} if "style" in button else {}),
+            }
+        ],
+    }
+    return urlencode({"payload": json.dumps(payload)}).encode()
 
 
 def _message_event(
