@@ -9,6 +9,8 @@ here: translation, verification, cards, and the two ingress modes.
 from __future__ import annotations
 
 import asyncio
+import base64
+import copy
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -32,6 +34,8 @@ from tests.fakes.feishu import (
     FakeFeishu,
     FakeFeishuServer,
     FeishuMessage,
+    card_action_event,
+    card_buttons,
     challenge_body,
     encrypt,
     file_event,
@@ -60,6 +64,7 @@ class FeishuBot:
         timestamp: int | None = None,
     ) -> httpx.Response:
         """A webhook delivery, encrypted and signed as Feishu does it."""
+        self.fake.saw(payload)
         body = json.dumps(encrypt(payload, key) if encrypted else payload).encode()
         headers = signed_headers(body, sign_with or key, timestamp)
         return await self.served.http.post(
@@ -68,6 +73,7 @@ class FeishuBot:
 
     async def push(self, payload: dict[str, Any]) -> dict[str, Any]:
         """An event over the long connection; the client's acknowledgement."""
+        self.fake.saw(payload)
         return await asyncio.to_thread(self.fake.push_event, payload)
 
     def thread(self, root: str) -> list[FeishuMessage]:
@@ -796,3 +802,115 @@ async def test_a_feishu_research_cites_the_team_server_its_platform_may_use(
     assert run.status == "succeeded", run.error
     assert "(notes)](https://wiki.example.internal/runbook)" in (run.report_markdown or "")
     assert len(calls_of(calls)) == 1
+
+
+# -- buttons ---------------------------------------------------------------------------------
+
+
+def button_actions(message: FeishuMessage) -> list[str]:
+    return [
+        behavior["value"]["action"]
+        for button in card_buttons(message)
+        for behavior in button.get("behaviors") or []
+        if behavior.get("type") == "callback"
+    ]
+
+
+async def progress_card_with_buttons(bot: FeishuBot, root: str) -> FeishuMessage:
+    async def shown() -> FeishuMessage | None:
+        thread = bot.thread(root)
+        # A copy: the card as the client shows it now (a later press may come from it).
+        return copy.deepcopy(thread[0]) if thread and button_actions(thread[0]) else None
+
+    found: FeishuMessage = await wait_for(shown)
+    return found
+
+
+def toast(answer: dict[str, Any]) -> str:
+    """The toast in a card callback's answer (a webhook's body, or a long-connection ack)."""
+    if "data" in answer:
+        answer = json.loads(base64.b64decode(answer["data"]))
+    return str(answer["toast"]["content"])
+
+
+async def test_card_buttons_over_the_webhook_stop_the_run_and_rate_the_report(
+    feishu: FeishuFactory, search: FakeSearchServer
+) -> None:
+    bot = await feishu()
+    search.fake.hold_pages()
+    await bot.send(message_event("/research tidal power depth=5", token=TOKEN, message_id="om_b1"))
+    progress = await progress_card_with_buttons(bot, "om_b1")
+    assert button_actions(progress) == ["fathom_stop", "fathom_cancel"]
+    await wait_for(lambda: search.fake.page_requests)
+
+    other = await bot.send(
+        card_action_event(progress, "fathom_stop", operator="ou_other", token=TOKEN)
+    )
+    assert other.status_code == 200
+    assert toast(other.json()).startswith("Only the person who started this research")
+    stop = await bot.send(card_action_event(progress, "fathom_stop", token=TOKEN))
+    assert stop.status_code == 200
+    assert toast(stop.json()).startswith("🛑 Stopping “tidal power” (run ")
+    assert "`" not in toast(stop.json())  # a toast is plain text
+    again = await bot.send(card_action_event(progress, "fathom_stop", token=TOKEN))
+    assert toast(again.json()) == "That research is already stopping."
+    search.fake.release_pages()
+
+    (run,) = await bot.delivered()
+    assert (run.status, run.stop_requested) == ("succeeded", True)
+    assert len(search.fake.queries) == 1
+    final = bot.fake.messages[progress.message_id]
+    assert button_actions(final) == []  # the final state has no buttons
+    assert "stopped early after 1 of 5 searches" in final.markdown
+    *_, last = bot.thread("om_b1")
+    assert button_actions(last) == ["fathom_up", "fathom_down"]
+    up = await bot.send(card_action_event(last, "fathom_up", token=TOKEN))
+    assert toast(up.json()) == "Thanks: your 👍 is recorded."
+    late = await bot.send(card_action_event(progress, "fathom_cancel", token=TOKEN))
+    assert toast(late.json()) == "That research has already finished."
+    [vote] = await bot.served.store.feedback_since()
+    assert (vote.run_id, vote.voter, vote.value) == (run.id, USER, "up")
+
+
+async def test_forged_card_callbacks_get_4xx_or_change_nothing(
+    feishu: FeishuFactory, search: FakeSearchServer
+) -> None:
+    bot = await feishu()
+    search.fake.hold_pages()
+    await bot.send(message_event("/research wave power depth=5", token=TOKEN, message_id="om_b2"))
+    progress = await progress_card_with_buttons(bot, "om_b2")
+    press = card_action_event(progress, "fathom_cancel", token=TOKEN)
+    assert (await bot.send(press, sign_with="another key")).status_code == 401
+    assert (
+        await bot.send(card_action_event(progress, "fathom_cancel", token="x"))
+    ).status_code == 403
+    assert (await bot.send(press, encrypted=False)).status_code == 400
+    other_run = card_action_event(
+        progress, "fathom_cancel", token=TOKEN, value={"action": "fathom_cancel", "run": "0" * 32}
+    )
+    assert toast((await bot.send(other_run)).json()).startswith("This button does not belong")
+    moved = card_action_event(progress, "fathom_cancel", token=TOKEN)
+    moved["event"]["context"]["open_chat_id"] = "oc_elsewhere"
+    assert toast((await bot.send(moved)).json()).startswith("This button does not belong")
+    [run] = await bot.served.runs(USER)
+    assert not run.cancel_requested and run.finished_at is None
+    search.fake.release_pages()
+    (done,) = await bot.delivered()
+    assert done.status == "succeeded"
+
+
+async def test_card_buttons_over_the_long_connection_cancel_the_run(
+    feishu: FeishuFactory, search: FakeSearchServer
+) -> None:
+    bot = await feishu(mode="ws")
+    await wait_for(lambda: _connected(bot.served))
+    search.fake.hold_pages()
+    await bot.push(message_event("/research geothermal depth=5", message_id="om_b3"))
+    progress = await progress_card_with_buttons(bot, "om_b3")
+    ack = await bot.push(card_action_event(progress, "fathom_cancel"))
+    assert ack["code"] == 200
+    assert toast(ack).startswith("🛑 Cancelling “geothermal”")
+    search.fake.release_pages()
+    (run,) = await bot.delivered()
+    assert run.status == "cancelled" and len(bot.thread("om_b3")) == 1  # no report
+    assert button_actions(bot.fake.messages[progress.message_id]) == []

@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Protocol
 
 from bots.chat.controls import Control, Press
-from bots.chat.replies import STATUS_RECENT, Markup, Replies
+from bots.chat.replies import STATUS_RECENT, Markup, PlainMarkup, Replies
 from bots.chat.settings import ChatPolicy
 from core.attachments import Screened, screen
 from core.commands import CommandError, validate_ids
@@ -469,20 +469,29 @@ class ChatCommands:
             return replies.cancelled(run)
         return await self._not_taken(run.id, replies)
 
-    async def press(self, press: Press) -> str:
+    async def press(self, press: Press, *, plain: bool = False) -> str:
         """A press on one of a run's buttons (database only, within any platform's
-        acknowledgement deadline); the answer is shown to the presser only. Stop and cancel
-        are the requester's or an admin's; a vote is anyone's who may use the bot here. A
-        repeated or late press changes nothing and says so."""
+        acknowledgement deadline); the answer is shown to the presser only (``plain``: as
+        plain text, for a toast). Stop and cancel are the requester's or an admin's; a vote
+        is anyone's who may use the bot here. A repeated or late press changes nothing and
+        says so."""
+
+        def replies_in(language: Language) -> Replies:
+            return Replies(PlainMarkup(), language) if plain else self.replies(language)
+
+        answer = await self._press(press, replies_in)
+        return answer.replace("`", "") if plain else answer
+
+    async def _press(self, press: Press, replies_in: Callable[[Language], Replies]) -> str:
         try:
             validate_ids(workspace=press.workspace, channel=press.channel, user=press.user)
             validate_ids(run=press.run_id)
         except CommandError:
-            return self.replies("en").button_unknown()
+            return replies_in("en").button_unknown()
         run = await self._store.get_run(press.run_id)
         if run is None or not _belongs(run, press):
-            return self.replies("en").button_unknown()
-        replies = self.replies(request_language(run.topic))
+            return replies_in("en").button_unknown()
+        replies = replies_in(request_language(run.topic))
         if not self._policy.is_allowed(press.user, press.channel):
             return replies.not_allowed()
         if press.control.is_vote:

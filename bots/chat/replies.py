@@ -15,6 +15,7 @@ from core.attachments import READABLE, shown_name
 from core.grammar import help_text
 from core.models import ThreadKey, Vote
 from core.runs import DigestRecord, RunRecord
+from core.untrusted import neutralise
 from core.wording import Language, pick
 
 if TYPE_CHECKING:
@@ -80,6 +81,22 @@ class MarkdownMarkup:
         if thread.platform != self._platform:
             return str(thread)
         return self._where(thread, language)
+
+
+class PlainMarkup:
+    """:class:`Markup` for plain text that the platform shows as it is (a Feishu or DingTalk
+    toast answering a button press): no bold, emoji icons, mentions made inert."""
+
+    bold = ""
+
+    def escape(self, text: str) -> str:
+        return neutralise(text)
+
+    def icon(self, name: Icon) -> str:
+        return EMOJI_ICONS[name]
+
+    def thread_hint(self, thread: ThreadKey, language: Language) -> str:
+        return str(thread)
 
 
 def _sources_option(digest: DigestRecord) -> str:

@@ -7,6 +7,10 @@
   ``bots.feishu.events.open_delivery`` (signature, decryption, token); answered once the
   request is recorded.
 
+A press on a card's button is a ``card.action.trigger`` callback, through the same transport
+(the long connection, or the same URL as the callback request address, verified the same
+way); it becomes a ``bots.chat.controls.Press`` and is answered with a toast.
+
 Either way an event becomes a :class:`~bots.chat.inbound.ChatMessage` and goes to
 ``ChatCommands.receive``, which deduplicates by message id and event id in the database; a
 message that is only files (a file message) goes to ``ChatCommands.receive_files``, kept for
@@ -35,7 +39,16 @@ from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import RouteLimits
 from bots.feishu.api import FeishuApi
 from bots.feishu.delivery import classify_error
-from bots.feishu.events import Challenge, FeishuRequest, event_to_dict, open_delivery, translate
+from bots.feishu.events import (
+    CARD_ACTION_EVENT,
+    Challenge,
+    FeishuRequest,
+    event_to_dict,
+    event_type,
+    open_delivery,
+    translate,
+    translate_press,
+)
 from bots.feishu.render import escape_text, reply_card
 from bots.feishu.settings import FeishuSettings
 from bots.feishu.ws import LongConnection
@@ -116,6 +129,19 @@ class FeishuAdapter:
             return
         await self._chat.receive(request.message, answer)
 
+    async def press(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """A ``card.action.trigger`` callback: the press decided (database only, within
+        Feishu's 3 seconds), and the answer as the toast only the presser sees."""
+        press = translate_press(payload)
+        if press is None:
+            return {}  # not one of our buttons
+        try:
+            text = await self._chat.press(press, plain=True)
+        except Exception:
+            log.exception("feishu: a press on %s failed", press.control.action_id)
+            text = self._chat.replies("en").failure()
+        return {"toast": {"type": "info", "content": text}}
+
     async def _answer(self, request: FeishuRequest, text: str) -> None:
         try:
             await self._api.reply(
@@ -143,6 +169,8 @@ class FeishuAdapter:
             return rejected_response(request, rejection)
         if isinstance(delivery, Challenge):
             return JSONResponse({"challenge": delivery.challenge})
+        if event_type(delivery.payload) == CARD_ACTION_EVENT:
+            return JSONResponse(await self.press(delivery.payload))
         try:
             await self.receive(delivery.payload)
         except Exception:
@@ -166,6 +194,19 @@ class FeishuAdapter:
             )
             raise
 
+    def on_ws_card_action(self, data: Any) -> Any:
+        """The SDK's card-callback handler (on its thread): the press decided on the app's
+        loop, answered with the toast (``P2CardActionTriggerResponse``) within the deadline."""
+        from lark_oapi.event.callback.model.p2_card_action_trigger import (
+            P2CardActionTriggerResponse,
+        )
+
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("the Feishu adapter is not running")
+        future = asyncio.run_coroutine_threadsafe(self.press(event_to_dict(data)), loop)
+        return P2CardActionTriggerResponse(future.result(timeout=ACK_WITHIN))
+
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -178,6 +219,7 @@ class FeishuAdapter:
         handler = (
             lark.EventDispatcherHandler.builder("", "")
             .register_p2_im_message_receive_v1(self.on_ws_event)
+            .register_p2_card_action_trigger(self.on_ws_card_action)
             .build()
         )
         await self._connection.open(

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bots.chat.controls import Button
+from bots.chat.controls import Button, feedback_buttons
 from bots.chat.delivery import ChatDelivery, adopt_opener
 from bots.chat.errors import judge_failure
 from bots.chat.inbound import PENDING_PREFIX
@@ -71,7 +71,12 @@ class FeishuThread:
         self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
     ) -> str:
         return progress_card(
-            self._run.topic, self._run.depth, status, language=self.language, title=self._title
+            self._run.topic,
+            self._run.depth,
+            status,
+            language=self.language,
+            title=self._title,
+            buttons=buttons,
         )
 
     async def post_progress(self, content: str) -> str:
@@ -99,7 +104,8 @@ class FeishuThread:
         return self.thread.thread.startswith(PENDING_PREFIX)
 
     def report_parts(self, outcome: RunOutcome) -> Sequence[ReportCard]:
-        cards = report_cards(outcome.report_markdown or "", outcome.sources)
+        feedback = feedback_buttons(self._run.id, self.language)
+        cards = report_cards(outcome.report_markdown or "", outcome.sources, feedback)
         return [ReportCard(number, content) for number, content in enumerate(cards, 1)]
 
     async def post_report_part(self, part: ReportCard) -> None:

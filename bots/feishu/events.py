@@ -30,12 +30,15 @@ from typing import Any
 
 from lark_oapi.core.utils.decryptor import AESCipher
 
+from bots.chat.controls import Press, control_of
 from bots.chat.inbound import ChatMessage
 from bots.http_gate import Rejected
 from core.models import Attachment
 
 PLATFORM = "feishu"
 MESSAGE_EVENT = "im.message.receive_v1"
+#: A press on a card's button (new-style card callback, schema 2.0).
+CARD_ACTION_EVENT = "card.action.trigger"
 #: Signed requests older (or newer) than this are refused as replays (seconds).
 MAX_SKEW = 3600
 
@@ -319,6 +322,34 @@ def translate(
     )
     return FeishuRequest(
         chat, reply_to=message_id, readable=text is not None, files_only=files_only
+    )
+
+
+def event_type(payload: dict[str, Any]) -> str:
+    """A schema 2.0 delivery's ``header.event_type`` ("" for anything else)."""
+    return str(_obj(payload, "header").get("event_type") or "")
+
+
+def translate_press(payload: dict[str, Any]) -> Press | None:
+    """The press in a ``card.action.trigger`` callback (who pressed which of our buttons, on
+    which run, in which chat), or None when it is not a press on one of ours. The button's
+    ``value`` is ``bots.feishu.render.button_value``; whether the press counts is decided
+    from the stored run."""
+    if event_type(payload) != CARD_ACTION_EVENT:
+        return None
+    header, event = _obj(payload, "header"), _obj(payload, "event")
+    value = _obj(_obj(event, "action"), "value")
+    control = control_of(value.get("action"))
+    if control is None:
+        return None
+    operator, context = _obj(event, "operator"), _obj(event, "context")
+    return Press(
+        platform=PLATFORM,
+        workspace=str(header.get("tenant_key") or operator.get("tenant_key") or ""),
+        channel=str(context.get("open_chat_id") or ""),
+        user=str(operator.get("open_id") or ""),
+        run_id=str(value.get("run") or ""),
+        control=control,
     )
 
 

@@ -7,6 +7,10 @@ progress card can be updated in place (PATCH). Untrusted text passes
 (``<font>``, ``<link>``, ``<at>``) are made inert by escaping ``<`` and ``>`` as HTML entities,
 which card markdown shows as the characters; topics also lose link and emphasis syntax.
 
+While a run works, its progress card carries "Stop and write now" and "Cancel" buttons
+(``bots.chat.controls``; a press comes back as a ``card.action.trigger`` callback with the
+button's ``value``), the final state none; the report's last card carries 👍 and 👎.
+
 A card may be 30 KB (UTF-8, CJK text takes 3 bytes a character): the report is split at
 section boundaries so that each card's JSON stays under :data:`CARD_BUDGET` bytes.
 """
@@ -18,6 +22,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from bots.chat.controls import Button
 from bots.chat.markdown import link_citations, split_report, status_lines, utf8_size
 from core.models import Source
 from core.untrusted import neutralise
@@ -72,12 +77,52 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def card(markdown: str, *, title: str | None = None, template: str = "blue") -> str:
-    """A card JSON 2.0 string with one markdown element (and a header when ``title``)."""
+#: Feishu's button types for our styles (no style: ``default``).
+_BUTTON_TYPES = {"primary": "primary", "danger": "danger", None: "default"}
+
+
+def button_value(button: Button) -> dict[str, str]:
+    """What a press calls back with (``event.action.value``): which control, which run."""
+    return {"action": button.action_id, "run": button.run_id}
+
+
+def buttons_row(buttons: Sequence[Button]) -> dict[str, Any]:
+    """The buttons side by side (card JSON 2.0 has no ``action`` module: a ``column_set`` of
+    one button per column), each calling back with :func:`button_value`."""
+    columns = [
+        {
+            "tag": "column",
+            "width": "auto",
+            "elements": [
+                {
+                    "tag": "button",
+                    "text": {"tag": "plain_text", "content": button.label},
+                    "type": _BUTTON_TYPES[button.style],
+                    "behaviors": [{"type": "callback", "value": button_value(button)}],
+                }
+            ],
+        }
+        for button in buttons
+    ]
+    return {"tag": "column_set", "horizontal_spacing": "8px", "columns": columns}
+
+
+def card(
+    markdown: str,
+    *,
+    title: str | None = None,
+    template: str = "blue",
+    buttons: Sequence[Button] = (),
+) -> str:
+    """A card JSON 2.0 string with one markdown element (and a header when ``title``, a row
+    of ``buttons`` under the text when there are any)."""
+    elements: list[dict[str, Any]] = [{"tag": "markdown", "content": markdown}]
+    if buttons:
+        elements.append(buttons_row(buttons))
     data: dict[str, Any] = {
         "schema": "2.0",
         "config": {"update_multi": True, "width_mode": "fill"},
-        "body": {"elements": [{"tag": "markdown", "content": markdown}]},
+        "body": {"elements": elements},
     }
     if title:
         data["header"] = {
@@ -97,10 +142,16 @@ def notice_card(text: str) -> str:
 
 
 def progress_card(
-    topic: str, depth: int, status: str, *, language: Language, title: str | None = None
+    topic: str,
+    depth: int,
+    status: str,
+    *,
+    language: Language,
+    title: str | None = None,
+    buttons: Sequence[Button] = (),
 ) -> str:
-    """The progress card: what is researched, and the engine's status line (``title``: a
-    digest's heading, in the card's header)."""
+    """The progress card: what is researched, the engine's status line and, while the run
+    works, its ``buttons`` (``title``: a digest's heading, in the card's header)."""
     shown = escape_text(_clip(topic, _TOPIC_CHARS))
     line = "\n".join(escape_text(line) for line in status_lines(status, _STATUS_CHARS))
     head = pick(
@@ -108,7 +159,7 @@ def progress_card(
         f"Researching **{shown}** (depth {depth})",
         f"正在研究 **{shown}**（深度 {depth}）",
     )
-    return card(f"{head}\n{line}", title=title or "Fathom", template="blue")
+    return card(f"{head}\n{line}", title=title or "Fathom", template="blue", buttons=buttons)
 
 
 def report_title(markdown: str) -> str:
@@ -120,15 +171,23 @@ def _card_size(markdown: str) -> int:
     return utf8_size(json.dumps(markdown, ensure_ascii=False))
 
 
-def report_cards(markdown: str, sources: Sequence[Source]) -> list[str]:
-    """The report as cards, in order: section-bounded parts, each card under the budget."""
+def report_cards(
+    markdown: str, sources: Sequence[Source], feedback: Sequence[Button] = ()
+) -> list[str]:
+    """The report as cards, in order: section-bounded parts, each card under the budget; the
+    last one carries the ``feedback`` buttons."""
     title = report_title(markdown)
-    overhead = utf8_size(card("", title=f"{title} (99/99)", template="green"))
+    overhead = utf8_size(card("", title=f"{title} (99/99)", template="green", buttons=feedback))
     chunks = split_report(
         link_citations(safe_markdown(markdown), sources), CARD_BUDGET - overhead, _card_size
     )
     total = len(chunks)
     return [
-        card(chunk, title=title if total == 1 else f"{title} ({i}/{total})", template="green")
+        card(
+            chunk,
+            title=title if total == 1 else f"{title} ({i}/{total})",
+            template="green",
+            buttons=feedback if i == total else (),
+        )
         for i, chunk in enumerate(chunks, 1)
     ]

@@ -44,6 +44,20 @@ BOT_OPEN_ID = "ou_bot_fathom"
 MAX_CARD_BYTES = 30 * 1024
 PATCHES_PER_SECOND = 5
 RATE_LIMITED = 99991400
+INVALID_CARD = 230099  # "Failed to create card content"
+BUTTON_TYPES = frozenset(
+    {
+        "default",
+        "primary",
+        "danger",
+        "text",
+        "primary_text",
+        "danger_text",
+        "primary_filled",
+        "danger_filled",
+        "laser",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,101 @@ class FakeFile:
     chunked: bool = False  # sent in pieces without a Content-Length
 
 
+def card_problem(content: str) -> str | None:
+    """What card JSON 2.0 refuses among the parts Fathom sends (None: acceptable): the
+    ``action`` module of 1.0, a button without plain text or with an unknown type, a callback
+    behaviour without a value object."""
+    try:
+        card = json.loads(content)
+    except ValueError:
+        return "not JSON"
+    if not isinstance(card, dict) or card.get("schema") != "2.0":
+        return None  # only 2.0 cards are checked here
+
+    def walk(elements: Any) -> str | None:
+        for element in elements if isinstance(elements, list) else []:
+            tag = element.get("tag") if isinstance(element, dict) else None
+            if tag == "action":
+                return "the action module is not supported in card JSON 2.0"
+            if tag == "button":
+                text = element.get("text")
+                if not isinstance(text, dict) or text.get("tag") != "plain_text":
+                    return "a button's text is plain_text"
+                if element.get("type", "default") not in BUTTON_TYPES:
+                    return f"unknown button type {element.get('type')!r}"
+                for behavior in element.get("behaviors") or []:
+                    if behavior.get("type") == "callback" and not isinstance(
+                        behavior.get("value"), dict
+                    ):
+                        return "a callback behaviour needs a value object"
+            if tag == "column_set":
+                for column in element.get("columns") or []:
+                    if (problem := walk(column.get("elements"))) is not None:
+                        return problem
+        return None
+
+    return walk(card.get("body", {}).get("elements"))
+
+
+def card_buttons(message: FeishuMessage) -> list[dict[str, Any]]:
+    """The buttons of a card message, in order (inside column sets too)."""
+    found: list[dict[str, Any]] = []
+
+    def walk(elements: list[dict[str, Any]]) -> None:
+        for element in elements:
+            if element.get("tag") == "button":
+                found.append(element)
+            for column in element.get("columns") or []:
+                walk(column.get("elements") or [])
+
+    walk(message.card.get("body", {}).get("elements", []))
+    return found
+
+
+def card_action_event(
+    message: FeishuMessage,
+    action: str,
+    *,
+    operator: str = "ou_user_1",
+    token: str = "",
+    tenant: str = TENANT,
+    value: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A press on the button of ``message`` whose callback value names ``action``
+    (``fathom_stop``...), as Feishu calls back: ``card.action.trigger`` (schema 2.0) with the
+    operator, the button's value, and the card's message and chat. ``value`` overrides the
+    button's own (a forged press)."""
+    button = next(
+        b
+        for b in card_buttons(message)
+        for behavior in b.get("behaviors") or []
+        if behavior.get("type") == "callback" and behavior["value"].get("action") == action
+    )
+    callback = next(b for b in button["behaviors"] if b.get("type") == "callback")
+    return {
+        "schema": "2.0",
+        "header": {
+            "event_id": uuid.uuid4().hex,
+            "token": token,
+            "create_time": str(int(time.time() * 1_000_000)),
+            "event_type": "card.action.trigger",
+            "tenant_key": tenant,
+            "app_id": APP_ID,
+        },
+        "event": {
+            "operator": {"tenant_key": tenant, "user_id": "u" + operator[-4:], "open_id": operator},
+            "token": f"c-{uuid.uuid4().hex}",
+            "action": {
+                "value": callback["value"] if value is None else value,
+                "tag": "button",
+                "timezone": "Asia/Shanghai",
+            },
+            "host": "im_message",
+            "context": {"open_message_id": message.message_id, "open_chat_id": message.chat_id},
+        },
+    }
+
+
 def card_markdown(content: str) -> str:
     card = json.loads(content)
     if "text" in card:
@@ -114,6 +223,9 @@ class FakeFeishu:
         self.tokens: set[str] = set()
         self.calls: list[FeishuCall] = []
         self.messages: dict[str, FeishuMessage] = {}
+        #: The chat of each user message delivered to the app (``saw``): a reply to one is
+        #: in its chat, as on Feishu.
+        self.user_chats: dict[str, str] = {}
         self.files: dict[tuple[str, str], FakeFile] = {}  # (message_id, file_key)
         self._by_uuid: dict[str, str] = {}
         self._failures: dict[str, deque[_Failure]] = {}
@@ -133,6 +245,13 @@ class FakeFeishu:
         self.ws_acks: dict[str, dict[str, Any]] = {}
 
     # -- test controls ------------------------------------------------------------------
+    def saw(self, payload: dict[str, Any]) -> None:
+        """A message event delivered to the app: its message now exists in its chat."""
+        message = payload.get("event", {}).get("message")
+        if isinstance(message, dict) and message.get("message_id"):
+            with self._lock:
+                self.user_chats[str(message["message_id"])] = str(message.get("chat_id") or "")
+
     def fail_next(
         self,
         kind: str,
@@ -235,6 +354,8 @@ class FakeFeishu:
             return 400, {"code": 230001, "msg": "invalid msg_type or content"}, {}
         if msg_type == "interactive" and len(content.encode()) > MAX_CARD_BYTES:
             return 400, {"code": 230025, "msg": "message content too long"}, {}
+        if msg_type == "interactive" and (problem := card_problem(content)):
+            return 400, {"code": INVALID_CARD, "msg": f"invalid card: {problem}"}, {}
         key = str(body.get("uuid") or "")
         if len(key) > 50:
             return 400, {"code": 230001, "msg": "uuid longer than 50 characters"}, {}
@@ -248,7 +369,7 @@ class FakeFeishu:
             parent = self.messages.get(path.split("/")[-2])
             parent_id = path.split("/")[-2]
             root = (parent.root_id or parent.message_id) if parent else parent_id
-            chat = parent.chat_id if parent else "oc_chat"
+            chat = parent.chat_id if parent else self.user_chats.get(parent_id, "oc_chat")
         else:
             root, parent_id, chat = "", "", str(body.get("receive_id") or "")
         self._counter += 1
@@ -275,6 +396,8 @@ class FakeFeishu:
             new = json.loads(content)
         except ValueError:
             return 400, {"code": 230001, "msg": "content is not JSON"}, {}
+        if problem := card_problem(content):
+            return 400, {"code": INVALID_CARD, "msg": f"invalid card: {problem}"}, {}
         if not (
             message.card.get("config", {}).get("update_multi")
             and new.get("config", {}).get("update_multi")
