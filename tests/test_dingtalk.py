@@ -25,6 +25,7 @@ from tests.chat_app import ServedFathom, wait_for
 from tests.conftest import ServeFathom
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.fakes.dingtalk import (
+    CARD_TOPIC,
     CLIENT_ID,
     CLIENT_SECRET,
     CORP,
@@ -32,6 +33,7 @@ from tests.fakes.dingtalk import (
     FakeDingTalk,
     FakeDingTalkServer,
     bot_message,
+    card_callback,
     signed_headers,
 )
 from tests.fakes.server import BROKEN_BODIES
@@ -59,6 +61,18 @@ class DingTalkBot:
 
     async def push(self, data: dict[str, Any], message_id: str | None = None) -> dict[str, Any]:
         return await asyncio.to_thread(self.fake.push, data, message_id=message_id)
+
+    async def press(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A card callback over the stream; the client's ack."""
+        return await asyncio.to_thread(self.fake.push, data, topic=CARD_TOPIC)
+
+    async def told(self, user: str, count: int) -> list[Any]:
+        """The one-to-one messages the robot sent ``user`` (answers to presses), once there
+        are ``count`` of them."""
+        sent: list[Any] = await wait_for(
+            lambda: len(found := self.fake.sent_to(f"single:{user}")) >= count and found
+        )
+        return sent
 
     async def delivered(self, count: int = 1) -> list[Any]:
         return await self.served.delivered(USER, count)
@@ -608,3 +622,82 @@ async def test_a_dingtalk_research_cites_the_team_server_its_platform_may_use(
     assert cited in (run.report_markdown or "")
     assert any(cited in sent.text for sent in bot.fake.sent)  # what the chat received
     assert len(calls_of(calls)) == 1 and "Design notes (notes)" in (run.report_markdown or "")
+
+
+# -- buttons ---------------------------------------------------------------------------------
+
+
+async def test_card_buttons_over_the_stream_stop_the_run_and_rate_the_report(
+    dingtalk: DingTalkFactory, search_server: FakeSearchServer
+) -> None:
+    bot = await dingtalk(mode="stream")
+    await wait_for(lambda: _stream_connected(bot.served))
+    search_server.fake.hold_pages()
+    await bot.push(bot.message("/research tidal power depth=5", group=True, msg_id="msg_b1"))
+    [run] = await bot.served.runs(USER)
+    card = await wait_for(lambda: bot.fake.cards.get(f"fathom_{run.id}"))
+    assert card.template_id == "1366a1eb-bc54-4859-ac88-517c56a9acb1.schema"
+    assert card.button_ids == ["fathom_stop", "fathom_cancel"]
+    await wait_for(lambda: search_server.fake.page_requests)
+
+    other = await bot.press(card_callback(card, "fathom_stop", user="staff_9"))
+    assert other["code"] == 200
+    [refusal] = await bot.told("staff_9", 1)
+    assert refusal.text.startswith("Only the person who started this research")
+    assert (await bot.press(card_callback(card, "fathom_stop")))["code"] == 200
+    [stopping] = await bot.told("staff_1", 1)
+    assert "Stopping **tidal power**" in stopping.text or "Stopping “tidal power”" in stopping.text
+    search_server.fake.release_pages()
+
+    (done,) = await bot.delivered()
+    assert (done.status, done.stop_requested) == ("succeeded", True)
+    assert len(search_server.fake.queries) == 1
+    assert card.button_ids == []  # the final state has no buttons
+    assert "stopped early after 1 of 5 searches" in card.params["markdown"]
+    feedback = bot.fake.cards[f"fathom_fb_{run.id}"]
+    assert feedback.button_ids == ["fathom_up", "fathom_down"]
+    assert feedback.open_space_id == card.open_space_id  # in the same conversation
+    await bot.press(card_callback(feedback, "fathom_down"))
+    await bot.press(card_callback(feedback, "fathom_up"))
+    answers = await bot.told("staff_1", 3)
+    assert [a.text for a in answers[1:]] == [
+        "Thanks: your 👎 is recorded.",
+        "Changed your rating to 👍.",
+    ]
+    [vote] = await bot.served.store.feedback_since()
+    assert (vote.run_id, vote.voter, vote.value) == (run.id, USER, "up")
+
+
+async def test_a_card_callback_of_no_run_or_another_organisation_changes_nothing(
+    dingtalk: DingTalkFactory, search_server: FakeSearchServer
+) -> None:
+    bot = await dingtalk(mode="stream")
+    await wait_for(lambda: _stream_connected(bot.served))
+    search_server.fake.hold_pages()
+    await bot.push(bot.message("/research wave power depth=5", msg_id="msg_b2"))
+    [run] = await bot.served.runs(USER)
+    card = await wait_for(lambda: bot.fake.cards.get(f"fathom_{run.id}"))
+    foreign = card_callback(card, "fathom_cancel", corp="ding_other_corp")
+    unknown = {**card_callback(card, "fathom_cancel"), "outTrackId": "fathom_" + "0" * 32}
+    not_ours = {**card_callback(card, "fathom_cancel"), "outTrackId": "someone_elses_card"}
+    for data in (foreign, unknown, not_ours):
+        assert (await bot.press(data))["code"] == 200
+    answers = await bot.told("staff_1", 2)  # a card that is not ours gets no answer
+    assert {a.text for a in answers} == {
+        "This button does not belong to a research here; nothing changed."
+    }
+    still = await bot.served.store.get_run(run.id)
+    assert still is not None and not still.cancel_requested
+    search_server.fake.release_pages()
+    (done,) = await bot.delivered()
+    assert done.status == "succeeded"
+
+
+async def test_cards_in_http_mode_carry_no_buttons(dingtalk: DingTalkFactory) -> None:
+    """Card callbacks come over the stream: in HTTP mode the progress card is the plain
+    Markdown card, and no feedback card follows (typed stop and cancel still work)."""
+    bot = await dingtalk()
+    await bot.send(bot.message("/research heat pumps depth=1", msg_id="msg_b3"))
+    (run,) = await bot.delivered()
+    assert bot.card(run.id).template_id == "589420e2-c1e2-46ef-a5ed-b8728e654da9.schema"
+    assert bot.card(run.id).button_ids == [] and f"fathom_fb_{run.id}" not in bot.fake.cards

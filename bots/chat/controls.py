@@ -89,8 +89,10 @@ class Press:
 
     platform: str
     workspace: str
-    #: Where the pressed message is (a run's buttons only work in that run's channel).
-    channel: str
+    #: Where the pressed message is (a run's buttons only work in that run's channel); None
+    #: where the platform binds the press to the run's own message and says nothing more
+    #: (a DingTalk card's ``outTrackId``): the run's channel is then the press's.
+    channel: str | None
     user: str
     run_id: str
     control: Control

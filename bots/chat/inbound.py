@@ -484,15 +484,17 @@ class ChatCommands:
 
     async def _press(self, press: Press, replies_in: Callable[[Language], Replies]) -> str:
         try:
-            validate_ids(workspace=press.workspace, channel=press.channel, user=press.user)
-            validate_ids(run=press.run_id)
+            validate_ids(workspace=press.workspace, user=press.user, run=press.run_id)
+            if press.channel is not None:
+                validate_ids(channel=press.channel)
         except CommandError:
             return replies_in("en").button_unknown()
         run = await self._store.get_run(press.run_id)
-        if run is None or not _belongs(run, press):
+        thread = _thread_of(run)
+        if run is None or thread is None or not _belongs(thread, press):
             return replies_in("en").button_unknown()
         replies = replies_in(request_language(run.topic))
-        if not self._policy.is_allowed(press.user, press.channel):
+        if not self._policy.is_allowed(press.user, thread.channel):
             return replies.not_allowed()
         if press.control.is_vote:
             return await self._vote(run, press, replies)
@@ -559,17 +561,21 @@ class ChatCommands:
         return matches[-1] if matches else None
 
 
-def _belongs(run: RunRecord, press: Press) -> bool:
-    """Whether the pressed run is in the platform, workspace and channel of the press."""
+def _thread_of(run: RunRecord | None) -> ThreadKey | None:
+    if run is None:
+        return None
     try:
-        thread = ThreadKey.parse(run.thread_key)
+        return ThreadKey.parse(run.thread_key)
     except ValueError:
+        return None
+
+
+def _belongs(thread: ThreadKey, press: Press) -> bool:
+    """Whether the pressed run is in the platform, workspace and channel of the press."""
+    where = (thread.platform, thread.workspace)
+    if where != (press.platform, press.workspace):
         return False
-    return (thread.platform, thread.workspace, thread.channel) == (
-        press.platform,
-        press.workspace,
-        press.channel,
-    )
+    return press.channel is None or thread.channel == press.channel
 
 
 def _named(rejected: Sequence[tuple[Attachment, str]]) -> tuple[tuple[str, str], ...]:

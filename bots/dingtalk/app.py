@@ -42,13 +42,14 @@ from bots.chat.connection import ConnectionSlot
 from bots.chat.inbound import Answer, ChatCommands
 from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import RouteLimits
-from bots.dingtalk.api import DingTalkApi
+from bots.dingtalk.api import DingTalkApi, Space
 from bots.dingtalk.delivery import classify_error
 from bots.dingtalk.events import (
     PLATFORM,
     DingTalkRequest,
     open_callback,
     translate,
+    translate_card_press,
     webhook_allowed,
 )
 from bots.dingtalk.render import escape_text
@@ -129,6 +130,24 @@ class DingTalkAdapter:
         if isinstance(parsed, ResearchCommand):
             request = await self._follow_up(request)
         await self._chat.receive(request.message, self._answerer(request), parsed)
+
+    async def card_callback(self, data: dict[str, Any]) -> None:
+        """A press on a card's button: decided when this returns (database only, before the
+        stream's ack); the answer goes to the presser alone, as a one-to-one message from the
+        robot (DingTalk has no private reply in a group), after the ack."""
+        press = translate_card_press(data)
+        if press is None:
+            return
+        text = await self._chat.press(press)
+        self._background.spawn(self._tell(press.user, text))
+
+    async def _tell(self, user: str, text: str) -> None:
+        try:
+            await self._api.send_markdown(
+                Space(group=False, conversation_id="", staff_id=user), "Fathom", text
+            )
+        except Exception as exc:
+            log.warning("dingtalk answer to a press failed (%s)", classify_error(exc).reason)
 
     def _answerer(self, request: DingTalkRequest) -> Answer:
         """Answers to ``request``, posted after the acknowledgement."""
@@ -237,6 +256,7 @@ class DingTalkAdapter:
                 self._settings.api_url,
                 self.receive,
                 asyncio.get_running_loop(),
+                on_card=self.card_callback,
             )
         )
 

@@ -11,24 +11,36 @@ DingTalk has no threads and cannot edit a plain message, so:
   webhook while it is valid, and through the robot OpenAPI (group or one-to-one send) once it
   has expired or refuses; the first report part @-mentions the requester;
 - a file of the request is read through the robot's file-download OpenAPI
-  (``bots.dingtalk.files``).
+  (``bots.dingtalk.files``);
+- with presses reaching the app (the stream) and the standard template, the progress card is
+  the standard Markdown card *with buttons* ("Stop and write now", "Cancel"; removed in the
+  final state), and a small card with 👍/👎 follows the report (``outTrackId``
+  ``fathom_fb_<run>``). A custom template (``DINGTALK_CARD_TEMPLATE_ID``) gets its
+  ``markdown`` only; where cards are refused there are no buttons (the typed ``stop`` and
+  ``cancel`` still work).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from bots.chat.controls import Button
+from bots.chat.controls import Button, feedback_buttons
 from bots.chat.delivery import ChatDelivery
 from bots.chat.errors import judge_failure
 from bots.chat.throttle import WorkspaceLimiters
 from bots.dingtalk import files
 from bots.dingtalk.api import DingTalkApi, DingTalkError
 from bots.dingtalk.render import (
+    FEEDBACK_TRACK,
+    PROGRESS_TRACK,
     ReportMessage,
+    card_buttons,
     escape_text,
+    feedback_markdown,
     progress_markdown,
     progress_title,
     report_messages,
@@ -46,6 +58,10 @@ log = logging.getLogger(__name__)
 #: The standard Markdown card (the template the official SDK uses), and its variable.
 STANDARD_CARD_TEMPLATE = "589420e2-c1e2-46ef-a5ed-b8728e654da9.schema"
 CARD_KEY = "markdown"
+#: The standard Markdown card with buttons (the SDK's ``MarkdownButtonCardInstance``), and
+#: the variable holding its buttons (``{"msgButtons": [...]}`` as a JSON string).
+BUTTON_CARD_TEMPLATE = "1366a1eb-bc54-4859-ac88-517c56a9acb1.schema"
+BUTTONS_KEY = "sys_full_json_obj"
 #: The progress message id of the plain-message fallback (cards refused).
 PLAIN = "plain"
 #: DingTalk's permission for card instances (the console's permission list names it).
@@ -77,6 +93,15 @@ class CardsRefused:
         self.refused = True
 
 
+@dataclass(frozen=True)
+class FeedbackCard:
+    """The last part of a report: the small card with 👍/👎."""
+
+    out_track_id: str
+    markdown: str
+    buttons: Sequence[Button]
+
+
 class DingTalkThread:
     """``bots.chat.delivery.ThreadPoster`` for one run's DingTalk conversation."""
 
@@ -87,10 +112,14 @@ class DingTalkThread:
         *,
         template_id: str | None,
         cards: CardsRefused,
+        buttons: bool = False,
     ) -> None:
         self._run = run
         self._api = api
-        self._template = template_id or STANDARD_CARD_TEMPLATE
+        #: Buttons only on our own template, and only where their presses reach the app.
+        self._buttons = buttons and template_id is None
+        default = BUTTON_CARD_TEMPLATE if self._buttons else STANDARD_CARD_TEMPLATE
+        self._template = template_id or default
         self._cards = cards
         context: dict[str, Any] = dict(run.platform_context or {})
         self._space = space_of(context, ThreadKey.parse(run.thread_key).channel)
@@ -113,19 +142,25 @@ class DingTalkThread:
     def render_progress(
         self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
     ) -> str:
+        """The card's variables as JSON (the Markdown, and the buttons where they are shown)."""
         content = progress_markdown(
             self._run.topic, self._run.depth, status, language=self.language
         )
-        return f"### {escape_text(self._title)}\n\n{content}" if self._title else content
+        markdown = f"### {escape_text(self._title)}\n\n{content}" if self._title else content
+        params = {CARD_KEY: markdown}
+        if self._buttons:
+            params[BUTTONS_KEY] = card_buttons(buttons)  # none: removes them
+        return json.dumps(params, ensure_ascii=False)
 
     async def post_progress(self, content: str) -> str:
+        params: dict[str, str] = json.loads(content)
         if not self._cards.refused:
-            track = f"fathom_{self._run.id}"
+            track = f"{PROGRESS_TRACK}{self._run.id}"
             try:
                 await self._api.create_card(
                     out_track_id=track,
                     template_id=self._template,
-                    params={CARD_KEY: content},
+                    params=params,
                     space=self._space,
                 )
                 return track
@@ -133,11 +168,11 @@ class DingTalkThread:
                 if not exc.forbidden:
                     raise
                 self._cards.note(exc)
-        await self._send(progress_title(self.language), content, mention=False)
+        await self._send(progress_title(self.language), params[CARD_KEY], mention=False)
         return PLAIN
 
     async def edit_progress(self, message_id: str, content: str) -> None:
-        await self._api.update_card(message_id, {CARD_KEY: content})
+        await self._api.update_card(message_id, json.loads(content))
 
     def can_edit(self, message_id: str) -> bool:
         return message_id != PLAIN
@@ -150,11 +185,38 @@ class DingTalkThread:
         return False
 
     # -- messages ----------------------------------------------------------------------------
-    def report_parts(self, outcome: RunOutcome) -> Sequence[ReportMessage]:
-        return report_messages(outcome.report_markdown or "", outcome.sources)
+    def report_parts(self, outcome: RunOutcome) -> Sequence[ReportMessage | FeedbackCard]:
+        parts: list[ReportMessage | FeedbackCard] = list(
+            report_messages(outcome.report_markdown or "", outcome.sources)
+        )
+        if self._buttons:
+            parts.append(
+                FeedbackCard(
+                    f"{FEEDBACK_TRACK}{self._run.id}",
+                    feedback_markdown(self.language),
+                    feedback_buttons(self._run.id, self.language),
+                )
+            )
+        return parts
 
-    async def post_report_part(self, part: ReportMessage) -> None:
-        await self._send(part.title, part.text, mention=part.mention)
+    async def post_report_part(self, part: ReportMessage | FeedbackCard) -> None:
+        if isinstance(part, ReportMessage):
+            await self._send(part.title, part.text, mention=part.mention)
+            return
+        if self._cards.refused:
+            return  # no card, no buttons: the report stands on its own
+        params = {CARD_KEY: part.markdown, BUTTONS_KEY: card_buttons(part.buttons)}
+        try:
+            await self._api.create_card(
+                out_track_id=part.out_track_id,
+                template_id=self._template,
+                params=params,
+                space=self._space,
+            )
+        except DingTalkError as exc:
+            if not exc.forbidden:
+                raise
+            self._cards.note(exc)
 
     async def post_notice(self, text: str) -> None:
         await self._send("Fathom", escape_text(text), mention=False)
@@ -181,17 +243,21 @@ class DingTalkDeliveryFactory:
         *,
         template_id: str | None = None,
         edit_interval: float = 1.0,
+        buttons: bool = False,
     ) -> None:
         self._api = api
         self._store = store
         self._template = template_id
+        self._buttons = buttons
         self._interval = edit_interval
         self._limiters = WorkspaceLimiters(per_minute=600.0, burst=20)
         self.cards = CardsRefused()
 
     async def for_run(self, run: RunRecord) -> ChatDelivery:
         corp = ThreadKey.parse(run.thread_key).workspace
-        poster = DingTalkThread(run, self._api, template_id=self._template, cards=self.cards)
+        poster = DingTalkThread(
+            run, self._api, template_id=self._template, cards=self.cards, buttons=self._buttons
+        )
         return ChatDelivery(
             run,
             poster,

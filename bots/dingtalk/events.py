@@ -34,12 +34,16 @@ from typing import Any
 
 import httpx
 
+from bots.chat.controls import Press, control_of
 from bots.chat.inbound import ChatMessage
+from bots.dingtalk.render import run_of_track
 from bots.http_gate import Rejected
 from core.models import Attachment
 from core.wording import Language, request_language
 
 PLATFORM = "dingtalk"
+#: The stream topic of card callbacks (a press on a card's button).
+CARD_CALLBACK_TOPIC = "/v1.0/card/instances/callback"
 #: Signed callbacks older (or newer) than this are refused as replays (milliseconds).
 MAX_SKEW_MS = 3_600_000
 
@@ -300,4 +304,34 @@ def translate(
         webhook=webhook,
         robot_code=str(message.robot_code or ""),
         quote=quote,
+    )
+
+
+def translate_card_press(data: dict[str, Any]) -> Press | None:
+    """The press in a card callback (the stream's ``/v1.0/card/instances/callback``): which
+    of our buttons (``content.cardPrivateData.actionIds``), on whose card (``outTrackId``,
+    which names the run), by whom (``userId``) in which organisation (``corpId``); None when
+    it is not a press on one of ours. The callback names no conversation: the card's
+    ``outTrackId`` binds the press to its run (``Press.channel`` None)."""
+    run_id = run_of_track(str(data.get("outTrackId") or ""))
+    content: Any = data.get("content")
+    if isinstance(content, str):
+        try:
+            content = json.loads(content)
+        except ValueError:
+            return None
+    private = content.get("cardPrivateData") if isinstance(content, dict) else None
+    actions = private.get("actionIds") if isinstance(private, dict) else None
+    if run_id is None or not isinstance(actions, list) or not actions:
+        return None
+    control = control_of(actions[0])
+    if control is None:
+        return None
+    return Press(
+        platform=PLATFORM,
+        workspace=str(data.get("corpId") or ""),
+        channel=None,
+        user=str(data.get("userId") or ""),
+        run_id=run_id,
+        control=control,
     )

@@ -49,6 +49,8 @@ class DingTalkPlatform(ChatPlatform[DingTalkSettings]):
             self.services.store,
             template_id=settings.card_template_id,
             edit_interval=settings.edit_interval,
+            # A press comes back over the stream; in HTTP mode cards carry no buttons.
+            buttons=settings.mode == "stream",
         )
 
     async def open_ingress(self, runner: JobRunner) -> Ingress:

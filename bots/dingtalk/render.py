@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
 
+from bots.chat.controls import Button
 from bots.chat.markdown import link_citations, split_report, status_lines, utf8_size
 from core.models import Source
 from core.untrusted import neutralise
@@ -61,6 +62,45 @@ def progress_markdown(topic: str, depth: int, status: str, *, language: Language
     )
     # A status of several lines (a graph turn's sub-questions) keeps them: hard line breaks.
     return f"{head}\n\n" + "  \n".join(lines)
+
+
+#: ``outTrackId`` prefixes: a run's progress card, and the card with its report's 👍/👎.
+PROGRESS_TRACK = "fathom_"
+FEEDBACK_TRACK = "fathom_fb_"
+
+
+def run_of_track(out_track_id: str) -> str | None:
+    """The run a card belongs to, from its ``outTrackId`` (None: not one of ours)."""
+    for prefix in (FEEDBACK_TRACK, PROGRESS_TRACK):  # the longer prefix first
+        if out_track_id.startswith(prefix):
+            return out_track_id.removeprefix(prefix) or None
+    return None
+
+
+#: DingTalk's button colours for our styles.
+_BUTTON_COLOURS = {"primary": "blue", "danger": "red", None: "gray"}
+
+
+def card_buttons(buttons: Sequence[Button]) -> str:
+    """The ``sys_full_json_obj`` of the standard Markdown-with-buttons card: its
+    ``msgButtons``, each a callback ("request") button whose id is our action id (a press
+    comes back as a card callback naming it, with the card's ``outTrackId``). No buttons:
+    an empty list, which removes them."""
+    shown = [
+        {
+            "text": button.label,
+            "color": _BUTTON_COLOURS[button.style],
+            "id": button.action_id,
+            "request": True,
+        }
+        for button in buttons
+    ]
+    return json.dumps({"msgButtons": shown}, ensure_ascii=False)
+
+
+def feedback_markdown(language: Language) -> str:
+    """The text of the small card with the report's 👍/👎 (posted after the report)."""
+    return pick(language, "Was this report useful?", "这份报告有用吗？")
 
 
 def progress_title(language: Language) -> str:

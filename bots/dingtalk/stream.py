@@ -22,6 +22,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bots.chat.connection import CHECK_EVERY, DEAD_AFTER, Session, WatchedConnection
+from bots.dingtalk.events import CARD_CALLBACK_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ CONNECT_TIMEOUT = 10.0
 
 #: ``await on_message(data, stream_message_id)`` on the app's loop.
 OnMessage = Callable[[dict[str, Any], str], Coroutine[Any, Any, None]]
+#: ``await on_card(data)`` on the app's loop: a card callback (a press on a button).
+OnCard = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]
 
 
 class DingTalkStream(WatchedConnection):
@@ -47,6 +50,7 @@ class DingTalkStream(WatchedConnection):
         on_message: OnMessage,
         app_loop: asyncio.AbstractEventLoop,
         *,
+        on_card: OnCard | None = None,
         dead_after: float = DEAD_AFTER,
         check_every: float = CHECK_EVERY,
     ) -> None:
@@ -55,6 +59,7 @@ class DingTalkStream(WatchedConnection):
         self._client_secret = client_secret
         self._gateway = api_url.rstrip("/") + "/v1.0/gateway/connections/open"
         self._on_message = on_message
+        self._on_card = on_card
         self._app_loop = app_loop
 
     def status(self) -> dict[str, object]:
@@ -67,22 +72,36 @@ class DingTalkStream(WatchedConnection):
 
         stream = self
 
+        async def handled(work: Coroutine[Any, Any, None]) -> tuple[int, Any]:
+            future: concurrent.futures.Future[None] = asyncio.run_coroutine_threadsafe(
+                work, stream._app_loop
+            )
+            # Waited for, never cancelled: a timeout here (or this loop closing) must not
+            # cut the app's work on the message in half.
+            done, _ = await asyncio.wait({asyncio.wrap_future(future)}, timeout=ACK_WITHIN)
+            failed = next(iter(done)).exception() if done else TimeoutError()
+            if failed is not None:  # not recorded: DingTalk delivers it again
+                log.warning("dingtalk message not recorded (%s)", type(failed).__name__)
+                return AckMessage.STATUS_SYSTEM_EXCEPTION, "not recorded; try again"
+            return AckMessage.STATUS_OK, "OK"
+
         class Handler(dingtalk_stream.CallbackHandler):  # type: ignore[misc]
-            async def process(self, callback: Any) -> tuple[int, str]:
+            async def process(self, callback: Any) -> tuple[int, Any]:
                 session.heard()
                 data = callback.data if isinstance(callback.data, dict) else {}
                 message_id = str(callback.headers.message_id or "")
-                future: concurrent.futures.Future[None] = asyncio.run_coroutine_threadsafe(
-                    stream._on_message(data, message_id), stream._app_loop
-                )
-                # Waited for, never cancelled: a timeout here (or this loop closing) must not
-                # cut the app's work on the message in half.
-                done, _ = await asyncio.wait({asyncio.wrap_future(future)}, timeout=ACK_WITHIN)
-                failed = next(iter(done)).exception() if done else TimeoutError()
-                if failed is not None:  # not recorded: DingTalk delivers it again
-                    log.warning("dingtalk message not recorded (%s)", type(failed).__name__)
-                    return AckMessage.STATUS_SYSTEM_EXCEPTION, "not recorded; try again"
-                return AckMessage.STATUS_OK, "OK"
+                return await handled(stream._on_message(data, message_id))
+
+        class CardHandler(dingtalk_stream.CallbackHandler):  # type: ignore[misc]
+            """A press on a card's button: decided (database only) before the ack; the
+            answer to the presser goes out afterwards."""
+
+            async def process(self, callback: Any) -> tuple[int, Any]:
+                session.heard()
+                data = callback.data if isinstance(callback.data, dict) else {}
+                assert stream._on_card is not None
+                status, _ = await handled(stream._on_card(data))
+                return status, {}  # nothing on the card changes from the answer itself
 
         class Client(dingtalk_stream.DingTalkStreamClient):  # type: ignore[misc]
             def open_connection(self) -> dict[str, Any] | None:
@@ -111,6 +130,8 @@ class DingTalkStream(WatchedConnection):
         sdk_log.setLevel(logging.WARNING)  # its INFO lines show the connection's ticket
         client = Client(credential, logger=sdk_log)
         client.register_callback_handler(dingtalk_stream.ChatbotMessage.TOPIC, Handler())
+        if self._on_card is not None:
+            client.register_callback_handler(CARD_CALLBACK_TOPIC, CardHandler())
         return client
 
     async def drive(self, session: Session) -> None:

@@ -42,6 +42,8 @@ CLIENT_ID = "dingfathomtest"
 CLIENT_SECRET = "fake-dingtalk-secret"
 CORP = "ding_corp_1"
 BOT_TOPIC = "/v1.0/im/bot/messages/get"
+CARD_TOPIC = "/v1.0/card/instances/callback"
+BUTTON_CARD_TEMPLATE = "1366a1eb-bc54-4859-ac88-517c56a9acb1.schema"
 MAX_BODY_BYTES = 20_000
 
 
@@ -63,6 +65,27 @@ class _Failure:
     body: str | None = None  # a broken body (tests.fakes.server.BROKEN_BODIES)
 
 
+def _params_problem(params: dict[str, Any]) -> str | None:
+    """What DingTalk refuses in a card's variables: every value a string, and the button
+    card's ``sys_full_json_obj`` a JSON object whose ``msgButtons`` each have a text and
+    either a link or a callback id."""
+    if not all(isinstance(v, str) for v in params.values()):
+        return "cardParamMap values are strings"
+    raw = params.get("sys_full_json_obj")
+    if raw is None:
+        return None
+    try:
+        buttons = json.loads(raw).get("msgButtons")
+    except (ValueError, AttributeError):
+        return "sys_full_json_obj is a JSON object"
+    for button in buttons if isinstance(buttons, list) else [None]:
+        if not isinstance(button, dict) or not button.get("text"):
+            return "a button has a text"
+        if not (button.get("url") or (button.get("request") and button.get("id"))):
+            return "a button opens a url or calls back with an id"
+    return None
+
+
 @dataclass
 class FakeCard:
     out_track_id: str
@@ -73,6 +96,13 @@ class FakeCard:
     @property
     def params(self) -> dict[str, Any]:
         return self.versions[-1]
+
+    @property
+    def button_ids(self) -> list[str]:
+        """The callback ids of the buttons the card shows now."""
+        raw = self.params.get("sys_full_json_obj")
+        buttons = json.loads(raw).get("msgButtons", []) if raw else []
+        return [str(b["id"]) for b in buttons if b.get("request")]
 
 
 @dataclass
@@ -192,6 +222,8 @@ class FakeDingTalk:
                 if card is None:
                     return 404, {"code": "card.notExist", "message": "no such card"}
                 params = dict(body.get("cardData", {}).get("cardParamMap", {}))
+                if (problem := _params_problem(params)) is not None:
+                    return 400, {"code": "param.invalid", "message": problem}
                 card.versions.append({**card.params, **params})
                 return 200, {"success": True}
             if kind in ("group", "single"):
@@ -254,6 +286,8 @@ class FakeDingTalk:
         if not track or not space.startswith(("dtv1.card//IM_GROUP.", "dtv1.card//IM_ROBOT.")):
             return 400, {"code": "param.invalid", "message": "outTrackId and openSpaceId"}
         params = dict(body.get("cardData", {}).get("cardParamMap", {}))
+        if (problem := _params_problem(params)) is not None:
+            return 400, {"code": "param.invalid", "message": problem}
         if track not in self.cards:
             template = str(body.get("cardTemplateId") or "")
             self.cards[track] = FakeCard(track, template, space, [params])
@@ -309,9 +343,15 @@ class FakeDingTalk:
 
     # -- the stream -------------------------------------------------------------------------------
     def push(
-        self, data: dict[str, Any], *, message_id: str | None = None, timeout: float = 10.0
+        self,
+        data: dict[str, Any],
+        *,
+        message_id: str | None = None,
+        timeout: float = 10.0,
+        topic: str = BOT_TOPIC,
     ) -> dict[str, Any]:
-        """A bot message over the open stream (the newest); returns the client's ack."""
+        """A bot message (or, with ``topic`` :data:`CARD_TOPIC`, a card callback) over the
+        open stream (the newest); returns the client's ack."""
         message_id = message_id or uuid.uuid4().hex
         frame = {
             "specVersion": "1.0",
@@ -322,7 +362,7 @@ class FakeDingTalk:
                 "contentType": "application/json",
                 "messageId": message_id,
                 "time": str(int(time.time() * 1000)),
-                "topic": BOT_TOPIC,
+                "topic": topic,
             },
             "data": json.dumps(data, ensure_ascii=False),
         }
@@ -571,4 +611,22 @@ def signed_headers(secret: str = CLIENT_SECRET, timestamp_ms: int | None = None)
         "timestamp": ts,
         "sign": base64.b64encode(digest).decode(),
         "Content-Type": "application/json",
+    }
+
+
+def card_callback(
+    card: FakeCard, action_id: str, *, user: str = "staff_1", corp: str = CORP
+) -> dict[str, Any]:
+    """A press on the button ``action_id`` of ``card``, as the stream's card callback
+    carries it (``CardCallbackMessage``: outTrackId, corpId, userId, and ``content`` a JSON
+    string of ``cardPrivateData`` with the pressed button's id)."""
+    assert action_id in card.button_ids, (action_id, card.button_ids)
+    content = {"cardPrivateData": {"actionIds": [action_id], "params": {}}}
+    return {
+        "extension": "{}",
+        "corpId": corp,
+        "type": "actionCallback",
+        "userId": user,
+        "content": json.dumps(content),
+        "outTrackId": card.out_track_id,
     }
