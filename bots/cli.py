@@ -20,6 +20,7 @@ import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -53,7 +54,9 @@ sources_app = typer.Typer(
 app.add_typer(thread_app, name="thread")
 app.add_typer(db_app, name="db")
 app.add_typer(digest_app, name="digest")
+feedback_app = typer.Typer(help="Votes on reports (👍/👎).", no_args_is_help=True)
 app.add_typer(sources_app, name="sources")
+app.add_typer(feedback_app, name="feedback")
 
 
 def _stderr() -> Console:
@@ -836,6 +839,67 @@ def sources_test(
             _stderr().print(f"no internal source searched: {why}", highlight=False)
     if any(a.error is not None for a in answers):
         raise typer.Exit(EXIT_FAILED)
+
+
+def _since(text: str | None) -> datetime | None:
+    """``--since``: a date (``2026-12-01``, midnight UTC) or an ISO date and time (UTC when
+    it names no offset)."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise _fail(
+            f"--since {text!r} is not a date (e.g. 2026-12-01 or 2026-12-01T09:30)"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+@feedback_app.command("list")
+def feedback_list(
+    since: Annotated[
+        str | None, typer.Option(help="Only votes cast or changed since (a date, UTC).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Every vote on a report, newest first: when, 👍 or 👎, who, the run, its topic and
+    thread (tab-separated lines, or JSON)."""
+    from core.runtime import open_storage
+
+    settings = _settings()
+    after = _since(since)
+
+    async def votes() -> list[Any]:
+        async with open_storage(settings) as storage:
+            return await storage.store.feedback_since(after)
+
+    found = _run(votes())
+    if as_json:
+        data = [
+            {
+                "run_id": v.run_id,
+                "value": v.value,
+                "voter": v.voter,
+                "topic": v.topic,
+                "thread": v.thread_key,
+                "created_at": v.created_at.isoformat(),
+                "updated_at": v.updated_at.isoformat(),
+            }
+            for v in found
+        ]
+        sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+        return
+    for v in found:
+        mark = "👍" if v.value == "up" else "👎"
+        fields = (
+            v.updated_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            mark,
+            v.voter,
+            v.run_id,
+            " ".join(v.topic.split()),
+            v.thread_key,
+        )
+        sys.stdout.write("\t".join(fields) + "\n")
 
 
 @db_app.command("upgrade")

@@ -51,6 +51,25 @@ class Prices(BaseModel):
             raise ValueError(f"FATHOM_PRICES: prices must be numbers of at least 0; {expected}")
         return prices
 
+    def cost_by_model(self, usage: Usage, before: Usage | None = None) -> dict[str, float]:
+        """What the priced part of ``usage`` (less ``before``: an earlier attempt's) cost,
+        in US dollars by model, searches under :data:`SEARCH` (unpriced models are left out:
+        the metrics count what is known)."""
+        costs: dict[str, float] = {}
+        earlier = before.tokens_by_model if before is not None else {}
+        for model, (prompt, completion) in usage.tokens_by_model.items():
+            price = self.models.get(model)
+            if price is None:
+                continue
+            was = earlier.get(model, [0, 0])
+            dollars = max(0, prompt - was[0]) * price[0] + max(0, completion - was[1]) * price[1]
+            if dollars > 0:
+                costs[model] = dollars / 1_000_000
+        searches = usage.searches - (before.searches if before is not None else 0)
+        if self.search and searches > 0:
+            costs[SEARCH] = searches * self.search
+        return costs
+
     def cost(self, usage: Usage) -> float | None:
         """The run's cost in US dollars; None when a model it used has no price (or it made
         searches and searches have none while it used no model)."""

@@ -64,6 +64,13 @@ class Metrics:
             ["provider", "outcome"],
             registry=registry,
         )
+        self.cost = Counter(
+            "fathom_cost_dollars",
+            "What runs cost in US dollars at FATHOM_PRICES, by model (searches: model "
+            '"search"); unpriced models are not counted.',
+            ["model"],
+            registry=registry,
+        )
         self.mcp_calls = Counter(
             "fathom_mcp_calls",
             "Calls to the MCP servers of team knowledge by server and outcome (ok, error, "
@@ -128,6 +135,11 @@ class Metrics:
             self.llm_tokens.labels(model, "prompt").inc(prompt_tokens)
         if completion_tokens:
             self.llm_tokens.labels(model, "completion").inc(completion_tokens)
+
+    def run_cost(self, dollars_by_model: dict[str, float]) -> None:
+        """Count what an attempt of a run cost (``Prices.cost_by_model``)."""
+        for model, dollars in dollars_by_model.items():
+            self.cost.labels(model).inc(dollars)
 
     def mcp_call(self, server: str, outcome: str) -> None:
         """Count one search of an MCP server (``outcome``: ok, error or timeout)."""

@@ -7,7 +7,10 @@ it enters.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -260,6 +263,20 @@ class Usage(BaseModel):
     internal_searches: int = 0
     #: Model name -> [prompt tokens, completion tokens] (what FATHOM_PRICES prices).
     tokens_by_model: dict[str, list[int]] = Field(default_factory=dict)
+    #: Seconds spent in each step (``planning``, ``searching``, ``reading``: waiting for
+    #: pages, ``answering``: a graph run's sub-questions, ``writing``), summed over its calls;
+    #: steps that run side by side overlap, so the sum can exceed the run's duration.
+    seconds_by_step: dict[str, float] = Field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def timed(self, step: str) -> Iterator[None]:
+        """Add the time the block takes to ``step``."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            spent = self.seconds_by_step.get(step, 0.0) + time.monotonic() - started
+            self.seconds_by_step[step] = round(spent, 3)
 
     def count_tokens(self, model: str, prompt: int, completion: int) -> None:
         """One model call's tokens, in the totals and under its model."""
@@ -282,6 +299,8 @@ class Usage(BaseModel):
             tally = self.tokens_by_model.setdefault(model, [0, 0])
             tally[0] += prompt
             tally[1] += completion
+        for step, seconds in other.seconds_by_step.items():
+            self.seconds_by_step[step] = round(self.seconds_by_step.get(step, 0.0) + seconds, 3)
 
 
 class SourceKind(enum.StrEnum):

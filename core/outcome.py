@@ -73,11 +73,26 @@ def usage_of(run: RunRecord) -> Usage:
         attachments_read=run.attachments_read,
         internal_searches=run.internal_searches,
         tokens_by_model={m: list(t) for m, t in (run.tokens_by_model or {}).items()},
+        seconds_by_step=dict(run.seconds_by_step or {}),
     )
 
 
 def final_progress_text(outcome: RunOutcome) -> str:
-    """The last status of a run, in the language of its topic."""
+    """The last status of a run, in the language of its topic: how it ended, then what it
+    spent (``wording.usage_line``)."""
+    usage, language = outcome.usage, request_language(outcome.topic)
+    spent = wording.usage_line(
+        language,
+        searches=usage.searches,
+        pages=usage.pages_read,
+        tokens=usage.prompt_tokens + usage.completion_tokens,
+        cost=outcome.cost,
+        seconds=outcome.seconds,
+    )
+    return f"{_how_it_ended(outcome)}\n{spent}"
+
+
+def _how_it_ended(outcome: RunOutcome) -> str:
     done, depth, language = outcome.rounds_done, outcome.depth, request_language(outcome.topic)
     if outcome.status is RunStatus.FAILED:
         return wording.failed_text(language, done, depth, outcome.error)

@@ -683,6 +683,8 @@ class ResearchService:
             pages_read=max(0, usage.pages_read - usage_before.pages_read),
             pages_skipped=max(0, usage.pages_skipped - usage_before.pages_skipped),
         )
+        if self._prices is not None:
+            self.metrics.run_cost(self._prices.cost_by_model(usage, usage_before))
 
     async def fail_claimed(self, claim: Claim, error: str) -> RunRecord:
         """End a claimed, unfinished run as failed without working on it (e.g. its outcome

@@ -152,6 +152,54 @@ def time_budget_words(language: Language, searches: int, seconds: float) -> str:
     return why + _built_from(language, searches)
 
 
+def _tokens(count: int) -> str:
+    """``950``, ``12.4k``, ``1.2M``."""
+    if count < 1_000:
+        return str(count)
+    if count < 1_000_000:
+        return f"{count / 1_000:.1f}k".replace(".0k", "k")
+    return f"{count / 1_000_000:.1f}M".replace(".0M", "M")
+
+
+def _dollars(cost: float) -> str:
+    """``≈ $0.04``; below a cent, ``< $0.01``."""
+    if 0 < cost < 0.005:
+        return "< $0.01"
+    return f"≈ ${cost:.2f}"
+
+
+def _duration(language: Language, seconds: float) -> str:
+    whole = max(0, round(seconds))
+    minutes, rest = divmod(whole, 60)
+    if not minutes:
+        return pick(language, f"{rest} s", f"{rest} 秒")
+    return pick(language, f"{minutes} min {rest} s", f"{minutes} 分 {rest} 秒")
+
+
+def usage_line(
+    language: Language,
+    *,
+    searches: int,
+    pages: int,
+    tokens: int,
+    cost: float | None,
+    seconds: float,
+) -> str:
+    """What a run spent, on one line of its final progress state:
+    ``3 searches · 9 pages · 12.4k tokens · ≈ $0.04 · 41 s`` (the cost only when
+    FATHOM_PRICES prices every model the run used; pages only when some were read)."""
+    parts = [
+        pick(language, f"{searches} search{'es' if searches != 1 else ''}", f"{searches} 次搜索")
+    ]
+    if pages:
+        parts.append(pick(language, f"{pages} page{'s' if pages != 1 else ''}", f"{pages} 个网页"))
+    parts.append(f"{_tokens(tokens)} tokens")
+    if cost is not None:
+        parts.append(_dollars(cost))
+    parts.append(_duration(language, seconds))
+    return " · ".join(parts)
+
+
 def cancelled_text(language: Language, done: int, depth: int) -> str:
     return pick(
         language,

@@ -135,7 +135,8 @@ class ReportWriter:
             guidance=state.variables.guidance_for(state.run_id),
         )
         try:
-            body = await self._model.complete(messages, usage=state.usage)
+            with state.usage.timed("writing"):
+                body = await self._model.complete(messages, usage=state.usage)
             body, echoes = drop_instruction_echoes(body)
             if echoes:
                 state.note(

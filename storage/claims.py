@@ -553,15 +553,19 @@ def _fence(claim: Claim) -> dict[str, Any]:
 
 
 def _usage_values(usage: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = set(usage) - set(USAGE_KEYS) - {"tokens_by_model"}
+    maps = {"tokens_by_model", "seconds_by_step"}
+    unknown = set(usage) - set(USAGE_KEYS) - maps
     if unknown:
         raise ValueError(f"unknown usage counters {sorted(unknown)}; known: {USAGE_KEYS}")
-    values: dict[str, Any] = {
-        name: int(value) for name, value in usage.items() if name != "tokens_by_model"
-    }
+    values: dict[str, Any] = {name: int(value) for name, value in usage.items() if name not in maps}
     if "tokens_by_model" in usage:
         values["tokens_by_model"] = {
             str(model): [int(n) for n in tally]
             for model, tally in dict(usage["tokens_by_model"]).items()
+        }
+    if "seconds_by_step" in usage:
+        values["seconds_by_step"] = {
+            str(step): round(float(seconds), 3)
+            for step, seconds in dict(usage["seconds_by_step"]).items()
         }
     return values

@@ -99,6 +99,8 @@ class RunRecord:
     internal_searches: int = 0
     #: Model name -> [prompt, completion] tokens.
     tokens_by_model: dict[str, list[int]] | None = None
+    #: Step -> seconds spent in it (``core.models.Usage.seconds_by_step``).
+    seconds_by_step: dict[str, float] | None = None
     #: Which sources the run searches (``core.models.SourceChoice``).
     sources: str = "all"
     #: "Stop and write now" was asked: the run stops searching and writes its report.

@@ -146,6 +146,7 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
         attachments=row["attachments"],
         internal_searches=row["internal_searches"],
         tokens_by_model=dict(row["tokens_by_model"] or {}),
+        seconds_by_step=dict(row["seconds_by_step"] or {}),
         sources=row["sources"],
         stop_requested=bool(row["stop_requested"]),
     )

@@ -42,6 +42,7 @@ USAGE_KEYS = {
     "attachments_read",
     "internal_searches",
     "tokens_by_model",
+    "seconds_by_step",
     "cost",
 }
 
@@ -402,6 +403,9 @@ def test_research_json_prices_the_run_with_fathom_prices(
     (pp, pc), (wp, wc) = by_model["planner-model"], by_model["writer-model"]
     expected = (pp * 2.5 + pc * 10 + wp * 1.1 + wc * 4.4) / 1e6 + usage["searches"] * 0.005
     assert usage["cost"] == pytest.approx(expected, abs=1e-6) and usage["cost"] > 0
+    steps = usage["seconds_by_step"]
+    assert {"planning", "searching", "writing"} <= set(steps)
+    assert all(0 <= seconds <= json.loads(result.stdout)["seconds"] for seconds in steps.values())
     unpriced = dict(cli_env, FATHOM_PRICES=json.dumps({"planner-model": [2.5, 10]}))
     again = fathom("research", "wave power", "--depth", "1", "--json", env=unpriced, cwd=tmp_path)
     assert json.loads(again.stdout)["usage"]["cost"] is None  # the writer's model is unpriced
@@ -540,6 +544,45 @@ def test_thread_list_in_a_pipe_prints_one_whole_key_per_line(
     assert all(len(row) == 5 for row in rows)
     assert [row[1:3] for row in rows] == [["1", "queued"], ["1", "queued"]]
     assert rows[0][4] == f"topic of {keys[1].split(':', 3)[3]} with a tab"
+
+
+def test_feedback_list_shows_each_vote_with_its_topic_and_thread(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    import asyncio
+
+    from storage import Database, Store
+
+    keys = ["slack:T1:C1:1700000000.000100", "feishu:t1:oc_1:om_1"]
+    first, second = _seed_runs(cli_env["DATABASE_URL"], keys)
+
+    async def vote() -> None:
+        database = Database(cli_env["DATABASE_URL"])
+        try:
+            store = Store(database)
+            await store.record_feedback(first, "slack:T1:U1", "up")
+            await store.record_feedback(second, "feishu:t1:ou_2", "up")
+            await store.record_feedback(second, "feishu:t1:ou_2", "down")  # changed its mind
+        finally:
+            await database.dispose()
+
+    asyncio.run(vote())
+    listed = fathom("feedback", "list", env=cli_env, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert [(r[1], r[2], r[3], r[5]) for r in rows] == [
+        ("👎", "feishu:t1:ou_2", second, keys[1]),  # newest first, one row per voter
+        ("👍", "slack:T1:U1", first, keys[0]),
+    ]
+    assert rows[0][4] == "topic of om_1 with a tab"
+    as_json = fathom(
+        "feedback", "list", "--json", "--since", "2000-01-01", env=cli_env, cwd=tmp_path
+    )
+    assert [v["value"] for v in json.loads(as_json.stdout)] == ["down", "up"]
+    later = fathom("feedback", "list", "--json", "--since", "2999-01-01", env=cli_env, cwd=tmp_path)
+    assert json.loads(later.stdout) == []
+    bad = fathom("feedback", "list", "--since", "last week", env=cli_env, cwd=tmp_path)
+    assert bad.returncode == 2 and "is not a date" in bad.stderr
 
 
 def test_resume_refuses_a_run_a_live_process_holds(

@@ -789,6 +789,20 @@ async def test_forged_and_foreign_presses_change_nothing(start_bot: BotFactory) 
     assert done.status == "succeeded"
 
 
+@pytest.mark.parametrize("priced", [True, False])
+async def test_the_final_state_says_what_the_run_spent_and_its_cost_only_with_prices(
+    start_bot: BotFactory, priced: bool
+) -> None:
+    prices = '{"m-plan": [2.5, 10], "m-write": [1.1, 4.4], "search": 0.005}'
+    env = {"FATHOM_PLANNER_MODEL": "m-plan", "FATHOM_WRITER_MODEL": "m-write"}
+    bot = await start_bot(**env, **({"FATHOM_PRICES": prices} if priced else {}))
+    await bot.command("tidal power depth=2", trigger_id="t-spent")
+    [run] = await bot.finished()
+    spent = bot.final_text("C0001", run.progress_message_id or "").splitlines()[-1]
+    cost = r" · (≈ \$\d+\.\d\d|&lt; \$0\.01)" if priced else ""
+    assert re.fullmatch(rf"2 searches · 6 pages · [\d.]+k? tokens{cost} · \d+ s", spent), spent
+
+
 # -- OAuth (multi-workspace) ------------------------------------------------------------
 
 CLIENT_ID, CLIENT_SECRET = "1111.2222", "oauth-client-secret"

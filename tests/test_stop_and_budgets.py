@@ -181,10 +181,13 @@ async def test_the_token_budget_stops_the_searching_and_the_report_says_so(
     report = outcome.report_markdown or ""
     assert f"Stopped at the run's token budget ({tokens:,} tokens" in report
     assert "FATHOM_MAX_RUN_TOKENS" in report
-    assert final_progress_text(outcome) == (
+    ended, spent = final_progress_text(outcome).split("\n")
+    assert ended == (
         "Research done, stopped early after 1 of 5 searches (the run's token budget was "
         f"reached); {len(outcome.sources)} sources."
     )
+    tokens_used = outcome.usage.prompt_tokens + outcome.usage.completion_tokens
+    assert spent.startswith("1 search · ") and f"{tokens_used / 1000:.1f}k tokens" in spent
 
 
 @sqlite_only
@@ -317,6 +320,32 @@ async def test_usage_sums_the_requesters_runs_and_the_channels(
     assert plain.month.tokens == report.month.tokens and plain.month.cost is None
 
 
+@sqlite_only
+async def test_the_cost_metric_counts_each_priced_model_and_the_searches(
+    harness: Harness,  # noqa: F811
+) -> None:
+    from core.metrics import Metrics
+
+    prices = Prices.parse('{"planner-model": [2.5, 10], "search": 0.01}')  # writer: unpriced
+    metrics = Metrics()
+    service = harness.build_service(prices=prices, metrics=metrics)
+    key = ThreadKey(platform="slack", workspace="T1", channel="C1", thread="1")
+    run, _ = await service.submit(ResearchRequest(topic=TOPIC, depth=2, thread=key))
+    outcome = await service.execute(run.id)
+    assert outcome.cost is None  # a model without a price: no cost for the run
+
+    def counted(model: str) -> float | None:
+        return metrics.registry.get_sample_value("fathom_cost_dollars_total", {"model": model})
+
+    prompt, completion = outcome.usage.tokens_by_model["planner-model"]
+    assert counted("planner-model") == pytest.approx((prompt * 2.5 + completion * 10) / 1e6)
+    assert counted("search") == pytest.approx(0.01 * outcome.usage.searches)
+    assert counted("writer-model") is None  # unpriced: not counted
+    stored = await harness.store.get_run(run.id)  # the seconds by step are kept with the run
+    assert stored is not None and stored.seconds_by_step == outcome.usage.seconds_by_step
+    assert {"planning", "searching", "writing"} <= set(stored.seconds_by_step)
+
+
 def test_the_usage_answer_has_a_line_for_each_total() -> None:
     from bots.chat.memory import MemoryMarkup
     from bots.chat.replies import Replies
@@ -341,3 +370,16 @@ def test_the_usage_answer_has_a_line_for_each_total() -> None:
         .usage(unpriced)
         .endswith("（未设置 FATHOM_PRICES，不显示费用。）")
     )
+
+
+def test_the_usage_line_says_what_a_run_spent_in_both_languages() -> None:
+    from core.wording import usage_line
+
+    line = usage_line("en", searches=3, pages=9, tokens=12_400, cost=0.0412, seconds=41.4)
+    assert line == "3 searches · 9 pages · 12.4k tokens · ≈ $0.04 · 41 s"
+    cheap = usage_line("en", searches=1, pages=1, tokens=950, cost=0.0004, seconds=125)
+    assert cheap == "1 search · 1 page · 950 tokens · < $0.01 · 2 min 5 s"
+    unpriced = usage_line("en", searches=2, pages=0, tokens=2_000_000, cost=None, seconds=0.2)
+    assert unpriced == "2 searches · 2M tokens · 0 s"  # no pages read, no prices: not shown
+    zh = usage_line("zh", searches=3, pages=9, tokens=12_400, cost=0.04, seconds=61)
+    assert zh == "3 次搜索 · 9 个网页 · 12.4k tokens · ≈ $0.04 · 1 分 1 秒"

@@ -352,9 +352,10 @@ class GraphStrategy:
         plan = GraphPlan(finish=True)
         for attempt in range(2):
             try:
-                plan = await self._planner.complete_json(
-                    messages, GraphPlan, usage=state.usage, schema_name="graph_plan"
-                )
+                with state.usage.timed("planning"):
+                    plan = await self._planner.complete_json(
+                        messages, GraphPlan, usage=state.usage, schema_name="graph_plan"
+                    )
             except LLMError as exc:
                 log.warning("graph planner failed in run %s: %s", state.run_id, exc)
                 state.model_failure = exc
@@ -516,7 +517,8 @@ class _Turn:
         if reader is not None and reader.pages > 0 and any(not r.internal for r in finding.results):
             reading = PageReading(reader, self._state.topic, [finding])
             try:
-                await reading.attach(self._state)
+                with self._state.usage.timed("reading"):
+                    await reading.attach(self._state)
             finally:
                 await reading.cancel()  # (a no-op once attached)
         return finding
@@ -542,7 +544,8 @@ class _Turn:
             today=state.today,
         )
         try:
-            text = await self._answerer.complete(messages, usage=state.usage)
+            with state.usage.timed("answering"):
+                text = await self._answerer.complete(messages, usage=state.usage)
         except LLMError as exc:
             log.warning("answering %r failed in run %s: %s", node.question, state.run_id, exc)
             state.model_failure = exc

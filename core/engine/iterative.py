@@ -87,7 +87,8 @@ class IterativeStrategy:
 
         async def attach_pages() -> None:
             while reading:  # removed only once attached: the caller cancels what is left
-                await reading[-1].attach(state)
+                with state.usage.timed("reading"):  # the wait for pages not read yet
+                    await reading[-1].attach(state)
                 reading.pop()
 
         async def stop(why: StopReason) -> StopReason:
@@ -180,9 +181,10 @@ class IterativeStrategy:
         )
         for attempt in range(2):
             try:
-                decision = await self._planner.complete_json(
-                    messages, PlannerDecision, usage=state.usage, schema_name="planner_decision"
-                )
+                with state.usage.timed("planning"):
+                    decision = await self._planner.complete_json(
+                        messages, PlannerDecision, usage=state.usage, schema_name="planner_decision"
+                    )
             except LLMError as exc:
                 log.warning("planner failed in run %s: %s", state.run_id, exc)
                 state.model_failure = exc

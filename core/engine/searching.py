@@ -121,7 +121,8 @@ async def search_topic(
     if sources.web:
         state.usage.searches += 1
     state.usage.internal_searches += len(internal)
-    answers = await asyncio.gather(*(_ask(source, topic) for source in asked))
+    with state.usage.timed("searching"):
+        answers = await asyncio.gather(*(_ask(source, topic) for source in asked))
     results: list[SearchResult] = []
     errors: list[str] = []
     for i, (source, answer) in enumerate(zip(asked, answers, strict=True)):
