@@ -701,3 +701,69 @@ async def test_cards_in_http_mode_carry_no_buttons(dingtalk: DingTalkFactory) ->
     (run,) = await bot.delivered()
     assert bot.card(run.id).template_id == "589420e2-c1e2-46ef-a5ed-b8728e654da9.schema"
     assert bot.card(run.id).button_ids == [] and f"fathom_fb_{run.id}" not in bot.fake.cards
+
+
+async def test_card_buttons_over_the_http_callback_cancel_the_run(
+    dingtalk: DingTalkFactory, search_server: FakeSearchServer
+) -> None:
+    public = "https://fathom.example.com/dingtalk/card"
+    bot = await dingtalk(DINGTALK_CARD_CALLBACK_URL=public)
+    search_server.fake.hold_pages()
+    await bot.send(bot.message("/research geothermal depth=5", group=True, msg_id="msg_h1"))
+    [run] = await bot.served.runs(USER)
+    card = await wait_for(lambda: bot.fake.cards.get(f"fathom_{run.id}"))
+    assert card.callback == "fathom" and card.button_ids == ["fathom_stop", "fathom_cancel"]
+    address = bot.fake.card_routes["fathom"]
+    assert address.startswith(f"{public}?key=")
+    # DingTalk posts to the registered address (a proxy in front of this server).
+    here = f"{bot.served.url}/dingtalk/card"
+    body = json.dumps(card_callback(card, "fathom_cancel")).encode()
+    for forged in (here, f"{here}?key=forged"):
+        assert (await bot.served.http.post(forged, content=body)).status_code == 403
+    key = address.split("?", 1)[1]
+    assert (await bot.served.http.post(f"{here}?{key}", content=b"[1]")).status_code == 400
+    pressed = await bot.served.http.post(f"{here}?{key}", content=body)
+    assert pressed.status_code == 200
+    [answer] = await bot.told("staff_1", 1)
+    assert "Cancelling" in answer.text
+    search_server.fake.release_pages()
+    (done,) = await bot.delivered()
+    assert done.status == "cancelled" and card.button_ids == []
+
+
+async def test_card_buttons_wait_until_dingtalk_registers_the_callback_address(
+    dingtalk_server: FakeDingTalkServer,
+) -> None:
+    """A refused registration leaves cards without buttons and is tried again a minute
+    later, not for every card."""
+    from bots.dingtalk.api import DingTalkApi
+    from bots.dingtalk.callbacks import RETRY_EVERY, CardCallbacks
+
+    now = [1000.0]
+    async with httpx.AsyncClient() as http:
+        api = DingTalkApi(
+            http,
+            client_id=CLIENT_ID,
+            client_secret=CLIENT_SECRET,
+            api_url=dingtalk_server.url,
+            robot_code=None,
+        )
+        callbacks = CardCallbacks(
+            api,
+            stream=False,
+            url="https://fathom.example.com/dingtalk/card",
+            client_secret=CLIENT_SECRET,
+            clock=lambda: now[0],
+        )
+        dingtalk_server.fake.fail_next("card_route", status=503)
+        assert not await callbacks.ready()
+        now[0] += RETRY_EVERY / 2
+        assert not await callbacks.ready()  # not asked again yet
+        tries = [c for c in dingtalk_server.fake.calls if c.path.endswith("/callbacks/register")]
+        assert len(tries) == 1
+        now[0] += RETRY_EVERY
+        assert await callbacks.ready() and await callbacks.ready()
+        tries = [c for c in dingtalk_server.fake.calls if c.path.endswith("/callbacks/register")]
+        assert len(tries) == 2  # registered once, then known
+        assert dingtalk_server.fake.card_routes["fathom"] == callbacks.address
+        assert callbacks.accepts(callbacks.key) and not callbacks.accepts("x" * 40)

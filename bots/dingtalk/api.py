@@ -175,14 +175,23 @@ class DingTalkApi:
 
     # -- cards ------------------------------------------------------------------------------
     async def create_card(
-        self, *, out_track_id: str, template_id: str, params: dict[str, str], space: Space
+        self,
+        *,
+        out_track_id: str,
+        template_id: str,
+        params: dict[str, str],
+        space: Space,
+        callback_route: str | None = None,
     ) -> None:
-        """Create a card instance and deliver it to the conversation (one call)."""
+        """Create a card instance and deliver it to the conversation (one call). Presses on
+        its buttons come back over the stream, or (``callback_route``) to the HTTP address
+        registered under that key (:meth:`register_card_callback`)."""
+        route = {"callbackType": "HTTP", "callbackRouteKey": callback_route}
         body: dict[str, Any] = {
             "cardTemplateId": template_id,
             "outTrackId": out_track_id,
             "cardData": {"cardParamMap": params},
-            "callbackType": "STREAM",
+            **(route if callback_route else {"callbackType": "STREAM"}),
             "imGroupOpenSpaceModel": {"supportForward": True},
             "imRobotOpenSpaceModel": {"supportForward": True},
             "userIdType": 1,
@@ -197,6 +206,17 @@ class DingTalkApi:
             "cardUpdateOptions": {"updateCardDataByKey": True},
         }
         await self._call("PUT", "/v1.0/card/instances", body)
+
+    async def register_card_callback(self, route_key: str, url: str, api_secret: str) -> None:
+        """Where DingTalk sends presses on cards created with ``route_key`` (its "register
+        the card callback address" API; ``forceUpdate``: every replica registers the same)."""
+        body = {
+            "callbackRouteKey": route_key,
+            "callbackUrl": url,
+            "apiSecret": api_secret,
+            "forceUpdate": True,
+        }
+        await self._call("POST", "/v1.0/card/callbacks/register", body)
 
     # -- files -------------------------------------------------------------------------------
     async def message_file_url(self, download_code: str) -> str:

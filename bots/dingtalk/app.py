@@ -5,6 +5,11 @@
 - ``DINGTALK_MODE=http``: ``POST /dingtalk/events`` through the shared gate (size first),
   then the ``timestamp``/``sign`` check, answered once the request is recorded.
 
+A press on a card's button is a card callback: over the stream, or in HTTP mode at
+``POST /dingtalk/card`` (the address registered from ``DINGTALK_CARD_CALLBACK_URL``, with its
+key: ``bots.dingtalk.callbacks``). It becomes a ``bots.chat.controls.Press``; the answer goes
+to the presser alone, as a one-to-one message from the robot.
+
 A robot message becomes a :class:`~bots.chat.inbound.ChatMessage` for
 ``ChatCommands.receive``, which deduplicates by the message's ``msgId`` (and the stream's
 ``messageId``) in the database. Answers that are not a run are posted afterwards, as Markdown
@@ -29,6 +34,7 @@ request that quotes a file message reads that file (see ``bots.dingtalk.events``
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from datetime import timedelta
@@ -43,6 +49,7 @@ from bots.chat.inbound import Answer, ChatCommands
 from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import RouteLimits
 from bots.dingtalk.api import DingTalkApi, Space
+from bots.dingtalk.callbacks import CardCallbacks
 from bots.dingtalk.delivery import classify_error
 from bots.dingtalk.events import (
     PLATFORM,
@@ -94,8 +101,11 @@ class DingTalkAdapter:
         api: DingTalkApi,
         store: ChatRuns,
         limits: RouteLimits,
+        *,
+        callbacks: CardCallbacks | None = None,
     ) -> None:
         self._settings = settings
+        self._callbacks = callbacks
         self._chat = chat
         self._api = api
         self._store = store
@@ -222,9 +232,11 @@ class DingTalkAdapter:
             log.warning("dingtalk answer to a request failed (%s)", classify_error(exc).reason)
 
     async def handle(self, request: Request) -> Response:
-        """``POST /dingtalk/events``."""
+        """``POST /dingtalk/events`` (robot messages) and ``POST /dingtalk/card`` (presses)."""
         if self.mode != "http":
             return JSONResponse({"error": "DingTalk runs in stream mode here"}, 404)
+        if request.url.path.endswith("/card"):
+            return await self._handle_card(request)
         try:
             body = await read_body(request, self._limits.max_body_bytes, self._limits.body_timeout)
             payload = open_callback(
@@ -244,6 +256,31 @@ class DingTalkAdapter:
             # Not recorded: DingTalk delivers it again (and the dedupe keeps that safe).
             log.exception("dingtalk callback could not be handled")
             return JSONResponse({"error": "temporarily unable to handle this message"}, 500)
+        return JSONResponse({})
+
+    async def _handle_card(self, request: Request) -> Response:
+        """A card callback in HTTP mode: only with the key of the registered address
+        (``bots.dingtalk.callbacks``), decided before the answer like the stream's."""
+        callbacks = self._callbacks
+        if callbacks is None or callbacks.address is None:
+            return JSONResponse({"error": "card callbacks are not configured here"}, 404)
+        try:
+            if not callbacks.accepts(request.query_params.get("key")):
+                raise Rejected(403, "not the registered card callback address")
+            body = await read_body(request, self._limits.max_body_bytes, self._limits.body_timeout)
+            try:
+                data = json.loads(body)
+            except ValueError:
+                raise Rejected(400, "the card callback is not JSON") from None
+            if not isinstance(data, dict):
+                raise Rejected(400, "the card callback is not a JSON object")
+        except Rejected as rejection:
+            return rejected_response(request, rejection)
+        try:
+            await self.card_callback(data)
+        except Exception:
+            log.exception("dingtalk card callback could not be handled")
+            return JSONResponse({"error": "temporarily unable to handle this press"}, 500)
         return JSONResponse({})
 
     # -- lifecycle ---------------------------------------------------------------------------

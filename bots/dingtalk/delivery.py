@@ -12,8 +12,9 @@ DingTalk has no threads and cannot edit a plain message, so:
   has expired or refuses; the first report part @-mentions the requester;
 - a file of the request is read through the robot's file-download OpenAPI
   (``bots.dingtalk.files``);
-- with presses reaching the app (the stream) and the standard template, the progress card is
-  the standard Markdown card *with buttons* ("Stop and write now", "Cancel"; removed in the
+- where presses reach the app (the stream, or the registered HTTP callback address:
+  ``bots.dingtalk.callbacks``) and with the standard template, the progress card is the
+  standard Markdown card *with buttons* ("Stop and write now", "Cancel"; removed in the
   final state), and a small card with 👍/👎 follows the report (``outTrackId``
   ``fathom_fb_<run>``). A custom template (``DINGTALK_CARD_TEMPLATE_ID``) gets its
   ``markdown`` only; where cards are refused there are no buttons (the typed ``stop`` and
@@ -34,6 +35,7 @@ from bots.chat.errors import judge_failure
 from bots.chat.throttle import WorkspaceLimiters
 from bots.dingtalk import files
 from bots.dingtalk.api import DingTalkApi, DingTalkError
+from bots.dingtalk.callbacks import CardCallbacks
 from bots.dingtalk.render import (
     FEEDBACK_TRACK,
     PROGRESS_TRACK,
@@ -112,12 +114,13 @@ class DingTalkThread:
         *,
         template_id: str | None,
         cards: CardsRefused,
-        buttons: bool = False,
+        callbacks: CardCallbacks | None = None,
     ) -> None:
         self._run = run
         self._api = api
+        self._callbacks = callbacks
         #: Buttons only on our own template, and only where their presses reach the app.
-        self._buttons = buttons and template_id is None
+        self._buttons = callbacks is not None and callbacks.enabled and template_id is None
         default = BUTTON_CARD_TEMPLATE if self._buttons else STANDARD_CARD_TEMPLATE
         self._template = template_id or default
         self._cards = cards
@@ -152,8 +155,22 @@ class DingTalkThread:
             params[BUTTONS_KEY] = card_buttons(buttons)  # none: removes them
         return json.dumps(params, ensure_ascii=False)
 
-    async def post_progress(self, content: str) -> str:
+    async def _card_params(self, content: str) -> dict[str, str]:
+        """The card's variables; its buttons only once their presses can come back."""
         params: dict[str, str] = json.loads(content)
+        if BUTTONS_KEY in params and not await self._callbacks_ready():
+            del params[BUTTONS_KEY]
+        return params
+
+    async def _callbacks_ready(self) -> bool:
+        return self._callbacks is not None and await self._callbacks.ready()
+
+    @property
+    def _route(self) -> str | None:
+        return self._callbacks.route if self._callbacks is not None else None
+
+    async def post_progress(self, content: str) -> str:
+        params = await self._card_params(content)
         if not self._cards.refused:
             track = f"{PROGRESS_TRACK}{self._run.id}"
             try:
@@ -162,6 +179,7 @@ class DingTalkThread:
                     template_id=self._template,
                     params=params,
                     space=self._space,
+                    callback_route=self._route,
                 )
                 return track
             except DingTalkError as exc:
@@ -172,7 +190,7 @@ class DingTalkThread:
         return PLAIN
 
     async def edit_progress(self, message_id: str, content: str) -> None:
-        await self._api.update_card(message_id, json.loads(content))
+        await self._api.update_card(message_id, await self._card_params(content))
 
     def can_edit(self, message_id: str) -> bool:
         return message_id != PLAIN
@@ -203,8 +221,8 @@ class DingTalkThread:
         if isinstance(part, ReportMessage):
             await self._send(part.title, part.text, mention=part.mention)
             return
-        if self._cards.refused:
-            return  # no card, no buttons: the report stands on its own
+        if self._cards.refused or not await self._callbacks_ready():
+            return  # no card, or no way back for a press: the report stands on its own
         params = {CARD_KEY: part.markdown, BUTTONS_KEY: card_buttons(part.buttons)}
         try:
             await self._api.create_card(
@@ -212,6 +230,7 @@ class DingTalkThread:
                 template_id=self._template,
                 params=params,
                 space=self._space,
+                callback_route=self._route,
             )
         except DingTalkError as exc:
             if not exc.forbidden:
@@ -243,12 +262,12 @@ class DingTalkDeliveryFactory:
         *,
         template_id: str | None = None,
         edit_interval: float = 1.0,
-        buttons: bool = False,
+        callbacks: CardCallbacks | None = None,
     ) -> None:
         self._api = api
         self._store = store
         self._template = template_id
-        self._buttons = buttons
+        self.callbacks = callbacks
         self._interval = edit_interval
         self._limiters = WorkspaceLimiters(per_minute=600.0, burst=20)
         self.cards = CardsRefused()
@@ -256,7 +275,7 @@ class DingTalkDeliveryFactory:
     async def for_run(self, run: RunRecord) -> ChatDelivery:
         corp = ThreadKey.parse(run.thread_key).workspace
         poster = DingTalkThread(
-            run, self._api, template_id=self._template, cards=self.cards, buttons=self._buttons
+            run, self._api, template_id=self._template, cards=self.cards, callbacks=self.callbacks
         )
         return ChatDelivery(
             run,

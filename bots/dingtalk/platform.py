@@ -1,4 +1,5 @@
-"""DingTalk on the platform contract: the HTTP callback route, or the SDK's stream.
+"""DingTalk on the platform contract: the HTTP callback routes (messages, and presses on
+cards' buttons), or the SDK's stream.
 
 ``dingtalk-stream`` is imported only when the platform is opened (``bots.dingtalk.app``).
 """
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     import httpx
 
     from bots.dingtalk.api import DingTalkApi
+    from bots.dingtalk.callbacks import CardCallbacks
     from core.delivery import DeliveryFactory
     from core.jobs import JobRunner
 
@@ -22,15 +24,20 @@ class DingTalkPlatform(ChatPlatform[DingTalkSettings]):
     name = "dingtalk"
     title = "DingTalk"
     settings_class = DingTalkSettings
-    routes = (PlatformRoute("/dingtalk/events", ("POST",)),)
+    routes = (
+        PlatformRoute("/dingtalk/events", ("POST",)),
+        PlatformRoute("/dingtalk/card", ("POST",)),
+    )
 
     _http: httpx.AsyncClient | None = None
     _api: DingTalkApi | None = None
+    _callbacks: CardCallbacks | None = None
 
     async def open_delivery(self) -> DeliveryFactory:
         import httpx
 
         from bots.dingtalk.api import DingTalkApi
+        from bots.dingtalk.callbacks import CardCallbacks
         from bots.dingtalk.delivery import DingTalkDeliveryFactory
 
         settings = self.settings
@@ -44,23 +51,33 @@ class DingTalkPlatform(ChatPlatform[DingTalkSettings]):
             api_url=settings.api_url,
             robot_code=settings.robot_code,
         )
+        self._callbacks = callbacks = CardCallbacks(
+            api,
+            stream=settings.mode == "stream",
+            url=settings.card_callback_url,
+            client_secret=settings.client_secret or "",
+        )
         return DingTalkDeliveryFactory(
             api,
             self.services.store,
             template_id=settings.card_template_id,
             edit_interval=settings.edit_interval,
-            # A press comes back over the stream; in HTTP mode cards carry no buttons.
-            buttons=settings.mode == "stream",
+            callbacks=callbacks,
         )
 
     async def open_ingress(self, runner: JobRunner) -> Ingress:
         from bots.dingtalk.app import DingTalkAdapter, dingtalk_markup
 
-        if self._api is None:
+        if self._api is None or self._callbacks is None:
             raise RuntimeError("open_delivery first: the ingress answers with its client")
         chat = self.services.commands(runner, dingtalk_markup())
         return DingTalkAdapter(
-            self.settings, chat, self._api, self.services.store, self.services.limits
+            self.settings,
+            chat,
+            self._api,
+            self.services.store,
+            self.services.limits,
+            callbacks=self._callbacks,
         )
 
     @property

@@ -23,6 +23,11 @@ class DingTalkSettings(PlatformSettings):
     card_template_id: str | None = Field(
         default=None, validation_alias=env("DINGTALK_CARD_TEMPLATE_ID")
     )
+    #: HTTP mode: the public address of ``POST /dingtalk/card`` (card buttons call back there;
+    #: unset, cards carry no buttons in HTTP mode).
+    card_callback_url: str | None = Field(
+        default=None, validation_alias=env("DINGTALK_CARD_CALLBACK_URL")
+    )
     edit_interval: float = Field(
         default=1.0, ge=0, le=60, validation_alias=env("FATHOM_DINGTALK_EDIT_INTERVAL")
     )
@@ -43,6 +48,18 @@ class DingTalkSettings(PlatformSettings):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("not an http(s) URL; e.g. https://api.dingtalk.com")
         return value
+
+    @field_validator("card_callback_url")
+    @classmethod
+    def _callback_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+            raise ValueError(
+                "not an http(s) URL without a query; e.g. https://fathom.example.com/dingtalk/card"
+            )
+        return value.strip()
 
     @property
     def enabled(self) -> bool:

@@ -92,6 +92,8 @@ class FakeCard:
     template_id: str
     open_space_id: str
     versions: list[dict[str, Any]] = field(default_factory=list)  # every cardParamMap
+    #: Where presses go: "STREAM", or the callback route key it was created with.
+    callback: str = "STREAM"
 
     @property
     def params(self) -> dict[str, Any]:
@@ -131,6 +133,7 @@ class FakeDingTalk:
         self.webhooks: dict[str, tuple[str, float]] = {}  # id -> (conversation, expires at)
         self._failures: dict[str, deque[_Failure]] = {}
         self.cards_forbidden = False  # the app lacks the card permission
+        self.card_routes: dict[str, str] = {}  # callbackRouteKey -> the registered address
         # files a user sent the robot: downloadCode -> bytes; what the storage served
         self.files: dict[str, bytes] = {}
         self.expired_codes: set[str] = set()
@@ -217,6 +220,18 @@ class FakeDingTalk:
                 return 401, {"code": "InvalidAuthentication", "message": "token invalid"}
             if kind == "card_create":
                 return self._create_card(body)
+            if kind == "card_route":
+                key, url = (
+                    str(body.get("callbackRouteKey") or ""),
+                    str(body.get("callbackUrl") or ""),
+                )
+                if not key or not url.startswith(("http://", "https://")):
+                    return 400, {
+                        "code": "param.invalid",
+                        "message": "callbackRouteKey, callbackUrl",
+                    }
+                self.card_routes[key] = url
+                return 200, {"success": True, "result": {"callbackUrl": url}}
             if kind == "card_update":
                 card = self.cards.get(str(body.get("outTrackId")))
                 if card is None:
@@ -288,9 +303,13 @@ class FakeDingTalk:
         params = dict(body.get("cardData", {}).get("cardParamMap", {}))
         if (problem := _params_problem(params)) is not None:
             return 400, {"code": "param.invalid", "message": problem}
+        route = str(body.get("callbackRouteKey") or "")
+        if body.get("callbackType") == "HTTP" and route not in self.card_routes:
+            return 400, {"code": "param.invalid", "message": "callbackRouteKey not registered"}
         if track not in self.cards:
             template = str(body.get("cardTemplateId") or "")
-            self.cards[track] = FakeCard(track, template, space, [params])
+            callback = route if body.get("callbackType") == "HTTP" else "STREAM"
+            self.cards[track] = FakeCard(track, template, space, [params], callback)
         return 200, {"success": True, "result": {"outTrackId": track}}
 
     def _robot_send(self, kind: str, body: dict[str, Any], size: int) -> tuple[int, dict[str, Any]]:
@@ -432,6 +451,8 @@ def _kind(method: str, path: str) -> str:
         return "gateway"
     if path == "/v1.0/card/instances/createAndDeliver":
         return "card_create"
+    if path == "/v1.0/card/callbacks/register":
+        return "card_route"
     if path == "/v1.0/card/instances" and method == "PUT":
         return "card_update"
     if path == "/v1.0/robot/groupMessages/send":
