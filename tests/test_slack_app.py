@@ -1107,6 +1107,10 @@ def test_manifests_request_the_scopes_the_install_asks_for() -> None:
         scopes = re.findall(r"^\s+- ([a-z:._]+)", section, re.MULTILINE)
         assert tuple(scopes) == BOT_SCOPES, name
         assert "app_mention" in content and "message.im" in content
+        interactivity = content.split("  interactivity:", 1)[1].split("\n  org_", 1)[0]
+        assert "is_enabled: true" in interactivity, name  # the buttons
+        if "socket" not in name:
+            assert "request_url: https://fathom.example.com/slack/events" in interactivity
 
 
 async def test_serve_forgets_platform_events_older_than_a_week(
