@@ -78,8 +78,10 @@ def usage_of(run: RunRecord) -> Usage:
 
 
 def final_progress_text(outcome: RunOutcome) -> str:
-    """The last status of a run, in the language of its topic: how it ended, then what it
-    spent (``wording.usage_line``)."""
+    """The last status of a run, in the language of its topic: how it ended, then (unless it
+    failed: its one line is the reason) what it spent (``wording.usage_line``)."""
+    if outcome.status is RunStatus.FAILED:
+        return _how_it_ended(outcome)
     usage, language = outcome.usage, request_language(outcome.topic)
     spent = wording.usage_line(
         language,

@@ -507,7 +507,7 @@ async def test_cancel_request_stops_the_run(harness: Harness) -> None:
     # Cancelled through this process's service: seen at the start of the next round at once.
     assert len(harness.planner_requests()) == 1
     assert outcome.report_markdown is None
-    assert progress.final == "Research cancelled after 1 of 3 searches."
+    assert progress.final.splitlines()[0] == "Research cancelled after 1 of 3 searches."
     run = await harness.store.get_run(run_id)
     assert run is not None and run.status == "cancelled" and run.rounds_done == 1
     assert harness.writer_requests() == []
@@ -534,7 +534,7 @@ async def test_cancel_from_another_process_is_seen_at_the_next_checkpoint(
     finally:
         await database.dispose()
     assert outcome.status is RunStatus.CANCELLED
-    assert progress.final == "Research cancelled after 1 of 3 searches."
+    assert progress.final.splitlines()[0] == "Research cancelled after 1 of 3 searches."
     # The flag arrives with the checkpoint after the next plan, before that plan's search.
     assert len(harness.search.fake.queries) == 1
     assert len(harness.planner_requests()) == 2

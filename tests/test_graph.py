@@ -370,7 +370,7 @@ async def test_a_graph_request_from_a_chat_platform(
         "1/2th search executed.\n✓ heat pumps background\n✓ heat pumps current state" in v
         for v in progress.versions
     )
-    assert progress.text.endswith("Research done: 2/2 searches, 3 sources.")
+    assert progress.text.splitlines()[-2] == "Research done: 2/2 searches, 3 sources."
     assert chat.messages(thread, "report")
 
 

@@ -121,7 +121,9 @@ async def test_reports_are_written_from_the_pages_passages(reading: MakeHarness)
     assert (outcome.usage.pages_read, outcome.usage.pages_skipped) == (6, 0)
     assert outcome.as_json()["usage"] == {**outcome.usage.model_dump(), "cost": None}
     sources = len(outcome.sources)
-    assert progress.final == f"Research done: 2/2 searches, {sources} sources, 6 pages read."
+    ended, spent = progress.final.split("\n")
+    assert ended == f"Research done: 2/2 searches, {sources} sources, 6 pages read."
+    assert spent.startswith("2 searches · 6 pages · ")
 
     prompt = writer_prompt(harness)
     assert "From the page:" in prompt and PAGE_FACT in prompt
@@ -164,7 +166,9 @@ async def test_reading_switched_off_behaves_as_before(
     assert search_server.fake.page_requests == []
     assert "\n    > " not in writer_prompt(harness)
     assert (outcome.usage.pages_read, outcome.usage.pages_skipped) == (0, 0)
-    assert progress.final == f"Research done: 2/2 searches, {len(outcome.sources)} sources."
+    ended, spent = progress.final.split("\n")
+    assert ended == f"Research done: 2/2 searches, {len(outcome.sources)} sources."
+    assert spent.startswith("2 searches · ") and "page" not in spent  # none read
     thread = await harness.store.get_thread(outcome.thread)
     assert thread is not None
     variables = await harness.store.load_variables(thread.id)

@@ -622,7 +622,8 @@ async def test_cancel_in_thread_stops_the_run(start_bot: BotFactory) -> None:
     assert done.status == "cancelled"
     ts = run.progress_message_id or ""
     await wait_for(lambda: "cancelled" in bot.final_text("C0001", ts))
-    assert bot.final_text("C0001", ts).rstrip(".").split("\n")[-1].startswith("Research cancelled")
+    ended, spent = bot.final_text("C0001", ts).split("\n")[-2:]
+    assert ended.startswith("Research cancelled") and " tokens · " in spent
     [ack] = await wait_for(lambda: bot.slack.calls_to("chat.postEphemeral"))
     assert "Cancelling" in ack.params["text"] and ack.params["thread_ts"] == ts
     assert bot.reports() == []
