@@ -156,7 +156,8 @@ def test_a_killed_replicas_run_is_finished_by_the_other_one(
     assert {c.params["ts"] for c in fake.calls_to("chat.update")} == {opener_ts}
     edits = [str(c.params["text"]).splitlines()[-1] for c in fake.calls_to("chat.update")]
     assert any(e.startswith("Resuming") and "1 of 3 searches done" in e for e in edits), edits
-    assert "Research done: 3/3 searches" in edits[-1]
+    final = str(fake.calls_to("chat.update")[-1].params["text"])
+    assert "Research done: 3/3 searches" in final and edits[-1].startswith("3 searches · ")
     reports = [m for m in fake.history if is_report(m)]
     assert reports and all(m["thread_ts"] == opener_ts for m in reports)
     texts = [m["blocks"][0]["text"] for m in reports]
