@@ -171,23 +171,31 @@ class DingTalkThread:
 
     async def post_progress(self, content: str) -> str:
         params = await self._card_params(content)
-        if not self._cards.refused:
-            track = f"{PROGRESS_TRACK}{self._run.id}"
-            try:
-                await self._api.create_card(
-                    out_track_id=track,
-                    template_id=self._template,
-                    params=params,
-                    space=self._space,
-                    callback_route=self._route,
-                )
-                return track
-            except DingTalkError as exc:
-                if not exc.forbidden:
-                    raise
-                self._cards.note(exc)
+        track = f"{PROGRESS_TRACK}{self._run.id}"
+        if await self._create_card(track, params):
+            return track
         await self._send(progress_title(self.language), params[CARD_KEY], mention=False)
         return PLAIN
+
+    async def _create_card(self, track: str, params: dict[str, str]) -> bool:
+        """Deliver a card to the conversation; False when DingTalk refuses cards (noted once
+        for the process, which then stops asking)."""
+        if self._cards.refused:
+            return False
+        try:
+            await self._api.create_card(
+                out_track_id=track,
+                template_id=self._template,
+                params=params,
+                space=self._space,
+                callback_route=self._route,
+            )
+        except DingTalkError as exc:
+            if not exc.forbidden:
+                raise
+            self._cards.note(exc)
+            return False
+        return True
 
     async def edit_progress(self, message_id: str, content: str) -> None:
         await self._api.update_card(message_id, await self._card_params(content))
@@ -224,18 +232,7 @@ class DingTalkThread:
         if self._cards.refused or not await self._callbacks_ready():
             return  # no card, or no way back for a press: the report stands on its own
         params = {CARD_KEY: part.markdown, BUTTONS_KEY: card_buttons(part.buttons)}
-        try:
-            await self._api.create_card(
-                out_track_id=part.out_track_id,
-                template_id=self._template,
-                params=params,
-                space=self._space,
-                callback_route=self._route,
-            )
-        except DingTalkError as exc:
-            if not exc.forbidden:
-                raise
-            self._cards.note(exc)
+        await self._create_card(part.out_track_id, params)
 
     async def post_notice(self, text: str) -> None:
         await self._send("Fathom", escape_text(text), mention=False)
