@@ -140,6 +140,7 @@ async def publish_final(progress: ProgressSink, outcome: RunOutcome) -> None:
         final_progress_text(outcome),
         len(outcome.topics),
         outcome.depth,
+        tasks=outcome.tasks,
     )
     try:
         await progress.publish(event)

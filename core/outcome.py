@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from core import wording
 from core.engine.state import StopReason
 from core.models import AttachedFile, GraphNode, RunStatus, Source, SourceKind, Strategy, Usage
+from core.progress import ProgressTask
 from core.wording import request_language
 from storage import RunRecord
 
@@ -36,6 +37,8 @@ class RunOutcome:
     files: list[AttachedFile] = field(default_factory=list)
     #: What the run cost in US dollars (FATHOM_PRICES; None: no prices, or a model unpriced).
     cost: float | None = None
+    #: The steps of its plan it finished (``core.engine.tasks``), for its final progress.
+    tasks: tuple[ProgressTask, ...] = ()
 
     def as_json(self) -> dict[str, object]:
         """The ``fathom research --json`` contract (README.md, "Using the CLI")."""

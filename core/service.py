@@ -62,6 +62,8 @@ from core.progress import (
     ProgressEvent,
     ProgressKind,
     ProgressSink,
+    ProgressTask,
+    final_tasks,
     search_executed_text,
 )
 from core.search import SearchProvider
@@ -502,9 +504,15 @@ class ResearchService:
         )
         started = time.monotonic()
 
-        async def publish(kind: ProgressKind, text: str, topic: str | None = None) -> None:
-            event = ProgressEvent(run.id, kind, text, state.rounds_done, state.depth, topic)
+        async def publish(
+            kind: ProgressKind, text: str, topic: str | None = None, *, pages: int = 0
+        ) -> None:
             try:
+                searching = topic if kind is ProgressKind.SEARCHING else None
+                tasks = self._plan(run, state, searching)
+                event = ProgressEvent(
+                    run.id, kind, text, state.rounds_done, state.depth, topic, tasks, pages
+                )
                 await sink.publish(event)
             except Exception:  # showing progress must never break the research
                 log.warning("progress sink failed for run %s", run.id, exc_info=True)
@@ -601,9 +609,20 @@ class ResearchService:
             nodes=[n for n in state.variables.graph if n.run_id == run.id],
             files=[f for f in state.variables.files if f.run_id == run.id],
             cost=self._cost(state.usage),
+            tasks=final_tasks(self._plan(run, state)),
         )
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
         return outcome
+
+    def _plan(
+        self, run: RunRecord, state: RunState, searching: str | None = None
+    ) -> tuple[ProgressTask, ...]:
+        """The run's plan as its strategy sees it now (none for an unknown strategy)."""
+        try:
+            strategy = self._strategies[Strategy(run.strategy)]
+        except (KeyError, ValueError):
+            return ()
+        return tuple(strategy.tasks(state, searching))
 
     def _run_sources(self, run: RunRecord, state: RunState) -> RunSources:
         """What the run searches, decided here, where it executes, from its own thread key
@@ -892,4 +911,5 @@ class ResearchService:
             nodes=[n for n in variables.graph if n.run_id == run.id],
             files=[f for f in variables.files if f.run_id == run.id],
             cost=self._cost(usage_of(run)),
+            tasks=final_tasks(self._plan(run, state)),
         )

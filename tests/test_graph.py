@@ -391,7 +391,9 @@ class Hooks:
             if self.checkpoints > 20:
                 raise AssertionError("the run keeps checkpointing: it does not end")
 
-        async def progress(kind: ProgressKind, text: str, topic: str | None) -> None:
+        async def progress(
+            kind: ProgressKind, text: str, topic: str | None = None, *, pages: int = 0
+        ) -> None:
             self.progress.append(text)
 
         return StepHooks(checkpoint, progress, lambda: self.cancelled)

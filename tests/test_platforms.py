@@ -27,6 +27,7 @@ from core.delivery import DeliveryFactory
 from core.failures import PostFailure
 from core.jobs import JobRunner
 from core.models import ThreadKey
+from core.progress import ProgressTask
 from core.service import RunOutcome
 from core.untrusted import neutralise
 from storage import RunRecord
@@ -148,7 +149,11 @@ class ToyThread:
         self._messages = chat.threads[run.thread_key]
 
     def render_progress(
-        self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
+        self,
+        status: str,
+        message_id: str | None,
+        buttons: Sequence[Button] = (),
+        tasks: Sequence[ProgressTask] = (),
     ) -> str:
         return status  # a toy chat without buttons
 

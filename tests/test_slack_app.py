@@ -712,7 +712,9 @@ async def test_stop_and_write_now_in_round_one_writes_the_report_from_that_searc
     assert (done.status, done.stop_requested) == ("succeeded", True)
     assert bot.search.fake.queries == [bot.search.fake.queries[0]]  # no second search
     final = bot.slack.messages[("C0001", run.progress_message_id or "")]
-    assert final["blocks"] == []  # the buttons are gone from the final state
+    assert button_ids(final) == []  # the buttons are gone from the final state
+    [plan] = [b for b in final["blocks"] if b["type"] == "plan"]  # the search it made
+    assert [t["status"] for t in plan["tasks"]] == ["complete"]
     assert "stopped early after 1 of 5 searches (stopped on request)" in final["text"]
     [report] = bot.reports()
     assert button_ids(report) == ["fathom_up", "fathom_down"]
@@ -736,7 +738,9 @@ async def test_the_cancel_button_ends_the_run_without_a_report(start_bot: BotFac
     [done] = await bot.finished()
     assert done.status == "cancelled" and bot.reports() == []
     final = bot.slack.messages[("C0001", run.progress_message_id or "")]
-    assert final["blocks"] == [] and "Research cancelled" in final["text"]
+    assert button_ids(final) == [] and "Research cancelled" in final["text"]
+    # The plan shows what the run finished: its search was cancelled before it ended.
+    assert [b["type"] for b in final["blocks"]] in ([], ["section", "plan"])
 
 
 async def test_a_vote_on_the_report_is_stored_once_and_a_second_press_changes_it(

@@ -8,7 +8,11 @@ how to post a notice, and how to judge a failed call. :class:`ChatDelivery` (a
 - one progress message per run, posted by the first event and edited in place afterwards;
   its id is stored on the run, so a resumed run (on any replica) edits the same message;
 - the progress message carries the run's buttons ("Stop and write now", "Cancel",
-  ``bots.chat.controls``) while the run works, and none in its final state;
+  ``bots.chat.controls``) while the run works, and none in its final state; a platform that
+  can show the run's plan gets its steps (``core.progress.ProgressTask``) with every
+  rendering, the final state the steps the run finished;
+- an optional :class:`Activity` beside the progress message sees every event (Slack's thread
+  status), on its own: its failures never touch the progress message, nor the run;
 - edits coalesced and paced by :class:`~bots.chat.throttle.EditThrottle` (per message and per
   workspace), retried on rate limits, and the final state always written;
 - the report's parts and the final status posted by ``core.delivery`` exactly once each.
@@ -24,7 +28,7 @@ from bots.chat.controls import Button, run_buttons
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
-from core.progress import ProgressEvent, ProgressKind, ProgressSink
+from core.progress import ProgressEvent, ProgressKind, ProgressSink, ProgressTask, final_tasks
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.wording import Language, pick, request_language
@@ -59,11 +63,16 @@ class ThreadPoster(Protocol):
     """A platform's calls for one run's thread (what an adapter implements)."""
 
     def render_progress(
-        self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
+        self,
+        status: str,
+        message_id: str | None,
+        buttons: Sequence[Button] = (),
+        tasks: Sequence[ProgressTask] = (),
     ) -> str:
         """The progress message showing ``status`` (``message_id``: the message it will
-        replace, None for a new one) and ``buttons`` (none in the final state). Any string
-        the platform's edit call takes: mrkdwn text, a card's JSON."""
+        replace, None for a new one), ``buttons`` (none in the final state) and, where the
+        platform shows them, the plan's ``tasks``. Any string the platform's edit call takes:
+        mrkdwn text, a card's JSON."""
         ...
 
     async def post_progress(self, content: str) -> str:
@@ -110,6 +119,18 @@ class ThreadPoster(Protocol):
         ...
 
 
+class Activity(Protocol):
+    """What a run is doing, shown beside its progress message (Slack's thread status)."""
+
+    async def publish(self, event: ProgressEvent) -> None:
+        """Show the event's step; the run's last event (``event.final``) ends the showing."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop showing (the run is over here, or was taken over); idempotent."""
+        ...
+
+
 class ChatDelivery:
     """``core.delivery.Delivery`` for one run in one chat thread; it is its own progress sink."""
 
@@ -121,28 +142,41 @@ class ChatDelivery:
         *,
         edit_interval: float,
         limiter: WorkspaceLimiter | None = None,
+        activity: Activity | None = None,
     ) -> None:
         self._run = run
         self.poster = poster
         self._store = store
         self._interval = edit_interval
         self._limiter = limiter
+        self._activity = activity
         self.language = request_language(run.topic)
         self.message_id = run.progress_message_id
         self.buttons = run_buttons(run.id, self.language)
         self._throttle: EditThrottle | None = None
         self._final_posted: str | None = None  # the final state, posted as a new message
+        self._submitted: str | None = None  # the last content handed to the throttle
+        #: The plan as the last event showed it (the final status shows its finished steps).
+        self.tasks: tuple[ProgressTask, ...] = ()
 
     @property
     def progress(self) -> ProgressSink:
         return self
 
     async def publish(self, event: ProgressEvent) -> None:
+        if event.tasks or event.final:
+            self.tasks = final_tasks(event.tasks or self.tasks) if event.final else event.tasks
         try:
             await self._publish(event)
         except Exception as exc:  # progress must never break the research
             reason = self.poster.classify(exc).reason
             log.warning("progress of run %s not shown (%s)", self._run.id, reason)
+        if self._activity is not None:
+            try:
+                await self._activity.publish(event)
+            except Exception as exc:
+                reason = self.poster.classify(exc).reason
+                log.warning("activity of run %s not shown (%s)", self._run.id, reason)
 
     async def _publish(self, event: ProgressEvent) -> None:
         await self.poster.resume(self.message_id)
@@ -155,11 +189,12 @@ class ChatDelivery:
                 await self._post_final(event.text)
             return
         buttons = () if final else self.buttons
-        content = self.poster.render_progress(event.text, self.message_id, buttons)
+        content = self.poster.render_progress(event.text, self.message_id, buttons, self.tasks)
         throttle = self._edits(self.message_id)
         if final:
             await throttle.flush_final(content)
-        else:
+        elif content != self._submitted:  # (a step of the plan changed nothing shown here)
+            self._submitted = content
             await throttle.submit(content)
 
     def _edits(self, message_id: str) -> EditThrottle:
@@ -192,7 +227,7 @@ class ChatDelivery:
         if not self.poster.can_edit(self.message_id):
             await self._post_final(text)
             return
-        content = self.poster.render_progress(text, self.message_id)
+        content = self.poster.render_progress(text, self.message_id, (), self.tasks)
         if self._throttle is not None and self._throttle.written == content:
             return
         await self.poster.edit_progress(self.message_id, content)
@@ -210,6 +245,8 @@ class ChatDelivery:
     async def aclose(self) -> None:
         if self._throttle is not None:
             await self._throttle.aclose()
+        if self._activity is not None:
+            await self._activity.aclose()
 
     async def _ensure_thread(self) -> None:
         """Messages after the run need a thread: a run whose thread starts with its progress
@@ -220,14 +257,14 @@ class ChatDelivery:
 
     async def _post_final(self, status: str) -> None:
         """A progress message that cannot be edited ends with a new message, posted once."""
-        content = self.poster.render_progress(status, None)
+        content = self.poster.render_progress(status, None, (), self.tasks)
         if content != self._final_posted:
             await self.poster.post_progress(content)
             self._final_posted = content
 
     async def _post_progress(self, status: str, *, final: bool = False) -> None:
         buttons = () if final else self.buttons
-        content = self.poster.render_progress(status, None, buttons)
+        content = self.poster.render_progress(status, None, buttons, self.tasks)
         message_id = await self.poster.post_progress(content)
         self.message_id = message_id
         # Stored before anything else: a run resumed from here finds its message.

@@ -31,6 +31,7 @@ from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.delivery import Undeliverable
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
+from core.progress import ProgressTask
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.untrusted import neutralise
@@ -254,7 +255,11 @@ class MemoryThread:
         self._last_part: str | None = None
 
     def render_progress(
-        self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
+        self,
+        status: str,
+        message_id: str | None,
+        buttons: Sequence[Button] = (),
+        tasks: Sequence[ProgressTask] = (),
     ) -> str:
         content = f"{neutralise(self._run.topic)}\n{neutralise(status)}"
         if buttons:

@@ -51,6 +51,7 @@ from bots.dingtalk.send import Conversation, space_of
 from core.digests import heading_of
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
+from core.progress import ProgressTask
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.wording import request_language
@@ -143,7 +144,11 @@ class DingTalkThread:
 
     # -- progress ---------------------------------------------------------------------------
     def render_progress(
-        self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
+        self,
+        status: str,
+        message_id: str | None,
+        buttons: Sequence[Button] = (),
+        tasks: Sequence[ProgressTask] = (),
     ) -> str:
         """The card's variables as JSON (the Markdown, and the buttons where they are shown)."""
         content = progress_markdown(

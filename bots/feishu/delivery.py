@@ -26,6 +26,7 @@ from core.attachments import AttachmentRefused, attachment_kind
 from core.digests import heading_of
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
+from core.progress import ProgressTask
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.wording import request_language
@@ -68,7 +69,11 @@ class FeishuThread:
         return f"{self._run.id}:{what}"
 
     def render_progress(
-        self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
+        self,
+        status: str,
+        message_id: str | None,
+        buttons: Sequence[Button] = (),
+        tasks: Sequence[ProgressTask] = (),
     ) -> str:
         return progress_card(
             self._run.topic,

@@ -25,6 +25,7 @@ from bots.chat.throttle import WorkspaceLimiters
 from bots.slack.download import SlackDownloads, allowed_origins, download_client
 from bots.slack.errors import classify_error
 from bots.slack.messenger import SlackClients, SlackMessenger, thread_ts
+from bots.slack.refusals import SlackRefusals
 from bots.slack.render import (
     REPORT_FILE_THRESHOLD,
     escape_mrkdwn,
@@ -32,10 +33,12 @@ from bots.slack.render import (
     progress_text,
     report_messages,
 )
+from bots.slack.status import REFRESH_SECONDS, ThreadStatus, Timer
 from core.attachments import AttachmentRefused
 from core.digests import heading_of
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
+from core.progress import ProgressTask
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
 from core.wording import request_language
@@ -76,7 +79,11 @@ class SlackThread:
         self.thread = ThreadKey.parse(run.thread_key)
 
     def render_progress(
-        self, status: str, message_id: str | None, buttons: Sequence[Button] = ()
+        self,
+        status: str,
+        message_id: str | None,
+        buttons: Sequence[Button] = (),
+        tasks: Sequence[ProgressTask] = (),
     ) -> str:
         # Who asked is said in the thread's top-level message (a slash command's opener).
         opener = self.needs_opener if message_id is None else message_id == self.thread.thread
@@ -89,7 +96,7 @@ class SlackThread:
             language=self.language,
             digest_title=heading_of(self._run),
         )
-        return progress_message(text, buttons)
+        return progress_message(text, buttons, tasks, self.language)
 
     async def post_progress(self, content: str) -> str:
         return await self._messenger.post_progress(self.thread, content)
@@ -151,11 +158,18 @@ class SlackDeliveryFactory:
         limiters: WorkspaceLimiters | None = None,
         api_url: str = "https://slack.com/api/",
         http: httpx.AsyncClient | None = None,
+        refusals: SlackRefusals | None = None,
+        timer: Timer | None = None,
+        status_refresh: float = REFRESH_SECONDS,
     ) -> None:
         self._clients = clients
         self._store = store
         self._interval = edit_interval
         self._limiters = limiters or WorkspaceLimiters()
+        #: What Slack refused for good, for every run of this process.
+        self.refusals = refusals or SlackRefusals()
+        self._timer = timer
+        self._status_refresh = status_refresh
         self._origins = allowed_origins(api_url)
         self._http = http
         self._owns_http = http is None
@@ -171,12 +185,24 @@ class SlackDeliveryFactory:
         team = ThreadKey.parse(run.thread_key).workspace
         client = await self._clients.client_for(team)
         downloads = SlackDownloads(client, self._download_http(), self._origins)
+        messenger = SlackMessenger(client, team, self.refusals)
+        thread = SlackThread(run, messenger, self._store, downloads)
+        status = ThreadStatus(
+            client,
+            team,
+            lambda: thread.thread,
+            self.refusals,
+            language=thread.language,
+            timer=self._timer,
+            refresh=self._status_refresh,
+        )
         return ChatDelivery(
             run,
-            SlackThread(run, SlackMessenger(client), self._store, downloads),
+            thread,
             self._store,
             edit_interval=self._interval,
             limiter=self._limiters.for_team(team),
+            activity=status,
         )
 
     async def aclose(self) -> None:

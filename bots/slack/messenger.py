@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack.errors import error_code
+from bots.slack.refusals import SlackRefusals
 from bots.slack.render import escape_mrkdwn, report_title, safe_markdown
 from core.models import ThreadKey
 
@@ -54,10 +56,43 @@ def thread_ts(thread: ThreadKey) -> str | None:
 
 
 class SlackMessenger:
-    """The Slack calls of one run's delivery, for one workspace client."""
+    """The Slack calls of one run's delivery, for one workspace client (``team``: the
+    workspace, whose refusals of plan blocks are remembered in ``refusals``)."""
 
-    def __init__(self, client: AsyncWebClient) -> None:
+    def __init__(
+        self, client: AsyncWebClient, team: str = "", refusals: SlackRefusals | None = None
+    ) -> None:
         self._client = client
+        self._team = team
+        self._refusals = refusals or SlackRefusals()
+
+    @property
+    def client(self) -> AsyncWebClient:
+        return self._client
+
+    def _blocks(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        """The blocks to send: the plain ones where the workspace refused plan blocks."""
+        if "plain_blocks" in message and self._refusals.plans_refused(self._team):
+            return list(message["plain_blocks"])
+        return list(message["blocks"])
+
+    async def _with_plan_fallback(
+        self, message: dict[str, Any], send: Callable[[list[dict[str, Any]]], Awaitable[Any]]
+    ) -> Any:
+        """``send`` the message's blocks; when Slack refuses a message with a plan block as
+        blocks it does not take, the workspace is noted and the plain blocks are sent."""
+        blocks = self._blocks(message)
+        try:
+            return await send(blocks)
+        except SlackApiError as exc:
+            code = error_code(exc)
+            plain = message.get("plain_blocks")
+            if code not in BLOCK_ERRORS or plain is None or blocks == plain:
+                raise
+            response = await send(list(plain))
+            # Taken without the plan: the plan was what Slack refused.
+            self._refusals.refuse_plans(self._team, code or "")
+            return response
 
     async def post_message(self, thread: ThreadKey, text: str) -> str:
         """Post in the thread (top level in the channel while pending); returns the ``ts``."""
@@ -72,23 +107,30 @@ class SlackMessenger:
     async def post_progress(self, thread: ThreadKey, content: str) -> str:
         """Post a progress message (``render.progress_message``: its text and blocks)."""
         message = json.loads(content)
-        blocks = message["blocks"] or None  # none yet: nothing to send
-        response = await self._client.chat_postMessage(
-            channel=thread.channel,
-            text=message["text"],
-            blocks=blocks,
-            thread_ts=thread_ts(thread),
-            unfurl_links=False,
-        )
+
+        async def post(blocks: list[dict[str, Any]]) -> Any:
+            return await self._client.chat_postMessage(
+                channel=thread.channel,
+                text=message["text"],
+                blocks=blocks or None,  # none yet: nothing to send
+                thread_ts=thread_ts(thread),
+                unfurl_links=False,
+            )
+
+        response = await self._with_plan_fallback(message, post)
         return str(response["ts"])
 
     async def edit_progress(self, thread: ThreadKey, message_id: str, content: str) -> None:
         """Edit a progress message; its blocks are always sent (Slack keeps the old ones when
         they are left out, and ``[]`` removes the buttons of the final state)."""
         message = json.loads(content)
-        await self._client.chat_update(
-            channel=thread.channel, ts=message_id, text=message["text"], blocks=message["blocks"]
-        )
+
+        async def update(blocks: list[dict[str, Any]]) -> Any:
+            return await self._client.chat_update(
+                channel=thread.channel, ts=message_id, text=message["text"], blocks=blocks
+            )
+
+        await self._with_plan_fallback(message, update)
 
     async def post_report_message(self, thread: ThreadKey, message: dict[str, Any]) -> None:
         """Post one report message (``chat.postMessage`` kwargs from ``render``) in the thread;

@@ -1,9 +1,13 @@
 """What a run looks like in Slack: progress texts and report messages (pure, no I/O).
 
 Progress messages are classic ``text`` (Slack mrkdwn), so user-provided text is escaped;
-while a run works the same text is also a ``section`` block followed by an ``actions`` block
-with its buttons (``bots.chat.controls``), and the final state has no blocks. The report's
-last message carries the 👍/👎 buttons after its markdown block.
+while a run works the same text is also a ``section`` block followed by the run's plan (a
+``plan`` block of ``task_card`` s: each search or sub-question, its status and the first
+pages its search returned) and an ``actions`` block with its buttons
+(``bots.chat.controls``). The final state keeps the text and the finished plan, without the
+buttons. Where a workspace refuses plan blocks, the same message goes without them (see
+``SlackMessenger``). The report's last message carries the 👍/👎 buttons after its markdown
+block.
 Reports go out as standard Markdown in one ``markdown`` block per message; Slack allows
 12,000 characters of markdown blocks per message, so long reports are split at section
 boundaries into several messages (``bots.chat.markdown``). Whatever is posted passes
@@ -19,10 +23,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from slack_sdk.models.blocks import PlanBlock, RichTextBlock, TaskCardBlock
+from slack_sdk.models.blocks.block_elements import UrlSourceElement
+
 from bots.chat.controls import Button
 from bots.chat.markdown import link_citations, split_report, status_lines
 from core.models import Source
-from core.untrusted import neutralise
+from core.progress import ProgressTask, TaskStatus
+from core.untrusted import neutralise, remove_urls
 from core.wording import Language, pick
 
 #: Markdown characters per message (Slack: 12,000 cumulative per message; keep a margin).
@@ -36,6 +44,12 @@ _TITLE_CHARS = 200
 SECTION_CHARS = 3_000
 #: The block id of a message's buttons.
 CONTROLS_BLOCK = "fathom_controls"
+#: The steps a plan block shows (the latest ones), and the length of a step's title, of a
+#: source's text and of a source's address.
+PLAN_TASKS = 20
+TASK_TITLE_CHARS = 150
+SOURCE_TEXT_CHARS = 100
+SOURCE_URL_CHARS = 2_000
 
 
 def escape_mrkdwn(text: str) -> str:
@@ -112,15 +126,77 @@ def _section_text(text: str) -> str:
     return cut + "…"
 
 
-def progress_message(text: str, buttons: Sequence[Button]) -> str:
-    """The progress message as the JSON of its ``text`` and ``blocks`` (what
-    ``SlackMessenger.post_progress``/``edit_progress`` send): with buttons, the text again as
-    a section followed by them; without, no blocks (an edit then removes the old ones)."""
-    blocks: list[dict[str, Any]] = []
-    if buttons:
-        section = {"type": "section", "text": {"type": "mrkdwn", "text": _section_text(text)}}
-        blocks = [section, buttons_block(buttons)]
-    return json.dumps({"text": text, "blocks": blocks}, ensure_ascii=False)
+def _plain(text: str, limit: int) -> str:
+    """Untrusted text for a plain-text field: no mention, no web address, one line."""
+    return _clip(remove_urls(neutralise(text)), limit) or "…"
+
+
+def _rich_text(text: str) -> RichTextBlock:
+    section = {"type": "rich_text_section", "elements": [{"type": "text", "text": text}]}
+    return RichTextBlock(elements=[section])
+
+
+def _task_output(task: ProgressTask, language: Language) -> str | None:
+    if task.status is TaskStatus.ERROR:
+        return pick(language, "Nothing usable was found.", "没有找到可用的结果。")
+    if task.status is not TaskStatus.COMPLETE:
+        return None
+    return pick(
+        language,
+        f"{task.found} result{'s' if task.found != 1 else ''} found",
+        f"找到 {task.found} 条结果",
+    )
+
+
+def plan_block(tasks: Sequence[ProgressTask], language: Language = "en") -> dict[str, Any]:
+    """The run's plan as Slack's ``plan`` block (slack-sdk's block classes): a task card per
+    step, with its status, what its search found and, as sources, the first pages it returned
+    (addresses from the search only)."""
+    shown = list(tasks)[-PLAN_TASKS:]
+    done = sum(1 for t in tasks if t.done)
+    title = pick(
+        language,
+        f"Research plan ({done}/{len(tasks)} done)",
+        f"研究计划（已完成 {done}/{len(tasks)}）",
+    )
+    cards = []
+    for task in shown:
+        output = _task_output(task, language)
+        sources = [
+            UrlSourceElement(url=s.url, text=_plain(s.title, SOURCE_TEXT_CHARS))
+            for s in task.sources
+            if len(s.url) <= SOURCE_URL_CHARS
+        ]
+        cards.append(
+            TaskCardBlock(
+                task_id=task.id[:64],
+                title=_plain(task.title, TASK_TITLE_CHARS),
+                status=task.status.value,
+                output=_rich_text(output) if output else None,
+                sources=sources or None,
+            )
+        )
+    return PlanBlock(title=title, tasks=cards).to_dict()
+
+
+def progress_message(
+    text: str,
+    buttons: Sequence[Button],
+    tasks: Sequence[ProgressTask] = (),
+    language: Language = "en",
+) -> str:
+    """The progress message as the JSON of its ``text``, its ``blocks`` and, when they hold a
+    plan, its ``plain_blocks`` (the same without the plan, for a workspace that refuses plan
+    blocks): the text again as a section, the plan, the buttons. Without buttons or plan, no
+    blocks (an edit then removes the old ones)."""
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": _section_text(text)}}
+    controls = [buttons_block(buttons)] if buttons else []
+    plain: list[dict[str, Any]] = [section, *controls] if controls else []
+    message: dict[str, Any] = {"text": text, "blocks": plain}
+    if tasks:
+        message["blocks"] = [section, plan_block(tasks, language), *controls]
+        message["plain_blocks"] = plain
+    return json.dumps(message, ensure_ascii=False)
 
 
 def report_title(markdown: str) -> str:

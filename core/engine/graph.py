@@ -25,11 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.engine.searching import PageReading, search_topic, searching_text
 from core.engine.state import JsonModel, RunState, StepHooks, StopReason, TextModel
+from core.engine.tasks import graph_tasks
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
 from core.models import Finding, GraphNode, NodeStatus
 from core.pages.reader import PageReader
-from core.progress import ProgressKind, search_executed_text
+from core.progress import ProgressKind, ProgressTask, search_executed_text
 from core.prompts import (
     graph_plan_problems_message,
     graph_planner_messages,
@@ -265,6 +266,11 @@ class GraphStrategy:
         """The thread's graph with its answers (at most ``ANSWER_CHARS`` of each)."""
         return graph_lines(state.variables.graph, ANSWER_CHARS)
 
+    @staticmethod
+    def tasks(state: RunState, searching: str | None = None) -> list[ProgressTask]:
+        """This run's sub-questions and where each stands."""
+        return graph_tasks(state)
+
     async def run(self, state: RunState, hooks: StepHooks) -> StopReason:
         turn = _Turn(
             state,
@@ -431,6 +437,8 @@ class _Turn:
         self._answerer = answerer
         self._slots = asyncio.Semaphore(max_parallel)
         self._writing = asyncio.Lock()
+        #: The progress text of the turn being run (each node's step repeats it).
+        self._text: str | None = None
 
     async def run(self, nodes: list[GraphNode]) -> None:
         graph = {n.name: n for n in self._state.variables.graph}
@@ -440,12 +448,10 @@ class _Turn:
         )
         sorter.prepare()
         questions = ", ".join(f'"{n.question}"' for n in nodes if n.status is NodeStatus.PENDING)
+        self._text = None
         if questions:
-            await self._hooks.progress(
-                ProgressKind.SEARCHING,
-                searching_text(self._state, questions),
-                None,
-            )
+            self._text = searching_text(self._state, questions)
+            await self._hooks.progress(ProgressKind.SEARCHING, self._text, None)
         running: dict[asyncio.Task[None], str] = {}
         try:
             while sorter.is_active():
@@ -478,8 +484,11 @@ class _Turn:
                 await asyncio.gather(*running, return_exceptions=True)
 
     async def _checkpoint(self) -> None:
+        """Checkpoint a node's step, then show it (the same text: a node's status changed)."""
         async with self._writing:
             await self._hooks.checkpoint(self._state)
+        if self._text is not None:
+            await self._hooks.progress(ProgressKind.SEARCHING, self._text, None)
 
     async def _node(self, node: GraphNode, graph: dict[str, GraphNode]) -> None:
         state = self._state

@@ -19,11 +19,12 @@ import logging
 
 from core.engine.searching import PageReading, search_topic, searching_text
 from core.engine.state import JsonModel, RunState, StepHooks, StopReason
+from core.engine.tasks import iterative_tasks
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
 from core.models import Finding, PlannerDecision, ThreadVariables
 from core.pages.reader import PageReader
-from core.progress import ProgressKind, search_executed_text
+from core.progress import ProgressKind, ProgressTask, search_executed_text
 from core.prompts import planner_duplicate_message, planner_messages
 from core.report import files_digest
 from core.search import SearchProvider
@@ -69,6 +70,11 @@ class IterativeStrategy:
     def writer_graph(state: RunState) -> list[str]:
         """Nothing: the writer works from the findings alone."""
         return []
+
+    @classmethod
+    def tasks(cls, state: RunState, searching: str | None = None) -> list[ProgressTask]:
+        """This run's searches, then the one running or planned."""
+        return iterative_tasks(state, cls.run_topics(state), searching)
 
     async def run(self, state: RunState, hooks: StepHooks) -> StopReason:
         reading = self._read(state, self._unread(state))
@@ -138,7 +144,8 @@ class IterativeStrategy:
             text = search_executed_text(state.rounds_done, state.depth)
             if finding.error:
                 text += f" {search_failed_words(state.language)}"
-            await hooks.progress(ProgressKind.SEARCHED, text, topic)
+            pages = sum(r.pages for r in reading)
+            await hooks.progress(ProgressKind.SEARCHED, text, topic, pages=pages)
         if reading:
             await attach_pages()
             await hooks.checkpoint(state)

@@ -43,13 +43,12 @@ class PageReading:
         self._findings = findings
         # Only web results' pages: an internal document's text is what its server returned
         # (page reading never fetches an internal address).
+        addresses = [[r.url for r in f.results if not r.internal] for f in findings]
+        #: How many pages it reads at most (the reader's best pages of each finding).
+        self.pages = sum(min(reader.pages, len(set(urls))) for urls in addresses)
         self._tasks = [
-            asyncio.create_task(
-                reader.read(
-                    [r.url for r in finding.results if not r.internal], f"{topic} {finding.topic}"
-                )
-            )
-            for finding in findings
+            asyncio.create_task(reader.read(urls, f"{topic} {finding.topic}"))
+            for finding, urls in zip(findings, addresses, strict=True)
         ]
 
     async def attach(self, state: RunState) -> None:

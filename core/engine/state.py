@@ -132,6 +132,14 @@ class RunState:
         return any(t != self.topic for t in topics) or planned not in (None, self.topic)
 
 
+class Progress(Protocol):
+    """Publish a step (``pages``: how many result pages are being read meanwhile)."""
+
+    async def __call__(
+        self, kind: ProgressKind, text: str, topic: str | None = None, *, pages: int = 0
+    ) -> None: ...
+
+
 @dataclass(frozen=True)
 class StepHooks:
     """What the strategy calls between steps; the service supplies them.
@@ -147,6 +155,6 @@ class StepHooks:
     """
 
     checkpoint: Callable[[RunState], Awaitable[None]]
-    progress: Callable[[ProgressKind, str, str | None], Awaitable[None]]
+    progress: Progress
     is_cancelled: Callable[[], bool]
     stop_reason: Callable[[], StopReason | None] = lambda: None

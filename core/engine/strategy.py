@@ -17,6 +17,7 @@ from core.engine.graph import GraphStrategy
 from core.engine.iterative import IterativeStrategy
 from core.engine.state import RunState, StepHooks, StopReason, TextModel
 from core.pages.reader import PageReader
+from core.progress import ProgressTask
 from core.search import SearchProvider
 
 
@@ -35,6 +36,11 @@ class Strategy(Protocol):
     def writer_graph(self, state: RunState) -> list[str]:
         """The answered sub-questions the writer builds the report on, one line each (empty:
         the writer works from the findings alone)."""
+        ...
+
+    def tasks(self, state: RunState, searching: str | None = None) -> list[ProgressTask]:
+        """This run's plan as it stands (``searching``: the topic being searched now, when
+        the strategy searches one at a time)."""
         ...
 
 

@@ -32,6 +32,11 @@ MAX_BLOCKS = 50
 MAX_MARKDOWN = 12_000  # cumulative over all `markdown` blocks of one message
 SECTION_CHARS = 3_000  # a section block's text
 BUTTON_TEXT_CHARS = 75  # a button's label
+PLAN_KINDS = frozenset({"plan", "task_card"})
+TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
+MAX_PLAN_TASKS = 50
+MAX_LOADING_MESSAGES = 10
+MAX_SUGGESTED_PROMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -79,8 +84,9 @@ class SlackError(Exception):
         self.code = code
 
 
-def _check_message(params: dict[str, Any]) -> None:
-    """Slack's own limits, so tests catch reports that would be rejected in production."""
+def _check_message(params: dict[str, Any], *, plans: bool = True) -> None:
+    """Slack's own limits, so tests catch reports that would be rejected in production
+    (``plans``: False for a workspace that does not take plan and task card blocks)."""
     if len(str(params.get("text") or "")) > MAX_TEXT:
         raise SlackError("msg_too_long")
     if "blocks" not in params:
@@ -105,6 +111,8 @@ def _check_message(params: dict[str, Any]) -> None:
     if len(set(block_ids)) < len(block_ids) or len(set(action_ids)) < len(action_ids):
         raise SlackError("invalid_blocks")  # ids must be unique within a message
     for block in blocks:
+        if not plans and block["type"] in PLAN_KINDS:
+            raise SlackError("invalid_blocks")
         if not _block_is_valid(block):
             raise SlackError("invalid_blocks")
 
@@ -143,7 +151,62 @@ def _block_is_valid(block: dict[str, Any]) -> bool:
         if not isinstance(elements, list) or not 0 < len(elements) <= 25:
             return False
         return all(_button_is_valid(e) for e in elements)
+    if kind == "plan":
+        return _plan_is_valid(block)
+    if kind == "task_card":
+        return task_card_is_valid(block)
     return True  # other kinds are not checked here
+
+
+def _rich_text_is_valid(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and value.get("type") == "rich_text"
+        and isinstance(value.get("elements"), list)
+        and len(value["elements"]) > 0
+        and all(isinstance(e, dict) and isinstance(e.get("type"), str) for e in value["elements"])
+    )
+
+
+def _url_source_is_valid(source: Any) -> bool:
+    return (
+        isinstance(source, dict)
+        and source.get("type") == "url"
+        and isinstance(source.get("url"), str)
+        and source["url"].startswith(("https://", "http://"))
+        and isinstance(source.get("text"), str)
+        and 0 < len(source["text"])
+    )
+
+
+def task_card_is_valid(task: Any) -> bool:
+    """A ``task_card`` (a block, or one task of a plan, where its ``type`` may be left out):
+    an id, a plain-text title, one of the four statuses, rich-text details and output, URL
+    sources (Block Kit reference, "Task card block")."""
+    if not isinstance(task, dict) or task.get("type", "task_card") != "task_card":
+        return False
+    task_id, title = task.get("task_id"), task.get("title")
+    if not (isinstance(task_id, str) and task_id and isinstance(title, str) and title.strip()):
+        return False
+    if task.get("status", "pending") not in TASK_STATUSES:
+        return False
+    for key in ("details", "output"):
+        if key in task and not _rich_text_is_valid(task[key]):
+            return False
+    sources = task.get("sources", [])
+    return isinstance(sources, list) and all(_url_source_is_valid(s) for s in sources)
+
+
+def _plan_is_valid(block: dict[str, Any]) -> bool:
+    """A ``plan``: a plain-text title and task cards with unique ids (Block Kit reference,
+    "Plan block")."""
+    title, tasks = block.get("title"), block.get("tasks", [])
+    if not (isinstance(title, str) and title.strip()) or not isinstance(tasks, list):
+        return False
+    if len(tasks) > MAX_PLAN_TASKS or not all(task_card_is_valid(t) for t in tasks):
+        return False
+    ids = [t["task_id"] for t in tasks]
+    return len(set(ids)) == len(ids)
 
 
 def _button_is_valid(element: Any) -> bool:
@@ -190,6 +253,13 @@ class FakeSlack:
         #: False: the bot's token lacks ``files:read`` (files.info answers missing_scope,
         #: file requests get the sign-in page).
         self.files_read = True
+        #: False: the workspace does not take plan and task card blocks (invalid_blocks).
+        self.plan_blocks = True
+        #: The thread statuses shown now, by (channel, thread_ts): status, loading messages.
+        self.statuses: dict[tuple[str, str], tuple[str, list[str]]] = {}
+        #: Assistant threads' suggested prompts and titles, by (channel, thread_ts).
+        self.prompts: dict[tuple[str, str], dict[str, Any]] = {}
+        self.titles: dict[tuple[str, str], str] = {}
 
     def reset(self) -> None:
         with self._lock:
@@ -395,16 +465,80 @@ class FakeSlack:
                 return self._complete_upload(p)
             if method == "reactions.add":
                 return {}
+            if method == "assistant.threads.setStatus":
+                return self._set_status(p)
+            if method == "assistant.threads.setSuggestedPrompts":
+                return self._set_prompts(p)
+            if method == "assistant.threads.setTitle":
+                return self._set_title(p)
             if method == "files.info":
                 return self._file_info(p)
         raise SlackError("unknown_method")
+
+    @staticmethod
+    def _assistant_thread(p: dict[str, Any], *, thread_required: bool = True) -> tuple[str, str]:
+        channel, ts = str(p.get("channel_id") or ""), str(p.get("thread_ts") or "")
+        if not channel:
+            raise SlackError("channel_not_found")
+        if thread_required and not ts:
+            raise SlackError("invalid_thread_ts")
+        return channel, ts
+
+    def _set_status(self, p: dict[str, Any]) -> dict[str, Any]:
+        """``assistant.threads.setStatus``: a status (empty clears it) and at most ten
+        loading messages."""
+        key = self._assistant_thread(p)
+        status, loading = p.get("status"), p.get("loading_messages", [])
+        if not isinstance(status, str):
+            raise SlackError("invalid_arguments")
+        if isinstance(loading, str):
+            try:
+                loading = json.loads(loading)
+            except ValueError:
+                raise SlackError("invalid_arguments") from None
+        if not isinstance(loading, list) or len(loading) > MAX_LOADING_MESSAGES:
+            raise SlackError("invalid_arguments")
+        if not all(isinstance(m, str) and m for m in loading):
+            raise SlackError("invalid_arguments")
+        if status:
+            self.statuses[key] = (status, list(loading))
+        else:
+            self.statuses.pop(key, None)
+        return {}
+
+    def _set_prompts(self, p: dict[str, Any]) -> dict[str, Any]:
+        """``assistant.threads.setSuggestedPrompts``: one to four ``{title, message}``."""
+        key = self._assistant_thread(p, thread_required=False)
+        prompts = p.get("prompts")
+        if isinstance(prompts, str):
+            try:
+                prompts = json.loads(prompts)
+            except ValueError:
+                raise SlackError("invalid_arguments") from None
+        if not isinstance(prompts, list) or not 0 < len(prompts) <= MAX_SUGGESTED_PROMPTS:
+            raise SlackError("invalid_arguments")
+        for prompt in prompts:
+            if not isinstance(prompt, dict):
+                raise SlackError("invalid_arguments")
+            if not all(isinstance(prompt.get(k), str) and prompt[k] for k in ("title", "message")):
+                raise SlackError("invalid_arguments")
+        self.prompts[key] = {"title": p.get("title"), "prompts": prompts}
+        return {}
+
+    def _set_title(self, p: dict[str, Any]) -> dict[str, Any]:
+        key = self._assistant_thread(p)
+        title = p.get("title")
+        if not isinstance(title, str) or not title.strip():
+            raise SlackError("invalid_arguments")
+        self.titles[key] = title
+        return {}
 
     def _post(self, p: dict[str, Any]) -> dict[str, Any]:
         if not p.get("channel"):
             raise SlackError("channel_not_found")
         if not p.get("text") and not p.get("blocks"):
             raise SlackError("no_text")
-        _check_message(p)
+        _check_message(p, plans=self.plan_blocks)
         channel, ts = str(p["channel"]), self._ts()
         message = {
             "type": "message",
@@ -427,7 +561,7 @@ class FakeSlack:
             raise SlackError("message_not_found")
         if not p.get("text") and not p.get("blocks"):
             raise SlackError("no_text")
-        _check_message(p)
+        _check_message(p, plans=self.plan_blocks)
         message = self.messages[key]
         message["text"] = p.get("text", "")
         if "blocks" in p:  # omitted keeps the old blocks; [] removes them

@@ -1,0 +1,74 @@
+"""What Slack refused for good in this process, so it is not asked again for every edit.
+
+A workspace that does not take plan blocks (its plan, an older Slack) gets progress messages
+without them; a workspace or channel that does not take the thread status (the scope missing,
+a channel where it cannot be set) gets none. Only an answer Slack says is final
+(``bots.slack.errors.classify_error``) is remembered; each is logged once. The memory belongs
+to the process's Slack delivery (one object, shared by its runs), not to the database: a
+restarted process asks once more.
+"""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+#: Refusals that hold for the whole workspace (the token or the app), not one channel.
+WORKSPACE_REFUSALS = frozenset(
+    {
+        "missing_scope",
+        "not_allowed_token_type",
+        "no_permission",
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "team_access_not_granted",
+        "feature_not_enabled",
+        "method_deprecated",
+        "unknown_method",
+    }
+)
+
+#: Answers that mean the status cannot be set in that thread or channel, besides the final
+#: errors every call has (``bots.slack.errors.FINAL_ERRORS``).
+CHANNEL_REFUSALS = frozenset({"invalid_thread_ts", "thread_not_found", "not_allowed"})
+
+
+class SlackRefusals:
+    """What Slack refused for good in this process: plan blocks per workspace, the thread
+    status per workspace or channel. Each refusal is logged once."""
+
+    def __init__(self) -> None:
+        self._plans: set[str] = set()
+        self._status: set[str] = set()
+
+    def plans_refused(self, team: str) -> bool:
+        return team in self._plans
+
+    def refuse_plans(self, team: str, why: str) -> None:
+        if team not in self._plans:
+            self._plans.add(team)
+            log.warning(
+                "slack: workspace %s refused plan blocks (%s); progress is shown without them",
+                team,
+                why,
+            )
+
+    def status_refused(self, team: str, channel: str) -> bool:
+        return team in self._status or f"{team}:{channel}" in self._status
+
+    def refuse_status(self, team: str, channel: str, code: str) -> None:
+        """Slack refused the status with ``code``: for the workspace when the code says so
+        (:data:`WORKSPACE_REFUSALS`), else for the channel."""
+        key = team if code in WORKSPACE_REFUSALS else f"{team}:{channel}"
+        if key not in self._status:
+            self._status.add(key)
+            where = f"workspace {team}" if key == team else f"channel {channel} of {team}"
+            log.warning(
+                "slack: %s refused the thread status (%s); runs there show progress only",
+                where,
+                code or "no error code",
+            )

@@ -1,0 +1,237 @@
+"""The thread status of a Slack run (``assistant.threads.setStatus``): "Fathom is searching
+“…”" under the thread while the run works.
+
+Slack removes a status about two minutes after it was set when no message follows, so the
+status is set again every :data:`REFRESH_SECONDS` while the run works, and cleared (an empty
+status) by the run's last event. Whichever replica runs the run shows its status: a replica
+that takes a run over sets it from the run's next event, and the one that lost the run stops
+refreshing when its delivery is closed.
+
+A workspace or channel that refuses the call for good (the ``chat:write`` scope missing, a
+plan without the feature, a channel the status cannot be set in) is remembered for the
+process (``bots.slack.refusals``) and logged once; the run goes on with its progress message
+alone. Other failures (rate limits, outages) are tried again at the next refresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bots.slack.errors import classify_error, describe_error, error_code
+from bots.slack.messenger import thread_ts
+from bots.slack.refusals import CHANNEL_REFUSALS, WORKSPACE_REFUSALS, SlackRefusals
+from core.models import ThreadKey
+from core.progress import ProgressEvent, ProgressKind, TaskStatus
+from core.untrusted import neutralise, remove_urls
+from core.wording import Language, pick
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two settings of the same status (Slack drops it after about 120).
+REFRESH_SECONDS = 90.0
+#: Seconds before a status that failed (not for good) is tried again.
+RETRY_SECONDS = 15.0
+#: Slack shows at most this many loading messages.
+MAX_LOADING_MESSAGES = 10
+_TOPIC_CHARS = 80
+
+
+class Timer(Protocol):
+    """The clock the status is refreshed by (tests drive a manual one)."""
+
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class MonotonicTimer:
+    """The process's monotonic clock."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+@dataclass(frozen=True)
+class StatusWords:
+    """A status (shown after the app's name) and the loading messages Slack rotates."""
+
+    status: str
+    loading: tuple[str, ...] = ()
+
+
+def _topic(text: str) -> str:
+    text = " ".join(remove_urls(neutralise(text)).split())
+    return text if len(text) <= _TOPIC_CHARS else text[: _TOPIC_CHARS - 1].rstrip() + "…"
+
+
+def status_words(event: ProgressEvent, language: Language) -> StatusWords | None:
+    """What the thread status says for ``event`` (None: nothing new to say)."""
+    kind = event.kind
+    if kind is ProgressKind.STARTED or kind is ProgressKind.PLANNING:
+        return StatusWords(
+            pick(language, "is planning the research…", "正在规划研究…"),
+            (
+                pick(language, "Reading the question…", "正在理解问题…"),
+                pick(language, "Planning the first search…", "正在规划第一次搜索…"),
+            ),
+        )
+    if kind is ProgressKind.READING:
+        return StatusWords(pick(language, "is reading the attached files…", "正在阅读附件…"))
+    if kind is ProgressKind.SEARCHING:
+        if event.topic:
+            topic = _topic(event.topic)
+            return StatusWords(
+                pick(language, f"is searching “{topic}”…", f"正在搜索“{topic}”…"),
+                (
+                    pick(language, f"Searching “{topic}”…", f"正在搜索“{topic}”…"),
+                    pick(language, "Reading the results…", "正在阅读搜索结果…"),
+                ),
+            )
+        running = sum(1 for t in event.tasks if t.status is TaskStatus.IN_PROGRESS)
+        if running == 0:
+            return StatusWords(pick(language, "is answering the sub-questions…", "正在回答子问题…"))
+        return StatusWords(
+            pick(
+                language,
+                f"is searching {running} sub-question{'s' if running != 1 else ''}…",
+                f"正在搜索 {running} 个子问题…",
+            ),
+            (
+                pick(language, "Searching the sub-questions…", "正在搜索子问题…"),
+                pick(language, "Answering what was found…", "正在回答已找到的内容…"),
+            ),
+        )
+    if kind is ProgressKind.SEARCHED:
+        planning = pick(language, "Planning the next step…", "正在规划下一步…")
+        if event.pages > 0:
+            pages = event.pages
+            return StatusWords(
+                pick(
+                    language,
+                    f"is reading {pages} page{'s' if pages != 1 else ''}…",
+                    f"正在阅读 {pages} 个网页…",
+                ),
+                (pick(language, f"Reading {pages} pages…", f"正在阅读 {pages} 个网页…"), planning),
+            )
+        return StatusWords(pick(language, "is planning the next step…", "正在规划下一步…"))
+    if kind is ProgressKind.WRITING:
+        return StatusWords(
+            pick(language, "is writing the report…", "正在撰写报告…"),
+            (
+                pick(language, "Writing the report…", "正在撰写报告…"),
+                pick(language, "Citing the sources…", "正在标注来源…"),
+            ),
+        )
+    return None
+
+
+class ThreadStatus:
+    """``bots.chat.delivery.Activity`` for one Slack run: its thread status."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        team: str,
+        thread: Callable[[], ThreadKey],
+        refusals: SlackRefusals,
+        *,
+        language: Language = "en",
+        timer: Timer | None = None,
+        refresh: float = REFRESH_SECONDS,
+    ) -> None:
+        self._client = client
+        self._team = team
+        self._thread = thread
+        self._refusals = refusals
+        self._language = language
+        self._timer = timer or MonotonicTimer()
+        self._refresh = refresh
+        self._wanted: StatusWords | None = None  # what the thread should show
+        self._shown: StatusWords | None = None  # what Slack accepted last
+        self._ever_shown = False
+        self._due = 0.0  # when the status is set (again)
+        self._lock = asyncio.Lock()
+        self._keeper: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def publish(self, event: ProgressEvent) -> None:
+        if self._closed:
+            return
+        if event.final:
+            await self._end()
+            return
+        words = status_words(event, self._language)
+        if words is None:
+            return
+        self._wanted = words
+        if words != self._shown:
+            async with self._lock:
+                await self._send(words)
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.create_task(self._keep())
+
+    async def _send(self, words: StatusWords) -> None:
+        """Set the status now (under the lock); when it is due again is in ``_due``."""
+        key = self._thread()
+        ts = thread_ts(key)
+        if ts is None or self._refusals.status_refused(self._team, key.channel):
+            self._due = self._timer.now() + self._refresh
+            return
+        try:
+            await self._client.assistant_threads_setStatus(
+                channel_id=key.channel,
+                thread_ts=ts,
+                status=words.status,
+                loading_messages=list(words.loading[:MAX_LOADING_MESSAGES]) or None,
+            )
+        except Exception as exc:
+            failure, code = classify_error(exc), error_code(exc) or ""
+            if not failure.retryable or code in WORKSPACE_REFUSALS or code in CHANNEL_REFUSALS:
+                self._refusals.refuse_status(self._team, key.channel, code)
+            else:
+                log.info("slack: thread status not set (%s); tried again", describe_error(exc))
+            self._due = self._timer.now() + max(failure.retry_after, RETRY_SECONDS)
+            return
+        self._shown = words
+        self._ever_shown = self._ever_shown or bool(words.status)
+        self._due = self._timer.now() + self._refresh
+
+    async def _keep(self) -> None:
+        """Set the wanted status again whenever it is due, until the run ends here."""
+        while not self._closed and self._wanted is not None:
+            wait = self._due - self._timer.now()
+            if wait > 0:
+                await self._timer.sleep(wait)
+                continue
+            async with self._lock:
+                if self._closed or self._wanted is None:
+                    return
+                await self._send(self._wanted)
+            key = self._thread()
+            if self._refusals.status_refused(self._team, key.channel):
+                return
+
+    async def _end(self) -> None:
+        """The run ended: stop refreshing and clear the status if one was shown."""
+        await self.aclose()
+        if self._ever_shown:
+            async with self._lock:
+                await self._send(StatusWords(""))
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._wanted = None
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None and not keeper.done():
+            keeper.cancel()
+            await asyncio.wait({keeper})
