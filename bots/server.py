@@ -167,6 +167,11 @@ EVENT_MEMORY = timedelta(days=7)
 FILE_MEMORY = timedelta(days=1)
 
 
+#: The context a conversation was opened from (Slack's assistant pane) is kept this long
+#: after it last changed.
+CONTEXT_MEMORY = timedelta(days=90)
+
+
 #: How often housekeeping runs (it also runs at start).
 HOUSEKEEPING_EVERY = 3600.0
 
@@ -174,8 +179,8 @@ HOUSEKEEPING_EVERY = 3600.0
 async def _housekeeping(store: Store, settings: AppSettings) -> None:
     """Keep the bookkeeping tables small: processed platform events older than
     ``EVENT_MEMORY``, expired Slack OAuth states (anyone may open the install page), files
-    sent on their own that no request took (``FILE_MEMORY``), and
-    cached search results and page texts past their time to live."""
+    sent on their own that no request took (``FILE_MEMORY``), conversation contexts
+    (``CONTEXT_MEMORY``), and cached search results and page texts past their time to live."""
     while True:
         jobs: tuple[tuple[str, Callable[[], Awaitable[int]]], ...] = (
             (
@@ -186,6 +191,10 @@ async def _housekeeping(store: Store, settings: AppSettings) -> None:
             (
                 f"files kept for a request, older than {FILE_MEMORY}",
                 lambda: store.files.prune_files(FILE_MEMORY),
+            ),
+            (
+                f"conversation contexts older than {CONTEXT_MEMORY}",
+                lambda: store.contexts.prune_contexts(CONTEXT_MEMORY),
             ),
             (
                 "expired cached searches and pages",

@@ -75,3 +75,11 @@ class ChatRuns(Protocol):
     async def set_progress_message(self, run_id: str, message_id: str) -> None:
         """Remember the message showing a run's progress (a resumed run edits the same)."""
         ...
+
+    async def set_conversation_context(self, thread_key: str, context: dict[str, Any]) -> None:
+        """Keep what a conversation was opened from (Slack's assistant thread context)."""
+        ...
+
+    async def conversation_context(self, thread_key: str) -> dict[str, Any] | None:
+        """The last context kept for a conversation (None: none)."""
+        ...

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 
 from storage.caches import CacheStore
 from storage.claims import ClaimStore
+from storage.contexts import ContextStore
 from storage.db import Database
 from storage.digests import DigestStore
 from storage.events import EventStore
@@ -45,6 +46,7 @@ class Store:
         self.slack_oauth_states = SlackOAuthStates(database)
         self.leases = LeaseStore(database)
         self.feedback = FeedbackStore(database)
+        self.contexts = ContextStore(database)
         # The names callers used before the split: the per-job stores' own bound methods.
         self.create_run = self.runs.create_run
         self.get_run = self.runs.get_run
@@ -77,6 +79,8 @@ class Store:
         self.claim_event = self.events.claim_event
         self.record_feedback = self.feedback.record_feedback
         self.feedback_since = self.feedback.feedback_since
+        self.set_conversation_context = self.contexts.set_conversation_context
+        self.conversation_context = self.contexts.conversation_context
         self.events_seen = self.events.events_seen
         self.prune_events = self.events.prune_events
         self.remember_files = self.files.remember_files

@@ -274,6 +274,19 @@ class RunFeedback(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
 
 
+class ConversationContext(Base):
+    """What a conversation was opened from, before any run in it (migration 0014): Slack's
+    assistant thread context (the channel the user was viewing), kept from the thread's
+    ``assistant_thread_started`` / ``..._context_changed`` events for the runs started in it.
+    """
+
+    __tablename__ = "conversation_contexts"
+
+    thread_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    context: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+
+
 # Slack OAuth tables (migration 0003), used through slack_sdk's SQLAlchemy stores, never
 # through the ORM. Declared here only so schema comparisons know them; a test checks that
 # they equal the SDK's own ``build_*_table`` definitions.

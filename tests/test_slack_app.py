@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl
 import aiohttp
 import httpx
 import pytest
+import yaml
 from aiohttp import web
 from sqlalchemy import MetaData, text
 from sqlalchemy import inspect as sa_inspect
@@ -1102,6 +1103,16 @@ async def test_socket_mode_delivers_a_press_on_a_button(
     assert (vote.run_id, vote.value) == (run.id, "up")
 
 
+#: The Events API events the Bolt app listens to (``bots.slack.app.build_bolt_app``), as a
+#: manifest subscribes to them (DMs are ``message.im``).
+LISTENED_EVENTS = {
+    "app_mention",
+    "message.im",
+    "assistant_thread_started",
+    "assistant_thread_context_changed",
+}
+
+
 def test_manifests_request_the_scopes_the_install_asks_for() -> None:
     from bots.slack.oauth import BOT_SCOPES
 
@@ -1116,6 +1127,13 @@ def test_manifests_request_the_scopes_the_install_asks_for() -> None:
         assert "is_enabled: true" in interactivity, name  # the buttons
         if "socket" not in name:
             assert "request_url: https://fathom.example.com/slack/events" in interactivity
+        manifest = yaml.safe_load(content)
+        # The assistant pane: the feature, and every event the app listens to subscribed.
+        pane = manifest["features"]["assistant_view"]
+        assert pane["assistant_description"] and pane["suggested_prompts"] == [], name
+        events = manifest["settings"]["event_subscriptions"]["bot_events"]
+        assert set(events) == LISTENED_EVENTS, name
+        assert manifest["oauth_config"]["scopes"]["bot"] == list(BOT_SCOPES), name
 
 
 async def test_serve_forgets_platform_events_older_than_a_week(

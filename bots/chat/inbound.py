@@ -180,6 +180,11 @@ class ChatCommands:
         self._digests = digests
         self._knowledge = knowledge
 
+    @property
+    def store(self) -> ChatRuns:
+        """The store the layer records in (an adapter keeps its conversations' context)."""
+        return self._store
+
     def replies(self, language: Language) -> Replies:
         return Replies(self._markup, language)
 

@@ -32,6 +32,7 @@ from starlette.responses import Response
 from bots.chat.controls import ACTION_PREFIX, Press, control_of
 from bots.chat.inbound import PENDING_PREFIX, ChatCommands, ChatMessage
 from bots.chat.settings import RouteLimits
+from bots.slack.assistant import AssistantPane
 from bots.slack.errors import describe_error
 from bots.slack.files import SlackFiles, attached_by, describe_files, describe_pending
 from bots.slack.http import SlackEndpoint
@@ -45,6 +46,7 @@ from bots.slack.oauth import (
 )
 from bots.slack.settings import SlackSettings
 from bots.slack.text import clean_text
+from core.grammar import ResearchCommand
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +93,12 @@ def _message(
 
 
 class SlackCommands:
-    """Bolt listeners: each translates a Slack delivery for the shared ``ChatCommands``."""
+    """Bolt listeners: each translates a Slack delivery for the shared ``ChatCommands``
+    (the assistant pane's events for :class:`~bots.slack.assistant.AssistantPane`)."""
 
-    def __init__(self, chat: ChatCommands) -> None:
+    def __init__(self, chat: ChatCommands, pane: AssistantPane | None = None) -> None:
         self.chat = chat
+        self.pane = pane or AssistantPane(chat.store)
 
     async def on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         """``/research …``: everything happens before ``ack`` (DB only), then one ack."""
@@ -158,6 +162,9 @@ class SlackCommands:
             files=files,
         )
 
+        if event.get("channel_type") == "im":  # the assistant pane's threads are DMs
+            message = await self.pane.with_context(message)
+
         async def answer(text: str) -> None:
             await _ephemeral(context, channel=channel, user=message.user, thread=parent, text=text)
 
@@ -166,7 +173,24 @@ class SlackCommands:
             # sender's next request in this conversation, and said so.
             await self.chat.receive_files(message, answer)
             return
-        await self.chat.receive(message, answer)
+        parsed = self.chat.parse(message.text)
+        reply = await self.chat.receive(message, answer, parsed)
+        if reply is not None and reply.started and isinstance(parsed, ResearchCommand):
+            await self.pane.set_title(context.client, message, parsed.topic)
+
+    async def on_assistant_thread_started(
+        self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        """A new thread in the assistant pane: greeted, with suggested prompts."""
+        team = context.team_id or body.get("team_id") or ""
+        await self.pane.thread_started(team, event, context.client)
+
+    async def on_assistant_thread_context_changed(
+        self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        """The user moved to another channel with the pane open: the new context is kept."""
+        team = context.team_id or body.get("team_id") or ""
+        await self.pane.context_changed(team, event)
 
     async def on_action(self, body: dict[str, Any], context: AsyncBoltContext) -> None:
         """A press on one of a run's buttons (``block_actions``, acknowledged at once): the
@@ -264,6 +288,13 @@ def build_bolt_app(
     app.command(re.compile(r"^/.+"))(commands.on_command)  # whatever the app names it
     app.event("app_mention")(ack=_ack_event, lazy=[commands.on_mention])
     app.event("message")(ack=_ack_event, lazy=[commands.on_message])
+    # The assistant pane (Agents & AI Apps; manifest features.assistant_view).
+    app.event("assistant_thread_started")(
+        ack=_ack_event, lazy=[commands.on_assistant_thread_started]
+    )
+    app.event("assistant_thread_context_changed")(
+        ack=_ack_event, lazy=[commands.on_assistant_thread_context_changed]
+    )
     # Buttons (interactivity arrives at the same Request URL, and over Socket Mode).
     app.action(re.compile(f"^{re.escape(ACTION_PREFIX)}"))(
         ack=_ack_event, lazy=[commands.on_action]
@@ -326,7 +357,7 @@ class SlackIngress:
         self._settings = settings
         self.app = build_bolt_app(
             settings,
-            SlackCommands(chat),
+            SlackCommands(chat, AssistantPane(chat.store, settings.suggested_prompts)),
             client=bolt_client(settings),
             authorize=auth.authorize,
             oauth=auth.oauth,

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 #: Bot scopes requested at install time (keep in step with deploy/slack/manifest*.yaml).
 BOT_SCOPES = (
     "app_mentions:read",
+    "assistant:write",
     "chat:write",
     "chat:write.public",
     "commands",

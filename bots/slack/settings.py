@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from bots.chat.settings import PlatformSettings
 from core.config import ConfigError, env
+
+#: Slack shows at most four suggested prompts; a prompt's title is a short label.
+MAX_SUGGESTED_PROMPTS = 4
+PROMPT_TITLE_CHARS = 75
+
+
+class SuggestedPrompt(BaseModel):
+    """A prompt of the assistant pane: its label, and the message sent when it is chosen."""
+
+    title: str = Field(min_length=1, max_length=PROMPT_TITLE_CHARS)
+    message: str = Field(min_length=1, max_length=2_000)
 
 
 class SlackSettings(PlatformSettings):
@@ -20,6 +32,27 @@ class SlackSettings(PlatformSettings):
     edit_interval: float = Field(
         default=1.0, ge=0, le=60, validation_alias=env("FATHOM_SLACK_EDIT_INTERVAL")
     )
+    #: The assistant pane's suggested prompts: a JSON list of messages or of
+    #: ``{"title", "message"}`` (at most four); unset: defaults in the user's language.
+    suggested_prompts: list[SuggestedPrompt] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SUGGESTED_PROMPTS,
+        validation_alias=env("FATHOM_SLACK_SUGGESTED_PROMPTS"),
+    )
+
+    @field_validator("suggested_prompts", mode="before")
+    @classmethod
+    def _prompts_from_messages(cls, value: Any) -> Any:
+        """A bare message is its own title (cut to a label's length)."""
+        if not isinstance(value, list):
+            return value
+        return [
+            {"title": " ".join(v.split())[:PROMPT_TITLE_CHARS], "message": v}
+            if isinstance(v, str)
+            else v
+            for v in value
+        ]
 
     @field_validator("api_url")
     @classmethod

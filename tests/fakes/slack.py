@@ -260,6 +260,8 @@ class FakeSlack:
         #: Assistant threads' suggested prompts and titles, by (channel, thread_ts).
         self.prompts: dict[tuple[str, str], dict[str, Any]] = {}
         self.titles: dict[tuple[str, str], str] = {}
+        #: Users' Slack locales (``users.info`` with ``include_locale``), else en-US.
+        self.locales: dict[str, str] = {}
 
     def reset(self) -> None:
         with self._lock:
@@ -454,6 +456,8 @@ class FakeSlack:
                 if not uid:
                     raise SlackError("user_not_found")
                 user = {"id": uid, "name": uid.lower(), "real_name": f"User {uid}"}
+                if str(p.get("include_locale")).lower() in ("true", "1"):
+                    user["locale"] = self.locales.get(uid, "en-US")
                 return {"user": {**user, "team_id": self.team_id, "tz": "UTC"}}
             if method == "files.getUploadURLExternal":
                 if not p.get("filename") or not str(p.get("length", "")).isdigit():
@@ -931,6 +935,33 @@ def im_message_event(
     event = _message_event("message", text, user, channel, ts, thread_ts)
     event["channel_type"] = "im"
     return event
+
+
+def assistant_thread_event(
+    type_: str = "assistant_thread_started",
+    *,
+    user: str = "U123",
+    channel: str = "D0001",
+    thread_ts: str | None = None,
+    context_channel: str | None = "C0001",
+    team_id: str = "T0001",
+) -> dict[str, Any]:
+    """``assistant_thread_started`` (or ``assistant_thread_context_changed``) as Slack's
+    Events API reference shows it: the thread in the app's DM and the channel the user is
+    viewing (none: an empty context)."""
+    context: dict[str, Any] = {}
+    if context_channel:
+        context = {"channel_id": context_channel, "team_id": team_id, "enterprise_id": None}
+    return {
+        "type": type_,
+        "assistant_thread": {
+            "user_id": user,
+            "context": context,
+            "channel_id": channel,
+            "thread_ts": thread_ts or _now_ts(),
+        },
+        "event_ts": _now_ts(),
+    }
 
 
 def url_verification_body(challenge: str) -> bytes:
