@@ -285,3 +285,117 @@ async def test_bolt_app_acks_responds_and_says_through_the_fake(server: FakeSlac
     assert server.fake.responses_to("cmd1")[0]["text"] == "Researching AI chips"
     assert server.fake.history[0]["thread_ts"] == "1700000000.000100"
     assert server.fake.calls_to("auth.test")  # Bolt verifies its token first
+
+
+# -- the agent surface: plan blocks and the assistant.threads methods -------------------
+
+#: The plan block of Slack's Block Kit reference ("Plan block", its example), with the task
+#: card of "Task card block" (sources).
+DOC_PLAN = {
+    "type": "plan",
+    "title": "Thinking completed",
+    "tasks": [
+        {
+            "task_id": "call_001",
+            "title": "Fetched user profile information",
+            "status": "in_progress",
+            "details": {
+                "type": "rich_text",
+                "block_id": "viMWO",
+                "elements": [
+                    {
+                        "type": "rich_text_section",
+                        "elements": [{"type": "text", "text": "Searched database..."}],
+                    }
+                ],
+            },
+        },
+        {"task_id": "call_002", "title": "Checked user permissions", "status": "pending"},
+        {
+            "type": "task_card",
+            "task_id": "call_003",
+            "title": "Fetching weather data",
+            "status": "complete",
+            "sources": [{"type": "url", "url": "https://weather.com/", "text": "weather.com"}],
+        },
+    ],
+}
+
+
+def _broken(**change: object) -> dict[str, object]:
+    task = {**DOC_PLAN["tasks"][2], **change}  # type: ignore[index]
+    return {**DOC_PLAN, "tasks": [task]}
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        {**DOC_PLAN, "title": ""},
+        {**DOC_PLAN, "tasks": "not a list"},
+        _broken(status="done"),
+        _broken(task_id=""),
+        _broken(title=" "),
+        _broken(type="section"),
+        _broken(sources=[{"type": "url", "url": "javascript:alert(1)", "text": "x"}]),
+        _broken(sources=[{"type": "url", "url": "https://a.example/"}]),
+        _broken(output={"type": "section", "elements": []}),
+        {**DOC_PLAN, "tasks": [DOC_PLAN["tasks"][1], DOC_PLAN["tasks"][1]]},  # type: ignore[index]
+    ],
+)
+async def test_a_malformed_plan_is_refused_like_slack_does(
+    server: FakeSlackServer, plan: dict[str, object]
+) -> None:
+    with pytest.raises(SlackApiError) as refused:
+        await client(server).chat_postMessage(channel="C1", text="plan", blocks=[plan])
+    assert refused.value.response["error"] == "invalid_blocks"
+
+
+async def test_the_documented_plan_is_taken_and_a_workspace_may_refuse_it(
+    server: FakeSlackServer,
+) -> None:
+    posted = await client(server).chat_postMessage(channel="C1", text="plan", blocks=[DOC_PLAN])
+    assert server.fake.messages[("C1", posted["ts"])]["blocks"] == [DOC_PLAN]
+    server.fake.plan_blocks = False  # a workspace that does not take plan blocks
+    with pytest.raises(SlackApiError) as refused:
+        await client(server).chat_update(channel="C1", ts=posted["ts"], text="p", blocks=[DOC_PLAN])
+    assert refused.value.response["error"] == "invalid_blocks"
+
+
+async def test_the_thread_status_is_set_cleared_and_checked(server: FakeSlackServer) -> None:
+    web = client(server)
+    await web.assistant_threads_setStatus(
+        channel_id="D1", thread_ts="1.2", status="is thinking…", loading_messages=["a", "b"]
+    )
+    assert server.fake.statuses == {("D1", "1.2"): ("is thinking…", ["a", "b"])}
+    await web.assistant_threads_setStatus(channel_id="D1", thread_ts="1.2", status="")
+    assert server.fake.statuses == {}
+    for kwargs, code in [
+        ({"channel_id": "D1", "thread_ts": "", "status": "x"}, "invalid_thread_ts"),
+        ({"channel_id": "", "thread_ts": "1.2", "status": "x"}, "channel_not_found"),
+        (
+            {"channel_id": "D1", "thread_ts": "1.2", "status": "x", "loading_messages": ["m"] * 11},
+            "invalid_arguments",
+        ),
+    ]:
+        with pytest.raises(SlackApiError) as refused:
+            await web.assistant_threads_setStatus(**kwargs)  # type: ignore[arg-type]
+        assert refused.value.response["error"] == code
+
+
+async def test_suggested_prompts_and_titles_are_checked(server: FakeSlackServer) -> None:
+    web = client(server)
+    prompt = {"title": "Latest", "message": "latest developments"}
+    await web.assistant_threads_setSuggestedPrompts(
+        channel_id="D1", thread_ts="1.2", title="Try", prompts=[prompt]
+    )
+    assert server.fake.prompts[("D1", "1.2")] == {"title": "Try", "prompts": [prompt]}
+    for prompts in ([], [prompt] * 5, [{"title": "", "message": "m"}]):
+        with pytest.raises(SlackApiError) as refused:
+            await web.assistant_threads_setSuggestedPrompts(
+                channel_id="D1", thread_ts="1.2", prompts=prompts
+            )
+        assert refused.value.response["error"] == "invalid_arguments"
+    await web.assistant_threads_setTitle(channel_id="D1", thread_ts="1.2", title="Heat pumps")
+    assert server.fake.titles[("D1", "1.2")] == "Heat pumps"
+    with pytest.raises(SlackApiError):
+        await web.assistant_threads_setTitle(channel_id="D1", thread_ts="1.2", title=" ")
