@@ -114,40 +114,68 @@ async def delivery_for(factory: SlackDeliveryFactory, store: Store, run_id: str)
 # -- the thread status ------------------------------------------------------------------
 
 
+async def shown(server: FakeSlackServer, *expected: str) -> None:
+    """Wait until the thread status calls so far are ``expected`` (the keeper sends them in
+    the background)."""
+    await wait_for(lambda: statuses(server) == list(expected))
+
+
 async def test_the_status_follows_the_run_and_is_cleared_at_its_end(
     server: FakeSlackServer, store: Store
 ) -> None:
     run, _ = await new_run(store)
     delivery = await factory_for(server, store, ManualTimer()).for_run(run)
-    await delivery.publish(event(run, ProgressKind.STARTED, "Researching."))
-    await delivery.publish(
-        event(run, ProgressKind.SEARCHING, "Searching.", topic="heat pumps <!channel>")
-    )
-    await delivery.publish(event(run, ProgressKind.SEARCHED, "1/3th search executed.", pages=3))
-    await delivery.publish(event(run, ProgressKind.WRITING, "Writing."))
+    steps = [
+        (event(run, ProgressKind.STARTED, "Researching."), "is planning the research…"),
+        (
+            event(run, ProgressKind.SEARCHING, "Searching.", topic="heat pumps <!channel>"),
+            "is searching “heat pumps @\u2060channel”…",  # a topic's mention made inert
+        ),
+        (event(run, ProgressKind.SEARCHED, "1/3th.", pages=3), "is reading 3 pages…"),
+        (event(run, ProgressKind.WRITING, "Writing."), "is writing the report…"),
+    ]
+    said: list[str] = []
+    for step, words in steps:
+        await delivery.publish(step)
+        said.append(words)
+        await shown(server, *said)
     assert server.fake.statuses == {
         ("C0001", THREAD): (
             "is writing the report…",
-            [
-                "Writing the report…",
-                "Citing the sources…",
-            ],
+            ["Writing the report…", "Citing the sources…"],
         )
     }
     await delivery.publish(event(run, ProgressKind.FINISHED, "Research done."))
+    await delivery.aclose()  # (the job closes the delivery once the report is posted)
 
-    assert statuses(server) == [
-        "is planning the research…",
-        "is searching “heat pumps @\u2060channel”…",  # a topic's mention made inert
-        "is reading 3 pages…",
-        "is writing the report…",
-        "",  # cleared
-    ]
+    assert statuses(server) == [*said, ""]  # cleared
     calls = server.fake.calls_to(SET_STATUS)
     assert {(c.params["channel_id"], c.params["thread_ts"]) for c in calls} == {("C0001", THREAD)}
     assert all(len(c.params.get("loading_messages") or []) <= 10 for c in calls)
     assert server.fake.statuses == {}  # nothing left under the thread
+
+
+async def test_the_run_does_not_wait_for_a_slow_status(
+    server: FakeSlackServer, store: Store
+) -> None:
+    run, _ = await new_run(store)
+    delivery = await factory_for(server, store, ManualTimer()).for_run(run)
+    server.fake.held.add(SET_STATUS)  # Slack does not answer the status calls
+    await delivery.publish(event(run, ProgressKind.STARTED, "Researching."))
+    await shown(server, "is planning the research…")  # asked, not answered
+    for i, topic in enumerate(("a", "b", "c"), 1):
+        await delivery.publish(event(run, ProgressKind.SEARCHING, f"{i}/3th.", topic=topic))
+    # Every step was shown in the progress message while the status call still hung.
+    await wait_for(lambda: "3/3th." in current_text(server, delivery))
+    assert server.fake.statuses == {} and len(statuses(server)) == 1
+    server.fake.held.clear()
+    await shown(server, "is planning the research…", "is searching “c”…")  # the newest
     await delivery.aclose()
+
+
+def current_text(server: FakeSlackServer, delivery: ChatDelivery) -> str:
+    message = server.fake.messages.get(("C0001", delivery.message_id or ""))
+    return str(message["text"]) if message else ""
 
 
 async def test_the_status_is_set_again_before_slack_drops_it(
@@ -163,17 +191,20 @@ async def test_the_status_is_set_again_before_slack_drops_it(
     timer.advance(REFRESH_SECONDS - 1)
     assert timer.waiting_until() == [REFRESH_SECONDS] and len(statuses(server)) == 1
     timer.advance(1)
-    await wait_for(lambda: len(statuses(server)) == 2)
-    assert statuses(server) == ["is searching “tidal power”…"] * 2
+    await shown(server, *["is searching “tidal power”…"] * 2)
     await wait_for(lambda: timer.waiting_until() == [2 * REFRESH_SECONDS])
 
-    # A new step resets nothing but the words: the next refresh repeats the newest status.
+    # A new step is sent at once; the next refresh repeats the newest status.
     await delivery.publish(event(run, ProgressKind.WRITING, "Writing."))
+    await wait_for(lambda: len(statuses(server)) == 3)
+    # (sent at the clock's 90 s: due again 90 s later)
+    await wait_for(lambda: timer.waiting_until() == [2 * REFRESH_SECONDS])
     timer.advance(REFRESH_SECONDS)
     await wait_for(lambda: len(statuses(server)) == 4)
     assert statuses(server)[2:] == ["is writing the report…"] * 2
 
     await delivery.publish(event(run, ProgressKind.FINISHED, "Research done."))
+    await delivery.aclose()
     assert timer.waiting_until() == [] and statuses(server)[-1] == ""
 
 
@@ -187,13 +218,16 @@ async def test_a_refused_status_is_not_asked_again_in_that_workspace(
     delivery = await factory.for_run(run)
     with caplog.at_level(logging.WARNING, logger="bots.slack"):
         await delivery.publish(event(run, ProgressKind.STARTED, "Researching."))
+        await wait_for(lambda: factory.refusals.status_refused("T0001", "C0001"))
         await delivery.publish(event(run, ProgressKind.SEARCHING, "Searching.", topic="a"))
         await delivery.publish(event(run, ProgressKind.WRITING, "Writing."))
         await delivery.publish(event(run, ProgressKind.FINISHED, "Research done."))
+        await delivery.aclose()
         other, _ = await new_run(store, thread_key="slack:T0001:C0002:1700000001.000100")
         second = await factory.for_run(other)
         await second.publish(event(other, ProgressKind.STARTED, "Researching."))
         await second.publish(event(other, ProgressKind.FINISHED, "Research done."))
+        await second.aclose()
     assert len(server.fake.calls_to(SET_STATUS)) == 1  # the refusal, and nothing after it
     assert timer.waiting_until() == []  # no refresh of a refused status
     refusals = [r for r in caplog.records if "refused the thread status" in r.getMessage()]
@@ -211,8 +245,8 @@ async def test_a_status_slack_fails_to_set_is_tried_again(
     delivery = await factory_for(server, store, timer).for_run(run)
     server.fake.fail_next(SET_STATUS, status=500, body="html")
     await delivery.publish(event(run, ProgressKind.SEARCHING, "Searching.", topic="wind"))
-    assert server.fake.statuses == {}
     await wait_for(lambda: timer.waiting_until() == [RETRY_SECONDS])
+    assert server.fake.statuses == {} and len(statuses(server)) == 1
     timer.advance(RETRY_SECONDS)
     await wait_for(lambda: server.fake.statuses)
     assert statuses(server) == ["is searching “wind”…"] * 2
@@ -226,22 +260,27 @@ async def test_after_a_takeover_the_new_replica_shows_and_clears_the_status(
     run, _ = await new_run(store)
     first = await factory_for(server, store, first_timer).for_run(run)
     await first.publish(event(run, ProgressKind.STARTED, "Researching."))
+    await shown(server, "is planning the research…")
     await first.publish(event(run, ProgressKind.SEARCHING, "Searching.", topic="one"))
+    await shown(server, "is planning the research…", "is searching “one”…")
     await wait_for(lambda: first_timer.waiting_until() == [REFRESH_SECONDS])
-    await first.aclose()  # the claim was lost: this replica stops
+    await first.aclose()  # the claim was lost: this replica stops, without clearing
     assert first_timer.waiting_until() == []
-    shown_by_first = len(statuses(server))
+    assert server.fake.statuses  # still shown, until the new replica's first step
 
     # Another replica takes the run over (the progress message id is stored with the run).
     second = await delivery_for(factory_for(server, store, second_timer), store, run.id)
     await second.publish(event(run, ProgressKind.STARTED, "Resuming.", rounds=1))
+    await wait_for(lambda: len(statuses(server)) == 3)
     await second.publish(event(run, ProgressKind.SEARCHING, "Searching.", topic="two", rounds=1))
+    await wait_for(lambda: len(statuses(server)) == 4)
     await wait_for(lambda: second_timer.waiting_until() == [REFRESH_SECONDS])
     second_timer.advance(REFRESH_SECONDS)
-    await wait_for(lambda: len(statuses(server)) == shown_by_first + 3)
+    await wait_for(lambda: len(statuses(server)) == 5)
     await second.publish(event(run, ProgressKind.FINISHED, "Research done.", rounds=2))
+    await second.aclose()
 
-    assert statuses(server)[shown_by_first:] == [
+    assert statuses(server)[2:] == [
         "is planning the research…",
         "is searching “two”…",
         "is searching “two”…",  # refreshed by the new replica's clock
@@ -249,6 +288,13 @@ async def test_after_a_takeover_the_new_replica_shows_and_clears_the_status(
     ]
     assert server.fake.statuses == {}
     assert first.message_id == second.message_id  # one progress message, edited by both
+
+    # A replica that takes over a run already finished clears what another one showed.
+    server.fake.statuses[("C0001", THREAD)] = ("is writing the report…", [])
+    third = await delivery_for(factory_for(server, store, ManualTimer()), store, run.id)
+    await third.publish(event(run, ProgressKind.FINISHED, "Research done.", rounds=2))
+    await third.aclose()
+    assert server.fake.statuses == {} and statuses(server)[-1] == ""
 
 
 # -- the plan in the progress message ---------------------------------------------------
@@ -314,6 +360,8 @@ async def test_a_workspace_that_refuses_plan_blocks_gets_todays_message_once_ask
         ]
         for step in steps:
             await delivery.publish(step)
+            shown_text = step.text  # each edit made before the next step
+            await wait_for(lambda t=shown_text: t in current_text(server, delivery))
         await delivery.publish(event(run, ProgressKind.FINISHED, "Research done."))
 
     def with_plan(call: SlackCall) -> bool:

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 REFRESH_SECONDS = 90.0
 #: Seconds before a status that failed (not for good) is tried again.
 RETRY_SECONDS = 15.0
+#: Seconds an ended run's delivery waits, when it is closed, for the status to be cleared.
+CLEAR_GRACE = 10.0
 #: Slack shows at most this many loading messages.
 MAX_LOADING_MESSAGES = 10
 _TOPIC_CHARS = 80
@@ -136,7 +138,13 @@ def status_words(event: ProgressEvent, language: Language) -> StatusWords | None
 
 
 class ThreadStatus:
-    """``bots.chat.delivery.Activity`` for one Slack run: its thread status."""
+    """``bots.chat.delivery.Activity`` for one Slack run: its thread status.
+
+    The run never waits for Slack here: :meth:`publish` records what the status should say
+    and one keeper task sends it, in order (a status overtaken by a newer one before it was
+    sent is skipped, as progress edits are coalesced), sets it again when it is due, and
+    clears it once the run ended. A run whose Slack is slow or down loses its status, not time.
+    """
 
     def __init__(
         self,
@@ -159,33 +167,69 @@ class ThreadStatus:
         self._wanted: StatusWords | None = None  # what the thread should show
         self._shown: StatusWords | None = None  # what Slack accepted last
         self._ever_shown = False
-        self._due = 0.0  # when the status is set (again)
-        self._lock = asyncio.Lock()
+        self._due = 0.0  # when the shown status is set again
+        self._retry_at = 0.0  # no try before this (after a failure)
+        self._wake = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
-        self._closed = False
+        self._ending = False  # the run ended: clear the status, then stop
+        self._closed = False  # stop now
 
     async def publish(self, event: ProgressEvent) -> None:
-        if self._closed:
+        if self._closed or self._ending:
             return
         if event.final:
-            await self._end()
-            return
-        words = status_words(event, self._language)
-        if words is None:
-            return
-        self._wanted = words
-        if words != self._shown:
-            async with self._lock:
-                await self._send(words)
+            self._ending = True
+        else:
+            words = status_words(event, self._language)
+            if words is None:
+                return
+            self._wanted = words
+        self._wake.set()
         if self._keeper is None or self._keeper.done():
             self._keeper = asyncio.create_task(self._keep())
 
+    def _refused(self) -> bool:
+        return self._refusals.status_refused(self._team, self._thread().channel)
+
+    async def _keep(self) -> None:
+        """Send the wanted status when it changed or is due, until the run ends here."""
+        while not self._closed and not self._refused():
+            if self._ending:
+                # Cleared when this delivery showed one, and when it saw the run's end only
+                # (a takeover of a finished run: another replica may have shown one).
+                if self._ever_shown or self._wanted is None:
+                    await self._send(StatusWords(""))
+                return
+            wanted = self._wanted
+            if wanted is None:
+                return
+            now = self._timer.now()
+            at = max(self._retry_at, now) if wanted != self._shown else self._due
+            if at <= now:
+                await self._send(wanted)
+                continue
+            await self._pause(at - now)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or less when :meth:`publish` has something new."""
+        self._wake.clear()
+        sleeping = asyncio.ensure_future(self._timer.sleep(seconds))
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({sleeping, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (sleeping, woken):
+                waiter.cancel()
+            await asyncio.gather(sleeping, woken, return_exceptions=True)
+
     async def _send(self, words: StatusWords) -> None:
-        """Set the status now (under the lock); when it is due again is in ``_due``."""
+        """Set the status now; a failure is tried again after :data:`RETRY_SECONDS` (or what
+        Slack asked), a refusal for good is remembered."""
         key = self._thread()
         ts = thread_ts(key)
-        if ts is None or self._refusals.status_refused(self._team, key.channel):
-            self._due = self._timer.now() + self._refresh
+        now = self._timer.now()
+        if ts is None:  # (a slash command's thread before its opener: nothing to set yet)
+            self._retry_at = self._due = now + RETRY_SECONDS
             return
         try:
             await self._client.assistant_threads_setStatus(
@@ -200,38 +244,21 @@ class ThreadStatus:
                 self._refusals.refuse_status(self._team, key.channel, code)
             else:
                 log.info("slack: thread status not set (%s); tried again", describe_error(exc))
-            self._due = self._timer.now() + max(failure.retry_after, RETRY_SECONDS)
+            self._retry_at = self._due = now + max(failure.retry_after, RETRY_SECONDS)
             return
         self._shown = words
         self._ever_shown = self._ever_shown or bool(words.status)
         self._due = self._timer.now() + self._refresh
-
-    async def _keep(self) -> None:
-        """Set the wanted status again whenever it is due, until the run ends here."""
-        while not self._closed and self._wanted is not None:
-            wait = self._due - self._timer.now()
-            if wait > 0:
-                await self._timer.sleep(wait)
-                continue
-            async with self._lock:
-                if self._closed or self._wanted is None:
-                    return
-                await self._send(self._wanted)
-            key = self._thread()
-            if self._refusals.status_refused(self._team, key.channel):
-                return
-
-    async def _end(self) -> None:
-        """The run ended: stop refreshing and clear the status if one was shown."""
-        await self.aclose()
-        if self._ever_shown:
-            async with self._lock:
-                await self._send(StatusWords(""))
+        self._retry_at = 0.0
 
     async def aclose(self) -> None:
+        """Stop. An ended run's keeper is given :data:`CLEAR_GRACE` seconds to clear the
+        status; otherwise (a takeover, a shutdown) it stops at once."""
+        keeper = self._keeper
+        if keeper is not None and not keeper.done() and self._ending:
+            await asyncio.wait({keeper}, timeout=CLEAR_GRACE)
         self._closed = True
-        self._wanted = None
-        keeper, self._keeper = self._keeper, None
+        self._wake.set()
         if keeper is not None and not keeper.done():
             keeper.cancel()
             await asyncio.wait({keeper})

@@ -262,6 +262,8 @@ class FakeSlack:
         self.titles: dict[tuple[str, str], str] = {}
         #: Users' Slack locales (``users.info`` with ``include_locale``), else en-US.
         self.locales: dict[str, str] = {}
+        #: Methods whose calls are not answered until they are removed from the set.
+        self.held: set[str] = set()
 
     def reset(self) -> None:
         with self._lock:
@@ -650,6 +652,9 @@ def build_slack_app(fake: FakeSlack) -> Starlette:
         fake.record(method, params, token)
         if fake.latency > 0:
             await asyncio.sleep(fake.latency)
+        # A method Slack is slow to answer, until a test (another thread) releases it.
+        while method in fake.held:  # noqa: ASYNC110 - set from another thread
+            await asyncio.sleep(0.01)
         failure = fake.take_failure(method)
         if failure is not None and failure.body is not None:
             return broken_body(failure.body, failure.status)
