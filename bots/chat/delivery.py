@@ -219,7 +219,9 @@ class ChatDelivery:
 
     async def post_status(self, text: str) -> None:
         """The final status: edit the progress message (unless the throttle already wrote this
-        very content), or post it; raises when the platform refused it."""
+        very content), or post it; raises when the platform refused it. The activity ends
+        (a run delivered by a replica that took it over after it ended)."""
+        await self._end_activity(text)
         await self.poster.resume(self.message_id)
         if self.message_id is None:
             await self._post_progress(text, final=True)
@@ -232,6 +234,18 @@ class ChatDelivery:
             return
         await self.poster.edit_progress(self.message_id, content)
 
+    async def _end_activity(self, text: str) -> None:
+        if self._activity is None:
+            return
+        run = self._run
+        try:
+            await self._activity.publish(
+                ProgressEvent(run.id, ProgressKind.FINISHED, text, run.rounds_done, run.depth)
+            )
+        except Exception as exc:
+            reason = self.poster.classify(exc).reason
+            log.warning("activity of run %s not ended (%s)", run.id, reason)
+
     async def post_notice(self, text: str) -> None:
         await self._ensure_thread()
         await self.poster.post_notice(text)
@@ -243,10 +257,12 @@ class ChatDelivery:
         return self.poster.classify(error)
 
     async def aclose(self) -> None:
-        if self._throttle is not None:
-            await self._throttle.aclose()
-        if self._activity is not None:
-            await self._activity.aclose()
+        try:
+            if self._throttle is not None:
+                await self._throttle.aclose()
+        finally:  # (the activity stops, also when the caller is cancelled meanwhile)
+            if self._activity is not None:
+                await self._activity.aclose()
 
     async def _ensure_thread(self) -> None:
         """Messages after the run need a thread: a run whose thread starts with its progress

@@ -32,9 +32,13 @@ WORKSPACE_REFUSALS = frozenset(
     }
 )
 
-#: Answers that mean the status cannot be set in that thread or channel, besides the final
-#: errors every call has (``bots.slack.errors.FINAL_ERRORS``).
-CHANNEL_REFUSALS = frozenset({"invalid_thread_ts", "thread_not_found", "not_allowed"})
+#: Answers that mean the status cannot be set in that channel, besides the final errors
+#: every call has (``bots.slack.errors.FINAL_ERRORS``).
+CHANNEL_REFUSALS = frozenset({"not_allowed"})
+#: Answers about one thread only: its run shows no status, the channel's other runs do.
+THREAD_REFUSALS = frozenset(
+    {"invalid_thread_ts", "thread_not_found", "message_not_found", "cannot_reply_to_message"}
+)
 
 
 class SlackRefusals:

@@ -26,7 +26,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack.errors import classify_error, describe_error, error_code
 from bots.slack.messenger import thread_ts
-from bots.slack.refusals import CHANNEL_REFUSALS, WORKSPACE_REFUSALS, SlackRefusals
+from bots.slack.refusals import (
+    CHANNEL_REFUSALS,
+    THREAD_REFUSALS,
+    WORKSPACE_REFUSALS,
+    SlackRefusals,
+)
 from core.models import ThreadKey
 from core.progress import ProgressEvent, ProgressKind, TaskStatus
 from core.untrusted import neutralise, remove_urls
@@ -157,6 +162,8 @@ class ThreadStatus:
         timer: Timer | None = None,
         refresh: float = REFRESH_SECONDS,
     ) -> None:
+        if refresh <= 0:
+            raise ValueError("the status refresh must be a positive number of seconds")
         self._client = client
         self._team = team
         self._thread = thread
@@ -166,7 +173,7 @@ class ThreadStatus:
         self._refresh = refresh
         self._wanted: StatusWords | None = None  # what the thread should show
         self._shown: StatusWords | None = None  # what Slack accepted last
-        self._ever_shown = False
+        self._ever_sent = False  # a status was asked for (Slack may show it, answer or not)
         self._due = 0.0  # when the shown status is set again
         self._retry_at = 0.0  # no try before this (after a failure)
         self._wake = asyncio.Event()
@@ -175,7 +182,7 @@ class ThreadStatus:
         self._closed = False  # stop now
 
     async def publish(self, event: ProgressEvent) -> None:
-        if self._closed or self._ending:
+        if self._closed or self._ending or self._refused():
             return
         if event.final:
             self._ending = True
@@ -192,12 +199,18 @@ class ThreadStatus:
         return self._refusals.status_refused(self._team, self._thread().channel)
 
     async def _keep(self) -> None:
+        try:
+            await self._keep_status()
+        except Exception:  # the status is a bonus: its keeper never fails anything else
+            log.exception("slack: the thread status keeper stopped")
+
+    async def _keep_status(self) -> None:
         """Send the wanted status when it changed or is due, until the run ends here."""
         while not self._closed and not self._refused():
             if self._ending:
-                # Cleared when this delivery showed one, and when it saw the run's end only
+                # Cleared when this delivery asked for one, and when it saw the run's end only
                 # (a takeover of a finished run: another replica may have shown one).
-                if self._ever_shown or self._wanted is None:
+                if self._ever_sent or self._wanted is None:
                     await self._send(StatusWords(""))
                 return
             wanted = self._wanted
@@ -221,6 +234,8 @@ class ThreadStatus:
             for waiter in (sleeping, woken):
                 waiter.cancel()
             await asyncio.gather(sleeping, woken, return_exceptions=True)
+        if sleeping.done() and not sleeping.cancelled() and sleeping.exception() is not None:
+            raise RuntimeError("the status timer failed") from sleeping.exception()
 
     async def _send(self, words: StatusWords) -> None:
         """Set the status now; a failure is tried again after :data:`RETRY_SECONDS` (or what
@@ -231,6 +246,7 @@ class ThreadStatus:
         if ts is None:  # (a slash command's thread before its opener: nothing to set yet)
             self._retry_at = self._due = now + RETRY_SECONDS
             return
+        self._ever_sent = self._ever_sent or bool(words.status)
         try:
             await self._client.assistant_threads_setStatus(
                 channel_id=key.channel,
@@ -240,14 +256,16 @@ class ThreadStatus:
             )
         except Exception as exc:
             failure, code = classify_error(exc), error_code(exc) or ""
-            if not failure.retryable or code in WORKSPACE_REFUSALS or code in CHANNEL_REFUSALS:
+            if code in THREAD_REFUSALS:
+                log.info("slack: no thread status in %s %s (%s)", key.channel, ts, code)
+                self._closed = True  # this thread only
+            elif not failure.retryable or code in WORKSPACE_REFUSALS or code in CHANNEL_REFUSALS:
                 self._refusals.refuse_status(self._team, key.channel, code)
             else:
                 log.info("slack: thread status not set (%s); tried again", describe_error(exc))
             self._retry_at = self._due = now + max(failure.retry_after, RETRY_SECONDS)
             return
         self._shown = words
-        self._ever_shown = self._ever_shown or bool(words.status)
         self._due = self._timer.now() + self._refresh
         self._retry_at = 0.0
 
@@ -255,10 +273,12 @@ class ThreadStatus:
         """Stop. An ended run's keeper is given :data:`CLEAR_GRACE` seconds to clear the
         status; otherwise (a takeover, a shutdown) it stops at once."""
         keeper = self._keeper
-        if keeper is not None and not keeper.done() and self._ending:
-            await asyncio.wait({keeper}, timeout=CLEAR_GRACE)
-        self._closed = True
-        self._wake.set()
-        if keeper is not None and not keeper.done():
-            keeper.cancel()
-            await asyncio.wait({keeper})
+        try:
+            if keeper is not None and not keeper.done() and self._ending:
+                await asyncio.wait({keeper}, timeout=CLEAR_GRACE)
+        finally:  # (also when the caller is cancelled meanwhile: the keeper stops)
+            self._closed = True
+            self._wake.set()
+            if keeper is not None and not keeper.done():
+                keeper.cancel()
+                await asyncio.wait({keeper})
