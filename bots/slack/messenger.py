@@ -66,10 +66,6 @@ class SlackMessenger:
         self._team = team
         self._refusals = refusals or SlackRefusals()
 
-    @property
-    def client(self) -> AsyncWebClient:
-        return self._client
-
     def _blocks(self, message: dict[str, Any]) -> list[dict[str, Any]]:
         """The blocks to send: the plain ones where the workspace refused plan blocks."""
         if "plain_blocks" in message and self._refusals.plans_refused(self._team):
