@@ -24,7 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.chat.inbound import ChatMessage
 from bots.slack.errors import describe_error
-from bots.slack.settings import MAX_SUGGESTED_PROMPTS, PROMPT_TITLE_CHARS, SuggestedPrompt
+from bots.slack.settings import MAX_SUGGESTED_PROMPTS, SuggestedPrompt
 from core.models import ThreadKey
 from core.runs import ChatRuns
 from core.untrusted import neutralise, remove_urls
@@ -116,19 +116,12 @@ class AssistantPane:
         self, team: str, event: dict[str, Any], client: AsyncWebClient | None
     ) -> None:
         """Keep the thread's context, then greet and suggest prompts (best effort)."""
-        found = _thread_of(event)
-        if found is None:
+        found = await self._keep(team, event)
+        if found is None or client is None:
             return
-        user, channel, ts, context = found
-        key = ThreadKey(platform="slack", workspace=team, channel=channel, thread=ts)
-        await self._store.set_conversation_context(str(key), kept_context(context))
-        if client is None:
-            return
+        user, channel, ts = found
         language = await self._language(client, user)
-        prompts = [
-            {"title": p.title[:PROMPT_TITLE_CHARS], "message": p.message}
-            for p in self.prompts(language)
-        ]
+        prompts = [p.model_dump() for p in self.prompts(language)]
         title = pick(language, "Try one of these:", "试试这些：")
         try:
             await client.chat_postMessage(channel=channel, thread_ts=ts, text=greeting(language))
@@ -139,12 +132,17 @@ class AssistantPane:
             log.warning("slack: assistant thread %s not greeted (%s)", ts, describe_error(exc))
 
     async def context_changed(self, team: str, event: dict[str, Any]) -> None:
+        await self._keep(team, event)
+
+    async def _keep(self, team: str, event: dict[str, Any]) -> tuple[str, str, str] | None:
+        """Keep an assistant thread event's context; its (user, channel, thread_ts)."""
         found = _thread_of(event)
         if found is None:
-            return
-        _, channel, ts, context = found
+            return None
+        user, channel, ts, context = found
         key = ThreadKey(platform="slack", workspace=team, channel=channel, thread=ts)
         await self._store.set_conversation_context(str(key), kept_context(context))
+        return user, channel, ts
 
     async def with_context(self, message: ChatMessage) -> ChatMessage:
         """The message, recording the thread's context with its run when it was written in

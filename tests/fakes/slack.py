@@ -497,11 +497,6 @@ class FakeSlack:
         status, loading = p.get("status"), p.get("loading_messages", [])
         if not isinstance(status, str):
             raise SlackError("invalid_arguments")
-        if isinstance(loading, str):
-            try:
-                loading = json.loads(loading)
-            except ValueError:
-                raise SlackError("invalid_arguments") from None
         if not isinstance(loading, list) or len(loading) > MAX_LOADING_MESSAGES:
             raise SlackError("invalid_arguments")
         if not all(isinstance(m, str) and m for m in loading):
@@ -516,11 +511,6 @@ class FakeSlack:
         """``assistant.threads.setSuggestedPrompts``: one to four ``{title, message}``."""
         key = self._assistant_thread(p, thread_required=False)
         prompts = p.get("prompts")
-        if isinstance(prompts, str):
-            try:
-                prompts = json.loads(prompts)
-            except ValueError:
-                raise SlackError("invalid_arguments") from None
         if not isinstance(prompts, list) or not 0 < len(prompts) <= MAX_SUGGESTED_PROMPTS:
             raise SlackError("invalid_arguments")
         for prompt in prompts:
@@ -630,7 +620,8 @@ async def _params(request: Request) -> dict[str, Any]:
             params.update(body)
     elif raw:
         params.update(parse_qsl(raw.decode(), keep_blank_values=True))
-    for key in ("blocks", "attachments", "files"):  # JSON strings inside form posts
+    # JSON strings inside form posts
+    for key in ("blocks", "attachments", "files", "loading_messages", "prompts"):
         value = params.get(key)
         if isinstance(value, str) and value.startswith("["):
             try:
