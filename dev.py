@@ -2,7 +2,7 @@
 """Bootstrap for a fresh clone: needs only Python 3.11+ (standard library only).
 
     python3 dev.py research "TOPIC" [--depth N] [fathom research options]
-    python3 dev.py test [pytest options]
+    python3 dev.py test [pytest options]      (-n auto unless you pass -n, --pdb or --lf)
     python3 dev.py lint
     python3 dev.py fathom [any fathom command]
 
@@ -52,6 +52,13 @@ def run(args: list[str], env: dict[str, str] | None = None) -> int:
     return subprocess.call(args, cwd=ROOT, env=env)
 
 
+def parallel(args: list[str]) -> list[str]:
+    """``-n auto`` (pytest-xdist: a worker per CPU) unless the arguments choose otherwise
+    (their own ``-n``, ``-p no:xdist``, or ``--pdb``/``--lf``, which want one process)."""
+    own = ("-n", "--numprocesses", "no:xdist", "--pdb", "--lf", "--last-failed")
+    return [] if any(arg.startswith(own) for arg in args) else ["-n", "auto"]
+
+
 def research(args: list[str]) -> int:
     fathom = [str(PYTHON), "-m", "bots.cli", "research", *args]
     if os.environ.get("OPENAI_API_KEY"):
@@ -95,7 +102,7 @@ def main(argv: list[str]) -> int:
     if command == "research":
         return research(rest)
     if command == "test":
-        return run([str(PYTHON), "-m", "pytest", *rest])
+        return run([str(PYTHON), "-m", "pytest", *parallel(rest), *rest])
     if command == "lint":
         checks = [
             [str(PYTHON), "-m", "ruff", "check", "."],

@@ -211,7 +211,7 @@ def sqlite_url() -> Iterator[str]:
 
 def postgres_url(server_url: str) -> AbstractContextManager[str]:
     """A throwaway database on the server of ``server_url``."""
-    from tests.pg import throwaway_database
+    from tests.databases import throwaway_database
 
     return throwaway_database(server_url, prefix="fathom_bench")
 

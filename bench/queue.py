@@ -83,7 +83,7 @@ def delivered(url: str) -> int:
 
 def one_pass(workers: int, env: dict[str, str], server_url: str, workdir: Path) -> dict[str, Any]:
     from storage import Database
-    from tests.pg import throwaway_database
+    from tests.databases import throwaway_database
 
     with throwaway_database(server_url, prefix="fathom_bench_queue") as url:
         asyncio.run(Database(url).upgrade())

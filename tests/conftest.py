@@ -12,29 +12,59 @@ import pytest
 
 from storage import Database, Store
 from tests.chat_app import LifespanServer, Registry, ServedFathom, fathom_settings
+from tests.databases import MigratedTemplates, throwaway_database
 from tests.env import clean_environ, is_fathom_setting
-from tests.fakes import FakeLLMServer, FakeSearchServer
-from tests.pg import throwaway_database
+from tests.fakes import FakeLLMServer, FakeSearchServer, FakeSlackServer
+
+
+@pytest.fixture(scope="session")
+def templates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MigratedTemplates]:
+    """The session's migrated template databases (``tests.databases``)."""
+    made = MigratedTemplates(tmp_path_factory.mktemp("templates"), pg_server_url())
+    yield made
+    made.close()
+
+
+def pg_server_url() -> str | None:
+    return os.environ.get("TEST_DATABASE_URL") or None
+
+
+def require_pg_server() -> str:
+    server_url = pg_server_url()
+    if not server_url:
+        pytest.skip("TEST_DATABASE_URL is not set; PostgreSQL tests skipped")
+    return server_url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A URL of an empty database: a file in tmp_path, or a fresh PostgreSQL database."""
+def database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, templates: MigratedTemplates
+) -> Iterator[str]:
+    """A URL of a migrated database of this test's own: a copy of the session's migrated
+    template (a file in tmp_path, or a PostgreSQL database made from the template)."""
     if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'fathom.db'}"
+        yield templates.sqlite(tmp_path / "fathom.db")
         return
-    server_url = os.environ.get("TEST_DATABASE_URL")
-    if not server_url:
-        pytest.skip("TEST_DATABASE_URL is not set; PostgreSQL tests skipped")
-    with throwaway_database(server_url) as url:
+    require_pg_server()
+    with templates.postgresql() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL of an empty database (no schema): a file in tmp_path, or a new PostgreSQL
+    database. For the tests of the migrations themselves."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
+        return
+    with throwaway_database(require_pg_server()) as url:
         yield url
 
 
 @pytest.fixture
 async def database(database_url: str) -> AsyncIterator[Database]:
-    """A migrated database (through the real Alembic migrations)."""
+    """A handle on this test's migrated database."""
     db = Database(database_url)
-    await db.upgrade()
     try:
         yield db
     finally:
@@ -51,25 +81,58 @@ def store(database: Database) -> Store:
 FAKE_API_KEY = "fake-key"
 
 
-@pytest.fixture
-def llm_server() -> Iterator[FakeLLMServer]:
-    """A fake OpenAI-compatible endpoint on 127.0.0.1 (script it with ``.fake.script``)."""
+# Each fake runs for the whole session (per xdist worker) and is reset before every test:
+# starting and stopping a server cost 0.2 s, and most tests use two or three.
+
+
+@pytest.fixture(scope="session")
+def _llm_server() -> Iterator[FakeLLMServer]:
     with FakeLLMServer() as server:
         yield server
 
 
-@pytest.fixture
-def search_server() -> Iterator[FakeSearchServer]:
-    """A fake SearXNG on 127.0.0.1 (``.fake.queries``, ``.fake.fail_next``, ``.fake.empty``)."""
+@pytest.fixture(scope="session")
+def _search_server() -> Iterator[FakeSearchServer]:
     with FakeSearchServer() as server:
         yield server
 
 
+@pytest.fixture(scope="session")
+def _slack_server() -> Iterator[FakeSlackServer]:
+    with FakeSlackServer() as server:
+        yield server
+
+
+@pytest.fixture
+def llm_server(_llm_server: FakeLLMServer) -> FakeLLMServer:
+    """A fake OpenAI-compatible endpoint on 127.0.0.1 (script it with ``.fake.script``)."""
+    _llm_server.fake.reset()
+    return _llm_server
+
+
+@pytest.fixture
+def search_server(_search_server: FakeSearchServer) -> FakeSearchServer:
+    """A fake SearXNG on 127.0.0.1 (``.fake.queries``, ``.fake.fail_next``, ``.fake.empty``)."""
+    _search_server.fake.reset()
+    return _search_server
+
+
+@pytest.fixture
+def slack_server(_slack_server: FakeSlackServer) -> FakeSlackServer:
+    """A fake Slack Web API on 127.0.0.1 (``.fake.calls``, ``.fake.fail_next``)."""
+    _slack_server.fake.reset()
+    return _slack_server
+
+
 @pytest.fixture
 def cli_env(
-    llm_server: FakeLLMServer, search_server: FakeSearchServer, tmp_path: Path
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+    tmp_path: Path,
+    templates: MigratedTemplates,
 ) -> dict[str, str]:
-    """Environment for a ``fathom`` subprocess against the fakes and a SQLite file in tmp_path.
+    """Environment for a ``fathom`` subprocess against the fakes and a migrated SQLite file in
+    tmp_path.
 
     Inherited FATHOM_*/OPENAI_*/SEARXNG_*/DATABASE_URL variables are dropped so the
     developer's own settings never leak in; the search cache is off so every search the
@@ -81,7 +144,7 @@ def cli_env(
         OPENAI_API_KEY=FAKE_API_KEY,
         FATHOM_SEARCH="searxng",
         SEARXNG_URL=search_server.url,
-        DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}",
+        DATABASE_URL=templates.sqlite(tmp_path / "cli.db"),
         FATHOM_SEARCH_CACHE_TTL="0",
         FATHOM_ALLOW_PRIVATE_FETCH="1",  # the fake search's pages are on 127.0.0.1
         FATHOM_LLM_MAX_RETRIES="1",
@@ -102,11 +165,12 @@ async def serve_fathom(
     llm_server: FakeLLMServer,
     search_server: FakeSearchServer,
     monkeypatch: pytest.MonkeyPatch,
+    templates: MigratedTemplates,
 ) -> AsyncIterator[ServeFathom]:
     """``await serve_fathom(database_url=None, registry=None, **env)``: the real ``fathom
     serve`` app (its lifespan, job runner and every platform ``env`` configures, out of
     ``registry``: default ``bots.platforms.PLATFORMS``) against the LLM and search fakes, on
-    a SQLite file unless a database URL is given. Stopped after the test."""
+    a migrated SQLite file unless a database URL is given. Stopped after the test."""
     for name in list(os.environ):
         if is_fathom_setting(name):
             monkeypatch.delenv(name)
@@ -117,7 +181,7 @@ async def serve_fathom(
     async def serve(
         database_url: str | None = None, registry: Registry | None = None, **env: str
     ) -> ServedFathom:
-        url = database_url or f"sqlite+aiosqlite:///{tmp_path / f'serve{len(started)}.db'}"
+        url = database_url or templates.sqlite(tmp_path / f"serve{len(started)}.db")
         settings = fathom_settings(url, llm_server, search_server, registry=registry, **env)
         server = await asyncio.to_thread(LifespanServer(create_app(settings)).start)
         database = Database(url)

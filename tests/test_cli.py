@@ -1,17 +1,16 @@
-"""The ``fathom`` command line in subprocesses, against the loopback LLM and SearXNG fakes."""
+"""The ``fathom`` command line against the loopback LLM and SearXNG fakes: in this process
+(``tests.cli.fathom``), and as a process where signals and the entry point matter."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import select
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from core.config import Settings
 from core.models import SearchResult
+from tests.cli import fathom, fathom_process, start_fathom, stop, wait_for_stderr
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.search import RESULT_DATE, page_date
 
@@ -47,52 +47,16 @@ USAGE_KEYS = {
 }
 
 
-def fathom(
-    *args: str, env: dict[str, str], cwd: Path, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bots.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def start_fathom(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "bots.cli", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
-def wait_for_stderr(proc: subprocess.Popen[bytes], needle: str, timeout: float = 30) -> str:
-    """Read the process's stderr until ``needle`` shows up; everything read so far."""
-    assert proc.stderr is not None
-    seen = b""
-    deadline = time.monotonic() + timeout
-    while needle.encode() not in seen:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or proc.poll() is not None:
-            raise AssertionError(f"{needle!r} not seen on stderr; got:\n{seen.decode()}")
-        ready, _, _ = select.select([proc.stderr], [], [], remaining)
-        if ready:
-            seen += os.read(proc.stderr.fileno(), 65536)  # unbuffered: no line is held back
-    return seen.decode()
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.communicate(timeout=10)
-
-
 def db_file(env: dict[str, str]) -> Path:
     return Path(env["DATABASE_URL"].removeprefix("sqlite+aiosqlite:///"))
+
+
+def no_database_yet(env: dict[str, str], tmp_path: Path) -> Path:
+    """Point ``env`` at a SQLite file that is not there yet (``cli_env``'s is migrated), for
+    a test that shows a command writes nothing: the file must still not exist after it."""
+    path = tmp_path / "untouched.db"
+    env["DATABASE_URL"] = f"sqlite+aiosqlite:///{path}"
+    return path
 
 
 def thread_of(stderr: str) -> str:
@@ -104,7 +68,8 @@ def thread_of(stderr: str) -> str:
 def test_research_json(
     cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
 ) -> None:
-    result = fathom(
+    """Through the installed ``fathom`` script, in a process of its own, as a user runs it."""
+    result = fathom_process(
         "research", "solar power storage", "--depth", "2", "--json", env=cli_env, cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
@@ -300,11 +265,12 @@ def test_bad_input_exits_2_and_starts_nothing(
     llm_server: FakeLLMServer,
     search_server: FakeSearchServer,
 ) -> None:
+    untouched = no_database_yet(cli_env, tmp_path)
     result = fathom("research", *args, "--json", env=cli_env, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert result.stdout == ""
-    assert not db_file(cli_env).exists()
+    assert not untouched.exists()
     assert llm_server.fake.requests == [] and search_server.fake.queries == []
 
 
@@ -331,6 +297,7 @@ def test_a_bad_setting_of_any_part_stops_research_in_one_line(
 def test_missing_api_key_is_one_clear_line(
     cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
 ) -> None:
+    untouched = no_database_yet(cli_env, tmp_path)
     del cli_env["OPENAI_API_KEY"]
     result = fathom("research", "batteries", env=cli_env, cwd=tmp_path)
     assert result.returncode == 2
@@ -338,7 +305,7 @@ def test_missing_api_key_is_one_clear_line(
     assert len(lines) == 1, result.stderr
     assert "OPENAI_API_KEY" in lines[0]
     assert "Traceback" not in result.stderr
-    assert not db_file(cli_env).exists()
+    assert not untouched.exists()
     assert llm_server.fake.requests == []
 
 
@@ -661,6 +628,7 @@ def test_an_output_file_that_cannot_be_written_is_refused_before_anything_is_spe
     llm_server: FakeLLMServer,
     search_server: FakeSearchServer,
 ) -> None:
+    untouched = no_database_yet(cli_env, tmp_path)
     output = {
         "missing": tmp_path / "no-such-folder" / "report.md",
         "directory": tmp_path,
@@ -672,7 +640,7 @@ def test_an_output_file_that_cannot_be_written_is_refused_before_anything_is_spe
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and message.format(parent=output.parent) in lines[0], lines
         assert result.stdout == ""
-    assert not db_file(cli_env).exists()
+    assert not untouched.exists()
     assert llm_server.fake.requests == [] and search_server.fake.queries == []
     assert where == "directory" or not output.exists()
 
@@ -820,13 +788,14 @@ def test_an_unusable_database_url_is_one_line_and_exit_2_everywhere(
 def test_an_openai_base_url_that_is_not_a_url_is_a_settings_error(
     cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
 ) -> None:
+    untouched = no_database_yet(cli_env, tmp_path)
     for value in ("localhost:8000/v1", "not a url", "ftp://models.example/v1"):
         env = {**cli_env, "OPENAI_BASE_URL": value}
         result = fathom("research", "batteries", env=env, cwd=tmp_path)
         assert result.returncode == 2, result.stderr
         line = _one_line_error(result)
         assert "OPENAI_BASE_URL is invalid" in line and "not an http(s) URL" in line, line
-    assert not db_file(cli_env).exists() and llm_server.fake.requests == []
+    assert not untouched.exists() and llm_server.fake.requests == []
 
 
 def test_serve_help_names_every_platform(cli_env: dict[str, str], tmp_path: Path) -> None:
@@ -904,6 +873,7 @@ def test_research_with_sources_web_records_the_choice(
 def test_sources_lists_the_web_provider_when_no_mcp_server_is_configured(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
+    untouched = no_database_yet(cli_env, tmp_path)
     listed = fathom("sources", "--json", env=cli_env, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     (web,) = json.loads(listed.stdout)
@@ -924,12 +894,13 @@ def test_sources_lists_the_web_provider_when_no_mcp_server_is_configured(
     unset = fathom("sources", "--json", env={**cli_env, "SEARXNG_URL": ""}, cwd=tmp_path)
     (down,) = json.loads(unset.stdout)
     assert down["state"] == "down" and "SEARXNG_URL" in down["problem"]
-    assert not db_file(cli_env).exists()  # nothing here touches the database
+    assert not untouched.exists()  # nothing here touches the database
 
 
 def test_sources_test_prints_what_the_web_returned(
     cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
 ) -> None:
+    untouched = no_database_yet(cli_env, tmp_path)
     shown = fathom("sources", "test", "heat pumps", env=cli_env, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
@@ -950,7 +921,7 @@ def test_sources_test_prints_what_the_web_returned(
     assert failed.returncode == 1
     (line,) = failed.stdout.splitlines()  # a failure is one line
     assert line.startswith("searxng (web): failed: ")
-    assert not db_file(cli_env).exists()
+    assert not untouched.exists()
 
 
 @pytest.mark.parametrize(
@@ -1146,8 +1117,9 @@ def test_research_sources_internal_needs_a_server_the_console_may_use(
     env = {**cli_env, **mcp_config(tmp_path, notes=["slack:T1"])}
     refused = fathom("research", "pumps", "--sources", "internal", env=env, cwd=tmp_path)
     assert refused.returncode == 2
-    lines = [line for line in refused.stderr.splitlines() if line.strip()]
-    assert lines[-1].startswith(
+    # One error line (warnings about the configured servers may come before or after it).
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(
         "error: --sources internal: no MCP server in FATHOM_MCP_CONFIG may be used in "
         "cli:local:local:"
     ), refused.stderr

@@ -27,8 +27,9 @@ from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider
 from core.service import ResearchService, RunOutcome
 from storage import Database, Store
+from tests.cli import start_fathom, stop, wait_for_stderr
+from tests.databases import MigratedTemplates
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Reply
-from tests.test_cli import start_fathom, stop, wait_for_stderr
 
 KEY = "fake-key"
 FAST_RETRY = {"retry-after-ms": "1"}  # the openai SDK otherwise backs off ~0.5 s per retry
@@ -715,11 +716,14 @@ async def test_the_shared_tls_context_loads_certificates_at_the_first_handshake(
 
 
 async def test_the_runtime_shares_one_tls_context(
-    llm_server: FakeLLMServer, search_server: FakeSearchServer, tmp_path: Path
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+    tmp_path: Path,
+    templates: MigratedTemplates,
 ) -> None:
     settings = load_settings(
         _env_file=None,
-        DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'f.db'}",
+        DATABASE_URL=templates.sqlite(tmp_path / "f.db"),
         OPENAI_BASE_URL=llm_server.base_url,
         OPENAI_API_KEY=KEY,
         FATHOM_SEARCH="searxng",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from urllib.parse import parse_qs
 
 import httpx
@@ -39,9 +39,8 @@ DOC_SIGNATURE = "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69
 
 
 @pytest.fixture
-def server() -> Iterator[FakeSlackServer]:
-    with FakeSlackServer() as s:
-        yield s
+def server(slack_server: FakeSlackServer) -> FakeSlackServer:
+    return slack_server
 
 
 def client(server: FakeSlackServer, token: str = "xoxb-test", **kw: object) -> AsyncWebClient:

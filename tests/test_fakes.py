@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +41,13 @@ WRITER = (
 
 
 @pytest.fixture
-def llm() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as server:
-        yield server
+def llm(llm_server: FakeLLMServer) -> FakeLLMServer:
+    return llm_server
 
 
 @pytest.fixture
-def search() -> Iterator[FakeSearchServer]:
-    with FakeSearchServer() as server:
-        yield server
+def search(search_server: FakeSearchServer) -> FakeSearchServer:
+    return search_server
 
 
 MakeClient = Callable[..., openai.AsyncOpenAI]

@@ -39,6 +39,7 @@ from bots.composition import load_app_settings
 from bots.server import create_app
 from storage import Database
 from tests.conftest import FAKE_API_KEY
+from tests.databases import MigratedTemplates
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
 from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
@@ -113,7 +114,9 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(
+    tmp_path_factory: pytest.TempPathFactory, templates: MigratedTemplates
+) -> Iterator[Served]:
     directory = tmp_path_factory.mktemp("fuzz")
     with (
         FakeLLMServer() as llm,
@@ -122,7 +125,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         FakeFeishuServer() as feishu,
         FakeDingTalkServer() as dingtalk,
     ):
-        url = f"sqlite+aiosqlite:///{directory / 'fuzz.db'}"
+        url = templates.sqlite(directory / "fuzz.db")
         app_settings = load_app_settings(
             _env_file=None,
             DATABASE_URL=url,

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import text
 
 from core.untrusted import neutralise
+from tests.databases import MigratedTemplates
 from tests.fakes import Hang, Reply
 from tests.fakes.slack import app_mention_event, event_callback_body, sign, slash_command_body
 from tests.test_slack_app import (  # noqa: F401 - fixtures
@@ -29,7 +30,6 @@ from tests.test_slack_app import (  # noqa: F401 - fixtures
     BotFactory,
     OAuthFakeSlackServer,
     _clean_env,
-    slack_server,
     start_bot,
     wait_for,
 )
@@ -263,8 +263,10 @@ async def _no_tokens(bot: Any) -> bool:
     return await _bot_tokens(bot) == []
 
 
-async def test_expired_oauth_states_are_pruned(start_bot: BotFactory, tmp_path: Any) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'states.db'}"
+async def test_expired_oauth_states_are_pruned(
+    start_bot: BotFactory, tmp_path: Any, templates: MigratedTemplates
+) -> None:
+    url = templates.sqlite(tmp_path / "states.db")
     with OAuthFakeSlackServer() as slack:
         settings = {
             "slack_api_url": f"{slack.url}/api/",

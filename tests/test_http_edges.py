@@ -28,12 +28,11 @@ from tests.test_serve import (
     feishu_server,
     serve,
     slack_env,
-    slack_server,
     terminate,
     wait_until_up,
 )
 
-__all__ = ["dingtalk_server", "feishu_server", "slack_env", "slack_server"]  # fixtures
+__all__ = ["dingtalk_server", "feishu_server", "slack_env"]  # fixtures
 
 
 def _address(served: Served) -> tuple[str, int]:
@@ -131,7 +130,9 @@ def test_a_body_trickled_past_the_body_timeout_is_cut_off_with_408(
 def test_platform_routes_answer_503_while_the_schema_is_not_current(
     slack_env: dict[str, str], tmp_path: Path
 ) -> None:
-    served = serve({**slack_env, "FATHOM_LOG_LEVEL": "INFO"}, tmp_path, "--no-upgrade")
+    empty = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"  # never migrated
+    env = {**slack_env, "FATHOM_LOG_LEVEL": "INFO", "DATABASE_URL": empty}
+    served = serve(env, tmp_path, "--no-upgrade")
     try:
         wait_until_up(served)
         body = slash_command_body("heat pumps", trigger_id="old-schema")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -28,9 +28,8 @@ GOOD = '{"nextSearchTopic": "solar costs", "shouldContinue": true}'
 
 
 @pytest.fixture
-def server() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as srv:
-        yield srv
+def server(llm_server: FakeLLMServer) -> FakeLLMServer:
+    return llm_server
 
 
 @pytest.fixture

@@ -36,9 +36,9 @@ from core.search import SearxngProvider
 from core.service import ResearchService, RunOutcome
 from storage import Database, Store
 from tests.chat_app import wait_for
+from tests.cli import fathom
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer
 from tests.fakes.llm import error_body
-from tests.test_cli import fathom
 from tests.test_engine import FAST_RETRY, KEY, TOPIC, Collect, failed_call
 
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

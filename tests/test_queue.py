@@ -24,18 +24,17 @@ from core.queue import ProcrastinateJobRunner, ProcrastinateQueue, queue_in_tran
 from core.search import SearxngProvider
 from core.service import ResearchService
 from storage import Database, Store
+from tests.cli import fathom
+from tests.databases import throwaway_database
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.slack import FakeSlackServer, is_report, sign, slash_command_body
-from tests.pg import throwaway_database
 from tests.runs import age_heartbeat, claim
-from tests.test_cli import fathom
 from tests.test_engine import KEY
 from tests.test_replicas import wait_until
 from tests.test_serve import (  # noqa: F401 (fixtures)
     Served,
     serve,
     slack_env,
-    slack_server,
     terminate,
     wait_until_up,
 )
@@ -339,7 +338,7 @@ def _worker(env: dict[str, str], cwd: Path, name: str) -> subprocess.Popen[bytes
 
 def test_a_killed_worker_s_runs_are_finished_by_another_with_one_report_each(
     slack_env: dict[str, str],  # noqa: F811
-    slack_server: FakeSlackServer,  # noqa: F811
+    slack_server: FakeSlackServer,
     llm_server: FakeLLMServer,
     tmp_path: Path,
 ) -> None:
@@ -416,7 +415,7 @@ def test_a_killed_worker_s_runs_are_finished_by_another_with_one_report_each(
 
 def test_a_stopped_worker_hands_its_runs_back_for_another(
     slack_env: dict[str, str],  # noqa: F811
-    slack_server: FakeSlackServer,  # noqa: F811
+    slack_server: FakeSlackServer,
     llm_server: FakeLLMServer,
     tmp_path: Path,
 ) -> None:

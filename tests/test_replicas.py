@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.databases import throwaway_database
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang, Reply
 from tests.fakes.slack import FakeSlackServer, is_report, sign, slash_command_body
-from tests.pg import throwaway_database
 from tests.test_serve import Served, serve, terminate, wait_until_up
 from tests.test_slack_app import BOT_TOKEN, FORM, SECRET
 
@@ -36,12 +36,6 @@ def postgres_url() -> Iterator[str]:
         pytest.skip("TEST_DATABASE_URL is not set; the replica test needs PostgreSQL")
     with throwaway_database(server_url) as url:
         yield url
-
-
-@pytest.fixture
-def slack_server() -> Iterator[FakeSlackServer]:
-    with FakeSlackServer() as server:
-        yield server
 
 
 def wait_until(

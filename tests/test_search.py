@@ -34,6 +34,7 @@ from core.search import (
     normalise_query,
 )
 from core.search.limit import LimitedSearch
+from tests.databases import MigratedTemplates
 from tests.fakes.providers import FakeBraveServer, FakeTavilyServer
 from tests.fakes.search import FakeSearchServer
 from tests.fakes.server import BackgroundServer
@@ -48,9 +49,8 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture
-def searx() -> Iterator[FakeSearchServer]:
-    with FakeSearchServer() as server:
-        yield server
+def searx(search_server: FakeSearchServer) -> FakeSearchServer:
+    return search_server
 
 
 @pytest.fixture
@@ -462,11 +462,12 @@ async def test_factory_requires_provider_settings(
         build_search_provider(settings(monkeypatch, FATHOM_SEARCH=provider), client)
 
 
-async def test_cached_search_on_the_real_store(tmp_path: Path) -> None:
+async def test_cached_search_on_the_real_store(
+    tmp_path: Path, templates: MigratedTemplates
+) -> None:
     from storage import Database, Store
 
-    db = Database(f"sqlite+aiosqlite:///{tmp_path}/t.db")
-    await db.upgrade()
+    db = Database(templates.sqlite(tmp_path / "t.db"))
     try:
         inner = CountingProvider(HIT)
         cached = CachedSearch(inner, Store(db), timedelta(hours=1))

@@ -37,6 +37,7 @@ from bots.server import create_app
 from bots.slack.text import SlackMarkup, clean_text
 from storage import Database, RunRecord, Store
 from tests.chat_app import LifespanServer, fathom_settings, wait_for
+from tests.databases import MigratedTemplates
 from tests.env import is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.fakes.server import BROKEN_BODIES, BackgroundServer
@@ -162,12 +163,6 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-@pytest.fixture
-def slack_server() -> Iterator[FakeSlackServer]:
-    with FakeSlackServer() as server:
-        yield server
-
-
 BotFactory = Callable[..., Awaitable[Bot]]
 
 
@@ -177,9 +172,12 @@ async def start_bot(
     llm_server: FakeLLMServer,
     search_server: FakeSearchServer,
     slack_server: FakeSlackServer,
+    templates: MigratedTemplates,
 ) -> AsyncIterator[BotFactory]:
-    """``await start_bot(database_url=None, slack=None, **env)``: serve the app against fakes."""
+    """``await start_bot(database_url=None, slack=None, **env)``: serve the app against fakes
+    (by default every bot of the test on one migrated SQLite file)."""
     started: list[tuple[LifespanServer, Database, httpx.AsyncClient]] = []
+    default_url = templates.sqlite(tmp_path / "slack.db")
 
     async def start(
         database_url: str | None = None,
@@ -187,7 +185,7 @@ async def start_bot(
         fake: FakeSlack | None = None,
         **env: str,
     ) -> Bot:
-        url = database_url or f"sqlite+aiosqlite:///{tmp_path / 'slack.db'}"
+        url = database_url or default_url
         api = slack_api_url or slack_server.api_url
         settings = slack_settings(url, llm_server, search_server, api, **env)
         server = LifespanServer(create_app(settings)).start()
@@ -1137,11 +1135,10 @@ def test_manifests_request_the_scopes_the_install_asks_for() -> None:
 
 
 async def test_serve_forgets_platform_events_older_than_a_week(
-    start_bot: BotFactory, tmp_path: Path
+    start_bot: BotFactory, tmp_path: Path, templates: MigratedTemplates
 ) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'events.db'}"
+    url = templates.sqlite(tmp_path / "events.db")
     database = Database(url)
-    await database.upgrade()
     store = Store(database)
     assert await store.claim_event("slack:event:old")
     assert await store.claim_event("slack:event:recent")

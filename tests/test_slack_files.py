@@ -11,7 +11,6 @@ accept with its HTML sign-in page and HTTP 200, as Slack does.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -181,9 +180,8 @@ def test_who_attached_is_the_profile_name_else_the_user_id_never_a_mention() -> 
 
 
 @pytest.fixture
-def server() -> Iterator[FakeSlackServer]:
-    with FakeSlackServer() as s:
-        yield s
+def server(slack_server: FakeSlackServer) -> FakeSlackServer:
+    return slack_server
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from core.config import load_settings
 from core.grammar import ScheduleCommand
 from core.models import ResearchRequest, SourceChoice, Strategy, ThreadKey
 from core.runtime import Runtime, open_runtime
+from tests.databases import MigratedTemplates
 from tests.env import is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer
 
@@ -69,11 +70,14 @@ OpenTeam = Callable[..., Any]
 
 @pytest.fixture
 def open_team(
-    tmp_path: Path, llm_server: FakeLLMServer, search_server: FakeSearchServer
+    tmp_path: Path,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+    templates: MigratedTemplates,
 ) -> OpenTeam:
     """``async with open_team(channels) as runtime``: the runtime with the notes server
     configured for ``channels``, on one SQLite file for the whole test."""
-    database = f"sqlite+aiosqlite:///{tmp_path / 'team.db'}"
+    database = templates.sqlite(tmp_path / "team.db")
 
     @asynccontextmanager
     async def open_it(
