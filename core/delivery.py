@@ -35,6 +35,7 @@ from core.logs import log_context
 from core.models import CONSOLE_PLATFORM, Attachment, RunStatus, ThreadKey
 from core.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.service import ResearchService, RunOutcome, final_progress_text
+from core.timer import MONOTONIC, Timer
 from storage import (
     DELIVERY_PENDING,
     UNFINISHED_STATUSES,
@@ -163,11 +164,13 @@ class ResearchJob:
         *,
         policy: DeliveryPolicy | None = None,
         chat_platforms: Mapping[str, str] | None = None,
+        timer: Timer = MONOTONIC,
     ) -> None:
         self._service = service
         self._store = store
         self._factories = dict(factories or {})
         self._policy = policy or DeliveryPolicy()
+        self._timer = timer  # the back-off between two posts is slept on it
         self._chat_platforms = dict(chat_platforms or {})
 
     def register(self, platform: str, factory: DeliveryFactory) -> None:
@@ -318,7 +321,7 @@ class ResearchJob:
                     failures,
                     wait,
                 )
-                await asyncio.sleep(wait)
+                await self._timer.sleep(wait)
                 continue
             posted += 1
         await self._store.finish_delivery(claim, posted=True)

@@ -11,9 +11,7 @@ real researches against the fake LLM and search.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -38,49 +36,18 @@ from tests.test_slack_app import (  # noqa: F401 - the served bot's fixtures
     Bot,
     BotFactory,
     _clean_env,
-    slack_server,
     start_bot,
 )
+from tests.timers import ManualTimer
 
 TOKEN = "xoxb-test"
 SET_STATUS = "assistant.threads.setStatus"
 THREAD = KEY.rsplit(":", 1)[1]
 
 
-class ManualTimer:
-    """``bots.slack.status.Timer`` whose time moves only when a test moves it."""
-
-    def __init__(self) -> None:
-        self.time = 0.0
-        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
-
-    def now(self) -> float:
-        return self.time
-
-    async def sleep(self, seconds: float) -> None:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (self.time + seconds, future)
-        self._sleepers.append(entry)
-        try:
-            await future
-        finally:
-            self._sleepers.remove(entry)
-
-    def waiting_until(self) -> list[float]:
-        """When each sleeper wakes up (the status keeper's next refresh)."""
-        return sorted(at for at, future in self._sleepers if not future.done())
-
-    def advance(self, seconds: float) -> None:
-        self.time += seconds
-        for at, future in list(self._sleepers):
-            if at <= self.time and not future.done():
-                future.set_result(None)
-
-
 @pytest.fixture
-def server() -> Iterator[FakeSlackServer]:
-    with FakeSlackServer() as s:
-        yield s
+def server(slack_server: FakeSlackServer) -> FakeSlackServer:
+    return slack_server
 
 
 def factory_for(server: FakeSlackServer, store: Store, timer: ManualTimer) -> SlackDeliveryFactory:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 from slack_sdk.errors import SlackApiError
@@ -23,6 +22,7 @@ from core.service import RunOutcome
 from storage import RunRecord, Store
 from tests.chat_app import wait_for
 from tests.fakes import FakeSlackServer
+from tests.timers import ManualTimer
 
 TOKEN = "xoxb-test"
 PENDING = "slack:T0001:C0001:pending-13345.2242"
@@ -31,9 +31,8 @@ SOURCES = [Source(n=1, title="One", url="https://a.example/1")]
 
 
 @pytest.fixture
-def server() -> Iterator[FakeSlackServer]:
-    with FakeSlackServer() as s:
-        yield s
+def server(slack_server: FakeSlackServer) -> FakeSlackServer:
+    return slack_server
 
 
 def plain_client(server: FakeSlackServer) -> AsyncWebClient:
@@ -68,81 +67,93 @@ async def wait_for_text(server: FakeSlackServer, ts: str, text: str) -> None:
 # --- throttle ----------------------------------------------------------------------------
 
 
+def timed_edits(
+    server: FakeSlackServer, thread: ThreadKey, ts: str, timer: ManualTimer
+) -> tuple[Callable[[str], Awaitable[None]], list[tuple[float, str]]]:
+    """An edit of the message through the real Slack client, and when (on ``timer``) each
+    edit was sent with what text."""
+    messenger = SlackMessenger(plain_client(server))
+    sent: list[tuple[float, str]] = []
+
+    async def edit(text: str) -> None:
+        sent.append((timer.now(), text))
+        await messenger.edit_message(thread, ts, text)
+
+    return edit, sent
+
+
 async def test_rapid_submits_are_coalesced_and_the_last_text_is_written(
     server: FakeSlackServer,
 ) -> None:
     thread, ts = await posted(server)
-    messenger = SlackMessenger(plain_client(server))
-    throttle = EditThrottle(
-        lambda t: messenger.edit_message(thread, ts, t),
-        classify=classify_error,
-        interval=0.2,
-        limiter=None,
-    )
+    timer = ManualTimer()
+    edit, sent = timed_edits(server, thread, ts, timer)
+    throttle = EditThrottle(edit, classify=classify_error, interval=0.2, timer=timer)
     for i in range(10):
         await throttle.submit(f"step {i}")
     await wait_for_text(server, ts, "step 9")
-    # A later text, written once the interval has passed: any edit the burst still caused
-    # (a coalesced text sent after all, "step 9" again) would have come before it.
-    await throttle.submit("later")
+    await throttle.submit("later")  # within the interval: it waits for it, then is written
+    assert await timer.sleeping() == pytest.approx(0.2)
+    timer.advance(0.2)
     await wait_for_text(server, ts, "later")
-    *updates, later = server.fake.calls_to("chat.update")
-    assert 1 <= len(updates) <= 3 and later.params["text"] == "later"
-    assert updates[-1].params["text"] == "step 9"
+    assert sent == [(0.0, "step 9"), (0.2, "later")]  # the burst was coalesced into one edit
+    assert [c.params["text"] for c in server.fake.calls_to("chat.update")] == ["step 9", "later"]
 
 
 async def test_intermediate_edits_are_spaced_by_the_interval(server: FakeSlackServer) -> None:
     thread, ts = await posted(server)
-    messenger = SlackMessenger(plain_client(server))
-    throttle = EditThrottle(
-        lambda t: messenger.edit_message(thread, ts, t), classify=classify_error, interval=0.15
-    )
+    timer = ManualTimer()
+    edit, sent = timed_edits(server, thread, ts, timer)
+    throttle = EditThrottle(edit, classify=classify_error, interval=0.15, timer=timer)
     for i in range(25):
         await throttle.submit(f"step {i}")
-        await asyncio.sleep(0.03)
-    await throttle.flush_final("done")
-    times = [c.time for c in server.fake.calls_to("chat.update")]
-    assert len(times) >= 3
-    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.15 - 0.01
+        await asyncio.sleep(0.005)  # let the edit in flight finish (real I/O to the fake)
+        timer.advance(0.03)
+    assert await timer.run(throttle.flush_final("done"))
+    times = [at for at, _ in sent]
+    assert len(times) >= 3 and sent[-1][1] == "done"
+    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.15 - 1e-9
     assert current_text(server, ts) == "done"
 
 
 async def test_final_text_survives_a_429(server: FakeSlackServer) -> None:
     thread, ts = await posted(server)
-    messenger = SlackMessenger(plain_client(server))
-    throttle = EditThrottle(
-        lambda t: messenger.edit_message(thread, ts, t), classify=classify_error, interval=0.05
-    )
+    timer = ManualTimer()
+    edit, sent = timed_edits(server, thread, ts, timer)
+    throttle = EditThrottle(edit, classify=classify_error, interval=0.05, timer=timer)
     await throttle.submit("step 1")
     await wait_for_text(server, ts, "step 1")
-    server.fake.fail_next("chat.update", status=429, retry_after=1)
-    started = time.monotonic()
-    assert await throttle.flush_final("Research done.")
-    assert time.monotonic() - started >= 1.0
+    server.fake.fail_next("chat.update", status=429, retry_after=7)
+    timer.advance(1)
+    final = asyncio.ensure_future(throttle.flush_final("Research done."))
+    assert await timer.sleeping() == pytest.approx(1 + 7)  # Slack's Retry-After, as asked
+    assert not final.done() and current_text(server, ts) == "step 1"
+    timer.advance(7)
+    assert await final
     assert current_text(server, ts) == "Research done."
-    assert [c.params["text"] for c in server.fake.calls_to("chat.update")][-2:] == [
-        "Research done.",
-        "Research done.",
-    ]
+    assert sent == [(0.0, "step 1"), (1.0, "Research done."), (8.0, "Research done.")]
 
 
 async def test_final_edit_that_slack_refuses_reports_failure(server: FakeSlackServer) -> None:
     thread, _ = await posted(server)
     messenger = SlackMessenger(plain_client(server))
     throttle = EditThrottle(
-        lambda t: messenger.edit_message(thread, "1.2", t), classify=classify_error, interval=0.05
+        lambda t: messenger.edit_message(thread, "1.2", t),
+        classify=classify_error,
+        interval=0.05,
+        timer=ManualTimer(),
     )
     assert not await throttle.flush_final("done")  # message_not_found is not retried
     assert len(server.fake.calls_to("chat.update")) == 1
 
 
 def test_workspace_limiter_is_a_token_bucket() -> None:
-    now = [0.0]
-    limiter = WorkspaceLimiter(per_minute=60, burst=2, clock=lambda: now[0])
+    timer = ManualTimer()
+    limiter = WorkspaceLimiter(per_minute=60, burst=2, timer=timer)
     assert limiter.try_acquire() and limiter.try_acquire()
     assert not limiter.try_acquire()
     assert limiter.delay() == pytest.approx(1.0)
-    now[0] = 1.1
+    timer.advance(1.1)
     assert limiter.try_acquire()
     assert not limiter.try_acquire()
 
@@ -151,23 +162,21 @@ async def test_limiter_skips_intermediate_edits_and_delays_the_final(
     server: FakeSlackServer,
 ) -> None:
     thread, ts = await posted(server)
-    messenger = SlackMessenger(plain_client(server))
-    limiter = WorkspaceLimiter(per_minute=120, burst=1)  # one edit per 0.5 s
+    timer = ManualTimer()
+    edit, sent = timed_edits(server, thread, ts, timer)
+    limiter = WorkspaceLimiter(per_minute=120, burst=1, timer=timer)  # one edit per 0.5 s
     assert limiter.try_acquire()  # another message of the workspace took the token
     throttle = EditThrottle(
-        lambda t: messenger.edit_message(thread, ts, t),
-        classify=classify_error,
-        interval=0.01,
-        limiter=limiter,
+        edit, classify=classify_error, interval=0.01, limiter=limiter, timer=timer
     )
     for i in range(5):
         await throttle.submit(f"step {i}")
-        await asyncio.sleep(0.02)
-    started = time.monotonic()
-    assert await throttle.flush_final("done")
-    assert time.monotonic() - started >= 0.3
-    texts = [c.params["text"] for c in server.fake.calls_to("chat.update")]
-    assert texts == ["done"]  # no token for the intermediate ones: coalesced into the final
+        timer.advance(0.02)
+    assert await timer.run(throttle.flush_final("done"))
+    # No token for the intermediate ones: coalesced into the final, sent when the bucket
+    # had a token again (0.5 s after it was emptied).
+    assert sent == [(pytest.approx(0.5), "done")]
+    assert [c.params["text"] for c in server.fake.calls_to("chat.update")] == ["done"]
 
 
 # --- delivery ----------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from core.models import Attachment, ThreadKey
 from core.progress import ProgressEvent, ProgressKind, ProgressSink, ProgressTask, final_tasks
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
+from core.timer import MONOTONIC, Timer
 from core.wording import Language, pick, request_language
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class ChatDelivery:
         edit_interval: float,
         limiter: WorkspaceLimiter | None = None,
         activity: Activity | None = None,
+        timer: Timer = MONOTONIC,
     ) -> None:
         self._run = run
         self.poster = poster
@@ -150,6 +152,7 @@ class ChatDelivery:
         self._interval = edit_interval
         self._limiter = limiter
         self._activity = activity
+        self._timer = timer
         self.language = request_language(run.topic)
         self.message_id = run.progress_message_id
         self.buttons = run_buttons(run.id, self.language)
@@ -205,7 +208,11 @@ class ChatDelivery:
                 await poster.edit_progress(message_id, content)
 
             self._throttle = EditThrottle(
-                edit, classify=poster.classify, interval=self._interval, limiter=self._limiter
+                edit,
+                classify=poster.classify,
+                interval=self._interval,
+                limiter=self._limiter,
+                timer=self._timer,
             )
         return self._throttle
 

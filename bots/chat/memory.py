@@ -34,6 +34,7 @@ from core.models import Attachment, ThreadKey
 from core.progress import ProgressTask
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
+from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise
 from core.wording import Language, request_language
 
@@ -352,11 +353,19 @@ def _split_buttons(
 class MemoryDeliveryFactory:
     """``core.delivery.DeliveryFactory`` for the ``memory`` platform."""
 
-    def __init__(self, chat: MemoryChat, store: ChatRuns, *, edit_interval: float = 0.0) -> None:
+    def __init__(
+        self,
+        chat: MemoryChat,
+        store: ChatRuns,
+        *,
+        edit_interval: float = 0.0,
+        timer: Timer = MONOTONIC,
+    ) -> None:
         self._chat = chat
         self._store = store
         self._interval = edit_interval
-        self._limiters = WorkspaceLimiters()
+        self._timer = timer
+        self._limiters = WorkspaceLimiters(timer=timer)
 
     async def for_run(self, run: RunRecord) -> ChatDelivery:
         if self._chat.for_run_errors:
@@ -370,4 +379,5 @@ class MemoryDeliveryFactory:
             self._store,
             edit_interval=self._interval,
             limiter=self._limiters.for_team(thread.workspace),
+            timer=self._timer,
         )

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 from core.failures import PostFailure
+from core.timer import MONOTONIC, Timer
 
 log = logging.getLogger(__name__)
 
@@ -43,20 +43,15 @@ def retry_delay(failure: PostFailure, attempt: int) -> float | None:
 class WorkspaceLimiter:
     """Token bucket shared by every message of one workspace (a platform's per-app edit limit)."""
 
-    def __init__(
-        self,
-        per_minute: float = 50.0,
-        burst: int = 10,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, per_minute: float = 50.0, burst: int = 10, timer: Timer = MONOTONIC) -> None:
         self._rate = per_minute / 60.0
         self._burst = float(burst)
         self._tokens = float(burst)
-        self._clock = clock
-        self._at = clock()
+        self._timer = timer
+        self._at = timer.now()
 
     def _refill(self) -> None:
-        now = self._clock()
+        now = self._timer.now()
         self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
         self._at = now
 
@@ -77,26 +72,29 @@ class WorkspaceLimiter:
         while True:
             if self.try_acquire():
                 return
-            await asyncio.sleep(max(self.delay(), 0.01))
+            await self._timer.sleep(max(self.delay(), 0.01))
 
 
 class WorkspaceLimiters:
     """One limiter per workspace; owned by whoever owns the platform clients (the factory)."""
 
-    def __init__(self, per_minute: float = 50.0, burst: int = 10) -> None:
+    def __init__(self, per_minute: float = 50.0, burst: int = 10, timer: Timer = MONOTONIC) -> None:
         self._per_minute = per_minute
         self._burst = burst
+        self._timer = timer
         self._by_team: dict[str, WorkspaceLimiter] = {}
 
     def for_team(self, team_id: str) -> WorkspaceLimiter:
         limiter = self._by_team.get(team_id)
         if limiter is None:
-            limiter = self._by_team[team_id] = WorkspaceLimiter(self._per_minute, self._burst)
+            limiter = WorkspaceLimiter(self._per_minute, self._burst, self._timer)
+            self._by_team[team_id] = limiter
         return limiter
 
 
 class EditThrottle:
-    """Coalesces edits of ONE message: at most one ``edit`` per ``interval`` seconds."""
+    """Coalesces edits of ONE message: at most one ``edit`` per ``interval`` seconds (on
+    ``timer``, which also measures the waits for rate limits)."""
 
     def __init__(
         self,
@@ -106,15 +104,17 @@ class EditThrottle:
         interval: float = 1.0,
         limiter: WorkspaceLimiter | None = None,
         final_attempts: int = FINAL_ATTEMPTS,
+        timer: Timer = MONOTONIC,
     ) -> None:
         self._edit = edit
         self._classify = classify
         self._interval = interval
         self._limiter = limiter
         self._attempts = final_attempts
+        self._timer = timer
         self._pending: str | None = None
         self._written: str | None = None
-        self._next_at = 0.0  # event-loop time before which no edit is sent
+        self._next_at = timer.now()  # no edit is sent before this time (on the timer)
         self._task: asyncio.Task[None] | None = None
         self._editing = False
         self._closed = False
@@ -133,14 +133,14 @@ class EditThrottle:
             self._task = asyncio.create_task(self._drain())
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
+        timer = self._timer
         while self._pending is not None and not self._closed:
-            wait = self._next_at - loop.time()
+            wait = self._next_at - timer.now()
             if wait > 0:
-                await asyncio.sleep(wait)
+                await timer.sleep(wait)
                 continue
             if self._limiter is not None and not self._limiter.try_acquire():
-                await asyncio.sleep(max(self._limiter.delay(), 0.01))
+                await timer.sleep(max(self._limiter.delay(), 0.01))
                 continue
             text, self._pending = self._pending, None
             if text == self._written:
@@ -158,7 +158,7 @@ class EditThrottle:
                 log.warning("progress edit failed (%s)", failure.reason)
             finally:
                 self._editing = False
-            self._next_at = loop.time() + max(self._interval, backoff)
+            self._next_at = timer.now() + max(self._interval, backoff)
 
     async def aclose(self) -> None:
         """Stop for good: nothing pending is sent any more (the run is over or taken over)."""
@@ -178,13 +178,13 @@ class EditThrottle:
             if not self._editing:
                 task.cancel()
             await asyncio.wait({task})
-        loop = asyncio.get_running_loop()
+        timer = self._timer
         failures = 0  # failures other than rate limits
         waited = 0.0  # seconds spent waiting out rate limits
         while True:
-            wait = self._next_at - loop.time()
+            wait = self._next_at - timer.now()
             if wait > 0:
-                await asyncio.sleep(wait)
+                await timer.sleep(wait)
             if self._limiter is not None:
                 await self._limiter.acquire()
             try:
@@ -202,8 +202,8 @@ class EditThrottle:
                     return False
                 waited += delay if limited else 0.0
                 log.info("final progress edit: %s, retrying in %.1fs", failure.reason, delay)
-                self._next_at = loop.time() + delay
+                self._next_at = timer.now() + delay
                 continue
             self._written = text
-            self._next_at = loop.time() + self._interval
+            self._next_at = timer.now() + self._interval
             return True

@@ -33,7 +33,7 @@ from bots.slack.render import (
     progress_text,
     report_messages,
 )
-from bots.slack.status import REFRESH_SECONDS, ThreadStatus, Timer
+from bots.slack.status import REFRESH_SECONDS, ThreadStatus
 from core.attachments import AttachmentRefused
 from core.digests import heading_of
 from core.failures import PostFailure
@@ -41,6 +41,7 @@ from core.models import Attachment, ThreadKey
 from core.progress import ProgressTask
 from core.runs import ChatRuns, RunRecord
 from core.service import RunOutcome
+from core.timer import Timer
 from core.wording import request_language
 
 log = logging.getLogger(__name__)

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -34,6 +32,7 @@ from bots.slack.refusals import (
 )
 from core.models import ThreadKey
 from core.progress import ProgressEvent, ProgressKind, TaskStatus
+from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise, remove_urls
 from core.wording import Language, pick
 
@@ -48,24 +47,6 @@ CLEAR_GRACE = 10.0
 #: Slack shows at most this many loading messages.
 MAX_LOADING_MESSAGES = 10
 _TOPIC_CHARS = 80
-
-
-class Timer(Protocol):
-    """The clock the status is refreshed by (tests drive a manual one)."""
-
-    def now(self) -> float: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
-class MonotonicTimer:
-    """The process's monotonic clock."""
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
 
 
 @dataclass(frozen=True)
@@ -169,7 +150,7 @@ class ThreadStatus:
         self._thread = thread
         self._refusals = refusals
         self._language = language
-        self._timer = timer or MonotonicTimer()
+        self._timer = timer or MONOTONIC
         self._refresh = refresh
         self._wanted: StatusWords | None = None  # what the thread should show
         self._shown: StatusWords | None = None  # what Slack accepted last

@@ -7,7 +7,6 @@ will not go away (bad key, bad request) fail at once so the run can move on.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -15,6 +14,7 @@ import httpx
 
 from core.models import SearchResult
 from core.search.base import SearchError
+from core.timer import MONOTONIC, Timer
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +44,13 @@ async def request_json(
     attempts: int = DEFAULT_ATTEMPTS,
     base_delay: float = 0.5,
     max_retry_after: float = MAX_RETRY_AFTER,
+    timer: Timer = MONOTONIC,
 ) -> Any:
     """Send the request and return its decoded JSON body, or raise SearchError.
 
     Retries connect errors, timeouts, 429 and 5xx with exponential backoff
-    (``base_delay``, then double); any other 4xx or undecodable JSON fails at once.
+    (``base_delay``, then double, slept on ``timer``); any other 4xx or undecodable JSON
+    fails at once.
     """
     problem = "no attempt made"
     for attempt in range(1, attempts + 1):
@@ -84,7 +86,7 @@ async def request_json(
                 attempts,
                 delay,
             )
-            await asyncio.sleep(delay)
+            await timer.sleep(delay)
     raise SearchError(f"{provider}: {problem} after {attempts} attempts")
 
 
@@ -120,6 +122,7 @@ class HttpSearchProvider:
         max_results: int = 8,
         timeout: float = 20.0,
         base_delay: float = 0.5,
+        timer: Timer = MONOTONIC,
     ) -> None:
         url = base_url or self.default_base_url
         if not url:
@@ -130,6 +133,7 @@ class HttpSearchProvider:
         self.max_results = max_results
         self._timeout = timeout
         self._base_delay = base_delay
+        self._timer = timer
 
     async def search(self, query: str) -> list[SearchResult]:
         raise NotImplementedError
@@ -153,5 +157,6 @@ class HttpSearchProvider:
             json_body=json_body,
             headers=headers,
             base_delay=self._base_delay,
+            timer=self._timer,
         )
         return expect_dict(data, self.name)
