@@ -4,6 +4,7 @@
     python3 dev.py research "TOPIC" [--depth N] [fathom research options]
     python3 dev.py test [pytest options]      (-n auto unless you pass -n, --pdb or --lf)
     python3 dev.py lint
+    python3 dev.py mutants [--list | --only NAME]  (does the suite catch ten broken guarantees?)
     python3 dev.py fathom [any fathom command]
 
 Each command first makes ``.venv`` and installs the project with its dev extra
@@ -110,6 +111,8 @@ def main(argv: list[str]) -> int:
             [str(PYTHON), "-m", "mypy"],
         ]
         return max(run(c) for c in checks)
+    if command == "mutants":
+        return run([str(PYTHON), str(ROOT / "bench" / "mutations.py"), *rest])
     if command == "fathom":
         return run([str(PYTHON), "-m", "bots.cli", *rest])
     print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)

@@ -31,6 +31,7 @@ from core.scheduler import DigestScheduler
 from core.search import SearxngProvider
 from core.service import ResearchService
 from storage import Database, DigestRecord, DigestStore, LeaseStore, StorageUnavailable, Store
+from tests.chat_app import wait_for
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.test_chat_layer import TeamSources
@@ -175,6 +176,15 @@ async def test_a_due_slot_fires_once_and_posts_to_the_channel(replicas: Replicas
     assert "Research done" in progress.text or "1/1th search executed." in "".join(
         progress.versions
     )
+
+    # Its run has ended and its thread is free: the slot still never fires again.
+    async def ended() -> bool:
+        stored = await a.store.get_run(run.id)
+        return stored is not None and stored.finished_at is not None
+
+    await wait_for(ended)
+    assert await a.digests.fire_due(a.runner) == []
+    assert [r.id for r in await a.digests.digests.runs(digest.id, limit=10)] == [run.id]
 
 
 async def test_two_schedulers_racing_for_a_slot_start_one_run(replicas: Replicas) -> None:

@@ -1,0 +1,503 @@
+"""A small mutation check: does the test suite guard Fathom's central guarantees?
+
+Each :class:`Mutant` below breaks one guarantee with one precise edit of production code (an
+exact snippet ``old`` replaced by ``new``) and names the narrowest existing tests that should
+notice. For each mutant the script copies the repository (its tracked files plus untracked
+ones that are not ignored, as they are in the work tree now: uncommitted edits included) to a
+throwaway folder, applies the edit there, and runs the repository's own pytest on the copy
+(``PYTHONPATH`` is the copy, so its modules shadow the editable install). A mutant whose tests
+fail is *killed*; one whose tests pass *survived*: the suite would not notice that bug.
+
+Before the mutants, an unmutated copy must pass every selected test (else a test failing for
+another reason would make every mutant look killed), and the copy's modules must be the ones
+imported. Every ``old`` must occur exactly once in its file, checked first, so the check fails
+loudly instead of rotting silently when the code moves.
+
+How to run (from the repository root; standard library only, pytest runs in ``.venv``)::
+
+    python3 bench/mutations.py                  # the sanity run, then every mutant
+    python3 bench/mutations.py --list           # the mutants, what each breaks, its tests
+    python3 bench/mutations.py --only ssrf      # one mutant (repeatable)
+    python3 bench/mutations.py --timeout 900    # seconds per pytest run (default 600)
+    python3 bench/mutations.py --keep           # keep the copies (their paths are printed)
+
+The tests run on SQLite; ``TEST_DATABASE_URL``, when set, is passed through, so the database
+tests run on PostgreSQL too. ``PYTEST_ADDOPTS`` is not passed on. It prints a Markdown table
+(guarantee | file | tests | result | seconds) and exits 0 only when the sanity run passed and
+every mutant was killed; 1 otherwise (a survivor, a timeout, a pytest error); 2 when a
+mutant's snippet is missing or not unique.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = REPO / ".venv" / "bin" / "python"
+PYTEST = ("-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist")
+#: The packages whose modules must come from the copy, not from the editable install.
+PACKAGES = ("core", "bots", "storage")
+TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One edit of production code that breaks ``name``'s guarantee, and its guarding tests."""
+
+    name: str
+    file: str  # relative to the repository
+    old: str  # must occur exactly once in ``file``
+    new: str
+    tests: tuple[str, ...]  # pytest arguments: node ids or files, optionally "-k", "EXPR"
+    breaks: str  # one line: what the edit breaks
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        name="fencing",
+        file="storage/claims.py",
+        old=(
+            "            update(_runs)\n"
+            "            .where(*_FENCE, _RUNNING)\n"
+            "            .values(heartbeat_at=now)\n"
+            "            .returning(_runs.c.thread_id,"
+        ),
+        new=(
+            "            update(_runs)\n"
+            '            .where(_runs.c.id == bindparam("run_id"), _RUNNING)\n'
+            "            .values(heartbeat_at=now)\n"
+            "            .returning(_runs.c.thread_id,"
+        ),
+        tests=(
+            "tests/test_run_lifecycle.py::test_a_runner_whose_heartbeat_expired_loses_its_claim",
+            "tests/test_run_lifecycle.py"
+            "::test_a_stalled_runner_that_lost_its_run_stops_and_writes_nothing",
+        ),
+        breaks="a checkpoint is no longer fenced by owner and fence token: a runner whose "
+        "claim was taken over still writes its steps",
+    ),
+    Mutant(
+        name="redelivery",
+        file="storage/runs.py",
+        old='            "dedupe_key": dedupe_key,\n',
+        new='            "dedupe_key": None,\n',
+        tests=(
+            "tests/test_storage.py::test_dedupe_key_yields_one_run",
+            "tests/test_storage.py::test_concurrent_creates_with_one_dedupe_key_race_safely",
+            "tests/test_slack_app.py::test_redelivered_command_at_the_limit_is_still_acknowledged",
+        ),
+        breaks="create_run stores no dedupe key: a delivery seen again is refused (thread "
+        "busy, user limit) instead of getting its run, or makes a second run once it ended",
+    ),
+    Mutant(
+        name="digest-slot",
+        file="core/digests.py",
+        old="            dedupe_key=slot_key(digest.id, slot),\n",
+        new="            dedupe_key=None,\n",
+        tests=(
+            "tests/test_digests.py::test_a_digest_whose_channel_refuses_its_posts_is_disabled",
+            "tests/test_digests.py::test_a_due_slot_fires_once_and_posts_to_the_channel",
+        ),
+        breaks="a digest firing carries no slot key: only the busy thread stops a second "
+        "firing of the slot, and once the first run ended a later tick fires it again",
+    ),
+    Mutant(
+        name="citations",
+        file="core/report.py",
+        old="                removed += 1\n",
+        new="                removed += 1\n                kept.append(n)\n",
+        tests=("tests/test_report.py::test_unknown_numbers_are_dropped",),
+        breaks="a citation to a number no search returned stays in the report",
+    ),
+    Mutant(
+        name="ssrf",
+        file="core/pages/fetch.py",
+        old="    if allow_loopback and ip.is_loopback:\n",
+        new="    if ip.is_loopback:\n",
+        tests=("tests/test_pages.py::test_only_public_http_addresses_are_read",),
+        breaks="loopback addresses (127.0.0.1, ::1) are fetched without FATHOM_ALLOW_PRIVATE_FETCH",
+    ),
+    Mutant(
+        name="slack-signature",
+        file="bots/slack/http.py",
+        old=(
+            "    return hmac.compare_digest(expected.encode(), "
+            'signature.encode("utf-8", "replace"))\n'
+        ),
+        new='    return signature.startswith("v0=")\n',
+        tests=(
+            "tests/test_slack_app.py::test_unverified_requests_get_401_and_store_nothing",
+            "tests/test_slack_app.py::test_forged_and_foreign_presses_change_nothing",
+        ),
+        breaks="any well-formed, fresh Slack signature is accepted, whatever secret made it",
+    ),
+    Mutant(
+        name="feishu-signature",
+        file="bots/feishu/events.py",
+        old=(
+            "    if not hmac.compare_digest(expected, signature.lower()):\n"
+            '        raise Rejected(401, "invalid signature")\n'
+        ),
+        new="",
+        tests=(
+            "tests/test_feishu.py::test_forged_or_malformed_deliveries_get_4xx_and_store_nothing",
+            "tests/test_feishu.py::test_forged_card_callbacks_get_4xx_or_change_nothing",
+        ),
+        breaks="a Feishu webhook's X-Lark-Signature is computed but never compared",
+    ),
+    Mutant(
+        name="dingtalk-signature",
+        file="bots/dingtalk/events.py",
+        old=(
+            "    if not hmac.compare_digest(expected_sign(timestamp, secret).encode(), "
+            "sign.encode()):\n"
+            '        raise Rejected(401, "invalid signature")\n'
+        ),
+        new="",
+        tests=(
+            "tests/test_dingtalk.py"
+            "::test_a_bad_sign_or_a_stale_timestamp_is_rejected_and_nothing_is_stored",
+        ),
+        breaks="a DingTalk callback's sign is never compared: any fresh timestamp passes",
+    ),
+    Mutant(
+        name="cancel",
+        file="core/service.py",
+        old="            is_cancelled=lambda: cancel.requested,\n",
+        new="            is_cancelled=lambda: False,\n",
+        tests=(
+            "tests/test_engine.py::test_cancel_request_stops_the_run",
+            "tests/test_engine.py::test_cancel_from_another_process_is_seen_at_the_next_checkpoint",
+            "tests/test_chat_layer.py"
+            "::test_cancel_in_the_thread_stops_its_run_and_the_message_ends_cancelled",
+        ),
+        breaks="the research strategies never see a cancel request: a cancelled run "
+        "searches on and writes its report",
+    ),
+    Mutant(
+        name="quota",
+        file="storage/runs.py",
+        old="    if quota.runs is not None and runs >= quota.runs:\n",
+        new="    if quota.runs is not None and runs > quota.runs:\n",
+        tests=(
+            "tests/test_stop_and_budgets.py::test_the_daily_run_quota_is_counted_across_replicas",
+        ),
+        breaks="the daily run quota (FATHOM_USER_DAILY_RUNS) lets one run more a day",
+    ),
+    Mutant(
+        name="knowledge-scope",
+        file="core/knowledge/scope.py",
+        old="        if prefix and all(prefix) and prefix == parts[: len(prefix)]:\n",
+        new="        if thread_key.startswith(channel.strip()):\n",
+        tests=("tests/test_knowledge.py::test_channels_are_thread_key_prefixes",),
+        breaks="an MCP server's channels match as text, not component by component: "
+        "slack:T1 also opens it to workspace T10",
+    ),
+    Mutant(
+        name="inert-text",
+        file="core/untrusted.py",
+        old="    return _BROADCAST_WORD.sub(lambda m: _AT + m.group(1), text)\n",
+        new="    return text\n",
+        tests=("tests/test_untrusted.py::test_every_mention_and_link_form_becomes_inert",),
+        breaks="plain @channel, @here, @everyone, @all and @所有人 in untrusted text stay live "
+        "mentions",
+    ),
+)
+
+
+class MutantRotted(Exception):
+    """A mutant's snippet is not exactly once in its file (the code moved on)."""
+
+
+@dataclass(frozen=True)
+class PytestRun:
+    returncode: int | None  # None: timed out
+    seconds: float
+    output: str
+
+
+def repository_files(repo: Path) -> list[str]:
+    """The files of the work tree as it is: tracked ones (minus those deleted) and untracked
+    ones that are not ignored."""
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True,
+        capture_output=True,
+    ).stdout.decode("utf-8", "surrogateescape")
+    names = dict.fromkeys(name for name in listed.split("\0") if name)
+    return [name for name in names if (repo / name).is_file() or (repo / name).is_symlink()]
+
+
+def copy_tree(files: Sequence[str], source: Path, target: Path) -> None:
+    for name in files:
+        destination = target / name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / name, destination, follow_symlinks=False)
+
+
+def mutated(root: Path, mutant: Mutant) -> str:
+    """The text of ``mutant``'s file in the copy at ``root`` with the mutant applied;
+    :class:`MutantRotted` unless its snippet is there exactly once."""
+    path = root / mutant.file
+    if not path.is_file():
+        raise MutantRotted(f"{mutant.name}: {mutant.file} does not exist")
+    text = path.read_text(encoding="utf-8")
+    count = text.count(mutant.old)
+    if count != 1:
+        raise MutantRotted(
+            f"{mutant.name}: the snippet occurs {count} times in {mutant.file}, not once:\n"
+            f"{mutant.old}"
+        )
+    if mutant.old == mutant.new:
+        raise MutantRotted(f"{mutant.name}: the mutation changes nothing")
+    return text.replace(mutant.old, mutant.new)
+
+
+def mutate(root: Path, mutant: Mutant) -> None:
+    """Apply ``mutant`` to the copy at ``root``."""
+    (root / mutant.file).write_text(mutated(root, mutant), encoding="utf-8")
+
+
+def child_environment(root: Path) -> dict[str, str]:
+    env = dict(os.environ)  # TEST_DATABASE_URL only when the caller set it
+    env.pop("PYTEST_ADDOPTS", None)
+    env["PYTHONPATH"] = str(root)
+    return env
+
+
+def end_group(pid: int) -> None:
+    """Kill the process group this script started for ``pid`` (gone already: nothing)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def run(command: Sequence[str], root: Path, timeout: float) -> PytestRun:
+    """Run ``command`` in ``root`` (its own process group, killed on timeout)."""
+    started = time.monotonic()
+    process = subprocess.Popen(
+        list(command),
+        cwd=root,
+        env=child_environment(root),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    code: int | None = None
+    try:
+        output, _ = process.communicate(timeout=timeout)
+        code = process.returncode
+    except subprocess.TimeoutExpired:
+        end_group(process.pid)
+        try:  # a process that left the group may still hold the pipe: do not wait for it
+            output, _ = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            output = b""
+    except BaseException:  # Ctrl-C: the group is in a session of its own, end it too
+        end_group(process.pid)
+        raise
+    text = output.decode("utf-8", "replace")
+    return PytestRun(code, time.monotonic() - started, text)
+
+
+def pytest(root: Path, arguments: Sequence[str], timeout: float, *, stop: bool) -> PytestRun:
+    flags = ("-x",) if stop else ()
+    return run([str(PYTHON), *PYTEST, *flags, *arguments], root, timeout)
+
+
+def tail(output: str, lines: int = TAIL_LINES) -> str:
+    return "\n".join(output.rstrip().splitlines()[-lines:])
+
+
+def selections(mutants: Sequence[Mutant]) -> list[tuple[str, ...]]:
+    """The tests of ``mutants`` as few pytest invocations: every plain node id or file in one;
+    each selection with options (``-k``) in one of its own."""
+    plain: dict[str, None] = {}
+    own: dict[tuple[str, ...], None] = {}
+    for mutant in mutants:
+        if any(argument.startswith("-") for argument in mutant.tests):
+            own[mutant.tests] = None
+        else:
+            plain.update(dict.fromkeys(mutant.tests))
+    return ([tuple(plain)] if plain else []) + list(own)
+
+
+def imports_from_copy(root: Path, mutants: Sequence[Mutant], timeout: float) -> str | None:
+    """None when the copy's packages and every mutated module are imported from the copy;
+    else what went wrong."""
+    modules = list(PACKAGES)
+    for mutant in mutants:
+        module = mutant.file.removesuffix(".py").replace("/", ".")
+        modules.append(module.removesuffix(".__init__"))
+    probe = (
+        "import importlib\n"
+        f"for name in {sorted(set(modules))!r}:\n"
+        "    print(name, importlib.import_module(name).__file__)\n"
+    )
+    outcome = run([str(PYTHON), "-c", probe], root, timeout)
+    if outcome.returncode is None:
+        return f"the import probe took more than {timeout:g} s"
+    if outcome.returncode != 0:
+        return f"the import probe failed:\n{tail(outcome.output)}"
+    wrong = []
+    for line in outcome.output.splitlines():
+        name, _, where = line.partition(" ")
+        if not Path(where).resolve().is_relative_to(root.resolve()):
+            wrong.append(f"{name} from {where}")
+    if wrong:
+        return "modules imported from outside the copy: " + ", ".join(wrong)
+    core = next(line for line in outcome.output.splitlines() if line.startswith("core "))
+    print(f"core resolves inside the copy: {core.partition(' ')[2]}")
+    return None
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def shown_tests(arguments: Sequence[str]) -> str:
+    """A mutant's pytest arguments for the table: one per line, an option with its value."""
+    shown: list[str] = []
+    for argument in arguments:
+        if shown and shown[-1] in ("-k", "-m"):
+            shown[-1] = f"{shown[-1]} {argument}"
+        else:
+            shown.append(argument.removeprefix("tests/"))
+    return "<br>".join(shown)
+
+
+def first_failure(output: str) -> str:
+    """The first failed test of a pytest run's short summary ('' when there is none)."""
+    _, _, summary = output.partition("short test summary info")
+    for line in summary.splitlines():
+        if line.startswith(("FAILED ", "ERROR ")):
+            return line.split(" ", 1)[1].split(" - ", 1)[0]
+    return ""
+
+
+def result_of(outcome: PytestRun) -> str:
+    if outcome.returncode is None:
+        return "timeout"
+    if outcome.returncode == 1:
+        return "killed"
+    if outcome.returncode == 0:
+        return "survived"
+    return f"error (pytest exit {outcome.returncode})"
+
+
+def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Mutation check of the test suite's central guarantees."
+    )
+    names = [m.name for m in MUTANTS]
+    parser.add_argument(
+        "--only", action="append", choices=names, metavar="NAME", help=f"one of {names}"
+    )
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per pytest run")
+    parser.add_argument("--keep", action="store_true", help="keep the throwaway copies")
+    return parser.parse_args(argv)
+
+
+def list_mutants(mutants: Sequence[Mutant]) -> None:
+    for mutant in mutants:
+        print(f"{mutant.name}  ({mutant.file})")
+        print(f"    breaks: {mutant.breaks}")
+        for test in mutant.tests:
+            print(f"    {test}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = parse_arguments(argv)
+    if isinstance(sys.stdout, io.TextIOWrapper):  # progress lines in order with stderr's
+        sys.stdout.reconfigure(line_buffering=True)
+    chosen = [m for m in MUTANTS if not arguments.only or m.name in arguments.only]
+    if arguments.list:
+        list_mutants(chosen)
+        return 0
+    if not PYTHON.exists():
+        print(f"no {PYTHON}: create the virtual environment first", file=sys.stderr)
+        return 2
+    began = time.monotonic()
+    workspace = Path(tempfile.mkdtemp(prefix="fathom-mutations-"))
+    try:
+        return check(chosen, workspace, arguments.timeout, began)
+    finally:
+        if arguments.keep:
+            print(f"copies kept in {workspace}")
+        else:
+            shutil.rmtree(workspace, ignore_errors=True)
+
+
+def check(mutants: Sequence[Mutant], workspace: Path, timeout: float, began: float) -> int:
+    files = repository_files(REPO)
+    base = workspace / "base"
+    copy_tree(files, REPO, base)  # one snapshot: every run below sees the same code
+    print(f"copied {len(files)} files of {REPO} to {base}")
+    try:  # every snippet first: a rotted mutant fails the check before anything runs
+        for mutant in mutants:
+            mutated(base, mutant)
+    except MutantRotted as rotted:
+        print(f"MUTANT ROTTED: {rotted}", file=sys.stderr)
+        return 2
+
+    sane = workspace / "sanity"
+    shutil.copytree(base, sane, symlinks=True)
+    problem = imports_from_copy(sane, mutants, timeout)
+    if problem is not None:
+        print(f"SANITY CHECK FAILED: {problem}", file=sys.stderr)
+        return 1
+    for selection in selections(mutants):
+        outcome = pytest(sane, selection, timeout, stop=False)
+        summary = tail(outcome.output, 1)
+        if outcome.returncode is None:
+            summary = f"timed out after {timeout:g} s"
+        print(f"sanity run without mutation ({outcome.seconds:.1f} s): {summary}")
+        if outcome.returncode != 0:
+            print(f"SANITY CHECK FAILED:\n{tail(outcome.output)}", file=sys.stderr)
+            return 1
+
+    rows = []
+    failed = False
+    for mutant in mutants:
+        root = workspace / mutant.name
+        shutil.copytree(base, root, symlinks=True)
+        mutate(root, mutant)
+        outcome = pytest(root, mutant.tests, timeout, stop=True)
+        result = result_of(outcome)
+        by = f" by {first_failure(outcome.output)}" if result == "killed" else ""
+        print(f"{mutant.name}: {result}{by} in {outcome.seconds:.1f} s", flush=True)
+        if result != "killed":
+            failed = True
+            print(f"--- {mutant.name}: pytest output (tail)\n{tail(outcome.output)}\n---")
+        rows.append((mutant, result, outcome.seconds))
+
+    print()
+    print("| guarantee | file | tests | result | seconds |")
+    print("|---|---|---|---|---|")
+    for mutant, result, seconds in rows:
+        tests = shown_tests(mutant.tests)
+        print(
+            f"| {cell(mutant.name)} | {cell(mutant.file)} | {cell(tests)} | {result} "
+            f"| {seconds:.1f} |"
+        )
+    killed = sum(result == "killed" for _, result, _ in rows)
+    print()
+    print(f"{killed}/{len(rows)} mutants killed in {time.monotonic() - began:.0f} s in all")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
