@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
 
 from bots.dingtalk import files
 from bots.dingtalk.api import DingTalkApi, DingTalkError
@@ -25,6 +26,7 @@ from bots.dingtalk.delivery import classify_error
 from bots.dingtalk.events import translate
 from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
+from storage.tables import ChatFile
 from tests.chat_app import wait_for
 from tests.fakes import FakeLLMServer
 from tests.fakes.dingtalk import (
@@ -160,7 +162,10 @@ async def test_a_file_is_not_taken_after_the_window_nor_by_another_conversation(
     await bot.send(elsewhere)
     (run,) = await bot.served.delivered(USER)
     assert not run.attachments
-    await asyncio.sleep(1.2)
+    # The file has waited longer than the 1 s window (aged in the database, not slept on).
+    async with bot.served.database.sessionmaker.begin() as session:
+        then = datetime.now(UTC) - timedelta(seconds=2)
+        await session.execute(update(ChatFile).values(created_at=then))
     await bot.send(bot.message("/research heat pumps depth=1", msg_id="msg_w3"))
     newest, _ = await bot.served.delivered(USER, 2)
     assert not newest.attachments

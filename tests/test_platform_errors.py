@@ -68,6 +68,7 @@ CALLS = ("edit", "report")
         ({"status": 503, "body": "html"}, (True, None)),  # Slack's edge during an outage
         ({"status": 502, "body": "empty"}, (True, None)),
         ({"status": 500, "body": "truncated"}, (True, None)),
+        ({"status": 503, "body": "text"}, (True, None)),
         ({"status": 200, "error": "fatal_error"}, (True, None)),  # not documented as final
         ({"status": 200, "error": "message_not_found"}, (False, None)),
         ({"status": 200, "error": "channel_not_found"}, (False, None)),
@@ -91,7 +92,11 @@ async def test_slack_answers(
             await client.chat_update(channel="C0001", ts=str(posted["ts"]), text="1/3")
         else:
             await client.chat_postMessage(channel="C0001", thread_ts=posted["ts"], text="# r")
-    assert judged(slack_classify(failed.value)) == expected
+    failure = slack_classify(failed.value)
+    assert judged(failure) == expected
+    # What the run's delivery_error and the logs say: the status, and Slack's code if any.
+    assert failure.reason.startswith(f"HTTP {answer['status']}")
+    assert str(answer.get("error", "")) in failure.reason
 
 
 # -- Feishu: PATCH of the progress card, a reply in the thread for a report card --------------
@@ -117,6 +122,7 @@ async def feishu(feishu_server: FakeFeishuServer) -> AsyncIterator[tuple[FeishuA
         ({"status": 502, "body": "html"}, (True, None)),
         ({"status": 500, "body": "empty"}, (True, None)),
         ({"status": 500, "body": "text"}, (True, None)),
+        ({"status": 500, "body": "truncated"}, (True, None)),
         ({"status": 400, "code": 234567}, (True, None)),  # not documented as final
         ({"status": 400, "code": 230002}, (False, None)),  # the bot is not in the chat
         ({"status": 403, "code": 230027}, (False, None)),  # no permission
@@ -161,6 +167,7 @@ async def dingtalk(dingtalk_server: FakeDingTalkServer) -> AsyncIterator[DingTal
         ({"status": 404, "body": "html"}, (True, None)),  # a proxy's page, not DingTalk's answer
         ({"status": 500, "body": "empty"}, (True, None)),
         ({"status": 500, "body": "truncated"}, (True, None)),
+        ({"status": 503, "body": "text"}, (True, None)),
         (
             {"status": 403, "code": "Forbidden.AccessDenied.AccessTokenPermissionDenied"},
             (False, None),
