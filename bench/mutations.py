@@ -97,6 +97,8 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_storage.py::test_dedupe_key_yields_one_run",
             "tests/test_storage.py::test_concurrent_creates_with_one_dedupe_key_race_safely",
             "tests/test_slack_app.py::test_redelivered_command_at_the_limit_is_still_acknowledged",
+            "tests/test_chat_layer.py::"
+            "test_a_request_redelivered_after_a_crash_that_lost_its_record_makes_no_second_run",
         ),
         breaks="create_run stores no dedupe key: a delivery seen again is refused (thread "
         "busy, user limit) instead of getting its run, or makes a second run once it ended",

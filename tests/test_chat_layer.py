@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from sqlalchemy import delete
 
 from bots.chat.controls import Control
 from bots.chat.inbound import ChatCommands, ChatMessage, Parsed, Reply
@@ -26,7 +27,8 @@ from core.metrics import Metrics
 from core.models import Attachment, ThreadKey
 from core.search import SearxngProvider
 from core.service import ResearchService
-from storage import RunRecord, Store
+from storage import Database, RunRecord, Store
+from storage.tables import ProcessedEvent
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
 
@@ -201,6 +203,23 @@ async def test_a_redelivered_request_makes_one_run_one_report_and_one_answer(
         await w.chat.say(w.commands, "help", key="k2", thread="t2")
     assert len(w.chat.messages(w.thread("t2"), "answer")) == 1
     assert [r for r in (first, second) if r is not None]
+
+
+async def test_a_request_redelivered_after_a_crash_that_lost_its_record_makes_no_second_run(
+    world: Callable[..., World], database: Database
+) -> None:
+    """The run is created before the delivery is recorded; a process that dies between the
+    two leaves the platform to redeliver. Even once that run has ended, the redelivery finds
+    the run by its dedupe key: no second run, no second report."""
+    w = world()
+    await w.runner.start()
+    await w.chat.say(w.commands, "heat pumps depth=1", key="k-crash")
+    (run,) = await w.delivered()
+    async with database.sessionmaker.begin() as session:  # the record the crash never wrote
+        await session.execute(delete(ProcessedEvent).where(ProcessedEvent.key == "k-crash"))
+    await w.chat.say(w.commands, "heat pumps depth=1", key="k-crash")
+    assert [r.id for r in await w.runs()] == [run.id]
+    assert len(w.chat.messages(w.thread(), "report")) == run.report_parts_posted
 
 
 async def test_a_rate_limited_final_edit_still_ends_in_the_final_state(
