@@ -1,0 +1,346 @@
+"""The delivery side of every registered platform, against one table (errbot's ``TestBackend``
+idea): the same neutral steps of a run go in (progress events, the final state, the report's
+parts, a notice) through the platform's own delivery factory and real client, and what the
+platform's fake then shows in the run's thread is read back as neutral messages: one progress
+message edited in place with each ``{i}/{depth}th search executed.`` and the run's buttons,
+its final state without them, the report's parts in order after it with 👍/👎 on the last,
+the notice. A platform that renders differently in ways a person would notice fails here.
+
+The chat layer's decisions (throttling, retries, redelivery, cancel) are tested once on the
+in-memory platform (``test_chat_layer.py``), the platform's judgement of its failures in
+``test_platform_errors.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+import pytest
+
+from bots.chat.controls import Control, control_of
+from bots.chat.delivery import ChatDelivery
+from bots.dingtalk.api import DingTalkApi
+from bots.dingtalk.callbacks import CardCallbacks
+from bots.dingtalk.delivery import DingTalkDeliveryFactory
+from bots.dingtalk.events import translate as dingtalk_translate
+from bots.feishu.api import FeishuApi
+from bots.feishu.delivery import FeishuDeliveryFactory
+from bots.platforms import PLATFORMS
+from bots.slack.delivery import SlackDeliveryFactory
+from bots.slack.messenger import StaticSlackClients, make_web_client
+from core.models import RunStatus, Source, ThreadKey, Usage
+from core.progress import ProgressEvent, ProgressKind, search_executed_text
+from core.service import RunOutcome
+from storage import RunRecord, Store
+from tests.chat_app import wait_for
+from tests.fakes import FakeSlackServer
+from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
+from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
+from tests.fakes.dingtalk import CORP, FakeDingTalkServer, bot_message
+from tests.fakes.dingtalk import _kind as dingtalk_kind
+from tests.fakes.feishu import APP_ID, APP_SECRET, TENANT, FakeFeishuServer
+
+TOPIC = "heat pumps"
+DEPTH = 2
+REPORT = (
+    "# Heat pumps\n\nHeat pumps move heat [1].\n\n## Main findings\n\n"
+    + "They save energy in most climates [1]. " * 40
+    + "\n\n## Sources\n\n- [1] [One](https://a.example/1)\n"
+)
+NOTICE = "A notice for the thread."
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+@dataclass
+class Shown:
+    """One of the bot's messages in the run's thread, as a person sees it over time."""
+
+    versions: list[Any] = field(default_factory=list)  # each payload it showed, oldest first
+
+    @property
+    def text(self) -> str:
+        """Every piece of text its last version shows."""
+        return "\n".join(_strings(self.versions[-1]))
+
+    def texts(self) -> list[str]:
+        return ["\n".join(_strings(v)) for v in self.versions]
+
+    @property
+    def controls(self) -> set[Control]:
+        """The buttons its last version carries."""
+        return {c for s in _strings(self.versions[-1]) if (c := control_of(s)) is not None}
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a payload, JSON inside strings included (cards nest JSON as text)."""
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, str):
+        stripped = value.strip()
+        if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
+            try:
+                yield from _strings(json.loads(stripped))
+                return
+            except ValueError:
+                pass
+        yield value
+
+
+class Rig(Protocol):
+    """A platform under the table: its fake, its factory, and the thread read back."""
+
+    async def run(self, store: Store, topic: str = TOPIC) -> RunRecord: ...
+
+    def factory(self, store: Store) -> Any: ...
+
+    def shown(self, run: RunRecord) -> list[Shown]:
+        """The bot's messages in the run's thread (the request itself excluded), in order."""
+        ...
+
+
+async def _create(
+    store: Store, key: str, context: dict[str, str] | None = None, topic: str = TOPIC
+) -> RunRecord:
+    thread = ThreadKey.parse(key)
+    run, _ = await store.create_run(
+        thread_key=key,
+        platform=thread.platform,
+        workspace=thread.workspace,
+        channel=thread.channel,
+        thread_ref=thread.thread,
+        topic=topic,
+        depth=DEPTH,
+        strategy="iterative",
+        requested_by=f"{thread.platform}:{thread.workspace}:U1",
+        platform_context=context,
+    )
+    return run
+
+
+class SlackRig:
+    def __init__(self, server: FakeSlackServer) -> None:
+        self.server = server
+        self.client = make_web_client("xoxb-conformance", server.api_url)
+
+    async def run(self, store: Store, topic: str = TOPIC) -> RunRecord:
+        request = await self.client.chat_postMessage(channel="C0001", text=f"research {topic}")
+        return await _create(store, f"slack:T0001:C0001:{request['ts']}", topic=topic)
+
+    def factory(self, store: Store) -> SlackDeliveryFactory:
+        return SlackDeliveryFactory(StaticSlackClients(self.client), store, edit_interval=0.0)
+
+    def shown(self, run: RunRecord) -> list[Shown]:
+        fake, thread = self.server.fake, run.thread_key.rsplit(":", 1)[1]
+        shown = []
+        for message in list(fake.history):
+            if message.get("thread_ts") != thread or message["ts"] == thread:
+                continue
+            edits = [
+                c.params
+                for c in fake.calls_to("chat.update")
+                if c.params.get("ts") == message["ts"]
+            ]
+            shown.append(Shown([message, *edits]))
+        return shown
+
+
+class FeishuRig:
+    def __init__(self, server: FakeFeishuServer, api: FeishuApi) -> None:
+        self.server, self.api = server, api
+
+    async def run(self, store: Store, topic: str = TOPIC) -> RunRecord:
+        content = json.dumps({"text": f"/research {topic}"})
+        root = await self.api.create_message("oc_conformance", "text", content, uuid=new_id())
+        return await _create(store, f"feishu:{TENANT}:oc_conformance:{root}", topic=topic)
+
+    def factory(self, store: Store) -> FeishuDeliveryFactory:
+        return FeishuDeliveryFactory(self.api, store, edit_interval=0.0)
+
+    def shown(self, run: RunRecord) -> list[Shown]:
+        root = run.thread_key.rsplit(":", 1)[1]
+        return [Shown(list(m.versions) or [m.content]) for m in self.server.fake.thread(root)]
+
+
+class DingTalkRig:
+    def __init__(self, server: FakeDingTalkServer, api: DingTalkApi) -> None:
+        self.server, self.api = server, api
+        self.conversation = f"cid_{new_id()}"  # the fake lives for the module: a chat per test
+
+    async def run(self, store: Store, topic: str = TOPIC) -> RunRecord:
+        data = bot_message(
+            self.server.fake, f"/research {topic}", group=True, conversation=self.conversation
+        )
+        request = dingtalk_translate(data)
+        assert request is not None
+        message = request.message
+        key = f"dingtalk:{CORP}:{self.conversation}:{message.thread}"
+        return await _create(store, key, message.context, topic=topic)
+
+    def factory(self, store: Store) -> DingTalkDeliveryFactory:
+        # The stream brings presses back, so cards carry buttons.
+        callbacks = CardCallbacks(self.api, stream=True, url=None, client_secret=DINGTALK_SECRET)
+        return DingTalkDeliveryFactory(self.api, store, edit_interval=0.0, callbacks=callbacks)
+
+    def shown(self, run: RunRecord) -> list[Shown]:
+        """Cards (with every version the fake keeps) and sent messages, in the order the
+        calls that made them came."""
+        fake = self.server.fake
+        shown: list[Shown] = []
+        for call in list(fake.calls):
+            kind, body = dingtalk_kind(call.method, call.path), call.body
+            track = str(body.get("outTrackId") or "")
+            if kind == "card_create" and run.id in track and track in fake.cards:
+                shown.append(Shown(list(fake.cards[track].versions)))
+            elif kind in ("group", "single") and body.get("openConversationId") in (
+                self.conversation,
+                None,
+            ):
+                shown.append(Shown([json.loads(str(body.get("msgParam") or "{}"))]))
+            elif kind == "webhook":
+                hook = call.path.rsplit("/", 1)[-1]
+                if fake.webhooks.get(hook, ("", 0.0))[0] == self.conversation:
+                    shown.append(Shown([body]))
+        return shown
+
+
+@pytest.fixture(scope="module")
+def feishu_server() -> Iterator[FakeFeishuServer]:
+    with FakeFeishuServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def dingtalk_server() -> Iterator[FakeDingTalkServer]:
+    with FakeDingTalkServer() as server:
+        yield server
+
+
+RIGS = ("slack", "feishu", "dingtalk")
+
+
+def test_every_registered_platform_is_under_the_table() -> None:
+    assert {platform.name for platform in PLATFORMS} == set(RIGS)
+
+
+@pytest.fixture(params=RIGS)
+async def rig(
+    request: pytest.FixtureRequest,
+    slack_server: FakeSlackServer,
+    feishu_server: FakeFeishuServer,
+    dingtalk_server: FakeDingTalkServer,
+) -> AsyncIterator[Rig]:
+    if request.param == "slack":
+        yield SlackRig(slack_server)
+    elif request.param == "feishu":
+        api = FeishuApi(APP_ID, APP_SECRET, feishu_server.url)
+        try:
+            yield FeishuRig(feishu_server, api)
+        finally:
+            await api.aclose()
+    else:
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            api = DingTalkApi(
+                http,
+                client_id=DINGTALK_ID,
+                client_secret=DINGTALK_SECRET,
+                api_url=dingtalk_server.url,
+            )
+            yield DingTalkRig(dingtalk_server, api)
+
+
+def _event(run: RunRecord, kind: ProgressKind, text: str, done: int) -> ProgressEvent:
+    return ProgressEvent(run.id, kind, text, done, run.depth)
+
+
+def _outcome(run: RunRecord) -> RunOutcome:
+    return RunOutcome(
+        run_id=run.id,
+        thread=run.thread_key,
+        status=RunStatus.SUCCEEDED,
+        topic=TOPIC,
+        depth=DEPTH,
+        topics=["heat pumps efficiency", "heat pumps costs"],
+        report_markdown=REPORT,
+        sources=[Source(n=1, title="One", url="https://a.example/1")],
+        usage=Usage(),
+        seconds=1.0,
+    )
+
+
+async def _progress_of(rig: Rig, run: RunRecord) -> Shown:
+    (progress,) = await wait_for(lambda: rig.shown(run)[:1])
+    return progress
+
+
+async def test_the_progress_is_one_message_edited_in_place_with_each_step_then_its_end(
+    rig: Rig, store: Store
+) -> None:
+    run = await rig.run(store)
+    delivery: ChatDelivery = await rig.factory(store).for_run(run)
+    for done in range(1, DEPTH + 1):
+        line = search_executed_text(done, DEPTH)
+        await delivery.publish(_event(run, ProgressKind.SEARCHED, line, done))
+        await wait_for(lambda line=line: line in (rig.shown(run) or [Shown([""])])[0].text)
+        progress = await _progress_of(rig, run)
+        assert progress.controls == {Control.STOP, Control.CANCEL}, progress.versions[-1]
+    done_line = f"Research done: {DEPTH}/{DEPTH} searches, 1 sources."
+    await delivery.publish(_event(run, ProgressKind.FINISHED, done_line, DEPTH))
+    await delivery.aclose()
+    (progress,) = rig.shown(run)  # one message: every step was an edit of it
+    steps = [s for s in (search_executed_text(i, DEPTH) for i in (1, 2))]
+    seen = [next(i for i, t in enumerate(progress.texts()) if s in t) for s in steps]
+    assert seen == sorted(seen)  # each step shown, in order
+    assert done_line in progress.text and not progress.controls  # the end has no buttons
+
+
+async def test_the_report_follows_in_the_thread_in_order_with_votes_on_its_last_part(
+    rig: Rig, store: Store
+) -> None:
+    run = await rig.run(store)
+    delivery: ChatDelivery = await rig.factory(store).for_run(run)
+    await delivery.publish(_event(run, ProgressKind.SEARCHED, search_executed_text(1, 2), 1))
+    await _progress_of(rig, run)
+    parts: Sequence[Any] = delivery.report_parts(_outcome(run))
+    for part in parts:
+        await delivery.post_report_part(part)
+    await delivery.post_notice(NOTICE)
+    await delivery.aclose()
+    progress, *after = rig.shown(run)
+    assert search_executed_text(1, 2) in progress.text  # the progress message comes first
+    reports, notice = after[:-1], after[-1]
+    text = "\n".join(r.text for r in reports)
+    assert "Heat pumps move heat" in text and "a.example/1" in text
+    assert text.index("Heat pumps move heat") < text.index("a.example/1")  # in order
+    assert NOTICE in notice.text
+    assert reports[-1].controls == {Control.UP, Control.DOWN}
+    assert all(not r.controls for r in reports[:-1])
+
+
+async def test_a_chinese_run_shows_its_steps_and_buttons_in_chinese_around_the_fixed_line(
+    rig: Rig, store: Store
+) -> None:
+    run = await rig.run(store, topic="热泵的最新进展")
+    delivery: ChatDelivery = await rig.factory(store).for_run(run)
+    line = search_executed_text(1, DEPTH)
+    await delivery.publish(_event(run, ProgressKind.SEARCHED, line, 1))
+    progress = await _progress_of(rig, run)
+    assert line in progress.text  # the contract's line is never translated
+    assert "停止并撰写" in progress.text and "取消" in progress.text
+    assert "Stop and write now" not in progress.text
+    for part in delivery.report_parts(_outcome(run)):
+        await delivery.post_report_part(part)
+    await delivery.aclose()
+    last = rig.shown(run)[-1]
+    assert last.controls == {Control.UP, Control.DOWN} and "👍 有用" in last.text
