@@ -6,7 +6,6 @@ import asyncio
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,6 +37,7 @@ from tests.databases import MigratedTemplates
 from tests.fakes.providers import FakeBraveServer, FakeTavilyServer
 from tests.fakes.search import FakeSearchServer
 from tests.fakes.server import BackgroundServer
+from tests.timers import ManualTimer
 
 FAST = 0.01  # retry base delay in tests
 
@@ -239,14 +239,13 @@ async def test_brave_without_web_section_is_empty(
 
 async def test_429_honours_retry_after(client: httpx.AsyncClient, brave: FakeBraveServer) -> None:
     brave.fake.results = [{"title": "ok", "url": "https://ok.example/", "description": ""}]
-    brave.fake.fail_next(1, 429, retry_after="1")
-    started = time.monotonic()
-    results = await brave_provider(client, brave.url).search("limited")
-    elapsed = time.monotonic() - started
+    brave.fake.fail_next(1, 429, retry_after="7")
+    timer = ManualTimer()
+    results = await timer.run(brave_provider(client, brave.url, timer=timer).search("limited"))
 
     assert [r.url for r in results] == ["https://ok.example/"]
     assert brave.fake.queries == ["limited", "limited"]
-    assert elapsed >= 0.9  # waited Retry-After, not the 0.01 s backoff
+    assert timer.now() == 7.0  # waited Retry-After, not the 0.01 s backoff
 
 
 # --- ddgs ------------------------------------------------------------------------------
