@@ -1,10 +1,16 @@
-"""The delivery side of every registered platform, against one table (errbot's ``TestBackend``
-idea): the same neutral steps of a run go in (progress events, the final state, the report's
+"""Every registered platform against one table, both ways (errbot's ``TestBackend`` idea).
+
+Out: the same neutral steps of a run go in (progress events, the final state, the report's
 parts, a notice) through the platform's own delivery factory and real client, and what the
 platform's fake then shows in the run's thread is read back as neutral messages: one progress
 message edited in place with each ``{i}/{depth}th search executed.`` and the run's buttons,
 its final state without them, the report's parts in order after it with 👍/👎 on the last,
 the notice. A platform that renders differently in ways a person would notice fails here.
+
+In: the same neutral requests (said directly or in a group, with or without the bot's
+mention, as a reply in a thread, by another bot, delivered twice, in Chinese) are written as
+the platform's real payloads (the fakes' builders) and translated by the platform's own code;
+each must give the same neutral ``ChatMessage``.
 
 The chat layer's decisions (throttling, retries, redelivery, cancel) are tested once on the
 in-memory platform (``test_chat_layer.py``), the platform's judgement of its failures in
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,13 +30,16 @@ import pytest
 
 from bots.chat.controls import Control, control_of
 from bots.chat.delivery import ChatDelivery
+from bots.chat.inbound import ChatMessage
 from bots.dingtalk.api import DingTalkApi
 from bots.dingtalk.callbacks import CardCallbacks
 from bots.dingtalk.delivery import DingTalkDeliveryFactory
 from bots.dingtalk.events import translate as dingtalk_translate
 from bots.feishu.api import FeishuApi
 from bots.feishu.delivery import FeishuDeliveryFactory
+from bots.feishu.events import translate as feishu_translate
 from bots.platforms import PLATFORMS
+from bots.slack.app import event_message, is_for_the_bot
 from bots.slack.delivery import SlackDeliveryFactory
 from bots.slack.messenger import StaticSlackClients, make_web_client
 from core.models import RunStatus, Source, ThreadKey, Usage
@@ -41,9 +50,11 @@ from tests.chat_app import wait_for
 from tests.fakes import FakeSlackServer
 from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
 from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
-from tests.fakes.dingtalk import CORP, FakeDingTalkServer, bot_message
+from tests.fakes.dingtalk import CORP, FakeDingTalk, FakeDingTalkServer, bot_message
 from tests.fakes.dingtalk import _kind as dingtalk_kind
-from tests.fakes.feishu import APP_ID, APP_SECRET, TENANT, FakeFeishuServer
+from tests.fakes.feishu import APP_ID, APP_SECRET, TENANT, FakeFeishuServer, message_event
+from tests.fakes.feishu import BOT_OPEN_ID as FEISHU_BOT
+from tests.fakes.slack import FakeSlack, app_mention_event, im_message_event
 
 TOPIC = "heat pumps"
 DEPTH = 2
@@ -344,3 +355,157 @@ async def test_a_chinese_run_shows_its_steps_and_buttons_in_chinese_around_the_f
     await delivery.aclose()
     last = rig.shown(run)[-1]
     assert last.controls == {Control.UP, Control.DOWN} and "👍 有用" in last.text
+
+
+# -- in: the same requests, written on each platform, make the same neutral message --------
+
+
+@dataclass(frozen=True)
+class Said:
+    """What a person did, in neutral words."""
+
+    text: str
+    where: str = "group"  # "group" (a channel, a group chat) or "direct" (with the bot alone)
+    mention: bool = True  # the bot is @-mentioned (the platform's own mention markup)
+    reply_to: str | None = None  # a reply in the thread of this message
+    by_bot: bool = False  # another bot wrote it
+
+
+class Inbound(Protocol):
+    """A platform's delivery of what was said (its real payload shape, from the fakes'
+    builders) translated by the platform's own code; None when it is not for the bot."""
+
+    threads: bool  # the platform has reply threads
+
+    def message_id(self, delivery: str) -> str:
+        """The platform's id of the message of ``delivery`` (what a thread is named by)."""
+        ...
+
+    def say(self, said: Said, delivery: str) -> ChatMessage | None: ...
+
+
+class SlackInbound:
+    threads = True
+
+    def message_id(self, delivery: str) -> str:
+        return f"1700000000.{int(delivery, 16) % 10**6:06d}"
+
+    def say(self, said: Said, delivery: str) -> ChatMessage | None:
+        ts = self.message_id(delivery)
+        if said.where == "direct":
+            event = im_message_event(said.text, ts=ts, thread_ts=said.reply_to)
+        elif said.mention:
+            event = app_mention_event(said.text, ts=ts, thread_ts=said.reply_to)
+        else:
+            event = {**im_message_event(said.text, ts=ts), "channel": "C0001"}
+            event["channel_type"] = "channel"
+        if said.by_bot:
+            event = {**event, "user": "UOTHERBOT", "bot_id": "BOTHER"}
+        body = {"event_id": f"Ev{delivery}", "team_id": FakeSlack.team_id}
+        if not is_for_the_bot(event, FakeSlack.bot_user_id):
+            return None
+        return event_message(event, body, team=FakeSlack.team_id, bot_user_id="UBOT")
+
+
+class FeishuInbound:
+    threads = True
+
+    def message_id(self, delivery: str) -> str:
+        return f"om_{delivery}"
+
+    def say(self, said: Said, delivery: str) -> ChatMessage | None:
+        payload = message_event(
+            said.text,
+            chat_type="p2p" if said.where == "direct" else "group",
+            mention_bot=said.mention and said.where == "group",
+            message_id=self.message_id(delivery),
+            event_id=f"ev_{delivery}",
+            root_id=said.reply_to or "",
+            sender_type="app" if said.by_bot else "user",
+        )
+        request = feishu_translate(payload, FEISHU_BOT)
+        return None if request is None else request.message
+
+
+class DingTalkInbound:
+    threads = False  # a quote-reply continues a research (the app's follow-up, not here)
+
+    def __init__(self) -> None:
+        self.fake = FakeDingTalk()
+
+    def message_id(self, delivery: str) -> str:
+        return f"msg{delivery}"
+
+    def say(self, said: Said, delivery: str) -> ChatMessage | None:
+        if said.by_bot:
+            return None  # DingTalk delivers people's messages to a robot only
+        data = bot_message(
+            self.fake,
+            said.text,
+            group=said.where == "group",
+            at_bot=said.mention,
+            msg_id=self.message_id(delivery),
+        )
+        request = dingtalk_translate(data)
+        return None if request is None else request.message
+
+
+INBOUND: dict[str, Callable[[], Inbound]] = {
+    "slack": SlackInbound,
+    "feishu": FeishuInbound,
+    "dingtalk": DingTalkInbound,
+}
+
+
+def test_every_registered_platform_is_under_the_inbound_table() -> None:
+    assert {platform.name for platform in PLATFORMS} == set(INBOUND)
+
+
+@pytest.fixture(params=sorted(INBOUND))
+def inbound(request: pytest.FixtureRequest) -> Inbound:
+    return INBOUND[request.param]()
+
+
+def _addressed(message: ChatMessage | None) -> ChatMessage:
+    assert message is not None and message.addressed, message
+    return message
+
+
+@pytest.mark.parametrize("where", ["direct", "group"])
+def test_a_request_becomes_its_words_in_its_own_thread(inbound: Inbound, where: str) -> None:
+    message = _addressed(inbound.say(Said("heat pumps depth=2", where=where), "a1"))
+    assert message.text == "heat pumps depth=2"  # the bot's mention is gone
+    assert not message.in_thread and message.thread == inbound.message_id("a1")  # its own
+    assert message.user and message.workspace and message.channel
+
+
+def test_a_group_message_without_the_mention_starts_nothing(inbound: Inbound) -> None:
+    message = inbound.say(Said("heat pumps depth=2", mention=False), "a2")
+    assert message is None or not message.addressed
+
+
+def test_another_bots_message_starts_nothing(inbound: Inbound) -> None:
+    assert inbound.say(Said("heat pumps depth=2", by_bot=True), "a3") is None
+
+
+def test_a_redelivery_has_the_same_identity_and_another_request_another(
+    inbound: Inbound,
+) -> None:
+    first = _addressed(inbound.say(Said("heat pumps"), "b1"))
+    again = _addressed(inbound.say(Said("heat pumps"), "b1"))
+    other = _addressed(inbound.say(Said("heat pumps"), "b2"))
+    assert first.dedupe_key == again.dedupe_key != other.dedupe_key
+
+
+def test_a_reply_in_a_thread_belongs_to_that_thread(inbound: Inbound) -> None:
+    if not inbound.threads:
+        pytest.skip("no reply threads on this platform (a quote continues a research)")
+    root = "1700000000.000100" if isinstance(inbound, SlackInbound) else "om_root1"
+    message = _addressed(inbound.say(Said("what about costs?", reply_to=root), "c1"))
+    assert message.in_thread and message.thread == root
+    assert message.text == "what about costs?"
+
+
+def test_chinese_words_arrive_as_written_and_are_answered_in_chinese(inbound: Inbound) -> None:
+    message = _addressed(inbound.say(Said("热泵的最新进展 depth=2"), "d1"))
+    assert message.text == "热泵的最新进展 depth=2" and message.lang == "zh"

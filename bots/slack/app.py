@@ -92,6 +92,62 @@ def _message(
     )
 
 
+def command_message(command: dict[str, Any]) -> ChatMessage:
+    """The neutral message of a ``/research`` slash command (its thread is pending until the
+    opener is posted; the trigger id names the delivery)."""
+    trigger = command.get("trigger_id") or ""
+    team = command.get("team_id") or ""
+    return _message(
+        team=team,
+        user=command.get("user_id") or "",
+        channel=command.get("channel_id") or "",
+        thread=f"{PENDING_PREFIX}{trigger}",
+        # Slack escapes &, < and > in command text and may send link markup.
+        text=clean_text(command.get("text") or ""),
+        key=f"slack:cmd:{team}:{trigger}",
+        in_thread=False,
+    )
+
+
+def is_for_the_bot(event: dict[str, Any], bot_user_id: str | None) -> bool:
+    """An ``app_mention`` not by a bot, or a person's message in a DM with the bot (files
+    too); not an edit, a join, another bot's message or the bot's own."""
+    if event.get("bot_id") or event.get("user") == bot_user_id:
+        return False  # other bots (and the bot itself) do not start research
+    if event.get("type") == "app_mention":
+        return True
+    return (
+        event.get("channel_type") == "im"
+        and event.get("subtype") in PERSON_SUBTYPES
+        and bool(event.get("user"))
+    )
+
+
+def event_message(
+    event: dict[str, Any],
+    body: dict[str, Any],
+    *,
+    team: str,
+    bot_user_id: str | None,
+    files: SlackFiles | None = None,
+) -> ChatMessage:
+    """The neutral message of a mention or a DM (:func:`is_for_the_bot`): the bot's mention
+    removed, Slack's markup undone, the thread it belongs to, the delivery's identity."""
+    channel, ts = str(event.get("channel") or ""), str(event.get("ts") or "")
+    event_id = body.get("event_id") or f"{team}:{channel}:{ts}"
+    parent = event.get("thread_ts")
+    return _message(
+        team=team,
+        user=str(event.get("user") or ""),
+        channel=channel,
+        thread=str(parent or ts),
+        text=clean_text(str(event.get("text") or ""), bot_user_id),
+        key=f"slack:event:{event_id}",
+        in_thread=bool(parent and parent != ts),
+        files=files,
+    )
+
+
 class SlackCommands:
     """Bolt listeners: each translates a Slack delivery for the shared ``ChatCommands``
     (the assistant pane's events for :class:`~bots.slack.assistant.AssistantPane`)."""
@@ -102,18 +158,7 @@ class SlackCommands:
 
     async def on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         """``/research …``: everything happens before ``ack`` (DB only), then one ack."""
-        trigger = command.get("trigger_id") or ""
-        team = command.get("team_id") or ""
-        message = _message(
-            team=team,
-            user=command.get("user_id") or "",
-            channel=command.get("channel_id") or "",
-            thread=f"{PENDING_PREFIX}{trigger}",
-            # Slack escapes &, < and > in command text and may send link markup.
-            text=clean_text(command.get("text") or ""),
-            key=f"slack:cmd:{team}:{trigger}",
-            in_thread=False,
-        )
+        message = command_message(command)
         try:
             text = (await self.chat.handle(message)).text
         except Exception:
@@ -124,42 +169,27 @@ class SlackCommands:
     async def on_mention(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
     ) -> None:
-        if event.get("bot_id") or event.get("user") == context.bot_user_id:
-            return  # other bots (and the bot itself) do not start research
-        await self._on_event(event, body, context)
+        if is_for_the_bot(event, context.bot_user_id):
+            await self._on_event(event, body, context)
 
     async def on_message(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
     ) -> None:
         """DMs only (with files too); edits, joins, bot messages and the bot's own messages
         are ignored."""
-        if event.get("channel_type") != "im" or event.get("bot_id"):
-            return
-        if event.get("subtype") not in PERSON_SUBTYPES:
-            return
-        if not event.get("user") or event.get("user") == context.bot_user_id:
-            return
-        await self._on_event(event, body, context)
+        if is_for_the_bot(event, context.bot_user_id):
+            await self._on_event(event, body, context)
 
     async def _on_event(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
     ) -> None:
         team = context.team_id or body.get("team_id") or ""
-        channel, ts = str(event.get("channel") or ""), str(event.get("ts") or "")
-        event_id = body.get("event_id") or f"{team}:{channel}:{ts}"
-        parent = event.get("thread_ts")
+        channel, parent = str(event.get("channel") or ""), event.get("thread_ts")
         files = describe_files(event)
         if files.pending:  # Slack Connect stubs: files.info, now that Slack has its ack
             files = await describe_pending(files, context.client, attached_by(event))
-        message = _message(
-            team=team,
-            user=str(event.get("user") or ""),
-            channel=channel,
-            thread=str(parent or ts),
-            text=clean_text(str(event.get("text") or ""), context.bot_user_id),
-            key=f"slack:event:{event_id}",
-            in_thread=bool(parent and parent != ts),
-            files=files,
+        message = event_message(
+            event, body, team=team, bot_user_id=context.bot_user_id, files=files
         )
 
         if event.get("channel_type") == "im":  # the assistant pane's threads are DMs
