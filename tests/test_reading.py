@@ -370,7 +370,7 @@ def test_warming_a_reader_imports_the_page_extractor_ahead_of_the_first_page() -
     imports trafilatura on the reader's thread before any page is read, and starts the
     document workers; a reader that reads no pages does neither."""
     script = """
-import asyncio, sys, httpx
+import asyncio, sys, threading, httpx
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
 from tests.chat_app import wait_for
@@ -378,15 +378,19 @@ from tests.chat_app import wait_for
 async def main():
     async with httpx.AsyncClient() as http:
         off = PageReader(PageFetcher(http), pages=0)
+        tasks = asyncio.all_tasks()
         off.warm()
-        await asyncio.sleep(0.2)
-        assert "trafilatura" not in sys.modules and off.documents.started == 0
+        # Nothing was handed on to happen later: no task starts a worker, no thread of the
+        # reader exists to import the extractor (a thread pool makes its threads on submit).
+        assert asyncio.all_tasks() == tasks and off.documents.started == 0
+        assert not [t for t in threading.enumerate() if t.name.startswith("fathom-extract")]
+        assert "trafilatura" not in sys.modules
+        await off.aclose()
         reader = PageReader(PageFetcher(http), pages=3)
         reader.warm()
         await wait_for(lambda: "trafilatura" in sys.modules)
         await wait_for(lambda: len(reader.documents.pids) == reader.documents.workers)
         await reader.aclose()
-        await off.aclose()
 
 asyncio.run(main())
 """
