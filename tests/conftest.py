@@ -15,6 +15,8 @@ from tests.chat_app import LifespanServer, Registry, ServedFathom, fathom_settin
 from tests.databases import MigratedTemplates, throwaway_database
 from tests.env import clean_environ, is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer, FakeSlackServer
+from tests.fakes.dingtalk import FakeDingTalkServer
+from tests.fakes.feishu import FakeFeishuServer
 
 
 @pytest.fixture(scope="session")
@@ -82,7 +84,8 @@ FAKE_API_KEY = "fake-key"
 
 
 # Each fake runs for the whole session (per xdist worker) and is reset before every test:
-# starting and stopping a server cost 0.2 s, and most tests use two or three.
+# starting and stopping a server cost 0.2 s, and most tests use two or three. A test that
+# needs a special behaviour asks the running fake for it.
 
 
 @pytest.fixture(scope="session")
@@ -100,6 +103,18 @@ def _search_server() -> Iterator[FakeSearchServer]:
 @pytest.fixture(scope="session")
 def _slack_server() -> Iterator[FakeSlackServer]:
     with FakeSlackServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def _feishu_server() -> Iterator[FakeFeishuServer]:
+    with FakeFeishuServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def _dingtalk_server() -> Iterator[FakeDingTalkServer]:
+    with FakeDingTalkServer() as server:
         yield server
 
 
@@ -122,6 +137,20 @@ def slack_server(_slack_server: FakeSlackServer) -> FakeSlackServer:
     """A fake Slack Web API on 127.0.0.1 (``.fake.calls``, ``.fake.fail_next``)."""
     _slack_server.fake.reset()
     return _slack_server
+
+
+@pytest.fixture
+def feishu_server(_feishu_server: FakeFeishuServer) -> FakeFeishuServer:
+    """A fake Feishu Open API and long connection on 127.0.0.1 (``.fake.calls``, ...)."""
+    _feishu_server.fake.reset()
+    return _feishu_server
+
+
+@pytest.fixture
+def dingtalk_server(_dingtalk_server: FakeDingTalkServer) -> FakeDingTalkServer:
+    """A fake DingTalk OpenAPI, stream gateway and session webhooks on 127.0.0.1."""
+    _dingtalk_server.fake.reset()
+    return _dingtalk_server
 
 
 @pytest.fixture

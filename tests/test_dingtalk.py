@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,12 +81,6 @@ class DingTalkBot:
 
 
 DingTalkFactory = Callable[..., Awaitable[DingTalkBot]]
-
-
-@pytest.fixture
-def dingtalk_server() -> Iterator[FakeDingTalkServer]:
-    with FakeDingTalkServer() as server:
-        yield server
 
 
 @pytest.fixture

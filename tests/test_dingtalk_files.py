@@ -42,7 +42,6 @@ from tests.test_dingtalk import (  # noqa: F401  (the fixtures)
     DingTalkBot,
     DingTalkFactory,
     dingtalk,
-    dingtalk_server,
 )
 
 NOTES = b"# Heat pump notes\n\nA heat pump moves heat; its COP is about 3 to 4 in winter.\n"
@@ -245,7 +244,7 @@ async def test_in_stream_mode_a_file_then_a_request_takes_it(
 
 
 @pytest.fixture
-async def api(dingtalk_server: FakeDingTalkServer) -> AsyncIterator[DingTalkApi]:  # noqa: F811
+async def api(dingtalk_server: FakeDingTalkServer) -> AsyncIterator[DingTalkApi]:
     async with httpx.AsyncClient(timeout=5.0) as http:
         yield DingTalkApi(
             http, client_id=CLIENT_ID, client_secret=CLIENT_SECRET, api_url=dingtalk_server.url
@@ -258,7 +257,7 @@ def attachment(code: str, name: str = "notes.md") -> Attachment:
 
 async def test_a_file_is_read_with_the_token_and_the_storage_gets_none(
     api: DingTalkApi,
-    dingtalk_server: FakeDingTalkServer,  # noqa: F811
+    dingtalk_server: FakeDingTalkServer,
 ) -> None:
     fake = dingtalk_server.fake
     code = fake.add_file(NOTES)
@@ -272,7 +271,7 @@ async def test_a_file_is_read_with_the_token_and_the_storage_gets_none(
 
 async def test_over_the_limit_the_download_stops(
     api: DingTalkApi,
-    dingtalk_server: FakeDingTalkServer,  # noqa: F811
+    dingtalk_server: FakeDingTalkServer,
 ) -> None:
     code = dingtalk_server.fake.add_file(b"x" * 5000)
     with pytest.raises(AttachmentTooLarge):
@@ -282,7 +281,7 @@ async def test_over_the_limit_the_download_stops(
 
 async def test_dingtalks_refusals_are_final_and_outages_retried(
     api: DingTalkApi,
-    dingtalk_server: FakeDingTalkServer,  # noqa: F811
+    dingtalk_server: FakeDingTalkServer,
 ) -> None:
     fake = dingtalk_server.fake
     code = fake.add_file(NOTES)
@@ -326,7 +325,7 @@ async def test_dingtalks_refusals_are_final_and_outages_retried(
 
 async def test_an_address_off_the_allow_list_is_never_read(
     api: DingTalkApi,
-    dingtalk_server: FakeDingTalkServer,  # noqa: F811
+    dingtalk_server: FakeDingTalkServer,
 ) -> None:
     fake = dingtalk_server.fake
     code = fake.add_file(NOTES)

@@ -13,7 +13,7 @@ import base64
 import copy
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,12 +93,6 @@ def llm(llm_server: FakeLLMServer) -> FakeLLMServer:
 @pytest.fixture
 def search(search_server: FakeSearchServer) -> FakeSearchServer:
     return search_server
-
-
-@pytest.fixture
-def feishu_server() -> Iterator[FakeFeishuServer]:
-    with FakeFeishuServer() as server:
-        yield server
 
 
 @pytest.fixture

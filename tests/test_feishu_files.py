@@ -7,7 +7,7 @@ not in the chat, 234037 over Feishu's 100 MB) refused for good, anything else re
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import cast
 
@@ -25,10 +25,9 @@ PDF = b"%PDF-1.4\n" + b"x" * 5000
 
 
 @pytest.fixture
-def server() -> Iterator[FakeFeishuServer]:
-    with FakeFeishuServer() as running:
-        running.fake.add_file("om_file", "file_v3_00ab_pdf", PDF, "报告.pdf", "application/pdf")
-        yield running
+def server(feishu_server: FakeFeishuServer) -> FakeFeishuServer:
+    feishu_server.fake.add_file("om_file", "file_v3_00ab_pdf", PDF, "报告.pdf", "application/pdf")
+    return feishu_server
 
 
 @pytest.fixture

@@ -22,16 +22,14 @@ from tests.test_serve import (
     FORM,
     SECRET,
     Served,
-    dingtalk_server,
     feishu_env,
-    feishu_server,
     serve,
     slack_env,
     terminate,
     wait_until_up,
 )
 
-__all__ = ["dingtalk_server", "feishu_server", "slack_env"]  # fixtures
+__all__ = ["slack_env"]  # fixtures
 
 
 def _address(served: Served) -> tuple[str, int]:

@@ -11,7 +11,6 @@ from tests.test_feishu import (  # noqa: F401 (fixtures)
     TOKEN,
     FeishuFactory,
     feishu,
-    feishu_server,
     llm,
     search,
 )

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from core.duty import OneHolder
 from storage import Database, LeaseStore, StorageUnavailable
@@ -167,12 +166,6 @@ async def test_two_replicas_hold_one_feishu_connection_and_the_other_takes_over(
 async def _holds(served: ServedFathom) -> bool:
     role = await _role(served)
     return role.get("role") == "holder" and role.get("state") == "connected"
-
-
-@pytest.fixture
-def feishu_server() -> Any:
-    with FakeFeishuServer() as server:
-        yield server
 
 
 def logs(served: list[Served]) -> str:

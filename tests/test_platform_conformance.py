@@ -226,18 +226,6 @@ class DingTalkRig:
         return shown
 
 
-@pytest.fixture(scope="module")
-def feishu_server() -> Iterator[FakeFeishuServer]:
-    with FakeFeishuServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def dingtalk_server() -> Iterator[FakeDingTalkServer]:
-    with FakeDingTalkServer() as server:
-        yield server
-
-
 RIGS = ("slack", "feishu", "dingtalk")
 
 

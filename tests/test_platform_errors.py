@@ -12,7 +12,7 @@ body), and the platform's ``classify_error`` judges what its client raised.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -33,18 +33,6 @@ from tests.fakes.server import BROKEN_BODIES
 
 # One row: what the fake answers, then whether the failure is worth another try and the wait
 # the platform asked for (None: no particular wait).
-
-
-@pytest.fixture(scope="module")
-def feishu_server() -> Iterator[FakeFeishuServer]:
-    with FakeFeishuServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def dingtalk_server() -> Iterator[FakeDingTalkServer]:
-    with FakeDingTalkServer() as server:
-        yield server
 
 
 def judged(failure: PostFailure) -> tuple[bool, float | None]:

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,12 +178,6 @@ def test_serve_refuses_bad_settings_in_one_line(
     assert len(errors) == 1 and message in errors[0], errors
 
 
-@pytest.fixture
-def feishu_server() -> Iterator[FakeFeishuServer]:
-    with FakeFeishuServer() as server:
-        yield server
-
-
 def feishu_env(server: FakeFeishuServer, mode: str) -> dict[str, str]:
     return {
         "FEISHU_APP_ID": APP_ID,
@@ -293,12 +286,6 @@ def test_serve_answers_feishu_webhooks_alone(
         code = terminate(served)
     assert code == 0, served.stderr()
     assert APP_SECRET not in served.stderr()
-
-
-@pytest.fixture
-def dingtalk_server() -> Iterator[FakeDingTalkServer]:
-    with FakeDingTalkServer() as server:
-        yield server
 
 
 @pytest.mark.parametrize("mode", ["stream", "http"])

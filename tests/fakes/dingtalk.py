@@ -126,6 +126,19 @@ class FakeDingTalk:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.base_url = "http://127.0.0.1"  # set by FakeDingTalkServer.start()
+        self._reset_state()
+
+    def reset(self) -> None:
+        """Forget everything a test did (the server stays up): its streams are closed from
+        the server's side first, and gone before the state is cleared."""
+        self.drop_streams()
+        deadline = time.monotonic() + 10
+        while self.stream_open and time.monotonic() < deadline:
+            time.sleep(0.005)
+        with self._lock:
+            self._reset_state()
+
+    def _reset_state(self) -> None:
         self.tokens: set[str] = set()
         self.calls: list[DingTalkCall] = []
         self.cards: dict[str, FakeCard] = {}

@@ -220,6 +220,19 @@ class FakeFeishu:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.base_url = "http://127.0.0.1"  # set by FakeFeishuServer.start()
+        self._reset_state()
+
+    def reset(self) -> None:
+        """Forget everything a test did (the server stays up): its long connections are
+        closed from the server's side first, and gone before the state is cleared."""
+        self.drop_connection()
+        deadline = time.monotonic() + 10
+        while self.ws_open and time.monotonic() < deadline:
+            time.sleep(0.005)
+        with self._lock:
+            self._reset_state()
+
+    def _reset_state(self) -> None:
         self.tokens: set[str] = set()
         self.calls: list[FeishuCall] = []
         self.messages: dict[str, FeishuMessage] = {}
