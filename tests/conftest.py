@@ -136,6 +136,7 @@ def search_server(_search_server: FakeSearchServer) -> FakeSearchServer:
 def slack_server(_slack_server: FakeSlackServer) -> FakeSlackServer:
     """A fake Slack Web API on 127.0.0.1 (``.fake.calls``, ``.fake.fail_next``)."""
     _slack_server.fake.reset()
+    _slack_server.fake.base_url = _slack_server.url  # a test may have pointed it elsewhere
     return _slack_server
 
 
@@ -143,6 +144,7 @@ def slack_server(_slack_server: FakeSlackServer) -> FakeSlackServer:
 def feishu_server(_feishu_server: FakeFeishuServer) -> FakeFeishuServer:
     """A fake Feishu Open API and long connection on 127.0.0.1 (``.fake.calls``, ...)."""
     _feishu_server.fake.reset()
+    _feishu_server.fake.base_url = _feishu_server.url  # a test may have pointed it elsewhere
     return _feishu_server
 
 
@@ -150,6 +152,7 @@ def feishu_server(_feishu_server: FakeFeishuServer) -> FakeFeishuServer:
 def dingtalk_server(_dingtalk_server: FakeDingTalkServer) -> FakeDingTalkServer:
     """A fake DingTalk OpenAPI, stream gateway and session webhooks on 127.0.0.1."""
     _dingtalk_server.fake.reset()
+    _dingtalk_server.fake.base_url = _dingtalk_server.url  # a test may have pointed it elsewhere
     return _dingtalk_server
 
 
