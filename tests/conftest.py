@@ -10,11 +10,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bots.dingtalk.api import DingTalkApi
 from storage import Database, Store
 from tests.chat_app import LifespanServer, Registry, ServedFathom, fathom_settings
 from tests.databases import MigratedTemplates, throwaway_database
 from tests.env import clean_environ, is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer, FakeSlackServer
+from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
+from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
 from tests.fakes.dingtalk import FakeDingTalkServer
 from tests.fakes.feishu import FakeFeishuServer
 
@@ -135,25 +138,34 @@ def search_server(_search_server: FakeSearchServer) -> FakeSearchServer:
 @pytest.fixture
 def slack_server(_slack_server: FakeSlackServer) -> FakeSlackServer:
     """A fake Slack Web API on 127.0.0.1 (``.fake.calls``, ``.fake.fail_next``)."""
-    _slack_server.fake.reset()
-    _slack_server.fake.base_url = _slack_server.url  # a test may have pointed it elsewhere
+    _slack_server.reset()
     return _slack_server
 
 
 @pytest.fixture
 def feishu_server(_feishu_server: FakeFeishuServer) -> FakeFeishuServer:
     """A fake Feishu Open API and long connection on 127.0.0.1 (``.fake.calls``, ...)."""
-    _feishu_server.fake.reset()
-    _feishu_server.fake.base_url = _feishu_server.url  # a test may have pointed it elsewhere
+    _feishu_server.reset()
     return _feishu_server
 
 
 @pytest.fixture
 def dingtalk_server(_dingtalk_server: FakeDingTalkServer) -> FakeDingTalkServer:
     """A fake DingTalk OpenAPI, stream gateway and session webhooks on 127.0.0.1."""
-    _dingtalk_server.fake.reset()
-    _dingtalk_server.fake.base_url = _dingtalk_server.url  # a test may have pointed it elsewhere
+    _dingtalk_server.reset()
     return _dingtalk_server
+
+
+@pytest.fixture
+async def dingtalk_api(dingtalk_server: FakeDingTalkServer) -> AsyncIterator[DingTalkApi]:
+    """The real DingTalk API client, with the fake's app credentials, against the fake."""
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        yield DingTalkApi(
+            http,
+            client_id=DINGTALK_ID,
+            client_secret=DINGTALK_SECRET,
+            api_url=dingtalk_server.url,
+        )
 
 
 @pytest.fixture

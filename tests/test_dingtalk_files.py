@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -244,11 +243,8 @@ async def test_in_stream_mode_a_file_then_a_request_takes_it(
 
 
 @pytest.fixture
-async def api(dingtalk_server: FakeDingTalkServer) -> AsyncIterator[DingTalkApi]:
-    async with httpx.AsyncClient(timeout=5.0) as http:
-        yield DingTalkApi(
-            http, client_id=CLIENT_ID, client_secret=CLIENT_SECRET, api_url=dingtalk_server.url
-        )
+def api(dingtalk_api: DingTalkApi) -> DingTalkApi:
+    return dingtalk_api
 
 
 def attachment(code: str, name: str = "notes.md") -> Attachment:

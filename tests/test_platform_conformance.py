@@ -25,7 +25,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
 import pytest
 
 from bots.chat.controls import Control, control_of
@@ -48,7 +47,6 @@ from core.service import RunOutcome
 from storage import RunRecord, Store
 from tests.chat_app import wait_for
 from tests.fakes import FakeSlackServer
-from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
 from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
 from tests.fakes.dingtalk import CORP, FakeDingTalk, FakeDingTalkServer, bot_message
 from tests.fakes.dingtalk import _kind as dingtalk_kind
@@ -187,7 +185,7 @@ class FeishuRig:
 class DingTalkRig:
     def __init__(self, server: FakeDingTalkServer, api: DingTalkApi) -> None:
         self.server, self.api = server, api
-        self.conversation = f"cid_{new_id()}"  # the fake lives for the module: a chat per test
+        self.conversation = f"cid_{new_id()}"
 
     async def run(self, store: Store, topic: str = TOPIC) -> RunRecord:
         data = bot_message(
@@ -214,10 +212,7 @@ class DingTalkRig:
             track = str(body.get("outTrackId") or "")
             if kind == "card_create" and run.id in track and track in fake.cards:
                 shown.append(Shown(list(fake.cards[track].versions)))
-            elif kind in ("group", "single") and body.get("openConversationId") in (
-                self.conversation,
-                None,
-            ):
+            elif kind == "group" and body.get("openConversationId") == self.conversation:
                 shown.append(Shown([json.loads(str(body.get("msgParam") or "{}"))]))
             elif kind == "webhook":
                 hook = call.path.rsplit("/", 1)[-1]
@@ -239,6 +234,7 @@ async def rig(
     slack_server: FakeSlackServer,
     feishu_server: FakeFeishuServer,
     dingtalk_server: FakeDingTalkServer,
+    dingtalk_api: DingTalkApi,
 ) -> AsyncIterator[Rig]:
     if request.param == "slack":
         yield SlackRig(slack_server)
@@ -249,14 +245,7 @@ async def rig(
         finally:
             await api.aclose()
     else:
-        async with httpx.AsyncClient(timeout=5.0) as http:
-            api = DingTalkApi(
-                http,
-                client_id=DINGTALK_ID,
-                client_secret=DINGTALK_SECRET,
-                api_url=dingtalk_server.url,
-            )
-            yield DingTalkRig(dingtalk_server, api)
+        yield DingTalkRig(dingtalk_server, dingtalk_api)
 
 
 def _event(run: RunRecord, kind: ProgressKind, text: str, done: int) -> ProgressEvent:
@@ -392,7 +381,7 @@ class SlackInbound:
         body = {"event_id": f"Ev{delivery}", "team_id": FakeSlack.team_id}
         if not is_for_the_bot(event, FakeSlack.bot_user_id):
             return None
-        return event_message(event, body, team=FakeSlack.team_id, bot_user_id="UBOT")
+        return event_message(event, body, team=FakeSlack.team_id, bot_user_id=FakeSlack.bot_user_id)
 
 
 class FeishuInbound:

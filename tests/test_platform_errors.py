@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
 
 from bots.dingtalk.api import DingTalkApi, Space
@@ -25,8 +24,6 @@ from bots.slack.errors import classify_error as slack_classify
 from bots.slack.messenger import make_web_client
 from core.failures import PostFailure
 from tests.fakes import FakeSlackServer
-from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
-from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
 from tests.fakes.dingtalk import FakeDingTalkServer
 from tests.fakes.feishu import APP_ID, APP_SECRET, FakeFeishuServer
 from tests.fakes.server import BROKEN_BODIES
@@ -138,11 +135,8 @@ async def test_feishu_answers(
 
 
 @pytest.fixture
-async def dingtalk(dingtalk_server: FakeDingTalkServer) -> AsyncIterator[DingTalkApi]:
-    async with httpx.AsyncClient(timeout=5.0) as http:
-        yield DingTalkApi(
-            http, client_id=DINGTALK_ID, client_secret=DINGTALK_SECRET, api_url=dingtalk_server.url
-        )
+def dingtalk(dingtalk_api: DingTalkApi) -> DingTalkApi:
+    return dingtalk_api
 
 
 @pytest.mark.parametrize(

@@ -534,6 +534,12 @@ class FakeDingTalkServer(BackgroundServer):
         self.fake.base_url = self.url
         return self
 
+    def reset(self) -> None:
+        """The fake as it was when it started: ``FakeDingTalk.reset``, and its address its own again
+        (a test may point it elsewhere)."""
+        self.fake.reset()
+        self.fake.base_url = self.url
+
 
 # -- messages, built as DingTalk builds them ------------------------------------------------------
 

@@ -648,6 +648,12 @@ class FakeFeishuServer(BackgroundServer):
         self.fake.base_url = self.url
         return self
 
+    def reset(self) -> None:
+        """The fake as it was when it started: ``FakeFeishu.reset``, and its address its own again
+        (a test may point it elsewhere)."""
+        self.fake.reset()
+        self.fake.base_url = self.url
+
 
 # -- deliveries, built as Feishu builds them ------------------------------------------------
 

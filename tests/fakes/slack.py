@@ -752,6 +752,12 @@ class FakeSlackServer(BackgroundServer):
         self.fake.base_url = self.url
         return self
 
+    def reset(self) -> None:
+        """The fake as it was when it started: ``FakeSlack.reset``, and its address its own again
+        (a test may point it elsewhere)."""
+        self.fake.reset()
+        self.fake.base_url = self.url
+
     @property
     def api_url(self) -> str:
         return f"{self.url}/api/"
