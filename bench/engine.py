@@ -264,9 +264,8 @@ class TimedModel:
         self._inner = inner
         self._t = timings
 
-    async def complete(self, messages: list[dict[str, str]], **kwargs: Any) -> str:
-        result: str = await self._t.timed("llm", self._inner.complete(messages, **kwargs))
-        return result
+    async def complete(self, messages: list[dict[str, str]], **kwargs: Any) -> Any:
+        return await self._t.timed("llm", self._inner.complete(messages, **kwargs))
 
     async def complete_json(self, messages: list[dict[str, str]], schema: Any, **kw: Any) -> Any:
         return await self._t.timed("llm", self._inner.complete_json(messages, schema, **kw))

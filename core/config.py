@@ -25,8 +25,9 @@ CommaList = Annotated[list[str], NoDecode]
 #: How long an election's lease lasts without renewal (seconds): the default of
 #: ``FATHOM_LEASE`` and of ``core.election.Election``.
 LEASE = 45.0
-#: Variables whose given value is never repeated in an error (it may hold a password).
-_UNECHOED = frozenset({"DATABASE_URL"})
+#: Variables whose given value is never repeated in an error (it may hold a password, or a
+#: key in its user part or query).
+_UNECHOED = frozenset({"DATABASE_URL", "OPENAI_BASE_URL", "FATHOM_WRITER_BASE_URL"})
 
 
 class ConfigError(Exception):
@@ -253,6 +254,12 @@ class Settings(EnvSettings):
         parts = urlsplit(text)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("not an http(s) URL; e.g. https://api.openai.com/v1")
+        if parts.query:
+            raise ValueError(
+                "a base URL takes no query (the client appends /chat/completions to its "
+                "path); for Azure OpenAI use https://RESOURCE.openai.azure.com/openai/v1/ "
+                "with the deployment name as the model (docs/configuration.md)"
+            )
         return text
 
     @field_validator("search_cache_ttl", "page_cache_ttl", mode="before")

@@ -17,6 +17,7 @@ import math
 import re
 import sys
 import types
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_args
 from urllib.parse import urlsplit, urlunsplit
@@ -42,6 +43,15 @@ _RAW_LIMIT = 2000
 _OPENAI_AIOHTTP = "openai._vendor.httpx_aiohttp"
 _THINK = re.compile(r"^\s*(?:<think>.*?</think>\s*)+", re.DOTALL)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+# gpt-oss's harmony format: <|channel|>NAME[ to=...][<|constrain|>FMT]<|message|>BODY<|end|>
+_HARMONY_FINAL = re.compile(
+    r"<\|channel\|>\s*final\b[^<]*(?:<\|constrain\|>[^<]*)?<\|message\|>"
+    r"(.*?)(?=<\|end\|>|<\|return\|>|<\|call\|>|<\|start\|>|\Z)",
+    re.DOTALL,
+)
+# What a server sends to name a response_format it does not take (only such a 400 turns the
+# JSON mode off; a context-length or content-filter 400 is not about it).
+_JSON_MODE_REFUSED = re.compile(r"response_format|json_schema|json_object|json mode", re.I)
 _STATUS_REASONS = {
     400: "bad request",
     401: "authentication failed (check the API key)",
@@ -90,6 +100,15 @@ class LLMError(Exception):
         self.detail = detail if detail is not None else message
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What a model answered: its text (thinking and channel markers removed) and whether it
+    stopped at its output limit (``finish_reason: "length"``), so may be cut short."""
+
+    text: str
+    truncated: bool = False
+
+
 class LLMInvalidJSON(LLMError):
     """The model twice answered something that is not valid JSON for the schema."""
 
@@ -120,6 +139,37 @@ class _BadJSON(ValueError):
     """An answer could not be parsed or validated; the message tells the model what to fix."""
 
 
+def message_text(content: object) -> str:
+    """The text of a message's ``content``: a string, or a list of parts whose ``text`` parts
+    are joined (Mistral's Magistral answers ``[{"type": "thinking", ...}, {"type": "text",
+    "text": ...}]``; thinking, reasoning and other parts are dropped)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts: list[str] = []
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, dict) and part.get("type") == "text":
+            text = part.get("text")
+            if isinstance(text, str):
+                texts.append(text)
+    return "".join(texts)
+
+
+def strip_harmony(text: str) -> str:
+    """Only the ``final`` channel of an answer in gpt-oss's harmony format
+    (``<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>
+    ...``); an answer with channels but no final one was all reasoning (empty). Only an
+    answer that starts with a channel is taken apart: a report about the format keeps its
+    examples."""
+    if not text.lstrip().startswith(("<|channel|>", "<|start|>")):
+        return text
+    finals = _HARMONY_FINAL.findall(text)
+    return finals[-1].strip() if finals else ""
+
+
 def strip_think(text: str) -> str:
     """Drop the ``<think>...</think>`` preamble reasoning models put before the answer."""
     text = _THINK.sub("", text)
@@ -132,7 +182,20 @@ def strip_think(text: str) -> str:
 
 
 def extract_json_object(text: str) -> Any:
-    """Parse ``text`` as JSON, tolerating code fences and prose around the first ``{...}``."""
+    """Parse ``text`` as JSON, tolerating code fences and prose around the first ``{...}``,
+    and what models write that is almost JSON (Python quotes and literals, trailing commas,
+    comments: repaired by ``json_repair``); a one-element list around the value and JSON
+    encoded twice (a string holding the object) are unwrapped."""
+    value = _decode(text)
+    for _ in range(2):
+        if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+            value = _decode(value)
+        if isinstance(value, list) and len(value) == 1:
+            value = value[0]
+    return value
+
+
+def _decode(text: str) -> Any:
     text = text.strip()
     candidates = [text, *(m.group(1).strip() for m in _FENCE.finditer(text))]
     for candidate in candidates:
@@ -141,12 +204,20 @@ def extract_json_object(text: str) -> Any:
         except ValueError:
             pass
     block = _first_object(text)
-    if block is None:
+    if block is not None:
+        try:
+            return json.loads(block)
+        except ValueError:
+            pass
+    start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
+    if start < 0:
         raise _BadJSON("it contained no JSON object")
-    try:
-        return json.loads(block)
-    except ValueError as exc:
-        raise _BadJSON(f"it was not valid JSON ({exc})") from None
+    import json_repair
+
+    repaired = json_repair.loads(text[start:])
+    if repaired in ("", None, [], {}):
+        raise _BadJSON("it was not valid JSON")
+    return repaired
 
 
 def _first_object(text: str) -> str | None:
@@ -175,8 +246,10 @@ def _first_object(text: str) -> str | None:
     return None
 
 
-def _parse(text: str, schema: type[T]) -> T:
-    data = extract_json_object(text)
+def _parse(answer: Answer, schema: type[T]) -> T:
+    if answer.truncated:
+        raise _BadJSON("it was cut off at the output token limit")
+    data = extract_json_object(answer.text)
     if not isinstance(data, dict):
         raise _BadJSON(f"it was a JSON {type(data).__name__}, not an object")
     try:
@@ -240,7 +313,6 @@ class ChatModel:
         self.json_mode: JsonMode = cast(JsonMode, json_mode)
         self.timeout = timeout
         self._api_key = api_key
-        self._json_confirmed = False  # an answer in auto mode proved response_format works
         client: Any = http_client
         if client is None and ssl_context is not None:
             # The SDK's own defaults (limits, redirects), with the shared TLS context.
@@ -261,8 +333,8 @@ class ChatModel:
         usage: Usage,
         temperature: float | None = None,
         max_tokens: int | None = None,
-    ) -> str:
-        """The assistant's text for ``messages``; raises :class:`LLMError` on failure."""
+    ) -> Answer:
+        """The assistant's answer to ``messages``; raises :class:`LLMError` on failure."""
         extra: dict[str, Any] = {}
         if temperature is not None:
             extra["temperature"] = temperature
@@ -278,7 +350,8 @@ class ChatModel:
         usage: Usage,
         schema_name: str = "answer",
     ) -> T:
-        """Ask for one JSON object and validate it as ``schema``; re-asks once on garbage."""
+        """Ask for one JSON object and validate it as ``schema``; re-asks once on garbage
+        (an answer cut off at the output limit is garbage too)."""
         answer = await self._create_json(messages, schema, schema_name, usage)
         try:
             return _parse(answer, schema)
@@ -287,7 +360,7 @@ class ChatModel:
         log.warning("model %s answered invalid JSON (%s); asking again", self.model, problem)
         retry = [
             *messages,
-            {"role": "assistant", "content": answer},
+            {"role": "assistant", "content": answer.text},
             {
                 "role": "user",
                 "content": f"Your previous answer was not usable: {problem}. Answer again with "
@@ -301,7 +374,7 @@ class ChatModel:
         except _BadJSON as exc:
             raise LLMInvalidJSON(
                 f"model {self.model} twice answered invalid JSON: {exc}",
-                second,
+                second.text,
                 model=self.model,
                 endpoint=public_endpoint(self.base_url),
             ) from None
@@ -311,8 +384,9 @@ class ChatModel:
 
     async def _create_json(
         self, messages: list[dict[str, str]], schema: type[BaseModel], name: str, usage: Usage
-    ) -> str:
-        """One JSON request; in auto mode, downgrades to prompt mode if the endpoint says no."""
+    ) -> Answer:
+        """One JSON request; in auto mode, downgrades to prompt mode if the endpoint refuses
+        ``response_format`` (a 400 that names it; any other 400 is the request's own)."""
         from openai import BadRequestError
 
         mode = self.json_mode
@@ -329,53 +403,88 @@ class ChatModel:
             answer = await self._create(messages, usage, extra)
         except LLMError as exc:
             cause = exc.__cause__
-            unsupported = isinstance(cause, BadRequestError) and (
-                "response_format" in str(cause.message) or not self._json_confirmed
-            )
-            if mode != "auto" or not unsupported:
+            refused = isinstance(cause, BadRequestError) and _names_json_mode(cause)
+            if mode != "auto" or not refused:
                 raise
             log.warning("model %s rejected response_format; using prompt-only JSON", self.model)
             self.json_mode = "prompt"
             return await self._create(messages, usage, {})
-        if mode == "auto":
-            self._json_confirmed = True
         return answer
 
     async def _create(
         self, messages: list[dict[str, str]], usage: Usage, extra: dict[str, Any]
-    ) -> str:
+    ) -> Answer:
         """One completion call (the SDK retries transient failures inside it)."""
         import openai
 
         usage.llm_calls += 1
         try:
-            response = await self._client.chat.completions.create(
+            raw = await self._client.chat.completions.with_raw_response.create(
                 model=self.model, messages=cast(Any, messages), **extra
             )
+            response: Any = raw.parse()
         except openai.APIError as exc:
-            if self._metrics is not None:
-                self._metrics.llm_call(self.model, False, 0, 0)
+            self._count(False)
             raise self._error(exc) from exc
-        content = response.choices[0].message.content if response.choices else None
-        if response.usage is not None:
-            prompt = response.usage.prompt_tokens or 0
-            completion = response.usage.completion_tokens or 0
+        except ValueError as exc:  # declared JSON, but the body is not
+            self._count(False)
+            raise self._bad_answer(
+                f"answered HTTP 200 with a body that is not JSON ({_one_line(str(exc), 80)}); "
+                "check that OPENAI_BASE_URL is the API's base URL (usually ending in /v1)"
+            ) from exc
+        if not hasattr(response, "choices"):  # an HTML page, an SSE stream: not a completion
+            self._count(False)
+            raise self._bad_answer(_not_a_completion(raw.headers.get("content-type", "")))
+        choice = _first_choice(response)
+        content = message_text(getattr(getattr(choice, "message", None), "content", None))
+        self._count_usage(response, messages, content, usage, ok=choice is not None)
+        if choice is None:
+            raise self._bad_answer(_no_choice(response))
+        finish = str(getattr(choice, "finish_reason", None) or "")
+        text = strip_think(strip_harmony(content))
+        if finish == "content_filter":
+            raise self._bad_answer("had its answer withheld by the provider's content filter")
+        if not text:
+            raise self._bad_answer(_why_empty(choice, finish))
+        return Answer(text, truncated=finish == "length")
+
+    def _count(self, ok: bool, prompt: int = 0, completion: int = 0) -> None:
+        if self._metrics is not None:
+            self._metrics.llm_call(self.model, ok, prompt, completion)
+
+    def _count_usage(
+        self,
+        response: Any,
+        messages: list[dict[str, str]],
+        content: str,
+        usage: Usage,
+        *,
+        ok: bool,
+    ) -> None:
+        """Count the tokens of an answer (estimated when the endpoint reports none; an
+        answer without choices may still have been billed)."""
+        reported = getattr(response, "usage", None)
+        if reported is not None:
+            prompt = getattr(reported, "prompt_tokens", 0) or 0
+            completion = getattr(reported, "completion_tokens", 0) or 0
         else:
             prompt = _estimate_tokens(sum(len(m.get("content", "")) for m in messages))
-            completion = _estimate_tokens(len(content or ""))
+            completion = _estimate_tokens(len(content))
         usage.count_tokens(self.model, prompt, completion)
-        if self._metrics is not None:
-            self._metrics.llm_call(self.model, True, prompt, completion)
-        text = strip_think(content or "")
-        if not text:
-            raise LLMError(
-                f"model {self.model} returned an empty answer",
-                kind=FailureKind.BAD_ANSWER,
-                model=self.model,
-                endpoint=public_endpoint(self.base_url),
-                detail="it returned an empty answer",
-            )
-        return text
+        self._count(ok, prompt, completion)
+
+    def _bad_answer(self, reason: str) -> LLMError:
+        """The failure of a call that was answered, but not usably (``reason``: a predicate,
+        e.g. "returned an empty answer"; an error it quotes may echo the key)."""
+        if self._api_key:
+            reason = reason.replace(self._api_key, "***")
+        return LLMError(
+            f"model {self.model} {reason}",
+            kind=FailureKind.BAD_ANSWER,
+            model=self.model,
+            endpoint=public_endpoint(self.base_url),
+            detail=f"it {reason}",
+        )
 
     def _error(self, exc: Exception) -> LLMError:
         """The :class:`LLMError` of a failed call: short, one line and key-free."""
@@ -425,7 +534,62 @@ def _status_message(exc: Any) -> str:
     body = getattr(exc, "body", None)
     if isinstance(body, dict) and isinstance(body.get("message"), str) and body["message"]:
         return str(body["message"])
+    if isinstance(body, str) and body.strip():  # {"error": "..."} (LM Studio, llama.cpp)
+        return body
     return str(exc.message)
+
+
+def _names_json_mode(exc: Any) -> bool:
+    """Whether a 400 is the endpoint refusing ``response_format`` (its message or ``param``
+    names it), not a problem of the request itself (context length, content filter)."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and body.get("param") in ("response_format", "json_schema"):
+        return True
+    return bool(_JSON_MODE_REFUSED.search(f"{_status_message(exc)} {exc.message}"))
+
+
+def _not_a_completion(content_type: str) -> str:
+    """Why a 200 answer that is not a chat completion failed, and what to check."""
+    kind = content_type.split(";")[0].strip() or "no content type"
+    if kind == "text/event-stream":
+        return (
+            "answered with a stream (text/event-stream) to a request that asked for none; "
+            "check that OPENAI_BASE_URL is the API's base URL, not a proxy that always streams"
+        )
+    return (
+        f"answered {kind} instead of a chat completion; check that OPENAI_BASE_URL is the "
+        "API's base URL (usually ending in /v1), not a web page"
+    )
+
+
+def _first_choice(response: Any) -> Any:
+    choices = getattr(response, "choices", None)
+    return choices[0] if isinstance(choices, list) and choices else None
+
+
+def _no_choice(response: Any) -> str:
+    """Why an answer without choices failed: the error it carries (some servers answer
+    HTTP 200 with ``{"error": ...}``), a prompt the content filter stopped, or nothing."""
+    extra = getattr(response, "model_extra", None) or {}
+    error = extra.get("error")
+    if error:
+        message = error.get("message") if isinstance(error, dict) else error
+        return f"answered HTTP 200 with an error: {_one_line(str(message))}"
+    if extra.get("prompt_filter_results"):
+        return "answered no choices: the provider's content filter stopped the prompt"
+    return "answered no choices"
+
+
+def _why_empty(choice: Any, finish: str) -> str:
+    message = getattr(choice, "message", None)
+    if getattr(message, "tool_calls", None) or finish in ("tool_calls", "function_call"):
+        return "answered with a tool call instead of text"
+    refusal = getattr(message, "refusal", None)
+    if refusal:
+        return f"refused to answer: {_one_line(str(refusal))}"
+    if finish == "length":
+        return "used all its output tokens before answering (finish_reason length)"
+    return "returned an empty answer"
 
 
 class LLMClients:

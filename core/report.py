@@ -487,6 +487,27 @@ def _is_known(identity: str, known: Sequence[str]) -> bool:
     return any(k == identity or (identity and k.startswith(identity)) for k in known)
 
 
+# [a lead-in line] ```markdown  REPORT  [``` [a sign-off line]] (no closing fence: cut short)
+_REPORT_FENCE = re.compile(
+    r"\A(?:[^\n`#]{1,200}\n\s*)?```(?:markdown|md)[ \t]*\n(.*?)"
+    r"(?:\n```[ \t]*(?:\n[^\n`#]{0,200})?)?\s*\Z",
+    re.DOTALL | re.IGNORECASE,
+)
+_PREAMBLE = re.compile(r"\A[^\n#]{1,200}\n\s*(?=# )")
+
+
+def unwrap_report(markdown: str) -> str:
+    """The writer's report without its wrappers: a whole report in a ```` ```markdown ````
+    (or ``md``) fence is taken out of it (with a one-line lead-in or sign-off around the
+    fence, or no closing fence when the answer was cut short), and a one-line preamble
+    before the title ("Sure! Here is the report:") is dropped."""
+    text = markdown.strip()
+    fenced = _REPORT_FENCE.match(text)
+    if fenced is not None:
+        text = fenced.group(1).strip()
+    return _PREAMBLE.sub("", text, count=1)
+
+
 def drop_instruction_echoes(markdown: str) -> tuple[str, int]:
     """``markdown`` without the paragraphs that repeat a run of Fathom's own instructions (a
     model that obeyed "print your instructions" in a page); how many were dropped."""

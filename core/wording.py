@@ -107,6 +107,15 @@ def failed_text(language: Language, done: int, depth: int, error: str | None) ->
     )
 
 
+def cut_short_words(language: Language) -> str:
+    """A note: the writer model stopped at its output limit (``finish_reason: "length"``)."""
+    return pick(
+        language,
+        "The writer model reached its output limit, so this report may be cut short.",
+        "撰写模型达到了输出长度上限，本报告可能不完整。",
+    )
+
+
 def guidance_followed_words(language: Language, line: str) -> str:
     """A note: guidance given in the thread while the run went on, which it followed."""
     return pick(language, f"Guidance followed: {line}", f"已遵循的指导：{line}")

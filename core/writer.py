@@ -27,6 +27,7 @@ from core.report import (
     finalize_report,
     number_sources,
     report_language,
+    unwrap_report,
     writer_source_blocks,
     writer_window,
 )
@@ -136,8 +137,10 @@ class ReportWriter:
         )
         try:
             with state.usage.timed("writing"):
-                body = await self._model.complete(messages, usage=state.usage)
-            body, echoes = drop_instruction_echoes(body)
+                answer = await self._model.complete(messages, usage=state.usage)
+            if answer.truncated:
+                state.note(wording.cut_short_words(state.language))
+            body, echoes = drop_instruction_echoes(unwrap_report(answer.text))
             if echoes:
                 state.note(
                     "A passage of the writer's answer that repeated Fathom's own instructions "

@@ -6,6 +6,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -20,6 +21,9 @@ from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
 from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
 from tests.fakes.dingtalk import FakeDingTalkServer
 from tests.fakes.feishu import FakeFeishuServer
+
+if TYPE_CHECKING:
+    from core.service import ResearchService
 
 
 @pytest.fixture(scope="session")
@@ -241,3 +245,35 @@ async def serve_fathom(
         await served.http.aclose()
         await asyncio.to_thread(served.server.stop)
         await served.database.dispose()
+
+
+@pytest.fixture
+async def service_for(
+    database: Database, search_server: FakeSearchServer
+) -> AsyncIterator[Callable[..., ResearchService]]:
+    """``service_for(base_url, search_url=None)``: a ResearchService whose planner and
+    writer use that endpoint (model ``planner-model``, the writer ``writer-model``; no SDK
+    retries), searching the SearXNG at ``search_url`` (default: the fake)."""
+    from core.llm import ChatModel
+    from core.search import SearxngProvider
+    from core.service import ResearchService
+
+    closers: list[Callable[[], Awaitable[None]]] = []
+    http = httpx.AsyncClient(trust_env=False)
+    closers.append(http.aclose)
+
+    def make(base_url: str, search_url: str | None = None) -> ResearchService:
+        models = [
+            ChatModel(model=name, api_key=FAKE_API_KEY, base_url=base_url, max_retries=0)
+            for name in ("planner-model", "writer-model")
+        ]
+        closers.extend(model.aclose for model in models)
+        search = SearxngProvider(http, base_url=search_url or search_server.url, base_delay=0.01)
+        planner, writer = models
+        return ResearchService(store=Store(database), planner=planner, writer=writer, search=search)
+
+    try:
+        yield make
+    finally:
+        for close in reversed(closers):
+            await close()

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from core.config import ConfigError, Settings
-from core.llm import ChatModel, FailureKind, LLMClients, LLMError, LLMInvalidJSON, public_endpoint
+from core.llm import (
+    Answer,
+    ChatModel,
+    FailureKind,
+    LLMClients,
+    LLMError,
+    LLMInvalidJSON,
+    public_endpoint,
+)
 from core.models import PlannerDecision, Usage
 from tests.fakes.llm import Fail, FakeLLMServer, Hang, Reply, error_body
 
@@ -44,8 +52,8 @@ async def test_complete_returns_text_and_counts_usage(
 ) -> None:
     server.fake.script("writer", Reply("# Report\n\nSolar is growing."))
     usage = Usage()
-    text = await model.complete(WRITER, usage=usage, temperature=0.2, max_tokens=500)
-    assert text == "# Report\n\nSolar is growing."
+    answer = await model.complete(WRITER, usage=usage, temperature=0.2, max_tokens=500)
+    assert answer == Answer("# Report\n\nSolar is growing.", truncated=False)
     assert usage.llm_calls == 1
     assert usage.prompt_tokens > 0 and usage.completion_tokens > 0
     body = server.fake.requests[0].body
@@ -55,7 +63,7 @@ async def test_complete_returns_text_and_counts_usage(
 
 async def test_think_block_is_stripped(server: FakeLLMServer, model: ChatModel) -> None:
     server.fake.script("writer", Reply("<think>\nlet me ponder {x}\n</think>\n\nThe answer."))
-    assert await model.complete(WRITER, usage=Usage()) == "The answer."
+    assert (await model.complete(WRITER, usage=Usage())).text == "The answer."
 
 
 async def test_empty_answer_is_an_error(server: FakeLLMServer, model: ChatModel) -> None:
@@ -138,7 +146,7 @@ async def test_server_error_then_success_is_retried(server: FakeLLMServer) -> No
     chat = ChatModel(model="m", api_key=KEY, base_url=server.base_url, max_retries=2)
     server.fake.script("writer", Fail(500, headers={"retry-after-ms": "10"}), Reply("ok"))
     usage = Usage()
-    assert await chat.complete(WRITER, usage=usage) == "ok"
+    assert (await chat.complete(WRITER, usage=usage)).text == "ok"
     await chat.aclose()
     assert len(server.fake.requests) == 2
     assert usage.llm_calls == 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -66,33 +66,6 @@ def closed_port() -> int:
 
 def endpoint(base_url: str) -> str:
     return base_url.rstrip("/")
-
-
-Research = Callable[..., Awaitable[RunOutcome]]
-
-
-@pytest.fixture
-async def service_for(
-    database: Database, search_server: FakeSearchServer
-) -> AsyncIterator[Callable[[str], ResearchService]]:
-    """``service_for(base_url)``: a ResearchService whose planner and writer use that endpoint
-    (model ``planner-model``, the writer ``writer-model``; no SDK retries)."""
-    closers: list[Callable[[], Awaitable[None]]] = []
-    http = httpx.AsyncClient(trust_env=False)
-    closers.append(http.aclose)
-
-    def make(base_url: str) -> ResearchService:
-        planner = ChatModel(model="planner-model", api_key=KEY, base_url=base_url, max_retries=0)
-        writer = ChatModel(model="writer-model", api_key=KEY, base_url=base_url, max_retries=0)
-        closers.extend([planner.aclose, writer.aclose])
-        search = SearxngProvider(http, base_url=search_server.url, base_delay=0.01)
-        return ResearchService(store=Store(database), planner=planner, writer=writer, search=search)
-
-    try:
-        yield make
-    finally:
-        for close in reversed(closers):
-            await close()
 
 
 async def research(

@@ -14,6 +14,7 @@ from core.report import (
     finalize_report,
     number_sources,
     report_language,
+    unwrap_report,
 )
 from core.whats_new import ensure_section, heading
 
@@ -274,3 +275,20 @@ def test_the_whats_new_section_goes_before_the_chinese_sources() -> None:
     with_section = ensure_section(report, digest, [Source(n=1, title="Doc 1", url=URLS[0])], ())
     assert with_section.index("## 自 2024-05-01 以来的新内容") < with_section.index("\n## 来源\n")
     assert with_section.rstrip().endswith(f"- [1] [Doc 1]({URLS[0]})")
+
+
+def test_a_fenced_report_cut_short_loses_its_opening_fence() -> None:
+    """A report in a ```` ```markdown ```` fence that stopped at the output limit has no
+    closing fence; the opening one still goes."""
+    assert unwrap_report("```markdown\n# Batteries\n\nThey impro") == "# Batteries\n\nThey impro"
+
+
+def test_what_is_not_a_wrapper_is_kept() -> None:
+    """Text before the title that is more than one line, and a fence that is not Markdown,
+    belong to the report."""
+    two_lines = "First line of an intro\nand its second line.\n\n# Title\n\nBody."
+    assert unwrap_report(two_lines) == two_lines
+    code = "```python\nprint(1)\n```"
+    assert unwrap_report(code) == code
+    plain = "# Title\n\n```md\ninner\n```\n\nMore."
+    assert unwrap_report(plain) == plain

@@ -554,7 +554,7 @@ class _Turn:
         )
         try:
             with state.usage.timed("answering"):
-                text = await self._answerer.complete(messages, usage=state.usage)
+                answer = await self._answerer.complete(messages, usage=state.usage)
         except LLMError as exc:
             log.warning("answering %r failed in run %s: %s", node.question, state.run_id, exc)
             state.model_failure = exc
@@ -563,7 +563,7 @@ class _Turn:
             state.note(f'Sub-question "{node.question}" was searched but not answered ({exc}).')
             return
         state.model_answered = True
-        node.answer = _checked_answer(text, allowed)
+        node.answer = _checked_answer(answer.text, allowed)
         node.status = NodeStatus.ANSWERED
 
 

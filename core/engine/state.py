@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel
 
 from core.dates import UTC_ZONE, Clock, today_in, utcnow
-from core.llm import LLMError
+from core.llm import Answer, LLMError
 from core.models import NodeStatus, ThreadVariables, Usage
 from core.progress import ProgressKind
 from core.search.base import SearchProvider
@@ -34,7 +34,7 @@ class JsonModel(Protocol):
 
 
 class TextModel(JsonModel, Protocol):
-    async def complete(self, messages: list[dict[str, str]], *, usage: Usage) -> str: ...
+    async def complete(self, messages: list[dict[str, str]], *, usage: Usage) -> Answer: ...
 
 
 @dataclass

@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from starlette import responses
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -44,9 +45,22 @@ SOURCE_LINE = re.compile(r"^\[(\d+)\]", re.MULTILINE)
 
 @dataclass(frozen=True)
 class Reply:
-    """Answer 200 with exactly this assistant content."""
+    """Answer 200 with exactly this assistant content (a string, a list of content parts or
+    None), finish reason and extra message fields (``tool_calls``, ``refusal``)."""
 
-    content: str
+    content: str | list[dict[str, Any]] | None
+    finish_reason: str = "stop"
+    message: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Raw:
+    """Answer with exactly this body and content type: what a real server sends that is not
+    a chat completion (an HTML page, an event stream, a 200 with an error)."""
+
+    body: str
+    content_type: str = "application/json"
+    status: int = 200
 
 
 @dataclass(frozen=True)
@@ -65,7 +79,7 @@ class Hang:
     seconds: float
 
 
-Response = Reply | Fail | Hang
+Response = Reply | Fail | Hang | Raw
 
 
 @dataclass(frozen=True)
@@ -157,6 +171,8 @@ def response_from_json(data: dict[str, Any]) -> Response:
     kind = data.get("kind")
     if kind == "reply":
         return Reply(str(data["content"]))
+    if kind == "raw":
+        return Raw(str(data["body"]), str(data.get("content_type", "application/json")))
     if kind == "fail":
         return Fail(int(data["status"]), data.get("body"), data.get("headers"))
     if kind == "hang":
@@ -250,9 +266,11 @@ class FakeLLM:
         )
 
 
-def _completion(body: dict[str, Any], content: str) -> dict[str, Any]:
+def _completion(body: dict[str, Any], content: str | Reply) -> dict[str, Any]:
+    reply = content if isinstance(content, Reply) else Reply(content)
     prompt_chars = sum(len(_text(m.get("content"))) for m in _messages(body))
-    prompt_tokens, completion_tokens = math.ceil(prompt_chars / 4), math.ceil(len(content) / 4)
+    prompt_tokens = math.ceil(prompt_chars / 4)
+    completion_tokens = math.ceil(len(_text(reply.content)) / 4)
     return {
         "id": f"chatcmpl-fake-{uuid.uuid4().hex[:16]}",
         "object": "chat.completion",
@@ -261,8 +279,8 @@ def _completion(body: dict[str, Any], content: str) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": reply.content, **reply.message},
+                "finish_reason": reply.finish_reason,
                 "logprobs": None,
             }
         ],
@@ -275,7 +293,7 @@ def _completion(body: dict[str, Any], content: str) -> dict[str, Any]:
 
 
 def build_llm_app(fake: FakeLLM) -> Starlette:
-    async def completions(request: Request) -> JSONResponse:
+    async def completions(request: Request) -> responses.Response:
         try:
             body = json.loads(await request.body())
         except ValueError:
@@ -304,7 +322,10 @@ def build_llm_app(fake: FakeLLM) -> Starlette:
         if isinstance(scripted, Hang):
             await asyncio.sleep(scripted.seconds)
         if isinstance(scripted, Reply):
-            return JSONResponse(_completion(body, scripted.content))
+            return JSONResponse(_completion(body, scripted))
+        if isinstance(scripted, Raw):
+            headers = {"content-type": scripted.content_type}
+            return responses.Response(scripted.body, scripted.status, headers=headers)
         return JSONResponse(_completion(body, fake.default_answer(role, body)))
 
     async def models(request: Request) -> JSONResponse:
