@@ -22,7 +22,13 @@ from core.untrusted import as_data
 
 MAX_SNIPPET_CHARS = 600
 
-_TAG = re.compile(r"<[^>]*>")
+# The markup search APIs put in titles and snippets: highlighting (Brave's <strong>, Google's
+# <b>, SearXNG engines' <span class="highlight">) and line breaks. A tag name not in this list
+# ("Using <template> in HTML") is text and stays.
+_TAG = re.compile(
+    r"</?(?:a|b|strong|em|i|u|mark|span|font|small|sup|sub|br|wbr|p|div|code)\b[^<>]*>",
+    re.IGNORECASE,
+)
 
 
 class SearchError(Exception):
@@ -44,13 +50,15 @@ class SearchProvider(Protocol):
 
 
 def result_text(value: object) -> str:
-    """A title or snippet as data: no control characters, mentions, link syntax or web
-    addresses, whitespace runs collapsed; non-strings become ''."""
-    return as_data(clean_text(value)) if isinstance(value, str) else ""
+    """A title or snippet as data: no highlighting tags or HTML entities (``&amp;``), no
+    control characters, mentions, link syntax or web addresses, whitespace runs collapsed;
+    non-strings become ''."""
+    return as_data(clean_text(strip_html(value))) if isinstance(value, str) else ""
 
 
 def strip_html(value: object) -> str:
-    """Drop tags and unescape entities (Brave marks matches with ``<strong>``)."""
+    """Drop highlighting tags and unescape entities (Brave marks matches with
+    ``<strong>``, some SearXNG engines send ``&amp;``)."""
     return html.unescape(_TAG.sub("", value)) if isinstance(value, str) else ""
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from core.dates import parse_published
 from core.models import SearchResult
-from core.search.base import normalise_results, strip_html
+from core.search.base import normalise_results
 from core.search.http import HttpSearchProvider, expect_items
 
 BRAVE_MAX_COUNT = 20  # the API rejects larger page sizes
@@ -31,9 +31,9 @@ class BraveProvider(HttpSearchProvider):
         return normalise_results(
             (
                 (
-                    strip_html(i.get("title")),
+                    i.get("title"),
                     i.get("url"),
-                    strip_html(i.get("description")),
+                    i.get("description"),
                     parse_published(i.get("page_age")) or i.get("age"),
                 )
                 for i in items

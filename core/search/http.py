@@ -8,7 +8,8 @@ will not go away (bad key, bad request) fail at once so the run can move on.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import httpx
 
@@ -45,12 +46,13 @@ async def request_json(
     base_delay: float = 0.5,
     max_retry_after: float = MAX_RETRY_AFTER,
     timer: Timer = MONOTONIC,
+    hints: Mapping[int, str] | None = None,
 ) -> Any:
     """Send the request and return its decoded JSON body, or raise SearchError.
 
     Retries connect errors, timeouts, 429 and 5xx with exponential backoff
     (``base_delay``, then double, slept on ``timer``); any other 4xx or undecodable JSON
-    fails at once.
+    fails at once, with the provider's ``hints`` for that status (what to check) if any.
     """
     problem = "no attempt made"
     for attempt in range(1, attempts + 1):
@@ -70,8 +72,10 @@ async def request_json(
                 if status == 429:
                     delay = _retry_after(response, delay, max_retry_after)
             elif status >= 400:
-                hint = " (check the API key)" if status in (401, 403) else ""
-                raise SearchError(f"{provider}: HTTP {status}{hint}")
+                hint = (hints or {}).get(status)
+                if hint is None:
+                    hint = "check the API key" if status in (401, 403) else ""
+                raise SearchError(f"{provider}: HTTP {status}" + (f" ({hint})" if hint else ""))
             else:
                 try:
                     return response.json()
@@ -112,6 +116,8 @@ class HttpSearchProvider:
     name = "http"
     #: Used when no ``base_url`` is given (hosted APIs); None means one is required.
     default_base_url: str | None = None
+    #: What to check when the provider answers a status that will not go away.
+    status_hints: ClassVar[Mapping[int, str]] = {}
 
     def __init__(
         self,
@@ -158,5 +164,6 @@ class HttpSearchProvider:
             headers=headers,
             base_delay=self._base_delay,
             timer=self._timer,
+            hints=self.status_hints,
         )
         return expect_dict(data, self.name)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from core.models import SearchResult
 from core.search.base import normalise_results
 from core.search.http import HttpSearchProvider, expect_items
@@ -13,6 +16,11 @@ class TavilyProvider(HttpSearchProvider):
 
     name = "tavily"
     default_base_url = "https://api.tavily.com"
+    # docs.tavily.com, "Errors": 432 the plan's or the key's limit, 433 the pay-as-you-go limit
+    status_hints: ClassVar[Mapping[int, str]] = {
+        432: "plan or usage limit reached; check the plan at app.tavily.com",
+        433: "plan or usage limit reached (pay-as-you-go limit); check app.tavily.com",
+    }
 
     async def search(self, query: str) -> list[SearchResult]:
         data = await self._get_json(
