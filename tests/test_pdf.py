@@ -53,7 +53,8 @@ async def extractor() -> AsyncIterator[DocumentExtractor]:
 
 
 def slow_pdf(operators: int = 300_000) -> bytes:
-    """One page whose content stream shows ``operators`` strings: seconds of pypdf's time."""
+    """One page whose content stream shows ``operators`` strings: about two seconds of
+    PDFium's time."""
     return make_pdf([["heat pumps"] * operators], compress=True)
 
 
@@ -155,7 +156,7 @@ async def test_a_pdf_cut_short_gives_its_first_pages(extractor: DocumentExtracto
 
 
 async def test_a_decompression_bomb_is_contained(extractor: DocumentExtractor) -> None:
-    """A content stream inflating to 4 GiB (a 4 MB file): pypdf's lowered stream limit ends
+    """A content stream inflating to 4 GiB (a 4 MB file): the worker's address space ends
     it; the main process's memory does not move."""
     bomb = bomb_pdf(4 << 30)
     assert len(bomb) < 8 << 20
@@ -166,13 +167,13 @@ async def test_a_decompression_bomb_is_contained(extractor: DocumentExtractor) -
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert unreadable.value.reason in (reasons.TOO_COMPLEX, reasons.TOO_MUCH_MEMORY)
+    assert unreadable.value.reason == reasons.TOO_MUCH_MEMORY
     assert peak < 32 << 20, f"main process peak {peak / 1e6:.0f} MB"
     # The worker is still there for the next file.
     assert (await extractor.extract(make_pdf([["After."]]), "pdf")).text == "After."
 
 
-async def test_the_workers_memory_limit_holds_when_pypdfs_limits_do_not() -> None:
+async def test_the_workers_memory_limit_holds_just_above_what_it_needs() -> None:
     """With the worker's address space barely above what it needs to start, the bomb's 32 MB
     stream cannot be allocated: the file is unreadable, the worker is replaced."""
     async with DocumentExtractor() as probe:
@@ -194,10 +195,14 @@ async def test_a_pdf_of_5000_pages_is_read_up_to_the_page_limit(
     assert "Page 50 of 5000" in document.text and "Page 51 of" not in document.text
 
 
-async def test_a_page_tree_5000_levels_deep_is_refused(extractor: DocumentExtractor) -> None:
-    with pytest.raises(DocumentUnreadable) as unreadable:
-        await extractor.extract(deep_tree_pdf(5000), "pdf")
-    assert unreadable.value.reason == "it is too large or complex to read"
+async def test_a_page_tree_5000_levels_deep_is_read_up_to_the_page_limit(
+    extractor: DocumentExtractor,
+) -> None:
+    """PDFium walks a page tree without recursing: 5000 levels are 5000 pages, read like any
+    (its worker's limits still hold for what it cannot walk)."""
+    document = await extractor.extract(deep_tree_pdf(5000), "pdf")
+    assert (document.pages_read, document.pages_total) == (50, 5000)
+    assert document.text.startswith("Deep.")
 
 
 async def test_a_slow_pdf_gives_the_pages_read_in_time() -> None:
@@ -513,7 +518,7 @@ async def test_a_pdf_result_is_read_and_ranked_like_a_page(site: BackgroundServe
         assert matter not in text
     assert [s.reason for s in reading.skipped] == [
         "it is password-protected",
-        "it is too large or complex to read",
+        "reading it needed too much memory",  # the bomb, in the worker's address space
     ]
     assert reading.read == 1 and reading.tokens <= 600
 

@@ -49,14 +49,14 @@ log = logging.getLogger(__name__)
 MAX_CHARS = 200_000
 #: At most this much HTML is given to trafilatura (as ``core.pages.reader.MAX_EXTRACT_CHARS``).
 MAX_HTML_CHARS = 1_000_000
-#: A worker's address space. Python, pypdf and python-docx take about 55 MB of it; a 10 MB,
+#: A worker's address space. Python, PDFium and python-docx take about 55 MB of it; a 10 MB,
 #: 300-page PDF read whole peaks at about 90 MB of RSS, a page of 400,000 text operators at
 #: about 240 MB (bench/README.md, "Reading PDFs").
 MEMORY_LIMIT = 512 * 1024 * 1024
 #: A worker reads pages until this share of the time limit is gone, then answers with the
 #: pages it has (the rest of the limit is for the answer; past it the worker is killed).
 SOFT_SHARE = 0.75
-#: A worker has this long to start (import pypdf and python-docx) before it counts as broken.
+#: A worker has this long to start (import pypdfium2 and python-docx) before it counts as broken.
 START_TIMEOUT = 30.0
 _PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -156,7 +156,7 @@ class DocumentExtractor:
 
     def warm(self) -> None:
         """Start the workers not running yet (up to ``workers``) in the background, so that
-        the next files need not wait for a worker's start (Python, pypdf and python-docx:
+        the next files need not wait for a worker's start (Python, pypdfium2 and python-docx:
         about 0.2 s of CPU each). Each start holds a worker slot, so a file that comes
         meanwhile waits for that worker instead of starting one more. A worker that fails to
         start is logged; the next file starts one as before. Call it on the event loop that

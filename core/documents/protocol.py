@@ -21,7 +21,7 @@ def request(header: dict[str, Any], data: bytes) -> bytes:
 
 
 def answer(body: dict[str, Any]) -> bytes:
-    # A lone surrogate (pypdf can make one from a broken font map) becomes "?".
+    # A lone surrogate (a broken font map can make one) becomes "?".
     encoded = json.dumps(body, ensure_ascii=False).encode("utf-8", "replace")
     return ANSWER.pack(len(encoded)) + encoded
 

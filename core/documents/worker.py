@@ -3,10 +3,11 @@
 :class:`core.documents.DocumentExtractor`).
 
 It limits its own address space (``RLIMIT_AS``) before it reads anything, so a file that makes
-pypdf allocate without end ends in a ``MemoryError`` here (or the worker's death), never in the
-bot's memory. Before each file it also sets a CPU-time limit a little past the file's time
+PDFium allocate without end ends in a ``MemoryError`` here (or the worker's death), never in
+the bot's memory. Before each file it also sets a CPU-time limit a little past the file's time
 limit: the bot kills a worker that overruns, and the CPU limit ends one whose bot is gone.
-It answers every request on stdout and exits at the end of stdin; what pypdf logs goes nowhere.
+It answers every request on stdout and exits at the end of stdin; what its readers log goes
+nowhere.
 """
 
 from __future__ import annotations
@@ -104,11 +105,11 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
 
 def main() -> None:
     limit_memory(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
-    logging.disable(logging.CRITICAL)  # pypdf's warnings about broken files go nowhere
+    logging.disable(logging.CRITICAL)  # warnings about broken files go nowhere
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print cannot break the frames on stdout
     import docx  # noqa: F401  (imported once, before the first file)
-    import pypdf  # noqa: F401
+    import pypdfium2  # noqa: F401
 
     serve(sys.stdin.buffer, answers)
 
