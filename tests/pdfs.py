@@ -94,6 +94,99 @@ def make_pdf(
     return write_pdf(objects, info=_info(title, created), catalog_last=catalog_last)
 
 
+#: Chinese text set the way TeX's CJK packages and dvipdfmx set it: a Type 0 font with the
+#: Identity-H encoding over a CID font of the Adobe-GB1 collection, and no ToUnicode map. A
+#: character's code is its Adobe-GB1 CID (looked up in Adobe's UniGB-UCS2-H CMap, BSD-3-Clause,
+#: as shipped in Debian's poppler-data): only a reader that knows the collection's CIDs gets the
+#: text; one that takes Identity-H codes for UTF-16 (pypdf) gets mojibake.
+GB1_CIDS = {
+    "热": 3235, "泵": 1068, "在": 4381, "严": 4088, "寒": 1893, "地": 1465, "区": 3189,
+    "的": 1445, "冬": 1515, "季": 2097, "性": 3999, "能": 2879, "：": 287, "零": 2604,
+    "下": 3887, "二": 1597, "十": 3397, "度": 1543, "时": 3400, "仍": 3247, "保": 1036,
+    "持": 1275, "较": 2208, "高": 1754, "效": 3954, "比": 1073, "。": 98, "固": 1829,
+    "态": 3583, "电": 1480, "池": 1277, "目": 2850, "录": 2659, "第": 1467, "一": 4162,
+    "章": 4451, "手": 3437, "册": 1192, "页": 4154, "北": 1050, "方": 1626, "源": 4343,
+    "研": 4089, "究": 2286, "所": 3566,
+}  # fmt: skip
+CJK_FONT = [
+    b"<< /Type /Font /Subtype /Type0 /BaseFont /STSong-Light /Encoding /Identity-H "
+    b"/DescendantFonts [4 0 R] >>",
+    b"<< /Type /Font /Subtype /CIDFontType0 /BaseFont /STSong-Light "
+    b"/CIDSystemInfo << /Registry (Adobe) /Ordering (GB1) /Supplement 2 >> "
+    b"/FontDescriptor 5 0 R /DW 1000 >>",
+    b"<< /Type /FontDescriptor /FontName /STSong-Light /Flags 6 /FontBBox [-25 -254 1000 880] "
+    b"/ItalicAngle 0 /Ascent 880 /Descent -120 /CapHeight 880 /StemV 93 >>",
+]
+
+
+def _gb1_cid(char: str) -> int:
+    """A character's Adobe-GB1 CID (printable ASCII is CIDs 1-95, in order)."""
+    return GB1_CIDS.get(char) or ord(char) - 31
+
+
+def cjk_pdf(pages: Sequence[Sequence[str]]) -> bytes:
+    """A PDF whose page i shows the Chinese lines ``pages[i]`` (``GB1_CIDS`` and ASCII)
+    in an Adobe-GB1 CID font; objects: 1 catalog, 2 pages, 3-5 the font, then each page and
+    its content stream."""
+    count = len(pages)
+    kids = b" ".join(b"%d 0 R" % (6 + 2 * i) for i in range(count))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % count,
+        *CJK_FONT,
+    ]
+    for i, lines in enumerate(pages):
+        ops = [b"BT /F1 12 Tf 16 TL 56 780 Td"]
+        for line in lines:
+            codes = "".join(f"{_gb1_cid(ch):04X}" for ch in line)
+            ops.append(b"<" + codes.encode() + b"> Tj T*")
+        ops.append(b"ET")
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] "
+            b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (7 + 2 * i)
+        )
+        objects.append(stream(b"\n".join(ops)))
+    return write_pdf(objects)
+
+
+#: What fonts without a usable character map give (ids for characters): a TrueType CID font
+#: of the Identity ordering, embedded without its ToUnicode map, as some PDF printers write it.
+GARBLED_FONT = [
+    b"<< /Type /Font /Subtype /Type0 /BaseFont /ABCDEE+Calibri /Encoding /Identity-H "
+    b"/DescendantFonts [4 0 R] >>",
+    b"<< /Type /Font /Subtype /CIDFontType2 /BaseFont /ABCDEE+Calibri "
+    b"/CIDSystemInfo << /Registry (Adobe) /Ordering (Identity) /Supplement 0 >> "
+    b"/FontDescriptor 5 0 R >>",
+    b"<< /Type /FontDescriptor /FontName /ABCDEE+Calibri /Flags 4 /FontBBox [0 0 1000 1000] "
+    b"/ItalicAngle 0 /Ascent 900 /Descent -100 /CapHeight 700 /StemV 80 >>",
+]
+
+
+def garbled_pdf(pages: int = 2, *, readable: Sequence[str] = ()) -> bytes:
+    """``pages`` pages whose text is glyph ids (Latin Extended letters when taken for
+    characters), then one readable page per line of ``readable`` in Helvetica; objects: 1
+    catalog, 2 pages, 3-5 the garbled font, 6 Helvetica, then each page and its content."""
+    count = pages + len(readable)
+    kids = b" ".join(b"%d 0 R" % (7 + 2 * i) for i in range(count))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % count,
+        *GARBLED_FONT,
+        FONT,
+    ]
+    ids = "".join(f"{g:04X}" for g in (0x1B5, 0x102, 0xF3, 0x16F, 0x15D, 0x17E, 0x1A1, 0x14B))
+    contents = [b"BT /F1 11 Tf 14 TL 56 780 Td" + b" <%s> Tj T*" % ids.encode() * 12 + b" ET"]
+    contents *= pages
+    contents += [b"BT /F2 11 Tf 56 780 Td (" + _escape(line) + b") Tj ET" for line in readable]
+    for i, content in enumerate(contents):
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] "
+            b"/Resources << /Font << /F1 3 0 R /F2 6 0 R >> >> /Contents %d 0 R >>" % (8 + 2 * i)
+        )
+        objects.append(stream(content))
+    return write_pdf(objects)
+
+
 def wrap(text: str, width: int = 90) -> list[str]:
     """``text`` as the lines of a page, at most ``width`` characters each."""
     lines: list[str] = []

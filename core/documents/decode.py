@@ -1,9 +1,13 @@
 """Text files' bytes as text: a byte-order mark decides, else UTF-16 when the bytes look like it
-(ASCII with a NUL in every pair), else UTF-8 with the undecodable bytes replaced."""
+(ASCII with a NUL in every pair), else UTF-8 with the undecodable bytes replaced; and whether
+a document's text is language at all (:func:`undecodable`)."""
 
 from __future__ import annotations
 
 import codecs
+import re
+import unicodedata
+from collections import Counter
 
 _BOMS = (
     (codecs.BOM_UTF32_LE, "utf-32-le"),  # before UTF-16 LE, whose mark it starts with
@@ -39,3 +43,46 @@ def _utf16_without_bom(data: bytes) -> str | None:
     if even >= 0.6 * pairs and odd < 0.1 * pairs:
         return "utf-16-be"
     return None
+
+
+#: Glyph names or CIDs in place of characters, as broken extractions print them: ``/g437/g258``,
+#: ``/uni0041``, ``(cid:437)``.
+_GLYPH_NAMES = re.compile(r"(?:/(?:g|gid|glyph|uni|cid|c)[0-9A-Fa-f]{1,5}|\(cid:\d{1,5}\))")
+#: Below this many letters a text is too short to judge.
+_SHORTEST = 12
+
+
+def undecodable(text: str) -> bool:
+    """Whether ``text`` is what a font without a usable character map gives, not language:
+    more than a quarter of it private-use, unassigned, replacement or control characters, or
+    glyph names (``/g437/g258``, ``(cid:12)``); or letters scattered over many scripts (glyph
+    ids taken for code points: ``ಣЬᄝֹݥ``), or mostly from Latin Extended-A/B and IPA (small
+    glyph ids taken for code points: ``ƵĂóůŝ``). A short text is never judged."""
+    visible = [c for c in text if not c.isspace()]
+    if len(visible) < _SHORTEST:
+        return False
+    names = sum(len(m) for m in _GLYPH_NAMES.findall(text))
+    broken = sum(1 for c in visible if _is_broken(c))
+    if (names + broken) / len(visible) > 0.25:
+        return True
+    letters = [c for c in visible if unicodedata.category(c).startswith("L")]
+    if len(letters) < _SHORTEST:
+        return False
+    scripts = Counter(_script(c) for c in letters)
+    top_two = sum(count for _, count in scripts.most_common(2))
+    if len(scripts) >= 4 and top_two < 0.8 * len(letters):
+        return True
+    extended = sum(1 for c in letters if 0x0100 <= ord(c) <= 0x02AF)
+    return extended > 0.4 * len(letters)
+
+
+def _is_broken(char: str) -> bool:
+    category = unicodedata.category(char)
+    return category in ("Co", "Cn", "Cs", "Cc") or char == "\ufffd"
+
+
+def _script(char: str) -> str:
+    """A letter's script, as the first word of its Unicode name (LATIN, CJK, CYRILLIC...;
+    HIRAGANA and KATAKANA count with CJK, HANGUL apart)."""
+    first = unicodedata.name(char, "UNKNOWN").split(" ", 1)[0]
+    return "CJK" if first in ("HIRAGANA", "KATAKANA", "KATAKANA-HIRAGANA") else first

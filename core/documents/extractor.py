@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any
 
 from core.documents import protocol
-from core.documents.decode import decode_text
+from core.documents.decode import decode_text, undecodable
 from core.documents.result import (
     EMPTY,
     KINDS,
@@ -37,6 +37,7 @@ from core.documents.result import (
     STOPPED,
     TOO_MUCH_MEMORY,
     TOO_SLOW,
+    UNDECODABLE,
     UNSUPPORTED,
     DocumentText,
     DocumentUnreadable,
@@ -135,6 +136,8 @@ class DocumentExtractor:
             raise DocumentUnreadable(UNSUPPORTED)
         if not document.text.strip():
             raise DocumentUnreadable(EMPTY)
+        if undecodable(document.text):
+            raise DocumentUnreadable(UNDECODABLE)
         return document
 
     # HTML and text: in this process, on the extractor's threads.

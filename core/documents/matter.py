@@ -11,16 +11,22 @@ whole:
   the page goes, and so do the pages after it while most of their lines look like citations;
 - the first page goes when it is short (under ``COVER_WORDS`` words, a cover or title page)
   and a later page is not.
+
+Running headers and footers (a book's title on every page, "Page 12 of 311") go too
+(:func:`without_running_lines`): they repeat on most pages, and would otherwise sit in every
+passage cut from a page's start or end.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 COVER_WORDS = 60
 _CONTENTS = re.compile(
-    r"(table of )?contents|contents of the report|inhalt(sverzeichnis)?|sommaire|目录|目次",
+    r"(table of )?contents|contents of the report|inhalt(sverzeichnis)?|sommaire|目\s*录|目\s*次",
     re.IGNORECASE,
 )
 _REFERENCES = re.compile(
@@ -34,7 +40,13 @@ _CONTENTS_ENTRY = re.compile(r"(?:\.\s?){4,}\s*\d{1,4}$|…+\s*\d{1,4}$")
 _CITATION = re.compile(
     r"^(?:\[\d{1,4}\]|\d{1,4}\.\s)|\(\d{4}[a-z]?\)|\bet al\.|\bdoi[:.]|doi\.org/", re.IGNORECASE
 )
-_WORD = re.compile(r"\w+")
+#: A word: a run of letters and digits, or one CJK character (Chinese has no spaces).
+_WORD = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[^\W\u3400-\u9fff\uf900-\ufaff]+")
+#: Lines at each end of a page where running headers and footers are looked for.
+_EDGE_LINES = 2
+#: A line is running when it (digits aside) is at an edge of this share of the pages, and of
+#: at least three.
+_RUNNING_SHARE = 0.5
 
 
 def without_matter(pages: Sequence[str]) -> list[str]:
@@ -68,6 +80,42 @@ def without_matter(pages: Sequence[str]) -> list[str]:
     if not any(page.strip() for page in kept):
         return list(pages)
     return kept
+
+
+def without_running_lines(pages: Sequence[str]) -> list[str]:
+    """``pages`` without their running headers and footers: a line that, its digits aside,
+    is in the same place (one of the first or last ``_EDGE_LINES`` non-empty lines) on at
+    least half of the pages (and three). A page that is only such lines is kept as it is."""
+    if len(pages) < 3:
+        return list(pages)
+    split = [page.splitlines() for page in pages]
+    seen: Counter[tuple[int, str]] = Counter()
+    for lines in split:
+        seen.update({(place, _running_key(lines[i])) for place, i in _edges(lines)})
+    needed = max(3, math.ceil(_RUNNING_SHARE * len(pages)))
+    running = {key for key, count in seen.items() if key[1] and count >= needed}
+    if not running:
+        return list(pages)
+    kept: list[str] = []
+    for page, lines in zip(pages, split, strict=True):
+        drop = {i for place, i in _edges(lines) if (place, _running_key(lines[i])) in running}
+        body = [line for i, line in enumerate(lines) if i not in drop]
+        kept.append("\n".join(body).strip() if any(line.strip() for line in body) else page)
+    return kept
+
+
+def _edges(lines: Sequence[str]) -> list[tuple[int, int]]:
+    """A page's first and last ``_EDGE_LINES`` non-empty lines: (place, index), the place
+    counted from the top (0, 1) or from the foot (-1, -2)."""
+    filled = [i for i, line in enumerate(lines) if line.strip()]
+    top = list(enumerate(filled[:_EDGE_LINES]))
+    foot = [(-1 - n, i) for n, i in enumerate(reversed(filled[-_EDGE_LINES:]))]
+    return top + foot
+
+
+def _running_key(line: str) -> str:
+    """A line as running lines repeat: its digits (page numbers) and spacing aside."""
+    return " ".join(re.sub(r"\d+", "#", line).split()).casefold()
 
 
 def _mostly(lines: Sequence[str], test: Callable[[str], object]) -> bool:

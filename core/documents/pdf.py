@@ -14,12 +14,14 @@ import re
 import time
 from typing import Any
 
-from core.documents.matter import without_matter
+from core.documents.decode import undecodable
+from core.documents.matter import without_matter, without_running_lines
 from core.documents.result import (
     DAMAGED,
     ENCRYPTED,
     NO_TEXT,
     TOO_COMPLEX,
+    UNDECODABLE,
     DocumentUnreadable,
     plausible_date,
 )
@@ -39,13 +41,14 @@ _SOFT_HYPHEN = "\ufffe"
 def read_pdf(data: bytes, *, max_pages: int, max_chars: int, deadline: float) -> dict[str, Any]:
     """The text of the first ``max_pages`` pages (fewer once ``max_chars`` are read, or when
     ``deadline`` (``time.monotonic()``) passes after a page was read) without its cover,
-    contents and references (``core.documents.matter``), as the fields of a
-    ``DocumentText``; :class:`DocumentUnreadable` when there is none."""
+    contents, references and running headers and footers (``core.documents.matter``), and
+    without the pages whose text did not decode, as the fields of a ``DocumentText``;
+    :class:`DocumentUnreadable` when there is none."""
     document = _open(data)
     try:
         total = len(document)
         texts: list[str] = []
-        read = failed = chars = 0
+        read = failed = garbled = chars = 0
         for number in range(min(total, max_pages)):
             if read and time.monotonic() > deadline:
                 break
@@ -58,7 +61,9 @@ def read_pdf(data: bytes, *, max_pages: int, max_chars: int, deadline: float) ->
                 continue
             read += 1
             text = _tidy(text)
-            if text:
+            if text and undecodable(text):
+                garbled += 1
+            elif text:
                 texts.append(text)
                 chars += len(text) + 2
                 if chars >= max_chars:
@@ -66,11 +71,11 @@ def read_pdf(data: bytes, *, max_pages: int, max_chars: int, deadline: float) ->
         if not read:
             raise DocumentUnreadable(TOO_COMPLEX if failed and total else DAMAGED)
         if not texts:
-            raise DocumentUnreadable(NO_TEXT)
+            raise DocumentUnreadable(UNDECODABLE if garbled else NO_TEXT)
         title, published = _metadata(document)
     finally:
         document.close()
-    body = [text for text in without_matter(texts) if text]
+    body = [text for text in without_matter(without_running_lines(texts)) if text]
     return {
         "text": "\n\n".join(body)[:max_chars],
         "kind": "pdf",

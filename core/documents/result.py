@@ -19,6 +19,8 @@ TOO_COMPLEX = "it is too large or complex to read"  # a limit was reached
 TOO_SLOW = "its text took too long to extract"
 TOO_MUCH_MEMORY = "reading it needed too much memory"
 UNSUPPORTED = "not a supported document type"
+#: Its fonts map glyphs to no characters (or to the wrong ones): what comes out is not language.
+UNDECODABLE = "its text could not be decoded"
 STOPPED = "its reader stopped unexpectedly"
 #: Every reason (the worker process may only answer one of these).
 REASONS = frozenset(
@@ -31,6 +33,7 @@ REASONS = frozenset(
         TOO_SLOW,
         TOO_MUCH_MEMORY,
         UNSUPPORTED,
+        UNDECODABLE,
         STOPPED,
     }
 )

@@ -28,6 +28,8 @@ from datetime import timedelta
 from typing import Protocol, TypeVar
 
 from core.documents import DocumentExtractor, DocumentUnreadable
+from core.documents.decode import undecodable
+from core.documents.result import UNDECODABLE
 from core.pages.extract import (
     PageContent,
     Passage,
@@ -189,6 +191,8 @@ class PageReader:
         text = content.text
         if not text.strip():
             raise PageSkipped(url, "no readable text")
+        if undecodable(text):  # (a page quoting a broken extraction: "/g437/g258/g400")
+            raise PageSkipped(url, UNDECODABLE)
         return await self._cpu(url, _best_passages, text, query, self._budget), content.published
 
     async def _main_text(self, url: str) -> PageContent:

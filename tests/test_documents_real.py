@@ -1,0 +1,144 @@
+"""Documents as the world makes them (issue 33, item 2): Chinese set by TeX, fonts without a
+character map, running headers and footers, a contents page in Chinese.
+
+The files are written object by object in tests/pdfs.py in the shape the real producers write
+(each fixture's docstring says which); the real worker processes read them with PDFium.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+
+from core.documents import DocumentExtractor, DocumentUnreadable
+from core.documents.decode import undecodable
+from core.documents.matter import without_running_lines
+from core.pages.fetch import PageFetcher
+from core.pages.reader import PageReader
+from tests.fakes.server import BackgroundServer
+from tests.pdfs import cjk_pdf, garbled_pdf, make_pdf
+
+HEAT_PUMPS = ["热泵在严寒地区的冬季性能：", "零下二十度时仍能保持较高的能效比。"]
+
+
+@pytest.fixture
+async def extractor() -> AsyncIterator[DocumentExtractor]:
+    async with DocumentExtractor(timeout=30.0) as documents:
+        yield documents
+
+
+async def test_chinese_set_by_tex_is_read_as_chinese(extractor: DocumentExtractor) -> None:
+    """lshort-zh-cn.pdf and cnbook.pdf (Debian's texlive-lang-chinese) set their text in
+    Adobe-GB1 CID fonts under Identity-H with no ToUnicode map: pypdf read none of their CJK
+    characters (mojibake, then cited as read); PDFium knows the collection."""
+    pdf = cjk_pdf([HEAT_PUMPS])
+    document = await extractor.extract(pdf, "pdf")
+    assert document.text == "热泵在严寒地区的冬季性能：\n零下二十度时仍能保持较高的能效比。"
+    from pypdf import PdfReader  # the naive reader, to show the fixture is the hard shape
+
+    naive = PdfReader(io.BytesIO(pdf)).pages[0].extract_text()
+    assert "热泵" not in naive and undecodable(naive)
+
+
+async def test_a_chinese_books_contents_and_running_header_are_left_out(
+    extractor: DocumentExtractor,
+) -> None:
+    """A TeX book: a contents page headed "目 录" (ctexbook spaces it), then chapters whose
+    every page carries the running header "第一章 热泵手册" and a page number at its foot."""
+    contents = ["目 录", "第一章 热泵手册 一"]
+    a, b, c = *HEAT_PUMPS, "北方能源研究所的固态电池"
+    bodies = [[a, b, c], [b, c, a], [c, a, b], [a, c, b]]
+    chapter = [["第一章 热泵手册", *body, str(n)] for n, body in enumerate(bodies, 2)]
+    document = await extractor.extract(cjk_pdf([contents, *chapter]), "pdf")
+    assert "目" not in document.text and "第一章" not in document.text
+    assert document.text.count("热泵在严寒地区的冬季性能") == 4
+    assert not any(line.strip().isdigit() for line in document.text.splitlines())
+
+
+async def test_running_headers_and_footers_are_dropped(extractor: DocumentExtractor) -> None:
+    """A manual's pages: its title at the head of every page, "Page N of 6" at the foot."""
+    places = ["Oslo", "Tromso", "Kiruna", "Oulu", "Umea", "Bergen"]
+    pages = [
+        [
+            "Heat Pump Field Manual - Northern Energy Institute",
+            f"In {place} the units ran through the winter of field trials.",
+            "Defrost cycles took four minutes in the coldest week.",
+            f"The installers in {place} reported no failed compressor.",
+            f"Page {n} of 6",
+        ]
+        for n, place in enumerate(places, 1)
+    ]
+    document = await extractor.extract(make_pdf(pages), "pdf")
+    assert "Field Manual" not in document.text and "Page " not in document.text
+    assert "In Kiruna the units ran through the winter" in document.text
+    assert document.text.count("Defrost cycles took four minutes") == 6
+
+
+def test_running_lines_need_most_pages_and_leave_a_page_of_only_them() -> None:
+    twice = ["Header\nBody one.", "Header\nBody two.", "Other\nBody three.", "Other\nBody 4."]
+    assert without_running_lines(twice) == twice  # two of four pages is not "most", nor three
+    alone = ["Only a running line 1", "Only a running line 2", "Only a running line 3"]
+    assert without_running_lines(alone) == alone
+
+
+async def test_a_pdf_whose_text_did_not_decode_is_skipped_with_its_reason(
+    extractor: DocumentExtractor,
+) -> None:
+    """A TrueType CID font of the Identity ordering, embedded without its ToUnicode map (as
+    some PDF printers write Calibri): its glyph ids come out as "ƵĂóůŝ", which is no source."""
+    with pytest.raises(DocumentUnreadable) as unreadable:
+        await extractor.extract(garbled_pdf(3), "pdf")
+    assert unreadable.value.reason == "its text could not be decoded"
+
+
+async def test_the_pages_that_decode_are_read_without_the_others(
+    extractor: DocumentExtractor,
+) -> None:
+    document = await extractor.extract(garbled_pdf(2, readable=["Heat pumps work."]), "pdf")
+    assert document.text == "Heat pumps work."
+    assert (document.pages_read, document.pages_total) == (3, 3)
+
+
+@pytest.mark.parametrize(
+    ("text", "garbled"),
+    [
+        ("ಣЬᄝֹݥ౵࠱׫֥ྟିğ ਬ༯ؽ൅؇ൈಯିЌӻ֥ۚࢠିིб", True),  # pypdf's reading of GB1 CIDs
+        ("ƵĂóůŝžơŋ ƵĂóůŝžơŋ ƵĂóůŝžơŋ", True),  # small glyph ids
+        ("/g437/g258/g400/g367/g349/g3/g104/g258/g410 /g437/g258/g400", True),  # glyph names
+        ("(cid:12)(cid:45)(cid:88)(cid:3)(cid:19)(cid:7) heat", True),  # pdfminer's CIDs
+        ("\ue000\ue001\ue002\ue003\ue004\ue005\ue006\ue007\ue008\ue009 ok", True),  # private use
+        ("Heat pumps keep working at minus 20 C in Oslo.", False),
+        ("热泵在严寒地区的冬季性能：零下二十度时仍能保持较高的能效比。", False),
+        ("Příliš žluťoučký kůň úpěl ďábelské ódy, řekl Šťastný.", False),  # Czech
+        ("Tiếng Việt có dấu rất nhiều chữ cái đặc biệt như ơ ư ă.", False),  # Vietnamese
+        ("日本語のテキストとカタカナ、そして漢字。English words too.", False),
+        ("Русский текст с латиницей English и цифрами 123.", False),
+        ("ƵĂó", False),  # too short to judge
+    ],
+)
+def test_what_counts_as_text_that_did_not_decode(text: str, garbled: bool) -> None:
+    assert undecodable(text) is garbled
+
+
+async def test_a_web_page_of_glyph_names_is_skipped() -> None:
+    """Sites that host other sites' PDFs as text serve what a broken extraction printed:
+    "/g437/g258/g400..." in place of the words."""
+    body = " ".join(["/g437/g258/g400/g367/g349/g3/g104/g258/g410/g3/g87/g437/g373/g393"] * 40)
+    html = f"<html><head><title>Heat pumps</title></head><body><p>{body}</p></body></html>"
+    app = Starlette(routes=[Route("/doc", lambda r: HTMLResponse(html))])
+    with BackgroundServer(app) as site:
+        async with httpx.AsyncClient(trust_env=False) as http:
+            fetcher = PageFetcher(http, timeout=10.0, allow_loopback=True)
+            reader = PageReader(fetcher, pages=1, budget_tokens=600)
+            try:
+                reading = await reader.read([f"{site.url}/doc"], "heat pumps")
+            finally:
+                await reader.aclose()
+    assert reading.pages == []
+    assert [s.reason for s in reading.skipped] == ["its text could not be decoded"]
