@@ -58,6 +58,8 @@ class PageExcerpt(BaseModel):
     passages: list[str] = Field(default_factory=list)
     #: The date the page declares it was published (``YYYY-MM-DD``), when it declares one.
     published: str | None = None
+    #: Of a long PDF read in part, which pages (``read pages 1-50 of 311``).
+    coverage: str | None = None
 
 
 class Finding(BaseModel):
@@ -112,9 +114,11 @@ class AttachedFile(BaseModel):
     size: int
     url: str | None = None
     attached_by: str = ""
-    #: Pages read (a PDF), and the pages it has.
+    #: Pages read (a PDF), and the pages it has; of one read in part, which pages
+    #: (``read pages 1-50 of 311``).
     pages_read: int | None = None
     pages_total: int | None = None
+    coverage: str | None = None
     published: str | None = None
     text: str = ""
     run_id: str = ""

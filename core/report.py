@@ -67,6 +67,8 @@ class NumberedSource:
     server: str | None = None
     #: Its identity among the thread's sources (:func:`source_key`).
     key: str = ""
+    #: Of a long PDF read in part, which pages (``read pages 1-50 of 311``).
+    coverage: str | None = None
 
 
 def url_identity(url: str) -> str:
@@ -119,6 +121,12 @@ def number_sources(
         for page in finding.pages or ()
         if page.passages
     }
+    coverages = {
+        url_identity(page.url): page.coverage
+        for finding in findings
+        for page in finding.pages or ()
+        if page.passages and page.coverage
+    }
     dates: dict[str, str] = {}
     for finding in findings:
         for page in finding.pages or ():
@@ -157,6 +165,7 @@ def number_sources(
                     published=item.published
                     if item.published and _ISO_DAY.fullmatch(item.published)
                     else None,
+                    coverage=item.coverage,
                 )
             )
             continue
@@ -194,6 +203,7 @@ def number_sources(
                     passages=passages.get(key, ()),
                     published=dates.get(key),
                     key=key,
+                    coverage=coverages.get(key),
                 )
             )
     return numbered
@@ -249,10 +259,10 @@ def writer_source_blocks(
     new: frozenset[int] = frozenset(),
     passage_tokens: int = WRITER_PASSAGE_TOKENS,
 ) -> list[str]:
-    """``[n] title — url`` (with `` (published 2026-11-30)`` when its date is known), the
-    snippet and the passages read from the page of each source (of an attached file, its
-    passages); sources in ``new`` (a digest's sources that no earlier firing found) are
-    marked ``NEW``.
+    """``[n] title — url`` (with `` (published 2026-11-30)`` when its date is known, and
+    `` (read pages 1-50 of 311)`` of a long PDF read in part), the snippet and the passages
+    read from the page of each source (of an attached file, its passages); sources in
+    ``new`` (a digest's sources that no earlier firing found) are marked ``NEW``.
 
     The passages of all sources stay within ``passage_tokens``: the attached files' first
     (the people asking gave them), then, when a thread has read more, the newest sources keep
@@ -269,6 +279,7 @@ def writer_source_blocks(
     for s in sources:
         mark = " NEW" if s.n in new else ""
         dated = f" (published {s.published})" if s.published else ""
+        dated += f" ({s.coverage})" if s.coverage else ""
         if s.kind == ATTACHMENT:
             link = s.url or "a file attached in the chat"
             block = f"[{s.n}]{mark} {s.title} — {link}{dated}"

@@ -8,7 +8,10 @@ The files are written object by object in tests/pdfs.py in the shape the real pr
 from __future__ import annotations
 
 import io
+import json
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -21,6 +24,8 @@ from core.documents.decode import undecodable
 from core.documents.matter import without_running_lines
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
+from tests.cli import fathom
+from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.server import BackgroundServer
 from tests.pdfs import cjk_pdf, garbled_pdf, make_pdf
 
@@ -142,3 +147,75 @@ async def test_a_web_page_of_glyph_names_is_skipped() -> None:
                 await reader.aclose()
     assert reading.pages == []
     assert [s.reason for s in reading.skipped] == ["its text could not be decoded"]
+
+
+# --- a long document read in part ---------------------------------------------------------------
+
+
+def manual_pdf(pages: int = 300, answer_on: int = 240) -> bytes:
+    """A long manual (gnuplot's is 311 pages, R's reference 2,415): every page about heat
+    pumps in general, one page with the answer to a specific question."""
+    body = [
+        [
+            f"Chapter {n // 20 + 1}. General notes on heat pump installation, page {n}.",
+            "Keep the outdoor unit clear of snow and check the refrigerant lines each season.",
+            "Installers should follow the local electrical code for every connection.",
+        ]
+        for n in range(1, pages + 1)
+    ]
+    body[answer_on - 1] = [
+        "Setting the XR-7 defrost interval.",
+        "The XR-7 defrost interval is chosen with jumper J4: open for 30 minutes, closed for 90.",
+    ]
+    return make_pdf(body, compress=True)
+
+
+DEFROST = "The XR-7 defrost interval is chosen with jumper J4"
+
+
+async def test_a_long_pdf_is_read_where_it_answers_the_question() -> None:
+    """Over the page limit, the pages read are those that rank best for what the document is
+    read for: the answer on page 240 of 300 is read, and the coverage says which pages."""
+    async with DocumentExtractor(max_pages=50, timeout=30.0) as documents:
+        document = await documents.extract(manual_pdf(), "pdf", "XR-7 defrost interval jumper")
+    assert DEFROST in " ".join(document.text.split())
+    assert 240 in document.pages and len(document.pages) == 50
+    assert document.pages_read == 50 and document.pages_total == 300
+    assert document.coverage is not None
+    assert document.coverage.startswith("read pages ") and document.coverage.endswith(" of 300")
+    assert "240" in document.coverage
+
+
+async def test_without_a_question_a_long_pdf_gives_its_first_pages() -> None:
+    async with DocumentExtractor(max_pages=50, timeout=30.0) as documents:
+        document = await documents.extract(manual_pdf(), "pdf")
+        whole = await documents.extract(manual_pdf(40, 20), "pdf", "XR-7")
+    assert DEFROST not in document.text
+    assert document.coverage == "read pages 1-50 of 300"
+    assert whole.coverage is None and DEFROST in " ".join(whole.text.split())  # every page
+
+
+def test_page_ranges_are_compact() -> None:
+    from core.documents.result import page_ranges
+
+    assert page_ranges((1, 2, 3, 7, 9, 10, 240)) == "1-3, 7, 9-10, 240"
+
+
+def test_a_pdf_read_in_part_is_noted_and_its_header_says_so(
+    cli_env: dict[str, str],
+    tmp_path: Path,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+) -> None:
+    """The note names the pages read, and the writer's source header says the same, so the
+    report does not present part of a document as all of it."""
+    search_server.fake.pdf_pages = 30
+    env = {**cli_env, "FATHOM_PDF_MAX_PAGES": "10"}
+    result = fathom("research", "heat pumps", "--depth", "1", "--json", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    notes = json.loads(result.stdout)["notes"]
+    read_in_part = [note for note in notes if "read pages" in note]
+    assert read_in_part and all(note.endswith(" of 30.") for note in read_in_part), notes
+    (writer,) = llm_server.fake.requests_for("writer")
+    prompt = writer.body["messages"][-1]["content"]
+    assert re.search(r"^\[\d+\] .* \(read pages [\d, -]+ of 30\)$", prompt, re.MULTILINE), prompt

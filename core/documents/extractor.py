@@ -57,6 +57,8 @@ MEMORY_LIMIT = 512 * 1024 * 1024
 #: A worker reads pages until this share of the time limit is gone, then answers with the
 #: pages it has (the rest of the limit is for the answer; past it the worker is killed).
 SOFT_SHARE = 0.75
+#: What a document is read for is cut to this (it chooses a long PDF's pages).
+MAX_QUERY_CHARS = 500
 #: A worker has this long to start (import pypdfium2 and python-docx) before it counts as broken.
 START_TIMEOUT = 30.0
 _PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
@@ -122,13 +124,14 @@ class DocumentExtractor:
     ) -> None:
         await self.aclose()
 
-    async def extract(self, data: bytes, kind: str) -> DocumentText:
+    async def extract(self, data: bytes, kind: str, query: str = "") -> DocumentText:
         """The text of the document ``data`` of ``kind`` (see ``document_kind``);
-        :class:`DocumentUnreadable` saying why not."""
+        :class:`DocumentUnreadable` saying why not. ``query``: what the text is read for (of
+        a PDF longer than ``max_pages``, the pages that matter for it are read)."""
         if self._closed:
             raise RuntimeError("the document extractor is closed")
         if kind in ("pdf", "docx"):
-            fields = await self._in_worker(data, kind)
+            fields = await self._in_worker(data, kind, query[:MAX_QUERY_CHARS])
             document = self._checked(fields, kind)
         elif kind in KINDS:
             document = await self._in_thread(data, kind)
@@ -190,11 +193,12 @@ class DocumentExtractor:
             self._slots = asyncio.Semaphore(self.workers)
         return self._slots
 
-    async def _in_worker(self, data: bytes, kind: str) -> dict[str, Any]:
+    async def _in_worker(self, data: bytes, kind: str, query: str) -> dict[str, Any]:
         async with self._worker_slots():
             worker = self._pool.idle.pop() if self._pool.idle else await self._start()
             header = {
                 "kind": kind,
+                "query": query,
                 "max_pages": self.max_pages,
                 "max_chars": self.max_chars,
                 "seconds": self.timeout * SOFT_SHARE,
@@ -296,6 +300,11 @@ class DocumentExtractor:
             raise DocumentUnreadable(STOPPED)
         if not all(v is None or (isinstance(v, int) and v >= 0) for v in (read, total)):
             raise DocumentUnreadable(STOPPED)
+        pages = fields.get("pages") or []
+        if not isinstance(pages, list) or not all(
+            isinstance(n, int) and 0 < n <= (total or 0) for n in pages
+        ):
+            raise DocumentUnreadable(STOPPED)
         return DocumentText(
             text=text[: self.max_chars].replace("\x00", ""),
             kind=kind,
@@ -303,6 +312,7 @@ class DocumentExtractor:
             pages_total=total,
             title=title[:300] if isinstance(title, str) and title else None,
             published=checked_date(fields.get("published")),
+            pages=tuple(pages),
         )
 
     @staticmethod

@@ -53,8 +53,8 @@ class DocumentUnreadable(Exception):
 
 @dataclass(frozen=True)
 class DocumentText:
-    """A document's text. ``pages_read``/``pages_total``: for a PDF, the pages whose text was
-    read and the pages it has (None for other kinds); ``published``: ``YYYY-MM-DD`` from the
+    """A document's text. ``pages_read``/``pages_total``: for a PDF, how many pages were read
+    and the pages it has (None for other kinds); ``published``: ``YYYY-MM-DD`` from the
     document's own metadata (a PDF's CreationDate, a DOCX's created date) when present and
     plausible."""
 
@@ -64,6 +64,27 @@ class DocumentText:
     pages_total: int | None = None
     title: str | None = None
     published: str | None = None
+    #: The numbers of the pages read (a PDF), in order.
+    pages: tuple[int, ...] = ()
+
+    @property
+    def coverage(self) -> str | None:
+        """``read pages 1-50 of 311`` when only some of a PDF's pages were read, else None."""
+        total = self.pages_total
+        if total is None or not self.pages or len(self.pages) >= total:
+            return None
+        return f"read pages {page_ranges(self.pages)} of {total}"
+
+
+def page_ranges(pages: tuple[int, ...] | list[int]) -> str:
+    """``1-3, 7, 9-10`` of the page numbers ``pages`` (in order)."""
+    runs: list[list[int]] = []
+    for page in sorted(set(pages)):
+        if runs and page == runs[-1][1] + 1:
+            runs[-1][1] = page
+        else:
+            runs.append([page, page])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
 
 
 def plausible_date(year: int, month: int, day: int, *, today: dt.date | None = None) -> str | None:

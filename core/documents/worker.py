@@ -62,7 +62,11 @@ def handle(header: dict[str, Any], data: bytes) -> dict[str, Any]:
     try:
         if kind == "pdf":
             fields = read_pdf(
-                data, max_pages=int(header["max_pages"]), max_chars=max_chars, deadline=deadline
+                data,
+                max_pages=int(header["max_pages"]),
+                max_chars=max_chars,
+                deadline=deadline,
+                query=str(header.get("query") or ""),
             )
         elif kind == "docx":
             fields = read_docx(data, max_chars=max_chars)

@@ -94,6 +94,8 @@ class FileReader:
                 continue
             state.variables.files.append(read)
             state.usage.attachments_read += 1
+            if read.coverage:
+                state.note(f'The attached file "{name}": {read.coverage}.')
             await checkpoint(state)
 
     async def _read_one(
@@ -107,7 +109,7 @@ class FileReader:
         kind = document_kind(attachment.name, attachment.mime, data)  # (a zip's index is last)
         if kind is None:
             raise AttachmentRefused("it is not a kind of file that is read")
-        document = await self._extractor.extract(data, kind)
+        document = await self._extractor.extract(data, kind, state.topic)
         text = document.text[:FILE_TEXT_CHARS].replace("\x00", "")
         if not text.strip():
             raise DocumentUnreadable("it has no readable text")
@@ -120,6 +122,7 @@ class FileReader:
             attached_by=attachment.attached_by,
             pages_read=document.pages_read,
             pages_total=document.pages_total,
+            coverage=document.coverage,
             published=document.published,
             text=text,
             run_id=state.run_id,

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from core.engine.state import RunState
 from core.models import Finding, PageExcerpt, SearchResult
@@ -64,9 +64,14 @@ class PageReading:
                     f"({type(exc).__name__}); its snippets were used."
                 )
             finding.pages = [
-                PageExcerpt(url=p.url, passages=p.passages, published=p.published)
+                PageExcerpt(
+                    url=p.url, passages=p.passages, published=p.published, coverage=p.coverage
+                )
                 for p in reading.pages
             ]
+            for page in reading.pages:
+                if page.coverage:
+                    state.note(f"{_document_name(page.url)}: {page.coverage}.")
             state.usage.pages_read += reading.read
             state.usage.pages_skipped += len(reading.skipped)
             if reading.skipped:
@@ -81,6 +86,17 @@ class PageReading:
 
 
 _HOST = re.compile(r"[a-z0-9.-]{1,100}")
+_FILE_NAME = re.compile(r"[\w.-]{1,80}\.pdf", re.IGNORECASE)
+
+
+def _document_name(url: str) -> str:
+    """A PDF's file name for a note (``gnuplot.pdf``) when its address ends in one that looks
+    like one, else its host."""
+    try:
+        name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    except ValueError:
+        return "a page"
+    return name if _FILE_NAME.fullmatch(name) else _host(url)
 
 
 def _host(url: str) -> str:

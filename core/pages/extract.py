@@ -34,11 +34,14 @@ class Passage:
 
 @dataclass(frozen=True)
 class PageContent:
-    """What is read of a page: its main text, and the date it declares it was published
-    (``YYYY-MM-DD``; None when it declares none or one that cannot be right)."""
+    """What is read of a page: its main text, the date it declares it was published
+    (``YYYY-MM-DD``; None when it declares none or one that cannot be right), and, of a PDF
+    read in part, which pages."""
 
     text: str
     published: str | None = None
+    #: Of a long PDF read in part, which pages: ``read pages 1-50 of 311``.
+    coverage: str | None = None
 
 
 def preload() -> None:
@@ -110,7 +113,7 @@ def split_passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
     return passages
 
 
-def _terms(text: str) -> list[str]:
+def terms(text: str) -> list[str]:
     """Words (lower-cased) and single CJK characters."""
     return [w.lower() for w in _WORD.findall(_CJK.sub(" ", text))] + _CJK.findall(text)
 
@@ -153,10 +156,10 @@ def select(passages: Sequence[str], query: str, budget_tokens: int) -> list[Pass
     clean = [p for p in clean if p]
     if not clean or budget_tokens <= 0:
         return []
-    corpus = [_terms(p) or [""] for p in clean]
-    query_terms = _terms(query)
+    corpus = [terms(p) or [""] for p in clean]
+    query_terms = terms(query)
     scores = bm25_scores(corpus, query_terms)
-    shared = [bool(set(query_terms) & set(terms)) for terms in corpus]
+    shared = [bool(set(query_terms) & set(words)) for words in corpus]
     ranked = sorted(range(len(clean)), key=lambda i: scores[i], reverse=True)
     chosen: list[int] = []
     spent = 0

@@ -12,9 +12,10 @@ loop's default pool, which also resolves names for every HTTP client), on at mos
 limit is skipped (its thread finishes on its own).
 
 A PDF result is read by the ``core.documents`` extractor (worker processes with their own time
-and memory limits, its first ``FATHOM_PDF_MAX_PAGES`` pages); its text then goes through the
-same passages, ranking, budget and cache as a page's. A PDF that cannot be read is skipped with
-the extractor's reason.
+and memory limits; ``FATHOM_PDF_MAX_PAGES`` pages, of a longer PDF those that matter for the
+query, and which ones is the page's ``coverage``); its text then goes through the same
+passages, ranking, budget and cache as a page's (the cache keeps its text, not its coverage).
+A PDF that cannot be read is skipped with the extractor's reason.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol, TypeVar
 
-from core.documents import DocumentExtractor, DocumentUnreadable
+from core.documents import DocumentExtractor, DocumentText, DocumentUnreadable
 from core.documents.decode import undecodable
 from core.documents.result import UNDECODABLE
 from core.pages.extract import (
@@ -67,6 +68,9 @@ class PageText:
     passages: list[str]
     #: The date the page declares it was published (None: none, or it came from the cache).
     published: str | None = None
+    #: Of a long PDF read in part, which pages (``read pages 1-50 of 311``; None: all, or it
+    #: came from the cache).
+    coverage: str | None = None
 
 
 @dataclass
@@ -153,7 +157,7 @@ class PageReader:
         )
         # Each page's passages, best first (with their place in the page); its date.
         ranked: dict[str, list[tuple[int, Passage]]] = {}
-        dates: dict[str, str | None] = {}
+        contents: dict[str, PageContent] = {}
         for url, result in zip(wanted, results, strict=True):
             if isinstance(result, PageSkipped):
                 reading.skipped.append(result)
@@ -167,7 +171,7 @@ class PageReader:
                 reading.skipped.append(PageSkipped(url, "nothing on it about the topic"))
             else:
                 ranked[url] = sorted(enumerate(result[0]), key=lambda p: p[1].score, reverse=True)
-                dates[url] = result[1]
+                contents[url] = result[1]
         # One budget for the round: the pages take turns, best passages first.
         spent, kept = 0, {url: set[int]() for url in ranked}
         for turn in range(max((len(r) for r in ranked.values()), default=0)):
@@ -181,27 +185,30 @@ class PageReader:
         for url, passages in ranked.items():
             texts = [p.text for place, p in sorted(passages) if place in kept[url]]
             if texts:  # (a relevant page whose passages did not fit is read, not skipped)
-                reading.pages.append(PageText(url, texts, dates.get(url)))
+                content = contents[url]
+                reading.pages.append(PageText(url, texts, content.published, content.coverage))
         reading.read = len(wanted) - len(reading.skipped)
         return reading
 
-    async def _candidates(self, url: str, query: str) -> tuple[list[Passage], str | None]:
-        """The page's passages for ``query``, and its publication date."""
-        content = await self._main_text(url)
+    async def _candidates(self, url: str, query: str) -> tuple[list[Passage], PageContent]:
+        """The page's passages for ``query``, and what is known of the page (its text, its
+        date, which pages of a PDF were read)."""
+        content = await self._main_text(url, query)
         text = content.text
         if not text.strip():
             raise PageSkipped(url, "no readable text")
         if undecodable(text):  # (a page quoting a broken extraction: "/g437/g258/g400")
             raise PageSkipped(url, UNDECODABLE)
-        return await self._cpu(url, _best_passages, text, query, self._budget), content.published
+        return await self._cpu(url, _best_passages, text, query, self._budget), content
 
-    async def _main_text(self, url: str) -> PageContent:
+    async def _main_text(self, url: str, query: str) -> PageContent:
         cached = await self._cached(url)
         if cached is not None:
             return PageContent(cached)  # (the cache keeps the text only: no date)
         page = await self._fetcher.fetch(url)
         if page.is_pdf:
-            content = PageContent(await self._pdf_text(page))
+            document = await self._pdf_text(page, query)
+            content = PageContent(document.text, coverage=document.coverage)
         else:
             body = page.body[:MAX_EXTRACT_CHARS]
             content = await self._cpu(url, read_page, body, page.final_url, page.content_type)
@@ -211,20 +218,20 @@ class PageReader:
                 await self._cache.page_put(url, page.final_url, text)
             except Exception as exc:  # the cache is an optimisation only
                 log.warning("page cache: write failed (%s: %s)", type(exc).__name__, exc)
-        return PageContent(text, content.published)
+        return PageContent(text, content.published, content.coverage)
 
-    async def _pdf_text(self, page: FetchedPage) -> str:
-        """A PDF's text; :class:`PageSkipped` with the reason it could not be read (that it
-        was larger than the size limit, when it was cut there and nothing could be read)."""
+    async def _pdf_text(self, page: FetchedPage, query: str) -> DocumentText:
+        """A PDF's text (of a long one, the pages that matter for ``query``);
+        :class:`PageSkipped` with the reason it could not be read (that it was larger than the
+        size limit, when it was cut there and nothing could be read)."""
         assert page.data is not None
         try:
-            document = await self.documents.extract(page.data, "pdf")
+            return await self.documents.extract(page.data, "pdf", query)
         except DocumentUnreadable as unreadable:
             if page.truncated:
                 limit = _size(self._fetcher.max_bytes)
                 raise PageSkipped(page.url, f"it is larger than the {limit} limit") from None
             raise PageSkipped(page.url, unreadable.reason) from None
-        return document.text
 
     async def _cached(self, url: str) -> str | None:
         if self._cache is None:
