@@ -105,6 +105,11 @@ def shown_name(name: str) -> str:
 
 
 def file_title(file: AttachedFile) -> str:
-    """``<name> (attached by <who>)``: how the report's sources list an attached file."""
+    """``<name> (attached by <who>)``: how the report's sources list an attached file; an
+    HTML file by its ``<title>``: ``<title> (<name>, attached by <who>)``."""
     who = shown_name(file.attached_by) if file.attached_by else ""
-    return f"{shown_name(file.name)} (attached by {who})" if who else shown_name(file.name)
+    name = shown_name(file.name)
+    title = shown_name(file.title) if file.title else ""
+    if title and title != name:
+        return f"{title} ({name}, attached by {who})" if who else f"{title} ({name})"
+    return f"{name} (attached by {who})" if who else name

@@ -119,6 +119,9 @@ class AttachedFile(BaseModel):
     pages_read: int | None = None
     pages_total: int | None = None
     coverage: str | None = None
+    #: Its own title, where it names one that says more than its file name (an HTML file's
+    #: ``<title>``).
+    title: str | None = None
     published: str | None = None
     text: str = ""
     run_id: str = ""

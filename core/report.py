@@ -297,7 +297,8 @@ def writer_source_blocks(
             label = "From the page:"
         block = block.rstrip()
         if s.n in kept:
-            block += f"\n    {label}" + "".join(f"\n    > {p}" for p in kept[s.n])
+            quoted = (p.replace("\n", "\n    > ") for p in kept[s.n])  # (a code block's lines)
+            block += f"\n    {label}" + "".join(f"\n    > {p}" for p in quoted)
         blocks.append(block)
     return blocks
 

@@ -19,11 +19,15 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
+from core.attachments import file_title
 from core.documents import DocumentExtractor, DocumentUnreadable
 from core.documents.decode import undecodable
 from core.documents.matter import without_running_lines
+from core.models import AttachedFile
+from core.pages.extract import read_page, select, split_passages
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
+from core.report import NumberedSource, writer_source_blocks
 from tests.cli import fathom
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.server import BackgroundServer
@@ -219,3 +223,83 @@ def test_a_pdf_read_in_part_is_noted_and_its_header_says_so(
     (writer,) = llm_server.fake.requests_for("writer")
     prompt = writer.body["messages"][-1]["content"]
     assert re.search(r"^\[\d+\] .* \(read pages [\d, -]+ of 30\)$", prompt, re.MULTILINE), prompt
+
+
+# --- HTML documentation pages -----------------------------------------------------------------
+
+#: A page as Sphinx writes it: each heading ends in a "¶" permalink (sphinx/writers/html5.py,
+#: ``add_permalink_ref``), a console block is a <pre> in a "highlight" div.
+SPHINX = """<!DOCTYPE html><html><head><title>Installation &mdash; Foo 2.1 documentation</title>
+</head><body><div class="document"><div class="body" role="main">
+<section id="installation"><h1>Installation<a class="headerlink" href="#installation"
+title="Permalink to this heading">¶</a></h1>
+<p>Foo needs Python 3.11. Install it from PyPI with pip, then check the version it reports
+before you configure anything else in the project.</p>
+<div class="highlight-console notranslate"><div class="highlight"><pre><span></span><span
+class="gp">$ </span>pip install foo
+<span class="gp">$ </span>foo --version
+foo 2.1.0
+</pre></div></div>
+<section id="configuration"><h2>Configuration<a class="headerlink" href="#configuration"
+title="Link to this heading">¶</a></h2>
+<p>The configuration file lives in your home directory and is read at start; every key has a
+default that works for most installations of the tool.</p>
+</section></section></div></div></body></html>"""
+
+#: A page as rustdoc writes it: a "§" anchor before each heading
+#: (src/librustdoc/html/markdown.rs, ``doc-anchor``), examples in <pre><code>.
+RUSTDOC = """<html><head><title>Vec in std::vec - Rust</title></head><body><main>
+<section id="main-content" class="content"><div class="docblock"><p>A contiguous growable array
+type, written as <code>Vec&lt;T&gt;</code>, short for ‘vector’. It can hold any number of
+elements and grows as needed.</p>
+<h2 id="examples"><a class="doc-anchor" href="#examples">§</a>Examples</h2>
+<div class="example-wrap"><pre class="rust rust-example-rendered"><code><span class="kw">let
+</span><span class="kw-2">mut </span>vec = Vec::new();
+vec.push(<span class="number">1</span>);
+vec.push(<span class="number">2</span>);
+<span class="macro">assert_eq!</span>(vec.len(), <span class="number">2</span>);</code></pre></div>
+<p>The vec! macro is provided for convenient initialization of vectors with a list of
+elements, like an array literal in other languages.</p></div></section></main></body></html>"""
+
+
+def test_sphinx_pages_lose_their_pilcrows_and_keep_their_console_lines() -> None:
+    content = read_page(SPHINX, "https://foo.readthedocs.io/en/latest/install.html", "text/html")
+    assert "¶" not in content.text
+    assert "Installation\n" in content.text and "Configuration\n" in content.text
+    passages = [p.text for p in select(split_passages(content.text), "install foo pip", 600)]
+    assert "```\n$ pip install foo\n$ foo --version\nfoo 2.1.0\n```" in passages
+
+
+def test_rustdoc_pages_lose_their_section_signs_and_keep_their_code_lines() -> None:
+    content = read_page(RUSTDOC, "https://doc.rust-lang.org/std/vec/struct.Vec.html", "text/html")
+    assert "§" not in content.text and "\nExamples\n" in content.text
+    passages = [p.text for p in select(split_passages(content.text), "vec push example", 600)]
+    code = [p for p in passages if p.startswith("```")]
+    assert code and "vec.push(1);\nvec.push(2);" in code[0]
+
+
+def test_a_code_passage_is_quoted_line_by_line_for_the_writer() -> None:
+    source = NumberedSource(
+        n=1,
+        title="Installation",
+        url="https://foo.example/install",
+        snippet="",
+        topic="foo",
+        passages=("```\n$ pip install foo\nfoo 2.1.0\n```",),
+    )
+    (block,) = writer_source_blocks([source])
+    assert block.endswith("> ```\n    > $ pip install foo\n    > foo 2.1.0\n    > ```")
+
+
+async def test_an_html_file_is_titled_by_its_title(extractor: DocumentExtractor) -> None:
+    document = await extractor.extract(SPHINX.encode(), "html")
+    assert document.title == "Installation — Foo 2.1 documentation"
+    assert "¶" not in document.text
+    file = AttachedFile(
+        id="F1", name="install.html", kind="html", size=1, attached_by="Ana", title=document.title
+    )
+    assert (
+        file_title(file) == "Installation — Foo 2.1 documentation (install.html, attached by Ana)"
+    )
+    untitled = file.model_copy(update={"title": None})
+    assert file_title(untitled) == "install.html (attached by Ana)"

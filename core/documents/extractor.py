@@ -149,14 +149,15 @@ class DocumentExtractor:
         if self._threads is None:
             self._threads = ThreadPoolExecutor(2, thread_name_prefix="fathom-documents")
         loop = asyncio.get_running_loop()
-        work = _html_text if kind == "html" else decode_text
+        work = _html_text if kind == "html" else _plain_text
         try:
-            text = await asyncio.wait_for(
+            text, title = await asyncio.wait_for(
                 loop.run_in_executor(self._threads, work, data), self.timeout
             )
         except TimeoutError:
             raise DocumentUnreadable(TOO_SLOW) from None
-        return DocumentText(text=text[: self.max_chars].replace("\x00", ""), kind=kind)
+        text = text[: self.max_chars].replace("\x00", "")
+        return DocumentText(text=text, kind=kind, title=title)
 
     # PDF and DOCX: in a worker process.
 
@@ -355,7 +356,18 @@ class DocumentExtractor:
             await asyncio.gather(*self._pool.reaping, return_exceptions=True)
 
 
-def _html_text(data: bytes) -> str:
-    from core.pages.extract import main_text
+def _html_text(data: bytes) -> tuple[str, str | None]:
+    """An HTML document's main text and its ``<title>``."""
+    from trafilatura.utils import load_html
 
-    return main_text(decode_text(data)[:MAX_HTML_CHARS], "", "text/html")
+    from core.pages.extract import read_page
+
+    html = decode_text(data)[:MAX_HTML_CHARS]
+    tree = load_html(html)
+    title = tree.findtext(".//title") if tree is not None else None
+    title = " ".join((title or "").split())[:300]
+    return read_page(html, "", "text/html").text, title or None
+
+
+def _plain_text(data: bytes) -> tuple[str, str | None]:
+    return decode_text(data), None

@@ -123,6 +123,7 @@ class FileReader:
             pages_read=document.pages_read,
             pages_total=document.pages_total,
             coverage=document.coverage,
+            title=document.title if kind == "html" else None,
             published=document.published,
             text=text,
             run_id=state.run_id,

@@ -15,6 +15,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from core.dates import parse_published
 from core.text import clean_text
@@ -24,6 +25,11 @@ from core.untrusted import as_data
 PASSAGE_CHARS = 700
 _WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+#: The line around a code block in a page's text (its passages keep the block's lines).
+FENCE = "```"
+#: Documentation generators' heading anchors: Sphinx's "¶" after a heading, rustdoc's "§"
+#: before it.
+_ANCHOR_MARKS = re.compile(r"[ \t]*¶[ \t]*$|^[ \t]*§[ \t]*", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -79,8 +85,22 @@ def read_page(html: str, url: str, content_type: str) -> PageContent:
     if document is None or isinstance(document, dict):
         return PageContent("")
     # (What ``trafilatura.extract`` returns: the same text, NFC-normalised.)
-    text = unicodedata.normalize("NFC", document.text or "")
+    text = _fence_code(document.text or "", document.body)
+    text = _ANCHOR_MARKS.sub("", unicodedata.normalize("NFC", text))
     return PageContent(text, parse_published(document.date))
+
+
+def _fence_code(text: str, body: Any) -> str:
+    """``text`` with each code block of the extracted ``body`` (trafilatura's tree: a block
+    is a ``code`` element of its own) between ```` ``` ```` lines, so that its passages keep
+    its line breaks."""
+    if body is None:
+        return text
+    for block in body.iterchildren("code"):
+        code = "".join(block.itertext()).strip("\n")
+        if "\n" in code and code in text:
+            text = text.replace(code, f"{FENCE}\n{code}\n{FENCE}", 1)
+    return text
 
 
 def estimate_tokens(text: str) -> int:
@@ -91,9 +111,14 @@ def estimate_tokens(text: str) -> int:
 
 
 def split_passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
-    """Paragraphs joined up to ``size`` characters; a longer paragraph cut at sentences."""
+    """Paragraphs joined up to ``size`` characters; a longer paragraph cut at sentences. A
+    code block (between ``FENCE`` lines) is a piece of its own that keeps its lines (a
+    longer one is cut between lines)."""
     pieces: list[str] = []
-    for paragraph in re.split(r"\n\s*\n|\n", text):
+    for paragraph in _paragraphs(text):
+        if paragraph.startswith(FENCE):
+            pieces.extend(_code_pieces(paragraph, size))
+            continue
         paragraph = " ".join(paragraph.split())
         if not paragraph:
             continue
@@ -106,11 +131,50 @@ def split_passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
             pieces.append(paragraph)
     passages: list[str] = []
     for piece in pieces:
-        if passages and len(passages[-1]) + 1 + len(piece) <= size:
+        code = piece.startswith(FENCE) or (passages and passages[-1].startswith(FENCE))
+        if passages and not code and len(passages[-1]) + 1 + len(piece) <= size:
             passages[-1] = f"{passages[-1]} {piece}"
         else:
             passages.append(piece)
     return passages
+
+
+def _paragraphs(text: str) -> list[str]:
+    """The lines of ``text``, but a code block (from a ``FENCE`` line to the next) as one."""
+    paragraphs: list[str] = []
+    block: list[str] | None = None
+    for line in text.split("\n"):
+        if block is not None:
+            block.append(line)
+            if line.strip() == FENCE:
+                paragraphs.append("\n".join(block))
+                block = None
+        elif line.strip() == FENCE:
+            block = [FENCE]
+        else:
+            paragraphs.append(line)
+    if block is not None:  # never closed: its lines are text
+        paragraphs.extend(block[1:])
+    return paragraphs
+
+
+def _code_pieces(block: str, size: int) -> list[str]:
+    """A fenced code block as pieces of at most about ``size`` characters, cut between lines,
+    each fenced."""
+    lines = [line.rstrip() for line in block.split("\n")[1:-1]]
+    pieces: list[list[str]] = [[]]
+    for line in lines:
+        if pieces[-1] and sum(len(x) + 1 for x in pieces[-1]) + len(line) > size:
+            pieces.append([])
+        pieces[-1].append(line[:size])
+    return [f"{FENCE}\n" + "\n".join(piece) + f"\n{FENCE}" for piece in pieces if piece]
+
+
+def passage_data(passage: str) -> str:
+    """A passage as data (``core.untrusted.as_data``), line by line: a code block keeps its
+    line breaks; empty lines go."""
+    lines = (as_data(clean_text(line)) for line in passage.split("\n"))
+    return "\n".join(line for line in lines if line)
 
 
 def terms(text: str) -> list[str]:
@@ -152,7 +216,7 @@ def bm25_scores(
 def select(passages: Sequence[str], query: str, budget_tokens: int) -> list[Passage]:
     """The passages most relevant to ``query`` (BM25) that fit in ``budget_tokens``, in the
     page's order; neutralised. Passages sharing no term with the query are never kept."""
-    clean = [as_data(clean_text(p)) for p in passages]
+    clean = [passage_data(p) for p in passages]
     clean = [p for p in clean if p]
     if not clean or budget_tokens <= 0:
         return []
