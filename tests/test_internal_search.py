@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from core.engine.searching import INTERNAL_TIMEOUTS_TO_GIVE_UP, search_topic
+from core.engine.searching import INTERNAL_FAILURES_TO_GIVE_UP, search_topic
 from core.engine.state import RunSources, RunState
 from core.models import Finding, SearchResult, ThreadVariables
 from core.report import (
@@ -124,13 +124,31 @@ async def test_a_server_that_keeps_timing_out_is_given_up_for_the_rest_of_the_ru
     the_web = Source("searxng", [web("Page", "https://example.com/a")])
     slow = Source("wiki", error=SearchTimeout("wiki: no answer within 20 s"))
     state = state_with(RunSources(internal=(slow,)))
-    for i in range(INTERNAL_TIMEOUTS_TO_GIVE_UP + 2):
+    for i in range(INTERNAL_FAILURES_TO_GIVE_UP + 2):
         finding = await search_topic(the_web, state, f"topic {i}")
         assert [r.title for r in finding.results] == ["Page"]
-    assert slow.asked == [f"topic {i}" for i in range(INTERNAL_TIMEOUTS_TO_GIVE_UP)]
+    assert slow.asked == [f"topic {i}" for i in range(INTERNAL_FAILURES_TO_GIVE_UP)]
     assert state.sources.given_up == {"wiki"}
-    assert state.usage.internal_searches == INTERNAL_TIMEOUTS_TO_GIVE_UP
-    assert any("timed out 2 times in a row and was not asked again" in n for n in state.notes)
+    assert state.usage.internal_searches == INTERNAL_FAILURES_TO_GIVE_UP
+    assert state.notes == [
+        'The internal source "wiki" timed out 2 times in a row (last for "topic 1": wiki: no '
+        "answer within 20 s) and was not asked again in this research."
+    ]  # one note, not one a round
+
+
+async def test_a_server_that_fails_every_call_is_left_out_with_one_note() -> None:
+    """A server whose every call is a tool error (mcp-server-git without its repository, a
+    sqlite server without its table) is asked twice, then left out, with one note."""
+    the_web = Source("searxng", [web("Page", "https://example.com/a")])
+    broken = Source("wiki", error=SearchError("wiki: the tool failed: no such table"))
+    state = state_with(RunSources(internal=(broken,)))
+    for topic in ("one", "two", "three", "four"):
+        await search_topic(the_web, state, topic)
+    assert broken.asked == ["one", "two"] and state.sources.given_up == {"wiki"}
+    assert state.notes == [
+        'The internal source "wiki" failed 2 times in a row (last for "two": wiki: the tool '
+        "failed: no such table) and was not asked again in this research."
+    ]
 
 
 async def test_an_answer_between_timeouts_resets_the_count() -> None:

@@ -223,7 +223,7 @@ def test_an_ambiguous_or_missing_tool_lists_the_servers_tools() -> None:
     assert resolve_tool(two, "lookup", None).argument == "term"
     with pytest.raises(ToolProblem, match=r"has no tool 'find'; its tools: search, lookup"):
         resolve_tool(two, "find", None)
-    with pytest.raises(ToolProblem, match=r"no tool takes exactly one required string.*count"):
+    with pytest.raises(ToolProblem, match=r"no tool takes a search query.*tools: count"):
         resolve_tool([tool("count", {"n": {"type": "integer"}}, ["n"])], None, None)
     with pytest.raises(ToolProblem, match="its tools: none"):
         resolve_tool([], None, None)
@@ -235,9 +235,13 @@ def test_a_configured_argument_picks_the_tool_and_the_parameter() -> None:
         tool("other", {"id": {"type": "integer"}}, ["id"]),
     ]
     with pytest.raises(ToolProblem, match="no single required string parameter"):
-        resolve_tool(tools, "search", None)
-    assert resolve_tool(tools, "search", "query").argument == "query"
-    assert resolve_tool(tools, None, "query").name == "search"
+        resolve_tool(tools, "other", None)
+    with pytest.raises(ToolProblem, match=r"tool 'search' also needs 'space'; set them in"):
+        resolve_tool(tools, "search", "query")
+    space = {"space": "ENG"}
+    assert resolve_tool(tools, "search", "query", space).argument == "query"
+    assert resolve_tool(tools, None, "query", space).name == "search"
+    assert resolve_tool(tools, "search", None, space).arguments == space
 
 
 def test_tool_names_in_a_problem_are_inert_and_capped() -> None:
@@ -286,13 +290,14 @@ def test_structured_results_are_read_and_their_text_rendering_is_not_read_again(
 def test_the_one_array_of_the_output_schema_holds_the_results() -> None:
     schema = {
         "type": "object",
-        "properties": {"hits": {"type": "array"}, "total": {"type": "integer"}},
+        "properties": {"tickets": {"type": "array"}, "total": {"type": "integer"}},
     }
     result = CallToolResult(
-        content=[], structured_content={"hits": [{"title": "INC-7", "uri": "t://7"}], "total": 1}
+        content=[],
+        structured_content={"tickets": [{"title": "INC-7", "uri": "t://7"}], "total": 1},
     )
     assert [r.title for r in results_of(result, output_schema=schema)] == ["INC-7"]
-    # without the schema, "hits" is not known to hold results and nothing else is there
+    # without the schema, "tickets" is not known to hold results and nothing else is there
     assert results_of(result) == []
 
 
@@ -451,7 +456,7 @@ async def test_a_server_with_no_string_tool_is_a_start_up_problem(tmp_path: Path
         source.start()
         await source.wait_started()
         assert source.state == "down" and source.problem is not None
-        assert "no tool takes exactly one required string parameter" in source.problem
+        assert "no tool takes a search query" in source.problem
         assert "its tools: count" in source.problem
     finally:
         await source.aclose()

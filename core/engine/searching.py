@@ -109,9 +109,10 @@ def _host(url: str) -> str:
     return host if _HOST.fullmatch(host) else "a page"
 
 
-#: An internal source that timed out this many times in a run is left out for the rest of it
-#: (each timeout costs the round ``FATHOM_MCP_TIMEOUT``).
-INTERNAL_TIMEOUTS_TO_GIVE_UP = 2
+#: An internal source that failed this many times in a row in a run is left out for the rest
+#: of it (a timeout costs each round ``FATHOM_MCP_TIMEOUT``; a server that fails every call
+#: would add a note a round).
+INTERNAL_FAILURES_TO_GIVE_UP = 2
 
 
 async def search_topic(
@@ -145,26 +146,41 @@ async def search_topic(
         if isinstance(answer, list):
             results += answer
             if not is_web:
-                sources.timeouts.pop(source.name, None)  # (only timeouts in a row count)
+                sources.failures.pop(source.name, None)  # (only failures in a row count)
+                sources.failure_notes.pop(source.name, None)
             continue
         errors.append(answer.reason)
         if is_web:
             state.note(f'The search for "{topic}" failed: {answer.reason}.')
             continue
-        name = _server_name(source.name)
-        state.note(f'The internal source {name} failed for "{topic}": {answer.reason}.')
-        if answer.timed_out:
-            count = sources.timeouts.get(source.name, 0) + 1
-            sources.timeouts[source.name] = count
-            if count >= INTERNAL_TIMEOUTS_TO_GIVE_UP:
-                sources.given_up.add(source.name)
-                state.note(
-                    f"The internal source {name} timed out {count} times in a row and was "
-                    "not asked again in this research."
-                )
+        _internal_failed(state, source.name, topic, answer)
     if results or not errors:
         return Finding(topic=topic, results=results)
     return Finding(topic=topic, error="; ".join(errors))
+
+
+def _internal_failed(state: RunState, source: str, topic: str, failed: _Failed) -> None:
+    """Note an internal source's failure; at the second in a row, leave it out for the rest
+    of the run, the first failure's note becoming the one note that says so."""
+    sources = state.sources
+    name = _server_name(source)
+    count = sources.failures.get(source, 0) + 1
+    sources.failures[source] = count
+    if count < INTERNAL_FAILURES_TO_GIVE_UP:
+        state.note(f'The internal source {name} failed for "{topic}": {failed.reason}.')
+        sources.failure_notes[source] = len(state.notes) - 1
+        return
+    sources.given_up.add(source)
+    how = "timed out" if failed.timed_out else "failed"
+    note = (
+        f'The internal source {name} {how} {count} times in a row (last for "{topic}": '
+        f"{failed.reason}) and was not asked again in this research."
+    )
+    first = sources.failure_notes.pop(source, None)
+    if first is not None and first < len(state.notes):
+        state.notes[first] = note
+    else:
+        state.note(note)
 
 
 @dataclass(frozen=True)

@@ -46,10 +46,13 @@ class RunSources:
 
     web: bool = True
     internal: tuple[SearchProvider, ...] = ()
-    #: The internal sources left out for the rest of this run (they timed out again).
+    #: The internal sources left out for the rest of this run (they failed again).
     given_up: set[str] = field(default_factory=set)
-    #: How many times each internal source timed out in this run.
-    timeouts: dict[str, int] = field(default_factory=dict)
+    #: How many times in a row each internal source failed in this run (a timeout too).
+    failures: dict[str, int] = field(default_factory=dict)
+    #: The note of each internal source's first failure in a row (its place among the run's
+    #: notes): a second failure replaces it with one note that it was left out.
+    failure_notes: dict[str, int] = field(default_factory=dict)
 
 
 class StopReason(enum.StrEnum):

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 import anyio
 
 from core.knowledge.config import ServerSpec, Transport
-from core.knowledge.results import error_reason, short_text, tool_results
-from core.knowledge.tools import ToolProblem, resolve_tool
+from core.knowledge.results import error_reason, short_text, text_answer, tool_results
+from core.knowledge.tools import ToolProblem, looks_like_address, resolve_tool
 from core.models import SearchResult
 from core.search.base import SearchError, SearchTimeout
 from core.text import clean_text
@@ -67,6 +67,8 @@ CONNECT_TIMEOUT = 60.0
 CLOSE_TIMEOUT = 10.0
 #: At most this much of one stderr line is logged.
 MAX_STDERR_LINE = 2000
+#: How long a stdio server that died at start is given to have its last stderr line read.
+LAST_WORDS_WAIT = 1.0
 #: At most this many pages of ``tools/list`` are read.
 MAX_TOOL_PAGES = 20
 _SDK_MODULE = "mcp.client.client"
@@ -141,6 +143,9 @@ class McpSource:
         #: included).
         self.connect_seconds: float | None = None
         self._argument: str | None = spec.argument
+        self._arguments: dict[str, Any] = dict(spec.arguments)
+        self._takes_address = False
+        self._stderr: _StderrPump | None = None
         self._output_schema: Any = None
         self._session: _Session | None = None
         self._owners: set[asyncio.Task[None]] = set()
@@ -191,13 +196,18 @@ class McpSource:
                 async with AsyncExitStack() as stack:
                     client = await self._connect(stack)
                     choice = resolve_tool(
-                        await _list_tools(client), self.spec.tool, self.spec.argument
+                        await _list_tools(client),
+                        self.spec.tool,
+                        self.spec.argument,
+                        self.spec.arguments,
                     )
                     connecting.deadline = math.inf
                     if session.closing.is_set():
                         return
                     self.tool, self._argument = choice.name, choice.argument
                     self._output_schema = choice.output_schema
+                    self._arguments = dict(choice.arguments)
+                    self._takes_address = choice.takes_address
                     self.connect_seconds = time.perf_counter() - began
                     self.state, self.problem = "up", None
                     session.client = client
@@ -215,8 +225,12 @@ class McpSource:
         except ToolProblem as problem:
             self._failed(session, str(problem), permanent=True)
         except Exception as exc:
-            if session.client is None:
-                self._failed(session, f"cannot start: {_describe(exc)}")
+            unusable = _tool_problem(exc)
+            if unusable is not None and session.client is None:
+                self._failed(session, str(unusable), permanent=True)
+            elif session.client is None:
+                said = await self._last_words()
+                self._failed(session, f"cannot start: {_describe(exc)}{said}")
             else:
                 self._broken(session, f"connection lost: {_describe(exc)}")
         finally:
@@ -250,12 +264,23 @@ class McpSource:
             cwd=spec.cwd,
         )
         stderr = _StderrPump(self.name)
+        self._stderr = stderr
         stack.callback(stderr.release)  # (left last: after the server has stopped)
         client = await stack.enter_async_context(
             Client(stdio_client(params, errlog=stderr.file), client_info=info, cache=None)
         )
         stderr.release()  # the server holds its own copy now
         return client
+
+    async def _last_words(self) -> str:
+        """``; its last words: <line>``: the last line a stdio server that died at start
+        wrote to stderr (waited for briefly: the pump reads it on its own thread), or ''."""
+        pump = self._stderr
+        if pump is None:
+            return ""
+        await asyncio.to_thread(pump.wait, LAST_WORDS_WAIT)
+        line = pump.last_line
+        return f"; its last words: {short_text(line)}" if line else ""
 
     def _failed(self, session: _Session, problem: str, *, permanent: bool = False) -> None:
         """Connecting ``session`` failed: the server is down until a later search retries
@@ -344,7 +369,13 @@ class McpSource:
             try:
                 session = await self._up()
                 assert session.client is not None and self.tool and self._argument
-                result = await session.client.call_tool(self.tool, {self._argument: query})
+                if self._takes_address and looks_like_address(query):
+                    raise SearchError(
+                        f"{self.name}: the query looks like an address, and the tool's "
+                        f"{self._argument!r} takes one: it is never sent there"
+                    )
+                call = {**self._arguments, self._argument: query}
+                result = await session.client.call_tool(self.tool, call)
             except SearchError:
                 raise
             except Exception as exc:
@@ -354,7 +385,12 @@ class McpSource:
         if getattr(result, "is_error", False):
             reason = error_reason(result)
             raise SearchError(f"{self.name}: the tool failed" + (f": {reason}" if reason else ""))
+        answer = text_answer(result)
+        if answer is not None and answer.error:
+            raise SearchError(f"{self.name}: the tool failed: {answer.reason}")
         self._failures = 0
+        if answer is not None:  # "No results found for ..."
+            return []
         try:
             return await asyncio.to_thread(
                 tool_results,
@@ -422,6 +458,15 @@ async def _list_tools(client: Client) -> list[Any]:
     return tools
 
 
+def _tool_problem(exc: BaseException) -> ToolProblem | None:
+    """The ToolProblem in ``exc`` (the SDK's task group may wrap it in a group), or None."""
+    if isinstance(exc, ToolProblem):
+        return exc
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _tool_problem(exc.exceptions[0])
+    return None
+
+
 def _describe(exc: BaseException) -> str:
     """An exception on one line, inert (a transport's message may quote the server)."""
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -448,6 +493,8 @@ class _StderrPump:
     def __init__(self, name: str) -> None:
         read_fd, write_fd = os.pipe()
         self.name = name
+        #: The last non-empty line it wrote (what a server that died at start said last).
+        self.last_line = ""
         #: What the server's stderr becomes.
         self.file: TextIO = open(write_fd, "w")  # (closed by release())
         self._thread = threading.Thread(
@@ -465,4 +512,10 @@ class _StderrPump:
             while line := pipe.readline(MAX_STDERR_LINE):
                 text = clean_text(line.decode("utf-8", "replace")).strip()
                 if text:
+                    self.last_line = text
                     stderr_log.info("%s: %s", self.name, text)
+
+    def wait(self, seconds: float) -> None:
+        """Wait until every line is read (the pipe's last writer is gone), at most
+        ``seconds``."""
+        self._thread.join(seconds)

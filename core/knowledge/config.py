@@ -4,10 +4,11 @@ block copied from one of them works.
 
 Each entry starts a stdio server (``command``, ``args``, ``env``, ``cwd``) or reaches a
 Streamable HTTP one (``url``, ``headers``); Fathom's own options sit under ``fathom``
-(``tool``, ``argument``, ``results``, ``channels``). Other clients' keys (``type``,
+(``tool``, ``argument``, ``arguments``, ``results``, ``channels``). Other clients' keys (``type``,
 ``timeout``, ``autoApprove``, ...) are ignored, except an SSE ``type``, which is refused.
 ``${VAR}``, ``${VAR:-default}`` (and VS Code's ``${env:VAR}``) in ``command``, ``args``,
-``cwd``, ``env`` values, ``url`` and ``headers`` values come from Fathom's environment.
+``cwd``, ``env`` values, ``url``, ``headers`` values and ``fathom.arguments`` string values come
+from Fathom's environment.
 
 A file that cannot be read, is not JSON or has no ``mcpServers`` object is one
 :class:`~core.config.ConfigError` line; a bad entry only takes its own server down (one line
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,6 +57,9 @@ class ServerSpec(BaseModel):
     tool: str | None = None
     #: The tool's parameter that receives the query (None: its one required string).
     argument: str | None = None
+    #: Constant arguments sent with every call (``repo_path``, ``project``...), checked
+    #: against the tool's input schema when it connects.
+    arguments: dict[str, Any] = Field(default_factory=dict)
     #: How many results of each call are used.
     results: int = Field(default=5, ge=1, le=20)
     #: Thread-key prefixes that may use the server (empty: the console only).
@@ -75,7 +79,11 @@ class ServerSpec(BaseModel):
             shown["url"] = self.url
             shown["headers"] = {key: MASK for key in self.headers}
         shown.update(
-            tool=self.tool, argument=self.argument, results=self.results, channels=self.channels
+            tool=self.tool,
+            argument=self.argument,
+            arguments={key: MASK for key in self.arguments},
+            results=self.results,
+            channels=self.channels,
         )
         return shown
 
@@ -97,6 +105,7 @@ class _FathomOptions(BaseModel):
 
     tool: str | None = Field(default=None, min_length=1)
     argument: str | None = Field(default=None, min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
     results: int = Field(default=5, ge=1, le=20)
     channels: list[str] = Field(default_factory=list)
 
@@ -199,7 +208,7 @@ def _server(name: str, raw: object, environ: Mapping[str, str]) -> ServerSpec | 
             name=name,
             url=url,
             headers={k: expand(v, f"headers.{k}") for k, v in entry.headers.items()},
-            **_options(entry.fathom or _FathomOptions()),
+            **_options(entry.fathom or _FathomOptions(), expand),
         )
     assert entry.command is not None
     return ServerSpec(
@@ -208,14 +217,18 @@ def _server(name: str, raw: object, environ: Mapping[str, str]) -> ServerSpec | 
         args=tuple(expand(arg, f"args[{i}]") for i, arg in enumerate(entry.args)),
         env={k: expand(v, f"env.{k}") for k, v in entry.env.items()},
         cwd=None if entry.cwd is None else expand(entry.cwd, "cwd"),
-        **_options(entry.fathom or _FathomOptions()),
+        **_options(entry.fathom or _FathomOptions(), expand),
     )
 
 
-def _options(options: _FathomOptions) -> dict[str, Any]:
+def _options(options: _FathomOptions, expand: Callable[[str, str], str]) -> dict[str, Any]:
     return {
         "tool": options.tool,
         "argument": options.argument,
+        "arguments": {
+            key: expand(value, f"fathom.arguments.{key}") if isinstance(value, str) else value
+            for key, value in options.arguments.items()
+        },
         "results": options.results,
         "channels": tuple(dict.fromkeys(options.channels)),
     }

@@ -26,6 +26,7 @@ objects by their attributes and never imports the SDK (importing it costs most o
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,11 +49,25 @@ MAX_ITEMS = 200
 MAX_JSON_CHARS = 5_000_000
 #: How much of an error the server gave is repeated in a SearchError.
 MAX_REASON_CHARS = 200
+#: Only an answer this short can be an error or "nothing found" in plain text.
+MAX_ANSWER_TEXT = 1000
+_ERROR_TEXT = re.compile(
+    r"^(?:[\w ]{0,40}?\b)?(?:error|exception|failed|failure)\b[^\n\w]{0,3}[:\-]|^traceback\b",
+    re.IGNORECASE,
+)
+_NOTHING_TEXT = re.compile(
+    r"^(?:no (?:results?|matches|matching \w+|notes|documents|entries|items|hits|records)\b"
+    r"(?:[^\n]{0,80}?\bfound\b|\s+(?:for|matched|match)\b)?|(?:found )?0 (?:results|matches)\b)",
+    re.IGNORECASE,
+)
 
-_TEXT_KEYS = ("text", "snippet", "content")
-_URL_KEYS = ("url", "uri")
+_TEXT_KEYS = ("text", "snippet", "content", "matched_chunk", "summary", "description")
+_URL_KEYS = ("url", "uri", "permalink", "link")
 _DATE_KEYS = ("date", "published", "updated")
 _TITLE_KEYS = ("title", "name")
+_LIST_KEYS = (
+    "results", "result", "items", "data", "documents", "hits", "notes", "entries", "matches"
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -106,6 +121,61 @@ def tool_results(
     return out
 
 
+@dataclass(frozen=True)
+class TextAnswer:
+    """An answer whose whole text says the call failed (``error``) or found nothing."""
+
+    error: bool
+    reason: str
+
+
+def text_answer(result: Any) -> TextAnswer | None:
+    """What an answer that is only a short text means, when it is no document: an error in
+    plain text (``Error: ...``, mcp-server-sqlite's ``Database error: ...``, a JSON body with
+    an ``error`` and no results) or "No results found for ..." (basic-memory); None for any
+    other answer (it is read as results)."""
+    content = list(getattr(result, "content", None) or [])[:MAX_ITEMS]
+    structured = getattr(result, "structured_content", None)
+    if _structured_items(structured, None) is not None:  # (an SDK server's str return is
+        return None  # ``{"result": "..."}``: no items, read as its text)
+    if any(getattr(block, "type", None) != "text" for block in content):
+        return None
+    text = " ".join(
+        block.text for block in content if isinstance(getattr(block, "text", None), str)
+    ).strip()
+    if not text or len(text) > MAX_ANSWER_TEXT:
+        return None
+    error = _json_error(structured) or _json_error(_loads(text))
+    if error:
+        return TextAnswer(True, short_text(error))
+    if _ERROR_TEXT.match(text):
+        return TextAnswer(True, short_text(text))
+    if _NOTHING_TEXT.match(text):
+        return TextAnswer(False, short_text(text))
+    return None
+
+
+def _loads(text: str) -> object:
+    if not text.startswith("{"):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _json_error(value: object) -> str:
+    """The ``error`` of a JSON answer that carries one and no results, else ''."""
+    if not isinstance(value, dict) or not value.get("error"):
+        return ""
+    if any(isinstance(v, list) and v for v in value.values()):
+        return ""  # (results beside an error: the results count)
+    error = value["error"]
+    if isinstance(error, dict):
+        error = error.get("message") or error.get("detail") or json.dumps(error)[:200]
+    return str(error)
+
+
 def error_reason(result: Any) -> str:
     """What a tool error (``isError``) says, short and inert ('' when it says nothing)."""
     texts = [
@@ -129,12 +199,23 @@ def _structured_items(
         return structured
     if not isinstance(structured, dict):
         return None
-    found = structured.get("results")
-    if isinstance(found, list):
+    found = _listed(structured)
+    if found is not None:
         return found
     key = _array_property(output_schema)
     if key is not None and isinstance(structured.get(key), list):
         return list(structured[key])
+    return None
+
+
+def _listed(answer: Mapping[str, Any]) -> list[Any] | None:
+    """The documents of a JSON answer: its list under ``results`` (or ``items``, ``data``,
+    ``documents``, ``hits``, ``notes``, ``entries``, ``matches``: basic-memory's
+    ``output_format: json`` and others), or None."""
+    for key in _LIST_KEYS:
+        found = answer.get(key)
+        if isinstance(found, list):
+            return found
     return None
 
 
@@ -168,11 +249,19 @@ def _json_items(text: str) -> list[Any] | None:
     except ValueError:
         return None
     if isinstance(parsed, dict):
-        found = parsed.get("results")
-        return found if isinstance(found, list) else None
+        listed = _listed(parsed)
+        if listed is None and _item_document(parsed) is not None and _is_document(parsed):
+            return [parsed]  # (one document a block: an SDK server's list[Model], rendered)
+        return listed
     if isinstance(parsed, list) and parsed and all(isinstance(item, dict) for item in parsed):
         return parsed
     return None
+
+
+def _is_document(item: Mapping[str, Any]) -> bool:
+    """Whether a JSON object reads as one document: a title and a link or a text."""
+    titled = bool(_first_string(item, _TITLE_KEYS))
+    return titled and bool(_first_string(item, _URL_KEYS) or _first_string(item, _TEXT_KEYS))
 
 
 def _item_document(item: object) -> _Document | None:
