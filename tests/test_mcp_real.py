@@ -14,9 +14,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from mcp_types import CallToolResult, TextContent
 
 from core.knowledge.client import McpSource
 from core.knowledge.config import ServerSpec, parse_servers
+from core.knowledge.results import text_answer
 from core.knowledge.tools import ToolProblem, looks_like_address, resolve_tool
 from core.search.base import SearchError
 from tests.cli import fathom
@@ -240,3 +242,26 @@ def test_fathom_sources_shows_the_last_words(cli_env: dict[str, str], tmp_path: 
     result = fathom("sources", env={**cli_env, "FATHOM_MCP_CONFIG": str(config)}, cwd=tmp_path)
     (row,) = [line for line in result.stdout.splitlines() if line.startswith("git\t")]
     assert "down" in row and "fatal: not a git repository" in row
+
+
+@pytest.mark.parametrize(
+    ("text", "meaning"),
+    [
+        ("Error: the search index is not built yet", "error"),
+        ('Database error: near "heat": syntax error', "error"),  # mcp-server-sqlite
+        ("Failed to connect to the index", "error"),
+        ("No results found for 'pumps' in project 'main'.", "nothing"),  # basic-memory
+        ("No results.", "nothing"),
+        ("0 results", "nothing"),
+        ("Pump failure: the bearing was replaced after 20,000 hours.", "document"),
+        ("Pump failed: the valve upstream of pump 4 was replaced.", "document"),
+        ("No notes are kept for night shifts; ask the duty engineer.", "document"),
+        ("Error handling in the pump controller retries three times.", "document"),
+    ],
+)
+def test_what_a_short_text_answer_means(text: str, meaning: str) -> None:
+    """Only an answer that is an error or says it found nothing is taken for one; a short
+    document that starts with such words is a document."""
+    answer = text_answer(CallToolResult(content=[TextContent(type="text", text=text)]))
+    found = "document" if answer is None else "error" if answer.error else "nothing"
+    assert found == meaning

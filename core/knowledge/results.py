@@ -51,13 +51,18 @@ MAX_JSON_CHARS = 5_000_000
 MAX_REASON_CHARS = 200
 #: Only an answer this short can be an error or "nothing found" in plain text.
 MAX_ANSWER_TEXT = 1000
+# "Error: ...", "Database error: ...", "Exception: ...", "Failed to ...", a traceback; not a
+# document that starts "Pump failure: ..." or "Pump failed: ...".
 _ERROR_TEXT = re.compile(
-    r"^(?:[\w ]{0,40}?\b)?(?:error|exception|failed|failure)\b[^\n\w]{0,3}[:\-]|^traceback\b",
+    r"^(?:(?:\w+ )?(?:error|exception)\b[^\n\w]{0,3}[:\-]|failed to \w|traceback\b)",
     re.IGNORECASE,
 )
+# "No results found for ...", "No results for ...", "No results.", "0 results"; not a document
+# that starts "No notes are kept for ...".
 _NOTHING_TEXT = re.compile(
-    r"^(?:no (?:results?|matches|matching \w+|notes|documents|entries|items|hits|records)\b"
-    r"(?:[^\n]{0,80}?\bfound\b|\s+(?:for|matched|match)\b)?|(?:found )?0 (?:results|matches)\b)",
+    r"^(?:no (?:results?|matches|matching \w+|notes|documents|entries|items|hits|records)"
+    r"(?:\b[^\n]{0,80}?\bfound\b|\s+(?:for|matched|match)\b|[.!]?\s*$)"
+    r"|(?:found )?0 (?:results|matches)\b)",
     re.IGNORECASE,
 )
 
