@@ -58,22 +58,28 @@ def undecodable(text: str) -> bool:
     glyph names (``/g437/g258``, ``(cid:12)``); or letters scattered over many scripts (glyph
     ids taken for code points: ``ಣЬᄝֹݥ``), or mostly from Latin Extended-A/B and IPA (small
     glyph ids taken for code points: ``ƵĂóůŝ``). A short text is never judged."""
-    visible = [c for c in text if not c.isspace()]
-    if len(visible) < _SHORTEST:
+    # Counted per distinct character: a page has a few hundred of them and thousands of
+    # characters, and PDFium reads a page in less time than a loop over its characters takes.
+    visible = {c: n for c, n in Counter(text).items() if not c.isspace()}
+    seen = sum(visible.values())
+    if seen < _SHORTEST:
         return False
     names = sum(len(m) for m in _GLYPH_NAMES.findall(text))
-    broken = sum(1 for c in visible if _is_broken(c))
-    if (names + broken) / len(visible) > 0.25:
+    broken = sum(n for c, n in visible.items() if _is_broken(c))
+    if (names + broken) / seen > 0.25:
         return True
-    letters = [c for c in visible if unicodedata.category(c).startswith("L")]
-    if len(letters) < _SHORTEST:
+    letters = {c: n for c, n in visible.items() if unicodedata.category(c).startswith("L")}
+    letter_count = sum(letters.values())
+    if letter_count < _SHORTEST:
         return False
-    scripts = Counter(_script(c) for c in letters)
+    scripts: Counter[str] = Counter()
+    for c, n in letters.items():
+        scripts[_script(c)] += n
     top_two = sum(count for _, count in scripts.most_common(2))
-    if len(scripts) >= 4 and top_two < 0.8 * len(letters):
+    if len(scripts) >= 4 and top_two < 0.8 * letter_count:
         return True
-    extended = sum(1 for c in letters if 0x0100 <= ord(c) <= 0x02AF)
-    return extended > 0.4 * len(letters)
+    extended = sum(n for c, n in letters.items() if 0x0100 <= ord(c) <= 0x02AF)
+    return extended > 0.4 * letter_count
 
 
 def _is_broken(char: str) -> bool:

@@ -63,7 +63,7 @@ def without_matter(pages: Sequence[str]) -> list[str]:
                 kept.append("")
                 continue
             in_references = False
-        if _CONTENTS.fullmatch(lines[0]) or _mostly(lines, _CONTENTS_ENTRY.search):
+        if _CONTENTS.fullmatch(lines[0]) or _mostly(lines, _contents_entry):
             kept.append("")
             continue
         body: list[str] = []
@@ -71,7 +71,7 @@ def without_matter(pages: Sequence[str]) -> list[str]:
             if _REFERENCES.fullmatch(line.strip()):
                 in_references = True
                 break
-            if not _CONTENTS_ENTRY.search(line.strip()):
+            if not _contents_entry(line.strip()):
                 body.append(line)
         kept.append("\n".join(body).strip())
     if len(kept) > 1 and _words(kept[0]) < COVER_WORDS:
@@ -116,6 +116,12 @@ def _edges(lines: Sequence[str]) -> list[tuple[int, int]]:
 def _running_key(line: str) -> str:
     """A line as running lines repeat: its digits (page numbers) and spacing aside."""
     return " ".join(re.sub(r"\d+", "#", line).split()).casefold()
+
+
+def _contents_entry(line: str) -> bool:
+    """Whether ``line`` (stripped) is a contents entry (only a line ending in a digit can be:
+    checked first, as the pattern is searched from every position of the line)."""
+    return line[-1:].isdigit() and _CONTENTS_ENTRY.search(line) is not None
 
 
 def _mostly(lines: Sequence[str], test: Callable[[str], object]) -> bool:
