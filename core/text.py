@@ -20,18 +20,22 @@ _WHITESPACE_CONTROLS = frozenset("\t\n\r\x0b\x0c")
 def clean_text(text: str) -> str:
     """``text`` without control, invisible formatting and replacement characters (whitespace
     controls become spaces)."""
-    out = []
-    for char in text:
+    # Each distinct character is judged once, then all are replaced in one pass: a page's text
+    # has a few hundred distinct characters and tens of thousands of characters.
+    table: dict[int, str | None] = {}
+    for char in set(text):
         if char in _WHITESPACE_CONTROLS:
-            out.append(" ")
-            continue
-        category = unicodedata.category(char)
-        if category == "Cc" or char == "\ufffd":
-            continue
-        if category == "Cf" and char not in _KEPT_FORMAT:
-            continue
-        out.append(char)
-    return "".join(out)
+            table[ord(char)] = " "
+        elif _removed(char):
+            table[ord(char)] = None
+    return text.translate(table)
+
+
+def _removed(char: str) -> bool:
+    category = unicodedata.category(char)
+    if category == "Cc" or char == "\ufffd":
+        return True
+    return category == "Cf" and char not in _KEPT_FORMAT
 
 
 def has_visible(text: str) -> bool:

@@ -189,6 +189,22 @@ async def test_a_page_read_before_is_taken_from_the_cache(reading: MakeHarness) 
     assert first.report_markdown and second.report_markdown
 
 
+async def test_a_page_whose_text_did_not_decode_is_not_kept_in_the_cache(
+    reading: MakeHarness,
+) -> None:
+    """A page of glyph names ("/g437/g258...", what a broken extraction printed) is skipped
+    each time it is found, never served from the page cache as text."""
+    harness = await reading()
+    glyphs = " ".join(["/g437/g258/g400/g367/g349/g3/g104/g258/g410/g3/g87/g437"] * 40)
+    harness.search.fake.script_page(page_path(TOPIC, 2), f"<html><body><p>{glyphs}</p></body>")
+    for thread in ("a", "b"):
+        harness.llm.fake.script("planner", plan(TOPIC))
+        outcome = await harness.research(depth=1, thread=thread)
+        assert (outcome.usage.pages_read, outcome.usage.pages_skipped) == (2, 1)
+        assert "/g437" not in writer_prompt(harness)
+    assert harness.search.fake.page_requests.count(page_path(TOPIC, 2)) == 2
+
+
 async def test_a_slow_page_times_out_and_is_noted(reading: MakeHarness) -> None:
     harness = await reading(page_timeout=0.5)
     harness.llm.fake.script("planner", plan(TOPIC))

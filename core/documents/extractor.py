@@ -139,7 +139,7 @@ class DocumentExtractor:
             raise DocumentUnreadable(UNSUPPORTED)
         if not document.text.strip():
             raise DocumentUnreadable(EMPTY)
-        if undecodable(document.text):
+        if kind != "pdf" and undecodable(document.text):  # (a PDF's pages were, one by one)
             raise DocumentUnreadable(UNDECODABLE)
         return document
 

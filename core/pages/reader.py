@@ -197,8 +197,6 @@ class PageReader:
         text = content.text
         if not text.strip():
             raise PageSkipped(url, "no readable text")
-        if undecodable(text):  # (a page quoting a broken extraction: "/g437/g258/g400")
-            raise PageSkipped(url, UNDECODABLE)
         return await self._cpu(url, _best_passages, text, query, self._budget), content
 
     async def _main_text(self, url: str, query: str) -> PageContent:
@@ -212,6 +210,8 @@ class PageReader:
         else:
             body = page.body[:MAX_EXTRACT_CHARS]
             content = await self._cpu(url, read_page, body, page.final_url, page.content_type)
+            if undecodable(content.text):  # (a PDF's text was judged by the extractor)
+                raise PageSkipped(url, UNDECODABLE)
         text = content.text[:MAX_CACHED_CHARS].replace("\x00", "")  # PostgreSQL refuses NUL
         if text.strip() and self._cache is not None:
             try:

@@ -204,6 +204,10 @@ class FakeSearch:
             return ScriptedPage(**{**scripted.__dict__, "body": generated.body})
         return scripted
 
+    def pdf_for(self, query: str) -> bytes:
+        """The PDF result of ``query`` at the configured length (built once)."""
+        return self._pdf(query, self.pdf_pages)
+
     def _pdf(self, query: str, pages: int) -> bytes:
         """The PDF about ``query`` (built once per query and length)."""
         from tests.pdfs import topic_pdf
@@ -255,6 +259,11 @@ def build_search_app(fake: FakeSearch) -> Starlette:
         if not query.strip():
             return JSONResponse({"error": "missing q"}, 400)
         status = fake.record(query)
+        prepared = None
+        if fake.pdf_pages > 0 and status is None:
+            # The PDF result's file is built while the search's latency passes, not when its
+            # page is fetched: a real site's server spends none of this machine's CPU then.
+            prepared = asyncio.create_task(asyncio.to_thread(fake.pdf_for, query))
         arrivals = fake.arrivals()
         async with arrivals:  # (the app runs on one event loop)
             fake.in_flight += 1
@@ -272,6 +281,8 @@ def build_search_app(fake: FakeSearch) -> Starlette:
                 await asyncio.sleep(fake.latency)
         finally:
             fake.in_flight -= 1
+        if prepared is not None:
+            await prepared
         if status is not None:
             return JSONResponse({"error": f"fake failure {status}"}, status)
         results = fake.results(query, str(request.base_url))
