@@ -206,7 +206,8 @@ async def test_searxng_pdf_pages_serve_a_real_pdf_about_the_query(
     search: FakeSearchServer,
 ) -> None:
     """``pdf_pages``: each search's first result is a PDF of that many pages about the query,
-    which the real reader reads and keeps passages of; the other results stay HTML."""
+    at an address naming a PDF, which the real reader reads and keeps passages of; the other
+    results stay HTML."""
     from core.documents import DocumentExtractor
     from core.pages.fetch import PageFetcher
     from core.pages.reader import PageReader
@@ -215,6 +216,7 @@ async def test_searxng_pdf_pages_serve_a_real_pdf_about_the_query(
         await h.post("/_fake/config", json={"pdf_pages": 30})
         found = (await h.get("/search", params={"q": "tidal power", "format": "json"})).json()
         urls = [r["url"] for r in found["results"]]
+        assert urls[0].endswith("/1.pdf") and not urls[1].endswith(".pdf")  # (as sites name them)
         pdf, html_page = await h.get(urls[0]), await h.get(urls[1])
         assert pdf.headers["content-type"] == "application/pdf"
         assert html_page.headers["content-type"].startswith("text/html")

@@ -9,6 +9,7 @@ import os
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 from starlette.applications import Starlette
-from starlette.responses import Response
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from core.config import load_settings
@@ -360,31 +362,73 @@ async def test_a_stop_while_a_rounds_pages_are_read_starts_no_further_search(
     assert outcome.usage.pages_read == 3  # the pages in flight at the press are used
 
 
-async def test_a_run_reading_pages_starts_the_document_workers_before_its_first_page(
+async def test_a_run_meeting_no_document_starts_no_document_worker(
     reading: MakeHarness,
 ) -> None:
-    """A PDF among a run's first results does not wait for a worker's start: the run starts
-    the workers with its first search (they start while it waits for the search and the
-    pages), so they are running before any page has been answered."""
+    """Worker processes cost about 0.2 s of CPU and 40 MB each: a run whose pages are all
+    HTML starts none (before, every run reading pages started them with its first search)."""
     documents = DocumentExtractor(timeout=30.0)
     harness = await reading(documents=documents)
-    harness.search.fake.hold_pages()
-    run = asyncio.create_task(harness.research(depth=1))
-    try:
-        await wait_for(lambda: harness.search.fake.page_requests)
-        await wait_for(lambda: len(documents.pids) == documents.workers)
-        assert documents.started == documents.workers
-    finally:
-        harness.search.fake.release_pages()
-    outcome = await run
-    assert outcome.status is RunStatus.SUCCEEDED and outcome.usage.pages_read == 3
-    assert documents.started == documents.workers  # (HTML pages: no worker was needed yet)
+    outcome = await harness.research(depth=2)
+    assert outcome.status is RunStatus.SUCCEEDED and outcome.usage.pages_read == 6
+    assert documents.started == 0 and documents.pids == []
+
+
+class HeldDocuments:
+    """A site whose PDFs are held: ``/report.pdf`` answers nothing until released;
+    ``/download`` (a PDF whose address does not say so) sends its headers at once and its
+    body only when released."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+
+    def app(self) -> Starlette:
+        async def named(request: Request) -> Response:
+            await asyncio.to_thread(self.released.wait, 30)
+            return Response(report_pdf(), media_type="application/pdf")
+
+        async def unnamed(request: Request) -> StreamingResponse:
+            async def body() -> AsyncIterator[bytes]:
+                await asyncio.to_thread(self.released.wait, 30)
+                yield report_pdf()
+
+            return StreamingResponse(body(), media_type="application/pdf")
+
+        return Starlette(routes=[Route("/report.pdf", named), Route("/download", unnamed)])
+
+
+@pytest.mark.parametrize("path", ["/report.pdf", "/download"])
+async def test_the_document_workers_start_before_a_pdf_has_arrived(
+    reading: MakeHarness, path: str
+) -> None:
+    """A PDF does not wait for a worker's start: the workers start when a result's address
+    names a PDF (before its page is answered), or when a page's headers say it is one
+    (before its body has come)."""
+    documents = DocumentExtractor(timeout=30.0)
+    harness = await reading(documents=documents)
+    site = HeldDocuments()
+    topic = "heat pump performance in winter"
+    harness.llm.fake.script("planner", plan(topic))
+    with BackgroundServer(site.app()) as server:
+        result = {"title": "Report", "url": f"{server.url}{path}", "content": "winter COP"}
+        harness.search.fake.script_for(topic, [result])
+        run = asyncio.create_task(harness.research("heat pumps in cold climates", depth=1))
+        try:
+            await wait_for(lambda: len(documents.pids) == documents.workers)
+            assert not run.done()  # (the PDF is still held)
+        finally:
+            site.released.set()
+        outcome = await run
+    assert outcome.status is RunStatus.SUCCEEDED and outcome.usage.pages_read == 1
+    assert documents.started == documents.workers
+    prompt = writer_prompt(harness)
+    assert any(" ".join(f.split()) in " ".join(prompt.split()) for f in REPORT_FACTS)
 
 
 def test_warming_a_reader_imports_the_page_extractor_ahead_of_the_first_page() -> None:
     """In a fresh process (this one imported trafilatura long ago), ``PageReader.warm``
-    imports trafilatura on the reader's thread before any page is read, and starts the
-    document workers; a reader that reads no pages does neither."""
+    imports trafilatura on the reader's thread before any page is read, and starts no
+    document worker (only a PDF coming does); a reader that reads no pages does neither."""
     script = """
 import asyncio, sys, threading, httpx
 from core.pages.fetch import PageFetcher
@@ -405,7 +449,7 @@ async def main():
         reader = PageReader(PageFetcher(http), pages=3)
         reader.warm()
         await wait_for(lambda: "trafilatura" in sys.modules)
-        await wait_for(lambda: len(reader.documents.pids) == reader.documents.workers)
+        assert reader.documents.started == 0
         await reader.aclose()
 
 asyncio.run(main())

@@ -3,12 +3,12 @@
 PDFs and DOCX files are read by worker processes (``core.documents.worker``), at most
 ``workers`` at once (the CPU count, 2 at most), kept between files so a run pays Python's
 start-up once, not per PDF; :meth:`DocumentExtractor.warm` starts them ahead of the first file
-(a run that reads pages calls it with its first search, so that the workers start while it
-waits for that search and its pages, not after a PDF has arrived). A worker that overruns the
-time limit is killed (and a fresh one started for the next file); one that dies (killed, out of
-memory) costs that file only. The worker limits its own address space to ``memory_limit``, so
-no file can take the bot's memory. HTML and plain text are read here, on the extractor's own
-two threads, within the same limit.
+(the page reader calls it when a result's address names a PDF, or a page's headers say it is
+one, so that the workers start while the file downloads; a run that meets no PDF starts none).
+A worker that overruns the time limit is killed (and a fresh one started for the next file); one
+that dies (killed, out of memory) costs that file only. The worker limits its own address space
+to ``memory_limit``, so no file can take the bot's memory. HTML and plain text are read here, on
+the extractor's own two threads, within the same limit.
 
 The worker's answers are checked like any untrusted input: only known reasons, typed fields,
 text cut at ``max_chars``.

@@ -124,8 +124,8 @@ async def search_topic(
     a source that fails is noted for the report and the others' results are kept (the finding
     says why there are none only when every source failed). A run never fails because of a
     search. ``reader``, which will read the web results' pages, gets ready meanwhile
-    (``PageReader.warm``: its document workers start during the search and the pages'
-    latency, not after a PDF has arrived; a no-op once done)."""
+    (``PageReader.warm``: its page extractor is imported during the search; a no-op once
+    done)."""
     if reader is not None:
         reader.warm()
     sources = state.sources

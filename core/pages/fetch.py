@@ -151,11 +151,15 @@ class PageFetcher:
         self._robots: OrderedDict[str, tuple[float, Robots]] = OrderedDict()
         self._robots_locks: dict[str, asyncio.Lock] = {}
 
-    async def fetch(self, url: str) -> FetchedPage:
-        """The page at ``url`` (a text page or a PDF); :class:`PageSkipped` saying why not."""
+    async def fetch(
+        self, url: str, *, on_document: Callable[[], object] | None = None
+    ) -> FetchedPage:
+        """The page at ``url`` (a text page or a PDF); :class:`PageSkipped` saying why not.
+        ``on_document`` is called when the answer's headers say it is a PDF, before its body
+        is read (so that what will read it can get ready meanwhile)."""
         async with self._slots:
             try:
-                return await asyncio.wait_for(self._fetch(url), self._timeout)
+                return await asyncio.wait_for(self._fetch(url, on_document), self._timeout)
             except TimeoutError:
                 raise PageSkipped(url, f"no answer within {self._timeout:g} s") from None
             except httpx.HTTPError as exc:
@@ -163,7 +167,7 @@ class PageFetcher:
             except (httpx.InvalidURL, ValueError) as exc:  # also UnicodeError
                 raise PageSkipped(url, f"its address is not valid ({type(exc).__name__})") from None
 
-    async def _fetch(self, url: str) -> FetchedPage:
+    async def _fetch(self, url: str, on_document: Callable[[], object] | None) -> FetchedPage:
         current = url
         for _ in range(self._max_redirects + 1):
             target, address = await self._check_address(url, current)
@@ -181,6 +185,8 @@ class PageFetcher:
                     # The type is the server's text: shown only when it looks like a type.
                     shown = kind if _MEDIA_TYPE.fullmatch(kind) else "an unknown content type"
                     raise PageSkipped(url, f"not a text page ({shown})")
+                if pdf and on_document is not None:
+                    on_document()
                 body, truncated = await self._read(url, response, self.max_bytes)
             finally:
                 await response.aclose()
@@ -302,6 +308,15 @@ class PageFetcher:
 def _pdf_path(target: httpx.URL) -> bool:
     """Whether the address's path names a PDF (``/report.pdf``)."""
     return target.path.lower().endswith(".pdf")
+
+
+def names_document(url: str) -> bool:
+    """Whether ``url``'s path names a PDF (``https://example.org/report.pdf?v=2``), as most
+    addresses of PDFs a search finds do."""
+    try:
+        return _pdf_path(httpx.URL(url))
+    except (httpx.InvalidURL, ValueError):
+        return False
 
 
 def _is_ip(host: str) -> bool:

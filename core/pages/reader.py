@@ -40,7 +40,7 @@ from core.pages.extract import (
     select,
     split_passages,
 )
-from core.pages.fetch import FetchedPage, PageFetcher, PageSkipped
+from core.pages.fetch import FetchedPage, PageFetcher, PageSkipped, names_document
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -116,17 +116,14 @@ class PageReader:
 
     def warm(self) -> None:
         """Get ready for the first pages while a run waits for its search (every search
-        calls it; a no-op once done): start the document workers (see
-        :meth:`DocumentExtractor.warm`), so that a PDF among the first results is not read by
-        a worker started after it arrived, and import the page extractor (trafilatura) on
-        the reader's thread, once per reader, so that the first HTML page does not wait for
-        that import either."""
-        if self.pages <= 0:
+        calls it; a no-op once done): import the page extractor (trafilatura) on the
+        reader's thread, once per reader, so that the first HTML page does not wait for that
+        import. The document workers start only when a document is coming (:meth:`read`):
+        a run that meets no PDF starts none."""
+        if self.pages <= 0 or self._preloaded:
             return
-        self.documents.warm()
-        if not self._preloaded:
-            self._preloaded = True
-            self._threads.submit(preload)
+        self._preloaded = True
+        self._threads.submit(preload)
 
     def close(self) -> None:
         """Stop the extraction threads (an extraction under way finishes first) and the
@@ -152,6 +149,11 @@ class PageReader:
         reading = RoundReading()
         if not wanted:
             return reading
+        if any(names_document(url) for url in wanted):
+            # The document workers start while the pages are fetched, not after a PDF came
+            # (a worker's start is about 0.2 s of CPU); a PDF whose address does not say so
+            # starts them when its headers come, before its body is read.
+            self.documents.warm()
         results = await asyncio.gather(
             *(self._candidates(url, query) for url in wanted), return_exceptions=True
         )
@@ -203,7 +205,7 @@ class PageReader:
         cached = await self._cached(url)
         if cached is not None:
             return PageContent(cached)  # (the cache keeps the text only: no date)
-        page = await self._fetcher.fetch(url)
+        page = await self._fetcher.fetch(url, on_document=self.documents.warm)
         if page.is_pdf:
             document = await self._pdf_text(page, query)
             content = PageContent(document.text, coverage=document.coverage)

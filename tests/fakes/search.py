@@ -6,8 +6,9 @@ was asked at), so a run that reads its result pages reads them here: an article 
 wrapped in navigation, a cookie banner and a footer, with a ``robots.txt`` that allows all.
 Tests can script a page (``script_page``), slow pages down (``page_latency``) and see which pages
 were fetched (``page_requests``). With ``pdf_pages`` > 0 (``/_fake/config``), the page of each
-search's first result is a real PDF of that many pages about the query instead
-(``tests.pdfs.topic_pdf``, ``application/pdf``, after the same page latency).
+search's first result is a real PDF of that many pages about the query instead, at an address
+that names it (``/pages/<slug>/1.pdf``, ``tests.pdfs.topic_pdf``, ``application/pdf``, after the
+same page latency).
 
 Dates, as SearXNG sends them: the first result of a search has a ``publishedDate`` (ISO 8601,
 :data:`RESULT_DATE`), the others ``null``; the page of result ``i`` declares it was published on
@@ -172,10 +173,13 @@ class FakeSearch:
         if self.empty:
             return []
         base = base_url.rstrip("/")
+        pdf = self.pdf_pages > 0
         return [
             {
                 "title": f"{query} — source {i}",
-                "url": f"{base}/pages/{slug(query)}/{i}",
+                # A PDF result's address names it, as most do (``/report.pdf``).
+                "url": f"{base}/pages/{slug(query)}/{i}"
+                + (".pdf" if pdf and i == PDF_RESULT else ""),
                 "content": f"Source {i} reports facts, figures and context about {query}.",
                 "engine": "fake",
                 "publishedDate": RESULT_DATE if i == 1 else None,
@@ -326,6 +330,7 @@ def build_search_app(fake: FakeSearch) -> Starlette:
         routes=[
             Route("/search", search, methods=["GET"]),
             Route("/pages/{name}/{number:int}", page, methods=["GET"]),
+            Route("/pages/{name}/{number:int}.pdf", page, methods=["GET"]),
             Route("/robots.txt", robots, methods=["GET"]),
             Route("/_fake/config", config, methods=["POST"]),
             Route("/_fake/queries", queries, methods=["GET"]),
