@@ -667,7 +667,7 @@ PDF_PAGES = 30
 
 async def warm_documents(documents: Any) -> int:
     """Start every worker of the extractor (``documents.workers`` files at once) before timing,
-    as the warm-up run warms trafilatura: the workers' start (Python, pypdf, python-docx) is
+    as the warm-up run warms trafilatura: the workers' start (Python, pypdfium2, python-docx) is
     measured on its own, in bench/pdf.py and in the end-to-end rows. Workers started so far."""
     from tests.pdfs import topic_pdf
 

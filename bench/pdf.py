@@ -17,7 +17,8 @@ reading it, and the workers' peak RSS (``ru_maxrss`` of its reaped children). Ca
 - ``bomb``: one page whose content stream inflates to 4 GiB (a 4 MB file);
 - ``pages-5000``: 5,000 pages; ``tree-5000``: a page tree 5,000 levels deep;
 - ``slow-page``: one page of 400,000 text operators (pypdf took about half a minute on it and
-  its worker was killed at the time limit; PDFium reads it in a fraction of a second);
+  its worker was killed at the time limit; PDFium's text page for it outgrows the worker's
+  memory limit in about 1.5 s);
 - ``round``: one round of page reading (``PageReader``, 3 pages at once, like a run) whose
   three results are the bomb, the 5,000 pages and the deep tree, served on 127.0.0.1 with
   ``FATHOM_PAGE_MAX_BYTES`` at 8 MB: the round's wall time and the bot's peak.
