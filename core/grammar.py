@@ -25,7 +25,9 @@ from core.wording import Language
 RESEARCH_OPTIONS = ("depth", "strategy", "sources")
 SCHEDULE_OPTIONS = ("cron", "depth", "tz", "strategy", "sources")
 _OPTION = re.compile(r"(?<!\S)([a-z][a-z_]+)=(\"[^\"]*\"|“[^”]*”|\S*)")
-_PREFIX = re.compile(r"^\s*/research\b", re.IGNORECASE)
+#: A request that names the command (``/research ...``): in the thread of a running research,
+#: only such a request (or a control word) is a command; any other reply steers it.
+EXPLICIT = re.compile(r"^\s*/research\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,7 @@ def help_text(
 def request_words(text: str) -> str:
     """The words of a request without ``/research`` and ``name=value`` options: what its
     language is judged on (``/research 帮助`` is a Chinese request)."""
-    return _OPTION.sub(" ", _PREFIX.sub("", text or "", count=1))
+    return _OPTION.sub(" ", EXPLICIT.sub("", text or "", count=1))
 
 
 def parse_command(
@@ -188,7 +190,7 @@ def parse_command(
     default_strategy: Strategy = Strategy.ITERATIVE,
 ) -> Command:
     """Parse command text; raises :class:`CommandError` saying what is wrong and allowed."""
-    body = _PREFIX.sub("", clean_text(text or ""), count=1).strip()
+    body = EXPLICIT.sub("", clean_text(text or ""), count=1).strip()
     words = body.split()
     first = words[0].lower() if words else ""
     if first in ("help", "-h", "--help", "?", "帮助", "？") and len(words) == 1:

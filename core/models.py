@@ -169,8 +169,11 @@ class Guidance(BaseModel):
     key: str | None = None
 
     def line(self) -> str:
-        """``<text> (<by>, 14:02 UTC)``: how the planner and the writer see it."""
-        return f"{self.text} ({self.by}, {self.at.astimezone(UTC):%H:%M} UTC)"
+        """``<text> (U123, 14:02 UTC)``: how the planner, the writer and the report's notes
+        show it, the person named by their id on the platform (``by`` is the requester key,
+        ``<platform>:<workspace>:<user id>``; a user id may itself hold colons)."""
+        who = self.by.split(":", 2)[-1]
+        return f"{self.text} ({who}, {self.at.astimezone(UTC):%H:%M} UTC)"
 
 
 class ThreadVariables(BaseModel):

@@ -68,7 +68,7 @@ from core.progress import (
 )
 from core.search import SearchProvider
 from core.text import clean_text, has_visible
-from core.untrusted import neutralise
+from core.untrusted import neutralise, without_markdown_links
 from core.writer import ModelUnavailable, NoResults, ReportWriter, model_unavailable
 from storage import (
     Checkpointed,
@@ -780,7 +780,8 @@ class ResearchService:
         run takes it in at its next checkpoint and shows it to its next plan and to the
         writer). False when the run has ended meanwhile. ``key``: the delivery's dedupe key
         (a redelivered reply is kept once)."""
-        words = " ".join(neutralise(clean_text(text)).split())[:MAX_GUIDANCE_CHARS]
+        words = without_markdown_links(neutralise(clean_text(text)))
+        words = " ".join(words.split())[:MAX_GUIDANCE_CHARS]
         if RunStatus(run.status).finished or not has_visible(words):
             return False
         entry = Guidance(run_id=run.id, by=by, at=self._clock(), text=words, key=key)

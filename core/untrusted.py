@@ -34,6 +34,7 @@ _BROADCAST_WORD = re.compile(
 )
 
 _MARKDOWN_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\n]*\)")
+_MARKDOWN_IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
 #: A web address: with a scheme, or starting with ``www.``.
 URL = re.compile(r"(?:\bhttps?://|\bwww\.)[^\s<>\"'\])}|]+", re.IGNORECASE)
 _TRAILING = ".,;:!?'\"”’)»"
@@ -69,6 +70,13 @@ def remove_urls(text: str, allowed: Callable[[str], bool] = lambda url: False) -
         return raw if allowed(url) else raw[len(url) :]
 
     return URL.sub(replace, text)
+
+
+def without_markdown_links(text: str) -> str:
+    """``text`` with Markdown images removed and Markdown links reduced to their text
+    (``[official data](https://x)`` -> ``official data``): a person's words quoted in a
+    report carry no link or image of their own."""
+    return _MARKDOWN_LINK.sub(lambda m: m.group(1), _MARKDOWN_IMAGE.sub("", text))
 
 
 def as_data(text: str) -> str:

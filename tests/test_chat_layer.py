@@ -26,7 +26,7 @@ from core.llm import ChatModel
 from core.metrics import Metrics
 from core.models import Attachment, ThreadKey
 from core.search import SearxngProvider
-from core.service import ResearchService
+from core.service import ResearchService, UserQuota
 from storage import Database, RunRecord, Store
 from storage.tables import ProcessedEvent
 from tests.conftest import FAKE_API_KEY
@@ -78,15 +78,15 @@ async def world(
     http = await stack.enter_async_context(httpx.AsyncClient(trust_env=False))
     model = ChatModel(model="m", api_key=FAKE_API_KEY, base_url=llm_server.base_url, max_retries=1)
     stack.push_async_callback(model.aclose)
-    service = ResearchService(
-        store=store,
-        planner=model,
-        writer=model,
-        search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
-    )
+    search = SearxngProvider(http, base_url=search_server.url, base_delay=0.01)
     runners: list[InProcessJobRunner] = []
 
-    def make(**settings: object) -> World:
+    def make(quota: UserQuota | None = None, **settings: object) -> World:
+        """A chat world on the fixture's store and fakes; ``quota``: the service's daily
+        quota per user (FATHOM_USER_DAILY_RUNS and _TOKENS)."""
+        service = ResearchService(
+            store=store, planner=model, writer=model, search=search, quota=quota
+        )
         chat = MemoryChat(report_limit=int(str(settings.pop("report_limit", 2_000))))
         config = ChatPolicy.load(_env_file=None, **settings)
         job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=FAST)
@@ -405,6 +405,97 @@ async def test_a_reply_during_the_run_steers_its_next_plans_and_the_report(
     assert variables is not None
     [entry] = variables["guidance"]
     assert entry["run_id"] == run.id and entry["by"] == run.requested_by
+
+
+@pytest.mark.parametrize(
+    ("limits", "refusal"),
+    [
+        ({"FATHOM_USER_CONCURRENCY": "1"}, "You already have 1 research running"),
+        ({"quota": UserQuota(runs=1)}, "You have started today's 1 researches"),
+    ],
+)
+async def test_the_requesters_own_limits_never_keep_them_from_steering(
+    world: Callable[..., World],
+    llm_server: FakeLLMServer,
+    limits: dict[str, object],
+    refusal: str,
+) -> None:
+    """A reply in the thread of a running research is guidance, decided before the per-user
+    concurrency and the daily quota: with FATHOM_USER_CONCURRENCY=1, or a daily quota of one
+    run, both used by the running research, its requester still steers it (guidance is no
+    run); a new research of theirs elsewhere is still refused."""
+    w = world(**limits)
+    await w.runner.start()
+    llm_server.fake.latency = 0.2
+    await w.chat.say(w.commands, "heat pumps depth=5")
+    await w.progress_shows("1/5th search executed.")
+    elsewhere = await w.chat.say(w.commands, "wind power", thread="t2")
+    assert elsewhere is not None and refusal in elsewhere.text, elsewhere
+    reply = await w.chat.say(w.commands, "focus on Europe", in_thread=True)
+    assert reply is not None and reply.text == "Noted: the next searches take this into account."
+    (run,) = await w.delivered()
+    assert run.status == "succeeded" and len(await w.runs()) == 1
+    variables = await w.store.load_variables(run.thread_id)
+    assert variables is not None and [g["text"] for g in variables["guidance"]] == [
+        "focus on Europe"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("said", "kept"),
+    [
+        ("<font color=red>Europe</font>", "<font color=red>Europe</font>"),
+        ("a=b", "a=b"),
+        ("https://example.org/data?depth=9&x=1", "https://example.org/data?depth=9&x=1"),
+        ("focus on [official data]() and ![chart]()", "focus on official data and"),
+        (
+            "use [the census](https://example.org/census) ![map](https://x.example/m.png)",
+            "use the census",
+        ),
+        ("depth=", "depth="),
+        ("数据 " * 3000, ("数据 " * 3000)[:500].strip()),
+    ],
+)
+async def test_a_steering_reply_is_taken_as_its_raw_text(
+    world: Callable[..., World], llm_server: FakeLLMServer, said: str, kept: str
+) -> None:
+    """Steering is text, not a command: markup, an option-like word, a URL with a query and
+    10 KB of text are all guidance (made inert, cut at 500 characters), never "Unknown option"
+    or "The topic is ... characters long"; Markdown links keep their words only, images go."""
+    w = world()
+    await w.runner.start()
+    llm_server.fake.latency = 0.2
+    await w.chat.say(w.commands, "heat pumps depth=5")
+    await w.progress_shows("1/5th search executed.")
+    reply = await w.chat.say(w.commands, said, in_thread=True)
+    noted = "已记下：接下来的搜索会考虑这一点。" if "数据" in said else "Noted: the next"
+    assert reply is not None and reply.text.startswith(noted), reply
+    (run,) = await w.delivered()
+    variables = await w.store.load_variables(run.thread_id)
+    assert variables is not None and [g["text"] for g in variables["guidance"]] == [kept]
+
+
+async def test_in_a_running_thread_only_a_research_request_naming_the_command_is_one(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    """``/research <topic>`` in the thread of a running research is a request (answered that
+    a research already runs there), a control word is a control; the report's note names the
+    steerer by their platform id, not Fathom's internal key."""
+    w = world()
+    await w.runner.start()
+    llm_server.fake.latency = 0.2
+    await w.chat.say(w.commands, "heat pumps depth=5")
+    await w.progress_shows("1/5th search executed.")
+    busy = await w.chat.say(w.commands, "/research wind power", in_thread=True)
+    assert busy is not None and busy.text.startswith("⚠️ A research is already running"), busy
+    status = await w.chat.say(w.commands, "status", in_thread=True)
+    assert status is not None and "heat pumps" in status.text
+    noted = await w.chat.say(w.commands, "focus on Europe", in_thread=True)
+    assert noted is not None and noted.text.startswith("Noted")
+    (run,) = await w.delivered()
+    report = "".join(r.text for r in w.chat.messages(w.thread(), "report"))
+    assert "Guidance followed: focus on Europe (U1, " in report, report
+    assert run.requested_by not in report
 
 
 async def test_usage_answers_the_requesters_runs_and_the_channels(

@@ -26,6 +26,7 @@ from core.attachments import Screened, screen
 from core.commands import CommandError, validate_ids
 from core.digests import DigestService
 from core.grammar import (
+    EXPLICIT,
     CancelCommand,
     Command,
     DigestsCommand,
@@ -331,6 +332,12 @@ class ChatCommands:
             return Reply(replies.error(exc.text(replies.language)))
         if not policy.is_allowed(message.user, message.channel):
             return Reply(replies.not_allowed())
+        if message.in_thread and steers(message.text, parsed):
+            # Decided before any limit: guidance is not a run, and the requester's own
+            # concurrency or daily quota never keeps them from steering their research.
+            steered = await self._steer(message, replies)
+            if steered is not None:
+                return steered
         if isinstance(parsed, CommandError):
             return Reply(replies.error(parsed.text(replies.language)))
         command = parsed
@@ -421,14 +428,9 @@ class ChatCommands:
         except DailyLimitReached as reached:
             await self._keep(message, attachments)
             return Reply(replies.daily_limit(reached.kind, reached.limit, reached.resets_at))
-        except RunRejected as exc:
+        except RunRejected as exc:  # (an explicit `/research` in a busy thread)
             await self._keep(message, attachments)
-            active = exc.active
-            if message.in_thread and active is not None:  # a reply steering the research
-                steer = command.topic
-                if await self._service.add_guidance(active, by, steer, key=message.dedupe_key):
-                    return Reply(replies.guidance_noted())
-            return Reply(replies.thread_busy(active))
+            return Reply(replies.thread_busy(exc.active))
         except BaseException:  # the database failed: the files wait for the retried request
             with contextlib.suppress(Exception):
                 await self._keep(message, attachments)
@@ -439,6 +441,18 @@ class ChatCommands:
             await self._keep(message, attachments)
         left_out = message.unreadable + _named(screened.rejected) if created else ()
         return Reply(replies.accepted(run.topic, run.depth), started=True, left_out=left_out)
+
+    async def _steer(self, message: ChatMessage, replies: Replies) -> Reply | None:
+        """A reply in the thread of a running research, kept as guidance for it (its raw
+        text); None when the thread has no running research (or nothing readable was said),
+        so that the reply is handled as a request."""
+        run = await self._store.latest_run_in_thread(str(message.thread_key))
+        if run is None or RunStatus(run.status).finished:
+            return None
+        by = message.requested_by
+        if await self._service.add_guidance(run, by, message.text, key=message.dedupe_key):
+            return Reply(replies.guidance_noted())
+        return None
 
     async def _keep(self, message: ChatMessage, attachments: Sequence[Attachment]) -> None:
         """A request refused for now: the files it took wait for the next one again."""
@@ -581,6 +595,16 @@ def _belongs(thread: ThreadKey, press: Press) -> bool:
     if where != (press.platform, press.workspace):
         return False
     return press.channel is None or thread.channel == press.channel
+
+
+def steers(text: str, parsed: Parsed) -> bool:
+    """Whether a reply in a thread is steering text, not a command: anything but a control
+    word (``stop``, ``cancel``, ``help``, ``status``, ``usage``, the schedule commands) or a
+    request that starts with ``/research``. Its words are never read by the grammar: ``a=b``,
+    a URL with a query or 10 KB of text are guidance, not an unknown option or a long topic."""
+    if isinstance(parsed, ResearchCommand | CommandError):
+        return EXPLICIT.match(text) is None
+    return False
 
 
 def _named(rejected: Sequence[tuple[Attachment, str]]) -> tuple[tuple[str, str], ...]:

@@ -64,7 +64,8 @@ from bots.dingtalk.send import Conversation, space_of
 from bots.dingtalk.settings import DingTalkSettings
 from bots.dingtalk.stream import DingTalkStream
 from bots.http_gate import Rejected, read_body, rejected_response
-from core.grammar import ResearchCommand
+from core.commands import CommandError
+from core.grammar import EXPLICIT, ResearchCommand
 from core.models import RunStatus, ThreadKey
 from core.runs import ChatRuns, utcnow
 from core.wording import Language, pick
@@ -73,8 +74,6 @@ log = logging.getLogger(__name__)
 
 #: A user's research runs looked at for the follow-up rule.
 FOLLOW_UP_CANDIDATES = 10
-#: ``/research <topic>``: always a new research.
-EXPLICIT = re.compile(r"^\s*/research\b", re.IGNORECASE)
 
 
 def _report_heading(markdown: str | None) -> str | None:
@@ -137,7 +136,7 @@ class DingTalkAdapter:
             await self._chat.receive_unreadable(request.message, self._answerer(request))
             return
         parsed = self._chat.parse(request.message.text)  # once, for the follow-up rule too
-        if isinstance(parsed, ResearchCommand):
+        if isinstance(parsed, ResearchCommand | CommandError):  # a request, or steering text
             request = await self._follow_up(request)
         await self._chat.receive(request.message, self._answerer(request), parsed)
 
