@@ -2,16 +2,19 @@
 parsing.
 
 A platform route reads its body through :func:`read_body` (413 before the body is read whole),
-verifies the platform's signature on the raw bytes (401), and only then decodes and parses
-(400 for a signed body that makes no sense). A rejection is raised as :class:`Rejected` and
-answered by :func:`rejected_response`, which logs one short line: no body, header, token or
-secret ever reaches the log. Slack, Feishu and DingTalk use it.
+verifies the platform's signature on the raw bytes (401), and only then decodes and parses with
+:func:`parse_json` (400 for a signed body that makes no sense, malformed or nested too deep). A
+rejection is raised as :class:`Rejected` and answered by :func:`rejected_response`, which logs
+one short line: no body, header, token or secret ever reaches the log. Slack, Feishu and
+DingTalk use it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -30,6 +33,16 @@ class Rejected(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
+
+
+def parse_json(data: bytes | str) -> Any:
+    """``json.loads`` for what arrives from outside: a document nested deeper than the parser
+    can follow (``[[[[...`` under the size limit) is malformed JSON like any other, a
+    ``ValueError``, never the parser's ``RecursionError``."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 async def read_body(

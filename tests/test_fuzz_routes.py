@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from bots.composition import load_app_settings
+from bots.dingtalk.callbacks import callback_key
 from bots.server import create_app
 from storage import Database
 from tests.conftest import FAKE_API_KEY
@@ -63,6 +64,7 @@ SECRET = "fuzz-signing-secret-0123456789abcdef"
 FEISHU_TOKEN, FEISHU_KEY = "fuzz-verification-token", "fuzz-encrypt-key"
 CLIENT_ID, CLIENT_SECRET = "9999.8888", "fuzz-client-secret"
 MAX_BODY = 16_384
+CARD_URL = "https://fathom.example.com/dingtalk/card"
 ROUTES = (
     "POST /slack/events",
     "POST /feishu/events",
@@ -152,6 +154,7 @@ def served(
             DINGTALK_CLIENT_SECRET=DINGTALK_SECRET,
             DINGTALK_MODE="http",
             DINGTALK_API_URL=dingtalk.url,
+            DINGTALK_CARD_CALLBACK_URL=CARD_URL,
         )
         app = create_app(app_settings)
         loop = asyncio.new_event_loop()
@@ -478,3 +481,86 @@ def test_no_route_answers_5xx_or_stores_anything_unsigned(served: Served, route:
     total = sum(statuses.values())
     print(f"\nfuzz {route}: {total} cases, statuses {dict(sorted(statuses.items()))}")
     assert total >= EXAMPLES
+
+
+#: JSON nested deeper than any parser's recursion (16,000 bytes: under the size limit).
+DEEP = 8_000
+
+
+def _deep(depth: int = DEEP) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def _nested_requests() -> list[tuple[str, str, bytes, dict[str, str], dict[str, str], int]]:
+    """(name, path, body, headers, query, status expected) for each route's parser."""
+    deep_object = b'{"type":"event_callback","event":' + _deep(DEEP - 40) + b"}"
+    deep_form = b"payload=" + (b"%5B" * 2_600) + (b"%5D" * 2_600)
+    card_key = {"key": callback_key(DINGTALK_SECRET)}
+    json_type = {"Content-Type": "application/json"}
+    form_type = {"Content-Type": "application/x-www-form-urlencoded"}
+    return [
+        (
+            "slack events, signed",
+            "/slack/events",
+            deep_object,
+            {**json_type, **sign(deep_object, SECRET)},
+            {},
+            400,
+        ),
+        (
+            "slack interactivity, signed",
+            "/slack/events",
+            deep_form,
+            {**form_type, **sign(deep_form, SECRET)},
+            {},
+            400,
+        ),
+        ("slack, unsigned", "/slack/events", deep_object, json_type, {}, 401),
+        ("feishu, signed", "/feishu/events", _deep(), feishu_signed(_deep(), FEISHU_KEY), {}, 400),
+        ("feishu, unsigned", "/feishu/events", _deep(), json_type, {}, 400),
+        (
+            "dingtalk events, signed",
+            "/dingtalk/events",
+            _deep(),
+            {**json_type, **dingtalk_signed(DINGTALK_SECRET)},
+            {},
+            400,
+        ),
+        ("dingtalk events, unsigned", "/dingtalk/events", _deep(), json_type, {}, 401),
+        ("dingtalk card", "/dingtalk/card", _deep(), json_type, card_key, 400),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "body", "headers", "query", "expected"),
+    _nested_requests(),
+    ids=[r[0] for r in _nested_requests()],
+)
+def test_json_nested_too_deep_is_refused_as_malformed(
+    served: Served,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    query: dict[str, str],
+    expected: int,
+) -> None:
+    """A body nested thousands of levels deep (under the size limit) is malformed JSON: 400
+    (401 where the signature is checked first), one log line and no traceback, nothing
+    stored; the parser's RecursionError never becomes a 500."""
+
+    async def post() -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        before = await served.stored()
+        response = await served.client.post(path, content=body, headers=headers, params=query)
+        return response.status_code, before, await served.stored()
+
+    caplog.set_level("INFO")
+    status, before, after = served.call(post())
+    assert status == expected, (name, status)
+    assert after == before
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+    rejected = [
+        r for r in caplog.records if "rejected" in r.getMessage() and path in r.getMessage()
+    ]
+    assert len(rejected) == 1, caplog.text

@@ -34,7 +34,6 @@ request that quotes a file message reads that file (see ``bots.dingtalk.events``
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from datetime import timedelta
@@ -63,7 +62,7 @@ from bots.dingtalk.render import escape_text
 from bots.dingtalk.send import Conversation, space_of
 from bots.dingtalk.settings import DingTalkSettings
 from bots.dingtalk.stream import DingTalkStream
-from bots.http_gate import Rejected, read_body, rejected_response
+from bots.http_gate import Rejected, parse_json, read_body, rejected_response
 from core.commands import CommandError
 from core.grammar import EXPLICIT, ResearchCommand
 from core.models import RunStatus, ThreadKey
@@ -268,7 +267,7 @@ class DingTalkAdapter:
                 raise Rejected(403, "not the registered card callback address")
             body = await read_body(request, self._limits.max_body_bytes, self._limits.body_timeout)
             try:
-                data = json.loads(body)
+                data = parse_json(body)
             except ValueError:
                 raise Rejected(400, "the card callback is not JSON") from None
             if not isinstance(data, dict):

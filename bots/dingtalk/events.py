@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,7 +36,7 @@ import httpx
 from bots.chat.controls import Press, control_of
 from bots.chat.inbound import ChatMessage
 from bots.dingtalk.render import run_of_track
-from bots.http_gate import Rejected
+from bots.http_gate import Rejected, parse_json
 from core.models import Attachment
 from core.wording import Language, request_language
 
@@ -71,7 +70,7 @@ def open_callback(body: bytes, headers: dict[str, str], secret: str) -> dict[str
     """A verified HTTP callback's robot message; :class:`Rejected` (4xx) for anything else."""
     verify_sign(headers, secret)
     try:
-        payload = json.loads(body)
+        payload = parse_json(body)
     except (ValueError, UnicodeDecodeError):
         raise Rejected(400, "the body is not JSON") from None
     if not isinstance(payload, dict) or not isinstance(payload.get("msgId"), str):
@@ -162,7 +161,7 @@ def quote_of(data: dict[str, Any]) -> Quote | None:
         replied = place.get("repliedMsg")
         if isinstance(replied, str):  # some deliveries carry it as a JSON string
             try:
-                replied = json.loads(replied)
+                replied = parse_json(replied)
             except ValueError:
                 replied = None
         if not isinstance(replied, dict):
@@ -317,7 +316,7 @@ def translate_card_press(data: dict[str, Any]) -> Press | None:
     content: Any = data.get("content")
     if isinstance(content, str):
         try:
-            content = json.loads(content)
+            content = parse_json(content)
         except ValueError:
             return None
     private = content.get("cardPrivateData") if isinstance(content, dict) else None

@@ -32,7 +32,7 @@ from lark_oapi.core.utils.decryptor import AESCipher
 
 from bots.chat.controls import Press, control_of
 from bots.chat.inbound import ChatMessage
-from bots.http_gate import Rejected
+from bots.http_gate import Rejected, parse_json
 from core.models import Attachment
 
 PLATFORM = "feishu"
@@ -55,7 +55,7 @@ class Event:
 
 def _json_object(data: bytes | str, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(data)
+        value = parse_json(data)
     except (ValueError, UnicodeDecodeError):
         raise Rejected(400, f"{what} is not JSON") from None
     if not isinstance(value, dict):
@@ -183,7 +183,7 @@ def _read(message: dict[str, Any]) -> _Content | None:
     or ``media`` message, with mention keys (``@_user_1``) where the mentions stand, for
     :func:`translate` to resolve; None for other kinds."""
     try:
-        content = json.loads(message.get("content") or "{}")
+        content = parse_json(message.get("content") or "{}")
     except ValueError:
         return None
     if not isinstance(content, dict):

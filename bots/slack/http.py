@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -29,7 +28,13 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltRequest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from bots.http_gate import DEFAULT_BODY_TIMEOUT, Rejected, read_body, rejected_response
+from bots.http_gate import (
+    DEFAULT_BODY_TIMEOUT,
+    Rejected,
+    parse_json,
+    read_body,
+    rejected_response,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +62,10 @@ def parse_payload(text: str, content_type: str | None) -> dict[str, Any]:
     the parts Fathom and Bolt look into have the right shape."""
     try:
         if content_type == "application/json" or text.startswith("{"):
-            payload = json.loads(text)
+            payload = parse_json(text)
         else:
             form = dict(parse_qsl(text, keep_blank_values=True))
-            payload = json.loads(form["payload"]) if "payload" in form else form
+            payload = parse_json(form["payload"]) if "payload" in form else form
     except ValueError:
         raise Rejected(400, "malformed Slack payload") from None
     if not isinstance(payload, dict):
