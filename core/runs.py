@@ -13,10 +13,13 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from storage.errors import UserBusy
-from storage.records import DigestRecord, RunRecord, StopRequest, ThreadRecord
+from storage.lifecycle import DELIVERY_PENDING
+from storage.records import CancelRequest, DigestRecord, RunRecord, StopRequest, ThreadRecord
 from storage.tables import utcnow
 
 __all__ = [
+    "DELIVERY_PENDING",
+    "CancelRequest",
     "ChatRuns",
     "DigestRecord",
     "RunRecord",

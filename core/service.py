@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import time as dt_time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 from core import wording
@@ -71,6 +71,7 @@ from core.text import clean_text, has_visible
 from core.untrusted import neutralise, without_markdown_links
 from core.writer import ModelUnavailable, NoResults, ReportWriter, model_unavailable
 from storage import (
+    CancelRequest,
     Checkpointed,
     Claim,
     ClaimLost,
@@ -140,13 +141,47 @@ def _interrupted(run: RunRecord) -> bool:
     )
 
 
-@dataclass
+T = TypeVar("T")
+
+
 class _CancelFlag:
     """Whether a cancel (``requested``) or a "Stop and write now" (``stop``) was requested for
-    an executing run, as last seen."""
+    an executing run, as last seen; ``cancelled`` is set with a cancel, for a step that
+    waits on it (the writer)."""
 
-    requested: bool
-    stop: bool = False
+    def __init__(self, requested: bool, stop: bool = False) -> None:
+        self.stop = stop
+        self.cancelled = asyncio.Event()
+        if requested:
+            self.cancelled.set()
+
+    @property
+    def requested(self) -> bool:
+        return self.cancelled.is_set()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class _WritingCancelled(Exception):
+    """A cancel came while the report was being written: the writer was stopped."""
+
+
+async def _unless_cancelled(work: Awaitable[T], cancelled: asyncio.Event) -> T:
+    """``work``'s result; :class:`_WritingCancelled` (``work`` stopped) when ``cancelled`` is
+    set first. A cancellation of the caller stops ``work`` too."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(cancelled.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+    if task.cancelled():
+        raise _WritingCancelled
+    return task.result()
 
 
 class RunRejected(ValueError):
@@ -521,7 +556,8 @@ class ResearchService:
 
         async def checkpoint(current: RunState) -> None:
             stored = await self._checkpoint(claim, current)
-            cancel.requested = cancel.requested or stored.cancel_requested
+            if stored.cancel_requested:
+                cancel.cancel()
             cancel.stop = cancel.stop or stored.stop_requested
 
         # The time budget counts from the run's first start: the time of earlier attempts (on
@@ -567,10 +603,11 @@ class ResearchService:
                 rounds = state.rounds_done
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
                 await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))
-                markdown, sources = await self._writer.write(
-                    run, state, strategy.writer_graph(state)
-                )
+                written = self._writer.write(run, state, strategy.writer_graph(state))
+                markdown, sources = await _unless_cancelled(written, cancel.cancelled)
                 status = RunStatus.SUCCEEDED
+        except _WritingCancelled:
+            status = RunStatus.CANCELLED
         except asyncio.CancelledError as exc:
             lost = bool(exc.args) and exc.args[0] == LOST_CLAIM
             if record_interruption and not lost:
@@ -589,6 +626,8 @@ class ResearchService:
             if self._executing.get(run.id) is cancel:
                 del self._executing[run.id]
         finished = await self._finish(claim, state, status, markdown, sources, error)
+        if finished.status != status.value:  # a cancel came as the report was recorded
+            status, markdown, sources = RunStatus(finished.status), None, []
         self._count(finished, state, rounds_before=run.rounds_done, usage_before=usage_of(run))
         outcome = RunOutcome(
             run_id=run.id,
@@ -807,13 +846,14 @@ class ResearchService:
             flag.stop = True  # running here: seen before the next search
         return answer
 
-    async def cancel(self, run_id: str) -> bool:
-        """Flag the run for cancellation; it stops at its next step (False: it has ended)."""
-        requested = await self._store.request_cancel(run_id, console_platform=CONSOLE_PLATFORM)
+    async def cancel(self, run_id: str) -> CancelRequest:
+        """Cancel the run (see :class:`CancelRequest`): a running one stops at its next step,
+        or, while its report is being written, at once (no report)."""
+        answer = await self._store.request_cancel(run_id, console_platform=CONSOLE_PLATFORM)
         flag = self._executing.get(run_id)
-        if requested and flag is not None:
-            flag.requested = True  # running here: no need to wait for its next checkpoint
-        return requested
+        if answer is CancelRequest.CANCELLING and flag is not None:
+            flag.cancel()  # running here: no need to wait for its next checkpoint
+        return answer
 
     # -- steps ----------------------------------------------------------------
     async def _checkpoint(self, claim: Claim, state: RunState) -> Checkpointed:

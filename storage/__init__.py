@@ -56,6 +56,7 @@ from storage.lifecycle import (
     outcome_is_delivered,
 )
 from storage.records import (
+    CancelRequest,
     Checkpointed,
     Claim,
     ClaimResult,
@@ -83,6 +84,7 @@ __all__ = [
     "UNFINISHED_STATUSES",
     "USAGE_KEYS",
     "CacheStore",
+    "CancelRequest",
     "Checkpointed",
     "Claim",
     "ClaimLost",

@@ -24,6 +24,7 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
+    false,
     func,
     insert,
     or_,
@@ -228,6 +229,15 @@ class _Statements:
         )
         self.finish_run = (
             update(_runs).where(*_FENCE, _RUNNING).values(heartbeat_at=now).returning(_runs.c.id)
+        )
+        # A report is recorded only while no cancel was asked for (in the same statement, so
+        # a cancel racing it either lands first, and the run ends cancelled, or finds it
+        # finished and is told the report is being posted).
+        self.finish_run_uncancelled = (
+            update(_runs)
+            .where(*_FENCE, _RUNNING, _runs.c.cancel_requested == false())
+            .values(heartbeat_at=now)
+            .returning(_runs.c.id)
         )
         self.count_delivery_failure = (
             update(_runs)
@@ -459,6 +469,8 @@ class ClaimStore:
         deliver: bool = True,
     ) -> RunRecord:
         """Record the outcome, report and (replacing any earlier) sources of a held run.
+        A ``succeeded`` run that was asked to cancel meanwhile is recorded ``cancelled``,
+        without its report or sources (the returned record says which).
 
         With ``deliver`` its delivery becomes pending: posting the outcome in its chat
         thread is the next step (a console run's caller prints it instead: the caller asks
@@ -494,11 +506,19 @@ class ClaimStore:
         ]
 
         def work(conn: Connection) -> RunRecord:
-            if conn.execute(self._sql.finish_run, run).first() is None:
+            kept = rows
+            if status != "succeeded":
+                finished = conn.execute(self._sql.finish_run, run).first()
+            else:
+                finished = conn.execute(self._sql.finish_run_uncancelled, run).first()
+                if finished is None:  # cancelled while the report was written: none is kept
+                    cancelled = {**run, "status": "cancelled", "report_markdown": None}
+                    finished, kept = conn.execute(self._sql.finish_run, cancelled).first(), []
+            if finished is None:
                 raise ClaimLost(claim.run_id)
             conn.execute(_DELETE_SOURCES, {"run_id": claim.run_id})
-            if rows:
-                conn.execute(insert(_sources), rows)
+            if kept:
+                conn.execute(insert(_sources), kept)
             return require_run(conn, claim.run_id)
 
         return await self._db.run(work)

@@ -19,6 +19,23 @@ class StopRequest(enum.StrEnum):
     ENDED = "ended"
 
 
+class CancelRequest(enum.StrEnum):
+    """What asking a run to cancel did (:meth:`storage.Store.request_cancel`), decided by
+    the database: of two requests racing (two replicas, a press and a typed ``cancel``), one
+    gets ``cancelling``, the other ``already``."""
+
+    #: It was queued: it ended cancelled at once.
+    CANCELLED = "cancelled"
+    #: It was running: it stops at its next step, or its writer is stopped; no report.
+    CANCELLING = "cancelling"
+    #: It was already asked to cancel: nothing changed.
+    ALREADY = "already"
+    #: It had finished with its report, which is being posted: too late to cancel.
+    POSTING = "posting"
+    #: It had ended (or is unknown): nothing changed.
+    ENDED = "ended"
+
+
 @dataclass(frozen=True, slots=True)
 class RunUsage:
     """One run's counters, for totals (``/research usage``)."""

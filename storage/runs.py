@@ -22,12 +22,20 @@ from storage.db import Database
 from storage.errors import QuotaReached, ThreadBusy, UserBusy
 from storage.lifecycle import (
     CONSOLE_PLATFORM,
+    DELIVERY_PENDING,
     DELIVERY_WHEN_ENDED,
     EPOCH,
     UNFINISHED_STATUSES,
     LeaseClock,
 )
-from storage.records import DailyQuota, RunRecord, RunUsage, SourceRecord, StopRequest
+from storage.records import (
+    CancelRequest,
+    DailyQuota,
+    RunRecord,
+    RunUsage,
+    SourceRecord,
+    StopRequest,
+)
 from storage.sql import (
     RUN_BY_ID,
     SELECT_RUNS,
@@ -78,9 +86,16 @@ _USED_TODAY = select(
 _DEDUPE_USED = select(exists().where(_runs.c.dedupe_key == bindparam("dedupe_key")))
 _CANCEL_RUNNING = (
     update(_runs)
-    .where(_runs.c.id == bindparam("run_id"), _runs.c.status == "running")
+    .where(
+        _runs.c.id == bindparam("run_id"),
+        _runs.c.status == "running",
+        _runs.c.cancel_requested == false(),
+    )
     .values(cancel_requested=True)
     .returning(_runs.c.id)
+)
+_CANCEL_STATE = select(_runs.c.status, _runs.c.cancel_requested, _runs.c.delivery).where(
+    _runs.c.id == bindparam("run_id")
 )
 _STOP_RUNNING = (
     update(_runs)
@@ -236,12 +251,15 @@ class RunStore:
 
     async def request_cancel(
         self, run_id: str, *, console_platform: str = CONSOLE_PLATFORM
-    ) -> bool:
-        """Cancel an unfinished run; False when it has finished or is unknown.
+    ) -> CancelRequest:
+        """Cancel an unfinished run (see :class:`CancelRequest`).
 
         A queued run ends ``cancelled`` at once (nobody has started it; its thread is free
-        again, and any runner's next sweep delivers the outcome); a running one is flagged and
-        stops at its next step.
+        again, and any runner's next sweep delivers the outcome); a running one is flagged
+        (``cancelling``) and stops at its next step, its writer stopped if it is writing. The
+        flag is set only where it was not (a row lock orders two requests), so of two
+        requests one is told ``already``. A run that finished with its report while being
+        posted is ``posting``: the report goes out.
         """
         params = {
             "run_id": run_id,
@@ -249,10 +267,20 @@ class RunStore:
             **self._clock.params(),
         }
 
-        def work(conn: Connection) -> bool:
+        def work(conn: Connection) -> CancelRequest:
             if conn.execute(self._cancel_queued, params).first() is not None:
-                return True
-            return conn.execute(_CANCEL_RUNNING, params).first() is not None
+                return CancelRequest.CANCELLED
+            if conn.execute(_CANCEL_RUNNING, params).first() is not None:
+                return CancelRequest.CANCELLING
+            row = conn.execute(_CANCEL_STATE, params).first()
+            if row is None:
+                return CancelRequest.ENDED
+            status, flagged, delivery = row
+            if status in ("queued", "running") and flagged:
+                return CancelRequest.ALREADY
+            if status == "succeeded" and delivery == DELIVERY_PENDING:
+                return CancelRequest.POSTING
+            return CancelRequest.ENDED
 
         return await self._db.run(work)
 

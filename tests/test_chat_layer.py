@@ -29,8 +29,9 @@ from core.search import SearxngProvider
 from core.service import ResearchService, UserQuota
 from storage import Database, RunRecord, Store
 from storage.tables import ProcessedEvent
+from tests.chat_app import wait_for
 from tests.conftest import FAKE_API_KEY
-from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 
 FAST = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
 
@@ -353,6 +354,75 @@ async def test_the_cancel_button_ends_the_run_without_a_report(
     assert w.chat.messages(w.thread(), "report") == []
     rate = await w.chat.press(w.commands, run.id, Control.UP)
     assert rate == "That research has no report to rate."
+
+
+async def test_a_second_cancel_is_told_the_research_is_already_being_cancelled(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    """Pressed twice, typed twice (in Chinese), and pressed on two replicas at once: one
+    answer says it is cancelling, every other that it already is (decided by the database,
+    never two "Cancelling")."""
+    w, other = world(), world()  # two replicas' chat layers on one database
+    await w.runner.start()
+    llm_server.fake.latency = 0.3
+    await w.chat.say(w.commands, "热泵 depth=5")
+    await w.progress_shows("1/5th search executed.")
+    (run,) = await w.runs()
+    first, second = await asyncio.gather(
+        w.chat.press(w.commands, run.id, Control.CANCEL),
+        other.chat.press(other.commands, run.id, Control.CANCEL),
+    )
+    assert sorted([first[:2], second[:2]]) == sorted(["🛑 ", "那个"]), (first, second)
+    assert "那个研究已经在取消了。" in (first + second)
+    typed = await w.chat.say(w.commands, "取消", in_thread=True)
+    assert typed is not None and typed.text == "那个研究已经在取消了。"
+    (ended,) = await w.delivered()
+    assert ended.status == "cancelled"
+    late = await w.chat.press(w.commands, run.id, Control.CANCEL)
+    assert late == "那个研究已经结束了。"
+
+
+async def test_a_cancel_while_the_report_is_written_stops_the_writer_and_posts_no_report(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    """The writer's answer is held (the fake hangs for a minute): Cancel is answered
+    "Cancelling", the writer call is stopped, the run ends cancelled at once and no report
+    is posted."""
+    w = world()
+    await w.runner.start()
+    llm_server.fake.script("writer", Hang(60))
+    await w.chat.say(w.commands, "heat pumps depth=1")
+    await w.progress_shows("Writing the report")
+    await wait_for(lambda: llm_server.fake.requests_for("writer"))
+    (run,) = await w.runs()
+    answer = await w.chat.press(w.commands, run.id, Control.CANCEL)
+    assert answer.startswith("🛑 Cancelling"), answer
+    (ended,) = await w.delivered()
+    assert (ended.status, ended.report_markdown) == ("cancelled", None)
+    assert w.chat.messages(w.thread(), "report") == []
+    (progress,) = w.chat.messages(w.thread(), "progress")
+    assert "Research cancelled" in progress.text
+
+
+async def test_a_cancel_while_the_report_is_posted_says_it_is_too_late(
+    world: Callable[..., World],
+) -> None:
+    """Once the report is written and recorded, Cancel cannot keep it from the thread: the
+    answer says so instead of "Cancelling", and the report is posted whole."""
+    w = world()
+    w.chat.report_gate = gate = asyncio.Event()
+    await w.runner.start()
+    await w.chat.say(w.commands, "heat pumps depth=1")
+    await asyncio.wait_for(w.chat.posting.wait(), 30)
+    (run,) = await w.runs()
+    answer = await w.chat.press(w.commands, run.id, Control.CANCEL)
+    typed = await w.chat.say(w.commands, "cancel", in_thread=True)
+    gate.set()
+    assert answer == "Too late to cancel: that research is already posting its report."
+    assert typed is not None and typed.text == answer
+    (ended,) = await w.delivered()
+    assert ended.status == "succeeded" and ended.delivery == "posted"
+    assert w.chat.messages(w.thread(), "report")
 
 
 async def test_a_vote_is_stored_once_per_person_and_a_second_press_changes_it(

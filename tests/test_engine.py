@@ -26,7 +26,7 @@ from core.progress import ProgressEvent, ProgressKind
 from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider
 from core.service import ResearchService, RunOutcome
-from storage import Database, Store
+from storage import CancelRequest, Database, Store
 from tests.cli import start_fathom, stop, wait_for_stderr
 from tests.databases import MigratedTemplates
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Reply
@@ -542,6 +542,32 @@ async def test_cancel_from_another_process_is_seen_at_the_next_checkpoint(
     assert harness.writer_requests() == []
     run = await harness.store.get_run(run_id)
     assert run is not None and (run.status, run.rounds_done) == ("cancelled", 1)
+
+
+async def test_cancel_from_another_process_while_the_report_is_written_keeps_no_report(
+    harness: Harness,
+) -> None:
+    """A replica that is not running the research cancels it while its writer works: the
+    writer's report is not recorded (the run ends cancelled in the same statement that would
+    have recorded it), so no report is delivered after the canceller was told "Cancelling"."""
+    run_id = await harness.submit(depth=1)
+    database, other = await fresh_store(harness.url)
+
+    async def on_event(event: ProgressEvent) -> None:
+        if event.kind is ProgressKind.WRITING:
+            assert await other.request_cancel(run_id) is CancelRequest.CANCELLING
+
+    try:
+        progress = Collect(on_event)
+        outcome = await harness.service.execute(run_id, progress)
+    finally:
+        await database.dispose()
+    assert len(harness.writer_requests()) == 1  # it was writing
+    assert outcome.status is RunStatus.CANCELLED and outcome.report_markdown is None
+    assert progress.final.startswith("Research cancelled")
+    run = await harness.store.get_run(run_id)
+    assert run is not None and (run.status, run.report_markdown) == ("cancelled", None)
+    assert await harness.store.run_sources(run_id) == []
 
 
 @sqlite_only

@@ -12,6 +12,7 @@ from sqlalchemy import text, update
 
 from storage import (
     CacheStore,
+    CancelRequest,
     Checkpointed,
     ClaimLost,
     ClaimStore,
@@ -434,17 +435,37 @@ async def test_sqlite_writers_of_one_process_never_meet_the_busy_handler(
 
 
 async def test_cancel_flags(store: Store) -> None:
-    run, _ = await new_run(store)
-    assert not await cancel_flag(store, run.id)
-    assert await store.request_cancel(run.id)
-    assert await cancel_flag(store, run.id)
-    assert not await cancel_flag(store, "f" * 32)
-    assert not await store.request_cancel("f" * 32)
+    """What a cancel did, decided by the database: a queued run ends cancelled, a running
+    one is flagged once (a second request is told it already is), a run whose report is
+    being posted is too late, and a finished or unknown one has ended."""
+    queued, _ = await new_run(store)
+    assert await store.request_cancel(queued.id) is CancelRequest.CANCELLED
+    assert await store.request_cancel(queued.id) is CancelRequest.ENDED
+    running, _ = await new_run(store, topic="running", thread_key=f"{KEY}-1")
+    held = await claim(store, running.id)
+    assert not await cancel_flag(store, running.id)
+    assert await store.request_cancel(running.id) is CancelRequest.CANCELLING
+    assert await cancel_flag(store, running.id)
+    assert await store.request_cancel(running.id) is CancelRequest.ALREADY
+    assert await store.request_cancel("f" * 32) is CancelRequest.ENDED
+    # Cancelled while its report was written: recorded cancelled, without the report.
+    ended = await finish(store, held)
+    assert (ended.status, ended.report_markdown) == ("cancelled", None)
 
     other, _ = await new_run(store, topic="done already", thread_key=f"{KEY}-2")
-    await finish(store, await claim(store, other.id))
-    assert not await store.request_cancel(other.id)
+    posting = await finish(store, await claim(store, other.id))
+    assert posting.status == "succeeded" and posting.report_markdown == "# r"
+    assert await store.request_cancel(other.id) is CancelRequest.POSTING
     assert not await cancel_flag(store, other.id)
+
+
+async def test_of_two_cancels_racing_one_is_told_it_is_already_cancelling(store: Store) -> None:
+    """Two replicas pressing Cancel at once: the database orders them (on PostgreSQL, the
+    second waits for the first's row lock and then finds the flag set)."""
+    run, _ = await new_run(store)
+    await claim(store, run.id)
+    answers = await asyncio.gather(*(store.request_cancel(run.id) for _ in range(2)))
+    assert sorted(answers) == sorted([CancelRequest.CANCELLING, CancelRequest.ALREADY])
 
 
 async def test_user_listings(store: Store) -> None:

@@ -42,7 +42,15 @@ from core.grammar import (
 )
 from core.jobs import JobRunner
 from core.models import Attachment, ResearchRequest, RunStatus, SourceChoice, ThreadKey, Vote
-from core.runs import ChatRuns, RunRecord, StopRequest, UserBusy, utcnow
+from core.runs import (
+    DELIVERY_PENDING,
+    CancelRequest,
+    ChatRuns,
+    RunRecord,
+    StopRequest,
+    UserBusy,
+    utcnow,
+)
 from core.service import DailyLimitReached, ResearchService, RunRejected
 from core.wording import Language, request_language
 
@@ -472,9 +480,7 @@ class ChatCommands:
         run = await self._target(message, prefix)
         if isinstance(run, _Refusal):
             return run.text(replies, stop=False)
-        if not await self._service.cancel(run.id):
-            return replies.already_finished()
-        return replies.cancelled(run)
+        return _cancel_answer(await self._service.cancel(run.id), run, replies)
 
     async def _stop(self, message: ChatMessage, prefix: str | None, replies: Replies) -> str:
         """Stop and write now, typed (``stop``, ``write now``, ``停止``, ...)."""
@@ -520,20 +526,16 @@ class ChatCommands:
         if run.requested_by != press.requested_by and not self._policy.is_admin(press.user):
             stop = press.control is Control.STOP
             return replies.only_starter_can_stop() if stop else replies.only_starter_can_cancel()
-        if RunStatus(run.status).finished:
+        if press.control is Control.CANCEL:  # (decided by the database, not by `run` as read)
+            return _cancel_answer(await self._service.cancel(run.id), run, replies)
+        if RunStatus(run.status).finished:  # Stop and write now
             return replies.already_finished()
-        if press.control is Control.STOP:
-            answer = await self._service.stop(run.id)
-            if answer is StopRequest.STOPPING:
-                return replies.stopping(run)
-            if answer is StopRequest.CANCELLED:
-                return replies.cancelled(run)
-            return await self._not_taken(run.id, replies)
-        if run.cancel_requested:
-            return replies.already_stopping()
-        if not await self._service.cancel(run.id):
-            return await self._not_taken(run.id, replies)
-        return replies.cancelled(run)
+        answer = await self._service.stop(run.id)
+        if answer is StopRequest.STOPPING:
+            return replies.stopping(run)
+        if answer is StopRequest.CANCELLED:
+            return replies.cancelled(run)
+        return await self._not_taken(run.id, replies)
 
     async def _not_taken(self, run_id: str, replies: Replies) -> str:
         """Why a stop or cancel changed nothing, read after the attempt (a press delivered
@@ -557,7 +559,7 @@ class ChatCommands:
         by = message.requested_by
         if message.in_thread and prefix is None:
             run = await self._store.latest_run_in_thread(str(message.thread_key))
-            if run is None or RunStatus(run.status).finished:
+            if run is None or (RunStatus(run.status).finished and not _posting(run)):
                 return _Refusal("nothing_in_thread")
             if run.requested_by != by and not self._policy.is_admin(message.user):
                 return _Refusal("not_theirs")
@@ -580,6 +582,11 @@ class ChatCommands:
         return matches[-1] if matches else None
 
 
+def _posting(run: RunRecord) -> bool:
+    """Whether ``run`` finished with its report, which is being posted now."""
+    return run.status == RunStatus.SUCCEEDED.value and run.delivery == DELIVERY_PENDING
+
+
 def _thread_of(run: RunRecord | None) -> ThreadKey | None:
     if run is None:
         return None
@@ -595,6 +602,17 @@ def _belongs(thread: ThreadKey, press: Press) -> bool:
     if where != (press.platform, press.workspace):
         return False
     return press.channel is None or thread.channel == press.channel
+
+
+def _cancel_answer(answer: CancelRequest, run: RunRecord, replies: Replies) -> str:
+    """What a cancel did, as the canceller is told (typed or pressed alike)."""
+    if answer in (CancelRequest.CANCELLED, CancelRequest.CANCELLING):
+        return replies.cancelled(run)
+    if answer is CancelRequest.ALREADY:
+        return replies.already_cancelling()
+    if answer is CancelRequest.POSTING:
+        return replies.posting_report()
+    return replies.already_finished()
 
 
 def steers(text: str, parsed: Parsed) -> bool:

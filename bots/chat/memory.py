@@ -128,6 +128,7 @@ class MemoryChat:
         self.files: dict[str, bytes] = {}
         self.downloads: list[str] = []
         self.download_gate: asyncio.Event | None = None  # downloads wait for it when set
+        self.report_gate: asyncio.Event | None = None  # report parts wait for it when set
         self.downloading = asyncio.Event()  # set when a download has started
         #: The answers to button presses, shown to the presser only: (user, text).
         self.private: list[tuple[str, str]] = []
@@ -308,6 +309,8 @@ class MemoryThread:
 
     async def post_report_part(self, part: str) -> None:
         self._chat.posting.set()
+        if self._chat.report_gate is not None:
+            await self._chat.report_gate.wait()
         self._chat._call("report", self.thread, part)
         buttons: tuple[Control, ...] = ()
         if part == self._last_part:  # the last part carries the feedback buttons

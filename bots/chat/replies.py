@@ -239,6 +239,17 @@ class Replies:
             "将用已找到的内容撰写报告。",
         )
 
+    def already_cancelling(self) -> str:
+        """A repeated cancel (a second press, another replica's, a typed ``取消`` twice)."""
+        return self._pick("That research is already being cancelled.", "那个研究已经在取消了。")
+
+    def posting_report(self) -> str:
+        """A cancel that came after the report was written: it is being posted."""
+        return self._pick(
+            "Too late to cancel: that research is already posting its report.",
+            "来不及取消了：那个研究已经在发布报告。",
+        )
+
     def already_stopping(self) -> str:
         """A repeated press: the run was already asked to stop or cancel."""
         return self._pick("That research is already stopping.", "那个研究已经在停止了。")
