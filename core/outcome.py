@@ -102,6 +102,8 @@ def _how_it_ended(outcome: RunOutcome) -> str:
     if outcome.status is RunStatus.FAILED:
         return wording.failed_text(language, done, depth, outcome.error)
     if outcome.status is RunStatus.CANCELLED:
+        if outcome.stop_reason is StopReason.STOPPED:  # stopped with nothing found yet
+            return wording.stopped_before_search_text(language, done, depth)
         return wording.cancelled_text(language, done, depth)
     sources, pages = len(outcome.sources), outcome.usage.pages_read
     files = outcome.usage.attachments_read

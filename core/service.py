@@ -69,7 +69,13 @@ from core.progress import (
 from core.search import SearchProvider
 from core.text import clean_text, has_visible
 from core.untrusted import neutralise, without_markdown_links
-from core.writer import ModelUnavailable, NoResults, ReportWriter, model_unavailable
+from core.writer import (
+    ModelUnavailable,
+    NoResults,
+    ReportWriter,
+    has_material,
+    model_unavailable,
+)
 from storage import (
     CancelRequest,
     Checkpointed,
@@ -593,6 +599,10 @@ class ResearchService:
             strategy = self._strategies[Strategy(run.strategy)]
             reason = await strategy.run(state, hooks)
             if reason is StopReason.CANCELLED:
+                status = RunStatus.CANCELLED
+            elif reason is StopReason.STOPPED and not has_material(state):
+                # "Stop and write now" before any search found anything: nothing to write
+                # from, which is no failure.
                 status = RunStatus.CANCELLED
             else:
                 for line in state.variables.guidance_for(run.id):

@@ -217,6 +217,16 @@ def cancelled_text(language: Language, done: int, depth: int) -> str:
     )
 
 
+def stopped_before_search_text(language: Language, done: int, depth: int) -> str:
+    """ "Stop and write now" came before any search found anything: no report."""
+    return pick(
+        language,
+        f"Stopped before any search found anything ({done} of {depth} searches): "
+        "nothing to report.",
+        f"在任何搜索找到内容之前已停止（已完成 {done}/{depth} 次搜索）：没有可报告的内容。",
+    )
+
+
 def done_text(
     language: Language,
     done: int,

@@ -42,6 +42,12 @@ log = logging.getLogger("core.service")
 MAX_WRITER_SOURCES = 60
 
 
+def has_material(state: RunState) -> bool:
+    """Whether the writer would have any source to write from (the thread's findings and
+    files): a run stopped before its first search may still have a follow-up's."""
+    return bool(number_sources(state.variables.findings, state.variables.files, state.topic))
+
+
 class NoResults(Exception):
     """No search returned anything, so there is nothing to write a report from."""
 

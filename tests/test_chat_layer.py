@@ -356,6 +356,27 @@ async def test_the_cancel_button_ends_the_run_without_a_report(
     assert rate == "That research has no report to rate."
 
 
+async def test_stop_pressed_before_the_first_search_says_and_does_the_same(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    """Pressed while the first plan is made: the answer says a report comes only from what
+    is found by then, and the run ends stopped with nothing to report, no report posted."""
+    w = world()
+    await w.runner.start()
+    llm_server.fake.script("planner", Hang(1.0))  # the first plan is held while Stop lands
+    await w.chat.say(w.commands, "heat pumps depth=3")
+    await w.progress_shows("Researching")
+    await wait_for(lambda: llm_server.fake.requests_for("planner"))
+    (run,) = await w.runs()
+    answer = await w.chat.press(w.commands, run.id, Control.STOP)
+    assert "if nothing has, there is no report" in answer, answer
+    (ended,) = await w.delivered()
+    assert ended.status == "cancelled" and ended.error is None
+    assert w.chat.messages(w.thread(), "report") == []
+    (progress,) = w.chat.messages(w.thread(), "progress")
+    assert "Stopped before any search found anything" in progress.text, progress.text
+
+
 async def test_a_second_cancel_is_told_the_research_is_already_being_cancelled(
     world: Callable[..., World], llm_server: FakeLLMServer
 ) -> None:

@@ -18,10 +18,12 @@ from core.engine.graph import STOPPED_BEFORE_SEARCH
 from core.engine.state import StopReason
 from core.models import NodeStatus, ResearchRequest, RunStatus, Strategy, ThreadKey
 from core.outcome import final_progress_text
+from core.progress import ProgressEvent, ProgressKind
 from core.service import DailyLimitReached, UserQuota
 from storage import StopRequest
 from tests.test_engine import (
     TOPIC,
+    Collect,
     Harness,
     after_search,
     fresh_store,
@@ -53,6 +55,54 @@ async def test_stop_from_this_process_writes_the_report_from_the_searches_done(
     assert run is not None and run.stop_requested and run.status == "succeeded"
     # A press after the run ended changes nothing and says so.
     assert await harness.service.stop(run_id) is StopRequest.ENDED
+
+
+@pytest.mark.parametrize(
+    ("topic", "final"),
+    [
+        ("heat pumps", "Stopped before any search found anything (0 of 3 searches): nothing"),
+        ("热泵", "在任何搜索找到内容之前已停止（已完成 0/3 次搜索）：没有可报告的内容。"),
+    ],
+)
+async def test_stop_before_the_first_search_ends_with_nothing_to_report_not_a_failure(
+    harness: Harness,  # noqa: F811
+    topic: str,
+    final: str,
+) -> None:
+    """ "Stop and write now" pressed as the run starts, before its first search: no search,
+    no writer call, and the run ends stopped with nothing to report (in the request's
+    language), never failed with "no search returned any results"."""
+    run_id = await harness.submit(topic=topic)
+    answers: list[StopRequest] = []
+
+    async def on_event(event: ProgressEvent) -> None:
+        if event.kind is ProgressKind.STARTED:
+            answers.append(await harness.service.stop(run_id))
+
+    progress = Collect(on_event)
+    outcome = await harness.service.execute(run_id, progress)
+    assert answers == [StopRequest.STOPPING]
+    assert outcome.status is RunStatus.CANCELLED and outcome.stop_reason is StopReason.STOPPED
+    assert outcome.error is None and outcome.report_markdown is None
+    assert harness.search.fake.queries == [] and harness.writer_requests() == []
+    assert progress.final.startswith(final), progress.final
+
+
+async def test_stop_while_the_first_search_runs_writes_the_report_from_it(
+    harness: Harness,  # noqa: F811
+) -> None:
+    """Pressed while the first search is under way: that search finishes, no other starts,
+    and the report is written from it."""
+    run_id = await harness.submit()
+
+    async def on_event(event: ProgressEvent) -> None:
+        if event.kind is ProgressKind.SEARCHING and event.rounds_done == 0:
+            assert await harness.service.stop(run_id) is StopRequest.STOPPING
+
+    outcome = await harness.service.execute(run_id, Collect(on_event))
+    assert outcome.status is RunStatus.SUCCEEDED and outcome.stop_reason is StopReason.STOPPED
+    assert len(harness.search.fake.queries) == 1 and outcome.report_markdown
+    assert STOPPED_NOTE in outcome.report_markdown
 
 
 async def test_stop_from_another_replica_is_seen_before_the_next_search(

@@ -230,8 +230,18 @@ class Replies:
         )
 
     def stopping(self, run: RunRecord) -> str:
-        """Stop and write now, taken: no search starts, the report follows."""
+        """Stop and write now, taken: no search starts, the report follows (before any search
+        has finished, only if the one under way, or an earlier research here, finds
+        something)."""
         topic = self.markup.escape(run.topic)
+        if run.rounds_done == 0:
+            return self._icon("stop") + self._pick(
+                f"Stopping “{topic}” (run `{run.id[:8]}`): no new search starts. The report "
+                "is written from what has been found by then; if nothing has, there is no "
+                "report.",
+                f"正在停止“{topic}”（运行 `{run.id[:8]}`）：不再开始新的搜索。"
+                "将用届时已找到的内容撰写报告；如果什么也没找到，就没有报告。",
+            )
         return self._icon("stop") + self._pick(
             f"Stopping “{topic}” (run `{run.id[:8]}`): no new search starts, and the report "
             "is written from what was found.",
