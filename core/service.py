@@ -789,7 +789,9 @@ class ResearchService:
         theirs = await self._store.usage_since(
             month, channel=(thread.platform, thread.workspace, thread.channel)
         )
-        today = await self._store.usage_since(day, requested_by=user)
+        # Today's runs are this month's (one read): a run made or grown between two reads
+        # can never show today above this month.
+        today = [r for r in mine if r.created_at >= day]
         return UsageReport(
             today=self._total(today),
             month=self._total(mine),

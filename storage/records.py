@@ -44,6 +44,8 @@ class RunUsage:
     completion_tokens: int
     searches: int
     tokens_by_model: dict[str, list[int]]
+    #: When the run was made: a run counts once, by its start.
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

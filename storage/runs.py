@@ -400,6 +400,7 @@ class RunStore:
                 _runs.c.completion_tokens,
                 _runs.c.searches,
                 _runs.c.tokens_by_model,
+                _runs.c.created_at,
             )
             .select_from(_runs.join(_threads, _threads.c.id == _runs.c.thread_id))
             .where(_runs.c.created_at >= since)
@@ -416,8 +417,8 @@ class RunStore:
 
         def work(conn: Connection) -> list[RunUsage]:
             return [
-                RunUsage(int(p), int(c), int(s), dict(models or {}))
-                for p, c, s, models in conn.execute(stmt)
+                RunUsage(int(p), int(c), int(s), dict(models or {}), created)
+                for p, c, s, models, created in conn.execute(stmt)
             ]
 
         return await self._db.run(work)

@@ -513,6 +513,30 @@ async def test_a_message_in_the_pane_starts_a_research_that_records_the_channel_
     assert reports and all(m["thread_ts"] == thread for m in reports)
 
 
+@pytest.mark.parametrize("bad", ["C0042\u0000X", "C0042\ud800", "<!channel>", "C" * 65])
+async def test_a_context_whose_ids_are_not_slack_ids_is_kept_without_them(
+    start_bot: BotFactory, bad: str
+) -> None:
+    """A context whose channel or team id carries a NUL (which PostgreSQL refuses in text),
+    a lone surrogate, markup or 65 characters: the context is kept without that id, never a
+    database error; a thread whose own channel id is such is ignored."""
+    bot = await start_bot()
+    thread = "1729999550.000100"
+    event = assistant_thread_event(thread_ts=thread, context_channel=bad)
+    event["assistant_thread"]["context"]["team_id"] = bad
+    await bot.event(event, "Ev-bad1")
+    key = f"slack:T0001:D0001:{thread}"
+    await wait_for(lambda: bot.store.conversation_context(key))
+    kept = await bot.store.conversation_context(key)
+    assert kept == {"assistant_thread": "true"}, kept
+    odd = assistant_thread_event(thread_ts="1729999551.000100")
+    odd["assistant_thread"]["channel_id"] = bad
+    await bot.event(odd, "Ev-bad2")
+    await bot.event(assistant_thread_event(thread_ts="1729999552.000100"), "Ev-ok")
+    await wait_for(lambda: bot.store.conversation_context("slack:T0001:D0001:1729999552.000100"))
+    assert await bot.store.conversation_context("slack:T0001:D0001:1729999551.000100") is None
+
+
 async def test_a_conversation_keeps_its_last_context_until_it_is_pruned(
     store: Store, database: Database
 ) -> None:

@@ -433,3 +433,36 @@ def test_the_usage_line_says_what_a_run_spent_in_both_languages() -> None:
     assert unpriced == "2 searches · 2M tokens · 0 s"  # no pages read, no prices: not shown
     zh = usage_line("zh", searches=3, pages=9, tokens=12_400, cost=0.04, seconds=61)
     assert zh == "3 次搜索 · 9 个网页 · 12.4k tokens · ≈ $0.04 · 1 分 1 秒"
+
+
+class _RunMadeBetweenReads:
+    """The real store, with one more run of the same requester made right after its first
+    usage read (as a request on another replica would): what a report read in several
+    queries could see."""
+
+    def __init__(self, store: Any, make: Callable[[], Awaitable[object]]) -> None:
+        self._store, self._make, self.reads = store, make, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def usage_since(self, *args: Any, **kwargs: Any) -> Any:
+        used = await self._store.usage_since(*args, **kwargs)
+        self.reads += 1
+        if self.reads == 1:
+            await self._make()
+        return used
+
+
+async def test_usage_never_shows_today_above_this_month(
+    harness: Harness,  # noqa: F811
+) -> None:
+    """Today's runs are counted from the same read as this month's, so a run made between
+    the reads cannot put today above the month."""
+    first = await harness.submit(thread="t1")
+    await harness.service.execute(first)
+    store = _RunMadeBetweenReads(harness.store, lambda: harness.submit(thread="t2"))
+    service = harness.build_service(store=store, clock=lambda: datetime.now(ZoneInfo("UTC")))
+    report = await service.usage_report("tester", harness.thread("t1"))
+    assert report.today.runs <= report.month.runs and report.today.tokens <= report.month.tokens
+    assert (report.today.runs, report.month.runs) == (1, 1)

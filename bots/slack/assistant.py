@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -79,6 +80,11 @@ def thread_title(topic: str) -> str:
     return title if len(title) <= _TITLE_CHARS else title[: _TITLE_CHARS - 1].rstrip() + "…"
 
 
+#: A Slack id (channel, team, user) and a message timestamp, as Slack writes them.
+_ID = re.compile(r"[A-Za-z0-9]{1,64}")
+_TS = re.compile(r"\d{1,12}\.\d{1,9}")
+
+
 def _thread_of(event: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]] | None:
     """(user, channel, thread_ts, context) of an assistant thread event, or None."""
     thread = event.get("assistant_thread")
@@ -86,19 +92,27 @@ def _thread_of(event: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]] | 
         return None
     user, channel = thread.get("user_id"), thread.get("channel_id")
     ts, context = thread.get("thread_ts"), thread.get("context")
-    if not (isinstance(channel, str) and channel and isinstance(ts, str) and ts):
+    if not (_is_id(channel) and isinstance(ts, str) and _TS.fullmatch(ts)):
         return None
-    return str(user or ""), channel, ts, context if isinstance(context, dict) else {}
+    user = user if _is_id(user) else ""
+    return str(user), str(channel), ts, context if isinstance(context, dict) else {}
+
+
+def _is_id(value: object) -> bool:
+    """Whether ``value`` has the shape of a Slack id (``C0123ABCD``, ``T0001``): anything else
+    (a NUL, markup, 10 kB) is not stored or used."""
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
 
 
 def kept_context(context: dict[str, Any]) -> dict[str, str]:
-    """What is kept of a thread context: the channel (and its workspace) the user views."""
+    """What is kept of a thread context: the channel (and its workspace) the user views,
+    when they are ids (anything else is left out)."""
     kept = {ASSISTANT_THREAD: "true"}
     channel, team = context.get("channel_id"), context.get("team_id")
-    if isinstance(channel, str) and channel:
-        kept[CONTEXT_CHANNEL] = channel[:64]
-    if isinstance(team, str) and team:
-        kept[CONTEXT_TEAM] = team[:64]
+    if _is_id(channel):
+        kept[CONTEXT_CHANNEL] = str(channel)
+    if _is_id(team):
+        kept[CONTEXT_TEAM] = str(team)
     return kept
 
 
