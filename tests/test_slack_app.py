@@ -49,6 +49,7 @@ from tests.fakes.slack import (
     app_mention_event,
     block_actions_body,
     build_slack_app,
+    channel_message_event,
     event_callback_body,
     im_message_event,
     is_report,
@@ -577,6 +578,46 @@ async def test_bad_mention_gets_an_ephemeral_explanation(start_bot: BotFactory) 
     assert await bot.runs() == []
 
 
+async def test_a_plain_reply_in_a_running_researchs_thread_steers_it_and_others_are_dropped(
+    start_bot: BotFactory,
+) -> None:
+    """With ``message.channels`` and ``message.groups`` subscribed, a reply without a mention
+    in the thread of a running research is guidance; a channel message outside such a
+    thread, a reply in a thread with no running research, and the message twin of a mention
+    (handled as the ``app_mention``) are dropped unread: nothing is recorded for them."""
+    bot = await start_bot()
+    bot.llm.fake.latency = 0.3
+    await bot.command("deep sea mining depth=5", trigger_id="t-steer")
+
+    async def opened() -> RunRecord | None:
+        [run] = await bot.runs()
+        return run if run.progress_message_id and "pending-" not in run.thread_key else None
+
+    run = await wait_for(opened)
+    ts = run.progress_message_id or ""
+    elsewhere = channel_message_event("lunch anyone?")  # not in a thread
+    other_thread = channel_message_event("nice", thread_ts="1700000999.000100")
+    twin = channel_message_event(f"<@{FakeSlack.bot_user_id}> hello", thread_ts=ts)
+    for event, event_id in ((elsewhere, "Ev-chat"), (other_thread, "Ev-other"), (twin, "Ev-twin")):
+        assert (await bot.event(event, event_id)).status_code == 200
+    steer = channel_message_event("focus on the Pacific", thread_ts=ts, channel_type="group")
+    await bot.event(steer, "Ev-steer")
+    [noted] = await wait_for(lambda: bot.slack.calls_to("chat.postEphemeral"))
+    assert noted.params["text"].startswith("Noted") and noted.params["thread_ts"] == ts
+    [done] = await bot.finished()
+    thread = await bot.store.get_thread(done.thread_key)
+    assert thread is not None
+    variables = await bot.store.load_variables(thread.id)
+    assert variables is not None
+    assert [g["text"] for g in variables["guidance"]] == ["focus on the Pacific"]
+    seen = [f"slack:event:{e}" for e in ("Ev-chat", "Ev-other", "Ev-twin")]
+    assert not await bot.store.events_seen(seen)  # dropped at the door
+    after = channel_message_event("thanks!", thread_ts=ts)  # the research has ended
+    await bot.event(after, "Ev-after")
+    assert not await bot.store.events_seen(["slack:event:Ev-after"])
+    assert len(bot.slack.calls_to("chat.postEphemeral")) == 1
+
+
 async def test_cancel_in_thread_stops_the_run(start_bot: BotFactory) -> None:
     bot = await start_bot()
     bot.llm.fake.latency = 0.5
@@ -1077,6 +1118,8 @@ async def test_socket_mode_delivers_a_press_on_a_button(
 LISTENED_EVENTS = {
     "app_mention",
     "message.im",
+    "message.channels",  # plain replies in a research's thread (steering)
+    "message.groups",
     "assistant_thread_started",
     "assistant_thread_context_changed",
 }

@@ -219,8 +219,8 @@ class ChatCommands:
         goes out only from the delivery that records the request first. A crash before that
         record leaves the request to the platform's redelivery. ``parsed``: the message's
         text already parsed by the adapter (:meth:`parse`), so it is parsed once."""
-        if not message.addressed:
-            return None
+        if not message.addressed and not await self._steers_running(message):
+            return None  # dropped at the door: nothing stored, its words not logged
         if await self._store.events_seen(message.event_keys):
             return None  # a redelivery of a request already handled
         # A command with an effect beyond a run (cancel stops whatever run is active when it
@@ -449,6 +449,15 @@ class ChatCommands:
             await self._keep(message, attachments)
         left_out = message.unreadable + _named(screened.rejected) if created else ()
         return Reply(replies.accepted(run.topic, run.depth), started=True, left_out=left_out)
+
+    async def _steers_running(self, message: ChatMessage) -> bool:
+        """Whether a message that does not address the bot (a plain reply in a channel
+        thread, where the platform delivers those) is handled: only in the thread of a
+        running research, which it steers like any reply there."""
+        if not message.in_thread:
+            return False
+        run = await self._store.latest_run_in_thread(str(message.thread_key))
+        return run is not None and not RunStatus(run.status).finished
 
     async def _steer(self, message: ChatMessage, replies: Replies) -> Reply | None:
         """A reply in the thread of a running research, kept as guidance for it (its raw

@@ -74,9 +74,11 @@ def _message(
     key: str,
     in_thread: bool,
     files: SlackFiles | None = None,
+    addressed: bool = True,
 ) -> ChatMessage:
     files = files or SlackFiles()
     return ChatMessage(
+        addressed=addressed,
         platform="slack",
         workspace=team,
         channel=channel,
@@ -123,6 +125,23 @@ def is_for_the_bot(event: dict[str, Any], bot_user_id: str | None) -> bool:
     )
 
 
+def is_plain_thread_reply(event: dict[str, Any], bot_user_id: str | None) -> bool:
+    """A person's reply in a channel or group thread that does not mention the bot
+    (``message.channels``, ``message.groups``): it may steer the thread's running research
+    (:meth:`ChatCommands.receive` drops it otherwise, unstored). One that mentions the bot
+    arrives as an ``app_mention`` too, and is handled as that."""
+    if event.get("bot_id") or not event.get("user") or event.get("user") == bot_user_id:
+        return False
+    if event.get("channel_type") not in ("channel", "group"):
+        return False
+    if event.get("subtype") not in PERSON_SUBTYPES:
+        return False
+    parent, ts = event.get("thread_ts"), event.get("ts")
+    if not parent or parent == ts:
+        return False
+    return not (bot_user_id and f"<@{bot_user_id}" in str(event.get("text") or ""))
+
+
 def event_message(
     event: dict[str, Any],
     body: dict[str, Any],
@@ -145,6 +164,7 @@ def event_message(
         key=f"slack:event:{event_id}",
         in_thread=bool(parent and parent != ts),
         files=files,
+        addressed=event.get("type") == "app_mention" or event.get("channel_type") == "im",
     )
 
 
@@ -175,10 +195,30 @@ class SlackCommands:
     async def on_message(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
     ) -> None:
-        """DMs only (with files too); edits, joins, bot messages and the bot's own messages
-        are ignored."""
-        if is_for_the_bot(event, context.bot_user_id):
+        """DMs (with files too), and plain replies in channel threads (which only steer a
+        running research there); edits, joins, bot messages and the bot's own messages are
+        ignored, and so is every other channel message, unread."""
+        bot = context.bot_user_id
+        if is_for_the_bot(event, bot):
             await self._on_event(event, body, context)
+        elif is_plain_thread_reply(event, bot):
+            await self._on_plain_reply(event, body, context)
+
+    async def _on_plain_reply(
+        self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        """A reply in a channel thread without a mention: steering for the thread's running
+        research, or nothing (its files are not looked at)."""
+        team = context.team_id or body.get("team_id") or ""
+        message = event_message(event, body, team=team, bot_user_id=context.bot_user_id)
+        if not message.text.strip():
+            return
+        channel, parent = message.channel, event.get("thread_ts")
+
+        async def answer(text: str) -> None:
+            await _ephemeral(context, channel=channel, user=message.user, thread=parent, text=text)
+
+        await self.chat.receive(message, answer)
 
     async def _on_event(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext

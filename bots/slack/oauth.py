@@ -32,11 +32,13 @@ log = logging.getLogger(__name__)
 BOT_SCOPES = (
     "app_mentions:read",
     "assistant:write",
+    "channels:history",
     "chat:write",
     "chat:write.public",
     "commands",
     "files:read",
     "files:write",
+    "groups:history",
     "im:history",
 )
 STATE_EXPIRATION_SECONDS = 600

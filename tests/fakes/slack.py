@@ -939,6 +939,23 @@ def im_message_event(
     return event
 
 
+def channel_message_event(
+    text: str,
+    *,
+    user: str = "U123",
+    channel: str = "C0001",
+    ts: str | None = None,
+    thread_ts: str | None = None,
+    channel_type: str = "channel",
+) -> dict[str, Any]:
+    """A message in a public channel (``message.channels``; ``group``: a private one,
+    ``message.groups``), as the Events API reference shows it: the same fields as a DM's,
+    with ``channel_type`` "channel" and, for a reply, the thread's ``thread_ts``."""
+    event = _message_event("message", text, user, channel, ts, thread_ts)
+    event["channel_type"] = channel_type
+    return event
+
+
 def assistant_thread_event(
     type_: str = "assistant_thread_started",
     *,
