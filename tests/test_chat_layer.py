@@ -21,10 +21,13 @@ from bots.chat.inbound import ChatCommands, ChatMessage, Parsed, Reply
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage, RateLimited
 from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
+from core.documents import DocumentExtractor
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.metrics import Metrics
 from core.models import Attachment, ThreadKey
+from core.pages.fetch import PageFetcher
+from core.pages.reader import PageReader
 from core.search import SearxngProvider
 from core.service import ResearchService, UserQuota
 from storage import Database, RunRecord, Store
@@ -82,11 +85,17 @@ async def world(
     search = SearxngProvider(http, base_url=search_server.url, base_delay=0.01)
     runners: list[InProcessJobRunner] = []
 
-    def make(quota: UserQuota | None = None, **settings: object) -> World:
+    def make(quota: UserQuota | None = None, read_pages: bool = False, **settings: object) -> World:
         """A chat world on the fixture's store and fakes; ``quota``: the service's daily
-        quota per user (FATHOM_USER_DAILY_RUNS and _TOKENS)."""
+        quota per user (FATHOM_USER_DAILY_RUNS and _TOKENS); ``read_pages``: its runs read
+        the fake search's result pages."""
+        reader = None
+        if read_pages:
+            fetcher = PageFetcher(http, timeout=30.0, allow_loopback=True)
+            reader = PageReader(fetcher, pages=3, documents=DocumentExtractor(timeout=30.0))
+            stack.push_async_callback(reader.aclose)
         service = ResearchService(
-            store=store, planner=model, writer=model, search=search, quota=quota
+            store=store, planner=model, writer=model, search=search, quota=quota, reader=reader
         )
         chat = MemoryChat(report_limit=int(str(settings.pop("report_limit", 2_000))))
         config = ChatPolicy.load(_env_file=None, **settings)
@@ -375,6 +384,65 @@ async def test_stop_pressed_before_the_first_search_says_and_does_the_same(
     assert w.chat.messages(w.thread(), "report") == []
     (progress,) = w.chat.messages(w.thread(), "progress")
     assert "Stopped before any search found anything" in progress.text, progress.text
+
+
+@pytest.mark.parametrize(
+    "stage", ["queued", "planning", "searching", "reading", "writing", "posting"]
+)
+async def test_cancel_keeps_its_word_at_every_stage_of_a_run(
+    world: Callable[..., World],
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+    stage: str,
+) -> None:
+    """Cancel pressed while the run is queued, planning, searching, reading its pages,
+    writing or posting its report (each stage held by its fake, so the press lands there):
+    until the report is recorded the answer is "Cancelling" and no report is posted; once it
+    is being posted the answer says it is too late, and the report is posted whole."""
+    w = world(read_pages=True)
+    llm, search = llm_server.fake, search_server.fake
+    if stage == "planning":
+        llm.script("planner", Hang(1.0))
+    elif stage == "searching":
+        search.latency = 1.0
+    elif stage == "reading":
+        search.hold_pages()
+    elif stage == "writing":
+        llm.script("writer", Hang(60))
+    elif stage == "posting":
+        w.chat.report_gate = asyncio.Event()
+    if stage != "queued":
+        await w.runner.start()
+    await w.chat.say(w.commands, "heat pumps depth=1")
+    if stage == "planning":
+        await wait_for(lambda: llm.requests_for("planner"))
+    elif stage == "searching":
+        await wait_for(lambda: search.queries)
+    elif stage == "reading":
+        await wait_for(lambda: search.page_requests)
+    elif stage == "writing":
+        await wait_for(lambda: llm.requests_for("writer"))
+    elif stage == "posting":
+        await asyncio.wait_for(w.chat.posting.wait(), 30)
+    (run,) = await w.runs()
+    try:
+        answer = await w.chat.press(w.commands, run.id, Control.CANCEL)
+    finally:
+        search.release_pages()
+        if w.chat.report_gate is not None:
+            w.chat.report_gate.set()
+    if stage == "queued":
+        await w.runner.start()
+    (ended,) = await w.delivered()
+    if stage == "posting":
+        assert answer == "Too late to cancel: that research is already posting its report."
+        assert ended.status == "succeeded" and w.chat.messages(w.thread(), "report")
+    else:
+        assert answer.startswith("🛑 Cancelling"), answer
+        assert (ended.status, ended.report_markdown) == ("cancelled", None)
+        assert w.chat.messages(w.thread(), "report") == []
+        (progress,) = w.chat.messages(w.thread(), "progress")
+        assert "Research cancelled" in progress.text, progress.text
 
 
 async def test_a_second_cancel_is_told_the_research_is_already_being_cancelled(
