@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from core.failures import PostFailure, judge
 from core.lease import Lease, release_quietly
-from core.logs import log_context
+from core.logs import Changing, log_context
 from core.models import CONSOLE_PLATFORM, Attachment, RunStatus, ThreadKey
 from core.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.service import ResearchService, RunOutcome, final_progress_text
@@ -196,7 +196,9 @@ class ResearchJob:
             return
         if not _has_work(run):
             return
-        with log_context(run_id=run_id, thread=run.thread_key):
+        # The thread's key changes once a slash command's opener is posted (``pending-...``
+        # -> the opener's id): the lines after that carry the new one.
+        with log_context(run_id=run_id, thread=Changing(run.thread_key)):
             await self._run(run)
 
     async def _run(self, run: RunRecord) -> None:

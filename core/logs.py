@@ -29,11 +29,25 @@ def redact(text: str) -> str:
     return _SECRETS.sub(lambda m: m.group(0)[:5] + "…", text)
 
 
-_CONTEXT: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("fathom_log_context", default=())
+class Changing:
+    """A context value that may change while its context lasts (a run's thread key, which a
+    Slack slash command's run learns once its opener is posted): the tasks started inside
+    share it, so :func:`change_log_context` reaches every line logged from then on."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_CONTEXT: ContextVar[tuple[tuple[str, str | Changing], ...]] = ContextVar(
+    "fathom_log_context", default=()
+)
 
 
 @contextmanager
-def log_context(**values: str) -> Iterator[None]:
+def log_context(**values: str | Changing) -> Iterator[None]:
     """Lines logged inside (in this task, and tasks it starts) carry ``values``."""
     token = _CONTEXT.set(tuple({**dict(_CONTEXT.get()), **values}.items()))
     try:
@@ -42,9 +56,17 @@ def log_context(**values: str) -> Iterator[None]:
         _CONTEXT.reset(token)
 
 
+def change_log_context(key: str, value: str) -> None:
+    """From now on, lines of the enclosing :func:`log_context` carry ``value`` for ``key``
+    (when that was given as :class:`Changing`; otherwise nothing changes)."""
+    for name, current in _CONTEXT.get():
+        if name == key and isinstance(current, Changing):
+            current.value = value
+
+
 def _add_context(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key, value in _CONTEXT.get():
-        event.setdefault(key, value)
+        event.setdefault(key, str(value))
     return event
 
 

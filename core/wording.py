@@ -107,6 +107,18 @@ def failed_text(language: Language, done: int, depth: int, error: str | None) ->
     )
 
 
+def no_results_words(language: Language, last_error: str | None) -> str:
+    """Why a run failed: none of its searches returned anything (the last search error, as
+    the provider gave it)."""
+    if last_error:
+        return pick(
+            language,
+            f"no search returned any results (last error: {last_error})",
+            f"没有任何搜索返回结果（最后一个错误：{last_error}）",
+        )
+    return pick(language, "no search returned any results", "没有任何搜索返回结果")
+
+
 def cut_short_words(language: Language) -> str:
     """A note: the writer model stopped at its output limit (``finish_reason: "length"``)."""
     return pick(

@@ -123,8 +123,8 @@ class ReportWriter:
         )
         if not numbered:
             errors = [f.error for f in findings if f.error]
-            why = f" (last error: {errors[-1]})" if errors else ""
-            raise NoResults(f"no search returned any results{why}")
+            last = errors[-1] if errors else None
+            raise NoResults(wording.no_results_words(state.language, last))
         new = (
             whats_new.new_numbers([(s.n, s.url or s.title) for s in numbered], digest.earlier_urls)
             if digest is not None

@@ -416,6 +416,16 @@ async def test_empty_search_results_fail_the_run(harness: Harness) -> None:
     assert outcome.error is not None and "no search returned any results" in outcome.error
 
 
+@sqlite_only
+async def test_a_chinese_run_that_found_nothing_fails_in_chinese(harness: Harness) -> None:
+    """The failure line of a run asked in Chinese is Chinese, reason included."""
+    harness.search.fake.empty = True
+    progress = Collect()
+    outcome = await harness.research("热泵在寒冷气候中的表现", depth=1, progress=progress)
+    assert outcome.status is RunStatus.FAILED and outcome.error == "没有任何搜索返回结果"
+    assert progress.final == "研究失败（已完成 1/1 次搜索）：没有任何搜索返回结果", progress.final
+
+
 # --- the report -----------------------------------------------------------------------------
 
 

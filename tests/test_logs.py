@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from core.delivery import ResearchJob
-from core.logs import json_formatter, log_context
+from core.logs import Changing, change_log_context, json_formatter, log_context
 from core.models import ResearchRequest, ThreadKey
 from core.service import ResearchService
 from storage import Store
@@ -66,3 +67,35 @@ async def test_a_research_job_logs_with_its_run_and_thread(
     await ResearchJob(service, store)(run.id)
     (line,) = [e for e in parsed(lines) if "no nowhere delivery" in str(e["message"])]
     assert line["run_id"] == run.id and line["thread"] == str(thread)
+
+
+async def test_a_changing_context_value_reaches_the_lines_after_its_change(
+    lines: io.StringIO,
+) -> None:
+    """A slash command's run starts in the thread ``pending-<trigger>`` and learns its real
+    key when its opener is posted, from a task of its own: the lines logged after that, in
+    the run's task and in tasks it started before, carry the real key."""
+    log = logging.getLogger("fathom.test")
+    with log_context(run_id="r1", thread=Changing("slack:T1:C1:pending-9")):
+        log.warning("before")
+        started = asyncio.Event()
+        changed = asyncio.Event()
+
+        async def sibling() -> None:  # started before the change (a copy of the context)
+            started.set()
+            await changed.wait()
+            log.warning("sibling after")
+
+        task = asyncio.create_task(sibling())
+        await started.wait()
+
+        async def opener_posted() -> None:
+            change_log_context("thread", "slack:T1:C1:1700000000.0001")
+
+        await asyncio.create_task(opener_posted())
+        changed.set()
+        await task
+        log.warning("after")
+    before, sibling_after, after = parsed(lines)
+    assert before["thread"] == "slack:T1:C1:pending-9"
+    assert sibling_after["thread"] == after["thread"] == "slack:T1:C1:1700000000.0001"

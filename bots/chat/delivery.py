@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from bots.chat.controls import Button, run_buttons
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter
 from core.failures import PostFailure
+from core.logs import change_log_context
 from core.models import Attachment, ThreadKey
 from core.progress import ProgressEvent, ProgressKind, ProgressSink, ProgressTask, final_tasks
 from core.runs import ChatRuns, RunRecord
@@ -57,6 +58,7 @@ async def adopt_opener(
         return thread
     key = thread.model_copy(update={"thread": message_id})
     await store.rekey_thread(run.thread_id, key=str(key), thread_ref=message_id)
+    change_log_context("thread", str(key))
     return key
 
 
