@@ -36,7 +36,7 @@ from core.pages.extract import estimate_tokens
 from core.report import WRITER_PASSAGE_TOKENS, number_sources, writer_source_blocks
 from core.search import SearxngProvider
 from core.service import ResearchService
-from storage import RunRecord, Store
+from storage import CancelRequest, RunRecord, Store
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.pdfs import REPORT_FACTS, encrypted_pdf, make_docx, report_pdf
@@ -361,7 +361,7 @@ async def test_a_cancel_stops_the_reading_of_files(
     async with asyncio.timeout(10):
         await world.chat.downloading.wait()
     (run,) = await world.store.active_runs_for_user("memory:W1:U1")
-    assert await world.service.cancel(run.id)
+    assert await world.service.cancel(run.id) is CancelRequest.CANCELLING
     world.chat.download_gate.set()
     (done,) = await world.delivered()
     assert done.status == RunStatus.CANCELLED.value

@@ -583,7 +583,7 @@ async def test_cancel_from_another_process_while_the_report_is_written_keeps_no_
 @sqlite_only
 async def test_a_run_cancelled_before_it_starts_does_nothing(harness: Harness) -> None:
     run_id = await harness.submit()
-    assert await harness.service.cancel(run_id)
+    assert await harness.service.cancel(run_id) is CancelRequest.CANCELLED
     outcome = await harness.service.execute(run_id)
     assert outcome.status is RunStatus.CANCELLED
     assert harness.planner_requests() == [] and harness.search.fake.queries == []

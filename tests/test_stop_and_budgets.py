@@ -20,7 +20,7 @@ from core.models import NodeStatus, ResearchRequest, RunStatus, Strategy, Thread
 from core.outcome import final_progress_text
 from core.progress import ProgressEvent, ProgressKind
 from core.service import DailyLimitReached, UserQuota
-from storage import StopRequest
+from storage import CancelRequest, StopRequest
 from tests.test_engine import (
     TOPIC,
     Collect,
@@ -141,7 +141,7 @@ async def test_stop_of_a_queued_run_cancels_it_and_cancel_then_stop_changes_noth
     answers: list[StopRequest] = []
 
     async def cancel_then_stop() -> None:
-        assert await harness.service.cancel(running)
+        assert await harness.service.cancel(running) is CancelRequest.CANCELLING
         answers.append(await harness.service.stop(running))
 
     cancelled = await harness.service.execute(running, after_search(1, cancel_then_stop))

@@ -364,7 +364,7 @@ async def test_checkpoint_returns_the_cancel_flag(store: Store) -> None:
         held, variables=state, variables_version=0, rounds_done=0, usage={}, notes=[]
     )
     assert first.cancel_requested is False
-    assert await store.request_cancel(run.id)
+    assert await store.request_cancel(run.id) is CancelRequest.CANCELLING
     second = await store.checkpoint(
         held, variables=state, variables_version=1, rounds_done=0, usage={}, notes=[]
     )
@@ -705,7 +705,7 @@ async def test_runs_ended_without_their_holder_are_delivered_as_outcome_is_deliv
     without its holder (cancelled while queued, given up) applies the same rule."""
     expected = "pending" if outcome_is_delivered(platform) else None
     cancelled, _ = await new_run(store, thread_key=f"{platform}:W:C:cancelled")
-    assert await store.request_cancel(cancelled.id)
+    assert await store.request_cancel(cancelled.id) is CancelRequest.CANCELLED
     ended = await store.get_run(cancelled.id)
     assert ended is not None and (ended.status, ended.delivery) == ("cancelled", expected)
 
