@@ -22,12 +22,13 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-from storage import Claim, ClaimLost
+from storage import Claim, ClaimLost, Renewal
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class LeaseTiming:
 class ClaimHolder(Protocol):
     """What a lease needs of the store: renew and release a claim (``storage.ClaimStore``)."""
 
-    async def renew_claim(self, claim: Claim) -> bool: ...
+    async def renew_claim(self, claim: Claim) -> Renewal: ...
 
     async def release_run(self, claim: Claim) -> bool: ...
 
@@ -131,12 +132,21 @@ class Lease:
     library may swallow one cancellation), and the ``async with`` raises
     :class:`storage.ClaimLost` instead of ``CancelledError``; any other cancellation passes
     through unchanged. ``lost`` tells the body, e.g. before it posts anything.
+    ``on_cancel_requested`` is called at each renewal that finds a cancel of the run
+    requested (by any process).
     """
 
-    def __init__(self, store: ClaimHolder, claim: Claim, timing: LeaseTiming) -> None:
+    def __init__(
+        self,
+        store: ClaimHolder,
+        claim: Claim,
+        timing: LeaseTiming,
+        on_cancel_requested: Callable[[], None] | None = None,
+    ) -> None:
         self._store = store
         self._claim = claim
         self._timing = timing
+        self._on_cancel_requested = on_cancel_requested
         self._task: asyncio.Task[object] | None = None
         self._cancelling = 0
         self._cancels = 0  # the cancellations this lease sent to the body's task
@@ -183,18 +193,20 @@ class Lease:
             deadline = self._renewed_at + timing.lost_after
             await asyncio.sleep(max(0.0, min(wait, deadline - time.monotonic())))
             started = time.monotonic()
-            held: bool | None = None
+            renewal: Renewal | None = None
             try:
                 async with asyncio.timeout(max(0.0, deadline - started)):
-                    held = await self._store.renew_claim(self._claim)
+                    renewal = await self._store.renew_claim(self._claim)
             except TimeoutError:
                 pass
             except Exception as exc:
                 log.warning("heartbeat of run %s failed (%s)", self._claim.run_id, exc)
-            if held:
+            if renewal is Renewal.CANCEL_REQUESTED and self._on_cancel_requested is not None:
+                self._on_cancel_requested()
+            if renewal in (Renewal.HELD, Renewal.CANCEL_REQUESTED):
                 self._renewed_at, wait = started, timing.heartbeat_every
                 continue
-            if held is False:
+            if renewal is Renewal.LOST:
                 await self._lose("another runner took it over")
                 return
             if time.monotonic() >= self._renewed_at + timing.lost_after:

@@ -433,8 +433,18 @@ class ResearchService:
         )
 
     def lease(self, claim: Claim) -> Lease:
-        """``async with service.lease(claim):`` keeps the claim alive while the body runs."""
-        return Lease(self._store, claim, self.timing)
+        """``async with service.lease(claim):`` keeps the claim alive while the body runs; a
+        cancel requested meanwhile (by any replica) reaches the run here at the next
+        heartbeat, also while no step checks for it (its report being written)."""
+        return Lease(
+            self._store, claim, self.timing, on_cancel_requested=lambda: self._cancel_here(claim)
+        )
+
+    def _cancel_here(self, claim: Claim) -> None:
+        """Stop the run of ``claim`` if this process executes it."""
+        flag = self._executing.get(claim.run_id)
+        if flag is not None:
+            flag.cancel()
 
     async def execute(
         self,
@@ -863,8 +873,8 @@ class ResearchService:
         or, while its report is being written, at once (no report)."""
         answer = await self._store.request_cancel(run_id, console_platform=CONSOLE_PLATFORM)
         flag = self._executing.get(run_id)
-        if answer is CancelRequest.CANCELLING and flag is not None:
-            flag.cancel()  # running here: no need to wait for its next checkpoint
+        if answer in (CancelRequest.CANCELLING, CancelRequest.ALREADY) and flag is not None:
+            flag.cancel()  # running here: no need to wait for its next checkpoint or heartbeat
         return answer
 
     # -- steps ----------------------------------------------------------------

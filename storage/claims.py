@@ -46,7 +46,14 @@ from storage.lifecycle import (
     UNFINISHED_STATUSES,
     LeaseClock,
 )
-from storage.records import Checkpointed, Claim, ClaimResult, RunRecord, SourceRecord
+from storage.records import (
+    Checkpointed,
+    Claim,
+    ClaimResult,
+    Renewal,
+    RunRecord,
+    SourceRecord,
+)
 from storage.sql import (
     SELECT_RUNS,
     VARIABLE_COLUMNS,
@@ -219,7 +226,12 @@ class _Statements:
             )
             .returning(_runs.c.id)
         )
-        self.renew = update(_runs).where(*_FENCE).values(heartbeat_at=now).returning(_runs.c.id)
+        self.renew = (
+            update(_runs)
+            .where(*_FENCE)
+            .values(heartbeat_at=now)
+            .returning(_runs.c.status, _runs.c.cancel_requested)
+        )
         # SET also takes the usage counters present in each call's parameters.
         self.checkpoint_run = (
             update(_runs)
@@ -344,12 +356,22 @@ class ClaimStore:
 
         return await self._db.run(work)
 
-    async def renew_claim(self, claim: Claim) -> bool:
-        """Refresh the heartbeat; False when the run is no longer held by this claim."""
+    async def renew_claim(self, claim: Claim) -> Renewal:
+        """Refresh the heartbeat: whether the run is still held by this claim, and whether
+        a cancel of the running run was requested (the heartbeat carries it to a runner that
+        has no step to check it at, such as a writer at work)."""
         params = {**_fence(claim), **self._clock.params()}
-        return await self._db.run(
-            lambda conn: conn.execute(self._sql.renew, params).first() is not None
-        )
+
+        def work(conn: Connection) -> Renewal:
+            row = conn.execute(self._sql.renew, params).first()
+            if row is None:
+                return Renewal.LOST
+            status, cancel_requested = row
+            if status == "running" and cancel_requested:
+                return Renewal.CANCEL_REQUESTED
+            return Renewal.HELD
+
+        return await self._db.run(work)
 
     async def release_run(self, claim: Claim) -> bool:
         """Hand a held run back at once (graceful shutdown): any runner's next sweep takes it.

@@ -28,12 +28,24 @@ class CancelRequest(enum.StrEnum):
     CANCELLED = "cancelled"
     #: It was running: it stops at its next step, or its writer is stopped; no report.
     CANCELLING = "cancelling"
-    #: It was already asked to cancel: nothing changed.
+    #: It was already asked to cancel (it may have ended cancelled since, its outcome not
+    #: posted yet): nothing more.
     ALREADY = "already"
     #: It had finished with its report, which is being posted: too late to cancel.
     POSTING = "posting"
     #: It had ended (or is unknown): nothing changed.
     ENDED = "ended"
+
+
+class Renewal(enum.Enum):
+    """What renewing a held run's heartbeat found (:meth:`storage.Store.renew_claim`)."""
+
+    #: Another runner holds the run now (or the claim ended): stop working on it.
+    LOST = "lost"
+    #: Still held.
+    HELD = "held"
+    #: Still held, and a cancel was requested (perhaps by another replica) meanwhile.
+    CANCEL_REQUESTED = "cancel requested"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, cast
 from uuid import uuid4
 
-from sqlalchemy import Select, Table, bindparam, exists, false, func, select, update
+from sqlalchemy import Select, Table, bindparam, exists, func, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -84,30 +84,18 @@ _USED_TODAY = select(
     _runs.c.digest_id.is_(None),
 )
 _DEDUPE_USED = select(exists().where(_runs.c.dedupe_key == bindparam("dedupe_key")))
-_CANCEL_RUNNING = (
+#: Lock a run's row for a cancel or a stop and read what decides it (an update that
+#: changes nothing: a row lock on PostgreSQL, the write lock on SQLite). Every later
+#: statement of the transaction sees the run as it is until the commit: a runner handing it
+#: back (running -> queued) or claiming it (queued -> running), or another request, waits.
+_LOCK_FOR_REQUEST = (
     update(_runs)
-    .where(
-        _runs.c.id == bindparam("run_id"),
-        _runs.c.status == "running",
-        _runs.c.cancel_requested == false(),
-    )
-    .values(cancel_requested=True)
-    .returning(_runs.c.id)
+    .where(_runs.c.id == bindparam("run_id"))
+    .values(cancel_requested=_runs.c.cancel_requested)
+    .returning(_runs.c.status, _runs.c.cancel_requested, _runs.c.stop_requested, _runs.c.delivery)
 )
-_CANCEL_STATE = select(_runs.c.status, _runs.c.cancel_requested, _runs.c.delivery).where(
-    _runs.c.id == bindparam("run_id")
-)
-_STOP_RUNNING = (
-    update(_runs)
-    .where(
-        _runs.c.id == bindparam("run_id"),
-        _runs.c.status == "running",
-        _runs.c.cancel_requested == false(),
-        _runs.c.stop_requested == false(),
-    )
-    .values(stop_requested=True)
-    .returning(_runs.c.id)
-)
+_FLAG_CANCEL = update(_runs).where(_runs.c.id == bindparam("run_id")).values(cancel_requested=True)
+_FLAG_STOP = update(_runs).where(_runs.c.id == bindparam("run_id")).values(stop_requested=True)
 
 
 class RunStore:
@@ -256,10 +244,11 @@ class RunStore:
 
         A queued run ends ``cancelled`` at once (nobody has started it; its thread is free
         again, and any runner's next sweep delivers the outcome); a running one is flagged
-        (``cancelling``) and stops at its next step, its writer stopped if it is writing. The
-        flag is set only where it was not (a row lock orders two requests), so of two
-        requests one is told ``already``. A run that finished with its report while being
-        posted is ``posting``: the report goes out.
+        (``cancelling``) and stops at its next step, its writer stopped if it is writing. A
+        run already asked to cancel is ``already`` (of two requests racing, the second). A
+        run that finished with its report while being posted is ``posting``: the report goes
+        out. Decided under the run's row lock, so a runner handing the run back or claiming
+        it meanwhile never makes a cancel get lost.
         """
         params = {
             "run_id": run_id,
@@ -268,16 +257,20 @@ class RunStore:
         }
 
         def work(conn: Connection) -> CancelRequest:
-            if conn.execute(self._cancel_queued, params).first() is not None:
-                return CancelRequest.CANCELLED
-            if conn.execute(_CANCEL_RUNNING, params).first() is not None:
-                return CancelRequest.CANCELLING
-            row = conn.execute(_CANCEL_STATE, params).first()
+            row = conn.execute(_LOCK_FOR_REQUEST, params).first()
             if row is None:
                 return CancelRequest.ENDED
-            status, flagged, delivery = row
-            if status in ("queued", "running") and flagged:
+            status, flagged, _, delivery = row
+            if status == "queued":  # flagged: a cancelled run handed back; end it now
+                conn.execute(self._cancel_queued, params)
+                return CancelRequest.ALREADY if flagged else CancelRequest.CANCELLED
+            if flagged and status == "running":
                 return CancelRequest.ALREADY
+            if flagged and status == "cancelled" and delivery == DELIVERY_PENDING:
+                return CancelRequest.ALREADY  # being wound up: its outcome is not out yet
+            if status == "running":
+                conn.execute(_FLAG_CANCEL, params)
+                return CancelRequest.CANCELLING
             if status == "succeeded" and delivery == DELIVERY_PENDING:
                 return CancelRequest.POSTING
             return CancelRequest.ENDED
@@ -290,7 +283,8 @@ class RunStore:
         """Stop and write now: a running run is flagged and, at its next step, stops
         searching and writes its report from what it found (``stopping``); a queued run has
         found nothing to write from, so it is cancelled (``cancelled``); ``ended`` when it has
-        finished, is unknown, or was already asked to stop or cancel (a repeated press)."""
+        finished, is unknown, or was already asked to stop or cancel (a repeated press).
+        Decided under the run's row lock, like :meth:`request_cancel`."""
         params = {
             "run_id": run_id,
             "console_platform": console_platform,
@@ -298,10 +292,16 @@ class RunStore:
         }
 
         def work(conn: Connection) -> StopRequest:
-            if conn.execute(_STOP_RUNNING, params).first() is not None:
-                return StopRequest.STOPPING
-            if conn.execute(self._cancel_queued, params).first() is not None:
+            row = conn.execute(_LOCK_FOR_REQUEST, params).first()
+            if row is None:
+                return StopRequest.ENDED
+            status, cancelling, stopping, _ = row
+            if status == "queued":
+                conn.execute(self._cancel_queued, params)
                 return StopRequest.CANCELLED
+            if status == "running" and not (cancelling or stopping):
+                conn.execute(_FLAG_STOP, params)
+                return StopRequest.STOPPING
             return StopRequest.ENDED
 
         return await self._db.run(work)

@@ -22,6 +22,7 @@ import pytest
 from core.config import load_settings
 from core.llm import ChatModel
 from core.models import ResearchRequest, RunStatus, ThreadKey
+from core.lease import LeaseTiming
 from core.progress import ProgressEvent, ProgressKind
 from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider
@@ -29,7 +30,7 @@ from core.service import ResearchService, RunOutcome
 from storage import CancelRequest, Database, Store
 from tests.cli import start_fathom, stop, wait_for_stderr
 from tests.databases import MigratedTemplates
-from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Reply
+from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Hang, Reply
 
 KEY = "fake-key"
 FAST_RETRY = {"retry-after-ms": "1"}  # the openai SDK otherwise backs off ~0.5 s per retry
@@ -578,6 +579,31 @@ async def test_cancel_from_another_process_while_the_report_is_written_keeps_no_
     run = await harness.store.get_run(run_id)
     assert run is not None and (run.status, run.report_markdown) == ("cancelled", None)
     assert await harness.store.run_sources(run_id) == []
+
+
+async def test_a_cancel_from_another_replica_stops_the_writer_at_the_next_heartbeat(
+    harness: Harness,
+) -> None:
+    """The replica that was told "Cancelling" is not the one writing the report: the writer's
+    heartbeat carries the cancel to it, and the writer call is stopped there (no report, no
+    writer tokens spent) instead of running to its end and being thrown away."""
+    harness.llm.fake.script("writer", Hang(60))
+    service = harness.build_service(timing=LeaseTiming(0.6))  # a heartbeat every 0.2 s
+    run_id = await harness.submit(depth=1)
+    database, other = await fresh_store(harness.url)
+
+    async def on_event(event: ProgressEvent) -> None:
+        if event.kind is ProgressKind.WRITING:  # the writer call is about to go out
+            assert await other.request_cancel(run_id) is CancelRequest.CANCELLING
+
+    try:
+        progress = Collect(on_event)
+        outcome = await service.execute(run_id, progress)
+    finally:
+        await database.dispose()
+    assert outcome.status is RunStatus.CANCELLED and outcome.report_markdown is None
+    assert "writer-model" not in outcome.usage.tokens_by_model  # it never answered
+    assert progress.final.startswith("Research cancelled")
 
 
 @sqlite_only

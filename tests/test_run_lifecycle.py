@@ -27,7 +27,7 @@ from core.llm import ChatModel
 from core.models import ResearchRequest, RunStatus, ThreadKey, ThreadVariables
 from core.search import SearxngProvider
 from core.service import ResearchService, RunRejected
-from storage import Claim, ClaimLost, ClaimStore, Database, RunRecord, Store
+from storage import Claim, ClaimLost, ClaimStore, Database, Renewal, RunRecord, Store
 from storage.tables import ResearchRun, utcnow
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.runs import age_heartbeat, finish, new_run
@@ -209,7 +209,7 @@ async def test_a_runner_whose_heartbeat_expired_loses_its_claim(database: Databa
     new = await take(store, run.id, owner="new")
     assert (new.fence, new.run.attempt, new.variables, new.variables_version) == (2, 2, state, 1)
 
-    assert await store.renew_claim(old) is False
+    assert await store.renew_claim(old) is Renewal.LOST
     with pytest.raises(ClaimLost):
         await store.checkpoint(
             old, variables=state, variables_version=1, rounds_done=2, usage={}, notes=["old"]
@@ -228,7 +228,7 @@ async def test_a_runner_whose_heartbeat_expired_loses_its_claim(database: Databa
     with pytest.raises(ClaimLost):
         await store.report_parts_posted(old, 1)
 
-    assert await store.renew_claim(new) is True
+    assert await store.renew_claim(new) is Renewal.HELD
     current = await store.get_run(run.id)
     assert current is not None
     assert (current.status, current.owner, current.rounds_done, current.notes) == (
@@ -714,14 +714,14 @@ async def test_a_runner_stopping_mid_run_hands_it_back_for_another(
 
 
 class RecordedRenewals(ClaimStore):
-    """A claim store that records what each heartbeat renewal gave: True, False, or its
+    """A claim store that records what each heartbeat renewal gave: a Renewal, or its
     error."""
 
     def __init__(self, database: Database) -> None:
         super().__init__(database)
-        self.renewals: list[bool | str] = []
+        self.renewals: list[Renewal | str] = []
 
-    async def renew_claim(self, claim: Claim) -> bool:
+    async def renew_claim(self, claim: Claim) -> Renewal:
         try:
             held = await super().renew_claim(claim)
         except Exception as exc:
@@ -749,10 +749,10 @@ async def test_one_failed_renewal_does_not_lose_the_claim(
                 await conn.rollback()
             # The retry, then the next renewal, due after the first one's deadline (2 s): a
             # claim lost to the one failure would have neither.
-            await until(lambda: claims.renewals.count(True) >= 2, within=10)
+            await until(lambda: claims.renewals.count(Renewal.HELD) >= 2, within=10)
         assert not lease.lost
         failed, *later = claims.renewals
-        assert failed is not True and all(r is True for r in later)
+        assert isinstance(failed, str) and all(r is Renewal.HELD for r in later)
         renewed = await store.get_run(claim.run_id)
         assert renewed is not None and renewed.owner == claim.owner
     finally:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text, update
+from sqlalchemy import event, text, update
 
 from storage import (
     CacheStore,
@@ -18,6 +18,7 @@ from storage import (
     ClaimStore,
     Database,
     EventStore,
+    Renewal,
     RunStore,
     SlackOAuthStates,
     SourceRecord,
@@ -33,6 +34,7 @@ from storage.tables import SearchCacheEntry
 from tests.runs import KEY, age_heartbeat, claim, finish, new_run
 
 REPO = Path(__file__).resolve().parents[1]
+postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 
 
 async def cancel_flag(store: Store, run_id: str) -> bool:
@@ -440,7 +442,7 @@ async def test_cancel_flags(store: Store) -> None:
     being posted is too late, and a finished or unknown one has ended."""
     queued, _ = await new_run(store)
     assert await store.request_cancel(queued.id) is CancelRequest.CANCELLED
-    assert await store.request_cancel(queued.id) is CancelRequest.ENDED
+    assert await store.request_cancel(queued.id) is CancelRequest.ALREADY  # asked before
     running, _ = await new_run(store, topic="running", thread_key=f"{KEY}-1")
     held = await claim(store, running.id)
     assert not await cancel_flag(store, running.id)
@@ -466,6 +468,87 @@ async def test_of_two_cancels_racing_one_is_told_it_is_already_cancelling(store:
     await claim(store, run.id)
     answers = await asyncio.gather(*(store.request_cancel(run.id) for _ in range(2)))
     assert sorted(answers) == sorted([CancelRequest.CANCELLING, CancelRequest.ALREADY])
+
+
+async def test_of_two_cancels_of_a_queued_run_one_cancels_it_and_one_is_told_already(
+    store: Store,
+) -> None:
+    """The same race on a run nobody has started: one request ends it, the other is told it
+    was already asked (not "it has already finished")."""
+    run, _ = await new_run(store)
+    answers = await asyncio.gather(*(store.request_cancel(run.id) for _ in range(2)))
+    assert sorted(answers) == sorted([CancelRequest.CANCELLED, CancelRequest.ALREADY])
+    ended = await store.get_run(run.id)
+    assert ended is not None and (ended.status, ended.cancel_requested) == ("cancelled", True)
+
+
+@postgresql_only
+@pytest.mark.parametrize("request_kind", ["cancel", "stop"])
+async def test_a_run_handed_back_or_claimed_while_a_cancel_or_stop_decides_keeps_the_request(
+    database: Database, database_url: str, request_kind: str
+) -> None:
+    """A runner hands a running run back (a worker shutting down: running -> queued), and
+    another claims a queued one (queued -> running), between the statements of a cancel or a
+    stop on another replica. Under READ COMMITTED each statement sees the latest commit, so
+    a request that looked at the status in one statement and changed it in another was
+    lost ("it has already finished") with the run going on. The request is decided under the
+    run's row lock: the transition, tried without waiting right after the request's first
+    statement, cannot happen then, and the request is kept either way."""
+    import psycopg
+
+    from core.queue import conninfo
+
+    store = Store(database)
+    handed_back, _ = await new_run(store, thread_key=f"{KEY}-back")
+    await claim(store, handed_back.id)
+    claimed, _ = await new_run(store, thread_key=f"{KEY}-claimed")
+    moves = {handed_back.id: "queued", claimed.id: "running"}
+    moved: dict[str, bool] = {}
+    target: list[str] = []
+
+    def move_now(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if not target or target[0] in moved:
+            return
+        run_id = target[0]
+        with psycopg.connect(conninfo(database_url), autocommit=True) as other:
+            try:
+                with other.transaction():
+                    other.execute(
+                        "SELECT 1 FROM research_runs WHERE id = %s FOR UPDATE NOWAIT", [run_id]
+                    )
+                    other.execute(
+                        "UPDATE research_runs SET status = %s WHERE id = %s",
+                        [moves[run_id], run_id],
+                    )
+                moved[run_id] = True
+            except psycopg.errors.LockNotAvailable:
+                moved[run_id] = False
+
+    event.listen(database.engine.sync_engine, "after_cursor_execute", move_now)
+    try:
+        for run_id in (handed_back.id, claimed.id):
+            target[:] = [run_id]
+            if request_kind == "cancel":
+                answer: str = await store.request_cancel(run_id)
+            else:
+                answer = await store.request_stop(run_id)
+            if not moved[run_id]:  # locked out: the runner moves it after the request
+                await database.run(
+                    lambda conn, run_id=run_id: conn.execute(
+                        text(
+                            "UPDATE research_runs SET status = :s "
+                            "WHERE id = :id AND status IN ('queued', 'running')"
+                        ),
+                        {"s": moves[run_id], "id": run_id},
+                    )
+                )
+            run = await store.get_run(run_id)
+            assert run is not None
+            kept = run.cancel_requested or run.stop_requested or run.status == "cancelled"
+            assert answer != "ended" and kept, (run_id, answer, run.status)
+    finally:
+        event.remove(database.engine.sync_engine, "after_cursor_execute", move_now)
+    assert moved == {handed_back.id: False, claimed.id: False}
 
 
 async def test_user_listings(store: Store) -> None:
@@ -647,11 +730,11 @@ async def test_the_fence_never_repeats_even_after_a_hand_back(store: Store) -> N
     assert handed_back is not None and handed_back.attempt == 0  # did not count
     second = await claim(store, run.id, owner="same-owner")
     assert (first.fence, second.fence) == (1, 2)
-    assert await store.renew_claim(first) is False  # the old token is worthless
-    assert await store.renew_claim(second) is True
+    assert await store.renew_claim(first) is Renewal.LOST  # the old token is worthless
+    assert await store.renew_claim(second) is Renewal.HELD
     await finish(store, second, status="failed", error="x")
     await store.requeue_run(run.id)  # a requeue moves the fence on as well
-    assert await store.renew_claim(second) is False
+    assert await store.renew_claim(second) is Renewal.LOST
 
 
 async def test_a_forced_claim_takes_the_run_only_from_the_holder_judged_dead(store: Store) -> None:
