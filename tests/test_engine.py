@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from core.config import load_settings
+from core.lease import LeaseTiming
 from core.llm import ChatModel
 from core.models import ResearchRequest, RunStatus, ThreadKey
-from core.lease import LeaseTiming
 from core.progress import ProgressEvent, ProgressKind
 from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider
