@@ -387,6 +387,7 @@ def _show_outcome(outcome: RunOutcome, *, output: Path | None, as_json: bool) ->
     from rich.markup import escape
 
     from core.models import RunStatus
+    from core.outcome import ending_text, stopped_with_nothing
 
     err = _stderr()
     unwritten = False
@@ -419,8 +420,10 @@ def _show_outcome(outcome: RunOutcome, *, output: Path | None, as_json: bool) ->
     if unwritten:
         raise typer.Exit(EXIT_FAILED)
     if outcome.status is not RunStatus.SUCCEEDED:
+        stopped = stopped_with_nothing(outcome.status, outcome.stop_reason)
+        label = "stopped" if stopped else outcome.status.value
         err.print(
-            f"[bold red]run {outcome.status.value}:[/] {escape(outcome.error or '')}",
+            f"[bold red]run {label}:[/] {escape(outcome.error or ending_text(outcome))}",
             highlight=False,
             soft_wrap=True,
         )
@@ -481,6 +484,7 @@ def _run_json(run: Any, sources: Sequence[Any] = ()) -> dict[str, Any]:
         "strategy": run.strategy,
         "status": run.status,
         "rounds_done": run.rounds_done,
+        "stop_reason": run.stop_reason,
         "error": run.error,
         "usage": {
             "llm_calls": run.llm_calls,

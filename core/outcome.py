@@ -80,11 +80,26 @@ def usage_of(run: RunRecord) -> Usage:
     )
 
 
+def stored_stop_reason(run: RunRecord) -> StopReason | None:
+    """Why a finished run's searching ended, as recorded with its outcome (None before
+    migration 0015, or for a value this release does not know)."""
+    try:
+        return StopReason(run.stop_reason) if run.stop_reason else None
+    except ValueError:
+        return None
+
+
+def stopped_with_nothing(status: RunStatus, reason: StopReason | None) -> bool:
+    """Whether "Stop and write now" came before any search found anything: the run ended
+    without a report (recorded ``cancelled``, stopped)."""
+    return status is RunStatus.CANCELLED and reason is StopReason.STOPPED
+
+
 def final_progress_text(outcome: RunOutcome) -> str:
     """The last status of a run, in the language of its topic: how it ended, then (unless it
     failed: its one line is the reason) what it spent (``wording.usage_line``)."""
     if outcome.status is RunStatus.FAILED:
-        return _how_it_ended(outcome)
+        return ending_text(outcome)
     usage, language = outcome.usage, request_language(outcome.topic)
     spent = wording.usage_line(
         language,
@@ -94,16 +109,17 @@ def final_progress_text(outcome: RunOutcome) -> str:
         cost=outcome.cost,
         seconds=outcome.seconds,
     )
-    return f"{_how_it_ended(outcome)}\n{spent}"
+    return f"{ending_text(outcome)}\n{spent}"
 
 
-def _how_it_ended(outcome: RunOutcome) -> str:
+def ending_text(outcome: RunOutcome) -> str:
+    """How a run ended, in one line in the language of its topic (why, if it failed)."""
     done, depth, language = outcome.rounds_done, outcome.depth, request_language(outcome.topic)
     if outcome.status is RunStatus.FAILED:
         return wording.failed_text(language, done, depth, outcome.error)
+    if stopped_with_nothing(outcome.status, outcome.stop_reason):
+        return wording.stopped_before_search_text(language, done, depth)
     if outcome.status is RunStatus.CANCELLED:
-        if outcome.stop_reason is StopReason.STOPPED:  # stopped with nothing found yet
-            return wording.stopped_before_search_text(language, done, depth)
         return wording.cancelled_text(language, done, depth)
     sources, pages = len(outcome.sources), outcome.usage.pages_read
     files = outcome.usage.attachments_read

@@ -71,6 +71,10 @@ class ChatRuns(Protocol):
 
     async def latest_run_in_thread(self, thread_key: str) -> RunRecord | None: ...
 
+    async def active_run_in_thread(self, thread_key: str) -> RunRecord | None:
+        """The thread's queued or running run; None if it has none."""
+        ...
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         """One run by id (a button press names its run)."""
         ...

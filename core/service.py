@@ -55,7 +55,13 @@ from core.models import (
     Usage,
     Vote,
 )
-from core.outcome import RunOutcome, final_progress_text, usage_of
+from core.outcome import (
+    RunOutcome,
+    final_progress_text,
+    stopped_with_nothing,
+    stored_stop_reason,
+    usage_of,
+)
 from core.pages.reader import PageReader
 from core.progress import (
     NullProgress,
@@ -594,6 +600,9 @@ class ResearchService:
         )
         self._executing[run.id] = cancel
         status, error, reason = RunStatus.FAILED, None, None
+        # How many notes the run had before the report's own were added (none are kept
+        # when it ends without a report).
+        research_notes: int | None = None
         markdown: str | None = None
         sources: list[Source] = []
         try:
@@ -615,6 +624,7 @@ class ResearchService:
                 # from, which is no failure.
                 status = RunStatus.CANCELLED
             else:
+                research_notes = len(state.notes)
                 for line in state.variables.guidance_for(run.id):
                     state.note(wording.guidance_followed_words(state.language, line))
                 if reason.stopped_early:
@@ -627,7 +637,7 @@ class ResearchService:
                 markdown, sources = await _unless_cancelled(written, cancel.cancelled)
                 status = RunStatus.SUCCEEDED
         except _WritingCancelled:
-            status = RunStatus.CANCELLED
+            status, reason = RunStatus.CANCELLED, StopReason.CANCELLED
         except asyncio.CancelledError as exc:
             lost = bool(exc.args) and exc.args[0] == LOST_CLAIM
             if record_interruption and not lost:
@@ -645,10 +655,18 @@ class ResearchService:
         finally:
             if self._executing.get(run.id) is cancel:
                 del self._executing[run.id]
-        finished = await self._finish(claim, state, status, markdown, sources, error)
+        research = state.notes[:research_notes] if research_notes is not None else None
+        if status is not RunStatus.SUCCEEDED and research is not None:
+            state.notes = research  # no report: none of its notes
+        finished = await self._finish(
+            claim, state, status, markdown, sources, error, reason, notes_if_cancelled=research
+        )
         if finished.status != status.value:  # a cancel came as the report was recorded
             status, markdown, sources = RunStatus(finished.status), None, []
-        self._count(finished, state, rounds_before=run.rounds_done, usage_before=usage_of(run))
+            reason, state.notes = StopReason.CANCELLED, list(finished.notes)
+        self._count(
+            finished, state, reason, rounds_before=run.rounds_done, usage_before=usage_of(run)
+        )
         outcome = RunOutcome(
             run_id=run.id,
             thread=finished.thread_key,
@@ -746,14 +764,22 @@ class ResearchService:
             return self._timezone
 
     def _count(
-        self, run: RunRecord, state: RunState, *, rounds_before: int, usage_before: Usage
+        self,
+        run: RunRecord,
+        state: RunState,
+        reason: StopReason | None,
+        *,
+        rounds_before: int,
+        usage_before: Usage,
     ) -> None:
-        """Count a finished attempt of a run in the process's metrics."""
+        """Count a finished attempt of a run in the process's metrics (a run stopped before
+        anything was found as ``stopped``)."""
         if self.metrics is None:
             return
         usage = state.usage
+        status = RunStatus(run.status)
         self.metrics.run_finished(
-            status=run.status,
+            status="stopped" if stopped_with_nothing(status, reason) else status.value,
             platform=run.thread_key.split(":", 1)[0],
             strategy=run.strategy,
             seconds=run.seconds,
@@ -922,6 +948,9 @@ class ResearchService:
         markdown: str | None,
         sources: list[Source],
         error: str | None,
+        reason: StopReason | None = None,
+        *,
+        notes_if_cancelled: list[str] | None = None,
     ) -> RunRecord:
         return await self._store.finish_run(
             claim,
@@ -934,6 +963,8 @@ class ResearchService:
             usage=state.usage.model_dump(),
             notes=state.notes,
             deliver=_delivers(claim.run),
+            stop_reason=reason.value if reason is not None else None,
+            notes_if_cancelled=notes_if_cancelled,
         )
 
     def _run_topics(self, run: RunRecord, state: RunState) -> list[str]:
@@ -967,6 +998,7 @@ class ResearchService:
             sources=sources,
             usage=usage_of(run),
             seconds=run.seconds or 0.0,
+            stop_reason=stored_stop_reason(run),
             error=run.error,
             notes=list(run.notes),
             strategy=Strategy(run.strategy),

@@ -489,10 +489,14 @@ class ClaimStore:
         usage: Mapping[str, Any],
         notes: Sequence[str],
         deliver: bool = True,
+        stop_reason: str | None = None,
+        notes_if_cancelled: Sequence[str] | None = None,
     ) -> RunRecord:
         """Record the outcome, report and (replacing any earlier) sources of a held run.
         A ``succeeded`` run that was asked to cancel meanwhile is recorded ``cancelled``,
-        without its report or sources (the returned record says which).
+        without its report, its sources or its ``stop_reason``, and with
+        ``notes_if_cancelled`` (default ``notes``) instead of the report's notes (the
+        returned record says which).
 
         With ``deliver`` its delivery becomes pending: posting the outcome in its chat
         thread is the next step (a console run's caller prints it instead: the caller asks
@@ -512,6 +516,7 @@ class ClaimStore:
             "notes": list(notes),
             "finished_at": utcnow(),
             "delivery": DELIVERY_PENDING if deliver else None,
+            "stop_reason": stop_reason,
             **_usage_values(usage),
         }
         rows = [
@@ -534,7 +539,13 @@ class ClaimStore:
             else:
                 finished = conn.execute(self._sql.finish_run_uncancelled, run).first()
                 if finished is None:  # cancelled while the report was written: none is kept
-                    cancelled = {**run, "status": "cancelled", "report_markdown": None}
+                    cancelled = {
+                        **run,
+                        "status": "cancelled",
+                        "report_markdown": None,
+                        "stop_reason": None,
+                        "notes": list(notes if notes_if_cancelled is None else notes_if_cancelled),
+                    }
                     finished, kept = conn.execute(self._sql.finish_run, cancelled).first(), []
             if finished is None:
                 raise ClaimLost(claim.run_id)

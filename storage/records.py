@@ -136,6 +136,8 @@ class RunRecord:
     sources: str = "all"
     #: "Stop and write now" was asked: the run stops searching and writes its report.
     stop_requested: bool = False
+    #: Why its searching ended (``core.engine.state.StopReason``), once it has finished.
+    stop_reason: str | None = None
 
     @property
     def seconds(self) -> float | None:

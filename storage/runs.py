@@ -63,6 +63,9 @@ _LATEST_RUN_IN_THREAD = (
 _ACTIVE_RUN_IN_THREAD = SELECT_RUNS.where(
     _runs.c.thread_id == bindparam("tid"), _runs.c.status.in_(UNFINISHED_STATUSES)
 )
+_ACTIVE_RUN_IN_THREAD_BY_KEY = SELECT_RUNS.where(
+    _threads.c.key == bindparam("thread_key"), _runs.c.status.in_(UNFINISHED_STATUSES)
+)
 _RUN_BY_DEDUPE_KEY = SELECT_RUNS.where(_runs.c.dedupe_key == bindparam("dedupe_key"))
 #: How many unfinished runs a user has, and whether any run (finished or not) already
 #: carries the request's dedupe key: a delivery seen again is never refused.
@@ -322,6 +325,7 @@ class RunStore:
                 error=None,
                 cancel_requested=False,
                 stop_requested=False,
+                stop_reason=None,
                 started_at=None,  # an explicit resume starts the run's time budget again
                 owner=None,
                 fence=_runs.c.fence + 1,
@@ -427,6 +431,13 @@ class RunStore:
         """The newest run of the thread with this key; None if it has none (or no thread)."""
         return await self._db.run(
             lambda conn: one_run(conn, _LATEST_RUN_IN_THREAD, thread_key=thread_key)
+        )
+
+    async def active_run_in_thread(self, thread_key: str) -> RunRecord | None:
+        """The thread's queued or running run (at most one); None if it has none. Not
+        always its newest: a resumed run is older than the runs made after it ended."""
+        return await self._db.run(
+            lambda conn: one_run(conn, _ACTIVE_RUN_IN_THREAD_BY_KEY, thread_key=thread_key)
         )
 
     async def thread_runs(self, thread_id: int) -> list[RunRecord]:

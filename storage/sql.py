@@ -149,4 +149,5 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
         seconds_by_step=dict(row["seconds_by_step"] or {}),
         sources=row["sources"],
         stop_requested=bool(row["stop_requested"]),
+        stop_reason=row["stop_reason"],
     )

@@ -59,6 +59,7 @@ class Store:
         self.recent_runs_for_user = self.runs.recent_runs_for_user
         self.recent_runs_in_channel = self.runs.recent_runs_in_channel
         self.latest_run_in_thread = self.runs.latest_run_in_thread
+        self.active_run_in_thread = self.runs.active_run_in_thread
         self.thread_runs = self.runs.thread_runs
         self.run_sources = self.runs.run_sources
         self.count_runs = self.runs.count_runs

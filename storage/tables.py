@@ -113,6 +113,8 @@ class ResearchRun(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, server_default=false())
     #: Stop searching and write the report from what was found ("Stop and write now").
     stop_requested: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    #: Why its searching ended (``core.engine.state.StopReason``; migration 0015).
+    stop_reason: Mapped[str | None] = mapped_column(String(32))
     progress_message_id: Mapped[str | None] = mapped_column(String(255))
     error: Mapped[str | None] = mapped_column(Text)
     notes: Mapped[list[str]] = mapped_column(JSONType, default=list)

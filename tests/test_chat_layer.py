@@ -193,6 +193,59 @@ async def test_a_message_not_addressed_to_the_bot_is_ignored(world: Callable[...
     assert w.chat.calls == [] and await w.runs() == []
 
 
+async def test_a_plain_reply_whose_research_ended_meanwhile_is_dropped_not_a_new_research(
+    world: Callable[..., World],
+) -> None:
+    """A reply without a mention is let in while the thread's research runs; if that
+    research ends before the reply is handled, the reply is no guidance any more, and it
+    must not become a new research (or an error) either: it is dropped, unanswered."""
+    w = world()
+    await w.runner.start()
+    await w.chat.say(w.commands, "heat pumps depth=1")
+    await w.delivered()
+    calls = list(w.chat.calls)
+    for text in ("wind power", "depth=99 a=b", "/research wind power"):
+        late = ChatMessage(
+            platform=PLATFORM,
+            workspace="W1",
+            channel="C1",
+            thread="t1",
+            user="U1",
+            text=text,
+            dedupe_key=f"memory:late:{text}",
+            addressed=False,
+            in_thread=True,
+        )
+        reply = await w.commands.handle(late)  # as if let in just before the run ended
+        assert reply.dropped and not reply.started, (text, reply)
+        assert await w.chat.say(w.commands, text, addressed=False, in_thread=True) is None
+    assert w.chat.calls == calls and len(await w.runs()) == 1
+
+
+async def test_a_plain_reply_steers_the_threads_active_run_not_its_newest(
+    world: Callable[..., World],
+) -> None:
+    """A thread's active run is not always its newest: a cancelled run resumed after a
+    follow-up ended is older than that follow-up. A reply there steers the active run."""
+    w = world()
+    service = w.parts[1]
+    await w.chat.say(w.commands, "heat pumps depth=1")
+    (first,) = await w.runs()
+    await service.cancel(first.id)  # still queued: cancelled at once
+    await w.runner.start()
+    await w.delivered()
+    await w.chat.say(w.commands, "wind power depth=1", in_thread=True)  # a follow-up
+    await w.delivered(count=2)
+    await w.store.requeue_run(first.id)  # resumed: active, older than the follow-up
+    reply = await w.chat.say(w.commands, "focus on Europe", addressed=False, in_thread=True)
+    assert reply is not None and reply.text == "Noted: the next searches take this into account."
+    variables = await w.store.load_variables(first.thread_id)
+    assert variables is not None
+    assert [(g["run_id"], g["text"]) for g in variables["guidance"]] == [
+        (first.id, "focus on Europe")
+    ]
+
+
 async def test_a_redelivered_request_makes_one_run_one_report_and_one_answer(
     world: Callable[..., World], llm_server: FakeLLMServer
 ) -> None:

@@ -19,7 +19,7 @@ import pytest
 from core.config import Settings
 from core.models import SearchResult
 from tests.cli import fathom, fathom_process, start_fathom, stop, wait_for_stderr
-from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.fakes.search import RESULT_DATE, page_date
 
 JSON_KEYS = {
@@ -408,6 +408,30 @@ def test_the_first_ctrl_c_stops_and_writes_the_report_from_the_searches_done(
     assert data["status"] == "succeeded" and data["stop_reason"] == "stopped"
     assert 1 <= len(data["topics"]) <= 2 and len(search_server.fake.queries) == len(data["topics"])
     assert "Stopped early on request" in data["report_markdown"]
+
+
+def test_ctrl_c_before_any_search_says_the_run_stopped_with_nothing_to_report(
+    cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    """The first Ctrl-C is "Stop and write now"; pressed while the first plan is made, no
+    search has found anything: the last line says so (it was an empty "run cancelled:")."""
+    llm_server.fake.script("planner", Hang(3.0))
+    proc = start_fathom("research", "tidal power", env=cli_env, cwd=tmp_path)
+    try:
+        wait_for_stderr(proc, "Researching “tidal power”, depth 3…")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        stop(proc)
+    assert proc.returncode == 1, stderr.decode()
+    last = stderr.decode().strip().splitlines()[-1]
+    assert last == (
+        "run stopped: Stopped before any search found anything (0 of 3 searches): "
+        "nothing to report."
+    )
+    with sqlite3.connect(db_file(cli_env)) as db:
+        rows = db.execute("SELECT status, stop_reason, error FROM research_runs").fetchall()
+    assert rows == [("cancelled", "stopped", None)]
 
 
 def test_a_second_ctrl_c_cancels_without_a_report(

@@ -71,21 +71,95 @@ async def test_stop_before_the_first_search_ends_with_nothing_to_report_not_a_fa
 ) -> None:
     """ "Stop and write now" pressed as the run starts, before its first search: no search,
     no writer call, and the run ends stopped with nothing to report (in the request's
-    language), never failed with "no search returned any results"."""
+    language), never failed with "no search returned any results", and counted as stopped,
+    not cancelled."""
+    from core.metrics import Metrics
+
+    metrics = Metrics()
+    service = harness.build_service(metrics=metrics)
     run_id = await harness.submit(topic=topic)
     answers: list[StopRequest] = []
 
     async def on_event(event: ProgressEvent) -> None:
         if event.kind is ProgressKind.STARTED:
-            answers.append(await harness.service.stop(run_id))
+            answers.append(await service.stop(run_id))
 
     progress = Collect(on_event)
-    outcome = await harness.service.execute(run_id, progress)
+    outcome = await service.execute(run_id, progress)
     assert answers == [StopRequest.STOPPING]
     assert outcome.status is RunStatus.CANCELLED and outcome.stop_reason is StopReason.STOPPED
     assert outcome.error is None and outcome.report_markdown is None
     assert harness.search.fake.queries == [] and harness.writer_requests() == []
     assert progress.final.startswith(final), progress.final
+    # The replica that delivers it, and `fathom thread show`, read the same ending back.
+    run = await harness.store.get_run(run_id)
+    assert run is not None and run.stop_reason == "stopped"
+    stored = await harness.service.stored_outcome(run)
+    assert final_progress_text(stored).startswith(final)
+
+    def finished(status: str) -> float | None:
+        labels = {"status": status, "platform": "cli", "strategy": "iterative"}
+        return metrics.registry.get_sample_value("fathom_runs_finished_total", labels)
+
+    assert (finished("stopped"), finished("cancelled")) == (1, None)
+
+
+async def test_stop_then_cancel_while_the_report_is_written_ends_cancelled_without_its_notes(
+    harness: Harness,  # noqa: F811
+) -> None:
+    """Stop and write now, then Cancel while the report is being written: the run ends
+    cancelled (not "stopped before any search", though it was stopped), and the notes
+    meant for the report that was not written ("Stopped early ...") are not kept."""
+    run_id = await harness.submit(depth=5)
+
+    async def press() -> None:
+        assert await harness.service.stop(run_id) is StopRequest.STOPPING
+
+    async def on_event(event: ProgressEvent) -> None:
+        if event.kind is ProgressKind.SEARCHED and event.rounds_done == 1:
+            await press()
+        if event.kind is ProgressKind.WRITING:
+            assert await harness.service.cancel(run_id) is CancelRequest.CANCELLING
+
+    progress = Collect(on_event)
+    outcome = await harness.service.execute(run_id, progress)
+    assert outcome.status is RunStatus.CANCELLED and outcome.stop_reason is StopReason.CANCELLED
+    assert outcome.report_markdown is None
+    assert progress.final.startswith("Research cancelled after 1 of 5 searches."), progress.final
+    assert not any(STOPPED_NOTE in note for note in outcome.notes), outcome.notes
+    run = await harness.store.get_run(run_id)
+    assert run is not None and (run.status, run.stop_reason) == ("cancelled", "cancelled")
+    assert not any(STOPPED_NOTE in note for note in run.notes), run.notes
+    stored = await harness.service.stored_outcome(run)
+    assert final_progress_text(stored).startswith("Research cancelled after 1 of 5 searches.")
+
+
+async def test_a_report_refused_by_a_cancel_from_another_replica_keeps_no_report_notes(
+    harness: Harness,  # noqa: F811
+) -> None:
+    """The other path to the same end: the report is written (no heartbeat saw the cancel
+    yet) and refused in the statement that would have recorded it. The run is recorded
+    cancelled with the notes it had before the report's own."""
+    run_id = await harness.submit(depth=5)
+    database, other = await fresh_store(harness.url)
+
+    async def on_event(event: ProgressEvent) -> None:
+        if event.kind is ProgressKind.SEARCHED and event.rounds_done == 1:
+            assert await other.request_stop(run_id) is StopRequest.STOPPING
+        if event.kind is ProgressKind.WRITING:
+            assert await other.request_cancel(run_id) is CancelRequest.CANCELLING
+
+    try:
+        progress = Collect(on_event)
+        outcome = await harness.service.execute(run_id, progress)
+    finally:
+        await database.dispose()
+    assert len(harness.writer_requests()) == 1  # it wrote the report, which was refused
+    assert outcome.status is RunStatus.CANCELLED and outcome.stop_reason is StopReason.CANCELLED
+    assert progress.final.startswith("Research cancelled after 1 of 5 searches."), progress.final
+    run = await harness.store.get_run(run_id)
+    assert run is not None and (run.status, run.report_markdown) == ("cancelled", None)
+    assert not any(STOPPED_NOTE in note for note in run.notes + outcome.notes), run.notes
 
 
 async def test_stop_while_the_first_search_runs_writes_the_report_from_it(
@@ -238,6 +312,10 @@ async def test_the_token_budget_stops_the_searching_and_the_report_says_so(
     )
     tokens_used = outcome.usage.prompt_tokens + outcome.usage.completion_tokens
     assert spent.startswith("1 search · ") and f"{tokens_used / 1000:.1f}k tokens" in spent
+    # A replica that delivers the outcome later reads the same ending back.
+    run = await harness.store.get_run(run_id)
+    assert run is not None
+    assert final_progress_text(await service.stored_outcome(run)).split("\n")[0] == ended
 
 
 @sqlite_only

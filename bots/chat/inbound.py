@@ -144,6 +144,9 @@ class Reply:
     started: bool = False  # a run was accepted: its progress message speaks for itself
     #: Files of the request that the run does not read: (name, why), see ``core.attachments``.
     left_out: tuple[tuple[str, str], ...] = ()
+    #: Nothing is answered: a message that did not address the bot and is neither guidance
+    #: for a running research nor a control word.
+    dropped: bool = False
 
 
 class NamedSource(Protocol):
@@ -233,6 +236,8 @@ class ChatCommands:
         if once and not await self._claim(message):
             return None
         reply = await self.handle(message, parsed)
+        if reply.dropped:
+            return None
         if not once and not await self._claim(message):
             return None  # another delivery of it (another replica) answered meanwhile
         if not reply.started:
@@ -346,6 +351,10 @@ class ChatCommands:
             steered = await self._steer(message, replies)
             if steered is not None:
                 return steered
+        if not message.addressed and isinstance(parsed, ResearchCommand | CommandError):
+            # Not guidance (its research ended meanwhile, or it said nothing readable): a
+            # message that does not address the bot never starts a research or gets an error.
+            return Reply("", dropped=True)
         if isinstance(parsed, CommandError):
             return Reply(replies.error(parsed.text(replies.language)))
         command = parsed
@@ -456,15 +465,14 @@ class ChatCommands:
         running research, which it steers like any reply there."""
         if not message.in_thread:
             return False
-        run = await self._store.latest_run_in_thread(str(message.thread_key))
-        return run is not None and not RunStatus(run.status).finished
+        return await self._store.active_run_in_thread(str(message.thread_key)) is not None
 
     async def _steer(self, message: ChatMessage, replies: Replies) -> Reply | None:
         """A reply in the thread of a running research, kept as guidance for it (its raw
         text); None when the thread has no running research (or nothing readable was said),
         so that the reply is handled as a request."""
-        run = await self._store.latest_run_in_thread(str(message.thread_key))
-        if run is None or RunStatus(run.status).finished:
+        run = await self._store.active_run_in_thread(str(message.thread_key))
+        if run is None:
             return None
         by = message.requested_by
         if await self._service.add_guidance(run, by, message.text, key=message.dedupe_key):
@@ -567,7 +575,9 @@ class ChatCommands:
         admin's to end); elsewhere the sender's newest active run (matching ``prefix``)."""
         by = message.requested_by
         if message.in_thread and prefix is None:
-            run = await self._store.latest_run_in_thread(str(message.thread_key))
+            thread = str(message.thread_key)
+            run = await self._store.active_run_in_thread(thread)
+            run = run or await self._store.latest_run_in_thread(thread)  # posting its report?
             if run is None or (RunStatus(run.status).finished and not _posting(run)):
                 return _Refusal("nothing_in_thread")
             if run.requested_by != by and not self._policy.is_admin(message.user):
