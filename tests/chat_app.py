@@ -15,12 +15,14 @@ import inspect
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Self
 
 import httpx
 import uvicorn
+from sqlalchemy import text
 
 from bots.composition import AppSettings, load_app_settings
 from bots.platforms import PLATFORMS, PlatformClass
@@ -139,3 +141,16 @@ class ServedFathom:
         response = await self.http.get(f"{self.url}/readyz")
         data: dict[str, Any] = response.json()
         return data
+
+
+@asynccontextmanager
+async def runs_table_away(database: Database) -> AsyncIterator[None]:
+    """While the body runs, every statement on the runs fails for real (the table is
+    renamed), as when the database has lost its schema or is being restored."""
+    async with database.engine.begin() as conn:
+        await conn.execute(text("ALTER TABLE research_runs RENAME TO research_runs_away"))
+    try:
+        yield
+    finally:
+        async with database.engine.begin() as conn:
+            await conn.execute(text("ALTER TABLE research_runs_away RENAME TO research_runs"))

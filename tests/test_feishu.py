@@ -23,7 +23,7 @@ import pytest
 
 from bots.chat.connection import restart_delay
 from bots.feishu.ws import LongConnection
-from tests.chat_app import ServedFathom, wait_for
+from tests.chat_app import ServedFathom, runs_table_away, wait_for
 from tests.conftest import ServeFathom
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang, Reply
 from tests.fakes.feishu import (
@@ -834,6 +834,21 @@ async def test_card_buttons_over_the_webhook_stop_the_run_and_rate_the_report(
     assert toast(late.json()) == "That research has already finished."
     [vote] = await bot.served.store.feedback_since()
     assert (vote.run_id, vote.voter, vote.value) == (run.id, USER, "up")
+
+
+async def test_a_press_that_fails_is_answered_in_the_language_of_its_card(
+    feishu: FeishuFactory,
+) -> None:
+    """The database fails while a press is decided: the toast says so in the card's
+    language (the button's value carries it), not in English on a Chinese card."""
+    bot = await feishu()
+    await bot.send(message_event("/research 潮汐能 depth=1", token=TOKEN, message_id="om_zh"))
+    progress = await progress_card_with_buttons(bot, "om_zh")
+    await bot.delivered()
+    async with runs_table_away(bot.served.database):
+        answer = await bot.send(card_action_event(progress, "fathom_cancel", token=TOKEN))
+    assert answer.status_code == 200
+    assert toast(answer.json()) == "⚠️ 我这边出了点问题，请稍后再试。"
 
 
 async def test_forged_card_callbacks_get_4xx_or_change_nothing(

@@ -36,7 +36,7 @@ from bots.composition import AppSettings
 from bots.server import create_app
 from bots.slack.text import SlackMarkup, clean_text
 from storage import Database, RunRecord, Store
-from tests.chat_app import LifespanServer, fathom_settings, wait_for
+from tests.chat_app import LifespanServer, fathom_settings, runs_table_away, wait_for
 from tests.databases import MigratedTemplates
 from tests.env import is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
@@ -752,6 +752,21 @@ async def test_the_cancel_button_ends_the_run_without_a_report(start_bot: BotFac
     assert button_ids(final) == [] and "Research cancelled" in final["text"]
     # The plan shows what the run finished: its search was cancelled before it ended.
     assert [b["type"] for b in final["blocks"]] in ([], ["section", "plan"])
+
+
+async def test_a_press_that_fails_is_answered_in_the_language_of_its_message(
+    start_bot: BotFactory,
+) -> None:
+    """The database fails while a press is decided: the presser is told so in the language
+    of the pressed message (its button's label, which block_actions sends back)."""
+    bot = await start_bot()
+    await bot.command("潮汐能 depth=1", trigger_id="t-zh-failure")
+    await bot.finished()
+    [report] = bot.reports()
+    async with runs_table_away(bot.database):
+        await bot.post(block_actions_body(report, "fathom_up"), FORM)
+        [answer] = await ephemeral_answers(bot, 1)
+    assert answer.params["text"] == ":warning: 我这边出了点问题，请稍后再试。"
 
 
 async def test_a_vote_on_the_report_is_stored_once_and_a_second_press_changes_it(

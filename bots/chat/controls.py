@@ -59,6 +59,8 @@ class Button:
     run_id: str
     label: str
     style: Literal["primary", "danger"] | None = None
+    #: The language of the message it is on (a platform may send it back with a press).
+    language: Language = "en"
 
     @property
     def action_id(self) -> str:
@@ -68,16 +70,22 @@ class Button:
 def run_buttons(run_id: str, language: Language) -> tuple[Button, ...]:
     """The buttons of a working run's progress message."""
     return (
-        Button(Control.STOP, run_id, pick(language, "Stop and write now", "停止并撰写"), "primary"),
-        Button(Control.CANCEL, run_id, pick(language, "Cancel", "取消"), "danger"),
+        Button(
+            Control.STOP,
+            run_id,
+            pick(language, "Stop and write now", "停止并撰写"),
+            "primary",
+            language,
+        ),
+        Button(Control.CANCEL, run_id, pick(language, "Cancel", "取消"), "danger", language),
     )
 
 
 def feedback_buttons(run_id: str, language: Language) -> tuple[Button, ...]:
     """The buttons of a report's last message."""
     return (
-        Button(Control.UP, run_id, pick(language, "👍 Useful", "👍 有用")),
-        Button(Control.DOWN, run_id, pick(language, "👎 Not useful", "👎 没用")),
+        Button(Control.UP, run_id, pick(language, "👍 Useful", "👍 有用"), language=language),
+        Button(Control.DOWN, run_id, pick(language, "👎 Not useful", "👎 没用"), language=language),
     )
 
 
@@ -96,6 +104,9 @@ class Press:
     user: str
     run_id: str
     control: Control
+    #: The language of the pressed message, as the press tells it (untrusted; it only words
+    #: an answer given without reading the run, such as a failure).
+    language: Language = "en"
 
     @property
     def requested_by(self) -> str:

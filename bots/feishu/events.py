@@ -350,6 +350,7 @@ def translate_press(payload: dict[str, Any]) -> Press | None:
         user=str(operator.get("open_id") or ""),
         run_id=str(value.get("run") or ""),
         control=control,
+        language="zh" if value.get("lang") == "zh" else "en",
     )
 
 

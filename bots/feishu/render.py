@@ -82,8 +82,9 @@ _BUTTON_TYPES = {"primary": "primary", "danger": "danger", None: "default"}
 
 
 def button_value(button: Button) -> dict[str, str]:
-    """What a press calls back with (``event.action.value``): which control, which run."""
-    return {"action": button.action_id, "run": button.run_id}
+    """What a press calls back with (``event.action.value``): which control, which run, and
+    the card's language."""
+    return {"action": button.action_id, "run": button.run_id, "lang": button.language}
 
 
 def buttons_row(buttons: Sequence[Button]) -> dict[str, Any]:

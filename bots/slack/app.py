@@ -47,6 +47,7 @@ from bots.slack.oauth import (
 from bots.slack.settings import SlackSettings
 from bots.slack.text import clean_text
 from core.grammar import ResearchCommand
+from core.wording import request_language
 
 log = logging.getLogger(__name__)
 
@@ -273,12 +274,16 @@ class SlackCommands:
         user = _field(body, "user", "id")
         channel = _field(body, "channel", "id") or _field(body, "container", "channel_id")
         team = context.team_id or _field(body, "team", "id") or _field(body, "user", "team_id")
-        press = Press("slack", team, channel, user, str(action.get("value") or ""), control)
+        label = action.get("text")
+        words = label.get("text") if isinstance(label, dict) else None
+        language = request_language(words) if isinstance(words, str) else "en"
+        run_id = str(action.get("value") or "")
+        press = Press("slack", team, channel, user, run_id, control, language)
         try:
             text = await self.chat.press(press)
         except Exception:
             log.exception("a press on %s by %s failed", control.action_id, user)
-            text = self.chat.replies("en").failure()
+            text = self.chat.replies(press.language).failure()
         thread = _field(body, "message", "thread_ts") or _field(body, "message", "ts") or None
         await _ephemeral(context, channel=channel, user=user, thread=thread, text=text)
 
