@@ -618,6 +618,41 @@ async def test_a_plain_reply_in_a_running_researchs_thread_steers_it_and_others_
     assert len(bot.slack.calls_to("chat.postEphemeral")) == 1
 
 
+STEER_HINT = "To steer this research, mention me in a reply in this thread."
+
+
+@pytest.mark.parametrize("history_scopes", [True, False])
+async def test_without_the_history_scopes_the_progress_says_to_mention_the_bot_to_steer(
+    start_bot: BotFactory, history_scopes: bool
+) -> None:
+    """An app installed before ``message.channels``/``message.groups`` (or whose operator
+    removed them with their scopes) hears only mentions: the progress message says so
+    while the research runs, learned from the X-OAuth-Scopes header of Slack's answers.
+    With the scopes (the manifests'), it says nothing of the kind."""
+    bot = await start_bot()
+    if not history_scopes:
+        bot.slack.scopes = tuple(
+            s for s in bot.slack.scopes if s not in ("channels:history", "groups:history")
+        )
+    bot.search.fake.hold_pages()
+    await bot.command("deep sea mining depth=2", trigger_id="t-hint")
+    run, _ = await progress_with_buttons(bot)
+    ts = run.progress_message_id or ""
+
+    def shown() -> list[str]:
+        return [str(c.params.get("text")) for c in bot.slack.calls_to("chat.update")]
+
+    await wait_for(lambda: any("search executed" in t for t in shown()))
+    running = [t for t in shown() if "search executed" in t]
+    bot.search.fake.release_pages()
+    await bot.finished()
+    if history_scopes:
+        assert not any(STEER_HINT in t for t in shown())
+    else:
+        assert all(STEER_HINT in t for t in running), running
+    assert STEER_HINT not in bot.final_text("C0001", ts)  # no buttons, no steering
+
+
 async def test_cancel_in_thread_stops_the_run(start_bot: BotFactory) -> None:
     bot = await start_bot()
     bot.llm.fake.latency = 0.5

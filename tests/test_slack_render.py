@@ -107,3 +107,21 @@ def test_the_last_report_message_alone_carries_the_feedback_buttons() -> None:
     actions = messages[-1]["blocks"][-1]
     assert [e["action_id"] for e in actions["elements"]] == ["fathom_up", "fathom_down"]
     assert actions["elements"][0]["text"]["text"] == "👍 有用"
+
+
+def test_the_scopes_a_plain_reply_needs_depend_on_the_channel() -> None:
+    """Slack's header lists scopes comma-separated (``X-OAuth-Scopes: chat:write,
+    channels:history``); a ``G`` channel is private, a ``C`` one may be public or private
+    (private channels made since 2021 have ``C`` ids), a DM is addressed to the bot anyway.
+    Nothing is assumed before an answer has listed the scopes."""
+    from bots.slack.scopes import SlackScopes
+
+    scopes = SlackScopes()
+    assert not scopes.mention_needed("T1", "C1")  # not known yet
+    scopes.note("T1", {"X-OAuth-Scopes": "chat:write, groups:history"})
+    assert scopes.mention_needed("T1", "C1")
+    assert not scopes.mention_needed("T1", "G1") and not scopes.mention_needed("T1", "D1")
+    scopes.note("T1", {"Content-Type": "application/json"})  # says nothing: kept
+    assert scopes.mention_needed("T1", "C1")
+    scopes.note("T1", {"x-oauth-scopes": "channels:history,groups:history"})
+    assert not scopes.mention_needed("T1", "C1") and not scopes.mention_needed("T2", "C1")

@@ -33,6 +33,7 @@ from bots.slack.render import (
     progress_text,
     report_messages,
 )
+from bots.slack.scopes import SlackScopes
 from bots.slack.status import REFRESH_SECONDS, ThreadStatus
 from core.attachments import AttachmentRefused
 from core.digests import heading_of
@@ -96,6 +97,7 @@ class SlackThread:
             opener=opener,
             language=self.language,
             digest_title=heading_of(self._run),
+            mention_to_steer=bool(buttons) and self._messenger.mention_needed(self.thread.channel),
         )
         return progress_message(text, buttons, tasks, self.language)
 
@@ -160,6 +162,7 @@ class SlackDeliveryFactory:
         api_url: str = "https://slack.com/api/",
         http: httpx.AsyncClient | None = None,
         refusals: SlackRefusals | None = None,
+        scopes: SlackScopes | None = None,
         timer: Timer | None = None,
         status_refresh: float = REFRESH_SECONDS,
     ) -> None:
@@ -169,6 +172,8 @@ class SlackDeliveryFactory:
         self._limiters = limiters or WorkspaceLimiters()
         #: What Slack refused for good, for every run of this process.
         self.refusals = refusals or SlackRefusals()
+        #: The bot token's scopes per workspace, as Slack's answers list them.
+        self.scopes = scopes or SlackScopes()
         self._timer = timer
         self._status_refresh = status_refresh
         self._origins = allowed_origins(api_url)
@@ -186,7 +191,7 @@ class SlackDeliveryFactory:
         team = ThreadKey.parse(run.thread_key).workspace
         client = await self._clients.client_for(team)
         downloads = SlackDownloads(client, self._download_http(), self._origins)
-        messenger = SlackMessenger(client, team, self.refusals)
+        messenger = SlackMessenger(client, team, self.refusals, self.scopes)
         thread = SlackThread(run, messenger, self._store, downloads)
         status = ThreadStatus(
             client,

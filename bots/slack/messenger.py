@@ -13,6 +13,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.slack.errors import error_code
 from bots.slack.refusals import SlackRefusals
 from bots.slack.render import escape_mrkdwn, report_title, safe_markdown
+from bots.slack.scopes import SlackScopes
 from core.models import ThreadKey
 
 log = logging.getLogger(__name__)
@@ -57,14 +58,29 @@ def thread_ts(thread: ThreadKey) -> str | None:
 
 class SlackMessenger:
     """The Slack calls of one run's delivery, for one workspace client (``team``: the
-    workspace, whose refusals of plan blocks are remembered in ``refusals``)."""
+    workspace, whose refusals of plan blocks are remembered in ``refusals``, and its token's
+    scopes, as its answers list them, in ``scopes``)."""
 
     def __init__(
-        self, client: AsyncWebClient, team: str = "", refusals: SlackRefusals | None = None
+        self,
+        client: AsyncWebClient,
+        team: str = "",
+        refusals: SlackRefusals | None = None,
+        scopes: SlackScopes | None = None,
     ) -> None:
         self._client = client
         self._team = team
         self._refusals = refusals or SlackRefusals()
+        self._scopes = scopes or SlackScopes()
+
+    def mention_needed(self, channel: str) -> bool:
+        """Whether a reply in ``channel`` must mention the bot to reach it (the token lacks
+        the history scopes of plain replies; see :mod:`bots.slack.scopes`)."""
+        return self._scopes.mention_needed(self._team, channel)
+
+    def _noted(self, response: Any) -> Any:
+        self._scopes.note(self._team, getattr(response, "headers", None))
+        return response
 
     def _blocks(self, message: dict[str, Any]) -> list[dict[str, Any]]:
         """The blocks to send: the plain ones where the workspace refused plan blocks."""
@@ -95,7 +111,7 @@ class SlackMessenger:
         response = await self._client.chat_postMessage(
             channel=thread.channel, text=text, thread_ts=thread_ts(thread), unfurl_links=False
         )
-        return str(response["ts"])
+        return str(self._noted(response)["ts"])
 
     async def edit_message(self, thread: ThreadKey, message_id: str, text: str) -> None:
         await self._client.chat_update(channel=thread.channel, ts=message_id, text=text)
@@ -114,7 +130,7 @@ class SlackMessenger:
             )
 
         response = await self._with_plan_fallback(message, post)
-        return str(response["ts"])
+        return str(self._noted(response)["ts"])
 
     async def edit_progress(self, thread: ThreadKey, message_id: str, content: str) -> None:
         """Edit a progress message; its blocks are always sent (Slack keeps the old ones when
@@ -126,7 +142,7 @@ class SlackMessenger:
                 channel=thread.channel, ts=message_id, text=message["text"], blocks=blocks
             )
 
-        await self._with_plan_fallback(message, update)
+        self._noted(await self._with_plan_fallback(message, update))
 
     async def post_report_message(self, thread: ThreadKey, message: dict[str, Any]) -> None:
         """Post one report message (``chat.postMessage`` kwargs from ``render``) in the thread;

@@ -78,9 +78,40 @@ def progress_text(
     opener: bool,
     language: Language = "en",
     digest_title: str | None = None,
+    mention_to_steer: bool = False,
 ) -> str:
-    """The progress message: who asked (opener only) or which digest, what, and the engine's
-    status line."""
+    """The progress message: who asked (opener only) or which digest, what, the engine's
+    status line, and (``mention_to_steer``: plain replies do not reach the bot here) that a
+    reply steering the research must mention the bot."""
+    text = _progress_text(
+        run_topic,
+        depth,
+        status,
+        requester=requester,
+        opener=opener,
+        language=language,
+        digest_title=digest_title,
+    )
+    if not mention_to_steer:
+        return text
+    hint = pick(
+        language,
+        "To steer this research, mention me in a reply in this thread.",
+        "要引导这个研究，请在本话题的回复中 @我。",
+    )
+    return f"{text}\n{hint}"
+
+
+def _progress_text(
+    run_topic: str,
+    depth: int,
+    status: str,
+    *,
+    requester: str | None,
+    opener: bool,
+    language: Language,
+    digest_title: str | None,
+) -> str:
     topic = escape_mrkdwn(_clip(run_topic, _TOPIC_CHARS))
     line = "\n".join(escape_mrkdwn(line) for line in status_lines(status, _STATUS_CHARS))
     if digest_title:

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from bots.slack.oauth import BOT_SCOPES
 from tests.fakes.server import BackgroundServer, broken_body
 
 MAX_TEXT = 40_000
@@ -264,6 +265,10 @@ class FakeSlack:
         self.locales: dict[str, str] = {}
         #: Methods whose calls are not answered until they are removed from the set.
         self.held: set[str] = set()
+        #: The bot token's scopes, listed in every answer's X-OAuth-Scopes header as Slack
+        #: does (https://api.slack.com/legacy/oauth-scopes: "X-OAuth-Scopes ... lists the
+        #: scopes this token has"); the manifest's by default.
+        self.scopes: tuple[str, ...] = BOT_SCOPES
 
     def reset(self) -> None:
         with self._lock:
@@ -660,10 +665,11 @@ def build_slack_app(fake: FakeSlack) -> Starlette:
             return JSONResponse({"ok": False, "error": "not_authed"})
         if not token.startswith("xoxb-"):
             return JSONResponse({"ok": False, "error": "invalid_auth"})
+        scopes = {"X-OAuth-Scopes": ",".join(fake.scopes)}
         try:
-            return JSONResponse({"ok": True, **fake.call(method, dict(params))})
+            return JSONResponse({"ok": True, **fake.call(method, dict(params))}, headers=scopes)
         except SlackError as exc:
-            return JSONResponse({"ok": False, "error": exc.code})
+            return JSONResponse({"ok": False, "error": exc.code}, headers=scopes)
 
     async def upload(request: Request) -> Response:
         content = await request.body()
