@@ -85,6 +85,11 @@ def verify_signature(
         raise Rejected(401, "invalid signature")
 
 
+#: An unsigned body can only be the URL check (Feishu does not sign it), which is a few
+#: hundred bytes, encrypted or not: anything longer is refused before it is parsed.
+MAX_CHALLENGE_BYTES = 4096
+
+
 def open_delivery(
     body: bytes, headers: dict[str, str], *, verification_token: str, encrypt_key: str
 ) -> Challenge | Event:
@@ -93,6 +98,8 @@ def open_delivery(
     signed = "x-lark-signature" in headers
     if signed:
         verify_signature(headers, body, encrypt_key)
+    elif len(body) > MAX_CHALLENGE_BYTES:
+        raise Rejected(401, "the request is not signed")
     outer = _json_object(body, "the body")
     if "encrypt" in outer:
         try:
