@@ -75,6 +75,10 @@ class ChatRuns(Protocol):
         """The thread's queued or running run; None if it has none."""
         ...
 
+    async def thread_runs(self, thread_id: int) -> list[RunRecord]:
+        """A thread's runs, oldest first."""
+        ...
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         """One run by id (a button press names its run)."""
         ...

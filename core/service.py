@@ -642,6 +642,8 @@ class ResearchService:
             lost = bool(exc.args) and exc.args[0] == LOST_CLAIM
             if record_interruption and not lost:
                 status, error = RunStatus.CANCELLED, INTERRUPTED
+                if research_notes is not None:  # interrupted while writing: no report
+                    del state.notes[research_notes:]
                 with contextlib.suppress(ClaimLost):
                     await asyncio.shield(self._finish(claim, state, status, None, [], error))
             raise
@@ -965,6 +967,7 @@ class ResearchService:
             deliver=_delivers(claim.run),
             stop_reason=reason.value if reason is not None else None,
             notes_if_cancelled=notes_if_cancelled,
+            stop_reason_if_cancelled=StopReason.CANCELLED.value,
         )
 
     def _run_topics(self, run: RunRecord, state: RunState) -> list[str]:

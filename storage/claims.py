@@ -491,12 +491,13 @@ class ClaimStore:
         deliver: bool = True,
         stop_reason: str | None = None,
         notes_if_cancelled: Sequence[str] | None = None,
+        stop_reason_if_cancelled: str | None = None,
     ) -> RunRecord:
         """Record the outcome, report and (replacing any earlier) sources of a held run.
         A ``succeeded`` run that was asked to cancel meanwhile is recorded ``cancelled``,
-        without its report, its sources or its ``stop_reason``, and with
-        ``notes_if_cancelled`` (default ``notes``) instead of the report's notes (the
-        returned record says which).
+        without its report or sources, with ``notes_if_cancelled`` (default ``notes``)
+        instead of the report's notes and ``stop_reason_if_cancelled`` (the returned record
+        says which).
 
         With ``deliver`` its delivery becomes pending: posting the outcome in its chat
         thread is the next step (a console run's caller prints it instead: the caller asks
@@ -543,7 +544,7 @@ class ClaimStore:
                         **run,
                         "status": "cancelled",
                         "report_markdown": None,
-                        "stop_reason": None,
+                        "stop_reason": stop_reason_if_cancelled,
                         "notes": list(notes if notes_if_cancelled is None else notes_if_cancelled),
                     }
                     finished, kept = conn.execute(self._sql.finish_run, cancelled).first(), []

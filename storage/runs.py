@@ -95,7 +95,13 @@ _LOCK_FOR_REQUEST = (
     update(_runs)
     .where(_runs.c.id == bindparam("run_id"))
     .values(cancel_requested=_runs.c.cancel_requested)
-    .returning(_runs.c.status, _runs.c.cancel_requested, _runs.c.stop_requested, _runs.c.delivery)
+    .returning(
+        _runs.c.status,
+        _runs.c.cancel_requested,
+        _runs.c.stop_requested,
+        _runs.c.delivery,
+        _runs.c.started_at,
+    )
 )
 _FLAG_CANCEL = update(_runs).where(_runs.c.id == bindparam("run_id")).values(cancel_requested=True)
 _FLAG_STOP = update(_runs).where(_runs.c.id == bindparam("run_id")).values(stop_requested=True)
@@ -263,7 +269,7 @@ class RunStore:
             row = conn.execute(_LOCK_FOR_REQUEST, params).first()
             if row is None:
                 return CancelRequest.ENDED
-            status, flagged, _, delivery = row
+            status, flagged, _, delivery, _ = row
             if status == "queued":  # flagged: a cancelled run handed back; end it now
                 conn.execute(self._cancel_queued, params)
                 return CancelRequest.ALREADY if flagged else CancelRequest.CANCELLED
@@ -284,10 +290,12 @@ class RunStore:
         self, run_id: str, *, console_platform: str = CONSOLE_PLATFORM
     ) -> StopRequest:
         """Stop and write now: a running run is flagged and, at its next step, stops
-        searching and writes its report from what it found (``stopping``); a queued run has
-        found nothing to write from, so it is cancelled (``cancelled``); ``ended`` when it has
-        finished, is unknown, or was already asked to stop or cancel (a repeated press).
-        Decided under the run's row lock, like :meth:`request_cancel`."""
+        searching and writes its report from what it found (``stopping``), and so is a run
+        handed back to the queue after it started (a worker shutting down: the next runner
+        stops it); a run queued before it ever started has found nothing to write from, so
+        it is cancelled (``cancelled``); ``ended`` when it has finished, is unknown, or was
+        already asked to stop or cancel (a repeated press). Decided under the run's row
+        lock, like :meth:`request_cancel`."""
         params = {
             "run_id": run_id,
             "console_platform": console_platform,
@@ -298,14 +306,14 @@ class RunStore:
             row = conn.execute(_LOCK_FOR_REQUEST, params).first()
             if row is None:
                 return StopRequest.ENDED
-            status, cancelling, stopping, _ = row
-            if status == "queued":
+            status, cancelling, stopping, _, started_at = row
+            if status not in ("queued", "running") or cancelling or stopping:
+                return StopRequest.ENDED
+            if status == "queued" and started_at is None:
                 conn.execute(self._cancel_queued, params)
                 return StopRequest.CANCELLED
-            if status == "running" and not (cancelling or stopping):
-                conn.execute(_FLAG_STOP, params)
-                return StopRequest.STOPPING
-            return StopRequest.ENDED
+            conn.execute(_FLAG_STOP, params)
+            return StopRequest.STOPPING
 
         return await self._db.run(work)
 

@@ -246,6 +246,32 @@ async def test_a_plain_reply_steers_the_threads_active_run_not_its_newest(
     ]
 
 
+async def test_a_cancel_in_a_thread_finds_the_run_posting_its_report_not_the_newest(
+    world: Callable[..., World],
+) -> None:
+    """The thread's resumed older run is posting its report while a newer follow-up has
+    ended: a cancel typed there is told it is too late for the report being posted, not
+    that the thread has nothing to cancel."""
+    w = world()
+    service = w.parts[1]
+    await w.chat.say(w.commands, "heat pumps depth=1")
+    (first,) = await w.runs()
+    await service.cancel(first.id)
+    await w.runner.start()
+    await w.delivered()
+    await w.chat.say(w.commands, "wind power depth=1", in_thread=True)  # a follow-up
+    await w.delivered(count=2)
+    await w.store.requeue_run(first.id)  # resumed
+    w.chat.report_gate = asyncio.Event()
+    w.chat.posting.clear()  # set by the follow-up's report
+    await w.runner.enqueue(first.id)
+    await asyncio.wait_for(w.chat.posting.wait(), 30)
+    reply = await w.chat.say(w.commands, "cancel", in_thread=True)
+    w.chat.report_gate.set()
+    assert reply is not None
+    assert reply.text == "Too late to cancel: that research is already posting its report."
+
+
 async def test_a_redelivered_request_makes_one_run_one_report_and_one_answer(
     world: Callable[..., World], llm_server: FakeLLMServer
 ) -> None:

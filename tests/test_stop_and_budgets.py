@@ -4,6 +4,7 @@ Through the real service, store (SQLite and PostgreSQL) and fakes at the HTTP bo
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -21,6 +22,8 @@ from core.outcome import final_progress_text
 from core.progress import ProgressEvent, ProgressKind
 from core.service import DailyLimitReached, UserQuota
 from storage import CancelRequest, StopRequest
+from tests.fakes import Hang
+from tests.test_run_lifecycle import until
 from tests.test_engine import (
     TOPIC,
     Collect,
@@ -159,7 +162,35 @@ async def test_a_report_refused_by_a_cancel_from_another_replica_keeps_no_report
     assert progress.final.startswith("Research cancelled after 1 of 5 searches."), progress.final
     run = await harness.store.get_run(run_id)
     assert run is not None and (run.status, run.report_markdown) == ("cancelled", None)
+    assert run.stop_reason == "cancelled"
     assert not any(STOPPED_NOTE in note for note in run.notes + outcome.notes), run.notes
+
+
+async def test_a_run_interrupted_while_its_report_is_written_keeps_no_report_notes(
+    harness: Harness,  # noqa: F811
+) -> None:
+    """Ctrl-C (the task cancelled) while the report of a stopped run is written: the run is
+    recorded interrupted without the notes meant for that report, so a resumed run that
+    then searches to its depth does not say it was stopped early."""
+    harness.llm.fake.script("writer", Hang(60))
+    run_id = await harness.submit(depth=5)
+    writing = asyncio.Event()
+
+    async def on_event(event: ProgressEvent) -> None:
+        if event.kind is ProgressKind.SEARCHED and event.rounds_done == 1:
+            assert await harness.service.stop(run_id) is StopRequest.STOPPING
+        if event.kind is ProgressKind.WRITING:
+            writing.set()
+
+    task = asyncio.create_task(harness.service.execute(run_id, Collect(on_event)))
+    await writing.wait()
+    await until(lambda: harness.writer_requests())  # the writer call is out
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    run = await harness.store.get_run(run_id)
+    assert run is not None and (run.status, run.error) == ("cancelled", "interrupted")
+    assert not any(STOPPED_NOTE in note for note in run.notes), run.notes
 
 
 async def test_stop_while_the_first_search_runs_writes_the_report_from_it(

@@ -22,6 +22,7 @@ from storage import (
     RunStore,
     SlackOAuthStates,
     SourceRecord,
+    StopRequest,
     Store,
     ThreadBusy,
     ThreadStore,
@@ -459,6 +460,25 @@ async def test_cancel_flags(store: Store) -> None:
     assert posting.status == "succeeded" and posting.report_markdown == "# r"
     assert await store.request_cancel(other.id) is CancelRequest.POSTING
     assert not await cancel_flag(store, other.id)
+
+
+async def test_a_stop_of_a_run_handed_back_after_it_started_stops_it_not_cancels_it(
+    store: Store,
+) -> None:
+    """A worker shutting down hands a running run back to the queue; "Stop and write now"
+    pressed before another runner takes it is kept for that runner (which writes the report
+    from what was found), not turned into a cancel as for a run that never started."""
+    run, _ = await new_run(store)
+    held = await claim(store, run.id)
+    assert await store.release_run(held)
+    handed_back = await store.get_run(run.id)
+    assert handed_back is not None and handed_back.status == "queued"
+    assert await store.request_stop(run.id) is StopRequest.STOPPING
+    assert await store.request_stop(run.id) is StopRequest.ENDED  # a repeated press
+    again = await claim(store, run.id, owner="another-runner")
+    assert again.run.stop_requested and not again.run.cancel_requested
+    fresh, _ = await new_run(store, thread_key=f"{KEY}-fresh")
+    assert await store.request_stop(fresh.id) is StopRequest.CANCELLED
 
 
 async def test_of_two_cancels_racing_one_is_told_it_is_already_cancelling(store: Store) -> None:

@@ -576,8 +576,7 @@ class ChatCommands:
         by = message.requested_by
         if message.in_thread and prefix is None:
             thread = str(message.thread_key)
-            run = await self._store.active_run_in_thread(thread)
-            run = run or await self._store.latest_run_in_thread(thread)  # posting its report?
+            run = await self._store.active_run_in_thread(thread) or await self._posting_in(thread)
             if run is None or (RunStatus(run.status).finished and not _posting(run)):
                 return _Refusal("nothing_in_thread")
             if run.requested_by != by and not self._policy.is_admin(message.user):
@@ -585,6 +584,15 @@ class ChatCommands:
             return run
         picked = self._pick(await self._store.active_runs_for_user(by), message, prefix)
         return _Refusal("nothing", prefix) if picked is None else picked
+
+    async def _posting_in(self, thread: str) -> RunRecord | None:
+        """With no active run in the thread: its newest run posting its report (a resumed
+        run can be older than a follow-up that ended), else its newest run."""
+        latest = await self._store.latest_run_in_thread(thread)
+        if latest is None or _posting(latest):
+            return latest
+        posting = [r for r in await self._store.thread_runs(latest.thread_id) if _posting(r)]
+        return posting[-1] if posting else latest
 
     @staticmethod
     def _pick(
