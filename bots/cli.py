@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from core.config import Settings
     from core.models import ThreadKey
     from core.service import RunOutcome
+    from storage import Database
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 T = TypeVar("T")
@@ -906,24 +907,69 @@ def feedback_list(
         sys.stdout.write("\t".join(fields) + "\n")
 
 
-@db_app.command("upgrade")
-def db_upgrade() -> None:
-    """Apply Alembic migrations up to head."""
-    settings = _settings()
+def _on_database(settings: Settings, work: Callable[[Database], Awaitable[T]]) -> T:
+    """``work`` on the reached database (unreachable, or a schema it cannot handle: one
+    line, exit 2)."""
 
-    async def upgrade() -> None:
+    async def run() -> T:
+        from core.config import ConfigError
         from core.runtime import reach_database
-        from storage import Database
+        from storage import Database, SchemaError
 
         database = Database(settings.database_url)
         try:
-            await reach_database(database, upgrade=False)  # unreachable: one line, exit 2
-            await database.upgrade()
+            await reach_database(database, upgrade=False)
+            try:
+                return await work(database)
+            except SchemaError as exc:
+                raise ConfigError(str(exc)) from None
         finally:
             await database.dispose()
 
-    _run(upgrade())
-    _stderr().print("database schema is at head", highlight=False)
+    return _run(run())
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply the migrations up to this release's schema (a newer release's schema is left
+    as it is: this release runs on it)."""
+
+    async def upgrade(database: Database) -> str:
+        await database.upgrade()
+        return (await database.schema()).describe()
+
+    _stderr().print(_on_database(_settings(), upgrade), highlight=False, soft_wrap=True)
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Print the database's schema revision and this release's, and whether it runs on it."""
+
+    async def current(database: Database) -> tuple[str | None, str, str]:
+        schema = await database.schema()
+        return schema.revision, schema.state.value, schema.describe()
+
+    from storage import HEAD_REVISION
+
+    revision, state, line = _on_database(_settings(), current)
+    sys.stdout.write(f"{revision or 'none'} ({state}; this release: {HEAD_REVISION})\n")
+    _stderr().print(line, highlight=False, soft_wrap=True)
+
+
+@db_app.command("downgrade")
+def db_downgrade(
+    revision: Annotated[
+        str, typer.Argument(help="The revision to go back to (e.g. 0014), or `base`.")
+    ],
+) -> None:
+    """Undo migrations down to REVISION: the rollback of a release, run with the code of the
+    release that migrated the schema (docs/operations.md)."""
+
+    async def downgrade(database: Database) -> str:
+        await database.downgrade(revision)
+        return (await database.schema()).describe()
+
+    _stderr().print(_on_database(_settings(), downgrade), highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -962,6 +1008,13 @@ def worker(
     concurrency: Annotated[
         int, typer.Option(min=1, max=1000, help="Research runs executed at once.")
     ] = 10,
+    no_upgrade: Annotated[
+        bool,
+        typer.Option(
+            "--no-upgrade",
+            help="Do not migrate the database schema on start; wait until it is usable.",
+        ),
+    ] = False,
 ) -> None:
     """Execute research runs from the queue (FATHOM_QUEUE=procrastinate, PostgreSQL)."""
     import asyncio
@@ -974,7 +1027,7 @@ def worker(
 
     try:
         check_worker_settings(settings)
-        asyncio.run(work(settings, concurrency=concurrency))
+        asyncio.run(work(settings, concurrency=concurrency, upgrade=not no_upgrade))
     except ConfigError as exc:
         raise _fail(str(exc)) from None
 

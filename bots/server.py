@@ -36,8 +36,9 @@ from bots.platforms import PlatformClass
 from core.config import ConfigError
 from core.duty import OneHolder
 from core.queue import conninfo
+from core.runtime import wait_for_schema
 from core.scheduler import DigestScheduler
-from storage import HEAD_REVISION, Database, Store
+from storage import Database, Store
 
 log = logging.getLogger(__name__)
 
@@ -95,24 +96,32 @@ def create_app(settings: AppSettings, *, upgrade: bool = True) -> Starlette:
             }
             app.state.holders = holders
             app.state.scheduler = scheduler
-            housekeeping: asyncio.Task[None] | None = None
-            app.state.schema_current = upgrade or await runtime.database.schema_is_current()
-            if app.state.schema_current:
+            tasks: list[asyncio.Task[None]] = []
+
+            async def start_parts() -> None:
+                """What needs the schema: the runner, housekeeping, the digest scheduler,
+                the long-lived connections; then the routes and /readyz open."""
                 await runner.start()
-                housekeeping = asyncio.create_task(_housekeeping(runtime.store, settings))
+                tasks.append(asyncio.create_task(_housekeeping(runtime.store, settings)))
                 await scheduler.start()
                 for holder in holders.values():
                     await holder.start()
-            else:
-                log.error(
-                    "database schema is not current: run `fathom db upgrade`, then restart; "
-                    "until then the platform routes answer 503"
-                )
+                app.state.schema_ready = True
+
+            async def start_when_usable() -> None:
+                await wait_for_schema(runtime.database)
+                await start_parts()
+
+            app.state.schema_ready = False
+            if upgrade or await runtime.database.schema_is_usable():
+                await start_parts()
+            else:  # started before the migration: the routes answer 503 until it has run
+                tasks.append(asyncio.create_task(start_when_usable()))
             try:
                 yield
             finally:
-                if housekeeping is not None:
-                    housekeeping.cancel()
+                for task in tasks:
+                    task.cancel()
                 for holder in holders.values():
                     await holder.close()
                 await scheduler.close()
@@ -140,7 +149,7 @@ def create_app(settings: AppSettings, *, upgrade: bool = True) -> Starlette:
     app.state.store = None
     app.state.knowledge = None
     app.state.settings = settings
-    app.state.schema_current = True
+    app.state.schema_ready = True
     return app
 
 
@@ -215,9 +224,10 @@ async def _housekeeping(store: Store, settings: AppSettings) -> None:
 
 
 def _schema_refusal(request: Request) -> Response | None:
-    """503 for a platform route while the schema is behind this code (``serve --no-upgrade``
-    on an old database): nothing would work, and each request would fail with a traceback."""
-    if request.app.state.schema_current:
+    """503 for a platform route until the process has started its parts on a schema this
+    code runs on (``serve --no-upgrade`` before the migration): nothing would work, and each
+    request would fail with a traceback."""
+    if request.app.state.schema_ready:
         return None
     log.warning(
         "%s %s answered 503: the database schema is not current (run `fathom db upgrade`)",
@@ -232,7 +242,9 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    """Ready when the database answers and its schema is the one this code expects; the
+    """Ready when the database answers, its schema is one this code runs on (its own or a
+    newer release's) and the process has started on it (exactly while the platform routes
+    answer); the
     platforms (and their connections' states) and the MCP servers (``knowledge``, when
     ``FATHOM_MCP_CONFIG`` is set) are shown either way: research goes on without a server
     that is down, so its state never makes the process unready."""
@@ -244,11 +256,14 @@ async def readyz(request: Request) -> Response:
         reason = "database unreachable"
     else:
         try:
-            current = await database.schema_is_current()
+            schema = await database.schema()
         except Exception as exc:  # pragma: no cover - the ping just succeeded
-            current, reason = False, f"schema check failed: {type(exc).__name__}"
-        if not current and reason is None:
-            reason = f"database schema is not at revision {HEAD_REVISION}; run `fathom db upgrade`"
+            reason = f"schema check failed: {type(exc).__name__}"
+        else:
+            if not schema.state.usable:
+                reason = schema.describe()
+            elif not request.app.state.schema_ready:
+                reason = "starting on the database schema"
     platforms = _platforms(request)
     scheduler: DigestScheduler | None = getattr(request.app.state, "scheduler", None)
     roles: dict[str, object] = {

@@ -14,6 +14,7 @@ import logging
 from bots.composition import AppSettings, open_app
 from core.config import ConfigError
 from core.queue import conninfo
+from core.runtime import wait_for_schema
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +34,12 @@ def check_worker_settings(settings: AppSettings) -> None:
 async def work(
     settings: AppSettings, *, concurrency: int, wait: bool = True, upgrade: bool = True
 ) -> None:
-    """Work until stopped (``wait``), or until the queue is empty."""
+    """Work until stopped (``wait``), or until the queue is empty. Without ``upgrade`` the
+    schema is left to ``fathom db upgrade`` (one process migrates), and the worker takes no
+    run before its schema is one this code runs on."""
     check_worker_settings(settings)
     async with open_app(settings, role="worker", upgrade=upgrade) as built:
+        await wait_for_schema(built.runtime.database)
         queue, owner = built.queue, built.runtime.service.owner
         if queue is None:  # pragma: no cover - a worker's app always has its queue
             raise ConfigError("fathom worker needs FATHOM_QUEUE=procrastinate")

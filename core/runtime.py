@@ -11,6 +11,8 @@ started with the runtime (their servers connect in the background) and closed la
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import ssl
 import threading
@@ -36,12 +38,14 @@ from core.pages.fetch import PageFetcher
 from core.pages.reader import PageCache, PageReader
 from core.search import SearchProvider, build_search_provider
 from core.service import ResearchService, UserQuota
-from storage import Database, DigestStore, StorageUnavailable, Store
+from storage import Database, DigestStore, SchemaError, StorageUnavailable, Store
 from storage.db import connection_problem, masked_url
 
 if TYPE_CHECKING:
     from core.knowledge import Knowledge
     from core.metrics import Metrics
+
+log = logging.getLogger(__name__)
 
 
 class DeferredTrustContext(ssl.SSLContext):
@@ -191,9 +195,38 @@ async def reach_database(database: Database, *, upgrade: bool) -> None:
         if upgrade:
             await database.ensure_schema()
         else:
-            await database.schema_is_current()
+            await database.schema()
     except (StorageUnavailable, DBAPIError) as exc:
         raise unreachable_database(database.url, exc) from None
+    except SchemaError as exc:
+        raise ConfigError(f"DATABASE_URL {masked_url(database.url)}: {exc}") from None
+
+
+#: How often a process started without migrating looks whether the schema is usable yet.
+SCHEMA_POLL_SECONDS = 2.0
+
+
+async def wait_for_schema(database: Database, *, every: float = SCHEMA_POLL_SECONDS) -> None:
+    """Return once this release's code can run on the database's schema (its own or a newer
+    release's): a process started with ``--no-upgrade`` before the migration (the first
+    ``kubectl apply -k``, where the migration and the pods start together) waits here, says
+    why once, and goes on when ``fathom db upgrade`` has run, with no restart."""
+    said = None
+    while True:
+        try:
+            schema = await database.schema()
+        except Exception as exc:  # the database is away for now: keep looking
+            why = f"the database cannot be read ({type(exc).__name__})"
+        else:
+            if schema.state.usable:
+                if said is not None:
+                    log.info("%s: starting", schema.describe())
+                return
+            why = schema.describe()
+        if why != said:
+            log.error("waiting for the database schema: %s", why)
+            said = why
+        await asyncio.sleep(every)
 
 
 @asynccontextmanager

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from storage.caches import CacheStore
 from storage.claims import USAGE_KEYS, ClaimStore
-from storage.db import HEAD_REVISION, Database, StorageUnavailable, normalize_url
+from storage.db import Database, StorageUnavailable, normalize_url
 from storage.digests import DigestLimit, DigestStore
 from storage.errors import (
     ClaimLost,
@@ -72,6 +72,7 @@ from storage.records import (
     ThreadSummary,
 )
 from storage.runs import RunStore
+from storage.schema import HEAD_REVISION, Schema, SchemaError, SchemaState
 from storage.slack_oauth import SlackOAuthStates
 from storage.store import Store
 from storage.threads import ThreadStore
@@ -106,6 +107,9 @@ __all__ = [
     "RunRecord",
     "RunStore",
     "RunUsage",
+    "Schema",
+    "SchemaError",
+    "SchemaState",
     "SlackOAuthStates",
     "SourceRecord",
     "StopRequest",

@@ -1,7 +1,8 @@
 """The database handle: its engines, its transactions (:meth:`Database.run`) and the schema.
 
 Alembic owns the schema. ``ensure_schema`` runs on every CLI start, so the common case
-(schema already current) is a single cheap query and must not import Alembic at all.
+(schema already current) is a single cheap query and must not import Alembic at all. Which
+schemas this release's code runs on is :mod:`storage.schema`.
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import Pool
 
-# Keep equal to the newest migration's revision id (a test checks it against Alembic).
-HEAD_REVISION = "0015"
+from storage.schema import HEAD_REVISION, Schema, SchemaError, SchemaState, read_schema
 
 # Arbitrary constant: serialises concurrent `upgrade()` calls from several replicas.
 _PG_MIGRATION_LOCK = 0x46A7404D
@@ -203,7 +203,33 @@ class Database:
             return work(conn)
 
     async def upgrade(self) -> None:
-        """Run Alembic ``upgrade head`` on this database (imports Alembic lazily)."""
+        """Run Alembic ``upgrade head`` on this database (imports Alembic lazily). A schema
+        already newer than this release's is left as it is (:class:`SchemaError` for one
+        this release cannot order)."""
+        schema = await self.schema()
+        if schema.state is SchemaState.AHEAD:
+            return
+        if schema.state is SchemaState.UNKNOWN:
+            raise SchemaError(schema.describe())
+        await self._alembic(_alembic_upgrade, HEAD_REVISION)
+
+    async def downgrade(self, revision: str) -> None:
+        """Run Alembic ``downgrade <revision>`` (the rollback of a release: with the code of
+        the release that made the newer schema, which knows how to undo it)."""
+        schema = await self.schema()
+        if schema.state is SchemaState.AHEAD:
+            raise SchemaError(f"{schema.describe()}; downgrade with the release that migrated it")
+        if schema.state in (SchemaState.UNKNOWN, SchemaState.MISSING):
+            raise SchemaError(schema.describe())
+        target = Schema(revision)
+        if target.state not in (SchemaState.BEHIND, SchemaState.CURRENT) and revision != "base":
+            raise SchemaError(
+                f"cannot downgrade to {revision!r}: this release knows revisions 0001 to "
+                f"{HEAD_REVISION} (or `base`)"
+            )
+        await self._alembic(_alembic_downgrade, revision)
+
+    async def _alembic(self, command: Callable[[Connection, str, str], None], to: str) -> None:
         async with self.engine.connect() as conn:
             if self.dialect == "sqlite":
                 # Batch migrations recreate tables; with FKs on, DROP TABLE would cascade.
@@ -213,19 +239,28 @@ class Database:
                     text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK}
                 )
             try:
-                await conn.run_sync(_alembic_upgrade, self.url)
+                await conn.run_sync(command, self.url, to)
                 await conn.commit()
             finally:
                 if self.dialect == "sqlite":
                     await conn.invalidate()  # never hand a connection without FKs back to the pool
 
-    async def schema_is_current(self) -> bool:
-        """True when ``alembic_version`` holds exactly ``HEAD_REVISION`` (no Alembic import)."""
-        return await self.run(_schema_is_current)
+    async def schema(self) -> Schema:
+        """The database's schema revision, as this release sees it (no Alembic import)."""
+        return await self.run(read_schema)
+
+    async def schema_is_usable(self) -> bool:
+        """Whether this release's code runs on the database's schema: its own, or a newer
+        release's (:mod:`storage.schema`)."""
+        return (await self.schema()).state.usable
 
     async def ensure_schema(self) -> None:
-        """Upgrade only when needed; what every process start calls."""
-        if not await self.schema_is_current():
+        """Upgrade only when needed; what every process start calls. :class:`SchemaError`
+        for a schema this release cannot order."""
+        schema = await self.schema()
+        if schema.state is SchemaState.UNKNOWN:
+            raise SchemaError(schema.describe())
+        if not schema.state.usable:
             await self.upgrade()
 
     async def ping(self) -> bool:
@@ -245,13 +280,6 @@ class Database:
         await self.engine.dispose()
 
 
-def _schema_is_current(conn: Connection) -> bool:
-    if not inspect(conn).has_table("alembic_version"):
-        return False
-    rows = conn.execute(text("SELECT version_num FROM alembic_version")).all()
-    return [r[0] for r in rows] == [HEAD_REVISION]
-
-
 def _sqlite_pragmas(busy_timeout_ms: int) -> Any:
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
@@ -267,12 +295,23 @@ def _sqlite_pragmas(busy_timeout_ms: int) -> Any:
     return on_connect
 
 
-def _alembic_upgrade(connection: Connection, url: str) -> None:
-    from alembic import command
+def _alembic_config(connection: Connection, url: str) -> Any:
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", _migrations_dir())
     config.attributes["connection"] = connection
     config.attributes["url"] = url
-    command.upgrade(config, "head")
+    return config
+
+
+def _alembic_upgrade(connection: Connection, url: str, revision: str) -> None:
+    from alembic import command
+
+    command.upgrade(_alembic_config(connection, url), revision)
+
+
+def _alembic_downgrade(connection: Connection, url: str, revision: str) -> None:
+    from alembic import command
+
+    command.downgrade(_alembic_config(connection, url), revision)

@@ -33,7 +33,6 @@ def test_the_kubernetes_manifests_match_the_api_schemas() -> None:
         [
             "ConfigMap",
             "Secret",
-            "Job",
             "Deployment",
             "Service",
             "Deployment",
@@ -49,9 +48,35 @@ def test_the_serve_pods_are_probed_and_nothing_runs_as_root() -> None:
     (container,) = pod["containers"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    for name in ("serve.yaml", "worker.yaml", "migrate-job.yaml"):
+    for name in ("serve.yaml", "worker.yaml"):
         document = next(yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()))
         assert document["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_one_process_migrates_and_the_others_wait_for_the_schema() -> None:
+    """Kubernetes: each serve pod's init container runs `fathom db upgrade` before serve
+    (`--no-upgrade`) starts, so the order is explicit and runs again for every release; the
+    workers wait for a usable schema. Compose and systemd: the migration runs first, serve and
+    the workers never migrate."""
+    serve = next(yaml.safe_load_all((DEPLOY / "kubernetes" / "serve.yaml").read_text()))
+    pod = serve["spec"]["template"]["spec"]
+    (migrate,) = pod["initContainers"]
+    (container,) = pod["containers"]
+    assert migrate["args"] == ["db", "upgrade"] and migrate["image"] == container["image"]
+    assert migrate["envFrom"] == container["envFrom"]
+    assert "--no-upgrade" in container["args"]
+    worker = next(yaml.safe_load_all((DEPLOY / "kubernetes" / "worker.yaml").read_text()))
+    (worker_container,) = worker["spec"]["template"]["spec"]["containers"]
+    assert worker_container["args"][0] == "worker" and "--no-upgrade" in worker_container["args"]
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    for name in ("serve", "worker"):
+        assert "--no-upgrade" in compose["services"][name]["command"]
+    units = (DEPLOY / "systemd").glob("*.service")
+    for unit in units:
+        start = next(
+            line for line in unit.read_text().splitlines() if line.startswith("ExecStart=")
+        )
+        assert "--no-upgrade" in start, unit.name
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed here")
@@ -63,7 +88,7 @@ def test_the_kustomization_builds() -> None:
         timeout=60,
     )
     assert built.returncode == 0, built.stderr
-    assert len(list(yaml.safe_load_all(built.stdout))) == 8
+    assert len(list(yaml.safe_load_all(built.stdout))) == 7
 
 
 def test_the_compose_file_matches_the_compose_specification() -> None:

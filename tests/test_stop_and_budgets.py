@@ -23,7 +23,6 @@ from core.progress import ProgressEvent, ProgressKind
 from core.service import DailyLimitReached, UserQuota
 from storage import CancelRequest, StopRequest
 from tests.fakes import Hang
-from tests.test_run_lifecycle import until
 from tests.test_engine import (
     TOPIC,
     Collect,
@@ -33,6 +32,7 @@ from tests.test_engine import (
     harness,  # noqa: F401
     sqlite_only,
 )
+from tests.test_run_lifecycle import until
 
 STOPPED_NOTE = "Stopped early on request (Stop and write now)"
 
