@@ -116,5 +116,7 @@ def configure_logging(level: str = "INFO", fmt: str = "console") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("httpx", "httpcore", "openai", "primp"):
+    # Client libraries that log a line per HTTP request (the openai SDK's own copy of httpx
+    # is httpx2): about three quarters of a worker's log at INFO, and each names a URL.
+    for noisy in ("httpx", "httpcore", "httpx2", "httpcore2", "openai", "primp"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -130,6 +130,8 @@ def test_a_release_runs_on_the_next_release_s_schema(
     finally:
         assert _stop(worker) == 0
         assert terminate(served) == 0
+    log = (tmp_path / "worker.log").read_text()
+    assert "HTTP Request:" not in log  # a line per model call: not at INFO or DEBUG
     upgrade = fathom("db", "upgrade", env=env, cwd=tmp_path)
     assert upgrade.returncode == 0 and "Traceback" not in upgrade.stderr
     assert f"newer than this release's {HEAD_REVISION}" in upgrade.stderr
