@@ -979,6 +979,15 @@ def serve(
     no_upgrade: Annotated[
         bool, typer.Option("--no-upgrade", help="Do not migrate the database schema on start.")
     ] = False,
+    admin_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve /readyz and /metrics on this port only (not on the public one).",
+        ),
+    ] = None,
+    admin_host: Annotated[str, typer.Option(help="Interface of the admin port.")] = "127.0.0.1",
 ) -> None:
     """Serve every platform whose credentials are set (Slack, Feishu/Lark, DingTalk: their
     HTTP routes and long-lived connections), /healthz, /readyz and /metrics, the digest
@@ -996,7 +1005,14 @@ def serve(
         raise _fail(str(exc)) from None
     _run(check_database(settings.core))  # before the port is bound: one line, exit 2
     try:
-        started = run_server(settings, host=host, port=port, upgrade=not no_upgrade)
+        started = run_server(
+            settings,
+            host=host,
+            port=port,
+            upgrade=not no_upgrade,
+            admin_host=admin_host,
+            admin_port=admin_port,
+        )
     except ConfigError as exc:
         raise _fail(str(exc)) from None
     if not started:
@@ -1015,6 +1031,13 @@ def worker(
             help="Do not migrate the database schema on start; wait until it is usable.",
         ),
     ] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1, max=65535, help="Serve this worker's counters at /metrics on this port."
+        ),
+    ] = None,
+    metrics_host: Annotated[str, typer.Option(help="Interface of the metrics port.")] = "127.0.0.1",
 ) -> None:
     """Execute research runs from the queue (FATHOM_QUEUE=procrastinate, PostgreSQL)."""
     import asyncio
@@ -1027,7 +1050,15 @@ def worker(
 
     try:
         check_worker_settings(settings)
-        asyncio.run(work(settings, concurrency=concurrency, upgrade=not no_upgrade))
+        asyncio.run(
+            work(
+                settings,
+                concurrency=concurrency,
+                upgrade=not no_upgrade,
+                metrics_host=metrics_host,
+                metrics_port=metrics_port,
+            )
+        )
     except ConfigError as exc:
         raise _fail(str(exc)) from None
 

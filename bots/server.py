@@ -57,7 +57,9 @@ def check_settings(settings: AppSettings) -> None:
     settings.check_platforms()
 
 
-def create_app(settings: AppSettings, *, upgrade: bool = True) -> Starlette:
+def create_app(
+    settings: AppSettings, *, upgrade: bool = True, admin_port: int | None = None
+) -> Starlette:
     check_settings(settings)
     core = settings.core
 
@@ -129,7 +131,9 @@ def create_app(settings: AppSettings, *, upgrade: bool = True) -> Starlette:
             # their runs back) and closes the platforms' outbound clients, in that order.
 
     routes = [
-        Route(route.path, platform_endpoint(cls), methods=list(route.methods))
+        Route(
+            route.path, _on_port(platform_endpoint(cls), admin=False), methods=list(route.methods)
+        )
         for cls in settings.registry
         for route in cls.routes
     ]
@@ -137,11 +141,12 @@ def create_app(settings: AppSettings, *, upgrade: bool = True) -> Starlette:
         routes=[
             *routes,
             Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
-            Route("/metrics", metrics_route, methods=["GET"]),
+            Route("/readyz", _on_port(readyz, admin=True), methods=["GET"]),
+            Route("/metrics", _on_port(metrics_route, admin=True), methods=["GET"]),
         ],
         lifespan=lifespan,
     )
+    app.state.admin_port = admin_port
     app.state.platforms = {}
     app.state.holders = {}
     app.state.scheduler = None
@@ -151,6 +156,26 @@ def create_app(settings: AppSettings, *, upgrade: bool = True) -> Starlette:
     app.state.settings = settings
     app.state.schema_ready = True
     return app
+
+
+def _on_port(
+    endpoint: Callable[[Request], Awaitable[Response]], *, admin: bool
+) -> Callable[[Request], Awaitable[Response]]:
+    """``endpoint`` where it is served: with an admin port (``serve --admin-port``), the
+    internals (/readyz, /metrics) only there and the platform routes only on the public port;
+    elsewhere 404, as for a path that does not exist. Without one, everything on the one
+    port."""
+
+    async def on_port(request: Request) -> Response:
+        admin_port: int | None = request.app.state.admin_port
+        if admin_port is not None:
+            server = request.scope.get("server")
+            on_admin = server is not None and server[1] == admin_port
+            if on_admin != admin:
+                return JSONResponse({"error": "not found"}, 404)
+        return await endpoint(request)
+
+    return on_port
 
 
 def platform_endpoint(cls: PlatformClass) -> Callable[[Request], Awaitable[Response]]:
@@ -380,15 +405,32 @@ def _platforms(request: Request) -> dict[str, object]:
     return shown
 
 
-def run_server(settings: AppSettings, *, host: str, port: int, upgrade: bool = True) -> bool:
-    """Serve until SIGINT/SIGTERM (uvicorn runs the lifespan's graceful shutdown).
+def run_server(
+    settings: AppSettings,
+    *,
+    host: str,
+    port: int,
+    upgrade: bool = True,
+    admin_host: str = "127.0.0.1",
+    admin_port: int | None = None,
+) -> bool:
+    """Serve until SIGINT/SIGTERM (uvicorn runs the lifespan's graceful shutdown). With
+    ``admin_port``, /readyz and /metrics are served there (on ``admin_host``) and not on the
+    public port (one app, two sockets).
 
     Returns False when the server never started (start-up failed; uvicorn logged why).
     """
     import uvicorn
 
-    app = create_app(settings, upgrade=upgrade)
+    app = create_app(settings, upgrade=upgrade, admin_port=admin_port)
     sock = listen_socket(host, port)  # before the lifespan connects to any platform
+    sockets = [sock]
+    if admin_port is not None:
+        try:
+            sockets.append(listen_socket(admin_host, admin_port))
+        except ConfigError:
+            sock.close()
+            raise
     config = uvicorn.Config(
         app,
         host=host,
@@ -401,9 +443,10 @@ def run_server(settings: AppSettings, *, host: str, port: int, upgrade: bool = T
     )
     server = _graceful_server_class()(config)
     try:
-        server.run(sockets=[sock])
+        server.run(sockets=sockets)
     finally:
-        sock.close()
+        for each in sockets:
+            each.close()
     return bool(server.started)
 
 

@@ -140,3 +140,29 @@ def test_the_dockerfile_copies_what_exists_and_runs_real_commands() -> None:
         shown = subprocess.run([str(FATHOM), *command], capture_output=True, text=True, timeout=60)
         assert shown.returncode == 0, shown.stderr
     assert '"serve", "--host", "0.0.0.0", "--port", "8000", "--no-upgrade"' in dockerfile
+
+
+def test_internals_are_served_off_the_public_port_and_every_process_is_scraped() -> None:
+    """Serve's /readyz and /metrics are on its admin port (probed and scraped there, not
+    exposed by the Service); each worker serves its own counters; compose publishes on this
+    machine only. Every option the manifests pass is one the CLI has (its --help)."""
+    serve = next(yaml.safe_load_all((DEPLOY / "kubernetes" / "serve.yaml").read_text()))
+    worker = next(yaml.safe_load_all((DEPLOY / "kubernetes" / "worker.yaml").read_text()))
+    service = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "serve.yaml").read_text()))[1]
+    for deployment, option in ((serve, "--admin-port"), (worker, "--metrics-port")):
+        template = deployment["spec"]["template"]
+        (container,) = template["spec"]["containers"]
+        port = next(a.split("=")[1] for a in container["args"] if a.startswith(option + "="))
+        assert template["metadata"]["annotations"]["prometheus.io/port"] == port
+        assert int(port) in [p["containerPort"] for p in container["ports"]]
+        command = container["args"][0]
+        shown = subprocess.run(
+            [str(FATHOM), command, "--help"], capture_output=True, text=True, timeout=60
+        ).stdout
+        for arg in container["args"][1:]:
+            assert arg.split("=")[0] in shown, (command, arg)
+    (serve_container,) = serve["spec"]["template"]["spec"]["containers"]
+    assert serve_container["readinessProbe"]["httpGet"]["port"] == "admin"
+    assert [p["targetPort"] for p in service["spec"]["ports"]] in (["http"], [8000])
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    assert all(p.startswith("127.0.0.1:") for p in compose["services"]["serve"]["ports"])
