@@ -52,6 +52,35 @@ sources_app = typer.Typer(
     help="The sources research searches: the web provider and the team's MCP servers "
     "(FATHOM_MCP_CONFIG). Without a subcommand: list them with their state."
 )
+
+
+def _show_version(shown: bool) -> None:
+    if not shown:
+        return
+    from core.build import python_version, version
+    from storage import HEAD_REVISION
+
+    sys.stdout.write(
+        f"fathom {version()} (database schema {HEAD_REVISION}, Python {python_version()})\n"
+    )
+    raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _fathom(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_show_version,
+            help="Print the version (and the schema revision it needs) and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Fathom: deep research with cited reports, in team chat and in the terminal."""
+
+
 app.add_typer(thread_app, name="thread")
 app.add_typer(db_app, name="db")
 app.add_typer(digest_app, name="digest")

@@ -19,6 +19,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from core.build import python_version, version
+
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
 RUN_SECONDS = (5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600)
@@ -97,6 +99,13 @@ class Metrics:
             ["platform", "outcome"],
             registry=registry,
         )
+        self.build_info = Gauge(
+            "fathom_build_info",
+            "Always 1: the version of Fathom this process runs, and its Python.",
+            ["version", "python"],
+            registry=registry,
+        )
+        self.build_info.labels(version(), python_version()).set(1)
         self.runs = Gauge(
             "fathom_runs",
             "Research runs in the database by status and platform (read when scraped).",
