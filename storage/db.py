@@ -8,6 +8,8 @@ schemas this release's code runs on is :mod:`storage.schema`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -97,6 +99,14 @@ def connection_problem(error: BaseException) -> str:
     return lines[0] if lines else type(reason).__name__
 
 
+def _create_private(path: Path) -> None:
+    """A new SQLite file readable by its owner only (it keeps reports, guidance, a Slack
+    installation's tokens); SQLite gives its -wal and -shm files the same mode. An existing
+    file is left as it is; one that cannot be made is left to SQLite to report."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+
+
 def _migrations_dir() -> str:
     import migrations  # our package; resolved via __file__ so installs and checkouts both work
 
@@ -145,6 +155,8 @@ class Database:
             )
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas(busy_timeout_ms))
             if not in_memory:  # a second engine would see another in-memory database
+                if path and not path.startswith("file:"):
+                    _create_private(Path(path).expanduser())
                 self._sync_engine = create_engine(
                     parsed.set(drivername="sqlite+pysqlite"),
                     echo=echo,

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -31,8 +32,7 @@ def test_the_kubernetes_manifests_match_the_api_schemas() -> None:
             kinds.append(document["kind"])
     assert sorted(kinds) == sorted(
         [
-            "ConfigMap",
-            "Secret",
+            "Secret",  # secret.example.yaml, not applied
             "Deployment",
             "Service",
             "Deployment",
@@ -88,7 +88,17 @@ def test_the_kustomization_builds() -> None:
         timeout=60,
     )
     assert built.returncode == 0, built.stderr
-    assert len(list(yaml.safe_load_all(built.stdout))) == 7
+    documents = list(yaml.safe_load_all(built.stdout))
+    assert sorted(d["kind"] for d in documents) == sorted(
+        ["ConfigMap", "Deployment", "Deployment", "Service"] + ["PodDisruptionBudget"] * 2
+    )
+    (config,) = [d for d in documents if d["kind"] == "ConfigMap"]
+    assert config["metadata"]["name"].startswith("fathom-")  # hashed: a change rolls the pods
+    for deployment in (d for d in documents if d["kind"] == "Deployment"):
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            assert container["image"] == "registry.example.com/fathom:0.1.0"
+            names = [e.get("configMapRef", {}).get("name") for e in container["envFrom"]]
+            assert config["metadata"]["name"] in names
 
 
 def test_the_compose_file_matches_the_compose_specification() -> None:
@@ -166,3 +176,62 @@ def test_internals_are_served_off_the_public_port_and_every_process_is_scraped()
     assert [p["targetPort"] for p in service["spec"]["ports"]] in (["http"], [8000])
     compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
     assert all(p.startswith("127.0.0.1:") for p in compose["services"]["serve"]["ports"])
+
+
+def _kustomization() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(
+        (DEPLOY / "kubernetes" / "kustomization.yaml").read_text()
+    )
+    return loaded
+
+
+def test_applying_never_overwrites_the_secret_and_a_config_change_rolls_the_pods() -> None:
+    """The example Secret is not a resource (apply would replace a real Secret with
+    CHANGE-ME); it lists the key of every setting that is a secret. The ConfigMap is
+    generated from config.env (its name carries a hash of the contents, so the Deployments
+    that name it change with it); the image is a parameter (`images`)."""
+    kustomization = _kustomization()
+    assert not any("secret" in name for name in kustomization["resources"])
+    (generated,) = kustomization["configMapGenerator"]
+    assert generated == {"name": "fathom", "envs": ["config.env"]}
+    assert (DEPLOY / "kubernetes" / "config.env").exists()
+    assert [i["name"] for i in kustomization["images"]] == ["fathom"]
+    example = yaml.safe_load((DEPLOY / "kubernetes" / "secret.example.yaml").read_text())
+    secrets = {
+        "DATABASE_URL", "OPENAI_API_KEY", "FATHOM_WRITER_API_KEY", "TAVILY_API_KEY",
+        "BRAVE_API_KEY", "SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_APP_TOKEN",
+        "SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET", "FEISHU_APP_ID", "FEISHU_APP_SECRET",
+        "FEISHU_VERIFICATION_TOKEN", "FEISHU_ENCRYPT_KEY", "DINGTALK_CLIENT_ID",
+        "DINGTALK_CLIENT_SECRET",
+    }  # fmt: skip
+    assert set(example["stringData"]) == secrets
+
+
+def test_every_pod_passes_the_restricted_pod_security_profile() -> None:
+    """What Pod Security "restricted" asks of a pod and each of its containers (init
+    containers included): non-root, seccomp RuntimeDefault, no privilege escalation, every
+    capability dropped. Serve has a startup probe (its first start migrates)."""
+    for name in ("serve.yaml", "worker.yaml"):
+        deployment = next(yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()))
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod.get("initContainers", []) + pod["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False, (name, container["name"])
+            assert context["capabilities"]["drop"] == ["ALL"], (name, container["name"])
+            assert context.get("privileged", False) is False
+    serve = next(yaml.safe_load_all((DEPLOY / "kubernetes" / "serve.yaml").read_text()))
+    (container,) = serve["spec"]["template"]["spec"]["containers"]
+    assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_the_systemd_units_make_their_user_and_stop_on_a_configuration_error() -> None:
+    """No `useradd` before `systemctl enable`: the units run as a user systemd makes
+    (DynamicUser, owning the state directory); exit 2 (a configuration error) is not
+    restarted every five seconds forever."""
+    for unit in (DEPLOY / "systemd").glob("*.service"):
+        lines = unit.read_text().splitlines()
+        assert "DynamicUser=yes" in lines and not any(line.startswith("User=") for line in lines)
+        assert "RestartPreventExitStatus=2" in lines, unit.name
+        assert "StateDirectory=fathom" in lines

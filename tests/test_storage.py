@@ -896,3 +896,29 @@ async def test_guidance_added_meanwhile_reaches_the_runs_next_checkpoint(store: 
     assert conflict.value.version == 3
     assert conflict.value.variables["guidance"] == [entry, keyed]
     assert conflict.value.variables["topics"] == ["a"]
+
+
+async def test_a_new_sqlite_file_and_its_wal_are_readable_by_their_owner_only(
+    tmp_path: Path,
+) -> None:
+    """The embedded database keeps reports, guidance and installation tokens: created 0600
+    (whatever the umask lets others read), as are the files SQLite makes beside it."""
+    import os
+    import stat
+
+    previous = os.umask(0o022)  # the usual umask: 0644 files unless made private
+    try:
+        path = tmp_path / "fathom.db"
+        db = Database(f"sqlite:///{path}")
+        try:
+            await db.ensure_schema()
+            await Store(db).get_thread("slack:T1:C1:1")
+        finally:
+            await db.dispose()
+    finally:
+        os.umask(previous)
+    made = [name for name in os.listdir(tmp_path) if name.startswith("fathom.db")]
+    assert "fathom.db" in made
+    for name in made:
+        mode = stat.S_IMODE(os.stat(tmp_path / name).st_mode)
+        assert mode == 0o600, (name, oct(mode))
