@@ -51,3 +51,19 @@ def test_fathom_version_says_the_installed_version_and_the_schema_it_needs(
 def test_every_process_exports_its_build() -> None:
     labels = {"version": metadata.version("fathom-bot"), "python": sys.version.split()[0]}
     assert Metrics().registry.get_sample_value("fathom_build_info", labels) == 1
+
+
+def test_the_dependencies_whose_next_major_would_break_us_are_bounded() -> None:
+    """A rebuild on a later day must not pick up a new major of the clients we call; each
+    of these has an upper bound in pyproject.toml, and what is installed satisfies it."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = {Requirement(r).name.lower(): Requirement(r) for r in project["dependencies"]}
+    for name in ("openai", "mcp", "slack-sdk", "slack-bolt", "lark-oapi", "procrastinate"):
+        specifier = requirements[name].specifier
+        assert any(s.operator == "<" for s in specifier), name
+        assert metadata.version(name) in specifier, (name, metadata.version(name))
+    assert any(s.operator == "<" for s in requirements["sqlalchemy"].specifier)
