@@ -112,7 +112,11 @@ def create_app(
 
             async def start_when_usable() -> None:
                 await wait_for_schema(runtime.database)
-                await start_parts()
+                try:
+                    await start_parts()
+                except Exception:  # a task's failure would otherwise pass unseen
+                    log.exception("serve could not start on the database schema")
+                    raise
 
             app.state.schema_ready = False
             if upgrade or await runtime.database.schema_is_usable():
