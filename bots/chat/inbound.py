@@ -610,8 +610,12 @@ class ChatCommands:
 
 
 def _posting(run: RunRecord) -> bool:
-    """Whether ``run`` finished with its report, which is being posted now."""
-    return run.status == RunStatus.SUCCEEDED.value and run.delivery == DELIVERY_PENDING
+    """Whether ``run`` finished and its outcome is being posted now: its report, or its
+    cancellation (a second cancel is then told it is already cancelling)."""
+    if run.delivery != DELIVERY_PENDING:
+        return False
+    cancelled = run.status == RunStatus.CANCELLED.value and run.cancel_requested
+    return run.status == RunStatus.SUCCEEDED.value or cancelled
 
 
 def _thread_of(run: RunRecord | None) -> ThreadKey | None:
