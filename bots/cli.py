@@ -20,7 +20,7 @@ import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -513,6 +513,7 @@ def _run_json(run: Any, sources: Sequence[Any] = ()) -> dict[str, Any]:
         "depth": run.depth,
         "strategy": run.strategy,
         "status": run.status,
+        "requested_by": run.requested_by,
         "rounds_done": run.rounds_done,
         "stop_reason": run.stop_reason,
         "error": run.error,
@@ -934,6 +935,100 @@ def feedback_list(
             v.thread_key,
         )
         sys.stdout.write("\t".join(fields) + "\n")
+
+
+@app.command()
+def prune(
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            help="Prune research finished longer ago than this (90d, 12w, 36h); default "
+            "FATHOM_RUN_RETENTION_DAYS."
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would be pruned; delete nothing.")
+    ] = False,
+) -> None:
+    """Delete finished runs (their sources and votes) and untouched threads older than the
+    retention: what housekeeping does every hour (docs/operations.md). Queued and running
+    runs, runs whose outcome is not yet posted and each digest's newest report are kept."""
+    from core.config import parse_duration
+    from core.runtime import open_storage
+
+    settings = _settings()
+    if older_than is None:
+        if not settings.run_retention_days:
+            raise _fail("FATHOM_RUN_RETENTION_DAYS is 0 (research is kept): give --older-than")
+        age = timedelta(days=settings.run_retention_days)
+    else:
+        parsed = parse_duration(older_than)
+        if parsed is None or parsed <= timedelta(0):
+            raise _fail(f"--older-than {older_than!r} is not a duration (e.g. 90d, 12w, 36h)")
+        age = parsed
+    before = datetime.now(UTC) - age
+
+    async def pruning() -> Any:
+        async with open_storage(settings, upgrade=False) as storage:
+            return await storage.store.retention.prune(before, dry_run=dry_run)
+
+    pruned = _run(pruning())
+    verb = "would prune" if dry_run else "pruned"
+    sys.stdout.write(
+        f"{verb} {pruned.describe()} finished or untouched before {before:%Y-%m-%d %H:%M} UTC\n"
+    )
+
+
+@app.command()
+def forget(
+    user: Annotated[
+        str,
+        typer.Option(
+            help="The person's requester key <platform>:<workspace>:<user id>, e.g. "
+            "slack:T0001:U0002 (as `fathom feedback list` and `fathom thread show` show it)."
+        ),
+    ],
+) -> None:
+    """Delete what Fathom keeps of one person (a privacy request): their runs and threads
+    left empty, their votes, guidance, digests and attached files (docs/operations.md).
+    Their runs still going on are cancelled: run it again once they have ended (exit 1)."""
+    from core.runtime import open_storage
+    from storage import NotARequesterKey, Person
+
+    settings = _settings()
+    try:
+        person = Person.parse(user)
+    except NotARequesterKey as exc:
+        raise _fail(str(exc)) from None
+
+    async def forgetting() -> Any:
+        async with open_storage(settings, upgrade=False) as storage:
+            store = storage.store
+            for run_id in await store.forgetting.unfinished_runs(person):
+                await store.runs.request_cancel(run_id)
+            return await store.forgetting.forget(person)
+
+    done = _run(forgetting())
+    sys.stdout.write(
+        f"forgot {person.key}: {done.runs} runs, {done.threads} threads, {done.votes} votes, "
+        f"{done.guidance} guidance replies, {done.digests} digests, {done.files} files\n"
+    )
+    if done.installations:
+        _stderr().print(
+            f"{person.user_id} installed the Slack app ({done.installations} installations, "
+            "kept: uninstalling the app removes them)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if done.busy:
+        _stderr().print(
+            f"{len(done.busy)} runs are still going on or posting ({', '.join(done.busy)}); "
+            "those of this person were asked to cancel: run `fathom forget` again once they "
+            "have ended",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _on_database(settings: Settings, work: Callable[[Database], Awaitable[T]]) -> T:

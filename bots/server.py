@@ -21,7 +21,6 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import timedelta
 from typing import Any, Protocol
 
 from sqlalchemy.pool import QueuePool
@@ -32,13 +31,14 @@ from starlette.routing import Route
 
 from bots.chat.platform import ChatPlatform
 from bots.composition import AppSettings, open_app
+from bots.housekeeping import housekeeping
 from bots.platforms import PlatformClass
 from core.config import ConfigError
 from core.duty import OneHolder
 from core.queue import conninfo
 from core.runtime import wait_for_schema
 from core.scheduler import DigestScheduler
-from storage import Database, Store
+from storage import UNFINISHED_STATUSES, Database, Store
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,11 @@ def create_app(
                 """What needs the schema: the runner, housekeeping, the digest scheduler,
                 the long-lived connections; then the routes and /readyz open."""
                 await runner.start()
-                tasks.append(asyncio.create_task(_housekeeping(runtime.store, settings)))
+                tasks.append(
+                    asyncio.create_task(
+                        housekeeping(runtime.store, core, owner=runtime.service.owner)
+                    )
+                )
                 await scheduler.start()
                 for holder in holders.values():
                     await holder.start()
@@ -196,62 +200,6 @@ def platform_endpoint(cls: PlatformClass) -> Callable[[Request], Awaitable[Respo
     return endpoint
 
 
-#: Platform deliveries are remembered this long (Slack retries within minutes).
-EVENT_MEMORY = timedelta(days=7)
-
-
-#: Files sent on their own wait this long at most for their request (every platform's window
-#: is shorter).
-FILE_MEMORY = timedelta(days=1)
-
-
-#: The context a conversation was opened from (Slack's assistant pane) is kept this long
-#: after it last changed.
-CONTEXT_MEMORY = timedelta(days=90)
-
-
-#: How often housekeeping runs (it also runs at start).
-HOUSEKEEPING_EVERY = 3600.0
-
-
-async def _housekeeping(store: Store, settings: AppSettings) -> None:
-    """Keep the bookkeeping tables small: processed platform events older than
-    ``EVENT_MEMORY``, expired Slack OAuth states (anyone may open the install page), files
-    sent on their own that no request took (``FILE_MEMORY``), conversation contexts
-    (``CONTEXT_MEMORY``), and cached search results and page texts past their time to live."""
-    while True:
-        jobs: tuple[tuple[str, Callable[[], Awaitable[int]]], ...] = (
-            (
-                f"platform events older than {EVENT_MEMORY}",
-                lambda: store.prune_events(EVENT_MEMORY),
-            ),
-            ("expired Slack OAuth states", store.prune_oauth_states),
-            (
-                f"files kept for a request, older than {FILE_MEMORY}",
-                lambda: store.files.prune_files(FILE_MEMORY),
-            ),
-            (
-                f"conversation contexts older than {CONTEXT_MEMORY}",
-                lambda: store.contexts.prune_contexts(CONTEXT_MEMORY),
-            ),
-            (
-                "expired cached searches and pages",
-                lambda: store.prune_caches(
-                    search_older_than=settings.core.search_cache_ttl,
-                    pages_older_than=settings.core.page_cache_ttl,
-                ),
-            ),
-        )
-        for what, prune in jobs:
-            try:
-                pruned = await prune()
-                if pruned:
-                    log.info("pruned %d %s", pruned, what)
-            except Exception:
-                log.warning("pruning %s failed", what, exc_info=True)
-        await asyncio.sleep(HOUSEKEEPING_EVERY)
-
-
 def _schema_refusal(request: Request) -> Response | None:
     """503 for a platform route until the process has started its parts on a schema this
     code runs on (``serve --no-upgrade`` before the migration): nothing would work, and each
@@ -306,7 +254,7 @@ async def readyz(request: Request) -> Response:
     if settings is not None and store is not None and reason is None:
         kind = settings.core.queue
         try:  # readiness is probed every few seconds: unfinished runs only (indexed)
-            counts = await store.count_runs(("queued", "running"))
+            counts = await store.runs.count_runs(UNFINISHED_STATUSES)
         except Exception as exc:  # shown, never a 500
             roles["queue"] = {"kind": kind, "error": type(exc).__name__}
         else:
@@ -332,12 +280,16 @@ async def metrics_route(request: Request) -> Response:
     store: Store | None = getattr(request.app.state, "store", None)
     if metrics is None or database is None or store is None:
         return JSONResponse({"error": "starting"}, 503)
-    try:
-        counts = await store.count_runs()
+    try:  # scraped every few seconds: the unfinished runs only (indexed), never all of them
+        counts = await store.runs.count_runs(UNFINISHED_STATUSES)
     except Exception:
         log.warning("metrics: the runs could not be counted", exc_info=True)
     else:
         metrics.runs.clear()
+        platforms: dict[str, object] = getattr(request.app.state, "platforms", {})
+        for status in UNFINISHED_STATUSES:  # 0, not absent, where none is: alerts need it
+            for name in platforms:
+                metrics.runs.labels(status, name).set(0)
         for status, platform, count in counts:
             metrics.runs.labels(status, platform).set(count)
         metrics.queue_depth.set(sum(n for status, _, n in counts if status == "queued"))

@@ -51,6 +51,18 @@ def lowered(value: object) -> object:
     return value.strip().lower() if isinstance(value, str) else value
 
 
+def parse_duration(value: str) -> timedelta | None:
+    """Seconds (``3600``) or a number with a unit (``30m``, ``24h``, ``7d``, ``12w``); None
+    when ``value`` is neither."""
+    text = value.strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    if text and text[-1] in units and text[:-1].strip().replace(".", "", 1).isdigit():
+        return timedelta(seconds=float(text[:-1]) * units[text[-1]])
+    if text.replace(".", "", 1).isdigit():
+        return timedelta(seconds=float(text))
+    return None
+
+
 class EnvSettings(BaseSettings):
     """Settings read from the environment and ``.env``: the base of every part's settings."""
 
@@ -208,6 +220,10 @@ class Settings(EnvSettings):
     )
     max_attempts: int = Field(default=3, ge=1, le=100, validation_alias=env("FATHOM_MAX_ATTEMPTS"))
     lease: float = Field(default=LEASE, ge=1.0, le=600.0, validation_alias=env("FATHOM_LEASE"))
+    #: Finished runs (and threads untouched) are pruned after this many days; 0 keeps them.
+    run_retention_days: int = Field(
+        default=180, ge=0, le=36_500, validation_alias=env("FATHOM_RUN_RETENTION_DAYS")
+    )
     delivery_attempts: int = Field(
         default=8, ge=1, le=100, validation_alias=env("FATHOM_DELIVERY_ATTEMPTS")
     )
@@ -266,14 +282,8 @@ class Settings(EnvSettings):
     @classmethod
     def _parse_ttl(cls, value: object) -> object:
         """Accept seconds (``3600``) or a unit suffix (``30m``, ``24h``, ``7d``)."""
-        if isinstance(value, str):
-            text = value.strip().lower()
-            units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-            if text and text[-1] in units and text[:-1].strip().replace(".", "", 1).isdigit():
-                return timedelta(seconds=float(text[:-1]) * units[text[-1]])
-            if text.replace(".", "", 1).isdigit():
-                return timedelta(seconds=float(text))
-        return value
+        parsed = parse_duration(value) if isinstance(value, str) else None
+        return value if parsed is None else parsed
 
     @field_validator("timezone")
     @classmethod

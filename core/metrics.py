@@ -108,7 +108,8 @@ class Metrics:
         self.build_info.labels(version(), python_version()).set(1)
         self.runs = Gauge(
             "fathom_runs",
-            "Research runs in the database by status and platform (read when scraped).",
+            "Research runs queued or running now, by status and platform (read when "
+            "scraped); runs that ended are counted by fathom_runs_finished_total.",
             ["status", "platform"],
             registry=registry,
         )

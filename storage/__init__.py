@@ -14,7 +14,10 @@ built from a :class:`Database` alone:
 - :class:`CacheStore` (``storage/caches.py``): search results and page texts;
 - :class:`DigestStore` (``storage/digests.py``): scheduled digests and their firings' history;
 - :class:`LeaseStore` (``storage/leases.py``): named leases (one holder of a duty);
-- :class:`SlackOAuthStates` (``storage/slack_oauth.py``): pruning the Slack SDK's OAuth states.
+- :class:`SlackOAuthStates` (``storage/slack_oauth.py``): pruning the Slack SDK's OAuth states;
+- :class:`RetentionStore` (``storage/retention.py``): pruning finished research past its
+  retention;
+- :class:`ForgetStore` (``storage/forget.py``): forgetting one person (a privacy request).
 
 The rules they share are in ``storage/lifecycle.py`` (run statuses, delivery states, which
 runs are delivered: :func:`outcome_is_delivered`, and the lease clock), the SQL helpers in
@@ -46,6 +49,7 @@ from storage.errors import (
 )
 from storage.events import EventStore
 from storage.feedback import FeedbackStore
+from storage.forget import ForgetStore, Forgotten, NotARequesterKey, Person
 from storage.leases import LeaseStore
 from storage.lifecycle import (
     DELIVERY_FAILED,
@@ -71,6 +75,7 @@ from storage.records import (
     ThreadRecord,
     ThreadSummary,
 )
+from storage.retention import Pruned, RetentionStore
 from storage.runs import RunStore
 from storage.schema import HEAD_REVISION, Schema, SchemaError, SchemaState
 from storage.slack_oauth import SlackOAuthStates
@@ -100,9 +105,15 @@ __all__ = [
     "EventStore",
     "FeedbackRecord",
     "FeedbackStore",
+    "ForgetStore",
+    "Forgotten",
     "LeaseStore",
+    "NotARequesterKey",
+    "Person",
+    "Pruned",
     "QuotaReached",
     "Renewal",
+    "RetentionStore",
     "RunNotFound",
     "RunRecord",
     "RunStore",

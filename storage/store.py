@@ -21,7 +21,9 @@ from storage.digests import DigestStore
 from storage.events import EventStore
 from storage.feedback import FeedbackStore
 from storage.files import FileStore
+from storage.forget import ForgetStore
 from storage.leases import LeaseStore
+from storage.retention import RetentionStore
 from storage.runs import RunStore
 from storage.slack_oauth import SlackOAuthStates
 from storage.threads import ThreadStore
@@ -47,6 +49,8 @@ class Store:
         self.leases = LeaseStore(database)
         self.feedback = FeedbackStore(database)
         self.contexts = ContextStore(database)
+        self.retention = RetentionStore(database)
+        self.forgetting = ForgetStore(database)
         # The names callers used before the split: the per-job stores' own bound methods.
         self.create_run = self.runs.create_run
         self.get_run = self.runs.get_run

@@ -75,7 +75,9 @@ class Thread(Base):
     channel: Mapped[str] = mapped_column(String(255))
     thread_ref: Mapped[str] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    #: Bumped by each request in the thread; retention prunes threads untouched for long
+    #: (migration 0016's index).
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
 
 
 class ThreadVariables(Base):
@@ -137,7 +139,8 @@ class ResearchRun(Base):
     sources: Mapped[str] = mapped_column(String(16), server_default=text("'all'"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: Retention picks runs by it (migration 0016's index).
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     report_posted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Run lifecycle (migration 0004): who holds the run, and the delivery of its outcome.

@@ -1,0 +1,109 @@
+"""Housekeeping of ``fathom serve``: the tables that would otherwise grow for ever, pruned
+every hour by the one replica holding the ``housekeeping`` lease.
+
+- processed platform events older than :data:`EVENT_MEMORY`;
+- expired Slack OAuth states (anyone may open the install page);
+- files sent on their own that no request took (:data:`FILE_MEMORY`);
+- conversation contexts (:data:`CONTEXT_MEMORY`);
+- cached search results and page texts past their time to live;
+- finished research past ``FATHOM_RUN_RETENTION_DAYS`` (``storage.retention``), in batches.
+
+The lease lasts one round: the replica that holds it keeps it by taking it again each round,
+and when it stops another replica takes over within a round. Every replica could prune safely
+(each delete is bounded by its own conditions); one doing it keeps the batches of several from
+contending for the same rows every hour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from core.config import Settings
+from storage import Pruned, Store
+from storage.tables import utcnow
+
+log = logging.getLogger(__name__)
+
+#: Platform deliveries are remembered this long (Slack retries within minutes).
+EVENT_MEMORY = timedelta(days=7)
+
+#: Files sent on their own wait this long at most for their request (every platform's window
+#: is shorter).
+FILE_MEMORY = timedelta(days=1)
+
+#: The context a conversation was opened from (Slack's assistant pane) is kept this long
+#: after it last changed.
+CONTEXT_MEMORY = timedelta(days=90)
+
+#: How often housekeeping runs (it also runs at start).
+HOUSEKEEPING_EVERY = 3600.0
+
+#: The lease of the replica that does it.
+LEASE = "housekeeping"
+
+
+def retention_cutoff(settings: Settings) -> timedelta | None:
+    """How old finished research is when it is pruned (None: ``FATHOM_RUN_RETENTION_DAYS=0``,
+    kept for ever)."""
+    days = settings.run_retention_days
+    return timedelta(days=days) if days else None
+
+
+async def housekeep_once(store: Store, settings: Settings, *, owner: str) -> bool:
+    """One round, when ``owner`` holds (or takes) the lease; False when another replica
+    holds it. A job that fails is logged and the others go on."""
+    if not await store.leases.acquire(LEASE, owner, HOUSEKEEPING_EVERY * 1.5, utcnow()):
+        return False
+    jobs: list[tuple[str, Callable[[], Awaitable[int | Pruned]]]] = [
+        (
+            f"platform events older than {EVENT_MEMORY}",
+            lambda: store.events.prune_events(EVENT_MEMORY),
+        ),
+        ("expired Slack OAuth states", store.slack_oauth_states.prune_expired),
+        (
+            f"files kept for a request, older than {FILE_MEMORY}",
+            lambda: store.files.prune_files(FILE_MEMORY),
+        ),
+        (
+            f"conversation contexts older than {CONTEXT_MEMORY}",
+            lambda: store.contexts.prune_contexts(CONTEXT_MEMORY),
+        ),
+        (
+            "expired cached searches and pages",
+            lambda: store.caches.prune_caches(
+                search_older_than=settings.search_cache_ttl,
+                pages_older_than=settings.page_cache_ttl,
+            ),
+        ),
+    ]
+    keep = retention_cutoff(settings)
+    if keep is not None:
+        jobs.append(
+            (
+                f"of the research finished more than {settings.run_retention_days} days ago",
+                lambda: store.retention.prune(utcnow() - keep),
+            )
+        )
+    for what, prune in jobs:
+        try:
+            pruned = await prune()
+        except Exception:
+            log.warning("pruning %s failed", what, exc_info=True)
+            continue
+        if pruned:
+            shown = pruned.describe() if isinstance(pruned, Pruned) else str(pruned)
+            log.info("pruned %s %s", shown, what)
+    return True
+
+
+async def housekeeping(store: Store, settings: Settings, *, owner: str) -> None:
+    """Housekeeping every :data:`HOUSEKEEPING_EVERY` seconds, from now on."""
+    while True:
+        try:
+            await housekeep_once(store, settings, owner=owner)
+        except Exception:  # the lease could not be read: next round
+            log.warning("housekeeping failed", exc_info=True)
+        await asyncio.sleep(HOUSEKEEPING_EVERY)

@@ -1,0 +1,283 @@
+"""``fathom forget --user`` (``storage.forget``): a privacy request leaves no row naming the
+person, on real SQLite and PostgreSQL databases, and keeps everyone else's research."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import insert, select, update
+
+from storage import Database, Person, SourceRecord, Store
+from storage.tables import Base, ResearchRun, ThreadVariables, slack_installations
+from tests.cli import fathom
+from tests.runs import claim, new_run
+
+GONE = "slack:T0001:UFORGET7"
+KEPT = "slack:T0001:UKEEP8"
+GUIDANCE_AT = datetime(2026, 12, 1, 14, 2, tzinfo=UTC)
+
+
+async def research(
+    store: Store,
+    thread: str,
+    by: str,
+    *,
+    notes: list[str] | None = None,
+    report: str = "# r [1]",
+    sources: list[SourceRecord] | None = None,
+    end: bool = True,
+    **overrides: Any,
+) -> str:
+    """A run requested by ``by`` in ``thread``: finished and posted unless ``end`` is
+    False (then it is running)."""
+    run, _ = await new_run(store, thread_key=thread, requested_by=by, **overrides)
+    held = await claim(store, run.id)
+    if not end:
+        return run.id
+    await store.finish_run(
+        held,
+        status="succeeded",
+        report_markdown=report,
+        sources=sources or [SourceRecord(1, "a", "https://a.example/")],
+        error=None,
+        usage={},
+        notes=notes or [],
+    )
+    await store.claims.finish_delivery(held, posted=True)
+    return run.id
+
+
+async def rows_naming(database: Database, needle: str) -> list[tuple[str, str]]:
+    """Every (table, column) of every table whose value holds ``needle`` (Slack's
+    installations aside: forget reports them and keeps them)."""
+    found = []
+    async with database.sessionmaker() as session:
+        for table in Base.metadata.sorted_tables:
+            if table is slack_installations:
+                continue
+            for row in (await session.execute(select(table))).mappings():
+                for column, value in row.items():
+                    shown = value if isinstance(value, str) else json.dumps(value, default=str)
+                    if needle in shown:
+                        found.append((table.name, str(column)))
+    return found
+
+
+async def world(store: Store, database: Database) -> dict[str, str]:
+    """Everything a person leaves in Fathom, beside another person's research."""
+    ids: dict[str, str] = {}
+    # Their own research, voted on by someone else; and a follow-up of theirs in a thread
+    # someone else started.
+    ids["own"] = await research(store, "slack:T0001:C1:1.1", GONE)
+    await store.feedback.record_feedback(ids["own"], KEPT, "up")
+    ids["started_by_other"] = await research(store, "slack:T0001:C1:1.2", KEPT)
+    ids["followup"] = await research(store, "slack:T0001:C1:1.2", GONE)
+    # Their guidance of someone else's run, quoted in its notes and report; a file they
+    # attached, read and cited there; their vote on that report.
+    line = f"focus on grid storage ({GONE.split(':')[-1]}, 14:02 UTC)"
+    kept_line = f"and on costs ({KEPT.split(':')[-1]}, 14:05 UTC)"
+    steered, _ = await new_run(
+        store,
+        thread_key="slack:T0001:C1:1.3",
+        requested_by=KEPT,
+        attachments=[{"id": "F1", "name": "paper.pdf", "attached_by": "UFORGET7"}],
+    )
+    ids["steered"] = steered.id
+    held = await claim(store, steered.id)
+    for by, text, minute in ((GONE, "focus on grid storage", 2), (KEPT, "and on costs", 5)):
+        entry = {
+            "run_id": steered.id,
+            "by": by,
+            "at": GUIDANCE_AT.replace(minute=minute).isoformat(),
+            "text": text,
+            "key": f"slack:event:{minute}",
+        }
+        assert await store.add_guidance("slack:T0001:C1:1.3", entry)
+    async with database.sessionmaker.begin() as session:
+        await session.execute(
+            update(ThreadVariables).values(
+                files=[
+                    {
+                        "id": "F1",
+                        "name": "paper.pdf",
+                        "kind": "pdf",
+                        "size": 3,
+                        "attached_by": "UFORGET7",
+                        "text": "its text",
+                    }
+                ]
+            )
+        )
+    notes = [f"Guidance followed: {line}", f"Guidance followed: {kept_line}"]
+    cited = "paper.pdf (attached by UFORGET7)"
+    report = f"# r [1][2]\n\n## Sources\n\n1. {cited}\n\n## Notes\n\n" + "\n".join(
+        f"- {n}" for n in notes
+    )
+    await store.finish_run(
+        held,
+        status="succeeded",
+        report_markdown=report,
+        sources=[
+            SourceRecord(1, cited, "", kind="attachment"),
+            SourceRecord(2, "b", "https://b.example/"),
+        ],
+        error=None,
+        usage={},
+        notes=notes,
+    )
+    await store.claims.finish_delivery(held, posted=True)
+    await store.feedback.record_feedback(steered.id, GONE, "down")
+    await store.feedback.record_feedback(steered.id, KEPT, "up")
+    # A digest they scheduled and its firing; a file they sent that waits for a request.
+    digest = await store.digests.add(
+        platform="slack",
+        workspace="T0001",
+        channel="C2",
+        topic="heat pumps",
+        depth=2,
+        strategy="iterative",
+        cron="0 9 * * 1",
+        timezone="UTC",
+        created_by=GONE,
+        platform_context=None,
+        max_per_channel=5,
+    )
+    ids["firing"] = await research(store, "slack:T0001:C2:2.1", GONE, digest_id=digest.id)
+    await store.files.remember_files(
+        "slack:T0001:C3:UFORGET7", [{"id": "F2", "name": "n.txt", "attached_by": "UFORGET7"}]
+    )
+    return ids
+
+
+async def test_forget_leaves_no_row_naming_the_person_and_keeps_everyone_elses(
+    store: Store, database: Database
+) -> None:
+    ids = await world(store, database)
+    assert len(await rows_naming(database, "UFORGET7")) >= 10  # the scan finds them
+
+    done = await store.forgetting.forget(Person.parse(GONE))
+
+    assert await rows_naming(database, "UFORGET7") == []
+    assert (done.runs, done.threads, done.votes, done.guidance, done.digests) == (3, 2, 1, 1, 1)
+    assert done.files == 2 and done.busy == () and done.installations == 0
+    for gone in ("own", "followup", "firing"):
+        assert await store.get_run(ids[gone]) is None
+    # Someone else's research stays, without the person: their run, their vote, their
+    # guidance and its note, the file's text gone but the citation kept.
+    steered = await store.get_run(ids["steered"])
+    assert steered is not None
+    assert steered.notes == ["Guidance followed: and on costs (UKEEP8, 14:05 UTC)"]
+    assert steered.report_markdown is not None
+    assert "paper.pdf (attached by (forgotten))" in steered.report_markdown
+    assert "and on costs (UKEEP8" in steered.report_markdown
+    assert [s.title for s in await store.run_sources(steered.id)] == [
+        "paper.pdf (attached by (forgotten))",
+        "b",
+    ]
+    assert await store.get_run(ids["started_by_other"]) is not None
+    assert await store.get_thread("slack:T0001:C1:1.2") is not None  # its other run's
+    assert await store.get_thread("slack:T0001:C1:1.1") is None
+    votes = await store.feedback.feedback_since()
+    assert [(v.voter, v.run_id) for v in votes] == [(KEPT, ids["steered"])]
+    assert len(await rows_naming(database, "UKEEP8")) >= 4
+
+
+async def test_a_run_still_going_on_is_left_and_reported_until_it_has_ended(
+    store: Store, database: Database
+) -> None:
+    running = await research(store, "slack:T0001:C1:4.1", GONE, end=False)
+    async with database.sessionmaker.begin() as session:
+        await session.execute(
+            insert(slack_installations).values(
+                client_id="111.222",
+                app_id="A1",
+                team_id="T0001",
+                user_id="UFORGET7",
+                is_enterprise_install=False,
+                installed_at=datetime(2026, 1, 1),
+            )
+        )
+    person = Person.parse(GONE)
+    assert await store.forgetting.unfinished_runs(person) == [running]
+    first = await store.forgetting.forget(person)
+    assert first.busy == (running,) and first.runs == 0 and first.installations == 1
+    assert await store.get_run(running) is not None
+    async with database.sessionmaker.begin() as session:  # it ended and was posted
+        await session.execute(
+            update(ResearchRun)
+            .where(ResearchRun.id == running)
+            .values(status="cancelled", finished_at=datetime.now(UTC), delivery="posted")
+        )
+    second = await store.forgetting.forget(person)
+    assert second.busy == () and second.runs == 1
+    assert await rows_naming(database, "UFORGET7") == []
+
+
+async def test_fathom_forget_and_prune_on_the_command_line(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The commands on a database a process of Fathom filled: forget cancels the person's
+    run still going on and says to come back (exit 1), then forgets everything (exit 0);
+    prune counts dry, then prunes. A key that is not one, a duration that is not one, and
+    prune with retention off are each one line, exit 2."""
+    url = f"sqlite:///{tmp_path / 'fathom.db'}"
+    cli_env["DATABASE_URL"] = url
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        result = fathom(*args, env=cli_env, cwd=tmp_path)
+        assert "Traceback" not in result.stderr, result.stderr
+        return result
+
+    assert cli("db", "upgrade").returncode == 0
+    database = Database(url)
+    store = Store(database)
+    try:
+        ids = await world(store, database)
+        running = await research(store, "slack:T0001:C1:4.1", GONE, end=False)
+        bad = cli("forget", "--user", "UFORGET7")
+        assert bad.returncode == 2
+        assert "is not a requester key <platform>:<workspace>:<user id>" in bad.stderr
+
+        first = cli("forget", "--user", GONE)
+        assert first.returncode == 1
+        assert f"1 runs are still going on or posting ({running})" in first.stderr
+        assert first.stdout.startswith(f"forgot {GONE}: 3 runs, 2 threads, 1 votes")
+        flagged = await store.get_run(running)
+        assert flagged is not None and flagged.cancel_requested
+        async with database.sessionmaker.begin() as session:  # its runner ended it
+            await session.execute(
+                update(ResearchRun)
+                .where(ResearchRun.id == running)
+                .values(status="cancelled", finished_at=datetime.now(UTC), delivery="posted")
+            )
+        second = cli("forget", "--user", GONE)
+        assert second.returncode == 0, second.stderr
+        assert second.stdout == (
+            f"forgot {GONE}: 1 runs, 1 threads, 0 votes, 0 guidance replies, 0 digests, 0 files\n"
+        )
+        assert await rows_naming(database, "UFORGET7") == []
+
+        async with database.sessionmaker.begin() as session:
+            await session.execute(
+                update(ResearchRun)
+                .where(ResearchRun.id == ids["steered"])
+                .values(finished_at=datetime(2026, 1, 1, tzinfo=UTC))
+            )
+        dry = cli("prune", "--older-than", "90d", "--dry-run")
+        assert dry.returncode == 0
+        assert dry.stdout.startswith("would prune 1 runs (2 sources, 1 votes) and 0 threads")
+        assert await store.get_run(ids["steered"]) is not None
+        pruned = cli("prune", "--older-than", "90d")
+        assert pruned.stdout.startswith("pruned 1 runs (2 sources, 1 votes)")
+        assert await store.get_run(ids["steered"]) is None
+    finally:
+        await database.dispose()
+    wrong = cli("prune", "--older-than", "soon")
+    assert wrong.returncode == 2 and "is not a duration" in wrong.stderr
+    cli_env["FATHOM_RUN_RETENTION_DAYS"] = "0"
+    kept = cli("prune")
+    assert kept.returncode == 2 and "FATHOM_RUN_RETENTION_DAYS is 0" in kept.stderr
