@@ -7,8 +7,12 @@
     python3 dev.py mutants [--list | --only NAME]  (does the suite catch ten broken guarantees?)
     python3 dev.py fathom [any fathom command]
 
-Each command first makes ``.venv`` and installs the project with its dev extra
-(skipped when ``pyproject.toml`` has not changed since the last install).
+Each command first makes ``.venv`` and installs the locked dependencies
+(``requirements/dev.txt``, every file checked against its hash), then the project
+itself (skipped when ``pyproject.toml`` and the lock have not changed since).
+
+    python3 dev.py lock [--upgrade]   (after a change of pyproject.toml's dependencies:
+                                      the locks again, with uv; ``pip install uv`` first)
 
 ``research`` runs the real program. With ``OPENAI_API_KEY`` set it talks to
 your endpoint (``OPENAI_BASE_URL``) and search provider (``FATHOM_SEARCH``);
@@ -33,20 +37,56 @@ PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 STAMP = VENV / ".fathom-install-stamp"
 
 
+REQUIREMENTS = ROOT / "requirements"
+#: The locks (``python3 dev.py lock``): the dependencies of the project (``run.txt``, what the
+#: image installs), of its development (``dev.txt``: run's and the dev extra's, the same
+#: versions) and of building its wheel (``build.txt``: setuptools), each pinned with hashes.
+LOCKS = {
+    "dev.txt": ["pyproject.toml", "--extra", "dev"],
+    "run.txt": ["pyproject.toml", "-c", "requirements/dev.txt"],
+    "build.txt": ["requirements/build.in", "-c", "requirements/dev.txt"],
+}
+
+
 def ensure_installed() -> None:
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py runs on whatever python3 is
         sys.exit(f"Fathom needs Python 3.11 or newer; this is {sys.version.split()[0]}.")
-    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    inputs = (ROOT / "pyproject.toml", REQUIREMENTS / "dev.txt")
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in inputs)).hexdigest()
     if PYTHON.exists() and STAMP.exists() and STAMP.read_text() == digest:
         return
     if not PYTHON.exists():
         print("creating .venv …", file=sys.stderr)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    print("installing fathom-bot with its dev extra into .venv …", file=sys.stderr)
+    print("installing the locked dependencies and fathom-bot into .venv …", file=sys.stderr)
     pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", f"{ROOT}[dev]"], check=True)
+    # Exactly the locked files (a release or a file changed on the index since is refused),
+    # then the project alone, built with the locked setuptools.
+    subprocess.run([*pip, "--require-hashes", "-r", str(REQUIREMENTS / "dev.txt")], check=True)
+    subprocess.run([*pip, "--no-deps", "--no-build-isolation", "-e", str(ROOT)], check=True)
     STAMP.write_text(digest)
+
+
+def lock(args: list[str]) -> int:
+    """The locks again from pyproject.toml, with uv: one resolution for every platform and
+    Python >= 3.11, keeping the locked versions that still fit (``--upgrade``: the newest
+    its ranges allow; ``--upgrade-package NAME``: that one)."""
+    import shutil
+
+    uv = shutil.which("uv") or shutil.which("uv", path=str(BIN))
+    if uv is None:
+        print(
+            "uv is not installed: `pip install uv` (or .venv/bin/pip install uv)", file=sys.stderr
+        )
+        return 2
+    common = ["--universal", "--python-version", "3.11", "--generate-hashes", "--no-header", "-q"]
+    for name, inputs in LOCKS.items():
+        out = ["-o", f"requirements/{name}"]
+        code = run([uv, "pip", "compile", *inputs, *common, *args, *out])
+        if code:
+            return code
+    return 0
 
 
 def run(args: list[str], env: dict[str, str] | None = None) -> int:
@@ -99,6 +139,8 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0
     command, rest = argv[0], argv[1:]
+    if command == "lock":
+        return lock(rest)
     ensure_installed()
     if command == "research":
         return research(rest)

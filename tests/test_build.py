@@ -67,3 +67,62 @@ def test_the_dependencies_whose_next_major_would_break_us_are_bounded() -> None:
         assert any(s.operator == "<" for s in specifier), name
         assert metadata.version(name) in specifier, (name, metadata.version(name))
     assert any(s.operator == "<" for s in requirements["sqlalchemy"].specifier)
+
+
+def _locked(name: str) -> dict[str, tuple[str, int]]:
+    """A lock file's pins: package -> (version, number of hashes)."""
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, tuple[str, int]] = {}
+    text = (ROOT / "requirements" / name).read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        requirement, *hashes = line.split("--hash=")
+        spec = requirement.split(";")[0].strip()
+        package, version = spec.split("==")
+        pins[canonicalize_name(package.split("[")[0])] = (version.strip(), len(hashes))
+    return pins
+
+
+def test_the_locks_pin_every_requirement_with_hashes_and_this_environment_installed_them() -> None:
+    """requirements/*.txt (``python3 dev.py lock``) pin everything pyproject.toml asks for,
+    each with its files' hashes, the run lock at the dev lock's versions; and the venv the
+    suite runs in was installed from the dev lock (dev.py and CI install it with
+    --require-hashes in a fresh venv): a dependency added to pyproject.toml without a new
+    lock fails here."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    dev, run, build = _locked("dev.txt"), _locked("run.txt"), _locked("build.txt")
+    assert all(hashes for _, hashes in (dev | run | build).values())
+    assert {name: pin for name, pin in run.items() if dev[name] != pin} == {}
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    asked = [Requirement(r) for r in project["dependencies"]]
+    for where, requirements in (
+        (run, asked),
+        (dev, asked + [Requirement(r) for r in project["optional-dependencies"]["dev"]]),
+        (build, [Requirement(r) for r in pyproject["build-system"]["requires"]]),
+    ):
+        for requirement in requirements:
+            if requirement.marker is not None and not requirement.marker.evaluate():
+                continue
+            name = canonicalize_name(requirement.name)
+            assert name in where, f"{name} is not locked: python3 dev.py lock"
+            assert requirement.specifier.contains(where[name][0], prereleases=True), name
+    for name, (version, _) in dev.items():
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:  # a platform's or an older Python's only
+            continue
+        assert installed == version, f"{name} {installed} is installed, {version} locked"
+
+
+def test_the_image_installs_the_locks_with_their_hashes() -> None:
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert "pip install --require-hashes -r /src/requirements/run.txt" in dockerfile
+    assert "pip install --require-hashes -r /src/requirements/build.txt" in dockerfile
+    assert "--no-deps --no-build-isolation" in dockerfile  # nothing unlocked is fetched
