@@ -416,8 +416,8 @@ async def open_bench(
     default (its reader is the one ``open_runtime`` built); ``mcp_config``: the MCP servers of
     that file are its internal sources (``FATHOM_MCP_CONFIG``)."""
     from core.config import load_settings
+    from core.research import Research
     from core.runtime import open_runtime
-    from core.service import ResearchService
 
     overrides = {
         k: v for k, v in fathom_env(db_url, llm_url, search_url).items() if is_fathom_setting(k)
@@ -435,7 +435,7 @@ async def open_bench(
             if runtime.llm.writer is runtime.llm.planner
             else TimedModel(runtime.llm.writer, timings)
         )
-        service = ResearchService(
+        service = Research(
             store=TimedStore(runtime.store, timings),  # type: ignore[arg-type]
             planner=planner,
             writer=writer,
@@ -468,8 +468,8 @@ async def one_run(
         sources=SourceChoice(sources),
     )
     start = time.perf_counter()
-    run, _ = await service.submit(request)
-    outcome = await service.execute(run.id)
+    run, _ = await service.requests.submit(request)
+    outcome = await service.executor.execute(run.id)
     wall = time.perf_counter() - start
     expected = searches or depth
     if outcome.status is not RunStatus.SUCCEEDED or len(outcome.topics) != expected:
@@ -1318,7 +1318,7 @@ def bare_start(runs: int) -> dict[str, float]:
         "python_S_c_pass_s": median_wall([sys.executable, "-S", "-c", "pass"]),
         "import_bots_cli_s": median_wall([sys.executable, "-c", "import bots.cli"]),
         "import_core_runtime_s": median_wall(
-            [sys.executable, "-c", "import bots.cli, core.runtime, core.service"]
+            [sys.executable, "-c", "import bots.cli, core.runtime, core.research"]
         ),
     }
 
@@ -1513,7 +1513,7 @@ def _pdf_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append(
             (
                 "(context) `python -c pass`; `-S`; `import bots.cli`;"
-                " + `core.runtime, core.service`",
+                " + `core.runtime, core.research`",
                 "-",
                 f"{i['python_c_pass_s']:.3f}; {i['python_S_c_pass_s']:.3f};"
                 f" {i['import_bots_cli_s']:.3f}; {i['import_core_runtime_s']:.3f} s",

@@ -176,7 +176,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="cancel",
-        file="core/service.py",
+        file="core/executor.py",
         old="            is_cancelled=lambda: cancel.requested,\n",
         new="            is_cancelled=lambda: False,\n",
         tests=(

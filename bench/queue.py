@@ -46,7 +46,7 @@ def rss_kb(pid: int, field: str) -> int:
 async def queue_runs(url: str, n: int) -> None:
     from core.models import ResearchRequest, ThreadKey
     from core.queue import queue_in_transaction
-    from core.service import submit_run
+    from core.requests import submit_run
     from storage import Database, Store
 
     database = Database(url)

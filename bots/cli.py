@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from bots.composition import AppSettings
     from core.config import Settings
     from core.models import ThreadKey
-    from core.service import RunOutcome
+    from core.outcome import RunOutcome
     from storage import Database
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -371,9 +371,10 @@ async def _research(
     from bots.console.files import LocalFiles
     from bots.console.progress import ConsoleProgress
     from core.config import ConfigError
+    from core.executor import RunBusy
     from core.models import SourceChoice
+    from core.requests import RunRejected
     from core.runtime import open_runtime
-    from core.service import RunBusy, RunRejected
     from storage import ClaimLost, StorageUnavailable
 
     progress = ConsoleProgress(_stderr())
@@ -386,19 +387,21 @@ async def _research(
                     raise _fail(no_internal_source(key, configured=knowledge is not None))
             if request is not None:
                 try:
-                    run, _ = await runtime.service.submit(request)
+                    run, _ = await runtime.research.requests.submit(request)
                 except RunRejected as exc:
                     raise _fail(str(exc)) from None
                 run_id = started.run_id = run.id
             elif await runtime.store.get_run(run_id or "") is None:
                 started.run_id = None  # nothing to resume
                 raise _fail(f"there is no run {run_id!r}")
-            service, stopped = runtime.service, run_id or ""
-            started.stop = lambda: service.stop(stopped)
+            requests, stopped = runtime.research.requests, run_id or ""
+            started.stop = lambda: requests.stop(stopped)
             try:
                 if request is None:
-                    return await runtime.service.resume(run_id or "", progress, LocalFiles())
-                return await runtime.service.execute(run_id or "", progress, LocalFiles())
+                    return await runtime.research.executor.resume(
+                        run_id or "", progress, LocalFiles()
+                    )
+                return await runtime.research.executor.execute(run_id or "", progress, LocalFiles())
             except RunRejected as exc:
                 raise _fail(str(exc)) from None
             except (RunBusy, ClaimLost) as exc:

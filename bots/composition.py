@@ -119,7 +119,10 @@ async def open_app(
     ):
         policy = DeliveryPolicy(attempts=core.delivery_attempts, first_delay=core.delivery_backoff)
         job = ResearchJob(
-            runtime.service, runtime.store, policy=policy, chat_platforms=settings.titles
+            runtime.research.executor,
+            runtime.store,
+            policy=policy,
+            chat_platforms=settings.titles,
         )
         runner: JobRunner
         queue: ProcrastinateQueue | None = None
@@ -128,17 +131,17 @@ async def open_app(
                 ProcrastinateQueue(core.database_url, job if role == "worker" else None)
             )
             runner = ProcrastinateJobRunner(
-                queue, job=job, store=runtime.store, timing=runtime.service.timing
+                queue, job=job, store=runtime.store, timing=runtime.research.executor.timing
             )
         else:
             runner = InProcessJobRunner(
                 job,
                 store=runtime.store,
                 max_concurrent=core.max_concurrent_runs,
-                timing=runtime.service.timing,
+                timing=runtime.research.executor.timing,
             )
         services = PlatformServices(
-            service=runtime.service,
+            requests=runtime.research.requests,
             store=runtime.store,
             digests=runtime.digests,
             database=runtime.database,

@@ -79,7 +79,7 @@ def create_app(
                 runtime.digests,
                 runtime.store.leases,
                 runner,
-                owner=runtime.service.owner,
+                owner=runtime.research.executor.owner,
                 lease=core.lease,
                 tick_every=core.lease / 3,
             )
@@ -88,7 +88,7 @@ def create_app(
                 name: OneHolder(
                     f"{name}-connection",
                     runtime.store.leases,
-                    owner=runtime.service.owner,
+                    owner=runtime.research.executor.owner,
                     start=platform.connect,
                     stop=platform.disconnect,
                     lease=core.lease,
@@ -106,7 +106,7 @@ def create_app(
                 await runner.start()
                 tasks.append(
                     asyncio.create_task(
-                        housekeeping(runtime.store, core, owner=runtime.service.owner)
+                        housekeeping(runtime.store, core, owner=runtime.research.executor.owner)
                     )
                 )
                 await scheduler.start()

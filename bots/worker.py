@@ -83,7 +83,7 @@ async def work(
     async with open_app(settings, role="worker", upgrade=upgrade, metrics=metrics) as built:
         with metrics_server(metrics, metrics_host, metrics_port):
             await wait_for_schema(built.runtime.database)
-            queue, owner = built.queue, built.runtime.service.owner
+            queue, owner = built.queue, built.runtime.research.executor.owner
             if queue is None:  # pragma: no cover - a worker's app always has its queue
                 raise ConfigError("fathom worker needs FATHOM_QUEUE=procrastinate")
             await built.runner.start()

@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
+from core.executor import RunExecutor
 from core.failures import PostFailure, judge
 from core.lease import Lease, release_quietly
 from core.logs import Changing, log_context
 from core.models import CONSOLE_PLATFORM, Attachment, RunStatus, ThreadKey
+from core.outcome import RunOutcome, final_progress_text
 from core.progress import ProgressEvent, ProgressKind, ProgressSink
-from core.service import ResearchService, RunOutcome, final_progress_text
 from core.timer import MONOTONIC, Timer
 from storage import (
     DELIVERY_PENDING,
@@ -158,7 +159,7 @@ class ResearchJob:
 
     def __init__(
         self,
-        service: ResearchService,
+        executor: RunExecutor,
         store: Store,
         factories: Mapping[str, DeliveryFactory] | None = None,
         *,
@@ -166,7 +167,7 @@ class ResearchJob:
         chat_platforms: Mapping[str, str] | None = None,
         timer: Timer = MONOTONIC,
     ) -> None:
-        self._service = service
+        self._executor = executor
         self._store = store
         self._factories = dict(factories or {})
         self._policy = policy or DeliveryPolicy()
@@ -207,7 +208,7 @@ class ResearchJob:
         factory = self._factories.get(platform)
         if factory is None:
             reason = never_deliverable(
-                run, platform, self._service.timing.stale_after, self._chat_platforms
+                run, platform, self._executor.timing.stale_after, self._chat_platforms
             )
             if reason is None:
                 log.warning(
@@ -241,7 +242,7 @@ class ResearchJob:
 
     async def _claim(self, run_id: str) -> Claim | None:
         """Claim the run; a cancellation that arrives meanwhile hands a fresh claim back."""
-        claiming = asyncio.ensure_future(self._service.claim(run_id))
+        claiming = asyncio.ensure_future(self._executor.claim(run_id))
         try:
             return (await asyncio.shield(claiming)).claim
         except asyncio.CancelledError:
@@ -256,13 +257,13 @@ class ResearchJob:
         if claim is None:
             return  # another runner holds it, or there is nothing left to do
         try:
-            async with self._service.lease(claim) as lease:
+            async with self._executor.lease(claim) as lease:
                 if claim.run.status in UNFINISHED_STATUSES:
-                    outcome = await self._service.execute_claimed(
+                    outcome = await self._executor.execute_claimed(
                         claim, delivery.progress, record_interruption=False, files=delivery
                     )
                 else:  # finished by a runner that stopped before delivering, or given up now
-                    outcome = await self._service.stored_outcome(claim.run)
+                    outcome = await self._executor.stored_outcome(claim.run)
                     if outcome.status is RunStatus.SUCCEEDED:
                         await publish_final(delivery.progress, outcome)
                 await self._deliver(claim, lease, delivery, outcome)
@@ -330,7 +331,7 @@ class ResearchJob:
         self._count(claim, "delivered")
 
     def _count(self, claim: Claim, outcome: str) -> None:
-        metrics = self._service.metrics
+        metrics = self._executor.metrics
         if metrics is not None:
             platform = claim.run.thread_key.split(":", 1)[0]
             metrics.platform_calls.labels(platform, outcome).inc()
@@ -394,7 +395,7 @@ class ResearchJob:
             return
         run = claim.run
         if run.status in UNFINISHED_STATUSES:
-            run = await self._service.fail_claimed(claim, reason)
+            run = await self._executor.fail_claimed(claim, reason)
         if run.delivery == DELIVERY_PENDING:
             await self._store.finish_delivery(claim, posted=False, error=reason)
 

@@ -20,7 +20,7 @@ from core.commands import CommandError
 from core.grammar import ScheduleCommand
 from core.jobs import JobRunner
 from core.models import ResearchRequest, SourceChoice, Strategy, ThreadKey
-from core.service import RunRejected, submit_run
+from core.requests import RunRejected, submit_run
 from core.wording import Language, pick, request_language
 from storage import (
     DigestLimit,
@@ -203,7 +203,7 @@ class DigestService:
             sources=digest_sources(digest),
         )
         try:
-            return await submit_run(self._store, request)
+            return await submit_run(self._store.runs, request)
         except RunRejected:  # cannot happen for a fresh thread; logged rather than raised
             log.warning("digest %s: slot %s refused", digest.id, stamp)
             return None, False

@@ -36,8 +36,9 @@ from core.lease import LeaseTiming
 from core.llm import LLMClients
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageCache, PageReader
+from core.requests import UserQuota
+from core.research import Research
 from core.search import SearchProvider, build_search_provider
-from core.service import ResearchService, UserQuota
 from storage import Database, DigestStore, SchemaError, StorageUnavailable, Store
 from storage.db import connection_problem, masked_url
 
@@ -158,7 +159,7 @@ class Runtime:
     settings: Settings
     database: Database
     store: Store
-    service: ResearchService
+    research: Research
     search: SearchProvider
     llm: LLMClients
     digests: DigestService
@@ -324,7 +325,7 @@ async def _runtime(
         reader = page_reader(settings, pages_http, store.caches, documents)
         files = FileReader(documents, max_bytes=settings.attachment_max_bytes)
         try:
-            service = ResearchService(
+            research = Research(
                 store=store,
                 planner=llm.planner,
                 writer=llm.writer,
@@ -344,7 +345,7 @@ async def _runtime(
             )
             digests = digest_service(settings, storage)
             yield Runtime(
-                settings, database, store, service, search, llm, digests, reader, knowledge
+                settings, database, store, research, search, llm, digests, reader, knowledge
             )
         finally:
             await llm.aclose()

@@ -32,7 +32,7 @@ from core.report import (
     writer_window,
 )
 from core.wording import Language
-from storage import RunRecord, Store
+from storage import DigestStore, RunRecord
 
 # The logger these lines were always written under (the writer began in the service), so that
 # log queries keep finding them.
@@ -86,10 +86,10 @@ class _DigestHistory:
 class ReportWriter:
     """Writes the reports of runs with the writer model."""
 
-    def __init__(self, model: TextModel, store: Store) -> None:
-        """``store``: where a digest's earlier firings are found."""
+    def __init__(self, model: TextModel, digests: DigestStore) -> None:
+        """``digests``: where a digest's earlier firings are found."""
         self._model = model
-        self._store = store
+        self._digests = digests
 
     async def write(
         self, run: RunRecord, state: RunState, graph: Sequence[str] = ()
@@ -107,7 +107,7 @@ class ReportWriter:
         first successful firing)."""
         if run.digest_id is None:
             return None
-        previous, earlier_urls = await self._store.digest_history(run.digest_id, run.created_at)
+        previous, earlier_urls = await self._digests.history(run.digest_id, run.created_at)
         if previous is None:
             return None
         return _DigestHistory(whats_new.context(previous, state.language), earlier_urls)

@@ -23,7 +23,7 @@ from tests.fakes.dingtalk import FakeDingTalkServer
 from tests.fakes.feishu import FakeFeishuServer
 
 if TYPE_CHECKING:
-    from core.service import ResearchService
+    from core.research import Research
 
 
 @pytest.fixture(scope="session")
@@ -250,19 +250,19 @@ async def serve_fathom(
 @pytest.fixture
 async def service_for(
     database: Database, search_server: FakeSearchServer
-) -> AsyncIterator[Callable[..., ResearchService]]:
-    """``service_for(base_url, search_url=None)``: a ResearchService whose planner and
+) -> AsyncIterator[Callable[..., Research]]:
+    """``service_for(base_url, search_url=None)``: a Research whose planner and
     writer use that endpoint (model ``planner-model``, the writer ``writer-model``; no SDK
     retries), searching the SearXNG at ``search_url`` (default: the fake)."""
     from core.llm import ChatModel
+    from core.research import Research
     from core.search import SearxngProvider
-    from core.service import ResearchService
 
     closers: list[Callable[[], Awaitable[None]]] = []
     http = httpx.AsyncClient(trust_env=False)
     closers.append(http.aclose)
 
-    def make(base_url: str, search_url: str | None = None) -> ResearchService:
+    def make(base_url: str, search_url: str | None = None) -> Research:
         models = [
             ChatModel(model=name, api_key=FAKE_API_KEY, base_url=base_url, max_retries=0)
             for name in ("planner-model", "writer-model")
@@ -270,7 +270,7 @@ async def service_for(
         closers.extend(model.aclose for model in models)
         search = SearxngProvider(http, base_url=search_url or search_server.url, base_delay=0.01)
         planner, writer = models
-        return ResearchService(store=Store(database), planner=planner, writer=writer, search=search)
+        return Research(store=Store(database), planner=planner, writer=writer, search=search)
 
     try:
         yield make

@@ -34,8 +34,8 @@ from core.models import (
 )
 from core.pages.extract import estimate_tokens
 from core.report import WRITER_PASSAGE_TOKENS, number_sources, writer_source_blocks
+from core.research import Research
 from core.search import SearxngProvider
-from core.service import ResearchService
 from storage import CancelRequest, RunRecord, Store
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
@@ -59,7 +59,7 @@ class Chat:
     commands: ChatCommands
     store: Store
     llm: FakeLLMServer
-    service: ResearchService
+    service: Research
 
     def thread(self, name: str = "t1") -> ThreadKey:
         return ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread=name)
@@ -98,7 +98,7 @@ async def world(
         stack.push_async_callback(model.aclose)
         extractor = DocumentExtractor()
         stack.callback(extractor.close)
-        service = ResearchService(
+        service = Research(
             store=store,
             planner=model,
             writer=model,
@@ -107,11 +107,11 @@ async def world(
         )
         chat = MemoryChat()
         policy = ChatPolicy.load(_env_file=None, FATHOM_ATTACHMENT_MAX_BYTES="65536")
-        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=FAST)
-        runner = InProcessJobRunner(job, store=store, timing=service.timing)
+        job = ResearchJob(service.executor, store, {PLATFORM: chat.factory(store)}, policy=FAST)
+        runner = InProcessJobRunner(job, store=store, timing=service.executor.timing)
         await runner.start()
         stack.push_async_callback(runner.stop, grace=0.1)
-        commands = ChatCommands(policy, service, store, runner, MemoryMarkup())
+        commands = ChatCommands(policy, service.requests, store, runner, MemoryMarkup())
         yield Chat(chat, commands, store, llm_server, service)
 
 
@@ -361,7 +361,7 @@ async def test_a_cancel_stops_the_reading_of_files(
     async with asyncio.timeout(10):
         await world.chat.downloading.wait()
     (run,) = await world.store.active_runs_for_user("memory:W1:U1")
-    assert await world.service.cancel(run.id) is CancelRequest.CANCELLING
+    assert await world.service.requests.cancel(run.id) is CancelRequest.CANCELLING
     world.chat.download_gate.set()
     (done,) = await world.delivered()
     assert done.status == RunStatus.CANCELLED.value

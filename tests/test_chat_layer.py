@@ -28,8 +28,9 @@ from core.metrics import Metrics
 from core.models import Attachment, ThreadKey
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
+from core.requests import UserQuota
+from core.research import Research
 from core.search import SearxngProvider
-from core.service import ResearchService, UserQuota
 from storage import Database, RunRecord, Store
 from storage.tables import ProcessedEvent
 from tests.chat_app import wait_for
@@ -46,7 +47,7 @@ class World:
     store: Store
     runner: InProcessJobRunner
     #: What a ChatCommands is made of (settings, service, store, runner).
-    parts: tuple[ChatPolicy, ResearchService, Store, InProcessJobRunner]
+    parts: tuple[ChatPolicy, Research, Store, InProcessJobRunner]
 
     def thread(self, name: str = "t1") -> ThreadKey:
         return ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread=name)
@@ -94,15 +95,15 @@ async def world(
             fetcher = PageFetcher(http, timeout=30.0, allow_loopback=True)
             reader = PageReader(fetcher, pages=3, documents=DocumentExtractor(timeout=30.0))
             stack.push_async_callback(reader.aclose)
-        service = ResearchService(
+        service = Research(
             store=store, planner=model, writer=model, search=search, quota=quota, reader=reader
         )
         chat = MemoryChat(report_limit=int(str(settings.pop("report_limit", 2_000))))
         config = ChatPolicy.load(_env_file=None, **settings)
-        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=FAST)
-        runner = InProcessJobRunner(job, store=store, timing=service.timing)
+        job = ResearchJob(service.executor, store, {PLATFORM: chat.factory(store)}, policy=FAST)
+        runner = InProcessJobRunner(job, store=store, timing=service.executor.timing)
         runners.append(runner)
-        commands = ChatCommands(config, service, store, runner, MemoryMarkup())
+        commands = ChatCommands(config, service.requests, store, runner, MemoryMarkup())
         return World(chat, commands, store, runner, (config, service, store, runner))
 
     try:
@@ -231,7 +232,7 @@ async def test_a_plain_reply_steers_the_threads_active_run_not_its_newest(
     service = w.parts[1]
     await w.chat.say(w.commands, "heat pumps depth=1")
     (first,) = await w.runs()
-    await service.cancel(first.id)  # still queued: cancelled at once
+    await service.requests.cancel(first.id)  # still queued: cancelled at once
     await w.runner.start()
     await w.delivered()
     await w.chat.say(w.commands, "wind power depth=1", in_thread=True)  # a follow-up
@@ -256,7 +257,7 @@ async def test_a_cancel_in_a_thread_finds_the_run_posting_its_report_not_the_new
     service = w.parts[1]
     await w.chat.say(w.commands, "heat pumps depth=1")
     (first,) = await w.runs()
-    await service.cancel(first.id)
+    await service.requests.cancel(first.id)
     await w.runner.start()
     await w.delivered()
     await w.chat.say(w.commands, "wind power depth=1", in_thread=True)  # a follow-up
@@ -597,7 +598,7 @@ async def test_a_vote_is_stored_once_per_person_and_a_second_press_changes_it(
     world: Callable[..., World],
 ) -> None:
     w = world(FATHOM_ALLOWED_USERS="U1,U2")
-    w.parts[1].metrics = metrics = Metrics()  # (the fixture's service has none)
+    w.parts[1].requests.metrics = metrics = Metrics()  # (the fixture's service has none)
     await w.runner.start()
     await w.chat.say(w.commands, "heat pumps depth=1")
     (run,) = await w.delivered()
@@ -821,7 +822,7 @@ async def test_a_cancel_redelivered_after_a_crash_does_not_cancel_another_run(
     await w.runner.start()
     await w.chat.say(w.commands, "heat pumps depth=3", thread="t1")
     await w.chat.say(w.commands, "wind power depth=3", thread="t2")
-    crashing = CrashAfterHandling(*w.parts, MemoryMarkup())
+    crashing = CrashAfterHandling(w.parts[0], w.parts[1].requests, *w.parts[2:], MemoryMarkup())
     with pytest.raises(RuntimeError):
         await w.chat.say(crashing, "cancel", thread="t3", key="c1")
     (stopped,) = await w.delivered("t2")  # the newest run was cancelled, and has ended
@@ -886,7 +887,9 @@ class HeldRunner:
 def with_sources(w: World, knowledge: TeamSources | None) -> tuple[ChatCommands, HeldRunner]:
     policy, service, store, _ = w.parts
     runner = HeldRunner()
-    return ChatCommands(policy, service, store, runner, MemoryMarkup(), knowledge=knowledge), runner
+    return ChatCommands(
+        policy, service.requests, store, runner, MemoryMarkup(), knowledge=knowledge
+    ), runner
 
 
 async def test_sources_internal_is_refused_where_no_internal_source_may_be_used(

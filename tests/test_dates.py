@@ -31,6 +31,7 @@ from core.models import (
     ThreadKey,
     ThreadVariables,
 )
+from core.outcome import RunOutcome
 from core.pages.extract import main_text, read_page
 from core.progress import ProgressKind
 from core.prompts import (
@@ -42,6 +43,7 @@ from core.prompts import (
     writer_messages,
 )
 from core.report import finalize_report, number_sources, writer_source_blocks
+from core.research import Research
 from core.search import (
     BraveProvider,
     CachedSearch,
@@ -50,7 +52,6 @@ from core.search import (
     SearxngProvider,
     TavilyProvider,
 )
-from core.service import ResearchService, RunOutcome
 from storage import Database, Store
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.providers import FakeBraveServer, FakeTavilyServer, brave_results, tavily_results
@@ -415,9 +416,9 @@ class Rig:
 
     def service(
         self, search: SearchProvider, *, timezone: str = "UTC", graph_nodes: int = 4
-    ) -> ResearchService:
+    ) -> Research:
         model = ChatModel(model="m", api_key="k", base_url=self.llm.base_url, max_retries=1)
-        return ResearchService(
+        return Research(
             store=self.store,
             planner=model,
             writer=model,
@@ -429,7 +430,7 @@ class Rig:
 
     async def research(
         self,
-        service: ResearchService,
+        service: Research,
         topic: str = "grid storage",
         *,
         depth: int = 2,
@@ -446,8 +447,8 @@ class Rig:
             requested_by="tester",
             digest_id=digest_id,
         )
-        run, _ = await service.submit(request)
-        return await service.execute(run.id, progress)
+        run, _ = await service.requests.submit(request)
+        return await service.executor.execute(run.id, progress)
 
     def prompts(self, role: str) -> list[str]:
         """The user messages of every request of ``role``, in order."""
@@ -490,9 +491,9 @@ async def test_an_iterative_run_knows_the_date_and_its_sources_dates(
     # Stored and read back (a finished run asked again, `fathom thread show`'s variables).
     run = await rig.store.get_run(outcome.run_id)
     assert run is not None
-    stored = await service.stored_outcome(run)
+    stored = await service.executor.stored_outcome(run)
     assert [s.published for s in stored.sources] == [s.published for s in outcome.sources]
-    again = await service.execute(outcome.run_id)
+    again = await service.executor.execute(outcome.run_id)
     assert again.as_json()["sources"] == outcome.as_json()["sources"]
     thread = await rig.store.get_thread(outcome.thread)
     assert thread is not None

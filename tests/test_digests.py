@@ -27,9 +27,9 @@ from core.grammar import ScheduleCommand
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.models import Strategy, ThreadKey
+from core.research import Research
 from core.scheduler import DigestScheduler
 from core.search import SearxngProvider
-from core.service import ResearchService
 from storage import Database, DigestRecord, DigestStore, LeaseStore, StorageUnavailable, Store
 from tests.chat_app import wait_for
 from tests.conftest import FAKE_API_KEY
@@ -86,7 +86,7 @@ async def replicas(
         )
         stack.push_async_callback(model.aclose)
         store = Store(db)
-        service = ResearchService(
+        service = Research(
             store=store,
             planner=model,
             writer=model,
@@ -94,9 +94,13 @@ async def replicas(
             owner=name,
         )
         job = ResearchJob(
-            service, store, {PLATFORM: chat.factory(store)}, policy=FAST, chat_platforms=titles()
+            service.executor,
+            store,
+            {PLATFORM: chat.factory(store)},
+            policy=FAST,
+            chat_platforms=titles(),
         )
-        runner = InProcessJobRunner(job, store=store, timing=service.timing)
+        runner = InProcessJobRunner(job, store=store, timing=service.executor.timing)
         config = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
         policy = ChatPolicy.load(_env_file=None, **settings)
         digests = DigestService(
@@ -109,7 +113,7 @@ async def replicas(
         )
         scheduler = DigestScheduler(digests, LeaseStore(db), runner, owner=name, clock=clock)
         commands = ChatCommands(
-            policy, service, store, runner, MemoryMarkup(), digests, knowledge=knowledge
+            policy, service.requests, store, runner, MemoryMarkup(), digests, knowledge=knowledge
         )
         replica = Replica(store, digests, scheduler, runner, commands)
         made.append(replica)

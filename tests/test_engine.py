@@ -1,4 +1,4 @@
-"""The research engine end to end: the real ResearchService, ChatModel, SearxngProvider
+"""The research engine end to end: the real Research, ChatModel, SearxngProvider
 and Store against loopback fakes of the LLM and SearXNG, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from core.config import load_settings
 from core.lease import LeaseTiming
 from core.llm import ChatModel
 from core.models import ResearchRequest, RunStatus, ThreadKey
+from core.outcome import RunOutcome
 from core.progress import ProgressEvent, ProgressKind
+from core.research import Research
 from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider
-from core.service import ResearchService, RunOutcome
 from storage import CancelRequest, Database, Store
 from tests.cli import start_fathom, stop, wait_for_stderr
 from tests.databases import MigratedTemplates
@@ -94,11 +95,11 @@ class Harness:
     search: FakeSearchServer
     database: Database
     store: Store
-    service: ResearchService
+    service: Research
     url: str
     threads: list[ThreadKey] = field(default_factory=list)
-    #: Another service on the same clients and store (``**options`` for ResearchService).
-    build_service: Callable[..., ResearchService] = ResearchService
+    #: Another service on the same clients and store (``**options`` for Research).
+    build_service: Callable[..., Research] = Research
     #: The real search provider the services use (against the fake search server).
     search_provider: Any = None
 
@@ -109,7 +110,7 @@ class Harness:
         request = ResearchRequest(
             topic=topic, depth=depth, thread=self.thread(thread), requested_by="tester"
         )
-        run, created = await self.service.submit(request)
+        run, created = await self.service.requests.submit(request)
         assert created
         return run.id
 
@@ -122,7 +123,7 @@ class Harness:
         progress: Collect | None = None,
     ) -> RunOutcome:
         run_id = await self.submit(topic, depth, thread)
-        return await self.service.execute(run_id, progress)
+        return await self.service.executor.execute(run_id, progress)
 
     def planner_requests(self) -> list[dict[str, object]]:
         return [r.body for r in self.llm.fake.requests_for("planner")]
@@ -154,11 +155,11 @@ async def harness(
         search = SearxngProvider(http, base_url=search_server.url, base_delay=0.01)
         store = Store(database)
 
-        def build_service(**options: Any) -> ResearchService:
+        def build_service(**options: Any) -> Research:
             clients: dict[str, Any] = dict(
                 store=store, planner=planner, writer=writer, search=search, clock=lambda: NOW
             )
-            return ResearchService(**(clients | options))
+            return Research(**(clients | options))
 
         service = build_service()
         try:
@@ -252,7 +253,7 @@ async def test_variables_usage_and_sources_are_persisted(harness: Harness) -> No
     assert data["usage"] == {**outcome.usage.model_dump(), "cost": None}
     assert data["sources"] == [s.model_dump() for s in outcome.sources]
     # Executing a finished run again changes nothing and returns the stored outcome.
-    again = await harness.service.execute(outcome.run_id)
+    again = await harness.service.executor.execute(outcome.run_id)
     assert again.report_markdown == outcome.report_markdown and again.topics == outcome.topics
     assert harness.search.fake.queries == outcome.topics
 
@@ -404,7 +405,7 @@ async def test_all_searches_failing_fails_the_run_clearly(harness: Harness) -> N
     assert harness.writer_requests() == []
     # A failed run has ended: executing it again returns the outcome without searching.
     queries = len(harness.search.fake.queries)
-    again = await harness.service.execute(outcome.run_id)
+    again = await harness.service.executor.execute(outcome.run_id)
     assert again.status is RunStatus.FAILED and again.error == outcome.error
     assert len(harness.search.fake.queries) == queries
 
@@ -512,8 +513,8 @@ async def test_follow_up_sees_and_skips_earlier_topics(harness: Harness) -> None
 @sqlite_only
 async def test_cancel_request_stops_the_run(harness: Harness) -> None:
     run_id = await harness.submit()
-    progress = after_search(1, lambda: harness.service.cancel(run_id))
-    outcome = await harness.service.execute(run_id, progress)
+    progress = after_search(1, lambda: harness.service.requests.cancel(run_id))
+    outcome = await harness.service.executor.execute(run_id, progress)
     assert outcome.status is RunStatus.CANCELLED
     assert len(harness.search.fake.queries) == 1
     # Cancelled through this process's service: seen at the start of the next round at once.
@@ -524,11 +525,11 @@ async def test_cancel_request_stops_the_run(harness: Harness) -> None:
     assert run is not None and run.status == "cancelled" and run.rounds_done == 1
     assert harness.writer_requests() == []
     # A run cancelled on request stays cancelled.
-    again = await harness.service.execute(run_id)
+    again = await harness.service.executor.execute(run_id)
     assert again.status is RunStatus.CANCELLED and len(harness.search.fake.queries) == 1
     # An explicit resume picks it up from the checkpoint without repeating the search.
     first_query = harness.search.fake.queries[0]
-    resumed = await harness.service.resume(run_id)
+    resumed = await harness.service.executor.resume(run_id)
     assert resumed.status is RunStatus.SUCCEEDED and resumed.report_markdown
     assert len(harness.search.fake.queries) == 3
     assert harness.search.fake.queries.count(first_query) == 1
@@ -542,7 +543,7 @@ async def test_cancel_from_another_process_is_seen_at_the_next_checkpoint(
     database, other = await fresh_store(harness.url)  # e.g. a Slack replica
     try:
         progress = after_search(1, lambda: other.request_cancel(run_id))
-        outcome = await harness.service.execute(run_id, progress)
+        outcome = await harness.service.executor.execute(run_id, progress)
     finally:
         await database.dispose()
     assert outcome.status is RunStatus.CANCELLED
@@ -570,7 +571,7 @@ async def test_cancel_from_another_process_while_the_report_is_written_keeps_no_
 
     try:
         progress = Collect(on_event)
-        outcome = await harness.service.execute(run_id, progress)
+        outcome = await harness.service.executor.execute(run_id, progress)
     finally:
         await database.dispose()
     assert len(harness.writer_requests()) == 1  # it was writing
@@ -598,7 +599,7 @@ async def test_a_cancel_from_another_replica_stops_the_writer_at_the_next_heartb
 
     try:
         progress = Collect(on_event)
-        outcome = await service.execute(run_id, progress)
+        outcome = await service.executor.execute(run_id, progress)
     finally:
         await database.dispose()
     assert outcome.status is RunStatus.CANCELLED and outcome.report_markdown is None
@@ -609,8 +610,8 @@ async def test_a_cancel_from_another_replica_stops_the_writer_at_the_next_heartb
 @sqlite_only
 async def test_a_run_cancelled_before_it_starts_does_nothing(harness: Harness) -> None:
     run_id = await harness.submit()
-    assert await harness.service.cancel(run_id) is CancelRequest.CANCELLED
-    outcome = await harness.service.execute(run_id)
+    assert await harness.service.requests.cancel(run_id) is CancelRequest.CANCELLED
+    outcome = await harness.service.executor.execute(run_id)
     assert outcome.status is RunStatus.CANCELLED
     assert harness.planner_requests() == [] and harness.search.fake.queries == []
 
@@ -619,7 +620,9 @@ async def test_interrupted_task_resumes_without_repeating_searches(harness: Harn
     run_id = await harness.submit()
     first_done = asyncio.Event()
     harness.search.fake.latency = 0.2
-    task = asyncio.create_task(harness.service.execute(run_id, after_search(1, first_done.set)))
+    task = asyncio.create_task(
+        harness.service.executor.execute(run_id, after_search(1, first_done.set))
+    )
     await asyncio.wait_for(first_done.wait(), 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -643,7 +646,7 @@ async def test_interrupted_task_resumes_without_repeating_searches(harness: Harn
         statuses.append(run.status)
 
     progress = Collect(record_status)
-    outcome = await harness.service.execute(run_id, progress)
+    outcome = await harness.service.executor.execute(run_id, progress)
     assert outcome.status is RunStatus.SUCCEEDED
     assert progress.events[0].text.startswith("Resuming")
     assert set(statuses[:-1]) == {"running"}  # the resumed run is running again
@@ -799,13 +802,13 @@ async def test_the_runtime_shares_one_tls_context(
         search_tls = search_client._transport._pool._ssl_context
         assert isinstance(search_tls, DeferredTrustContext)
         assert llm_client._transport._pool._ssl_context is search_tls
-        run, _ = await runtime.service.submit(
+        run, _ = await runtime.research.requests.submit(
             ResearchRequest(
                 topic=TOPIC,
                 depth=1,
                 thread=ThreadKey(platform="cli", workspace="local", channel="local", thread="tls"),
             )
         )
-        outcome = await runtime.service.execute(run.id)
+        outcome = await runtime.research.executor.execute(run.id)
         assert outcome.status is RunStatus.SUCCEEDED
         assert search_tls.cert_store_stats()["x509_ca"] == 0  # http:// only: nothing loaded

@@ -1,5 +1,5 @@
 """The graph strategy: plans checked and trimmed, sub-questions searched concurrently, failures
-contained, resume, progress and citations; the real ResearchService, ChatModel and Store against
+contained, resume, progress and citations; the real Research, ChatModel and Store against
 the fake LLM and the fake search (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from core.models import (
     ThreadKey,
     ThreadVariables,
 )
+from core.outcome import RunOutcome
 from core.progress import ProgressKind
+from core.research import Research
 from core.search import SearxngProvider
-from core.service import ResearchService, RunOutcome
 from storage import Database, Store
 from tests.chat_app import FAKE_API_KEY, wait_for
 from tests.fakes import FakeLLMServer, FakeSearchServer, Reply
@@ -71,8 +72,9 @@ async def graph(
     async def make(max_parallel: int = 10, max_nodes: int = 12) -> Harness:
         http = httpx.AsyncClient(trust_env=False)
         model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=1)
-        service = ResearchService(
-            store=Store(database),
+        store = Store(database)
+        service = Research(
+            store=store,
             planner=model,
             writer=model,
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
@@ -80,7 +82,7 @@ async def graph(
             graph_max_nodes=max_nodes,
         )
         closers.extend([http.aclose, model.aclose])
-        return Harness(llm_server, search_server, database, service.store, service, database_url)
+        return Harness(llm_server, search_server, database, store, service, database_url)
 
     try:
         yield make
@@ -95,8 +97,8 @@ async def research(
     request = ResearchRequest(
         topic=QUESTION, depth=depth, strategy=Strategy.GRAPH, thread=harness.thread(thread)
     )
-    run, _ = await harness.service.submit(request)
-    return run.id, await harness.service.execute(run.id, progress)
+    run, _ = await harness.service.requests.submit(request)
+    return run.id, await harness.service.executor.execute(run.id, progress)
 
 
 def planner_prompts(harness: Harness) -> list[str]:
@@ -257,9 +259,9 @@ async def test_a_resumed_graph_run_searches_no_answered_node_again(graph: MakeGr
     request = ResearchRequest(
         topic=QUESTION, depth=3, strategy=Strategy.GRAPH, thread=harness.thread()
     )
-    run, _ = await harness.service.submit(request)
+    run, _ = await harness.service.requests.submit(request)
     fake.latency = 0.5  # the dependent node's search is in flight when the run stops
-    task = asyncio.create_task(harness.service.execute(run.id))
+    task = asyncio.create_task(harness.service.executor.execute(run.id))
     compare = f"{QUESTION} compared with alternatives"
     await wait_for(lambda: compare in fake.queries)
     task.cancel()
@@ -271,7 +273,7 @@ async def test_a_resumed_graph_run_searches_no_answered_node_again(graph: MakeGr
     assert statuses == {"background": "answered", "state": "answered", "compare": "pending"}
 
     fake.latency = 0.0
-    outcome = await harness.service.resume(run.id)
+    outcome = await harness.service.executor.resume(run.id)
     assert outcome.status is RunStatus.SUCCEEDED
     queries = fake.queries
     assert queries.count(f"{QUESTION} background") == 1
@@ -338,7 +340,7 @@ async def test_a_graph_request_from_a_chat_platform(
     store = Store(database)
     async with httpx.AsyncClient(trust_env=False) as http:
         model = ChatModel(model="m", api_key=FAKE_API_KEY, base_url=llm_server.base_url)
-        service = ResearchService(
+        service = Research(
             store=store,
             planner=model,
             writer=model,
@@ -346,10 +348,10 @@ async def test_a_graph_request_from_a_chat_platform(
         )
         chat = MemoryChat()
         policy = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
-        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy)
-        runner = InProcessJobRunner(job, store=store, timing=service.timing)
+        job = ResearchJob(service.executor, store, {PLATFORM: chat.factory(store)}, policy=policy)
+        runner = InProcessJobRunner(job, store=store, timing=service.executor.timing)
         policy = ChatPolicy.load(_env_file=None, FATHOM_STRATEGY="graph")
-        commands = ChatCommands(policy, service, store, runner, MemoryMarkup())
+        commands = ChatCommands(policy, service.requests, store, runner, MemoryMarkup())
         await runner.start()
         try:
             await chat.say(commands, "/research heat pumps depth=2")  # graph by default here
@@ -503,14 +505,15 @@ async def test_a_graph_run_reads_pages_and_notes_the_ones_it_left_out(
     ):
         model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=1)
         reader = PageReader(PageFetcher(pages_http, allow_loopback=True), pages=3)
-        service = ResearchService(
-            store=Store(database),
+        store = Store(database)
+        service = Research(
+            store=store,
             planner=model,
             writer=model,
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
             reader=reader,
         )
-        harness = Harness(llm_server, search_server, database, service.store, service, database_url)
+        harness = Harness(llm_server, search_server, database, store, service, database_url)
         _, outcome = await research(harness, depth=2)
         reader.close()
         await model.aclose()

@@ -19,9 +19,9 @@ from core.report import (
     source_key,
     writer_source_blocks,
 )
+from core.run_steps import forget_other_servers
 from core.search import SearchError
 from core.search.base import SearchTimeout
-from core.service import forget_other_servers
 
 
 def web(title: str, url: str) -> SearchResult:
@@ -262,8 +262,7 @@ def test_a_channel_that_may_no_longer_use_a_server_loses_its_stored_results() ->
 
 def test_the_final_status_says_how_many_sources_are_internal() -> None:
     from core.models import RunStatus, Source, Usage
-    from core.outcome import final_progress_text
-    from core.service import RunOutcome
+    from core.outcome import RunOutcome, final_progress_text
 
     sources = [
         Source(n=1, title="Page", url="https://example.com/a"),

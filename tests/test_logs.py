@@ -13,7 +13,7 @@ import pytest
 from core.delivery import ResearchJob
 from core.logs import Changing, change_log_context, json_formatter, log_context
 from core.models import ResearchRequest, ThreadKey
-from core.service import ResearchService
+from core.research import Research
 from storage import Store
 
 
@@ -61,10 +61,10 @@ async def test_a_research_job_logs_with_its_run_and_thread(
 ) -> None:
     """A job for a run that this process cannot deliver (no such platform here) says so in a
     line that names the run and its thread."""
-    service = ResearchService(store=store, planner=None, writer=None, search=None)  # type: ignore[arg-type]
+    service = Research(store=store, planner=None, writer=None, search=None)  # type: ignore[arg-type]
     thread = ThreadKey(platform="nowhere", workspace="W", channel="C", thread="t")
-    run, _ = await service.submit(ResearchRequest(topic="tides", depth=1, thread=thread))
-    await ResearchJob(service, store)(run.id)
+    run, _ = await service.requests.submit(ResearchRequest(topic="tides", depth=1, thread=thread))
+    await ResearchJob(service.executor, store)(run.id)
     (line,) = [e for e in parsed(lines) if "no nowhere delivery" in str(e["message"])]
     assert line["run_id"] == run.id and line["thread"] == str(thread)
 

@@ -3,7 +3,7 @@
 Each test sends the shape a real server sends, through the real ``openai`` SDK, from the fake
 at the HTTP boundary; its docstring names where the shape comes from. Each ends in a clean
 answer or in one :class:`LLMError` line that says what happened and what to check, never a
-traceback. The end-to-end tests run the real ResearchService (or the CLI) on such answers.
+traceback. The end-to-end tests run the real Research (or the CLI) on such answers.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import pytest
 
 from core.llm import Answer, ChatModel, FailureKind, LLMError, LLMInvalidJSON
 from core.models import PlannerDecision, ResearchRequest, RunStatus, ThreadKey, Usage
-from core.service import ResearchService, RunOutcome
+from core.outcome import RunOutcome
+from core.research import Research
 from tests.cli import fathom
 from tests.fakes import Fail, FakeLLMServer
 from tests.fakes.llm import Raw, Reply
@@ -45,10 +46,10 @@ async def failure(model: ChatModel, messages: list[dict[str, str]] = WRITER) -> 
     return error
 
 
-async def research(service: ResearchService, topic: str = TOPIC) -> RunOutcome:
+async def research(service: Research, topic: str = TOPIC) -> RunOutcome:
     thread = ThreadKey(platform="cli", workspace="local", channel="local", thread="t1")
-    run, _ = await service.submit(ResearchRequest(topic=topic, depth=3, thread=thread))
-    return await service.execute(run.id, None)
+    run, _ = await service.requests.submit(ResearchRequest(topic=topic, depth=3, thread=thread))
+    return await service.executor.execute(run.id, None)
 
 
 # --- content as a list of parts ---------------------------------------------------------------
@@ -74,7 +75,7 @@ async def test_content_parts_are_joined_from_their_text_parts(
 
 
 async def test_a_run_on_magistral_searches_and_writes(
-    service_for: Callable[[str], ResearchService], llm_server: FakeLLMServer
+    service_for: Callable[[str], Research], llm_server: FakeLLMServer
 ) -> None:
     """Today's failure was a TypeError traceback, the run failed with 0 searches."""
     angles = ["costs", "makers", "safety"]
@@ -255,7 +256,7 @@ async def test_a_planner_cut_twice_fails_as_invalid_json(
 
 
 async def test_a_report_cut_short_says_so_in_its_language(
-    service_for: Callable[[str], ResearchService], llm_server: FakeLLMServer
+    service_for: Callable[[str], Research], llm_server: FakeLLMServer
 ) -> None:
     llm_server.fake.script(
         "writer", Reply("# 固态电池\n\n进展很快 [1]，但是", finish_reason="length")
@@ -438,7 +439,7 @@ async def test_a_400_that_names_response_format_turns_json_mode_off(
 
 
 async def test_a_report_in_a_markdown_fence_after_a_preamble_is_unwrapped(
-    service_for: Callable[[str], ResearchService], llm_server: FakeLLMServer
+    service_for: Callable[[str], Research], llm_server: FakeLLMServer
 ) -> None:
     """Chat-tuned models wrap the whole report: "Sure! Here is the report:" and a
     ```` ```markdown ```` fence around it, and a sign-off after it."""
@@ -458,7 +459,7 @@ async def test_a_report_in_a_markdown_fence_after_a_preamble_is_unwrapped(
 
 
 async def test_a_one_line_preamble_before_the_title_is_dropped(
-    service_for: Callable[[str], ResearchService], llm_server: FakeLLMServer
+    service_for: Callable[[str], Research], llm_server: FakeLLMServer
 ) -> None:
     llm_server.fake.script(
         "writer", Reply("Certainly! Below is the report.\n\n# Batteries\n\nThey improve [1].")

@@ -2,7 +2,7 @@
 
 Every planner call failed and the writer failed: the run is ``failed`` with a reason naming the
 problem (unreachable, a rejected key, an unknown model), there is no report, and the thread and
-the CLI say so. One failed call still degrades as before. The real ResearchService, ChatModel,
+the CLI say so. One failed call still degrades as before. The real Research, ChatModel,
 SearxngProvider and Store against the loopback fakes.
 """
 
@@ -32,8 +32,9 @@ from core.models import (
     ThreadKey,
     ThreadVariables,
 )
+from core.outcome import RunOutcome
+from core.research import Research
 from core.search import SearxngProvider
-from core.service import ResearchService, RunOutcome
 from storage import Database, Store
 from tests.chat_app import wait_for
 from tests.cli import fathom
@@ -69,7 +70,7 @@ def endpoint(base_url: str) -> str:
 
 
 async def research(
-    service: ResearchService,
+    service: Research,
     topic: str = TOPIC,
     *,
     strategy: Strategy = Strategy.ITERATIVE,
@@ -77,13 +78,11 @@ async def research(
 ) -> RunOutcome:
     thread = ThreadKey(platform="cli", workspace="local", channel="local", thread="t1")
     request = ResearchRequest(topic=topic, depth=3, thread=thread, strategy=strategy)
-    run, _ = await service.submit(request)
-    return await service.execute(run.id, progress)
+    run, _ = await service.requests.submit(request)
+    return await service.executor.execute(run.id, progress)
 
 
-async def assert_failed_without_report(
-    service: ResearchService, outcome: RunOutcome, error: str
-) -> None:
+async def assert_failed_without_report(service: Research, outcome: RunOutcome, error: str) -> None:
     assert outcome.status is RunStatus.FAILED
     assert outcome.error == error
     assert outcome.report_markdown is None and outcome.sources == []
@@ -97,7 +96,7 @@ async def assert_failed_without_report(
 
 @sqlite_only
 async def test_an_unreachable_endpoint_fails_the_run(
-    service_for: Callable[[str], ResearchService],
+    service_for: Callable[[str], Research],
 ) -> None:
     port = closed_port()
     base_url = f"http://127.0.0.1:{port}/v1"
@@ -114,7 +113,7 @@ async def test_an_unreachable_endpoint_fails_the_run(
 
 @sqlite_only
 async def test_a_rejected_api_key_fails_the_run(
-    service_for: Callable[[str], ResearchService], llm_server: FakeLLMServer
+    service_for: Callable[[str], Research], llm_server: FakeLLMServer
 ) -> None:
     llm_server.fake.script("planner", *[Fail(401, BAD_KEY)] * EVERY_CALL)
     llm_server.fake.script("writer", *[Fail(401, BAD_KEY)] * EVERY_CALL)
@@ -133,7 +132,7 @@ async def test_a_rejected_api_key_fails_the_run(
 
 @sqlite_only
 async def test_an_unknown_model_fails_the_run(
-    service_for: Callable[[str], ResearchService], llm_server: FakeLLMServer
+    service_for: Callable[[str], Research], llm_server: FakeLLMServer
 ) -> None:
     llm_server.fake.script("planner", *[Fail(404, UNKNOWN_MODEL)] * EVERY_CALL)
     llm_server.fake.script("writer", *[Fail(404, UNKNOWN_MODEL)] * EVERY_CALL)
@@ -148,7 +147,7 @@ async def test_an_unknown_model_fails_the_run(
 
 
 async def test_a_graph_run_whose_planner_and_writer_fail_fails(
-    service_for: Callable[[str], ResearchService],
+    service_for: Callable[[str], Research],
 ) -> None:
     base_url = f"http://127.0.0.1:{closed_port()}/v1"
     service = service_for(base_url)
@@ -160,7 +159,7 @@ async def test_a_graph_run_whose_planner_and_writer_fail_fails(
 
 @sqlite_only
 async def test_the_reason_is_in_the_language_of_the_topic(
-    service_for: Callable[[str], ResearchService], llm_server: FakeLLMServer
+    service_for: Callable[[str], Research], llm_server: FakeLLMServer
 ) -> None:
     llm_server.fake.script("planner", *[Fail(401, BAD_KEY)] * EVERY_CALL)
     llm_server.fake.script("writer", *[Fail(401, BAD_KEY)] * EVERY_CALL)
@@ -183,9 +182,7 @@ async def test_separate_planner_and_writer_endpoints_are_both_named(
         planner = ChatModel(model="p", api_key=KEY, base_url=unreachable, max_retries=0)
         writer = ChatModel(model="w", api_key=KEY, base_url=llm_server.base_url, max_retries=0)
         search = SearxngProvider(http, base_url=search_server.url, base_delay=0.01)
-        service = ResearchService(
-            store=Store(database), planner=planner, writer=writer, search=search
-        )
+        service = Research(store=Store(database), planner=planner, writer=writer, search=search)
         try:
             outcome = await research(service)
         finally:
@@ -204,7 +201,7 @@ async def test_separate_planner_and_writer_endpoints_are_both_named(
 
 @sqlite_only
 async def test_one_failed_planner_call_still_gives_a_report(
-    service_for: Callable[[str], ResearchService], llm_server: FakeLLMServer
+    service_for: Callable[[str], Research], llm_server: FakeLLMServer
 ) -> None:
     """The first plan fails, the later ones answer, and even the writer failing then leaves a
     findings-only report: some analysis was obtained."""
@@ -219,7 +216,7 @@ async def test_one_failed_planner_call_still_gives_a_report(
 
 @sqlite_only
 async def test_a_planner_that_always_fails_with_a_working_writer_gives_a_report(
-    service_for: Callable[[str], ResearchService], llm_server: FakeLLMServer
+    service_for: Callable[[str], Research], llm_server: FakeLLMServer
 ) -> None:
     llm_server.fake.script("planner", *failed_call(401) * EVERY_CALL)
     outcome = await research(service_for(llm_server.base_url))
@@ -255,7 +252,7 @@ async def test_the_thread_says_why_the_run_failed(
     store = Store(database)
     async with httpx.AsyncClient(trust_env=False) as http:
         model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=0)
-        service = ResearchService(
+        service = Research(
             store=store,
             planner=model,
             writer=model,
@@ -263,11 +260,11 @@ async def test_the_thread_says_why_the_run_failed(
         )
         chat = MemoryChat()
         policy = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
-        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy)
-        runner = InProcessJobRunner(job, store=store, timing=service.timing)
+        job = ResearchJob(service.executor, store, {PLATFORM: chat.factory(store)}, policy=policy)
+        runner = InProcessJobRunner(job, store=store, timing=service.executor.timing)
         commands = ChatCommands(
             ChatPolicy.load(_env_file=None),
-            service,
+            service.requests,
             store,
             runner,
             MemoryMarkup(),

@@ -27,8 +27,8 @@ from core.delivery import DeliveryFactory
 from core.failures import PostFailure
 from core.jobs import JobRunner
 from core.models import ThreadKey
+from core.outcome import RunOutcome
 from core.progress import ProgressTask
-from core.service import RunOutcome
 from core.untrusted import neutralise
 from storage import RunRecord
 from tests.chat_app import wait_for

@@ -21,8 +21,8 @@ from core.delivery import DeliveryPolicy, ResearchJob
 from core.llm import ChatModel
 from core.models import ResearchRequest, ThreadKey
 from core.queue import ProcrastinateJobRunner, ProcrastinateQueue, queue_in_transaction
+from core.research import Research
 from core.search import SearxngProvider
-from core.service import ResearchService
 from storage import Database, Store
 from tests.cli import fathom
 from tests.databases import throwaway_database
@@ -51,12 +51,12 @@ async def research_job(
     search_server: FakeSearchServer,
     *,
     max_attempts: int = 3,
-) -> AsyncIterator[tuple[ResearchService, ResearchJob]]:
+) -> AsyncIterator[tuple[Research, ResearchJob]]:
     """What a worker executes, against the fake model and search, delivering to ``chat``."""
     async with httpx.AsyncClient(trust_env=False) as http:
         model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=1)
         try:
-            service = ResearchService(
+            service = Research(
                 store=store,
                 planner=model,
                 writer=model,
@@ -66,7 +66,9 @@ async def research_job(
             policy = DeliveryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
             yield (
                 service,
-                ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy),
+                ResearchJob(
+                    service.executor, store, {PLATFORM: chat.factory(store)}, policy=policy
+                ),
             )
         finally:
             await model.aclose()
@@ -83,9 +85,13 @@ async def test_a_queued_run_is_executed_by_a_worker_and_queued_once(
     chat = MemoryChat()
     async with research_job(store, chat, llm_server, search_server) as (service, job):
         thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="t1")
-        run, _ = await service.submit(ResearchRequest(topic="tidal power", depth=2, thread=thread))
+        run, _ = await service.requests.submit(
+            ResearchRequest(topic="tidal power", depth=2, thread=thread)
+        )
         async with RecordingQueue(database_url, job) as queue:
-            runner = ProcrastinateJobRunner(queue, job=job, store=store, timing=service.timing)
+            runner = ProcrastinateJobRunner(
+                queue, job=job, store=store, timing=service.executor.timing
+            )
             # Queued by the transaction that created the run; queueing again adds nothing.
             assert await queue.defer(run.id) is False
             await runner.enqueue(run.id)  # ... so the runner does not even try
@@ -112,7 +118,9 @@ async def test_a_console_run_is_never_queued_for_the_workers(
     chat = MemoryChat()
     async with research_job(store, chat, llm_server, search_server) as (service, job):
         thread = ThreadKey(platform="cli", workspace="local", channel="local", thread="c1")
-        run, _ = await service.submit(ResearchRequest(topic="tidal power", depth=1, thread=thread))
+        run, _ = await service.requests.submit(
+            ResearchRequest(topic="tidal power", depth=1, thread=thread)
+        )
         async with RecordingQueue(database_url, job) as queue:
             assert await queue.defer(run.id) is True  # nothing held its queueing lock
 
@@ -136,13 +144,15 @@ async def test_a_runner_queues_a_new_run_only_when_its_store_did_not(
     """The acknowledgement path: a run created by a queueing store is queued with its row, so
     enqueueing it costs nothing more; a run created otherwise is deferred by the runner."""
     job = ResearchJob(
-        ResearchService(store=Store(database), planner=None, writer=None, search=None),  # type: ignore[arg-type]
+        Research(store=Store(database), planner=None, writer=None, search=None).executor,  # type: ignore[arg-type]
         Store(database),
     )
     for n, store in enumerate((Store(database, on_new_run=queue_in_transaction), Store(database))):
         thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread=f"new{n}")
-        service = ResearchService(store=store, planner=None, writer=None, search=None)  # type: ignore[arg-type]
-        run, _ = await service.submit(ResearchRequest(topic="geothermal", depth=1, thread=thread))
+        service = Research(store=store, planner=None, writer=None, search=None)  # type: ignore[arg-type]
+        run, _ = await service.requests.submit(
+            ResearchRequest(topic="geothermal", depth=1, thread=thread)
+        )
         async with RecordingQueue(database_url) as queue:
             await ProcrastinateJobRunner(queue, job=job, store=store).enqueue(run.id)
         assert queue.deferred == ([] if store.queues_new_runs else [run.id])
@@ -161,14 +171,16 @@ async def test_a_sweep_queues_runs_again_even_when_tidying_fails(
     database: Database, database_url: str
 ) -> None:
     store = Store(database)
-    service = ResearchService(store=store, planner=None, writer=None, search=None)  # type: ignore[arg-type]
+    service = Research(store=store, planner=None, writer=None, search=None)  # type: ignore[arg-type]
     thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="untidy")
-    run, _ = await service.submit(ResearchRequest(topic="tidal range", depth=1, thread=thread))
+    run, _ = await service.requests.submit(
+        ResearchRequest(topic="tidal range", depth=1, thread=thread)
+    )
     await claim(store, run.id, owner="dead-worker")
     await age_heartbeat(database, run.id)
-    job = ResearchJob(service, store, {PLATFORM: MemoryChat().factory(store)})
+    job = ResearchJob(service.executor, store, {PLATFORM: MemoryChat().factory(store)})
     async with UntidyQueue(database_url) as queue:
-        runner = ProcrastinateJobRunner(queue, job=job, store=store, timing=service.timing)
+        runner = ProcrastinateJobRunner(queue, job=job, store=store, timing=service.executor.timing)
         assert await runner.sweep() == [run.id]
     assert await database.run(job_rows) == [(run.id, "todo")]
 
@@ -190,9 +202,13 @@ async def test_a_run_whose_workers_keep_dying_fails_and_tells_its_thread(
         job,
     ):
         thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="poison")
-        run, _ = await service.submit(ResearchRequest(topic="poison pill", depth=2, thread=thread))
+        run, _ = await service.requests.submit(
+            ResearchRequest(topic="poison pill", depth=2, thread=thread)
+        )
         async with ProcrastinateQueue(database_url, job) as queue:
-            runner = ProcrastinateJobRunner(queue, job=job, store=store, timing=service.timing)
+            runner = ProcrastinateJobRunner(
+                queue, job=job, store=store, timing=service.executor.timing
+            )
             jobs = queue.app.job_manager
             for dead in ("worker-a", "worker-b"):
                 # What a worker SIGKILLed mid-run leaves: its job fetched ('doing', for ever),
@@ -251,11 +267,11 @@ async def test_a_run_is_committed_queued_or_not_at_all(database: Database) -> No
 
     thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="t2")
     request = ResearchRequest(topic="wave power", depth=1, thread=thread)
-    broken = ResearchService(
+    broken = Research(
         store=Store(database, on_new_run=queue_then_fail), planner=None, writer=None, search=None
     )  # type: ignore[arg-type]
     with pytest.raises(RuntimeError):
-        await broken.submit(request)
+        await broken.requests.submit(request)
     store = Store(database, on_new_run=queue_in_transaction)
     assert await store.get_thread(str(thread)) is None  # not even the thread
 
@@ -266,8 +282,8 @@ async def test_a_run_is_committed_queued_or_not_at_all(database: Database) -> No
         return [tuple(r) for r in rows]
 
     assert await database.run(jobs) == []
-    service = ResearchService(store=store, planner=None, writer=None, search=None)  # type: ignore[arg-type]
-    run, _ = await service.submit(request)
+    service = Research(store=store, planner=None, writer=None, search=None)  # type: ignore[arg-type]
+    run, _ = await service.requests.submit(request)
     assert await database.run(jobs) == [(run.id, "todo")]
 
 

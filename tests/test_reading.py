@@ -1,4 +1,4 @@
-"""Reading the result pages inside a research: the real ResearchService, ChatModel,
+"""Reading the result pages inside a research: the real Research, ChatModel,
 SearxngProvider, PageReader and Store against the fake LLM and the fake search, whose results
 point at pages it serves on 127.0.0.1 (SQLite and PostgreSQL)."""
 
@@ -28,9 +28,9 @@ from core.models import RunStatus
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
 from core.progress import ProgressEvent, ProgressKind
+from core.research import Research
 from core.runtime import page_client, page_reader
 from core.search import SearxngProvider
-from core.service import ResearchService
 from storage import Database, Store
 from tests.chat_app import wait_for
 from tests.fakes import FakeLLMServer, FakeSearchServer
@@ -82,7 +82,7 @@ async def reading(
             cache_ttl=cache_ttl,
             documents=documents or DocumentExtractor(timeout=30.0),
         )
-        service = ResearchService(
+        service = Research(
             store=store,
             planner=planner,
             writer=writer,
@@ -282,7 +282,7 @@ async def test_a_resumed_run_reuses_the_passages_it_stored(reading: MakeHarness)
         if event.kind is ProgressKind.SEARCHING and event.rounds_done == 1:
             round_two.set()
 
-    task = asyncio.create_task(harness.service.execute(run_id, Collect(on_event)))
+    task = asyncio.create_task(harness.service.executor.execute(run_id, Collect(on_event)))
     await asyncio.wait_for(round_two.wait(), 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -292,7 +292,7 @@ async def test_a_resumed_run_reuses_the_passages_it_stored(reading: MakeHarness)
     assert len(read_before) == 3
 
     harness.search.fake.latency = 0.0
-    outcome = await harness.service.resume(run_id)
+    outcome = await harness.service.executor.resume(run_id)
     assert outcome.status is RunStatus.SUCCEEDED
     again = [p for p in harness.search.fake.page_requests if slug(first_topic) in p]
     assert again == read_before  # not fetched again: the stored passages were used
@@ -308,7 +308,9 @@ async def test_pages_not_yet_read_when_a_run_stopped_are_read_when_it_resumes(
     harness.llm.fake.script("planner", plan(TOPIC))
     harness.search.fake.hold_pages()  # the search returns; its pages do not answer yet
     searched = asyncio.Event()
-    task = asyncio.create_task(harness.service.execute(run_id, after_search(1, searched.set)))
+    task = asyncio.create_task(
+        harness.service.executor.execute(run_id, after_search(1, searched.set))
+    )
     await asyncio.wait_for(searched.wait(), 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -319,7 +321,7 @@ async def test_pages_not_yet_read_when_a_run_stopped_are_read_when_it_resumes(
     stored = await harness.store.load_variables(run.thread_id)
     assert stored is not None and stored["findings"][0]["pages"] is None
 
-    outcome = await harness.service.resume(run_id)
+    outcome = await harness.service.executor.resume(run_id)
     assert outcome.status is RunStatus.SUCCEEDED
     assert outcome.usage.pages_read == 3
     assert PAGE_FACT in writer_prompt(harness)
@@ -351,10 +353,10 @@ async def test_a_stop_while_a_rounds_pages_are_read_starts_no_further_search(
     harness = await reading(page_timeout=20.0)
     run_id = await harness.submit(depth=5)
     harness.search.fake.hold_pages()
-    run = asyncio.create_task(harness.service.execute(run_id))
+    run = asyncio.create_task(harness.service.executor.execute(run_id))
     try:
         await wait_for(lambda: len(harness.planner_requests()) >= 2)  # round 2 planned
-        await harness.service.stop(run_id)
+        await harness.service.requests.stop(run_id)
     finally:
         harness.search.fake.release_pages()
     outcome = await run
@@ -504,7 +506,9 @@ async def test_cancelling_a_resumed_run_leaves_no_page_reading_behind(
     snippets = await reading(pages=0)  # two searches whose pages are never read
     run_id = await snippets.submit(depth=2)
     searched = asyncio.Event()
-    task = asyncio.create_task(snippets.service.execute(run_id, after_search(2, searched.set)))
+    task = asyncio.create_task(
+        snippets.service.executor.execute(run_id, after_search(2, searched.set))
+    )
     await asyncio.wait_for(searched.wait(), 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -520,7 +524,7 @@ async def test_cancelling_a_resumed_run_leaves_no_page_reading_behind(
     pages.search.fake.hold_pages()
     try:
         before = asyncio.all_tasks()
-        resumed = asyncio.create_task(pages.service.resume(run_id))
+        resumed = asyncio.create_task(pages.service.executor.resume(run_id))
         await wait_for(lambda: len(pages.search.fake.page_requests) == 6)  # both rounds' pages
         resumed.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -1,6 +1,6 @@
 """Run lifecycle with several replicas, on SQLite and PostgreSQL.
 
-Every "replica" here is a full stack of its own (Database pool, Store, ResearchService with
+Every "replica" here is a full stack of its own (Database pool, Store, Research with
 its own owner identity, ResearchJob, InProcessJobRunner) on one shared database, against the
 LLM and search fakes, delivering to one in-memory chat (``bots.chat.memory.MemoryChat``).
 What depends on real processes (SIGKILL) is in test_replicas.py.
@@ -25,8 +25,9 @@ from core.jobs import InProcessJobRunner
 from core.lease import Lease, LeaseTiming, holder_is_gone, runner_identity
 from core.llm import ChatModel
 from core.models import ResearchRequest, RunStatus, ThreadKey, ThreadVariables
+from core.requests import RunRejected
+from core.research import Research
 from core.search import SearxngProvider
-from core.service import ResearchService, RunRejected
 from storage import Claim, ClaimLost, ClaimStore, Database, Renewal, RunRecord, Store
 from storage.tables import ResearchRun, utcnow
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
@@ -43,7 +44,7 @@ class Replica:
 
     database: Database
     store: Store
-    service: ResearchService
+    service: Research
     job: ResearchJob
     runner: InProcessJobRunner
 
@@ -83,7 +84,7 @@ async def replicas(
         stack.push_async_callback(model.aclose)
         store = Store(db)
         timing = LeaseTiming(stale_after)
-        service = ResearchService(
+        service = Research(
             store=store,
             planner=model,
             writer=model,
@@ -91,7 +92,7 @@ async def replicas(
             timing=timing,
             max_attempts=max_attempts,
         )
-        job = ResearchJob(service, store, {PLATFORM: chat.factory(store)}, policy=policy)
+        job = ResearchJob(service.executor, store, {PLATFORM: chat.factory(store)}, policy=policy)
         runner = InProcessJobRunner(job, store=store, timing=timing)
         replica = Replica(db, store, service, job, runner)
         made.append(replica)
@@ -116,7 +117,7 @@ async def submit(
     replica: Replica, topic: str = "heat pumps", depth: int = 3, name: str = "t1", **kw: Any
 ) -> RunRecord:
     request = ResearchRequest(topic=topic, depth=depth, thread=thread(name), **kw)
-    run, created = await replica.service.submit(request)
+    run, created = await replica.service.requests.submit(request)
     assert created
     return run
 
@@ -433,7 +434,7 @@ async def test_a_dead_replicas_run_is_finished_by_a_survivor_without_a_restart(
 
     final = await wait_for(survivor.store, run.id, delivered, within=30)
     assert final.status == "succeeded" and final.delivery == "posted"
-    assert final.owner == survivor.service.owner and final.attempt == 2
+    assert final.owner == survivor.service.executor.owner and final.attempt == 2
     assert final.rounds_done == 3 and final.searches == 3
     assert "heat pumps overview" not in search_server.fake.queries  # not searched again
     assert len(search_server.fake.queries) == 2
@@ -464,7 +465,7 @@ async def test_a_stalled_runner_that_lost_its_run_stops_and_writes_nothing(
     search_server.fake.latency = 0.0
 
     final = await wait_for(survivor.store, run.id, delivered, within=30)
-    assert final.status == "succeeded" and final.owner == survivor.service.owner
+    assert final.status == "succeeded" and final.owner == survivor.service.executor.owner
     variables = await survivor.store.load_variables(final.thread_id)
     assert variables is not None
     topics = variables["topics"]
@@ -491,7 +492,7 @@ async def test_two_follow_ups_racing_in_one_thread(
     async def follow_up(replica: Replica, topic: str, key: str) -> RunRecord | str:
         request = ResearchRequest(topic=topic, depth=1, thread=thread("busy"), dedupe_key=key)
         try:
-            run, _ = await replica.service.submit(request)
+            run, _ = await replica.service.requests.submit(request)
         except RunRejected as exc:
             return str(exc)
         await replica.runner.enqueue(run.id)
@@ -706,7 +707,7 @@ async def test_a_runner_stopping_mid_run_hands_it_back_for_another(
     llm_server.fake.reset()
     b = await replicas()  # its first sweep takes it at once, no waiting for staleness
     final = await wait_for(b.store, run.id, delivered)
-    assert final.status == "succeeded" and final.owner == b.service.owner
+    assert final.status == "succeeded" and final.owner == b.service.executor.owner
     assert RunStatus(final.status) is RunStatus.SUCCEEDED
 
 

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from core.models import ResearchRequest, RunStatus, ThreadKey
+from core.research import Research
 from core.search import (
     BraveProvider,
     SearchError,
@@ -26,7 +27,6 @@ from core.search import (
     SearxngProvider,
     TavilyProvider,
 )
-from core.service import ResearchService
 from tests.fakes import FakeLLMServer
 from tests.fakes.server import BackgroundServer
 
@@ -112,13 +112,15 @@ async def test_searxng_results_despite_silent_engines_are_results(
 
 
 async def test_a_run_whose_engines_never_answered_says_which(
-    service_for: Callable[..., ResearchService], llm_server: FakeLLMServer
+    service_for: Callable[..., Research], llm_server: FakeLLMServer
 ) -> None:
     for url in answering(200, searxng_body([], SILENT)):
         service = service_for(llm_server.base_url, url)
         thread = ThreadKey(platform="cli", workspace="local", channel="local", thread="t1")
-        run, _ = await service.submit(ResearchRequest(topic="batteries", depth=2, thread=thread))
-        outcome = await service.execute(run.id, None)
+        run, _ = await service.requests.submit(
+            ResearchRequest(topic="batteries", depth=2, thread=thread)
+        )
+        outcome = await service.executor.execute(run.id, None)
     assert outcome.status is RunStatus.FAILED
     assert outcome.error is not None
     assert "engines that did not answer: google (timeout), duckduckgo (CAPTCHA)" in outcome.error

@@ -17,8 +17,8 @@ from bots.slack.errors import classify_error
 from bots.slack.messenger import SlackMessenger, StaticSlackClients, make_web_client
 from bots.slack.render import REPORT_FILE_THRESHOLD, progress_text, report_messages
 from core.models import RunStatus, Source, ThreadKey, Usage
+from core.outcome import RunOutcome
 from core.progress import ProgressEvent, ProgressKind, search_executed_text
-from core.service import RunOutcome
 from storage import RunRecord, Store
 from tests.chat_app import wait_for
 from tests.fakes import FakeSlackServer

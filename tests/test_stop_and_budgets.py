@@ -20,7 +20,7 @@ from core.engine.state import StopReason
 from core.models import NodeStatus, ResearchRequest, RunStatus, Strategy, ThreadKey
 from core.outcome import final_progress_text
 from core.progress import ProgressEvent, ProgressKind
-from core.service import DailyLimitReached, UserQuota
+from core.requests import DailyLimitReached, UserQuota
 from storage import CancelRequest, StopRequest
 from tests.fakes import Hang
 from tests.test_engine import (
@@ -44,9 +44,9 @@ async def test_stop_from_this_process_writes_the_report_from_the_searches_done(
     answers: list[StopRequest] = []
 
     async def press() -> None:
-        answers.append(await harness.service.stop(run_id))
+        answers.append(await harness.service.requests.stop(run_id))
 
-    outcome = await harness.service.execute(run_id, after_search(1, press))
+    outcome = await harness.service.executor.execute(run_id, after_search(1, press))
     assert answers == [StopRequest.STOPPING]
     assert outcome.status is RunStatus.SUCCEEDED and outcome.stop_reason is StopReason.STOPPED
     assert len(harness.search.fake.queries) == 1 and len(outcome.topics) == 1
@@ -57,7 +57,7 @@ async def test_stop_from_this_process_writes_the_report_from_the_searches_done(
     run = await harness.store.get_run(run_id)
     assert run is not None and run.stop_requested and run.status == "succeeded"
     # A press after the run ended changes nothing and says so.
-    assert await harness.service.stop(run_id) is StopRequest.ENDED
+    assert await harness.service.requests.stop(run_id) is StopRequest.ENDED
 
 
 @pytest.mark.parametrize(
@@ -85,10 +85,10 @@ async def test_stop_before_the_first_search_ends_with_nothing_to_report_not_a_fa
 
     async def on_event(event: ProgressEvent) -> None:
         if event.kind is ProgressKind.STARTED:
-            answers.append(await service.stop(run_id))
+            answers.append(await service.requests.stop(run_id))
 
     progress = Collect(on_event)
-    outcome = await service.execute(run_id, progress)
+    outcome = await service.executor.execute(run_id, progress)
     assert answers == [StopRequest.STOPPING]
     assert outcome.status is RunStatus.CANCELLED and outcome.stop_reason is StopReason.STOPPED
     assert outcome.error is None and outcome.report_markdown is None
@@ -97,7 +97,7 @@ async def test_stop_before_the_first_search_ends_with_nothing_to_report_not_a_fa
     # The replica that delivers it, and `fathom thread show`, read the same ending back.
     run = await harness.store.get_run(run_id)
     assert run is not None and run.stop_reason == "stopped"
-    stored = await harness.service.stored_outcome(run)
+    stored = await harness.service.executor.stored_outcome(run)
     assert final_progress_text(stored).startswith(final)
 
     def finished(status: str) -> float | None:
@@ -116,16 +116,16 @@ async def test_stop_then_cancel_while_the_report_is_written_ends_cancelled_witho
     run_id = await harness.submit(depth=5)
 
     async def press() -> None:
-        assert await harness.service.stop(run_id) is StopRequest.STOPPING
+        assert await harness.service.requests.stop(run_id) is StopRequest.STOPPING
 
     async def on_event(event: ProgressEvent) -> None:
         if event.kind is ProgressKind.SEARCHED and event.rounds_done == 1:
             await press()
         if event.kind is ProgressKind.WRITING:
-            assert await harness.service.cancel(run_id) is CancelRequest.CANCELLING
+            assert await harness.service.requests.cancel(run_id) is CancelRequest.CANCELLING
 
     progress = Collect(on_event)
-    outcome = await harness.service.execute(run_id, progress)
+    outcome = await harness.service.executor.execute(run_id, progress)
     assert outcome.status is RunStatus.CANCELLED and outcome.stop_reason is StopReason.CANCELLED
     assert outcome.report_markdown is None
     assert progress.final.startswith("Research cancelled after 1 of 5 searches."), progress.final
@@ -133,7 +133,7 @@ async def test_stop_then_cancel_while_the_report_is_written_ends_cancelled_witho
     run = await harness.store.get_run(run_id)
     assert run is not None and (run.status, run.stop_reason) == ("cancelled", "cancelled")
     assert not any(STOPPED_NOTE in note for note in run.notes), run.notes
-    stored = await harness.service.stored_outcome(run)
+    stored = await harness.service.executor.stored_outcome(run)
     assert final_progress_text(stored).startswith("Research cancelled after 1 of 5 searches.")
 
 
@@ -154,7 +154,7 @@ async def test_a_report_refused_by_a_cancel_from_another_replica_keeps_no_report
 
     try:
         progress = Collect(on_event)
-        outcome = await harness.service.execute(run_id, progress)
+        outcome = await harness.service.executor.execute(run_id, progress)
     finally:
         await database.dispose()
     assert len(harness.writer_requests()) == 1  # it wrote the report, which was refused
@@ -178,11 +178,11 @@ async def test_a_run_interrupted_while_its_report_is_written_keeps_no_report_not
 
     async def on_event(event: ProgressEvent) -> None:
         if event.kind is ProgressKind.SEARCHED and event.rounds_done == 1:
-            assert await harness.service.stop(run_id) is StopRequest.STOPPING
+            assert await harness.service.requests.stop(run_id) is StopRequest.STOPPING
         if event.kind is ProgressKind.WRITING:
             writing.set()
 
-    task = asyncio.create_task(harness.service.execute(run_id, Collect(on_event)))
+    task = asyncio.create_task(harness.service.executor.execute(run_id, Collect(on_event)))
     await writing.wait()
     await until(lambda: harness.writer_requests())  # the writer call is out
     task.cancel()
@@ -202,9 +202,9 @@ async def test_stop_while_the_first_search_runs_writes_the_report_from_it(
 
     async def on_event(event: ProgressEvent) -> None:
         if event.kind is ProgressKind.SEARCHING and event.rounds_done == 0:
-            assert await harness.service.stop(run_id) is StopRequest.STOPPING
+            assert await harness.service.requests.stop(run_id) is StopRequest.STOPPING
 
-    outcome = await harness.service.execute(run_id, Collect(on_event))
+    outcome = await harness.service.executor.execute(run_id, Collect(on_event))
     assert outcome.status is RunStatus.SUCCEEDED and outcome.stop_reason is StopReason.STOPPED
     assert len(harness.search.fake.queries) == 1 and outcome.report_markdown
     assert STOPPED_NOTE in outcome.report_markdown
@@ -222,7 +222,7 @@ async def test_stop_from_another_replica_is_seen_before_the_next_search(
         answers.append(await other.request_stop(run_id))  # a press delivered twice
 
     try:
-        outcome = await harness.service.execute(run_id, after_search(1, press_twice))
+        outcome = await harness.service.executor.execute(run_id, after_search(1, press_twice))
     finally:
         await database.dispose()
     assert answers == [StopRequest.STOPPING, StopRequest.ENDED]
@@ -237,8 +237,8 @@ async def test_stop_of_a_queued_run_cancels_it_and_cancel_then_stop_changes_noth
     harness: Harness,  # noqa: F811
 ) -> None:
     queued = await harness.submit(thread="t1")
-    assert await harness.service.stop(queued) is StopRequest.CANCELLED
-    outcome = await harness.service.execute(queued)
+    assert await harness.service.requests.stop(queued) is StopRequest.CANCELLED
+    outcome = await harness.service.executor.execute(queued)
     assert outcome.status is RunStatus.CANCELLED
     assert harness.planner_requests() == [] and harness.search.fake.queries == []
 
@@ -246,10 +246,10 @@ async def test_stop_of_a_queued_run_cancels_it_and_cancel_then_stop_changes_noth
     answers: list[StopRequest] = []
 
     async def cancel_then_stop() -> None:
-        assert await harness.service.cancel(running) is CancelRequest.CANCELLING
-        answers.append(await harness.service.stop(running))
+        assert await harness.service.requests.cancel(running) is CancelRequest.CANCELLING
+        answers.append(await harness.service.requests.stop(running))
 
-    cancelled = await harness.service.execute(running, after_search(1, cancel_then_stop))
+    cancelled = await harness.service.executor.execute(running, after_search(1, cancel_then_stop))
     assert answers == [StopRequest.ENDED]
     assert cancelled.status is RunStatus.CANCELLED and cancelled.report_markdown is None
 
@@ -278,9 +278,9 @@ async def test_a_graph_run_stopped_mid_turn_answers_what_it_searched(
     request = ResearchRequest(
         topic=TOPIC, depth=2, thread=harness.thread("g1"), strategy=Strategy.GRAPH
     )
-    run, _ = await service.submit(request)
-    search.press = lambda: service.stop(run.id)
-    outcome = await service.execute(run.id)
+    run, _ = await service.requests.submit(request)
+    search.press = lambda: service.requests.stop(run.id)
+    outcome = await service.executor.execute(run.id)
     assert search.answers == [StopRequest.STOPPING]
     assert outcome.status is RunStatus.SUCCEEDED, outcome.error
     assert outcome.stop_reason is StopReason.STOPPED
@@ -321,14 +321,14 @@ async def test_the_token_budget_stops_the_searching_and_the_report_says_so(
         assert run is not None
         first_plan.append(run.prompt_tokens + run.completion_tokens)
 
-    await harness.service.execute(probe, after_search(1, measure))
+    await harness.service.executor.execute(probe, after_search(1, measure))
     (spent_by_one_plan,) = first_plan
     # A budget whose searching share is used up by the second plan, not the first.
     tokens = math.ceil((spent_by_one_plan + 1) / 0.8)
     service = harness.build_service(budget=RunBudget(tokens=tokens))
     before = len(harness.search.fake.queries)
     run_id = await harness.submit(depth=5, thread="budget")
-    outcome = await service.execute(run_id)
+    outcome = await service.executor.execute(run_id)
     assert outcome.status is RunStatus.SUCCEEDED and outcome.stop_reason is (
         StopReason.TOKEN_BUDGET
     )
@@ -346,7 +346,7 @@ async def test_the_token_budget_stops_the_searching_and_the_report_says_so(
     # A replica that delivers the outcome later reads the same ending back.
     run = await harness.store.get_run(run_id)
     assert run is not None
-    assert final_progress_text(await service.stored_outcome(run)).split("\n")[0] == ended
+    assert final_progress_text(await service.executor.stored_outcome(run)).split("\n")[0] == ended
 
 
 @sqlite_only
@@ -360,7 +360,7 @@ async def test_the_time_budget_stops_the_searching_and_the_report_says_so(
     def two_minutes_past_the_budget() -> None:
         now[0] += 1320.0
 
-    outcome = await service.execute(run_id, after_search(2, two_minutes_past_the_budget))
+    outcome = await service.executor.execute(run_id, after_search(2, two_minutes_past_the_budget))
     assert outcome.status is RunStatus.SUCCEEDED
     assert outcome.stop_reason is StopReason.TIME_BUDGET
     assert len(harness.search.fake.queries) == 2
@@ -391,19 +391,21 @@ async def test_the_daily_run_quota_is_counted_across_replicas(
     try:
         here = harness.build_service(quota=UserQuota(runs=2))
         there = harness.build_service(store=other, quota=UserQuota(runs=2))
-        await here.submit(chat_request("1"))
+        await here.requests.submit(chat_request("1"))
         delivered = chat_request("2").model_copy(update={"dedupe_key": "ev-2"})
-        await there.submit(delivered)
+        await there.requests.submit(delivered)
         with pytest.raises(DailyLimitReached) as reached:
-            await there.submit(chat_request("3"))
+            await there.requests.submit(chat_request("3"))
         assert (reached.value.kind, reached.value.limit) == ("runs", 2)
         assert reached.value.resets_at == datetime(2026, 12, 3, tzinfo=ZoneInfo("UTC"))
         # A redelivery of a request that made its run, another user, a digest's firing and
         # the console are not refused.
-        assert (await here.submit(delivered))[1] is False
-        await there.submit(chat_request("4", user="U2"))
-        await there.submit(chat_request("5", digest_id="D1"))
-        await there.submit(ResearchRequest(topic=TOPIC, depth=1, thread=harness.thread("c")))
+        assert (await here.requests.submit(delivered))[1] is False
+        await there.requests.submit(chat_request("4", user="U2"))
+        await there.requests.submit(chat_request("5", digest_id="D1"))
+        await there.requests.submit(
+            ResearchRequest(topic=TOPIC, depth=1, thread=harness.thread("c"))
+        )
     finally:
         await database.dispose()
 
@@ -415,11 +417,11 @@ async def test_the_daily_token_quota_refuses_once_the_tokens_are_used(
     service = harness.build_service(
         quota=UserQuota(tokens=1), timezone="Asia/Shanghai", search=harness.search_provider
     )
-    run, _ = await service.submit(chat_request("1"))
-    outcome = await service.execute(run.id)
+    run, _ = await service.requests.submit(chat_request("1"))
+    outcome = await service.executor.execute(run.id)
     assert outcome.status is RunStatus.SUCCEEDED and outcome.usage.prompt_tokens > 0
     with pytest.raises(DailyLimitReached) as reached:
-        await service.submit(chat_request("2"))
+        await service.requests.submit(chat_request("2"))
     assert reached.value.kind == "tokens"
     # Midnight in FATHOM_TIMEZONE: NOW is 18:00 in Shanghai, so the quota resets at 00:00 there.
     resets = reached.value.resets_at
@@ -463,19 +465,19 @@ async def test_usage_sums_the_requesters_runs_and_the_channels(
         in_channel("C1", "3", "U2"),
         in_channel("C2", "4", "U1"),
     ):
-        run, _ = await service.submit(request)
-        outcomes.append(await service.execute(run.id))
+        run, _ = await service.requests.submit(request)
+        outcomes.append(await service.executor.execute(run.id))
     costs = [o.cost for o in outcomes]
     assert all(c is not None and c > 0 for c in costs)
     tokens = [o.usage.prompt_tokens + o.usage.completion_tokens for o in outcomes]
-    report = await service.usage_report("U1", in_channel("C1", "1", "U1").thread)
+    report = await service.requests.usage_report("U1", in_channel("C1", "1", "U1").thread)
     assert (report.today.runs, report.month.runs, report.channel_month.runs) == (3, 3, 3)
     assert report.today.tokens == tokens[0] + tokens[1] + tokens[3]
     assert report.channel_month.tokens == sum(tokens[:3])
     assert report.month.cost == pytest.approx(costs[0] + costs[1] + costs[3])  # type: ignore[operator]
     assert report.priced
     # Without prices: counts and tokens, no cost.
-    plain = await harness.service.usage_report("U1", in_channel("C1", "1", "U1").thread)
+    plain = await harness.service.requests.usage_report("U1", in_channel("C1", "1", "U1").thread)
     assert plain.month.tokens == report.month.tokens and plain.month.cost is None
 
 
@@ -489,8 +491,8 @@ async def test_the_cost_metric_counts_each_priced_model_and_the_searches(
     metrics = Metrics()
     service = harness.build_service(prices=prices, metrics=metrics)
     key = ThreadKey(platform="slack", workspace="T1", channel="C1", thread="1")
-    run, _ = await service.submit(ResearchRequest(topic=TOPIC, depth=2, thread=key))
-    outcome = await service.execute(run.id)
+    run, _ = await service.requests.submit(ResearchRequest(topic=TOPIC, depth=2, thread=key))
+    outcome = await service.executor.execute(run.id)
     assert outcome.cost is None  # a model without a price: no cost for the run
 
     def counted(model: str) -> float | None:
@@ -508,7 +510,7 @@ async def test_the_cost_metric_counts_each_priced_model_and_the_searches(
 def test_the_usage_answer_has_a_line_for_each_total() -> None:
     from bots.chat.memory import MemoryMarkup
     from bots.chat.replies import Replies
-    from core.service import UsageReport, UsageTotal
+    from core.requests import UsageReport, UsageTotal
 
     report = UsageReport(
         today=UsageTotal(1, 950, 0.0123),
@@ -569,9 +571,9 @@ async def test_usage_never_shows_today_above_this_month(
     """Today's runs are counted from the same read as this month's, so a run made between
     the reads cannot put today above the month."""
     first = await harness.submit(thread="t1")
-    await harness.service.execute(first)
+    await harness.service.executor.execute(first)
     store = _RunMadeBetweenReads(harness.store, lambda: harness.submit(thread="t2"))
     service = harness.build_service(store=store, clock=lambda: datetime.now(ZoneInfo("UTC")))
-    report = await service.usage_report("tester", harness.thread("t1"))
+    report = await service.requests.usage_report("tester", harness.thread("t1"))
     assert report.today.runs <= report.month.runs and report.today.tokens <= report.month.tokens
     assert (report.today.runs, report.month.runs) == (1, 1)

@@ -29,9 +29,9 @@ from bots.chat.throttle import EditThrottle, WorkspaceLimiter
 from core.failures import PostFailure
 from core.logs import change_log_context
 from core.models import Attachment, ThreadKey
+from core.outcome import RunOutcome
 from core.progress import ProgressEvent, ProgressKind, ProgressSink, ProgressTask, final_tasks
 from core.runs import ChatRuns, RunRecord
-from core.service import RunOutcome
 from core.timer import MONOTONIC, Timer
 from core.wording import Language, pick, request_language
 

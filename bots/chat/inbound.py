@@ -42,6 +42,7 @@ from core.grammar import (
 )
 from core.jobs import JobRunner
 from core.models import Attachment, ResearchRequest, RunStatus, SourceChoice, ThreadKey, Vote
+from core.requests import DailyLimitReached, RunRejected, RunRequests
 from core.runs import (
     DELIVERY_PENDING,
     CancelRequest,
@@ -51,7 +52,6 @@ from core.runs import (
     UserBusy,
     utcnow,
 )
-from core.service import DailyLimitReached, ResearchService, RunRejected
 from core.wording import Language, request_language
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ class InternalSources(Protocol):
     """The process's internal sources (``core.knowledge.Knowledge``), as far as the chat
     layer needs them: which of them a thread's channel may use (by configuration, whatever
     their state). The layer only refuses ``sources=internal`` where none may be used; which
-    sources a run searches is decided again where it executes (``core.service``)."""
+    sources a run searches is decided again where it executes (``core.executor``)."""
 
     def allowed(self, thread_key: str) -> Sequence[NamedSource]: ...
 
@@ -177,7 +177,7 @@ class ChatCommands:
     def __init__(
         self,
         policy: ChatPolicy,
-        service: ResearchService,
+        requests: RunRequests,
         store: ChatRuns,
         runner: JobRunner,
         markup: Markup,
@@ -185,7 +185,7 @@ class ChatCommands:
         knowledge: InternalSources | None = None,
     ) -> None:
         self._policy = policy
-        self._service = service
+        self._requests = requests
         self._store = store
         self._runner = runner
         self._markup = markup
@@ -369,7 +369,7 @@ class ChatCommands:
         if isinstance(command, StopCommand):
             return Reply(await self._stop(message, command.run_id, replies))
         if isinstance(command, UsageCommand):
-            report = await self._service.usage_report(message.requested_by, message.thread_key)
+            report = await self._requests.usage_report(message.requested_by, message.thread_key)
             return Reply(replies.usage(report))
         if isinstance(command, ScheduleCommand | DigestsCommand | UnscheduleCommand):
             try:
@@ -436,7 +436,7 @@ class ChatCommands:
         try:
             # One transaction: the per-user limit, the dedupe key, the thread's one active
             # run and (with the procrastinate queue) the job.
-            run, created = await self._service.submit(
+            run, created = await self._requests.submit(
                 request, user_limit=self._policy.user_concurrency
             )
         except UserBusy as busy:
@@ -475,7 +475,7 @@ class ChatCommands:
         if run is None:
             return None
         by = message.requested_by
-        if await self._service.add_guidance(run, by, message.text, key=message.dedupe_key):
+        if await self._requests.add_guidance(run, by, message.text, key=message.dedupe_key):
             return Reply(replies.guidance_noted())
         return None
 
@@ -497,14 +497,14 @@ class ChatCommands:
         run = await self._target(message, prefix)
         if isinstance(run, _Refusal):
             return run.text(replies, stop=False)
-        return _cancel_answer(await self._service.cancel(run.id), run, replies)
+        return _cancel_answer(await self._requests.cancel(run.id), run, replies)
 
     async def _stop(self, message: ChatMessage, prefix: str | None, replies: Replies) -> str:
         """Stop and write now, typed (``stop``, ``write now``, ``停止``, ...)."""
         run = await self._target(message, prefix)
         if isinstance(run, _Refusal):
             return run.text(replies, stop=True)
-        answer = await self._service.stop(run.id)
+        answer = await self._requests.stop(run.id)
         if answer is StopRequest.STOPPING:
             return replies.stopping(run)
         if answer is StopRequest.CANCELLED:  # queued: nothing found yet to write from
@@ -544,10 +544,10 @@ class ChatCommands:
             stop = press.control is Control.STOP
             return replies.only_starter_can_stop() if stop else replies.only_starter_can_cancel()
         if press.control is Control.CANCEL:  # (decided by the database, not by `run` as read)
-            return _cancel_answer(await self._service.cancel(run.id), run, replies)
+            return _cancel_answer(await self._requests.cancel(run.id), run, replies)
         if RunStatus(run.status).finished:  # Stop and write now
             return replies.already_finished()
-        answer = await self._service.stop(run.id)
+        answer = await self._requests.stop(run.id)
         if answer is StopRequest.STOPPING:
             return replies.stopping(run)
         if answer is StopRequest.CANCELLED:
@@ -567,7 +567,7 @@ class ChatCommands:
         if run.status != RunStatus.SUCCEEDED or not run.report_markdown:
             return replies.nothing_to_rate()
         vote = Vote.UP if press.control is Control.UP else Vote.DOWN
-        before = await self._service.record_feedback(run, press.requested_by, vote)
+        before = await self._requests.record_feedback(run, press.requested_by, vote)
         return replies.vote_recorded(vote, before)
 
     async def _target(self, message: ChatMessage, prefix: str | None) -> RunRecord | _Refusal:

@@ -31,9 +31,9 @@ from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.delivery import Undeliverable
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
+from core.outcome import RunOutcome
 from core.progress import ProgressTask
 from core.runs import ChatRuns, RunRecord
-from core.service import RunOutcome
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise
 from core.wording import Language, request_language

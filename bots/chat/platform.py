@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from core.delivery import DeliveryFactory
     from core.digests import DigestService
     from core.jobs import JobRunner
+    from core.requests import RunRequests
     from core.runs import ChatRuns
-    from core.service import ResearchService
     from storage import Database
 
 SettingsT = TypeVar("SettingsT", bound=PlatformSettings)
@@ -61,7 +61,7 @@ class PlatformRoute:
 class PlatformServices:
     """What every platform is given: the shared services, the chat policy, route limits."""
 
-    service: ResearchService
+    requests: RunRequests
     store: ChatRuns
     digests: DigestService
     #: The database, for a platform that keeps tables of its own (Slack's OAuth install).
@@ -77,7 +77,7 @@ class PlatformServices:
 
         return ChatCommands(
             self.policy,
-            self.service,
+            self.requests,
             self.store,
             runner,
             markup,

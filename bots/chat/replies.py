@@ -20,7 +20,7 @@ from core.wording import Language, pick
 
 if TYPE_CHECKING:
     from core.digests import DigestView
-    from core.service import UsageReport, UsageTotal
+    from core.requests import UsageReport, UsageTotal
 
 Icon = Literal["warning", "no_entry", "hourglass", "mag", "stop", "paperclip"]
 #: Icons as emoji, for platforms whose markup has no icon codes of its own (Feishu, DingTalk).

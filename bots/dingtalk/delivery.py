@@ -51,9 +51,9 @@ from bots.dingtalk.send import Conversation, space_of
 from core.digests import heading_of
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
+from core.outcome import RunOutcome
 from core.progress import ProgressTask
 from core.runs import ChatRuns, RunRecord
-from core.service import RunOutcome
 from core.wording import request_language
 
 log = logging.getLogger(__name__)

@@ -26,9 +26,9 @@ from core.attachments import AttachmentRefused, attachment_kind
 from core.digests import heading_of
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
+from core.outcome import RunOutcome
 from core.progress import ProgressTask
 from core.runs import ChatRuns, RunRecord
-from core.service import RunOutcome
 from core.wording import request_language
 
 log = logging.getLogger(__name__)

@@ -39,9 +39,9 @@ from core.attachments import AttachmentRefused
 from core.digests import heading_of
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
+from core.outcome import RunOutcome
 from core.progress import ProgressTask
 from core.runs import ChatRuns, RunRecord
-from core.service import RunOutcome
 from core.timer import Timer
 from core.wording import request_language
 

@@ -1,0 +1,106 @@
+"""The research side of a process, built once over one database: the run executor
+(:mod:`core.executor`) and the request service (:mod:`core.requests`), sharing the registry
+of the runs executing in this process, so that a stop or cancel taken here reaches such a
+run at once. The chat layer is given ``requests`` only; the runners ``executor``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
+
+from core.cost import Prices
+from core.dates import Clock, utcnow
+from core.engine.budget import RunBudget
+from core.engine.files import FileReader
+from core.engine.state import TextModel
+from core.engine.strategy import build_strategies
+from core.executing import LocalRuns
+from core.executor import RunExecutor
+from core.lease import LeaseTiming
+from core.pages.reader import PageReader
+from core.requests import RunRequests, UserQuota
+from core.run_steps import InternalSources
+from core.search import SearchProvider
+from core.writer import ReportWriter
+from storage import Store
+
+if TYPE_CHECKING:
+    from core.metrics import Metrics  # (prometheus-client is imported by `fathom serve` only)
+
+
+class Research:
+    """``executor`` and ``requests`` over one store (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        planner: TextModel,
+        writer: TextModel,
+        search: SearchProvider,
+        owner: str | None = None,
+        timing: LeaseTiming | None = None,
+        max_attempts: int = 3,
+        reader: PageReader | None = None,
+        max_parallel_searches: int = 10,
+        graph_max_nodes: int = 12,
+        metrics: Metrics | None = None,
+        files: FileReader | None = None,
+        timezone: str | ZoneInfo = "UTC",
+        clock: Clock = utcnow,
+        knowledge: InternalSources | None = None,
+        budget: RunBudget | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        quota: UserQuota | None = None,
+        prices: Prices | None = None,
+    ) -> None:
+        """The settings of :class:`~core.executor.RunExecutor` and
+        :class:`~core.requests.RunRequests`, and what their parts are built from: the
+        ``planner`` (also the graph's sub-question answers), ``writer`` and ``search``
+        clients; ``reader`` reads the best result pages of every search (None: snippets
+        only); the graph strategy searches at most ``max_parallel_searches`` sub-questions
+        of a run at once and plans at most ``graph_max_nodes`` per run."""
+        #: The store both were built over.
+        self.store = store
+        local = LocalRuns()
+        strategies = build_strategies(
+            planner=planner,
+            search=search,
+            reader=reader,
+            max_parallel_searches=max_parallel_searches,
+            graph_max_nodes=graph_max_nodes,
+        )
+        self.executor = RunExecutor(
+            runs=store.runs,
+            claims=store.claims,
+            threads=store.threads,
+            digests=store.digests,
+            strategies=strategies,
+            writer=ReportWriter(writer, store.digests),
+            local=local,
+            owner=owner,
+            timing=timing,
+            max_attempts=max_attempts,
+            files=files,
+            knowledge=knowledge,
+            budget=budget,
+            timezone=timezone,
+            clock=clock,
+            monotonic=monotonic,
+            prices=prices,
+            metrics=metrics,
+        )
+        self.requests = RunRequests(
+            runs=store.runs,
+            threads=store.threads,
+            feedback=store.feedback,
+            local=local,
+            timezone=timezone,
+            clock=clock,
+            quota=quota,
+            prices=prices,
+            metrics=metrics,
+        )
