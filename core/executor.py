@@ -198,7 +198,7 @@ class RunExecutor:
         )
 
     def lease(self, claim: Claim) -> Lease:
-        """``async with service.lease(claim):`` keeps the claim alive while the body runs; a
+        """``async with executor.lease(claim):`` keeps the claim alive while the body runs; a
         cancel requested meanwhile (by any replica) reaches the run here at the next
         heartbeat, also while no step checks for it (its report being written)."""
         return Lease(
