@@ -8,10 +8,10 @@ every hour by the one replica holding the ``housekeeping`` lease.
 - cached search results and page texts past their time to live;
 - finished research past ``FATHOM_RUN_RETENTION_DAYS`` (``storage.retention``), in batches.
 
-The lease lasts one round: the replica that holds it keeps it by taking it again each round,
-and when it stops another replica takes over within a round. Every replica could prune safely
-(each delete is bounded by its own conditions); one doing it keeps the batches of several from
-contending for the same rows every hour.
+The lease lasts one and a half rounds: the replica that holds it keeps it by taking it again
+each round, and when it stops another replica takes over within two and a half rounds. Every
+replica could prune safely (each delete is bounded by its own conditions); one doing it keeps
+the batches of several from contending for the same rows every hour.
 """
 
 from __future__ import annotations
