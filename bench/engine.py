@@ -284,7 +284,8 @@ class TimedSearch:
 
 
 class TimedStore:
-    """Wraps ``storage.Store``: every coroutine method's time is 'store' (and 'store.<name>')."""
+    """Wraps ``storage.Store`` and each store it holds: every coroutine method's time is
+    'store' (and 'store.<method name>', as before the stores were split)."""
 
     def __init__(self, inner: Any, timings: Timings) -> None:
         self._inner = inner
@@ -292,6 +293,8 @@ class TimedStore:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
+        if type(attr).__module__.startswith("storage."):  # a per-job store (store.runs ...)
+            return TimedStore(attr, self._t)
         if not asyncio.iscoroutinefunction(attr):
             return attr
 

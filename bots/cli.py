@@ -391,7 +391,7 @@ async def _research(
                 except RunRejected as exc:
                     raise _fail(str(exc)) from None
                 run_id = started.run_id = run.id
-            elif await runtime.store.get_run(run_id or "") is None:
+            elif await runtime.store.runs.get_run(run_id or "") is None:
                 started.run_id = None  # nothing to resume
                 raise _fail(f"there is no run {run_id!r}")
             requests, stopped = runtime.research.requests, run_id or ""
@@ -473,10 +473,10 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
 
         async with open_storage(settings) as storage:
             store = storage.store
-            record = await store.get_thread(key)
+            record = await store.threads.get_thread(key)
             if record is None:
                 return None
-            variables = await store.load_variables(record.id) or {
+            variables = await store.threads.load_variables(record.id) or {
                 "topics": [],
                 "nextSearchTopic": None,
                 "findings": [],
@@ -484,11 +484,11 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
                 "graph": [],
                 "files": [],
             }
-            runs = await store.thread_runs(record.id)
+            runs = await store.runs.thread_runs(record.id)
             return {
                 "thread": record.key,
                 "variables": _shown_variables(variables),
-                "runs": [_run_json(r, await store.run_sources(r.id)) for r in runs],
+                "runs": [_run_json(r, await store.runs.run_sources(r.id)) for r in runs],
             }
 
     data = _run(show())
@@ -571,7 +571,7 @@ def thread_list(
         from core.runtime import open_storage
 
         async with open_storage(settings) as storage:
-            return await storage.store.list_threads(limit)
+            return await storage.store.threads.list_threads(limit)
 
     threads = _run(rows())
     if not as_json and not sys.stdout.isatty():
@@ -909,7 +909,7 @@ def feedback_list(
 
     async def votes() -> list[Any]:
         async with open_storage(settings) as storage:
-            return await storage.store.feedback_since(after)
+            return await storage.store.feedback.feedback_since(after)
 
     found = _run(votes())
     if as_json:

@@ -120,7 +120,8 @@ async def open_app(
         policy = DeliveryPolicy(attempts=core.delivery_attempts, first_delay=core.delivery_backoff)
         job = ResearchJob(
             runtime.research.executor,
-            runtime.store,
+            runtime.store.runs,
+            runtime.store.claims,
             policy=policy,
             chat_platforms=settings.titles,
         )
@@ -131,12 +132,16 @@ async def open_app(
                 ProcrastinateQueue(core.database_url, job if role == "worker" else None)
             )
             runner = ProcrastinateJobRunner(
-                queue, job=job, store=runtime.store, timing=runtime.research.executor.timing
+                queue,
+                job=job,
+                runs=runtime.store.runs,
+                claims=runtime.store.claims,
+                timing=runtime.research.executor.timing,
             )
         else:
             runner = InProcessJobRunner(
                 job,
-                store=runtime.store,
+                claims=runtime.store.claims,
                 max_concurrent=core.max_concurrent_runs,
                 timing=runtime.research.executor.timing,
             )

@@ -42,9 +42,10 @@ from storage import (
     UNFINISHED_STATUSES,
     Claim,
     ClaimLost,
+    ClaimStore,
     RunRecord,
+    RunStore,
     StorageUnavailable,
-    Store,
 )
 from storage.tables import utcnow
 
@@ -160,7 +161,8 @@ class ResearchJob:
     def __init__(
         self,
         executor: RunExecutor,
-        store: Store,
+        runs: RunStore,
+        claims: ClaimStore,
         factories: Mapping[str, DeliveryFactory] | None = None,
         *,
         policy: DeliveryPolicy | None = None,
@@ -168,7 +170,8 @@ class ResearchJob:
         timer: Timer = MONOTONIC,
     ) -> None:
         self._executor = executor
-        self._store = store
+        self._runs = runs
+        self._claims = claims
         self._factories = dict(factories or {})
         self._policy = policy or DeliveryPolicy()
         self._timer = timer  # the back-off between two posts is slept on it
@@ -191,7 +194,7 @@ class ResearchJob:
         return frozenset(self._chat_platforms) | self.platforms
 
     async def __call__(self, run_id: str) -> None:
-        run = await self._store.get_run(run_id)
+        run = await self._runs.get_run(run_id)
         if run is None:
             log.warning("job for unknown run %s dropped", run_id)
             return
@@ -249,7 +252,7 @@ class ResearchJob:
             with contextlib.suppress(Exception):
                 claim = (await claiming).claim
                 if claim is not None:
-                    await release_quietly(self._store, claim)
+                    await release_quietly(self._claims, claim)
             raise
 
     async def _work(self, run_id: str, delivery: Delivery) -> None:
@@ -271,7 +274,7 @@ class ResearchJob:
             # The runner is stopping (nothing else cancels a job), the lease ran out, or the
             # database failed: hand the run back (a no-op unless it is still ours) so that a
             # runner continues it without waiting for the lease to expire.
-            await release_quietly(self._store, claim)
+            await release_quietly(self._claims, claim)
             raise
 
     async def _deliver(
@@ -303,7 +306,7 @@ class ResearchJob:
             except Exception as exc:
                 failure = judge(delivery, exc)
                 self._count(claim, "error")
-                failures = await self._store.count_delivery_failure(claim, failure.reason)
+                failures = await self._claims.count_delivery_failure(claim, failure.reason)
                 if not failure.retryable or failures >= self._policy.attempts:
                     await self._give_up(
                         claim,
@@ -327,7 +330,7 @@ class ResearchJob:
                 await self._timer.sleep(wait)
                 continue
             posted += 1
-        await self._store.finish_delivery(claim, posted=True)
+        await self._claims.finish_delivery(claim, posted=True)
         self._count(claim, "delivered")
 
     def _count(self, claim: Claim, outcome: str) -> None:
@@ -345,7 +348,7 @@ class ResearchJob:
 
         async def step() -> None:
             await post(part)
-            await self._store.report_parts_posted(claim, number)
+            await self._claims.report_parts_posted(claim, number)
 
         task = asyncio.ensure_future(step())
         try:
@@ -382,7 +385,7 @@ class ResearchJob:
                 judge(delivery, exc).reason,
             )
         error = f"not posted after {failures} failures: {reason}"
-        await self._store.finish_delivery(
+        await self._claims.finish_delivery(
             claim, posted=False, error=f"{REFUSED}{error}" if refused else error
         )
         self._count(claim, "failed")
@@ -397,7 +400,7 @@ class ResearchJob:
         if run.status in UNFINISHED_STATUSES:
             run = await self._executor.fail_claimed(claim, reason)
         if run.delivery == DELIVERY_PENDING:
-            await self._store.finish_delivery(claim, posted=False, error=reason)
+            await self._claims.finish_delivery(claim, posted=False, error=reason)
 
 
 def never_deliverable(

@@ -27,8 +27,8 @@ from storage import (
     DigestRecord,
     DigestStore,
     RunRecord,
+    RunStore,
     StorageUnavailable,
-    Store,
 )
 from storage.tables import utcnow
 
@@ -68,7 +68,7 @@ class DigestService:
     def __init__(
         self,
         digests: DigestStore,
-        store: Store,
+        runs: RunStore,
         *,
         min_interval: float,
         grace: float,
@@ -76,7 +76,7 @@ class DigestService:
         clock: Clock = utcnow,
     ) -> None:
         self.digests = digests
-        self._store = store
+        self._runs = runs
         self._min_interval = min_interval
         self._grace = grace
         self._max_per_channel = max_per_channel
@@ -203,7 +203,7 @@ class DigestService:
             sources=digest_sources(digest),
         )
         try:
-            return await submit_run(self._store.runs, request)
+            return await submit_run(self._runs, request)
         except RunRejected:  # cannot happen for a fresh thread; logged rather than raised
             log.warning("digest %s: slot %s refused", digest.id, stamp)
             return None, False

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from core.lease import LeaseTiming
-from storage import Store
+from storage import ClaimStore
 
 log = logging.getLogger(__name__)
 
@@ -97,12 +97,12 @@ class InProcessJobRunner:
         self,
         job: Job,
         *,
-        store: Store,
+        claims: ClaimStore,
         max_concurrent: int = 200,
         timing: LeaseTiming | None = None,
     ) -> None:
         self._job = job
-        self._store = store
+        self._claims = claims
         self._slots = asyncio.Semaphore(max_concurrent)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._timing = timing or LeaseTiming()
@@ -134,7 +134,7 @@ class InProcessJobRunner:
 
     async def sweep(self) -> list[str]:
         """Enqueue the runs nobody works on; returns the ids newly enqueued here."""
-        found = await self._store.runs_to_sweep(
+        found = await self._claims.runs_to_sweep(
             sorted(self._job.platforms),
             stale_after=self._timing.stale_after,
             limit=SWEEP_BATCH,

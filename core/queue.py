@@ -34,7 +34,7 @@ from core.jobs import SWEEP_BATCH, Job, Sweeper
 from core.lease import LeaseTiming
 
 if TYPE_CHECKING:
-    from storage import Store
+    from storage import ClaimStore, RunStore
 
 log = logging.getLogger(__name__)
 
@@ -152,14 +152,16 @@ class ProcrastinateJobRunner:
         queue: ProcrastinateQueue,
         *,
         job: Job,
-        store: Store,
+        runs: RunStore,
+        claims: ClaimStore,
         timing: LeaseTiming | None = None,
     ) -> None:
         """``job``: whose platforms the sweep takes runs of (those this process delivers to;
         they are registered after the runner is made)."""
         self._queue = queue
         self._job = job
-        self._store = store
+        self._runs = runs
+        self._claims = claims
         self._timing = timing or LeaseTiming()
         self._sweeper = Sweeper(self.sweep, self._timing.sweep_every)
 
@@ -168,12 +170,12 @@ class ProcrastinateJobRunner:
         (as ``fathom serve`` and ``fathom worker`` set it up) it is queued already, and a
         second attempt would cost the acknowledgement a transaction that fails on the
         queueing lock; otherwise it is deferred here."""
-        if not self._store.queues_new_runs:
+        if not self._runs.queues_new_runs:
             await self._queue.defer(run_id)
 
     async def sweep(self) -> list[str]:
         """Queue again the runs nobody works on (a dead worker's, a handed-back one)."""
-        found = await self._store.runs_to_sweep(
+        found = await self._claims.runs_to_sweep(
             sorted(self._job.platforms),
             stale_after=self._timing.stale_after,
             limit=SWEEP_BATCH,

@@ -276,7 +276,7 @@ def digest_service(settings: Settings, storage: Storage) -> DigestService:
     """Schedules: adding, listing and firing only touch the database (no LLM or search)."""
     return DigestService(
         storage.digests,
-        storage.store,
+        storage.store.runs,
         min_interval=settings.digest_min_interval,
         grace=settings.digest_grace,
         max_per_channel=settings.max_digests_per_channel,

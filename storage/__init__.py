@@ -23,20 +23,21 @@ The rules they share are in ``storage/lifecycle.py`` (run statuses, delivery sta
 runs are delivered: :func:`outcome_is_delivered`, and the lease clock), the SQL helpers in
 ``storage/sql.py``, the exceptions in ``storage/errors.py``.
 
-:class:`Store` is the aggregate the rest of the code was written against: it *composes* the
-per-job stores over one database (``store.runs``, ``store.claims``, ``store.threads``,
-``store.events``, ``store.caches``, ``store.digests``, ``store.slack_oauth_states``) and keeps
-every old method name as the matching store's bound method (``store.claim_run`` *is*
-``store.claims.claim_run``, not a copy). Composition rather than one class inheriting the stores
-as mixins: each store keeps its own statements and state with no shared namespace to collide
-in, a caller can be handed just the store it needs, and a twin of one store (in memory, say)
-can stand in for it without the others.
+:class:`Store` *composes* the per-job stores over one database (``store.runs``,
+``store.claims``, ``store.threads``, ...) and is only built where the process is put together
+(``core/runtime.py``, the CLI); every other caller is handed the one or two stores it uses
+(the report writer a ``DigestStore``, the job runner a ``ClaimStore``, the chat layer the
+view ``core.runs.ChatStores``). Composition rather than one class inheriting the stores as
+mixins: each store keeps its own statements and state with no shared namespace to collide in,
+a caller's dependencies are visible in its signature, and a twin of one store can stand in
+for it without the others.
 """
 
 from __future__ import annotations
 
 from storage.caches import CacheStore
 from storage.claims import USAGE_KEYS, ClaimStore
+from storage.contexts import ContextStore
 from storage.db import Database, StorageUnavailable, normalize_url
 from storage.digests import DigestLimit, DigestStore
 from storage.errors import (
@@ -49,6 +50,7 @@ from storage.errors import (
 )
 from storage.events import EventStore
 from storage.feedback import FeedbackStore
+from storage.files import FileStore
 from storage.forget import ForgetStore, Forgotten, NotARequesterKey, Person
 from storage.leases import LeaseStore
 from storage.lifecycle import (
@@ -97,6 +99,7 @@ __all__ = [
     "ClaimLost",
     "ClaimResult",
     "ClaimStore",
+    "ContextStore",
     "DailyQuota",
     "Database",
     "DigestLimit",
@@ -105,6 +108,7 @@ __all__ = [
     "EventStore",
     "FeedbackRecord",
     "FeedbackStore",
+    "FileStore",
     "ForgetStore",
     "Forgotten",
     "LeaseStore",

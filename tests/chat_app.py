@@ -121,7 +121,7 @@ class ServedFathom:
     server: LifespanServer
 
     async def runs(self, requested_by: str) -> list[RunRecord]:
-        return await self.store.recent_runs_for_user(requested_by, 100)
+        return await self.store.runs.recent_runs_for_user(requested_by, 100)
 
     async def delivered(self, requested_by: str, count: int = 1) -> list[RunRecord]:
         """Wait until ``count`` runs of ``requested_by`` have finished and been delivered

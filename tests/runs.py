@@ -30,7 +30,7 @@ async def new_run(store: Store, **overrides: Any) -> tuple[RunRecord, bool]:
         "requested_by": "U1",
     }
     args.update(overrides)
-    return await store.create_run(**args)
+    return await store.runs.create_run(**args)
 
 
 async def claim(
@@ -42,7 +42,7 @@ async def claim(
     max_attempts: int = 3,
 ) -> Claim:
     """Claim the run, which must succeed."""
-    result = await store.claim_run(
+    result = await store.claims.claim_run(
         run_id, owner, stale_after=stale_after, max_attempts=max_attempts
     )
     assert result.claim is not None, result
@@ -53,7 +53,7 @@ async def finish(
     store: Store, held: Claim, *, status: str = "succeeded", error: str | None = None
 ) -> RunRecord:
     report = "# r" if status == "succeeded" else None
-    return await store.finish_run(
+    return await store.claims.finish_run(
         held, status=status, report_markdown=report, sources=[], error=error, usage={}, notes=[]
     )
 

@@ -67,8 +67,8 @@ class Chat:
     async def delivered(self, name: str = "t1", count: int = 1) -> list[RunRecord]:
         async with asyncio.timeout(30):
             while True:
-                thread = await self.store.get_thread(str(self.thread(name)))
-                runs = [] if thread is None else await self.store.thread_runs(thread.id)
+                thread = await self.store.threads.get_thread(str(self.thread(name)))
+                runs = [] if thread is None else await self.store.runs.thread_runs(thread.id)
                 if len(runs) >= count and all(r.delivery in ("posted", "failed") for r in runs):
                     return runs
                 await asyncio.sleep(0.02)
@@ -107,8 +107,10 @@ async def world(
         )
         chat = MemoryChat()
         policy = ChatPolicy.load(_env_file=None, FATHOM_ATTACHMENT_MAX_BYTES="65536")
-        job = ResearchJob(service.executor, store, {PLATFORM: chat.factory(store)}, policy=FAST)
-        runner = InProcessJobRunner(job, store=store, timing=service.executor.timing)
+        job = ResearchJob(
+            service.executor, store.runs, store.claims, {PLATFORM: chat.factory(store)}, policy=FAST
+        )
+        runner = InProcessJobRunner(job, claims=store.claims, timing=service.executor.timing)
         await runner.start()
         stack.push_async_callback(runner.stop, grace=0.1)
         commands = ChatCommands(policy, service.requests, store, runner, MemoryMarkup())
@@ -147,7 +149,9 @@ async def test_an_attached_file_is_read_cited_and_reused_by_a_follow_up(world: C
     final = world.chat.shown(run.id).progress[-1]
     assert "1 attached file read" in final
     # The file's text is kept with the thread: a follow-up uses it without a second download.
-    variables = ThreadVariables.model_validate(await world.store.load_variables(run.thread_id))
+    variables = ThreadVariables.model_validate(
+        await world.store.threads.load_variables(run.thread_id)
+    )
     assert [f.name for f in variables.files] == ["trial-notes.md"]
     assert "defrost cycles" in variables.files[0].text
     await world.chat.say(
@@ -285,7 +289,9 @@ async def test_attached_pdf_and_docx_are_read_and_an_encrypted_pdf_is_noted(worl
     assert any(fact in prompt for fact in REPORT_FACTS)  # the PDF's body reached the writer
     assert "minus 20 C" in prompt  # and the DOCX's
     assert 'The attached file "locked.pdf" was not read: it is password-protected.' in run.notes
-    variables = ThreadVariables.model_validate(await world.store.load_variables(run.thread_id))
+    variables = ThreadVariables.model_validate(
+        await world.store.threads.load_variables(run.thread_id)
+    )
     pdf = next(f for f in variables.files if f.name == "cold-climates.pdf")
     assert (pdf.kind, pdf.pages_read, pdf.pages_total, pdf.published) == ("pdf", 6, 6, "2026-01-15")
     # The file's date is shown with it in the report's sources.
@@ -344,11 +350,11 @@ async def test_a_redelivery_that_loses_the_race_puts_the_files_it_took_back(worl
     assert first.started
     # A file arrives; a second delivery of the same request (another replica, past the dedupe
     # of events) takes it, finds the run already made and must leave the file for later.
-    await world.store.remember_files(scope, [notes_file().model_dump(mode="json")])
+    await world.store.files.remember_files(scope, [notes_file().model_dump(mode="json")])
     second = await world.commands.handle(message)
     assert second.started
     since = datetime.now(UTC) - timedelta(minutes=5)
-    assert [f["id"] for f in await world.store.take_files(scope, since)] == ["F-notes"]
+    assert [f["id"] for f in await world.store.files.take_files(scope, since)] == ["F-notes"]
 
 
 async def test_a_cancel_stops_the_reading_of_files(
@@ -360,7 +366,7 @@ async def test_a_cancel_stops_the_reading_of_files(
     await world.chat.say(world.commands, "/research heat pumps depth=2", attachments=files)
     async with asyncio.timeout(10):
         await world.chat.downloading.wait()
-    (run,) = await world.store.active_runs_for_user("memory:W1:U1")
+    (run,) = await world.store.runs.active_runs_for_user("memory:W1:U1")
     assert await world.service.requests.cancel(run.id) is CancelRequest.CANCELLING
     world.chat.download_gate.set()
     (done,) = await world.delivered()

@@ -62,8 +62,8 @@ class World:
                 self.chat.changed.clear()
 
     async def runs(self, name: str = "t1") -> list[RunRecord]:
-        thread = await self.store.get_thread(str(self.thread(name)))
-        return [] if thread is None else await self.store.thread_runs(thread.id)
+        thread = await self.store.threads.get_thread(str(self.thread(name)))
+        return [] if thread is None else await self.store.runs.thread_runs(thread.id)
 
     async def delivered(self, name: str = "t1", count: int = 1) -> list[RunRecord]:
         """Wait until ``count`` runs of the thread are delivered (posted or failed)."""
@@ -100,8 +100,10 @@ async def world(
         )
         chat = MemoryChat(report_limit=int(str(settings.pop("report_limit", 2_000))))
         config = ChatPolicy.load(_env_file=None, **settings)
-        job = ResearchJob(service.executor, store, {PLATFORM: chat.factory(store)}, policy=FAST)
-        runner = InProcessJobRunner(job, store=store, timing=service.executor.timing)
+        job = ResearchJob(
+            service.executor, store.runs, store.claims, {PLATFORM: chat.factory(store)}, policy=FAST
+        )
+        runner = InProcessJobRunner(job, claims=store.claims, timing=service.executor.timing)
         runners.append(runner)
         commands = ChatCommands(config, service.requests, store, runner, MemoryMarkup())
         return World(chat, commands, store, runner, (config, service, store, runner))
@@ -237,10 +239,10 @@ async def test_a_plain_reply_steers_the_threads_active_run_not_its_newest(
     await w.delivered()
     await w.chat.say(w.commands, "wind power depth=1", in_thread=True)  # a follow-up
     await w.delivered(count=2)
-    await w.store.requeue_run(first.id)  # resumed: active, older than the follow-up
+    await w.store.runs.requeue_run(first.id)  # resumed: active, older than the follow-up
     reply = await w.chat.say(w.commands, "focus on Europe", addressed=False, in_thread=True)
     assert reply is not None and reply.text == "Noted: the next searches take this into account."
-    variables = await w.store.load_variables(first.thread_id)
+    variables = await w.store.threads.load_variables(first.thread_id)
     assert variables is not None
     assert [(g["run_id"], g["text"]) for g in variables["guidance"]] == [
         (first.id, "focus on Europe")
@@ -262,7 +264,7 @@ async def test_a_cancel_in_a_thread_finds_the_run_posting_its_report_not_the_new
     await w.delivered()
     await w.chat.say(w.commands, "wind power depth=1", in_thread=True)  # a follow-up
     await w.delivered(count=2)
-    await w.store.requeue_run(first.id)  # resumed
+    await w.store.runs.requeue_run(first.id)  # resumed
     w.chat.report_gate = asyncio.Event()
     w.chat.posting.clear()  # set by the follow-up's report
     await w.runner.enqueue(first.id)
@@ -405,7 +407,7 @@ async def test_the_stop_button_is_the_requesters_and_the_final_message_has_no_bu
     elsewhere = await w.chat.press(w.commands, run.id, Control.STOP, channel="C2")
     assert elsewhere.startswith("This button does not belong to a research here")
     assert await w.chat.press(w.commands, "f" * 32, Control.STOP) == elsewhere
-    assert not (await w.store.get_run(run.id)).stop_requested  # type: ignore[union-attr]
+    assert not (await w.store.runs.get_run(run.id)).stop_requested  # type: ignore[union-attr]
     pressed = await w.chat.press(w.commands, run.id, Control.STOP, user="UADMIN")
     assert pressed.startswith("🛑 Stopping “heat pumps”")
     again = await w.chat.press(w.commands, run.id, Control.STOP)
@@ -421,7 +423,7 @@ async def test_the_stop_button_is_the_requesters_and_the_final_message_has_no_bu
     assert all(r.buttons == () for r in reports[:-1])
     late = await w.chat.press(w.commands, run.id, Control.CANCEL)
     assert late == "That research has already finished."
-    assert (await w.store.get_run(run.id)).status == "succeeded"  # type: ignore[union-attr]
+    assert (await w.store.runs.get_run(run.id)).status == "succeeded"  # type: ignore[union-attr]
 
 
 async def test_the_cancel_button_ends_the_run_without_a_report(
@@ -611,9 +613,9 @@ async def test_a_vote_is_stored_once_per_person_and_a_second_press_changes_it(
     assert await press(w.commands, run.id, Control.UP, user="U2") == "Thanks: your 👍 is recorded."
     stranger = await press(w.commands, run.id, Control.UP, user="U3")
     assert "you can't start research here" in stranger
-    votes = {(v.voter, v.value) for v in await w.store.feedback_since()}
+    votes = {(v.voter, v.value) for v in await w.store.feedback.feedback_since()}
     assert votes == {("memory:W1:U1", "down"), ("memory:W1:U2", "up")}
-    (vote,) = [v for v in await w.store.feedback_since() if v.voter == "memory:W1:U1"]
+    (vote,) = [v for v in await w.store.feedback.feedback_since() if v.voter == "memory:W1:U1"]
     assert vote.topic == "heat pumps" and vote.thread_key == str(w.thread())
     assert vote.updated_at >= vote.created_at
     counted = metrics.registry.get_sample_value  # a repeated vote is not counted again
@@ -640,7 +642,7 @@ async def test_a_reply_during_the_run_steers_its_next_plans_and_the_report(
     assert "Guidance the people asking gave" in writer and "Europe" in writer
     report = "".join(r.text for r in w.chat.messages(w.thread(), "report"))
     assert "Guidance followed: focus on" in report and "Europe" in report
-    variables = await w.store.load_variables(run.thread_id)
+    variables = await w.store.threads.load_variables(run.thread_id)
     assert variables is not None
     [entry] = variables["guidance"]
     assert entry["run_id"] == run.id and entry["by"] == run.requested_by
@@ -674,7 +676,7 @@ async def test_the_requesters_own_limits_never_keep_them_from_steering(
     assert reply is not None and reply.text == "Noted: the next searches take this into account."
     (run,) = await w.delivered()
     assert run.status == "succeeded" and len(await w.runs()) == 1
-    variables = await w.store.load_variables(run.thread_id)
+    variables = await w.store.threads.load_variables(run.thread_id)
     assert variables is not None and [g["text"] for g in variables["guidance"]] == [
         "focus on Europe"
     ]
@@ -710,7 +712,7 @@ async def test_a_steering_reply_is_taken_as_its_raw_text(
     noted = "已记下：接下来的搜索会考虑这一点。" if "数据" in said else "Noted: the next"
     assert reply is not None and reply.text.startswith(noted), reply
     (run,) = await w.delivered()
-    variables = await w.store.load_variables(run.thread_id)
+    variables = await w.store.threads.load_variables(run.thread_id)
     assert variables is not None and [g["text"] for g in variables["guidance"]] == [kept]
 
 
@@ -914,7 +916,7 @@ async def test_sources_internal_is_refused_where_no_internal_source_may_be_used(
         if knowledge is not None:  # asked with the request's own thread key
             assert knowledge.asked == ["memory:W1:C1:t1", "memory:W1:C1:t2"]
     assert await w.runs() == [] and await w.runs("t2") == []
-    assert await w.store.get_thread(str(w.thread())) is None  # nothing was created
+    assert await w.store.threads.get_thread(str(w.thread())) is None  # nothing was created
 
 
 async def test_sources_are_carried_into_the_run_where_the_channel_may_use_them(

@@ -500,7 +500,7 @@ def _seed_runs(url: str, keys: list[str], *, held_by: str | None = None) -> list
             ids = []
             for key in keys:
                 platform, workspace, channel, ref = key.split(":", 3)
-                run, _ = await store.create_run(
+                run, _ = await store.runs.create_run(
                     thread_key=key,
                     platform=platform,
                     workspace=workspace,
@@ -511,7 +511,7 @@ def _seed_runs(url: str, keys: list[str], *, held_by: str | None = None) -> list
                     strategy="iterative",
                 )
                 if held_by is not None:
-                    await store.claim_run(run.id, held_by, stale_after=60, max_attempts=3)
+                    await store.claims.claim_run(run.id, held_by, stale_after=60, max_attempts=3)
                 ids.append(run.id)
             return ids
         finally:
@@ -551,9 +551,11 @@ def test_feedback_list_shows_each_vote_with_its_topic_and_thread(
         database = Database(cli_env["DATABASE_URL"])
         try:
             store = Store(database)
-            await store.record_feedback(first, "slack:T1:U1", "up")
-            await store.record_feedback(second, "feishu:t1:ou_2", "up")
-            await store.record_feedback(second, "feishu:t1:ou_2", "down")  # changed its mind
+            await store.feedback.record_feedback(first, "slack:T1:U1", "up")
+            await store.feedback.record_feedback(second, "feishu:t1:ou_2", "up")
+            await store.feedback.record_feedback(
+                second, "feishu:t1:ou_2", "down"
+            )  # changed its mind
         finally:
             await database.dispose()
 

@@ -489,15 +489,15 @@ async def test_an_iterative_run_knows_the_date_and_its_sources_dates(
     assert f"- [1] [{first.title}]({first.url}) ({first.published})" in report
     assert outcome.as_json()["sources"][0]["published"] == RESULT_DATE[:10]
     # Stored and read back (a finished run asked again, `fathom thread show`'s variables).
-    run = await rig.store.get_run(outcome.run_id)
+    run = await rig.store.runs.get_run(outcome.run_id)
     assert run is not None
     stored = await service.executor.stored_outcome(run)
     assert [s.published for s in stored.sources] == [s.published for s in outcome.sources]
     again = await service.executor.execute(outcome.run_id)
     assert again.as_json()["sources"] == outcome.as_json()["sources"]
-    thread = await rig.store.get_thread(outcome.thread)
+    thread = await rig.store.threads.get_thread(outcome.thread)
     assert thread is not None
-    variables = await rig.store.load_variables(thread.id)
+    variables = await rig.store.threads.load_variables(thread.id)
     assert variables is not None
     assert variables["findings"][0]["results"][0]["published"] == RESULT_DATE[:10]
 

@@ -95,17 +95,18 @@ async def replicas(
         )
         job = ResearchJob(
             service.executor,
-            store,
+            store.runs,
+            store.claims,
             {PLATFORM: chat.factory(store)},
             policy=FAST,
             chat_platforms=titles(),
         )
-        runner = InProcessJobRunner(job, store=store, timing=service.executor.timing)
+        runner = InProcessJobRunner(job, claims=store.claims, timing=service.executor.timing)
         config = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
         policy = ChatPolicy.load(_env_file=None, **settings)
         digests = DigestService(
             DigestStore(db),
-            store,
+            store.runs,
             min_interval=config.digest_min_interval,
             grace=config.digest_grace,
             max_per_channel=config.max_digests_per_channel,
@@ -183,7 +184,7 @@ async def test_a_due_slot_fires_once_and_posts_to_the_channel(replicas: Replicas
 
     # Its run has ended and its thread is free: the slot still never fires again.
     async def ended() -> bool:
-        stored = await a.store.get_run(run.id)
+        stored = await a.store.runs.get_run(run.id)
         return stored is not None and stored.finished_at is not None
 
     await wait_for(ended)
@@ -322,7 +323,7 @@ async def test_a_later_firing_reports_what_is_new_since_the_previous_one(
         (run,) = await a.digests.fire_due(a.runner)
         async with asyncio.timeout(30):
             while True:
-                done = await a.store.get_run(run.id)
+                done = await a.store.runs.get_run(run.id)
                 if done is not None and done.delivery == "posted":
                     return done.report_markdown or ""
                 await asyncio.sleep(0.02)
@@ -349,7 +350,7 @@ async def test_a_digest_whose_channel_refuses_its_posts_is_disabled(replicas: Re
     (run,) = await a.digests.fire_due(a.runner)
     async with asyncio.timeout(30):
         while True:
-            done = await a.store.get_run(run.id)
+            done = await a.store.runs.get_run(run.id)
             if done is not None and done.delivery == "failed":
                 break
             await asyncio.sleep(0.02)
@@ -459,13 +460,13 @@ async def test_a_digest_that_can_never_be_posted_fails_at_once_and_is_disabled(
     clock.now = MONDAY_0900_SHANGHAI + timedelta(seconds=1)
     (run,) = await a.digests.fire_due(a.runner)
     await a.runner.drain()
-    failed = await a.store.get_run(run.id)
+    failed = await a.store.runs.get_run(run.id)
     assert failed is not None and failed.status == "failed", failed
     assert (
         failed.error == f"cannot deliver to {platform}: {platform!r} is not a chat platform "
         "(runs are posted to slack, feishu, dingtalk)"
     )
-    assert ("queued", platform) not in {(s, p) for s, p, _ in await a.store.count_runs()}
+    assert ("queued", platform) not in {(s, p) for s, p, _ in await a.store.runs.count_runs()}
     assert llm_server.fake.requests == []
     await a.scheduler.tick()
     (stored,) = await a.digests.digests.all()

@@ -266,9 +266,9 @@ async def test_a_request_soon_after_a_finished_one_follows_up_on_it(
     await bot.send(bot.message("what about noise? depth=1", msg_id="msg_f2"))
     newest, oldest = await bot.delivered(2)
     assert newest.thread_key == oldest.thread_key == f"dingtalk:{CORP}:cid_single_1:msg_f1"
-    thread = await bot.served.store.get_thread(newest.thread_key)
+    thread = await bot.served.store.threads.get_thread(newest.thread_key)
     assert thread is not None
-    variables = await bot.served.store.load_variables(thread.id)
+    variables = await bot.served.store.threads.load_variables(thread.id)
     assert variables is not None and len(variables["topics"]) == 2
     # `/research <topic>` is always new, even within the window...
     await bot.send(bot.message("/research tidal power depth=1", msg_id="msg_f5"))
@@ -533,7 +533,7 @@ async def test_a_digest_posts_through_the_openapi_with_its_heading(
     assert "Scheduled **heat pumps**" in answer[0].text
     digests = DigestService(
         DigestStore(bot.served.database),
-        bot.served.store,
+        bot.served.store.runs,
         min_interval=3600,
         grace=3600,
         max_per_channel=10,
@@ -632,7 +632,7 @@ async def test_card_buttons_over_the_stream_stop_the_run_and_rate_the_report(
         "Thanks: your 👎 is recorded.",
         "Changed your rating to 👍.",
     ]
-    [vote] = await bot.served.store.feedback_since()
+    [vote] = await bot.served.store.feedback.feedback_since()
     assert (vote.run_id, vote.voter, vote.value) == (run.id, USER, "up")
 
 
@@ -654,7 +654,7 @@ async def test_a_card_callback_of_no_run_or_another_organisation_changes_nothing
     assert {a.text for a in answers} == {
         "This button does not belong to a research here; nothing changed."
     }
-    still = await bot.served.store.get_run(run.id)
+    still = await bot.served.store.runs.get_run(run.id)
     assert still is not None and not still.cancel_requested
     search_server.fake.release_pages()
     (done,) = await bot.delivered()

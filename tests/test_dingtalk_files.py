@@ -219,7 +219,7 @@ async def test_a_redelivered_file_message_is_kept_once(
     await asyncio.to_thread(bot.served.server.stop)
     assert len(answers(bot)) == 1
     scope = f"dingtalk:{CORP}:cid_single_1:staff_1"
-    rows = await bot.served.store.take_files(scope, datetime(2000, 1, 1, tzinfo=UTC))
+    rows = await bot.served.store.files.take_files(scope, datetime(2000, 1, 1, tzinfo=UTC))
     assert [r["id"] for r in rows] == [code]
 
 

@@ -217,9 +217,9 @@ async def test_variables_usage_and_sources_are_persisted(harness: Harness) -> No
 
     database, store = await fresh_store(harness.url)
     try:
-        thread = await store.get_thread(outcome.thread)
+        thread = await store.threads.get_thread(outcome.thread)
         assert thread is not None
-        variables = await store.load_variables(thread.id)
+        variables = await store.threads.load_variables(thread.id)
         assert variables is not None
         assert variables["topics"] == outcome.topics
         assert variables["nextSearchTopic"] == outcome.topics[-1]
@@ -232,7 +232,7 @@ async def test_variables_usage_and_sources_are_persisted(harness: Harness) -> No
             pages = f"{harness.search.url}/pages/"
             assert all(r["url"].startswith(pages) for r in finding["results"])
 
-        run = await store.get_run(outcome.run_id)
+        run = await store.runs.get_run(outcome.run_id)
         assert run is not None
         assert run.status == "succeeded"
         assert run.rounds_done == 3
@@ -241,7 +241,7 @@ async def test_variables_usage_and_sources_are_persisted(harness: Harness) -> No
         assert run.prompt_tokens > 0 and run.completion_tokens > 0
         assert run.report_markdown == outcome.report_markdown
         assert run.finished_at is not None and run.error is None
-        stored = [(s.n, s.title, s.url) for s in await store.run_sources(outcome.run_id)]
+        stored = [(s.n, s.title, s.url) for s in await store.runs.run_sources(outcome.run_id)]
         assert stored == [(s.n, s.title, s.url) for s in outcome.sources]
         assert stored and [n for n, _, _ in stored] == list(range(1, len(stored) + 1))
     finally:
@@ -306,7 +306,7 @@ async def test_planner_stopping_ends_the_run_early(harness: Harness) -> None:
     assert len(harness.search.fake.queries) == 1 and outcome.usage.searches == 1
     assert len(harness.planner_requests()) == 2
     assert "stopped early" in progress.final and "1 of 3" in progress.final
-    run = await harness.store.get_run(outcome.run_id)
+    run = await harness.store.runs.get_run(outcome.run_id)
     assert run is not None and run.status == "succeeded" and run.rounds_done == 1
 
 
@@ -345,7 +345,7 @@ async def test_planner_server_errors_degrade_but_the_run_ends(harness: Harness) 
     assert outcome.report_markdown is not None and "## Sources" in outcome.report_markdown
     assert any("HTTP 500" in note for note in outcome.notes)
     assert "stopped early" in progress.final
-    run = await harness.store.get_run(outcome.run_id)
+    run = await harness.store.runs.get_run(outcome.run_id)
     assert run is not None and run.status == "succeeded"
 
 
@@ -399,7 +399,7 @@ async def test_all_searches_failing_fails_the_run_clearly(harness: Harness) -> N
     assert outcome.error is not None and "no search returned any results" in outcome.error
     assert outcome.report_markdown is None
     assert progress.final.startswith("Research failed")
-    run = await harness.store.get_run(outcome.run_id)
+    run = await harness.store.runs.get_run(outcome.run_id)
     assert run is not None and run.status == "failed" and run.finished_at is not None
     assert run.error == outcome.error
     assert harness.writer_requests() == []
@@ -502,11 +502,11 @@ async def test_follow_up_sees_and_skips_earlier_topics(harness: Harness) -> None
     assert not set(second.topics) & set(first.topics)
     queries = harness.search.fake.queries
     assert len(queries) == 4 and len(set(queries)) == 4
-    thread = await harness.store.get_thread(second.thread)
+    thread = await harness.store.threads.get_thread(second.thread)
     assert thread is not None
-    variables = await harness.store.load_variables(thread.id)
+    variables = await harness.store.threads.load_variables(thread.id)
     assert variables is not None and variables["topics"] == first.topics + second.topics
-    runs = await harness.store.thread_runs(thread.id)
+    runs = await harness.store.runs.thread_runs(thread.id)
     assert [r.status for r in runs] == ["succeeded", "succeeded"]
 
 
@@ -521,7 +521,7 @@ async def test_cancel_request_stops_the_run(harness: Harness) -> None:
     assert len(harness.planner_requests()) == 1
     assert outcome.report_markdown is None
     assert progress.final.splitlines()[0] == "Research cancelled after 1 of 3 searches."
-    run = await harness.store.get_run(run_id)
+    run = await harness.store.runs.get_run(run_id)
     assert run is not None and run.status == "cancelled" and run.rounds_done == 1
     assert harness.writer_requests() == []
     # A run cancelled on request stays cancelled.
@@ -542,7 +542,7 @@ async def test_cancel_from_another_process_is_seen_at_the_next_checkpoint(
     run_id = await harness.submit()
     database, other = await fresh_store(harness.url)  # e.g. a Slack replica
     try:
-        progress = after_search(1, lambda: other.request_cancel(run_id))
+        progress = after_search(1, lambda: other.runs.request_cancel(run_id))
         outcome = await harness.service.executor.execute(run_id, progress)
     finally:
         await database.dispose()
@@ -552,7 +552,7 @@ async def test_cancel_from_another_process_is_seen_at_the_next_checkpoint(
     assert len(harness.search.fake.queries) == 1
     assert len(harness.planner_requests()) == 2
     assert harness.writer_requests() == []
-    run = await harness.store.get_run(run_id)
+    run = await harness.store.runs.get_run(run_id)
     assert run is not None and (run.status, run.rounds_done) == ("cancelled", 1)
 
 
@@ -567,7 +567,7 @@ async def test_cancel_from_another_process_while_the_report_is_written_keeps_no_
 
     async def on_event(event: ProgressEvent) -> None:
         if event.kind is ProgressKind.WRITING:
-            assert await other.request_cancel(run_id) is CancelRequest.CANCELLING
+            assert await other.runs.request_cancel(run_id) is CancelRequest.CANCELLING
 
     try:
         progress = Collect(on_event)
@@ -577,9 +577,9 @@ async def test_cancel_from_another_process_while_the_report_is_written_keeps_no_
     assert len(harness.writer_requests()) == 1  # it was writing
     assert outcome.status is RunStatus.CANCELLED and outcome.report_markdown is None
     assert progress.final.startswith("Research cancelled")
-    run = await harness.store.get_run(run_id)
+    run = await harness.store.runs.get_run(run_id)
     assert run is not None and (run.status, run.report_markdown) == ("cancelled", None)
-    assert await harness.store.run_sources(run_id) == []
+    assert await harness.store.runs.run_sources(run_id) == []
 
 
 async def test_a_cancel_from_another_replica_stops_the_writer_at_the_next_heartbeat(
@@ -595,7 +595,7 @@ async def test_a_cancel_from_another_replica_stops_the_writer_at_the_next_heartb
 
     async def on_event(event: ProgressEvent) -> None:
         if event.kind is ProgressKind.WRITING:  # the writer call is about to go out
-            assert await other.request_cancel(run_id) is CancelRequest.CANCELLING
+            assert await other.runs.request_cancel(run_id) is CancelRequest.CANCELLING
 
     try:
         progress = Collect(on_event)
@@ -631,7 +631,7 @@ async def test_interrupted_task_resumes_without_repeating_searches(harness: Harn
 
     database, store = await fresh_store(harness.url)
     try:
-        run = await store.get_run(run_id)
+        run = await store.runs.get_run(run_id)
         assert run is not None
         assert (run.status, run.error, run.rounds_done) == ("cancelled", "interrupted", 1)
     finally:
@@ -641,7 +641,7 @@ async def test_interrupted_task_resumes_without_repeating_searches(harness: Harn
     statuses: list[str] = []
 
     async def record_status(event: ProgressEvent) -> None:
-        run = await harness.store.get_run(run_id)
+        run = await harness.store.runs.get_run(run_id)
         assert run is not None
         statuses.append(run.status)
 
@@ -652,7 +652,7 @@ async def test_interrupted_task_resumes_without_repeating_searches(harness: Harn
     assert set(statuses[:-1]) == {"running"}  # the resumed run is running again
     assert harness.search.fake.queries.count(first_query) == 1
     assert len(outcome.topics) == 3 and outcome.topics[0] == first_query
-    run = await harness.store.get_run(run_id)
+    run = await harness.store.runs.get_run(run_id)
     assert run is not None and run.status == "succeeded" and run.rounds_done == 3
     assert run.error is None and run.report_markdown == outcome.report_markdown
 
@@ -692,8 +692,8 @@ async def test_resume_after_a_crash(
 
     database, store = await fresh_store(harness.url)
     try:
-        [thread] = await store.list_threads()
-        run = await store.latest_run_in_thread(thread.key)
+        [thread] = await store.threads.list_threads()
+        run = await store.runs.latest_run_in_thread(thread.key)
         assert run is not None
         assert (run.status, run.rounds_done, run.searches) == ("running", 1, 1)
     finally:
@@ -708,11 +708,11 @@ async def test_resume_after_a_crash(
     assert harness.search.fake.queries.count(first_query) == 1
     assert data["topics"][0] == first_query and len(data["topics"]) == 3
     assert data["usage"]["searches"] == 3
-    final = await harness.store.get_run(run.id)
+    final = await harness.store.runs.get_run(run.id)
     assert final is not None and final.status == "succeeded" and final.rounds_done == 3
     assert final.searches == 3
     assert final.report_markdown is not None and final.report_markdown.count("## Sources") == 1
-    assert len(await harness.store.thread_runs(final.thread_id)) == 1
+    assert len(await harness.store.runs.thread_runs(final.thread_id)) == 1
 
 
 # --- the runtime's shared TLS context ------------------------------------------------------

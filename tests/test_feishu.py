@@ -406,9 +406,9 @@ async def test_a_mention_in_the_research_thread_follows_up_on_its_variables(
     await bot.send(follow_up)
     newest, oldest = await bot.delivered(2)
     assert newest.thread_key == oldest.thread_key == f"feishu:{TENANT}:oc_chat_1:{root}"
-    thread = await bot.served.store.get_thread(newest.thread_key)
+    thread = await bot.served.store.threads.get_thread(newest.thread_key)
     assert thread is not None
-    variables = await bot.served.store.load_variables(thread.id)
+    variables = await bot.served.store.threads.load_variables(thread.id)
     assert variables is not None and len(variables["topics"]) == 2
     progress = [m for m in bot.thread(root) if m.uuid.endswith(":progress")]
     assert len(progress) == 2  # one card per run, both in the thread
@@ -556,7 +556,11 @@ async def test_a_digest_opens_a_new_thread_in_the_chat_with_its_card(
     assert "Scheduled **heat pumps**" in answer.markdown
     database = bot.served.database
     digests = DigestService(
-        DigestStore(database), bot.served.store, min_interval=3600, grace=3600, max_per_channel=10
+        DigestStore(database),
+        bot.served.store.runs,
+        min_interval=3600,
+        grace=3600,
+        max_per_channel=10,
     )
     (digest,) = await digests.digests.all()
     run, created = await digests.fire(digest, datetime(2026, 12, 7, 1, 0, tzinfo=UTC))
@@ -832,7 +836,7 @@ async def test_card_buttons_over_the_webhook_stop_the_run_and_rate_the_report(
     assert toast(up.json()) == "Thanks: your 👍 is recorded."
     late = await bot.send(card_action_event(progress, "fathom_cancel", token=TOKEN))
     assert toast(late.json()) == "That research has already finished."
-    [vote] = await bot.served.store.feedback_since()
+    [vote] = await bot.served.store.feedback.feedback_since()
     assert (vote.run_id, vote.voter, vote.value) == (run.id, USER, "up")
 
 

@@ -17,7 +17,7 @@ from bots.feishu.api import FeishuApi, FeishuError
 from bots.feishu.delivery import FeishuThread, classify_error
 from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
-from core.runs import ChatRuns, RunRecord
+from core.runs import ChatStores, RunRecord
 from tests.fakes.feishu import APP_ID, APP_SECRET, TENANT, FakeFeishu, FakeFeishuServer
 from tests.fakes.server import BROKEN_BODIES
 
@@ -64,7 +64,7 @@ def thread(api: FeishuApi) -> FeishuThread:
         finished_at=None,
         heartbeat_at=None,
     )
-    return FeishuThread(run, api, cast(ChatRuns, None))
+    return FeishuThread(run, api, cast(ChatStores, None))
 
 
 def the_file(key: str = "file_v3_00ab_pdf", message_id: str | None = "om_file") -> Attachment:

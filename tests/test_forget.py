@@ -38,7 +38,7 @@ async def research(
     held = await claim(store, run.id)
     if not end:
         return run.id
-    await store.finish_run(
+    await store.claims.finish_run(
         held,
         status="succeeded",
         report_markdown=report,
@@ -96,7 +96,7 @@ async def world(store: Store, database: Database) -> dict[str, str]:
             "text": text,
             "key": f"slack:event:{minute}",
         }
-        assert await store.add_guidance("slack:T0001:C1:1.3", entry)
+        assert await store.threads.add_guidance("slack:T0001:C1:1.3", entry)
     async with database.sessionmaker.begin() as session:
         await session.execute(
             update(ThreadVariables).values(
@@ -117,7 +117,7 @@ async def world(store: Store, database: Database) -> dict[str, str]:
     report = f"# r [1][2]\n\n## Sources\n\n1. {cited}\n\n## Notes\n\n" + "\n".join(
         f"- {n}" for n in notes
     )
-    await store.finish_run(
+    await store.claims.finish_run(
         held,
         status="succeeded",
         report_markdown=report,
@@ -165,22 +165,22 @@ async def test_forget_leaves_no_row_naming_the_person_and_keeps_everyone_elses(
     assert (done.runs, done.threads, done.votes, done.guidance, done.digests) == (3, 2, 1, 1, 1)
     assert done.files == 2 and done.busy == () and done.installations == 0
     for gone in ("own", "followup", "firing"):
-        assert await store.get_run(ids[gone]) is None
+        assert await store.runs.get_run(ids[gone]) is None
     # Someone else's research stays, without the person: their run, their vote, their
     # guidance and its note, the file's text gone but the citation kept.
-    steered = await store.get_run(ids["steered"])
+    steered = await store.runs.get_run(ids["steered"])
     assert steered is not None
     assert steered.notes == ["Guidance followed: and on costs (UKEEP8, 14:05 UTC)"]
     assert steered.report_markdown is not None
     assert "paper.pdf (attached by (forgotten))" in steered.report_markdown
     assert "and on costs (UKEEP8" in steered.report_markdown
-    assert [s.title for s in await store.run_sources(steered.id)] == [
+    assert [s.title for s in await store.runs.run_sources(steered.id)] == [
         "paper.pdf (attached by (forgotten))",
         "b",
     ]
-    assert await store.get_run(ids["started_by_other"]) is not None
-    assert await store.get_thread("slack:T0001:C1:1.2") is not None  # its other run's
-    assert await store.get_thread("slack:T0001:C1:1.1") is None
+    assert await store.runs.get_run(ids["started_by_other"]) is not None
+    assert await store.threads.get_thread("slack:T0001:C1:1.2") is not None  # its other run's
+    assert await store.threads.get_thread("slack:T0001:C1:1.1") is None
     votes = await store.feedback.feedback_since()
     assert [(v.voter, v.run_id) for v in votes] == [(KEPT, ids["steered"])]
     assert len(await rows_naming(database, "UKEEP8")) >= 4
@@ -205,7 +205,7 @@ async def test_a_run_still_going_on_is_left_and_reported_until_it_has_ended(
     assert await store.forgetting.unfinished_runs(person) == [running]
     first = await store.forgetting.forget(person)
     assert first.busy == (running,) and first.runs == 0 and first.installations == 1
-    assert await store.get_run(running) is not None
+    assert await store.runs.get_run(running) is not None
     async with database.sessionmaker.begin() as session:  # it ended and was posted
         await session.execute(
             update(ResearchRun)
@@ -246,7 +246,7 @@ async def test_fathom_forget_and_prune_on_the_command_line(
         assert first.returncode == 1
         assert f"1 runs are still going on or posting ({running})" in first.stderr
         assert first.stdout.startswith(f"forgot {GONE}: 3 runs, 2 threads, 1 votes")
-        flagged = await store.get_run(running)
+        flagged = await store.runs.get_run(running)
         assert flagged is not None and flagged.cancel_requested
         async with database.sessionmaker.begin() as session:  # its runner ended it
             await session.execute(
@@ -270,10 +270,10 @@ async def test_fathom_forget_and_prune_on_the_command_line(
         dry = cli("prune", "--older-than", "90d", "--dry-run")
         assert dry.returncode == 0
         assert dry.stdout.startswith("would prune 1 runs (2 sources, 1 votes) and 0 threads")
-        assert await store.get_run(ids["steered"]) is not None
+        assert await store.runs.get_run(ids["steered"]) is not None
         pruned = cli("prune", "--older-than", "90d")
         assert pruned.stdout.startswith("pruned 1 runs (2 sources, 1 votes)")
-        assert await store.get_run(ids["steered"]) is None
+        assert await store.runs.get_run(ids["steered"]) is None
     finally:
         await database.dispose()
     wrong = cli("prune", "--older-than", "soon")

@@ -267,7 +267,7 @@ async def test_a_resumed_graph_run_searches_no_answered_node_again(graph: MakeGr
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    stored = await harness.store.load_variables(run.thread_id)
+    stored = await harness.store.threads.load_variables(run.thread_id)
     assert stored is not None
     statuses = {n["name"]: n["status"] for n in stored["graph"]}
     assert statuses == {"background": "answered", "state": "answered", "compare": "pending"}
@@ -348,8 +348,14 @@ async def test_a_graph_request_from_a_chat_platform(
         )
         chat = MemoryChat()
         policy = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
-        job = ResearchJob(service.executor, store, {PLATFORM: chat.factory(store)}, policy=policy)
-        runner = InProcessJobRunner(job, store=store, timing=service.executor.timing)
+        job = ResearchJob(
+            service.executor,
+            store.runs,
+            store.claims,
+            {PLATFORM: chat.factory(store)},
+            policy=policy,
+        )
+        runner = InProcessJobRunner(job, claims=store.claims, timing=service.executor.timing)
         policy = ChatPolicy.load(_env_file=None, FATHOM_STRATEGY="graph")
         commands = ChatCommands(policy, service.requests, store, runner, MemoryMarkup())
         await runner.start()
@@ -358,8 +364,8 @@ async def test_a_graph_request_from_a_chat_platform(
             thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="t1")
 
             async def delivered() -> object:
-                record = await store.get_thread(str(thread))
-                runs = [] if record is None else await store.thread_runs(record.id)
+                record = await store.threads.get_thread(str(thread))
+                runs = [] if record is None else await store.runs.thread_runs(record.id)
                 return runs if runs and runs[0].delivery == "posted" else None
 
             (run,) = await wait_for(delivered, within=30)

@@ -288,7 +288,7 @@ async def test_expired_oauth_states_are_pruned(
                     "VALUES ('live', '2999-01-01 00:00:00')"
                 )
             )
-        assert await bot.store.prune_oauth_states() == 5
+        assert await bot.store.slack_oauth_states.prune_expired() == 5
         async with bot.database.engine.connect() as conn:
             left = (await conn.execute(text("SELECT state FROM slack_oauth_states"))).all()
         assert [r[0] for r in left] == ["live"]
@@ -313,7 +313,7 @@ async def test_a_command_without_an_identifier_is_refused_and_stores_nothing(
     response = await bot.command("heat pumps", **{field: ""})
     assert response.status_code == 200
     assert message in response.json()["text"]
-    assert await bot.store.list_threads() == []
+    assert await bot.store.threads.list_threads() == []
 
 
 async def test_a_mention_without_a_channel_stores_nothing_and_posts_nothing(
@@ -326,7 +326,7 @@ async def test_a_mention_without_a_channel_stores_nothing_and_posts_nothing(
     await bot.event(app_mention_event("a proper one", ts="1700000201.000100"), "Ev-proper")
     [run] = await bot.finished(count=1)  # the proper one: the first never became a run
     assert run.topic == "a proper one"
-    assert [t.key for t in await bot.store.list_threads()] == [run.thread_key]
+    assert [t.key for t in await bot.store.threads.list_threads()] == [run.thread_key]
     assert bot.slack.calls_to("chat.postEphemeral") == []
 
 
@@ -339,7 +339,7 @@ async def test_a_topic_with_nothing_visible_is_refused_like_an_empty_one(
     bot = await start_bot()
     response = await bot.command(f"{topic} depth=2", trigger_id=f"t-{ord(topic[0])}")
     assert "The topic is empty" in response.json()["text"]
-    assert await bot.store.list_threads() == []
+    assert await bot.store.threads.list_threads() == []
 
 
 async def test_control_characters_never_reach_storage(
@@ -379,7 +379,7 @@ async def test_cancel_ends_a_queued_run_at_once(start_bot: BotFactory, database_
     assert queued.status == "queued"
     reply = await bot.command(f"cancel {queued.id[:8]}", trigger_id="t-cancel")
     assert "cancel" in reply.json()["text"].lower()
-    cancelled = await bot.store.get_run(queued.id)
+    cancelled = await bot.store.runs.get_run(queued.id)
     assert cancelled is not None and cancelled.status == "cancelled"
     assert (cancelled.llm_calls, cancelled.searches) == (0, 0)
     bot.llm.fake.reset()

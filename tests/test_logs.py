@@ -64,7 +64,7 @@ async def test_a_research_job_logs_with_its_run_and_thread(
     service = Research(store=store, planner=None, writer=None, search=None)  # type: ignore[arg-type]
     thread = ThreadKey(platform="nowhere", workspace="W", channel="C", thread="t")
     run, _ = await service.requests.submit(ResearchRequest(topic="tides", depth=1, thread=thread))
-    await ResearchJob(service.executor, store)(run.id)
+    await ResearchJob(service.executor, store.runs, store.claims)(run.id)
     (line,) = [e for e in parsed(lines) if "no nowhere delivery" in str(e["message"])]
     assert line["run_id"] == run.id and line["thread"] == str(thread)
 

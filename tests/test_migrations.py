@@ -191,7 +191,7 @@ async def test_migration_0004_keeps_one_active_run_per_thread_and_old_reports_po
                 )
         await db.upgrade()
         store = Store(db)
-        after = {r.id: r for r in await store.thread_runs(1)}
+        after = {r.id: r for r in await store.runs.thread_runs(1)}
         assert {i: (r.status, r.delivery) for i, r in after.items()} == {
             "a" * 32: ("failed", None),
             "b" * 32: ("failed", None),
@@ -204,7 +204,7 @@ async def test_migration_0004_keeps_one_active_run_per_thread_and_old_reports_po
         assert all(r.attempt == 0 and r.owner is None for r in after.values())
         with pytest.raises(ThreadBusy):  # and the index holds from now on
             await new_run(store, thread_key="slack:T:C:1")
-        assert await store.runs_to_sweep(["slack"], stale_after=0) == ["c" * 32]
+        assert await store.claims.runs_to_sweep(["slack"], stale_after=0) == ["c" * 32]
     finally:
         await db.dispose()
 

@@ -86,7 +86,7 @@ async def assert_failed_without_report(service: Research, outcome: RunOutcome, e
     assert outcome.status is RunStatus.FAILED
     assert outcome.error == error
     assert outcome.report_markdown is None and outcome.sources == []
-    run = await service.store.get_run(outcome.run_id)
+    run = await service.store.runs.get_run(outcome.run_id)
     assert run is not None
     assert run.status == "failed" and run.error == error and run.report_markdown is None
 
@@ -260,8 +260,14 @@ async def test_the_thread_says_why_the_run_failed(
         )
         chat = MemoryChat()
         policy = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
-        job = ResearchJob(service.executor, store, {PLATFORM: chat.factory(store)}, policy=policy)
-        runner = InProcessJobRunner(job, store=store, timing=service.executor.timing)
+        job = ResearchJob(
+            service.executor,
+            store.runs,
+            store.claims,
+            {PLATFORM: chat.factory(store)},
+            policy=policy,
+        )
+        runner = InProcessJobRunner(job, claims=store.claims, timing=service.executor.timing)
         commands = ChatCommands(
             ChatPolicy.load(_env_file=None),
             service.requests,
@@ -275,8 +281,8 @@ async def test_the_thread_says_why_the_run_failed(
             thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread="t1")
 
             async def delivered() -> object:
-                record = await store.get_thread(str(thread))
-                runs = [] if record is None else await store.thread_runs(record.id)
+                record = await store.threads.get_thread(str(thread))
+                runs = [] if record is None else await store.runs.thread_runs(record.id)
                 return runs if runs and runs[0].delivery == "posted" else None
 
             (run,) = await wait_for(delivered, within=30)

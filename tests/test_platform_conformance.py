@@ -123,7 +123,7 @@ async def _create(
     store: Store, key: str, context: dict[str, str] | None = None, topic: str = TOPIC
 ) -> RunRecord:
     thread = ThreadKey.parse(key)
-    run, _ = await store.create_run(
+    run, _ = await store.runs.create_run(
         thread_key=key,
         platform=thread.platform,
         workspace=thread.workspace,

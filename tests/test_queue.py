@@ -67,7 +67,11 @@ async def research_job(
             yield (
                 service,
                 ResearchJob(
-                    service.executor, store, {PLATFORM: chat.factory(store)}, policy=policy
+                    service.executor,
+                    store.runs,
+                    store.claims,
+                    {PLATFORM: chat.factory(store)},
+                    policy=policy,
                 ),
             )
         finally:
@@ -90,7 +94,7 @@ async def test_a_queued_run_is_executed_by_a_worker_and_queued_once(
         )
         async with RecordingQueue(database_url, job) as queue:
             runner = ProcrastinateJobRunner(
-                queue, job=job, store=store, timing=service.executor.timing
+                queue, job=job, runs=store.runs, claims=store.claims, timing=service.executor.timing
             )
             # Queued by the transaction that created the run; queueing again adds nothing.
             assert await queue.defer(run.id) is False
@@ -98,7 +102,7 @@ async def test_a_queued_run_is_executed_by_a_worker_and_queued_once(
             assert queue.deferred == [run.id]  # (the call just above)
             assert await runner.sweep() == []  # nor does a sweep: it is queued already
             await queue.work(concurrency=2, wait=False)  # until the queue is empty
-    done = await store.get_run(run.id)
+    done = await store.runs.get_run(run.id)
     assert done is not None and (done.status, done.delivery) == ("succeeded", "posted")
     assert chat.messages(thread, "report")
     (progress,) = chat.messages(thread, "progress")
@@ -145,7 +149,8 @@ async def test_a_runner_queues_a_new_run_only_when_its_store_did_not(
     enqueueing it costs nothing more; a run created otherwise is deferred by the runner."""
     job = ResearchJob(
         Research(store=Store(database), planner=None, writer=None, search=None).executor,  # type: ignore[arg-type]
-        Store(database),
+        Store(database).runs,
+        Store(database).claims,
     )
     for n, store in enumerate((Store(database, on_new_run=queue_in_transaction), Store(database))):
         thread = ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread=f"new{n}")
@@ -154,8 +159,10 @@ async def test_a_runner_queues_a_new_run_only_when_its_store_did_not(
             ResearchRequest(topic="geothermal", depth=1, thread=thread)
         )
         async with RecordingQueue(database_url) as queue:
-            await ProcrastinateJobRunner(queue, job=job, store=store).enqueue(run.id)
-        assert queue.deferred == ([] if store.queues_new_runs else [run.id])
+            await ProcrastinateJobRunner(
+                queue, job=job, runs=store.runs, claims=store.claims
+            ).enqueue(run.id)
+        assert queue.deferred == ([] if store.runs.queues_new_runs else [run.id])
         assert (run.id, "todo") in await database.run(job_rows)  # queued either way
 
 
@@ -178,9 +185,13 @@ async def test_a_sweep_queues_runs_again_even_when_tidying_fails(
     )
     await claim(store, run.id, owner="dead-worker")
     await age_heartbeat(database, run.id)
-    job = ResearchJob(service.executor, store, {PLATFORM: MemoryChat().factory(store)})
+    job = ResearchJob(
+        service.executor, store.runs, store.claims, {PLATFORM: MemoryChat().factory(store)}
+    )
     async with UntidyQueue(database_url) as queue:
-        runner = ProcrastinateJobRunner(queue, job=job, store=store, timing=service.executor.timing)
+        runner = ProcrastinateJobRunner(
+            queue, job=job, runs=store.runs, claims=store.claims, timing=service.executor.timing
+        )
         assert await runner.sweep() == [run.id]
     assert await database.run(job_rows) == [(run.id, "todo")]
 
@@ -207,7 +218,7 @@ async def test_a_run_whose_workers_keep_dying_fails_and_tells_its_thread(
         )
         async with ProcrastinateQueue(database_url, job) as queue:
             runner = ProcrastinateJobRunner(
-                queue, job=job, store=store, timing=service.executor.timing
+                queue, job=job, runs=store.runs, claims=store.claims, timing=service.executor.timing
             )
             jobs = queue.app.job_manager
             for dead in ("worker-a", "worker-b"):
@@ -222,7 +233,7 @@ async def test_a_run_whose_workers_keep_dying_fails_and_tells_its_thread(
                 assert await runner.sweep() == [run.id]  # queued again, for the next worker
                 assert await database.run(job_rows) == [(run.id, "todo")]  # the dead one: gone
             await queue.work(concurrency=1, wait=False)
-    final = await store.get_run(run.id)
+    final = await store.runs.get_run(run.id)
     assert final is not None and (final.status, final.delivery) == ("failed", "posted")
     assert final.attempt == 2 and "gave up after 2 attempts" in (final.error or "")
     assert llm_server.fake.requests == [] and search_server.fake.queries == []
@@ -273,7 +284,7 @@ async def test_a_run_is_committed_queued_or_not_at_all(database: Database) -> No
     with pytest.raises(RuntimeError):
         await broken.requests.submit(request)
     store = Store(database, on_new_run=queue_in_transaction)
-    assert await store.get_thread(str(thread)) is None  # not even the thread
+    assert await store.threads.get_thread(str(thread)) is None  # not even the thread
 
     def jobs(conn: object) -> list[tuple[str, str]]:
         rows = conn.execute(  # type: ignore[attr-defined]

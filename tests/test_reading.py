@@ -78,7 +78,7 @@ async def reading(
             fetcher,
             pages=pages,
             budget_tokens=budget,
-            cache=store,
+            cache=store.caches,
             cache_ttl=cache_ttl,
             documents=documents or DocumentExtractor(timeout=30.0),
         )
@@ -136,15 +136,15 @@ async def test_reports_are_written_from_the_pages_passages(reading: MakeHarness)
     # The planner keeps working from snippets: no page text in its prompts.
     assert not any(PAGE_FACT in user_prompt(b) for b in harness.planner_requests())
 
-    thread = await harness.store.get_thread(outcome.thread)
+    thread = await harness.store.threads.get_thread(outcome.thread)
     assert thread is not None
-    variables = await harness.store.load_variables(thread.id)
+    variables = await harness.store.threads.load_variables(thread.id)
     assert variables is not None
     for finding in variables["findings"]:
         read = {page["url"].removeprefix(harness.search.url) for page in finding["pages"]}
         assert read == {page_path(finding["topic"], n) for n in (1, 2, 3)}
         assert all(PAGE_FACT in page["passages"][0] for page in finding["pages"])
-    run = await harness.store.get_run(outcome.run_id)
+    run = await harness.store.runs.get_run(outcome.run_id)
     assert run is not None and (run.pages_read, run.pages_skipped) == (6, 0)
 
 
@@ -161,7 +161,9 @@ async def test_reading_switched_off_behaves_as_before(
     )
     harness = await reading(pages=0)
     async with page_client(settings, ssl.create_default_context()) as http:
-        assert page_reader(settings, http, harness.store) is None  # what serve and the CLI use
+        assert (
+            page_reader(settings, http, harness.store.caches) is None
+        )  # what serve and the CLI use
     progress = Collect()
     outcome = await harness.research(depth=2, progress=progress)
     assert outcome.status is RunStatus.SUCCEEDED
@@ -171,9 +173,9 @@ async def test_reading_switched_off_behaves_as_before(
     ended, spent = progress.final.split("\n")
     assert ended == f"Research done: 2/2 searches, {len(outcome.sources)} sources."
     assert spent.startswith("2 searches · ") and "page" not in spent  # none read
-    thread = await harness.store.get_thread(outcome.thread)
+    thread = await harness.store.threads.get_thread(outcome.thread)
     assert thread is not None
-    variables = await harness.store.load_variables(thread.id)
+    variables = await harness.store.threads.load_variables(thread.id)
     assert variables is not None and all(f["pages"] is None for f in variables["findings"])
 
 
@@ -316,9 +318,9 @@ async def test_pages_not_yet_read_when_a_run_stopped_are_read_when_it_resumes(
     with pytest.raises(asyncio.CancelledError):
         await task
     harness.search.fake.release_pages()
-    run = await harness.store.get_run(run_id)
+    run = await harness.store.runs.get_run(run_id)
     assert run is not None
-    stored = await harness.store.load_variables(run.thread_id)
+    stored = await harness.store.threads.load_variables(run.thread_id)
     assert stored is not None and stored["findings"][0]["pages"] is None
 
     outcome = await harness.service.executor.resume(run_id)
@@ -490,9 +492,9 @@ async def test_control_characters_on_a_page_never_reach_the_stored_findings(
     )
     outcome = await harness.research(depth=1)
     assert outcome.status is RunStatus.SUCCEEDED, outcome.error
-    thread = await harness.store.get_thread(outcome.thread)
+    thread = await harness.store.threads.get_thread(outcome.thread)
     assert thread is not None
-    variables = await harness.store.load_variables(thread.id)
+    variables = await harness.store.threads.load_variables(thread.id)
     assert variables is not None
     (page,) = [p for p in variables["findings"][0]["pages"] if p["url"].endswith("/1")]
     assert page["passages"] == ["Heat pumps save energy. Heat pumps[31m last long."]

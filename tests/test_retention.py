@@ -41,7 +41,7 @@ async def finished(
         notes=[],
     )
     sources = [SourceRecord(1, "a", "https://a.example/"), SourceRecord(2, "b", "https://b/")]
-    await store.finish_run(
+    await store.claims.finish_run(
         held,
         status=status,
         report_markdown="# r [1][2]" if status == "succeeded" else None,
@@ -117,16 +117,16 @@ async def test_prune_deletes_old_finished_research_and_keeps_what_is_going_on_or
     assert await count(database, ThreadVariables) == 6
     assert await retention.prune(before) == dry
     for gone in (old_ok, old_failed, old_console, followed):
-        assert await store.get_run(gone.id) is None
+        assert await store.runs.get_run(gone.id) is None
     for kept in (recent, undelivered, followup, queued, running):
-        assert await store.get_run(kept.id) is not None, kept
+        assert await store.runs.get_run(kept.id) is not None, kept
     assert await count(database, RunSource, run_id=old_ok.id) == 0
     assert await count(database, RunFeedback, run_id=old_ok.id) == 0
     assert await count(database, RunSource, run_id=recent.id) == 2
-    assert await store.get_thread("slack:T0001:C1:1.1") is None
-    assert await store.get_thread("cli:local:local:1") is None
-    assert await store.get_thread("slack:T0001:C1:1.5") is not None
-    assert await store.get_thread("slack:T0001:C1:1.6") is not None
+    assert await store.threads.get_thread("slack:T0001:C1:1.1") is None
+    assert await store.threads.get_thread("cli:local:local:1") is None
+    assert await store.threads.get_thread("slack:T0001:C1:1.5") is not None
+    assert await store.threads.get_thread("slack:T0001:C1:1.6") is not None
     # Variables go with their thread; the threads left keep theirs.
     assert await count(database, Thread) == 5
     assert await count(database, ThreadVariables) == 3
@@ -159,9 +159,9 @@ async def test_prune_keeps_each_digests_newest_firing_for_its_whats_new(
     removed_digest = await finished(store, "slack:T0001:C3:1.0", days_ago=300, digest_id="gone")
     pruned = await RetentionStore(database).prune(utcnow() - 180 * DAY)
     assert pruned.runs == 4
-    assert await store.get_run(firings[2].id) is not None  # the newest successful firing
+    assert await store.runs.get_run(firings[2].id) is not None  # the newest successful firing
     for gone in (*firings[:2], failed_later, removed_digest):
-        assert await store.get_run(gone.id) is None
+        assert await store.runs.get_run(gone.id) is None
     previous, seen = await store.digests.history(digest.id, utcnow())
     assert previous is not None and previous.id == firings[2].id
     assert seen == {"https://a.example/", "https://b/"}
@@ -181,14 +181,14 @@ async def test_a_request_after_a_thread_was_picked_for_pruning_keeps_the_thread_
             update(ResearchRun).where(ResearchRun.id == old.id).values(status="queued")
         )
     assert await database.run(lambda conn: delete_runs(conn, runs, before)) == 0
-    assert await store.get_run(old.id) is not None
+    assert await store.runs.get_run(old.id) is not None
     async with database.sessionmaker.begin() as session:
         await session.execute(text("DELETE FROM research_runs WHERE id = :id"), {"id": old.id})
     threads = await database.run(lambda conn: pick_threads(conn, before, 10))
     assert len(threads) == 1
     followup, _ = await new_run(store, thread_key="slack:T0001:C1:2.1")
     assert await database.run(lambda conn: delete_threads(conn, threads, before)) == 0
-    assert await store.get_run(followup.id) is not None
+    assert await store.runs.get_run(followup.id) is not None
 
 
 async def test_housekeeping_prunes_on_the_one_replica_holding_its_lease(
@@ -200,9 +200,9 @@ async def test_housekeeping_prunes_on_the_one_replica_holding_its_lease(
     kept = await finished(store, "slack:T0001:C4:2.0", days_ago=60)
     assert await housekeep_once(store, settings, owner="replica-a")
     assert not await housekeep_once(store, settings, owner="replica-b")  # a holds the lease
-    assert await store.get_run(old.id) is None
-    assert await store.get_run(kept.id) is not None
+    assert await store.runs.get_run(old.id) is None
+    assert await store.runs.get_run(kept.id) is not None
     monkeypatch.setenv("FATHOM_RUN_RETENTION_DAYS", "0")  # kept for ever
     older = await finished(store, "slack:T0001:C4:3.0", days_ago=5000)
     assert await housekeep_once(store, Settings(), owner="replica-a")
-    assert await store.get_run(older.id) is not None
+    assert await store.runs.get_run(older.id) is not None

@@ -92,8 +92,14 @@ async def replicas(
             timing=timing,
             max_attempts=max_attempts,
         )
-        job = ResearchJob(service.executor, store, {PLATFORM: chat.factory(store)}, policy=policy)
-        runner = InProcessJobRunner(job, store=store, timing=timing)
+        job = ResearchJob(
+            service.executor,
+            store.runs,
+            store.claims,
+            {PLATFORM: chat.factory(store)},
+            policy=policy,
+        )
+        runner = InProcessJobRunner(job, claims=store.claims, timing=timing)
         replica = Replica(db, store, service, job, runner)
         made.append(replica)
         if start:
@@ -127,7 +133,7 @@ async def wait_for(
 ) -> RunRecord:
     async with asyncio.timeout(within):
         while True:
-            run = await store.get_run(run_id)
+            run = await store.runs.get_run(run_id)
             if run is not None and done(run):
                 return run
             await asyncio.sleep(0.05)
@@ -157,14 +163,14 @@ async def test_two_runners_racing_for_a_released_run_execute_it_once(
     b = await replicas(start=False)
     run = await submit(a, depth=2)
     released = await take(a.store, run.id, owner="stopped-replica")
-    assert await a.store.release_run(released)
+    assert await a.store.claims.release_run(released)
 
     # Both replicas start at once: their sweeps, and for a guaranteed race their jobs too.
     swept = await asyncio.gather(a.runner.sweep(), b.runner.sweep(), a.job(run.id), b.job(run.id))
     assert run.id in swept[0] + swept[1]
     await asyncio.gather(a.runner.drain(), b.runner.drain())
 
-    final = await a.store.get_run(run.id)
+    final = await a.store.runs.get_run(run.id)
     assert final is not None and final.status == "succeeded" and delivered(final)
     assert final.attempt == 1  # the handed-back attempt did not count, one claim did
     assert len(search_server.fake.queries) == 2 == len(set(search_server.fake.queries))
@@ -177,14 +183,14 @@ async def test_two_runners_racing_for_a_released_run_execute_it_once(
 async def test_a_held_run_is_not_claimed_again_and_a_finished_one_never(store: Store) -> None:
     run, _ = await new_run(store, thread_key="memory:W:C:x", depth=1)
     held = await take(store, run.id, owner="a")
-    again = await store.claim_run(run.id, "b", stale_after=60, max_attempts=3)
+    again = await store.claims.claim_run(run.id, "b", stale_after=60, max_attempts=3)
     assert again.claim is None and again.run is not None and again.run.owner == "a"
-    await store.finish_run(
+    await store.claims.finish_run(
         held, status="failed", report_markdown=None, sources=[], error="x", usage={}, notes=[]
     )
-    await store.finish_delivery(held, posted=True)
+    await store.claims.finish_delivery(held, posted=True)
     await age_heartbeat(store._db, run.id)
-    late = await store.claim_run(run.id, "b", stale_after=60, max_attempts=3)
+    late = await store.claims.claim_run(run.id, "b", stale_after=60, max_attempts=3)
     assert late.claim is None and late.run is not None and late.run.status == "failed"
 
 
@@ -202,21 +208,23 @@ async def test_a_runner_whose_heartbeat_expired_loses_its_claim(database: Databa
         "files": [],
         "guidance": [],
     }
-    await store.checkpoint(
+    await store.claims.checkpoint(
         old, variables=state, variables_version=0, rounds_done=1, usage={}, notes=[]
     )
-    assert (await store.claim_run(run.id, "new", stale_after=60, max_attempts=3)).claim is None
+    assert (
+        await store.claims.claim_run(run.id, "new", stale_after=60, max_attempts=3)
+    ).claim is None
     await age_heartbeat(database, run.id)
     new = await take(store, run.id, owner="new")
     assert (new.fence, new.run.attempt, new.variables, new.variables_version) == (2, 2, state, 1)
 
-    assert await store.renew_claim(old) is Renewal.LOST
+    assert await store.claims.renew_claim(old) is Renewal.LOST
     with pytest.raises(ClaimLost):
-        await store.checkpoint(
+        await store.claims.checkpoint(
             old, variables=state, variables_version=1, rounds_done=2, usage={}, notes=["old"]
         )
     with pytest.raises(ClaimLost):
-        await store.finish_run(
+        await store.claims.finish_run(
             old,
             status="succeeded",
             report_markdown="# old",
@@ -225,12 +233,12 @@ async def test_a_runner_whose_heartbeat_expired_loses_its_claim(database: Databa
             usage={},
             notes=[],
         )
-    assert await store.release_run(old) is False
+    assert await store.claims.release_run(old) is False
     with pytest.raises(ClaimLost):
-        await store.report_parts_posted(old, 1)
+        await store.claims.report_parts_posted(old, 1)
 
-    assert await store.renew_claim(new) is Renewal.HELD
-    current = await store.get_run(run.id)
+    assert await store.claims.renew_claim(new) is Renewal.HELD
+    current = await store.runs.get_run(run.id)
     assert current is not None
     assert (current.status, current.owner, current.rounds_done, current.notes) == (
         "running",
@@ -249,7 +257,7 @@ async def test_a_run_that_keeps_killing_its_runners_fails_after_max_attempts(
         claim = await take(store, run.id, owner=f"r{attempt}", max_attempts=2)
         assert claim.run.attempt == attempt == claim.fence
         await age_heartbeat(database, run.id)  # ... and that runner died
-    result = await store.claim_run(run.id, "r3", stale_after=60, max_attempts=2)
+    result = await store.claims.claim_run(run.id, "r3", stale_after=60, max_attempts=2)
     assert result.gave_up and result.claim is not None  # held, to tell the thread
     assert result.run is not None and result.run.status == "failed"
     assert "gave up after 2 attempts" in (result.run.error or "")
@@ -266,7 +274,7 @@ async def test_the_sweep_finds_exactly_the_runs_nobody_works_on(database: Databa
 
     fresh_queued = await run_in("fresh-queued")
     released = await run_in("released")
-    assert await store.release_run(await take(store, released.id, owner="dead-replica"))
+    assert await store.claims.release_run(await take(store, released.id, owner="dead-replica"))
     live = await run_in("live")
     await take(store, live.id, owner="dead-replica")
     dead = await run_in("dead")
@@ -284,16 +292,16 @@ async def test_the_sweep_finds_exactly_the_runs_nobody_works_on(database: Databa
     posted = await run_in("posted")
     claim = await take(store, posted.id, owner="dead-replica")
     await finish(store, claim)
-    await store.finish_delivery(claim, posted=True)
+    await store.claims.finish_delivery(claim, posted=True)
     await age_heartbeat(database, posted.id)
     elsewhere = await run_in("elsewhere", platform="slack")
     await age_heartbeat(database, elsewhere.id)
 
-    found = await store.runs_to_sweep(["memory"], stale_after=60)
+    found = await store.claims.runs_to_sweep(["memory"], stale_after=60)
     assert set(found) == {released.id, dead.id, old_queued.id, undelivered.id}
     assert fresh_queued.id not in found and live.id not in found and delivering.id not in found
-    assert await store.runs_to_sweep([], stale_after=60) == []
-    assert elsewhere.id in await store.runs_to_sweep(["slack"], stale_after=60)
+    assert await store.claims.runs_to_sweep([], stale_after=60) == []
+    assert elsewhere.id in await store.claims.runs_to_sweep(["slack"], stale_after=60)
 
 
 # -- the lease ------------------------------------------------------------------------
@@ -316,7 +324,7 @@ async def test_the_lease_renews_the_heartbeat_at_its_interval(store: Store) -> N
     claim = await _claimed_run(store, "beat")
     first = claim.run.heartbeat_at
     assert first is not None
-    async with Lease(store, claim, LeaseTiming(0.3)):  # a renewal every 0.1 s
+    async with Lease(store.claims, claim, LeaseTiming(0.3)):  # a renewal every 0.1 s
         later = await wait_for(
             store,
             claim.run_id,
@@ -332,7 +340,7 @@ async def test_a_lease_taken_over_cancels_its_holder_with_claim_lost(
     claim = await _claimed_run(store, "taken")
     stop = asyncio.Event()
     with pytest.raises(ClaimLost):
-        async with asyncio.timeout(10), Lease(store, claim, LeaseTiming(0.3)):
+        async with asyncio.timeout(10), Lease(store.claims, claim, LeaseTiming(0.3)):
             await age_heartbeat(database, claim.run_id)
             await take(store, claim.run_id, owner="other")  # the takeover
             await stop.wait()  # interrupted by the lease, not by the event
@@ -360,7 +368,7 @@ async def test_a_lease_that_cannot_renew_gives_the_run_up_before_others_may_take
                     {"id": claim.run_id},
                 )
             with pytest.raises(ClaimLost):
-                async with asyncio.timeout(10), Lease(store, claim, timing):
+                async with asyncio.timeout(10), Lease(store.claims, claim, timing):
                     await asyncio.Event().wait()
             gave_up_at, held_for = utcnow(), asyncio.get_running_loop().time() - started
             await conn.rollback()
@@ -380,7 +388,7 @@ async def test_other_cancellations_pass_through_the_lease(store: Store) -> None:
     held = asyncio.Event()
 
     async def hold() -> None:
-        async with Lease(store, claim, LeaseTiming(60)):
+        async with Lease(store.claims, claim, LeaseTiming(60)):
             held.set()
             await asyncio.Event().wait()
 
@@ -428,7 +436,7 @@ async def test_a_dead_replicas_run_is_finished_by_a_survivor_without_a_restart(
         "findings": [finding],
         "shouldContinue": True,
     }
-    await survivor.store.checkpoint(
+    await survivor.store.claims.checkpoint(
         dead, variables=state, variables_version=0, rounds_done=1, usage={"searches": 1}, notes=[]
     )
 
@@ -466,7 +474,7 @@ async def test_a_stalled_runner_that_lost_its_run_stops_and_writes_nothing(
 
     final = await wait_for(survivor.store, run.id, delivered, within=30)
     assert final.status == "succeeded" and final.owner == survivor.service.executor.owner
-    variables = await survivor.store.load_variables(final.thread_id)
+    variables = await survivor.store.threads.load_variables(final.thread_id)
     assert variables is not None
     topics = variables["topics"]
     assert len(topics) == 2 == len(set(topics))  # the stalled runner's search was discarded
@@ -507,7 +515,7 @@ async def test_two_follow_ups_racing_in_one_thread(
     assert refusals[0].startswith("A research is already running in this thread")
     winner = await wait_for(a.store, runs[0].id, delivered)
     assert winner.status == "succeeded"
-    variables = await a.store.load_variables(winner.thread_id)
+    variables = await a.store.threads.load_variables(winner.thread_id)
     assert variables is not None
     # Both runs' topics are kept: the follow-up built on the first run's variables.
     assert len(variables["topics"]) == 2 == len({f["topic"] for f in variables["findings"]})
@@ -530,7 +538,7 @@ async def test_a_checkpoint_that_meets_changed_variables_merges_instead_of_overw
                 text("UPDATE thread_variables SET version = version + 1 WHERE thread_id = :t"),
                 {"t": run.thread_id},
             )
-        current = await a.store.load_variables(run.thread_id) or {}
+        current = await a.store.threads.load_variables(run.thread_id) or {}
         merged = ThreadVariables.model_validate(current)
         merged.topics.append(foreign["topic"])  # type: ignore[arg-type]
         async with a.database.sessionmaker.begin() as session:
@@ -550,9 +558,9 @@ async def test_a_checkpoint_that_meets_changed_variables_merges_instead_of_overw
     writer = asyncio.create_task(write_behind_its_back())
     await a.job(run.id)
     await writer
-    final = await a.store.get_run(run.id)
+    final = await a.store.runs.get_run(run.id)
     assert final is not None and final.status == "succeeded"
-    variables = await a.store.load_variables(final.thread_id)
+    variables = await a.store.threads.load_variables(final.thread_id)
     assert variables is not None
     assert "written elsewhere" in variables["topics"]  # the other writer's update survived
     assert [
@@ -580,7 +588,7 @@ async def test_a_report_post_failing_then_succeeding_posts_each_part_once(
     run = await submit(a, depth=2, name="flaky")
     chat.fail("report", Outage("HTTP 503"), Outage("HTTP 500"))
     await a.job(run.id)
-    final = await a.store.get_run(run.id)
+    final = await a.store.runs.get_run(run.id)
     assert final is not None and final.status == "succeeded"
     assert (final.delivery, final.delivery_attempts) == ("posted", 2)
     assert final.delivery_error == "Outage: HTTP 500"  # the last failure, kept
@@ -599,7 +607,7 @@ async def test_a_takeover_during_delivery_posts_only_the_missing_parts(
     run = await submit(a, depth=2, name="half-posted")
     chat.fail("report", Refusal("gone"))  # the first part fails for good: delivery failed
     await a.job(run.id)
-    done = await a.store.get_run(run.id)
+    done = await a.store.runs.get_run(run.id)
     assert done is not None and done.delivery == "failed"
     # Redo it as a runner that died after posting part 1 would leave it.
     parts = [p for p in (done.report_markdown or "").split("\n## ")]
@@ -615,7 +623,7 @@ async def test_a_takeover_during_delivery_posts_only_the_missing_parts(
     b = await replicas(start=False)
     assert await b.runner.sweep() == [run.id]
     await b.runner.drain()
-    final = await b.store.get_run(run.id)
+    final = await b.store.runs.get_run(run.id)
     assert final is not None and final.delivery == "posted"
     shown = chat.shown(run.id)
     assert len(shown.parts) == final.report_parts_posted - 1  # part 1 was not posted again
@@ -630,7 +638,7 @@ async def test_a_report_that_never_posts_gets_one_notice_and_the_run_records_why
     run = await submit(a, depth=1, name="never")
     chat.fail("report", *(Outage(f"HTTP 50{i}") for i in range(10)))
     await a.job(run.id)
-    final = await a.store.get_run(run.id)
+    final = await a.store.runs.get_run(run.id)
     assert final is not None and final.status == "succeeded"  # the research itself is fine
     assert (final.delivery, final.delivery_attempts, final.report_parts_posted) == (
         "failed",
@@ -655,7 +663,7 @@ async def test_a_permanent_refusal_is_not_retried(
     run = await submit(a, depth=1, name="refused")
     chat.fail("report", Refusal("not_in_channel"))
     await a.job(run.id)
-    final = await a.store.get_run(run.id)
+    final = await a.store.runs.get_run(run.id)
     assert final is not None
     assert (final.delivery, final.delivery_attempts) == ("failed", 1)
     assert len(chat.shown(run.id).notices) == 1
@@ -668,7 +676,7 @@ async def test_a_run_whose_delivery_cannot_be_built_spends_nothing(
     run = await submit(a, depth=2, name="nowhere")
     chat.refuse_for_run = run.id
     await a.job(run.id)
-    final = await a.store.get_run(run.id)
+    final = await a.store.runs.get_run(run.id)
     assert final is not None and final.status == "failed"
     assert final.error == "cannot deliver to memory: no installation for this workspace"
     assert (final.delivery, final.delivery_error) == ("failed", final.error)
@@ -684,7 +692,7 @@ async def test_a_given_up_run_tells_its_thread(
     await age_heartbeat(a.database, run.id)
     assert await a.runner.sweep() == [run.id]
     await a.runner.drain()
-    final = await a.store.get_run(run.id)
+    final = await a.store.runs.get_run(run.id)
     assert final is not None and final.status == "failed" and final.delivery == "posted"
     assert llm_server.fake.requests == []
     [shown] = chat.shown(run.id).progress
@@ -701,7 +709,7 @@ async def test_a_runner_stopping_mid_run_hands_it_back_for_another(
     await wait_for(a.store, run.id, lambda r: r.status == "running")
     await until(lambda: llm_server.fake.requests)
     await a.runner.stop(grace=0.05)
-    handed_back = await a.store.get_run(run.id)
+    handed_back = await a.store.runs.get_run(run.id)
     assert handed_back is not None
     assert (handed_back.status, handed_back.owner, handed_back.attempt) == ("queued", None, 0)
     llm_server.fake.reset()
@@ -754,7 +762,7 @@ async def test_one_failed_renewal_does_not_lose_the_claim(
         assert not lease.lost
         failed, *later = claims.renewals
         assert isinstance(failed, str) and all(r is Renewal.HELD for r in later)
-        renewed = await store.get_run(claim.run_id)
+        renewed = await store.runs.get_run(claim.run_id)
         assert renewed is not None and renewed.owner == claim.owner
     finally:
         await blocker.dispose()
@@ -767,7 +775,7 @@ async def test_a_lost_lease_cancels_again_when_the_first_cancellation_is_swallow
     claim = await _claimed_run(store, "swallowed")
     swallowed = False
     with pytest.raises(ClaimLost):
-        async with asyncio.timeout(10), Lease(store, claim, LeaseTiming(0.3)):
+        async with asyncio.timeout(10), Lease(store.claims, claim, LeaseTiming(0.3)):
             await age_heartbeat(database, claim.run_id)
             await take(store, claim.run_id, owner="other")
             try:
@@ -787,7 +795,7 @@ async def test_a_shutdown_during_a_post_records_that_part_and_the_next_replica_g
     await a.runner.enqueue(run.id)
     await asyncio.wait_for(chat.posting.wait(), 30)  # part 1 is on its way
     await a.runner.stop(grace=0.01)
-    handed_back = await a.store.get_run(run.id)
+    handed_back = await a.store.runs.get_run(run.id)
     assert handed_back is not None and handed_back.owner is None
     assert handed_back.report_parts_posted == 1 == len(chat.shown(run.id).parts)
     chat.post_latency = 0.0
@@ -809,7 +817,7 @@ async def test_a_failed_runs_final_status_is_delivered_with_retries(
     # edit throttle gives up on it at once), then the delivery step's first post fails
     chat.fail("edit", Refusal("HTTP 403"), Outage("HTTP 502"), when="Research failed")
     await a.job(run.id)
-    final = await a.store.get_run(run.id)
+    final = await a.store.runs.get_run(run.id)
     assert final is not None and final.status == "failed"
     assert (final.delivery, final.delivery_attempts, final.report_parts_posted) == (
         "posted",
@@ -828,11 +836,11 @@ async def test_a_passing_error_building_the_delivery_leaves_the_run_for_later(
     run = await submit(a, depth=1, name="installation-store-down")
     chat.for_run_errors.append(ConnectionError("installation store timed out"))
     await a.job(run.id)
-    waiting = await a.store.get_run(run.id)
+    waiting = await a.store.runs.get_run(run.id)
     assert waiting is not None and (waiting.status, waiting.attempt) == ("queued", 0)
     assert llm_server.fake.requests == []
     await a.job(run.id)  # what the sweep does later
-    final = await a.store.get_run(run.id)
+    final = await a.store.runs.get_run(run.id)
     assert final is not None and final.status == "succeeded" and final.delivery == "posted"
 
 
@@ -842,7 +850,7 @@ async def test_a_delivery_that_keeps_killing_its_runners_is_given_up(
     a = await replicas(start=False, policy=FAST)
     run = await submit(a, depth=1, name="poison-delivery")
     held = await take(a.store, run.id, owner="writer-that-died")
-    await a.store.finish_run(
+    await a.store.claims.finish_run(
         held,
         status="succeeded",
         report_markdown="# R\n\nx",
@@ -860,7 +868,7 @@ async def test_a_delivery_that_keeps_killing_its_runners_is_given_up(
     await age_heartbeat(a.database, run.id)
     assert await a.runner.sweep() == [run.id]
     await a.runner.drain()
-    final = await a.store.get_run(run.id)
+    final = await a.store.runs.get_run(run.id)
     assert final is not None and final.delivery == "failed"
     assert final.delivery_attempts == FAST.attempts
     assert "the process delivering it stopped" in (final.delivery_error or "")

@@ -469,7 +469,7 @@ async def test_cached_search_on_the_real_store(
     db = Database(templates.sqlite(tmp_path / "t.db"))
     try:
         inner = CountingProvider(HIT)
-        cached = CachedSearch(inner, Store(db), timedelta(hours=1))
+        cached = CachedSearch(inner, Store(db).caches, timedelta(hours=1))
         assert await cached.search("Real Store") == HIT
         assert await cached.search("real store.") == HIT
         assert inner.queries == ["Real Store"]

@@ -73,7 +73,7 @@ def statuses(server: FakeSlackServer) -> list[str]:
 
 
 async def delivery_for(factory: SlackDeliveryFactory, store: Store, run_id: str) -> ChatDelivery:
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run is not None
     return await factory.for_run(run)
 
@@ -390,9 +390,9 @@ def assert_statuses_move_forward(plans: list[list[tuple[str, str]]]) -> None:
 
 async def searched_urls(bot: Bot, run: RunRecord) -> set[str]:
     """Every address the search returned to the run's thread (its stored findings)."""
-    thread = await bot.store.get_thread(run.thread_key)
+    thread = await bot.store.threads.get_thread(run.thread_key)
     assert thread is not None
-    variables = await bot.store.load_variables(thread.id)
+    variables = await bot.store.threads.load_variables(thread.id)
     assert variables is not None
     return {r["url"] for f in variables["findings"] for r in f["results"]}
 
@@ -494,11 +494,11 @@ async def test_a_message_in_the_pane_starts_a_research_that_records_the_channel_
     )
     await bot.event(moved, "Ev-p2")
     await wait_for(
-        lambda: bot.store.conversation_context(f"slack:T0001:D0001:{thread}"),
+        lambda: bot.store.contexts.conversation_context(f"slack:T0001:D0001:{thread}"),
     )
 
     async def moved_to_c0099() -> bool:
-        kept = await bot.store.conversation_context(f"slack:T0001:D0001:{thread}")
+        kept = await bot.store.contexts.conversation_context(f"slack:T0001:D0001:{thread}")
         return bool(kept) and kept.get("context_channel") == "C0099"
 
     await wait_for(moved_to_c0099)
@@ -526,33 +526,39 @@ async def test_a_context_whose_ids_are_not_slack_ids_is_kept_without_them(
     event["assistant_thread"]["context"]["team_id"] = bad
     await bot.event(event, "Ev-bad1")
     key = f"slack:T0001:D0001:{thread}"
-    await wait_for(lambda: bot.store.conversation_context(key))
-    kept = await bot.store.conversation_context(key)
+    await wait_for(lambda: bot.store.contexts.conversation_context(key))
+    kept = await bot.store.contexts.conversation_context(key)
     assert kept == {"assistant_thread": "true"}, kept
     odd = assistant_thread_event(thread_ts="1729999551.000100")
     odd["assistant_thread"]["channel_id"] = bad
     await bot.event(odd, "Ev-bad2")
     await bot.event(assistant_thread_event(thread_ts="1729999552.000100"), "Ev-ok")
-    await wait_for(lambda: bot.store.conversation_context("slack:T0001:D0001:1729999552.000100"))
-    assert await bot.store.conversation_context("slack:T0001:D0001:1729999551.000100") is None
+    await wait_for(
+        lambda: bot.store.contexts.conversation_context("slack:T0001:D0001:1729999552.000100")
+    )
+    assert (
+        await bot.store.contexts.conversation_context("slack:T0001:D0001:1729999551.000100") is None
+    )
 
 
 async def test_a_conversation_keeps_its_last_context_until_it_is_pruned(
     store: Store, database: Database
 ) -> None:
     key = "slack:T0001:D0001:1729999600.000100"
-    assert await store.conversation_context(key) is None
-    await store.set_conversation_context(key, {"context_channel": "C1"})
-    await store.set_conversation_context(key, {"context_channel": "C2"})  # replaced, one row
-    assert await store.conversation_context(key) == {"context_channel": "C2"}
-    assert await store.conversation_context(key + "0") is None
+    assert await store.contexts.conversation_context(key) is None
+    await store.contexts.set_conversation_context(key, {"context_channel": "C1"})
+    await store.contexts.set_conversation_context(
+        key, {"context_channel": "C2"}
+    )  # replaced, one row
+    assert await store.contexts.conversation_context(key) == {"context_channel": "C2"}
+    assert await store.contexts.conversation_context(key + "0") is None
     assert await store.contexts.prune_contexts(timedelta(days=1)) == 0
     async with database.sessionmaker.begin() as session:  # it last changed long ago
         await session.execute(
             update(ConversationContext).values(updated_at=datetime(2020, 1, 1, tzinfo=UTC))
         )
     assert await store.contexts.prune_contexts(timedelta(days=1)) == 1
-    assert await store.conversation_context(key) is None
+    assert await store.contexts.conversation_context(key) is None
 
 
 async def test_a_thread_slack_refuses_loses_its_status_and_the_channel_keeps_it(

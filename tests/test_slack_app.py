@@ -113,7 +113,7 @@ class Bot:
         return await self.post(event_callback_body(event, event_id=event_id), {**JSON, **headers})
 
     async def runs(self, user: str = USER) -> list[RunRecord]:
-        return await self.store.recent_runs_for_user(user, 100)
+        return await self.store.runs.recent_runs_for_user(user, 100)
 
     async def finished(self, count: int = 1, user: str = USER) -> list[RunRecord]:
         """Wait until ``count`` runs of ``user`` have finished and been delivered (their
@@ -258,9 +258,9 @@ async def test_slash_command_end_to_end(start_bot: BotFactory) -> None:
         assert all(len(m) <= 12_000 for m in markdown)
     assert "solid-state batteries" in reports[0]["blocks"][0]["text"]
 
-    thread = await bot.store.get_thread(run.thread_key)
+    thread = await bot.store.threads.get_thread(run.thread_key)
     assert thread is not None
-    variables = await bot.store.load_variables(thread.id)
+    variables = await bot.store.threads.load_variables(thread.id)
     assert variables is not None and len(variables["topics"]) == 3
     assert variables["findings"] and variables["shouldContinue"] in (True, False)
 
@@ -509,9 +509,9 @@ async def test_follow_up_mention_continues_the_thread(start_bot: BotFactory) -> 
     bot = await start_bot()
     await bot.command("perovskite solar cells depth=2", trigger_id="t-follow")
     [first] = await bot.finished()
-    thread = await bot.store.get_thread(first.thread_key)
+    thread = await bot.store.threads.get_thread(first.thread_key)
     assert thread is not None
-    first_vars = await bot.store.load_variables(thread.id)
+    first_vars = await bot.store.threads.load_variables(thread.id)
     assert first_vars is not None and len(first_vars["topics"]) == 2
     planner_before = len(bot.llm.fake.requests_for("planner"))
 
@@ -605,16 +605,16 @@ async def test_a_plain_reply_in_a_running_researchs_thread_steers_it_and_others_
     [noted] = await wait_for(lambda: bot.slack.calls_to("chat.postEphemeral"))
     assert noted.params["text"].startswith("Noted") and noted.params["thread_ts"] == ts
     [done] = await bot.finished()
-    thread = await bot.store.get_thread(done.thread_key)
+    thread = await bot.store.threads.get_thread(done.thread_key)
     assert thread is not None
-    variables = await bot.store.load_variables(thread.id)
+    variables = await bot.store.threads.load_variables(thread.id)
     assert variables is not None
     assert [g["text"] for g in variables["guidance"]] == ["focus on the Pacific"]
     seen = [f"slack:event:{e}" for e in ("Ev-chat", "Ev-other", "Ev-twin")]
-    assert not await bot.store.events_seen(seen)  # dropped at the door
+    assert not await bot.store.events.events_seen(seen)  # dropped at the door
     after = channel_message_event("thanks!", thread_ts=ts)  # the research has ended
     await bot.event(after, "Ev-after")
-    assert not await bot.store.events_seen(["slack:event:Ev-after"])
+    assert not await bot.store.events.events_seen(["slack:event:Ev-after"])
     assert len(bot.slack.calls_to("chat.postEphemeral")) == 1
 
 
@@ -740,7 +740,7 @@ async def test_stop_and_write_now_in_round_one_writes_the_report_from_that_searc
     assert refusal.params["user"] == "U999" and refusal.params["channel"] == "C0001"
     assert "Only the person who started this research" in refusal.params["text"]
     assert refusal.params["thread_ts"] == run.progress_message_id
-    after = await bot.store.get_run(run.id)
+    after = await bot.store.runs.get_run(run.id)
     assert after is not None and not after.stop_requested  # nothing changed
 
     pressed = await bot.post(block_actions_body(message, "fathom_stop"), FORM)
@@ -820,7 +820,7 @@ async def test_a_vote_on_the_report_is_stored_once_and_a_second_press_changes_it
         "Your 👍 was already recorded.",
         "Changed your rating to 👎.",
     ]
-    [vote] = await bot.store.feedback_since()
+    [vote] = await bot.store.feedback.feedback_since()
     assert (vote.run_id, vote.voter, vote.value) == (run.id, USER, "down")
 
 
@@ -848,7 +848,7 @@ async def test_forged_and_foreign_presses_change_nothing(start_bot: BotFactory) 
     assert [a.params["text"] for a in answers] == [
         "This button does not belong to a research here; nothing changed.",
     ] * 2
-    still = await bot.store.get_run(run.id)
+    still = await bot.store.runs.get_run(run.id)
     assert still is not None and not still.cancel_requested and not still.finished_at
     bot.search.fake.release_pages()
     [done] = await bot.finished()
@@ -1159,7 +1159,7 @@ async def test_socket_mode_delivers_a_press_on_a_button(
     await wait_for(lambda: [a for a in link.acks if a.get("envelope_id") == "env-press"])
     [answer] = await ephemeral_answers(bot, 1)
     assert answer.params["text"] == "Thanks: your 👍 is recorded."
-    [vote] = await bot.store.feedback_since()
+    [vote] = await bot.store.feedback.feedback_since()
     assert (vote.run_id, vote.value) == (run.id, "up")
 
 
@@ -1204,8 +1204,8 @@ async def test_serve_forgets_platform_events_older_than_a_week(
     url = templates.sqlite(tmp_path / "events.db")
     database = Database(url)
     store = Store(database)
-    assert await store.claim_event("slack:event:old")
-    assert await store.claim_event("slack:event:recent")
+    assert await store.events.claim_event("slack:event:old")
+    assert await store.events.claim_event("slack:event:recent")
     async with database.engine.begin() as conn:
         await conn.execute(
             text("UPDATE processed_events SET created_at = '2020-01-01 00:00:00' WHERE key = :k"),
@@ -1213,10 +1213,10 @@ async def test_serve_forgets_platform_events_older_than_a_week(
         )
     await start_bot(database_url=url)
     deadline = time.monotonic() + 10
-    while await store.claim_event("slack:event:old") is False:
+    while await store.events.claim_event("slack:event:old") is False:
         assert time.monotonic() < deadline, "old event was not pruned at start-up"
         await asyncio.sleep(0.1)
-    assert await store.claim_event("slack:event:recent") is False
+    assert await store.events.claim_event("slack:event:recent") is False
     await database.dispose()
 
 

@@ -184,7 +184,7 @@ async def test_limiter_skips_intermediate_edits_and_delays_the_final(
 
 async def create_run(store: Store, key: str, *, depth: int = 3) -> RunRecord:
     thread = ThreadKey.parse(key)
-    run, _ = await store.create_run(
+    run, _ = await store.runs.create_run(
         thread_key=key,
         platform="slack",
         workspace=thread.workspace,
@@ -261,10 +261,10 @@ async def test_slash_command_run_posts_opener_rekeys_thread_and_reports_in_it(
     assert opener["text"].startswith("<@U123> asked me to research *AI chips* (depth 3).")
     ts = next(m["ts"] for m in server.fake.history if m["text"] == opener["text"])
     new_key = f"slack:T0001:C0001:{ts}"
-    thread = await store.get_thread(new_key)
+    thread = await store.threads.get_thread(new_key)
     assert thread is not None and thread.id == run.thread_id and thread.thread_ref == ts
-    assert await store.get_thread(PENDING) is None
-    stored = await store.get_run(run.id)
+    assert await store.threads.get_thread(PENDING) is None
+    stored = await store.runs.get_run(run.id)
     assert stored is not None and stored.progress_message_id == ts
 
     updates = server.fake.calls_to("chat.update")
@@ -293,10 +293,10 @@ async def test_run_in_an_existing_thread_replies_there(
     posts = server.fake.calls_to("chat.postMessage")
     assert len(posts) == 1 and posts[0].params["thread_ts"] == THREAD_TS
     assert posts[0].params["text"].startswith("Researching *AI chips* (depth 1).")
-    stored = await store.get_run(run.id)
+    stored = await store.runs.get_run(run.id)
     assert stored is not None and stored.progress_message_id is not None
     assert current_text(server, stored.progress_message_id).endswith("\nResearch done.")
-    assert await store.get_thread(f"slack:T0001:C0001:{THREAD_TS}") is not None
+    assert await store.threads.get_thread(f"slack:T0001:C0001:{THREAD_TS}") is not None
 
 
 async def test_resumed_run_edits_its_progress_message(
@@ -304,8 +304,8 @@ async def test_resumed_run_edits_its_progress_message(
 ) -> None:
     run = await create_run(store, f"slack:T0001:C0001:{THREAD_TS}", depth=2)
     _, ts = await posted(server, "old progress")
-    await store.set_progress_message(run.id, ts)
-    resumed = await store.get_run(run.id)
+    await store.runs.set_progress_message(run.id, ts)
+    resumed = await store.runs.get_run(run.id)
     assert resumed is not None
     delivery = await factory(server, store).for_run(resumed)
     await run_progress(server, delivery, resumed, "Research done.")
@@ -322,13 +322,13 @@ async def test_resumed_slash_command_run_adopts_its_opener_as_thread(
 ) -> None:
     run = await create_run(store, PENDING, depth=1)
     ts = str((await plain_client(server).chat_postMessage(channel="C0001", text="opener"))["ts"])
-    await store.set_progress_message(run.id, ts)  # then the process died before the re-key
-    resumed = await store.get_run(run.id)
+    await store.runs.set_progress_message(run.id, ts)  # then the process died before the re-key
+    resumed = await store.runs.get_run(run.id)
     assert resumed is not None
     delivery = await factory(server, store).for_run(resumed)
     await run_progress(server, delivery, resumed, "Research done.")
     await post_report(delivery, outcome(resumed, REPORT))
-    assert await store.get_thread(f"slack:T0001:C0001:{ts}") is not None
+    assert await store.threads.get_thread(f"slack:T0001:C0001:{ts}") is not None
     assert current_text(server, ts).startswith("<@U123> asked me to research")
     report = server.fake.calls_to("chat.postMessage")[1:]
     assert [c.params["thread_ts"] for c in report] == [ts]

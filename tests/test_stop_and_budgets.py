@@ -54,7 +54,7 @@ async def test_stop_from_this_process_writes_the_report_from_the_searches_done(
     assert len(harness.writer_requests()) == 1
     assert STOPPED_NOTE in (outcome.report_markdown or "")
     assert "1 search done by then" in (outcome.report_markdown or "")
-    run = await harness.store.get_run(run_id)
+    run = await harness.store.runs.get_run(run_id)
     assert run is not None and run.stop_requested and run.status == "succeeded"
     # A press after the run ended changes nothing and says so.
     assert await harness.service.requests.stop(run_id) is StopRequest.ENDED
@@ -95,7 +95,7 @@ async def test_stop_before_the_first_search_ends_with_nothing_to_report_not_a_fa
     assert harness.search.fake.queries == [] and harness.writer_requests() == []
     assert progress.final.startswith(final), progress.final
     # The replica that delivers it, and `fathom thread show`, read the same ending back.
-    run = await harness.store.get_run(run_id)
+    run = await harness.store.runs.get_run(run_id)
     assert run is not None and run.stop_reason == "stopped"
     stored = await harness.service.executor.stored_outcome(run)
     assert final_progress_text(stored).startswith(final)
@@ -130,7 +130,7 @@ async def test_stop_then_cancel_while_the_report_is_written_ends_cancelled_witho
     assert outcome.report_markdown is None
     assert progress.final.startswith("Research cancelled after 1 of 5 searches."), progress.final
     assert not any(STOPPED_NOTE in note for note in outcome.notes), outcome.notes
-    run = await harness.store.get_run(run_id)
+    run = await harness.store.runs.get_run(run_id)
     assert run is not None and (run.status, run.stop_reason) == ("cancelled", "cancelled")
     assert not any(STOPPED_NOTE in note for note in run.notes), run.notes
     stored = await harness.service.executor.stored_outcome(run)
@@ -148,9 +148,9 @@ async def test_a_report_refused_by_a_cancel_from_another_replica_keeps_no_report
 
     async def on_event(event: ProgressEvent) -> None:
         if event.kind is ProgressKind.SEARCHED and event.rounds_done == 1:
-            assert await other.request_stop(run_id) is StopRequest.STOPPING
+            assert await other.runs.request_stop(run_id) is StopRequest.STOPPING
         if event.kind is ProgressKind.WRITING:
-            assert await other.request_cancel(run_id) is CancelRequest.CANCELLING
+            assert await other.runs.request_cancel(run_id) is CancelRequest.CANCELLING
 
     try:
         progress = Collect(on_event)
@@ -160,7 +160,7 @@ async def test_a_report_refused_by_a_cancel_from_another_replica_keeps_no_report
     assert len(harness.writer_requests()) == 1  # it wrote the report, which was refused
     assert outcome.status is RunStatus.CANCELLED and outcome.stop_reason is StopReason.CANCELLED
     assert progress.final.startswith("Research cancelled after 1 of 5 searches."), progress.final
-    run = await harness.store.get_run(run_id)
+    run = await harness.store.runs.get_run(run_id)
     assert run is not None and (run.status, run.report_markdown) == ("cancelled", None)
     assert run.stop_reason == "cancelled"
     assert not any(STOPPED_NOTE in note for note in run.notes + outcome.notes), run.notes
@@ -188,7 +188,7 @@ async def test_a_run_interrupted_while_its_report_is_written_keeps_no_report_not
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    run = await harness.store.get_run(run_id)
+    run = await harness.store.runs.get_run(run_id)
     assert run is not None and (run.status, run.error) == ("cancelled", "interrupted")
     assert not any(STOPPED_NOTE in note for note in run.notes), run.notes
 
@@ -218,8 +218,8 @@ async def test_stop_from_another_replica_is_seen_before_the_next_search(
     answers: list[StopRequest] = []
 
     async def press_twice() -> None:
-        answers.append(await other.request_stop(run_id))
-        answers.append(await other.request_stop(run_id))  # a press delivered twice
+        answers.append(await other.runs.request_stop(run_id))
+        answers.append(await other.runs.request_stop(run_id))  # a press delivered twice
 
     try:
         outcome = await harness.service.executor.execute(run_id, after_search(1, press_twice))
@@ -317,7 +317,7 @@ async def test_the_token_budget_stops_the_searching_and_the_report_says_so(
     first_plan: list[int] = []
 
     async def measure() -> None:
-        run = await harness.store.get_run(probe)
+        run = await harness.store.runs.get_run(probe)
         assert run is not None
         first_plan.append(run.prompt_tokens + run.completion_tokens)
 
@@ -344,7 +344,7 @@ async def test_the_token_budget_stops_the_searching_and_the_report_says_so(
     tokens_used = outcome.usage.prompt_tokens + outcome.usage.completion_tokens
     assert spent.startswith("1 search · ") and f"{tokens_used / 1000:.1f}k tokens" in spent
     # A replica that delivers the outcome later reads the same ending back.
-    run = await harness.store.get_run(run_id)
+    run = await harness.store.runs.get_run(run_id)
     assert run is not None
     assert final_progress_text(await service.executor.stored_outcome(run)).split("\n")[0] == ended
 
@@ -502,7 +502,7 @@ async def test_the_cost_metric_counts_each_priced_model_and_the_searches(
     assert counted("planner-model") == pytest.approx((prompt * 2.5 + completion * 10) / 1e6)
     assert counted("search") == pytest.approx(0.01 * outcome.usage.searches)
     assert counted("writer-model") is None  # unpriced: not counted
-    stored = await harness.store.get_run(run.id)  # the seconds by step are kept with the run
+    stored = await harness.store.runs.get_run(run.id)  # the seconds by step are kept with the run
     assert stored is not None and stored.seconds_by_step == outcome.usage.seconds_by_step
     assert {"planning", "searching", "writing"} <= set(stored.seconds_by_step)
 
@@ -558,7 +558,7 @@ class _RunMadeBetweenReads:
         return getattr(self._store, name)
 
     async def usage_since(self, *args: Any, **kwargs: Any) -> Any:
-        used = await self._store.usage_since(*args, **kwargs)
+        used = await self._store.runs.usage_since(*args, **kwargs)
         self.reads += 1
         if self.reads == 1:
             await self._make()

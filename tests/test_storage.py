@@ -16,9 +16,16 @@ from storage import (
     Checkpointed,
     ClaimLost,
     ClaimStore,
+    ContextStore,
     Database,
+    DigestStore,
     EventStore,
+    FeedbackStore,
+    FileStore,
+    ForgetStore,
+    LeaseStore,
     Renewal,
+    RetentionStore,
     RunStore,
     SlackOAuthStates,
     SourceRecord,
@@ -39,7 +46,7 @@ postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indire
 
 
 async def cancel_flag(store: Store, run_id: str) -> bool:
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     return run is not None and run.cancel_requested
 
 
@@ -97,10 +104,10 @@ async def test_create_run_round_trip(store: Store) -> None:
     assert not run.cancel_requested
     assert run.started_at is None and run.seconds is None
     assert_aware_utc(run.created_at)
-    assert await store.get_run(run.id) == run
-    assert await store.get_run("0" * 32) is None
+    assert await store.runs.get_run(run.id) == run
+    assert await store.runs.get_run("0" * 32) is None
 
-    thread = await store.get_thread(KEY)
+    thread = await store.threads.get_thread(KEY)
     assert thread is not None and thread.id == run.thread_id
     assert (thread.platform, thread.workspace, thread.channel, thread.thread_ref) == (
         "slack",
@@ -109,13 +116,16 @@ async def test_create_run_round_trip(store: Store) -> None:
         "1700000000.000100",
     )
     assert_aware_utc(thread.created_at, thread.updated_at)
-    assert await store.get_thread("slack:T0001:C0001:nope") is None
+    assert await store.threads.get_thread("slack:T0001:C0001:nope") is None
 
     await finish(store, await claim(store, run.id))
     second, _ = await new_run(store, topic="follow-up")
     assert second.thread_id == run.thread_id
-    assert [r.topic for r in await store.thread_runs(run.thread_id)] == [run.topic, "follow-up"]
-    latest = await store.latest_run_in_thread(KEY)
+    assert [r.topic for r in await store.runs.thread_runs(run.thread_id)] == [
+        run.topic,
+        "follow-up",
+    ]
+    latest = await store.runs.latest_run_in_thread(KEY)
     assert latest is not None and latest.id == second.id
 
 
@@ -132,9 +142,9 @@ async def test_concurrent_creates_with_one_dedupe_key_race_safely(store: Store) 
     )
     assert sum(created for _, created in results) == 1
     assert len({run.id for run, _ in results}) == 1
-    thread = await store.get_thread(f"{KEY}-race")
+    thread = await store.threads.get_thread(f"{KEY}-race")
     assert thread is not None
-    assert len(await store.thread_runs(thread.id)) == 1
+    assert len(await store.runs.thread_runs(thread.id)) == 1
 
 
 async def test_racing_requests_in_one_thread_get_one_run_and_the_rest_are_refused(
@@ -159,8 +169,10 @@ async def test_racing_requests_in_one_thread_get_one_run_and_the_rest_are_refuse
     assert len(created) == 1 and len(refused) == 5, results
     (winner, _), *_ = created
     assert all(busy.active is not None and busy.active.id == winner.id for busy in refused)
-    thread = await store.get_thread("cli:local:local:x")
-    assert thread is not None and [r.id for r in await store.thread_runs(thread.id)] == [winner.id]
+    thread = await store.threads.get_thread("cli:local:local:x")
+    assert thread is not None and [r.id for r in await store.runs.thread_runs(thread.id)] == [
+        winner.id
+    ]
 
     # Finished, the thread takes the next run; a queued run keeps it busy just the same.
     await finish(store, await claim(store, winner.id))
@@ -174,7 +186,10 @@ async def test_racing_requests_in_one_thread_get_one_run_and_the_rest_are_refuse
 async def test_claim_marks_running_and_is_exclusive(store: Store) -> None:
     run, _ = await new_run(store)
     results = await asyncio.gather(
-        *(store.claim_run(run.id, f"runner-{i}", stale_after=60, max_attempts=3) for i in range(4))
+        *(
+            store.claims.claim_run(run.id, f"runner-{i}", stale_after=60, max_attempts=3)
+            for i in range(4)
+        )
     )
     claims = [r.claim for r in results if r.claim is not None]
     assert len(claims) == 1
@@ -185,7 +200,7 @@ async def test_claim_marks_running_and_is_exclusive(store: Store) -> None:
     assert held.variables is None and held.variables_version == 0
     # The losers learn the run's state, without a claim.
     assert all(r.run is not None and r.run.owner == held.owner for r in results)
-    assert (await store.claim_run("f" * 32, "x", stale_after=60, max_attempts=3)).run is None
+    assert (await store.claims.claim_run("f" * 32, "x", stale_after=60, max_attempts=3)).run is None
 
 
 async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
@@ -193,9 +208,9 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
 ) -> None:
     run, _ = await new_run(store)
     held = await claim(store, run.id)
-    assert await store.load_variables(run.thread_id) is None
+    assert await store.threads.load_variables(run.thread_id) is None
     finding = {"topic": "a", "results": [{"title": "T", "url": "https://x.test", "snippet": ""}]}
-    first = await store.checkpoint(
+    first = await store.claims.checkpoint(
         held,
         variables={"topics": ["a"], "nextSearchTopic": "b", "findings": [], "shouldContinue": True},
         variables_version=0,
@@ -215,7 +230,7 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
         "guidance": [],
     }
     usage = {"llm_calls": 2, "prompt_tokens": 30, "completion_tokens": 9, "searches": 2}
-    second = await store.checkpoint(
+    second = await store.claims.checkpoint(
         held,
         variables=variables,
         variables_version=1,
@@ -227,7 +242,7 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
     # A checkpoint without "files" leaves the stored files as they are (their text is not
     # written again at every step).
     unchanged = {k: v for k, v in variables.items() if k != "files"}
-    third = await store.checkpoint(
+    third = await store.claims.checkpoint(
         held, variables=unchanged, variables_version=2, rounds_done=2, usage=usage,
         notes=["search b failed"],
     )  # fmt: skip
@@ -236,8 +251,8 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
     fresh_db = Database(database_url)
     try:
         fresh = Store(fresh_db)
-        assert await fresh.load_variables(run.thread_id) == variables
-        reread = await fresh.get_run(run.id)
+        assert await fresh.threads.load_variables(run.thread_id) == variables
+        reread = await fresh.runs.get_run(run.id)
         assert reread is not None
         assert reread.rounds_done == 2
         assert reread.notes == ["search b failed"]
@@ -251,10 +266,10 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
         await fresh_db.dispose()
 
     with pytest.raises(ValueError, match="unknown usage"):
-        await store.checkpoint(
+        await store.claims.checkpoint(
             held, variables=variables, variables_version=3, rounds_done=0, usage={"x": 1}, notes=[]
         )
-    assert (await store.get_run(run.id)) == reread  # the rejected write changed nothing
+    assert (await store.runs.get_run(run.id)) == reread  # the rejected write changed nothing
 
 
 async def test_checkpoint_compares_and_swaps_the_variables_version(store: Store) -> None:
@@ -270,25 +285,25 @@ async def test_checkpoint_compares_and_swaps_the_variables_version(store: Store)
         "files": [],
         "guidance": [],
     }
-    await store.checkpoint(
+    await store.claims.checkpoint(
         held, variables=mine, variables_version=0, rounds_done=1, usage={}, notes=[]
     )
     theirs = {**mine, "topics": ["a", "b"]}
-    await store.checkpoint(
+    await store.claims.checkpoint(
         held, variables=theirs, variables_version=1, rounds_done=1, usage={}, notes=[]
     )
     stale = {**mine, "topics": ["a", "c"]}
     with pytest.raises(VariablesConflict) as conflict:
-        await store.checkpoint(
+        await store.claims.checkpoint(
             held, variables=stale, variables_version=1, rounds_done=2, usage={}, notes=["x"]
         )
     assert (conflict.value.version, conflict.value.variables) == (2, theirs)
-    assert await store.load_variables(run.thread_id) == theirs
-    after = await store.get_run(run.id)
+    assert await store.threads.load_variables(run.thread_id) == theirs
+    after = await store.runs.get_run(run.id)
     assert after is not None and (after.rounds_done, after.notes) == (1, [])  # rolled back too
     # A first write that races another first write conflicts the same way.
     with pytest.raises(VariablesConflict):
-        await store.checkpoint(
+        await store.claims.checkpoint(
             held, variables=stale, variables_version=0, rounds_done=2, usage={}, notes=[]
         )
 
@@ -301,7 +316,7 @@ async def test_finish_run_stores_report_and_sources_and_ends_the_claim(store: St
         SourceRecord(1, "One", "https://one.test", published="2026-11-30"),
         SourceRecord(2, "report.pdf (attached by U1)", "", kind="attachment"),
     ]
-    done = await store.finish_run(
+    done = await store.claims.finish_run(
         held,
         status="succeeded",
         report_markdown="# Report\n\nClaim [1].",
@@ -315,16 +330,16 @@ async def test_finish_run_stores_report_and_sources_and_ends_the_claim(store: St
     assert done.delivery == "pending"  # the next step: post it in the thread
     assert_aware_utc(done.finished_at)
     assert done.seconds is not None and done.seconds >= 0
-    assert await store.run_sources(run.id) == sources
+    assert await store.runs.run_sources(run.id) == sources
 
     with pytest.raises(ClaimLost):  # finished: no second outcome, whoever holds it
         await finish(store, held, status="failed")
-    assert [s.title for s in await store.run_sources(run.id)] == ["One", sources[1].title]
+    assert [s.title for s in await store.runs.run_sources(run.id)] == ["One", sources[1].title]
     with pytest.raises(ValueError):
         await finish(store, held, status="running")
 
     console, _ = await new_run(store, thread_key="cli:local:local:c", platform="cli")
-    quiet = await store.finish_run(
+    quiet = await store.claims.finish_run(
         await claim(store, console.id),
         status="succeeded",
         report_markdown="# r",
@@ -349,13 +364,13 @@ async def test_claim_loads_the_threads_variables(store: Store) -> None:
         "files": [],
         "guidance": [],
     }
-    await store.checkpoint(
+    await store.claims.checkpoint(
         held, variables=state, variables_version=0, rounds_done=1, usage={}, notes=[]
     )
     await finish(store, held)
     follow_up, _ = await new_run(store, topic="follow-up")
     next_claim = await claim(store, follow_up.id)
-    assert next_claim.variables == state == await store.load_variables(run.thread_id)
+    assert next_claim.variables == state == await store.threads.load_variables(run.thread_id)
     assert next_claim.variables_version == 1
 
 
@@ -363,24 +378,24 @@ async def test_checkpoint_returns_the_cancel_flag(store: Store) -> None:
     run, _ = await new_run(store)
     held = await claim(store, run.id)
     state = {"topics": [], "nextSearchTopic": None, "findings": [], "shouldContinue": True}
-    first = await store.checkpoint(
+    first = await store.claims.checkpoint(
         held, variables=state, variables_version=0, rounds_done=0, usage={}, notes=[]
     )
     assert first.cancel_requested is False
-    assert await store.request_cancel(run.id) is CancelRequest.CANCELLING
-    second = await store.checkpoint(
+    assert await store.runs.request_cancel(run.id) is CancelRequest.CANCELLING
+    second = await store.claims.checkpoint(
         held, variables=state, variables_version=1, rounds_done=0, usage={}, notes=[]
     )
     assert second.cancel_requested is True
 
 
 async def test_latest_run_in_thread_by_key(store: Store) -> None:
-    assert await store.latest_run_in_thread(KEY) is None
+    assert await store.runs.latest_run_in_thread(KEY) is None
     first, _ = await new_run(store)
     await finish(store, await claim(store, first.id))
     second, _ = await new_run(store, topic="follow-up")
     await new_run(store, thread_key=f"{KEY}-other")
-    latest = await store.latest_run_in_thread(KEY)
+    latest = await store.runs.latest_run_in_thread(KEY)
     assert latest is not None and latest.id == second.id and latest.thread_id == first.thread_id
 
 
@@ -395,7 +410,7 @@ async def test_a_failing_transaction_changes_nothing(store: Store, database: Dat
 
     with pytest.raises(RuntimeError, match="boom"):
         await database.run(work)
-    assert await store.get_run(run.id) == run
+    assert await store.runs.get_run(run.id) == run
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -422,7 +437,7 @@ async def test_sqlite_writers_of_one_process_never_meet_the_busy_handler(
         # Each run's checkpoints expect versions 0, 1, 2: they only all succeed in order.
         await asyncio.gather(
             *(
-                store.checkpoint(
+                store.claims.checkpoint(
                     held, variables=state, variables_version=i, rounds_done=i, usage={}, notes=[]
                 )
                 for held in claims
@@ -431,7 +446,7 @@ async def test_sqlite_writers_of_one_process_never_meet_the_busy_handler(
             *(db.run(probe) for _ in range(20)),
         )
         assert overlap == 1
-        stored = [await store.get_run(run.id) for run in runs]
+        stored = [await store.runs.get_run(run.id) for run in runs]
         assert {run.rounds_done for run in stored if run is not None} == {2}  # in order
     finally:
         await db.dispose()
@@ -442,15 +457,15 @@ async def test_cancel_flags(store: Store) -> None:
     one is flagged once (a second request is told it already is), a run whose report is
     being posted is too late, and a finished or unknown one has ended."""
     queued, _ = await new_run(store)
-    assert await store.request_cancel(queued.id) is CancelRequest.CANCELLED
-    assert await store.request_cancel(queued.id) is CancelRequest.ALREADY  # asked before
+    assert await store.runs.request_cancel(queued.id) is CancelRequest.CANCELLED
+    assert await store.runs.request_cancel(queued.id) is CancelRequest.ALREADY  # asked before
     running, _ = await new_run(store, topic="running", thread_key=f"{KEY}-1")
     held = await claim(store, running.id)
     assert not await cancel_flag(store, running.id)
-    assert await store.request_cancel(running.id) is CancelRequest.CANCELLING
+    assert await store.runs.request_cancel(running.id) is CancelRequest.CANCELLING
     assert await cancel_flag(store, running.id)
-    assert await store.request_cancel(running.id) is CancelRequest.ALREADY
-    assert await store.request_cancel("f" * 32) is CancelRequest.ENDED
+    assert await store.runs.request_cancel(running.id) is CancelRequest.ALREADY
+    assert await store.runs.request_cancel("f" * 32) is CancelRequest.ENDED
     # Cancelled while its report was written: recorded cancelled, without the report.
     ended = await finish(store, held)
     assert (ended.status, ended.report_markdown) == ("cancelled", None)
@@ -458,7 +473,7 @@ async def test_cancel_flags(store: Store) -> None:
     other, _ = await new_run(store, topic="done already", thread_key=f"{KEY}-2")
     posting = await finish(store, await claim(store, other.id))
     assert posting.status == "succeeded" and posting.report_markdown == "# r"
-    assert await store.request_cancel(other.id) is CancelRequest.POSTING
+    assert await store.runs.request_cancel(other.id) is CancelRequest.POSTING
     assert not await cancel_flag(store, other.id)
 
 
@@ -470,15 +485,15 @@ async def test_a_stop_of_a_run_handed_back_after_it_started_stops_it_not_cancels
     from what was found), not turned into a cancel as for a run that never started."""
     run, _ = await new_run(store)
     held = await claim(store, run.id)
-    assert await store.release_run(held)
-    handed_back = await store.get_run(run.id)
+    assert await store.claims.release_run(held)
+    handed_back = await store.runs.get_run(run.id)
     assert handed_back is not None and handed_back.status == "queued"
-    assert await store.request_stop(run.id) is StopRequest.STOPPING
-    assert await store.request_stop(run.id) is StopRequest.ENDED  # a repeated press
+    assert await store.runs.request_stop(run.id) is StopRequest.STOPPING
+    assert await store.runs.request_stop(run.id) is StopRequest.ENDED  # a repeated press
     again = await claim(store, run.id, owner="another-runner")
     assert again.run.stop_requested and not again.run.cancel_requested
     fresh, _ = await new_run(store, thread_key=f"{KEY}-fresh")
-    assert await store.request_stop(fresh.id) is StopRequest.CANCELLED
+    assert await store.runs.request_stop(fresh.id) is StopRequest.CANCELLED
 
 
 async def test_of_two_cancels_racing_one_is_told_it_is_already_cancelling(store: Store) -> None:
@@ -486,7 +501,7 @@ async def test_of_two_cancels_racing_one_is_told_it_is_already_cancelling(store:
     second waits for the first's row lock and then finds the flag set)."""
     run, _ = await new_run(store)
     await claim(store, run.id)
-    answers = await asyncio.gather(*(store.request_cancel(run.id) for _ in range(2)))
+    answers = await asyncio.gather(*(store.runs.request_cancel(run.id) for _ in range(2)))
     assert sorted(answers) == sorted([CancelRequest.CANCELLING, CancelRequest.ALREADY])
 
 
@@ -496,9 +511,9 @@ async def test_of_two_cancels_of_a_queued_run_one_cancels_it_and_one_is_told_alr
     """The same race on a run nobody has started: one request ends it, the other is told it
     was already asked (not "it has already finished")."""
     run, _ = await new_run(store)
-    answers = await asyncio.gather(*(store.request_cancel(run.id) for _ in range(2)))
+    answers = await asyncio.gather(*(store.runs.request_cancel(run.id) for _ in range(2)))
     assert sorted(answers) == sorted([CancelRequest.CANCELLED, CancelRequest.ALREADY])
-    ended = await store.get_run(run.id)
+    ended = await store.runs.get_run(run.id)
     assert ended is not None and (ended.status, ended.cancel_requested) == ("cancelled", True)
 
 
@@ -549,9 +564,9 @@ async def test_a_run_handed_back_or_claimed_while_a_cancel_or_stop_decides_keeps
         for run_id in (handed_back.id, claimed.id):
             target[:] = [run_id]
             if request_kind == "cancel":
-                answer: str = await store.request_cancel(run_id)
+                answer: str = await store.runs.request_cancel(run_id)
             else:
-                answer = await store.request_stop(run_id)
+                answer = await store.runs.request_stop(run_id)
             if not moved[run_id]:  # locked out: the runner moves it after the request
                 await database.run(
                     lambda conn, run_id=run_id: conn.execute(
@@ -562,7 +577,7 @@ async def test_a_run_handed_back_or_claimed_while_a_cancel_or_stop_decides_keeps
                         {"s": moves[run_id], "id": run_id},
                     )
                 )
-            run = await store.get_run(run_id)
+            run = await store.runs.get_run(run_id)
             assert run is not None
             kept = run.cancel_requested or run.stop_requested or run.status == "cancelled"
             assert answer != "ended" and kept, (run_id, answer, run.status)
@@ -578,9 +593,9 @@ async def test_user_listings(store: Store) -> None:
     finished, _ = await new_run(store, topic="finished", thread_key=f"{KEY}-3")
     await finish(store, await claim(store, finished.id), status="cancelled")
 
-    assert [r.id for r in await store.active_runs_for_user("U1")] == [running.id, queued.id]
-    assert await store.active_runs_for_user("U2") == []
-    recent = await store.recent_runs_for_user("U1", limit=2)
+    assert [r.id for r in await store.runs.active_runs_for_user("U1")] == [running.id, queued.id]
+    assert await store.runs.active_runs_for_user("U2") == []
+    recent = await store.runs.recent_runs_for_user("U1", limit=2)
     assert [r.id for r in recent] == [finished.id, queued.id]
 
 
@@ -602,7 +617,7 @@ async def test_create_run_refuses_a_user_at_the_limit_but_never_a_redelivery(
     with pytest.raises(UserBusy) as refused:
         await new_run(store, topic="third", user_limit=2, **args(5, "e"))
     assert (refused.value.active, refused.value.limit) == (2, 2)
-    assert await store.get_thread(f"{KEY}-5") is None
+    assert await store.threads.get_thread(f"{KEY}-5") is None
     # A redelivery gets its run, limit or not: an unfinished one, or one finished since.
     again, created = await new_run(store, topic="queued", user_limit=2, **args(2, "b"))
     assert (again.id, created) == (queued.id, False)
@@ -613,7 +628,7 @@ async def test_create_run_refuses_a_user_at_the_limit_but_never_a_redelivery(
     assert created and third.requested_by == "U1"
     _, created = await new_run(store, topic="U3's", requested_by="U3", user_limit=1, **args(6, "f"))
     assert created
-    assert len(await store.active_runs_for_user("U1")) == 3
+    assert len(await store.runs.active_runs_for_user("U1")) == 3
 
 
 async def test_create_run_returns_the_stored_row_when_new_and_when_deduplicated(
@@ -621,9 +636,9 @@ async def test_create_run_returns_the_stored_row_when_new_and_when_deduplicated(
 ) -> None:
     """create_run builds the new record from INSERT ... RETURNING: it must equal a re-read."""
     run, created = await new_run(store, thread_key=f"{KEY}-a")
-    assert created and await store.get_run(run.id) == run
+    assert created and await store.runs.get_run(run.id) == run
     once, created = await new_run(store, dedupe_key="slack:cmd:T1:once", thread_key=f"{KEY}-b")
-    assert created and await store.get_run(once.id) == once
+    assert created and await store.runs.get_run(once.id) == once
     again, created_again = await new_run(
         store, dedupe_key="slack:cmd:T1:once", thread_key=f"{KEY}-b"
     )
@@ -632,20 +647,20 @@ async def test_create_run_returns_the_stored_row_when_new_and_when_deduplicated(
 
 async def test_progress_message_and_thread_listing(store: Store) -> None:
     run, _ = await new_run(store)
-    await store.set_progress_message(run.id, "1700000001.000200")
-    fetched = await store.get_run(run.id)
+    await store.runs.set_progress_message(run.id, "1700000001.000200")
+    fetched = await store.runs.get_run(run.id)
     assert fetched is not None and fetched.progress_message_id == "1700000001.000200"
 
     await finish(store, await claim(store, run.id))
     await new_run(store, topic="second")
     await new_run(store, thread_key="cli:local:local:abc", platform="cli", topic="newest")
-    summaries = await store.list_threads()
+    summaries = await store.threads.list_threads()
     assert [(s.key, s.runs, s.last_topic, s.last_status) for s in summaries] == [
         ("cli:local:local:abc", 1, "newest", "queued"),
         (KEY, 2, "second", "queued"),
     ]
     assert_aware_utc(*(s.updated_at for s in summaries))
-    assert len(await store.list_threads(limit=1)) == 1
+    assert len(await store.threads.list_threads(limit=1)) == 1
 
 
 # -- search cache ---------------------------------------------------------------------
@@ -653,55 +668,55 @@ async def test_progress_message_and_thread_listing(store: Store) -> None:
 
 async def test_search_cache_ttl(store: Store, database: Database) -> None:
     results = [{"title": "T", "url": "https://t.test", "snippet": "s"}]
-    assert await store.cache_get("ddgs", "q", timedelta(hours=1)) is None
-    await store.cache_put("ddgs", "q", results)
-    assert await store.cache_get("ddgs", "q", timedelta(hours=1)) == results
-    assert await store.cache_get("tavily", "q", timedelta(hours=1)) is None
+    assert await store.caches.cache_get("ddgs", "q", timedelta(hours=1)) is None
+    await store.caches.cache_put("ddgs", "q", results)
+    assert await store.caches.cache_get("ddgs", "q", timedelta(hours=1)) == results
+    assert await store.caches.cache_get("tavily", "q", timedelta(hours=1)) is None
 
     async with database.sessionmaker.begin() as session:  # age the entry by two days
         two_days_ago = datetime.now(UTC) - timedelta(days=2)
         await session.execute(update(SearchCacheEntry).values(created_at=two_days_ago))
-    assert await store.cache_get("ddgs", "q", timedelta(days=1)) is None
-    assert await store.cache_get("ddgs", "q", timedelta(days=3)) == results
+    assert await store.caches.cache_get("ddgs", "q", timedelta(days=1)) is None
+    assert await store.caches.cache_get("ddgs", "q", timedelta(days=3)) == results
 
     newer = [{"title": "N", "url": "https://n.test", "snippet": ""}]
-    await store.cache_put("ddgs", "q", newer)  # upsert refreshes results and age
-    assert await store.cache_get("ddgs", "q", timedelta(days=1)) == newer
+    await store.caches.cache_put("ddgs", "q", newer)  # upsert refreshes results and age
+    assert await store.caches.cache_get("ddgs", "q", timedelta(days=1)) == newer
 
     long_query = "長" * 400  # 1200 UTF-8 bytes: too long for the key, silently not cached
-    await store.cache_put("ddgs", long_query, results)
-    assert await store.cache_get("ddgs", long_query, timedelta(days=1)) is None
+    await store.caches.cache_put("ddgs", long_query, results)
+    assert await store.caches.cache_get("ddgs", long_query, timedelta(days=1)) is None
 
 
 # -- delivery bookkeeping (migration 0002) ---------------------------------------------
 
 
 async def test_claim_event_is_true_once_even_when_racing(store: Store) -> None:
-    results = await asyncio.gather(*(store.claim_event("slack:event:Ev1") for _ in range(5)))
+    results = await asyncio.gather(*(store.events.claim_event("slack:event:Ev1") for _ in range(5)))
     assert sorted(results) == [False, False, False, False, True]
-    assert await store.claim_event("slack:event:Ev2") is True
-    assert await store.claim_event("slack:event:Ev1") is False
+    assert await store.events.claim_event("slack:event:Ev2") is True
+    assert await store.events.claim_event("slack:event:Ev1") is False
 
 
 async def test_prune_events_forgets_old_keys(store: Store, database: Database) -> None:
-    await store.claim_event("old")
-    await store.claim_event("new")
+    await store.events.claim_event("old")
+    await store.events.claim_event("new")
     async with database.sessionmaker.begin() as session:
         await session.execute(
             text("UPDATE processed_events SET created_at = :t WHERE key = 'old'"),
             {"t": datetime.now(UTC) - timedelta(days=3)},
         )
-    assert await store.prune_events(timedelta(days=1)) == 1
-    assert await store.claim_event("old") is True
-    assert await store.claim_event("new") is False
+    assert await store.events.prune_events(timedelta(days=1)) == 1
+    assert await store.events.claim_event("old") is True
+    assert await store.events.claim_event("new") is False
 
 
 async def test_requeue_makes_a_failed_run_resumable_but_not_a_succeeded_one(store: Store) -> None:
     run, _ = await new_run(store)
     held = await claim(store, run.id)
-    await store.request_cancel(run.id)
+    await store.runs.request_cancel(run.id)
     await finish(store, held, status="failed", error="boom")
-    again = await store.requeue_run(run.id)
+    again = await store.runs.requeue_run(run.id)
     assert (again.status, again.error, again.finished_at, again.cancel_requested) == (
         "queued",
         None,
@@ -714,7 +729,7 @@ async def test_requeue_makes_a_failed_run_resumable_but_not_a_succeeded_one(stor
     assert not again.stop_requested
     other, _ = await new_run(store, thread_key="cli:local:local:x", thread_ref="x")
     await finish(store, await claim(store, other.id))
-    assert (await store.requeue_run(other.id)).status == "succeeded"
+    assert (await store.runs.requeue_run(other.id)).status == "succeeded"
 
 
 async def test_requeue_into_a_busy_thread_is_refused(store: Store) -> None:
@@ -722,20 +737,20 @@ async def test_requeue_into_a_busy_thread_is_refused(store: Store) -> None:
     await finish(store, await claim(store, run.id), status="failed", error="boom")
     follow_up, _ = await new_run(store, topic="follow-up")
     with pytest.raises(ThreadBusy) as busy:
-        await store.requeue_run(run.id)
+        await store.runs.requeue_run(run.id)
     assert busy.value.active is not None and busy.value.active.id == follow_up.id
-    stored = await store.get_run(run.id)
+    stored = await store.runs.get_run(run.id)
     assert stored is not None and stored.status == "failed"
 
 
 async def test_rekey_thread_moves_a_pending_thread_to_its_platform_id(store: Store) -> None:
     run, _ = await new_run(store, thread_key="slack:T1:C1:pending-abc", thread_ref="pending-abc")
-    thread = await store.rekey_thread(
+    thread = await store.threads.rekey_thread(
         run.thread_id, key="slack:T1:C1:1700000000.000200", thread_ref="1700000000.000200"
     )
     assert thread.key == "slack:T1:C1:1700000000.000200"
-    assert await store.get_thread("slack:T1:C1:pending-abc") is None
-    moved = await store.get_run(run.id)
+    assert await store.threads.get_thread("slack:T1:C1:pending-abc") is None
+    moved = await store.runs.get_run(run.id)
     assert moved is not None and moved.thread_key == thread.key
 
 
@@ -745,26 +760,28 @@ async def test_rekey_thread_moves_a_pending_thread_to_its_platform_id(store: Sto
 async def test_the_fence_never_repeats_even_after_a_hand_back(store: Store) -> None:
     run, _ = await new_run(store)
     first = await claim(store, run.id, owner="same-owner")
-    assert await store.release_run(first)
-    handed_back = await store.get_run(run.id)
+    assert await store.claims.release_run(first)
+    handed_back = await store.runs.get_run(run.id)
     assert handed_back is not None and handed_back.attempt == 0  # did not count
     second = await claim(store, run.id, owner="same-owner")
     assert (first.fence, second.fence) == (1, 2)
-    assert await store.renew_claim(first) is Renewal.LOST  # the old token is worthless
-    assert await store.renew_claim(second) is Renewal.HELD
+    assert await store.claims.renew_claim(first) is Renewal.LOST  # the old token is worthless
+    assert await store.claims.renew_claim(second) is Renewal.HELD
     await finish(store, second, status="failed", error="x")
-    await store.requeue_run(run.id)  # a requeue moves the fence on as well
-    assert await store.renew_claim(second) is Renewal.LOST
+    await store.runs.requeue_run(run.id)  # a requeue moves the fence on as well
+    assert await store.claims.renew_claim(second) is Renewal.LOST
 
 
 async def test_a_forced_claim_takes_the_run_only_from_the_holder_judged_dead(store: Store) -> None:
     run, _ = await new_run(store)
     await claim(store, run.id, owner="alive")
-    wrong = await store.claim_run(
+    wrong = await store.claims.claim_run(
         run.id, "cli", stale_after=0, max_attempts=3, from_owner="the-dead-one"
     )
     assert wrong.claim is None and wrong.run is not None and wrong.run.owner == "alive"
-    right = await store.claim_run(run.id, "cli", stale_after=0, max_attempts=3, from_owner="alive")
+    right = await store.claims.claim_run(
+        run.id, "cli", stale_after=0, max_attempts=3, from_owner="alive"
+    )
     assert right.claim is not None and right.claim.fence == 2
 
 
@@ -774,7 +791,7 @@ async def test_a_given_up_console_run_has_nothing_to_deliver(
     run, _ = await new_run(store, thread_key="cli:local:local:g", platform="cli")
     await claim(store, run.id)
     await age_heartbeat(database, run.id)
-    result = await store.claim_run(run.id, "other", stale_after=60, max_attempts=1)
+    result = await store.claims.claim_run(run.id, "other", stale_after=60, max_attempts=1)
     assert result.gave_up and result.run is not None
     assert (result.run.status, result.run.delivery) == ("failed", None)
 
@@ -795,9 +812,9 @@ async def test_runs_are_counted_by_status_and_platform(store: Store) -> None:
     done, _ = await new_run(store, thread_key="memory:W:C:a")
     await finish(store, await claim(store, done.id))
     await new_run(store, thread_key="memory:W:C:b")
-    every = await store.count_runs()
+    every = await store.runs.count_runs()
     assert sorted(every) == [("queued", "memory", 1), ("succeeded", "memory", 1)]
-    assert await store.count_runs(("queued", "running")) == [("queued", "memory", 1)]
+    assert await store.runs.count_runs(("queued", "running")) == [("queued", "memory", 1)]
 
 
 @pytest.mark.parametrize("platform", ["cli", "slack", "dingtalk"])
@@ -808,21 +825,22 @@ async def test_runs_ended_without_their_holder_are_delivered_as_outcome_is_deliv
     without its holder (cancelled while queued, given up) applies the same rule."""
     expected = "pending" if outcome_is_delivered(platform) else None
     cancelled, _ = await new_run(store, thread_key=f"{platform}:W:C:cancelled")
-    assert await store.request_cancel(cancelled.id) is CancelRequest.CANCELLED
-    ended = await store.get_run(cancelled.id)
+    assert await store.runs.request_cancel(cancelled.id) is CancelRequest.CANCELLED
+    ended = await store.runs.get_run(cancelled.id)
     assert ended is not None and (ended.status, ended.delivery) == ("cancelled", expected)
 
     given_up, _ = await new_run(store, thread_key=f"{platform}:W:C:given-up")
     await claim(store, given_up.id)
     await age_heartbeat(database, given_up.id)
-    result = await store.claim_run(given_up.id, "other", stale_after=60, max_attempts=1)
+    result = await store.claims.claim_run(given_up.id, "other", stale_after=60, max_attempts=1)
     assert result.gave_up and result.run is not None
     assert (result.run.status, result.run.delivery) == ("failed", expected)
     assert outcome_is_delivered(platform) is (platform != "cli")
 
 
 async def test_each_store_works_alone_on_a_database(database: Database) -> None:
-    """The per-job stores need nothing but a Database; Store's old names are their methods."""
+    """The per-job stores need nothing but a Database; Store only holds them (no second name
+    for any of their methods, so each caller is seen to use the stores it is given)."""
     runs, claims, threads = RunStore(database), ClaimStore(database), ThreadStore(database)
     events, caches = EventStore(database), CacheStore(database)
     run, created = await runs.create_run(
@@ -846,32 +864,42 @@ async def test_each_store_works_alone_on_a_database(database: Database) -> None:
     assert await SlackOAuthStates(database).prune_expired() == 0
 
     store = Store(database)
-    assert store.claim_run == store.claims.claim_run and store.claims is not claims
-    assert store.create_run == store.runs.create_run
-    assert store.load_variables == store.threads.load_variables
-    assert store.claim_event == store.events.claim_event
-    assert store.page_get == store.caches.page_get
-    assert store.digest_history == store.digests.history
-    assert store.prune_oauth_states == store.slack_oauth_states.prune_expired
+    held = {name: type(value) for name, value in vars(store).items() if not name.startswith("_")}
+    assert set(held.values()) == {
+        RunStore,
+        ClaimStore,
+        ThreadStore,
+        EventStore,
+        FileStore,
+        CacheStore,
+        DigestStore,
+        SlackOAuthStates,
+        LeaseStore,
+        FeedbackStore,
+        ContextStore,
+        RetentionStore,
+        ForgetStore,
+    }
+    assert len(held) == len(set(held.values()))  # one name per store, nothing else
 
 
 async def test_files_sent_on_their_own_are_taken_once_by_the_next_request(store: Store) -> None:
     scope = "dingtalk:corp1:cid1:staff1"
     paper = {"id": "code-1", "name": "paper.pdf"}
-    await store.remember_files(scope, [paper, {"id": "code-2", "name": "notes.md"}])
-    await store.remember_files("dingtalk:corp1:cid1:someone-else", [{"id": "x", "name": "y"}])
+    await store.files.remember_files(scope, [paper, {"id": "code-2", "name": "notes.md"}])
+    await store.files.remember_files("dingtalk:corp1:cid1:someone-else", [{"id": "x", "name": "y"}])
     hour_ago = datetime.now(UTC) - timedelta(hours=1)
     # Two requests racing (two replicas): one takes both files, the other none.
     first, second = await asyncio.gather(
-        store.take_files(scope, hour_ago), store.take_files(scope, hour_ago)
+        store.files.take_files(scope, hour_ago), store.files.take_files(scope, hour_ago)
     )
     assert sorted([first, second], key=len) == [[], [paper, {"id": "code-2", "name": "notes.md"}]]
-    assert await store.take_files(scope, hour_ago) == []
+    assert await store.files.take_files(scope, hour_ago) == []
     # Only files kept within the window are taken; older ones wait for the pruning.
-    await store.remember_files(scope, [paper])
-    assert await store.take_files(scope, datetime.now(UTC) + timedelta(seconds=1)) == []
+    await store.files.remember_files(scope, [paper])
+    assert await store.files.take_files(scope, datetime.now(UTC) + timedelta(seconds=1)) == []
     assert await store.files.prune_files(timedelta(0)) == 2
-    assert await store.take_files(scope, hour_ago) == []
+    assert await store.files.take_files(scope, hour_ago) == []
 
 
 async def test_guidance_added_meanwhile_reaches_the_runs_next_checkpoint(store: Store) -> None:
@@ -880,17 +908,17 @@ async def test_guidance_added_meanwhile_reaches_the_runs_next_checkpoint(store: 
     run, _ = await new_run(store)
     held = await claim(store, run.id)
     mine = {"topics": ["a"], "nextSearchTopic": None, "findings": [], "shouldContinue": True}
-    await store.checkpoint(
+    await store.claims.checkpoint(
         held, variables=mine, variables_version=0, rounds_done=1, usage={}, notes=[]
     )
     entry = {"run_id": run.id, "by": "U2", "at": "2026-12-02T10:00:00+00:00", "text": "EU only"}
-    assert await store.add_guidance(run.thread_key, entry)
-    assert not await store.add_guidance("slack:T9:C9:nowhere", entry)  # an unknown thread
+    assert await store.threads.add_guidance(run.thread_key, entry)
+    assert not await store.threads.add_guidance("slack:T9:C9:nowhere", entry)  # an unknown thread
     keyed = {**entry, "text": "and Asia", "key": "ev-1"}
-    assert await store.add_guidance(run.thread_key, keyed)
-    assert await store.add_guidance(run.thread_key, keyed)  # redelivered: kept once
+    assert await store.threads.add_guidance(run.thread_key, keyed)
+    assert await store.threads.add_guidance(run.thread_key, keyed)  # redelivered: kept once
     with pytest.raises(VariablesConflict) as conflict:
-        await store.checkpoint(
+        await store.claims.checkpoint(
             held, variables=mine, variables_version=1, rounds_done=1, usage={}, notes=[]
         )
     assert conflict.value.version == 3
@@ -912,7 +940,7 @@ async def test_a_new_sqlite_file_and_its_wal_are_readable_by_their_owner_only(
         db = Database(f"sqlite:///{path}")
         try:
             await db.ensure_schema()
-            await Store(db).get_thread("slack:T1:C1:1")
+            await Store(db).threads.get_thread("slack:T1:C1:1")
         finally:
             await db.dispose()
     finally:

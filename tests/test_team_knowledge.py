@@ -139,9 +139,9 @@ async def submit(
 
 
 async def stored_results(runtime: Runtime, thread: str) -> list[dict[str, Any]]:
-    record = await runtime.store.get_thread(thread)
+    record = await runtime.store.threads.get_thread(thread)
     assert record is not None
-    variables = await runtime.store.load_variables(record.id)
+    variables = await runtime.store.threads.load_variables(record.id)
     assert variables is not None
     return [r for f in variables["findings"] for r in f["results"]]
 

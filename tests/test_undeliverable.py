@@ -37,7 +37,7 @@ async def test_runs_nobody_can_deliver_fail_and_stop_counting_as_queued(
     async def both_failed() -> list[RunRecord] | None:
         """Both failed and their delivery settled (failing a run and ending its delivery are
         two steps: waiting for the first alone raced the second under load)."""
-        runs = [await served.store.get_run(r.id) for r in (left, irc)]
+        runs = [await served.store.runs.get_run(r.id) for r in (left, irc)]
         done = [r for r in runs if r and r.status == "failed" and r.delivery != "pending"]
         return done if len(done) == 2 else None
 
@@ -53,7 +53,7 @@ async def test_runs_nobody_can_deliver_fail_and_stop_counting_as_queued(
         "feishu, dingtalk)"
     )
     assert failed_irc.delivery == "failed"
-    statuses = {r.id: (await served.store.get_run(r.id)) for r in (held, fresh, slack)}
+    statuses = {r.id: (await served.store.runs.get_run(r.id)) for r in (held, fresh, slack)}
     assert {i: r.status for i, r in statuses.items() if r} == {
         held.id: "running",
         fresh.id: "queued",

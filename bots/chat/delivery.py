@@ -31,7 +31,7 @@ from core.logs import change_log_context
 from core.models import Attachment, ThreadKey
 from core.outcome import RunOutcome
 from core.progress import ProgressEvent, ProgressKind, ProgressSink, ProgressTask, final_tasks
-from core.runs import ChatRuns, RunRecord
+from core.runs import ChatStores, RunRecord
 from core.timer import MONOTONIC, Timer
 from core.wording import Language, pick, request_language
 
@@ -48,7 +48,7 @@ def report_opener_status(language: Language) -> str:
 
 
 async def adopt_opener(
-    store: ChatRuns, run: RunRecord, thread: ThreadKey, message_id: str | None
+    store: ChatStores, run: RunRecord, thread: ThreadKey, message_id: str | None
 ) -> ThreadKey:
     """The thread of a run whose thread starts with its own progress message (a Slack slash
     command, a digest's firing): once that opener is posted (now, or by an earlier attempt of
@@ -57,7 +57,7 @@ async def adopt_opener(
     if message_id is None:
         return thread
     key = thread.model_copy(update={"thread": message_id})
-    await store.rekey_thread(run.thread_id, key=str(key), thread_ref=message_id)
+    await store.threads.rekey_thread(run.thread_id, key=str(key), thread_ref=message_id)
     change_log_context("thread", str(key))
     return key
 
@@ -141,7 +141,7 @@ class ChatDelivery:
         self,
         run: RunRecord,
         poster: ThreadPoster,
-        store: ChatRuns,
+        store: ChatStores,
         *,
         edit_interval: float,
         limiter: WorkspaceLimiter | None = None,
@@ -293,5 +293,5 @@ class ChatDelivery:
         message_id = await self.poster.post_progress(content)
         self.message_id = message_id
         # Stored before anything else: a run resumed from here finds its message.
-        await self._store.set_progress_message(self._run.id, message_id)
+        await self._store.runs.set_progress_message(self._run.id, message_id)
         await self.poster.resume(message_id)

@@ -46,7 +46,7 @@ from core.requests import DailyLimitReached, RunRejected, RunRequests
 from core.runs import (
     DELIVERY_PENDING,
     CancelRequest,
-    ChatRuns,
+    ChatStores,
     RunRecord,
     StopRequest,
     UserBusy,
@@ -178,7 +178,7 @@ class ChatCommands:
         self,
         policy: ChatPolicy,
         requests: RunRequests,
-        store: ChatRuns,
+        store: ChatStores,
         runner: JobRunner,
         markup: Markup,
         digests: DigestService | None = None,
@@ -193,7 +193,7 @@ class ChatCommands:
         self._knowledge = knowledge
 
     @property
-    def store(self) -> ChatRuns:
+    def store(self) -> ChatStores:
         """The store the layer records in (an adapter keeps its conversations' context)."""
         return self._store
 
@@ -224,7 +224,7 @@ class ChatCommands:
         text already parsed by the adapter (:meth:`parse`), so it is parsed once."""
         if not message.addressed and not await self._steers_running(message):
             return None  # dropped at the door: nothing stored, its words not logged
-        if await self._store.events_seen(message.event_keys):
+        if await self._store.events.events_seen(message.event_keys):
             return None  # a redelivery of a request already handled
         # A command with an effect beyond a run (cancel stops whatever run is active when it
         # is handled; schedule and unschedule change the channel's digests) is recorded
@@ -271,7 +271,7 @@ class ChatCommands:
         if not await self._claim(message):
             return  # a redelivery
         screened = self._screen(message.attachments)
-        await self._store.remember_files(
+        await self._store.files.remember_files(
             message.earlier_files, [a.model_dump(mode="json") for a in screened.accepted]
         )
         if not message.addressed:
@@ -298,7 +298,7 @@ class ChatCommands:
         earlier: list[Attachment] = []
         if message.earlier_files is not None and message.earlier_window > 0:
             since = utcnow() - timedelta(seconds=message.earlier_window)
-            for raw in await self._store.take_files(message.earlier_files, since):
+            for raw in await self._store.files.take_files(message.earlier_files, since):
                 try:
                     earlier.append(Attachment.model_validate(raw))
                 except ValueError:
@@ -320,15 +320,15 @@ class ChatCommands:
             return message.language
         if request_words(message.text).strip():
             return message.lang
-        recent = await self._store.recent_runs_for_user(message.requested_by, 1)
+        recent = await self._store.runs.recent_runs_for_user(message.requested_by, 1)
         return request_language(recent[0].topic) if recent else "en"
 
     async def _claim(self, message: ChatMessage) -> bool:
         """Record the request; True for the delivery that recorded it first."""
-        if not await self._store.claim_event(message.dedupe_key):
+        if not await self._store.events.claim_event(message.dedupe_key):
             return False
         if message.delivery_key:
-            await self._store.claim_event(message.delivery_key)
+            await self._store.events.claim_event(message.delivery_key)
         return True
 
     async def handle(self, message: ChatMessage, parsed: Parsed | None = None) -> Reply:
@@ -465,13 +465,13 @@ class ChatCommands:
         running research, which it steers like any reply there."""
         if not message.in_thread:
             return False
-        return await self._store.active_run_in_thread(str(message.thread_key)) is not None
+        return await self._store.runs.active_run_in_thread(str(message.thread_key)) is not None
 
     async def _steer(self, message: ChatMessage, replies: Replies) -> Reply | None:
         """A reply in the thread of a running research, kept as guidance for it (its raw
         text); None when the thread has no running research (or nothing readable was said),
         so that the reply is handled as a request."""
-        run = await self._store.active_run_in_thread(str(message.thread_key))
+        run = await self._store.runs.active_run_in_thread(str(message.thread_key))
         if run is None:
             return None
         by = message.requested_by
@@ -483,14 +483,14 @@ class ChatCommands:
         """A request refused for now: the files it took wait for the next one again."""
         taken = [a for a in attachments if a not in message.attachments]
         if message.earlier_files is not None and taken:
-            await self._store.remember_files(
+            await self._store.files.remember_files(
                 message.earlier_files, [a.model_dump(mode="json") for a in taken]
             )
 
     async def _status(self, message: ChatMessage, replies: Replies) -> str:
         by = message.requested_by
-        active = await self._store.active_runs_for_user(by)
-        recent = await self._store.recent_runs_for_user(by, STATUS_RECENT + len(active))
+        active = await self._store.runs.active_runs_for_user(by)
+        recent = await self._store.runs.recent_runs_for_user(by, STATUS_RECENT + len(active))
         return replies.status(list(reversed(active)), recent)
 
     async def _cancel(self, message: ChatMessage, prefix: str | None, replies: Replies) -> str:
@@ -531,7 +531,7 @@ class ChatCommands:
                 validate_ids(channel=press.channel)
         except CommandError:
             return replies_in("en").button_unknown()
-        run = await self._store.get_run(press.run_id)
+        run = await self._store.runs.get_run(press.run_id)
         thread = _thread_of(run)
         if run is None or thread is None or not _belongs(thread, press):
             return replies_in("en").button_unknown()
@@ -558,7 +558,7 @@ class ChatCommands:
         """Why a stop or cancel changed nothing, read after the attempt (a press delivered
         twice races its twin, so the run read before it can be stale): the run has ended,
         or it was already asked to stop."""
-        run = await self._store.get_run(run_id)
+        run = await self._store.runs.get_run(run_id)
         if run is None or RunStatus(run.status).finished:
             return replies.already_finished()
         return replies.already_stopping()
@@ -576,22 +576,24 @@ class ChatCommands:
         by = message.requested_by
         if message.in_thread and prefix is None:
             thread = str(message.thread_key)
-            run = await self._store.active_run_in_thread(thread) or await self._posting_in(thread)
+            run = await self._store.runs.active_run_in_thread(thread) or await self._posting_in(
+                thread
+            )
             if run is None or (RunStatus(run.status).finished and not _posting(run)):
                 return _Refusal("nothing_in_thread")
             if run.requested_by != by and not self._policy.is_admin(message.user):
                 return _Refusal("not_theirs")
             return run
-        picked = self._pick(await self._store.active_runs_for_user(by), message, prefix)
+        picked = self._pick(await self._store.runs.active_runs_for_user(by), message, prefix)
         return _Refusal("nothing", prefix) if picked is None else picked
 
     async def _posting_in(self, thread: str) -> RunRecord | None:
         """With no active run in the thread: its newest run posting its report (a resumed
         run can be older than a follow-up that ended), else its newest run."""
-        latest = await self._store.latest_run_in_thread(thread)
+        latest = await self._store.runs.latest_run_in_thread(thread)
         if latest is None or _posting(latest):
             return latest
-        posting = [r for r in await self._store.thread_runs(latest.thread_id) if _posting(r)]
+        posting = [r for r in await self._store.runs.thread_runs(latest.thread_id) if _posting(r)]
         return posting[-1] if posting else latest
 
     @staticmethod

@@ -33,7 +33,7 @@ from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
 from core.outcome import RunOutcome
 from core.progress import ProgressTask
-from core.runs import ChatRuns, RunRecord
+from core.runs import ChatStores, RunRecord
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise
 from core.wording import Language, request_language
@@ -243,7 +243,7 @@ class MemoryChat:
         return text
 
     # -- outbound -------------------------------------------------------------------
-    def factory(self, store: ChatRuns, *, edit_interval: float = 0.0) -> MemoryDeliveryFactory:
+    def factory(self, store: ChatStores, *, edit_interval: float = 0.0) -> MemoryDeliveryFactory:
         return MemoryDeliveryFactory(self, store, edit_interval=edit_interval)
 
 
@@ -359,7 +359,7 @@ class MemoryDeliveryFactory:
     def __init__(
         self,
         chat: MemoryChat,
-        store: ChatRuns,
+        store: ChatStores,
         *,
         edit_interval: float = 0.0,
         timer: Timer = MONOTONIC,

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from core.digests import DigestService
     from core.jobs import JobRunner
     from core.requests import RunRequests
-    from core.runs import ChatRuns
+    from core.runs import ChatStores
     from storage import Database
 
 SettingsT = TypeVar("SettingsT", bound=PlatformSettings)
@@ -62,7 +62,7 @@ class PlatformServices:
     """What every platform is given: the shared services, the chat policy, route limits."""
 
     requests: RunRequests
-    store: ChatRuns
+    store: ChatStores
     digests: DigestService
     #: The database, for a platform that keeps tables of its own (Slack's OAuth install).
     database: Database

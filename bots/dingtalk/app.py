@@ -66,7 +66,7 @@ from bots.http_gate import Rejected, parse_json, read_body, rejected_response
 from core.commands import CommandError
 from core.grammar import EXPLICIT, ResearchCommand
 from core.models import RunStatus, ThreadKey
-from core.runs import ChatRuns, utcnow
+from core.runs import ChatStores, utcnow
 from core.wording import Language, pick
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class DingTalkAdapter:
         settings: DingTalkSettings,
         chat: ChatCommands,
         api: DingTalkApi,
-        store: ChatRuns,
+        store: ChatStores,
         limits: RouteLimits,
         *,
         callbacks: CardCallbacks | None = None,
@@ -174,7 +174,9 @@ class DingTalkAdapter:
         window = self._settings.followup_window
         if window <= 0 or EXPLICIT.match(message.text):
             return request
-        runs = await self._store.recent_runs_for_user(message.requested_by, FOLLOW_UP_CANDIDATES)
+        runs = await self._store.runs.recent_runs_for_user(
+            message.requested_by, FOLLOW_UP_CANDIDATES
+        )
         for run in runs:  # newest first
             key = ThreadKey.parse(run.thread_key)
             if (key.platform, key.workspace, key.channel) != (
@@ -205,11 +207,11 @@ class DingTalkAdapter:
                 channel=message.channel,
                 thread=quote.msg_id,
             )
-            if await self._store.get_thread(str(key)) is not None:
+            if await self._store.threads.get_thread(str(key)) is not None:
                 return quote.msg_id
         if not quote.from_robot:
             return None
-        runs = await self._store.recent_runs_in_channel(
+        runs = await self._store.runs.recent_runs_in_channel(
             PLATFORM, message.workspace, message.channel, FOLLOW_UP_CANDIDATES
         )
         shown = quote.text.casefold()

@@ -53,7 +53,7 @@ from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
 from core.outcome import RunOutcome
 from core.progress import ProgressTask
-from core.runs import ChatRuns, RunRecord
+from core.runs import ChatStores, RunRecord
 from core.wording import request_language
 
 log = logging.getLogger(__name__)
@@ -260,7 +260,7 @@ class DingTalkDeliveryFactory:
     def __init__(
         self,
         api: DingTalkApi,
-        store: ChatRuns,
+        store: ChatStores,
         *,
         template_id: str | None = None,
         edit_interval: float = 1.0,

@@ -28,7 +28,7 @@ from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
 from core.outcome import RunOutcome
 from core.progress import ProgressTask
-from core.runs import ChatRuns, RunRecord
+from core.runs import ChatStores, RunRecord
 from core.wording import request_language
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class ReportCard:
 class FeishuThread:
     """``bots.chat.delivery.ThreadPoster`` for one run's Feishu thread."""
 
-    def __init__(self, run: RunRecord, api: FeishuApi, store: ChatRuns) -> None:
+    def __init__(self, run: RunRecord, api: FeishuApi, store: ChatStores) -> None:
         self._run = run
         self._api = api
         self._store = store
@@ -140,7 +140,7 @@ class FeishuThread:
 class FeishuDeliveryFactory:
     """``core.delivery.DeliveryFactory`` for thread keys ``feishu:<tenant>:<chat>:<root>``."""
 
-    def __init__(self, api: FeishuApi, store: ChatRuns, *, edit_interval: float = 1.0) -> None:
+    def __init__(self, api: FeishuApi, store: ChatStores, *, edit_interval: float = 1.0) -> None:
         self._api = api
         self._store = store
         self._interval = max(edit_interval, MIN_EDIT_INTERVAL)

@@ -175,7 +175,7 @@ class SlackCommands:
 
     def __init__(self, chat: ChatCommands, pane: AssistantPane | None = None) -> None:
         self.chat = chat
-        self.pane = pane or AssistantPane(chat.store)
+        self.pane = pane or AssistantPane(chat.store.contexts)
 
     async def on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         """``/research …``: everything happens before ``ack`` (DB only), then one ack."""
@@ -432,7 +432,7 @@ class SlackIngress:
         self._settings = settings
         self.app = build_bolt_app(
             settings,
-            SlackCommands(chat, AssistantPane(chat.store, settings.suggested_prompts)),
+            SlackCommands(chat, AssistantPane(chat.store.contexts, settings.suggested_prompts)),
             client=bolt_client(settings),
             authorize=auth.authorize,
             oauth=auth.oauth,

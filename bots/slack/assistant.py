@@ -27,7 +27,7 @@ from bots.chat.inbound import ChatMessage
 from bots.slack.errors import describe_error
 from bots.slack.settings import MAX_SUGGESTED_PROMPTS, SuggestedPrompt
 from core.models import ThreadKey
-from core.runs import ChatRuns
+from core.runs import ContextStore
 from core.untrusted import neutralise, remove_urls
 from core.wording import Language, pick
 
@@ -119,8 +119,10 @@ def kept_context(context: dict[str, Any]) -> dict[str, str]:
 class AssistantPane:
     """The assistant thread events, and what a message in such a thread adds to its run."""
 
-    def __init__(self, store: ChatRuns, prompts: list[SuggestedPrompt] | None = None) -> None:
-        self._store = store
+    def __init__(
+        self, contexts: ContextStore, prompts: list[SuggestedPrompt] | None = None
+    ) -> None:
+        self._contexts = contexts
         self._prompts = prompts
 
     def prompts(self, language: Language) -> list[SuggestedPrompt]:
@@ -155,7 +157,7 @@ class AssistantPane:
             return None
         user, channel, ts, context = found
         key = ThreadKey(platform="slack", workspace=team, channel=channel, thread=ts)
-        await self._store.set_conversation_context(str(key), kept_context(context))
+        await self._contexts.set_conversation_context(str(key), kept_context(context))
         return user, channel, ts
 
     async def with_context(self, message: ChatMessage) -> ChatMessage:
@@ -163,7 +165,7 @@ class AssistantPane:
         an assistant thread (a DM reply)."""
         if not message.in_thread:
             return message
-        kept = await self._store.conversation_context(str(message.thread_key))
+        kept = await self._contexts.conversation_context(str(message.thread_key))
         if not kept:
             return message
         context = {k: str(v) for k, v in kept.items() if k in (CONTEXT_CHANNEL, CONTEXT_TEAM)}

@@ -41,7 +41,7 @@ from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
 from core.outcome import RunOutcome
 from core.progress import ProgressTask
-from core.runs import ChatRuns, RunRecord
+from core.runs import ChatStores, RunRecord
 from core.timer import Timer
 from core.wording import request_language
 
@@ -69,7 +69,7 @@ class SlackThread:
         self,
         run: RunRecord,
         messenger: SlackMessenger,
-        store: ChatRuns,
+        store: ChatStores,
         downloads: SlackDownloads | None = None,
     ) -> None:
         self._run = run
@@ -155,7 +155,7 @@ class SlackDeliveryFactory:
     def __init__(
         self,
         clients: SlackClients,
-        store: ChatRuns,
+        store: ChatStores,
         *,
         edit_interval: float = 1.0,
         limiters: WorkspaceLimiters | None = None,
