@@ -459,7 +459,7 @@ async def one_run(
     sources: str = "all",
 ) -> tuple[float, Any]:
     """submit + execute of one research in its own new thread; (wall seconds, outcome)."""
-    from core.models import ResearchRequest, RunStatus, SourceChoice, Strategy, ThreadKey
+    from core.models import ResearchRequest, RunStatus, SourceChoice, ThreadKey
 
     key = ThreadKey(platform="cli", workspace="local", channel="local", thread=uuid.uuid4().hex)
     request = ResearchRequest(
@@ -467,7 +467,7 @@ async def one_run(
         depth=depth,
         thread=key,
         requested_by="bench",
-        strategy=Strategy(strategy),
+        strategy=strategy,
         sources=SourceChoice(sources),
     )
     start = time.perf_counter()

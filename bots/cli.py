@@ -211,7 +211,10 @@ def research(
     ] = None,
     strategy: Annotated[
         str | None,
-        typer.Option(help="iterative or graph (default: FATHOM_STRATEGY, else iterative)."),
+        typer.Option(
+            help="The research strategy by name (default: FATHOM_STRATEGY, else iterative); "
+            "an unknown name is answered with those there are."
+        ),
     ] = None,
     thread: Annotated[
         str | None,
@@ -469,6 +472,7 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
     settings = _settings()
 
     async def show() -> dict[str, Any] | None:
+        from core.models import ThreadVariables
         from core.runtime import open_storage
 
         async with open_storage(settings) as storage:
@@ -476,14 +480,9 @@ def thread_show(key: Annotated[str, typer.Argument(help="Thread key.")]) -> None
             record = await store.threads.get_thread(key)
             if record is None:
                 return None
-            variables = await store.threads.load_variables(record.id) or {
-                "topics": [],
-                "nextSearchTopic": None,
-                "findings": [],
-                "shouldContinue": True,
-                "graph": [],
-                "files": [],
-            }
+            variables = await store.threads.load_variables(record.id)
+            if variables is None:
+                variables = ThreadVariables().public_dict()
             runs = await store.runs.thread_runs(record.id)
             return {
                 "thread": record.key,
@@ -621,7 +620,9 @@ def digest_add(
     channel: Annotated[str, typer.Option(help="Where to post: <platform>:<workspace>:<channel>.")],
     tz: Annotated[str, typer.Option(help="IANA timezone of the cron.")] = "UTC",
     depth: Annotated[int | None, typer.Option(min=1)] = None,
-    strategy: Annotated[str | None, typer.Option(help="iterative or graph.")] = None,
+    strategy: Annotated[
+        str | None, typer.Option(help="The research strategy by name (default: FATHOM_STRATEGY).")
+    ] = None,
     sources: Annotated[
         str | None,
         typer.Option(help="web, internal (the channel's MCP servers) or all (default: all)."),

@@ -5,7 +5,7 @@ Errors say what is wrong and what is allowed, so adapters can show them verbatim
 
 from __future__ import annotations
 
-from core.models import SourceChoice, Strategy
+from core.models import DEFAULT_STRATEGY, SourceChoice
 from core.text import clean_text, has_visible
 from core.wording import Language
 
@@ -14,7 +14,6 @@ MAX_TOPIC_CHARS = 2000
 #: far shorter (Slack's about 11, Feishu's and DingTalk's under 70); with it, every thread key
 #: and requester fits its column.
 MAX_ID_CHARS = 100
-AVAILABLE_STRATEGIES = (Strategy.ITERATIVE, Strategy.GRAPH)
 
 
 class CommandError(ValueError):
@@ -65,27 +64,20 @@ def validate_depth(value: int | str | None, *, default: int, maximum: int) -> in
     return depth
 
 
-def validate_strategy(
-    value: str | Strategy | None, default: Strategy = Strategy.ITERATIVE
-) -> Strategy:
-    """The strategy named by ``value`` (``default`` when none is given)."""
-    if value is None or (isinstance(value, str) and not value.strip()):
+def validate_strategy(value: str | None, default: str = DEFAULT_STRATEGY) -> str:
+    """The registered strategy named by ``value`` (``default`` when none is given)."""
+    from core.engine.registry import STRATEGIES
+
+    if value is None or not value.strip():
         return default
-    name = str(value).strip().lower()
-    allowed = ", ".join(s.value for s in AVAILABLE_STRATEGIES)
-    try:
-        strategy = Strategy(name)
-    except ValueError:
+    name = value.strip().lower()
+    if name not in STRATEGIES:
+        allowed = ", ".join(STRATEGIES)
         raise CommandError(
             f"Unknown strategy {name!r}; available: {allowed}.",
             f"未知的策略 {name!r}；可用：{allowed}。",
-        ) from None
-    if strategy not in AVAILABLE_STRATEGIES:
-        raise CommandError(
-            f"The {name} strategy is not available yet; available: {allowed}.",
-            f"{name} 策略暂不可用；可用：{allowed}。",
         )
-    return strategy
+    return name
 
 
 def validate_sources(

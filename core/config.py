@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core.models import Strategy
+from core.models import DEFAULT_STRATEGY, StrategyName
 
 SearchProviderName = Literal["ddgs", "searxng", "tavily", "brave"]
 #: A comma-separated list in the environment (``U1,U2``), a list in code.
@@ -197,15 +197,13 @@ class Settings(EnvSettings):
     user_daily_tokens: int | None = Field(
         default=None, ge=1, validation_alias=env("FATHOM_USER_DAILY_TOKENS")
     )
-    max_parallel_searches: int = Field(
-        default=10, ge=1, le=10, validation_alias=env("FATHOM_MAX_PARALLEL_SEARCHES")
-    )
     max_process_searches: int = Field(
         default=100, ge=1, le=1000, validation_alias=env("FATHOM_MAX_PROCESS_SEARCHES")
     )
-    strategy: Strategy = Field(default=Strategy.ITERATIVE, validation_alias=env("FATHOM_STRATEGY"))
-    graph_max_nodes: int = Field(
-        default=12, ge=1, le=50, validation_alias=env("FATHOM_GRAPH_MAX_NODES")
+    #: The strategy of a run that names none (a registered one: core.engine.registry); each
+    #: strategy's own settings are its module's (core.engine.graph's GraphSettings ...).
+    strategy: StrategyName = Field(
+        default=DEFAULT_STRATEGY, validation_alias=env("FATHOM_STRATEGY")
     )
 
     # Jobs

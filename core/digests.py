@@ -19,7 +19,7 @@ from core import schedule
 from core.commands import CommandError
 from core.grammar import ScheduleCommand
 from core.jobs import JobRunner
-from core.models import ResearchRequest, SourceChoice, Strategy, ThreadKey
+from core.models import ResearchRequest, SourceChoice, ThreadKey
 from core.requests import RunRejected, submit_run
 from core.wording import Language, pick, request_language
 from storage import (
@@ -108,7 +108,7 @@ class DigestService:
                 channel=thread.channel,
                 topic=command.topic,
                 depth=command.depth,
-                strategy=command.strategy.value,
+                strategy=command.strategy,
                 sources=command.sources.value,
                 cron=command.cron,
                 timezone=tz.key,
@@ -190,7 +190,7 @@ class DigestService:
         request = ResearchRequest(
             topic=digest.topic,
             depth=digest.depth,
-            strategy=Strategy(digest.strategy),
+            strategy=digest.strategy,
             thread=thread,
             requested_by=digest.created_by,
             dedupe_key=slot_key(digest.id, slot),

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from core import wording
@@ -28,7 +28,7 @@ from core.dates import Clock, utcnow, zone
 from core.engine.budget import RunBudget
 from core.engine.files import FileReader, PlatformFiles
 from core.engine.state import RunState, StepHooks, StopReason
-from core.engine.strategy import Strategy as ResearchStrategy
+from core.engine.strategy import Strategy
 from core.executing import LocalRuns, RunFlags, WritingCancelled, unless_cancelled
 from core.lease import (
     LOST_CLAIM,
@@ -43,7 +43,6 @@ from core.models import (
     Attachment,
     RunStatus,
     Source,
-    Strategy,
     ThreadVariables,
     Usage,
 )
@@ -133,7 +132,7 @@ class RunExecutor:
         claims: ClaimStore,
         threads: ThreadStore,
         digests: DigestStore,
-        strategies: Mapping[Strategy, ResearchStrategy],
+        strategies: Mapping[str, Strategy],
         writer: ReportWriter,
         local: LocalRuns | None = None,
         owner: str | None = None,
@@ -371,7 +370,9 @@ class RunExecutor:
             )
             state.sources = run_sources(self._knowledge, run, state)
             await self._read_files(run, state, files, publish, checkpoint, lambda: cancel.requested)
-            strategy = self._strategies[Strategy(run.strategy)]
+            strategy = self._strategy(run)
+            if strategy is None:
+                raise RuntimeError(f"no strategy {run.strategy!r} is registered")
             reason = await strategy.run(state, hooks)
             if reason is StopReason.CANCELLED:
                 status = RunStatus.CANCELLED
@@ -389,7 +390,8 @@ class RunExecutor:
                 rounds = state.rounds_done
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
                 await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))
-                written = self._writer.write(run, state, strategy.writer_graph(state))
+                graph, analysed = strategy.writer_graph(state), strategy.analysed(state)
+                written = self._writer.write(run, state, graph, analysed_before=analysed)
                 markdown, sources = await unless_cancelled(written, cancel.cancelled)
                 status = RunStatus.SUCCEEDED
         except WritingCancelled:
@@ -455,9 +457,9 @@ class RunExecutor:
             stop_reason=reason,
             error=error,
             notes=state.notes,
-            strategy=Strategy(run.strategy),
+            strategy=run.strategy,
             rounds_done=state.rounds_done,
-            nodes=[n for n in state.variables.graph if n.run_id == run.id],
+            details=self._details(run, state),
             files=[f for f in state.variables.files if f.run_id == run.id],
             cost=self._cost(state.usage),
             tasks=final_tasks(self._plan(run, state)),
@@ -469,11 +471,17 @@ class RunExecutor:
         self, run: RunRecord, state: RunState, searching: str | None = None
     ) -> tuple[ProgressTask, ...]:
         """The run's plan as its strategy sees it now (none for an unknown strategy)."""
-        try:
-            strategy = self._strategies[Strategy(run.strategy)]
-        except (KeyError, ValueError):
-            return ()
-        return tuple(strategy.tasks(state, searching))
+        strategy = self._strategy(run)
+        return tuple(strategy.tasks(state, searching)) if strategy is not None else ()
+
+    def _strategy(self, run: RunRecord) -> Strategy | None:
+        """The run's strategy (None: no strategy of its name is registered in this release)."""
+        return self._strategies.get(run.strategy)
+
+    def _details(self, run: RunRecord, state: RunState) -> dict[str, Any]:
+        """What the run's strategy adds to its outcome."""
+        strategy = self._strategy(run)
+        return strategy.details(state) if strategy is not None else {}
 
     async def _read_files(
         self,
@@ -537,7 +545,8 @@ class RunExecutor:
 
     def _run_topics(self, run: RunRecord, state: RunState) -> list[str]:
         """The topics this run searched (a graph run: its sub-questions)."""
-        return self._strategies[Strategy(run.strategy)].run_topics(state)
+        strategy = self._strategy(run)
+        return strategy.run_topics(state) if strategy is not None else []
 
     async def stored_outcome(self, run: RunRecord) -> RunOutcome:
         """The outcome of a finished run, as stored."""
@@ -569,9 +578,9 @@ class RunExecutor:
             stop_reason=stored_stop_reason(run),
             error=run.error,
             notes=list(run.notes),
-            strategy=Strategy(run.strategy),
+            strategy=run.strategy,
             rounds_done=run.rounds_done,
-            nodes=[n for n in variables.graph if n.run_id == run.id],
+            details=self._details(run, state),
             files=[f for f in variables.files if f.run_id == run.id],
             cost=self._cost(usage_of(run)),
             tasks=final_tasks(self._plan(run, state)),

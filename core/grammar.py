@@ -18,7 +18,7 @@ from core.commands import (
     validate_strategy,
     validate_topic,
 )
-from core.models import SourceChoice, Strategy
+from core.models import DEFAULT_STRATEGY, SourceChoice
 from core.text import clean_text
 from core.wording import Language
 
@@ -34,7 +34,7 @@ EXPLICIT = re.compile(r"^\s*/research\b", re.IGNORECASE)
 class ResearchCommand:
     topic: str
     depth: int
-    strategy: Strategy
+    strategy: str
     #: ``sources=``: the web, the internal sources the channel may use, or both (the default).
     sources: SourceChoice = SourceChoice.ALL
 
@@ -98,7 +98,7 @@ class ScheduleCommand:
     cron: str
     timezone: str
     depth: int
-    strategy: Strategy
+    strategy: str
     sources: SourceChoice = SourceChoice.ALL
 
 
@@ -125,6 +125,21 @@ Command = (
 )
 
 
+def strategy_lines(language: Language) -> str:
+    """One help line for each registered strategy other than the default, ending in a newline."""
+    from core.engine.registry import STRATEGIES
+
+    lines = []
+    for name, entry in STRATEGIES.items():
+        if name == DEFAULT_STRATEGY:
+            continue
+        if language == "zh":
+            lines.append(f"• 加上 `strategy={name}`：{entry.help['zh']}\n")
+        else:
+            lines.append(f"• Add `strategy={name}` to {entry.help['en']}\n")
+    return "".join(lines)
+
+
 def help_text(
     *, default_depth: int, max_depth: int, language: Language = "en", bold: str = "*"
 ) -> str:
@@ -136,7 +151,7 @@ def help_text(
             f"{name} 在网上研究一个主题，并回复一份带引用的报告。\n"
             f"• `/research <主题> [depth=N]`：N 轮搜索，1 到 {max_depth}（默认 {default_depth}），"
             "例如 `/research 固态电池 depth=3`\n"
-            "• 加上 `strategy=graph`：把问题拆成子问题，同时搜索互不依赖的子问题\n"
+            f"{strategy_lines(language)}"
             "• `sources=web|internal|all`：只搜公开网络、只搜本频道可用的团队内部来源，"
             "或两者都搜（默认 `all`；定时摘要同样适用）\n"
             "• 在群里 @我 并写上主题，或直接私聊我；"
@@ -156,8 +171,7 @@ def help_text(
         f"{name} researches a topic on the web and replies with a cited report.\n"
         f"• `/research <topic> [depth=N]`: N search rounds, 1 to {max_depth} "
         f"(default {default_depth}), e.g. `/research solid-state batteries depth=3`\n"
-        "• Add `strategy=graph` to split the question into sub-questions and search the "
-        "independent ones at the same time\n"
+        f"{strategy_lines(language)}"
         "• `sources=web|internal|all`: the public web only, only the team's internal "
         "sources this channel may use, or both (default `all`; schedules take it too)\n"
         "• Mention me with a topic in a channel or thread, or write to me directly; "
@@ -187,7 +201,7 @@ def parse_command(
     *,
     default_depth: int,
     max_depth: int,
-    default_strategy: Strategy = Strategy.ITERATIVE,
+    default_strategy: str = DEFAULT_STRATEGY,
 ) -> Command:
     """Parse command text; raises :class:`CommandError` saying what is wrong and allowed."""
     body = EXPLICIT.sub("", clean_text(text or ""), count=1).strip()
@@ -268,7 +282,7 @@ def _options(body: str, allowed_names: tuple[str, ...]) -> dict[str, str]:
 
 
 def _schedule(
-    body: str, *, default_depth: int, max_depth: int, default_strategy: Strategy
+    body: str, *, default_depth: int, max_depth: int, default_strategy: str
 ) -> ScheduleCommand:
     """``schedule <topic> cron="…" …``: cron and timezone checked here (the shortest gap
     between firings is checked where the clock and the settings are). Every refusal shows a
@@ -292,7 +306,7 @@ def _schedule(
 
 
 def _parse_schedule(
-    body: str, *, default_depth: int, max_depth: int, default_strategy: Strategy
+    body: str, *, default_depth: int, max_depth: int, default_strategy: str
 ) -> ScheduleCommand:
     from core import schedule
 

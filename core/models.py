@@ -12,9 +12,9 @@ import enum
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from core.text import clean_text, has_visible
 from core.untrusted import neutralise
@@ -131,30 +131,45 @@ class AttachedFile(BaseModel):
     findings_before: int = 0
 
 
-class NodeStatus(enum.StrEnum):
-    """Where a sub-question of the graph strategy stands."""
-
-    PENDING = "pending"  # planned, not searched yet
-    SEARCHED = "searched"  # its finding is stored; the answer is not written yet
-    ANSWERED = "answered"
-    FAILED = "failed"
+#: The strategy of a run nobody chose one for (``FATHOM_STRATEGY``'s default).
+DEFAULT_STRATEGY = "iterative"
 
 
-class GraphNode(BaseModel):
-    """A sub-question of the graph strategy, as kept with the thread's variables."""
+def known_strategy(name: str) -> str:
+    """``name`` if a strategy of that name is registered (:data:`core.engine.STRATEGIES`)."""
+    from core.engine.registry import STRATEGIES
 
-    name: str
-    question: str
-    #: The names of the nodes it depends on (their answers are its context).
-    after: list[str] = Field(default_factory=list)
-    #: The planner turn (of its run) that planned it, and that run.
-    turn: int = 1
-    run_id: str = ""
-    status: NodeStatus = NodeStatus.PENDING
-    #: A short answer citing ``[n]`` of the run's numbered sources.
-    answer: str | None = None
-    #: Why it failed (search failed, no results, a parent failed, the model failed).
-    error: str | None = None
+    name = name.strip().lower()
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}; available: {', '.join(STRATEGIES)}")
+    return name
+
+
+#: A registered strategy's name, checked where it enters (a request, a setting).
+StrategyName = Annotated[str, AfterValidator(known_strategy)]
+
+
+class StrategyState(BaseModel):
+    """A strategy's own part of a thread's variables, kept under its name in
+    :attr:`ThreadVariables.strategy_state` (one JSON object of the thread in storage, which
+    knows nothing of what is in it). ``of(variables)`` is the state of one thread, read once
+    and then changed in place, so a checkpoint stores what the strategy did."""
+
+    #: The strategy's name: where its state is kept.
+    key: ClassVar[str]
+
+    @classmethod
+    def of(cls, variables: ThreadVariables) -> Self:
+        held = variables.strategy_state.get(cls.key)
+        if isinstance(held, cls):
+            return held
+        state = cls.model_validate(held or {})
+        variables.strategy_state[cls.key] = state
+        return state
+
+    def absorb(self, stored: Self) -> None:
+        """Take in what another writer stored meanwhile (:meth:`ThreadVariables.absorb`);
+        by default this copy's state stands."""
 
 
 class Guidance(BaseModel):
@@ -179,8 +194,9 @@ class Guidance(BaseModel):
 class ThreadVariables(BaseModel):
     """The conversation variables persisted per thread after every step.
 
-    ``graph`` holds the graph strategy's sub-questions (empty for iterative research); its
-    searched questions are also in ``topics`` and their results in ``findings``.
+    ``strategy_state`` (``strategyState``) holds each strategy's own state by its name (the
+    graph strategy's sub-questions under ``graph``; iterative research keeps none): a
+    :class:`StrategyState` once a strategy has read it, its stored JSON until then.
     """
 
     model_config = ConfigDict(populate_by_name=True)
@@ -189,7 +205,7 @@ class ThreadVariables(BaseModel):
     next_search_topic: str | None = Field(default=None, alias="nextSearchTopic")
     findings: list[Finding] = Field(default_factory=list)
     should_continue: bool = Field(default=True, alias="shouldContinue")
-    graph: list[GraphNode] = Field(default_factory=list)
+    strategy_state: dict[str, Any] = Field(default_factory=dict, alias="strategyState")
     #: The files attached in the thread that were read (their text, for every later run).
     files: list[AttachedFile] = Field(default_factory=list)
     #: Replies that steered a run of the thread while it ran (who, when, what).
@@ -213,13 +229,22 @@ class ThreadVariables(BaseModel):
         findings = [f for f in stored.findings if (f.topic, f.searched_at) not in seen]
         self.topics[:0] = topics
         self.findings[:0] = findings
-        names = {node.name for node in self.graph}
-        self.graph[:0] = [node for node in stored.graph if node.name not in names]
+        for name, theirs in stored.strategy_state.items():
+            mine = self.strategy_state.get(name)
+            if mine is None:
+                self.strategy_state[name] = theirs
+            elif isinstance(mine, StrategyState):
+                mine.absorb(type(mine).model_validate(_plain(theirs)))
         ids = {file.id for file in self.files}
         self.files[:0] = [file for file in stored.files if file.id not in ids]
         given = {(g.by, g.at, g.text) for g in self.guidance}
         fresh = [g for g in stored.guidance if (g.by, g.at, g.text) not in given]
         self.guidance = sorted(self.guidance + fresh, key=lambda g: g.at)
+
+
+def _plain(state: object) -> object:
+    """A strategy's state as JSON, whether it was read into its model or not."""
+    return state.model_dump(mode="json") if isinstance(state, BaseModel) else state
 
 
 class PlannerDecision(BaseModel):
@@ -250,11 +275,6 @@ class RunStatus(enum.StrEnum):
     @property
     def finished(self) -> bool:
         return self in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
-
-
-class Strategy(enum.StrEnum):
-    ITERATIVE = "iterative"
-    GRAPH = "graph"
 
 
 class Usage(BaseModel):
@@ -389,7 +409,7 @@ class ResearchRequest(BaseModel):
 
     topic: str
     depth: int
-    strategy: Strategy = Strategy.ITERATIVE
+    strategy: StrategyName = DEFAULT_STRATEGY
     thread: ThreadKey
     requested_by: str | None = None
     dedupe_key: str | None = None

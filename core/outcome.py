@@ -4,10 +4,11 @@ deliver it, and the last progress line, which says how it ended."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from core import wording
 from core.engine.state import StopReason
-from core.models import AttachedFile, GraphNode, RunStatus, Source, SourceKind, Strategy, Usage
+from core.models import DEFAULT_STRATEGY, AttachedFile, RunStatus, Source, SourceKind, Usage
 from core.progress import ProgressTask
 from core.wording import request_language
 from storage import RunRecord
@@ -28,11 +29,11 @@ class RunOutcome:
     stop_reason: StopReason | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
-    strategy: Strategy = Strategy.ITERATIVE
+    strategy: str = DEFAULT_STRATEGY
     #: Rounds (iterative) or planner turns (graph) done.
     rounds_done: int = 0
-    #: The sub-questions a graph run planned.
-    nodes: list[GraphNode] = field(default_factory=list)
+    #: What its strategy adds to ``--json`` (``Strategy.details``: a graph run's ``nodes``).
+    details: dict[str, Any] = field(default_factory=dict)
     #: The files attached in the thread that this run read.
     files: list[AttachedFile] = field(default_factory=list)
     #: What the run cost in US dollars (FATHOM_PRICES; None: no prices, or a model unpriced).
@@ -46,7 +47,7 @@ class RunOutcome:
             "run_id": self.run_id,
             "thread": self.thread,
             "status": self.status.value,
-            "strategy": self.strategy.value,
+            "strategy": self.strategy,
             "topics": self.topics,
             "report_markdown": self.report_markdown,
             "sources": [s.model_dump() for s in self.sources],
@@ -59,9 +60,7 @@ class RunOutcome:
                 f.model_dump(mode="json", exclude={"text", "run_id", "id"}) for f in self.files
             ],
         }
-        if self.strategy is Strategy.GRAPH:
-            data["nodes"] = [n.model_dump(mode="json", exclude={"run_id"}) for n in self.nodes]
-        return data
+        return {**data, **self.details}
 
 
 def usage_of(run: RunRecord) -> Usage:

@@ -131,7 +131,7 @@ async def submit_run(
             thread_ref=key.thread,
             topic=request.topic,
             depth=request.depth,
-            strategy=request.strategy.value,
+            strategy=request.strategy,
             requested_by=request.requested_by,
             dedupe_key=request.dedupe_key,
             platform_context=request.platform_context,

@@ -7,16 +7,18 @@ run at once. The chat layer is given ``requests`` only; the runners ``executor``
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
+from core.config import EnvSettings
 from core.cost import Prices
 from core.dates import Clock, utcnow
 from core.engine.budget import RunBudget
 from core.engine.files import FileReader
+from core.engine.registry import build_strategies
 from core.engine.state import TextModel
-from core.engine.strategy import build_strategies
+from core.engine.strategy import StrategyTools
 from core.executing import LocalRuns
 from core.executor import RunExecutor
 from core.lease import LeaseTiming
@@ -45,8 +47,7 @@ class Research:
         timing: LeaseTiming | None = None,
         max_attempts: int = 3,
         reader: PageReader | None = None,
-        max_parallel_searches: int = 10,
-        graph_max_nodes: int = 12,
+        strategy_settings: Mapping[str, EnvSettings] | None = None,
         metrics: Metrics | None = None,
         files: FileReader | None = None,
         timezone: str | ZoneInfo = "UTC",
@@ -61,18 +62,12 @@ class Research:
         :class:`~core.requests.RunRequests`, and what their parts are built from: the
         ``planner`` (also the graph's sub-question answers), ``writer`` and ``search``
         clients; ``reader`` reads the best result pages of every search (None: snippets
-        only); the graph strategy searches at most ``max_parallel_searches`` sub-questions
-        of a run at once and plans at most ``graph_max_nodes`` per run."""
+        only); ``strategy_settings``: each registered strategy's settings by its name (those
+        not given: their defaults)."""
         #: The store both were built over.
         self.store = store
         local = LocalRuns()
-        strategies = build_strategies(
-            planner=planner,
-            search=search,
-            reader=reader,
-            max_parallel_searches=max_parallel_searches,
-            graph_max_nodes=graph_max_nodes,
-        )
+        strategies = build_strategies(StrategyTools(planner, search, reader), strategy_settings)
         self.executor = RunExecutor(
             runs=store.runs,
             claims=store.claims,

@@ -16,7 +16,7 @@ import logging
 import os
 import ssl
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
@@ -26,12 +26,13 @@ import httpx
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from core.config import ConfigError, Settings
+from core.config import ConfigError, EnvSettings, Settings
 from core.cost import Prices
 from core.digests import DigestService
 from core.documents import DocumentExtractor
 from core.engine.budget import RunBudget
 from core.engine.files import FileReader
+from core.engine.registry import load_strategy_settings
 from core.lease import LeaseTiming
 from core.llm import LLMClients
 from core.pages.fetch import PageFetcher
@@ -291,11 +292,14 @@ async def open_runtime(
     ``metrics``: where the clients and the service count their work (``fathom serve``)."""
     settings.require_llm()
     settings.require_search()
+    strategies = load_strategy_settings()
     knowledge = knowledge_from_settings(settings, metrics)
     if knowledge is not None:
         knowledge.start()  # its servers connect in the background while the rest is built
     try:
-        async with _runtime(settings, upgrade=upgrade, metrics=metrics, knowledge=knowledge) as rt:
+        async with _runtime(
+            settings, strategies, upgrade=upgrade, metrics=metrics, knowledge=knowledge
+        ) as rt:
             yield rt
     finally:
         if knowledge is not None:
@@ -304,7 +308,12 @@ async def open_runtime(
 
 @asynccontextmanager
 async def _runtime(
-    settings: Settings, *, upgrade: bool, metrics: Metrics | None, knowledge: Knowledge | None
+    settings: Settings,
+    strategies: Mapping[str, EnvSettings],
+    *,
+    upgrade: bool,
+    metrics: Metrics | None,
+    knowledge: Knowledge | None,
 ) -> AsyncIterator[Runtime]:
     tls = DeferredTrustContext()  # one for every client of the process
     async with (
@@ -333,8 +342,7 @@ async def _runtime(
                 timing=LeaseTiming(settings.stale_run_after),
                 max_attempts=settings.max_attempts,
                 reader=reader,
-                max_parallel_searches=settings.max_parallel_searches,
-                graph_max_nodes=settings.graph_max_nodes,
+                strategy_settings=strategies,
                 metrics=metrics,
                 files=files,
                 timezone=settings.timezone,

@@ -92,15 +92,22 @@ class ReportWriter:
         self._digests = digests
 
     async def write(
-        self, run: RunRecord, state: RunState, graph: Sequence[str] = ()
+        self,
+        run: RunRecord,
+        state: RunState,
+        graph: Sequence[str] = (),
+        *,
+        analysed_before: bool = False,
     ) -> tuple[str, list[Source]]:
         """The run's report and the sources it lists; ``graph``: the answered sub-questions,
-        one line each (see ``Strategy.writer_graph``).
+        one line each (see ``Strategy.writer_graph``); ``analysed_before``: the checkpoint
+        shows the model analysed something for the run before (``Strategy.analysed``).
 
         Raises :class:`NoResults` when no search found anything and :class:`ModelUnavailable`
-        when the writer failed after every other model call of the run did too.
+        when the writer failed and no model call of the run ever answered.
         """
-        return await self._write(state, await self._digest(run, state), graph)
+        digest = await self._digest(run, state)
+        return await self._write(state, digest, graph, state.model_answered or analysed_before)
 
     async def _digest(self, run: RunRecord, state: RunState) -> _DigestHistory | None:
         """What the previous firing of a digest's run reported (None: not a digest, or its
@@ -113,7 +120,7 @@ class ReportWriter:
         return _DigestHistory(whats_new.context(previous, state.language), earlier_urls)
 
     async def _write(
-        self, state: RunState, digest: _DigestHistory | None, lines: Sequence[str]
+        self, state: RunState, digest: _DigestHistory | None, lines: Sequence[str], analysed: bool
     ) -> tuple[str, list[Source]]:
         findings = state.variables.findings
         cited = frozenset(int(n) for n in re.findall(r"\[(\d{1,4})\]", "\n".join(lines)))
@@ -154,7 +161,7 @@ class ReportWriter:
                 )
         except LLMError as exc:
             log.warning("writer failed in run %s: %s", state.run_id, exc)
-            if not state.analysis_obtained():  # nothing the model said: no report to pretend
+            if not analysed:  # nothing the model said: no report to pretend
                 raise model_unavailable(state.language, exc, state.model_failure) from exc
             state.note(f"The report writer model failed ({exc}); the raw findings are listed.")
             intro = wording.writer_unavailable_intro(state.language, str(exc))

@@ -113,7 +113,7 @@ _VARIABLE_VALUES = (
     "next_search_topic",
     "findings",
     "should_continue",
-    "graph",
+    "strategy_state",
     "files",
     "guidance",
     "updated_at",
@@ -423,8 +423,8 @@ class ClaimStore:
         """Persist one step: the thread's variables and the run's counters, atomically.
 
         ``variables`` uses the contract names (topics, nextSearchTopic, findings,
-        shouldContinue, graph, files; without ``files``, the stored files are kept as they
-        are); ``usage`` holds the run's running totals, not increments. The
+        shouldContinue, strategyState, files, guidance; without ``files``, the stored files
+        are kept as they are); ``usage`` holds the run's running totals, not increments. The
         variables are written only if they are still at ``variables_version`` (0: no row
         yet); otherwise nothing is written and :class:`VariablesConflict` carries the stored
         ones. Raises :class:`ClaimLost` when the claim no longer holds the run. Returns the
@@ -446,7 +446,7 @@ class ClaimStore:
             "next_search_topic": variables.get("nextSearchTopic"),
             "findings": list(variables.get("findings") or []),
             "should_continue": bool(variables.get("shouldContinue", True)),
-            "graph": list(variables.get("graph") or []),
+            "strategy_state": dict(variables.get("strategyState") or {}),
             "files": list(variables.get("files") or []),
             "guidance": list(variables.get("guidance") or []),
             "updated_at": now,

@@ -38,7 +38,7 @@ VARIABLE_COLUMNS = (
     _variables.c.next_search_topic,
     _variables.c.findings,
     _variables.c.should_continue,
-    _variables.c.graph,
+    _variables.c.strategy_state,
     _variables.c.files,
     _variables.c.guidance,
 )
@@ -86,7 +86,7 @@ def variables_dict(row: RowMapping) -> dict[str, Any]:
         "nextSearchTopic": row["next_search_topic"],
         "findings": list(row["findings"]),
         "shouldContinue": row["should_continue"],
-        "graph": list(row["graph"] or []),
+        "strategyState": dict(row["strategy_state"] or {}),
         "files": list(row["files"] or []),
         "guidance": list(row["guidance"] or []),
     }

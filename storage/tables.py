@@ -90,7 +90,12 @@ class ThreadVariables(Base):
     next_search_topic: Mapped[str | None] = mapped_column(Text)
     findings: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
     should_continue: Mapped[bool] = mapped_column(Boolean, server_default=false())
-    #: The graph strategy's sub-questions (migration 0008); None for threads without one.
+    #: Each strategy's own state by the strategy's name (migration 0017), stored as the
+    #: strategy serialises it and never read here; None for threads without any.
+    strategy_state: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    #: Before migration 0017: the graph strategy's sub-questions, now in ``strategy_state``.
+    #: Kept, neither read nor written, for the previous release during a rolling upgrade;
+    #: the release after next drops it.
     graph: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
     #: The files attached in the thread, as read (migration 0010); None for threads without.
     files: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)

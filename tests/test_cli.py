@@ -207,11 +207,11 @@ def test_output_file_follow_up_and_thread_commands(
         "nextSearchTopic",
         "findings",
         "shouldContinue",
-        "graph",
+        "strategyState",
         "files",
         "guidance",
     }
-    assert variables["graph"] == []  # iterative research plans no sub-questions
+    assert variables["strategyState"] == {}  # iterative research keeps no state of its own
     assert variables["guidance"] == []  # nobody steered these runs
     assert variables["topics"] == first_topics + data["topics"]
     assert len(variables["findings"]) == 3

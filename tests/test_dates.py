@@ -18,6 +18,7 @@ import pytest
 from bots.slack.render import report_title
 from core.config import ConfigError, load_settings
 from core.dates import parse_published
+from core.engine.graph import GraphSettings
 from core.engine.state import RunState
 from core.llm import ChatModel
 from core.models import (
@@ -27,7 +28,6 @@ from core.models import (
     RunStatus,
     SearchResult,
     Source,
-    Strategy,
     ThreadKey,
     ThreadVariables,
 )
@@ -425,7 +425,9 @@ class Rig:
             search=search,
             timezone=timezone,
             clock=self.clock,
-            graph_max_nodes=graph_nodes,
+            strategy_settings={
+                "graph": GraphSettings(_env_file=None, FATHOM_GRAPH_MAX_NODES=graph_nodes)
+            },
         )
 
     async def research(
@@ -434,7 +436,7 @@ class Rig:
         topic: str = "grid storage",
         *,
         depth: int = 2,
-        strategy: Strategy = Strategy.ITERATIVE,
+        strategy: str = "iterative",
         digest_id: str | None = None,
         thread: str = "t1",
         progress: Any = None,
@@ -535,7 +537,7 @@ async def test_a_run_past_midnight_is_told_the_new_day(
 
 @sqlite_only
 async def test_a_graph_run_knows_the_date(rig: Rig, search_server: FakeSearchServer) -> None:
-    outcome = await rig.research(rig.service(searx(rig, search_server)), strategy=Strategy.GRAPH)
+    outcome = await rig.research(rig.service(searx(rig, search_server)), strategy="graph")
     assert outcome.status is RunStatus.SUCCEEDED
     assert_dated(rig.prompts("graph_planner"), TODAY)
     answers = rig.prompts("answerer")

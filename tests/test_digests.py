@@ -26,7 +26,7 @@ from core.digests import DigestService
 from core.grammar import ScheduleCommand
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
-from core.models import Strategy, ThreadKey
+from core.models import ThreadKey
 from core.research import Research
 from core.scheduler import DigestScheduler
 from core.search import SearxngProvider
@@ -130,7 +130,7 @@ async def replicas(
 
 
 def weekly(topic: str = "open-source LLM inference engines") -> ScheduleCommand:
-    return ScheduleCommand(topic, "0 9 * * MON", "Asia/Shanghai", 1, Strategy.ITERATIVE)
+    return ScheduleCommand(topic, "0 9 * * MON", "Asia/Shanghai", 1, "iterative")
 
 
 # -- arithmetic ---------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from core.grammar import (
     help_text,
     parse_command,
 )
-from core.models import SourceChoice, Strategy
+from core.models import SourceChoice
 
 
 def parse(text: str) -> object:
@@ -25,17 +25,17 @@ def parse(text: str) -> object:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("AI chips", ResearchCommand("AI chips", 3, Strategy.ITERATIVE)),
-        ("AI chips depth=5", ResearchCommand("AI chips", 5, Strategy.ITERATIVE)),
-        ("depth=2 AI   chips", ResearchCommand("AI chips", 2, Strategy.ITERATIVE)),
-        ("/research AI chips depth=1", ResearchCommand("AI chips", 1, Strategy.ITERATIVE)),
-        ("E=mc2 history depth=2", ResearchCommand("E=mc2 history", 2, Strategy.ITERATIVE)),
+        ("AI chips", ResearchCommand("AI chips", 3, "iterative")),
+        ("AI chips depth=5", ResearchCommand("AI chips", 5, "iterative")),
+        ("depth=2 AI   chips", ResearchCommand("AI chips", 2, "iterative")),
+        ("/research AI chips depth=1", ResearchCommand("AI chips", 1, "iterative")),
+        ("E=mc2 history depth=2", ResearchCommand("E=mc2 history", 2, "iterative")),
         (
             "what's new in RISC-V strategy=iterative",
-            ResearchCommand("what's new in RISC-V", 3, Strategy.ITERATIVE),
+            ResearchCommand("what's new in RISC-V", 3, "iterative"),
         ),
-        ("人工智能 医疗 depth=2", ResearchCommand("人工智能 医疗", 2, Strategy.ITERATIVE)),
-        ("AI chips strategy=GRAPH depth=2", ResearchCommand("AI chips", 2, Strategy.GRAPH)),
+        ("人工智能 医疗 depth=2", ResearchCommand("人工智能 医疗", 2, "iterative")),
+        ("AI chips strategy=GRAPH depth=2", ResearchCommand("AI chips", 2, "graph")),
         ("help", HelpCommand()),
         ("  HELP ", HelpCommand()),
         ("status", StatusCommand()),
@@ -43,7 +43,7 @@ def parse(text: str) -> object:
         ("cancel 3f2a", CancelCommand("3f2a")),
         (
             "status of fusion energy",
-            ResearchCommand("status of fusion energy", 3, Strategy.ITERATIVE),
+            ResearchCommand("status of fusion energy", 3, "iterative"),
         ),
     ],
 )
@@ -90,7 +90,7 @@ def test_schedule_digests_and_unschedule_parse() -> None:
         max_depth=10,
     )
     assert command == ScheduleCommand(
-        "open-source LLM inference engines", "0 9 * * MON", "Asia/Shanghai", 2, Strategy.ITERATIVE
+        "open-source LLM inference engines", "0 9 * * MON", "Asia/Shanghai", 2, "iterative"
     )
     assert parse_command("digests", default_depth=3, max_depth=10) == DigestsCommand()
     assert parse_command("unschedule ab12", default_depth=3, max_depth=10) == UnscheduleCommand(
@@ -99,17 +99,15 @@ def test_schedule_digests_and_unschedule_parse() -> None:
 
 
 def test_the_default_strategy_comes_from_the_settings() -> None:
-    graph = parse_command(
-        "AI chips", default_depth=3, max_depth=10, default_strategy=Strategy.GRAPH
-    )
-    assert graph == ResearchCommand("AI chips", 3, Strategy.GRAPH)
+    graph = parse_command("AI chips", default_depth=3, max_depth=10, default_strategy="graph")
+    assert graph == ResearchCommand("AI chips", 3, "graph")
     chosen = parse_command(
         "AI chips strategy=iterative",
         default_depth=3,
         max_depth=10,
-        default_strategy=Strategy.GRAPH,
+        default_strategy="graph",
     )
-    assert chosen == ResearchCommand("AI chips", 3, Strategy.ITERATIVE)
+    assert chosen == ResearchCommand("AI chips", 3, "iterative")
 
 
 @pytest.mark.parametrize(

@@ -16,18 +16,16 @@ from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
 from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
-from core.engine.graph import GraphPlan, GraphStrategy, PlannedNode, check_plan
+from core.engine.graph import GraphPlan, GraphSettings, GraphStrategy, PlannedNode, check_plan
+from core.engine.graph_state import GraphNode, GraphState, NodeStatus
 from core.engine.state import RunState, StepHooks, StopReason
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.models import (
     Finding,
-    GraphNode,
-    NodeStatus,
     ResearchRequest,
     RunStatus,
     SearchResult,
-    Strategy,
     ThreadKey,
     ThreadVariables,
 )
@@ -66,7 +64,7 @@ async def graph(
     search_server: FakeSearchServer,
 ) -> AsyncIterator[MakeGraph]:
     """``await graph(max_parallel=10, max_nodes=12)``: a harness whose runs use the graph
-    strategy (submit with ``strategy=Strategy.GRAPH``)."""
+    strategy (submit with ``strategy="graph"``)."""
     closers: list[Callable[[], Awaitable[None]]] = []
 
     async def make(max_parallel: int = 10, max_nodes: int = 12) -> Harness:
@@ -78,8 +76,13 @@ async def graph(
             planner=model,
             writer=model,
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
-            max_parallel_searches=max_parallel,
-            graph_max_nodes=max_nodes,
+            strategy_settings={
+                "graph": GraphSettings(
+                    _env_file=None,
+                    FATHOM_MAX_PARALLEL_SEARCHES=max_parallel,
+                    FATHOM_GRAPH_MAX_NODES=max_nodes,
+                )
+            },
         )
         closers.extend([http.aclose, model.aclose])
         return Harness(llm_server, search_server, database, store, service, database_url)
@@ -95,7 +98,7 @@ async def research(
     harness: Harness, depth: int = 3, thread: str = "t1", progress: Collect | None = None
 ) -> tuple[str, RunOutcome]:
     request = ResearchRequest(
-        topic=QUESTION, depth=depth, strategy=Strategy.GRAPH, thread=harness.thread(thread)
+        topic=QUESTION, depth=depth, strategy="graph", thread=harness.thread(thread)
     )
     run, _ = await harness.service.requests.submit(request)
     return run.id, await harness.service.executor.execute(run.id, progress)
@@ -256,9 +259,7 @@ async def test_a_failing_sub_question_does_not_fail_the_run(graph: MakeGraph) ->
 async def test_a_resumed_graph_run_searches_no_answered_node_again(graph: MakeGraph) -> None:
     harness = await graph()
     fake = harness.search.fake
-    request = ResearchRequest(
-        topic=QUESTION, depth=3, strategy=Strategy.GRAPH, thread=harness.thread()
-    )
+    request = ResearchRequest(topic=QUESTION, depth=3, strategy="graph", thread=harness.thread())
     run, _ = await harness.service.requests.submit(request)
     fake.latency = 0.5  # the dependent node's search is in flight when the run stops
     task = asyncio.create_task(harness.service.executor.execute(run.id))
@@ -269,7 +270,7 @@ async def test_a_resumed_graph_run_searches_no_answered_node_again(graph: MakeGr
         await task
     stored = await harness.store.threads.load_variables(run.thread_id)
     assert stored is not None
-    statuses = {n["name"]: n["status"] for n in stored["graph"]}
+    statuses = {n["name"]: n["status"] for n in stored["strategyState"]["graph"]["nodes"]}
     assert statuses == {"background": "answered", "state": "answered", "compare": "pending"}
 
     fake.latency = 0.0
@@ -412,7 +413,11 @@ def interrupted_state(*nodes: GraphNode, rounds_done: int = 0, depth: int = 3) -
         topic=f"{QUESTION} cost",
         results=[SearchResult(title="Costs", url="https://costs.example/a", snippet="cheap")],
     )
-    variables = ThreadVariables(topics=[finding.topic], findings=[finding], graph=list(nodes))
+    variables = ThreadVariables(
+        topics=[finding.topic],
+        findings=[finding],
+        strategy_state={"graph": GraphState(nodes=list(nodes))},
+    )
     return RunState("r1", QUESTION, depth, variables, rounds_done=rounds_done)
 
 

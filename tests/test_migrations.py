@@ -7,6 +7,7 @@ each one up, each one down, and the data migrations on data.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 from sqlalchemy import inspect, text
 
+from core.engine.graph_state import NodeStatus, graph_of
+from core.models import ThreadVariables
 from storage import HEAD_REVISION, Database, Store, ThreadBusy
 from storage.db import _migrations_dir
 from storage.tables import Base
@@ -205,6 +208,70 @@ async def test_migration_0004_keeps_one_active_run_per_thread_and_old_reports_po
         with pytest.raises(ThreadBusy):  # and the index holds from now on
             await new_run(store, thread_key="slack:T:C:1")
         assert await store.claims.runs_to_sweep(["slack"], stale_after=0) == ["c" * 32]
+    finally:
+        await db.dispose()
+
+
+async def test_migration_0017_moves_the_graph_into_the_strategy_state_and_back(
+    empty_database_url: str,
+) -> None:
+    """The graph's nodes of a thread that held a graph run move from the ``graph`` column
+    (0008) into ``strategy_state`` under the strategy's name; the engine reads them from
+    there as the graph strategy's state, an iterative thread keeps none, and a downgrade
+    copies them back for the release before."""
+    db = Database(empty_database_url)
+    nodes = [
+        {"name": "cost", "question": "heat pump cost", "after": [], "turn": 1, "run_id": "r1",
+         "status": "answered", "answer": "About 10k [1].", "error": None},
+        {"name": "noise", "question": "heat pump noise", "after": ["cost"], "turn": 1,
+         "run_id": "r1", "status": "pending", "answer": None, "error": None},
+    ]  # fmt: skip
+    try:
+        await _upgrade_to(db, "0016")
+        async with db.engine.begin() as conn:
+            for n, key in ((1, "slack:T:C:graph"), (2, "slack:T:C:iterative")):
+                await conn.execute(
+                    text(
+                        "INSERT INTO threads (id, key, platform, workspace, channel, thread_ref, "
+                        "created_at, updated_at) VALUES (:id, :key, 'slack', 'T', 'C', :id, "
+                        "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                    ),
+                    {"id": n, "key": key},
+                )
+                await conn.execute(
+                    text(
+                        "INSERT INTO thread_variables (thread_id, topics, findings, "
+                        "should_continue, graph, version, updated_at) VALUES (:id, :topics, "
+                        "'[]', false, :graph, 1, CURRENT_TIMESTAMP)"
+                    ),
+                    {
+                        "id": n,
+                        "topics": json.dumps(["heat pump cost"]),
+                        "graph": json.dumps(nodes) if n == 1 else None,
+                    },
+                )
+        await _upgrade_to(db, "0017")
+        store = Store(db)
+        graph, iterative = [await store.threads.load_variables(n) for n in (1, 2)]
+        assert graph is not None and graph["strategyState"] == {"graph": {"nodes": nodes}}
+        assert iterative is not None and iterative["strategyState"] == {}
+        state = graph_of(ThreadVariables.model_validate(graph))
+        assert [(n.name, n.status) for n in state.nodes] == [
+            ("cost", NodeStatus.ANSWERED),
+            ("noise", NodeStatus.PENDING),
+        ]
+        assert state.nodes[1].after == ["cost"] and state.of_run("r1") == state.nodes
+
+        await _migrate(db, "downgrade", "0016")
+        async with db.engine.connect() as conn:
+            rows = (await conn.execute(text("SELECT thread_id, graph FROM thread_variables"))).all()
+            columns = await conn.run_sync(
+                lambda c: {col["name"] for col in inspect(c).get_columns("thread_variables")}
+            )
+        back = {thread_id: value for thread_id, value in rows}
+        restored = json.loads(back[1]) if isinstance(back[1], str) else back[1]
+        assert restored == nodes
+        assert back[2] is None and "strategy_state" not in columns
     finally:
         await db.dispose()
 

@@ -20,15 +20,15 @@ from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
 from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
+from core.engine.graph import GraphStrategy
+from core.engine.graph_state import GraphNode, NodeStatus, graph_of
+from core.engine.iterative import IterativeStrategy
 from core.engine.state import RunState
 from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.models import (
-    GraphNode,
-    NodeStatus,
     ResearchRequest,
     RunStatus,
-    Strategy,
     ThreadKey,
     ThreadVariables,
 )
@@ -73,7 +73,7 @@ async def research(
     service: Research,
     topic: str = TOPIC,
     *,
-    strategy: Strategy = Strategy.ITERATIVE,
+    strategy: str = "iterative",
     progress: Collect | None = None,
 ) -> RunOutcome:
     thread = ThreadKey(platform="cli", workspace="local", channel="local", thread="t1")
@@ -151,7 +151,7 @@ async def test_a_graph_run_whose_planner_and_writer_fail_fails(
 ) -> None:
     base_url = f"http://127.0.0.1:{closed_port()}/v1"
     service = service_for(base_url)
-    outcome = await research(service, "heat pumps", strategy=Strategy.GRAPH)
+    outcome = await research(service, "heat pumps", strategy="graph")
     assert outcome.status is RunStatus.FAILED and outcome.report_markdown is None
     assert outcome.error is not None
     assert outcome.error.startswith("the language model could not be reached: could not connect")
@@ -226,18 +226,20 @@ async def test_a_planner_that_always_fails_with_a_working_writer_gives_a_report(
 
 def test_a_resumed_run_knows_an_earlier_attempt_was_planned() -> None:
     """The attempt's flags start afresh on resume; the checkpoint tells what the planner did."""
+    analysed = IterativeStrategy.analysed
     only_the_topic = RunState("r", TOPIC, 3, ThreadVariables(topics=[TOPIC]), rounds_done=1)
-    assert not only_the_topic.analysis_obtained()
+    assert not analysed(only_the_topic)
     planned = ThreadVariables(topics=[TOPIC, f"{TOPIC} costs"])
-    assert RunState("r", TOPIC, 3, planned, rounds_done=2).analysis_obtained()
+    assert analysed(RunState("r", TOPIC, 3, planned, rounds_done=2))
     # An earlier run's topics in the thread are not this run's.
     follow_up = RunState("r", "and prices?", 3, ThreadVariables(topics=[TOPIC, "and prices?"]), 1)
-    assert not follow_up.analysis_obtained()
+    assert not analysed(follow_up)
     fallback = GraphNode(name="q1", question=TOPIC, run_id="r", status=NodeStatus.FAILED)
-    graph = ThreadVariables(topics=[TOPIC], graph=[fallback])
-    assert not RunState("r", TOPIC, 3, graph, rounds_done=1).analysis_obtained()
+    graph = ThreadVariables(topics=[TOPIC])
+    graph_of(graph).nodes.append(fallback)
+    assert not GraphStrategy.analysed(RunState("r", TOPIC, 3, graph, rounds_done=1))
     fallback.status = NodeStatus.ANSWERED
-    assert RunState("r", TOPIC, 3, graph, rounds_done=1).analysis_obtained()
+    assert GraphStrategy.analysed(RunState("r", TOPIC, 3, graph, rounds_done=1))
 
 
 # --- where the failure shows: the thread and the CLI --------------------------------------------

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from core.engine.graph import GraphStrategy
+from core.engine.graph_state import GraphNode, GraphState, NodeStatus
 from core.engine.iterative import IterativeStrategy
 from core.engine.state import RunState
-from core.models import Finding, GraphNode, NodeStatus, SearchResult, ThreadVariables
+from core.models import Finding, SearchResult, ThreadVariables
 from core.progress import TaskSource, TaskStatus, final_tasks
 
 
@@ -69,14 +70,20 @@ def test_a_graph_run_shows_its_sub_questions_and_where_each_stands() -> None:
             Finding(topic="a?", results=[result("https://a.example/")]),
             Finding(topic="b?", results=[result("https://b.example/")]),
         ],
-        graph=[
-            GraphNode(name="old", question="old?", run_id="earlier", status=NodeStatus.ANSWERED),
-            node("a", NodeStatus.ANSWERED),
-            node("b", NodeStatus.SEARCHED),  # being answered
-            node("c", NodeStatus.PENDING),  # no parent: searching (or waiting for a slot)
-            node("d", NodeStatus.PENDING, after=["b"]),  # waits for b
-            node("e", NodeStatus.FAILED),
-        ],
+        strategy_state={
+            "graph": GraphState(
+                nodes=[
+                    GraphNode(
+                        name="old", question="old?", run_id="earlier", status=NodeStatus.ANSWERED
+                    ),
+                    node("a", NodeStatus.ANSWERED),
+                    node("b", NodeStatus.SEARCHED),  # being answered
+                    node("c", NodeStatus.PENDING),  # no parent: searching (or waiting for one)
+                    node("d", NodeStatus.PENDING, after=["b"]),  # waits for b
+                    node("e", NodeStatus.FAILED),
+                ]
+            )
+        },
     )
     tasks = GraphStrategy.tasks(state(variables, rounds_done=0))
     assert [(t.id, t.status) for t in tasks] == [

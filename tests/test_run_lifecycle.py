@@ -204,7 +204,7 @@ async def test_a_runner_whose_heartbeat_expired_loses_its_claim(database: Databa
         "nextSearchTopic": None,
         "findings": [],
         "shouldContinue": True,
-        "graph": [],
+        "strategyState": {},
         "files": [],
         "guidance": [],
     }

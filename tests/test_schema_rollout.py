@@ -162,8 +162,8 @@ def test_db_current_downgrade_and_upgrade_roll_a_release_back_and_forth(
     assert down.returncode == 0 and f"older than this release's {HEAD_REVISION}" in down.stderr
     assert db("current").stdout == f"{previous} (behind; this release: {HEAD_REVISION})\n"
     with sqlite3.connect(path) as conn:
-        indexes = [row[1] for row in conn.execute("PRAGMA index_list(research_runs)")]
-    assert "ix_research_runs_finished_at" not in indexes  # 0016's index is gone
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(thread_variables)")]
+    assert "strategy_state" not in columns and "graph" in columns  # 0017's column is gone
     assert db("upgrade").returncode == 0
     assert db("current").stdout.startswith(f"{HEAD_REVISION} (current;")
 

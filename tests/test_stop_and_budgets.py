@@ -15,9 +15,10 @@ import pytest
 
 from core.cost import Prices
 from core.engine.budget import RunBudget
-from core.engine.graph import STOPPED_BEFORE_SEARCH
+from core.engine.graph import STOPPED_BEFORE_SEARCH, GraphSettings
+from core.engine.graph_state import NodeStatus
 from core.engine.state import StopReason
-from core.models import NodeStatus, ResearchRequest, RunStatus, Strategy, ThreadKey
+from core.models import ResearchRequest, RunStatus, ThreadKey
 from core.outcome import final_progress_text
 from core.progress import ProgressEvent, ProgressKind
 from core.requests import DailyLimitReached, UserQuota
@@ -274,18 +275,21 @@ async def test_a_graph_run_stopped_mid_turn_answers_what_it_searched(
     harness: Harness,  # noqa: F811
 ) -> None:
     search = StopAfterFirstSearch(harness.search_provider)
-    service = harness.build_service(search=search, max_parallel_searches=1)
-    request = ResearchRequest(
-        topic=TOPIC, depth=2, thread=harness.thread("g1"), strategy=Strategy.GRAPH
+    service = harness.build_service(
+        search=search,
+        strategy_settings={"graph": GraphSettings(_env_file=None, FATHOM_MAX_PARALLEL_SEARCHES=1)},
     )
+    request = ResearchRequest(topic=TOPIC, depth=2, thread=harness.thread("g1"), strategy="graph")
     run, _ = await service.requests.submit(request)
     search.press = lambda: service.requests.stop(run.id)
     outcome = await service.executor.execute(run.id)
     assert search.answers == [StopRequest.STOPPING]
     assert outcome.status is RunStatus.SUCCEEDED, outcome.error
     assert outcome.stop_reason is StopReason.STOPPED
-    answered = [n for n in outcome.nodes if n.status is NodeStatus.ANSWERED]
-    skipped = [n for n in outcome.nodes if n.error == STOPPED_BEFORE_SEARCH]
+    nodes = outcome.as_json()["nodes"]
+    assert isinstance(nodes, list)
+    answered = [n for n in nodes if n["status"] == NodeStatus.ANSWERED]
+    skipped = [n for n in nodes if n["error"] == STOPPED_BEFORE_SEARCH]
     assert len(answered) == 1 and skipped  # the searched one is answered and used
     assert len(harness.search.fake.queries) == 1
     assert len(harness.llm.fake.requests_for("graph_planner")) == 1  # no second turn

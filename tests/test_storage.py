@@ -225,7 +225,7 @@ async def test_checkpoint_is_durable_and_read_by_a_fresh_store(
         "nextSearchTopic": None,
         "findings": [finding],
         "shouldContinue": False,
-        "graph": [node],
+        "strategyState": {"graph": {"nodes": [node]}},
         "files": [{"id": "F1", "name": "paper.pdf", "text": "its text"}],
         "guidance": [],
     }
@@ -281,7 +281,7 @@ async def test_checkpoint_compares_and_swaps_the_variables_version(store: Store)
         "nextSearchTopic": None,
         "findings": [],
         "shouldContinue": True,
-        "graph": [],
+        "strategyState": {},
         "files": [],
         "guidance": [],
     }
@@ -360,7 +360,7 @@ async def test_claim_loads_the_threads_variables(store: Store) -> None:
         "nextSearchTopic": "b",
         "findings": [],
         "shouldContinue": True,
-        "graph": [],
+        "strategyState": {},
         "files": [],
         "guidance": [],
     }

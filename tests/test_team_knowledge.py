@@ -22,7 +22,7 @@ import pytest
 
 from core.config import load_settings
 from core.grammar import ScheduleCommand
-from core.models import ResearchRequest, SourceChoice, Strategy, ThreadKey
+from core.models import ResearchRequest, SourceChoice, ThreadKey
 from core.runtime import Runtime, open_runtime
 from tests.databases import MigratedTemplates
 from tests.env import is_fathom_setting
@@ -110,7 +110,7 @@ async def research(
     *,
     depth: int = 1,
     sources: SourceChoice = SourceChoice.ALL,
-    strategy: Strategy = Strategy.ITERATIVE,
+    strategy: str = "iterative",
 ) -> Any:
     run = await submit(runtime, thread, topic, depth=depth, sources=sources, strategy=strategy)
     return await runtime.research.executor.execute(run.id)
@@ -123,7 +123,7 @@ async def submit(
     *,
     depth: int = 1,
     sources: SourceChoice = SourceChoice.ALL,
-    strategy: Strategy = Strategy.ITERATIVE,
+    strategy: str = "iterative",
 ) -> Any:
     request = ResearchRequest(
         topic=topic,
@@ -230,7 +230,7 @@ async def test_a_digest_in_an_allowed_channel_uses_the_server(
         cron="0 9 * * 1",
         timezone="UTC",
         depth=1,
-        strategy=Strategy.ITERATIVE,
+        strategy="iterative",
         sources=SourceChoice.INTERNAL,
     )
     async with open_team([ALLOWED]) as runtime:
@@ -254,11 +254,13 @@ async def test_a_graph_run_asks_the_server_each_sub_question_and_cites_it(
         outcome = await research(
             runtime,
             f"{ALLOWED}:1750.1",
-            strategy=Strategy.GRAPH,
+            strategy="graph",
             sources=SourceChoice.INTERNAL,
         )
     report = clean(outcome)
-    questions = {node.question for node in outcome.nodes}
+    nodes = outcome.as_json()["nodes"]
+    assert isinstance(nodes, list)
+    questions = {node["question"] for node in nodes}
     assert len(questions) == 3 and {c["query"] for c in calls_of(tmp_path / "calls.jsonl")} == (
         questions
     )

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pydantic import Field, field_validator
 
 from core.config import CommaList, EnvSettings, Settings, env, load, split_commas
-from core.models import Strategy
 
 
 class ChatSettings(EnvSettings):
@@ -65,7 +64,7 @@ class ChatPolicy:
 
     default_depth: int
     max_depth: int
-    strategy: Strategy
+    strategy: str
     allowed_users: tuple[str, ...] = ()
     allowed_channels: tuple[str, ...] = ()
     admins: tuple[str, ...] = ()

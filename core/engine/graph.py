@@ -6,7 +6,8 @@ are done: each is searched (query only), its best pages are read, and a short an
 written from its results with ``[n]`` citations into the run's numbered sources. Independent
 nodes run at once, at most ``max_parallel`` searches of the run at a time.
 
-The graph is kept with the thread's variables (``graph``); a node's question joins ``topics``
+The graph is kept with the thread's variables (``strategyState.graph``, see
+``graph_state.py``); a node's question joins ``topics``
 and its results ``findings`` when it is searched, so the state is checkpointed after the plan
 and after every node's search and answer. An interrupted run resumes its unfinished nodes
 without searching an answered one again; a follow-up in the thread may extend the graph.
@@ -20,15 +21,19 @@ import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from core.config import EnvSettings, env
+from core.engine.graph_state import GRAPH, GraphNode, NodeStatus, graph_of
 from core.engine.searching import PageReading, search_topic, searching_text
 from core.engine.state import JsonModel, RunState, StepHooks, StopReason, TextModel
+from core.engine.strategy import RegisteredStrategy, StrategyTools
 from core.engine.tasks import graph_tasks
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
-from core.models import Finding, GraphNode, NodeStatus
+from core.models import Finding
 from core.pages.reader import PageReader
 from core.progress import ProgressKind, ProgressTask, search_executed_text
 from core.prompts import (
@@ -218,7 +223,7 @@ STOPPED_BEFORE_SEARCH = "not searched: the research was stopped before it"
 def skip_unsearched(state: RunState) -> None:
     """Mark the run's sub-questions not searched yet as failed: the searching was stopped.
     (Searched ones keep their status: answering one is no search.)"""
-    for node in state.variables.graph:
+    for node in graph_of(state.variables).nodes:
         if node.run_id == state.run_id and node.status is NodeStatus.PENDING:
             node.status, node.error = NodeStatus.FAILED, STOPPED_BEFORE_SEARCH
 
@@ -257,19 +262,32 @@ class GraphStrategy:
         searched = set(state.variables.topics)
         return [
             n.question
-            for n in state.variables.graph
+            for n in graph_of(state.variables).nodes
             if n.run_id == state.run_id and n.question in searched
         ]
 
     @staticmethod
     def writer_graph(state: RunState) -> list[str]:
         """The thread's graph with its answers (at most ``ANSWER_CHARS`` of each)."""
-        return graph_lines(state.variables.graph, ANSWER_CHARS)
+        return graph_lines(graph_of(state.variables).nodes, ANSWER_CHARS)
 
     @staticmethod
     def tasks(state: RunState, searching: str | None = None) -> list[ProgressTask]:
         """This run's sub-questions and where each stands."""
         return graph_tasks(state)
+
+    @staticmethod
+    def analysed(state: RunState) -> bool:
+        """Only an answer marks a sub-question answered, and only the planner plans one other
+        than the run's own topic."""
+        own = graph_of(state.variables).of_run(state.run_id)
+        return any(n.status is NodeStatus.ANSWERED or n.question != state.topic for n in own)
+
+    @staticmethod
+    def details(state: RunState) -> dict[str, Any]:
+        """The sub-questions this run planned (``nodes``), without their run's id."""
+        own = graph_of(state.variables).of_run(state.run_id)
+        return {"nodes": [n.model_dump(mode="json", exclude={"run_id"}) for n in own]}
 
     async def run(self, state: RunState, hooks: StepHooks) -> StopReason:
         turn = _Turn(
@@ -288,21 +306,21 @@ class GraphStrategy:
                 skip_unsearched(state)
                 searched = [
                     n
-                    for n in variables.graph
+                    for n in graph_of(variables).nodes
                     if n.run_id == state.run_id and n.status is NodeStatus.SEARCHED
                 ]
                 if searched:  # their searches are done: they are answered and used
                     await turn.run(searched)
                     if hooks.is_cancelled():
                         return StopReason.CANCELLED
-                own = [n for n in variables.graph if n.run_id == state.run_id]
+                own = graph_of(variables).of_run(state.run_id)
                 worked = (n.turn for n in own if n.error != STOPPED_BEFORE_SEARCH)
                 state.rounds_done = max(state.rounds_done, *worked, 0)
                 variables.should_continue = False
                 variables.next_search_topic = None
                 await hooks.checkpoint(state)
                 return why
-            own = [n for n in variables.graph if n.run_id == state.run_id]
+            own = graph_of(variables).of_run(state.run_id)
             nodes = [n for n in own if n.status in (NodeStatus.PENDING, NodeStatus.SEARCHED)]
             if not nodes:
                 # A turn whose nodes all finished is done, also when the process stopped
@@ -333,7 +351,7 @@ class GraphStrategy:
     # -- planning ---------------------------------------------------------------------------
 
     def _room(self, state: RunState) -> int:
-        own = sum(1 for n in state.variables.graph if n.run_id == state.run_id)
+        own = len(graph_of(state.variables).of_run(state.run_id))
         return max(0, self._max_nodes - own)
 
     async def _plan(self, state: RunState) -> list[GraphNode] | StopReason:
@@ -349,7 +367,7 @@ class GraphStrategy:
             turn=turn,
             depth=state.depth,
             room=room,
-            graph=graph_lines(variables.graph),
+            graph=graph_lines(graph_of(variables).nodes),
             files=files_digest(variables.files, state.topic),
             today=state.today,
             guidance=variables.guidance_for(state.run_id),
@@ -367,7 +385,7 @@ class GraphStrategy:
                 state.model_failure = exc
                 return self._fallback(state, f"The planner model failed ({exc}).")
             state.model_answered = True
-            checked = check_plan(plan, variables.graph, variables.topics, room)
+            checked = check_plan(plan, graph_of(variables).nodes, variables.topics, room)
             if not checked.problems:
                 break
             if attempt == 0:
@@ -384,7 +402,7 @@ class GraphStrategy:
             )
         variables.should_continue = not plan.finish
         if not checked.nodes:
-            if not any(n.status is NodeStatus.ANSWERED for n in variables.graph):
+            if not any(n.status is NodeStatus.ANSWERED for n in graph_of(variables).nodes):
                 return self._fallback(
                     state, None if plan.finish else "The plan had no usable node."
                 )
@@ -395,7 +413,7 @@ class GraphStrategy:
             )
             for n in checked.nodes
         ]
-        variables.graph.extend(nodes)
+        graph_of(variables).nodes.extend(nodes)
         variables.next_search_topic = nodes[0].question
         return nodes
 
@@ -405,10 +423,10 @@ class GraphStrategy:
         if state.rounds_done == 0 and find_duplicate(state.topic, variables.topics) is None:
             if note:
                 state.note(note + " The question itself was searched instead.")
-            names = {n.name for n in variables.graph}
+            names = {n.name for n in graph_of(variables).nodes}
             name = next(f"q{i}" for i in range(1, len(names) + 2) if f"q{i}" not in names)
             node = GraphNode(name=name, question=state.topic, turn=1, run_id=state.run_id, after=[])
-            variables.graph.append(node)
+            graph_of(variables).nodes.append(node)
             variables.should_continue = False
             return [node]
         if note:
@@ -441,7 +459,7 @@ class _Turn:
         self._text: str | None = None
 
     async def run(self, nodes: list[GraphNode]) -> None:
-        graph = {n.name: n for n in self._state.variables.graph}
+        graph = {n.name: n for n in graph_of(self._state.variables).nodes}
         names = {n.name for n in nodes}
         sorter = graphlib.TopologicalSorter(
             {n.name: [p for p in n.after if p in names] for n in nodes}
@@ -573,3 +591,38 @@ def _checked_answer(text: str, allowed: set[int]) -> str:
     clean = _CITATION.sub(lambda m: m.group(0) if int(m.group(1)) in allowed else "", clean)
     clean = " ".join(clean.split())[:ANSWER_CHARS]
     return clean or "(no answer)"
+
+
+class GraphSettings(EnvSettings):
+    """How far a graph run may go."""
+
+    max_nodes: int = Field(default=12, ge=1, le=50, validation_alias=env("FATHOM_GRAPH_MAX_NODES"))
+    #: Searches of one graph run at once (the search provider also sits under the process-wide
+    #: FATHOM_MAX_PROCESS_SEARCHES).
+    max_parallel: int = Field(
+        default=10, ge=1, le=10, validation_alias=env("FATHOM_MAX_PARALLEL_SEARCHES")
+    )
+
+
+def _build(tools: StrategyTools, settings: GraphSettings) -> GraphStrategy:
+    """Sub-questions are answered by the planner's model."""
+    return GraphStrategy(
+        tools.planner,
+        tools.planner,
+        tools.search,
+        tools.reader,
+        max_parallel=settings.max_parallel,
+        max_nodes=settings.max_nodes,
+    )
+
+
+GRAPH_STRATEGY = RegisteredStrategy(
+    name=GRAPH,
+    help={
+        "en": "split the question into sub-questions and search the independent ones at "
+        "the same time",
+        "zh": "把问题拆成子问题，同时搜索互不依赖的子问题",
+    },
+    settings=GraphSettings,
+    build=_build,
+)

@@ -16,13 +16,16 @@ the next search. A run interrupted before its pages were attached reads them whe
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from core.config import EnvSettings
 from core.engine.searching import PageReading, search_topic, searching_text
 from core.engine.state import JsonModel, RunState, StepHooks, StopReason
+from core.engine.strategy import RegisteredStrategy
 from core.engine.tasks import iterative_tasks
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
-from core.models import Finding, PlannerDecision, ThreadVariables
+from core.models import DEFAULT_STRATEGY, Finding, PlannerDecision, ThreadVariables
 from core.pages.reader import PageReader
 from core.progress import ProgressKind, ProgressTask, search_executed_text
 from core.prompts import planner_duplicate_message, planner_messages
@@ -75,6 +78,19 @@ class IterativeStrategy:
     def tasks(cls, state: RunState, searching: str | None = None) -> list[ProgressTask]:
         """This run's searches, then the one running or planned."""
         return iterative_tasks(state, cls.run_topics(state), searching)
+
+    @staticmethod
+    def analysed(state: RunState) -> bool:
+        """Only the planner proposes a topic other than the run's own: one searched by this
+        run, or planned next, shows it answered."""
+        topics = state.variables.topics[-state.rounds_done :] if state.rounds_done else []
+        planned = state.variables.next_search_topic
+        return any(t != state.topic for t in topics) or planned not in (None, state.topic)
+
+    @staticmethod
+    def details(state: RunState) -> dict[str, Any]:
+        """Nothing beyond the common fields."""
+        return {}
 
     async def run(self, state: RunState, hooks: StepHooks) -> StopReason:
         reading = self._read(state, self._unread(state))
@@ -228,3 +244,19 @@ class IterativeStrategy:
 
     async def _run_search(self, state: RunState, topic: str) -> Finding:
         return await search_topic(self._search, state, topic, self._reader)
+
+
+class IterativeSettings(EnvSettings):
+    """The iterative strategy has no settings of its own (depth is the run's)."""
+
+
+ITERATIVE_STRATEGY = RegisteredStrategy(
+    name=DEFAULT_STRATEGY,
+    help={
+        "en": "search one topic per round, each chosen from what the earlier ones found "
+        "(the default)",
+        "zh": "每轮搜索一个主题，根据之前找到的内容选择下一个（默认）",
+    },
+    settings=IterativeSettings,
+    build=lambda tools, _settings: IterativeStrategy(tools.planner, tools.search, tools.reader),
+)

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from core.dates import UTC_ZONE, Clock, today_in, utcnow
 from core.llm import Answer, LLMError
-from core.models import NodeStatus, ThreadVariables, Usage
+from core.models import ThreadVariables, Usage
 from core.progress import ProgressKind
 from core.search.base import SearchProvider
 from core.wording import Language, request_language
@@ -117,22 +117,6 @@ class RunState:
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
-
-    def analysis_obtained(self) -> bool:
-        """Whether the model analysed anything for this run: a planner or sub-question call
-        answered in this attempt, or (a resumed run) its checkpoint shows one did before.
-
-        Only the planner proposes a topic other than the run's own, and only an answer marks
-        a sub-question answered.
-        """
-        if self.model_answered:
-            return True
-        own = [n for n in self.variables.graph if n.run_id == self.run_id]
-        if own:
-            return any(n.status is NodeStatus.ANSWERED or n.question != self.topic for n in own)
-        topics = self.variables.topics[-self.rounds_done :] if self.rounds_done else []
-        planned = self.variables.next_search_topic
-        return any(t != self.topic for t in topics) or planned not in (None, self.topic)
 
 
 class Progress(Protocol):

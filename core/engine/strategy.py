@@ -1,24 +1,28 @@
-"""The research strategies: the interface each one fills, and the registry that picks a run's
-strategy by its name (:class:`core.models.Strategy`).
+"""What a research strategy is: the interface each one fills, and its registration.
 
-A strategy researches a run from its thread's variables up to the findings; the service runs
-it between checkpoints and the writer turns what it found into the report. To add one: a value
-of ``core.models.Strategy``, a class with the methods of :class:`Strategy` (``iterative.py`` and
-``graph.py`` are the two), its entry in :func:`build_strategies` and, once users may pick it,
-in ``core.commands.AVAILABLE_STRATEGIES``.
+A strategy researches a run from its thread's variables up to the findings; the executor
+runs it between checkpoints and the writer turns what it found into the report. A strategy
+keeps what it needs beyond the shared variables (topics, findings, ...) in its own
+:class:`core.models.StrategyState`, stored under its name in the thread's ``strategyState``.
+
+To add one (docs/architecture.md, "Add a strategy"): a module with the class, its settings
+(an :class:`core.config.EnvSettings`, read from the environment like every part's) and its
+:class:`RegisteredStrategy`, and that entry in :data:`core.engine.registry.STRATEGIES`. The
+grammar's help, ``strategy=`` and ``FATHOM_STRATEGY`` take it from there.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
-from core import models
-from core.engine.graph import GraphStrategy
-from core.engine.iterative import IterativeStrategy
+from core.config import EnvSettings
 from core.engine.state import RunState, StepHooks, StopReason, TextModel
 from core.pages.reader import PageReader
 from core.progress import ProgressTask
 from core.search import SearchProvider
+from core.wording import Language
 
 
 class Strategy(Protocol):
@@ -43,25 +47,45 @@ class Strategy(Protocol):
         the strategy searches one at a time)."""
         ...
 
+    def analysed(self, state: RunState) -> bool:
+        """Whether the checkpoint shows that the model analysed something for this run
+        before (a resumed run): with nothing analysed, a failed writer fails the run rather
+        than posting a report that pretends."""
+        ...
 
-def build_strategies(
-    *,
-    planner: TextModel,
-    search: SearchProvider,
-    reader: PageReader | None,
-    max_parallel_searches: int,
-    graph_max_nodes: int,
-) -> dict[models.Strategy, Strategy]:
-    """Every strategy, by name. Sub-questions of the graph strategy are answered by the
-    planner's model."""
-    return {
-        models.Strategy.ITERATIVE: IterativeStrategy(planner, search, reader),
-        models.Strategy.GRAPH: GraphStrategy(
-            planner,
-            planner,
-            search,
-            reader,
-            max_parallel=max_parallel_searches,
-            max_nodes=graph_max_nodes,
-        ),
-    }
+    def details(self, state: RunState) -> dict[str, Any]:
+        """What ``fathom research --json`` shows of this run beyond the common fields (the
+        graph's ``nodes``; nothing for iterative research)."""
+        ...
+
+
+@dataclass(frozen=True)
+class StrategyTools:
+    """What every strategy is built from: the planner's model, the search, the page reader."""
+
+    planner: TextModel
+    search: SearchProvider
+    reader: PageReader | None
+
+
+SettingsT = TypeVar("SettingsT", bound=EnvSettings)
+
+
+@dataclass(frozen=True)
+class RegisteredStrategy(Generic[SettingsT]):
+    """A strategy as the registry knows it."""
+
+    #: What ``strategy=`` and ``FATHOM_STRATEGY`` say, and where its state is kept.
+    name: str
+    #: What ``strategy=<name>`` does, one line of ``/research help`` per language.
+    help: Mapping[Language, str]
+    #: Its settings, read from the environment when a process starts.
+    settings: type[SettingsT]
+    build: Callable[[StrategyTools, SettingsT], Strategy]
+
+    def create(self, tools: StrategyTools, settings: EnvSettings | None = None) -> Strategy:
+        """The strategy, with ``settings`` (None: its defaults, not the environment's)."""
+        chosen = settings if settings is not None else self.settings.model_construct()
+        if not isinstance(chosen, self.settings):
+            raise TypeError(f"the {self.name} strategy takes {self.settings.__name__}")
+        return self.build(tools, chosen)

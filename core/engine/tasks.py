@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from core.engine.graph_state import GraphNode, NodeStatus, graph_of
 from core.engine.state import RunState
-from core.models import Finding, GraphNode, NodeStatus
+from core.models import Finding
 from core.progress import ProgressTask, TaskSource, TaskStatus
 
 #: Sources shown per step (the report lists them all).
@@ -67,8 +68,9 @@ def iterative_tasks(
 def graph_tasks(state: RunState) -> list[ProgressTask]:
     """This run's sub-questions in the order they were planned. A pending one whose parents
     are all done is in progress (searching, or waiting for a free search slot)."""
-    own = [n for n in state.variables.graph if n.run_id == state.run_id]
-    by_name = {n.name: n for n in state.variables.graph}
+    graph = graph_of(state.variables)
+    own = graph.of_run(state.run_id)
+    by_name = {n.name: n for n in graph.nodes}
     findings = _last_findings(state.variables.findings)
     tasks: list[ProgressTask] = []
     for node in own:

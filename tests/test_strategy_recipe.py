@@ -1,0 +1,177 @@
+"""The recipe "Add a strategy" (docs/architecture.md) walked through: a toy strategy, written
+here as its own module would be, registered by one line, researches end to end.
+
+It searches the topic from a few fixed angles (its setting), one search per step, with no
+planner call; it keeps the angles it searched in its own state. Nothing outside this file
+names it: the grammar, the settings, the executor, the writer, the outcome and storage take
+it from the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import pytest
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode
+
+from core.commands import CommandError
+from core.config import EnvSettings, Settings, env, split_commas
+from core.engine.registry import STRATEGIES
+from core.engine.searching import search_topic
+from core.engine.state import RunState, StepHooks, StopReason
+from core.engine.strategy import RegisteredStrategy
+from core.grammar import ResearchCommand, help_text, parse_command
+from core.models import ResearchRequest, RunStatus, StrategyState
+from core.progress import ProgressKind, ProgressTask, TaskStatus, search_executed_text
+from core.search import SearchProvider
+from tests.test_engine import Harness, fresh_store, harness  # noqa: F401
+
+# -- the strategy's module --------------------------------------------------------------------
+
+
+class AnglesState(StrategyState):
+    """The angles each run of the thread searched, by run id."""
+
+    key = "angles"
+
+    searched: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class AnglesSettings(EnvSettings):
+    angles: Annotated[list[str], NoDecode] = Field(
+        default=["history", "outlook"], validation_alias=env("FATHOM_ANGLES")
+    )
+
+    _split = field_validator("angles", mode="before")(split_commas)
+
+
+class AnglesStrategy:
+    """``<topic> <angle>`` for each angle, at most the run's depth of them."""
+
+    def __init__(self, search: SearchProvider, angles: list[str]) -> None:
+        self._search = search
+        self._angles = angles
+
+    def _queries(self, state: RunState) -> list[str]:
+        return [f"{state.topic} {angle}" for angle in self._angles[: state.depth]]
+
+    async def run(self, state: RunState, hooks: StepHooks) -> StopReason:
+        own = AnglesState.of(state.variables).searched.setdefault(state.run_id, [])
+        for query in self._queries(state):
+            if hooks.is_cancelled():
+                return StopReason.CANCELLED
+            if query in own:  # searched before an interruption
+                continue
+            finding = await search_topic(self._search, state, query)
+            state.variables.findings.append(finding)
+            state.variables.topics.append(query)
+            own.append(query)
+            state.rounds_done = len(own)
+            await hooks.checkpoint(state)
+            text = search_executed_text(state.rounds_done, state.depth)
+            await hooks.progress(ProgressKind.SEARCHED, text, None)
+        return StopReason.DEPTH_REACHED
+
+    @staticmethod
+    def run_topics(state: RunState) -> list[str]:
+        return list(AnglesState.of(state.variables).searched.get(state.run_id, []))
+
+    @staticmethod
+    def writer_graph(state: RunState) -> list[str]:
+        return []
+
+    def tasks(self, state: RunState, searching: str | None = None) -> list[ProgressTask]:
+        done = set(self.run_topics(state))
+        return [
+            ProgressTask(f"angle-{i}", q, TaskStatus.COMPLETE if q in done else TaskStatus.PENDING)
+            for i, q in enumerate(self._queries(state), 1)
+        ]
+
+    @staticmethod
+    def analysed(state: RunState) -> bool:
+        return False  # no model analyses anything before the writer
+
+    def details(self, state: RunState) -> dict[str, Any]:
+        return {"angles": self.run_topics(state)}
+
+
+ANGLES_STRATEGY = RegisteredStrategy(
+    name="angles",
+    help={"en": "search the topic from fixed angles", "zh": "从固定的角度搜索主题"},
+    settings=AnglesSettings,
+    build=lambda tools, settings: AnglesStrategy(tools.search, settings.angles),
+)
+
+
+# -- its registration: the one line in core/engine/registry.py --------------------------------
+
+
+@pytest.fixture
+def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setitem(STRATEGIES, ANGLES_STRATEGY.name, ANGLES_STRATEGY)  # type: ignore[index]
+    yield
+
+
+# -- the tests -------------------------------------------------------------------------------
+
+
+def test_the_grammar_and_the_settings_take_a_registered_strategy(registered: None) -> None:
+    command = parse_command("heat pumps strategy=angles depth=2", default_depth=3, max_depth=5)
+    assert command == ResearchCommand("heat pumps", 2, "angles")
+    assert "`strategy=angles` to search the topic from fixed angles" in help_text(
+        default_depth=3, max_depth=5
+    )
+    assert "`strategy=angles`：从固定的角度搜索主题" in help_text(
+        default_depth=3, max_depth=5, language="zh"
+    )
+    assert Settings(_env_file=None, FATHOM_STRATEGY="angles").strategy == "angles"  # type: ignore[call-arg]
+
+
+def test_an_unregistered_strategy_is_refused_with_those_there_are() -> None:
+    with pytest.raises(ValueError, match="unknown strategy 'angles'; available: iterative, graph"):
+        ResearchRequest.model_validate(
+            {"topic": "t", "depth": 1, "strategy": "angles", "thread": "cli:local:local:t"}
+        )
+    with pytest.raises(
+        CommandError, match=r"Unknown strategy 'angles'; available: iterative, graph\."
+    ):
+        parse_command("heat pumps strategy=angles", default_depth=3, max_depth=5)
+
+
+async def test_a_registered_strategy_researches_end_to_end(
+    registered: None,
+    harness: Harness,  # noqa: F811
+) -> None:
+    settings = AnglesSettings(_env_file=None, FATHOM_ANGLES="cost, noise, outlook")  # type: ignore[call-arg]
+    service = harness.build_service(strategy_settings={"angles": settings})
+    request = ResearchRequest(
+        topic="heat pumps", depth=2, strategy="angles", thread=harness.thread("angles")
+    )
+    run, created = await service.requests.submit(request)
+    assert created and run.strategy == "angles"
+    outcome = await service.executor.execute(run.id)
+
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert harness.search.fake.queries == ["heat pumps cost", "heat pumps noise"]
+    assert harness.planner_requests() == []  # the strategy plans without the model
+    assert outcome.topics == ["heat pumps cost", "heat pumps noise"]
+    assert outcome.report_markdown and "## Sources" in outcome.report_markdown
+    data = outcome.as_json()
+    assert data["strategy"] == "angles" and data["angles"] == outcome.topics
+    assert [t.status for t in outcome.tasks] == [TaskStatus.COMPLETE, TaskStatus.COMPLETE]
+
+    database, store = await fresh_store(harness.url)
+    try:
+        thread = await store.threads.get_thread(outcome.thread)
+        assert thread is not None
+        variables = await store.threads.load_variables(thread.id)
+        assert variables is not None
+        assert variables["strategyState"] == {"angles": {"searched": {run.id: outcome.topics}}}
+        finished = await store.runs.get_run(run.id)
+        assert finished is not None
+        stored = await service.executor.stored_outcome(finished)  # from storage alone
+        assert stored.as_json()["angles"] == outcome.topics
+    finally:
+        await database.dispose()
