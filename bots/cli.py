@@ -122,12 +122,13 @@ def _app_settings() -> AppSettings:
 
 
 def _configure_logging(settings: Settings, *, quiet_below_warning: bool) -> None:
+    from bots.platforms import secret_patterns
     from core.logs import configure_logging
 
     level = settings.log_level
     if quiet_below_warning and level in ("DEBUG", "INFO") and settings.log_level != "DEBUG":
         level = "WARNING"
-    configure_logging(level, settings.log_format)
+    configure_logging(level, settings.log_format, secret_patterns())
 
 
 @dataclass

@@ -2,11 +2,12 @@
 every hour by the one replica holding the ``housekeeping`` lease.
 
 - processed platform events older than :data:`EVENT_MEMORY`;
-- expired Slack OAuth states (anyone may open the install page);
 - files sent on their own that no request took (:data:`FILE_MEMORY`);
 - conversation contexts (:data:`CONTEXT_MEMORY`);
 - cached search results and page texts past their time to live;
-- finished research past ``FATHOM_RUN_RETENTION_DAYS`` (``storage.retention``), in batches.
+- finished research past ``FATHOM_RUN_RETENTION_DAYS`` (``storage.retention``), in batches;
+- each enabled platform's own state (``ChatPlatform.housekeeping``: Slack's expired OAuth
+  states).
 
 The lease lasts one and a half rounds: the replica that holds it keeps it by taking it again
 each round, and when it stops another replica takes over within two and a half rounds. Every
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
+from bots.chat.platform import Chore
 from core.config import Settings
 from storage import Pruned, Store
 from storage.tables import utcnow
@@ -52,9 +54,12 @@ def retention_cutoff(settings: Settings) -> timedelta | None:
     return timedelta(days=days) if days else None
 
 
-async def housekeep_once(store: Store, settings: Settings, *, owner: str) -> bool:
+async def housekeep_once(
+    store: Store, settings: Settings, *, owner: str, chores: Sequence[Chore] = ()
+) -> bool:
     """One round, when ``owner`` holds (or takes) the lease; False when another replica
-    holds it. A job that fails is logged and the others go on."""
+    holds it. ``chores``: the platforms' own (``ChatPlatform.housekeeping``), after core's.
+    A job that fails is logged and the others go on."""
     if not await store.leases.acquire(LEASE, owner, HOUSEKEEPING_EVERY * 1.5, utcnow()):
         return False
     jobs: list[tuple[str, Callable[[], Awaitable[int | Pruned]]]] = [
@@ -62,7 +67,6 @@ async def housekeep_once(store: Store, settings: Settings, *, owner: str) -> boo
             f"platform events older than {EVENT_MEMORY}",
             lambda: store.events.prune_events(EVENT_MEMORY),
         ),
-        ("expired Slack OAuth states", store.slack_oauth_states.prune_expired),
         (
             f"files kept for a request, older than {FILE_MEMORY}",
             lambda: store.files.prune_files(FILE_MEMORY),
@@ -79,6 +83,7 @@ async def housekeep_once(store: Store, settings: Settings, *, owner: str) -> boo
             ),
         ),
     ]
+    jobs.extend((chore.what, chore.run) for chore in chores)
     keep = retention_cutoff(settings)
     if keep is not None:
         jobs.append(
@@ -99,11 +104,13 @@ async def housekeep_once(store: Store, settings: Settings, *, owner: str) -> boo
     return True
 
 
-async def housekeeping(store: Store, settings: Settings, *, owner: str) -> None:
+async def housekeeping(
+    store: Store, settings: Settings, *, owner: str, chores: Sequence[Chore] = ()
+) -> None:
     """Housekeeping every :data:`HOUSEKEEPING_EVERY` seconds, from now on."""
     while True:
         try:
-            await housekeep_once(store, settings, owner=owner)
+            await housekeep_once(store, settings, owner=owner, chores=chores)
         except Exception:  # the lease could not be read: next round
             log.warning("housekeeping failed", exc_info=True)
         await asyncio.sleep(HOUSEKEEPING_EVERY)

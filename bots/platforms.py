@@ -22,6 +22,11 @@ PlatformClass = type[ChatPlatform[Any]]
 PLATFORMS: tuple[PlatformClass, ...] = (SlackPlatform, FeishuPlatform, DingTalkPlatform)
 
 
+def secret_patterns(registry: tuple[PlatformClass, ...] = PLATFORMS) -> tuple[str, ...]:
+    """Every platform's credential patterns, for the log redaction."""
+    return tuple(pattern for cls in registry for pattern in cls.secret_patterns())
+
+
 def titles(registry: tuple[PlatformClass, ...] = PLATFORMS) -> dict[str, str]:
     """Each platform's name and what people call it (``{"slack": "Slack", ...}``)."""
     return {cls.name: cls.title for cls in registry}

@@ -106,7 +106,16 @@ def create_app(
                 await runner.start()
                 tasks.append(
                     asyncio.create_task(
-                        housekeeping(runtime.store, core, owner=runtime.research.executor.owner)
+                        housekeeping(
+                            runtime.store,
+                            core,
+                            owner=runtime.research.executor.owner,
+                            chores=[
+                                chore
+                                for platform in built.platforms.values()
+                                for chore in platform.housekeeping()
+                            ],
+                        )
                     )
                 )
                 await scheduler.start()

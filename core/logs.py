@@ -4,7 +4,7 @@ Every line says which run and thread it is about when it is written inside
 :func:`log_context` (a research job binds ``run_id`` and ``thread``). JSON lines are rendered
 by structlog's ``ProcessorFormatter`` over the standard library's records, imported only when
 JSON is asked for (the CLI does not pay for it). Things that look like credentials are masked
-in every line, in both formats.
+in every line, in both formats: core's own and each chat platform's (``Redactor``).
 """
 
 from __future__ import annotations
@@ -12,21 +12,30 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-# Things that look like credentials are masked in every log line.
-# Slack tokens, OpenAI-style keys, bearer headers, Feishu/Lark access tokens (t-/u-/a-…).
-_SECRETS = re.compile(
-    r"(xox[abposr]-[A-Za-z0-9-]+|xapp-[A-Za-z0-9-]+|sk-[A-Za-z0-9_-]{8,}|Bearer\s+[^\s\"']+"
-    r"|\b[tua]-[A-Za-z0-9_]{24,})"
-)
+#: Credentials of the clients core has (OpenAI-style keys, bearer headers); each chat platform
+#: adds its own (``ChatPlatform.secret_patterns``: Slack's ``xoxb-`` tokens, ...).
+CORE_SECRETS = (r"sk-[A-Za-z0-9_-]{8,}", r"Bearer\s+[^\s\"']+")
 
 
-def redact(text: str) -> str:
-    return _SECRETS.sub(lambda m: m.group(0)[:5] + "…", text)
+class Redactor:
+    """Masks what looks like a credential in a log line: core's patterns and ``patterns``
+    (regular expressions), each match cut to its first five characters and an ellipsis."""
+
+    def __init__(self, patterns: Iterable[str] = ()) -> None:
+        every = (*CORE_SECRETS, *patterns)
+        self._secrets = re.compile("|".join(f"(?:{pattern})" for pattern in every))
+
+    def __call__(self, text: str) -> str:
+        return self._secrets.sub(lambda m: m.group(0)[:5] + "…", text)
+
+
+#: Core's patterns alone (what a line is masked with when no platform's are known).
+redact = Redactor()
 
 
 class Changing:
@@ -70,15 +79,23 @@ def _add_context(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMap
     return event
 
 
-def _redact_values(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    for key, value in event.items():
-        if isinstance(value, str):
-            event[key] = redact(value)
-    return event
+def _redacting(
+    redactor: Callable[[str], str],
+) -> Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]:
+    """A structlog processor masking credentials in every string of the event."""
+
+    def redact_values(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        for key, value in event.items():
+            if isinstance(value, str):
+                event[key] = redactor(value)
+        return event
+
+    return redact_values
 
 
-def json_formatter() -> logging.Formatter:
-    """One JSON object per line: time, level, logger, message, the context, exception."""
+def json_formatter(redactor: Callable[[str], str] = redact) -> logging.Formatter:
+    """One JSON object per line: time, level, logger, message, the context, exception;
+    credentials masked by ``redactor``."""
     import structlog
 
     return structlog.stdlib.ProcessorFormatter(
@@ -92,27 +109,37 @@ def json_formatter() -> logging.Formatter:
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.EventRenamer("message"),
-            _redact_values,
+            _redacting(redactor),
             structlog.processors.JSONRenderer(ensure_ascii=False),
         ],
     )
 
 
 class _RedactingFormatter(logging.Formatter):
+    def __init__(self, fmt: str, redactor: Callable[[str], str]) -> None:
+        super().__init__(fmt)
+        self._redact = redactor
+
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         context = _CONTEXT.get()
         if context:
             line += " [" + " ".join(f"{k}={v}" for k, v in context) + "]"
-        return redact(line)
+        return self._redact(line)
 
 
-def configure_logging(level: str = "INFO", fmt: str = "console") -> None:
+def configure_logging(
+    level: str = "INFO", fmt: str = "console", secret_patterns: Iterable[str] = ()
+) -> None:
+    """Log to stderr at ``level`` in ``fmt``, masking core's credentials and those matching
+    ``secret_patterns`` (the chat platforms', ``bots.platforms.secret_patterns``)."""
+    redactor = Redactor(secret_patterns)
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
-        handler.setFormatter(json_formatter())
+        handler.setFormatter(json_formatter(redactor))
     else:
-        handler.setFormatter(_RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        line = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+        handler.setFormatter(_RedactingFormatter(line, redactor))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

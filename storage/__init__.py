@@ -14,7 +14,6 @@ built from a :class:`Database` alone:
 - :class:`CacheStore` (``storage/caches.py``): search results and page texts;
 - :class:`DigestStore` (``storage/digests.py``): scheduled digests and their firings' history;
 - :class:`LeaseStore` (``storage/leases.py``): named leases (one holder of a duty);
-- :class:`SlackOAuthStates` (``storage/slack_oauth.py``): pruning the Slack SDK's OAuth states;
 - :class:`RetentionStore` (``storage/retention.py``): pruning finished research past its
   retention;
 - :class:`ForgetStore` (``storage/forget.py``): forgetting one person (a privacy request).
@@ -80,7 +79,6 @@ from storage.records import (
 from storage.retention import Pruned, RetentionStore
 from storage.runs import RunStore
 from storage.schema import HEAD_REVISION, Schema, SchemaError, SchemaState
-from storage.slack_oauth import SlackOAuthStates
 from storage.store import Store
 from storage.threads import ThreadStore
 
@@ -125,7 +123,6 @@ __all__ = [
     "Schema",
     "SchemaError",
     "SchemaState",
-    "SlackOAuthStates",
     "SourceRecord",
     "StopRequest",
     "StorageUnavailable",

@@ -2,7 +2,7 @@
 
 ``Store(database)`` builds the stores that each do one job and exposes them as attributes
 (``runs``, ``claims``, ``threads``, ``events``, ``files``, ``caches``, ``digests``,
-``slack_oauth_states``, ``leases``, ``feedback``, ``contexts``, ``retention``, ``forgetting``),
+``leases``, ``feedback``, ``contexts``, ``retention``, ``forgetting``),
 so code that needs one job is handed that store alone. It has no methods of its own to call:
 what a caller uses shows in the store it names.
 """
@@ -25,7 +25,6 @@ from storage.forget import ForgetStore
 from storage.leases import LeaseStore
 from storage.retention import RetentionStore
 from storage.runs import RunStore
-from storage.slack_oauth import SlackOAuthStates
 from storage.threads import ThreadStore
 
 
@@ -45,7 +44,6 @@ class Store:
         self.files = FileStore(database)
         self.caches = CacheStore(database)
         self.digests = DigestStore(database)
-        self.slack_oauth_states = SlackOAuthStates(database)
         self.leases = LeaseStore(database)
         self.feedback = FeedbackStore(database)
         self.contexts = ContextStore(database)

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from bots.platforms import secret_patterns
 from core.delivery import ResearchJob
-from core.logs import Changing, change_log_context, json_formatter, log_context
+from core.logs import Changing, Redactor, change_log_context, json_formatter, log_context
 from core.models import ResearchRequest, ThreadKey
 from core.research import Research
 from storage import Store
@@ -23,7 +24,7 @@ def lines() -> Iterator[io.StringIO]:
     installs)."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(json_formatter())
+    handler.setFormatter(json_formatter(Redactor(secret_patterns())))
     root = logging.getLogger()
     root.addHandler(handler)
     level, root.level = root.level, logging.INFO

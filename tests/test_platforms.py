@@ -5,6 +5,7 @@ change outside this file."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -21,11 +22,12 @@ from bots.chat.inbound import ChatCommands, ChatMessage
 from bots.chat.platform import ChatPlatform, HttpIngress, PlatformRoute
 from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import PlatformSettings
-from bots.platforms import PLATFORMS
+from bots.platforms import PLATFORMS, secret_patterns
 from core.config import env
 from core.delivery import DeliveryFactory
 from core.failures import PostFailure
 from core.jobs import JobRunner
+from core.logs import configure_logging
 from core.models import ThreadKey
 from core.outcome import RunOutcome
 from core.progress import ProgressTask
@@ -204,6 +206,11 @@ def toy_platform(chat: ToyChat) -> type[ChatPlatform[ToySettings]]:
         settings_class = ToySettings
         routes = (PlatformRoute(f"/{TOY}/messages", ("POST",)),)
 
+        @classmethod
+        def secret_patterns(cls) -> tuple[str, ...]:
+            """Its bot token sits in its API's URLs, as Telegram's does."""
+            return (r"\bbot\d{6,12}:[A-Za-z0-9_-]{30,}",)
+
         async def open_delivery(self) -> DeliveryFactory:
             return ToyDeliveries(self)
 
@@ -262,3 +269,30 @@ async def test_a_toy_platform_registered_in_a_test_serves_one_research_end_to_en
     assert help_answer.status_code == 200
     await wait_for(lambda: toy_chat.answers)
     assert "/research" in toy_chat.answers[0]
+
+
+def test_a_platform_s_own_credential_is_masked_in_every_log_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A token in a URL, as Telegram's Bot API puts it (``https://api.telegram.org/bot<token>/
+    METHOD_NAME``, core.telegram.org/bots/api "Making requests"): masked in both log formats
+    once its platform declares the pattern (``ChatPlatform.secret_patterns``); core's own
+    patterns alone leave it as it is."""
+    token = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+    url = f"https://api.telegram.org/bot{token}/sendMessage"
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        for fmt in ("console", "json"):
+            configure_logging("INFO", fmt, secret_patterns((*PLATFORMS, toy_platform(ToyChat()))))
+            logging.getLogger("fathom.toy").warning("POST %s failed", url)
+        configure_logging("INFO", "console", secret_patterns(PLATFORMS))
+        logging.getLogger("fathom.toy").warning("POST %s failed", url)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    console, json_line, unmasked = capsys.readouterr().err.splitlines()
+    for line in (console, json_line):
+        assert token.split(":")[1] not in line and "api.telegram.org/bot12…" in line
+    assert json.loads(json_line)["logger"] == "fathom.toy"
+    assert token in unmasked

@@ -4,16 +4,28 @@ or a digest's newest firing keeps."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import logging
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+import pytest
+from sqlalchemy import func, insert, select, text, update
 
+from bots.chat.platform import Chore, PlatformServices
 from bots.housekeeping import housekeep_once
+from bots.slack.platform import SlackPlatform
 from core.config import Settings
 from storage import Database, Pruned, RetentionStore, RunRecord, SourceRecord, Store
 from storage.retention import delete_runs, delete_threads, pick_runs, pick_threads
-from storage.tables import ResearchRun, RunFeedback, RunSource, Thread, ThreadVariables, utcnow
+from storage.tables import (
+    ResearchRun,
+    RunFeedback,
+    RunSource,
+    Thread,
+    ThreadVariables,
+    slack_oauth_states,
+    utcnow,
+)
 from tests.runs import claim, new_run
 
 DAY = timedelta(days=1)
@@ -206,3 +218,35 @@ async def test_housekeeping_prunes_on_the_one_replica_holding_its_lease(
     older = await finished(store, "slack:T0001:C4:3.0", days_ago=5000)
     assert await housekeep_once(store, Settings(), owner="replica-a")
     assert await store.runs.get_run(older.id) is not None
+
+
+async def test_housekeeping_runs_each_platform_s_chores_past_a_failing_one(
+    store: Store, database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A platform's own state is pruned in the same round (``ChatPlatform.housekeeping``):
+    Slack's is its SDK's OAuth states past their expiry. A chore that fails is logged, and
+    the round goes on."""
+    expired, live = datetime(2020, 1, 1), datetime(2999, 1, 1)  # the SDK stores naive UTC
+    await database.run(
+        lambda conn: conn.execute(
+            insert(slack_oauth_states),
+            [{"state": "old", "expire_at": expired}, {"state": "live", "expire_at": live}],
+        )
+    )
+    services = PlatformServices(database=database, store=store, **dict.fromkeys(UNUSED))  # type: ignore[arg-type]
+    slack = SlackPlatform(None, services)  # type: ignore[arg-type]
+
+    async def broken() -> int:
+        raise RuntimeError("the table is locked")
+
+    chores = (Chore("a broken table", broken), *slack.housekeeping())
+    with caplog.at_level(logging.INFO, logger="bots.housekeeping"):
+        assert await housekeep_once(store, Settings(), owner="replica-a", chores=chores)
+    left = await database.run(lambda conn: conn.execute(select(slack_oauth_states.c.state)).all())
+    assert [row[0] for row in left] == ["live"]
+    assert "pruning a broken table failed" in caplog.text
+    assert "pruned 1 expired Slack OAuth states" in caplog.text
+
+
+#: What a platform's chores do not use of its services.
+UNUSED = ("requests", "digests", "policy", "limits")

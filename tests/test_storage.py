@@ -27,7 +27,6 @@ from storage import (
     Renewal,
     RetentionStore,
     RunStore,
-    SlackOAuthStates,
     SourceRecord,
     StopRequest,
     Store,
@@ -861,7 +860,6 @@ async def test_each_store_works_alone_on_a_database(database: Database) -> None:
     assert await events.claim_event("alone") and await events.events_seen(["alone"])
     await caches.cache_put("p", "q", [{"url": "u"}])
     assert await caches.cache_get("p", "q", timedelta(hours=1)) == [{"url": "u"}]
-    assert await SlackOAuthStates(database).prune_expired() == 0
 
     store = Store(database)
     held = {name: type(value) for name, value in vars(store).items() if not name.startswith("_")}
@@ -873,7 +871,6 @@ async def test_each_store_works_alone_on_a_database(database: Database) -> None:
         FileStore,
         CacheStore,
         DigestStore,
-        SlackOAuthStates,
         LeaseStore,
         FeedbackStore,
         ContextStore,

@@ -127,8 +127,11 @@ def test_the_writer_gets_sources_between_unguessable_fences() -> None:
 
 
 def test_log_lines_never_show_credentials() -> None:
-    from core.logs import redact
+    """Core's patterns and every registered platform's (``ChatPlatform.secret_patterns``)."""
+    from bots.platforms import secret_patterns
+    from core.logs import Redactor
 
+    redact = Redactor(secret_patterns())
     line = (
         "calling with xoxb-123-456-abc, Bearer eyJhbGciOi, sk-proj-0123456789, "
         "tenant t-g1044ghJRUIJJ5ELPPMEBYXLXCZB3JWTLUF4ZVO4 for a t-shirt"

@@ -28,6 +28,7 @@ The life of a platform in one process (``bots.composition`` drives it):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar
 
@@ -55,6 +56,16 @@ class PlatformRoute:
 
     path: str
     methods: tuple[str, ...] = ("POST",)
+
+
+@dataclass(frozen=True)
+class Chore:
+    """A platform's part of housekeeping (``bots.housekeeping``: hourly, on one replica)."""
+
+    #: What it prunes, for the log line (``expired Slack OAuth states``).
+    what: str
+    #: Does it once; how many rows it removed.
+    run: Callable[[], Awaitable[int]]
 
 
 @dataclass(frozen=True)
@@ -150,6 +161,17 @@ class ChatPlatform(ABC, Generic[SettingsT]):
         self.settings = settings
         self.services = services
         self.ingress: Ingress | None = None
+
+    @classmethod
+    def secret_patterns(cls) -> tuple[str, ...]:
+        """Regular expressions of this platform's credentials (its tokens, a token in its API
+        URLs): every log line masks them, in every process, whether the platform is enabled
+        or not (``core.logs.Redactor``)."""
+        return ()
+
+    def housekeeping(self) -> tuple[Chore, ...]:
+        """What this platform prunes of its own state in housekeeping (its tables, say)."""
+        return ()
 
     @abstractmethod
     async def open_delivery(self) -> DeliveryFactory:

@@ -29,6 +29,15 @@ class DingTalkPlatform(ChatPlatform[DingTalkSettings]):
         PlatformRoute("/dingtalk/card", ("POST",)),
     )
 
+    @classmethod
+    def secret_patterns(cls) -> tuple[str, ...]:
+        """The access token in its API header, and the Stream connection's ticket in the
+        WebSocket URL."""
+        return (
+            r"x-acs-dingtalk-access-token['\"]?\s*[:=]\s*['\"]?[A-Za-z0-9_-]+",
+            r"\bticket=[A-Za-z0-9_-]+",
+        )
+
     _http: httpx.AsyncClient | None = None
     _api: DingTalkApi | None = None
     _callbacks: CardCallbacks | None = None

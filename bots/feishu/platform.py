@@ -20,7 +20,14 @@ class FeishuPlatform(ChatPlatform[FeishuSettings]):
     name = "feishu"
     title = "Feishu/Lark"
     settings_class = FeishuSettings
+
     routes = (PlatformRoute("/feishu/events", ("POST",)),)
+
+    @classmethod
+    def secret_patterns(cls) -> tuple[str, ...]:
+        """Tenant, user and app access tokens (``t-``, ``u-``, ``a-`` and 24 or more
+        characters; a ``t-shirt`` is no token)."""
+        return (r"\b[tua]-[A-Za-z0-9_]{24,}",)
 
     _api: FeishuApi | None = None
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bots.chat.platform import ChatPlatform, Ingress, PlatformRoute
+from bots.chat.platform import ChatPlatform, Chore, Ingress, PlatformRoute
 from bots.slack.settings import SlackSettings
 
 if TYPE_CHECKING:
@@ -22,11 +22,24 @@ class SlackPlatform(ChatPlatform[SlackSettings]):
     name = "slack"
     title = "Slack"
     settings_class = SlackSettings
+
     routes = (
         PlatformRoute("/slack/events", ("POST",)),
         PlatformRoute("/slack/install", ("GET",)),
         PlatformRoute("/slack/oauth_redirect", ("GET",)),
     )
+
+    @classmethod
+    def secret_patterns(cls) -> tuple[str, ...]:
+        """Bot, user and app-level tokens (``xoxb-``, ``xoxp-``, ``xapp-``...)."""
+        return (r"xox[abposr]-[A-Za-z0-9-]+", r"xapp-[A-Za-z0-9-]+")
+
+    def housekeeping(self) -> tuple[Chore, ...]:
+        """The SDK's OAuth states past their expiry (each install page view stores one)."""
+        from bots.slack.oauth_states import SlackOAuthStates
+
+        states = SlackOAuthStates(self.services.database)
+        return (Chore("expired Slack OAuth states", states.prune_expired),)
 
     _auth: SlackAuth | None = None
     _delivery: SlackDeliveryFactory | None = None

@@ -1,14 +1,15 @@
 """Housekeeping of the Slack SDK's ``slack_oauth_states`` table (multi-workspace installs).
 
 The table belongs to ``slack_sdk``'s OAuth state store, which writes and reads it; Fathom
-only deletes the states nobody will use, here, because storage is where the SQL lives.
+only deletes the states nobody will use: Slack's chore in housekeeping
+(:meth:`bots.slack.platform.SlackPlatform.housekeeping`).
 """
 
 from __future__ import annotations
 
 from sqlalchemy import delete
 
-from storage.db import Database
+from storage import Database
 from storage.tables import slack_oauth_states, utcnow
 
 
