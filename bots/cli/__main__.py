@@ -1,0 +1,5 @@
+"""``python -m bots.cli``: the ``fathom`` command."""
+
+from bots.cli import main
+
+main()

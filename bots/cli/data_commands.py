@@ -1,0 +1,175 @@
+"""``fathom feedback list``, ``fathom prune`` and ``fathom forget``: what is kept of research,
+and removing it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import typer
+
+from bots.cli.apps import app, feedback_app
+from bots.cli.common import (
+    EXIT_FAILED,
+    core_settings,
+    fail,
+    run_command,
+    stderr,
+)
+
+
+def _since(text: str | None) -> datetime | None:
+    """``--since``: a date (``2026-12-01``, midnight UTC) or an ISO date and time (UTC when
+    it names no offset)."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise fail(
+            f"--since {text!r} is not a date (e.g. 2026-12-01 or 2026-12-01T09:30)"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+@feedback_app.command("list")
+def feedback_list(
+    since: Annotated[
+        str | None, typer.Option(help="Only votes cast or changed since (a date, UTC).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Every vote on a report, newest first: when, 👍 or 👎, who, the run, its topic and
+    thread (tab-separated lines, or JSON)."""
+    from core.runtime import open_storage
+
+    settings = core_settings()
+    after = _since(since)
+
+    async def votes() -> list[Any]:
+        async with open_storage(settings) as storage:
+            return await storage.store.feedback.feedback_since(after)
+
+    found = run_command(votes())
+    if as_json:
+        data = [
+            {
+                "run_id": v.run_id,
+                "value": v.value,
+                "voter": v.voter,
+                "topic": v.topic,
+                "thread": v.thread_key,
+                "created_at": v.created_at.isoformat(),
+                "updated_at": v.updated_at.isoformat(),
+            }
+            for v in found
+        ]
+        sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+        return
+    for v in found:
+        mark = "👍" if v.value == "up" else "👎"
+        fields = (
+            v.updated_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            mark,
+            v.voter,
+            v.run_id,
+            " ".join(v.topic.split()),
+            v.thread_key,
+        )
+        sys.stdout.write("\t".join(fields) + "\n")
+
+
+@app.command()
+def prune(
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            help="Prune research finished longer ago than this (90d, 12w, 36h); default "
+            "FATHOM_RUN_RETENTION_DAYS."
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would be pruned; delete nothing.")
+    ] = False,
+) -> None:
+    """Delete finished runs (their sources and votes) and untouched threads older than the
+    retention: what housekeeping does every hour (docs/operations.md). Queued and running
+    runs, runs whose outcome is not yet posted and each digest's newest report are kept."""
+    from core.config import parse_duration
+    from core.runtime import open_storage
+
+    settings = core_settings()
+    if older_than is None:
+        if not settings.run_retention_days:
+            raise fail("FATHOM_RUN_RETENTION_DAYS is 0 (research is kept): give --older-than")
+        age = timedelta(days=settings.run_retention_days)
+    else:
+        parsed = parse_duration(older_than)
+        if parsed is None or parsed <= timedelta(0):
+            raise fail(f"--older-than {older_than!r} is not a duration (e.g. 90d, 12w, 36h)")
+        age = parsed
+    before = datetime.now(UTC) - age
+
+    async def pruning() -> Any:
+        async with open_storage(settings, upgrade=False) as storage:
+            return await storage.store.retention.prune(before, dry_run=dry_run)
+
+    pruned = run_command(pruning())
+    verb = "would prune" if dry_run else "pruned"
+    sys.stdout.write(
+        f"{verb} {pruned.describe()} finished or untouched before {before:%Y-%m-%d %H:%M} UTC\n"
+    )
+
+
+@app.command()
+def forget(
+    user: Annotated[
+        str,
+        typer.Option(
+            help="The person's requester key <platform>:<workspace>:<user id>, e.g. "
+            "slack:T0001:U0002 (as `fathom feedback list` and `fathom thread show` show it)."
+        ),
+    ],
+) -> None:
+    """Delete what Fathom keeps of one person (a privacy request): their runs and threads
+    left empty, their votes, guidance, digests and attached files (docs/operations.md).
+    Their runs still going on are cancelled: run it again once they have ended (exit 1)."""
+    from core.runtime import open_storage
+    from storage import NotARequesterKey, Person
+
+    settings = core_settings()
+    try:
+        person = Person.parse(user)
+    except NotARequesterKey as exc:
+        raise fail(str(exc)) from None
+
+    async def forgetting() -> Any:
+        async with open_storage(settings, upgrade=False) as storage:
+            store = storage.store
+            for run_id in await store.forgetting.unfinished_runs(person):
+                await store.runs.request_cancel(run_id)
+            return await store.forgetting.forget(person)
+
+    done = run_command(forgetting())
+    sys.stdout.write(
+        f"forgot {person.key}: {done.runs} runs, {done.threads} threads, {done.votes} votes, "
+        f"{done.guidance} guidance replies, {done.digests} digests, {done.files} files\n"
+    )
+    if done.installations:
+        stderr().print(
+            f"{person.user_id} installed the Slack app ({done.installations} installations, "
+            "kept: uninstalling the app removes them)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if done.busy:
+        stderr().print(
+            f"{len(done.busy)} runs are still going on or posting ({', '.join(done.busy)}); "
+            "those of this person were asked to cancel: run `fathom forget` again once they "
+            "have ended",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_FAILED)
