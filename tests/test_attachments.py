@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from bots.chat.inbound import ChatCommands, ChatMessage
+from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage
+from bots.chat.message import ChatMessage
 from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.documents import DocumentExtractor

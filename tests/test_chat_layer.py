@@ -17,8 +17,9 @@ import pytest
 from sqlalchemy import delete
 
 from bots.chat.controls import Control
-from bots.chat.inbound import ChatCommands, ChatMessage, Parsed, Reply
+from bots.chat.inbound import ChatCommands, Parsed
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage, RateLimited
+from bots.chat.message import ChatMessage, Reply
 from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
 from core.documents import DocumentExtractor

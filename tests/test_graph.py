@@ -16,7 +16,8 @@ from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
 from bots.chat.settings import ChatPolicy
 from core.delivery import DeliveryPolicy, ResearchJob
-from core.engine.graph import GraphPlan, GraphSettings, GraphStrategy, PlannedNode, check_plan
+from core.engine.graph import GraphSettings, GraphStrategy
+from core.engine.graph_plan import GraphPlan, PlannedNode, check_plan
 from core.engine.graph_state import GraphNode, GraphState, NodeStatus
 from core.engine.state import RunState, StepHooks, StopReason
 from core.jobs import InProcessJobRunner

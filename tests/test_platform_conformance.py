@@ -29,7 +29,7 @@ import pytest
 
 from bots.chat.controls import Control, control_of
 from bots.chat.delivery import ChatDelivery
-from bots.chat.inbound import ChatMessage
+from bots.chat.message import ChatMessage
 from bots.dingtalk.api import DingTalkApi
 from bots.dingtalk.callbacks import CardCallbacks
 from bots.dingtalk.delivery import DingTalkDeliveryFactory

@@ -18,7 +18,8 @@ from starlette.responses import JSONResponse, Response
 
 from bots.chat.controls import Button
 from bots.chat.delivery import ChatDelivery
-from bots.chat.inbound import ChatCommands, ChatMessage
+from bots.chat.inbound import ChatCommands
+from bots.chat.message import ChatMessage
 from bots.chat.platform import ChatPlatform, HttpIngress, PlatformRoute
 from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import PlatformSettings

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
 from bots.chat.controls import Control, Press
+from bots.chat.message import PENDING_PREFIX, Answer, ChatMessage, Reply
 from bots.chat.replies import STATUS_RECENT, Markup, PlainMarkup, Replies
 from bots.chat.settings import ChatPolicy
 from core.attachments import Screened, screen
@@ -56,70 +57,6 @@ from core.wording import Language, request_language
 
 log = logging.getLogger(__name__)
 
-#: A thread whose id the platform assigns only once the run posts its first message (a Slack
-#: slash command has no message to thread under): ``pending-<request id>``.
-PENDING_PREFIX = "pending-"
-
-
-@dataclass(frozen=True)
-class ChatMessage:
-    """One request, as every platform's adapter hands it to the shared layer."""
-
-    platform: str
-    workspace: str
-    channel: str
-    #: The thread the run belongs to (its key's last part): the message that started it.
-    thread: str
-    user: str
-    #: The command text: the bot's mention and the platform's markup removed.
-    text: str
-    #: The identity of the request (the same for every redelivery of it): a run is created
-    #: at most once per key, and a reply posted at most once.
-    dedupe_key: str
-    #: The bot was addressed (a DM, a mention, a slash command); other messages are ignored.
-    addressed: bool = True
-    #: Written inside an existing thread (``cancel`` then means that thread's run).
-    in_thread: bool = False
-    #: The platform's id of this delivery when it differs from ``dedupe_key`` (Feishu's
-    #: ``event_id``); remembered too, so that a redelivery is dropped before any work.
-    delivery_key: str | None = None
-    #: The request's language when the platform knows it; else detected from ``text``.
-    language: Language | None = None
-    #: What the platform needs later to deliver a run of this request (kept with the run).
-    context: dict[str, str] | None = None
-    #: Files attached to the message, as the platform described them (the run reads them).
-    attachments: tuple[Attachment, ...] = ()
-    #: Where files sent on their own before this message wait for it (a scope the platform
-    #: chooses: DingTalk's conversation and sender, Feishu's thread), and for how many
-    #: seconds: a research request takes them (:meth:`ChatCommands.receive_files`).
-    earlier_files: str | None = None
-    earlier_window: float = 0.0
-    #: Files the platform already knows cannot be read (deleted, a link to a file kept
-    #: elsewhere, ...): (name, reason code, see ``Replies.files_left_out``); named in the
-    #: same "Not read" reply as the files the screen leaves out.
-    unreadable: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def lang(self) -> Language:
-        return self.language or request_language(request_words(self.text))
-
-    @property
-    def requested_by(self) -> str:
-        return f"{self.platform}:{self.workspace}:{self.user}"
-
-    @property
-    def thread_key(self) -> ThreadKey:
-        return ThreadKey(
-            platform=self.platform,
-            workspace=self.workspace,
-            channel=self.channel,
-            thread=self.thread,
-        )
-
-    @property
-    def event_keys(self) -> tuple[str, ...]:
-        return (self.dedupe_key,) + ((self.delivery_key,) if self.delivery_key else ())
-
 
 @dataclass(frozen=True)
 class _Refusal:
@@ -138,17 +75,6 @@ class _Refusal:
         )
 
 
-@dataclass(frozen=True)
-class Reply:
-    text: str
-    started: bool = False  # a run was accepted: its progress message speaks for itself
-    #: Files of the request that the run does not read: (name, why), see ``core.attachments``.
-    left_out: tuple[tuple[str, str], ...] = ()
-    #: Nothing is answered: a message that did not address the bot and is neither guidance
-    #: for a running research nor a control word.
-    dropped: bool = False
-
-
 class NamedSource(Protocol):
     """An internal source as the chat layer sees it: its configured name only."""
 
@@ -165,8 +91,6 @@ class InternalSources(Protocol):
     def allowed(self, thread_key: str) -> Sequence[NamedSource]: ...
 
 
-#: Posts a reply in the request's thread (the adapter's translation of "answer this").
-Answer = Callable[[str], Awaitable[None]]
 #: A request's text parsed once: its command, or why it is not one.
 Parsed = Command | CommandError
 

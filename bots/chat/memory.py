@@ -23,8 +23,9 @@ from typing import Literal
 
 from bots.chat.controls import Button, Control, Press, feedback_buttons
 from bots.chat.delivery import ChatDelivery
-from bots.chat.inbound import ChatCommands, ChatMessage, Reply
+from bots.chat.inbound import ChatCommands
 from bots.chat.markdown import split_report
+from bots.chat.message import ChatMessage, Reply
 from bots.chat.replies import EMOJI_ICONS, Icon
 from bots.chat.throttle import WorkspaceLimiters
 from core.attachments import AttachmentRefused, AttachmentTooLarge

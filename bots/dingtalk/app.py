@@ -44,7 +44,8 @@ from starlette.responses import JSONResponse, Response
 
 from bots.chat.background import Background
 from bots.chat.connection import ConnectionSlot
-from bots.chat.inbound import Answer, ChatCommands
+from bots.chat.inbound import ChatCommands
+from bots.chat.message import Answer
 from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import RouteLimits
 from bots.dingtalk.api import DingTalkApi, Space

@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 from bots.chat.controls import Press, control_of
-from bots.chat.inbound import ChatMessage
+from bots.chat.message import ChatMessage
 from bots.dingtalk.render import run_of_track
 from bots.http_gate import Rejected, parse_json
 from core.models import Attachment

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from bots.chat.controls import Button, feedback_buttons
 from bots.chat.delivery import ChatDelivery, adopt_opener
 from bots.chat.errors import judge_failure
-from bots.chat.inbound import PENDING_PREFIX
+from bots.chat.message import PENDING_PREFIX
 from bots.chat.throttle import WorkspaceLimiters
 from bots.feishu.api import FeishuApi
 from bots.feishu.render import notice_card, progress_card, report_cards

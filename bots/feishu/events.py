@@ -31,7 +31,7 @@ from typing import Any
 from lark_oapi.core.utils.decryptor import AESCipher
 
 from bots.chat.controls import Press, control_of
-from bots.chat.inbound import ChatMessage
+from bots.chat.message import ChatMessage
 from bots.http_gate import Rejected, parse_json
 from core.models import Attachment
 

@@ -30,7 +30,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from bots.chat.controls import ACTION_PREFIX, Press, control_of
-from bots.chat.inbound import PENDING_PREFIX, ChatCommands, ChatMessage
+from bots.chat.inbound import ChatCommands
+from bots.chat.message import PENDING_PREFIX, ChatMessage
 from bots.chat.settings import RouteLimits
 from bots.slack.assistant import AssistantPane
 from bots.slack.errors import describe_error

@@ -23,7 +23,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bots.chat.inbound import ChatMessage
+from bots.chat.message import ChatMessage
 from bots.slack.errors import describe_error
 from bots.slack.settings import MAX_SUGGESTED_PROMPTS, SuggestedPrompt
 from core.models import ThreadKey

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from bots.chat.inbound import PENDING_PREFIX
+from bots.chat.message import PENDING_PREFIX
 from bots.chat.replies import Icon
 from bots.slack.render import escape_mrkdwn
 from core.models import ThreadKey

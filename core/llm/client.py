@@ -1,4 +1,4 @@
-"""Chat-completion client for any OpenAI-compatible endpoint.
+"""The chat-completion client for any OpenAI-compatible endpoint.
 
 The engine needs two things from a model: free text (the report) and small JSON decisions
 (the planner). Endpoints differ in what they support (``response_format`` flavours, usage
@@ -17,13 +17,13 @@ import math
 import re
 import sys
 import types
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_args
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from core.llm.answers import Answer, BadJSON, message_text, parse_answer, strip_harmony, strip_think
+from core.llm.errors import FailureKind, LLMError, LLMInvalidJSON, public_endpoint
 from core.models import Usage
 
 if TYPE_CHECKING:
@@ -39,16 +39,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T", bound=BaseModel)
 JsonMode = Literal["auto", "json_schema", "json_object", "prompt"]
-_RAW_LIMIT = 2000
 _OPENAI_AIOHTTP = "openai._vendor.httpx_aiohttp"
-_THINK = re.compile(r"^\s*(?:<think>.*?</think>\s*)+", re.DOTALL)
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
-# gpt-oss's harmony format: <|channel|>NAME[ to=...][<|constrain|>FMT]<|message|>BODY<|end|>
-_HARMONY_FINAL = re.compile(
-    r"<\|channel\|>\s*final\b[^<]*(?:<\|constrain\|>[^<]*)?<\|message\|>"
-    r"(.*?)(?=<\|end\|>|<\|return\|>|<\|call\|>|<\|start\|>|\Z)",
-    re.DOTALL,
-)
 # What a server sends to name a response_format it does not take (only such a 400 turns the
 # JSON mode off; a context-length or content-filter 400 is not about it).
 _JSON_MODE_REFUSED = re.compile(r"response_format|json_schema|json_object|json mode", re.I)
@@ -64,202 +55,8 @@ _STATUS_REASONS = {
 }
 
 
-class FailureKind(StrEnum):
-    """What went wrong with a model call, for a one-line reason a person can act on."""
-
-    UNREACHABLE = "unreachable"
-    TIMEOUT = "timeout"
-    AUTH = "auth"
-    PERMISSION = "permission"
-    NOT_FOUND = "not_found"
-    RATE_LIMITED = "rate_limited"
-    SERVER = "server"
-    BAD_ANSWER = "bad_answer"
-    OTHER = "other"
-
-
-class LLMError(Exception):
-    """The endpoint failed after retries; the message is short and safe to show users.
-
-    ``detail`` is the reason alone (no model name), ``model`` and ``endpoint`` say which model
-    failed where (the endpoint without credentials or query), ``kind`` what kind of failure."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        kind: FailureKind = FailureKind.OTHER,
-        model: str = "",
-        endpoint: str = "",
-        detail: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.model = model
-        self.endpoint = endpoint
-        self.detail = detail if detail is not None else message
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What a model answered: its text (thinking and channel markers removed) and whether it
-    stopped at its output limit (``finish_reason: "length"``), so may be cut short."""
-
-    text: str
-    truncated: bool = False
-
-
-class LLMInvalidJSON(LLMError):
-    """The model twice answered something that is not valid JSON for the schema."""
-
-    def __init__(self, message: str, raw: str, *, model: str = "", endpoint: str = "") -> None:
-        super().__init__(message, kind=FailureKind.BAD_ANSWER, model=model, endpoint=endpoint)
-        self.raw = raw[:_RAW_LIMIT]
-
-
-def public_endpoint(url: str) -> str:
-    """``url`` as it may be shown: scheme, host, port and path; no user, password or query."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return "an invalid URL"
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{port}" if port is not None else host
-    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-
-
 def _one_line(text: str, limit: int = 200) -> str:
     return " ".join(text.split())[:limit]
-
-
-class _BadJSON(ValueError):
-    """An answer could not be parsed or validated; the message tells the model what to fix."""
-
-
-def message_text(content: object) -> str:
-    """The text of a message's ``content``: a string, or a list of parts whose ``text`` parts
-    are joined (Mistral's Magistral answers ``[{"type": "thinking", ...}, {"type": "text",
-    "text": ...}]``; thinking, reasoning and other parts are dropped)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    texts: list[str] = []
-    for part in content:
-        if isinstance(part, str):
-            texts.append(part)
-        elif isinstance(part, dict) and part.get("type") == "text":
-            text = part.get("text")
-            if isinstance(text, str):
-                texts.append(text)
-    return "".join(texts)
-
-
-def strip_harmony(text: str) -> str:
-    """Only the ``final`` channel of an answer in gpt-oss's harmony format
-    (``<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>
-    ...``); an answer with channels but no final one was all reasoning (empty). Only an
-    answer that starts with a channel is taken apart: a report about the format keeps its
-    examples."""
-    if not text.lstrip().startswith(("<|channel|>", "<|start|>")):
-        return text
-    finals = _HARMONY_FINAL.findall(text)
-    return finals[-1].strip() if finals else ""
-
-
-def strip_think(text: str) -> str:
-    """Drop the ``<think>...</think>`` preamble reasoning models put before the answer."""
-    text = _THINK.sub("", text)
-    head, sep, tail = text.partition("</think>")
-    if sep and "<think>" not in head:  # opening tag was part of the chat template
-        text = tail
-    if text.lstrip().startswith("<think>"):  # never closed: all of it was thinking
-        return ""
-    return text.strip()
-
-
-def extract_json_object(text: str) -> Any:
-    """Parse ``text`` as JSON, tolerating code fences and prose around the first ``{...}``,
-    and what models write that is almost JSON (Python quotes and literals, trailing commas,
-    comments: repaired by ``json_repair``); a one-element list around the value and JSON
-    encoded twice (a string holding the object) are unwrapped."""
-    value = _decode(text)
-    for _ in range(2):
-        if isinstance(value, str) and value.strip()[:1] in ("{", "["):
-            value = _decode(value)
-        if isinstance(value, list) and len(value) == 1:
-            value = value[0]
-    return value
-
-
-def _decode(text: str) -> Any:
-    text = text.strip()
-    candidates = [text, *(m.group(1).strip() for m in _FENCE.finditer(text))]
-    for candidate in candidates:
-        try:
-            return json.loads(candidate)
-        except ValueError:
-            pass
-    block = _first_object(text)
-    if block is not None:
-        try:
-            return json.loads(block)
-        except ValueError:
-            pass
-    start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
-    if start < 0:
-        raise _BadJSON("it contained no JSON object")
-    import json_repair
-
-    repaired = json_repair.loads(text[start:])
-    if repaired in ("", None, [], {}):
-        raise _BadJSON("it was not valid JSON")
-    return repaired
-
-
-def _first_object(text: str) -> str | None:
-    """The first balanced ``{...}`` in ``text``, respecting braces inside strings."""
-    start = text.find("{")
-    if start < 0:
-        return None
-    depth, in_string, escaped = 0, False, False
-    for i in range(start, len(text)):
-        char = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start : i + 1]
-    return None
-
-
-def _parse(answer: Answer, schema: type[T]) -> T:
-    if answer.truncated:
-        raise _BadJSON("it was cut off at the output token limit")
-    data = extract_json_object(answer.text)
-    if not isinstance(data, dict):
-        raise _BadJSON(f"it was a JSON {type(data).__name__}, not an object")
-    try:
-        return schema.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'object'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise _BadJSON(f"it did not match the expected fields ({problems})") from None
 
 
 def _import_openai() -> types.ModuleType:
@@ -354,8 +151,8 @@ class ChatModel:
         (an answer cut off at the output limit is garbage too)."""
         answer = await self._create_json(messages, schema, schema_name, usage)
         try:
-            return _parse(answer, schema)
-        except _BadJSON as exc:
+            return parse_answer(answer, schema)
+        except BadJSON as exc:
             problem = str(exc)
         log.warning("model %s answered invalid JSON (%s); asking again", self.model, problem)
         retry = [
@@ -370,8 +167,8 @@ class ChatModel:
         ]
         second = await self._create_json(retry, schema, schema_name, usage)
         try:
-            return _parse(second, schema)
-        except _BadJSON as exc:
+            return parse_answer(second, schema)
+        except BadJSON as exc:
             raise LLMInvalidJSON(
                 f"model {self.model} twice answered invalid JSON: {exc}",
                 second.text,
