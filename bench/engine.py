@@ -419,7 +419,7 @@ async def open_bench(
     default (its reader is the one ``open_runtime`` built); ``mcp_config``: the MCP servers of
     that file are its internal sources (``FATHOM_MCP_CONFIG``)."""
     from core.config import load_settings
-    from core.research import Research
+    from core.research.service import Research
     from core.runtime import open_runtime
 
     overrides = {
@@ -1321,7 +1321,7 @@ def bare_start(runs: int) -> dict[str, float]:
         "python_S_c_pass_s": median_wall([sys.executable, "-S", "-c", "pass"]),
         "import_bots_cli_s": median_wall([sys.executable, "-c", "import bots.cli"]),
         "import_core_runtime_s": median_wall(
-            [sys.executable, "-c", "import bots.cli, core.runtime, core.research"]
+            [sys.executable, "-c", "import bots.cli, core.runtime, core.research.service"]
         ),
     }
 
@@ -1516,7 +1516,7 @@ def _pdf_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append(
             (
                 "(context) `python -c pass`; `-S`; `import bots.cli`;"
-                " + `core.runtime, core.research`",
+                " + `core.runtime, core.research.service`",
                 "-",
                 f"{i['python_c_pass_s']:.3f}; {i['python_S_c_pass_s']:.3f};"
                 f" {i['import_bots_cli_s']:.3f}; {i['import_core_runtime_s']:.3f} s",

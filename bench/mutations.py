@@ -105,7 +105,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="digest-slot",
-        file="core/digests.py",
+        file="core/operations/digests.py",
         old="            dedupe_key=slot_key(digest.id, slot),\n",
         new="            dedupe_key=None,\n",
         tests=(
@@ -117,7 +117,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="citations",
-        file="core/report.py",
+        file="core/research/report.py",
         old="                removed += 1\n",
         new="                removed += 1\n                kept.append(n)\n",
         tests=("tests/test_report.py::test_unknown_numbers_are_dropped",),
@@ -176,7 +176,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="cancel",
-        file="core/executor.py",
+        file="core/research/executor.py",
         old="            is_cancelled=lambda: cancel.requested,\n",
         new="            is_cancelled=lambda: False,\n",
         tests=(

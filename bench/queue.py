@@ -45,8 +45,8 @@ def rss_kb(pid: int, field: str) -> int:
 
 async def queue_runs(url: str, n: int) -> None:
     from core.models import ResearchRequest, ThreadKey
-    from core.queue import queue_in_transaction
-    from core.requests import submit_run
+    from core.operations.queue import queue_in_transaction
+    from core.research.requests import submit_run
     from storage import Database, Store
 
     database = Database(url)
@@ -72,7 +72,7 @@ async def queue_runs(url: str, n: int) -> None:
 def delivered(url: str) -> int:
     import psycopg
 
-    from core.queue import conninfo
+    from core.operations.queue import conninfo
 
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
         row = conn.execute(

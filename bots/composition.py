@@ -24,10 +24,10 @@ from bots.platforms import PLATFORMS, PlatformClass, titles
 from core.config import Settings, load
 
 if TYPE_CHECKING:
-    from core.delivery import ResearchJob
-    from core.jobs import JobRunner
     from core.metrics import Metrics
-    from core.queue import ProcrastinateQueue
+    from core.operations.job import ResearchJob
+    from core.operations.queue import ProcrastinateQueue
+    from core.operations.runners import JobRunner
     from core.runtime import Runtime
 
 #: ``serve`` receives requests (routes, connections) and runs or enqueues; ``worker`` only
@@ -107,9 +107,9 @@ async def open_app(
 ) -> AsyncIterator[App]:
     """Build the process (``ConfigError`` before touching anything when a setting is
     missing); the runner is built but not started (the entry point starts it)."""
-    from core.delivery import DeliveryPolicy, ResearchJob
-    from core.jobs import InProcessJobRunner
-    from core.queue import ProcrastinateJobRunner, ProcrastinateQueue
+    from core.operations.job import DeliveryPolicy, ResearchJob
+    from core.operations.queue import ProcrastinateJobRunner, ProcrastinateQueue
+    from core.operations.runners import InProcessJobRunner
     from core.runtime import open_runtime
 
     core = settings.core

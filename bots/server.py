@@ -34,10 +34,10 @@ from bots.composition import AppSettings, open_app
 from bots.housekeeping import housekeeping
 from bots.platforms import PlatformClass
 from core.config import ConfigError
-from core.duty import OneHolder
-from core.queue import conninfo
+from core.operations.duty import OneHolder
+from core.operations.queue import conninfo
+from core.operations.scheduler import DigestScheduler
 from core.runtime import wait_for_schema
-from core.scheduler import DigestScheduler
 from storage import UNFINISHED_STATUSES, Database, Store
 
 log = logging.getLogger(__name__)

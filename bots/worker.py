@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from bots.composition import AppSettings, open_app
 from core.config import ConfigError
-from core.queue import conninfo
+from core.operations.queue import conninfo
 from core.runtime import wait_for_schema
 
 if TYPE_CHECKING:

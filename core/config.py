@@ -23,7 +23,7 @@ SearchProviderName = Literal["ddgs", "searxng", "tavily", "brave"]
 #: A comma-separated list in the environment (``U1,U2``), a list in code.
 CommaList = Annotated[list[str], NoDecode]
 #: How long an election's lease lasts without renewal (seconds): the default of
-#: ``FATHOM_LEASE`` and of ``core.election.Election``.
+#: ``FATHOM_LEASE`` and of ``core.operations.election.Election``.
 LEASE = 45.0
 #: Variables whose given value is never repeated in an error (it may hold a password, or a
 #: key in its user part or query).
@@ -177,14 +177,14 @@ class Settings(EnvSettings):
         default=1200.0, gt=0, validation_alias=env("FATHOM_MAX_RUN_SECONDS")
     )
     #: JSON: model -> [input, output] US dollars per million tokens, "search": per call
-    #: (core.cost); unset: no cost is shown.
+    #: (core.research.cost); unset: no cost is shown.
     prices: str | None = Field(default=None, validation_alias=env("FATHOM_PRICES"))
 
     @field_validator("prices")
     @classmethod
     def _valid_prices(cls, value: str | None) -> str | None:
         if value is not None and value.strip():
-            from core.cost import Prices
+            from core.research.cost import Prices
 
             Prices.parse(value)
             return value

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-log = logging.getLogger("core.delivery")  # (where these lines were always logged)
+log = logging.getLogger("core.operations.job")  # (where these lines were always logged)
 
 
 @dataclass(frozen=True)

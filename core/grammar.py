@@ -287,7 +287,7 @@ def _schedule(
     """``schedule <topic> cron="…" …``: cron and timezone checked here (the shortest gap
     between firings is checked where the clock and the settings are). Every refusal shows a
     valid example."""
-    from core import schedule
+    from core.operations import schedule
 
     try:
         return _parse_schedule(
@@ -308,7 +308,7 @@ def _schedule(
 def _parse_schedule(
     body: str, *, default_depth: int, max_depth: int, default_strategy: str
 ) -> ScheduleCommand:
-    from core import schedule
+    from core.operations import schedule
 
     options = _options(body, SCHEDULE_OPTIONS)
     topic = " ".join(_OPTION.sub(" ", body).split()).strip("\"“”'")

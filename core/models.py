@@ -80,7 +80,7 @@ class Attachment(BaseModel):
     """A file attached to a chat request, as its platform described it (not its contents).
 
     Recorded with the run when the request arrives; the run downloads it when it executes,
-    through its platform's delivery (:meth:`core.delivery.Delivery.download`), with the
+    through its platform's delivery (:meth:`core.operations.job.Delivery.download`), with the
     platform's credentials and from the platform's own hosts only.
     """
 

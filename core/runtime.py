@@ -27,18 +27,18 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from core.config import ConfigError, EnvSettings, Settings
-from core.cost import Prices
-from core.digests import DigestService
 from core.documents import DocumentExtractor
 from core.engine.budget import RunBudget
 from core.engine.files import FileReader
 from core.engine.registry import load_strategy_settings
-from core.lease import LeaseTiming
 from core.llm import LLMClients
+from core.operations.digests import DigestService
+from core.operations.lease import LeaseTiming
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageCache, PageReader
-from core.requests import UserQuota
-from core.research import Research
+from core.research.cost import Prices
+from core.research.requests import UserQuota
+from core.research.service import Research
 from core.search import SearchProvider, build_search_provider
 from storage import Database, DigestStore, SchemaError, StorageUnavailable, Store
 from storage.db import connection_problem, masked_url
@@ -100,7 +100,7 @@ def new_run_hook(settings: Settings) -> Callable[[Connection, str], None] | None
     ``FATHOM_QUEUE=procrastinate``."""
     if settings.queue != "procrastinate":
         return None
-    from core.queue import queue_in_transaction
+    from core.operations.queue import queue_in_transaction
 
     return queue_in_transaction
 

@@ -1,8 +1,8 @@
 """The bot's own words in the language of the request: Chinese for a Chinese request, English
 otherwise (every platform, and the progress texts the engine publishes).
 
-The contract line ``{i}/{depth}th search executed.`` (:func:`core.progress.search_executed_text`)
-is never translated; the words around it are.
+The contract line ``{i}/{depth}th search executed.``
+(:func:`core.research.progress.search_executed_text`) is never translated; the words around it are.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from tests.fakes.dingtalk import FakeDingTalkServer
 from tests.fakes.feishu import FakeFeishuServer
 
 if TYPE_CHECKING:
-    from core.research import Research
+    from core.research.service import Research
 
 
 @pytest.fixture(scope="session")
@@ -255,7 +255,7 @@ async def service_for(
     writer use that endpoint (model ``planner-model``, the writer ``writer-model``; no SDK
     retries), searching the SearXNG at ``search_url`` (default: the fake)."""
     from core.llm import ChatModel
-    from core.research import Research
+    from core.research.service import Research
     from core.search import SearxngProvider
 
     closers: list[Callable[[], Awaitable[None]]] = []

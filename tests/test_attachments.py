@@ -18,10 +18,8 @@ from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage
 from bots.chat.message import ChatMessage
 from bots.chat.settings import ChatPolicy
-from core.delivery import DeliveryPolicy, ResearchJob
 from core.documents import DocumentExtractor
 from core.engine.files import FileReader
-from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.models import (
     AttachedFile,
@@ -33,9 +31,11 @@ from core.models import (
     ThreadKey,
     ThreadVariables,
 )
+from core.operations.job import DeliveryPolicy, ResearchJob
+from core.operations.runners import InProcessJobRunner
 from core.pages.extract import estimate_tokens
-from core.report import WRITER_PASSAGE_TOKENS, number_sources, writer_source_blocks
-from core.research import Research
+from core.research.report import WRITER_PASSAGE_TOKENS, number_sources, writer_source_blocks
+from core.research.service import Research
 from core.search import SearxngProvider
 from storage import CancelRequest, RunRecord, Store
 from tests.conftest import FAKE_API_KEY

@@ -21,16 +21,16 @@ from bots.chat.inbound import ChatCommands, Parsed
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage, RateLimited
 from bots.chat.message import ChatMessage, Reply
 from bots.chat.settings import ChatPolicy
-from core.delivery import DeliveryPolicy, ResearchJob
 from core.documents import DocumentExtractor
-from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.metrics import Metrics
 from core.models import Attachment, ThreadKey
+from core.operations.job import DeliveryPolicy, ResearchJob
+from core.operations.runners import InProcessJobRunner
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
-from core.requests import UserQuota
-from core.research import Research
+from core.research.requests import UserQuota
+from core.research.service import Research
 from core.search import SearxngProvider
 from storage import Database, RunRecord, Store
 from storage.tables import ProcessedEvent

@@ -31,10 +31,10 @@ from core.models import (
     ThreadKey,
     ThreadVariables,
 )
-from core.outcome import RunOutcome
 from core.pages.extract import main_text, read_page
-from core.progress import ProgressKind
-from core.prompts import (
+from core.research.outcome import RunOutcome
+from core.research.progress import ProgressKind
+from core.research.prompts import (
     echoes_instructions,
     graph_planner_messages,
     instruction_shingles,
@@ -42,8 +42,8 @@ from core.prompts import (
     planner_messages,
     writer_messages,
 )
-from core.report import finalize_report, number_sources, writer_source_blocks
-from core.research import Research
+from core.research.report import finalize_report, number_sources, writer_source_blocks
+from core.research.service import Research
 from core.search import (
     BraveProvider,
     CachedSearch,

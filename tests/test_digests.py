@@ -19,16 +19,16 @@ from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Refusal
 from bots.chat.settings import ChatPolicy
 from bots.platforms import titles
-from core import schedule
 from core.config import Settings
-from core.delivery import DeliveryPolicy, ResearchJob
-from core.digests import DigestService
 from core.grammar import ScheduleCommand
-from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.models import ThreadKey
-from core.research import Research
-from core.scheduler import DigestScheduler
+from core.operations import schedule
+from core.operations.digests import DigestService
+from core.operations.job import DeliveryPolicy, ResearchJob
+from core.operations.runners import InProcessJobRunner
+from core.operations.scheduler import DigestScheduler
+from core.research.service import Research
 from core.search import SearxngProvider
 from storage import Database, DigestRecord, DigestStore, LeaseStore, StorageUnavailable, Store
 from tests.chat_app import wait_for
@@ -591,8 +591,8 @@ async def test_a_digest_with_an_unknown_sources_value_fires_with_the_default(
 ) -> None:
     """A value this code does not know (written by a newer release, or by hand) reads as
     ``all``: the firing's scope is still decided from its channel where it runs."""
-    from core.digests import digest_sources
     from core.models import SourceChoice
+    from core.operations.digests import digest_sources
 
     make, _, _ = replicas
     a = await make("a")

@@ -523,7 +523,7 @@ async def test_a_digest_posts_through_the_openapi_with_its_heading(
 ) -> None:
     from datetime import UTC, datetime
 
-    from core.digests import DigestService
+    from core.operations.digests import DigestService
     from storage import DigestStore
 
     bot = await dingtalk(FATHOM_STALE_RUN_AFTER="4")  # the sweep takes queued runs every 2 s

@@ -27,7 +27,7 @@ from core.models import AttachedFile
 from core.pages.extract import read_page, select, split_passages
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
-from core.report import NumberedSource, writer_source_blocks
+from core.research.report import NumberedSource, writer_source_blocks
 from tests.cli import fathom
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.server import BackgroundServer

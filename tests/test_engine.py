@@ -20,12 +20,12 @@ import httpx
 import pytest
 
 from core.config import load_settings
-from core.lease import LeaseTiming
 from core.llm import ChatModel
 from core.models import ResearchRequest, RunStatus, ThreadKey
-from core.outcome import RunOutcome
-from core.progress import ProgressEvent, ProgressKind
-from core.research import Research
+from core.operations.lease import LeaseTiming
+from core.research.outcome import RunOutcome
+from core.research.progress import ProgressEvent, ProgressKind
+from core.research.service import Research
 from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider
 from storage import CancelRequest, Database, Store

@@ -541,7 +541,7 @@ async def test_a_digest_opens_a_new_thread_in_the_chat_with_its_card(
     scheduler does): the card opens a new thread in the chat, the report replies in it."""
     from datetime import UTC, datetime
 
-    from core.digests import DigestService
+    from core.operations.digests import DigestService
     from storage import DigestStore
 
     bot = await feishu(FATHOM_STALE_RUN_AFTER="4")  # the sweep takes queued runs every 2 s

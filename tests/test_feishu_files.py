@@ -16,8 +16,8 @@ import pytest
 from bots.feishu.api import FeishuApi, FeishuError
 from bots.feishu.delivery import FeishuThread, classify_error
 from core.attachments import AttachmentRefused, AttachmentTooLarge
+from core.chat_stores import ChatStores, RunRecord
 from core.models import Attachment
-from core.runs import ChatStores, RunRecord
 from tests.fakes.feishu import APP_ID, APP_SECRET, TENANT, FakeFeishu, FakeFeishuServer
 from tests.fakes.server import BROKEN_BODIES
 

@@ -15,12 +15,10 @@ import pytest
 from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
 from bots.chat.settings import ChatPolicy
-from core.delivery import DeliveryPolicy, ResearchJob
 from core.engine.graph import GraphSettings, GraphStrategy
 from core.engine.graph_plan import GraphPlan, PlannedNode, check_plan
 from core.engine.graph_state import GraphNode, GraphState, NodeStatus
 from core.engine.state import RunState, StepHooks, StopReason
-from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.models import (
     Finding,
@@ -30,9 +28,11 @@ from core.models import (
     ThreadKey,
     ThreadVariables,
 )
-from core.outcome import RunOutcome
-from core.progress import ProgressKind
-from core.research import Research
+from core.operations.job import DeliveryPolicy, ResearchJob
+from core.operations.runners import InProcessJobRunner
+from core.research.outcome import RunOutcome
+from core.research.progress import ProgressKind
+from core.research.service import Research
 from core.search import SearxngProvider
 from storage import Database, Store
 from tests.chat_app import FAKE_API_KEY, wait_for
@@ -488,7 +488,7 @@ async def test_a_citation_of_thousands_of_digits_fails_nothing(graph: MakeGraph)
 
 
 def test_the_writer_sees_every_source_the_graph_cites() -> None:
-    from core.report import NumberedSource, writer_window
+    from core.research.report import NumberedSource, writer_window
 
     sources = [NumberedSource(n, f"T{n}", f"https://s.example/{n}", "", "t") for n in range(1, 101)]
     window = writer_window(sources, 60, frozenset({3, 12}))

@@ -1,5 +1,5 @@
 """A round's search of the web and the internal sources together (core.engine.searching), and
-how internal documents become numbered sources (core.report).
+how internal documents become numbered sources (core.research.report).
 
 The internal sources here are small providers written in the test (``core.search``'s protocol,
 which :class:`core.knowledge.McpSource` fills in); the MCP client itself, against real MCP
@@ -13,13 +13,13 @@ import asyncio
 from core.engine.searching import INTERNAL_FAILURES_TO_GIVE_UP, search_topic
 from core.engine.state import RunSources, RunState
 from core.models import Finding, SearchResult, ThreadVariables
-from core.report import (
+from core.research.report import (
     finalize_report,
     number_sources,
     source_key,
     writer_source_blocks,
 )
-from core.run_steps import forget_other_servers
+from core.research.steps import forget_other_servers
 from core.search import SearchError
 from core.search.base import SearchTimeout
 
@@ -262,7 +262,7 @@ def test_a_channel_that_may_no_longer_use_a_server_loses_its_stored_results() ->
 
 def test_the_final_status_says_how_many_sources_are_internal() -> None:
     from core.models import RunStatus, Source, Usage
-    from core.outcome import RunOutcome, final_progress_text
+    from core.research.outcome import RunOutcome, final_progress_text
 
     sources = [
         Source(n=1, title="Page", url="https://example.com/a"),

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import pytest
 
 from bots.platforms import secret_patterns
-from core.delivery import ResearchJob
 from core.logs import Changing, Redactor, change_log_context, json_formatter, log_context
 from core.models import ResearchRequest, ThreadKey
-from core.research import Research
+from core.operations.job import ResearchJob
+from core.research.service import Research
 from storage import Store
 
 

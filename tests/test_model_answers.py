@@ -16,8 +16,8 @@ import pytest
 
 from core.llm import Answer, ChatModel, FailureKind, LLMError, LLMInvalidJSON
 from core.models import PlannerDecision, ResearchRequest, RunStatus, ThreadKey, Usage
-from core.outcome import RunOutcome
-from core.research import Research
+from core.research.outcome import RunOutcome
+from core.research.service import Research
 from tests.cli import fathom
 from tests.fakes import Fail, FakeLLMServer
 from tests.fakes.llm import Raw, Reply

@@ -19,12 +19,10 @@ import pytest
 from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
 from bots.chat.settings import ChatPolicy
-from core.delivery import DeliveryPolicy, ResearchJob
 from core.engine.graph import GraphStrategy
 from core.engine.graph_state import GraphNode, NodeStatus, graph_of
 from core.engine.iterative import IterativeStrategy
 from core.engine.state import RunState
-from core.jobs import InProcessJobRunner
 from core.llm import ChatModel
 from core.models import (
     ResearchRequest,
@@ -32,8 +30,10 @@ from core.models import (
     ThreadKey,
     ThreadVariables,
 )
-from core.outcome import RunOutcome
-from core.research import Research
+from core.operations.job import DeliveryPolicy, ResearchJob
+from core.operations.runners import InProcessJobRunner
+from core.research.outcome import RunOutcome
+from core.research.service import Research
 from core.search import SearxngProvider
 from storage import Database, Store
 from tests.chat_app import wait_for

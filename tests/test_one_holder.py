@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from core.duty import OneHolder
+from core.operations.duty import OneHolder
 from storage import Database, LeaseStore, StorageUnavailable
 from tests.chat_app import ServedFathom, wait_for
 from tests.conftest import ServeFathom

@@ -7,7 +7,7 @@ from core.engine.graph_state import GraphNode, GraphState, NodeStatus
 from core.engine.iterative import IterativeStrategy
 from core.engine.state import RunState
 from core.models import Finding, SearchResult, ThreadVariables
-from core.progress import TaskSource, TaskStatus, final_tasks
+from core.research.progress import TaskSource, TaskStatus, final_tasks
 
 
 def result(url: str, title: str = "T", server: str | None = None) -> SearchResult:

@@ -42,8 +42,8 @@ from bots.slack.app import event_message, is_for_the_bot
 from bots.slack.delivery import SlackDeliveryFactory
 from bots.slack.messenger import StaticSlackClients, make_web_client
 from core.models import RunStatus, Source, ThreadKey, Usage
-from core.outcome import RunOutcome
-from core.progress import ProgressEvent, ProgressKind, search_executed_text
+from core.research.outcome import RunOutcome
+from core.research.progress import ProgressEvent, ProgressKind, search_executed_text
 from storage import RunRecord, Store
 from tests.chat_app import wait_for
 from tests.fakes import FakeSlackServer

@@ -25,13 +25,13 @@ from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import PlatformSettings
 from bots.platforms import PLATFORMS, secret_patterns
 from core.config import env
-from core.delivery import DeliveryFactory
 from core.failures import PostFailure
-from core.jobs import JobRunner
 from core.logs import configure_logging
 from core.models import ThreadKey
-from core.outcome import RunOutcome
-from core.progress import ProgressTask
+from core.operations.job import DeliveryFactory
+from core.operations.runners import JobRunner
+from core.research.outcome import RunOutcome
+from core.research.progress import ProgressTask
 from core.untrusted import neutralise
 from storage import RunRecord
 from tests.chat_app import wait_for

@@ -17,11 +17,11 @@ from sqlalchemy.engine import Connection
 
 from bots.chat.memory import PLATFORM, MemoryChat
 from core.config import load_settings
-from core.delivery import DeliveryPolicy, ResearchJob
 from core.llm import ChatModel
 from core.models import ResearchRequest, ThreadKey
-from core.queue import ProcrastinateJobRunner, ProcrastinateQueue, queue_in_transaction
-from core.research import Research
+from core.operations.job import DeliveryPolicy, ResearchJob
+from core.operations.queue import ProcrastinateJobRunner, ProcrastinateQueue, queue_in_transaction
+from core.research.service import Research
 from core.search import SearxngProvider
 from storage import Database, Store
 from tests.cli import fathom
@@ -347,7 +347,7 @@ def test_the_queue_needs_postgresql(cli_env: dict[str, str], tmp_path: Path) -> 
 def _sql(url: str, query: str) -> list[tuple[object, ...]]:
     import psycopg
 
-    from core.queue import conninfo
+    from core.operations.queue import conninfo
 
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
         return [tuple(row) for row in conn.execute(query)]

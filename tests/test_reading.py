@@ -27,8 +27,8 @@ from core.llm import ChatModel
 from core.models import RunStatus
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
-from core.progress import ProgressEvent, ProgressKind
-from core.research import Research
+from core.research.progress import ProgressEvent, ProgressKind
+from core.research.service import Research
 from core.runtime import page_client, page_reader
 from core.search import SearxngProvider
 from storage import Database, Store

@@ -7,8 +7,9 @@ import re
 import pytest
 
 from core.models import Finding, SearchResult, Source
-from core.prompts import DigestContext
-from core.report import (
+from core.operations.whats_new import ensure_section, heading
+from core.research.prompts import DigestContext
+from core.research.report import (
     NumberedSource,
     fallback_body,
     finalize_report,
@@ -16,7 +17,6 @@ from core.report import (
     report_language,
     unwrap_report,
 )
-from core.whats_new import ensure_section, heading
 
 URLS = [f"https://example.org/doc/{i}" for i in range(1, 6)]
 

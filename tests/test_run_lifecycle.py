@@ -20,13 +20,13 @@ import pytest
 from sqlalchemy import text, update
 
 from bots.chat.memory import PLATFORM, MemoryChat, Outage, Refusal
-from core.delivery import DeliveryPolicy, ResearchJob
-from core.jobs import InProcessJobRunner
-from core.lease import Lease, LeaseTiming, holder_is_gone, runner_identity
 from core.llm import ChatModel
 from core.models import ResearchRequest, RunStatus, ThreadKey, ThreadVariables
-from core.requests import RunRejected
-from core.research import Research
+from core.operations.job import DeliveryPolicy, ResearchJob
+from core.operations.lease import Lease, LeaseTiming, holder_is_gone, runner_identity
+from core.operations.runners import InProcessJobRunner
+from core.research.requests import RunRejected
+from core.research.service import Research
 from core.search import SearxngProvider
 from storage import Claim, ClaimLost, ClaimStore, Database, Renewal, RunRecord, Store
 from storage.tables import ResearchRun, utcnow

@@ -47,7 +47,7 @@ def _worker(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Popen[byte
 def _execute(url: str, *statements: str) -> None:
     import psycopg
 
-    from core.queue import conninfo
+    from core.operations.queue import conninfo
 
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
         for statement in statements:

@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from core.models import ResearchRequest, RunStatus, ThreadKey
-from core.research import Research
+from core.research.service import Research
 from core.search import (
     BraveProvider,
     SearchError,

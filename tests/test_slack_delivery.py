@@ -17,8 +17,8 @@ from bots.slack.errors import classify_error
 from bots.slack.messenger import SlackMessenger, StaticSlackClients, make_web_client
 from bots.slack.render import REPORT_FILE_THRESHOLD, progress_text, report_messages
 from core.models import RunStatus, Source, ThreadKey, Usage
-from core.outcome import RunOutcome
-from core.progress import ProgressEvent, ProgressKind, search_executed_text
+from core.research.outcome import RunOutcome
+from core.research.progress import ProgressEvent, ProgressKind, search_executed_text
 from storage import RunRecord, Store
 from tests.chat_app import wait_for
 from tests.fakes import FakeSlackServer
@@ -41,7 +41,7 @@ def plain_client(server: FakeSlackServer) -> AsyncWebClient:
 
 
 async def post_report(delivery: ChatDelivery, result: RunOutcome) -> None:
-    """Post every part, as core.delivery's delivery step does when nothing fails."""
+    """Post every part, as core.operations.job's delivery step does when nothing fails."""
     for part in delivery.report_parts(result):
         await delivery.post_report_part(part)
 

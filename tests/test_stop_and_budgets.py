@@ -13,15 +13,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from core.cost import Prices
 from core.engine.budget import RunBudget
 from core.engine.graph import STOPPED_BEFORE_SEARCH, GraphSettings
 from core.engine.graph_state import NodeStatus
 from core.engine.state import StopReason
 from core.models import ResearchRequest, RunStatus, ThreadKey
-from core.outcome import final_progress_text
-from core.progress import ProgressEvent, ProgressKind
-from core.requests import DailyLimitReached, UserQuota
+from core.research.cost import Prices
+from core.research.outcome import final_progress_text
+from core.research.progress import ProgressEvent, ProgressKind
+from core.research.requests import DailyLimitReached, UserQuota
 from storage import CancelRequest, StopRequest
 from tests.fakes import Hang
 from tests.test_engine import (
@@ -514,7 +514,7 @@ async def test_the_cost_metric_counts_each_priced_model_and_the_searches(
 def test_the_usage_answer_has_a_line_for_each_total() -> None:
     from bots.chat.memory import MemoryMarkup
     from bots.chat.replies import Replies
-    from core.requests import UsageReport, UsageTotal
+    from core.research.requests import UsageReport, UsageTotal
 
     report = UsageReport(
         today=UsageTotal(1, 950, 0.0123),

@@ -530,7 +530,7 @@ async def test_a_run_handed_back_or_claimed_while_a_cancel_or_stop_decides_keeps
     statement, cannot happen then, and the request is kept either way."""
     import psycopg
 
-    from core.queue import conninfo
+    from core.operations.queue import conninfo
 
     store = Store(database)
     handed_back, _ = await new_run(store, thread_key=f"{KEY}-back")

@@ -24,7 +24,7 @@ from core.engine.state import RunState, StepHooks, StopReason
 from core.engine.strategy import RegisteredStrategy
 from core.grammar import ResearchCommand, help_text, parse_command
 from core.models import ResearchRequest, RunStatus, StrategyState
-from core.progress import ProgressKind, ProgressTask, TaskStatus, search_executed_text
+from core.research.progress import ProgressKind, ProgressTask, TaskStatus, search_executed_text
 from core.search import SearchProvider
 from tests.test_engine import Harness, fresh_store, harness  # noqa: F401
 

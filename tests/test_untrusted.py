@@ -9,8 +9,8 @@ import pytest
 
 from core.commands import CommandError, validate_topic
 from core.models import Finding, PlannerDecision, SearchResult
-from core.prompts import WRITER_SYSTEM, writer_messages
-from core.report import drop_instruction_echoes, finalize_report, number_sources
+from core.research.prompts import WRITER_SYSTEM, writer_messages
+from core.research.report import drop_instruction_echoes, finalize_report, number_sources
 from core.text import clean_text, has_visible
 from core.untrusted import WORD_JOINER, as_data, neutralise, remove_urls
 

@@ -3,19 +3,19 @@
 A platform fills in a :class:`ThreadPoster` for one run: how a progress status looks, how to
 post and edit the progress message, how the report splits into parts and how to post one,
 how to post a notice, and how to judge a failed call. :class:`ChatDelivery` (a
-``core.delivery.Delivery``) owns the rest, the same on every platform:
+``core.operations.job.Delivery``) owns the rest, the same on every platform:
 
 - one progress message per run, posted by the first event and edited in place afterwards;
   its id is stored on the run, so a resumed run (on any replica) edits the same message;
 - the progress message carries the run's buttons ("Stop and write now", "Cancel",
   ``bots.chat.controls``) while the run works, and none in its final state; a platform that
-  can show the run's plan gets its steps (``core.progress.ProgressTask``) with every
+  can show the run's plan gets its steps (``core.research.progress.ProgressTask``) with every
   rendering, the final state the steps the run finished;
 - an optional :class:`Activity` beside the progress message sees every event (Slack's thread
   status), on its own: its failures never touch the progress message, nor the run;
 - edits coalesced and paced by :class:`~bots.chat.throttle.EditThrottle` (per message and per
   workspace), retried on rate limits, and the final state always written;
-- the report's parts and the final status posted by ``core.delivery`` exactly once each.
+- the report's parts and the final status posted by ``core.operations.job`` exactly once each.
 """
 
 from __future__ import annotations
@@ -26,12 +26,18 @@ from typing import Any, Protocol
 
 from bots.chat.controls import Button, run_buttons
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter
+from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.logs import change_log_context
 from core.models import Attachment, ThreadKey
-from core.outcome import RunOutcome
-from core.progress import ProgressEvent, ProgressKind, ProgressSink, ProgressTask, final_tasks
-from core.runs import ChatStores, RunRecord
+from core.research.outcome import RunOutcome
+from core.research.progress import (
+    ProgressEvent,
+    ProgressKind,
+    ProgressSink,
+    ProgressTask,
+    final_tasks,
+)
 from core.timer import MONOTONIC, Timer
 from core.wording import Language, pick, request_language
 
@@ -135,7 +141,8 @@ class Activity(Protocol):
 
 
 class ChatDelivery:
-    """``core.delivery.Delivery`` for one run in one chat thread; it is its own progress sink."""
+    """``core.operations.job.Delivery`` for one run in one chat thread; it is its own progress
+    sink."""
 
     def __init__(
         self,

@@ -24,8 +24,16 @@ from bots.chat.message import PENDING_PREFIX, Answer, ChatMessage, Reply
 from bots.chat.replies import STATUS_RECENT, Markup, PlainMarkup, Replies
 from bots.chat.settings import ChatPolicy
 from core.attachments import Screened, screen
+from core.chat_stores import (
+    DELIVERY_PENDING,
+    CancelRequest,
+    ChatStores,
+    RunRecord,
+    StopRequest,
+    UserBusy,
+    utcnow,
+)
 from core.commands import CommandError, validate_ids
-from core.digests import DigestService
 from core.grammar import (
     EXPLICIT,
     CancelCommand,
@@ -41,18 +49,10 @@ from core.grammar import (
     parse_command,
     request_words,
 )
-from core.jobs import JobRunner
 from core.models import Attachment, ResearchRequest, RunStatus, SourceChoice, ThreadKey, Vote
-from core.requests import DailyLimitReached, RunRejected, RunRequests
-from core.runs import (
-    DELIVERY_PENDING,
-    CancelRequest,
-    ChatStores,
-    RunRecord,
-    StopRequest,
-    UserBusy,
-    utcnow,
-)
+from core.operations.digests import DigestService
+from core.operations.runners import JobRunner
+from core.research.requests import DailyLimitReached, RunRejected, RunRequests
 from core.wording import Language, request_language
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class InternalSources(Protocol):
     """The process's internal sources (``core.knowledge.Knowledge``), as far as the chat
     layer needs them: which of them a thread's channel may use (by configuration, whatever
     their state). The layer only refuses ``sources=internal`` where none may be used; which
-    sources a run searches is decided again where it executes (``core.executor``)."""
+    sources a run searches is decided again where it executes (``core.research.executor``)."""
 
     def allowed(self, thread_key: str) -> Sequence[NamedSource]: ...
 

@@ -29,12 +29,12 @@ from bots.chat.message import ChatMessage, Reply
 from bots.chat.replies import EMOJI_ICONS, Icon
 from bots.chat.throttle import WorkspaceLimiters
 from core.attachments import AttachmentRefused, AttachmentTooLarge
-from core.delivery import Undeliverable
+from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
-from core.outcome import RunOutcome
-from core.progress import ProgressTask
-from core.runs import ChatStores, RunRecord
+from core.operations.job import Undeliverable
+from core.research.outcome import RunOutcome
+from core.research.progress import ProgressTask
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise
 from core.wording import Language, request_language
@@ -355,7 +355,7 @@ def _split_buttons(
 
 
 class MemoryDeliveryFactory:
-    """``core.delivery.DeliveryFactory`` for the ``memory`` platform."""
+    """``core.operations.job.DeliveryFactory`` for the ``memory`` platform."""
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ shutdown iterate over the enabled ones without naming any. A platform only trans
 (errbot's ``Backend``, bolt's adapters): inbound deliveries become
 :class:`~bots.chat.inbound.ChatMessage` for the shared
 :class:`~bots.chat.inbound.ChatCommands`, and a run's progress and report become the
-platform's calls through its :class:`~core.delivery.DeliveryFactory`.
+platform's calls through its :class:`~core.operations.job.DeliveryFactory`.
 
 The life of a platform in one process (``bots.composition`` drives it):
 
@@ -18,7 +18,7 @@ The life of a platform in one process (``bots.composition`` drives it):
   requests (and answers them through the chat layer); its HTTP :attr:`routes` are served by
   the ingress's ``handle``;
 - ``connect`` / ``disconnect``: its long-lived connection, if :attr:`long_lived`, opened only
-  on the replica that holds the platform's election (``core.duty.OneHolder``);
+  on the replica that holds the platform's election (``core.operations.duty.OneHolder``);
 - ``status``: what ``/readyz`` shows for it;
 - :meth:`close_ingress` at shutdown, before the job runner stops (stop taking requests,
   finish the answers in flight), then :meth:`aclose` once the runner has stopped (its
@@ -40,11 +40,11 @@ if TYPE_CHECKING:
 
     from bots.chat.inbound import ChatCommands, InternalSources
     from bots.chat.replies import Markup
-    from core.delivery import DeliveryFactory
-    from core.digests import DigestService
-    from core.jobs import JobRunner
-    from core.requests import RunRequests
-    from core.runs import ChatStores
+    from core.chat_stores import ChatStores
+    from core.operations.digests import DigestService
+    from core.operations.job import DeliveryFactory
+    from core.operations.runners import JobRunner
+    from core.research.requests import RunRequests
     from storage import Database
 
 SettingsT = TypeVar("SettingsT", bound=PlatformSettings)

@@ -12,15 +12,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.attachments import READABLE, shown_name
+from core.chat_stores import DigestRecord, RunRecord
 from core.grammar import help_text
 from core.models import ThreadKey, Vote
-from core.runs import DigestRecord, RunRecord
 from core.untrusted import neutralise
 from core.wording import Language, pick
 
 if TYPE_CHECKING:
-    from core.digests import DigestView
-    from core.requests import UsageReport, UsageTotal
+    from core.operations.digests import DigestView
+    from core.research.requests import UsageReport, UsageTotal
 
 Icon = Literal["warning", "no_entry", "hourglass", "mag", "stop", "paperclip"]
 #: Icons as emoji, for platforms whose markup has no icon codes of its own (Feishu, DingTalk).

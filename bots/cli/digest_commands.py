@@ -45,11 +45,11 @@ def digest_add(
         validate_strategy,
         validate_topic,
     )
-    from core.digests import check_digest_platform
     from core.grammar import ScheduleCommand
     from core.models import SourceChoice, ThreadKey
+    from core.operations.digests import check_digest_platform
+    from core.operations.schedule import CLI_SYNTAX, timezone, trigger
     from core.runtime import digest_service, knowledge_from_settings, open_storage
-    from core.schedule import CLI_SYNTAX, timezone, trigger
 
     app_settings = all_settings()
     settings = app_settings.core
@@ -144,8 +144,8 @@ def digest_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
 def digest_remove(digest_id: Annotated[str, typer.Argument()]) -> None:
     """Remove a schedule."""
     from core.commands import CommandError
+    from core.operations.schedule import CLI_SYNTAX
     from core.runtime import digest_service, open_storage
-    from core.schedule import CLI_SYNTAX
 
     settings = core_settings()
 

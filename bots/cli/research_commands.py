@@ -27,7 +27,7 @@ from bots.cli.common import (
 if TYPE_CHECKING:
     from core.config import Settings
     from core.models import ThreadKey
-    from core.outcome import RunOutcome
+    from core.research.outcome import RunOutcome
 
 
 @app.command()
@@ -191,9 +191,9 @@ async def _research(
     from bots.console.files import LocalFiles
     from bots.console.progress import ConsoleProgress
     from core.config import ConfigError
-    from core.executor import RunBusy
     from core.models import SourceChoice
-    from core.requests import RunRejected
+    from core.research.executor import RunBusy
+    from core.research.requests import RunRejected
     from core.runtime import open_runtime
     from storage import ClaimLost, StorageUnavailable
 
@@ -240,7 +240,7 @@ def _show_outcome(outcome: RunOutcome, *, output: Path | None, as_json: bool) ->
     from rich.markup import escape
 
     from core.models import RunStatus
-    from core.outcome import ending_text, stopped_with_nothing
+    from core.research.outcome import ending_text, stopped_with_nothing
 
     err = stderr()
     unwritten = False

@@ -7,7 +7,7 @@ until five minutes before it expires, fetched again when DingTalk says it is inv
 instances (create-and-deliver, update), the robot's group and one-to-one sends, posts to
 a message's session webhook, and the exchange of a received file's ``downloadCode``. Every
 failure becomes a :class:`DingTalkError`; nothing retries here (``bots.chat.throttle`` and
-``core.delivery`` own retries).
+``core.operations.job`` own retries).
 """
 
 from __future__ import annotations

@@ -64,10 +64,10 @@ from bots.dingtalk.send import Conversation, space_of
 from bots.dingtalk.settings import DingTalkSettings
 from bots.dingtalk.stream import DingTalkStream
 from bots.http_gate import Rejected, parse_json, read_body, rejected_response
+from core.chat_stores import ChatStores, utcnow
 from core.commands import CommandError
 from core.grammar import EXPLICIT, ResearchCommand
 from core.models import RunStatus, ThreadKey
-from core.runs import ChatStores, utcnow
 from core.wording import Language, pick
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""One run's progress and report in DingTalk (``core.delivery.DeliveryFactory`` for
+"""One run's progress and report in DingTalk (``core.operations.job.DeliveryFactory`` for
 ``dingtalk``): translation only, on the shared ``bots.chat.delivery.ChatDelivery``.
 
 DingTalk has no threads and cannot edit a plain message, so:
@@ -48,12 +48,12 @@ from bots.dingtalk.render import (
     report_messages,
 )
 from bots.dingtalk.send import Conversation, space_of
-from core.digests import heading_of
+from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
-from core.outcome import RunOutcome
-from core.progress import ProgressTask
-from core.runs import ChatStores, RunRecord
+from core.operations.digests import heading_of
+from core.research.outcome import RunOutcome
+from core.research.progress import ProgressTask
 from core.wording import request_language
 
 log = logging.getLogger(__name__)
@@ -255,7 +255,8 @@ class DingTalkThread:
 
 
 class DingTalkDeliveryFactory:
-    """``core.delivery.DeliveryFactory`` for keys ``dingtalk:<corp>:<conversation>:<msgId>``."""
+    """``core.operations.job.DeliveryFactory`` for keys
+    ``dingtalk:<corp>:<conversation>:<msgId>``."""
 
     def __init__(
         self,

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
     from bots.dingtalk.api import DingTalkApi
     from bots.dingtalk.callbacks import CardCallbacks
-    from core.delivery import DeliveryFactory
-    from core.jobs import JobRunner
+    from core.operations.job import DeliveryFactory
+    from core.operations.runners import JobRunner
 
 
 class DingTalkPlatform(ChatPlatform[DingTalkSettings]):

@@ -15,7 +15,7 @@ it from ``FEISHU_DOMAIN`` only and stops past the limit.
 Every failure becomes a :class:`FeishuError` with the HTTP status, Feishu's error code and,
 for rate limits, how long to wait; ``bots.feishu.delivery.classify_error`` judges it
 (``bots.chat.errors.judge_failure``). The
-SDK retries nothing; callers own retries (``bots.chat.throttle``, ``core.delivery``).
+SDK retries nothing; callers own retries (``bots.chat.throttle``, ``core.operations.job``).
 """
 
 from __future__ import annotations

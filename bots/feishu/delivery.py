@@ -1,4 +1,4 @@
-"""One run's progress and report in Feishu/Lark (``core.delivery.DeliveryFactory`` for
+"""One run's progress and report in Feishu/Lark (``core.operations.job.DeliveryFactory`` for
 ``feishu``): translation only, on the shared ``bots.chat.delivery.ChatDelivery``.
 
 The progress card is a reply, in its thread, to the thread's root message (the request, or
@@ -23,12 +23,12 @@ from bots.chat.throttle import WorkspaceLimiters
 from bots.feishu.api import FeishuApi
 from bots.feishu.render import notice_card, progress_card, report_cards
 from core.attachments import AttachmentRefused, attachment_kind
-from core.digests import heading_of
+from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
-from core.outcome import RunOutcome
-from core.progress import ProgressTask
-from core.runs import ChatStores, RunRecord
+from core.operations.digests import heading_of
+from core.research.outcome import RunOutcome
+from core.research.progress import ProgressTask
 from core.wording import request_language
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ class FeishuThread:
 
 
 class FeishuDeliveryFactory:
-    """``core.delivery.DeliveryFactory`` for thread keys ``feishu:<tenant>:<chat>:<root>``."""
+    """``core.operations.job.DeliveryFactory`` for thread keys ``feishu:<tenant>:<chat>:<root>``."""
 
     def __init__(self, api: FeishuApi, store: ChatStores, *, edit_interval: float = 1.0) -> None:
         self._api = api

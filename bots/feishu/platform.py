@@ -12,8 +12,8 @@ from bots.feishu.settings import FeishuSettings
 
 if TYPE_CHECKING:
     from bots.feishu.api import FeishuApi
-    from core.delivery import DeliveryFactory
-    from core.jobs import JobRunner
+    from core.operations.job import DeliveryFactory
+    from core.operations.runners import JobRunner
 
 
 class FeishuPlatform(ChatPlatform[FeishuSettings]):

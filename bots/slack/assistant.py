@@ -26,8 +26,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.chat.message import ChatMessage
 from bots.slack.errors import describe_error
 from bots.slack.settings import MAX_SUGGESTED_PROMPTS, SuggestedPrompt
+from core.chat_stores import ContextStore
 from core.models import ThreadKey
-from core.runs import ContextStore
 from core.untrusted import neutralise, remove_urls
 from core.wording import Language, pick
 

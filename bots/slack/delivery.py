@@ -1,4 +1,4 @@
-"""One run's progress and report in Slack (``core.delivery.DeliveryFactory`` for ``slack``).
+"""One run's progress and report in Slack (``core.operations.job.DeliveryFactory`` for ``slack``).
 
 A slash command has no message to thread under, so its run starts in a ``pending-…``
 thread: the first progress event posts a top-level opener, which becomes both the
@@ -6,7 +6,7 @@ progress message and the thread (the thread row is re-keyed to its ``ts``). Runs
 in a thread reply there. A resumed run edits the progress message it already has.
 
 The report is posted as parts (``report_parts``): one message per section-bounded chunk,
-then, for a long report, ``report.md``. ``core.delivery`` posts them one at a time,
+then, for a long report, ``report.md``. ``core.operations.job`` posts them one at a time,
 records each and retries the rest, so a retry never repeats a part.
 """
 
@@ -36,12 +36,12 @@ from bots.slack.render import (
 from bots.slack.scopes import SlackScopes
 from bots.slack.status import REFRESH_SECONDS, ThreadStatus
 from core.attachments import AttachmentRefused
-from core.digests import heading_of
+from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
-from core.outcome import RunOutcome
-from core.progress import ProgressTask
-from core.runs import ChatStores, RunRecord
+from core.operations.digests import heading_of
+from core.research.outcome import RunOutcome
+from core.research.progress import ProgressTask
 from core.timer import Timer
 from core.wording import request_language
 
@@ -150,7 +150,8 @@ class SlackThread:
 
 
 class SlackDeliveryFactory:
-    """``core.delivery.DeliveryFactory`` for thread keys ``slack:<team>:<channel>:<thread>``."""
+    """``core.operations.job.DeliveryFactory`` for thread keys
+    ``slack:<team>:<channel>:<thread>``."""
 
     def __init__(
         self,

@@ -29,7 +29,7 @@ def make_web_client(token: str, api_url: str) -> AsyncWebClient:
     It retries nothing itself (no SDK retry handlers, not even the default one for
     connection errors): each caller owns one retry policy. Progress edits are retried by
     ``bots.chat.throttle.EditThrottle`` (coalesced, honouring ``Retry-After``), report parts
-    by the durable delivery step of ``core.delivery`` (backoff, recorded attempts); a
+    by the durable delivery step of ``core.operations.job`` (backoff, recorded attempts); a
     failed progress post is simply repeated by the next progress event.
     """
     return AsyncWebClient(token=token, base_url=api_url, retry_handlers=[])

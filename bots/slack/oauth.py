@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bots.slack.messenger import make_web_client
 from bots.slack.settings import SlackSettings
-from core.delivery import Undeliverable
+from core.operations.job import Undeliverable
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from bots.slack.settings import SlackSettings
 if TYPE_CHECKING:
     from bots.slack.app import SlackAuth
     from bots.slack.delivery import SlackDeliveryFactory
-    from core.delivery import DeliveryFactory
-    from core.jobs import JobRunner
+    from core.operations.job import DeliveryFactory
+    from core.operations.runners import JobRunner
 
 
 class SlackPlatform(ChatPlatform[SlackSettings]):

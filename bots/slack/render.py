@@ -29,7 +29,7 @@ from slack_sdk.models.blocks.block_elements import UrlSourceElement
 from bots.chat.controls import Button
 from bots.chat.markdown import link_citations, split_report, status_lines
 from core.models import Source
-from core.progress import ProgressTask, TaskStatus
+from core.research.progress import ProgressTask, TaskStatus
 from core.untrusted import neutralise, remove_urls
 from core.wording import Language, pick
 

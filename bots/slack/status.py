@@ -31,7 +31,7 @@ from bots.slack.refusals import (
     SlackRefusals,
 )
 from core.models import ThreadKey
-from core.progress import ProgressEvent, ProgressKind, TaskStatus
+from core.research.progress import ProgressEvent, ProgressKind, TaskStatus
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise, remove_urls
 from core.wording import Language, pick

@@ -36,13 +36,13 @@ from core.engine.topics import find_duplicate
 from core.llm import LLMError
 from core.models import Finding
 from core.pages.reader import PageReader
-from core.progress import ProgressKind, ProgressTask, search_executed_text
-from core.prompts import (
+from core.research.progress import ProgressKind, ProgressTask, search_executed_text
+from core.research.prompts import (
     graph_plan_problems_message,
     graph_planner_messages,
     node_answer_messages,
 )
-from core.report import (
+from core.research.report import (
     ATTACHMENT,
     files_digest,
     number_sources,

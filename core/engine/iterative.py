@@ -27,9 +27,9 @@ from core.engine.topics import find_duplicate
 from core.llm import LLMError
 from core.models import DEFAULT_STRATEGY, Finding, PlannerDecision, ThreadVariables
 from core.pages.reader import PageReader
-from core.progress import ProgressKind, ProgressTask, search_executed_text
-from core.prompts import planner_duplicate_message, planner_messages
-from core.report import files_digest
+from core.research.progress import ProgressKind, ProgressTask, search_executed_text
+from core.research.prompts import planner_duplicate_message, planner_messages
+from core.research.report import files_digest
 from core.search import SearchProvider
 from core.wording import search_failed_words
 

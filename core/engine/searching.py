@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 from core.engine.state import RunState
 from core.models import Finding, PageExcerpt, SearchResult
 from core.pages.reader import PageReader, RoundReading
-from core.progress import search_executed_text
+from core.research.progress import search_executed_text
 from core.search import SearchError, SearchProvider
 from core.search.base import SearchTimeout
 from core.wording import searching_words

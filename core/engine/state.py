@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from core.dates import UTC_ZONE, Clock, today_in, utcnow
 from core.llm import Answer, LLMError
 from core.models import ThreadVariables, Usage
-from core.progress import ProgressKind
+from core.research.progress import ProgressKind
 from core.search.base import SearchProvider
 from core.wording import Language, request_language
 

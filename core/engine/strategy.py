@@ -20,7 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from core.config import EnvSettings
 from core.engine.state import RunState, StepHooks, StopReason, TextModel
 from core.pages.reader import PageReader
-from core.progress import ProgressTask
+from core.research.progress import ProgressTask
 from core.search import SearchProvider
 from core.wording import Language
 

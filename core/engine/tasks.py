@@ -1,5 +1,5 @@
-"""A run's plan as the steps a chat shows (:class:`core.progress.ProgressTask`), read from its
-state: each search of an iterative run, each sub-question of a graph run, with its status and
+"""A run's plan as the steps a chat shows (:class:`core.research.progress.ProgressTask`), read from
+its state: each search of an iterative run, each sub-question of a graph run, with its status and
 the first few pages its search returned.
 
 Only what a search returned becomes a source (its address, as the provider gave it, when it is
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from core.engine.graph_state import GraphNode, NodeStatus, graph_of
 from core.engine.state import RunState
 from core.models import Finding
-from core.progress import ProgressTask, TaskSource, TaskStatus
+from core.research.progress import ProgressTask, TaskSource, TaskStatus
 
 #: Sources shown per step (the report lists them all).
 SOURCES_PER_TASK = 3

@@ -1,6 +1,6 @@
 """The research side of a process, built once over one database: the run executor
-(:mod:`core.executor`) and the request service (:mod:`core.requests`), sharing the registry
-of the runs executing in this process, so that a stop or cancel taken here reaches such a
+(:mod:`core.research.executor`) and the request service (:mod:`core.research.requests`), sharing the
+registry of the runs executing in this process, so that a stop or cancel taken here reaches such a
 run at once. The chat layer is given ``requests`` only; the runners ``executor``.
 """
 
@@ -12,21 +12,21 @@ from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from core.config import EnvSettings
-from core.cost import Prices
 from core.dates import Clock, utcnow
 from core.engine.budget import RunBudget
 from core.engine.files import FileReader
 from core.engine.registry import build_strategies
 from core.engine.state import TextModel
 from core.engine.strategy import StrategyTools
-from core.executing import LocalRuns
-from core.executor import RunExecutor
-from core.lease import LeaseTiming
+from core.operations.lease import LeaseTiming
 from core.pages.reader import PageReader
-from core.requests import RunRequests, UserQuota
-from core.run_steps import InternalSources
+from core.research.cost import Prices
+from core.research.executing import LocalRuns
+from core.research.executor import RunExecutor
+from core.research.requests import RunRequests, UserQuota
+from core.research.steps import InternalSources
+from core.research.writer import ReportWriter
 from core.search import SearchProvider
-from core.writer import ReportWriter
 from storage import Store
 
 if TYPE_CHECKING:
@@ -58,8 +58,8 @@ class Research:
         quota: UserQuota | None = None,
         prices: Prices | None = None,
     ) -> None:
-        """The settings of :class:`~core.executor.RunExecutor` and
-        :class:`~core.requests.RunRequests`, and what their parts are built from: the
+        """The settings of :class:`~core.research.executor.RunExecutor` and
+        :class:`~core.research.requests.RunRequests`, and what their parts are built from: the
         ``planner`` (also the graph's sub-question answers), ``writer`` and ``search``
         clients; ``reader`` reads the best result pages of every search (None: snippets
         only); ``strategy_settings``: each registered strategy's settings by its name (those

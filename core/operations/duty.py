@@ -1,5 +1,5 @@
 """A duty that one replica at a time performs (a platform's long-lived connection), held by
-winning an election (:mod:`core.election`).
+winning an election (:mod:`core.operations.election`).
 
 Every replica runs a :class:`OneHolder` per duty. Each tick (a third of the lease) it votes in
 the duty's election; the replica that holds it starts the duty, the others stand by. A holder
@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-from core.election import LEASE, Change, Election
+from core.operations.election import LEASE, Change, Election
 from storage import LeaseStore
 from storage.tables import utcnow
 

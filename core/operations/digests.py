@@ -4,7 +4,7 @@ A firing of a digest at a slot (a time its cron names, in its timezone) is a run
 key is ``digest:<id>:<slot>``: the database lets each slot start at most one run, whoever
 fires it and however often. The run starts a new thread in the digest's channel
 (``pending-digest-…``: its progress message opens the thread, as a Slack slash command's
-does), and the writer is told what the previous digest found (see ``core.writer``).
+does), and the writer is told what the previous digest found (see ``core.research.writer``).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from core import schedule
 from core.commands import CommandError
 from core.grammar import ScheduleCommand
-from core.jobs import JobRunner
 from core.models import ResearchRequest, SourceChoice, ThreadKey
-from core.requests import RunRejected, submit_run
+from core.operations import schedule
+from core.operations.runners import JobRunner
+from core.research.requests import RunRejected, submit_run
 from core.wording import Language, pick, request_language
 from storage import (
     DigestLimit,

@@ -3,9 +3,9 @@
 :class:`RunRequests` creates runs (deduplicated by the request's key, one active per
 thread, within the requester's limits), stops and cancels them, records the replies that
 steer them and the votes on their reports, and reports usage. It never executes a run:
-that is :class:`core.executor.RunExecutor`, usually in another process. A stop or cancel is
+that is :class:`core.research.executor.RunExecutor`, usually in another process. A stop or cancel is
 stored on the run's row for whichever runner holds it; when the run executes in this very
-process, :class:`core.executing.LocalRuns` reaches it at once.
+process, :class:`core.research.executing.LocalRuns` reaches it at once.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from datetime import time as dt_time
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-from core.cost import Prices
 from core.dates import Clock, utcnow, zone
-from core.executing import LocalRuns
 from core.models import (
     CONSOLE_PLATFORM,
     Guidance,
@@ -29,6 +27,8 @@ from core.models import (
     Usage,
     Vote,
 )
+from core.research.cost import Prices
+from core.research.executing import LocalRuns
 from core.text import clean_text, has_visible
 from core.untrusted import neutralise, without_markdown_links
 from storage import (

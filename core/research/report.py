@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from core.attachments import file_title
 from core.models import AttachedFile, Finding, SearchResult, Source, SourceKind
 from core.pages.extract import estimate_tokens, select, split_passages
-from core.prompts import echoes_instructions, instruction_shingles
+from core.research.prompts import echoes_instructions, instruction_shingles
 from core.untrusted import as_data, neutralise, remove_urls
 from core.wording import (
     Language,

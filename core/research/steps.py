@@ -1,5 +1,5 @@
 """The steps of a run that write it down or decide its scope, used by the executor
-(:mod:`core.executor`): its checkpoint (the thread's variables compare-and-swapped, so no
+(:mod:`core.research.executor`): its checkpoint (the thread's variables compare-and-swapped, so no
 other writer's update is lost), its end, and which sources it may search, decided from its
 own thread where it executes.
 """
@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from core import wording
-from core.cost import Prices
 from core.engine.budget import RunBudget
 from core.engine.state import RunSources, RunState, StopReason
 from core.models import RunStatus, Source, SourceChoice, ThreadKey, ThreadVariables, Usage
-from core.outcome import stopped_with_nothing
+from core.research.cost import Prices
+from core.research.outcome import stopped_with_nothing
 from core.search import SearchProvider
 from storage import (
     Checkpointed,

@@ -1,12 +1,12 @@
 """The report writer: a run's findings become its Markdown report.
 
-The writer model gets the run's numbered sources (at most ``MAX_WRITER_SOURCES``: those the
-graph's answers cite, then the most recent), its notes and, for a graph run, the answered
-sub-questions. A digest's firing is also told what the previous firing reported, and the
-report always gets its "What's new" section (:mod:`core.whats_new`). Citations and links are
-checked before the report leaves (:func:`core.report.finalize_report`). When the writer model
-fails, the findings are listed instead; when no model call of the run answered at all, the
-run fails with :class:`ModelUnavailable` rather than pretend to a report.
+The writer model gets the run's numbered sources (at most ``MAX_WRITER_SOURCES``: those the graph's
+answers cite, then the most recent), its notes and, for a graph run, the answered sub-questions. A
+digest's firing is also told what the previous firing reported, and the report always gets its
+"What's new" section (:mod:`core.operations.whats_new`). Citations and links are checked before the
+report leaves (:func:`core.research.report.finalize_report`). When the writer model fails, the
+findings are listed instead; when no model call of the run answered at all, the run fails with
+:class:`ModelUnavailable` rather than pretend to a report.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core import whats_new, wording
+from core import wording
 from core.engine.state import RunState, TextModel
 from core.llm import LLMError
 from core.models import Source
-from core.prompts import DigestContext, writer_messages
-from core.report import (
+from core.operations import whats_new
+from core.research.prompts import DigestContext, writer_messages
+from core.research.report import (
     drop_instruction_echoes,
     fallback_body,
     finalize_report,

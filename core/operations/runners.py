@@ -5,7 +5,8 @@ A platform handler commits the run row, enqueues its id and acknowledges; a
 here, and the queue-backed one of ``FATHOM_QUEUE=procrastinate``):
 
 - a job claims its run with one atomic statement and renews the claim's heartbeat while it
-  works (``core.lease``); a runner that loses its claim stops, and its writes are refused;
+  works (``core.operations.lease``); a runner that loses its claim stops, and its writes are
+  refused;
 - every runner sweeps periodically (every ``FATHOM_STALE_RUN_AFTER / 2`` seconds) for runs of
   the platforms it can deliver to that nobody works on: queued or running with an expired
   heartbeat, and finished runs whose delivery is pending with an expired heartbeat; it
@@ -24,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from core.lease import LeaseTiming
+from core.operations.lease import LeaseTiming
 from storage import ClaimStore
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ SWEEP_BATCH = 100
 
 
 class Job(Protocol):
-    """What a runner executes: ``await job(run_id)`` (see ``core.delivery.ResearchJob``)."""
+    """What a runner executes: ``await job(run_id)`` (see ``core.operations.job.ResearchJob``)."""
 
     @property
     def platforms(self) -> frozenset[str]:

@@ -1,8 +1,8 @@
 """Elections: one replica at a time holds a named role (a platform's long-lived connection,
 the digest scheduler), by a lease in the database.
 
-An election is not a run's lease (``core/lease.py``: the heartbeat of the runner that claimed
-a run). It has a name, every replica as a candidate, and one holder at a time, recorded in
+An election is not a run's lease (``core/operations/lease.py``: the heartbeat of the runner that
+claimed a run). It has a name, every replica as a candidate, and one holder at a time, recorded in
 ``storage.LeaseStore`` (table ``leases``) under the election's name.
 
 Every candidate votes every third of the lease (:meth:`Election.vote`): it takes the lease
@@ -14,9 +14,10 @@ take it from then on, so two replicas never hold a role at once for longer than 
 Resigning (a graceful stop, or a role that could not start) releases the lease at once, so
 another replica takes over at its next vote.
 
-What a replica does on winning or losing is its own business (:class:`core.duty.OneHolder`
-starts and stops a connection, :class:`core.scheduler.DigestScheduler` catches up and keeps
-its jobs); :meth:`Election.vote` says what changed.
+What a replica does on winning or losing is its own business
+(:class:`core.operations.duty.OneHolder` starts and stops a connection,
+:class:`core.operations.scheduler.DigestScheduler` catches up and keeps its jobs);
+:meth:`Election.vote` says what changed.
 """
 
 from __future__ import annotations

@@ -6,13 +6,13 @@ through procrastinate's job queue in the production PostgreSQL (no other broker)
   enqueued (a retried request, every replica's sweep). A new run is queued in the very
   transaction that creates its row (:func:`queue_in_transaction`), so a committed run is
   always queued.
-- :class:`ProcrastinateJobRunner` is the :class:`core.jobs.JobRunner` of ``fathom serve`` and of
-  the workers: ``enqueue`` defers; it sweeps like the in-process runner (runs nobody works on
-  are deferred again), so a run whose worker died, or that was handed back on a stop, is taken
-  by another worker; it executes nothing itself.
+- :class:`ProcrastinateJobRunner` is the :class:`core.operations.runners.JobRunner` of
+  ``fathom serve`` and of the workers: ``enqueue`` defers; it sweeps like the in-process runner
+  (runs nobody works on are deferred again), so a run whose worker died, or that was handed
+  back on a stop, is taken by another worker; it executes nothing itself.
 - ``fathom worker`` runs :meth:`ProcrastinateQueue.work`: each job claims its run, holds it with
   the same lease and heartbeat as the in-process runner, resumes from the checkpoint, and
-  delivers exactly once (``core.delivery.ResearchJob``).
+  delivers exactly once (``core.operations.job.ResearchJob``).
 
 The run row is the record of a run, so procrastinate's job rows are kept only while they are
 needed: a worker deletes a job when it ends, and the sweep deletes the job a dead worker was
@@ -30,8 +30,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 
 from core.config import ConfigError
-from core.jobs import SWEEP_BATCH, Job, Sweeper
-from core.lease import LeaseTiming
+from core.operations.lease import LeaseTiming
+from core.operations.runners import SWEEP_BATCH, Job, Sweeper
 
 if TYPE_CHECKING:
     from storage import ClaimStore, RunStore

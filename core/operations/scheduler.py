@@ -1,15 +1,15 @@
 """The digest scheduler: APScheduler 3 on one replica at a time.
 
 Every replica runs a :class:`DigestScheduler` (for every platform's digests: a firing is a run,
-posted by whichever replica serves its platform); each ``tick`` (every third of the lease) it
-votes in the ``digest-scheduler`` election (:class:`core.election.Election`, ``FATHOM_LEASE``
-seconds). The holder keeps one APScheduler job per enabled digest (``CronTrigger`` in the
-digest's timezone), rebuilt from the table on every tick, so digests added or removed on any
-replica are in step within a tick; the others keep no jobs. A replica that wins the election
-(at start, or when the holder died and its lease expired, well within a minute) first fires
-every slot missed within the grace period (``FATHOM_DIGEST_GRACE``); a catch-up that fails
-gives the election up, so the next tick (here or on another replica) catches up again.
-Whoever fires a slot, and however often, it starts one run (``core.digests``).
+posted by whichever replica serves its platform); each ``tick`` (every third of the lease) it votes
+in the ``digest-scheduler`` election (:class:`core.operations.election.Election`, ``FATHOM_LEASE``
+seconds). The holder keeps one APScheduler job per enabled digest (``CronTrigger`` in the digest's
+timezone), rebuilt from the table on every tick, so digests added or removed on any replica are in
+step within a tick; the others keep no jobs. A replica that wins the election (at start, or when the
+holder died and its lease expired, well within a minute) first fires every slot missed within the
+grace period (``FATHOM_DIGEST_GRACE``); a catch-up that fails gives the election up, so the next
+tick (here or on another replica) catches up again. Whoever fires a slot, and however often, it
+starts one run (``core.operations.digests``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from datetime import UTC, datetime
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from core import schedule
-from core.delivery import delivery_refused
-from core.digests import Clock, DigestService
-from core.election import LEASE, Change, Election
-from core.jobs import JobRunner
+from core.operations import schedule
+from core.operations.digests import Clock, DigestService
+from core.operations.election import LEASE, Change, Election
+from core.operations.job import delivery_refused
+from core.operations.runners import JobRunner
 from storage import DigestRecord, LeaseStore, StorageUnavailable
 from storage.tables import utcnow
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Collection, Sequence
 
 from core.models import Source
-from core.prompts import DigestContext
+from core.research.prompts import DigestContext
 from core.untrusted import as_data
 from core.wording import Language, pick, sources_heading
 from storage import RunRecord

@@ -9,7 +9,7 @@ from typing import Any
 from core import wording
 from core.engine.state import StopReason
 from core.models import DEFAULT_STRATEGY, AttachedFile, RunStatus, Source, SourceKind, Usage
-from core.progress import ProgressTask
+from core.research.progress import ProgressTask
 from core.wording import request_language
 from storage import RunRecord
 

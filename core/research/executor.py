@@ -1,14 +1,14 @@
 """The run executor: runs become reports.
 
 A runner ``claim``s a run (``fathom serve``'s in-process runner, a ``fathom worker``'s job,
-the CLI), holds it with a :class:`~core.lease.Lease` and calls ``execute_claimed``, which
+the CLI), holds it with a :class:`~core.operations.lease.Lease` and calls ``execute_claimed``, which
 runs it to the end, checkpointing every step, and always leaves the run in a finished state;
 if the process dies, the run stays ``running`` with a checkpoint that the next claim resumes
 from. ``execute`` does all three for callers that run one research themselves (the CLI).
 
-The run's strategy (looked up by its name) researches it, :mod:`core.writer` writes its
-report, :mod:`core.run_steps` writes it down, and :mod:`core.outcome` is what it came to.
-What people ask of runs (create, stop, cancel, steer, vote) is :mod:`core.requests`.
+The run's strategy (looked up by its name) researches it, :mod:`core.research.writer` writes its
+report, :mod:`core.research.steps` writes it down, and :mod:`core.research.outcome` is what it came
+to. What people ask of runs (create, stop, cancel, steer, vote) is :mod:`core.research.requests`.
 """
 
 from __future__ import annotations
@@ -23,21 +23,11 @@ from zoneinfo import ZoneInfo
 
 from core import wording
 from core.attachments import shown_name
-from core.cost import Prices
 from core.dates import Clock, utcnow, zone
 from core.engine.budget import RunBudget
 from core.engine.files import FileReader, PlatformFiles
 from core.engine.state import RunState, StepHooks, StopReason
 from core.engine.strategy import Strategy
-from core.executing import LocalRuns, RunFlags, WritingCancelled, unless_cancelled
-from core.lease import (
-    LOST_CLAIM,
-    Lease,
-    LeaseTiming,
-    holder_is_gone,
-    release_quietly,
-    runner_identity,
-)
 from core.models import (
     CONSOLE_PLATFORM,
     Attachment,
@@ -46,13 +36,23 @@ from core.models import (
     ThreadVariables,
     Usage,
 )
-from core.outcome import (
+from core.operations.lease import (
+    LOST_CLAIM,
+    Lease,
+    LeaseTiming,
+    holder_is_gone,
+    release_quietly,
+    runner_identity,
+)
+from core.research.cost import Prices
+from core.research.executing import LocalRuns, RunFlags, WritingCancelled, unless_cancelled
+from core.research.outcome import (
     RunOutcome,
     final_progress_text,
     stored_stop_reason,
     usage_of,
 )
-from core.progress import (
+from core.research.progress import (
     NullProgress,
     ProgressEvent,
     ProgressKind,
@@ -61,8 +61,8 @@ from core.progress import (
     final_tasks,
     search_executed_text,
 )
-from core.requests import rejected
-from core.run_steps import (
+from core.research.requests import rejected
+from core.research.steps import (
     InternalSources,
     NoInternalSource,
     count_finished,
@@ -72,7 +72,7 @@ from core.run_steps import (
     save_checkpoint,
     stopped_words,
 )
-from core.writer import ModelUnavailable, NoResults, ReportWriter, has_material
+from core.research.writer import ModelUnavailable, NoResults, ReportWriter, has_material
 from storage import (
     Claim,
     ClaimLost,
