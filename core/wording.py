@@ -128,6 +128,33 @@ def cut_short_words(language: Language) -> str:
     )
 
 
+def repeated_topics_words(language: Language) -> str:
+    """A note: the iterative planner kept proposing topics already searched."""
+    return pick(
+        language,
+        "The planner kept proposing topics that were already searched, so it stopped.",
+        "规划模型反复提出已搜索过的主题，因此研究停止。",
+    )
+
+
+def graph_full_words(language: Language, max_nodes: int) -> str:
+    """A note: the graph has as many sub-questions as it may hold."""
+    return pick(
+        language,
+        f"The graph reached its {max_nodes} sub-questions, so it stopped.",
+        f"子问题已达到上限 {max_nodes} 个，因此研究停止。",
+    )
+
+
+def unanswered_question_words(language: Language, question: str) -> str:
+    """A note: a sub-question was searched, but its answer could not be written."""
+    return pick(
+        language,
+        f'Sub-question "{question}" was searched but not answered.',
+        f"子问题“{question}”已搜索，但未能写出回答。",
+    )
+
+
 def guidance_followed_words(language: Language, line: str) -> str:
     """A note: guidance given in the thread while the run went on, which it followed."""
     return pick(language, f"Guidance followed: {line}", f"已遵循的指导：{line}")

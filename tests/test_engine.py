@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from core import wording
 from core.config import load_settings
 from core.llm import ChatModel
 from core.models import ResearchRequest, RunStatus, ThreadKey
@@ -294,6 +295,18 @@ async def test_insisting_on_duplicates_stops_early(harness: Harness) -> None:
     assert "stopped early" in progress.final
     assert outcome.report_markdown is not None
     assert "already searched" in outcome.report_markdown.split("## Notes on this run")[1]
+
+
+@sqlite_only
+async def test_a_chinese_run_notes_repeated_topics_in_chinese(harness: Harness) -> None:
+    """The note of a planner that insists on searched topics is in the run's language."""
+    harness.llm.fake.script("planner", plan("阿尔法粒子"), plan("阿尔法 粒子"), plan("阿尔法粒子"))
+    outcome = await harness.research("放射性衰变的原理")
+    assert outcome.stop_reason is not None and outcome.stop_reason.value == "duplicate_topics"
+    assert outcome.report_markdown is not None
+    notes = outcome.report_markdown.split(f"## {wording.notes_heading('zh')}")[1]
+    assert wording.repeated_topics_words("zh") in notes
+    assert "already searched" not in notes
 
 
 @sqlite_only

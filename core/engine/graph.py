@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import Field
 
+from core import wording
 from core.config import EnvSettings, env
 from core.engine.graph_plan import CheckedPlan, GraphPlan, check_plan
 from core.engine.graph_state import GRAPH, GraphNode, NodeStatus, graph_of
@@ -221,7 +222,7 @@ class GraphStrategy:
         variables = state.variables
         room = self._room(state)
         if room == 0:
-            state.note(f"The graph reached its {self._max_nodes} sub-questions, so it stopped.")
+            state.note(wording.graph_full_words(state.language, self._max_nodes))
             return StopReason.PLANNER_STOPPED
         turn = state.rounds_done + 1
         messages = graph_planner_messages(
@@ -394,7 +395,7 @@ class _Turn:
                 log.exception("answering %r failed in run %s", node.question, state.run_id)
                 node.status = NodeStatus.FAILED
                 node.error = f"its answer could not be written ({type(exc).__name__})"
-                state.note(f'Sub-question "{node.question}" was searched but not answered.')
+                state.note(wording.unanswered_question_words(state.language, node.question))
             await self._checkpoint()
 
     async def _search(self, node: GraphNode) -> Finding:

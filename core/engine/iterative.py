@@ -31,7 +31,7 @@ from core.research.progress import ProgressKind, ProgressTask, search_executed_t
 from core.research.prompts import planner_duplicate_message, planner_messages
 from core.research.report import files_digest
 from core.search import SearchProvider
-from core.wording import search_failed_words
+from core.wording import repeated_topics_words, search_failed_words
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ class IterativeStrategy:
                     {"role": "assistant", "content": decision.model_dump_json(by_alias=True)},
                     planner_duplicate_message(proposed, duplicate),
                 ]
-        state.note("The planner kept proposing topics that were already searched, so it stopped.")
+        state.note(repeated_topics_words(state.language))
         return StopReason.DUPLICATE_TOPICS
 
     def _fallback_topic(self, state: RunState, note: str | None) -> str | StopReason:
