@@ -5,7 +5,7 @@ A platform is one package under ``bots/`` (``bots/slack``, ``bots/feishu``,
 (``bots.platforms``) lists them, and ``fathom serve``, ``fathom worker``, readiness and
 shutdown iterate over the enabled ones without naming any. A platform only translates
 (errbot's ``Backend``, bolt's adapters): inbound deliveries become
-:class:`~bots.chat.inbound.ChatMessage` for the shared
+:class:`~bots.chat.message.ChatMessage` for the shared
 :class:`~bots.chat.inbound.ChatCommands`, and a run's progress and report become the
 platform's calls through its :class:`~core.operations.job.DeliveryFactory`.
 

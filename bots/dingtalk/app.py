@@ -10,7 +10,7 @@ A press on a card's button is a card callback: over the stream, or in HTTP mode 
 key: ``bots.dingtalk.callbacks``). It becomes a ``bots.chat.controls.Press``; the answer goes
 to the presser alone, as a one-to-one message from the robot.
 
-A robot message becomes a :class:`~bots.chat.inbound.ChatMessage` for
+A robot message becomes a :class:`~bots.chat.message.ChatMessage` for
 ``ChatCommands.receive``, which deduplicates by the message's ``msgId`` (and the stream's
 ``messageId``) in the database. Answers that are not a run are posted afterwards, as Markdown
 through the message's session webhook.

@@ -11,7 +11,7 @@ A press on a card's button is a ``card.action.trigger`` callback, through the sa
 (the long connection, or the same URL as the callback request address, verified the same
 way); it becomes a ``bots.chat.controls.Press`` and is answered with a toast.
 
-Either way an event becomes a :class:`~bots.chat.inbound.ChatMessage` and goes to
+Either way an event becomes a :class:`~bots.chat.message.ChatMessage` and goes to
 ``ChatCommands.receive``, which deduplicates by message id and event id in the database; a
 message that is only files (a file message) goes to ``ChatCommands.receive_files``, kept for
 the next request of its thread (``bots.feishu.events.files_scope``) within

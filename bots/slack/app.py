@@ -1,7 +1,7 @@
 """Slack input: ``/research``, @-mentions and DMs become runs, presses on a run's buttons
 reach it (Bolt wiring and listeners).
 
-The listeners only translate: a Slack delivery becomes a ``bots.chat.inbound.ChatMessage``
+The listeners only translate: a Slack delivery becomes a ``bots.chat.message.ChatMessage``
 (a button press a ``bots.chat.controls.Press``) for the shared ``ChatCommands`` (access,
 grammar, help/status/cancel, per-user limit, the dedupe-aware submit and enqueue; database
 only). The slash command is acknowledged, with the answer, after the run row is committed;
