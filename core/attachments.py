@@ -17,6 +17,7 @@ from typing import Protocol
 
 from core.documents.kinds import document_kind
 from core.models import AttachedFile, Attachment
+from core.reasons import Reason
 from core.text import clean_text
 from core.untrusted import as_data
 
@@ -35,13 +36,17 @@ class AttachmentRefused(Exception):
     is short and safe to show. Any other error of a download is judged by the delivery's
     ``classify`` (a retryable one is tried again)."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
+    def __init__(self, reason: Reason) -> None:
+        super().__init__(str(reason))
         self.reason = reason
 
 
 class AttachmentTooLarge(AttachmentRefused):
     """The file holds more than the limit (the download stopped there)."""
+
+    @classmethod
+    def past(cls, max_bytes: int) -> AttachmentTooLarge:
+        return cls(Reason(f"larger than {max_bytes} bytes", f"超过 {max_bytes} 字节"))
 
 
 class FileSource(Protocol):

@@ -13,6 +13,7 @@ from datetime import date
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from core.llm.errors import LLMError
     from core.models import Attachment
 
 from core.dates import long_date
@@ -85,16 +86,6 @@ def no_internal_source_words(language: Language) -> str:
     )
 
 
-def forgotten_internal_words(language: Language, count: int) -> str:
-    """A note: results of internal sources this channel may no longer use were left out."""
-    return pick(
-        language,
-        f"{count} earlier result(s) from internal sources this channel may no longer use were "
-        "left out.",
-        f"已略去此前来自本频道不再可用的内部来源的 {count} 条结果。",
-    )
-
-
 def writing_words(language: Language) -> str:
     return pick(language, "Writing the report…", "正在撰写报告…")
 
@@ -117,87 +108,6 @@ def no_results_words(language: Language, last_error: str | None) -> str:
             f"没有任何搜索返回结果（最后一个错误：{last_error}）",
         )
     return pick(language, "no search returned any results", "没有任何搜索返回结果")
-
-
-def cut_short_words(language: Language) -> str:
-    """A note: the writer model stopped at its output limit (``finish_reason: "length"``)."""
-    return pick(
-        language,
-        "The writer model reached its output limit, so this report may be cut short.",
-        "撰写模型达到了输出长度上限，本报告可能不完整。",
-    )
-
-
-def repeated_topics_words(language: Language) -> str:
-    """A note: the iterative planner kept proposing topics already searched."""
-    return pick(
-        language,
-        "The planner kept proposing topics that were already searched, so it stopped.",
-        "规划模型反复提出已搜索过的主题，因此研究停止。",
-    )
-
-
-def graph_full_words(language: Language, max_nodes: int) -> str:
-    """A note: the graph has as many sub-questions as it may hold."""
-    return pick(
-        language,
-        f"The graph reached its {max_nodes} sub-questions, so it stopped.",
-        f"子问题已达到上限 {max_nodes} 个，因此研究停止。",
-    )
-
-
-def unanswered_question_words(language: Language, question: str) -> str:
-    """A note: a sub-question was searched, but its answer could not be written."""
-    return pick(
-        language,
-        f'Sub-question "{question}" was searched but not answered.',
-        f"子问题“{question}”已搜索，但未能写出回答。",
-    )
-
-
-def guidance_followed_words(language: Language, line: str) -> str:
-    """A note: guidance given in the thread while the run went on, which it followed."""
-    return pick(language, f"Guidance followed: {line}", f"已遵循的指导：{line}")
-
-
-def _built_from(language: Language, searches: int) -> str:
-    """The tail of every stopped-early note: what the report is built from."""
-    return pick(
-        language,
-        f"this report is built from the {searches} {'search' if searches == 1 else 'searches'} "
-        "done by then.",
-        f"本报告基于此前完成的 {searches} 次搜索。",
-    )
-
-
-def stopped_early_words(language: Language, searches: int) -> str:
-    """A note: "Stop and write now" ended the searching."""
-    why = pick(
-        language,
-        "Stopped early on request (Stop and write now): ",
-        "应要求提前停止（立即停止并撰写）：",
-    )
-    return why + _built_from(language, searches)
-
-
-def token_budget_words(language: Language, searches: int, tokens: int) -> str:
-    """A note: the run's token budget ended the searching."""
-    why = pick(
-        language,
-        f"Stopped at the run's token budget ({tokens:,} tokens, FATHOM_MAX_RUN_TOKENS): ",
-        f"已达到本次研究的 token 预算（{tokens:,} 个 token，FATHOM_MAX_RUN_TOKENS）而停止：",
-    )
-    return why + _built_from(language, searches)
-
-
-def time_budget_words(language: Language, searches: int, seconds: float) -> str:
-    """A note: the run's time budget ended the searching."""
-    why = pick(
-        language,
-        f"Stopped at the run's time budget ({seconds:g} s, FATHOM_MAX_RUN_SECONDS): ",
-        f"已达到本次研究的时间预算（{seconds:g} 秒，FATHOM_MAX_RUN_SECONDS）而停止：",
-    )
-    return why + _built_from(language, searches)
 
 
 def _tokens(count: int) -> str:
@@ -327,6 +237,33 @@ def stopped_early_text(
     )
 
 
+def undelivered_words(
+    language: Language, *, succeeded: bool, status: str, reason: str, failures: int, thread: str
+) -> str:
+    """What a thread is told when its run's outcome could not be posted there."""
+    if language == "zh":
+        shown = {"failed": "失败", "cancelled": "已取消"}.get(status, status)
+        what = (
+            "本次研究已完成，但无法在此发布报告"
+            if succeeded
+            else f"本次研究已结束（{shown}），但无法在此更新"
+        )
+        return (
+            f"{what}（{reason}；尝试 {failures} 次）。"
+            f"运维人员可以用 `fathom thread show {thread}` 查看。"
+        )
+    tries = "attempt" if failures == 1 else "attempts"
+    what = (
+        "I finished this research but could not post its report here"
+        if succeeded
+        else f"This research ended ({status}) but I could not update it here"
+    )
+    return (
+        f"{what} ({reason}; {failures} {tries}). An operator can see it with "
+        f"`fathom thread show {thread}`."
+    )
+
+
 # -- the report's fixed words ------------------------------------------------------------------
 
 
@@ -389,13 +326,17 @@ MODEL_FAILURE_WORDS: dict[str, tuple[str, str]] = {
 }
 
 
-def model_failure_text(language: Language, kind: str, detail: str, model: str, where: str) -> str:
+def model_failure_text(language: Language, error: LLMError, *, where: bool = True) -> str:
     """Why a model could not be used, e.g. ``the language model could not be reached: <detail>
-    (model gpt-4o at https://api.openai.com/v1)`` (``where``: its endpoint, may be empty)."""
+    (model gpt-4o at https://api.openai.com/v1)``; in Chinese the words for its kind and only
+    the outside words of its detail (``LLMError.said``). ``where``: name its endpoint."""
+    kind = error.kind.value
     en, zh = MODEL_FAILURE_WORDS.get(kind, ("the language model failed", "语言模型调用失败"))
-    at_en, at_zh = (f" at {where}", f"，地址 {where}") if where else ("", "")
+    endpoint = error.endpoint if where else ""
+    at_en, at_zh = (f" at {endpoint}", f"，地址 {endpoint}") if endpoint else ("", "")
+    said = f"：{error.said}" if error.said else ""
     return pick(
         language,
-        f"{en}: {detail} (model {model}{at_en})",
-        f"{zh}：{detail}（模型 {model}{at_zh}）",
+        f"{en}: {error.detail} (model {error.model}{at_en})",
+        f"{zh}{said}（模型 {error.model}{at_zh}）",
     )

@@ -40,6 +40,7 @@ from core.search import SearxngProvider
 from storage import CancelRequest, RunRecord, Store
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.languages import english_sentences
 from tests.pdfs import REPORT_FACTS, encrypted_pdf, make_docx, report_pdf
 
 FAST = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
@@ -183,6 +184,26 @@ async def test_files_not_read_are_named_and_the_research_goes_on(world: Chat) ->
     assert 'The attached file "big.txt" was not read: it is larger than 0.0625 MB.' in run.notes
     assert 'The attached file "gone.md" was not read: the file is gone.' in run.notes
     assert "big.txt" in world.report()  # under "Notes on this run"
+
+
+async def test_a_chinese_request_names_the_files_not_read_in_chinese(world: Chat) -> None:
+    """The notes of files not read follow the request's language: reasons from the engine
+    (the size limit, a password) and from the platform (a file gone) alike."""
+    world.chat.files.update(
+        {"F-big": b"x" * 70_000, "F-locked": encrypted_pdf(report_pdf(), "secret")}
+    )
+    files = [
+        Attachment(id="F-big", name="big.txt", attached_by="Alice"),
+        Attachment(id="F-gone", name="gone.md", attached_by="Alice"),
+        Attachment(id="F-locked", name="locked.pdf", attached_by="Alice"),
+    ]
+    await world.chat.say(world.commands, "/research 热泵的冬季表现 depth=1", attachments=files)
+    (run,) = await world.delivered()
+    assert "附件“big.txt”未读取：超过 0.0625 MB。" in run.notes, run.notes
+    assert "附件“gone.md”未读取：文件已不存在。" in run.notes
+    assert "附件“locked.pdf”未读取：文件有密码保护。" in run.notes
+    names = ("big.txt", "gone.md", "locked.pdf")
+    assert [n for n in run.notes if english_sentences(n, *names)] == []
 
 
 async def test_a_download_that_fails_for_a_while_is_retried(world: Chat) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from core.config import Settings
 from core.models import SearchResult
+from core.reasons import Reason
 from tests.cli import fathom, fathom_process, start_fathom, stop, wait_for_stderr
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.fakes.search import RESULT_DATE, page_date
@@ -1266,7 +1267,7 @@ async def test_sources_test_asks_the_web_and_each_allowed_source_at_once(
         title="Runbook: pumps", url="", snippet="restart " * 40, server="wiki", passages=["x"]
     )
     wiki = Answering("wiki", [doc])
-    slow = Answering("tickets", error=SearchTimeout("tickets: no answer in 20 s"))
+    slow = Answering("tickets", error=SearchTimeout(Reason.verbatim("tickets: no answer in 20 s")))
     odd = Answering("drive", error=RuntimeError("boom"))
     key = channel_key("slack:T1:C1")
     team = Team([], {key: [wiki, slow, odd]})

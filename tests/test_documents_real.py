@@ -103,7 +103,7 @@ async def test_a_pdf_whose_text_did_not_decode_is_skipped_with_its_reason(
     some PDF printers write Calibri): its glyph ids come out as "ƵĂóůŝ", which is no source."""
     with pytest.raises(DocumentUnreadable) as unreadable:
         await extractor.extract(garbled_pdf(3), "pdf")
-    assert unreadable.value.reason == "its text could not be decoded"
+    assert str(unreadable.value.reason) == "its text could not be decoded"
 
 
 async def test_the_pages_that_decode_are_read_without_the_others(
@@ -150,7 +150,7 @@ async def test_a_web_page_of_glyph_names_is_skipped() -> None:
             finally:
                 await reader.aclose()
     assert reading.pages == []
-    assert [s.reason for s in reading.skipped] == ["its text could not be decoded"]
+    assert [str(s.reason) for s in reading.skipped] == ["its text could not be decoded"]
 
 
 # --- a long document read in part ---------------------------------------------------------------
@@ -223,6 +223,22 @@ def test_a_pdf_read_in_part_is_noted_and_its_header_says_so(
     (writer,) = llm_server.fake.requests_for("writer")
     prompt = writer.body["messages"][-1]["content"]
     assert re.search(r"^\[\d+\] .* \(read pages [\d, -]+ of 30\)$", prompt, re.MULTILINE), prompt
+
+
+def test_a_chinese_run_notes_a_pdf_read_in_part_in_chinese(
+    cli_env: dict[str, str],
+    tmp_path: Path,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+) -> None:
+    search_server.fake.pdf_pages = 30
+    env = {**cli_env, "FATHOM_PDF_MAX_PAGES": "10"}
+    result = fathom("research", "热泵的冬季表现", "--depth", "1", "--json", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    notes = json.loads(result.stdout)["notes"]
+    read_in_part = [note for note in notes if "读取了第 " in note]
+    assert read_in_part and all(note.endswith("（共 30 页）。") for note in read_in_part), notes
+    assert not any("read pages" in note for note in notes)
 
 
 # --- HTML documentation pages -----------------------------------------------------------------

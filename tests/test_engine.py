@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from core import wording
+from core import note_words, wording
 from core.config import load_settings
 from core.llm import ChatModel
 from core.models import ResearchRequest, RunStatus, ThreadKey
@@ -33,6 +33,7 @@ from storage import CancelRequest, Database, Store
 from tests.cli import start_fathom, stop, wait_for_stderr
 from tests.databases import MigratedTemplates
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Hang, Reply
+from tests.languages import english_sentences
 
 KEY = "fake-key"
 FAST_RETRY = {"retry-after-ms": "1"}  # the openai SDK otherwise backs off ~0.5 s per retry
@@ -305,8 +306,48 @@ async def test_a_chinese_run_notes_repeated_topics_in_chinese(harness: Harness) 
     assert outcome.stop_reason is not None and outcome.stop_reason.value == "duplicate_topics"
     assert outcome.report_markdown is not None
     notes = outcome.report_markdown.split(f"## {wording.notes_heading('zh')}")[1]
-    assert wording.repeated_topics_words("zh") in notes
+    assert note_words.repeated_topics_words("zh") in notes
     assert "already searched" not in notes
+
+
+def notes_of(outcome: RunOutcome) -> str:
+    assert outcome.report_markdown is not None
+    return outcome.report_markdown.split(f"## {wording.notes_heading('zh')}")[1]
+
+
+@sqlite_only
+async def test_a_chinese_run_notes_a_failed_planner_and_writer_in_chinese(
+    harness: Harness,
+) -> None:
+    """A Chinese run whose planner fails after one search stops early, and whose writer
+    fails lists its findings: both notes, and the report's first lines, are Chinese once
+    the data in them (the topic, the models' names and address, the server's words) is
+    taken out."""
+    topic = "放射性衰变的原理"
+    harness.llm.fake.script("planner", plan("阿尔法粒子"), *failed_call() * 5)
+    harness.llm.fake.script("writer", *failed_call())
+    outcome = await harness.research(topic, depth=2)
+    assert outcome.status is RunStatus.SUCCEEDED and harness.search.fake.queries == ["阿尔法粒子"]
+    notes = notes_of(outcome)
+    assert "规划模型出错" in notes and "研究提前结束" in notes, notes
+    assert "报告撰写模型出错" in notes
+    data = (topic, "planner-model", "writer-model", "fake error 500")  # (the fake's words)
+    assert english_sentences(notes, *data) == [], notes
+    intro = outcome.report_markdown.split("\n\n")[2] if outcome.report_markdown else ""
+    assert intro.startswith("> 报告撰写模型不可用") and english_sentences(intro, *data) == []
+
+
+@sqlite_only
+async def test_a_chinese_run_notes_a_failed_search_in_chinese(harness: Harness) -> None:
+    topic = "固态电池的最新进展"
+    progress = after_search(1, lambda: harness.search.fake.fail_next(SEARCH_ATTEMPTS))
+    outcome = await harness.research(topic, progress=progress)
+    assert outcome.status is RunStatus.SUCCEEDED
+    failed_topic = outcome.topics[1]
+    notes = notes_of(outcome)
+    assert f"搜索“{failed_topic}”失败：searxng：HTTP 500（尝试 3 次）。" in notes, notes
+    assert english_sentences(notes, *outcome.topics) == []
+    assert "2/3th search executed. （本次搜索失败，继续）" in progress.texts, progress.texts
 
 
 @sqlite_only

@@ -37,6 +37,7 @@ from core.search import SearxngProvider
 from storage import Database, Store
 from tests.chat_app import FAKE_API_KEY, wait_for
 from tests.fakes import FakeLLMServer, FakeSearchServer, Reply
+from tests.languages import english_sentences
 from tests.test_engine import KEY, Collect, Harness, user_prompt
 
 QUESTION = "heat pumps"
@@ -96,10 +97,14 @@ async def graph(
 
 
 async def research(
-    harness: Harness, depth: int = 3, thread: str = "t1", progress: Collect | None = None
+    harness: Harness,
+    depth: int = 3,
+    thread: str = "t1",
+    progress: Collect | None = None,
+    topic: str = QUESTION,
 ) -> tuple[str, RunOutcome]:
     request = ResearchRequest(
-        topic=QUESTION, depth=depth, strategy="graph", thread=harness.thread(thread)
+        topic=topic, depth=depth, strategy="graph", thread=harness.thread(thread)
     )
     run, _ = await harness.service.requests.submit(request)
     return run.id, await harness.service.executor.execute(run.id, progress)
@@ -255,6 +260,36 @@ async def test_a_failing_sub_question_does_not_fail_the_run(graph: MakeGraph) ->
     assert f"✗ {QUESTION} current state (its search found nothing)" in first
     report = outcome.report_markdown or ""
     assert "## Notes on this run" in report and "current state" in report
+
+
+async def test_a_chinese_graph_run_notes_and_marks_its_failures_in_chinese(
+    graph: MakeGraph,
+) -> None:
+    """A Chinese graph run whose plan is trimmed, one of whose sub-questions finds nothing
+    and another needs that one: the notes and the progress say so in Chinese, with no English
+    sentence once the questions and names are taken out."""
+    harness = await graph()
+    topic, state, compare = "热泵在寒冷气候中的表现", "热泵 现状", "热泵 对比"
+    bad = plan(
+        ("bg", "热泵 背景", []),
+        ("state", state, []),
+        ("compare", compare, ["state"]),
+        ("x", "热泵 成本", ["ghost"]),
+    )
+    harness.llm.fake.script("graph_planner", bad, bad, FINISH)
+    harness.search.fake.script_for(state, [])  # finds nothing
+    progress = Collect()
+    _, outcome = await research(harness, depth=2, progress=progress, topic=topic)
+    assert outcome.status is RunStatus.SUCCEEDED, outcome.error
+    searched = next(e.text for e in progress.events if e.kind is ProgressKind.SEARCHED)
+    assert f"✗ {state}（搜索没有结果）" in searched, searched
+    assert f"✗ {compare}（依赖的子问题 state 失败）" in searched, searched
+    data = (topic, state, compare, "state", "compare", "th search executed")
+    assert english_sentences(searched, *data) == []
+    assert any("第 1 轮的计划已裁剪" in n and "前置节点不存在" in n for n in outcome.notes)
+    assert f"子问题“{state}”失败：搜索没有结果。" in outcome.notes, outcome.notes
+    assert all(english_sentences(n, *data) == [] for n in outcome.notes), outcome.notes
+    assert outcome.report_markdown is not None and "## 本次运行说明" in outcome.report_markdown
 
 
 async def test_a_resumed_graph_run_searches_no_answered_node_again(graph: MakeGraph) -> None:

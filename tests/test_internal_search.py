@@ -13,6 +13,7 @@ import asyncio
 from core.engine.searching import INTERNAL_FAILURES_TO_GIVE_UP, search_topic
 from core.engine.state import RunSources, RunState
 from core.models import Finding, SearchResult, ThreadVariables
+from core.reasons import Reason
 from core.research.report import (
     finalize_report,
     number_sources,
@@ -22,6 +23,7 @@ from core.research.report import (
 from core.research.steps import forget_other_servers
 from core.search import SearchError
 from core.search.base import SearchTimeout
+from core.search.http import TIMED_OUT
 
 
 def web(title: str, url: str) -> SearchResult:
@@ -102,7 +104,9 @@ async def test_the_web_and_every_internal_source_are_asked_at_once() -> None:
 
 async def test_a_failing_server_is_noted_and_the_others_results_are_kept() -> None:
     the_web = Source("searxng", [web("Page", "https://example.com/a")])
-    broken = Source("wiki", error=SearchError("wiki: the tool failed: index offline"))
+    broken = Source(
+        "wiki", error=SearchError(Reason.verbatim("wiki: the tool failed: index offline"))
+    )
     state = state_with(RunSources(internal=(broken,)))
     finding = await search_topic(the_web, state, "batteries")
     assert [r.title for r in finding.results] == ["Page"] and finding.error is None
@@ -112,7 +116,7 @@ async def test_a_failing_server_is_noted_and_the_others_results_are_kept() -> No
 
 
 async def test_every_source_failing_gives_a_finding_that_says_why() -> None:
-    the_web = Source("searxng", error=SearchError("searxng: HTTP 500"))
+    the_web = Source("searxng", error=SearchError(Reason.verbatim("searxng: HTTP 500")))
     broken = Source("wiki", error=RuntimeError("boom"))  # a crash is a failure, not the run's
     state = state_with(RunSources(internal=(broken,)))
     finding = await search_topic(the_web, state, "batteries")
@@ -122,7 +126,7 @@ async def test_every_source_failing_gives_a_finding_that_says_why() -> None:
 
 async def test_a_server_that_keeps_timing_out_is_given_up_for_the_rest_of_the_run() -> None:
     the_web = Source("searxng", [web("Page", "https://example.com/a")])
-    slow = Source("wiki", error=SearchTimeout("wiki: no answer within 20 s"))
+    slow = Source("wiki", error=SearchTimeout(Reason.verbatim("wiki: no answer within 20 s")))
     state = state_with(RunSources(internal=(slow,)))
     for i in range(INTERNAL_FAILURES_TO_GIVE_UP + 2):
         finding = await search_topic(the_web, state, f"topic {i}")
@@ -140,7 +144,9 @@ async def test_a_server_that_fails_every_call_is_left_out_with_one_note() -> Non
     """A server whose every call is a tool error (mcp-server-git without its repository, a
     sqlite server without its table) is asked twice, then left out, with one note."""
     the_web = Source("searxng", [web("Page", "https://example.com/a")])
-    broken = Source("wiki", error=SearchError("wiki: the tool failed: no such table"))
+    broken = Source(
+        "wiki", error=SearchError(Reason.verbatim("wiki: the tool failed: no such table"))
+    )
     state = state_with(RunSources(internal=(broken,)))
     for topic in ("one", "two", "three", "four"):
         await search_topic(the_web, state, topic)
@@ -151,14 +157,30 @@ async def test_a_server_that_fails_every_call_is_left_out_with_one_note() -> Non
     ]
 
 
+async def test_a_chinese_run_notes_a_failing_server_in_chinese() -> None:
+    """The first failure's note, and the note that replaces it when the server is left out,
+    are in the run's language (the reason's own Chinese words; the server's name is data)."""
+    the_web = Source("searxng", [web("Page", "https://example.com/a")])
+    slow = Source("wiki", error=SearchTimeout(TIMED_OUT.prefixed("wiki")))
+    state = RunState(
+        "run1", "热泵的冬季表现", 3, ThreadVariables(), sources=RunSources(internal=(slow,))
+    )
+    await search_topic(the_web, state, "热泵 效率")
+    assert state.notes == ['内部来源 "wiki" 搜索“热泵 效率”失败：wiki：超时。']
+    await search_topic(the_web, state, "热泵 成本")
+    assert state.notes == [
+        '内部来源 "wiki" 连续 2 次超时（最近一次搜索“热泵 成本”：wiki：超时），本次研究不再询问它。'
+    ]
+
+
 async def test_an_answer_between_timeouts_resets_the_count() -> None:
     the_web = Source("searxng", [web("Page", "https://example.com/a")])
-    flaky = Source("wiki", error=SearchTimeout("wiki: slow"))
+    flaky = Source("wiki", error=SearchTimeout(Reason.verbatim("wiki: slow")))
     state = state_with(RunSources(internal=(flaky,)))
     await search_topic(the_web, state, "one")
     flaky.error = None
     await search_topic(the_web, state, "two")
-    flaky.error = SearchTimeout("wiki: slow")
+    flaky.error = SearchTimeout(Reason.verbatim("wiki: slow"))
     await search_topic(the_web, state, "three")
     await search_topic(the_web, state, "four")
     assert flaky.asked == ["one", "two", "three", "four"]

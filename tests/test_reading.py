@@ -224,6 +224,17 @@ async def test_a_slow_page_times_out_and_is_noted(reading: MakeHarness) -> None:
     assert "page 2 of the source" not in writer_prompt(harness)
 
 
+async def test_a_chinese_run_notes_the_pages_it_left_out_in_chinese(reading: MakeHarness) -> None:
+    harness = await reading(page_timeout=0.5)
+    topic = "热泵的冬季表现"
+    harness.llm.fake.script("planner", plan(topic))
+    harness.search.fake.script_page(page_path(topic, 2), delay=2.0)
+    outcome = await harness.research(topic, depth=1)
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert outcome.notes == [f"“{topic}”略去的结果网页：127.0.0.1（0.5 秒内没有响应）。"]
+    assert outcome.notes[0] in (outcome.report_markdown or "")
+
+
 async def test_a_redirect_to_a_private_address_is_refused(reading: MakeHarness) -> None:
     harness = await reading()
     harness.llm.fake.script("planner", plan(TOPIC))

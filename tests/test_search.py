@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from core.config import ConfigError, Settings
 from core.models import SearchResult
+from core.reasons import Reason
 from core.search import (
     BraveProvider,
     CachedSearch,
@@ -375,7 +376,9 @@ async def test_expired_entry_is_refetched() -> None:
 
 async def test_provider_errors_and_empty_answers_are_not_cached() -> None:
     store = MemoryCacheStore()
-    failing = CachedSearch(CountingProvider(SearchError("x: down")), store, timedelta(hours=1))
+    failing = CachedSearch(
+        CountingProvider(SearchError(Reason.verbatim("x: down"))), store, timedelta(hours=1)
+    )
     with pytest.raises(SearchError):
         await failing.search("q")
     empty = CachedSearch(CountingProvider([]), store, timedelta(hours=1))

@@ -246,7 +246,7 @@ async def test_a_token_without_files_read_gets_the_sign_in_page_refused_naming_t
     server.fake.files_read = False
     with pytest.raises(AttachmentRefused) as refused:
         await downloads_for(server, http).download(notes, 1_000_000)
-    assert refused.value.reason == NO_ACCESS and "files:read" in NO_ACCESS
+    assert refused.value.reason == NO_ACCESS and "files:read" in str(NO_ACCESS)
     # A token Slack does not take at all gets the same page.
     server.fake.files_read = True
     with pytest.raises(AttachmentRefused, match="files:read"):

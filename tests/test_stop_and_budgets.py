@@ -14,10 +14,11 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from core.engine.budget import RunBudget
-from core.engine.graph import STOPPED_BEFORE_SEARCH, GraphSettings
+from core.engine.graph import GraphSettings
 from core.engine.graph_state import NodeStatus
 from core.engine.state import StopReason
 from core.models import ResearchRequest, RunStatus, ThreadKey
+from core.note_words import STOPPED_BEFORE_SEARCH
 from core.research.cost import Prices
 from core.research.outcome import final_progress_text
 from core.research.progress import ProgressEvent, ProgressKind

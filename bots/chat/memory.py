@@ -33,6 +33,7 @@ from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
 from core.operations.job import Undeliverable
+from core.reasons import Reason
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressTask
 from core.timer import MONOTONIC, Timer
@@ -333,9 +334,9 @@ class MemoryThread:
         self._chat.downloads.append(attachment.id)
         data = self._chat.files.get(attachment.id)
         if data is None:
-            raise AttachmentRefused("the file is gone")
+            raise AttachmentRefused(Reason("the file is gone", "文件已不存在"))
         if len(data) > max_bytes:
-            raise AttachmentTooLarge(f"larger than {max_bytes} bytes")
+            raise AttachmentTooLarge.past(max_bytes)
         return data
 
     def classify(self, error: Exception) -> PostFailure:

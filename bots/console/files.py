@@ -13,6 +13,7 @@ from pathlib import Path
 from core.attachments import READABLE, AttachmentRefused, AttachmentTooLarge, attachment_kind
 from core.failures import PostFailure
 from core.models import Attachment
+from core.reasons import Reason
 
 
 class FileProblem(ValueError):
@@ -81,10 +82,15 @@ def _read(attachment: Attachment, max_bytes: int) -> bytes:
     path = Path(attachment.extra.get("path", ""))
     try:
         if path.stat().st_size > max_bytes:
-            raise AttachmentTooLarge(f"larger than {max_bytes} bytes")
+            raise AttachmentTooLarge.past(max_bytes)
         data = path.read_bytes()
     except OSError as exc:
-        raise AttachmentRefused(f"it cannot be read ({exc.strerror or exc})") from None
+        said = exc.strerror or str(exc)
+        raise AttachmentRefused(
+            Reason(f"it cannot be read ({said})", f"无法读取（{said}）")
+        ) from None
     if hashlib.sha256(data).hexdigest() != attachment.extra.get("sha256"):
-        raise AttachmentRefused("it changed since the research was asked for")
+        raise AttachmentRefused(
+            Reason("it changed since the research was asked for", "它在请求研究之后已被修改")
+        )
     return data

@@ -34,6 +34,7 @@ import httpx
 from bots.dingtalk.api import DingTalkApi, DingTalkError
 from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
+from core.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +73,24 @@ async def download(api: DingTalkApi, attachment: Attachment, max_bytes: int) -> 
         if exc.final or (exc.answered and 400 <= exc.status < 500 and not exc.rate_limited):
             if exc.forbidden:
                 raise AttachmentRefused(
-                    f"DingTalk refused it: the app lacks the {FILE_PERMISSION} permission"
+                    Reason(
+                        f"DingTalk refused it: the app lacks the {FILE_PERMISSION} permission",
+                        f"钉钉拒绝提供：应用缺少 {FILE_PERMISSION} 权限",
+                    )
                 ) from None
-            raise AttachmentRefused(f"DingTalk refused it ({exc.code[:60]})") from None
+            code = exc.code[:60]
+            raise AttachmentRefused(
+                Reason(f"DingTalk refused it ({code})", f"钉钉拒绝提供（{code}）")
+            ) from None
         raise
     for _ in range(MAX_REDIRECTS + 1):
         target = storage_url(address, api.api_url)
         if target is None:
             host = httpx.URL(address).host if address.startswith("http") else "?"
             log.warning("dingtalk: a file's download address is not on the allow-list (%s)", host)
-            raise AttachmentRefused("its download address is not DingTalk's storage")
+            raise AttachmentRefused(
+                Reason("its download address is not DingTalk's storage", "其下载地址不是钉钉的存储")
+            )
         async with api.stream(str(target)) as response:
             if response.is_redirect:
                 address = str(target.join(response.headers.get("location", "")))
@@ -89,12 +98,14 @@ async def download(api: DingTalkApi, attachment: Attachment, max_bytes: int) -> 
             if response.status_code == 200:
                 return await _read(response, max_bytes)
             await _refusal(response)
-    raise AttachmentRefused("DingTalk's storage redirected it too often")
+    raise AttachmentRefused(
+        Reason("DingTalk's storage redirected it too often", "钉钉存储的重定向次数过多")
+    )
 
 
 async def _read(response: httpx.Response, max_bytes: int) -> bytes:
     """The body, stopping as soon as it passes ``max_bytes`` (its length first, when said)."""
-    too_large = AttachmentTooLarge(f"larger than {max_bytes} bytes")
+    too_large = AttachmentTooLarge.past(max_bytes)
     try:
         if int(response.headers.get("content-length", "0")) > max_bytes:
             raise too_large
@@ -116,7 +127,12 @@ async def _refusal(response: httpx.Response) -> None:
     kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     html = kind in ("text/html", "application/xhtml+xml")
     if 400 <= status < 500 and status not in (408, 425, 429) and not html:
-        raise AttachmentRefused(f"DingTalk's storage refused it (HTTP {status})")
+        raise AttachmentRefused(
+            Reason(
+                f"DingTalk's storage refused it (HTTP {status})",
+                f"钉钉存储拒绝提供（HTTP {status}）",
+            )
+        )
     try:
         retry_after = float(response.headers.get("retry-after", "0"))
     except ValueError:

@@ -47,6 +47,7 @@ from lark_oapi.core.model import BaseRequest, RawResponse, RequestOption
 
 from bots.chat.errors import PlatformError
 from core.attachments import AttachmentRefused, AttachmentTooLarge
+from core.reasons import Reason
 
 #: Feishu error codes of an invalid or expired tenant token.
 TOKEN_INVALID = frozenset({99991663, 99991661, 99991664, 99991668})
@@ -79,18 +80,21 @@ TOKEN_MARGIN = 300.0
 #: how the requester is told ("获取消息中的资源文件", error codes); 234037 is Feishu's own
 #: 100 MB limit. Others (234002 unauthorized, 234019 "retry", 234042 storage) are retried.
 RESOURCE_REFUSED = {
-    230110: "the message was deleted",
-    234001: "Feishu refused the request for it",
-    234003: "the file is not in that message",
-    234004: "the bot is not in that chat",
-    234009: "files of external chats cannot be read",
-    234038: "the chat is in restricted mode",
-    234040: "the message is not visible to the bot",
-    234041: "the tenant's encryption key was deleted",
-    234043: "not a message whose files can be read",
-    230002: "the bot is not in that chat",
-    230027: "the app lacks a permission",
-    99991672: "the app lacks the permission to read messages (im:message:readonly)",
+    230110: Reason("the message was deleted", "消息已被删除"),
+    234001: Reason("Feishu refused the request for it", "飞书拒绝了获取它的请求"),
+    234003: Reason("the file is not in that message", "该消息中没有这个文件"),
+    234004: Reason("the bot is not in that chat", "机器人不在该会话中"),
+    234009: Reason("files of external chats cannot be read", "无法读取外部会话的文件"),
+    234038: Reason("the chat is in restricted mode", "该会话处于保密模式"),
+    234040: Reason("the message is not visible to the bot", "机器人看不到该消息"),
+    234041: Reason("the tenant's encryption key was deleted", "租户的加密密钥已被删除"),
+    234043: Reason("not a message whose files can be read", "不是可以读取文件的消息"),
+    230002: Reason("the bot is not in that chat", "机器人不在该会话中"),
+    230027: Reason("the app lacks a permission", "应用缺少权限"),
+    99991672: Reason(
+        "the app lacks the permission to read messages (im:message:readonly)",
+        "应用缺少读取消息的权限（im:message:readonly）",
+    ),
 }
 RESOURCE_TOO_LARGE = 234037
 #: What a ``message_id`` and a ``file_key`` look like (``om_…``, ``file_v3_…-…g``): nothing
@@ -302,7 +306,7 @@ class FeishuApi:
         HTML page answered for a file that is no HTML (``html``) is a proxy's page (a
         sign-in, an outage), not the file: retried."""
         if not (RESOURCE_ID.fullmatch(message_id) and RESOURCE_ID.fullmatch(file_key)):
-            raise AttachmentRefused("not a Feishu message file")
+            raise AttachmentRefused(Reason("not a Feishu message file", "不是飞书消息中的文件"))
         path = (
             f"/open-apis/im/v1/messages/{quote(message_id, safe='')}"
             f"/resources/{quote(file_key, safe='')}"
@@ -330,12 +334,12 @@ class FeishuApi:
                 raise _error_of(answer, -1, "an HTML page instead of the file")
             declared = answer.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > max_bytes:
-                raise AttachmentTooLarge(f"larger than {max_bytes} bytes")
+                raise AttachmentTooLarge.past(max_bytes)
             data = bytearray()
             async for chunk in answer.aiter_bytes():
                 data.extend(chunk)
                 if len(data) > max_bytes:
-                    raise AttachmentTooLarge(f"larger than {max_bytes} bytes")
+                    raise AttachmentTooLarge.past(max_bytes)
         if answer.headers.get("content-type", "").startswith("application/json"):
             failed = _json_failure(bytes(data))
             if failed is not None:  # a 200 whose body is Feishu's error, not the file
@@ -386,8 +390,12 @@ async def _answer_error(answer: httpx.Response) -> FeishuError:
 def _refusal(error: FeishuError) -> AttachmentRefused | None:
     """The final answers of the message resource API, as the requester is told them."""
     if error.code == RESOURCE_TOO_LARGE:
-        return AttachmentTooLarge("larger than Feishu's 100 MB limit")
+        return AttachmentTooLarge(
+            Reason("larger than Feishu's 100 MB limit", "超过飞书 100 MB 的上限")
+        )
     reason = RESOURCE_REFUSED.get(error.code)
     if reason is None and error.final:
-        reason = f"Feishu refused it (code {error.code})"
+        reason = Reason(
+            f"Feishu refused it (code {error.code})", f"飞书拒绝提供（错误码 {error.code}）"
+        )
     return AttachmentRefused(reason) if reason is not None else None

@@ -27,6 +27,7 @@ from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
 from core.operations.digests import heading_of
+from core.reasons import Reason
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressTask
 from core.wording import request_language
@@ -125,7 +126,9 @@ class FeishuThread:
         """The file from the message that carried it (the message resource API, the tenant
         token, ``FEISHU_DOMAIN`` only)."""
         if not attachment.message_id:
-            raise AttachmentRefused("the message carrying the file is not known")
+            raise AttachmentRefused(
+                Reason("the message carrying the file is not known", "不知道携带该文件的消息")
+            )
         return await self._api.download_resource(
             attachment.message_id,
             attachment.id,

@@ -40,6 +40,7 @@ from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.models import Attachment, ThreadKey
 from core.operations.digests import heading_of
+from core.reasons import Reason
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressTask
 from core.timer import Timer
@@ -142,7 +143,9 @@ class SlackThread:
         """The file from Slack's file host with the workspace's bot token
         (``bots.slack.download``)."""
         if self._downloads is None:
-            raise AttachmentRefused("files are not read by this delivery")
+            raise AttachmentRefused(
+                Reason("files are not read by this delivery", "此投递方式不读取文件")
+            )
         return await self._downloads.download(attachment, max_bytes)
 
     def classify(self, error: Exception) -> PostFailure:

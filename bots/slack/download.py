@@ -40,6 +40,7 @@ from bots.slack.errors import error_code
 from bots.slack.files import CHECK_FILE_INFO, GONE_ERRORS
 from core.attachments import AttachmentRefused, AttachmentTooLarge, attachment_kind
 from core.models import Attachment
+from core.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +52,16 @@ READ_TIMEOUT = 30.0
 MAX_REDIRECTS = 3
 
 #: What the requester is told when Slack will not hand the file to the bot's token.
-NO_ACCESS = (
+NO_ACCESS = Reason(
     "Slack did not let the bot read it: the app needs the files:read scope (reinstall it "
-    "after adding the scope), and the file must be shared where the bot is"
+    "after adding the scope), and the file must be shared where the bot is",
+    "Slack 不允许机器人读取该文件：应用需要 files:read 权限（添加后重新安装应用），"
+    "且文件必须分享到机器人所在的地方",
 )
-GONE = "Slack says the file is gone or not shared with the bot"
+GONE = Reason(
+    "Slack says the file is gone or not shared with the bot",
+    "Slack 表示该文件已不存在或未分享给机器人",
+)
 #: ``files.info`` errors that mean the token may not read files.
 ACCESS_ERRORS = frozenset(
     {"missing_scope", "no_permission", "not_allowed_token_type", "access_denied"}
@@ -133,14 +139,19 @@ class SlackDownloads:
         if not isinstance(file, dict):
             raise AttachmentRefused(GONE)
         if file.get("mode") == "tombstone":
-            raise AttachmentRefused("deleted")
+            raise AttachmentRefused(Reason("deleted", "已删除"))
         if file.get("mode") == "external" or file.get("is_external") is True:
-            raise AttachmentRefused("a link to a file kept outside Slack, not the file itself")
+            raise AttachmentRefused(
+                Reason(
+                    "a link to a file kept outside Slack, not the file itself",
+                    "这是指向 Slack 之外文件的链接，不是文件本身",
+                )
+            )
         if file.get("file_access") == CHECK_FILE_INFO:
             raise AttachmentRefused(NO_ACCESS)
         size = file.get("size")
         if isinstance(size, int) and size > max_bytes:
-            raise AttachmentTooLarge(f"larger than {max_bytes} bytes")
+            raise AttachmentTooLarge.past(max_bytes)
         url = file.get("url_private_download") or file.get("url_private")
         if not isinstance(url, str) or not url:
             raise AttachmentRefused(GONE)
@@ -151,7 +162,9 @@ class SlackDownloads:
 
     async def _get(self, url: str, max_bytes: int, *, html_expected: bool) -> bytes:
         if not self._allowed(url):
-            raise AttachmentRefused("its address is not on Slack's file host")
+            raise AttachmentRefused(
+                Reason("its address is not on Slack's file host", "其地址不在 Slack 的文件主机上")
+            )
         token = self._client.token
         if not token:
             raise AttachmentRefused(NO_ACCESS)
@@ -168,7 +181,9 @@ class SlackDownloads:
                     continue
                 _judge(response, html_expected=html_expected)
                 return await _read(response, max_bytes)
-        raise AttachmentRefused("Slack redirected the download too often")
+        raise AttachmentRefused(
+            Reason("Slack redirected the download too often", "Slack 对下载的重定向次数过多")
+        )
 
 
 def _judge(response: httpx.Response, *, html_expected: bool) -> None:
@@ -185,7 +200,11 @@ def _judge(response: httpx.Response, *, html_expected: bool) -> None:
             response=response,
         )
     if not 200 <= status < 300:
-        raise AttachmentRefused(f"Slack refused the download (HTTP {status})")
+        raise AttachmentRefused(
+            Reason(
+                f"Slack refused the download (HTTP {status})", f"Slack 拒绝了下载（HTTP {status}）"
+            )
+        )
     media = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media == "text/html":
         # Slack's sign-in page, unless it is the file: an HTML file, or a file Slack sends as
@@ -201,12 +220,12 @@ async def _read(response: httpx.Response, max_bytes: int) -> bytes:
     """The body, stopped as soon as it passes ``max_bytes`` (decompressed bytes count)."""
     length = response.headers.get("content-length", "")
     if length.isdigit() and int(length) > max_bytes:
-        raise AttachmentTooLarge(f"larger than {max_bytes} bytes")
+        raise AttachmentTooLarge.past(max_bytes)
     chunks: list[bytes] = []
     total = 0
     async for chunk in response.aiter_bytes():
         total += len(chunk)
         if total > max_bytes:
-            raise AttachmentTooLarge(f"larger than {max_bytes} bytes")
+            raise AttachmentTooLarge.past(max_bytes)
         chunks.append(chunk)
     return b"".join(chunks)

@@ -226,7 +226,9 @@ class DocumentExtractor:
                     self._discard(worker)
         error = body.get("error")
         if error is not None:
-            raise DocumentUnreadable(error if error in REASONS else STOPPED)
+            raise DocumentUnreadable(
+                REASONS.get(error, STOPPED) if isinstance(error, str) else STOPPED
+            )
         fields = body.get("ok")
         if not isinstance(fields, dict):
             raise DocumentUnreadable(STOPPED)

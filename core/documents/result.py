@@ -6,25 +6,29 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
+from core.note_words import coverage_text
+from core.reasons import Reason
+
 #: The kinds of document read (markdown and plain text are both "text").
 KINDS = ("pdf", "docx", "html", "text")
 
 # Why a document was not read: short, safe to show under "Notes on this run" (never any of the
 # document's content).
-ENCRYPTED = "it is password-protected"
-NO_TEXT = "it has no text layer (scanned images?)"
-EMPTY = "no readable text"
-DAMAGED = "it is damaged"
-TOO_COMPLEX = "it is too large or complex to read"  # a limit was reached
-TOO_SLOW = "its text took too long to extract"
-TOO_MUCH_MEMORY = "reading it needed too much memory"
-UNSUPPORTED = "not a supported document type"
+ENCRYPTED = Reason("it is password-protected", "文件有密码保护")
+NO_TEXT = Reason("it has no text layer (scanned images?)", "文件没有文字层（可能是扫描图像）")
+EMPTY = Reason("no readable text", "没有可读的文字")
+DAMAGED = Reason("it is damaged", "文件已损坏")
+TOO_COMPLEX = Reason("it is too large or complex to read", "文件过大或过于复杂，无法读取")
+TOO_SLOW = Reason("its text took too long to extract", "提取文字耗时过长")
+TOO_MUCH_MEMORY = Reason("reading it needed too much memory", "读取所需内存过多")
+UNSUPPORTED = Reason("not a supported document type", "不是支持的文档类型")
 #: Its fonts map glyphs to no characters (or to the wrong ones): what comes out is not language.
-UNDECODABLE = "its text could not be decoded"
-STOPPED = "its reader stopped unexpectedly"
-#: Every reason (the worker process may only answer one of these).
-REASONS = frozenset(
-    {
+UNDECODABLE = Reason("its text could not be decoded", "文字无法解码")
+STOPPED = Reason("its reader stopped unexpectedly", "读取程序意外停止")
+#: Every reason by its English words (the worker process answers those, and only these).
+REASONS: dict[str, Reason] = {
+    str(reason): reason
+    for reason in (
         ENCRYPTED,
         NO_TEXT,
         EMPTY,
@@ -35,8 +39,8 @@ REASONS = frozenset(
         UNSUPPORTED,
         UNDECODABLE,
         STOPPED,
-    }
-)
+    )
+}
 
 _ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 #: Dates before this are taken for a wrong clock or a default value, not a publication date.
@@ -46,8 +50,8 @@ EARLIEST = dt.date(1980, 1, 1)
 class DocumentUnreadable(Exception):
     """The document was not read; ``reason`` is one of the short reasons above."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
+    def __init__(self, reason: Reason) -> None:
+        super().__init__(str(reason))
         self.reason = reason
 
 
@@ -73,7 +77,7 @@ class DocumentText:
         total = self.pages_total
         if total is None or not self.pages or len(self.pages) >= total:
             return None
-        return f"read pages {page_ranges(self.pages)} of {total}"
+        return coverage_text(page_ranges(self.pages), total)
 
 
 def page_ranges(pages: tuple[int, ...] | list[int]) -> str:

@@ -73,13 +73,13 @@ def handle(header: dict[str, Any], data: bytes) -> dict[str, Any]:
         else:
             raise DocumentUnreadable(UNSUPPORTED)
     except DocumentUnreadable as unreadable:
-        return {"error": unreadable.reason}
+        return {"error": str(unreadable.reason)}
     except MemoryError:
-        return {"error": TOO_MUCH_MEMORY, "exit": True}
+        return {"error": str(TOO_MUCH_MEMORY), "exit": True}
     except RecursionError:
-        return {"error": TOO_COMPLEX}
+        return {"error": str(TOO_COMPLEX)}
     except Exception:
-        return {"error": DAMAGED}
+        return {"error": str(DAMAGED)}
     return {"ok": fields}
 
 

@@ -19,11 +19,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from core import note_words
 from core.attachments import AttachmentRefused, AttachmentTooLarge, FileSource, shown_name
 from core.documents import DocumentExtractor, DocumentUnreadable, document_kind
 from core.engine.state import RunState
 from core.failures import PostFailure, judge
 from core.models import AttachedFile, Attachment
+from core.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,8 @@ DOWNLOAD_ATTEMPTS = 3
 RETRY_DELAY = 2.0
 #: The longest wait between two attempts (a platform's Retry-After included).
 MAX_RETRY_DELAY = 30.0
+#: Why no file of a run is read when its chat cannot be reached.
+NOT_CONNECTED = Reason("its chat is not connected", "所在的聊天未连接")
 
 
 class PlatformFiles(FileSource, Protocol):
@@ -83,19 +87,19 @@ class FileReader:
         for attachment in self.unread(state, attachments):
             if is_cancelled():
                 return
-            name = shown_name(attachment.name)
+            name, language = shown_name(attachment.name), state.language
             if files is None:
-                state.note(f'The attached file "{name}" was not read: its chat is not connected.')
+                state.note(note_words.file_not_read_words(language, name, NOT_CONNECTED))
                 continue
             try:
                 read = await self._read_one(attachment, files, state, is_cancelled)
             except (AttachmentRefused, DocumentUnreadable) as exc:
-                state.note(f'The attached file "{name}" was not read: {exc.reason}.')
+                state.note(note_words.file_not_read_words(language, name, exc.reason))
                 continue
             state.variables.files.append(read)
             state.usage.attachments_read += 1
             if read.coverage:
-                state.note(f'The attached file "{name}": {read.coverage}.')
+                state.note(note_words.file_coverage_words(language, name, read.coverage))
             await checkpoint(state)
 
     async def _read_one(
@@ -108,11 +112,13 @@ class FileReader:
         data = await self._download(attachment, files, is_cancelled)
         kind = document_kind(attachment.name, attachment.mime, data)  # (a zip's index is last)
         if kind is None:
-            raise AttachmentRefused("it is not a kind of file that is read")
+            raise AttachmentRefused(
+                Reason("it is not a kind of file that is read", "不是会读取的文件类型")
+            )
         document = await self._extractor.extract(data, kind, state.topic)
         text = document.text[:FILE_TEXT_CHARS].replace("\x00", "")
         if not text.strip():
-            raise DocumentUnreadable("it has no readable text")
+            raise DocumentUnreadable(Reason("it has no readable text", "没有可读的文字"))
         return AttachedFile(
             id=attachment.id,
             name=attachment.name,
@@ -136,20 +142,30 @@ class FileReader:
         limit = self._max_bytes
         for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
             if is_cancelled():
-                raise AttachmentRefused("the research was cancelled")
+                raise AttachmentRefused(Reason("the research was cancelled", "研究已取消"))
             try:
                 return await files.download(attachment, limit)
             except AttachmentTooLarge:
-                raise AttachmentTooLarge(f"it is larger than {limit / 1048576:g} MB") from None
+                size = f"{limit / 1048576:g} MB"
+                raise AttachmentTooLarge(
+                    Reason(f"it is larger than {size}", f"超过 {size}")
+                ) from None
             except AttachmentRefused:
                 raise
             except Exception as exc:
                 judged = judge(files, exc)
                 if not judged.retryable:
-                    raise AttachmentRefused(f"the platform refused it ({judged.reason})") from None
-                if attempt == DOWNLOAD_ATTEMPTS:
+                    said = judged.reason
                     raise AttachmentRefused(
-                        f"its download kept failing ({judged.reason}; {attempt} attempts)"
+                        Reason(f"the platform refused it ({said})", f"平台拒绝提供（{said}）")
+                    ) from None
+                if attempt == DOWNLOAD_ATTEMPTS:
+                    said = judged.reason
+                    raise AttachmentRefused(
+                        Reason(
+                            f"its download kept failing ({said}; {attempt} attempts)",
+                            f"下载一再失败（{said}；尝试 {attempt} 次）",
+                        )
                     ) from None
                 delay = min(
                     MAX_RETRY_DELAY, max(judged.retry_after, self._retry_delay * 2 ** (attempt - 1))

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import Field
 
-from core import wording
+from core import note_words, wording
 from core.config import EnvSettings, env
 from core.engine.graph_plan import CheckedPlan, GraphPlan, check_plan
 from core.engine.graph_state import GRAPH, GraphNode, NodeStatus, graph_of
@@ -79,16 +79,12 @@ def graph_lines(graph: Sequence[GraphNode], answer_chars: int = PLANNER_ANSWER_C
     return lines
 
 
-#: Why a sub-question planned before "Stop and write now" (or a spent budget) was not searched.
-STOPPED_BEFORE_SEARCH = "not searched: the research was stopped before it"
-
-
 def skip_unsearched(state: RunState) -> None:
     """Mark the run's sub-questions not searched yet as failed: the searching was stopped.
     (Searched ones keep their status: answering one is no search.)"""
     for node in graph_of(state.variables).nodes:
         if node.run_id == state.run_id and node.status is NodeStatus.PENDING:
-            node.status, node.error = NodeStatus.FAILED, STOPPED_BEFORE_SEARCH
+            node.status, node.error = NodeStatus.FAILED, note_words.STOPPED_BEFORE_SEARCH
 
 
 def turn_text(state: RunState, nodes: Iterable[GraphNode]) -> str:
@@ -96,7 +92,13 @@ def turn_text(state: RunState, nodes: Iterable[GraphNode]) -> str:
     lines = [search_executed_text(state.rounds_done, state.depth)]
     for node in nodes:
         mark = "✓" if node.status is NodeStatus.ANSWERED else "✗"
-        why = f" ({node.error})" if node.status is NodeStatus.FAILED and node.error else ""
+        why = ""
+        if node.status is NodeStatus.FAILED and node.error:
+            why = wording.pick(
+                state.language,
+                f" ({node.error})",
+                f"（{note_words.node_error_words(state.language, node.error)}）",
+            )
         lines.append(f"{mark} {node.question}{why}")
     return "\n".join(lines)
 
@@ -177,7 +179,7 @@ class GraphStrategy:
                     if hooks.is_cancelled():
                         return StopReason.CANCELLED
                 own = graph_of(variables).of_run(state.run_id)
-                worked = (n.turn for n in own if n.error != STOPPED_BEFORE_SEARCH)
+                worked = (n.turn for n in own if n.error != note_words.STOPPED_BEFORE_SEARCH)
                 state.rounds_done = max(state.rounds_done, *worked, 0)
                 variables.should_continue = False
                 variables.next_search_topic = None
@@ -222,7 +224,7 @@ class GraphStrategy:
         variables = state.variables
         room = self._room(state)
         if room == 0:
-            state.note(wording.graph_full_words(state.language, self._max_nodes))
+            state.note(note_words.graph_full_words(state.language, self._max_nodes))
             return StopReason.PLANNER_STOPPED
         turn = state.rounds_done + 1
         messages = graph_planner_messages(
@@ -246,7 +248,7 @@ class GraphStrategy:
             except LLMError as exc:
                 log.warning("graph planner failed in run %s: %s", state.run_id, exc)
                 state.model_failure = exc
-                return self._fallback(state, f"The planner model failed ({exc}).")
+                return self._fallback(state, note_words.planner_failed_words(state.language, exc))
             state.model_answered = True
             checked = check_plan(plan, graph_of(variables).nodes, variables.topics, room)
             if not checked.problems:
@@ -259,15 +261,12 @@ class GraphStrategy:
                 ]
         if checked.problems:
             left_out = len(plan.nodes) - len(checked.nodes)
-            state.note(
-                f"The plan of turn {turn} was trimmed to what was valid: {left_out} planned "
-                f"sub-question(s) left out ({', '.join(checked.kinds)})."
-            )
+            state.note(note_words.plan_trimmed_words(state.language, turn, left_out, checked.kinds))
         variables.should_continue = not plan.finish
         if not checked.nodes:
             if not any(n.status is NodeStatus.ANSWERED for n in graph_of(variables).nodes):
                 return self._fallback(
-                    state, None if plan.finish else "The plan had no usable node."
+                    state, None if plan.finish else note_words.plan_unusable_words(state.language)
                 )
             return StopReason.PLANNER_STOPPED
         nodes = [
@@ -285,7 +284,7 @@ class GraphStrategy:
         variables = state.variables
         if state.rounds_done == 0 and find_duplicate(state.topic, variables.topics) is None:
             if note:
-                state.note(note + " The question itself was searched instead.")
+                state.note(note_words.planner_fallback_words(state.language, note, "question"))
             names = {n.name for n in graph_of(variables).nodes}
             name = next(f"q{i}" for i in range(1, len(names) + 2) if f"q{i}" not in names)
             node = GraphNode(name=name, question=state.topic, turn=1, run_id=state.run_id, after=[])
@@ -293,7 +292,7 @@ class GraphStrategy:
             variables.should_continue = False
             return [node]
         if note:
-            state.note(note + " Research stopped early.")
+            state.note(note_words.planner_fallback_words(state.language, note, "stopped"))
         return StopReason.PLANNER_FAILED
 
 
@@ -343,12 +342,15 @@ class _Turn:
                         sorter.done(name)
                     elif failed and node.status is NodeStatus.PENDING:
                         node.status = NodeStatus.FAILED
-                        node.error = f'it needs "{failed[0]}", which failed'
+                        node.error = note_words.needs_failed_error(failed[0])
                         sorter.done(name)
                     elif self._hooks.is_cancelled():
                         sorter.done(name)  # left pending, for a resume
                     elif node.status is NodeStatus.PENDING and self._hooks.stop_reason():
-                        node.status, node.error = NodeStatus.FAILED, STOPPED_BEFORE_SEARCH
+                        node.status, node.error = (
+                            NodeStatus.FAILED,
+                            note_words.STOPPED_BEFORE_SEARCH,
+                        )
                         sorter.done(name)  # the searching was stopped: not searched
                     else:
                         running[asyncio.create_task(self._node(node, graph))] = name
@@ -376,15 +378,21 @@ class _Turn:
         if node.status is NodeStatus.PENDING:
             async with self._slots:
                 if self._hooks.stop_reason() is not None:  # stopped while it waited its turn
-                    node.status, node.error = NodeStatus.FAILED, STOPPED_BEFORE_SEARCH
+                    node.status, node.error = NodeStatus.FAILED, note_words.STOPPED_BEFORE_SEARCH
                     return
                 finding = await self._search(node)
             state.variables.findings.append(finding)
             state.variables.topics.append(node.question)
             if not finding.results:
                 node.status = NodeStatus.FAILED
-                node.error = "its search failed" if finding.error else "its search found nothing"
-                state.note(f'Sub-question "{node.question}" failed: {node.error}.')
+                node.error = (
+                    note_words.SEARCH_FAILED_ERROR
+                    if finding.error
+                    else note_words.FOUND_NOTHING_ERROR
+                )
+                state.note(
+                    note_words.sub_question_failed_words(state.language, node.question, node.error)
+                )
             else:
                 node.status = NodeStatus.SEARCHED
             await self._checkpoint()
@@ -394,8 +402,8 @@ class _Turn:
             except Exception as exc:  # one node's answer never fails the run
                 log.exception("answering %r failed in run %s", node.question, state.run_id)
                 node.status = NodeStatus.FAILED
-                node.error = f"its answer could not be written ({type(exc).__name__})"
-                state.note(wording.unanswered_question_words(state.language, node.question))
+                node.error = note_words.unwritten_error(type(exc).__name__)
+                state.note(note_words.unanswered_question_words(state.language, node.question))
             await self._checkpoint()
 
     async def _search(self, node: GraphNode) -> Finding:
@@ -440,8 +448,10 @@ class _Turn:
             log.warning("answering %r failed in run %s: %s", node.question, state.run_id, exc)
             state.model_failure = exc
             node.status = NodeStatus.FAILED
-            node.error = "the model failed to answer it"
-            state.note(f'Sub-question "{node.question}" was searched but not answered ({exc}).')
+            node.error = note_words.NOT_ANSWERED_ERROR
+            state.note(
+                note_words.unanswered_question_error_words(state.language, node.question, exc)
+            )
             return
         state.model_answered = True
         node.answer = _checked_answer(answer.text, allowed)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from core import note_words
 from core.config import EnvSettings
 from core.engine.searching import PageReading, search_topic, searching_text
 from core.engine.state import JsonModel, RunState, StepHooks, StopReason
@@ -26,12 +27,13 @@ from core.engine.tasks import iterative_tasks
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
 from core.models import DEFAULT_STRATEGY, Finding, PlannerDecision, ThreadVariables
+from core.note_words import repeated_topics_words
 from core.pages.reader import PageReader
 from core.research.progress import ProgressKind, ProgressTask, search_executed_text
 from core.research.prompts import planner_duplicate_message, planner_messages
 from core.research.report import files_digest
 from core.search import SearchProvider
-from core.wording import repeated_topics_words, search_failed_words
+from core.wording import search_failed_words
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +213,9 @@ class IterativeStrategy:
             except LLMError as exc:
                 log.warning("planner failed in run %s: %s", state.run_id, exc)
                 state.model_failure = exc
-                return self._fallback_topic(state, f"The planner model failed ({exc}).")
+                return self._fallback_topic(
+                    state, note_words.planner_failed_words(state.language, exc)
+                )
             state.model_answered = True
             proposed = decision.next_search_topic
             if not decision.should_continue or proposed is None:
@@ -236,10 +240,10 @@ class IterativeStrategy:
         """Search the user's own topic when the planner gives nothing and it is unsearched."""
         if state.rounds_done == 0 and find_duplicate(state.topic, state.variables.topics) is None:
             if note:
-                state.note(note + " The topic itself was searched instead.")
+                state.note(note_words.planner_fallback_words(state.language, note, "topic"))
             return state.topic
         if note:
-            state.note(note + " Research stopped early.")
+            state.note(note_words.planner_fallback_words(state.language, note, "stopped"))
         return StopReason.PLANNER_FAILED
 
     async def _run_search(self, state: RunState, topic: str) -> Finding:

@@ -12,9 +12,11 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from core import note_words
 from core.engine.state import RunState
 from core.models import Finding, PageExcerpt, SearchResult
 from core.pages.reader import PageReader, RoundReading
+from core.reasons import Reason
 from core.research.progress import search_executed_text
 from core.search import SearchError, SearchProvider
 from core.search.base import SearchTimeout
@@ -60,8 +62,7 @@ class PageReading:
                 log.warning("reading the pages of %r failed", finding.topic, exc_info=True)
                 reading = RoundReading()
                 state.note(
-                    f'The result pages of "{finding.topic}" could not be read '
-                    f"({type(exc).__name__}); its snippets were used."
+                    note_words.pages_unread_words(state.language, finding.topic, type(exc).__name__)
                 )
             finding.pages = [
                 PageExcerpt(
@@ -69,14 +70,18 @@ class PageReading:
                 )
                 for p in reading.pages
             ]
+            language = state.language
             for page in reading.pages:
                 if page.coverage:
-                    state.note(f"{_document_name(page.url)}: {page.coverage}.")
+                    name = _document_name(page.url) or note_words.a_page(language)
+                    state.note(note_words.page_coverage_words(language, name, page.coverage))
             state.usage.pages_read += reading.read
             state.usage.pages_skipped += len(reading.skipped)
             if reading.skipped:
-                skipped = "; ".join(f"{_host(s.url)} ({s.reason})" for s in reading.skipped)
-                state.note(f'Result pages left out for "{finding.topic}": {skipped}.')
+                skipped = [
+                    (_host(s.url) or note_words.a_page(language), s.reason) for s in reading.skipped
+                ]
+                state.note(note_words.pages_left_out_words(language, finding.topic, skipped))
 
     async def cancel(self) -> None:
         """Stop the reading and wait until it has stopped."""
@@ -89,30 +94,32 @@ _HOST = re.compile(r"[a-z0-9.-]{1,100}")
 _FILE_NAME = re.compile(r"[\w.-]{1,80}\.pdf", re.IGNORECASE)
 
 
-def _document_name(url: str) -> str:
+def _document_name(url: str) -> str | None:
     """A PDF's file name for a note (``gnuplot.pdf``) when its address ends in one that looks
     like one, else its host."""
     try:
         name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
     except ValueError:
-        return "a page"
+        return None
     return name if _FILE_NAME.fullmatch(name) else _host(url)
 
 
-def _host(url: str) -> str:
+def _host(url: str) -> str | None:
     """The page's host for a note (notes reach the writer outside the fence): only when it
-    looks like one."""
+    looks like one (None: the note says "a page")."""
     try:
         host = urlsplit(url).hostname or ""
     except ValueError:
-        return "a page"
-    return host if _HOST.fullmatch(host) else "a page"
+        return None
+    return host if _HOST.fullmatch(host) else None
 
 
 #: An internal source that failed this many times in a row in a run is left out for the rest
 #: of it (a timeout costs each round ``FATHOM_MCP_TIMEOUT``; a server that fails every call
 #: would add a note a round).
 INTERNAL_FAILURES_TO_GIVE_UP = 2
+#: Why a source that timed out without saying more gave nothing.
+NO_ANSWER = Reason("it did not answer in time", "没有按时响应")
 
 
 async def search_topic(
@@ -132,7 +139,7 @@ async def search_topic(
     internal = [s for s in sources.internal if s.name not in sources.given_up]
     asked: list[SearchProvider] = ([search] if sources.web else []) + internal
     if not asked:
-        state.note(f'"{topic}" was not searched: no source was left to search.')
+        state.note(note_words.not_searched_words(state.language, topic))
         return Finding(topic=topic, error="no source to search")
     if sources.web:
         state.usage.searches += 1
@@ -149,9 +156,9 @@ async def search_topic(
                 sources.failures.pop(source.name, None)  # (only failures in a row count)
                 sources.failure_notes.pop(source.name, None)
             continue
-        errors.append(answer.reason)
+        errors.append(str(answer.reason))
         if is_web:
-            state.note(f'The search for "{topic}" failed: {answer.reason}.')
+            state.note(note_words.web_search_failed_words(state.language, topic, answer.reason))
             continue
         _internal_failed(state, source.name, topic, answer)
     if results or not errors:
@@ -167,14 +174,12 @@ def _internal_failed(state: RunState, source: str, topic: str, failed: _Failed) 
     count = sources.failures.get(source, 0) + 1
     sources.failures[source] = count
     if count < INTERNAL_FAILURES_TO_GIVE_UP:
-        state.note(f'The internal source {name} failed for "{topic}": {failed.reason}.')
+        state.note(note_words.internal_failed_words(state.language, name, topic, failed.reason))
         sources.failure_notes[source] = len(state.notes) - 1
         return
     sources.given_up.add(source)
-    how = "timed out" if failed.timed_out else "failed"
-    note = (
-        f'The internal source {name} {how} {count} times in a row (last for "{topic}": '
-        f"{failed.reason}) and was not asked again in this research."
+    note = note_words.internal_given_up_words(
+        state.language, name, topic, failed.reason, count=count, timed_out=failed.timed_out
     )
     first = sources.failure_notes.pop(source, None)
     if first is not None and first < len(state.notes):
@@ -185,7 +190,7 @@ def _internal_failed(state: RunState, source: str, topic: str, failed: _Failed) 
 
 @dataclass(frozen=True)
 class _Failed:
-    reason: str
+    reason: Reason
     timed_out: bool = False
 
 
@@ -194,12 +199,12 @@ async def _ask(source: SearchProvider, topic: str) -> list[SearchResult] | _Fail
     try:
         return await source.search(topic)
     except SearchTimeout as exc:
-        return _Failed(str(exc) or "it did not answer in time", timed_out=True)
+        return _Failed(exc.reason if str(exc.reason) else NO_ANSWER, timed_out=True)
     except SearchError as exc:
-        return _Failed(str(exc))
+        return _Failed(exc.reason)
     except Exception as exc:  # a broken provider must not kill the run
         log.exception("search provider %s crashed on %r", source.name, topic)
-        return _Failed(type(exc).__name__)
+        return _Failed(Reason.verbatim(type(exc).__name__))
 
 
 _SERVER_NAME = re.compile(r"[\w.-]{1,64}")

@@ -44,6 +44,7 @@ from core.knowledge.config import ServerSpec, Transport
 from core.knowledge.results import error_reason, short_text, text_answer, tool_results
 from core.knowledge.tools import ToolProblem, looks_like_address, resolve_tool
 from core.models import SearchResult
+from core.reasons import Reason
 from core.search.base import SearchError, SearchTimeout
 from core.text import clean_text
 
@@ -75,6 +76,7 @@ _SDK_MODULE = "mcp.client.client"
 #: ``mcp_types.CONNECTION_CLOSED``: the JSON-RPC code of a dead connection.
 _CONNECTION_CLOSED = -32000
 _CLIENT_NAME = "fathom"
+NOT_CONNECTED = Reason("not connected", "未连接")
 
 
 async def import_sdk() -> None:
@@ -282,6 +284,11 @@ class McpSource:
         line = pump.last_line
         return f"; its last words: {short_text(line)}" if line else ""
 
+    def _down(self, problem: str | None) -> Reason:
+        """Why the server cannot be asked: ``problem`` is the operator's words (a
+        configuration that names no usable tool, the server's last words), as they are."""
+        return Reason(f"{self.name}: {problem}", f"{self.name}：服务器不可用（{problem}）")
+
     def _failed(self, session: _Session, problem: str, *, permanent: bool = False) -> None:
         """Connecting ``session`` failed: the server is down until a later search retries
         (after a backoff), or for good when no tool can be called."""
@@ -329,21 +336,26 @@ class McpSource:
     async def _up(self) -> _Session:
         """The published session, connecting it when it is down and the backoff is over."""
         if self._closed:
-            raise SearchError(f"{self.name}: closed")
+            raise SearchError(Reason("closed", "已关闭").prefixed(self.name))
         session = self._session
         if session is None:
             if self._permanent:
-                raise SearchError(f"{self.name}: {self.problem}")
+                raise SearchError(self._down(self.problem))
             wait = self._retry_at - self._clock()
             if wait > 0:
+                seconds = math.ceil(wait)
                 raise SearchError(
-                    f"{self.name}: the server is restarting (next try in {math.ceil(wait)} s"
-                    f"; {self.problem})"
+                    Reason(
+                        f"the server is restarting (next try in {seconds} s; {self.problem})",
+                        f"服务器正在重启（{seconds} 秒后再试；{self.problem}）",
+                    ).prefixed(self.name)
                 )
             session = self._open()
         await session.ready.wait()
         if session.client is None:
-            raise SearchError(f"{self.name}: {self.problem or 'not connected'}")
+            raise SearchError(
+                self._down(self.problem) if self.problem else NOT_CONNECTED.prefixed(self.name)
+            )
         return session
 
     # --- searching -----------------------------------------------------------------------
@@ -371,8 +383,12 @@ class McpSource:
                 assert session.client is not None and self.tool and self._argument
                 if self._takes_address and looks_like_address(query):
                     raise SearchError(
-                        f"{self.name}: the query looks like an address, and the tool's "
-                        f"{self._argument!r} takes one: it is never sent there"
+                        Reason(
+                            "the query looks like an address, and the tool's "
+                            f"{self._argument!r} takes one: it is never sent there",
+                            f"查询看起来像一个网址，而工具的 {self._argument!r} 参数接受网址："
+                            "查询从不发送到那里",
+                        ).prefixed(self.name)
                     )
                 call = {**self._arguments, self._argument: query}
                 result = await session.client.call_tool(self.tool, call)
@@ -381,13 +397,17 @@ class McpSource:
             except Exception as exc:
                 raise self._call_failed(session, exc) from None
         if timer.cancelled_caught:
-            raise SearchTimeout(f"{self.name}: no answer in {self.timeout:g} s")
+            raise SearchTimeout(
+                Reason(
+                    f"no answer in {self.timeout:g} s", f"{self.timeout:g} 秒内没有响应"
+                ).prefixed(self.name)
+            )
         if getattr(result, "is_error", False):
             reason = error_reason(result)
-            raise SearchError(f"{self.name}: the tool failed" + (f": {reason}" if reason else ""))
+            raise SearchError(_tool_failed(reason).prefixed(self.name))
         answer = text_answer(result)
         if answer is not None and answer.error:
-            raise SearchError(f"{self.name}: the tool failed: {answer.reason}")
+            raise SearchError(_tool_failed(answer.reason).prefixed(self.name))
         self._failures = 0
         if answer is not None:  # "No results found for ..."
             return []
@@ -403,7 +423,9 @@ class McpSource:
             )
         except Exception as exc:  # (a bug here must not look like anything but a failed search)
             log.exception("MCP server %r: its answer could not be read", self.name)
-            raise SearchError(f"{self.name}: its answer could not be read") from exc
+            raise SearchError(
+                Reason("its answer could not be read", "无法读取其回答").prefixed(self.name)
+            ) from exc
 
     def _call_failed(self, session: _Session | None, exc: Exception) -> SearchError:
         """The SearchError for a call that raised ``exc``; a dead connection breaks the
@@ -413,15 +435,28 @@ class McpSource:
         from pydantic import ValidationError
 
         if isinstance(exc, MCPError) and exc.code != CONNECTION_CLOSED:
+            said = short_text(exc.message)
             return SearchError(
-                f"{self.name}: the server refused the call ({short_text(exc.message)})"
+                Reason(
+                    f"the server refused the call ({said})", f"服务器拒绝了调用（{said}）"
+                ).prefixed(self.name)
             )
         if isinstance(exc, ValidationError | RuntimeError):
-            return SearchError(f"{self.name}: its answer does not fit ({short_text(str(exc))})")
+            said = short_text(str(exc))
+            return SearchError(
+                Reason(f"its answer does not fit ({said})", f"其回答格式不符（{said}）").prefixed(
+                    self.name
+                )
+            )
         problem = _describe(exc)
         if session is not None:
             self._broken(session, f"connection lost: {problem}")
-        return SearchError(f"{self.name}: connection lost ({problem}); it restarts on a later call")
+        return SearchError(
+            Reason(
+                f"connection lost ({problem}); it restarts on a later call",
+                f"连接中断（{problem}）；之后的搜索会重新启动它",
+            ).prefixed(self.name)
+        )
 
     def _count(self, outcome: str) -> None:
         if self.metrics is not None:
@@ -456,6 +491,13 @@ async def _list_tools(client: Client) -> list[Any]:
         if not cursor:
             break
     return tools
+
+
+def _tool_failed(said: str | None) -> Reason:
+    """The tool answered with an error (``said``: its own words, if any)."""
+    if not said:
+        return Reason("the tool failed", "工具调用失败")
+    return Reason(f"the tool failed: {said}", f"工具调用失败：{said}")
 
 
 def _tool_problem(exc: BaseException) -> ToolProblem | None:

@@ -174,6 +174,7 @@ class ChatModel:
                 second.text,
                 model=self.model,
                 endpoint=public_endpoint(self.base_url),
+                said=str(exc),
             ) from None
 
     async def aclose(self) -> None:
@@ -285,34 +286,38 @@ class ChatModel:
 
     def _error(self, exc: Exception) -> LLMError:
         """The :class:`LLMError` of a failed call: short, one line and key-free."""
-        kind, reason = self._describe(exc)
+        kind, reason, said = self._describe(exc)
         if self._api_key:
             reason = reason.replace(self._api_key, "***")
+            said = said.replace(self._api_key, "***")
         return LLMError(
             f"LLM {self.model} failed: {reason}",
             kind=kind,
             model=self.model,
             endpoint=public_endpoint(self.base_url),
             detail=reason,
+            said=said,
         )
 
-    def _describe(self, exc: Exception) -> tuple[FailureKind, str]:
-        """What kind of failure ``exc`` is, and a short description of it."""
+    def _describe(self, exc: Exception) -> tuple[FailureKind, str, str]:
+        """What kind of failure ``exc`` is, a short description of it, and the outside words
+        in that description (``LLMError.said``)."""
         import openai
 
         if isinstance(exc, openai.APITimeoutError):
-            return FailureKind.TIMEOUT, f"timed out after {self.timeout:g}s"
+            return FailureKind.TIMEOUT, f"timed out after {self.timeout:g}s", f"{self.timeout:g} s"
         if isinstance(exc, openai.APIConnectionError):
             host = urlsplit(public_endpoint(self.base_url)).netloc  # (no user or password)
-            return FailureKind.UNREACHABLE, f"could not connect to {host}"
+            return FailureKind.UNREACHABLE, f"could not connect to {host}", host
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
             reason = _STATUS_REASONS.get(status, "server error" if status >= 500 else "error")
-            reason = f"HTTP {status} {reason}"
+            reason, said = f"HTTP {status} {reason}", f"HTTP {status}"
             if status not in (401, 403):  # auth errors may echo part of the key
-                reason += f": {_one_line(_status_message(exc))}"
-            return _status_kind(status), reason
-        return FailureKind.OTHER, _one_line(str(exc))
+                message = _one_line(_status_message(exc))
+                reason, said = f"{reason}: {message}", f"{said}: {message}"
+            return _status_kind(status), reason, said
+        return FailureKind.OTHER, _one_line(str(exc)), _one_line(str(exc))
 
 
 def _status_kind(status: int) -> FailureKind:

@@ -27,7 +27,10 @@ class LLMError(Exception):
     """The endpoint failed after retries; the message is short and safe to show users.
 
     ``detail`` is the reason alone (no model name), ``model`` and ``endpoint`` say which model
-    failed where (the endpoint without credentials or query), ``kind`` what kind of failure."""
+    failed where (the endpoint without credentials or query), ``kind`` what kind of failure,
+    ``said`` only the outside words in the reason (an HTTP status and the server's message, a
+    host that could not be reached: what a Chinese run shows after its own words for
+    ``kind``)."""
 
     def __init__(
         self,
@@ -37,8 +40,10 @@ class LLMError(Exception):
         model: str = "",
         endpoint: str = "",
         detail: str | None = None,
+        said: str = "",
     ) -> None:
         super().__init__(message)
+        self.said = said
         self.kind = kind
         self.model = model
         self.endpoint = endpoint
@@ -48,8 +53,12 @@ class LLMError(Exception):
 class LLMInvalidJSON(LLMError):
     """The model twice answered something that is not valid JSON for the schema."""
 
-    def __init__(self, message: str, raw: str, *, model: str = "", endpoint: str = "") -> None:
-        super().__init__(message, kind=FailureKind.BAD_ANSWER, model=model, endpoint=endpoint)
+    def __init__(
+        self, message: str, raw: str, *, model: str = "", endpoint: str = "", said: str = ""
+    ) -> None:
+        super().__init__(
+            message, kind=FailureKind.BAD_ANSWER, model=model, endpoint=endpoint, said=said
+        )
         self.raw = raw[:RAW_LIMIT]
 
 

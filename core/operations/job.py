@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
+from core import wording
 from core.failures import PostFailure, judge
 from core.logs import Changing, log_context
 from core.models import CONSOLE_PLATFORM, Attachment, RunStatus, ThreadKey
@@ -37,6 +38,7 @@ from core.research.executor import RunExecutor
 from core.research.outcome import RunOutcome, final_progress_text
 from core.research.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.timer import MONOTONIC, Timer
+from core.wording import request_language
 from storage import (
     DELIVERY_PENDING,
     UNFINISHED_STATUSES,
@@ -122,16 +124,15 @@ class DeliveryPolicy:
 
 
 def undelivered_notice(outcome: RunOutcome, failures: int, reason: str) -> str:
-    """What the thread is told when the run's outcome could not be posted there."""
-    tries = "attempt" if failures == 1 else "attempts"
-    what = (
-        "I finished this research but could not post its report here"
-        if outcome.status is RunStatus.SUCCEEDED
-        else f"This research ended ({outcome.status.value}) but I could not update it here"
-    )
-    return (
-        f"{what} ({reason}; {failures} {tries}). An operator can see it with "
-        f"`fathom thread show {outcome.thread}`."
+    """What the thread is told when the run's outcome could not be posted there (in the
+    language of its topic; ``reason``: the platform's judgement, as it is)."""
+    return wording.undelivered_words(
+        request_language(outcome.topic),
+        succeeded=outcome.status is RunStatus.SUCCEEDED,
+        status=outcome.status.value,
+        reason=reason,
+        failures=failures,
+        thread=str(outcome.thread),
     )
 
 

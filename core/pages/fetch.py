@@ -43,6 +43,8 @@ from urllib.robotparser import RobotFileParser
 
 import httpx
 
+from core.reasons import Reason
+
 USER_AGENT = "FathomBot/0.1 (research assistant; reads the result pages of a user's research)"
 ROBOTS_AGENT = "FathomBot"
 TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
@@ -63,10 +65,19 @@ _HOSTNAME = re.compile(r"(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-
 class PageSkipped(Exception):
     """The page was not read; ``reason`` is short and safe to show."""
 
-    def __init__(self, url: str, reason: str) -> None:
+    def __init__(self, url: str, reason: Reason) -> None:
         super().__init__(f"{url}: {reason}")
         self.url = url
         self.reason = reason
+
+
+NOT_DECOMPRESSED = Reason("compressed in a way that is not read", "压缩方式不受支持")
+PRIVATE_ADDRESS = Reason("it points to a private or internal address", "指向私有或内部地址")
+
+
+def _in_both(en: str, zh: str, detail: str) -> Reason:
+    """Our words with outside data (an exception's class, a content type) in parentheses."""
+    return Reason(f"{en} ({detail})", f"{zh}（{detail}）")
 
 
 @dataclass(frozen=True)
@@ -86,7 +97,7 @@ class FetchedPage:
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 #: A site's robots.txt: its rules, None (there is none) or why it could not be read.
-Robots = RobotFileParser | None | str
+Robots = RobotFileParser | None | Reason
 
 
 async def system_resolve(host: str, port: int) -> list[str]:
@@ -161,11 +172,20 @@ class PageFetcher:
             try:
                 return await asyncio.wait_for(self._fetch(url, on_document), self._timeout)
             except TimeoutError:
-                raise PageSkipped(url, f"no answer within {self._timeout:g} s") from None
+                raise PageSkipped(
+                    url,
+                    Reason(
+                        f"no answer within {self._timeout:g} s", f"{self._timeout:g} 秒内没有响应"
+                    ),
+                ) from None
             except httpx.HTTPError as exc:
-                raise PageSkipped(url, f"unreachable ({type(exc).__name__})") from None
+                raise PageSkipped(
+                    url, _in_both("unreachable", "无法访问", type(exc).__name__)
+                ) from None
             except (httpx.InvalidURL, ValueError) as exc:  # also UnicodeError
-                raise PageSkipped(url, f"its address is not valid ({type(exc).__name__})") from None
+                raise PageSkipped(
+                    url, _in_both("its address is not valid", "地址无效", type(exc).__name__)
+                ) from None
 
     async def _fetch(self, url: str, on_document: Callable[[], object] | None) -> FetchedPage:
         current = url
@@ -178,13 +198,13 @@ class PageFetcher:
                     current = urljoin(current, response.headers["location"])
                     continue
                 if response.status_code >= 400:
-                    raise PageSkipped(url, f"HTTP {response.status_code}")
+                    raise PageSkipped(url, Reason.verbatim(f"HTTP {response.status_code}"))
                 kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
                 pdf = kind in PDF_TYPES or (kind in BINARY_TYPES and _pdf_path(target))
                 if kind not in TEXT_TYPES and not pdf:
                     # The type is the server's text: shown only when it looks like a type.
                     shown = kind if _MEDIA_TYPE.fullmatch(kind) else "an unknown content type"
-                    raise PageSkipped(url, f"not a text page ({shown})")
+                    raise PageSkipped(url, _in_both("not a text page", "不是文本网页", shown))
                 if pdf and on_document is not None:
                     on_document()
                 body, truncated = await self._read(url, response, self.max_bytes)
@@ -194,7 +214,13 @@ class PageFetcher:
                 return FetchedPage(url, current, "application/pdf", "", truncated, body)
             text = body.decode(_charset(response.charset_encoding), errors="replace")
             return FetchedPage(url, current, kind, text, truncated)
-        raise PageSkipped(url, f"more than {self._max_redirects} redirects")
+        raise PageSkipped(
+            url,
+            Reason(
+                f"more than {self._max_redirects} redirects",
+                f"重定向超过 {self._max_redirects} 次",
+            ),
+        )
 
     async def _read(self, asked: str, response: httpx.Response, limit: int) -> tuple[bytes, bool]:
         """The body, decompressed, at most ``limit`` bytes (and whether it was cut)."""
@@ -202,7 +228,7 @@ class PageFetcher:
         try:
             decoder = _decoder(encoding)
         except ValueError:
-            raise PageSkipped(asked, "compressed in a way that is not read") from None
+            raise PageSkipped(asked, NOT_DECOMPRESSED) from None
         chunks: list[bytes] = []
         size = 0
         try:
@@ -213,7 +239,9 @@ class PageFetcher:
                 if size >= limit:
                     return b"".join(chunks)[:limit], True
         except zlib.error:
-            raise PageSkipped(asked, "its compressed body is damaged") from None
+            raise PageSkipped(
+                asked, Reason("its compressed body is damaged", "压缩内容已损坏")
+            ) from None
         return b"".join(chunks), False
 
     async def _send(self, target: httpx.URL, address: str, accept: str) -> httpx.Response:
@@ -236,20 +264,30 @@ class PageFetcher:
         is not a public http(s) address (any address of its host internal)."""
         target = httpx.URL(url)
         if target.scheme not in ("http", "https") or not target.raw_host:
-            raise PageSkipped(asked, "only public http and https addresses are read")
+            raise PageSkipped(
+                asked,
+                Reason(
+                    "only public http and https addresses are read",
+                    "只读取公开的 http 和 https 地址",
+                ),
+            )
         if target.userinfo:
-            raise PageSkipped(asked, "addresses with credentials are not read")
+            raise PageSkipped(
+                asked, Reason("addresses with credentials are not read", "不读取带凭据的地址")
+            )
         host = target.raw_host.decode("ascii").lower()
         port = target.port or (443 if target.scheme == "https" else 80)
         if not (_HOSTNAME.fullmatch(host) or _is_ip(host)) or not 0 < port < 65536:
-            raise PageSkipped(asked, "its address is not valid")
+            raise PageSkipped(asked, Reason("its address is not valid", "地址无效"))
         try:
             addresses = await self._resolve(host, port)
         except (OSError, UnicodeError):
-            raise PageSkipped(asked, "its address does not resolve") from None
+            raise PageSkipped(
+                asked, Reason("its address does not resolve", "地址无法解析")
+            ) from None
         loopback = self._allow_loopback
         if not addresses or any(_internal(a, allow_loopback=loopback) for a in addresses):
-            raise PageSkipped(asked, "it points to a private or internal address")
+            raise PageSkipped(asked, PRIVATE_ADDRESS)
         return target, addresses[0].split("%", 1)[0]
 
     async def _check_robots(self, asked: str, target: httpx.URL) -> None:
@@ -264,10 +302,18 @@ class PageFetcher:
             self._robots.move_to_end(origin)
             self._forget_robots()
         rules = cached[1]
-        if isinstance(rules, str):
-            raise PageSkipped(asked, f"its robots.txt could not be read ({rules})")
+        if isinstance(rules, Reason):
+            raise PageSkipped(
+                asked,
+                Reason(
+                    f"its robots.txt could not be read ({rules.en})",
+                    f"无法读取网站的 robots.txt（{rules.zh}）",
+                ),
+            )
         if rules is not None and not rules.can_fetch(ROBOTS_AGENT, str(target)):
-            raise PageSkipped(asked, "disallowed by the site's robots.txt")
+            raise PageSkipped(
+                asked, Reason("disallowed by the site's robots.txt", "网站的 robots.txt 不允许读取")
+            )
 
     def _forget_robots(self) -> None:
         """Keep at most ``ROBOTS_KEPT`` hosts in memory (and no lock of a forgotten one)."""
@@ -290,14 +336,14 @@ class PageFetcher:
             response = await self._send(target, address, "text/plain")
             try:
                 if response.status_code >= 500:
-                    return f"HTTP {response.status_code}"
+                    return Reason.verbatim(f"HTTP {response.status_code}")
                 if response.status_code >= 400 or response.is_redirect:
                     return None
                 body, _ = await self._read(asked, response, ROBOTS_MAX_BYTES)
             finally:
                 await response.aclose()
         except httpx.HTTPError as exc:
-            return type(exc).__name__
+            return Reason.verbatim(type(exc).__name__)
         except PageSkipped as skipped:
             return skipped.reason
         parser = RobotFileParser(robots_url)

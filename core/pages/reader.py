@@ -30,7 +30,7 @@ from typing import Protocol, TypeVar
 
 from core.documents import DocumentExtractor, DocumentText, DocumentUnreadable
 from core.documents.decode import undecodable
-from core.documents.result import UNDECODABLE
+from core.documents.result import EMPTY, TOO_SLOW, UNDECODABLE
 from core.pages.extract import (
     PageContent,
     Passage,
@@ -41,6 +41,7 @@ from core.pages.extract import (
     split_passages,
 )
 from core.pages.fetch import FetchedPage, PageFetcher, PageSkipped, names_document
+from core.reasons import Reason
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -50,6 +51,8 @@ MAX_CACHED_CHARS = 200_000
 #: At most this much of a page's HTML is given to the extractor (about 2 s of CPU at worst).
 MAX_EXTRACT_CHARS = 1_000_000
 EXTRACT_THREADS = 2
+#: A page that was read but has no passage about the research.
+OFF_TOPIC = Reason("nothing on it about the topic", "没有与主题相关的内容")
 
 
 class PageCache(Protocol):
@@ -141,7 +144,7 @@ class PageReader:
         try:
             return await asyncio.wait_for(future, self._extract_timeout)
         except TimeoutError:
-            raise PageSkipped(url, "its text took too long to extract") from None
+            raise PageSkipped(url, TOO_SLOW) from None
 
     async def read(self, urls: Sequence[str], query: str) -> RoundReading:
         """Read the first :attr:`pages` of ``urls`` concurrently (one page latency, not N)."""
@@ -167,10 +170,16 @@ class PageReader:
                 if not isinstance(result, Exception):
                     raise result  # a cancellation is not a page failure
                 reading.skipped.append(
-                    PageSkipped(url, f"could not be read ({type(result).__name__})")
+                    PageSkipped(
+                        url,
+                        Reason(
+                            f"could not be read ({type(result).__name__})",
+                            f"无法读取（{type(result).__name__}）",
+                        ),
+                    )
                 )
             elif not result[0]:
-                reading.skipped.append(PageSkipped(url, "nothing on it about the topic"))
+                reading.skipped.append(PageSkipped(url, OFF_TOPIC))
             else:
                 ranked[url] = sorted(enumerate(result[0]), key=lambda p: p[1].score, reverse=True)
                 contents[url] = result[1]
@@ -198,7 +207,7 @@ class PageReader:
         content = await self._main_text(url, query)
         text = content.text
         if not text.strip():
-            raise PageSkipped(url, "no readable text")
+            raise PageSkipped(url, EMPTY)
         return await self._cpu(url, _best_passages, text, query, self._budget), content
 
     async def _main_text(self, url: str, query: str) -> PageContent:
@@ -232,7 +241,10 @@ class PageReader:
         except DocumentUnreadable as unreadable:
             if page.truncated:
                 limit = _size(self._fetcher.max_bytes)
-                raise PageSkipped(page.url, f"it is larger than the {limit} limit") from None
+                raise PageSkipped(
+                    page.url,
+                    Reason(f"it is larger than the {limit} limit", f"超过 {limit} 的大小上限"),
+                ) from None
             raise PageSkipped(page.url, unreadable.reason) from None
 
     async def _cached(self, url: str) -> str | None:

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from core import wording
+from core import note_words, wording
 from core.attachments import shown_name
 from core.dates import Clock, utcnow, zone
 from core.engine.budget import RunBudget
@@ -383,7 +383,7 @@ class RunExecutor:
             else:
                 research_notes = len(state.notes)
                 for line in state.variables.guidance_for(run.id):
-                    state.note(wording.guidance_followed_words(state.language, line))
+                    state.note(note_words.guidance_followed_words(state.language, line))
                 if reason.stopped_early:
                     searched = len(strategy.run_topics(state))
                     state.note(stopped_words(self._budget, state, reason, searched))
@@ -503,7 +503,8 @@ class RunExecutor:
             return
         if self._files is None:
             for attachment in attachments:
-                state.note(f'The attached file "{shown_name(attachment.name)}" was not read.')
+                name = shown_name(attachment.name)
+                state.note(note_words.file_not_read_words(state.language, name, None))
             return
         unread = self._files.unread(state, attachments)
         if unread:

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from core import wording
+from core import note_words, wording
 from core.engine.budget import RunBudget
 from core.engine.state import RunSources, RunState, StopReason
 from core.models import RunStatus, Source, SourceChoice, ThreadKey, ThreadVariables, Usage
@@ -77,7 +77,7 @@ def run_sources(knowledge: InternalSources | None, run: RunRecord, state: RunSta
     allowed = list(knowledge.allowed(run.thread_key)) if knowledge else []
     dropped = forget_other_servers(state.variables, {s.name for s in allowed})
     if dropped:
-        state.note(wording.forgotten_internal_words(state.language, dropped))
+        state.note(note_words.forgotten_internal_words(state.language, dropped))
     try:
         choice = SourceChoice(run.sources)
     except ValueError:
@@ -157,10 +157,10 @@ async def finish(
 def stopped_words(budget: RunBudget, state: RunState, reason: StopReason, searches: int) -> str:
     """The note saying why the searching ended early (the report then says it)."""
     if reason is StopReason.TOKEN_BUDGET:
-        return wording.token_budget_words(state.language, searches, budget.tokens or 0)
+        return note_words.token_budget_words(state.language, searches, budget.tokens or 0)
     if reason is StopReason.TIME_BUDGET:
-        return wording.time_budget_words(state.language, searches, budget.seconds or 0.0)
-    return wording.stopped_early_words(state.language, searches)
+        return note_words.time_budget_words(state.language, searches, budget.seconds or 0.0)
+    return note_words.stopped_early_words(state.language, searches)
 
 
 def count_finished(

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core import wording
+from core import note_words, wording
 from core.engine.state import RunState, TextModel
 from core.llm import LLMError
 from core.models import Source
@@ -73,9 +73,7 @@ def model_unavailable(
 
 
 def _model_reason(language: Language, error: LLMError) -> str:
-    return wording.model_failure_text(
-        language, error.kind.value, error.detail, error.model, error.endpoint
-    )
+    return wording.model_failure_text(language, error)
 
 
 @dataclass(frozen=True)
@@ -153,19 +151,18 @@ class ReportWriter:
             with state.usage.timed("writing"):
                 answer = await self._model.complete(messages, usage=state.usage)
             if answer.truncated:
-                state.note(wording.cut_short_words(state.language))
+                state.note(note_words.cut_short_words(state.language))
             body, echoes = drop_instruction_echoes(unwrap_report(answer.text))
             if echoes:
-                state.note(
-                    "A passage of the writer's answer that repeated Fathom's own instructions "
-                    "was removed."
-                )
+                state.note(note_words.instructions_echo_words(state.language))
         except LLMError as exc:
             log.warning("writer failed in run %s: %s", state.run_id, exc)
             if not analysed:  # nothing the model said: no report to pretend
                 raise model_unavailable(state.language, exc, state.model_failure) from exc
-            state.note(f"The report writer model failed ({exc}); the raw findings are listed.")
-            intro = wording.writer_unavailable_intro(state.language, str(exc))
+            state.note(note_words.writer_failed_words(state.language, exc))
+            intro = wording.writer_unavailable_intro(
+                state.language, note_words.model_error_words(state.language, exc)
+            )
             body = fallback_body(state.topic, findings, numbered, intro)
         checked = finalize_report(body, numbered, state.topic, state.notes, written=state.today)
         if checked.removed_citations or checked.unlinked_urls:

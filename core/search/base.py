@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from core.dates import parse_published
 from core.models import SearchResult
+from core.reasons import Reason
 from core.text import clean_text
 from core.untrusted import as_data
 
@@ -32,7 +33,11 @@ _TAG = re.compile(
 
 
 class SearchError(Exception):
-    """A provider failed; the message names it and says why, for logs and reports."""
+    """A provider failed; ``reason`` names it and says why, for logs and a run's notes."""
+
+    def __init__(self, reason: Reason) -> None:
+        super().__init__(str(reason))
+        self.reason = reason
 
 
 class SearchTimeout(SearchError):

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from core.models import SearchResult
+from core.reasons import Reason
 from core.search.base import SearchError, normalise_results
+from core.search.http import TIMED_OUT
 
 logger = logging.getLogger(__name__)
 
@@ -71,14 +73,18 @@ class DdgsProvider:
             async with asyncio.timeout(self._timeout * 2 + 5):
                 raw = await asyncio.to_thread(self._search_sync, query)
         except TimeoutError:
-            raise SearchError(f"{self.name}: timed out") from None
+            raise SearchError(TIMED_OUT.prefixed(self.name)) from None
         except Exception as exc:
             if _is_no_results(exc):
                 return []
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
-            raise SearchError(f"{self.name}: {reason}") from exc
+            raise SearchError(Reason.verbatim(reason).prefixed(self.name)) from exc
         if not isinstance(raw, list):
-            raise SearchError(f"{self.name}: unexpected response (not a list)")
+            raise SearchError(
+                Reason("unexpected response (not a list)", "意外的响应（不是列表）").prefixed(
+                    self.name
+                )
+            )
         items = [i for i in raw if isinstance(i, dict)]
         return normalise_results(
             ((i.get("title"), i.get("href"), i.get("body"), i.get("date")) for i in items),

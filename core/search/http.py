@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import httpx
 
 from core.models import SearchResult
+from core.reasons import Reason
 from core.search.base import SearchError
 from core.timer import MONOTONIC, Timer
 
@@ -21,6 +22,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ATTEMPTS = 3
 MAX_RETRY_AFTER = 10.0
+TIMED_OUT = Reason("timed out", "超时")
+#: What a 401 or 403 answer means unless the provider says otherwise.
+CHECK_KEY = Reason("check the API key", "请检查 API 密钥")
 
 
 def _retry_after(response: httpx.Response, default: float, cap: float) -> float:
@@ -46,7 +50,7 @@ async def request_json(
     base_delay: float = 0.5,
     max_retry_after: float = MAX_RETRY_AFTER,
     timer: Timer = MONOTONIC,
-    hints: Mapping[int, str] | None = None,
+    hints: Mapping[int, Reason] | None = None,
 ) -> Any:
     """Send the request and return its decoded JSON body, or raise SearchError.
 
@@ -54,7 +58,7 @@ async def request_json(
     (``base_delay``, then double, slept on ``timer``); any other 4xx or undecodable JSON
     fails at once, with the provider's ``hints`` for that status (what to check) if any.
     """
-    problem = "no attempt made"
+    problem = Reason("no attempt made", "未尝试")
     for attempt in range(1, attempts + 1):
         delay = base_delay * 2 ** (attempt - 1)
         try:
@@ -62,25 +66,33 @@ async def request_json(
                 method, url, params=params, json=json_body, headers=headers, timeout=request_timeout
             )
         except httpx.TimeoutException:
-            problem = "timed out"
+            problem = TIMED_OUT
         except httpx.TransportError as exc:
-            problem = f"connection failed ({type(exc).__name__})"
+            name = type(exc).__name__
+            problem = Reason(f"connection failed ({name})", f"连接失败（{name}）")
         else:
             status = response.status_code
             if status == 429 or status >= 500:
-                problem = f"HTTP {status}"
+                problem = Reason.verbatim(f"HTTP {status}")
                 if status == 429:
                     delay = _retry_after(response, delay, max_retry_after)
             elif status >= 400:
                 hint = (hints or {}).get(status)
                 if hint is None:
-                    hint = "check the API key" if status in (401, 403) else ""
-                raise SearchError(f"{provider}: HTTP {status}" + (f" ({hint})" if hint else ""))
+                    hint = CHECK_KEY if status in (401, 403) else None
+                shown = Reason.verbatim(f"HTTP {status}")
+                if hint is not None:
+                    shown = Reason(f"{shown.en} ({hint.en})", f"{shown.zh}（{hint.zh}）")
+                raise SearchError(shown.prefixed(provider))
             else:
                 try:
                     return response.json()
                 except ValueError:
-                    raise SearchError(f"{provider}: malformed JSON in response") from None
+                    raise SearchError(
+                        Reason("malformed JSON in response", "响应中的 JSON 格式错误").prefixed(
+                            provider
+                        )
+                    ) from None
         if attempt < attempts:
             logger.warning(
                 "%s: %s (attempt %d/%d), retrying in %.2fs",
@@ -91,13 +103,21 @@ async def request_json(
                 delay,
             )
             await timer.sleep(delay)
-    raise SearchError(f"{provider}: {problem} after {attempts} attempts")
+    raise SearchError(
+        Reason(
+            f"{problem.en} after {attempts} attempts", f"{problem.zh}（尝试 {attempts} 次）"
+        ).prefixed(provider)
+    )
 
 
 def expect_dict(data: Any, provider: str) -> dict[str, Any]:
     """The decoded body as an object, or SearchError when it has another shape."""
     if not isinstance(data, dict):
-        raise SearchError(f"{provider}: unexpected response (not a JSON object)")
+        raise SearchError(
+            Reason(
+                "unexpected response (not a JSON object)", "意外的响应（不是 JSON 对象）"
+            ).prefixed(provider)
+        )
     return data
 
 
@@ -106,7 +126,11 @@ def expect_items(value: Any, provider: str) -> list[dict[str, Any]]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise SearchError(f"{provider}: unexpected response (results is not a list)")
+        raise SearchError(
+            Reason(
+                "unexpected response (results is not a list)", "意外的响应（results 不是列表）"
+            ).prefixed(provider)
+        )
     return [item for item in value if isinstance(item, dict)]
 
 
@@ -117,7 +141,7 @@ class HttpSearchProvider:
     #: Used when no ``base_url`` is given (hosted APIs); None means one is required.
     default_base_url: str | None = None
     #: What to check when the provider answers a status that will not go away.
-    status_hints: ClassVar[Mapping[int, str]] = {}
+    status_hints: ClassVar[Mapping[int, Reason]] = {}
 
     def __init__(
         self,

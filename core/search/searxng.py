@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from core.models import SearchResult
+from core.reasons import Reason
 from core.search.base import SearchError, normalise_results, result_text
 from core.search.http import HttpSearchProvider, expect_items
 
@@ -19,8 +20,11 @@ class SearxngProvider(HttpSearchProvider):
     search fails naming them, so the note says why rather than "no results"."""
 
     name = "searxng"
-    status_hints: ClassVar[Mapping[int, str]] = {
-        403: "is the json format enabled in SearXNG's settings.yml (search.formats)?"
+    status_hints: ClassVar[Mapping[int, Reason]] = {
+        403: Reason(
+            "is the json format enabled in SearXNG's settings.yml (search.formats)?",
+            "SearXNG 的 settings.yml 是否启用了 json 格式（search.formats）？",
+        )
     }
 
     async def search(self, query: str) -> list[SearchResult]:
@@ -35,7 +39,12 @@ class SearxngProvider(HttpSearchProvider):
         )
         silent = _unresponsive(data.get("unresponsive_engines"))
         if not results and silent:
-            raise SearchError(f"{self.name}: no results; engines that did not answer: {silent}")
+            raise SearchError(
+                Reason(
+                    f"no results; engines that did not answer: {silent}",
+                    f"没有结果；未响应的引擎：{silent}",
+                ).prefixed(self.name)
+            )
         return results
 
 

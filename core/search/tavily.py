@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from core.models import SearchResult
+from core.reasons import Reason
 from core.search.base import normalise_results
 from core.search.http import HttpSearchProvider, expect_items
 
@@ -17,9 +18,15 @@ class TavilyProvider(HttpSearchProvider):
     name = "tavily"
     default_base_url = "https://api.tavily.com"
     # docs.tavily.com, "Errors": 432 the plan's or the key's limit, 433 the pay-as-you-go limit
-    status_hints: ClassVar[Mapping[int, str]] = {
-        432: "plan or usage limit reached; check the plan at app.tavily.com",
-        433: "plan or usage limit reached (pay-as-you-go limit); check app.tavily.com",
+    status_hints: ClassVar[Mapping[int, Reason]] = {
+        432: Reason(
+            "plan or usage limit reached; check the plan at app.tavily.com",
+            "已达到套餐或用量上限；请在 app.tavily.com 查看套餐",
+        ),
+        433: Reason(
+            "plan or usage limit reached (pay-as-you-go limit); check app.tavily.com",
+            "已达到套餐或用量上限（按量付费上限）；请查看 app.tavily.com",
+        ),
     }
 
     async def search(self, query: str) -> list[SearchResult]:

@@ -1,0 +1,359 @@
+"""The notes a run adds to its report under "Notes on this run", in the run's language
+(Chinese for a Chinese request, English otherwise): what was not searched or read and why, a
+model that failed, a plan that was trimmed, a run stopped early. The words that are not notes
+(progress, the report's fixed words, failures) are :mod:`core.wording`'s.
+
+Data from outside (a topic, a file's name, a server's words, a reason's details) is inserted
+as it is; a :class:`~core.reasons.Reason` brings its own words in both languages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+from core.wording import Language, model_failure_text, pick
+
+if TYPE_CHECKING:
+    from core.llm.errors import LLMError
+    from core.reasons import Reason
+
+
+def forgotten_internal_words(language: Language, count: int) -> str:
+    """A note: results of internal sources this channel may no longer use were left out."""
+    return pick(
+        language,
+        f"{count} earlier result(s) from internal sources this channel may no longer use were "
+        "left out.",
+        f"已略去此前来自本频道不再可用的内部来源的 {count} 条结果。",
+    )
+
+
+def cut_short_words(language: Language) -> str:
+    """A note: the writer model stopped at its output limit (``finish_reason: "length"``)."""
+    return pick(
+        language,
+        "The writer model reached its output limit, so this report may be cut short.",
+        "撰写模型达到了输出长度上限，本报告可能不完整。",
+    )
+
+
+def repeated_topics_words(language: Language) -> str:
+    """A note: the iterative planner kept proposing topics already searched."""
+    return pick(
+        language,
+        "The planner kept proposing topics that were already searched, so it stopped.",
+        "规划模型反复提出已搜索过的主题，因此研究停止。",
+    )
+
+
+def graph_full_words(language: Language, max_nodes: int) -> str:
+    """A note: the graph has as many sub-questions as it may hold."""
+    return pick(
+        language,
+        f"The graph reached its {max_nodes} sub-questions, so it stopped.",
+        f"子问题已达到上限 {max_nodes} 个，因此研究停止。",
+    )
+
+
+def unanswered_question_words(language: Language, question: str) -> str:
+    """A note: a sub-question was searched, but its answer could not be written."""
+    return pick(
+        language,
+        f'Sub-question "{question}" was searched but not answered.',
+        f"子问题“{question}”已搜索，但未能写出回答。",
+    )
+
+
+def unanswered_question_error_words(language: Language, question: str, error: LLMError) -> str:
+    """A note: a sub-question was searched, but the model failed to answer it."""
+    return pick(
+        language,
+        f'Sub-question "{question}" was searched but not answered ({error}).',
+        f"子问题“{question}”已搜索，但未能写出回答（{model_error_words(language, error)}）。",
+    )
+
+
+# Why a sub-question failed: ``GraphNode.error``, stored in English.
+SEARCH_FAILED_ERROR = "its search failed"
+FOUND_NOTHING_ERROR = "its search found nothing"
+NOT_ANSWERED_ERROR = "the model failed to answer it"
+#: A sub-question planned before "Stop and write now" (or a spent budget) was not searched.
+STOPPED_BEFORE_SEARCH = "not searched: the research was stopped before it"
+#: Those errors in Chinese.
+NODE_ERROR_WORDS: dict[str, str] = {
+    SEARCH_FAILED_ERROR: "搜索失败",
+    FOUND_NOTHING_ERROR: "搜索没有结果",
+    NOT_ANSWERED_ERROR: "模型未能回答",
+    STOPPED_BEFORE_SEARCH: "未搜索：研究在此之前已停止",
+}
+
+
+_NEEDS_FAILED = re.compile(r'it needs "(.{1,40})", which failed')
+_UNWRITTEN = re.compile(r"its answer could not be written \((\w{1,80})\)")
+
+
+def needs_failed_error(parent: str) -> str:
+    """``GraphNode.error`` of a sub-question whose parent (``parent``: its name) failed."""
+    return f'it needs "{parent}", which failed'
+
+
+def unwritten_error(error: str) -> str:
+    """``GraphNode.error`` of a sub-question whose answer raised ``error`` (its class)."""
+    return f"its answer could not be written ({error})"
+
+
+def node_error_words(language: Language, error: str) -> str:
+    """A sub-question's ``GraphNode.error`` (stored in English) in the run's language."""
+    if language != "zh":
+        return error
+    if needs := _NEEDS_FAILED.fullmatch(error):
+        return f"依赖的子问题 {needs[1]} 失败"
+    if unwritten := _UNWRITTEN.fullmatch(error):
+        return f"未能写出回答（{unwritten[1]}）"
+    return NODE_ERROR_WORDS.get(error, error)
+
+
+def sub_question_failed_words(language: Language, question: str, error: str) -> str:
+    """A note: a sub-question's search failed or found nothing (``error``: the node's)."""
+    return pick(
+        language,
+        f'Sub-question "{question}" failed: {error}.',
+        f"子问题“{question}”失败：{node_error_words(language, error)}。",
+    )
+
+
+#: The kinds of problem of a graph plan (``CheckedPlan.kinds``; keys: their English words).
+PLAN_PROBLEM_WORDS: dict[str, str] = {
+    "no name or question": "没有名称或问题",
+    "a repeated name": "名称重复",
+    "a repeated question": "问题重复",
+    "an unknown parent": "前置节点不存在",
+    "an unanswered parent": "前置节点没有回答",
+    "a cycle": "循环依赖",
+    "beyond the node limit": "超出节点上限",
+    "after a left-out node": "依赖被略去的节点",
+}
+
+
+def plan_trimmed_words(language: Language, turn: int, left_out: int, kinds: Sequence[str]) -> str:
+    """A note: the graph planner's plan had nodes that were not valid; they were left out."""
+    if language == "zh":
+        shown = "、".join(PLAN_PROBLEM_WORDS.get(kind, kind) for kind in kinds)
+        return f"第 {turn} 轮的计划已裁剪为有效的部分：略去了 {left_out} 个子问题（{shown}）。"
+    return (
+        f"The plan of turn {turn} was trimmed to what was valid: {left_out} planned "
+        f"sub-question(s) left out ({', '.join(kinds)})."
+    )
+
+
+def plan_unusable_words(language: Language) -> str:
+    return pick(language, "The plan had no usable node.", "计划中没有可用的子问题。")
+
+
+def planner_failed_words(language: Language, error: LLMError) -> str:
+    return pick(
+        language,
+        f"The planner model failed ({error}).",
+        f"规划模型出错（{model_error_words(language, error)}）。",
+    )
+
+
+def planner_fallback_words(
+    language: Language, note: str, then: Literal["topic", "question", "stopped"]
+) -> str:
+    """A planner note and what the run did instead: searched the user's topic (the
+    iterative strategy) or question (the graph), or stopped."""
+    en = {
+        "topic": "The topic itself was searched instead.",
+        "question": "The question itself was searched instead.",
+        "stopped": "Research stopped early.",
+    }[then]
+    zh = {"topic": "改为直接搜索了主题本身。", "question": "改为直接搜索了问题本身。"}
+    return pick(language, f"{note} {en}", note + zh.get(then, "研究提前结束。"))
+
+
+def writer_failed_words(language: Language, error: LLMError) -> str:
+    """A note: the writer model failed after the research; the findings are listed as they
+    are."""
+    return pick(
+        language,
+        f"The report writer model failed ({error}); the raw findings are listed.",
+        f"报告撰写模型出错（{model_error_words(language, error)}），以下列出原始发现。",
+    )
+
+
+def instructions_echo_words(language: Language) -> str:
+    """A note: the writer repeated Fathom's own instructions, and that passage was removed."""
+    return pick(
+        language,
+        "A passage of the writer's answer that repeated Fathom's own instructions was removed.",
+        "撰写模型的回答中复述 Fathom 自身指令的一段已被删除。",
+    )
+
+
+# -- notes on what could not be searched or read ------------------------------------------------
+
+
+def not_searched_words(language: Language, topic: str) -> str:
+    return pick(
+        language,
+        f'"{topic}" was not searched: no source was left to search.',
+        f"“{topic}”未搜索：已没有可搜索的来源。",
+    )
+
+
+def web_search_failed_words(language: Language, topic: str, reason: Reason) -> str:
+    return pick(
+        language,
+        f'The search for "{topic}" failed: {reason}.',
+        f"搜索“{topic}”失败：{reason.zh}。",
+    )
+
+
+def internal_failed_words(language: Language, source: str, topic: str, reason: Reason) -> str:
+    return pick(
+        language,
+        f'The internal source {source} failed for "{topic}": {reason}.',
+        f"内部来源 {source} 搜索“{topic}”失败：{reason.zh}。",
+    )
+
+
+def internal_given_up_words(
+    language: Language, source: str, topic: str, reason: Reason, *, count: int, timed_out: bool
+) -> str:
+    """A note: an internal source failed ``count`` times in a row and was left out."""
+    how = "timed out" if timed_out else "failed"
+    return pick(
+        language,
+        f'The internal source {source} {how} {count} times in a row (last for "{topic}": '
+        f"{reason}) and was not asked again in this research.",
+        f"内部来源 {source} 连续 {count} 次{'超时' if timed_out else '失败'}"
+        f"（最近一次搜索“{topic}”：{reason.zh}），本次研究不再询问它。",
+    )
+
+
+def a_page(language: Language) -> str:
+    """What a note calls a page whose address does not make a name to show."""
+    return pick(language, "a page", "一个网页")
+
+
+def pages_unread_words(language: Language, topic: str, error: str) -> str:
+    """A note: reading a round's result pages failed (``error``: the exception's class)."""
+    return pick(
+        language,
+        f'The result pages of "{topic}" could not be read ({error}); its snippets were used.',
+        f"“{topic}”的结果网页无法读取（{error}），已改用搜索摘要。",
+    )
+
+
+def pages_left_out_words(
+    language: Language, topic: str, skipped: Sequence[tuple[str, Reason]]
+) -> str:
+    """A note: the result pages of a round that were not read, by host, and why."""
+    if language == "zh":
+        shown = "；".join(f"{host}（{reason.zh}）" for host, reason in skipped)
+        return f"“{topic}”略去的结果网页：{shown}。"
+    shown = "; ".join(f"{host} ({reason})" for host, reason in skipped)
+    return f'Result pages left out for "{topic}": {shown}.'
+
+
+_COVERAGE = re.compile(r"read pages ([\d, -]+) of (\d+)")
+
+
+def coverage_text(pages: str, total: int) -> str:
+    """Which pages of a long document were read (``pages``: ``1-50, 97``), as stored (in
+    English) with the page or file it describes."""
+    return f"read pages {pages} of {total}"
+
+
+def coverage_words(language: Language, coverage: str) -> str:
+    """A stored :func:`coverage_text` in the run's language."""
+    match = _COVERAGE.fullmatch(coverage)
+    if language != "zh" or match is None:
+        return coverage
+    return f"读取了第 {match[1]} 页（共 {match[2]} 页）"
+
+
+def page_coverage_words(language: Language, document: str, coverage: str) -> str:
+    """A note: only some pages of a long document among the results were read."""
+    return pick(
+        language,
+        f"{document}: {coverage}.",
+        f"{document}：{coverage_words(language, coverage)}。",
+    )
+
+
+def file_not_read_words(language: Language, name: str, reason: Reason | None) -> str:
+    """A note: an attached file was not read (``reason``: why, when known)."""
+    if reason is None:
+        return pick(language, f'The attached file "{name}" was not read.', f"附件“{name}”未读取。")
+    return pick(
+        language,
+        f'The attached file "{name}" was not read: {reason}.',
+        f"附件“{name}”未读取：{reason.zh}。",
+    )
+
+
+def file_coverage_words(language: Language, name: str, coverage: str) -> str:
+    """A note: only some pages of a long attached file were read."""
+    return pick(
+        language,
+        f'The attached file "{name}": {coverage}.',
+        f"附件“{name}”：{coverage_words(language, coverage)}。",
+    )
+
+
+def guidance_followed_words(language: Language, line: str) -> str:
+    """A note: guidance given in the thread while the run went on, which it followed."""
+    return pick(language, f"Guidance followed: {line}", f"已遵循的指导：{line}")
+
+
+def _built_from(language: Language, searches: int) -> str:
+    """The tail of every stopped-early note: what the report is built from."""
+    return pick(
+        language,
+        f"this report is built from the {searches} {'search' if searches == 1 else 'searches'} "
+        "done by then.",
+        f"本报告基于此前完成的 {searches} 次搜索。",
+    )
+
+
+def stopped_early_words(language: Language, searches: int) -> str:
+    """A note: "Stop and write now" ended the searching."""
+    why = pick(
+        language,
+        "Stopped early on request (Stop and write now): ",
+        "应要求提前停止（立即停止并撰写）：",
+    )
+    return why + _built_from(language, searches)
+
+
+def token_budget_words(language: Language, searches: int, tokens: int) -> str:
+    """A note: the run's token budget ended the searching."""
+    why = pick(
+        language,
+        f"Stopped at the run's token budget ({tokens:,} tokens, FATHOM_MAX_RUN_TOKENS): ",
+        f"已达到本次研究的 token 预算（{tokens:,} 个 token，FATHOM_MAX_RUN_TOKENS）而停止：",
+    )
+    return why + _built_from(language, searches)
+
+
+def time_budget_words(language: Language, searches: int, seconds: float) -> str:
+    """A note: the run's time budget ended the searching."""
+    why = pick(
+        language,
+        f"Stopped at the run's time budget ({seconds:g} s, FATHOM_MAX_RUN_SECONDS): ",
+        f"已达到本次研究的时间预算（{seconds:g} 秒，FATHOM_MAX_RUN_SECONDS）而停止：",
+    )
+    return why + _built_from(language, searches)
+
+
+def model_error_words(language: Language, error: LLMError) -> str:
+    """A failed model call inside a note: its own message in English, in Chinese what
+    :func:`model_failure_text` says of its kind (with its detail and model as data; not its
+    address, which a report's notes would not show as a link)."""
+    if language != "zh":
+        return str(error)
+    return model_failure_text(language, error, where=False)
