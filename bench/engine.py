@@ -459,7 +459,8 @@ async def one_run(
     sources: str = "all",
 ) -> tuple[float, Any]:
     """submit + execute of one research in its own new thread; (wall seconds, outcome)."""
-    from core.models import ResearchRequest, RunStatus, SourceChoice, ThreadKey
+    from core.models import ResearchRequest
+    from storage.values import RunStatus, SourceChoice, ThreadKey
 
     key = ThreadKey(platform="cli", workspace="local", channel="local", thread=uuid.uuid4().hex)
     request = ResearchRequest(

@@ -38,7 +38,8 @@ from core.operations.duty import OneHolder
 from core.operations.queue import conninfo
 from core.operations.scheduler import DigestScheduler
 from core.runtime import wait_for_schema
-from storage import UNFINISHED_STATUSES, Database, Store
+from storage import Database, Store
+from storage.values import UNFINISHED_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -296,9 +297,9 @@ async def metrics_route(request: Request) -> Response:
     else:
         metrics.runs.clear()
         platforms: dict[str, object] = getattr(request.app.state, "platforms", {})
-        for status in UNFINISHED_STATUSES:  # 0, not absent, where none is: alerts need it
+        for unfinished in UNFINISHED_STATUSES:  # 0, not absent, where none is: alerts need it
             for name in platforms:
-                metrics.runs.labels(status, name).set(0)
+                metrics.runs.labels(unfinished, name).set(0)
         for status, platform, count in counts:
             metrics.runs.labels(status, platform).set(count)
         metrics.queue_depth.set(sum(n for status, _, n in counts if status == "queued"))

@@ -14,14 +14,12 @@ from storage.contexts import ContextStore
 from storage.errors import UserBusy
 from storage.events import EventStore
 from storage.files import FileStore
-from storage.lifecycle import DELIVERY_PENDING
 from storage.records import CancelRequest, DigestRecord, RunRecord, StopRequest, ThreadRecord
 from storage.runs import RunStore
 from storage.tables import utcnow
 from storage.threads import ThreadStore
 
 __all__ = [
-    "DELIVERY_PENDING",
     "CancelRequest",
     "ChatStores",
     "ContextStore",

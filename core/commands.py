@@ -5,9 +5,10 @@ Errors say what is wrong and what is allowed, so adapters can show them verbatim
 
 from __future__ import annotations
 
-from core.models import DEFAULT_STRATEGY, SourceChoice
+from core.models import DEFAULT_STRATEGY
 from core.text import clean_text, has_visible
 from core.wording import Language
+from storage.values import SourceChoice
 
 MAX_TOPIC_CHARS = 2000
 #: The longest platform identifier (workspace, channel, user, thread) accepted. Real ones are

@@ -18,9 +18,10 @@ from core.commands import (
     validate_strategy,
     validate_topic,
 )
-from core.models import DEFAULT_STRATEGY, SourceChoice
+from core.models import DEFAULT_STRATEGY
 from core.text import clean_text
 from core.wording import Language
+from storage.values import SourceChoice
 
 RESEARCH_OPTIONS = ("depth", "strategy", "sources")
 SCHEDULE_OPTIONS = ("cron", "depth", "tz", "strategy", "sources")

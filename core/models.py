@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from core.text import clean_text, has_visible
 from core.untrusted import neutralise
+from storage.values import SourceChoice, ThreadKey
 
 
 def utcnow() -> datetime:
@@ -265,18 +266,6 @@ class PlannerDecision(BaseModel):
         return value if has_visible(value) else None
 
 
-class RunStatus(enum.StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def finished(self) -> bool:
-        return self in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
-
-
 class Usage(BaseModel):
     """Counters of one run; the LLM and search clients add to them."""
 
@@ -350,15 +339,6 @@ class Vote(enum.StrEnum):
     DOWN = "down"
 
 
-class SourceChoice(enum.StrEnum):
-    """Which sources a run searches (``sources=`` of ``/research``, ``--sources``)."""
-
-    WEB = "web"
-    INTERNAL = "internal"
-    #: The web and every internal source the run's channel may use.
-    ALL = "all"
-
-
 class Source(BaseModel):
     """A numbered source of one run's report: a web page, a file attached in the chat, or an
     internal document (``kind``, :class:`SourceKind`)."""
@@ -375,29 +355,6 @@ class Source(BaseModel):
 #: The platform of console threads (``cli:local:local:<id>``): the report goes to the terminal
 #: that asked, so a finished console run has nothing to deliver to a chat.
 CONSOLE_PLATFORM = "cli"
-
-
-class ThreadKey(BaseModel):
-    """``<platform>:<workspace>:<channel>:<thread>``; the thread part may contain ':'."""
-
-    model_config = ConfigDict(frozen=True)
-
-    platform: str
-    workspace: str
-    channel: str
-    thread: str
-
-    @classmethod
-    def parse(cls, key: str) -> ThreadKey:
-        parts = key.split(":", 3)
-        if len(parts) != 4 or not all(p.strip() for p in parts):
-            raise ValueError(
-                f"thread key {key!r} is not of the form <platform>:<workspace>:<channel>:<thread>"
-            )
-        return cls(platform=parts[0], workspace=parts[1], channel=parts[2], thread=parts[3])
-
-    def __str__(self) -> str:
-        return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
 
 
 class ResearchRequest(BaseModel):

@@ -52,14 +52,7 @@ from storage.feedback import FeedbackStore
 from storage.files import FileStore
 from storage.forget import ForgetStore, Forgotten, NotARequesterKey, Person
 from storage.leases import LeaseStore
-from storage.lifecycle import (
-    DELIVERY_FAILED,
-    DELIVERY_PENDING,
-    DELIVERY_POSTED,
-    FINISHED_STATUSES,
-    UNFINISHED_STATUSES,
-    outcome_is_delivered,
-)
+from storage.lifecycle import outcome_is_delivered
 from storage.records import (
     CancelRequest,
     Checkpointed,
@@ -83,12 +76,7 @@ from storage.store import Store
 from storage.threads import ThreadStore
 
 __all__ = [
-    "DELIVERY_FAILED",
-    "DELIVERY_PENDING",
-    "DELIVERY_POSTED",
-    "FINISHED_STATUSES",
     "HEAD_REVISION",
-    "UNFINISHED_STATUSES",
     "USAGE_KEYS",
     "CacheStore",
     "CancelRequest",

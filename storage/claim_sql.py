@@ -24,16 +24,10 @@ from sqlalchemy import (
     update,
 )
 
-from storage.lifecycle import (
-    DELIVERY_PENDING,
-    DELIVERY_WHEN_ENDED,
-    EPOCH,
-    FINISHED_STATUSES,
-    UNFINISHED_STATUSES,
-    LeaseClock,
-)
+from storage.lifecycle import DELIVERY_WHEN_ENDED, EPOCH, LeaseClock
 from storage.sql import SELECT_RUNS, VARIABLE_COLUMNS
 from storage.tables import ResearchRun, RunSource, Thread, ThreadVariables
+from storage.values import FINISHED_STATUSES, UNFINISHED_STATUSES, DeliveryState
 
 _runs = cast(Table, ResearchRun.__table__)
 _threads = cast(Table, Thread.__table__)
@@ -168,7 +162,7 @@ class ClaimStatements:
             .where(
                 _runs.c.id == bindparam("run_id"),
                 _runs.c.status.in_(FINISHED_STATUSES),
-                _runs.c.delivery == DELIVERY_PENDING,
+                _runs.c.delivery == DeliveryState.PENDING,
                 stale,
                 held_by_expected,
             )
@@ -219,12 +213,12 @@ class ClaimStatements:
         )
         self.finish_delivery = (
             update(_runs)
-            .where(*_FENCE, _runs.c.delivery == DELIVERY_PENDING)
+            .where(*_FENCE, _runs.c.delivery == DeliveryState.PENDING)
             .values(report_posted_at=case((bindparam("posted"), now), else_=None))
             .returning(_runs.c.id)
         )
         has_work = or_(
-            _runs.c.status.in_(UNFINISHED_STATUSES), _runs.c.delivery == DELIVERY_PENDING
+            _runs.c.status.in_(UNFINISHED_STATUSES), _runs.c.delivery == DeliveryState.PENDING
         )
         served_here = _threads.c.platform.in_(bindparam("platforms", expanding=True))
         served_nowhere = _threads.c.platform.not_in(bindparam("servable", expanding=True))

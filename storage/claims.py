@@ -31,14 +31,7 @@ from storage.claim_sql import (
 )
 from storage.db import Database
 from storage.errors import ClaimLost, RunNotFound, VariablesConflict
-from storage.lifecycle import (
-    CONSOLE_PLATFORM,
-    DELIVERY_FAILED,
-    DELIVERY_PENDING,
-    DELIVERY_POSTED,
-    FINISHED_STATUSES,
-    LeaseClock,
-)
+from storage.lifecycle import CONSOLE_PLATFORM, LeaseClock
 from storage.records import (
     Checkpointed,
     Claim,
@@ -54,6 +47,7 @@ from storage.sql import (
     variables_dict,
 )
 from storage.tables import RunSource, utcnow
+from storage.values import FINISHED_STATUSES, DeliveryState, RunStatus
 
 USAGE_KEYS = (
     "llm_calls",
@@ -149,7 +143,7 @@ class ClaimStore:
             if row is None:
                 return Renewal.LOST
             status, cancel_requested = row
-            if status == "running" and cancel_requested:
+            if status == RunStatus.RUNNING and cancel_requested:
                 return Renewal.CANCEL_REQUESTED
             return Renewal.HELD
 
@@ -298,7 +292,7 @@ class ClaimStore:
             "error": error,
             "notes": list(notes),
             "finished_at": utcnow(),
-            "delivery": DELIVERY_PENDING if deliver else None,
+            "delivery": DeliveryState.PENDING if deliver else None,
             "stop_reason": stop_reason,
             **_usage_values(usage),
         }
@@ -317,7 +311,7 @@ class ClaimStore:
 
         def work(conn: Connection) -> RunRecord:
             kept = rows
-            if status != "succeeded":
+            if status != RunStatus.SUCCEEDED:
                 finished = conn.execute(self._sql.finish_run, run).first()
             else:
                 finished = conn.execute(self._sql.finish_run_uncancelled, run).first()
@@ -363,7 +357,7 @@ class ClaimStore:
             **_fence(claim),
             **self._clock.params(),
             "posted": posted,
-            "delivery": DELIVERY_POSTED if posted else DELIVERY_FAILED,
+            "delivery": DeliveryState.POSTED if posted else DeliveryState.FAILED,
         }
         if error is not None:
             params["delivery_error"] = error[:1000]

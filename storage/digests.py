@@ -14,6 +14,7 @@ from storage.db import Database
 from storage.records import DigestRecord, RunRecord
 from storage.sql import SELECT_RUNS, run_record
 from storage.tables import Digest, ResearchRun, RunSource, utcnow
+from storage.values import RunStatus
 
 _digests = cast(Table, Digest.__table__)
 _runs = cast(Table, ResearchRun.__table__)
@@ -161,7 +162,9 @@ class DigestStore:
         its title when it has none (an attached file, an internal document without a link)."""
         earlier = _runs.c.digest_id == digest_id
         previous = (
-            SELECT_RUNS.where(earlier, _runs.c.status == "succeeded", _runs.c.created_at < before)
+            SELECT_RUNS.where(
+                earlier, _runs.c.status == RunStatus.SUCCEEDED, _runs.c.created_at < before
+            )
             .order_by(_runs.c.created_at.desc(), _runs.c.id.desc())
             .limit(1)
         )

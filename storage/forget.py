@@ -27,7 +27,6 @@ from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.engine import Connection
 
 from storage.db import Database
-from storage.lifecycle import DELIVERY_PENDING, FINISHED_STATUSES, UNFINISHED_STATUSES
 from storage.sql import fit_key
 from storage.tables import (
     ChatFile,
@@ -39,6 +38,7 @@ from storage.tables import (
     ThreadVariables,
     slack_installations,
 )
+from storage.values import FINISHED_STATUSES, UNFINISHED_STATUSES, DeliveryState
 
 _runs = cast(Table, ResearchRun.__table__)
 _threads = cast(Table, Thread.__table__)
@@ -147,7 +147,9 @@ class _Forgetting:
                 _runs.c.requested_by == key
             )
         ).all()
-        done = [r for r in rows if r.status in FINISHED_STATUSES and r.delivery != DELIVERY_PENDING]
+        done = [
+            r for r in rows if r.status in FINISHED_STATUSES and r.delivery != DeliveryState.PENDING
+        ]
         self.busy += [str(r.id) for r in rows if r not in done]
         if not done:
             return 0, 0

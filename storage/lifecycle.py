@@ -11,12 +11,8 @@ from typing import Any, cast
 from sqlalchemy import Interval, Table, bindparam, case, func, select
 
 from storage.tables import ResearchRun, Thread, UTCDateTime, utcnow
+from storage.values import DeliveryState
 
-UNFINISHED_STATUSES = ("queued", "running")
-FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
-#: ``research_runs.delivery``: the finished run's outcome still has to reach its thread,
-#: it has, or posting it was given up.
-DELIVERY_PENDING, DELIVERY_POSTED, DELIVERY_FAILED = "pending", "posted", "failed"
 #: The platform of console threads (``cli:local:local:<id>``; ``core.models.CONSOLE_PLATFORM``).
 CONSOLE_PLATFORM = "cli"
 #: The heartbeat of a run nobody holds that is due at once (handed back, cancelled while
@@ -42,7 +38,7 @@ _on_console = select(_threads.c.platform).where(
 #: :func:`outcome_is_delivered` in SQL, for the statements that end a run without its holder
 #: (given up, cancelled while queued): the run's new ``delivery``. The console's platform is
 #: the statement's ``console_platform`` parameter.
-DELIVERY_WHEN_ENDED = case((_on_console, None), else_=DELIVERY_PENDING)
+DELIVERY_WHEN_ENDED = case((_on_console, None), else_=DeliveryState.PENDING)
 
 
 class LeaseClock:

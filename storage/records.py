@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from storage.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
+
 
 class StopRequest(enum.StrEnum):
     """What asking a run to stop and write did (:meth:`storage.Store.request_stop`)."""
@@ -87,10 +89,12 @@ class RunRecord:
     id: str
     thread_id: int
     thread_key: str
+    #: ``thread_key`` parsed (once, where the row is read).
+    thread: ThreadKey
     topic: str
     depth: int
     strategy: str
-    status: str
+    status: RunStatus
     rounds_done: int
     requested_by: str | None
     dedupe_key: str | None
@@ -111,7 +115,7 @@ class RunRecord:
     owner: str | None = None
     fence: int = 0
     attempt: int = 0
-    delivery: str | None = None
+    delivery: DeliveryState | None = None
     report_parts_posted: int = 0
     delivery_attempts: int = 0
     delivery_error: str | None = None
@@ -132,8 +136,8 @@ class RunRecord:
     tokens_by_model: dict[str, list[int]] | None = None
     #: Step -> seconds spent in it (``core.models.Usage.seconds_by_step``).
     seconds_by_step: dict[str, float] | None = None
-    #: Which sources the run searches (``core.models.SourceChoice``).
-    sources: str = "all"
+    #: Which sources the run searches.
+    sources: SourceChoice = SourceChoice.ALL
     #: "Stop and write now" was asked: the run stops searching and writes its report.
     stop_requested: bool = False
     #: Why its searching ended (``core.engine.state.StopReason``), once it has finished.

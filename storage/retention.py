@@ -24,8 +24,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from storage.db import Database
-from storage.lifecycle import DELIVERY_PENDING, FINISHED_STATUSES
 from storage.tables import Digest, ResearchRun, RunFeedback, RunSource, Thread, ThreadVariables
+from storage.values import FINISHED_STATUSES, DeliveryState
 
 _runs = cast(Table, ResearchRun.__table__)
 _threads = cast(Table, Thread.__table__)
@@ -81,7 +81,7 @@ def prunable_run(runs: NamedFromClause, before: datetime) -> ColumnElement[bool]
     return and_(
         runs.c.status.in_(FINISHED_STATUSES),
         runs.c.finished_at < before,
-        or_(runs.c.delivery.is_(None), runs.c.delivery != DELIVERY_PENDING),
+        or_(runs.c.delivery.is_(None), runs.c.delivery != DeliveryState.PENDING),
         ~newest_firing,
     )
 

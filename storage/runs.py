@@ -20,14 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from storage.db import Database
 from storage.errors import QuotaReached, ThreadBusy, UserBusy
-from storage.lifecycle import (
-    CONSOLE_PLATFORM,
-    DELIVERY_PENDING,
-    DELIVERY_WHEN_ENDED,
-    EPOCH,
-    UNFINISHED_STATUSES,
-    LeaseClock,
-)
+from storage.lifecycle import CONSOLE_PLATFORM, DELIVERY_WHEN_ENDED, EPOCH, LeaseClock
 from storage.records import (
     CancelRequest,
     DailyQuota,
@@ -47,6 +40,7 @@ from storage.sql import (
     upsert_for,
 )
 from storage.tables import ResearchRun, RunSource, Thread, utcnow
+from storage.values import UNFINISHED_STATUSES, DeliveryState, RunStatus
 
 #: How often create_run retries when the thread's active run finished while it looked.
 _CREATE_ATTEMPTS = 3
@@ -136,7 +130,7 @@ class RunStore:
         )
         self._cancel_queued = (
             update(_runs)
-            .where(_runs.c.id == bindparam("run_id"), _runs.c.status == "queued")
+            .where(_runs.c.id == bindparam("run_id"), _runs.c.status == RunStatus.QUEUED)
             .values(
                 status="cancelled",
                 cancel_requested=True,
@@ -270,17 +264,17 @@ class RunStore:
             if row is None:
                 return CancelRequest.ENDED
             status, flagged, _, delivery, _ = row
-            if status == "queued":  # flagged: a cancelled run handed back; end it now
+            if status == RunStatus.QUEUED:  # flagged: a cancelled run handed back; end it now
                 conn.execute(self._cancel_queued, params)
                 return CancelRequest.ALREADY if flagged else CancelRequest.CANCELLED
-            if flagged and status == "running":
+            if flagged and status == RunStatus.RUNNING:
                 return CancelRequest.ALREADY
-            if flagged and status == "cancelled" and delivery == DELIVERY_PENDING:
+            if flagged and status == RunStatus.CANCELLED and delivery == DeliveryState.PENDING:
                 return CancelRequest.ALREADY  # being wound up: its outcome is not out yet
-            if status == "running":
+            if status == RunStatus.RUNNING:
                 conn.execute(_FLAG_CANCEL, params)
                 return CancelRequest.CANCELLING
-            if status == "succeeded" and delivery == DELIVERY_PENDING:
+            if status == RunStatus.SUCCEEDED and delivery == DeliveryState.PENDING:
                 return CancelRequest.POSTING
             return CancelRequest.ENDED
 
@@ -309,7 +303,7 @@ class RunStore:
             status, cancelling, stopping, _, started_at = row
             if status not in ("queued", "running") or cancelling or stopping:
                 return StopRequest.ENDED
-            if status == "queued" and started_at is None:
+            if status == RunStatus.QUEUED and started_at is None:
                 conn.execute(self._cancel_queued, params)
                 return StopRequest.CANCELLED
             conn.execute(_FLAG_STOP, params)

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, RowMapping
 from storage.errors import RunNotFound
 from storage.records import RunRecord, ThreadRecord
 from storage.tables import ResearchRun, Thread, ThreadVariables
+from storage.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
 
 #: processed_events.key and research_runs.dedupe_key are VARCHAR(255) (see fit_key).
 MAX_KEY_CHARS = 255
@@ -110,10 +111,11 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
         id=row["id"],
         thread_id=row["thread_id"],
         thread_key=row["thread_key"],
+        thread=ThreadKey.parse(row["thread_key"]),
         topic=row["topic"],
         depth=row["depth"],
         strategy=row["strategy"],
-        status=row["status"],
+        status=RunStatus(row["status"]),
         rounds_done=row["rounds_done"],
         requested_by=row["requested_by"],
         dedupe_key=row["dedupe_key"],
@@ -134,7 +136,7 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
         owner=row["owner"],
         fence=row["fence"],
         attempt=row["attempt"],
-        delivery=row["delivery"],
+        delivery=DeliveryState(row["delivery"]) if row["delivery"] is not None else None,
         report_parts_posted=row["report_parts_posted"],
         delivery_attempts=row["delivery_attempts"],
         delivery_error=row["delivery_error"],
@@ -147,7 +149,16 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
         internal_searches=row["internal_searches"],
         tokens_by_model=dict(row["tokens_by_model"] or {}),
         seconds_by_step=dict(row["seconds_by_step"] or {}),
-        sources=row["sources"],
+        sources=_source_choice(row["sources"]),
         stop_requested=bool(row["stop_requested"]),
         stop_reason=row["stop_reason"],
     )
+
+
+def _source_choice(value: str | None) -> SourceChoice:
+    """A run's stored ``sources``; a value no release wrote (a hand-edited row) searches
+    everything, as the request's default does."""
+    try:
+        return SourceChoice(value or "")
+    except ValueError:
+        return SourceChoice.ALL

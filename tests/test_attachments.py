@@ -26,9 +26,7 @@ from core.models import (
     Attachment,
     Finding,
     PageExcerpt,
-    RunStatus,
     SearchResult,
-    ThreadKey,
     ThreadVariables,
 )
 from core.operations.job import DeliveryPolicy, ResearchJob
@@ -38,6 +36,7 @@ from core.research.report import WRITER_PASSAGE_TOKENS, number_sources, writer_s
 from core.research.service import Research
 from core.search import SearxngProvider
 from storage import CancelRequest, RunRecord, Store
+from storage.values import RunStatus, ThreadKey
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.languages import english_sentences

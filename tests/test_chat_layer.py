@@ -24,7 +24,7 @@ from bots.chat.settings import ChatPolicy
 from core.documents import DocumentExtractor
 from core.llm import ChatModel
 from core.metrics import Metrics
-from core.models import Attachment, ThreadKey
+from core.models import Attachment
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
 from core.pages.fetch import PageFetcher
@@ -34,6 +34,7 @@ from core.research.service import Research
 from core.search import SearxngProvider
 from storage import Database, RunRecord, Store
 from storage.tables import ProcessedEvent
+from storage.values import ThreadKey
 from tests.chat_app import wait_for
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang

@@ -21,16 +21,7 @@ from core.dates import parse_published
 from core.engine.graph import GraphSettings
 from core.engine.state import RunState
 from core.llm import ChatModel
-from core.models import (
-    Finding,
-    PageExcerpt,
-    ResearchRequest,
-    RunStatus,
-    SearchResult,
-    Source,
-    ThreadKey,
-    ThreadVariables,
-)
+from core.models import Finding, PageExcerpt, ResearchRequest, SearchResult, Source, ThreadVariables
 from core.pages.extract import main_text, read_page
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressKind
@@ -53,6 +44,7 @@ from core.search import (
     TavilyProvider,
 )
 from storage import Database, Store
+from storage.values import RunStatus, ThreadKey
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.providers import FakeBraveServer, FakeTavilyServer, brave_results, tavily_results
 from tests.fakes.search import RESULT_DATE

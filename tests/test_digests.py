@@ -22,7 +22,6 @@ from bots.platforms import titles
 from core.config import Settings
 from core.grammar import ScheduleCommand
 from core.llm import ChatModel
-from core.models import ThreadKey
 from core.operations import schedule
 from core.operations.digests import DigestService
 from core.operations.job import DeliveryPolicy, ResearchJob
@@ -31,6 +30,7 @@ from core.operations.scheduler import DigestScheduler
 from core.research.service import Research
 from core.search import SearxngProvider
 from storage import Database, DigestRecord, DigestStore, LeaseStore, StorageUnavailable, Store
+from storage.values import ThreadKey
 from tests.chat_app import wait_for
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
@@ -591,8 +591,8 @@ async def test_a_digest_with_an_unknown_sources_value_fires_with_the_default(
 ) -> None:
     """A value this code does not know (written by a newer release, or by hand) reads as
     ``all``: the firing's scope is still decided from its channel where it runs."""
-    from core.models import SourceChoice
     from core.operations.digests import digest_sources
+    from storage.values import SourceChoice
 
     make, _, _ = replicas
     a = await make("a")

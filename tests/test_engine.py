@@ -22,7 +22,7 @@ import pytest
 from core import note_words, wording
 from core.config import load_settings
 from core.llm import ChatModel
-from core.models import ResearchRequest, RunStatus, ThreadKey
+from core.models import ResearchRequest
 from core.operations.lease import LeaseTiming
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressEvent, ProgressKind
@@ -30,6 +30,7 @@ from core.research.service import Research
 from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider
 from storage import CancelRequest, Database, Store
+from storage.values import RunStatus, ThreadKey
 from tests.cli import start_fathom, stop, wait_for_stderr
 from tests.databases import MigratedTemplates
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Hang, Reply

@@ -18,6 +18,7 @@ from bots.feishu.delivery import FeishuThread, classify_error
 from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.chat_stores import ChatStores, RunRecord
 from core.models import Attachment
+from storage.values import RunStatus, ThreadKey
 from tests.fakes.feishu import APP_ID, APP_SECRET, TENANT, FakeFeishu, FakeFeishuServer
 from tests.fakes.server import BROKEN_BODIES
 
@@ -43,10 +44,11 @@ def thread(api: FeishuApi) -> FeishuThread:
         id="r" * 32,
         thread_id=1,
         thread_key=f"feishu:{TENANT}:oc_chat_1:om_file",
+        thread=ThreadKey.parse(f"feishu:{TENANT}:oc_chat_1:om_file"),
         topic="heat pumps",
         depth=1,
         strategy="iterative",
-        status="running",
+        status=RunStatus.RUNNING,
         rounds_done=0,
         requested_by=f"feishu:{TENANT}:ou_user_1",
         dedupe_key=None,

@@ -15,7 +15,7 @@ from core.grammar import (
     help_text,
     parse_command,
 )
-from core.models import SourceChoice
+from storage.values import SourceChoice
 
 
 def parse(text: str) -> object:

@@ -20,14 +20,7 @@ from core.engine.graph_plan import GraphPlan, PlannedNode, check_plan
 from core.engine.graph_state import GraphNode, GraphState, NodeStatus
 from core.engine.state import RunState, StepHooks, StopReason
 from core.llm import ChatModel
-from core.models import (
-    Finding,
-    ResearchRequest,
-    RunStatus,
-    SearchResult,
-    ThreadKey,
-    ThreadVariables,
-)
+from core.models import Finding, ResearchRequest, SearchResult, ThreadVariables
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
 from core.research.outcome import RunOutcome
@@ -35,6 +28,7 @@ from core.research.progress import ProgressKind
 from core.research.service import Research
 from core.search import SearxngProvider
 from storage import Database, Store
+from storage.values import RunStatus, ThreadKey
 from tests.chat_app import FAKE_API_KEY, wait_for
 from tests.fakes import FakeLLMServer, FakeSearchServer, Reply
 from tests.languages import english_sentences

@@ -12,10 +12,11 @@ import pytest
 
 from bots.platforms import secret_patterns
 from core.logs import Changing, Redactor, change_log_context, json_formatter, log_context
-from core.models import ResearchRequest, ThreadKey
+from core.models import ResearchRequest
 from core.operations.job import ResearchJob
 from core.research.service import Research
 from storage import Store
+from storage.values import ThreadKey
 
 
 @pytest.fixture

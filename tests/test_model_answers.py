@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from core.llm import Answer, ChatModel, FailureKind, LLMError, LLMInvalidJSON
-from core.models import PlannerDecision, ResearchRequest, RunStatus, ThreadKey, Usage
+from core.models import PlannerDecision, ResearchRequest, Usage
 from core.research.outcome import RunOutcome
 from core.research.service import Research
+from storage.values import RunStatus, ThreadKey
 from tests.cli import fathom
 from tests.fakes import Fail, FakeLLMServer
 from tests.fakes.llm import Raw, Reply

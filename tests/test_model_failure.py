@@ -24,18 +24,14 @@ from core.engine.graph_state import GraphNode, NodeStatus, graph_of
 from core.engine.iterative import IterativeStrategy
 from core.engine.state import RunState
 from core.llm import ChatModel
-from core.models import (
-    ResearchRequest,
-    RunStatus,
-    ThreadKey,
-    ThreadVariables,
-)
+from core.models import ResearchRequest, ThreadVariables
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
 from core.research.outcome import RunOutcome
 from core.research.service import Research
 from core.search import SearxngProvider
 from storage import Database, Store
+from storage.values import RunStatus, ThreadKey
 from tests.chat_app import wait_for
 from tests.cli import fathom
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer

@@ -41,10 +41,11 @@ from bots.platforms import PLATFORMS
 from bots.slack.app import event_message, is_for_the_bot
 from bots.slack.delivery import SlackDeliveryFactory
 from bots.slack.messenger import StaticSlackClients, make_web_client
-from core.models import RunStatus, Source, ThreadKey, Usage
+from core.models import Source, Usage
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressEvent, ProgressKind, search_executed_text
 from storage import RunRecord, Store
+from storage.values import RunStatus, ThreadKey
 from tests.chat_app import wait_for
 from tests.fakes import FakeSlackServer
 from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET

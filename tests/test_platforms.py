@@ -27,13 +27,13 @@ from bots.platforms import PLATFORMS, secret_patterns
 from core.config import env
 from core.failures import PostFailure
 from core.logs import configure_logging
-from core.models import ThreadKey
 from core.operations.job import DeliveryFactory
 from core.operations.runners import JobRunner
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressTask
 from core.untrusted import neutralise
 from storage import RunRecord
+from storage.values import ThreadKey
 from tests.chat_app import wait_for
 from tests.conftest import ServeFathom
 from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID

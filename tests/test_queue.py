@@ -18,12 +18,13 @@ from sqlalchemy.engine import Connection
 from bots.chat.memory import PLATFORM, MemoryChat
 from core.config import load_settings
 from core.llm import ChatModel
-from core.models import ResearchRequest, ThreadKey
+from core.models import ResearchRequest
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.queue import ProcrastinateJobRunner, ProcrastinateQueue, queue_in_transaction
 from core.research.service import Research
 from core.search import SearxngProvider
 from storage import Database, Store
+from storage.values import ThreadKey
 from tests.cli import fathom
 from tests.databases import throwaway_database
 from tests.fakes import FakeLLMServer, FakeSearchServer

@@ -24,7 +24,6 @@ from starlette.routing import Route
 from core.config import load_settings
 from core.documents import DocumentExtractor
 from core.llm import ChatModel
-from core.models import RunStatus
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
 from core.research.progress import ProgressEvent, ProgressKind
@@ -32,6 +31,7 @@ from core.research.service import Research
 from core.runtime import page_client, page_reader
 from core.search import SearxngProvider
 from storage import Database, Store
+from storage.values import RunStatus
 from tests.chat_app import wait_for
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.search import slug

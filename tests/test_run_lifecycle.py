@@ -21,7 +21,7 @@ from sqlalchemy import text, update
 
 from bots.chat.memory import PLATFORM, MemoryChat, Outage, Refusal
 from core.llm import ChatModel
-from core.models import ResearchRequest, RunStatus, ThreadKey, ThreadVariables
+from core.models import ResearchRequest, ThreadVariables
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.lease import Lease, LeaseTiming, holder_is_gone, runner_identity
 from core.operations.runners import InProcessJobRunner
@@ -30,6 +30,7 @@ from core.research.service import Research
 from core.search import SearxngProvider
 from storage import Claim, ClaimLost, ClaimStore, Database, Renewal, RunRecord, Store
 from storage.tables import ResearchRun, utcnow
+from storage.values import RunStatus, ThreadKey
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.runs import age_heartbeat, finish, new_run
 from tests.runs import claim as take

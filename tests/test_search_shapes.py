@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from core.models import ResearchRequest, RunStatus, ThreadKey
+from core.models import ResearchRequest
 from core.research.service import Research
 from core.search import (
     BraveProvider,
@@ -27,6 +27,7 @@ from core.search import (
     SearxngProvider,
     TavilyProvider,
 )
+from storage.values import RunStatus, ThreadKey
 from tests.fakes import FakeLLMServer
 from tests.fakes.server import BackgroundServer
 

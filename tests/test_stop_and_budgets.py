@@ -17,13 +17,14 @@ from core.engine.budget import RunBudget
 from core.engine.graph import GraphSettings
 from core.engine.graph_state import NodeStatus
 from core.engine.state import StopReason
-from core.models import ResearchRequest, RunStatus, ThreadKey
+from core.models import ResearchRequest
 from core.note_words import STOPPED_BEFORE_SEARCH
 from core.research.cost import Prices
 from core.research.outcome import final_progress_text
 from core.research.progress import ProgressEvent, ProgressKind
 from core.research.requests import DailyLimitReached, UserQuota
 from storage import CancelRequest, StopRequest
+from storage.values import RunStatus, ThreadKey
 from tests.fakes import Hang
 from tests.test_engine import (
     TOPIC,

@@ -23,9 +23,10 @@ from core.engine.searching import search_topic
 from core.engine.state import RunState, StepHooks, StopReason
 from core.engine.strategy import RegisteredStrategy
 from core.grammar import ResearchCommand, help_text, parse_command
-from core.models import ResearchRequest, RunStatus, StrategyState
+from core.models import ResearchRequest, StrategyState
 from core.research.progress import ProgressKind, ProgressTask, TaskStatus, search_executed_text
 from core.search import SearchProvider
+from storage.values import RunStatus
 from tests.test_engine import Harness, fresh_store, harness  # noqa: F401
 
 # -- the strategy's module --------------------------------------------------------------------

@@ -22,8 +22,9 @@ import pytest
 
 from core.config import load_settings
 from core.grammar import ScheduleCommand
-from core.models import ResearchRequest, SourceChoice, ThreadKey
+from core.models import ResearchRequest
 from core.runtime import Runtime, open_runtime
+from storage.values import SourceChoice, ThreadKey
 from tests.databases import MigratedTemplates
 from tests.env import is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer

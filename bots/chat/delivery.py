@@ -29,7 +29,7 @@ from bots.chat.throttle import EditThrottle, WorkspaceLimiter
 from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.logs import change_log_context
-from core.models import Attachment, ThreadKey
+from core.models import Attachment
 from core.research.outcome import RunOutcome
 from core.research.progress import (
     ProgressEvent,
@@ -40,6 +40,7 @@ from core.research.progress import (
 )
 from core.timer import MONOTONIC, Timer
 from core.wording import Language, pick, request_language
+from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,6 @@ from bots.chat.replies import STATUS_RECENT, Markup, PlainMarkup, Replies
 from bots.chat.settings import ChatPolicy
 from core.attachments import Screened, screen
 from core.chat_stores import (
-    DELIVERY_PENDING,
     CancelRequest,
     ChatStores,
     RunRecord,
@@ -49,11 +48,12 @@ from core.grammar import (
     parse_command,
     request_words,
 )
-from core.models import Attachment, ResearchRequest, RunStatus, SourceChoice, ThreadKey, Vote
+from core.models import Attachment, ResearchRequest, Vote
 from core.operations.digests import DigestService
 from core.operations.runners import JobRunner
 from core.research.requests import DailyLimitReached, RunRejected, RunRequests
 from core.wording import Language, request_language
+from storage.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
 
 log = logging.getLogger(__name__)
 
@@ -469,7 +469,7 @@ class ChatCommands:
             return replies.only_starter_can_stop() if stop else replies.only_starter_can_cancel()
         if press.control is Control.CANCEL:  # (decided by the database, not by `run` as read)
             return _cancel_answer(await self._requests.cancel(run.id), run, replies)
-        if RunStatus(run.status).finished:  # Stop and write now
+        if run.status.finished:  # Stop and write now
             return replies.already_finished()
         answer = await self._requests.stop(run.id)
         if answer is StopRequest.STOPPING:
@@ -483,7 +483,7 @@ class ChatCommands:
         twice races its twin, so the run read before it can be stale): the run has ended,
         or it was already asked to stop."""
         run = await self._store.runs.get_run(run_id)
-        if run is None or RunStatus(run.status).finished:
+        if run is None or run.status.finished:
             return replies.already_finished()
         return replies.already_stopping()
 
@@ -503,7 +503,7 @@ class ChatCommands:
             run = await self._store.runs.active_run_in_thread(thread) or await self._posting_in(
                 thread
             )
-            if run is None or (RunStatus(run.status).finished and not _posting(run)):
+            if run is None or (run.status.finished and not _posting(run)):
                 return _Refusal("nothing_in_thread")
             if run.requested_by != by and not self._policy.is_admin(message.user):
                 return _Refusal("not_theirs")
@@ -529,16 +529,14 @@ class ChatCommands:
             wanted = prefix.lower()
             matches = [run for run in active if run.id.startswith(wanted)]
         else:
-            matches = [
-                r for r in active if ThreadKey.parse(r.thread_key).channel == message.channel
-            ]
+            matches = [r for r in active if r.thread.channel == message.channel]
         return matches[-1] if matches else None
 
 
 def _posting(run: RunRecord) -> bool:
     """Whether ``run`` finished and its outcome is being posted now: its report, or its
     cancellation (a second cancel is then told it is already cancelling)."""
-    if run.delivery != DELIVERY_PENDING:
+    if run.delivery != DeliveryState.PENDING:
         return False
     cancelled = run.status == RunStatus.CANCELLED.value and run.cancel_requested
     return run.status == RunStatus.SUCCEEDED.value or cancelled
@@ -548,7 +546,7 @@ def _thread_of(run: RunRecord | None) -> ThreadKey | None:
     if run is None:
         return None
     try:
-        return ThreadKey.parse(run.thread_key)
+        return run.thread
     except ValueError:
         return None
 

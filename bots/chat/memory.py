@@ -31,7 +31,7 @@ from bots.chat.throttle import WorkspaceLimiters
 from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
-from core.models import Attachment, ThreadKey
+from core.models import Attachment
 from core.operations.job import Undeliverable
 from core.reasons import Reason
 from core.research.outcome import RunOutcome
@@ -39,6 +39,7 @@ from core.research.progress import ProgressTask
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise
 from core.wording import Language, request_language
+from storage.values import ThreadKey
 
 PLATFORM = "memory"
 #: How a progress message's content lists its buttons (its last line).
@@ -255,7 +256,7 @@ class MemoryThread:
     def __init__(self, chat: MemoryChat, run: RunRecord) -> None:
         self._chat = chat
         self._run = run
-        self.thread = ThreadKey.parse(run.thread_key)
+        self.thread = run.thread
         self._last_part: str | None = None
 
     def render_progress(
@@ -377,7 +378,7 @@ class MemoryDeliveryFactory:
             raise self._chat.for_run_errors.pop(0)
         if run.id == self._chat.refuse_for_run:
             raise Undeliverable("no installation for this workspace")
-        thread = ThreadKey.parse(run.thread_key)
+        thread = run.thread
         return ChatDelivery(
             run,
             MemoryThread(self._chat, run),

@@ -7,8 +7,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from core.grammar import request_words
-from core.models import Attachment, ThreadKey
+from core.models import Attachment
 from core.wording import Language, request_language
+from storage.values import ThreadKey
 
 #: A thread whose id the platform assigns only once the run posts its first message (a Slack
 #: slash command has no message to thread under): ``pending-<request id>``.

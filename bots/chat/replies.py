@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from core.attachments import READABLE, shown_name
 from core.chat_stores import DigestRecord, RunRecord
 from core.grammar import help_text
-from core.models import ThreadKey, Vote
+from core.models import Vote
 from core.untrusted import neutralise
 from core.wording import Language, pick
+from storage.values import ThreadKey
 
 if TYPE_CHECKING:
     from core.operations.digests import DigestView
@@ -471,7 +472,7 @@ class Replies:
     def _run_line(self, run: RunRecord) -> str:
         topic = self.markup.escape(_short(run.topic))
         try:
-            where = self.markup.thread_hint(ThreadKey.parse(run.thread_key), self.language)
+            where = self.markup.thread_hint(run.thread, self.language)
         except ValueError:
             where = run.thread_key
         searches = self._pick("searches", "次搜索")

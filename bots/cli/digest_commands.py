@@ -46,10 +46,10 @@ def digest_add(
         validate_topic,
     )
     from core.grammar import ScheduleCommand
-    from core.models import SourceChoice, ThreadKey
     from core.operations.digests import check_digest_platform
     from core.operations.schedule import CLI_SYNTAX, timezone, trigger
     from core.runtime import digest_service, knowledge_from_settings, open_storage
+    from storage.values import SourceChoice, ThreadKey
 
     app_settings = all_settings()
     settings = app_settings.core

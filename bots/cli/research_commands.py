@@ -26,8 +26,8 @@ from bots.cli.common import (
 
 if TYPE_CHECKING:
     from core.config import Settings
-    from core.models import ThreadKey
     from core.research.outcome import RunOutcome
+    from storage.values import ThreadKey
 
 
 @app.command()
@@ -81,7 +81,8 @@ def research(
         validate_strategy,
         validate_topic,
     )
-    from core.models import CONSOLE_PLATFORM, ResearchRequest, SourceChoice, ThreadKey
+    from core.models import CONSOLE_PLATFORM, ResearchRequest
+    from storage.values import SourceChoice, ThreadKey
 
     settings = core_settings()
     try:
@@ -191,11 +192,11 @@ async def _research(
     from bots.console.files import LocalFiles
     from bots.console.progress import ConsoleProgress
     from core.config import ConfigError
-    from core.models import SourceChoice
     from core.research.executor import RunBusy
     from core.research.requests import RunRejected
     from core.runtime import open_runtime
     from storage import ClaimLost, StorageUnavailable
+    from storage.values import SourceChoice
 
     progress = ConsoleProgress(stderr())
     try:
@@ -239,8 +240,8 @@ async def _research(
 def _show_outcome(outcome: RunOutcome, *, output: Path | None, as_json: bool) -> None:
     from rich.markup import escape
 
-    from core.models import RunStatus
     from core.research.outcome import ending_text, stopped_with_nothing
+    from storage.values import RunStatus
 
     err = stderr()
     unwritten = False

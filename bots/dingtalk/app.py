@@ -67,8 +67,8 @@ from bots.http_gate import Rejected, parse_json, read_body, rejected_response
 from core.chat_stores import ChatStores, utcnow
 from core.commands import CommandError
 from core.grammar import EXPLICIT, ResearchCommand
-from core.models import RunStatus, ThreadKey
 from core.wording import Language, pick
+from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)
 
@@ -179,14 +179,14 @@ class DingTalkAdapter:
             message.requested_by, FOLLOW_UP_CANDIDATES
         )
         for run in runs:  # newest first
-            key = ThreadKey.parse(run.thread_key)
+            key = run.thread
             if (key.platform, key.workspace, key.channel) != (
                 PLATFORM,
                 message.workspace,
                 message.channel,
             ):
                 continue
-            if not RunStatus(run.status).finished or run.finished_at is None:
+            if not run.status.finished or run.finished_at is None:
                 return request  # still running: a new research
             if utcnow() - run.finished_at <= timedelta(seconds=window):
                 return request.in_thread(key.thread)
@@ -219,8 +219,8 @@ class DingTalkAdapter:
         for run in runs:  # newest first
             names = (run.topic, _report_heading(run.report_markdown))
             if any(name and name.casefold() in shown for name in names):
-                return ThreadKey.parse(run.thread_key).thread
-        return ThreadKey.parse(runs[0].thread_key).thread if runs else None
+                return run.thread.thread
+        return runs[0].thread.thread if runs else None
 
     async def _answer(self, request: DingTalkRequest, text: str) -> None:
         message = request.message

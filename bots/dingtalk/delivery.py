@@ -50,7 +50,7 @@ from bots.dingtalk.render import (
 from bots.dingtalk.send import Conversation, space_of
 from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
-from core.models import Attachment, ThreadKey
+from core.models import Attachment
 from core.operations.digests import heading_of
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressTask
@@ -126,7 +126,7 @@ class DingTalkThread:
         self._template = template_id or default
         self._cards = cards
         context: dict[str, Any] = dict(run.platform_context or {})
-        self._space = space_of(context, ThreadKey.parse(run.thread_key).channel)
+        self._space = space_of(context, run.thread.channel)
         try:
             expires_ms = int(context.get("webhook_expires_ms") or 0)
         except ValueError:
@@ -276,7 +276,7 @@ class DingTalkDeliveryFactory:
         self.cards = CardsRefused()
 
     async def for_run(self, run: RunRecord) -> ChatDelivery:
-        corp = ThreadKey.parse(run.thread_key).workspace
+        corp = run.thread.workspace
         poster = DingTalkThread(
             run, self._api, template_id=self._template, cards=self.cards, callbacks=self.callbacks
         )

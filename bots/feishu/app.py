@@ -53,8 +53,8 @@ from bots.feishu.render import escape_text, reply_card
 from bots.feishu.settings import FeishuSettings
 from bots.feishu.ws import LongConnection
 from bots.http_gate import Rejected, read_body, rejected_response
-from core.models import ThreadKey
 from core.wording import Language, pick
+from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)
 

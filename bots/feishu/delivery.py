@@ -25,7 +25,7 @@ from bots.feishu.render import notice_card, progress_card, report_cards
 from core.attachments import AttachmentRefused, attachment_kind
 from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
-from core.models import Attachment, ThreadKey
+from core.models import Attachment
 from core.operations.digests import heading_of
 from core.reasons import Reason
 from core.research.outcome import RunOutcome
@@ -57,7 +57,7 @@ class FeishuThread:
         self._run = run
         self._api = api
         self._store = store
-        self.thread = ThreadKey.parse(run.thread_key)
+        self.thread = run.thread
         self.language = request_language(run.topic)
         self._title = heading_of(run)
 
@@ -150,7 +150,7 @@ class FeishuDeliveryFactory:
         self._limiters = WorkspaceLimiters(per_minute=APP_CALLS_PER_MINUTE, burst=20)
 
     async def for_run(self, run: RunRecord) -> ChatDelivery:
-        tenant = ThreadKey.parse(run.thread_key).workspace
+        tenant = run.thread.workspace
         return ChatDelivery(
             run,
             FeishuThread(run, self._api, self._store),

@@ -38,7 +38,7 @@ from bots.slack.status import REFRESH_SECONDS, ThreadStatus
 from core.attachments import AttachmentRefused
 from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
-from core.models import Attachment, ThreadKey
+from core.models import Attachment
 from core.operations.digests import heading_of
 from core.reasons import Reason
 from core.research.outcome import RunOutcome
@@ -79,7 +79,7 @@ class SlackThread:
         self._downloads = downloads
         self._requester = requester_user_id(run.requested_by)
         self.language = request_language(run.topic)
-        self.thread = ThreadKey.parse(run.thread_key)
+        self.thread = run.thread
 
     def render_progress(
         self,
@@ -192,7 +192,7 @@ class SlackDeliveryFactory:
         return self._http
 
     async def for_run(self, run: RunRecord) -> ChatDelivery:
-        team = ThreadKey.parse(run.thread_key).workspace
+        team = run.thread.workspace
         client = await self._clients.client_for(team)
         downloads = SlackDownloads(client, self._download_http(), self._origins)
         messenger = SlackMessenger(client, team, self.refusals, self.scopes)

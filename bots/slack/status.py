@@ -30,11 +30,11 @@ from bots.slack.refusals import (
     WORKSPACE_REFUSALS,
     SlackRefusals,
 )
-from core.models import ThreadKey
 from core.research.progress import ProgressEvent, ProgressKind, TaskStatus
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise, remove_urls
 from core.wording import Language, pick
+from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from core.commands import CommandError
 from core.grammar import ScheduleCommand
-from core.models import ResearchRequest, SourceChoice, ThreadKey
+from core.models import ResearchRequest
 from core.operations import schedule
 from core.operations.runners import JobRunner
 from core.research.requests import RunRejected, submit_run
@@ -31,6 +31,7 @@ from storage import (
     StorageUnavailable,
 )
 from storage.tables import utcnow
+from storage.values import SourceChoice, ThreadKey
 
 log = logging.getLogger(__name__)
 

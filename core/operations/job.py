@@ -32,24 +32,16 @@ from typing import Any, Protocol
 from core import wording
 from core.failures import PostFailure, judge
 from core.logs import Changing, log_context
-from core.models import CONSOLE_PLATFORM, Attachment, RunStatus, ThreadKey
+from core.models import CONSOLE_PLATFORM, Attachment
 from core.operations.lease import Lease, release_quietly
 from core.research.executor import RunExecutor
 from core.research.outcome import RunOutcome, final_progress_text
 from core.research.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.timer import MONOTONIC, Timer
 from core.wording import request_language
-from storage import (
-    DELIVERY_PENDING,
-    UNFINISHED_STATUSES,
-    Claim,
-    ClaimLost,
-    ClaimStore,
-    RunRecord,
-    RunStore,
-    StorageUnavailable,
-)
+from storage import Claim, ClaimLost, ClaimStore, RunRecord, RunStore, StorageUnavailable
 from storage.tables import utcnow
+from storage.values import UNFINISHED_STATUSES, DeliveryState, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +145,7 @@ async def publish_final(progress: ProgressSink, outcome: RunOutcome) -> None:
 
 
 def _has_work(run: RunRecord) -> bool:
-    return run.status in UNFINISHED_STATUSES or run.delivery == DELIVERY_PENDING
+    return run.status in UNFINISHED_STATUSES or run.delivery == DeliveryState.PENDING
 
 
 class ResearchJob:
@@ -208,7 +200,7 @@ class ResearchJob:
 
     async def _run(self, run: RunRecord) -> None:
         run_id = run.id
-        platform = ThreadKey.parse(run.thread_key).platform
+        platform = run.thread.platform
         factory = self._factories.get(platform)
         if factory is None:
             reason = never_deliverable(
@@ -337,7 +329,7 @@ class ResearchJob:
     def _count(self, claim: Claim, outcome: str) -> None:
         metrics = self._executor.metrics
         if metrics is not None:
-            platform = claim.run.thread_key.split(":", 1)[0]
+            platform = claim.run.thread.platform
             metrics.platform_calls.labels(platform, outcome).inc()
 
     async def _post_and_record(
@@ -400,7 +392,7 @@ class ResearchJob:
         run = claim.run
         if run.status in UNFINISHED_STATUSES:
             run = await self._executor.fail_claimed(claim, reason)
-        if run.delivery == DELIVERY_PENDING:
+        if run.delivery == DeliveryState.PENDING:
             await self._claims.finish_delivery(claim, posted=False, error=reason)
 
 

@@ -28,14 +28,7 @@ from core.engine.budget import RunBudget
 from core.engine.files import FileReader, PlatformFiles
 from core.engine.state import RunState, StepHooks, StopReason
 from core.engine.strategy import Strategy
-from core.models import (
-    CONSOLE_PLATFORM,
-    Attachment,
-    RunStatus,
-    Source,
-    ThreadVariables,
-    Usage,
-)
+from core.models import CONSOLE_PLATFORM, Attachment, Source, ThreadVariables, Usage
 from core.operations.lease import (
     LOST_CLAIM,
     Lease,
@@ -85,6 +78,7 @@ from storage import (
     ThreadBusy,
     ThreadStore,
 )
+from storage.values import RunStatus
 
 if TYPE_CHECKING:
     from core.metrics import Metrics  # (prometheus-client is imported by `fathom serve` only)
@@ -226,7 +220,7 @@ class RunExecutor:
         if _interrupted(run):
             # Cancelled by an interruption, not by a person: resume it from its checkpoint.
             await self._requeue(run_id)
-        elif RunStatus(run.status).finished:
+        elif run.status.finished:
             return await self.stored_outcome(run)
         result = await self.claim(run_id)
         holder = result.run.owner if result.run is not None else None
@@ -234,10 +228,10 @@ class RunExecutor:
             result = await self.claim(run_id, from_dead_owner=holder)
         claim = result.claim
         if claim is None:
-            if result.run is not None and RunStatus(result.run.status).finished:
+            if result.run is not None and result.run.status.finished:
                 return await self.stored_outcome(result.run)
             raise RunBusy(result.run or run)
-        if RunStatus(claim.run.status).finished:  # finished meanwhile: only its delivery was due
+        if claim.run.status.finished:  # finished meanwhile: only its delivery was due
             await release_quietly(self._claims, claim)
             return await self.stored_outcome(claim.run)
         async with self.lease(claim):
@@ -431,7 +425,7 @@ class RunExecutor:
             notes_if_cancelled=research,
         )
         if finished.status != status.value:  # a cancel came as the report was recorded
-            status, markdown, sources = RunStatus(finished.status), None, []
+            status, markdown, sources = finished.status, None, []
             reason, state.notes = StopReason.CANCELLED, list(finished.notes)
         if self.metrics is not None:
             count_finished(
@@ -568,7 +562,7 @@ class RunExecutor:
         return RunOutcome(
             run_id=run.id,
             thread=run.thread_key,
-            status=RunStatus(run.status),
+            status=run.status,
             topic=run.topic,
             depth=run.depth,
             topics=self._run_topics(run, state),

@@ -8,10 +8,11 @@ from typing import Any
 
 from core import wording
 from core.engine.state import StopReason
-from core.models import DEFAULT_STRATEGY, AttachedFile, RunStatus, Source, SourceKind, Usage
+from core.models import DEFAULT_STRATEGY, AttachedFile, Source, SourceKind, Usage
 from core.research.progress import ProgressTask
 from core.wording import request_language
 from storage import RunRecord
+from storage.values import RunStatus
 
 
 @dataclass

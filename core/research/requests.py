@@ -18,15 +18,7 @@ from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from core.dates import Clock, utcnow, zone
-from core.models import (
-    CONSOLE_PLATFORM,
-    Guidance,
-    ResearchRequest,
-    RunStatus,
-    ThreadKey,
-    Usage,
-    Vote,
-)
+from core.models import CONSOLE_PLATFORM, Guidance, ResearchRequest, Usage, Vote
 from core.research.cost import Prices
 from core.research.executing import LocalRuns
 from core.text import clean_text, has_visible
@@ -43,6 +35,7 @@ from storage import (
     ThreadBusy,
     ThreadStore,
 )
+from storage.values import ThreadKey
 
 if TYPE_CHECKING:
     from core.metrics import Metrics  # (prometheus-client is imported by `fathom serve` only)
@@ -259,7 +252,7 @@ class RunRequests:
         (a redelivered reply is kept once)."""
         words = without_markdown_links(neutralise(clean_text(text)))
         words = " ".join(words.split())[:MAX_GUIDANCE_CHARS]
-        if RunStatus(run.status).finished or not has_visible(words):
+        if run.status.finished or not has_visible(words):
             return False
         entry = Guidance(run_id=run.id, by=by, at=self._clock(), text=words, key=key)
         return await self._threads.add_guidance(run.thread_key, entry.model_dump(mode="json"))

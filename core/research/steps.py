@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from core import note_words, wording
 from core.engine.budget import RunBudget
 from core.engine.state import RunSources, RunState, StopReason
-from core.models import RunStatus, Source, SourceChoice, ThreadKey, ThreadVariables, Usage
+from core.models import Source, ThreadVariables, Usage
 from core.research.cost import Prices
 from core.research.outcome import stopped_with_nothing
 from core.search import SearchProvider
@@ -26,6 +26,7 @@ from storage import (
     VariablesConflict,
     outcome_is_delivered,
 )
+from storage.values import RunStatus, SourceChoice
 
 if TYPE_CHECKING:
     from core.metrics import Metrics  # (prometheus-client is imported by `fathom serve` only)
@@ -38,7 +39,7 @@ CHECKPOINT_ATTEMPTS = 5
 
 def delivers(run: RunRecord) -> bool:
     """Whether the run's outcome has to be delivered to a chat thread once it finishes."""
-    return outcome_is_delivered(ThreadKey.parse(run.thread_key).platform)
+    return outcome_is_delivered(run.thread.platform)
 
 
 class InternalSources(Protocol):
@@ -78,10 +79,7 @@ def run_sources(knowledge: InternalSources | None, run: RunRecord, state: RunSta
     dropped = forget_other_servers(state.variables, {s.name for s in allowed})
     if dropped:
         state.note(note_words.forgotten_internal_words(state.language, dropped))
-    try:
-        choice = SourceChoice(run.sources)
-    except ValueError:
-        choice = SourceChoice.ALL
+    choice = run.sources
     if choice is SourceChoice.INTERNAL and not allowed:
         raise NoInternalSource(wording.no_internal_source_words(state.language))
     return RunSources(
@@ -176,10 +174,10 @@ def count_finished(
     """Count a finished attempt of a run in the process's metrics (a run stopped before
     anything was found as ``stopped``)."""
     usage = state.usage
-    status = RunStatus(run.status)
+    status = run.status
     metrics.run_finished(
         status="stopped" if stopped_with_nothing(status, reason) else status.value,
-        platform=run.thread_key.split(":", 1)[0],
+        platform=run.thread.platform,
         strategy=run.strategy,
         seconds=run.seconds,
         rounds_done=max(0, state.rounds_done - rounds_before),

@@ -1,0 +1,69 @@
+"""The typed values a run's record carries, converted once where a row is read
+(:func:`storage.sql.run_record`): its status, its delivery state, the sources it searches and
+its thread's key. The engine, the chat layer and the platforms use these types as they are,
+never a string re-parsed at each use.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class RunStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED_STATUSES
+
+
+UNFINISHED_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class DeliveryState(enum.StrEnum):
+    """``research_runs.delivery``: the finished run's outcome still has to reach its thread,
+    it has, or posting it was given up (None: a run not finished, or one whose caller shows
+    the outcome itself)."""
+
+    PENDING = "pending"
+    POSTED = "posted"
+    FAILED = "failed"
+
+
+class SourceChoice(enum.StrEnum):
+    """Which sources a run searches (``sources=`` of ``/research``, ``--sources``)."""
+
+    WEB = "web"
+    INTERNAL = "internal"
+    #: The web and every internal source the run's channel may use.
+    ALL = "all"
+
+
+class ThreadKey(BaseModel):
+    """``<platform>:<workspace>:<channel>:<thread>``; the thread part may contain ':'."""
+
+    model_config = ConfigDict(frozen=True)
+
+    platform: str
+    workspace: str
+    channel: str
+    thread: str
+
+    @classmethod
+    def parse(cls, key: str) -> ThreadKey:
+        parts = key.split(":", 3)
+        if len(parts) != 4 or not all(p.strip() for p in parts):
+            raise ValueError(
+                f"thread key {key!r} is not of the form <platform>:<workspace>:<channel>:<thread>"
+            )
+        return cls(platform=parts[0], workspace=parts[1], channel=parts[2], thread=parts[3])
+
+    def __str__(self) -> str:
+        return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
