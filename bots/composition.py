@@ -4,7 +4,7 @@
 chat layer's, each registered platform's); :func:`open_app` builds, once, everything a
 serving or working process needs: core's runtime (``core.runtime.open_runtime``: storage,
 clients, services), the research job, the job runner, and every enabled platform (its
-delivery registered on the job; for ``serve`` its ingress too), and closes them in the one
+posters registered on the job; for ``serve`` its ingress too), and closes them in the one
 safe order: the platforms stop taking requests, the runner stops (its jobs hand their runs
 back), then the platforms' outbound clients close. ``fathom research`` and the ``thread``
 and ``digest`` commands need no platform and use ``core.runtime`` directly.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from bots.chat.platform import ChatPlatform, PlatformServices
@@ -149,20 +149,20 @@ async def open_app(
             requests=runtime.research.requests,
             store=runtime.store,
             digests=runtime.digests,
-            database=runtime.database,
             policy=settings.policy,
             limits=settings.chat.route_limits,
             knowledge=runtime.knowledge,
         )
         app = App(settings, runtime, job, runner, queue)
-        for cls in settings.enabled:
-            platform = cls(settings.platforms[cls.name], services)
-            app.platforms[cls.name] = platform
-            stack.push_async_callback(platform.aclose)  # after the runner has stopped
-            job.register(cls.name, await platform.open_delivery())
+        # Closed in this order: the ingresses (stop taking requests, finish the answers in
+        # flight), the runner (its running jobs post meanwhile), then the outbound clients.
+        clients = await stack.enter_async_context(contextlib.AsyncExitStack())
         stack.push_async_callback(runner.stop)
-        if role == "serve":
-            for platform in app.platforms.values():
-                stack.push_async_callback(platform.close_ingress)  # before the runner stops
-                await platform.start_ingress(runner)
+        for cls in settings.enabled:
+            own = replace(services, engine=runtime.database.engine) if cls.metadata else services
+            platform = cls(settings.platforms[cls.name], own)
+            app.platforms[cls.name] = platform
+            clients.push_async_callback(platform.aclose)
+            stack.push_async_callback(platform.close_ingress)
+            job.register(cls.name, await platform.start(runner if role == "serve" else None))
         yield app

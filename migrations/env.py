@@ -11,6 +11,7 @@ import asyncio
 import os
 
 from alembic import context
+from sqlalchemy import MetaData
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -19,7 +20,15 @@ from storage.db import normalize_url
 from storage.tables import Base, ours
 
 config = context.config
-target_metadata = Base.metadata
+
+
+def _models() -> list[MetaData]:
+    """What autogenerate compares the database with: the shared tables and each registered
+    platform's own (``ChatPlatform.metadata``; imported only for Alembic's own CLI, never
+    when a process upgrades its database)."""
+    from bots.platforms import PLATFORMS
+
+    return [Base.metadata, *(cls.metadata for cls in PLATFORMS if cls.metadata is not None)]
 
 
 def _url() -> str:
@@ -31,10 +40,10 @@ def _url() -> str:
     return normalize_url(str(url))
 
 
-def _run(connection: Connection) -> None:
+def _run(connection: Connection, models: list[MetaData] | None = None) -> None:
     context.configure(
         connection=connection,
-        target_metadata=target_metadata,
+        target_metadata=models,
         render_as_batch=connection.dialect.name == "sqlite",  # SQLite cannot ALTER much
         include_object=ours,
     )
@@ -46,13 +55,13 @@ async def _run_async() -> None:
     engine = create_async_engine(_url(), poolclass=NullPool)
     try:
         async with engine.begin() as connection:
-            await connection.run_sync(_run)
+            await connection.run_sync(_run, _models())
     finally:
         await engine.dispose()
 
 
 if context.is_offline_mode():
-    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    context.configure(url=_url(), target_metadata=_models(), literal_binds=True)
     with context.begin_transaction():
         context.run_migrations()
 elif (connection := config.attributes.get("connection")) is not None:

@@ -14,8 +14,8 @@ the platform (``U0002``, as guidance, notes and attached files name them):
 A run of theirs that is still queued, running or posting its outcome, and a thread whose run
 is going on (its variables are in a runner's hands), are left as they are and reported
 (:attr:`Forgotten.busy`): the caller cancels them and asks again once they have ended.
-Slack installations the person made are reported, never deleted (the workspace's bot would
-stop working): uninstalling the app removes them.
+What a platform keeps of the person in tables of its own (Slack's installations) is its to
+report (``ChatPlatform.kept_of``): ``fathom forget`` asks it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy import Table, delete, select, update
 from sqlalchemy.engine import Connection
 
 from storage.db import Database
@@ -36,7 +36,6 @@ from storage.tables import (
     RunSource,
     Thread,
     ThreadVariables,
-    slack_installations,
 )
 from storage.values import FINISHED_STATUSES, UNFINISHED_STATUSES, DeliveryState
 
@@ -89,8 +88,6 @@ class Forgotten:
     #: Runs of theirs still going on (or posting), and runs going on in threads holding their
     #: guidance or files: cancel them, then forget again.
     busy: tuple[str, ...] = ()
-    #: Slack installations they made (kept; see the module docstring).
-    installations: int = 0
 
 
 class ForgetStore:
@@ -136,7 +133,6 @@ class _Forgetting:
             digests=digests,
             files=attached,
             busy=tuple(sorted(set(self.busy))),
-            installations=self._installations(),
         )
 
     def _runs(self) -> tuple[int, int]:
@@ -272,16 +268,6 @@ class _Forgetting:
                     else _unnamed(row.report_markdown, named),
                 )
             )
-
-    def _installations(self) -> int:
-        if self.person.platform != "slack":
-            return 0
-        stmt = (
-            select(func.count())
-            .select_from(slack_installations)
-            .where(slack_installations.c.user_id == self.person.user_id)
-        )
-        return int(self.conn.execute(stmt).scalar_one())
 
 
 def _unnamed(text: str, named: str) -> str:

@@ -11,8 +11,10 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
+from bots.slack.platform import SlackPlatform
+from bots.slack.tables import slack_installations
 from storage import Database, Person, SourceRecord, Store
-from storage.tables import Base, ResearchRun, ThreadVariables, slack_installations
+from storage.tables import Base, ResearchRun, ThreadVariables
 from tests.cli import fathom
 from tests.runs import claim, new_run
 
@@ -52,13 +54,11 @@ async def research(
 
 
 async def rows_naming(database: Database, needle: str) -> list[tuple[str, str]]:
-    """Every (table, column) of every table whose value holds ``needle`` (Slack's
-    installations aside: forget reports them and keeps them)."""
+    """Every (table, column) of every shared table whose value holds ``needle`` (Slack's
+    installations are Slack's own: forget reports them and keeps them)."""
     found = []
     async with database.sessionmaker() as session:
         for table in Base.metadata.sorted_tables:
-            if table is slack_installations:
-                continue
             for row in (await session.execute(select(table))).mappings():
                 for column, value in row.items():
                     shown = value if isinstance(value, str) else json.dumps(value, default=str)
@@ -163,7 +163,7 @@ async def test_forget_leaves_no_row_naming_the_person_and_keeps_everyone_elses(
 
     assert await rows_naming(database, "UFORGET7") == []
     assert (done.runs, done.threads, done.votes, done.guidance, done.digests) == (3, 2, 1, 1, 1)
-    assert done.files == 2 and done.busy == () and done.installations == 0
+    assert done.files == 2 and done.busy == ()
     for gone in ("own", "followup", "firing"):
         assert await store.runs.get_run(ids[gone]) is None
     # Someone else's research stays, without the person: their run, their vote, their
@@ -204,7 +204,10 @@ async def test_a_run_still_going_on_is_left_and_reported_until_it_has_ended(
     person = Person.parse(GONE)
     assert await store.forgetting.unfinished_runs(person) == [running]
     first = await store.forgetting.forget(person)
-    assert first.busy == (running,) and first.runs == 0 and first.installations == 1
+    assert first.busy == (running,) and first.runs == 0
+    kept = await SlackPlatform.kept_of(database.engine, "UFORGET7")
+    assert kept is not None and "(1 installations, kept" in kept
+    assert await SlackPlatform.kept_of(database.engine, "UKEEP8") is None
     assert await store.runs.get_run(running) is not None
     async with database.sessionmaker.begin() as session:  # it ended and was posted
         await session.execute(
@@ -242,9 +245,21 @@ async def test_fathom_forget_and_prune_on_the_command_line(
         assert bad.returncode == 2
         assert "is not a requester key <platform>:<workspace>:<user id>" in bad.stderr
 
+        async with database.sessionmaker.begin() as session:  # they installed the Slack app
+            await session.execute(
+                insert(slack_installations).values(
+                    client_id="111.222",
+                    app_id="A1",
+                    team_id="T0001",
+                    user_id="UFORGET7",
+                    is_enterprise_install=False,
+                    installed_at=datetime(2026, 1, 1),
+                )
+            )
         first = cli("forget", "--user", GONE)
         assert first.returncode == 1
         assert f"1 runs are still going on or posting ({running})" in first.stderr
+        assert "UFORGET7 installed the Slack app (1 installations, kept" in first.stderr
         assert first.stdout.startswith(f"forgot {GONE}: 3 runs, 2 threads, 1 votes")
         flagged = await store.runs.get_run(running)
         assert flagged is not None and flagged.cancel_requested

@@ -289,7 +289,7 @@ async def test_expired_oauth_states_are_pruned(
                     "VALUES ('live', '2999-01-01 00:00:00')"
                 )
             )
-        assert await SlackOAuthStates(bot.database).prune_expired() == 5
+        assert await SlackOAuthStates(bot.database.engine).prune_expired() == 5
         async with bot.database.engine.connect() as conn:
             left = (await conn.execute(text("SELECT state FROM slack_oauth_states"))).all()
         assert [r[0] for r in left] == ["live"]

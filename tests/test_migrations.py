@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import inspect, text
+from sqlalchemy import MetaData, inspect, text
 
 from core.engine.graph_state import NodeStatus, graph_of
 from core.models import ThreadVariables
@@ -66,13 +66,19 @@ async def _schema_diff(database: Database) -> list[Any]:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
+    from bots.platforms import PLATFORMS
     from storage.tables import ours
+
+    models = MetaData()  # the shared tables and every platform's own
+    for metadata in (Base.metadata, *(cls.metadata for cls in PLATFORMS if cls.metadata)):
+        for table in metadata.tables.values():
+            table.to_metadata(models)
 
     def diff(sync_conn: Any) -> list[Any]:
         context = MigrationContext.configure(
             sync_conn, opts={"compare_type": True, "include_object": ours}
         )
-        return list(compare_metadata(context, Base.metadata))
+        return list(compare_metadata(context, models))
 
     async with database.engine.connect() as conn:
         return await conn.run_sync(diff)

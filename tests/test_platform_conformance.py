@@ -32,14 +32,14 @@ from bots.chat.delivery import ChatDelivery
 from bots.chat.message import ChatMessage
 from bots.dingtalk.api import DingTalkApi
 from bots.dingtalk.callbacks import CardCallbacks
-from bots.dingtalk.delivery import DingTalkDeliveryFactory
+from bots.dingtalk.delivery import DingTalkPosters
 from bots.dingtalk.events import translate as dingtalk_translate
 from bots.feishu.api import FeishuApi
-from bots.feishu.delivery import FeishuDeliveryFactory
+from bots.feishu.delivery import FeishuPosters
 from bots.feishu.events import translate as feishu_translate
 from bots.platforms import PLATFORMS
 from bots.slack.app import event_message, is_for_the_bot
-from bots.slack.delivery import SlackDeliveryFactory
+from bots.slack.delivery import SlackPosters
 from bots.slack.messenger import StaticSlackClients, make_web_client
 from core.models import Source, Usage
 from core.research.outcome import RunOutcome
@@ -148,8 +148,8 @@ class SlackRig:
         request = await self.client.chat_postMessage(channel="C0001", text=f"research {topic}")
         return await _create(store, f"slack:T0001:C0001:{request['ts']}", topic=topic)
 
-    def factory(self, store: Store) -> SlackDeliveryFactory:
-        return SlackDeliveryFactory(StaticSlackClients(self.client), store, edit_interval=0.0)
+    def factory(self, store: Store) -> SlackPosters:
+        return SlackPosters(StaticSlackClients(self.client), store, edit_interval=0.0)
 
     def shown(self, run: RunRecord) -> list[Shown]:
         fake, thread = self.server.fake, run.thread_key.rsplit(":", 1)[1]
@@ -175,8 +175,8 @@ class FeishuRig:
         root = await self.api.create_message("oc_conformance", "text", content, uuid=new_id())
         return await _create(store, f"feishu:{TENANT}:oc_conformance:{root}", topic=topic)
 
-    def factory(self, store: Store) -> FeishuDeliveryFactory:
-        return FeishuDeliveryFactory(self.api, store, edit_interval=0.0)
+    def factory(self, store: Store) -> FeishuPosters:
+        return FeishuPosters(self.api, store, edit_interval=0.0)
 
     def shown(self, run: RunRecord) -> list[Shown]:
         root = run.thread_key.rsplit(":", 1)[1]
@@ -198,10 +198,10 @@ class DingTalkRig:
         key = f"dingtalk:{CORP}:{self.conversation}:{message.thread}"
         return await _create(store, key, message.context, topic=topic)
 
-    def factory(self, store: Store) -> DingTalkDeliveryFactory:
+    def factory(self, store: Store) -> DingTalkPosters:
         # The stream brings presses back, so cards carry buttons.
         callbacks = CardCallbacks(self.api, stream=True, url=None, client_secret=DINGTALK_SECRET)
-        return DingTalkDeliveryFactory(self.api, store, edit_interval=0.0, callbacks=callbacks)
+        return DingTalkPosters(self.api, store, edit_interval=0.0, callbacks=callbacks)
 
     def shown(self, run: RunRecord) -> list[Shown]:
         """Cards (with every version the fake keeps) and sent messages, in the order the

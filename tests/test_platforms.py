@@ -17,18 +17,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from bots.chat.controls import Button
-from bots.chat.delivery import ChatDelivery
+from bots.chat.delivery import ThreadPosters
 from bots.chat.inbound import ChatCommands
 from bots.chat.message import ChatMessage
-from bots.chat.platform import ChatPlatform, HttpIngress, PlatformRoute
+from bots.chat.platform import ChatPlatform, HttpIngress, OpenPlatform, PlatformRoute
 from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import PlatformSettings
 from bots.platforms import PLATFORMS, secret_patterns
+from core.attachments import AttachmentRefused
 from core.config import env
 from core.failures import PostFailure
 from core.logs import configure_logging
-from core.operations.job import DeliveryFactory
+from core.models import Attachment
 from core.operations.runners import JobRunner
+from core.reasons import Reason
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressTask
 from core.untrusted import neutralise
@@ -186,6 +188,9 @@ class ToyThread:
     async def post_notice(self, text: str) -> None:
         self._messages.append(neutralise(text))
 
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        raise AttachmentRefused(Reason("the toy chat keeps no files", "玩具聊天不保存文件"))
+
     def classify(self, error: Exception) -> PostFailure:
         return PostFailure(type(error).__name__, True)
 
@@ -193,13 +198,9 @@ class ToyThread:
 def toy_platform(chat: ToyChat) -> type[ChatPlatform[ToySettings]]:
     """The toy platform, delivering into ``chat`` (what the test reads)."""
 
-    class ToyDeliveries:
-        def __init__(self, platform: ToyPlatform) -> None:
-            self._platform = platform
-
-        async def for_run(self, run: RunRecord) -> ChatDelivery:
-            store = self._platform.services.store
-            return ChatDelivery(run, ToyThread(chat, run), store, edit_interval=0)
+    class ToyPosters(ThreadPosters):
+        async def poster_for(self, run: RunRecord) -> ToyThread:
+            return ToyThread(chat, run)
 
     class ToyPlatform(ChatPlatform[ToySettings]):
         name = TOY
@@ -212,12 +213,12 @@ def toy_platform(chat: ToyChat) -> type[ChatPlatform[ToySettings]]:
             """Its bot token sits in its API's URLs, as Telegram's does."""
             return (r"\bbot\d{6,12}:[A-Za-z0-9_-]{30,}",)
 
-        async def open_delivery(self) -> DeliveryFactory:
-            return ToyDeliveries(self)
-
-        async def open_ingress(self, runner: JobRunner) -> ToyIngress:
+        async def open(self, runner: JobRunner | None) -> OpenPlatform:
+            posters = ToyPosters(self.services.store, edit_interval=0)
+            if runner is None:
+                return OpenPlatform(posters)
             markup = MarkdownMarkup(TOY, neutralise, lambda thread, language: thread.thread)
-            return ToyIngress(self.services.commands(runner, markup))
+            return OpenPlatform(posters, ToyIngress(self.services.commands(runner, markup)))
 
     class ToyIngress(HttpIngress):
         def __init__(self, commands: ChatCommands) -> None:

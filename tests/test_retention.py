@@ -14,6 +14,7 @@ from sqlalchemy import func, insert, select, text, update
 from bots.chat.platform import Chore, PlatformServices
 from bots.housekeeping import housekeep_once
 from bots.slack.platform import SlackPlatform
+from bots.slack.tables import slack_oauth_states
 from core.config import Settings
 from storage import Database, Pruned, RetentionStore, RunRecord, SourceRecord, Store
 from storage.retention import delete_runs, delete_threads, pick_runs, pick_threads
@@ -23,7 +24,6 @@ from storage.tables import (
     RunSource,
     Thread,
     ThreadVariables,
-    slack_oauth_states,
     utcnow,
 )
 from tests.runs import claim, new_run
@@ -233,7 +233,7 @@ async def test_housekeeping_runs_each_platform_s_chores_past_a_failing_one(
             [{"state": "old", "expire_at": expired}, {"state": "live", "expire_at": live}],
         )
     )
-    services = PlatformServices(database=database, store=store, **dict.fromkeys(UNUSED))  # type: ignore[arg-type]
+    services = PlatformServices(engine=database.engine, store=store, **dict.fromkeys(UNUSED))  # type: ignore[arg-type]
     slack = SlackPlatform(None, services)  # type: ignore[arg-type]
 
     async def broken() -> int:

@@ -22,7 +22,7 @@ from bots.chat.controls import run_buttons
 from bots.chat.delivery import ChatDelivery
 from bots.dingtalk.delivery import CardsRefused, DingTalkThread
 from bots.feishu.delivery import FeishuThread
-from bots.slack.delivery import SlackDeliveryFactory
+from bots.slack.delivery import SlackPosters
 from bots.slack.messenger import StaticSlackClients, make_web_client
 from bots.slack.status import REFRESH_SECONDS, RETRY_SECONDS
 from core.research.progress import ProgressEvent, ProgressKind, ProgressTask, TaskSource, TaskStatus
@@ -50,9 +50,9 @@ def server(slack_server: FakeSlackServer) -> FakeSlackServer:
     return slack_server
 
 
-def factory_for(server: FakeSlackServer, store: Store, timer: ManualTimer) -> SlackDeliveryFactory:
+def factory_for(server: FakeSlackServer, store: Store, timer: ManualTimer) -> SlackPosters:
     client = make_web_client(TOKEN, server.api_url)
-    return SlackDeliveryFactory(StaticSlackClients(client), store, edit_interval=0, timer=timer)
+    return SlackPosters(StaticSlackClients(client), store, edit_interval=0, timer=timer)
 
 
 def event(
@@ -72,7 +72,7 @@ def statuses(server: FakeSlackServer) -> list[str]:
     return [str(c.params["status"]) for c in server.fake.calls_to(SET_STATUS)]
 
 
-async def delivery_for(factory: SlackDeliveryFactory, store: Store, run_id: str) -> ChatDelivery:
+async def delivery_for(factory: SlackPosters, store: Store, run_id: str) -> ChatDelivery:
     run = await store.runs.get_run(run_id)
     assert run is not None
     return await factory.for_run(run)

@@ -12,7 +12,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.chat.delivery import ChatDelivery
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter
-from bots.slack.delivery import SlackDeliveryFactory
+from bots.slack.delivery import SlackPosters
 from bots.slack.errors import classify_error
 from bots.slack.messenger import SlackMessenger, StaticSlackClients, make_web_client
 from bots.slack.render import REPORT_FILE_THRESHOLD, progress_text, report_messages
@@ -199,9 +199,9 @@ async def create_run(store: Store, key: str, *, depth: int = 3) -> RunRecord:
     return run
 
 
-def factory(server: FakeSlackServer, store: Store) -> SlackDeliveryFactory:
+def factory(server: FakeSlackServer, store: Store) -> SlackPosters:
     clients = StaticSlackClients(make_web_client(TOKEN, server.api_url))
-    return SlackDeliveryFactory(clients, store, edit_interval=0.05)
+    return SlackPosters(clients, store, edit_interval=0.05)
 
 
 def event(run: RunRecord, kind: ProgressKind, text: str, done: int = 0) -> ProgressEvent:

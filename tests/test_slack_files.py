@@ -18,7 +18,7 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.chat.replies import Replies
-from bots.slack.delivery import SlackDeliveryFactory
+from bots.slack.delivery import SlackPosters
 from bots.slack.download import (
     NO_ACCESS,
     SlackDownloads,
@@ -372,7 +372,7 @@ async def test_each_workspaces_files_are_fetched_with_its_own_token(
         async def client_for(self, team_id: str) -> AsyncWebClient:
             return make_web_client(tokens[team_id], server.api_url)
 
-    factory = SlackDeliveryFactory(Clients(), store, api_url=server.api_url)
+    factory = SlackPosters(Clients(), store, api_url=server.api_url)
     notes = hosted(server, "notes.txt", NOTES.encode(), team="T0002")
     run, _ = await new_run(store, thread_key="slack:T0002:C0001:1700000000.000100")
     delivery = await factory.for_run(run)

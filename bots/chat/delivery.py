@@ -21,11 +21,12 @@ how to post a notice, and how to judge a failed call. :class:`ChatDelivery` (a
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from bots.chat.controls import Button, run_buttons
-from bots.chat.throttle import EditThrottle, WorkspaceLimiter
+from bots.chat.throttle import EditThrottle, WorkspaceLimiter, WorkspaceLimiters
 from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.logs import change_log_context
@@ -303,3 +304,53 @@ class ChatDelivery:
         # Stored before anything else: a run resumed from here finds its message.
         await self._store.runs.set_progress_message(self._run.id, message_id)
         await self.poster.resume(message_id)
+
+
+class ThreadPosters(ABC):
+    """A platform's outbound side, the one part of it a platform fills: the
+    :class:`ThreadPoster` of each run's thread (:meth:`poster_for`) and, if it shows one, an
+    :class:`Activity` beside it. Everything else of a delivery is :class:`ChatDelivery`'s; this
+    class is the platform's ``core.operations.job.DeliveryFactory``.
+
+    ``edit_interval``: the least time between two edits of one progress message;
+    ``per_minute`` and ``burst``: how many calls one workspace may make (its limiter, shared by
+    every run of this process in that workspace)."""
+
+    def __init__(
+        self,
+        store: ChatStores,
+        *,
+        edit_interval: float = 1.0,
+        per_minute: float = 50.0,
+        burst: int = 10,
+        timer: Timer = MONOTONIC,
+    ) -> None:
+        self._store = store
+        self._interval = edit_interval
+        self._timer = timer
+        self._limiters = WorkspaceLimiters(per_minute, burst, timer)
+
+    @abstractmethod
+    async def poster_for(self, run: RunRecord) -> ThreadPoster:
+        """The poster of ``run``'s thread; ``core.operations.job.Undeliverable`` when it can
+        never be posted to (the bot is not installed in its workspace any more)."""
+
+    def activity_for(self, run: RunRecord, poster: ThreadPoster) -> Activity | None:
+        """What shows the run's activity beside its progress message (Slack's thread status);
+        None: nothing."""
+        return None
+
+    async def for_run(self, run: RunRecord) -> ChatDelivery:
+        poster = await self.poster_for(run)
+        return ChatDelivery(
+            run,
+            poster,
+            self._store,
+            edit_interval=self._interval,
+            limiter=self._limiters.for_team(run.thread.workspace),
+            activity=self.activity_for(run, poster),
+            timer=self._timer,
+        )
+
+    async def aclose(self) -> None:  # noqa: B027 - most hold nothing of their own
+        """Close what the posters hold of their own (once the job runner has stopped)."""

@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bots.chat.controls import Button, Control, Press, feedback_buttons
-from bots.chat.delivery import ChatDelivery
+from bots.chat.delivery import ThreadPosters
 from bots.chat.inbound import ChatCommands
 from bots.chat.markdown import split_report
 from bots.chat.message import ChatMessage, Reply
 from bots.chat.replies import EMOJI_ICONS, Icon
-from bots.chat.throttle import WorkspaceLimiters
 from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
@@ -246,8 +245,8 @@ class MemoryChat:
         return text
 
     # -- outbound -------------------------------------------------------------------
-    def factory(self, store: ChatStores, *, edit_interval: float = 0.0) -> MemoryDeliveryFactory:
-        return MemoryDeliveryFactory(self, store, edit_interval=edit_interval)
+    def factory(self, store: ChatStores, *, edit_interval: float = 0.0) -> MemoryPosters:
+        return MemoryPosters(self, store, edit_interval=edit_interval)
 
 
 class MemoryThread:
@@ -356,8 +355,8 @@ def _split_buttons(
     return head, tuple(Control(name) for name in last.removeprefix(BUTTONS_MARK).split())
 
 
-class MemoryDeliveryFactory:
-    """``core.operations.job.DeliveryFactory`` for the ``memory`` platform."""
+class MemoryPosters(ThreadPosters):
+    """The posters of the ``memory`` platform's threads."""
 
     def __init__(
         self,
@@ -367,23 +366,12 @@ class MemoryDeliveryFactory:
         edit_interval: float = 0.0,
         timer: Timer = MONOTONIC,
     ) -> None:
+        super().__init__(store, edit_interval=edit_interval, timer=timer)
         self._chat = chat
-        self._store = store
-        self._interval = edit_interval
-        self._timer = timer
-        self._limiters = WorkspaceLimiters(timer=timer)
 
-    async def for_run(self, run: RunRecord) -> ChatDelivery:
+    async def poster_for(self, run: RunRecord) -> MemoryThread:
         if self._chat.for_run_errors:
             raise self._chat.for_run_errors.pop(0)
         if run.id == self._chat.refuse_for_run:
             raise Undeliverable("no installation for this workspace")
-        thread = run.thread
-        return ChatDelivery(
-            run,
-            MemoryThread(self._chat, run),
-            self._store,
-            edit_interval=self._interval,
-            limiter=self._limiters.for_team(thread.workspace),
-            timer=self._timer,
-        )
+        return MemoryThread(self._chat, run)

@@ -7,16 +7,18 @@ shutdown iterate over the enabled ones without naming any. A platform only trans
 (errbot's ``Backend``, bolt's adapters): inbound deliveries become
 :class:`~bots.chat.message.ChatMessage` for the shared
 :class:`~bots.chat.inbound.ChatCommands`, and a run's progress and report become the
-platform's calls through its :class:`~core.operations.job.DeliveryFactory`.
+platform's calls through its :class:`~bots.chat.delivery.ThreadPosters` (a
+:class:`~bots.chat.delivery.ThreadPoster` per run; the rest of a delivery is the shared
+:class:`~bots.chat.delivery.ChatDelivery`'s).
 
 The life of a platform in one process (``bots.composition`` drives it):
 
 - ``ChatPlatform(settings, services)``: nothing is opened yet;
-- :meth:`open_delivery` (``serve`` and ``worker``): its outbound clients and the delivery of
-  its runs, registered on the research job;
-- :meth:`open_ingress` (``serve`` only): its :class:`Ingress`, the adapter that receives
-  requests (and answers them through the chat layer); its HTTP :attr:`routes` are served by
-  the ingress's ``handle``;
+- :meth:`open`: its outbound clients and what it serves (:class:`OpenPlatform`): its
+  posters, registered on the research job (``serve`` and ``worker``), and, given the job
+  runner (``serve`` only), its :class:`Ingress`, the adapter that receives requests (and
+  answers them through the chat layer); its HTTP :attr:`routes` are served by the ingress's
+  ``handle``;
 - ``connect`` / ``disconnect``: its long-lived connection, if :attr:`long_lived`, opened only
   on the replica that holds the platform's election (``core.operations.duty.OneHolder``);
 - ``status``: what ``/readyz`` shows for it;
@@ -35,17 +37,18 @@ from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar
 from bots.chat.settings import ChatPolicy, PlatformSettings, RouteLimits
 
 if TYPE_CHECKING:
+    from sqlalchemy import MetaData
+    from sqlalchemy.ext.asyncio import AsyncEngine
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from bots.chat.delivery import ThreadPosters
     from bots.chat.inbound import ChatCommands, InternalSources
     from bots.chat.replies import Markup
     from core.chat_stores import ChatStores
     from core.operations.digests import DigestService
-    from core.operations.job import DeliveryFactory
     from core.operations.runners import JobRunner
     from core.research.requests import RunRequests
-    from storage import Database
 
 SettingsT = TypeVar("SettingsT", bound=PlatformSettings)
 
@@ -69,18 +72,28 @@ class Chore:
 
 
 @dataclass(frozen=True)
+class OpenPlatform:
+    """What an opened platform serves: its outbound side, and what receives its requests
+    (None in ``fathom worker``, or for a platform that receives none)."""
+
+    posters: ThreadPosters
+    ingress: Ingress | None = None
+
+
+@dataclass(frozen=True)
 class PlatformServices:
     """What every platform is given: the shared services, the chat policy, route limits."""
 
     requests: RunRequests
     store: ChatStores
     digests: DigestService
-    #: The database, for a platform that keeps tables of its own (Slack's OAuth install).
-    database: Database
     policy: ChatPolicy
     limits: RouteLimits
     #: The internal sources (MCP servers, ``FATHOM_MCP_CONFIG``); None: the web only.
     knowledge: InternalSources | None = None
+    #: The database's engine, given only to a platform with tables of its own
+    #: (:attr:`ChatPlatform.metadata`), for those tables.
+    engine: AsyncEngine | None = None
 
     def commands(self, runner: JobRunner, markup: Markup) -> ChatCommands:
         """The shared chat layer, answering in ``markup``, submitting to ``runner``."""
@@ -144,8 +157,8 @@ class HttpIngress(ABC):
 class ChatPlatform(ABC, Generic[SettingsT]):
     """One chat platform in ``fathom serve`` and ``fathom worker``.
 
-    A platform fills in :meth:`open_delivery` and, to receive requests, :meth:`open_ingress`
-    (its adapter); the routes, the connection, the status and the shutdown are its ingress's.
+    A platform fills in :meth:`open` (its posters and, given a runner, its adapter); the
+    routes, the connection, the status and the shutdown are its ingress's.
     """
 
     #: The first part of its thread keys (``slack:T1:C1:1712.5``) and of its routes.
@@ -156,6 +169,10 @@ class ChatPlatform(ABC, Generic[SettingsT]):
     settings_class: ClassVar[type[PlatformSettings]]
     #: Its HTTP routes; served (404 while it is not configured) by :meth:`handle`.
     routes: ClassVar[tuple[PlatformRoute, ...]] = ()
+    #: Its own tables, if it keeps any (Slack's OAuth installs), for schema comparisons; their
+    #: migration is in ``migrations/versions`` with the others. A platform with tables is
+    #: given the engine (:attr:`PlatformServices.engine`); the others are not.
+    metadata: ClassVar[MetaData | None] = None
 
     def __init__(self, settings: SettingsT, services: PlatformServices) -> None:
         self.settings = settings
@@ -173,18 +190,22 @@ class ChatPlatform(ABC, Generic[SettingsT]):
         """What this platform prunes of its own state in housekeeping (its tables, say)."""
         return ()
 
-    @abstractmethod
-    async def open_delivery(self) -> DeliveryFactory:
-        """Open the outbound clients; the delivery of this platform's runs."""
-
-    async def open_ingress(self, runner: JobRunner) -> Ingress | None:
-        """What receives this platform's requests, its runs going to ``runner`` (``fathom
-        serve``, after :meth:`open_delivery`); None: it receives none."""
+    @classmethod
+    async def kept_of(cls, engine: AsyncEngine, user_id: str) -> str | None:
+        """What this platform keeps in its own tables of the person ``user_id`` (its id on
+        this platform) that ``fathom forget`` does not delete, in one line; None: nothing."""
         return None
 
-    async def start_ingress(self, runner: JobRunner) -> None:
-        """Open the ingress (what the composition root calls)."""
-        self.ingress = await self.open_ingress(runner)
+    @abstractmethod
+    async def open(self, runner: JobRunner | None) -> OpenPlatform:
+        """Open the outbound clients: this platform's posters and, when ``runner`` is given
+        (``fathom serve``), what receives its requests, their runs going to ``runner``."""
+
+    async def start(self, runner: JobRunner | None) -> ThreadPosters:
+        """Open the platform (what the composition root calls): its posters, for the job."""
+        opened = await self.open(runner)
+        self.ingress = opened.ingress
+        return opened.posters
 
     @property
     def mode(self) -> str:

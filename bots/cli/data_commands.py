@@ -152,18 +152,23 @@ def forget(
                 await store.runs.request_cancel(run_id)
             return await store.forgetting.forget(person)
 
+    async def kept() -> list[str]:
+        from bots.platforms import PLATFORMS
+
+        owners = [cls for cls in PLATFORMS if cls.metadata and cls.name == person.platform]
+        if not owners:
+            return []
+        async with open_storage(settings, upgrade=False) as storage:
+            said = [await cls.kept_of(storage.database.engine, person.user_id) for cls in owners]
+        return [line for line in said if line]
+
     done = run_command(forgetting())
     sys.stdout.write(
         f"forgot {person.key}: {done.runs} runs, {done.threads} threads, {done.votes} votes, "
         f"{done.guidance} guidance replies, {done.digests} digests, {done.files} files\n"
     )
-    if done.installations:
-        stderr().print(
-            f"{person.user_id} installed the Slack app ({done.installations} installations, "
-            "kept: uninstalling the app removes them)",
-            highlight=False,
-            soft_wrap=True,
-        )
+    for line in run_command(kept()):
+        stderr().print(line, highlight=False, soft_wrap=True)
     if done.busy:
         stderr().print(
             f"{len(done.busy)} runs are still going on or posting ({', '.join(done.busy)}); "

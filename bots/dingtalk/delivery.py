@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bots.chat.controls import Button, feedback_buttons
-from bots.chat.delivery import ChatDelivery
+from bots.chat.delivery import ThreadPosters
 from bots.chat.errors import judge_failure
-from bots.chat.throttle import WorkspaceLimiters
 from bots.dingtalk import files
 from bots.dingtalk.api import DingTalkApi, DingTalkError
 from bots.dingtalk.callbacks import CardCallbacks
@@ -254,9 +253,8 @@ class DingTalkThread:
         await self._conversation.send(title, text, mention=mention)
 
 
-class DingTalkDeliveryFactory:
-    """``core.operations.job.DeliveryFactory`` for keys
-    ``dingtalk:<corp>:<conversation>:<msgId>``."""
+class DingTalkPosters(ThreadPosters):
+    """The posters of thread keys ``dingtalk:<corp>:<conversation>:<msgId>``."""
 
     def __init__(
         self,
@@ -267,23 +265,13 @@ class DingTalkDeliveryFactory:
         edit_interval: float = 1.0,
         callbacks: CardCallbacks | None = None,
     ) -> None:
+        super().__init__(store, edit_interval=edit_interval, per_minute=600.0, burst=20)
         self._api = api
-        self._store = store
         self._template = template_id
         self.callbacks = callbacks
-        self._interval = edit_interval
-        self._limiters = WorkspaceLimiters(per_minute=600.0, burst=20)
         self.cards = CardsRefused()
 
-    async def for_run(self, run: RunRecord) -> ChatDelivery:
-        corp = run.thread.workspace
-        poster = DingTalkThread(
+    async def poster_for(self, run: RunRecord) -> DingTalkThread:
+        return DingTalkThread(
             run, self._api, template_id=self._template, cards=self.cards, callbacks=self.callbacks
-        )
-        return ChatDelivery(
-            run,
-            poster,
-            self._store,
-            edit_interval=self._interval,
-            limiter=self._limiters.for_team(corp),
         )

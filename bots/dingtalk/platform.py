@@ -8,15 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bots.chat.platform import ChatPlatform, Ingress, PlatformRoute
+from bots.chat.platform import ChatPlatform, OpenPlatform, PlatformRoute
 from bots.dingtalk.settings import DingTalkSettings
 
 if TYPE_CHECKING:
     import httpx
 
-    from bots.dingtalk.api import DingTalkApi
-    from bots.dingtalk.callbacks import CardCallbacks
-    from core.operations.job import DeliveryFactory
     from core.operations.runners import JobRunner
 
 
@@ -39,55 +36,47 @@ class DingTalkPlatform(ChatPlatform[DingTalkSettings]):
         )
 
     _http: httpx.AsyncClient | None = None
-    _api: DingTalkApi | None = None
-    _callbacks: CardCallbacks | None = None
 
-    async def open_delivery(self) -> DeliveryFactory:
+    async def open(self, runner: JobRunner | None) -> OpenPlatform:
         import httpx
 
         from bots.dingtalk.api import DingTalkApi
         from bots.dingtalk.callbacks import CardCallbacks
-        from bots.dingtalk.delivery import DingTalkDeliveryFactory
+        from bots.dingtalk.delivery import DingTalkPosters
 
         settings = self.settings
         self._http = http = httpx.AsyncClient(
             timeout=10.0, headers={"User-Agent": "fathom-bot/0.1"}
         )
-        self._api = api = DingTalkApi(
+        api = DingTalkApi(
             http,
             client_id=settings.client_id or "",
             client_secret=settings.client_secret or "",
             api_url=settings.api_url,
             robot_code=settings.robot_code,
         )
-        self._callbacks = callbacks = CardCallbacks(
+        callbacks = CardCallbacks(
             api,
             stream=settings.mode == "stream",
             url=settings.card_callback_url,
             client_secret=settings.client_secret or "",
         )
-        return DingTalkDeliveryFactory(
+        posters = DingTalkPosters(
             api,
             self.services.store,
             template_id=settings.card_template_id,
             edit_interval=settings.edit_interval,
             callbacks=callbacks,
         )
-
-    async def open_ingress(self, runner: JobRunner) -> Ingress:
+        if runner is None:
+            return OpenPlatform(posters)
         from bots.dingtalk.app import DingTalkAdapter, dingtalk_markup
 
-        if self._api is None or self._callbacks is None:
-            raise RuntimeError("open_delivery first: the ingress answers with its client")
         chat = self.services.commands(runner, dingtalk_markup())
-        return DingTalkAdapter(
-            self.settings,
-            chat,
-            self._api,
-            self.services.store,
-            self.services.limits,
-            callbacks=self._callbacks,
+        adapter = DingTalkAdapter(
+            settings, chat, api, self.services.store, self.services.limits, callbacks=callbacks
         )
+        return OpenPlatform(posters, adapter)
 
     @property
     def mode(self) -> str:

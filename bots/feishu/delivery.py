@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bots.chat.controls import Button, feedback_buttons
-from bots.chat.delivery import ChatDelivery, adopt_opener
+from bots.chat.delivery import ThreadPosters, adopt_opener
 from bots.chat.errors import judge_failure
 from bots.chat.message import PENDING_PREFIX
-from bots.chat.throttle import WorkspaceLimiters
 from bots.feishu.api import FeishuApi
 from bots.feishu.render import notice_card, progress_card, report_cards
 from core.attachments import AttachmentRefused, attachment_kind
@@ -140,21 +139,17 @@ class FeishuThread:
         return classify_error(error)
 
 
-class FeishuDeliveryFactory:
-    """``core.operations.job.DeliveryFactory`` for thread keys ``feishu:<tenant>:<chat>:<root>``."""
+class FeishuPosters(ThreadPosters):
+    """The posters of thread keys ``feishu:<tenant>:<chat>:<root>``."""
 
     def __init__(self, api: FeishuApi, store: ChatStores, *, edit_interval: float = 1.0) -> None:
-        self._api = api
-        self._store = store
-        self._interval = max(edit_interval, MIN_EDIT_INTERVAL)
-        self._limiters = WorkspaceLimiters(per_minute=APP_CALLS_PER_MINUTE, burst=20)
-
-    async def for_run(self, run: RunRecord) -> ChatDelivery:
-        tenant = run.thread.workspace
-        return ChatDelivery(
-            run,
-            FeishuThread(run, self._api, self._store),
-            self._store,
-            edit_interval=self._interval,
-            limiter=self._limiters.for_team(tenant),
+        super().__init__(
+            store,
+            edit_interval=max(edit_interval, MIN_EDIT_INTERVAL),
+            per_minute=APP_CALLS_PER_MINUTE,
+            burst=20,
         )
+        self._api = api
+
+    async def poster_for(self, run: RunRecord) -> FeishuThread:
+        return FeishuThread(run, self._api, self._store)

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bots.chat.platform import ChatPlatform, Ingress, PlatformRoute
+from bots.chat.platform import ChatPlatform, OpenPlatform, PlatformRoute
 from bots.feishu.settings import FeishuSettings
 
 if TYPE_CHECKING:
     from bots.feishu.api import FeishuApi
-    from core.operations.job import DeliveryFactory
     from core.operations.runners import JobRunner
 
 
@@ -31,25 +30,23 @@ class FeishuPlatform(ChatPlatform[FeishuSettings]):
 
     _api: FeishuApi | None = None
 
-    async def open_delivery(self) -> DeliveryFactory:
+    async def open(self, runner: JobRunner | None) -> OpenPlatform:
         from bots.feishu.api import FeishuApi
-        from bots.feishu.delivery import FeishuDeliveryFactory
+        from bots.feishu.delivery import FeishuPosters
 
         settings = self.settings
         self._api = api = FeishuApi(
             settings.app_id or "", settings.app_secret or "", settings.domain
         )
-        return FeishuDeliveryFactory(api, self.services.store, edit_interval=settings.edit_interval)
-
-    async def open_ingress(self, runner: JobRunner) -> Ingress:
+        posters = FeishuPosters(api, self.services.store, edit_interval=settings.edit_interval)
+        if runner is None:
+            return OpenPlatform(posters)
         from bots.feishu.app import FeishuAdapter, feishu_markup
 
-        if self._api is None:
-            raise RuntimeError("open_delivery first: the ingress answers with its client")
         chat = self.services.commands(runner, feishu_markup())
-        adapter = FeishuAdapter(self.settings, chat, self._api, self.services.limits)
+        adapter = FeishuAdapter(settings, chat, api, self.services.limits)
         await adapter.start()
-        return adapter
+        return OpenPlatform(posters, adapter)
 
     @property
     def mode(self) -> str:

@@ -15,13 +15,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.chat.controls import Button, feedback_buttons
-from bots.chat.delivery import ChatDelivery, adopt_opener
-from bots.chat.throttle import WorkspaceLimiters
+from bots.chat.delivery import ThreadPoster, ThreadPosters, adopt_opener
 from bots.slack.download import SlackDownloads, allowed_origins, download_client
 from bots.slack.errors import classify_error
 from bots.slack.messenger import SlackClients, SlackMessenger, thread_ts
@@ -43,7 +43,7 @@ from core.operations.digests import heading_of
 from core.reasons import Reason
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressTask
-from core.timer import Timer
+from core.timer import MONOTONIC, Timer
 from core.wording import request_language
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,11 @@ class SlackThread:
         self._requester = requester_user_id(run.requested_by)
         self.language = request_language(run.topic)
         self.thread = run.thread
+
+    @property
+    def client(self) -> AsyncWebClient:
+        """The workspace's Web API client (the thread status posts through it too)."""
+        return self._messenger.client
 
     def render_progress(
         self,
@@ -152,9 +157,9 @@ class SlackThread:
         return classify_error(error)
 
 
-class SlackDeliveryFactory:
-    """``core.operations.job.DeliveryFactory`` for thread keys
-    ``slack:<team>:<channel>:<thread>``."""
+class SlackPosters(ThreadPosters):
+    """The posters of thread keys ``slack:<team>:<channel>:<thread>``, with the thread status
+    of Slack's agent surface beside each."""
 
     def __init__(
         self,
@@ -162,7 +167,6 @@ class SlackDeliveryFactory:
         store: ChatStores,
         *,
         edit_interval: float = 1.0,
-        limiters: WorkspaceLimiters | None = None,
         api_url: str = "https://slack.com/api/",
         http: httpx.AsyncClient | None = None,
         refusals: SlackRefusals | None = None,
@@ -170,15 +174,13 @@ class SlackDeliveryFactory:
         timer: Timer | None = None,
         status_refresh: float = REFRESH_SECONDS,
     ) -> None:
+        super().__init__(store, edit_interval=edit_interval, timer=timer or MONOTONIC)
         self._clients = clients
-        self._store = store
-        self._interval = edit_interval
-        self._limiters = limiters or WorkspaceLimiters()
         #: What Slack refused for good, for every run of this process.
         self.refusals = refusals or SlackRefusals()
         #: The bot token's scopes per workspace, as Slack's answers list them.
         self.scopes = scopes or SlackScopes()
-        self._timer = timer
+        self._status_timer = timer
         self._status_refresh = status_refresh
         self._origins = allowed_origins(api_url)
         self._http = http
@@ -191,28 +193,23 @@ class SlackDeliveryFactory:
             self._http = download_client()
         return self._http
 
-    async def for_run(self, run: RunRecord) -> ChatDelivery:
+    async def poster_for(self, run: RunRecord) -> SlackThread:
         team = run.thread.workspace
         client = await self._clients.client_for(team)
         downloads = SlackDownloads(client, self._download_http(), self._origins)
         messenger = SlackMessenger(client, team, self.refusals, self.scopes)
-        thread = SlackThread(run, messenger, self._store, downloads)
-        status = ThreadStatus(
-            client,
-            team,
+        return SlackThread(run, messenger, self._store, downloads)
+
+    def activity_for(self, run: RunRecord, poster: ThreadPoster) -> ThreadStatus:
+        thread = cast(SlackThread, poster)
+        return ThreadStatus(
+            thread.client,
+            run.thread.workspace,
             lambda: thread.thread,
             self.refusals,
             language=thread.language,
-            timer=self._timer,
+            timer=self._status_timer,
             refresh=self._status_refresh,
-        )
-        return ChatDelivery(
-            run,
-            thread,
-            self._store,
-            edit_interval=self._interval,
-            limiter=self._limiters.for_team(team),
-            activity=status,
         )
 
     async def aclose(self) -> None:

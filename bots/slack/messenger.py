@@ -73,6 +73,10 @@ class SlackMessenger:
         self._refusals = refusals or SlackRefusals()
         self._scopes = scopes or SlackScopes()
 
+    @property
+    def client(self) -> AsyncWebClient:
+        return self._client
+
     def mention_needed(self, channel: str) -> bool:
         """Whether a reply in ``channel`` must mention the bot to reach it (the token lacks
         the history scopes of plain replies; see :mod:`bots.slack.scopes`)."""

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bots.chat.platform import ChatPlatform, Chore, Ingress, PlatformRoute
+from bots.chat.platform import ChatPlatform, Chore, OpenPlatform, PlatformRoute
+from bots.slack import tables
 from bots.slack.settings import SlackSettings
 
 if TYPE_CHECKING:
-    from bots.slack.app import SlackAuth
-    from bots.slack.delivery import SlackDeliveryFactory
-    from core.operations.job import DeliveryFactory
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from bots.slack.delivery import SlackPosters
     from core.operations.runners import JobRunner
 
 
@@ -29,6 +30,28 @@ class SlackPlatform(ChatPlatform[SlackSettings]):
         PlatformRoute("/slack/oauth_redirect", ("GET",)),
     )
 
+    metadata = tables.metadata
+
+    @property
+    def _engine(self) -> AsyncEngine:
+        engine = self.services.engine
+        assert engine is not None, "a platform with tables is given the engine"
+        return engine
+
+    @classmethod
+    async def kept_of(cls, engine: AsyncEngine, user_id: str) -> str | None:
+        """The installations of the app the person made: kept, since the workspace's bot
+        would stop working without them (uninstalling the app removes them)."""
+        from bots.slack.oauth_states import installations_by
+
+        count = await installations_by(engine, user_id)
+        if not count:
+            return None
+        return (
+            f"{user_id} installed the Slack app ({count} installations, kept: uninstalling "
+            "the app removes them)"
+        )
+
     @classmethod
     def secret_patterns(cls) -> tuple[str, ...]:
         """Bot, user and app-level tokens (``xoxb-``, ``xoxp-``, ``xapp-``...)."""
@@ -38,33 +61,29 @@ class SlackPlatform(ChatPlatform[SlackSettings]):
         """The SDK's OAuth states past their expiry (each install page view stores one)."""
         from bots.slack.oauth_states import SlackOAuthStates
 
-        states = SlackOAuthStates(self.services.database)
+        states = SlackOAuthStates(self._engine)
         return (Chore("expired Slack OAuth states", states.prune_expired),)
 
-    _auth: SlackAuth | None = None
-    _delivery: SlackDeliveryFactory | None = None
+    _posters: SlackPosters | None = None
 
-    async def open_delivery(self) -> DeliveryFactory:
+    async def open(self, runner: JobRunner | None) -> OpenPlatform:
         from bots.slack.app import slack_auth
-        from bots.slack.delivery import SlackDeliveryFactory
+        from bots.slack.delivery import SlackPosters
 
-        self._auth = auth = await slack_auth(self.settings, self.services.database.engine)
-        self._delivery = factory = SlackDeliveryFactory(
+        auth = await slack_auth(self.settings, self._engine)
+        self._posters = posters = SlackPosters(
             auth.clients,
             self.services.store,
             edit_interval=self.settings.edit_interval,
             api_url=self.settings.api_url,
         )
-        return factory
-
-    async def open_ingress(self, runner: JobRunner) -> Ingress:
+        if runner is None:
+            return OpenPlatform(posters)
         from bots.slack.app import SlackIngress
         from bots.slack.text import SlackMarkup
 
-        if self._auth is None:
-            raise RuntimeError("open_delivery first: the ingress answers with its clients")
         chat = self.services.commands(runner, SlackMarkup())
-        return SlackIngress(self.settings, self._auth, chat, self.services.limits)
+        return OpenPlatform(posters, SlackIngress(self.settings, auth, chat, self.services.limits))
 
     @property
     def mode(self) -> str:
@@ -77,6 +96,6 @@ class SlackPlatform(ChatPlatform[SlackSettings]):
     async def aclose(self) -> None:
         """The download client, once the job runner has stopped (its running jobs download
         through it during their grace period)."""
-        delivery, self._delivery = self._delivery, None
-        if delivery is not None:
-            await delivery.aclose()
+        posters, self._posters = self._posters, None
+        if posters is not None:
+            await posters.aclose()
