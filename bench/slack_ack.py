@@ -61,7 +61,7 @@ SECRET = "bench-signing-secret"
 BOT_TOKEN = "xoxb-bench"
 TEAM = "T0001"  # the fake Slack's team
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
-ACCEPTED = ":mag: On it:"  # bots/slack/text.py accepted_reply
+ACCEPTED = ":mag: On it:"  # bots/slack/markup.py accepted_reply
 SLACK_ACK_DEADLINE = 3.0  # Slack shows the user an error when the ack takes longer
 GOALS = {"p99_ms": 300.0, "lost": 0}
 

@@ -67,7 +67,7 @@ from bench.slack_ack import (
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "soak.json"
-ACCEPTED = ":mag: On it:"  # bots/slack/text.py accepted_reply
+ACCEPTED = ":mag: On it:"  # bots/slack/markup.py accepted_reply
 #: Workspaces (one user and one channel each) the runs cycle through. Slack allows a workspace
 #: about 50 edits a minute and the server keeps to that (bots/chat/throttle.py), so one
 #: workspace would make the limiter, not the server, what is measured. All of them are seen

@@ -34,7 +34,7 @@ from starlette.routing import Mount, Route
 from bots.chat.replies import Replies
 from bots.composition import AppSettings
 from bots.server import create_app
-from bots.slack.text import SlackMarkup, clean_text
+from bots.slack.markup import SlackMarkup, clean_text
 from storage import Database, RunRecord, Store
 from tests.chat_app import LifespanServer, fathom_settings, runs_table_away, wait_for
 from tests.databases import MigratedTemplates

@@ -27,8 +27,8 @@ from bots.slack.download import (
 )
 from bots.slack.errors import classify_error
 from bots.slack.files import SlackFiles, attached_by, describe_files, describe_pending
+from bots.slack.markup import SlackMarkup
 from bots.slack.messenger import make_web_client
-from bots.slack.text import SlackMarkup
 from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
 from core.wording import Language

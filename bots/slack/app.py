@@ -37,6 +37,7 @@ from bots.slack.assistant import AssistantPane
 from bots.slack.errors import describe_error
 from bots.slack.files import SlackFiles, attached_by, describe_files, describe_pending
 from bots.slack.http import SlackEndpoint
+from bots.slack.markup import clean_text
 from bots.slack.messenger import SlackClients, StaticSlackClients, make_web_client
 from bots.slack.oauth import (
     InstallationAuthorize,
@@ -46,7 +47,6 @@ from bots.slack.oauth import (
     oauth_settings,
 )
 from bots.slack.settings import SlackSettings
-from bots.slack.text import clean_text
 from core.grammar import ResearchCommand
 from core.wording import request_language
 

@@ -80,7 +80,7 @@ class SlackPlatform(ChatPlatform[SlackSettings]):
         if runner is None:
             return OpenPlatform(posters)
         from bots.slack.app import SlackIngress
-        from bots.slack.text import SlackMarkup
+        from bots.slack.markup import SlackMarkup
 
         chat = self.services.commands(runner, SlackMarkup())
         return OpenPlatform(posters, SlackIngress(self.settings, auth, chat, self.services.limits))
