@@ -1,0 +1,125 @@
+"""A report's claims and the lexical pass that settles the plain ones (``core.claims``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.claims import Evidence, claims_of, plainly_supported
+
+REPORT = """# Heat pumps in cold climates
+
+*Written 2 December 2026.*
+
+## Executive summary
+
+Heat pumps cut household emissions by 40% in 2025 [1]. They work in cold climates, e.g. in
+Norway.[2] This sentence cites nothing.
+
+## Main findings
+
+- Installed costs fell to 1,200 dollars per kW [3][1].
+- An item without a citation.
+1. A numbered item with one [2]
+
+| Country | Share |
+|---|---|
+| Norway | 60% [2] |
+
+```
+Code with [4] is no claim.
+```
+
+> A quote that cites [1] is one.
+
+热泵在寒冷地区也能工作[2]。成本在下降[3]！没有引用的句子。
+
+## References
+
+- [1] The agency's report [1].
+"""
+
+
+def test_each_cited_sentence_item_and_row_is_a_claim_and_nothing_else() -> None:
+    claims = claims_of(REPORT)
+    assert [(c.statement, c.cites) for c in claims] == [
+        ("Heat pumps cut household emissions by 40% in 2025.", (1,)),
+        ("They work in cold climates, e.g. in Norway.", (2,)),
+        ("Installed costs fell to 1,200 dollars per kW.", (3, 1)),
+        ("A numbered item with one", (2,)),
+        ("Norway 60%", (2,)),
+        ("A quote that cites is one.", (1,)),
+        ("热泵在寒冷地区也能工作。", (2,)),
+        ("成本在下降！", (3,)),
+    ]
+    assert [c.index for c in claims] == list(range(len(claims)))
+    for claim in claims:  # each knows where it stands, to be rewritten in place
+        assert REPORT[claim.start : claim.end] == claim.text
+
+
+@pytest.mark.parametrize(
+    ("line", "sentences"),
+    [
+        ("Output rose 3.5% in Q1 [1]. It fell later [2].", 2),
+        ("See Fig. 2 of the report [1].", 1),
+        ("The U.S. market grew [1]. Europe's shrank [2].", 2),
+        ("Dr. Smith said so [1]. Others agreed [2]!", 2),
+        ("Did it work? Yes [1].", 1),  # the question cites nothing: no claim
+        ("价格上涨了3.5%[1]。需求下降[2]。", 2),
+    ],
+)
+def test_sentences_end_where_a_reader_would_end_them(line: str, sentences: int) -> None:
+    assert len(claims_of(line)) == sentences
+
+
+def test_a_line_of_citations_alone_is_no_claim() -> None:
+    assert claims_of("[1][2]\n\n- [3]\n") == []
+
+
+PASSAGES = (
+    "Heat pumps cut household emissions by 40% in 2025, the agency said.",
+    "Installed costs fell to 1200 dollars per kW over the decade.",
+    "“The cold is no obstacle any more,” the engineer said in Oslo.",
+)
+SOURCE = Evidence(1, "The agency's report", "https://example.org/a", PASSAGES)
+CHINESE = Evidence(
+    2, "报告", "https://example.cn/b", ("热泵在寒冷地区也能高效工作，挪威的普及率达到60%。",)
+)
+
+
+@pytest.mark.parametrize(
+    ("statement", "supported"),
+    [
+        ("Heat pumps cut emissions by 40% in 2025.", True),
+        ("Installed costs fell to 1,200 dollars per kW.", True),  # thousands separator
+        ("An engineer said “The cold is no obstacle any more”.", True),
+        ("Heat pumps cut emissions by 45% in 2025.", False),  # a number the source lacks
+        ("Heat pumps cut emissions by 40% in 2024.", False),
+        ("Heat pumps are loved by everyone in Norway.", False),  # words the source lacks
+        ("The engineer said “the cold is a big obstacle”.", False),  # a misquote
+    ],
+)
+def test_the_lexical_pass_settles_only_what_a_passage_plainly_says(
+    statement: str, supported: bool
+) -> None:
+    assert plainly_supported(statement, [SOURCE]) is supported
+
+
+@pytest.mark.parametrize(
+    ("statement", "supported"),
+    [
+        ("热泵在寒冷地区也能工作。", True),
+        ("挪威的普及率达到60%。", True),
+        ("挪威的普及率达到70%。", False),
+        ("电动汽车的销量在下降。", False),
+    ],
+)
+def test_chinese_claims_are_compared_by_character_pairs(statement: str, supported: bool) -> None:
+    assert plainly_supported(statement, [CHINESE]) is supported
+
+
+def test_a_claim_is_checked_against_the_sources_it_cites_only() -> None:
+    assert plainly_supported("Heat pumps cut emissions by 40% in 2025.", [CHINESE]) is False
+    assert plainly_supported("Heat pumps cut emissions by 40% in 2025.", [CHINESE, SOURCE])
+    assert plainly_supported("Heat pumps cut emissions by 40% in 2025.", []) is False
+    empty = Evidence(3, "No text", "https://example.org/c", ())
+    assert plainly_supported("Heat pumps cut emissions by 40% in 2025.", [empty]) is False
