@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import AsyncIterator
+
 import pytest
 
-from core.claims import Evidence, claims_of, plainly_supported
+from core.claims import Claim, Evidence, claims_of, plainly_supported
+from core.claims.verifier import Verdict, batches, verdicts
+from core.llm import ChatModel, LLMInvalidJSON
+from core.models import Usage
+from tests.fakes import FakeLLMServer, Reply
+from tests.test_engine import user_prompt
 
 REPORT = """# Heat pumps in cold climates
 
@@ -123,3 +132,85 @@ def test_a_claim_is_checked_against_the_sources_it_cites_only() -> None:
     assert plainly_supported("Heat pumps cut emissions by 40% in 2025.", []) is False
     empty = Evidence(3, "No text", "https://example.org/c", ())
     assert plainly_supported("Heat pumps cut emissions by 40% in 2025.", [empty]) is False
+
+
+# -- the verifier model ------------------------------------------------------------------------
+
+KEY = "fake-key"
+
+
+@pytest.fixture
+async def verifier(llm_server: FakeLLMServer) -> AsyncIterator[ChatModel]:
+    model = ChatModel(
+        model="verifier-model", api_key=KEY, base_url=llm_server.base_url, max_retries=1
+    )
+    try:
+        yield model
+    finally:
+        await model.aclose()
+
+
+def report_with(*sentences: str) -> list[Claim]:
+    return claims_of(" ".join(sentences))
+
+
+async def test_the_verifier_is_asked_as_the_contract_says(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    """Claims as ``Claim <i>: <text>`` and ``Cited: [n]``, then each cited source as
+    ``[n] <title> — <url>`` with its passages, fenced as untrusted data."""
+    claims = report_with("Heat pumps cut emissions by 45% in 2025 [1].", "热泵很受欢迎[2]。")
+    evidence = {1: SOURCE, 2: CHINESE}
+    found = await verdicts(verifier, claims, evidence, Usage())
+    assert {i: v.verdict for i, v in found.items()} == {0: Verdict.SUPPORTED, 1: Verdict.SUPPORTED}
+    (request,) = llm_server.fake.requests_for("verifier")
+    prompt = user_prompt(request.body)
+    assert "Claim 1: Heat pumps cut emissions by 45% in 2025.\nCited: [1]" in prompt
+    assert "Claim 2: 热泵很受欢迎。\nCited: [2]" in prompt
+    assert "[1] The agency's report — https://example.org/a\n    > " in prompt
+    assert "[2] 报告 — https://example.cn/b\n    > 热泵在寒冷地区也能高效工作" in prompt
+    fence = re.search(r"<<<untrusted-(\w+)>>>", prompt)
+    assert fence is not None and prompt.count(f"<<<end-untrusted-{fence.group(1)}>>>") == 2
+    assert request.body.get("response_format")  # one JSON object, as the planner's
+
+
+async def test_verdicts_on_claims_or_sources_not_asked_about_are_ignored(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    claims = report_with("Costs fell to 900 dollars per kW [1].", "The cold is an obstacle [1].")
+    answer = {
+        "verdicts": [
+            {"claim": 1, "verdict": "Unsupported", "source": 7},  # 7 was not shown
+            {"claim": 2, "verdict": "partial"},
+            {"claim": 9, "verdict": "supported"},  # no such claim
+            {"claim": 2, "verdict": "maybe"},  # not a verdict: dropped, not the answer
+            "nonsense",
+        ]
+    }
+    llm_server.fake.script("verifier", Reply(json.dumps(answer)))
+    found = await verdicts(verifier, claims, {1: SOURCE}, Usage())
+    assert {i: (v.verdict, v.source) for i, v in found.items()} == {
+        0: (Verdict.UNSUPPORTED, None),
+        1: (Verdict.PARTIAL, None),
+    }
+
+
+async def test_a_verifier_that_answers_garbage_twice_raises_for_the_caller(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    llm_server.fake.script("verifier", Reply("I think they are fine."), Reply("{not json"))
+    with pytest.raises(LLMInvalidJSON):
+        await verdicts(verifier, report_with("Costs fell [1]."), {1: SOURCE}, Usage())
+    assert len(llm_server.fake.requests_for("verifier")) == 2  # asked once more, then given up
+
+
+def test_claims_whose_sources_do_not_fit_one_request_are_asked_in_several() -> None:
+    long = Evidence(
+        1, "Long", "https://example.org/l", tuple(f"Passage {i} " * 600 for i in range(40))
+    )
+    claims = report_with(*(f"Passage {i} says something [1]." for i in range(40)))
+    groups = batches(claims, {1: long})
+    assert len(groups) > 1
+    assert [c.index for group, _ in groups for c in group] == list(range(40))
+    one = batches(report_with("Heat pumps cut emissions [1].", "Costs fell [1]."), {1: SOURCE})
+    assert len(one) == 1 and len(one[0][1]) == 1  # one call, the source shown once

@@ -30,6 +30,9 @@ from tests.fakes.server import BackgroundServer
 PLANNER_MARKER = "nextSearchTopic"
 GRAPH_MARKER = '"finish"'
 ANSWER_MARKER = "Sub-question:"
+#: The verifier's request (``core.claims.verifier``): its answer's key.
+VERIFIER_MARKER = '"verdicts"'
+CLAIM_LINE = re.compile(r"^Claim (\d+): ", re.MULTILINE)
 ASPECTS = (
     "overview",
     "recent developments",
@@ -217,7 +220,9 @@ class FakeLLM:
     def record(self, body: dict[str, Any]) -> str:
         texts = [_text(m.get("content")) for m in _messages(body)]
         planner = "response_format" in body or any(PLANNER_MARKER in t for t in texts)
-        if any(GRAPH_MARKER in t for t in texts):
+        if any(VERIFIER_MARKER in t for t in texts):
+            role = "verifier"
+        elif any(GRAPH_MARKER in t for t in texts):
             role = "graph_planner"
         elif any(ANSWER_MARKER in t for t in texts):
             role = "answerer"
@@ -234,6 +239,12 @@ class FakeLLM:
 
     def default_answer(self, role: str, body: dict[str, Any]) -> str:
         prompt = _last_user(body)
+        if role == "verifier":  # every claim supported
+            verdicts = [
+                {"claim": int(i), "verdict": "supported", "source": None}
+                for i in CLAIM_LINE.findall(prompt)
+            ]
+            return json.dumps({"verdicts": verdicts})
         if role == "graph_planner":
             return graph_plan(prompt)
         if role == "answerer":
