@@ -13,19 +13,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.claims.lexical import Evidence
 from core.claims.split import Claim
+from core.engine.state import JsonModel
 from core.models import Usage
 from core.pages.extract import bm25_scores, estimate_tokens, terms
 from core.research.prompts import verifier_messages
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T", bound=BaseModel)
 
 #: Passages of one source shown for one claim (the best for it), and the tokens one request's
 #: sources may take: a depth-3 report's claims fit in one call.
@@ -72,17 +71,6 @@ class Verdicts(BaseModel):
             except ValueError:
                 continue
         return kept
-
-
-class JsonModel(Protocol):
-    async def complete_json(
-        self,
-        messages: list[dict[str, str]],
-        schema: type[T],
-        *,
-        usage: Usage,
-        schema_name: str = "answer",
-    ) -> T: ...
 
 
 def claim_lines(claim: Claim) -> str:
