@@ -288,6 +288,12 @@ def untitled_report(language: Language) -> str:
     return pick(language, "Research report", "研究报告")
 
 
+def unverified_mark(language: Language) -> str:
+    """What follows a claim of the report no source was found to support (its citations
+    removed by the claim check)."""
+    return pick(language, " *(not verified)*", "*（未经核实）*")
+
+
 def written_line(language: Language, day: date) -> str:
     """The line under a report's title: the date it was written, in the run's timezone."""
     return pick(

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from core.claims import Claim, Evidence, claims_of, plainly_supported
+from core.claims.check import Fix, check_claims
 from core.claims.verifier import Verdict, batches, verdicts
 from core.llm import ChatModel, LLMInvalidJSON
 from core.models import Usage
@@ -211,6 +212,83 @@ def test_claims_whose_sources_do_not_fit_one_request_are_asked_in_several() -> N
     claims = report_with(*(f"Passage {i} says something [1]." for i in range(40)))
     groups = batches(claims, {1: long})
     assert len(groups) > 1
-    assert [c.index for group, _ in groups for c in group] == list(range(40))
+    assert [c.index for batch in groups for c in batch.claims] == list(range(40))
     one = batches(report_with("Heat pumps cut emissions [1].", "Costs fell [1]."), {1: SOURCE})
-    assert len(one) == 1 and len(one[0][1]) == 1  # one call, the source shown once
+    assert len(one) == 1 and list(one[0].sources) == [1]  # one call, the source shown once
+
+
+# -- the check and its fixes ---------------------------------------------------------------------
+
+OTHER = Evidence(
+    2,
+    "The engineers' blog",
+    "https://example.org/b",
+    ("Ground-source units paid back in 7 years.",),
+)
+CHECKED = (
+    "## Findings\n\n"
+    "Heat pumps cut household emissions by 40% in 2025 [1]. "  # plainly said by [1]
+    "Ground-source units paid back in 7 years [1]. "  # said by [2], cited as [1]
+    "Installed costs fell to 300 dollars per kW [1].\n"  # said by nobody
+    "- Engineers in Oslo say the cold is no longer a problem [1]\n"
+)
+
+
+async def test_a_miscited_claim_is_recited_and_an_invented_one_marked(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    answer = {
+        "verdicts": [
+            {"claim": 2, "verdict": "unsupported", "source": 2},
+            {"claim": 3, "verdict": "unsupported", "source": None},
+            {"claim": 4, "verdict": "partial", "source": None},
+        ]
+    }
+    llm_server.fake.script("verifier", Reply(json.dumps(answer)))
+    check = await check_claims(CHECKED, {1: SOURCE, 2: OTHER}, verifier, Usage(), "en")
+    assert check.markdown == (
+        "## Findings\n\n"
+        "Heat pumps cut household emissions by 40% in 2025 [1]. "
+        "Ground-source units paid back in 7 years [2]. "
+        "Installed costs fell to 300 dollars per kW *(not verified)*.\n"
+        "- Engineers in Oslo say the cold is no longer a problem [1]\n"
+    )
+    assert [(c.verdict, c.lexical, c.fix, c.source) for c in check.claims] == [
+        (Verdict.SUPPORTED, True, None, None),
+        (Verdict.UNSUPPORTED, False, Fix.RECITED, 2),
+        (Verdict.UNSUPPORTED, False, Fix.UNVERIFIED, None),
+        (Verdict.PARTIAL, False, None, None),
+    ]
+    assert (check.supported, check.fixed, check.partial) == (1, 2, False)
+    (request,) = llm_server.fake.requests_for("verifier")  # the plain claim was not asked
+    prompt = user_prompt(request.body)
+    assert "Claim 1:" not in prompt and "Claim 2:" in prompt
+    # the source that says claim 2 was shown, though no claim cites it
+    assert "[2] The engineers' blog — https://example.org/b\n    > Ground-source" in prompt
+
+
+async def test_a_report_whose_claims_are_all_plain_asks_no_model(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    plain = "Heat pumps cut emissions by 40% in 2025 [1]. 热泵在寒冷地区也能工作[2]。"
+    check = await check_claims(plain, {1: SOURCE, 2: CHINESE}, verifier, Usage(), "zh")
+    assert check.markdown == plain and check.supported == 2 and not check.partial
+    assert llm_server.fake.requests_for("verifier") == []
+
+
+async def test_a_verifier_that_answers_garbage_leaves_the_lexical_verdicts(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    llm_server.fake.script("verifier", Reply("no"), Reply("still no"))
+    check = await check_claims(CHECKED, {1: SOURCE, 2: OTHER}, verifier, Usage(), "en")
+    assert check.markdown == CHECKED and check.partial
+    assert [c.verdict for c in check.claims] == [Verdict.SUPPORTED, None, None, None]
+
+
+async def test_a_chinese_claim_no_source_supports_is_marked_in_chinese(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    answer = {"verdicts": [{"claim": 1, "verdict": "unsupported", "source": None}]}
+    llm_server.fake.script("verifier", Reply(json.dumps(answer)))
+    check = await check_claims("电动汽车的销量在下降[2]。", {2: CHINESE}, verifier, Usage(), "zh")
+    assert check.markdown == "电动汽车的销量在下降*（未经核实）*。"

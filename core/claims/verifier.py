@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -94,28 +95,40 @@ def best_passages(statement: str, source: Evidence, count: int = PASSAGES_PER_CL
     return sorted(ranked[:count])
 
 
-def batches(
-    claims: Sequence[Claim], evidence: Mapping[int, Evidence]
-) -> list[tuple[list[Claim], list[str]]]:
+@dataclass(frozen=True)
+class Batch:
+    """The claims of one request, and the sources shown with them (their blocks, by number)."""
+
+    claims: list[Claim]
+    sources: dict[int, str]
+
+
+def batches(claims: Sequence[Claim], evidence: Mapping[int, Evidence]) -> list[Batch]:
     """The claims in groups whose sources fit one request, with each group's source blocks
-    (each source once per group, with the passages that matter for the group's claims)."""
-    groups: list[tuple[list[Claim], list[str]]] = []
+    (each source once per group, with the passages that matter for the group's claims: of the
+    sources each cites, and of the one other source that matters most for it)."""
+    groups: list[Batch] = []
     chosen: dict[int, set[int]] = {}
     group: list[Claim] = []
     spent = 0
+    pool = [(n, i) for n, source in sorted(evidence.items()) for i in range(len(source.passages))]
+    corpus = [terms(evidence[n].passages[i]) or [""] for n, i in pool]
     for claim in claims:
         wanted: dict[int, set[int]] = {}
         for n in claim.cites:
             source = evidence.get(n)
             if source is not None:
                 wanted[n] = set(best_passages(claim.statement, source))
+        other = _best_elsewhere(claim, pool, corpus)
+        if other is not None:
+            wanted.setdefault(other[0], set()).add(other[1])
         cost = sum(
             estimate_tokens(evidence[n].passages[i])
             for n, picks in wanted.items()
             for i in picks - chosen.get(n, set())
         )
         if group and spent + cost > REQUEST_TOKENS:
-            groups.append((group, _blocks(chosen, evidence)))
+            groups.append(Batch(group, _blocks(chosen, evidence)))
             group, chosen, spent = [], {}, 0
             cost = sum(
                 estimate_tokens(evidence[n].passages[i]) for n, p in wanted.items() for i in p
@@ -125,15 +138,28 @@ def batches(
         for n, picks in wanted.items():
             chosen.setdefault(n, set()).update(picks)
     if group:
-        groups.append((group, _blocks(chosen, evidence)))
+        groups.append(Batch(group, _blocks(chosen, evidence)))
     return groups
 
 
-def _blocks(chosen: Mapping[int, set[int]], evidence: Mapping[int, Evidence]) -> list[str]:
-    return [
-        source_block(evidence[n], [evidence[n].passages[i] for i in sorted(picks)])
+def _best_elsewhere(
+    claim: Claim, pool: Sequence[tuple[int, int]], corpus: Sequence[Sequence[str]]
+) -> tuple[int, int] | None:
+    """The passage of a source the claim does not cite that matters most for it (BM25 over
+    every source's passages), shown so the verifier can name the source that says it."""
+    if not pool:
+        return None
+    scores = bm25_scores(corpus, terms(claim.statement))
+    ranked = sorted(range(len(pool)), key=lambda i: scores[i], reverse=True)
+    best = next((i for i in ranked if pool[i][0] not in claim.cites), None)
+    return pool[best] if best is not None and scores[best] > 0 else None
+
+
+def _blocks(chosen: Mapping[int, set[int]], evidence: Mapping[int, Evidence]) -> dict[int, str]:
+    return {
+        n: source_block(evidence[n], [evidence[n].passages[i] for i in sorted(picks)])
         for n, picks in sorted(chosen.items())
-    ]
+    }
 
 
 async def verdicts(
@@ -142,15 +168,16 @@ async def verdicts(
     """The verifier's verdict on each of ``claims`` it answered for, by claim index; raises
     the model's ``LLMError`` when a request fails (the caller keeps the lexical verdicts)."""
     found: dict[int, ClaimVerdict] = {}
-    for group, sources in batches(claims, evidence):
-        asked = {claim.index + 1: claim for claim in group}
-        shown = {n for claim in group for n in claim.cites if n in evidence}
-        messages = verifier_messages([claim_lines(c) for c in group], sources)
+    for batch in batches(claims, evidence):
+        asked = {claim.index + 1: claim for claim in batch.claims}
+        messages = verifier_messages(
+            [claim_lines(c) for c in batch.claims], list(batch.sources.values())
+        )
         answer = await model.complete_json(messages, Verdicts, usage=usage, schema_name="verdicts")
         for verdict in answer.verdicts:
             claim = asked.get(verdict.claim)
             if claim is None:
                 continue
-            source = verdict.source if verdict.source in shown else None
+            source = verdict.source if verdict.source in batch.sources else None
             found[claim.index] = verdict.model_copy(update={"source": source})
     return found
