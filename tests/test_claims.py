@@ -292,3 +292,52 @@ async def test_a_chinese_claim_no_source_supports_is_marked_in_chinese(
     llm_server.fake.script("verifier", Reply(json.dumps(answer)))
     check = await check_claims("电动汽车的销量在下降[2]。", {2: CHINESE}, verifier, Usage(), "zh")
     assert check.markdown == "电动汽车的销量在下降*（未经核实）*。"
+
+
+REVISED = (
+    "- Ground-source units paid back in 5 years [2]\n"  # revised from [2]
+    "- Heat pumps doubled in Oslo [1]\n"  # dropped
+    "- Costs fell to 300 dollars per kW [1]\n"  # the revision invents again
+    "- Costs will fall again [1]\n"  # the revision cites a source it was not shown
+)
+
+
+async def test_failing_claims_are_revised_from_their_sources_or_dropped_or_marked(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    unsupported = [{"claim": i, "verdict": "unsupported", "source": None} for i in (1, 2, 3, 4)]
+    llm_server.fake.script("verifier", Reply(json.dumps({"verdicts": unsupported})))
+    revised = [
+        {"claim": 1, "text": "Ground-source units paid back in 7 years [2]"},
+        {"claim": 2, "text": None},
+        {"claim": 3, "text": "Costs fell to 250 dollars per kW [1]"},
+        {"claim": 4, "text": "Costs will fall again [9]"},
+    ]
+    llm_server.fake.script("reviser", Reply(json.dumps({"revisions": revised})))
+    check = await check_claims(REVISED, {1: SOURCE, 2: OTHER}, verifier, Usage(), "en")
+    assert check.markdown == (
+        "- Ground-source units paid back in 7 years [2]\n"
+        "- Costs fell to 300 dollars per kW *(not verified)*\n"
+        "- Costs will fall again *(not verified)*\n"
+    )
+    assert [c.fix for c in check.claims] == [
+        Fix.REVISED,
+        Fix.DROPPED,
+        Fix.UNVERIFIED,
+        Fix.UNVERIFIED,
+    ]
+    assert check.fixed == 4 and check.supported == 0
+    assert len(llm_server.fake.requests_for("reviser")) == 1  # one call for all four
+
+
+async def test_a_reviser_that_fails_leaves_the_claims_marked(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    answer = {"verdicts": [{"claim": 1, "verdict": "unsupported", "source": None}]}
+    llm_server.fake.script("verifier", Reply(json.dumps(answer)))
+    llm_server.fake.script("reviser", Reply("nope"), Reply("nope"))
+    check = await check_claims(
+        "Heat pumps doubled in Oslo [1].", {1: SOURCE}, verifier, Usage(), "en"
+    )
+    assert check.markdown == "Heat pumps doubled in Oslo *(not verified)*."
+    assert [c.fix for c in check.claims] == [Fix.UNVERIFIED]

@@ -12,13 +12,14 @@ check is partial (the claims it did not settle are left as they are).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from core.claims.lexical import Evidence, plainly_supported
 from core.claims.split import CITATION, Claim, claims_of
-from core.claims.verifier import ClaimVerdict, Verdict, verdicts
+from core.claims.verifier import ClaimVerdict, Verdict, revisions, verdicts
 from core.engine.state import JsonModel
 from core.llm import LLMError
 from core.models import Usage
@@ -26,11 +27,16 @@ from core.wording import Language, unverified_mark
 
 log = logging.getLogger(__name__)
 
+#: A list item left with nothing in it (its one claim dropped).
+_EMPTY_ITEM = re.compile(r"^[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]*\n", re.MULTILINE)
+
 
 class Fix(StrEnum):
     """What was done to a claim that failed."""
 
     RECITED = "recited"  # cited to the source that says it instead
+    REVISED = "revised"  # rewritten from its sources by the reviser
+    DROPPED = "dropped"  # the reviser found nothing of it in the sources
     UNVERIFIED = "unverified"  # kept, its citations removed, marked as not verified
 
 
@@ -91,36 +97,68 @@ async def check_claims(
             partial = True
     elif rest:
         partial = True
-    checked: list[CheckedClaim] = []
+    checked: dict[int, CheckedClaim] = {}
     rewrites: list[tuple[Claim, str]] = []
+    failing: list[Claim] = []
     for claim in claims:
-        if settled[claim.index]:
-            checked.append(CheckedClaim(claim.statement, claim.cites, Verdict.SUPPORTED, True))
-            continue
+        said = claim.statement, claim.cites
         verdict = found.get(claim.index)
-        if verdict is None or verdict.verdict is not Verdict.UNSUPPORTED:
-            checked.append(
-                CheckedClaim(claim.statement, claim.cites, verdict.verdict if verdict else None)
-            )
-            continue
-        if verdict.source is not None and verdict.source not in claim.cites:
+        if settled[claim.index]:
+            checked[claim.index] = CheckedClaim(*said, Verdict.SUPPORTED, lexical=True)
+        elif verdict is None or verdict.verdict is not Verdict.UNSUPPORTED:
+            checked[claim.index] = CheckedClaim(*said, verdict.verdict if verdict else None)
+        elif verdict.source is not None and verdict.source not in claim.cites:
             rewrites.append((claim, _recited(claim.text, verdict.source)))
-            checked.append(
-                CheckedClaim(
-                    claim.statement,
-                    claim.cites,
-                    Verdict.UNSUPPORTED,
-                    False,
-                    verdict.source,
-                    Fix.RECITED,
-                )
+            checked[claim.index] = CheckedClaim(
+                *said, Verdict.UNSUPPORTED, source=verdict.source, fix=Fix.RECITED
             )
-            continue
-        rewrites.append((claim, _unverified(claim.text, language)))
-        checked.append(
-            CheckedClaim(claim.statement, claim.cites, Verdict.UNSUPPORTED, fix=Fix.UNVERIFIED)
+        else:
+            failing.append(claim)
+    fixes = await _revise(failing, evidence, model, usage, language) if failing else []
+    for claim, (text, fix) in zip(failing, fixes, strict=True):
+        rewrites.append((claim, text))
+        checked[claim.index] = CheckedClaim(
+            claim.statement, claim.cites, Verdict.UNSUPPORTED, fix=fix
         )
-    return ClaimCheck(_rewritten(markdown, rewrites), tuple(checked), partial)
+    ordered = tuple(checked[claim.index] for claim in claims)
+    return ClaimCheck(_rewritten(markdown, rewrites), ordered, partial)
+
+
+async def _revise(
+    failing: Sequence[Claim],
+    evidence: Mapping[int, Evidence],
+    model: JsonModel | None,
+    usage: Usage,
+    language: Language,
+) -> list[tuple[str, Fix]]:
+    """Each failing claim's new text and what was done: rewritten from its sources when the
+    reviser's sentence plainly says what the sources it cites say (and cites only sources it
+    was shown), dropped when the reviser found nothing of it, else marked as not verified."""
+    answered: dict[int, tuple[str | None, frozenset[int]]] = {}
+    if model is not None:
+        try:
+            answered = await revisions(model, failing, evidence, usage)
+        except LLMError as exc:
+            log.warning("the reviser failed (%s); the failing claims are marked", exc)
+    fixes: list[tuple[str, Fix]] = []
+    for claim in failing:
+        unverified = (_unverified(claim.text, language), Fix.UNVERIFIED)
+        if claim.index not in answered:
+            fixes.append(unverified)
+            continue
+        text, shown = answered[claim.index]
+        if text is None:
+            fixes.append(("", Fix.DROPPED))
+            continue
+        sentence = " ".join(text.split())[: 2 * len(claim.text) + 200]
+        cites = [int(n) for n in CITATION.findall(sentence)]
+        revised = Claim(claim.index, sentence, tuple(cites), claim.start, claim.end)
+        sources = [evidence[n] for n in cites if n in evidence]
+        if cites and set(cites) <= shown and plainly_supported(revised.statement, sources):
+            fixes.append((sentence, Fix.REVISED))
+        else:
+            fixes.append(unverified)
+    return fixes
 
 
 def _recited(text: str, source: int) -> str:
@@ -142,7 +180,11 @@ def _unverified(text: str, language: Language) -> str:
 
 
 def _rewritten(markdown: str, rewrites: Sequence[tuple[Claim, str]]) -> str:
-    """``markdown`` with each claim's text replaced (from the end, so the places hold)."""
+    """``markdown`` with each claim's text replaced (from the end, so the places hold); a
+    dropped claim takes the space before it along, and leaves no empty list item."""
     for claim, text in sorted(rewrites, key=lambda r: r[0].start, reverse=True):
-        markdown = markdown[: claim.start] + text + markdown[claim.end :]
-    return markdown
+        start = claim.start
+        if not text and start and markdown[start - 1] == " ":
+            start -= 1
+        markdown = markdown[:start] + text + markdown[claim.end :]
+    return _EMPTY_ITEM.sub("", markdown)

@@ -23,7 +23,7 @@ from core.claims.split import Claim
 from core.engine.state import JsonModel
 from core.models import Usage
 from core.pages.extract import bm25_scores, estimate_tokens, terms
-from core.research.prompts import verifier_messages
+from core.research.prompts import reviser_messages, verifier_messages
 
 log = logging.getLogger(__name__)
 
@@ -180,4 +180,53 @@ async def verdicts(
                 continue
             source = verdict.source if verdict.source in batch.sources else None
             found[claim.index] = verdict.model_copy(update={"source": source})
+    return found
+
+
+class Revision(BaseModel):
+    """The reviser's sentence for one failing claim (``text`` None: drop it)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    claim: int
+    text: str | None = None
+
+
+class Revisions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    revisions: list[Revision] = Field(default_factory=list)
+
+    @field_validator("revisions", mode="before")
+    @classmethod
+    def _valid_only(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        kept = []
+        for item in value:
+            try:
+                kept.append(Revision.model_validate(item))
+            except ValueError:
+                continue
+        return kept
+
+
+async def revisions(
+    model: JsonModel, claims: Sequence[Claim], evidence: Mapping[int, Evidence], usage: Usage
+) -> dict[int, tuple[str | None, frozenset[int]]]:
+    """The reviser's sentence for each of ``claims`` it answered for, by claim index, with the
+    sources it was shown (the only ones a revision may cite); raises the model's ``LLMError``."""
+    found: dict[int, tuple[str | None, frozenset[int]]] = {}
+    for batch in batches(claims, evidence):
+        asked = {claim.index + 1: claim for claim in batch.claims}
+        messages = reviser_messages(
+            [claim_lines(c) for c in batch.claims], list(batch.sources.values())
+        )
+        answer = await model.complete_json(
+            messages, Revisions, usage=usage, schema_name="revisions"
+        )
+        for revision in answer.revisions:
+            claim = asked.get(revision.claim)
+            if claim is not None:
+                found[claim.index] = (revision.text, frozenset(batch.sources))
     return found

@@ -32,6 +32,8 @@ GRAPH_MARKER = '"finish"'
 ANSWER_MARKER = "Sub-question:"
 #: The verifier's request (``core.claims.verifier``): its answer's key.
 VERIFIER_MARKER = '"verdicts"'
+#: The reviser's request (the claim check's fixes): its answer's key.
+REVISER_MARKER = '"revisions"'
 CLAIM_LINE = re.compile(r"^Claim (\d+): ", re.MULTILINE)
 ASPECTS = (
     "overview",
@@ -220,7 +222,9 @@ class FakeLLM:
     def record(self, body: dict[str, Any]) -> str:
         texts = [_text(m.get("content")) for m in _messages(body)]
         planner = "response_format" in body or any(PLANNER_MARKER in t for t in texts)
-        if any(VERIFIER_MARKER in t for t in texts):
+        if any(REVISER_MARKER in t for t in texts):
+            role = "reviser"
+        elif any(VERIFIER_MARKER in t for t in texts):
             role = "verifier"
         elif any(GRAPH_MARKER in t for t in texts):
             role = "graph_planner"
@@ -239,6 +243,8 @@ class FakeLLM:
 
     def default_answer(self, role: str, body: dict[str, Any]) -> str:
         prompt = _last_user(body)
+        if role == "reviser":  # no sentence rewritten: they are marked as not verified
+            return json.dumps({"revisions": []})
         if role == "verifier":  # every claim supported
             verdicts = [
                 {"claim": int(i), "verdict": "supported", "source": None}
