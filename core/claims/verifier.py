@@ -33,6 +33,19 @@ PASSAGES_PER_CLAIM = 2
 REQUEST_TOKENS = 12_000
 
 
+def _valid_entries(entry: type[BaseModel], value: Any) -> Any:
+    """The entries of a list answer that are valid ``entry`` (a list: the others dropped)."""
+    if not isinstance(value, list):
+        return value
+    kept = []
+    for item in value:
+        try:
+            kept.append(entry.model_validate(item))
+        except ValueError:
+            continue
+    return kept
+
+
 class Verdict(StrEnum):
     SUPPORTED = "supported"
     PARTIAL = "partial"
@@ -63,15 +76,7 @@ class Verdicts(BaseModel):
     @classmethod
     def _valid_only(cls, value: Any) -> Any:
         """An entry that is not a verdict is dropped, not the whole answer."""
-        if not isinstance(value, list):
-            return value
-        kept = []
-        for item in value:
-            try:
-                kept.append(ClaimVerdict.model_validate(item))
-            except ValueError:
-                continue
-        return kept
+        return _valid_entries(ClaimVerdict, value)
 
 
 def claim_lines(claim: Claim) -> str:
@@ -200,15 +205,7 @@ class Revisions(BaseModel):
     @field_validator("revisions", mode="before")
     @classmethod
     def _valid_only(cls, value: Any) -> Any:
-        if not isinstance(value, list):
-            return value
-        kept = []
-        for item in value:
-            try:
-                kept.append(Revision.model_validate(item))
-            except ValueError:
-                continue
-        return kept
+        return _valid_entries(Revision, value)
 
 
 async def revisions(
