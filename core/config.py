@@ -91,6 +91,10 @@ class Settings(EnvSettings):
         default=None, validation_alias=env("FATHOM_WRITER_BASE_URL")
     )
     writer_api_key: str | None = Field(default=None, validation_alias=env("FATHOM_WRITER_API_KEY"))
+    #: Every cited claim of a report checked against its sources before it is posted.
+    verify_claims: bool = Field(default=True, validation_alias=env("FATHOM_VERIFY_CLAIMS"))
+    #: The model that checks them (at the planner's endpoint); None: the planner's model.
+    verifier_model: str | None = Field(default=None, validation_alias=env("FATHOM_VERIFIER_MODEL"))
     llm_json_mode: Literal["auto", "json_schema", "json_object", "prompt"] = Field(
         default="auto", validation_alias=env("FATHOM_LLM_JSON_MODE")
     )

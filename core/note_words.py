@@ -174,6 +174,20 @@ def planner_fallback_words(
     return pick(language, f"{note} {en}", note + zh.get(then, "研究提前结束。"))
 
 
+def claims_checked_words(
+    language: Language, *, supported: int, claims: int, fixed: int, partial: bool
+) -> str:
+    """A note: how the report's cited claims held against their sources."""
+    en = f"Citations checked: {supported} of {claims} claims supported by their sources"
+    zh = f"引用已核对：{claims} 条论断中有 {supported} 条得到所引来源的支持"
+    if fixed:
+        en, zh = en + f"; {fixed} fixed", zh + f"，修正 {fixed} 条"
+    if partial:
+        en += "; the verifier model could not be used for the rest"
+        zh += "；其余论断未能由核对模型检查"
+    return pick(language, en + ".", zh + "。")
+
+
 def writer_failed_words(language: Language, error: LLMError) -> str:
     """A note: the writer model failed after the research; the findings are listed as they
     are."""

@@ -338,6 +338,7 @@ async def _runtime(
                 store=store,
                 planner=llm.planner,
                 writer=llm.writer,
+                verifier=llm.verifier if settings.verify_claims else None,
                 search=search,
                 timing=LeaseTiming(settings.stale_run_after),
                 max_attempts=settings.max_attempts,

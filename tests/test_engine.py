@@ -515,6 +515,46 @@ async def test_citations_are_repaired(harness: Harness) -> None:
 
 
 @sqlite_only
+async def test_a_report_is_checked_against_its_sources_before_it_is_finished(
+    harness: Harness,
+) -> None:
+    """With a verifier, a report's claims are checked: the plain one stands, one citing the
+    wrong source is re-cited to the one the verifier names, an invented one loses its
+    citation and is marked; the notes say how the citations held."""
+    verifier = ChatModel(
+        model="verifier-model", api_key=KEY, base_url=harness.llm.base_url, max_retries=1
+    )
+    service = harness.build_service(verifier=verifier)
+    query = f"{TOPIC} — overview"
+    said = "Source {} reports facts, figures and context about " + query + "."
+    harness.llm.fake.script("planner", plan(query))
+    harness.llm.fake.script(
+        "writer",
+        Reply(
+            f"# Batteries\n\n## Findings\n\n- {said.format(1)} [1]\n- {said.format(2)} [1]\n"
+            "- Costs fell 90% last year [3].\n"
+        ),
+    )
+    verdicts = [
+        {"claim": 2, "verdict": "unsupported", "source": 2},
+        {"claim": 3, "verdict": "unsupported", "source": None},
+    ]
+    harness.llm.fake.script("verifier", Reply(json.dumps({"verdicts": verdicts})))
+    run_id = await harness.submit(depth=1)
+    try:
+        outcome = await service.executor.execute(run_id, None)
+    finally:
+        await verifier.aclose()
+    report = outcome.report_markdown or ""
+    assert f"- {said.format(1)} [1]\n- {said.format(2)} [2]\n" in report, report
+    assert "- Costs fell 90% last year *(not verified)*.\n" in report
+    note = "Citations checked: 1 of 3 claims supported by their sources; 2 fixed."
+    assert note in outcome.notes and note in report
+    roles = [r.role for r in harness.llm.fake.requests]
+    assert roles.count("verifier") == 1 and roles.count("reviser") == 1
+
+
+@sqlite_only
 async def test_chinese_topic_asks_for_a_chinese_report(harness: Harness) -> None:
     outcome = await harness.research("固态电池的最新进展", depth=1)
     assert outcome.status is RunStatus.SUCCEEDED

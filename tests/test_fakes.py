@@ -36,7 +36,10 @@ PLANNER = (
 )
 WRITER = (
     "Write the report.\nTopic: solid-state batteries\n\nSources:\n"
-    "[1] Battery news — https://example.org/a\n[2] Lab results (https://example.org/b)\n"
+    "[1] Battery news — https://example.org/a\n"
+    "    (search: batteries) Solid-state cells passed 1,000 cycles.\n"
+    "[2] Lab results — https://example.org/b\n"
+    "    (search: batteries) The lab measured 400 Wh/kg.\n"
 )
 
 
@@ -102,6 +105,8 @@ async def test_writer_cites_numbered_sources_only(llm: FakeLLMServer, client: Ma
     for header in ("Executive summary", "Main findings", "Conclusions", "Open questions"):
         assert f"## {header}" in report
     assert "[1]" in report and "[2]" in report and "[3]" not in report
+    # it cites what it copies, as a writer that cites correctly does
+    assert "- Solid-state cells passed 1,000 cycles. [1]" in report
     assert resp.model == "writer-x" and resp.usage is not None
     assert resp.usage.prompt_tokens == -(-len(WRITER) // 4)
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens

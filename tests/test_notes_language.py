@@ -88,6 +88,9 @@ SAMPLES: dict[str, Callable[[], str]] = {
         for then in ("topic", "question", "stopped")
     ),
     "writer_failed_words": lambda: note_words.writer_failed_words("zh", FAILED),
+    "claims_checked_words": lambda: note_words.claims_checked_words(
+        "zh", supported=41, claims=43, fixed=2, partial=True
+    ),
     "instructions_echo_words": lambda: note_words.instructions_echo_words("zh"),
     "not_searched_words": lambda: note_words.not_searched_words("zh", TOPIC),
     "web_search_failed_words": lambda: note_words.web_search_failed_words(

@@ -1,9 +1,9 @@
 """The lexical pass: a claim whose cited source plainly says it is supported without asking a
 model.
 
-Plainly says: one passage of a cited source holds every number the claim states and every
-phrase it quotes, and at least :data:`COVERAGE` of its words (for Chinese, of its character
-pairs) ranked best for the claim among that source's passages (BM25, as pages are read). A
+Plainly says: one passage of a cited source, among the :data:`CANDIDATES` that BM25 ranks best
+for the claim (as pages are read), holds every number the claim states and every phrase it
+quotes, and at least :data:`COVERAGE` of its words (for Chinese, of its character pairs). A
 claim that fails this is not unsupported, only not plainly supported: the verifier model
 judges it.
 """
@@ -19,6 +19,8 @@ from core.pages.extract import bm25_scores, terms
 
 #: The share of a claim's words one passage must hold.
 COVERAGE = 0.8
+#: The passages of a source (the best for the claim by BM25) that are looked at.
+CANDIDATES = 3
 #: Words that say nothing of a claim's content.
 _STOP = frozenset(
     "a an the and or but of to in on at by for with from as is are was were be been being "
@@ -56,15 +58,17 @@ def _in_source(statement: str, passages: Sequence[str]) -> bool:
     wanted = _words(statement)
     if not wanted:
         return False
-    ranked = bm25_scores([terms(p) or [""] for p in passages], terms(statement))
-    best = max(range(len(passages)), key=lambda i: ranked[i])
-    passage = _normal(passages[best])
-    if not all(number in _numbers(passage) for number in _numbers(_normal(statement))):
-        return False
-    if not all(_normal(quote) in passage for quote in _QUOTED.findall(statement)):
-        return False
-    held = wanted & _words(passage)
-    return len(held) >= COVERAGE * len(wanted)
+    scores = bm25_scores([terms(p) or [""] for p in passages], terms(statement))
+    ranked = sorted(range(len(passages)), key=lambda i: scores[i], reverse=True)
+    numbers = _numbers(_normal(statement))
+    quotes = [_normal(quote) for quote in _QUOTED.findall(statement)]
+    for best in ranked[:CANDIDATES]:
+        passage = _normal(passages[best])
+        if not numbers <= _numbers(passage) or not all(q in passage for q in quotes):
+            continue
+        if len(wanted & _words(passage)) >= COVERAGE * len(wanted):
+            return True
+    return False
 
 
 def _normal(text: str) -> str:

@@ -154,10 +154,13 @@ def _best_elsewhere(
     every source's passages), shown so the verifier can name the source that says it."""
     if not pool:
         return None
-    scores = bm25_scores(corpus, terms(claim.statement))
+    wanted = terms(claim.statement)
+    scores = bm25_scores(corpus, wanted)
     ranked = sorted(range(len(pool)), key=lambda i: scores[i], reverse=True)
     best = next((i for i in ranked if pool[i][0] not in claim.cites), None)
-    return pool[best] if best is not None and scores[best] > 0 else None
+    if best is None or not set(wanted) & set(corpus[best]):
+        return None  # (a score may be below zero where every passage shares most words)
+    return pool[best]
 
 
 def _blocks(chosen: Mapping[int, set[int]], evidence: Mapping[int, Evidence]) -> dict[int, str]:

@@ -395,11 +395,16 @@ def _why_empty(choice: Any, finish: str) -> str:
 
 
 class LLMClients:
-    """The planner and writer models of one process (the same object when identical)."""
+    """The planner, writer and verifier models of one process (the same object when
+    identical)."""
 
-    def __init__(self, planner: ChatModel, writer: ChatModel) -> None:
+    def __init__(
+        self, planner: ChatModel, writer: ChatModel, verifier: ChatModel | None = None
+    ) -> None:
         self.planner = planner
         self.writer = writer
+        #: Checks a report's claims (``FATHOM_VERIFIER_MODEL``; the planner by default).
+        self.verifier = verifier or planner
 
     @classmethod
     def from_settings(
@@ -429,12 +434,23 @@ class LLMClients:
             settings.effective_writer_base_url,
             settings.effective_writer_api_key or planner_key,
         )
+        verifier = None
+        if settings.verifier_model and settings.verifier_model != settings.planner_model:
+            verifier = ChatModel(
+                model=settings.verifier_model,
+                api_key=planner_key,
+                base_url=settings.openai_base_url,
+                **common,
+            )
         if writer_spec == (settings.planner_model, settings.openai_base_url, planner_key):
-            return cls(planner, planner)
+            return cls(planner, planner, verifier)
         model, base_url, api_key = writer_spec
-        return cls(planner, ChatModel(model=model, api_key=api_key, base_url=base_url, **common))
+        writer = ChatModel(model=model, api_key=api_key, base_url=base_url, **common)
+        return cls(planner, writer, verifier)
 
     async def aclose(self) -> None:
         await self.planner.aclose()
         if self.writer is not self.planner:
             await self.writer.aclose()
+        if self.verifier is not self.planner:
+            await self.verifier.aclose()

@@ -16,7 +16,7 @@ from core.dates import Clock, utcnow
 from core.engine.budget import RunBudget
 from core.engine.files import FileReader
 from core.engine.registry import build_strategies
-from core.engine.state import TextModel
+from core.engine.state import JsonModel, TextModel
 from core.engine.strategy import StrategyTools
 from core.operations.lease import LeaseTiming
 from core.pages.reader import PageReader
@@ -57,13 +57,15 @@ class Research:
         monotonic: Callable[[], float] = time.monotonic,
         quota: UserQuota | None = None,
         prices: Prices | None = None,
+        verifier: JsonModel | None = None,
     ) -> None:
         """The settings of :class:`~core.research.executor.RunExecutor` and
         :class:`~core.research.requests.RunRequests`, and what their parts are built from: the
         ``planner`` (also the graph's sub-question answers), ``writer`` and ``search``
         clients; ``reader`` reads the best result pages of every search (None: snippets
         only); ``strategy_settings``: each registered strategy's settings by its name (those
-        not given: their defaults)."""
+        not given: their defaults); ``verifier`` checks every cited claim of a report
+        (None: reports are not checked)."""
         #: The store both were built over.
         self.store = store
         local = LocalRuns()
@@ -74,7 +76,7 @@ class Research:
             threads=store.threads,
             digests=store.digests,
             strategies=strategies,
-            writer=ReportWriter(writer, store.digests),
+            writer=ReportWriter(writer, store.digests, verifier=verifier),
             local=local,
             owner=owner,
             timing=timing,

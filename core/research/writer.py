@@ -17,12 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core import note_words, wording
-from core.engine.state import RunState, TextModel
+from core.claims import Evidence
+from core.claims.check import check_claims
+from core.engine.state import JsonModel, RunState, TextModel
 from core.llm import LLMError
 from core.models import Source
 from core.operations import whats_new
 from core.research.prompts import DigestContext, writer_messages
 from core.research.report import (
+    NumberedSource,
     drop_instruction_echoes,
     fallback_body,
     finalize_report,
@@ -85,10 +88,14 @@ class _DigestHistory:
 class ReportWriter:
     """Writes the reports of runs with the writer model."""
 
-    def __init__(self, model: TextModel, digests: DigestStore) -> None:
-        """``digests``: where a digest's earlier firings are found."""
+    def __init__(
+        self, model: TextModel, digests: DigestStore, *, verifier: JsonModel | None = None
+    ) -> None:
+        """``digests``: where a digest's earlier firings are found; ``verifier``: checks every
+        cited claim of a report against its sources before it is finished (None: no check)."""
         self._model = model
         self._digests = digests
+        self._verifier = verifier
 
     async def write(
         self,
@@ -107,6 +114,29 @@ class ReportWriter:
         """
         digest = await self._digest(run, state)
         return await self._write(state, digest, graph, state.model_answered or analysed_before)
+
+    async def _checked(self, body: str, numbered: Sequence[NumberedSource], state: RunState) -> str:
+        """``body`` with its failing claims fixed, and a note saying how its citations held
+        (unchanged when there is no verifier or no cited claim)."""
+        if self._verifier is None:
+            return body
+        evidence = {  # what the writer saw of each: its snippet and the passages read
+            s.n: Evidence(s.n, s.title, s.url, ((s.snippet,) if s.snippet else ()) + s.passages)
+            for s in numbered
+        }
+        with state.usage.timed("checking"):
+            check = await check_claims(body, evidence, self._verifier, state.usage, state.language)
+        if check.claims:
+            state.note(
+                note_words.claims_checked_words(
+                    state.language,
+                    supported=check.supported,
+                    claims=len(check.claims),
+                    fixed=check.fixed,
+                    partial=check.partial,
+                )
+            )
+        return check.markdown
 
     async def _digest(self, run: RunRecord, state: RunState) -> _DigestHistory | None:
         """What the previous firing of a digest's run reported (None: not a digest, or its
@@ -155,6 +185,7 @@ class ReportWriter:
             body, echoes = drop_instruction_echoes(unwrap_report(answer.text))
             if echoes:
                 state.note(note_words.instructions_echo_words(state.language))
+            body = await self._checked(body, numbered, state)
         except LLMError as exc:
             log.warning("writer failed in run %s: %s", state.run_id, exc)
             if not analysed:  # nothing the model said: no report to pretend

@@ -160,6 +160,20 @@ def graph_plan(prompt: str) -> str:
     return json.dumps({"nodes": nodes, "finish": not nodes}, ensure_ascii=False)
 
 
+def _first_snippets(prompt: str, sources: int = 3) -> list[tuple[str, str]]:
+    """The snippets of the first ``sources`` sources (``(search: <topic>) <snippet>``, an
+    internal document's ``(internal source <name>, search: <topic>) <snippet>``)."""
+    found: list[tuple[str, str]] = []
+    for block in re.split(r"\n(?=\[\d+\])", prompt):
+        number = SOURCE_LINE.match(block)
+        snippet = re.search(
+            r"^    \((?:internal source [^,]*, )?search: .*?\) (.+)$", block, re.MULTILINE
+        )
+        if number and snippet and len(found) < sources:
+            found.append((number.group(1), snippet.group(1)))
+    return found
+
+
 def _first_passages(prompt: str, sources: int = 2) -> list[tuple[str, str]]:
     """The first passage read from the page of the first ``sources`` sources that have one
     (the writer quotes them, as a model writing from evidence would)."""
@@ -268,15 +282,15 @@ class FakeLLM:
                 aspect += f" (part {k // len(ASPECTS) + 1})"
             nxt = f"{topic} — {aspect}"
             return json.dumps({"nextSearchTopic": nxt, "shouldContinue": True}, ensure_ascii=False)
-        numbers = list(dict.fromkeys(SOURCE_LINE.findall(prompt)))[:3]
-        cites = "".join(f"[{n}]" for n in numbers)
-        cited = f" {cites}" if cites else ""
+        # A writer that cites correctly: each cited line says what its source says (a snippet
+        # or a passage, copied), so the claim check settles it without a model call.
+        said = "".join(f"- {text} [{n}]\n" for n, text in _first_snippets(prompt))
         quoted = "".join(f"- {text} [{n}]\n" for n, text in _first_passages(prompt))
         return (
             f"# Report: {topic}\n\n## Executive summary\n\n"
             f"This report summarises what the searches found about {topic}.\n\n"
-            f"## Main findings\n\n- The sources describe the current state of {topic}{cited}.\n"
-            f"- Evidence is consistent across the collected material{cited}.\n{quoted}\n"
+            f"## Main findings\n\n- The sources describe the current state of {topic}.\n"
+            f"{quoted}{said}\n"
             "## Conclusions and recommendations\n\n"
             "Monitor developments and revisit the question as new evidence appears.\n\n"
             "## Open questions\n\nLong-term effects remain uncertain.\n"
