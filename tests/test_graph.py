@@ -59,11 +59,11 @@ async def graph(
     llm_server: FakeLLMServer,
     search_server: FakeSearchServer,
 ) -> AsyncIterator[MakeGraph]:
-    """``await graph(max_parallel=10, max_nodes=12)``: a harness whose runs use the graph
-    strategy (submit with ``strategy="graph"``)."""
+    """``await graph(max_parallel=10, max_nodes=12, verify=False)``: a harness whose runs use
+    the graph strategy (submit with ``strategy="graph"``); ``verify``: claims are checked."""
     closers: list[Callable[[], Awaitable[None]]] = []
 
-    async def make(max_parallel: int = 10, max_nodes: int = 12) -> Harness:
+    async def make(max_parallel: int = 10, max_nodes: int = 12, verify: bool = False) -> Harness:
         http = httpx.AsyncClient(trust_env=False)
         model = ChatModel(model="m", api_key=KEY, base_url=llm_server.base_url, max_retries=1)
         store = Store(database)
@@ -71,6 +71,7 @@ async def graph(
             store=store,
             planner=model,
             writer=model,
+            verifier=model if verify else None,
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
             strategy_settings={
                 "graph": GraphSettings(
@@ -284,6 +285,26 @@ async def test_a_chinese_graph_run_notes_and_marks_its_failures_in_chinese(
     assert f"子问题“{state}”失败：搜索没有结果。" in outcome.notes, outcome.notes
     assert all(english_sentences(n, *data) == [] for n in outcome.notes), outcome.notes
     assert outcome.report_markdown is not None and "## 本次运行说明" in outcome.report_markdown
+
+
+async def test_a_sub_answer_is_checked_before_the_writer_uses_it(graph: MakeGraph) -> None:
+    """A sub-answer's claim that its sources do not support reaches the writer marked as not
+    verified, without its citation; the claim its source states keeps it."""
+    harness = await graph(verify=True)
+    question = f"{QUESTION} cost"
+    harness.llm.fake.script("graph_planner", plan(("cost", question, [])), FINISH)
+    said = f"Source 1 reports facts, figures and context about {question}."
+    harness.llm.fake.script("answerer", Reply(f"{said} [1] Costs fell 90% in a year [1]."))
+    unsupported = {"verdicts": [{"claim": 2, "verdict": "unsupported", "source": None}]}
+    harness.llm.fake.script("verifier", Reply(json.dumps(unsupported)))
+    _, outcome = await research(harness, depth=2)
+    assert outcome.status is RunStatus.SUCCEEDED, outcome.error
+    (node,) = outcome.as_json()["nodes"]
+    assert node["answer"] == f"{said} [1] Costs fell 90% in a year *(not verified)*."
+    writer = user_prompt(harness.llm.fake.requests_for("writer")[-1].body)
+    assert "Costs fell 90% in a year *(not verified)*." in writer
+    assert [r.role for r in harness.llm.fake.requests].count("verifier") == 1  # the report's
+    # own claims copy their sources: the writer's check asked no model
 
 
 async def test_a_resumed_graph_run_searches_no_answered_node_again(graph: MakeGraph) -> None:

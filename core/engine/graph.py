@@ -26,6 +26,8 @@ from typing import Any
 from pydantic import Field
 
 from core import note_words, wording
+from core.claims import Evidence
+from core.claims.check import check_claims
 from core.config import EnvSettings, env
 from core.engine.graph_plan import CheckedPlan, GraphPlan, check_plan
 from core.engine.graph_state import GRAPH, GraphNode, NodeStatus, graph_of
@@ -45,6 +47,7 @@ from core.research.prompts import (
 )
 from core.research.report import (
     ATTACHMENT,
+    NumberedSource,
     files_digest,
     number_sources,
     source_key,
@@ -113,8 +116,10 @@ class GraphStrategy:
         *,
         max_parallel: int = 10,
         max_nodes: int = 12,
+        verifier: JsonModel | None = None,
     ) -> None:
         self._planner = planner
+        self._verifier = verifier
         self._answerer = answerer
         self._search = search
         self._reader = reader
@@ -162,6 +167,7 @@ class GraphStrategy:
             reader=self._reader,
             answerer=self._answerer,
             max_parallel=self._max_parallel,
+            verifier=self._verifier,
         )
         variables = state.variables
         while True:
@@ -309,7 +315,9 @@ class _Turn:
         reader: PageReader | None,
         answerer: TextModel,
         max_parallel: int,
+        verifier: JsonModel | None = None,
     ) -> None:
+        self._verifier = verifier
         self._state = state
         self._hooks = hooks
         self._search_provider = search
@@ -454,8 +462,26 @@ class _Turn:
             )
             return
         state.model_answered = True
-        node.answer = _checked_answer(answer.text, allowed)
+        node.answer = await self._verified(_checked_answer(answer.text, allowed), numbered)
         node.status = NodeStatus.ANSWERED
+
+    async def _verified(self, answer: str, numbered: Sequence[NumberedSource]) -> str:
+        """The sub-answer with its claims checked against its sources, as a report's are,
+        before the writer uses it (unchanged without a verifier)."""
+        if self._verifier is None:
+            return answer
+        state = self._state
+        cited = {int(n) for n in _CITATION.findall(answer)}
+        evidence = {
+            s.n: Evidence(s.n, s.title, s.url, ((s.snippet,) if s.snippet else ()) + s.passages)
+            for s in numbered
+            if s.n in cited
+        }
+        with state.usage.timed("checking"):
+            check = await check_claims(
+                answer, evidence, self._verifier, state.usage, state.language
+            )
+        return check.markdown or "(no answer)"
 
 
 def _checked_answer(text: str, allowed: set[int]) -> str:
@@ -486,6 +512,7 @@ def _build(tools: StrategyTools, settings: GraphSettings) -> GraphStrategy:
         tools.reader,
         max_parallel=settings.max_parallel,
         max_nodes=settings.max_nodes,
+        verifier=tools.verifier,
     )
 
 

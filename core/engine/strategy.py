@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from core.config import EnvSettings
-from core.engine.state import RunState, StepHooks, StopReason, TextModel
+from core.engine.state import JsonModel, RunState, StepHooks, StopReason, TextModel
 from core.pages.reader import PageReader
 from core.research.progress import ProgressTask
 from core.search import SearchProvider
@@ -61,11 +61,13 @@ class Strategy(Protocol):
 
 @dataclass(frozen=True)
 class StrategyTools:
-    """What every strategy is built from: the planner's model, the search, the page reader."""
+    """What every strategy is built from: the planner's model, the search, the page reader,
+    and the verifier that checks claims (None: they are not checked)."""
 
     planner: TextModel
     search: SearchProvider
     reader: PageReader | None
+    verifier: JsonModel | None = None
 
 
 SettingsT = TypeVar("SettingsT", bound=EnvSettings)

@@ -69,7 +69,8 @@ class Research:
         #: The store both were built over.
         self.store = store
         local = LocalRuns()
-        strategies = build_strategies(StrategyTools(planner, search, reader), strategy_settings)
+        tools = StrategyTools(planner, search, reader, verifier)
+        strategies = build_strategies(tools, strategy_settings)
         self.executor = RunExecutor(
             runs=store.runs,
             claims=store.claims,

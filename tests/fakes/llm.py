@@ -267,11 +267,11 @@ class FakeLLM:
             return json.dumps({"verdicts": verdicts})
         if role == "graph_planner":
             return graph_plan(prompt)
-        if role == "answerer":
+        if role == "answerer":  # cites what it copies, as the writer does
             question = prompt.split("Sub-question:", 1)[1].split("\n", 1)[0].strip()
-            first = SOURCE_LINE.search(prompt)
-            cite = f" [{first.group(1)}]" if first else ""
-            return f"The sources answer {question} clearly{cite}."
+            copied = (_first_passages(prompt, 1) or _first_snippets(prompt, 1))[:1]
+            cited = "".join(f" {text} [{n}]" for n, text in copied)
+            return f"The sources answer {question} clearly.{cited}"
         topic = _topic(prompt)
         if role == "planner":
             k = len(_searched(prompt))
