@@ -307,6 +307,25 @@ async def test_a_sub_answer_is_checked_before_the_writer_uses_it(graph: MakeGrap
     # own claims copy their sources: the writer's check asked no model
 
 
+async def test_a_revised_sub_answer_is_data_like_the_answer_it_replaces(graph: MakeGraph) -> None:
+    """The reviser's sentence is model text: a live mention in it never reaches the node's
+    answer (the writer's prompt, ``--json``)."""
+    harness = await graph(verify=True)
+    question = f"{QUESTION} cost"
+    harness.llm.fake.script("graph_planner", plan(("cost", question, [])), FINISH)
+    said = f"Source 1 reports facts, figures and context about {question}."
+    harness.llm.fake.script("answerer", Reply("Costs fell 90% in a year [1]."))
+    unsupported = {"verdicts": [{"claim": 1, "verdict": "unsupported", "source": None}]}
+    harness.llm.fake.script("verifier", Reply(json.dumps(unsupported)))
+    hostile = f"<@UBOSS> {said} [1]"
+    revised = {"revisions": [{"claim": 1, "text": hostile}]}
+    harness.llm.fake.script("reviser", Reply(json.dumps(revised)))
+    _, outcome = await research(harness, depth=2)
+    (node,) = outcome.as_json()["nodes"]
+    assert said in node["answer"] and "[1]" in node["answer"]
+    assert "<@UBOSS>" not in node["answer"] and "UBOSS" in node["answer"]  # inert, kept
+
+
 async def test_a_resumed_graph_run_searches_no_answered_node_again(graph: MakeGraph) -> None:
     harness = await graph()
     fake = harness.search.fake

@@ -26,7 +26,6 @@ from typing import Any
 from pydantic import Field
 
 from core import note_words, wording
-from core.claims import Evidence
 from core.claims.check import check_claims
 from core.config import EnvSettings, env
 from core.engine.graph_plan import CheckedPlan, GraphPlan, check_plan
@@ -48,6 +47,7 @@ from core.research.prompts import (
 from core.research.report import (
     ATTACHMENT,
     NumberedSource,
+    evidence_of,
     files_digest,
     number_sources,
     source_key,
@@ -462,7 +462,8 @@ class _Turn:
             )
             return
         state.model_answered = True
-        node.answer = await self._verified(_checked_answer(answer.text, allowed), numbered)
+        checked = await self._verified(_checked_answer(answer.text, allowed), numbered)
+        node.answer = _checked_answer(checked, allowed)  # (a reviser's sentence is model text)
         node.status = NodeStatus.ANSWERED
 
     async def _verified(self, answer: str, numbered: Sequence[NumberedSource]) -> str:
@@ -472,11 +473,7 @@ class _Turn:
             return answer
         state = self._state
         cited = {int(n) for n in _CITATION.findall(answer)}
-        evidence = {
-            s.n: Evidence(s.n, s.title, s.url, ((s.snippet,) if s.snippet else ()) + s.passages)
-            for s in numbered
-            if s.n in cited
-        }
+        evidence = evidence_of(s for s in numbered if s.n in cited)
         with state.usage.timed("checking"):
             check = await check_claims(
                 answer, evidence, self._verifier, state.usage, state.language

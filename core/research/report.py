@@ -15,12 +15,13 @@ returned it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from urllib.parse import urlsplit, urlunsplit
 
 from core.attachments import file_title
+from core.claims.lexical import Evidence
 from core.models import AttachedFile, Finding, SearchResult, Source, SourceKind
 from core.pages.extract import estimate_tokens, select, split_passages
 from core.research.prompts import echoes_instructions, instruction_shingles
@@ -69,6 +70,15 @@ class NumberedSource:
     key: str = ""
     #: Of a long PDF read in part, which pages (``read pages 1-50 of 311``).
     coverage: str | None = None
+
+
+def evidence_of(sources: Iterable[NumberedSource]) -> dict[int, Evidence]:
+    """What the writer (or a sub-question's answerer) saw of each source, by number: its
+    snippet and the passages read, which its claims are checked against."""
+    return {
+        s.n: Evidence(s.n, s.title, s.url, ((s.snippet,) if s.snippet else ()) + s.passages)
+        for s in sources
+    }
 
 
 def url_identity(url: str) -> str:

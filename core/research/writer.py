@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core import note_words, wording
-from core.claims import Evidence
 from core.claims.check import check_claims
 from core.engine.state import JsonModel, RunState, TextModel
 from core.llm import LLMError
@@ -27,6 +26,7 @@ from core.research.prompts import DigestContext, writer_messages
 from core.research.report import (
     NumberedSource,
     drop_instruction_echoes,
+    evidence_of,
     fallback_body,
     finalize_report,
     number_sources,
@@ -120,12 +120,10 @@ class ReportWriter:
         (unchanged when there is no verifier or no cited claim)."""
         if self._verifier is None:
             return body
-        evidence = {  # what the writer saw of each: its snippet and the passages read
-            s.n: Evidence(s.n, s.title, s.url, ((s.snippet,) if s.snippet else ()) + s.passages)
-            for s in numbered
-        }
         with state.usage.timed("checking"):
-            check = await check_claims(body, evidence, self._verifier, state.usage, state.language)
+            check = await check_claims(
+                body, evidence_of(numbered), self._verifier, state.usage, state.language
+            )
         if check.claims:
             state.note(
                 note_words.claims_checked_words(
