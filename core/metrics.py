@@ -99,6 +99,13 @@ class Metrics:
             ["platform", "outcome"],
             registry=registry,
         )
+        self.claims = Counter(
+            "fathom_claims",
+            "Cited claims of reports checked against their sources, by verdict (supported, "
+            "partial, unsupported; unchecked: the verifier model could not be used).",
+            ["verdict"],
+            registry=registry,
+        )
         self.build_info = Gauge(
             "fathom_build_info",
             "Always 1: the version of Fathom this process runs, and its Python.",
@@ -173,6 +180,11 @@ class Metrics:
         self.rounds_done.labels(strategy).inc(rounds_done)
         self.pages.labels("read").inc(pages_read)
         self.pages.labels("skipped").inc(pages_skipped)
+
+    def claims_checked(self, verdicts: list[str | None]) -> None:
+        """Count the checked claims of a report by verdict (None: unchecked)."""
+        for verdict in verdicts:
+            self.claims.labels(verdict or "unchecked").inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

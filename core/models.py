@@ -280,6 +280,11 @@ class Usage(BaseModel):
     attachments_read: int = 0
     #: Calls to internal sources (MCP servers), one per server per search.
     internal_searches: int = 0
+    #: The claim check's share of the model counters above (its verifier and reviser
+    #: calls, :mod:`core.claims`): counted in them too.
+    verifier_calls: int = 0
+    verifier_prompt_tokens: int = 0
+    verifier_completion_tokens: int = 0
     #: Model name -> [prompt tokens, completion tokens] (what FATHOM_PRICES prices).
     tokens_by_model: dict[str, list[int]] = Field(default_factory=dict)
     #: Seconds spent in each step (``planning``, ``searching``, ``reading``: waiting for
@@ -314,12 +319,23 @@ class Usage(BaseModel):
         self.pages_skipped += other.pages_skipped
         self.attachments_read += other.attachments_read
         self.internal_searches += other.internal_searches
+        self.verifier_calls += other.verifier_calls
+        self.verifier_prompt_tokens += other.verifier_prompt_tokens
+        self.verifier_completion_tokens += other.verifier_completion_tokens
         for model, (prompt, completion) in other.tokens_by_model.items():
             tally = self.tokens_by_model.setdefault(model, [0, 0])
             tally[0] += prompt
             tally[1] += completion
         for step, seconds in other.seconds_by_step.items():
             self.seconds_by_step[step] = round(self.seconds_by_step.get(step, 0.0) + seconds, 3)
+
+    def add_checking(self, other: Usage) -> None:
+        """Add the model calls of a claim check (``other``: its own counters), to the totals
+        and to the verifier's share."""
+        self.add(other)
+        self.verifier_calls += other.llm_calls
+        self.verifier_prompt_tokens += other.prompt_tokens
+        self.verifier_completion_tokens += other.completion_tokens
 
 
 class SourceKind(enum.StrEnum):

@@ -58,6 +58,9 @@ USAGE_KEYS = (
     "pages_skipped",
     "attachments_read",
     "internal_searches",
+    "verifier_calls",
+    "verifier_prompt_tokens",
+    "verifier_completion_tokens",
 )
 
 
@@ -264,6 +267,7 @@ class ClaimStore:
         error: str | None,
         usage: Mapping[str, Any],
         notes: Sequence[str],
+        claim_check: Mapping[str, Any] | None = None,
         deliver: bool = True,
         stop_reason: str | None = None,
         notes_if_cancelled: Sequence[str] | None = None,
@@ -273,7 +277,7 @@ class ClaimStore:
         A ``succeeded`` run that was asked to cancel meanwhile is recorded ``cancelled``,
         without its report or sources, with ``notes_if_cancelled`` (default ``notes``)
         instead of the report's notes and ``stop_reason_if_cancelled`` (the returned record
-        says which).
+        says which). ``claim_check``: how the report's claims held (kept with the report).
 
         With ``deliver`` its delivery becomes pending: posting the outcome in its chat
         thread is the next step (a console run's caller prints it instead: the caller asks
@@ -294,6 +298,7 @@ class ClaimStore:
             "finished_at": utcnow(),
             "delivery": DeliveryState.PENDING if deliver else None,
             "stop_reason": stop_reason,
+            "claim_check": dict(claim_check) if claim_check is not None else None,
             **_usage_values(usage),
         }
         rows = [
@@ -320,6 +325,7 @@ class ClaimStore:
                         **run,
                         "status": "cancelled",
                         "report_markdown": None,
+                        "claim_check": None,
                         "stop_reason": stop_reason_if_cancelled,
                         "notes": list(notes if notes_if_cancelled is None else notes_if_cancelled),
                     }

@@ -142,6 +142,12 @@ class RunRecord:
     stop_requested: bool = False
     #: Why its searching ended (``core.engine.state.StopReason``), once it has finished.
     stop_reason: str | None = None
+    #: The claim check's model calls and tokens (counted in the totals too).
+    verifier_calls: int = 0
+    verifier_prompt_tokens: int = 0
+    verifier_completion_tokens: int = 0
+    #: How the report's cited claims held (``core.claims.summary.CheckSummary`` as JSON).
+    claim_check: dict[str, Any] | None = None
 
     @property
     def seconds(self) -> float | None:

@@ -152,6 +152,10 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
         sources=_source_choice(row["sources"]),
         stop_requested=bool(row["stop_requested"]),
         stop_reason=row["stop_reason"],
+        verifier_calls=row["verifier_calls"],
+        verifier_prompt_tokens=row["verifier_prompt_tokens"],
+        verifier_completion_tokens=row["verifier_completion_tokens"],
+        claim_check=row["claim_check"],
     )
 
 

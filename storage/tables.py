@@ -140,6 +140,11 @@ class ResearchRun(Base):
     # Seconds per step (planning, searching, reading, writing; migration 0013).
     seconds_by_step: Mapped[dict[str, float] | None] = mapped_column(JSONType)
     sources: Mapped[str] = mapped_column(String(16), server_default=text("'all'"))
+    # The claim check's model calls and tokens, and how the report's claims held (0018).
+    verifier_calls: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    verifier_prompt_tokens: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    verifier_completion_tokens: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    claim_check: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     #: Retention picks runs by it (migration 0016's index).

@@ -162,8 +162,9 @@ def test_db_current_downgrade_and_upgrade_roll_a_release_back_and_forth(
     assert down.returncode == 0 and f"older than this release's {HEAD_REVISION}" in down.stderr
     assert db("current").stdout == f"{previous} (behind; this release: {HEAD_REVISION})\n"
     with sqlite3.connect(path) as conn:
-        columns = [row[1] for row in conn.execute("PRAGMA table_info(thread_variables)")]
-    assert "strategy_state" not in columns and "graph" in columns  # 0017's column is gone
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(research_runs)")]
+    assert "claim_check" not in columns and "verifier_calls" not in columns  # 0018's are gone
+    assert "stop_reason" in columns  # 0015's stays
     assert db("upgrade").returncode == 0
     assert db("current").stdout.startswith(f"{HEAD_REVISION} (current;")
 

@@ -265,6 +265,23 @@ async def test_slash_command_end_to_end(start_bot: BotFactory) -> None:
     assert variables["findings"] and variables["shouldContinue"] in (True, False)
 
 
+async def test_the_thread_says_how_the_report_s_citations_held(start_bot: BotFactory) -> None:
+    """The writer miscites one claim and invents another (``citing = "mixed"``): the final
+    progress message and the report's notes both count the claims as the stored run does."""
+    bot = await start_bot()
+    bot.llm.fake.citing = "mixed"
+    await bot.command("heat pumps depth=1", trigger_id="trig-claims")
+    [run] = await bot.finished()
+    line = "Citations checked: 2 of 4 claims supported by their sources; 2 fixed."
+    final = bot.final_text("C0001", run.progress_message_id or "")
+    assert line in final.splitlines()
+    report = "\n".join(
+        b["text"] for m in bot.reports() for b in m["blocks"] if b["type"] == "markdown"
+    )
+    assert line in report and "*(not verified)*" in report
+    assert run.claim_check is not None and len(run.claim_check["claims"]) == 4
+
+
 async def test_a_chinese_request_is_answered_in_chinese(start_bot: BotFactory) -> None:
     bot = await start_bot()
     response = await bot.command("固态电池 depth=2", trigger_id="trig-zh")

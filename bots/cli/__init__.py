@@ -8,6 +8,7 @@ Exit codes: 0 success, 1 the run failed or was cancelled, 2 bad input or setting
 
 The package, by command group: ``apps.py`` (the Typer app and its groups),
 ``common.py`` (what every command shares), ``research_commands.py`` (research, resume),
+``eval_commands.py`` (eval),
 ``thread_commands.py``, ``digest_commands.py``, ``source_commands.py``, ``data_commands.py``
 (feedback, prune, forget), ``db_commands.py``, ``server_commands.py`` (serve, worker). Each
 command module registers its commands on the app when it is imported (here).
@@ -26,7 +27,7 @@ from bots.cli.apps import app
 # Each module registers its commands on ``app`` when imported, in the order ``--help`` lists
 # them (the groups' order is ``apps.py``'s).
 # isort: off
-from bots.cli import research_commands, thread_commands, digest_commands
+from bots.cli import research_commands, eval_commands, thread_commands, digest_commands
 from bots.cli import source_commands, data_commands, db_commands, server_commands
 # isort: on
 
@@ -34,6 +35,7 @@ __all__ = ["app", "main"]
 
 COMMANDS = (
     research_commands,
+    eval_commands,
     thread_commands,
     digest_commands,
     source_commands,

@@ -19,6 +19,7 @@ from enum import StrEnum
 
 from core.claims.lexical import Evidence, plainly_supported
 from core.claims.split import CITATION, Claim, claims_of
+from core.claims.summary import CheckSummary, ClaimSummary
 from core.claims.verifier import ClaimVerdict, Verdict, revisions, verdicts
 from core.engine.state import JsonModel
 from core.llm import LLMError
@@ -71,6 +72,22 @@ class ClaimCheck:
     def fixed(self) -> int:
         return sum(1 for c in self.claims if c.fix is not None)
 
+    def summary(self) -> CheckSummary:
+        """What the run keeps of it (stored, ``--json``'s ``claims``)."""
+        return CheckSummary(
+            claims=[
+                ClaimSummary(
+                    text=c.text,
+                    cited=list(c.cited),
+                    verdict=c.verdict.value if c.verdict is not None else None,
+                    source=c.source,
+                    fixed=c.fix.value if c.fix is not None else None,
+                )
+                for c in self.claims
+            ],
+            partial=self.partial,
+        )
+
 
 async def check_claims(
     markdown: str,
@@ -80,7 +97,22 @@ async def check_claims(
     language: Language,
 ) -> ClaimCheck:
     """Check every cited claim of ``markdown`` against ``evidence`` (what each source gave the
-    writer, by number); ``model``: the verifier (None: the lexical pass only)."""
+    writer, by number); ``model``: the verifier (None: the lexical pass only). Its model calls
+    are added to ``usage`` as the verifier's share too (:meth:`Usage.add_checking`)."""
+    spent = Usage()
+    try:
+        return await _check(markdown, evidence, model, spent, language)
+    finally:
+        usage.add_checking(spent)
+
+
+async def _check(
+    markdown: str,
+    evidence: Mapping[int, Evidence],
+    model: JsonModel | None,
+    usage: Usage,
+    language: Language,
+) -> ClaimCheck:
     claims = claims_of(markdown)
     settled: dict[int, bool] = {
         c.index: plainly_supported(c.statement, [evidence[n] for n in c.cites if n in evidence])

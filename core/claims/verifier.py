@@ -33,7 +33,7 @@ PASSAGES_PER_CLAIM = 2
 REQUEST_TOKENS = 12_000
 
 
-def _valid_entries(entry: type[BaseModel], value: Any) -> Any:
+def valid_entries(entry: type[BaseModel], value: Any) -> Any:
     """The entries of a list answer that are valid ``entry`` (a list: the others dropped)."""
     if not isinstance(value, list):
         return value
@@ -76,7 +76,7 @@ class Verdicts(BaseModel):
     @classmethod
     def _valid_only(cls, value: Any) -> Any:
         """An entry that is not a verdict is dropped, not the whole answer."""
-        return _valid_entries(ClaimVerdict, value)
+        return valid_entries(ClaimVerdict, value)
 
 
 def claim_lines(claim: Claim) -> str:
@@ -208,7 +208,7 @@ class Revisions(BaseModel):
     @field_validator("revisions", mode="before")
     @classmethod
     def _valid_only(cls, value: Any) -> Any:
-        return _valid_entries(Revision, value)
+        return valid_entries(Revision, value)
 
 
 async def revisions(

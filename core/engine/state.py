@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
+from core.claims.summary import CheckSummary
 from core.dates import UTC_ZONE, Clock, today_in, utcnow
 from core.llm import Answer, LLMError
 from core.models import ThreadVariables, Usage
@@ -102,6 +103,8 @@ class RunState:
     clock: Clock = utcnow
     #: What this run searches (the service sets it from the run's thread when it executes).
     sources: RunSources = field(default_factory=RunSources)
+    #: How the report's cited claims held against their sources (None: not checked).
+    claims: CheckSummary | None = None
 
     @property
     def today(self) -> date:

@@ -42,6 +42,7 @@ from core.research.executing import LocalRuns, RunFlags, WritingCancelled, unles
 from core.research.outcome import (
     RunOutcome,
     final_progress_text,
+    stored_claims,
     stored_stop_reason,
     usage_of,
 )
@@ -457,6 +458,7 @@ class RunExecutor:
             files=[f for f in state.variables.files if f.run_id == run.id],
             cost=self._cost(state.usage),
             tasks=final_tasks(self._plan(run, state)),
+            claims=stored_claims(finished),
         )
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
         return outcome
@@ -579,4 +581,5 @@ class RunExecutor:
             files=[f for f in variables.files if f.run_id == run.id],
             cost=self._cost(usage_of(run)),
             tasks=final_tasks(self._plan(run, state)),
+            claims=stored_claims(run),
         )

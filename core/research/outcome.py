@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import wording
+from core import note_words, wording
+from core.claims.summary import CheckSummary
 from core.engine.state import StopReason
 from core.models import DEFAULT_STRATEGY, AttachedFile, Source, SourceKind, Usage
 from core.research.progress import ProgressTask
@@ -41,6 +42,8 @@ class RunOutcome:
     cost: float | None = None
     #: The steps of its plan it finished (``core.engine.tasks``), for its final progress.
     tasks: tuple[ProgressTask, ...] = ()
+    #: How its report's cited claims held against their sources (None: not checked).
+    claims: CheckSummary | None = None
 
     def as_json(self) -> dict[str, object]:
         """The ``fathom research --json`` contract (README.md, "Using the CLI")."""
@@ -57,6 +60,9 @@ class RunOutcome:
             "stop_reason": self.stop_reason.value if self.stop_reason else None,
             "error": self.error,
             "notes": self.notes,
+            "claims": (
+                [c.model_dump() for c in self.claims.claims] if self.claims is not None else []
+            ),
             "attachments": [
                 f.model_dump(mode="json", exclude={"text", "run_id", "id"}) for f in self.files
             ],
@@ -75,9 +81,18 @@ def usage_of(run: RunRecord) -> Usage:
         pages_skipped=run.pages_skipped,
         attachments_read=run.attachments_read,
         internal_searches=run.internal_searches,
+        verifier_calls=run.verifier_calls,
+        verifier_prompt_tokens=run.verifier_prompt_tokens,
+        verifier_completion_tokens=run.verifier_completion_tokens,
         tokens_by_model={m: list(t) for m, t in (run.tokens_by_model or {}).items()},
         seconds_by_step=dict(run.seconds_by_step or {}),
     )
+
+
+def stored_claims(run: RunRecord) -> CheckSummary | None:
+    """How a finished run's report's claims held, as recorded with it (None: not checked,
+    or recorded by a release that did not check)."""
+    return CheckSummary.model_validate(run.claim_check) if run.claim_check is not None else None
 
 
 def stored_stop_reason(run: RunRecord) -> StopReason | None:
@@ -97,10 +112,23 @@ def stopped_with_nothing(status: RunStatus, reason: StopReason | None) -> bool:
 
 def final_progress_text(outcome: RunOutcome) -> str:
     """The last status of a run, in the language of its topic: how it ended, then (unless it
-    failed: its one line is the reason) what it spent (``wording.usage_line``)."""
+    failed: its one line is the reason) how its report's cited claims held, when they were
+    checked, and what it spent (``wording.usage_line``)."""
     if outcome.status is RunStatus.FAILED:
         return ending_text(outcome)
     usage, language = outcome.usage, request_language(outcome.topic)
+    lines = [ending_text(outcome)]
+    check = outcome.claims
+    if check is not None and check.claims and outcome.report_markdown:
+        lines.append(
+            note_words.claims_checked_words(
+                language,
+                supported=check.supported,
+                claims=len(check.claims),
+                fixed=check.fixed,
+                partial=check.partial,
+            )
+        )
     spent = wording.usage_line(
         language,
         searches=usage.searches,
@@ -109,7 +137,7 @@ def final_progress_text(outcome: RunOutcome) -> str:
         cost=outcome.cost,
         seconds=outcome.seconds,
     )
-    return f"{ending_text(outcome)}\n{spent}"
+    return "\n".join([*lines, spent])
 
 
 def ending_text(outcome: RunOutcome) -> str:

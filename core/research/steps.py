@@ -15,7 +15,7 @@ from core.engine.budget import RunBudget
 from core.engine.state import RunSources, RunState, StopReason
 from core.models import Source, ThreadVariables, Usage
 from core.research.cost import Prices
-from core.research.outcome import stopped_with_nothing
+from core.research.outcome import stopped_with_nothing, stored_claims
 from core.search import SearchProvider
 from storage import (
     Checkpointed,
@@ -145,6 +145,11 @@ async def finish(
         error=error,
         usage=state.usage.model_dump(),
         notes=state.notes,
+        claim_check=(
+            state.claims.model_dump(mode="json")
+            if state.claims is not None and markdown is not None
+            else None
+        ),
         deliver=delivers(claim.run),
         stop_reason=reason.value if reason is not None else None,
         notes_if_cancelled=notes_if_cancelled,
@@ -186,3 +191,6 @@ def count_finished(
     )
     if prices is not None:
         metrics.run_cost(prices.cost_by_model(usage, usage_before))
+    check = stored_claims(run)
+    if check is not None:
+        metrics.claims_checked([c.verdict for c in check.claims])

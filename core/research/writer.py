@@ -124,6 +124,7 @@ class ReportWriter:
             check = await check_claims(
                 body, evidence_of(numbered), self._verifier, state.usage, state.language
             )
+        state.claims = check.summary()
         if check.claims:
             state.note(
                 note_words.claims_checked_words(

@@ -34,7 +34,14 @@ ANSWER_MARKER = "Sub-question:"
 VERIFIER_MARKER = '"verdicts"'
 #: The reviser's request (the claim check's fixes): its answer's key.
 REVISER_MARKER = '"revisions"'
+#: ``fathom eval``'s request about a report's expected facts: its answer's key.
+FACTS_MARKER = '"covered"'
 CLAIM_LINE = re.compile(r"^Claim (\d+): ", re.MULTILINE)
+FACT_LINE = re.compile(r"^Fact (\d+): (.+)$", re.MULTILINE)
+#: A claim of a verifier's request: its number, its text and the sources it cites.
+CLAIM_BLOCK = re.compile(r"^Claim (\d+): (.*)\nCited: (.*)$", re.MULTILINE)
+#: What the mixed writer invents: a number no fake source has.
+INVENTED_NUMBER = "417%"
 ASPECTS = (
     "overview",
     "recent developments",
@@ -186,6 +193,77 @@ def _first_passages(prompt: str, sources: int = 2) -> list[tuple[str, str]]:
     return found
 
 
+def mixed_report(prompt: str, topic: str) -> str:
+    """A report that cites as a careless model does: a claim copied from its source and cited
+    to it, one copied from the second source but cited to the first, one stating a number no
+    source has, one citing nothing, and one more cited correctly (a snippet). For a Chinese
+    topic the invented and uncited claims are Chinese sentences in one paragraph with the
+    others, so that the claims are split at Chinese full stops."""
+    copied = _first_passages(prompt, 2) or _first_snippets(prompt, 2)
+    snippets = _first_snippets(prompt, 3)
+    (n1, first), (_, second) = copied[0], copied[1 % len(copied)]
+    first, second = _first_sentence(first), _first_sentence(second)
+    n3, third = snippets[-1]
+    if re.search(r"[\u4e00-\u9fff]", topic):
+        return (
+            f"# 报告：{topic}\n\n## 主要发现\n\n"
+            f"{first} [{n1}] {second} [{n1}] "
+            f"{topic}去年的市场规模增长了{INVENTED_NUMBER}[{n1}]。"
+            f"专家预计{topic}会越来越受关注。{third} [{n3}]\n"
+        )
+    return (
+        f"# Report: {topic}\n\n## Main findings\n\n"
+        f"- {first} [{n1}]\n- {second} [{n1}]\n"
+        f"- The market for {topic} grew by {INVENTED_NUMBER} last year [{n1}].\n"
+        f"- Experts expect {topic} to draw more attention every year.\n"
+        f"- {third} [{n3}]\n"
+    )
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of a passage (a passage may hold a whole page)."""
+    match = re.match(r"(.+?[.!?])(?:\s|$)", text)
+    return match.group(1) if match else text
+
+
+def _plain(text: str) -> str:
+    """``text`` without citations, closing marks, case or spacing (what the judge compares)."""
+    text = re.sub(r"\[\d+\]", " ", text)
+    return " ".join(text.lower().split()).strip(" .。")
+
+
+def judged(prompt: str) -> list[dict[str, Any]]:
+    """The verdicts of a careful verifier on the claims of ``prompt``: supported when a cited
+    source's passages contain the claim, else unsupported and naming the source that does
+    (null when none does)."""
+    sources: dict[int, str] = {}
+    for block in re.split(r"\n(?=\[\d+\] )", prompt):
+        number = SOURCE_LINE.match(block)
+        if number:
+            passages = re.findall(r"^    > (.+)$", block, re.MULTILINE)
+            sources[int(number.group(1))] = " | ".join(_plain(p) for p in passages)
+    verdicts: list[dict[str, Any]] = []
+    for index, text, cited in CLAIM_BLOCK.findall(prompt):
+        claim, cites = _plain(text), {int(n) for n in re.findall(r"\d+", cited)}
+        saying = [n for n, said in sources.items() if claim and claim in said]
+        if cites & set(saying):
+            verdicts.append({"claim": int(index), "verdict": "supported", "source": None})
+        else:
+            other = saying[0] if saying else None
+            verdicts.append({"claim": int(index), "verdict": "unsupported", "source": other})
+    return verdicts
+
+
+def covered(prompt: str) -> list[dict[str, Any]]:
+    """Which facts of ``prompt`` its report states: "yes" when the report holds the fact's
+    words (case aside), as a literal judge would."""
+    report = _plain(prompt.split("Report (untrusted data", 1)[-1])
+    return [
+        {"fact": int(i), "covered": "yes" if _plain(fact) in report else "no"}
+        for i, fact in FACT_LINE.findall(prompt)
+    ]
+
+
 def response_from_json(data: dict[str, Any]) -> Response:
     kind = data.get("kind")
     if kind == "reply":
@@ -209,6 +287,10 @@ class FakeLLM:
         self.latency = 0.0
         self.stop_after: int | None = None
         self.reject_response_format = False
+        #: How the writer cites: ``well`` (each cited line copies what its source says) or
+        #: ``mixed`` (:func:`mixed_report`: also a miscited, an invented and an uncited claim;
+        #: the verifier then judges by what the sources say, :func:`judged`).
+        self.citing = "well"
         #: Requests being answered right now, and the most ever (concurrency checks; the app
         #: runs on one event loop).
         self.in_flight = 0
@@ -231,12 +313,15 @@ class FakeLLM:
             self._requests.clear()
             self._scripts.clear()
         self.latency, self.stop_after, self.reject_response_format = 0.0, None, False
+        self.citing = "well"
         self.in_flight = self.max_in_flight = 0
 
     def record(self, body: dict[str, Any]) -> str:
         texts = [_text(m.get("content")) for m in _messages(body)]
         planner = "response_format" in body or any(PLANNER_MARKER in t for t in texts)
-        if any(REVISER_MARKER in t for t in texts):
+        if any(FACTS_MARKER in t for t in texts):
+            role = "facts"
+        elif any(REVISER_MARKER in t for t in texts):
             role = "reviser"
         elif any(VERIFIER_MARKER in t for t in texts):
             role = "verifier"
@@ -257,8 +342,12 @@ class FakeLLM:
 
     def default_answer(self, role: str, body: dict[str, Any]) -> str:
         prompt = _last_user(body)
+        if role == "facts":
+            return json.dumps({"facts": covered(prompt)})
         if role == "reviser":  # no sentence rewritten: they are marked as not verified
             return json.dumps({"revisions": []})
+        if role == "verifier" and self.citing == "mixed":
+            return json.dumps({"verdicts": judged(prompt)})
         if role == "verifier":  # every claim supported
             verdicts = [
                 {"claim": int(i), "verdict": "supported", "source": None}
@@ -282,6 +371,8 @@ class FakeLLM:
                 aspect += f" (part {k // len(ASPECTS) + 1})"
             nxt = f"{topic} — {aspect}"
             return json.dumps({"nextSearchTopic": nxt, "shouldContinue": True}, ensure_ascii=False)
+        if self.citing == "mixed":
+            return mixed_report(prompt, topic)
         # A writer that cites correctly: each cited line says what its source says (a snippet
         # or a passage, copied), so the claim check settles it without a model call.
         said = "".join(f"- {text} [{n}]\n" for n, text in _first_snippets(prompt))
@@ -376,6 +467,8 @@ def build_llm_app(fake: FakeLLM) -> Starlette:
             fake.stop_after = None if data["stop_after"] is None else int(data["stop_after"])
         if "reject_response_format" in data:
             fake.reject_response_format = bool(data["reject_response_format"])
+        if "citing" in data:
+            fake.citing = str(data["citing"])
         return JSONResponse({"ok": True})
 
     async def requests(request: Request) -> JSONResponse:

@@ -1,0 +1,99 @@
+"""What one question's research came to, measured: a line of ``results.jsonl``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict
+
+from core.evaluation.questions import EvalQuestion
+from core.research.outcome import RunOutcome
+from core.wording import sources_heading
+
+_CITATION = re.compile(r"\[(\d{1,4})\]")
+
+
+class EvalResult(BaseModel):
+    """One question's measures (``None``: not measured, e.g. no report or no prices)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    question: str
+    language: str
+    status: str
+    error: str | None = None
+    run_id: str | None = None
+    #: Cited claims of the report, those supported by their sources as written, those fixed.
+    claims: int = 0
+    claims_supported: int = 0
+    claims_fixed: int = 0
+    #: Sources the report cites, and the distinct sites (host names) among them.
+    sources_cited: int = 0
+    sites: int = 0
+    #: Facts the question set expects, and those the verifier model found in the report.
+    expected: int = 0
+    expected_covered: int | None = None
+    llm_calls: int = 0
+    tokens: int = 0
+    verifier_tokens: int = 0
+    cost: float | None = None
+    seconds: float = 0.0
+
+
+def score(
+    question: EvalQuestion, outcome: RunOutcome, covered: Sequence[bool | None] | None
+) -> EvalResult:
+    """``outcome`` measured; ``covered``: the verifier's answer per expected fact (None: not
+    asked, or the request failed)."""
+    report = outcome.report_markdown or ""
+    body = _without_sources_list(report)
+    numbers = {int(n) for n in _CITATION.findall(body)}
+    cited = [s for s in outcome.sources if s.n in numbers]
+    sites = {urlsplit(s.url).hostname or "" for s in cited if s.url}
+    check = outcome.claims
+    usage = outcome.usage
+    known = [c for c in covered or () if c is not None]
+    return EvalResult(
+        id=question.id,
+        question=question.question,
+        language=question.language,
+        status=outcome.status.value,
+        error=outcome.error,
+        run_id=outcome.run_id,
+        claims=len(check.claims) if check is not None else 0,
+        claims_supported=check.supported if check is not None else 0,
+        claims_fixed=check.fixed if check is not None else 0,
+        sources_cited=len(cited),
+        sites=len(sites - {""}),
+        expected=len(question.expected),
+        expected_covered=sum(known) if question.expected and covered is not None else None,
+        llm_calls=usage.llm_calls,
+        tokens=usage.prompt_tokens + usage.completion_tokens,
+        verifier_tokens=usage.verifier_prompt_tokens + usage.verifier_completion_tokens,
+        cost=outcome.cost,
+        seconds=round(outcome.seconds, 3),
+    )
+
+
+def _without_sources_list(report: str) -> str:
+    """The report above its generated sources list (whose lines name every source)."""
+    for language in ("en", "zh"):
+        heading = f"\n## {sources_heading(language)}\n"
+        if heading in report:
+            return report.rsplit(heading, 1)[0]
+    return report
+
+
+def failed(question: EvalQuestion, error: str) -> EvalResult:
+    """A question whose research could not be run at all."""
+    return EvalResult(
+        id=question.id,
+        question=question.question,
+        language=question.language,
+        status="failed",
+        error=error,
+        expected=len(question.expected),
+    )

@@ -1,0 +1,187 @@
+"""A run's report checked claim by claim, end to end: what the report, the final progress line,
+``fathom research --json``, the stored run and the metrics say of it.
+
+The fake writer cites as a careless model does (``FakeLLM.citing = "mixed"``): one claim copied
+from the source it cites, one copied from the second source but cited to the first, one
+stating a number no source has, one citing nothing, and one more copied from its source. Its
+verifier judges by what the sources' passages say (``tests.fakes.llm.judged``); the reviser
+rewrites nothing, so the invented claim is marked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.llm import ChatModel
+from core.metrics import Metrics
+from core.research.outcome import final_progress_text
+from storage.values import RunStatus
+from tests.cli import fathom
+from tests.fakes import FakeLLMServer, Reply
+from tests.fakes.llm import INVENTED_NUMBER
+from tests.test_engine import KEY, Collect, Harness, harness  # noqa: F401
+
+ENGLISH_NOTE = "Citations checked: 2 of 4 claims supported by their sources; 2 fixed."
+CHINESE_NOTE = "引用已核对：4 条论断中有 2 条得到所引来源的支持，修正 2 条。"
+
+
+@pytest.fixture
+def mixed(llm_server: FakeLLMServer) -> Iterator[FakeLLMServer]:
+    llm_server.fake.citing = "mixed"
+    yield llm_server
+    llm_server.fake.citing = "well"
+
+
+def verifier_for(engine: Harness) -> ChatModel:
+    return ChatModel(
+        model="verifier-model", api_key=KEY, base_url=engine.llm.base_url, max_retries=1
+    )
+
+
+def cited_lines(report: str) -> list[str]:
+    """The report's findings section, line by line."""
+    body = report.split("## Main findings\n\n", 1)[1]
+    return body.split("\n\n", 1)[0].splitlines()
+
+
+def test_research_json_lists_each_claim_and_its_check(
+    mixed: FakeLLMServer, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``claims`` in ``--json`` says what happened to each cited claim; the note and the
+    report agree with it; the verifier's calls and tokens are counted apart (and in the
+    totals)."""
+    result = fathom("research", "heat pumps", "--depth", "1", "--json", env=cli_env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    report: str = data["report_markdown"]
+    claims: list[dict[str, Any]] = data["claims"]
+    assert [set(c) for c in claims] == [{"text", "cited", "verdict", "source", "fixed"}] * 4
+    right, miscited, invented, snippet = claims
+    assert right["verdict"] == "supported" and right["fixed"] is None
+    assert (miscited["verdict"], miscited["fixed"], miscited["cited"]) == (
+        "unsupported",
+        "recited",
+        [1],
+    )
+    assert miscited["source"] == 2
+    assert (invented["verdict"], invented["fixed"], invented["source"]) == (
+        "unsupported",
+        "unverified",
+        None,
+    )
+    assert INVENTED_NUMBER in invented["text"]
+    assert snippet["verdict"] == "supported" and snippet["fixed"] is None
+
+    lines = cited_lines(report)
+    assert lines[0] == f"- {right['text']} [1]"  # untouched
+    assert lines[1] == f"- {miscited['text']} [2]"  # re-cited to the source that says it
+    assert lines[2] == (
+        f"- The market for heat pumps grew by {INVENTED_NUMBER} last year *(not verified)*."
+    )
+    assert lines[3] == "- Experts expect heat pumps to draw more attention every year."
+    assert ENGLISH_NOTE in data["notes"] and ENGLISH_NOTE in report
+    supported = sum(1 for c in claims if c["verdict"] == "supported" and c["fixed"] is None)
+    fixed = sum(1 for c in claims if c["fixed"] is not None)
+    assert (supported, len(claims), fixed) == (2, 4, 2)
+
+    usage = data["usage"]
+    assert usage["verifier_calls"] == 2  # one verifier call, one reviser call
+    assert 0 < usage["verifier_prompt_tokens"] < usage["prompt_tokens"]
+    assert 0 < usage["verifier_completion_tokens"] < usage["completion_tokens"]
+    assert usage["llm_calls"] == 1 + 1 + usage["verifier_calls"]  # planner, writer, check
+    assert "checking" in usage["seconds_by_step"]
+
+
+async def test_the_final_progress_line_counts_the_claims_as_stored_for_any_replica(
+    mixed: FakeLLMServer,
+    harness: Harness,  # noqa: F811
+) -> None:
+    """The last progress line says how the claims held; a replica that delivers the run
+    later reads the same line from the stored run; the metrics count the claims by verdict."""
+    verifier, metrics = verifier_for(harness), Metrics()
+    service = harness.build_service(verifier=verifier, metrics=metrics)
+    progress = Collect()
+    run_id = await harness.submit("heat pumps", depth=1)
+    try:
+        outcome = await service.executor.execute(run_id, progress)
+    finally:
+        await verifier.aclose()
+    assert outcome.status is RunStatus.SUCCEEDED
+    ending, checked, spent = progress.final.splitlines()
+    assert ending.startswith("Research done: 1/1 searches") and checked == ENGLISH_NOTE
+    assert spent.startswith("1 search · ")  # what it spent stays the last line
+
+    elsewhere = harness.build_service()  # another replica: no verifier, nothing in memory
+    run = await harness.store.runs.get_run(run_id)
+    assert run is not None
+    stored = await elsewhere.executor.stored_outcome(run)
+    assert final_progress_text(stored) == progress.final
+    assert stored.as_json()["claims"] == outcome.as_json()["claims"]
+    assert stored.usage.verifier_calls == outcome.usage.verifier_calls == 2
+
+    exposition = metrics.exposition().decode()
+    counted = dict(re.findall(r'^fathom_claims_total\{verdict="(\w+)"\} (\S+)$', exposition, re.M))
+    assert counted == {"supported": "2.0", "unsupported": "2.0"}
+
+
+async def test_a_chinese_report_s_claims_are_split_at_chinese_full_stops_and_checked(
+    mixed: FakeLLMServer,
+    harness: Harness,  # noqa: F811
+) -> None:
+    """In one Chinese paragraph, each sentence is a claim of its own: the invented one is
+    marked in Chinese, the uncited one is left alone, the note is Chinese."""
+    verifier = verifier_for(harness)
+    service = harness.build_service(verifier=verifier)
+    run_id = await harness.submit("热泵", depth=1)
+    progress = Collect()
+    try:
+        outcome = await service.executor.execute(run_id, progress)
+    finally:
+        await verifier.aclose()
+    report = outcome.report_markdown or ""
+    assert f"热泵去年的市场规模增长了{INVENTED_NUMBER}*（未经核实）*。" in report
+    assert "专家预计热泵会越来越受关注。" in report
+    assert CHINESE_NOTE in outcome.notes and CHINESE_NOTE in progress.final
+    claims = outcome.as_json()["claims"]
+    assert isinstance(claims, list) and len(claims) == 4
+    assert [c["fixed"] for c in claims] == [None, "recited", "unverified", None]
+
+
+async def test_a_verifier_answering_garbage_leaves_the_lexical_verdicts_and_says_so(
+    mixed: FakeLLMServer,
+    harness: Harness,  # noqa: F811
+) -> None:
+    """The verifier answers no JSON, twice (its retry too): the claims the lexical pass
+    settled stand as supported, the others are left as written and unchecked, and the note
+    says the check was partial."""
+    verifier = verifier_for(harness)
+    service = harness.build_service(verifier=verifier)
+    garbage = Reply("I checked them all and they look fine to me!")
+    mixed.fake.script("verifier", garbage, garbage)
+    run_id = await harness.submit("heat pumps", depth=1)
+    try:
+        outcome = await service.executor.execute(run_id, None)
+    finally:
+        await verifier.aclose()
+    claims = outcome.as_json()["claims"]
+    assert isinstance(claims, list)
+    assert [(c["verdict"], c["fixed"]) for c in claims] == [
+        ("supported", None),
+        (None, None),
+        (None, None),
+        ("supported", None),
+    ]
+    lines = cited_lines(outcome.report_markdown or "")
+    assert lines[1].endswith(" [1]") and "not verified" not in outcome.report_markdown
+    note = (
+        "Citations checked: 2 of 4 claims supported by their sources; "
+        "the verifier model could not be used for the rest."
+    )
+    assert note in outcome.notes
+    assert [r.role for r in mixed.fake.requests].count("verifier") == 2
