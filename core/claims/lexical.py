@@ -1,11 +1,13 @@
 """The lexical pass: a claim whose cited source plainly says it is supported without asking a
 model.
 
-Plainly says: one passage of a cited source, among the :data:`CANDIDATES` that BM25 ranks best
-for the claim (as pages are read), holds every number the claim states and every phrase it
-quotes, and at least :data:`COVERAGE` of its words (for Chinese, of its character pairs). A
-claim that fails this is not unsupported, only not plainly supported: the verifier model
-judges it.
+Plainly says: one sentence of a cited source's passages, among the :data:`CANDIDATES` passages
+that BM25 ranks best for the claim (as pages are read), holds every number the claim states and
+every phrase it quotes, and at least :data:`COVERAGE` of its words (for Chinese, of its
+character pairs). One sentence, not the passage: a writer that takes a number from the next
+sentence ("rose 12% in 2019" where 12% belongs to another finding) states what the passage
+holds word by word, yet not what it says. A claim that fails this is not unsupported, only not
+plainly supported: the verifier model judges it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.claims.split import sentences_of
 from core.pages.extract import bm25_scores, terms
 
 #: The share of a claim's words one passage must hold.
@@ -63,11 +66,11 @@ def _in_source(statement: str, passages: Sequence[str]) -> bool:
     numbers = _numbers(_normal(statement))
     quotes = [_normal(quote) for quote in _QUOTED.findall(statement)]
     for best in ranked[:CANDIDATES]:
-        passage = _normal(passages[best])
-        if not numbers <= _numbers(passage) or not all(q in passage for q in quotes):
-            continue
-        if len(wanted & _words(passage)) >= COVERAGE * len(wanted):
-            return True
+        for sentence in map(_normal, sentences_of(passages[best])):
+            if not numbers <= _numbers(sentence) or not all(q in sentence for q in quotes):
+                continue
+            if len(wanted & _words(sentence)) >= COVERAGE * len(wanted):
+                return True
     return False
 
 

@@ -123,6 +123,12 @@ def _blocks(markdown: str) -> list[tuple[int, int, bool]]:
     return blocks
 
 
+def sentences_of(text: str) -> list[str]:
+    """The sentences of plain ``text`` (a passage of a source), as :func:`claims_of` ends
+    them."""
+    return [text[start:end].strip() for start, end in _sentences(text) if text[start:end].strip()]
+
+
 def _sentences(text: str) -> list[tuple[int, int]]:
     """Where each sentence of ``text`` starts and ends."""
     spans: list[tuple[int, int]] = []
