@@ -154,6 +154,13 @@ class FakesProcess:
                 },
             ).raise_for_status()
 
+    def cite(self, mode: str) -> None:
+        """How the fake writer cites from now on (``well``, ``miscited`` or ``mixed``, see
+        ``tests.fakes.llm.FakeLLM.citing``); :meth:`configure` sets it back to ``well``."""
+        base = self.llm_url.removesuffix("/v1")
+        with httpx.Client(trust_env=False) as client:
+            client.post(f"{base}/_fake/config", json={"citing": mode}).raise_for_status()
+
     def configure(
         self,
         llm_latency: float,

@@ -185,3 +185,32 @@ async def test_a_verifier_answering_garbage_leaves_the_lexical_verdicts_and_says
     )
     assert note in outcome.notes
     assert [r.role for r in mixed.fake.requests].count("verifier") == 2
+
+
+async def test_a_miscited_claim_costs_one_verifier_call_and_no_revision(
+    llm_server: FakeLLMServer,
+    harness: Harness,  # noqa: F811
+) -> None:
+    """The writer miscites a sentence and invents nothing (``citing = "miscited"``, what
+    bench/claims.py measures as one extra call): the verifier names the source that says it,
+    the claim is re-cited there, and no reviser is asked."""
+    llm_server.fake.citing = "miscited"
+    verifier = verifier_for(harness)
+    service = harness.build_service(verifier=verifier)
+    run_id = await harness.submit("heat pumps", depth=1)
+    try:
+        outcome = await service.executor.execute(run_id, None)
+    finally:
+        await verifier.aclose()
+        llm_server.fake.citing = "well"
+    claims = outcome.as_json()["claims"]
+    assert isinstance(claims, list)
+    assert [(c["verdict"], c["fixed"]) for c in claims] == [
+        ("supported", None),
+        ("unsupported", "recited"),
+        ("supported", None),
+    ]
+    roles = [r.role for r in llm_server.fake.requests]
+    assert (roles.count("verifier"), roles.count("reviser")) == (1, 0)
+    assert outcome.usage.verifier_calls == 1
+    assert "Citations checked: 2 of 3 claims supported by their sources; 1 fixed." in outcome.notes

@@ -61,6 +61,7 @@ def test_eval_researches_a_question_set_and_writes_its_table(
         assert r["claims"] > 0 and r["claims_supported"] == r["claims"], r
         assert r["sources_cited"] > 0 and r["sites"] == 1  # every fake page is on 127.0.0.1
         assert r["tokens"] > 0 and r["seconds"] > 0 and r["cost"] is None
+        assert 0 <= r["checking_seconds"] <= r["seconds"]  # the lexical pass only: ~1 ms
     first = results[0]
     assert (first["expected"], first["expected_covered"]) == (2, 1)
     assert results[1]["expected_covered"] is None  # nothing was expected of it

@@ -41,6 +41,8 @@ class EvalResult(BaseModel):
     verifier_tokens: int = 0
     cost: float | None = None
     seconds: float = 0.0
+    #: Of ``seconds``, the claim check's (its model calls and the lexical pass).
+    checking_seconds: float = 0.0
 
 
 def score(
@@ -75,6 +77,7 @@ def score(
         verifier_tokens=usage.verifier_prompt_tokens + usage.verifier_completion_tokens,
         cost=outcome.cost,
         seconds=round(outcome.seconds, 3),
+        checking_seconds=round(usage.seconds_by_step.get("checking", 0.0), 3),
     )
 
 

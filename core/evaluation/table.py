@@ -74,6 +74,7 @@ MEASURES = (
     Measure("Verifier tokens", lambda rs: float(sum(r.verifier_tokens for r in rs)), _count),
     Measure("Cost (USD)", _cost, lambda v: f"{v:.4f}"),
     Measure("Seconds per report", _mean(lambda r: r.seconds), _tenths),
+    Measure("Of which checking claims", _mean(lambda r: r.checking_seconds), _tenths),
 )
 
 

@@ -193,28 +193,28 @@ def _first_passages(prompt: str, sources: int = 2) -> list[tuple[str, str]]:
     return found
 
 
-def mixed_report(prompt: str, topic: str) -> str:
+def mixed_report(prompt: str, topic: str, invent: bool = True) -> str:
     """A report that cites as a careless model does: a claim copied from its source and cited
     to it, one copied from the second source but cited to the first, one stating a number no
-    source has, one citing nothing, and one more cited correctly (a snippet). For a Chinese
-    topic the invented and uncited claims are Chinese sentences in one paragraph with the
-    others, so that the claims are split at Chinese full stops."""
+    source has (unless not ``invent``), one citing nothing, and one more cited correctly (a
+    snippet). For a Chinese topic the invented and uncited claims are Chinese sentences in one
+    paragraph with the others, so that the claims are split at Chinese full stops."""
     copied = _first_passages(prompt, 2) or _first_snippets(prompt, 2)
     snippets = _first_snippets(prompt, 3)
     (n1, first), (_, second) = copied[0], copied[1 % len(copied)]
     first, second = _first_sentence(first), _first_sentence(second)
     n3, third = snippets[-1]
     if re.search(r"[\u4e00-\u9fff]", topic):
+        invented = f"{topic}去年的市场规模增长了{INVENTED_NUMBER}[{n1}]。" if invent else ""
         return (
             f"# 报告：{topic}\n\n## 主要发现\n\n"
-            f"{first} [{n1}] {second} [{n1}] "
-            f"{topic}去年的市场规模增长了{INVENTED_NUMBER}[{n1}]。"
+            f"{first} [{n1}] {second} [{n1}] {invented}"
             f"专家预计{topic}会越来越受关注。{third} [{n3}]\n"
         )
+    invented = f"- The market for {topic} grew by {INVENTED_NUMBER} last year [{n1}].\n"
     return (
         f"# Report: {topic}\n\n## Main findings\n\n"
-        f"- {first} [{n1}]\n- {second} [{n1}]\n"
-        f"- The market for {topic} grew by {INVENTED_NUMBER} last year [{n1}].\n"
+        f"- {first} [{n1}]\n- {second} [{n1}]\n{invented if invent else ''}"
         f"- Experts expect {topic} to draw more attention every year.\n"
         f"- {third} [{n3}]\n"
     )
@@ -289,7 +289,8 @@ class FakeLLM:
         self.reject_response_format = False
         #: How the writer cites: ``well`` (each cited line copies what its source says) or
         #: ``mixed`` (:func:`mixed_report`: also a miscited, an invented and an uncited claim;
-        #: the verifier then judges by what the sources say, :func:`judged`).
+        #: the verifier then judges by what the sources say, :func:`judged`) or ``miscited``
+        #: (the same without the invented claim).
         self.citing = "well"
         #: Requests being answered right now, and the most ever (concurrency checks; the app
         #: runs on one event loop).
@@ -346,7 +347,7 @@ class FakeLLM:
             return json.dumps({"facts": covered(prompt)})
         if role == "reviser":  # no sentence rewritten: they are marked as not verified
             return json.dumps({"revisions": []})
-        if role == "verifier" and self.citing == "mixed":
+        if role == "verifier" and self.citing in ("mixed", "miscited"):
             return json.dumps({"verdicts": judged(prompt)})
         if role == "verifier":  # every claim supported
             verdicts = [
@@ -371,8 +372,8 @@ class FakeLLM:
                 aspect += f" (part {k // len(ASPECTS) + 1})"
             nxt = f"{topic} — {aspect}"
             return json.dumps({"nextSearchTopic": nxt, "shouldContinue": True}, ensure_ascii=False)
-        if self.citing == "mixed":
-            return mixed_report(prompt, topic)
+        if self.citing in ("mixed", "miscited"):
+            return mixed_report(prompt, topic, invent=self.citing == "mixed")
         # A writer that cites correctly: each cited line says what its source says (a snippet
         # or a passage, copied), so the claim check settles it without a model call.
         said = "".join(f"- {text} [{n}]\n" for n, text in _first_snippets(prompt))
