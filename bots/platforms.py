@@ -15,11 +15,17 @@ from bots.chat.platform import ChatPlatform
 from bots.dingtalk.platform import DingTalkPlatform
 from bots.feishu.platform import FeishuPlatform
 from bots.slack.platform import SlackPlatform
+from bots.teams.platform import TeamsPlatform
 
 PlatformClass = type[ChatPlatform[Any]]
 
 #: Every chat platform, by registration order.
-PLATFORMS: tuple[PlatformClass, ...] = (SlackPlatform, FeishuPlatform, DingTalkPlatform)
+PLATFORMS: tuple[PlatformClass, ...] = (
+    SlackPlatform,
+    FeishuPlatform,
+    DingTalkPlatform,
+    TeamsPlatform,
+)
 
 
 def secret_patterns(registry: tuple[PlatformClass, ...] = PLATFORMS) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
 from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
 from tests.fakes.dingtalk import FakeDingTalkServer
 from tests.fakes.feishu import FakeFeishuServer
+from tests.fakes.teams import FakeTeamsServer
 
 if TYPE_CHECKING:
     from core.research.service import Research
@@ -125,6 +126,12 @@ def _dingtalk_server() -> Iterator[FakeDingTalkServer]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def _teams_server() -> Iterator[FakeTeamsServer]:
+    with FakeTeamsServer() as server:
+        yield server
+
+
 @pytest.fixture
 def llm_server(_llm_server: FakeLLMServer) -> FakeLLMServer:
     """A fake OpenAI-compatible endpoint on 127.0.0.1 (script it with ``.fake.script``)."""
@@ -158,6 +165,14 @@ def dingtalk_server(_dingtalk_server: FakeDingTalkServer) -> FakeDingTalkServer:
     """A fake DingTalk OpenAPI, stream gateway and session webhooks on 127.0.0.1."""
     _dingtalk_server.reset()
     return _dingtalk_server
+
+
+@pytest.fixture
+def teams_server(_teams_server: FakeTeamsServer) -> FakeTeamsServer:
+    """A fake Bot Connector, identity platform token endpoint and Bot Framework OpenID
+    metadata (with a real signing key) on 127.0.0.1."""
+    _teams_server.reset()
+    return _teams_server
 
 
 @pytest.fixture

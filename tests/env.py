@@ -14,6 +14,7 @@ ENV_PREFIXES = (
     "SLACK_",
     "FEISHU_",
     "DINGTALK_",
+    "TEAMS_",
 )
 
 

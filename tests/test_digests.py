@@ -464,7 +464,7 @@ async def test_a_digest_that_can_never_be_posted_fails_at_once_and_is_disabled(
     assert failed is not None and failed.status == "failed", failed
     assert (
         failed.error == f"cannot deliver to {platform}: {platform!r} is not a chat platform "
-        "(runs are posted to slack, feishu, dingtalk)"
+        f"(runs are posted to {', '.join(titles())})"
     )
     assert ("queued", platform) not in {(s, p) for s, p, _ in await a.store.runs.count_runs()}
     assert llm_server.fake.requests == []

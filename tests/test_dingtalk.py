@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bots.dingtalk.render import progress_markdown, tables_as_lists
+from bots.chat.markdown import tables_as_lists
+from bots.dingtalk.render import progress_markdown
 from tests.chat_app import ServedFathom, wait_for
 from tests.conftest import ServeFathom
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang

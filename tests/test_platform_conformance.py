@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import httpx
 import pytest
 
 from bots.chat.controls import Control, control_of
@@ -41,6 +42,9 @@ from bots.platforms import PLATFORMS
 from bots.slack.app import event_message, is_for_the_bot
 from bots.slack.delivery import SlackPosters
 from bots.slack.messenger import StaticSlackClients, make_web_client
+from bots.teams.api import TeamsApi
+from bots.teams.delivery import TeamsPosters
+from bots.teams.events import translate as teams_translate
 from core.models import Source, Usage
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressEvent, ProgressKind, search_executed_text
@@ -54,6 +58,17 @@ from tests.fakes.dingtalk import _kind as dingtalk_kind
 from tests.fakes.feishu import APP_ID, APP_SECRET, TENANT, FakeFeishuServer, message_event
 from tests.fakes.feishu import BOT_OPEN_ID as FEISHU_BOT
 from tests.fakes.slack import FakeSlack, app_mention_event, im_message_event
+from tests.fakes.teams import APP_ID as TEAMS_ID
+from tests.fakes.teams import APP_PASSWORD as TEAMS_PASSWORD
+from tests.fakes.teams import BOT_ID as TEAMS_BOT
+from tests.fakes.teams import TENANT as TEAMS_TENANT
+from tests.fakes.teams import (
+    FakeTeamsServer,
+    channel_message,
+    from_bot,
+    new_activity_id,
+    personal_message,
+)
 
 TOPIC = "heat pumps"
 DEPTH = 2
@@ -222,7 +237,31 @@ class DingTalkRig:
         return shown
 
 
-RIGS = ("slack", "feishu", "dingtalk")
+class TeamsRig:
+    """A request in a channel; the run's messages are its reply chain."""
+
+    channel = "19:conformance@thread.tacv2"
+
+    def __init__(self, server: FakeTeamsServer, api: TeamsApi) -> None:
+        self.server, self.api = server, api
+
+    async def run(self, store: Store, topic: str = TOPIC) -> RunRecord:
+        activity = channel_message(self.server.url, f"research {topic}", channel_id=self.channel)
+        request = teams_translate(activity, TEAMS_BOT)
+        assert request is not None
+        message = request.message
+        key = f"teams:{TEAMS_TENANT}:{message.channel}:{message.thread}"
+        return await _create(store, key, message.context, topic=topic)
+
+    def factory(self, store: Store) -> TeamsPosters:
+        return TeamsPosters(self.api, store, None, edit_interval=0.0)
+
+    def shown(self, run: RunRecord) -> list[Shown]:
+        root = run.thread_key.rsplit(":", 1)[1]
+        return [Shown(list(m.versions)) for m in self.server.fake.chain(self.channel, root)]
+
+
+RIGS = ("slack", "feishu", "dingtalk", "teams")
 
 
 def test_every_registered_platform_is_under_the_table() -> None:
@@ -236,6 +275,7 @@ async def rig(
     feishu_server: FakeFeishuServer,
     dingtalk_server: FakeDingTalkServer,
     dingtalk_api: DingTalkApi,
+    teams_server: FakeTeamsServer,
 ) -> AsyncIterator[Rig]:
     if request.param == "slack":
         yield SlackRig(slack_server)
@@ -245,8 +285,17 @@ async def rig(
             yield FeishuRig(feishu_server, api)
         finally:
             await api.aclose()
-    else:
+    elif request.param == "dingtalk":
         yield DingTalkRig(dingtalk_server, dingtalk_api)
+    else:
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            api = TeamsApi(
+                http,
+                app_id=TEAMS_ID,
+                app_password=TEAMS_PASSWORD,
+                token_url=teams_server.token_url(),
+            )
+            yield TeamsRig(teams_server, api)
 
 
 def _event(run: RunRecord, kind: ProgressKind, text: str, done: int) -> ProgressEvent:
@@ -428,10 +477,40 @@ class DingTalkInbound:
         return None if request is None else request.message
 
 
+class TeamsInbound:
+    threads = True  # a channel's reply chains
+
+    url = "http://127.0.0.1:9"  # where the activities' serviceUrl points (never called)
+
+    def __init__(self) -> None:
+        self.ids: dict[str, str] = {}
+
+    def message_id(self, delivery: str) -> str:
+        return self.ids.setdefault(delivery, new_activity_id())
+
+    def say(self, said: Said, delivery: str) -> ChatMessage | None:
+        activity_id = self.message_id(delivery)
+        if said.by_bot:
+            activity = from_bot(self.url, said.text, activity_id=activity_id)
+        elif said.where == "direct":
+            activity = personal_message(self.url, said.text, activity_id=activity_id)
+        else:
+            activity = channel_message(
+                self.url,
+                said.text,
+                mention=said.mention,
+                activity_id=activity_id,
+                root_id=said.reply_to,
+            )
+        request = teams_translate(activity, TEAMS_BOT)
+        return None if request is None else request.message
+
+
 INBOUND: dict[str, Callable[[], Inbound]] = {
     "slack": SlackInbound,
     "feishu": FeishuInbound,
     "dingtalk": DingTalkInbound,
+    "teams": TeamsInbound,
 }
 
 
@@ -479,7 +558,7 @@ def test_a_redelivery_has_the_same_identity_and_another_request_another(
 def test_a_reply_in_a_thread_belongs_to_that_thread(name: str) -> None:
     """(DingTalk has no reply threads: a quote continues a research, in the app.)"""
     inbound = INBOUND[name]()
-    root = "1700000000.000100" if isinstance(inbound, SlackInbound) else "om_root1"
+    root = inbound.message_id("ff")
     message = _addressed(inbound.say(Said("what about costs?", reply_to=root), "c1"))
     assert message.in_thread and message.thread == root
     assert message.text == "what about costs?"

@@ -43,6 +43,9 @@ from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
 from tests.fakes.dingtalk import FakeDingTalkServer
 from tests.fakes.feishu import APP_ID, APP_SECRET, FakeFeishuServer
 from tests.fakes.slack import FakeSlackServer
+from tests.fakes.teams import APP_ID as TEAMS_ID
+from tests.fakes.teams import APP_PASSWORD as TEAMS_PASSWORD
+from tests.fakes.teams import FakeTeamsServer
 
 # -- every registered platform ------------------------------------------------------------
 
@@ -76,6 +79,15 @@ CONTRACT: dict[str, tuple[Fake, PlatformEnv]] = {
             "DINGTALK_CLIENT_SECRET": DINGTALK_SECRET,
             "DINGTALK_API_URL": fake.url,
             "DINGTALK_MODE": "http",
+        },
+    ),
+    "teams": (
+        FakeTeamsServer,
+        lambda fake: {
+            "TEAMS_APP_ID": TEAMS_ID,
+            "TEAMS_APP_PASSWORD": TEAMS_PASSWORD,
+            "TEAMS_OPENID_METADATA_URL": fake.metadata_url,
+            "TEAMS_TOKEN_URL": fake.token_url(),
         },
     ),
 }

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from functools import cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 from core.models import Source
 
@@ -152,3 +157,59 @@ def split_report(markdown: str, limit: int, measure: Measure = len) -> list[str]
     pieces = _split(markdown.strip(), max(limit - FENCE_MARGIN, 1), measure)
     chunks = [c.strip("\n") for c in _balance_fences(pieces)]
     return [c for c in chunks if c.strip()]
+
+
+@cache
+def _table_parser() -> MarkdownIt:
+    """markdown-it's CommonMark with GFM tables (tables are found by its parse, not by hand);
+    imported by the platforms that have no tables only."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table")
+
+
+def tables_as_lists(markdown: str) -> str:
+    """Every Markdown table as a list: one item per row, ``**column**: value`` joined by ``;``."""
+    tokens = _table_parser().parse(markdown)
+    lines = markdown.split("\n")
+    replaced: list[tuple[int, int, list[str]]] = []
+    i = 0
+    while i < len(tokens):
+        span = tokens[i].map
+        if tokens[i].type != "table_open" or span is None:
+            i += 1
+            continue
+        start, end = span
+        header: list[str] = []
+        rows: list[list[str]] = []
+        row: list[str] = []
+        in_head = False
+        while tokens[i].type != "table_close":
+            kind = tokens[i].type
+            if kind == "thead_open":
+                in_head = True
+            elif kind == "thead_close":
+                in_head = False
+            elif kind == "tr_open":
+                row = []
+            elif kind == "inline":
+                row.append(tokens[i].content.strip())
+            elif kind == "tr_close":
+                if in_head:
+                    header = row
+                else:
+                    rows.append(row)
+            i += 1
+        items = []
+        for cells in rows:
+            pairs = [
+                f"**{name}**: {value}" if name else value
+                for name, value in zip(header + [""] * len(cells), cells, strict=False)
+                if value
+            ]
+            items.append("- " + "; ".join(pairs) if pairs else "- —")
+        replaced.append((start, end, items))
+        i += 1
+    for start, end, items in reversed(replaced):
+        lines[start:end] = items
+    return "\n".join(lines)

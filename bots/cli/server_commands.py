@@ -34,9 +34,9 @@ def serve(
     ] = None,
     admin_host: Annotated[str, typer.Option(help="Interface of the admin port.")] = "127.0.0.1",
 ) -> None:
-    """Serve every platform whose credentials are set (Slack, Feishu/Lark, DingTalk: their
-    HTTP routes and long-lived connections), /healthz, /readyz and /metrics, the digest
-    scheduler and the job runner."""
+    """Serve every platform whose credentials are set (Slack, Feishu/Lark, DingTalk,
+    Microsoft Teams: their HTTP routes and long-lived connections), /healthz, /readyz and
+    /metrics, the digest scheduler and the job runner."""
     from core.config import ConfigError
     from core.runtime import check_database
 

@@ -15,10 +15,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from markdown_it import MarkdownIt
-
 from bots.chat.controls import Button
-from bots.chat.markdown import link_citations, split_report, status_lines, utf8_size
+from bots.chat.markdown import (
+    link_citations,
+    split_report,
+    status_lines,
+    tables_as_lists,
+    utf8_size,
+)
 from core.models import Source
 from core.untrusted import neutralise
 from core.wording import Language, pick
@@ -28,7 +32,6 @@ PART_BUDGET = 16_000
 _TOPIC_CHARS = 300
 _STATUS_CHARS = 1_000
 _TITLE_CHARS = 60
-_PARSER = MarkdownIt("commonmark").enable("table")
 
 
 @dataclass(frozen=True)
@@ -105,53 +108,6 @@ def feedback_markdown(language: Language) -> str:
 
 def progress_title(language: Language) -> str:
     return pick(language, "Fathom research", "Fathom 研究")
-
-
-def tables_as_lists(markdown: str) -> str:
-    """Every Markdown table as a list: one item per row, ``**column**: value`` joined by ``;``."""
-    tokens = _PARSER.parse(markdown)
-    lines = markdown.split("\n")
-    replaced: list[tuple[int, int, list[str]]] = []
-    i = 0
-    while i < len(tokens):
-        span = tokens[i].map
-        if tokens[i].type != "table_open" or span is None:
-            i += 1
-            continue
-        start, end = span
-        header: list[str] = []
-        rows: list[list[str]] = []
-        row: list[str] = []
-        in_head = False
-        while tokens[i].type != "table_close":
-            kind = tokens[i].type
-            if kind == "thead_open":
-                in_head = True
-            elif kind == "thead_close":
-                in_head = False
-            elif kind == "tr_open":
-                row = []
-            elif kind == "inline":
-                row.append(tokens[i].content.strip())
-            elif kind == "tr_close":
-                if in_head:
-                    header = row
-                else:
-                    rows.append(row)
-            i += 1
-        items = []
-        for cells in rows:
-            pairs = [
-                f"**{name}**: {value}" if name else value
-                for name, value in zip(header + [""] * len(cells), cells, strict=False)
-                if value
-            ]
-            items.append("- " + "; ".join(pairs) if pairs else "- —")
-        replaced.append((start, end, items))
-        i += 1
-    for start, end, items in reversed(replaced):
-        lines[start:end] = items
-    return "\n".join(lines)
 
 
 def report_title(markdown: str) -> str:

@@ -1,0 +1,1 @@
+"""Microsoft Teams: Bot Framework activities in, Bot Connector calls out."""

@@ -1,0 +1,207 @@
+"""The Bot Connector REST API as Fathom calls it (httpx), and the bot's token for it.
+
+Calls ("Bot Framework REST API reference", Conversations): send an activity to a
+conversation (a channel's reply chain is the conversation ``<channel>;messageid=<root>``),
+update and delete one, and create a conversation (a new post in a channel, for a digest).
+Each carries ``Authorization: Bearer <token>``, a token the Microsoft identity platform
+issues for the app's id and password (client credentials, scope
+``https://api.botframework.com/.default``), kept until five minutes before it expires and
+fetched again after a 401.
+
+A refusal is a :class:`TeamsError` with Teams' own code (``{"error": {"code", "message"}}``;
+an HTML or empty body keeps the status only). It is final when Teams' answer says the call
+can never succeed as sent (400 a bad activity, 403 the bot removed or blocked, 404 the
+conversation or activity gone, 413 too large); 401 (a token just revoked), 412, 429 (with its
+``Retry-After``) and 5xx are worth another try (``bots.chat.errors.judge_failure``).
+
+Files a person sends in a personal chat are read from their ``downloadUrl``, which is
+pre-authenticated: it is fetched without the bot's token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from bots.chat.errors import PlatformError
+from core.attachments import AttachmentRefused, AttachmentTooLarge
+from core.reasons import Reason
+
+SCOPE = "https://api.botframework.com/.default"
+#: Seconds before a token's expiry when it is fetched again.
+TOKEN_MARGIN = 300.0
+#: Statuses whose answer says the call can never succeed as sent.
+FINAL_STATUSES = frozenset({400, 403, 404, 413})
+
+
+class TeamsError(PlatformError):
+    """A refused Bot Connector or token call."""
+
+
+def _error_of(response: httpx.Response) -> TeamsError:
+    code: object = response.status_code
+    message = response.reason_phrase or "error"
+    try:
+        body = json.loads(response.content) if response.content else None
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            code = error.get("code") or code
+            message = str(error.get("message") or message)
+        elif isinstance(error, str):  # the token endpoint's OAuth error
+            code = error
+            message = str(body.get("error_description") or message)
+    retry_after = 0.0
+    header = response.headers.get("retry-after", "")
+    try:
+        retry_after = max(0.0, min(float(header), 600.0)) if header else 0.0
+    except ValueError:
+        retry_after = 0.0
+    status = response.status_code
+    return TeamsError(
+        status,
+        code,
+        message[:300],
+        retry_after,
+        final=status in FINAL_STATUSES,
+        shown=f"teams {status} {code}: {message[:200]}",
+    )
+
+
+class TeamsApi:
+    """The bot's calls to the Bot Connector (``service_url``: the one Teams named for the
+    conversation) and its token."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        app_id: str,
+        app_password: str,
+        token_url: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.http = http
+        self._app_id = app_id
+        self._app_password = app_password
+        self._token_url = token_url
+        self._clock = clock
+        self._token: tuple[str, float] | None = None
+        self._lock = asyncio.Lock()
+
+    async def token(self) -> str:
+        async with self._lock:
+            if self._token is not None and self._clock() < self._token[1]:
+                return self._token[0]
+            response = await self.http.post(
+                self._token_url,
+                data={
+                    "grant_type": "client_credentials",
+                    "client_id": self._app_id,
+                    "client_secret": self._app_password,
+                    "scope": SCOPE,
+                },
+            )
+            if response.status_code != 200:
+                raise _error_of(response)
+            try:
+                body = response.json()
+                token = str(body["access_token"])
+                expires_in = float(body.get("expires_in") or 3599)
+            except (ValueError, KeyError, TypeError):
+                raise TeamsError(
+                    response.status_code, "bad_token_answer", "the token answer has no token"
+                ) from None
+            self._token = (token, self._clock() + max(expires_in - TOKEN_MARGIN, 30.0))
+            return token
+
+    async def _call(
+        self, method: str, url: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        token = await self.token()
+        response = await self.http.request(
+            method, url, json=body, headers={"Authorization": f"Bearer {token}"}
+        )
+        if response.status_code == 401:
+            self._token = None  # revoked or rolled: the next call fetches a new one
+        if response.status_code >= 300:
+            raise _error_of(response)
+        if not response.content:
+            return {}
+        try:
+            value = response.json()
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    @staticmethod
+    def _conversation_url(service_url: str, conversation: str) -> str:
+        return f"{service_url.rstrip('/')}/v3/conversations/{quote(conversation, safe='')}"
+
+    async def send(self, service_url: str, conversation: str, activity: dict[str, Any]) -> str:
+        """Post ``activity`` in ``conversation``; its id."""
+        url = self._conversation_url(service_url, conversation) + "/activities"
+        answer = await self._call("POST", url, activity)
+        return str(answer.get("id") or "")
+
+    async def update(
+        self, service_url: str, conversation: str, activity_id: str, activity: dict[str, Any]
+    ) -> None:
+        url = f"{self._conversation_url(service_url, conversation)}/activities/{activity_id}"
+        await self._call("PUT", url, {**activity, "id": activity_id})
+
+    async def delete(self, service_url: str, conversation: str, activity_id: str) -> None:
+        url = f"{self._conversation_url(service_url, conversation)}/activities/{activity_id}"
+        await self._call("DELETE", url)
+
+    async def create_channel_post(
+        self, service_url: str, channel: str, tenant: str, activity: dict[str, Any]
+    ) -> str:
+        """A new post in ``channel`` (a new reply chain); the post's id."""
+        body: dict[str, Any] = {
+            "isGroup": True,
+            "channelData": {"channel": {"id": channel}, "tenant": {"id": tenant}},
+            "activity": activity,
+        }
+        if tenant:
+            body["tenantId"] = tenant
+        answer = await self._call("POST", f"{service_url.rstrip('/')}/v3/conversations", body)
+        posted = str(answer.get("activityId") or "")
+        if not posted:
+            conversation = str(answer.get("id") or "")
+            posted = (
+                conversation.split(";messageid=", 1)[1] if ";messageid=" in conversation else ""
+            )
+        if not posted:
+            raise TeamsError(201, "no_activity_id", "Teams did not say which post it created")
+        return posted
+
+    async def download(self, url: str, max_bytes: int) -> bytes:
+        """A file from its pre-authenticated ``downloadUrl`` (no token sent), at most
+        ``max_bytes``."""
+        async with self.http.stream("GET", url, follow_redirects=True) as response:
+            status = response.status_code
+            if status in (401, 403, 404, 410):  # the link expired, or the file is gone
+                raise AttachmentRefused(
+                    Reason(
+                        f"Teams no longer gives this file (HTTP {status})",
+                        f"Teams 不再提供这个文件（HTTP {status}）",
+                    )
+                )
+            if status != 200:
+                await response.aread()
+                raise _error_of(response)
+            data = bytearray()
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > max_bytes:
+                    raise AttachmentTooLarge.past(max_bytes)
+            return bytes(data)

@@ -1,0 +1,180 @@
+"""Teams in ``fathom serve``: ``POST /teams/messages``, translated for the shared chat layer.
+
+Every activity is checked before anything else looks at it: the body within the route's
+limits (``bots.http_gate``), then its bearer token (``bots.teams.auth``: signed by the Bot
+Framework for this bot and for the activity's service URL). An unsigned or forged activity
+gets 401 and nothing is stored; keys that cannot be fetched give 503 (Teams delivers again).
+A single-tenant bot (``TEAMS_APP_TENANT_ID``) refuses activities of other tenants (403).
+
+Then the conversation's reference is recorded (``bots.teams.references``) and:
+
+- a ``message`` becomes a :class:`~bots.chat.message.ChatMessage` for
+  ``ChatCommands.receive`` (deduplicated by activity id in the database), or, when it holds
+  only files, ``ChatCommands.receive_files``; answered 200 once the request is recorded, its
+  reply (help, errors, status) posted afterwards in the request's chain;
+- an ``adaptiveCard/action`` invoke (a press on a card's button) is decided at once
+  (database only) and answered with the message Teams shows the presser;
+- the bot being installed or added (``installationUpdate``, ``conversationUpdate``) only
+  records the reference, so digests can post there.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from bots.chat.background import Background
+from bots.chat.inbound import ChatCommands
+from bots.chat.platform import HttpIngress
+from bots.chat.replies import MarkdownMarkup
+from bots.chat.settings import RouteLimits
+from bots.http_gate import Rejected, parse_json, read_body, rejected_response
+from bots.teams.api import TeamsApi
+from bots.teams.auth import ActivityAuth, Unauthenticated
+from bots.teams.delivery import classify_error
+from bots.teams.events import (
+    ACTION_INVOKE,
+    TeamsRequest,
+    reference_of,
+    tenant_of,
+    translate,
+    translate_press,
+)
+from bots.teams.references import ConversationReferences
+from bots.teams.render import text_activity
+from bots.teams.settings import TeamsSettings
+from core.untrusted import neutralise
+from core.wording import Language, pick
+from storage.values import ThreadKey
+
+log = logging.getLogger(__name__)
+
+#: What an ``adaptiveCard/action`` answer is: a message Teams shows the presser.
+MESSAGE_RESPONSE = "application/vnd.microsoft.activity.message"
+
+
+def escape_text(text: str) -> str:
+    """Untrusted text shown as itself in a Markdown message: no mention, link or tag."""
+    return (
+        neutralise(text)
+        .replace("[", "［")
+        .replace("]", "］")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+    )
+
+
+def teams_markup() -> MarkdownMarkup:
+    """Replies as Markdown messages; a Teams thread is pointed at by its reply chain."""
+
+    def where(thread: ThreadKey, language: Language) -> str:
+        return pick(language, "in its reply chain", "在它的回复链中")
+
+    return MarkdownMarkup("teams", escape_text, where)
+
+
+class TeamsAdapter(HttpIngress):
+    """The Teams side of ``fathom serve``: the messaging endpoint and its answers."""
+
+    def __init__(
+        self,
+        settings: TeamsSettings,
+        chat: ChatCommands,
+        api: TeamsApi,
+        auth: ActivityAuth,
+        references: ConversationReferences | None,
+        limits: RouteLimits,
+    ) -> None:
+        self._settings = settings
+        self._chat = chat
+        self._api = api
+        self._auth = auth
+        self._references = references
+        self._limits = limits
+        self._bot_id = f"28:{settings.app_id}"
+        self._background = Background()
+
+    async def handle(self, request: Request) -> Response:
+        """``POST /teams/messages``."""
+        try:
+            body = await read_body(request, self._limits.max_body_bytes, self._limits.body_timeout)
+            try:
+                activity = parse_json(body)
+            except ValueError:
+                raise Rejected(400, "the activity is not JSON") from None
+            if not isinstance(activity, dict):
+                raise Rejected(400, "the activity is not a JSON object")
+            service_url = activity.get("serviceUrl")
+            if not isinstance(service_url, str) or not service_url:
+                raise Rejected(400, "the activity has no serviceUrl")
+            try:
+                await self._auth.verify(request.headers.get("authorization"), service_url)
+            except Unauthenticated as exc:
+                raise Rejected(401, str(exc)) from None
+            tenant = self._settings.app_tenant_id
+            if tenant and tenant_of(activity) != tenant:
+                raise Rejected(403, "an activity of another tenant")
+        except Rejected as rejection:
+            return rejected_response(request, rejection)
+        except httpx.HTTPError as exc:
+            log.warning("teams: the signing keys could not be fetched (%s)", exc)
+            return JSONResponse({"error": "cannot check the activity's token now"}, 503)
+        try:
+            return await self._dispatch(activity)
+        except Exception:
+            # Not recorded: Teams delivers it again (and the dedupe keeps that safe).
+            log.exception("teams activity could not be handled")
+            return JSONResponse({"error": "temporarily unable to handle this activity"}, 500)
+
+    async def _dispatch(self, activity: dict[str, Any]) -> Response:
+        reference = reference_of(activity)
+        if reference is not None and self._references is not None:
+            await self._references.remember(reference)
+        kind = activity.get("type")
+        if kind == "invoke" and activity.get("name") == ACTION_INVOKE:
+            return JSONResponse(await self.press(activity))
+        if kind == "message":
+            await self.receive(activity)
+        return JSONResponse({})
+
+    async def receive(self, activity: dict[str, Any]) -> None:
+        """One message: recorded (and a run committed) when this returns."""
+        request = translate(activity, self._bot_id, file_window=self._settings.file_window)
+        if request is None:
+            return
+
+        async def answer(text: str) -> None:
+            self._background.spawn(self._answer(request, text))
+
+        if request.files_only and request.reference.kind == "personal":
+            await self._chat.receive_files(request.message, answer)
+            return
+        await self._chat.receive(request.message, answer)
+
+    async def press(self, activity: dict[str, Any]) -> dict[str, Any]:
+        """A press on a card's button, decided now; the answer Teams shows the presser."""
+        press = translate_press(activity)
+        if press is None:
+            return {"statusCode": 200, "type": MESSAGE_RESPONSE, "value": ""}
+        try:
+            text = await self._chat.press(press, plain=True)
+        except Exception:
+            log.exception("teams: a press on %s failed", press.control.action_id)
+            text = self._chat.replies(press.language).failure()
+        return {"statusCode": 200, "type": MESSAGE_RESPONSE, "value": text}
+
+    async def _answer(self, request: TeamsRequest, text: str) -> None:
+        activity = text_activity(text)
+        if request.reference.kind != "channel":
+            activity["replyToId"] = request.activity_id
+        try:
+            await self._api.send(request.reference.service_url, request.answer_to, activity)
+        except Exception as exc:
+            log.warning("teams answer to a request failed (%s)", classify_error(exc).reason)
+
+    async def close(self) -> None:
+        await self._background.drain()

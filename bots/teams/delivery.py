@@ -1,0 +1,187 @@
+"""One run's progress and report in Teams (``core.operations.job.DeliveryFactory`` for
+``teams``): translation only, on the shared ``bots.chat.delivery.ChatDelivery``.
+
+In a channel the run's messages go to the request's reply chain (the conversation
+``<channel>;messageid=<root>``); in a chat they go to the chat, as replies to the request.
+The progress card is updated in place (``PUT .../activities/<id>``). A digest's firing has no
+chain yet: its progress card is a new post in the channel (``POST /v3/conversations``), and
+the thread is re-keyed to it. Where to post comes from the run's request (its context) or,
+failing that, the conversation's stored reference (``bots.teams.references``); with neither,
+the run is undeliverable. Files a person sent in a personal chat are read from their
+pre-authenticated download URL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from bots.chat.controls import Button, feedback_buttons
+from bots.chat.delivery import ThreadPosters, adopt_opener
+from bots.chat.errors import judge_failure
+from bots.chat.message import PENDING_PREFIX
+from bots.teams.api import TeamsApi
+from bots.teams.events import Reference, decode_conversation
+from bots.teams.references import ConversationReferences
+from bots.teams.render import ReportPart, notice_activity, progress_activity, report_parts
+from core.attachments import AttachmentRefused
+from core.chat_stores import ChatStores, RunRecord
+from core.failures import PostFailure
+from core.models import Attachment
+from core.operations.digests import heading_of
+from core.operations.job import Undeliverable
+from core.reasons import Reason
+from core.research.outcome import RunOutcome
+from core.research.progress import ProgressTask
+from core.wording import request_language
+
+log = logging.getLogger(__name__)
+
+#: Teams allows a bot about 7 messages a second and 60 in 30 seconds in one conversation.
+CALLS_PER_MINUTE = 100.0
+BURST = 7
+
+
+def classify_error(error: Exception) -> PostFailure:
+    """A failed Teams call judged the way every platform's is (``bots.chat.errors``)."""
+    return judge_failure(error, "teams", rate_limit_wait=1.0)
+
+
+class TeamsThread:
+    """``bots.chat.delivery.ThreadPoster`` for one run's Teams thread."""
+
+    def __init__(
+        self, run: RunRecord, api: TeamsApi, store: ChatStores, reference: Reference
+    ) -> None:
+        self._run = run
+        self._api = api
+        self._store = store
+        self._reference = reference
+        self.thread = run.thread
+        self.language = request_language(run.topic)
+        self._title = heading_of(run)
+
+    @property
+    def _conversation(self) -> str:
+        """Where the run's messages go: the reply chain in a channel, else the chat."""
+        reference = self._reference
+        if reference.kind == "channel":
+            return f"{reference.conversation};messageid={self.thread.thread}"
+        return reference.conversation
+
+    def _addressed(self, activity: dict[str, Any]) -> dict[str, Any]:
+        if self._reference.kind != "channel" and not self.needs_opener:
+            return {**activity, "replyToId": self.thread.thread}
+        return activity
+
+    async def _send(self, activity: dict[str, Any]) -> str:
+        return await self._api.send(
+            self._reference.service_url, self._conversation, self._addressed(activity)
+        )
+
+    def render_progress(
+        self,
+        status: str,
+        message_id: str | None,
+        buttons: Sequence[Button] = (),
+        tasks: Sequence[ProgressTask] = (),
+    ) -> str:
+        activity = progress_activity(
+            self._run.topic,
+            self._run.depth,
+            status,
+            language=self.language,
+            title=self._title,
+            buttons=buttons,
+            tasks=tasks,
+        )
+        return json.dumps(activity, ensure_ascii=False)
+
+    async def post_progress(self, content: str) -> str:
+        activity = json.loads(content)
+        reference = self._reference
+        if self.needs_opener and reference.kind == "channel":
+            # A digest: its card opens a new reply chain in the channel.
+            return await self._api.create_channel_post(
+                reference.service_url, reference.conversation, reference.tenant, activity
+            )
+        if self.needs_opener:  # a digest in a chat: a new message in it
+            return await self._api.send(reference.service_url, reference.conversation, activity)
+        return await self._send(activity)
+
+    async def edit_progress(self, message_id: str, content: str) -> None:
+        await self._api.update(
+            self._reference.service_url, self._conversation, message_id, json.loads(content)
+        )
+
+    def can_edit(self, message_id: str) -> bool:
+        return True
+
+    async def resume(self, message_id: str | None) -> None:
+        """A digest's opener is its thread: once posted, the thread is re-keyed to it."""
+        if self.needs_opener:
+            self.thread = await adopt_opener(self._store, self._run, self.thread, message_id)
+
+    @property
+    def needs_opener(self) -> bool:
+        return self.thread.thread.startswith(PENDING_PREFIX)
+
+    def report_parts(self, outcome: RunOutcome) -> Sequence[ReportPart]:
+        feedback = feedback_buttons(self._run.id, self.language)
+        return report_parts(outcome.report_markdown or "", outcome.sources, feedback, self.language)
+
+    async def post_report_part(self, part: ReportPart) -> None:
+        await self._send(part.activity)
+
+    async def post_notice(self, text: str) -> None:
+        await self._send(notice_activity(text))
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        url = attachment.extra.get("download_url")
+        if not url:
+            raise AttachmentRefused(
+                Reason("Teams gave no download address", "Teams 没有给出下载地址")
+            )
+        return await self._api.download(url, max_bytes)
+
+    def classify(self, error: Exception) -> PostFailure:
+        return classify_error(error)
+
+
+class TeamsPosters(ThreadPosters):
+    """The posters of thread keys ``teams:<tenant>:<conversation>:<thread>``."""
+
+    def __init__(
+        self,
+        api: TeamsApi,
+        store: ChatStores,
+        references: ConversationReferences | None,
+        *,
+        edit_interval: float = 1.0,
+    ) -> None:
+        super().__init__(
+            store, edit_interval=edit_interval, per_minute=CALLS_PER_MINUTE, burst=BURST
+        )
+        self._api = api
+        self._references = references
+
+    async def reference_of(self, run: RunRecord) -> Reference | None:
+        """Where ``run`` posts: its request's context, else the stored reference."""
+        reference = Reference.of_context(run.platform_context)
+        if reference is not None:
+            return reference
+        if self._references is None:
+            return None
+        thread = run.thread
+        return await self._references.find(thread.workspace, decode_conversation(thread.channel))
+
+    async def poster_for(self, run: RunRecord) -> TeamsThread:
+        reference = await self.reference_of(run)
+        if reference is None:
+            raise Undeliverable(
+                f"no Teams conversation reference for {run.thread_key}: the bot was never "
+                "addressed or installed there"
+            )
+        return TeamsThread(run, self._api, self._store, reference)

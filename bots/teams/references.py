@@ -1,0 +1,71 @@
+"""Where the bot may post in each Teams conversation: its own table, ``teams_conversations``
+(migration 0019), kept on the platform contract's hook for a platform's own state
+(:attr:`~bots.chat.platform.ChatPlatform.metadata`).
+
+Teams names the service URL to post to only on the activities it sends, so a post that no
+activity answers (a digest's firing, a run another replica took over without its request's
+context, ``fathom digest add`` for a channel) needs the conversation's reference as it was
+last seen. Each verified activity (the bot installed or added, a message, a press) records
+it: service URL, kind, and when it was seen. The tenant and conversation are the key.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import Column, DateTime, MetaData, String, Table, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bots.teams.events import Reference
+from storage.sql import upsert_for
+
+#: Teams' tables (the contract's ``ChatPlatform.metadata``).
+metadata = MetaData()
+
+teams_conversations = Table(
+    "teams_conversations",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("conversation", String(300), primary_key=True),
+    Column("service_url", String(500), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("seen_at", DateTime(timezone=True), nullable=False),
+)
+
+
+class ConversationReferences:
+    """The references of the conversations the bot was addressed or installed in."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._upsert = upsert_for(engine.dialect.name)
+
+    async def remember(self, reference: Reference) -> None:
+        """Record (or refresh) ``reference``."""
+        if not reference.conversation or len(reference.conversation) > 300:
+            return
+        values = {
+            "tenant": reference.tenant[:64],
+            "conversation": reference.conversation,
+            "service_url": reference.service_url[:500],
+            "kind": reference.kind[:32] or "channel",
+            "seen_at": datetime.now(UTC),
+        }
+        statement = self._upsert(teams_conversations).values(**values)
+        statement = statement.on_conflict_do_update(
+            index_elements=["tenant", "conversation"],
+            set_={k: statement.excluded[k] for k in ("service_url", "kind", "seen_at")},
+        )
+        async with self._engine.begin() as connection:
+            await connection.execute(statement)
+
+    async def find(self, tenant: str, conversation: str) -> Reference | None:
+        table = teams_conversations
+        query = select(table.c.service_url, table.c.kind).where(
+            table.c.tenant == tenant, table.c.conversation == conversation
+        )
+        async with self._engine.connect() as connection:
+            row = (await connection.execute(query)).first()
+        if row is None:
+            return None
+        return Reference(row.service_url, conversation, tenant, row.kind)

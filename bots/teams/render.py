@@ -1,0 +1,186 @@
+"""What a run looks like in Teams: activities with Adaptive Cards and Markdown, pure, no I/O.
+
+- The progress message is an Adaptive Card (schema 1.4): what is researched, the engine's
+  status line, the plan's steps, and while the run works "Stop and write now" and "Cancel" as
+  ``Action.Execute`` buttons (verb: the control's action id, data: the run and the card's
+  language); a press comes back as an ``adaptiveCard/action`` invoke. The final state has no
+  buttons. Untrusted text (a topic, a status, a step) is a ``TextRun`` of a
+  ``RichTextBlock``, which Adaptive Cards show as written (a ``TextBlock`` would read it as
+  Markdown), with mentions made inert (``core.untrusted.neutralise``).
+- The report is Markdown text messages (``textFormat: markdown``), which Teams renders with
+  headings, lists, emphasis and links but not tables: tables become lists
+  (``bots.chat.markdown.tables_as_lists``), citations link to the sources found, mentions
+  are inert and ``<``/``>`` outside code are entities (no ``<at>`` tag works). Teams refuses an
+  activity over about 28 KB, so the report is split at section boundaries into parts whose
+  JSON stays under :data:`PART_BUDGET` bytes; the last part carries 👍/👎 in a small card.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bots.chat.controls import Button
+from bots.chat.markdown import (
+    link_citations,
+    split_report,
+    status_lines,
+    tables_as_lists,
+    utf8_size,
+)
+from core.models import Source
+from core.research.progress import ProgressTask, TaskStatus
+from core.untrusted import neutralise
+from core.wording import Language, pick
+
+#: Bytes of JSON per report part (Teams refuses activities over about 28 KB).
+PART_BUDGET = 24_000
+CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
+CARD_VERSION = "1.4"
+_TOPIC_CHARS = 300
+_STATUS_CHARS = 1_000
+_TASK_CHARS = 200
+_TASKS_SHOWN = 12
+_CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
+_TASK_MARKS = {
+    TaskStatus.PENDING: "○",
+    TaskStatus.IN_PROGRESS: "◐",
+    TaskStatus.COMPLETE: "●",
+    TaskStatus.ERROR: "✕",
+}
+
+
+@dataclass(frozen=True)
+class ReportPart:
+    number: int
+    activity: dict[str, Any]
+
+
+def run(text: str, **style: Any) -> dict[str, Any]:
+    """Untrusted text as a ``TextRun`` (shown as written: no Markdown, no mention)."""
+    return {"type": "TextRun", "text": neutralise(text), **style}
+
+
+def rich(*inlines: dict[str, Any], **style: Any) -> dict[str, Any]:
+    return {"type": "RichTextBlock", "inlines": list(inlines), **style}
+
+
+def safe_markdown(markdown: str) -> str:
+    """A report for a Markdown message: mentions inert, ``<``/``>`` outside code escaped."""
+    text = neutralise(markdown)
+    out: list[str] = []
+    last = 0
+    for match in _CODE.finditer(text):
+        out.append(text[last : match.start()].replace("<", "&lt;").replace(">", "&gt;"))
+        out.append(match.group(0))
+        last = match.end()
+    out.append(text[last:].replace("<", "&lt;").replace(">", "&gt;"))
+    return "".join(out)
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _actions(buttons: Sequence[Button]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "Action.Execute",
+            "title": button.label,
+            "verb": button.action_id,
+            "data": {"run": button.run_id, "lang": button.language},
+            **_style(button),
+        }
+        for button in buttons
+    ]
+
+
+def _style(button: Button) -> dict[str, str]:
+    if button.style is None:
+        return {}
+    return {"style": "positive" if button.style == "primary" else "destructive"}
+
+
+def card(body: list[dict[str, Any]], buttons: Sequence[Button] = ()) -> dict[str, Any]:
+    """An Adaptive Card attachment (``buttons`` as its actions)."""
+    content: dict[str, Any] = {
+        "type": "AdaptiveCard",
+        "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+        "version": CARD_VERSION,
+        "body": body,
+    }
+    if buttons:
+        content["actions"] = _actions(buttons)
+    return {"contentType": CARD_CONTENT_TYPE, "content": content}
+
+
+def progress_activity(
+    topic: str,
+    depth: int,
+    status: str,
+    *,
+    language: Language,
+    title: str | None = None,
+    buttons: Sequence[Button] = (),
+    tasks: Sequence[ProgressTask] = (),
+) -> dict[str, Any]:
+    """The progress message: a card with the topic, the status line, the plan and, while the
+    run works, its ``buttons`` (``title``: a digest's heading)."""
+    shown = run(_clip(topic, _TOPIC_CHARS), weight="Bolder")
+    depth_words = pick(language, f" (depth {depth})", f"（深度 {depth}）")
+    body = [
+        rich(run(_clip(title or "Fathom", 150), weight="Bolder", size="Medium")),
+        rich(run(pick(language, "Researching ", "正在研究 ")), shown, run(depth_words)),
+    ]
+    for line in status_lines(status, _STATUS_CHARS):
+        body.append(rich(run(line), spacing="Small"))
+    for task in list(tasks)[:_TASKS_SHOWN]:
+        mark = _TASK_MARKS.get(task.status, "○")
+        shown_task = run(f"{mark} {_clip(task.title, _TASK_CHARS)}", size="Small")
+        if task.done:
+            shown_task["isSubtle"] = True
+        body.append(rich(shown_task, spacing="None"))
+    return {"type": "message", "attachments": [card(body, buttons)]}
+
+
+def text_activity(markdown: str) -> dict[str, Any]:
+    """A Markdown message (its text already safe)."""
+    return {"type": "message", "textFormat": "markdown", "text": markdown}
+
+
+def notice_activity(text: str) -> dict[str, Any]:
+    """A short plain message (untrusted text shown as itself)."""
+    return {"type": "message", "attachments": [card([rich(run(text))])]}
+
+
+def feedback_prompt(language: Language) -> str:
+    return pick(language, "Was this report useful?", "这份报告有用吗？")
+
+
+def _json_size(text: str) -> int:
+    return utf8_size(json.dumps(text, ensure_ascii=False))
+
+
+def report_parts(
+    markdown: str,
+    sources: Sequence[Source],
+    feedback: Sequence[Button],
+    language: Language,
+) -> list[ReportPart]:
+    """The report as Markdown messages in order, each under the budget; the last carries the
+    ``feedback`` buttons in a small card."""
+    body = tables_as_lists(link_citations(safe_markdown(markdown), sources))
+    vote = card([rich(run(feedback_prompt(language), isSubtle=True))], feedback)
+    overhead = utf8_size(json.dumps(vote, ensure_ascii=False)) + 200
+    chunks = split_report(body, PART_BUDGET - overhead, _json_size)
+    parts = []
+    for number, chunk in enumerate(chunks, 1):
+        activity = text_activity(chunk)
+        if number == len(chunks) and feedback:
+            activity["attachments"] = [vote]
+        parts.append(ReportPart(number, activity))
+    return parts

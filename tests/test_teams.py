@@ -1,0 +1,662 @@
+"""Microsoft Teams end to end: the real ``fathom serve`` against a fake Bot Framework on
+127.0.0.1 (its OpenID metadata with a real signing key, the identity platform's token
+endpoint, the Bot Connector), with activities built and signed as Teams sends them.
+
+What the shared chat layer guarantees is proven in test_chat_layer.py and the rendering in
+test_platform_conformance.py; here: the token check, translation, the card and its buttons,
+reply chains, personal chats, files, stored conversation references, digests, replicas.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from bots.teams.auth import REFETCH_AFTER, ActivityAuth, Unauthenticated
+from bots.teams.events import encode_conversation
+from bots.teams.render import report_parts
+from core.models import Source
+from tests.chat_app import ServedFathom, wait_for
+from tests.conftest import ServeFathom
+from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.fakes.teams import (
+    AAD_ID,
+    APP_ID,
+    APP_PASSWORD,
+    CHANNEL_ID,
+    GROUP_CHAT,
+    MAX_ACTIVITY_BYTES,
+    PERSONAL_CHAT,
+    TEAM_ID,
+    TENANT,
+    FakeTeams,
+    FakeTeamsServer,
+    Posted,
+    action_invoke,
+    channel_message,
+    from_bot,
+    group_chat_message,
+    installation_update,
+    personal_message,
+    sign,
+)
+
+USER = f"teams:{TENANT}:{AAD_ID}"
+OTHER_AAD = "00000000-0000-0000-0000-0000000000b2"
+LINES = ["1/3th search executed.", "2/3th search executed.", "3/3th search executed."]
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, str):
+        yield value
+
+
+def shown(body: dict[str, Any]) -> str:
+    """What a person reads in one version of a message: its text and its cards' text runs."""
+    cards = [a.get("content") for a in body.get("attachments") or []]
+    runs = [
+        inline.get("text", "")
+        for card in cards
+        if isinstance(card, dict)
+        for block in card.get("body", [])
+        for inline in block.get("inlines", [])
+    ]
+    return "\n".join([str(body.get("text") or ""), *runs])
+
+
+def verbs(body: dict[str, Any]) -> list[str]:
+    """The verbs of the buttons on one version of a message."""
+    return [
+        str(action.get("verb"))
+        for a in body.get("attachments") or []
+        for action in (a.get("content") or {}).get("actions", [])
+    ]
+
+
+@dataclass
+class TeamsBot:
+    served: ServedFathom
+    server: FakeTeamsServer
+
+    @property
+    def fake(self) -> FakeTeams:
+        return self.server.fake
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    async def send(
+        self, activity: dict[str, Any], authorization: str | None = None
+    ) -> httpx.Response:
+        """``activity`` as the Bot Connector delivers it (signed, unless ``authorization``)."""
+        return await self.served.http.post(
+            f"{self.served.url}/teams/messages",
+            content=json.dumps(activity).encode(),
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": sign(activity) if authorization is None else authorization,
+            },
+        )
+
+    async def press(self, card: Posted, verb: str, asked: dict[str, Any], **who: Any) -> str:
+        """A press on ``card``'s button ``verb`` (in the conversation of the request
+        ``asked``); the text Teams shows the presser."""
+        (data,) = [
+            action["data"]
+            for a in card.body.get("attachments") or []
+            for action in a["content"].get("actions", [])
+            if action["verb"] == verb
+        ]
+        invoke = action_invoke(
+            self.url,
+            verb=verb,
+            data=data,
+            reply_to_id=card.id,
+            conversation=asked["conversation"],
+            **who,
+        )
+        response = await self.send(invoke)
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert answer["statusCode"] == 200
+        assert answer["type"] == "application/vnd.microsoft.activity.message"
+        return str(answer["value"])
+
+    async def delivered(self, count: int = 1, user: str = USER) -> list[Any]:
+        return await self.served.delivered(user, count)
+
+    async def references(self) -> list[tuple[str, str, str, str]]:
+        async with self.served.database.engine.connect() as connection:
+            rows = await connection.execute(
+                text(
+                    "SELECT tenant, conversation, service_url, kind FROM teams_conversations "
+                    "ORDER BY conversation"
+                )
+            )
+            return [tuple(row) for row in rows]
+
+
+TeamsFactory = Callable[..., Awaitable[TeamsBot]]
+
+
+def teams_env(server: FakeTeamsServer) -> dict[str, str]:
+    return {
+        "TEAMS_APP_ID": APP_ID,
+        "TEAMS_APP_PASSWORD": APP_PASSWORD,
+        "TEAMS_OPENID_METADATA_URL": server.metadata_url,
+        "TEAMS_TOKEN_URL": server.token_url(),
+        "FATHOM_TEAMS_EDIT_INTERVAL": "0.05",
+        "FATHOM_DELIVERY_BACKOFF": "0.05",
+    }
+
+
+@pytest.fixture
+async def teams(
+    serve_fathom: ServeFathom, teams_server: FakeTeamsServer
+) -> AsyncIterator[TeamsFactory]:
+    """``await teams(database_url=None, **env)``: Fathom served with Teams alone."""
+
+    async def start(database_url: str | None = None, **env: str) -> TeamsBot:
+        served = await serve_fathom(database_url, **{**teams_env(teams_server), **env})
+        return TeamsBot(served, teams_server)
+
+    yield start
+
+
+# -- the token on every activity ----------------------------------------------------------------
+
+
+async def test_unsigned_forged_expired_or_misaddressed_activities_get_401_and_store_nothing(
+    teams: TeamsFactory,
+) -> None:
+    """ "Authenticate requests from the Bot Connector service to your bot": the token must be
+    signed by a published key, for this app, by the Bot Framework, in date, and for the
+    activity's serviceUrl."""
+    bot = await teams()
+    activity = channel_message(bot.url, "research heat pumps depth=1")
+    refused = {
+        "no header": "",
+        "not bearer": "Basic " + APP_ID,
+        "not a JWT": "Bearer not.a.jwt",
+        "forged": sign(activity, key="forger"),
+        "expired": sign(activity, issued_ago=7200, expires_in=3600),
+        "not yet valid": sign(activity, issued_ago=-3600),
+        "another app": sign(activity, audience="11111111-2222-3333-4444-555555555555"),
+        "another issuer": sign(activity, issuer="https://sts.windows.net/attacker/"),
+        "another serviceUrl": sign(activity, service_url="https://evil.example/amer/"),
+        "an unknown key": sign(activity, key="forger", kid="rolled-key-2"),
+    }
+    for why, authorization in refused.items():
+        response = await bot.send(activity, authorization)
+        assert response.status_code == 401, (why, response.text)
+    # A token for another activity's service URL does not carry this one.
+    elsewhere = {**activity, "serviceUrl": "https://smba.trafficmanager.net/emea/"}
+    assert (await bot.send(elsewhere, sign(activity))).status_code == 401
+    not_json = await bot.served.http.post(
+        f"{bot.served.url}/teams/messages", content=b"[1", headers={"Authorization": "x"}
+    )
+    assert not_json.status_code == 400
+    assert await bot.served.runs(USER) == []
+    assert bot.fake.messages == {} and bot.fake.tokens_issued == 0
+    assert await bot.references() == []
+    # The signed one, for comparison, is taken.
+    assert (await bot.send(activity)).status_code == 200
+    (run,) = await bot.delivered()
+    assert run.status == "succeeded"
+
+
+async def test_keys_are_fetched_once_and_an_unknown_key_refetches_at_most_every_few_minutes(
+    teams_server: FakeTeamsServer,
+) -> None:
+    fake = teams_server.fake
+    now = [1_000_000.0]
+    activity = channel_message(teams_server.url, "hello")
+    async with httpx.AsyncClient() as http:
+        auth = ActivityAuth(
+            http, metadata_url=teams_server.metadata_url, app_id=APP_ID, clock=lambda: now[0]
+        )
+        for _ in range(3):
+            claims = await auth.verify(sign(activity), activity["serviceUrl"])
+            assert claims["aud"] == APP_ID
+        assert (fake.metadata_fetches, fake.key_fetches) == (1, 1)
+        unknown = sign(activity, key="forger", kid="unknown-kid")
+        for _ in range(5):  # just fetched: an unknown kid is not a reason to fetch again
+            with pytest.raises(Unauthenticated, match="does not publish"):
+                await auth.verify(unknown, activity["serviceUrl"])
+        assert fake.key_fetches == 1
+        # The Bot Framework rolls its keys: a token with the new kid is taken once the
+        # refetch window has passed, with one fetch.
+        fake.key_ids = ["rolled-key-2"]
+        rolled = sign(activity, kid="rolled-key-2")
+        with pytest.raises(Unauthenticated):
+            await auth.verify(rolled, activity["serviceUrl"])
+        now[0] += REFETCH_AFTER + 1
+        for _ in range(3):
+            assert (await auth.verify(rolled, activity["serviceUrl"]))["aud"] == APP_ID
+        for _ in range(5):  # a forger's unknown kids: no fetch per request
+            with pytest.raises(Unauthenticated, match="does not publish"):
+                await auth.verify(unknown, activity["serviceUrl"])
+        assert fake.key_fetches == 2
+
+
+async def test_a_key_not_endorsed_for_teams_or_unreachable_keys_refuse_the_activity(
+    teams: TeamsFactory,
+) -> None:
+    """A key endorsed for other channels only is refused (401); metadata that cannot be
+    fetched gives 503, so the Bot Connector delivers the activity again."""
+    bot = await teams()
+    bot.fake.fail_next("metadata", 503)
+    activity = channel_message(bot.url, "research heat pumps depth=1")
+    assert (await bot.send(activity)).status_code == 503
+    assert await bot.served.runs(USER) == []
+    bot.fake.endorsements = ("skype",)
+    other = channel_message(bot.url, "research wind depth=1")
+    assert (await bot.send(other)).status_code == 401
+    assert await bot.served.runs(USER) == []
+
+
+async def test_a_single_tenant_bot_refuses_another_tenant(teams: TeamsFactory) -> None:
+    bot = await teams(TEAMS_APP_TENANT_ID=TENANT)
+    stranger = channel_message(bot.url, "research heat pumps", tenant="another-tenant-id")
+    assert (await bot.send(stranger)).status_code == 403
+    assert await bot.served.runs(f"teams:another-tenant-id:{AAD_ID}") == []
+    assert await bot.references() == []
+
+
+# -- a request in a channel, end to end -----------------------------------------------------------
+
+
+async def test_a_channel_mention_gets_one_card_edited_each_round_and_the_report_in_its_chain(
+    teams: TeamsFactory, llm_server: FakeLLMServer, search_server: FakeSearchServer
+) -> None:
+    bot = await teams()
+    llm_server.fake.latency = search_server.fake.latency = 0.1
+    activity = channel_message(bot.url, "research heat pumps depth=3")
+    # Another person named in the text: shown as their name, and addresses nobody.
+    activity["text"] = "<at>Fathom</at> research heat pumps for <at>Grace</at> depth=3"
+    activity["entities"].append(
+        {"type": "mention", "text": "<at>Grace</at>", "mentioned": {"id": "29:1g", "name": "Grace"}}
+    )
+    response = await bot.send(activity)
+    assert response.status_code == 200
+    (queued,) = await bot.served.runs(USER)  # committed before the answer
+    root = activity["id"]
+    assert queued.thread_key == f"teams:{TENANT}:{encode_conversation(CHANNEL_ID)}:{root}"
+    assert queued.topic == "heat pumps for Grace"  # the bot's mention gone, others named
+    (run,) = await bot.delivered()
+    assert run.status == "succeeded" and run.delivery == "posted"
+    progress, *reports = bot.fake.chain(CHANNEL_ID, root)
+    texts = [shown(version) for version in progress.versions]
+    positions = [next(i for i, t in enumerate(texts) if line in t) for line in LINES]
+    assert positions == sorted(positions)  # one card, edited for each round
+    assert "Researching \nheat pumps for Grace\n (depth 3)" in texts[0]
+    assert verbs(progress.versions[1]) == ["fathom_stop", "fathom_cancel"]
+    assert "Research done: 3/3 searches" in texts[-1] and verbs(progress.body) == []
+    assert progress.conversation_id == f"{CHANNEL_ID};messageid={root}"
+    assert len(reports) == run.report_parts_posted >= 1
+    assert all(r.body["textFormat"] == "markdown" for r in reports)
+    assert "](http" in reports[0].text  # citations are links to the sources found
+    assert "<at>" not in "".join(r.text for r in reports)
+    assert verbs(reports[-1].body) == ["fathom_up", "fathom_down"]
+    updates = bot.fake.calls_to("update")
+    assert updates and all(u.activity_id == progress.id for u in updates)
+    assert bot.fake.tokens_issued == 1  # one token for every call
+    assert await bot.references() == [(TENANT, CHANNEL_ID, bot.server.service_url, "channel")]
+
+
+async def test_a_redelivered_activity_starts_one_run(teams: TeamsFactory) -> None:
+    bot = await teams()
+    activity = channel_message(bot.url, "research heat pumps depth=1")
+    for _ in range(3):
+        assert (await bot.send(activity)).status_code == 200
+    (run,) = await bot.delivered()
+    assert len(await bot.served.runs(USER)) == 1
+    chain = bot.fake.chain(CHANNEL_ID, activity["id"])
+    assert len(chain) == 1 + run.report_parts_posted
+
+
+async def test_a_reply_in_the_chain_follows_up_on_its_variables(teams: TeamsFactory) -> None:
+    bot = await teams()
+    first = channel_message(bot.url, "research heat pumps depth=1")
+    await bot.send(first)
+    await bot.delivered()
+    root = first["id"]
+    follow_up = channel_message(bot.url, "what about noise? depth=1", root_id=root)
+    await bot.send(follow_up)
+    newest, oldest = await bot.delivered(2)
+    assert newest.thread_key == oldest.thread_key
+    assert newest.thread_key.endswith(f":{root}")
+    thread = await bot.served.store.threads.get_thread(newest.thread_key)
+    assert thread is not None
+    variables = await bot.served.store.threads.load_variables(thread.id)
+    assert variables is not None and len(variables["topics"]) == 2
+    chain = bot.fake.chain(CHANNEL_ID, root)
+    cards = [m for m in chain if "Researching" in shown(m.versions[0])]
+    assert len(cards) == 2  # one progress card per run, both in the chain
+
+
+async def test_messages_without_the_mention_or_from_bots_start_nothing(
+    teams: TeamsFactory,
+) -> None:
+    bot = await teams()
+    quiet = channel_message(bot.url, "research heat pumps", mention=False)
+    robot = from_bot(bot.url, "research heat pumps")
+    for activity in (quiet, robot):
+        assert (await bot.send(activity)).status_code == 200
+    answered = channel_message(bot.url, "help")
+    await bot.send(answered)
+    (reply,) = await wait_for(lambda: bot.fake.chain(CHANNEL_ID, answered["id"]))
+    assert "research" in reply.text
+    assert await bot.served.runs(USER) == [] and len(bot.fake.messages) == 1
+
+
+async def test_a_chinese_request_in_a_group_chat_is_answered_in_chinese_as_replies(
+    teams: TeamsFactory,
+) -> None:
+    bot = await teams()
+    activity = group_chat_message(bot.url, "热泵 depth=1", locale="zh-CN")
+    await bot.send(activity)
+    (run,) = await bot.delivered()
+    progress, *reports = bot.fake.chat(GROUP_CHAT)
+    assert progress.reply_to == activity["id"] and all(
+        r.reply_to == activity["id"] for r in reports
+    )
+    assert "正在研究 \n热泵\n（深度 1）" in shown(progress.versions[0])
+    assert "研究完成：1/1 次搜索" in shown(progress.body)
+    assert run.thread_key == (f"teams:{TENANT}:{encode_conversation(GROUP_CHAT)}:{activity['id']}")
+    bad = group_chat_message(bot.url, "热泵 depth=0")
+    await bot.send(bad)
+    (answer,) = await wait_for(
+        lambda: [m for m in bot.fake.chat(GROUP_CHAT) if "depth 必须" in m.text]
+    )
+    assert answer.reply_to == bad["id"] and len(await bot.served.runs(USER)) == 1
+
+
+# -- personal chats and files -----------------------------------------------------------------
+
+
+async def test_a_personal_chat_needs_no_mention_and_gets_its_answers_as_replies(
+    teams: TeamsFactory,
+) -> None:
+    bot = await teams()
+    activity = personal_message(bot.url, "research heat pumps depth=1")
+    await bot.send(activity)
+    (run,) = await bot.delivered()
+    progress, *reports = bot.fake.chat(PERSONAL_CHAT)
+    assert "Researching \nheat pumps\n (depth 1)" in shown(progress.versions[0])
+    assert "Research done: 1/1 searches" in shown(progress.body)
+    assert progress.reply_to == activity["id"]
+    assert len(reports) == run.report_parts_posted
+    assert await bot.references() == [(TENANT, PERSONAL_CHAT, bot.server.service_url, "personal")]
+
+
+async def test_a_personal_file_then_a_request_reads_the_file_into_the_report(
+    teams: TeamsFactory, llm_server: FakeLLMServer
+) -> None:
+    """ "Send and receive files": a file sent to the bot in a personal chat arrives as a file
+    download info attachment; kept (and answered), then read by the sender's next request
+    from its pre-authenticated address, without the bot's token."""
+    bot = await teams()
+    notes = "# Field notes\n\nThe heat pump's seasonal coefficient of performance was 3.4.\n"
+    attachment = bot.fake.add_file(notes.encode(), "notes.md")
+    sent = personal_message(bot.url, "", attachments=[attachment])
+    assert (await bot.send(sent)).status_code == 200
+    (kept,) = await wait_for(lambda: bot.fake.chat(PERSONAL_CHAT))
+    assert "notes.md" in kept.text and kept.reply_to == sent["id"]
+    await bot.send(personal_message(bot.url, "research heat pumps depth=1"))
+    (run,) = await bot.delivered()
+    assert run.status == "succeeded" and run.attachments_read == 1
+    (fetch,) = bot.fake.file_fetches
+    assert fetch.status == 200 and "authorization" not in fetch.headers
+    prompt = str(llm_server.fake.requests_for("writer")[-1].body["messages"][-1]["content"])
+    assert "notes.md" in prompt and "coefficient of performance was 3.4" in prompt
+
+
+async def test_a_file_in_a_channel_is_named_as_not_read_with_the_reason(
+    teams: TeamsFactory,
+) -> None:
+    """Files in channels and group chats are SharePoint references the bot's credentials
+    cannot open: the research starts and says so."""
+    bot = await teams()
+    reference = {
+        "contentType": "reference",
+        "contentUrl": "https://contoso.sharepoint.com/sites/Research/Shared Documents/spec.pdf",
+        "name": "spec.pdf",
+    }
+    activity = channel_message(bot.url, "research heat pumps depth=1", attachments=[reference])
+    await bot.send(activity)
+    (run,) = await bot.delivered()
+    assert run.attachments_read == 0
+    said = "\n".join(shown(m.body) for m in bot.fake.chain(CHANNEL_ID, activity["id"]))
+    assert "spec.pdf" in said and "Not read" in said
+
+
+# -- buttons -------------------------------------------------------------------------------------
+
+
+async def test_stop_pressed_by_someone_else_is_refused_and_by_the_requester_stops(
+    teams: TeamsFactory, search_server: FakeSearchServer
+) -> None:
+    bot = await teams()
+    search_server.fake.hold_pages()
+    asked = channel_message(bot.url, "research tidal power depth=5")
+    await bot.send(asked)
+    (run,) = await bot.served.runs(USER)
+    card = await wait_for(
+        lambda: [m for m in bot.fake.chain(CHANNEL_ID, asked["id"]) if verbs(m.body)]
+    )
+    await wait_for(lambda: search_server.fake.page_requests)
+    refused = await bot.press(card[0], "fathom_stop", asked, user_id="29:1other", aad_id=OTHER_AAD)
+    assert refused.startswith("Only the person who started this research")
+    stopping = await bot.press(card[0], "fathom_stop", asked)
+    assert "Stopping" in stopping and "tidal power" in stopping
+    search_server.fake.release_pages()
+    (done,) = await bot.delivered()
+    assert (done.status, done.stop_requested) == ("succeeded", True)
+    assert len(search_server.fake.queries) == 1
+    progress, *reports = bot.fake.chain(CHANNEL_ID, asked["id"])
+    assert verbs(progress.body) == [] and "stopped early after 1 of 5" in shown(progress.body)
+    vote = await bot.press(reports[-1], "fathom_down", asked)
+    assert vote == "Thanks: your 👎 is recorded."
+    [feedback] = await bot.served.store.feedback.feedback_since()
+    assert (feedback.run_id, feedback.voter, feedback.value) == (run.id, USER, "down")
+
+
+async def test_cancel_pressed_by_the_requester_cancels_and_by_someone_else_does_not(
+    teams: TeamsFactory, search_server: FakeSearchServer
+) -> None:
+    bot = await teams()
+    search_server.fake.hold_pages()
+    asked = personal_message(bot.url, "research geothermal depth=5")
+    await bot.send(asked)
+    card = await wait_for(lambda: [m for m in bot.fake.chat(PERSONAL_CHAT) if verbs(m.body)])
+    refused = await bot.press(
+        card[0], "fathom_cancel", asked, user_id="29:1other", aad_id=OTHER_AAD
+    )
+    assert refused.startswith("Only the person who started this research")
+    (running,) = await bot.served.runs(USER)
+    assert not running.cancel_requested
+    assert "Cancelling" in await bot.press(card[0], "fathom_cancel", asked)
+    search_server.fake.release_pages()
+    (done,) = await bot.delivered()
+    assert done.status == "cancelled"
+    assert verbs(bot.fake.chat(PERSONAL_CHAT)[0].body) == []
+
+
+async def test_a_press_on_a_card_of_no_run_changes_nothing(teams: TeamsFactory) -> None:
+    bot = await teams()
+    asked = channel_message(bot.url, "research heat pumps depth=1")
+    invoke = action_invoke(
+        bot.url,
+        verb="fathom_cancel",
+        data={"run": "0" * 32, "lang": "en"},
+        reply_to_id="1700000000000",
+        conversation=asked["conversation"],
+    )
+    response = await bot.send(invoke)
+    assert response.status_code == 200
+    assert "does not belong to a research" in response.json()["value"]
+    foreign = {**invoke, "value": {"action": {"verb": "someone_else", "data": {}}}}
+    assert (await bot.send(foreign)).json()["value"] == ""
+    assert (await bot.send(invoke, sign(invoke, key="forger"))).status_code == 401
+
+
+# -- failures ------------------------------------------------------------------------------------
+
+
+async def test_rate_limits_and_server_errors_are_retried_until_the_report_is_posted(
+    teams: TeamsFactory,
+) -> None:
+    bot = await teams()
+    bot.fake.fail_next("send", 429, retry_after=0.1)
+    bot.fake.fail_next("update", 502)
+    bot.fake.fail_next("token", 503)
+    activity = channel_message(bot.url, "research heat pumps depth=1")
+    await bot.send(activity)
+    (run,) = await bot.delivered()
+    assert run.delivery == "posted" and run.status == "succeeded"
+    progress, *reports = bot.fake.chain(CHANNEL_ID, activity["id"])
+    assert "Research done" in shown(progress.body)
+    assert len(reports) == run.report_parts_posted >= 1
+
+
+async def test_a_bot_removed_from_the_team_gives_up_at_once(teams: TeamsFactory) -> None:
+    """403 ``BotNotInConversationRoster`` is final: no retries past it."""
+    bot = await teams()
+    bot.fake.remove_bot(CHANNEL_ID)
+    await bot.send(channel_message(bot.url, "research heat pumps depth=1"))
+    (run,) = await bot.delivered()
+    assert run.delivery == "failed"
+    sent = [c.body for c in bot.fake.calls_to("send")]
+    assert len([b for b in sent if b.get("textFormat") == "markdown"]) == 1  # not retried
+    assert bot.fake.messages == {}
+
+
+async def test_an_expired_token_is_fetched_again_and_the_call_retried(
+    teams: TeamsFactory,
+) -> None:
+    bot = await teams()
+    await bot.send(channel_message(bot.url, "research heat pumps depth=1"))
+    await bot.delivered()
+    bot.fake.expire_tokens()
+    activity = channel_message(bot.url, "research wind power depth=1")
+    await bot.send(activity)
+    newest, _ = await bot.delivered(2)
+    assert newest.delivery == "posted" and bot.fake.tokens_issued == 2
+
+
+def test_a_long_report_is_split_under_teams_size_limit() -> None:
+    section = "## Part {n}\n\n" + "Heat pumps move heat from outside air [1]. " * 80 + "\n\n"
+    markdown = "# Heat pumps\n\n" + "".join(section.format(n=n) for n in range(30))
+    sources = [Source(n=1, title="One", url="https://a.example/1")]
+    parts = report_parts(markdown, sources, (), "en")
+    assert len(parts) > 3
+    sizes = [len(json.dumps(p.activity, ensure_ascii=False).encode()) for p in parts]
+    assert max(sizes) < MAX_ACTIVITY_BYTES
+    assert "".join(p.activity["text"] for p in parts).count("## Part") == 30
+
+
+# -- proactive posts -----------------------------------------------------------------------------
+
+
+OPERATOR = "cli:local:operator"
+
+
+async def fire_digest(bot: TeamsBot, channel: str) -> Any:
+    """A schedule of "heat pumps" for ``channel`` added as ``fathom digest add`` adds it (no
+    request, so no conversation reference of its own), fired once; its run, delivered."""
+    from core.grammar import ScheduleCommand
+    from core.operations.digests import DigestService
+    from storage import DigestStore
+    from storage.values import SourceChoice, ThreadKey
+
+    digests = DigestService(
+        DigestStore(bot.served.database),
+        bot.served.store.runs,
+        min_interval=3600,
+        grace=3600,
+        max_per_channel=10,
+    )
+    command = ScheduleCommand(
+        topic="heat pumps",
+        cron="0 9 * * MON",
+        timezone="UTC",
+        depth=1,
+        strategy="iterative",
+        sources=SourceChoice.ALL,
+    )
+    key = encode_conversation(channel)
+    where = ThreadKey(platform="teams", workspace=TENANT, channel=key, thread="cli")
+    digest = await digests.add(command, thread=where, created_by=OPERATOR)
+    await digests.fire(digest, datetime(2026, 12, 7, 9, 0, tzinfo=UTC))
+    (run,) = await bot.delivered(user=OPERATOR)
+    return run
+
+
+async def test_a_digest_posts_to_a_channel_from_the_reference_kept_at_install(
+    teams: TeamsFactory,
+) -> None:
+    """The app installed in a team records where its General channel is; a schedule added
+    for that channel from the command line posts there: a new post whose reply chain carries
+    the report."""
+    bot = await teams(FATHOM_STALE_RUN_AFTER="4")  # the sweep takes queued runs every 2 s
+    assert (await bot.send(installation_update(bot.url, scope="team"))).status_code == 200
+    assert await bot.references() == [(TENANT, TEAM_ID, bot.server.service_url, "channel")]
+    run = await fire_digest(bot, TEAM_ID)
+    assert run.delivery == "posted"
+    (create,) = bot.fake.calls_to("create")
+    assert create.body["channelData"]["channel"]["id"] == TEAM_ID
+    (opener,) = bot.fake.posted(TEAM_ID)[:1]
+    assert "Digest: heat pumps" in shown(opener.versions[0])
+    assert run.thread_key == f"teams:{TENANT}:{encode_conversation(TEAM_ID)}:{opener.id}"
+    reports = bot.fake.chain(TEAM_ID, opener.id)
+    assert len(reports) == run.report_parts_posted >= 1
+
+
+async def test_a_digest_for_a_channel_never_seen_is_undeliverable(teams: TeamsFactory) -> None:
+    bot = await teams(FATHOM_STALE_RUN_AFTER="4")
+    run = await fire_digest(bot, "19:unknown@thread.tacv2")
+    assert run.delivery == "failed" and bot.fake.messages == {}
+
+
+# -- replicas ------------------------------------------------------------------------------------
+
+
+async def test_two_replicas_share_one_run_its_buttons_and_the_references(
+    teams: TeamsFactory, database_url: str, search_server: FakeSearchServer
+) -> None:
+    """The Bot Connector may deliver an activity to any replica, and deliver it again to
+    another: one run; a press on the other replica stops it; both know the conversation."""
+    first = await teams(database_url)
+    second = await teams(database_url)
+    search_server.fake.hold_pages()
+    asked = channel_message(first.url, "research tidal power depth=5")
+    assert (await first.send(asked)).status_code == 200
+    assert (await second.send(asked)).status_code == 200  # redelivered elsewhere
+    card = await wait_for(
+        lambda: [m for m in first.fake.chain(CHANNEL_ID, asked["id"]) if verbs(m.body)]
+    )
+    await wait_for(lambda: search_server.fake.page_requests)
+    stopping = await second.press(card[0], "fathom_stop", asked)
+    assert "Stopping" in stopping
+    search_server.fake.release_pages()
+    (done,) = await first.delivered()
+    assert (done.status, done.stop_requested) == ("succeeded", True)
+    assert len(await second.served.runs(USER)) == 1
+    chain = first.fake.chain(CHANNEL_ID, asked["id"])
+    assert len(chain) == 1 + done.report_parts_posted
+    assert await second.references() == await first.references() != []
