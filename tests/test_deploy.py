@@ -202,7 +202,7 @@ def test_applying_never_overwrites_the_secret_and_a_config_change_rolls_the_pods
         "BRAVE_API_KEY", "SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_APP_TOKEN",
         "SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET", "FEISHU_APP_ID", "FEISHU_APP_SECRET",
         "FEISHU_VERIFICATION_TOKEN", "FEISHU_ENCRYPT_KEY", "DINGTALK_CLIENT_ID",
-        "DINGTALK_CLIENT_SECRET",
+        "DINGTALK_CLIENT_SECRET", "TEAMS_APP_ID", "TEAMS_APP_PASSWORD", "TEAMS_APP_TENANT_ID",
     }  # fmt: skip
     assert set(example["stringData"]) == secrets
 
@@ -235,3 +235,86 @@ def test_the_systemd_units_make_their_user_and_stop_on_a_configuration_error() -
         assert "DynamicUser=yes" in lines and not any(line.startswith("User=") for line in lines)
         assert "RestartPreventExitStatus=2" in lines, unit.name
         assert "StateDirectory=fathom" in lines
+
+
+# -- the Teams app package -------------------------------------------------------------------
+
+TEAMS = DEPLOY / "teams"
+
+
+def _png_size(path: Path) -> tuple[int, int, int]:
+    """Width, height and colour type of a PNG (its IHDR chunk)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", path
+    return (
+        int.from_bytes(data[16:20], "big"),
+        int.from_bytes(data[20:24], "big"),
+        data[25],
+    )
+
+
+def test_the_teams_manifest_holds_what_teams_checks_and_the_bot_understands_its_menu() -> None:
+    """deploy/teams/manifest.json (schema v1.17, "App manifest schema" on Microsoft Learn):
+    the fields Teams requires and their limits, the icons' sizes, and every command of the
+    menu, sent as Teams sends it (its title in front of the text), read by the bot as that
+    command."""
+    import json
+
+    from bots.teams.events import translate
+    from core.grammar import (
+        CancelCommand,
+        HelpCommand,
+        ResearchCommand,
+        StatusCommand,
+        StopCommand,
+        UsageCommand,
+        parse_command,
+    )
+    from tests.fakes.teams import BOT_ID, personal_message
+
+    text = (TEAMS / "manifest.json").read_text(encoding="utf-8")
+    app_id = "9f1e3c2a-5b7d-4e8f-a1b2-c3d4e5f6a7b8"
+    manifest = json.loads(text.replace("{{TEAMS_APP_ID}}", app_id))
+    guid = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+    assert manifest["manifestVersion"] == "1.17" and "v1.17" in manifest["$schema"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", manifest["version"])
+    assert guid.fullmatch(manifest["id"]) and text.count("{{TEAMS_APP_ID}}") == 3
+    assert all(manifest["developer"][k].startswith("https://") for k in ("websiteUrl",
+        "privacyUrl", "termsOfUseUrl"))  # fmt: skip
+    assert len(manifest["name"]["short"]) <= 30 and len(manifest["name"]["full"]) <= 100
+    assert len(manifest["description"]["short"]) <= 80
+    assert len(manifest["description"]["full"]) <= 4000
+    assert re.fullmatch(r"#[0-9A-Fa-f]{6}", manifest["accentColor"])
+    assert _png_size(TEAMS / manifest["icons"]["color"])[:2] == (192, 192)
+    width, height, colour_type = _png_size(TEAMS / manifest["icons"]["outline"])
+    assert (width, height, colour_type) == (32, 32, 6)  # white on transparent: RGBA
+    (bot,) = manifest["bots"]
+    assert bot["botId"] == app_id and bot["supportsFiles"] is True
+    assert sorted(bot["scopes"]) == ["groupChat", "personal", "team"]
+    rsc = {p["name"] for p in manifest["authorization"]["permissions"]["resourceSpecific"]}
+    assert rsc == {"ChannelMessage.Read.Group", "ChatMessage.Read.Chat"}
+    assert manifest["webApplicationInfo"]["id"] == app_id
+    (menu,) = bot["commandLists"]
+    commands = menu["commands"]
+    assert len(commands) <= 10
+    assert all(len(c["title"]) <= 32 and len(c["description"]) <= 128 for c in commands)
+    expected = {
+        "research": ResearchCommand,
+        "status": StatusCommand,
+        "stop": StopCommand,
+        "cancel": CancelCommand,
+        "usage": UsageCommand,
+        "help": HelpCommand,
+    }
+    assert [c["title"] for c in commands] == list(expected)
+    for title, kind in expected.items():
+        said = f"{title} heat pumps depth=2" if title == "research" else title
+        request = translate(personal_message("http://127.0.0.1:9", said), BOT_ID)
+        assert request is not None
+        command = parse_command(request.message.text, default_depth=3, max_depth=10)
+        assert isinstance(command, kind), (title, command)
+        if isinstance(command, ResearchCommand):
+            assert (command.topic, command.depth) == ("heat pumps", 2)
+    # (The shared grammar alone reads the menu's word as part of the topic.)
+    research = parse_command("research heat pumps depth=2", default_depth=3, max_depth=10)
+    assert isinstance(research, ResearchCommand) and research.topic == "research heat pumps"

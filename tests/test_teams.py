@@ -30,6 +30,7 @@ from tests.fakes.teams import (
     AAD_ID,
     APP_ID,
     APP_PASSWORD,
+    BOT_ID,
     CHANNEL_ID,
     GROUP_CHAT,
     MAX_ACTIVITY_BYTES,
@@ -316,6 +317,10 @@ async def test_a_channel_mention_gets_one_card_edited_each_round_and_the_report_
     assert updates and all(u.activity_id == progress.id for u in updates)
     assert bot.fake.tokens_issued == 1  # one token for every call
     assert await bot.references() == [(TENANT, CHANNEL_ID, bot.server.service_url, "channel")]
+    metrics = (await bot.served.http.get(f"{bot.served.url}/metrics")).text
+    assert 'fathom_platform_calls_total{outcome="delivered",platform="teams"} 1.0' in metrics
+    ready = await bot.served.readyz()
+    assert ready["platforms"] == {"teams": {"mode": "http"}}
 
 
 async def test_a_redelivered_activity_starts_one_run(teams: TeamsFactory) -> None:
@@ -384,6 +389,76 @@ async def test_a_chinese_request_in_a_group_chat_is_answered_in_chinese_as_repli
         lambda: [m for m in bot.fake.chat(GROUP_CHAT) if "depth 必须" in m.text]
     )
     assert answer.reply_to == bad["id"] and len(await bot.served.runs(USER)) == 1
+
+
+async def test_a_plain_reply_in_a_running_research_chain_steers_it(
+    teams: TeamsFactory, search_server: FakeSearchServer
+) -> None:
+    """With the channel permission (``ChannelMessage.Read.Group``) Teams delivers every channel
+    message: a reply without the mention in the chain of a running research is guidance;
+    chatter elsewhere is read no further and leaves no reference behind."""
+    bot = await teams()
+    search_server.fake.hold_pages()
+    asked = channel_message(bot.url, "research deep sea mining depth=5")
+    await bot.send(asked)
+    await wait_for(lambda: search_server.fake.page_requests)
+    chatter = channel_message(
+        bot.url, "lunch anyone?", mention=False, channel_id="19:watercooler@thread.tacv2"
+    )
+    steer = channel_message(bot.url, "focus on the Pacific", mention=False, root_id=asked["id"])
+    for activity in (chatter, steer):
+        assert (await bot.send(activity)).status_code == 200
+    (noted,) = await wait_for(
+        lambda: [m for m in bot.fake.chain(CHANNEL_ID, asked["id"]) if "Noted" in m.text]
+    )
+    assert noted.text.startswith("Noted: the next searches take this into account.")
+    search_server.fake.release_pages()
+    (done,) = await bot.delivered()
+    thread = await bot.served.store.threads.get_thread(done.thread_key)
+    assert thread is not None
+    variables = await bot.served.store.threads.load_variables(thread.id)
+    assert variables is not None
+    assert [g["text"] for g in variables["guidance"]] == ["focus on the Pacific"]
+    assert [r[1] for r in await bot.references()] == [CHANNEL_ID]
+    assert bot.fake.posted("19:watercooler") == []
+
+
+async def test_the_app_removed_from_a_team_forgets_where_it_was(teams: TeamsFactory) -> None:
+    bot = await teams()
+    await bot.send(installation_update(bot.url, scope="team"))
+    assert [r[1] for r in await bot.references()] == [TEAM_ID]
+    await bot.send(installation_update(bot.url, scope="team", action="remove"))
+    assert await bot.references() == []
+
+
+def test_odd_activity_shapes_are_read_as_absent_fields_never_an_error() -> None:
+    """Found by the route fuzzer (``python -m bench.fuzz``): a signed message whose
+    ``attachments`` was ``true`` crashed the translation (500, so the Bot Connector would
+    deliver it again and again). A field of another type than Teams sends is read as
+    absent."""
+    from bots.teams.events import reference_of, translate, translate_press
+
+    url = "http://127.0.0.1:9"
+    good = channel_message(url, "research heat pumps")
+    odd_fields: dict[str, Any] = {
+        "attachments": True,
+        "entities": "mention",
+        "text": 42,
+        "from": ["29:1user"],
+        "conversation": "19:abc@thread.tacv2",
+        "channelData": [],
+        "serviceUrl": None,
+        "value": "press",
+    }
+    for key, value in odd_fields.items():
+        activity = {**good, key: value}
+        request = translate(activity, BOT_ID)
+        reference_of(activity)
+        translate_press({**activity, "type": "invoke", "name": "adaptiveCard/action"})
+        if key in ("attachments", "entities", "text", "channelData"):
+            assert request is not None, key  # still a message, without that field
+    with_true = translate({**good, "attachments": True}, BOT_ID)
+    assert with_true is not None and with_true.message.attachments == ()
 
 
 # -- personal chats and files -----------------------------------------------------------------

@@ -6,16 +6,20 @@ Framework for this bot and for the activity's service URL). An unsigned or forge
 gets 401 and nothing is stored; keys that cannot be fetched give 503 (Teams delivers again).
 A single-tenant bot (``TEAMS_APP_TENANT_ID``) refuses activities of other tenants (403).
 
-Then the conversation's reference is recorded (``bots.teams.references``) and:
+Then:
 
-- a ``message`` becomes a :class:`~bots.chat.message.ChatMessage` for
-  ``ChatCommands.receive`` (deduplicated by activity id in the database), or, when it holds
-  only files, ``ChatCommands.receive_files``; answered 200 once the request is recorded, its
-  reply (help, errors, status) posted afterwards in the request's chain;
-- an ``adaptiveCard/action`` invoke (a press on a card's button) is decided at once
-  (database only) and answered with the message Teams shows the presser;
+- a ``message`` to the bot records the conversation's reference (``bots.teams.references``)
+  and becomes a :class:`~bots.chat.message.ChatMessage` for ``ChatCommands.receive``
+  (deduplicated by activity id in the database), or, when it holds only files,
+  ``ChatCommands.receive_files``; answered 200 once the request is recorded, its reply
+  (help, errors, status) posted afterwards in the request's chain. A message not addressed
+  to the bot (the channel permission delivers them all) only steers a running research
+  when it is a reply in its chain;
+- an ``adaptiveCard/action`` invoke (a press on a card's button) records the reference too,
+  and is decided at once (database only) and answered with the message Teams shows the
+  presser;
 - the bot being installed or added (``installationUpdate``, ``conversationUpdate``) only
-  records the reference, so digests can post there.
+  records the reference, so digests can post there; the app removed forgets it.
 """
 
 from __future__ import annotations
@@ -131,21 +135,34 @@ class TeamsAdapter(HttpIngress):
             return JSONResponse({"error": "temporarily unable to handle this activity"}, 500)
 
     async def _dispatch(self, activity: dict[str, Any]) -> Response:
-        reference = reference_of(activity)
-        if reference is not None and self._references is not None:
-            await self._references.remember(reference)
         kind = activity.get("type")
         if kind == "invoke" and activity.get("name") == ACTION_INVOKE:
+            await self._remember(activity)
             return JSONResponse(await self.press(activity))
         if kind == "message":
             await self.receive(activity)
+        elif kind == "installationUpdate" and activity.get("action") == "remove":
+            reference = reference_of(activity)
+            if reference is not None and self._references is not None:
+                await self._references.forget(reference)
+        elif kind in ("installationUpdate", "conversationUpdate"):
+            await self._remember(activity)
         return JSONResponse({})
 
+    async def _remember(self, activity: dict[str, Any]) -> None:
+        reference = reference_of(activity)
+        if reference is not None and self._references is not None:
+            await self._references.remember(reference)
+
     async def receive(self, activity: dict[str, Any]) -> None:
-        """One message: recorded (and a run committed) when this returns."""
+        """One message: recorded (and a run committed) when this returns. Where the bot may
+        post is recorded for a message to the bot, not for every channel message the
+        channel permission delivers."""
         request = translate(activity, self._bot_id, file_window=self._settings.file_window)
         if request is None:
             return
+        if request.message.addressed:
+            await self._remember(activity)
 
         async def answer(text: str) -> None:
             self._background.spawn(self._answer(request, text))

@@ -121,6 +121,10 @@ def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def tenant_of(activity: dict[str, Any]) -> str:
     conversation = _dict(activity.get("conversation"))
     channel_data = _dict(activity.get("channelData"))
@@ -150,7 +154,7 @@ def _words(activity: dict[str, Any], bot_id: str) -> tuple[str, bool]:
     the bot was mentioned."""
     text = _str(activity.get("text"))
     mentioned = False
-    for entity in activity.get("entities") or ():
+    for entity in _list(activity.get("entities")):
         entity = _dict(entity)
         if entity.get("type") != "mention":
             continue
@@ -171,7 +175,7 @@ def _files(
 ) -> tuple[tuple[Attachment, ...], tuple[tuple[str, str], ...]]:
     files: list[Attachment] = []
     unreadable: list[tuple[str, str]] = []
-    for item in activity.get("attachments") or ():
+    for item in _list(activity.get("attachments")):
         item = _dict(item)
         kind = _str(item.get("contentType"))
         name = _str(item.get("name")).strip() or "file"

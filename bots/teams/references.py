@@ -6,14 +6,15 @@ Teams names the service URL to post to only on the activities it sends, so a pos
 activity answers (a digest's firing, a run another replica took over without its request's
 context, ``fathom digest add`` for a channel) needs the conversation's reference as it was
 last seen. Each verified activity (the bot installed or added, a message, a press) records
-it: service URL, kind, and when it was seen. The tenant and conversation are the key.
+it: service URL, kind, and when it was seen. The tenant and conversation are the key. The
+app removed from a conversation (``installationUpdate`` ``remove``) forgets it.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import Column, DateTime, MetaData, String, Table, select
+from sqlalchemy import Column, DateTime, MetaData, String, Table, delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bots.teams.events import Reference
@@ -58,6 +59,17 @@ class ConversationReferences:
         )
         async with self._engine.begin() as connection:
             await connection.execute(statement)
+
+    async def forget(self, reference: Reference) -> None:
+        """The bot was removed from ``reference``'s conversation: no post goes there."""
+        table = teams_conversations
+        async with self._engine.begin() as connection:
+            await connection.execute(
+                delete(table).where(
+                    table.c.tenant == reference.tenant[:64],
+                    table.c.conversation == reference.conversation,
+                )
+            )
 
     async def find(self, tenant: str, conversation: str) -> Reference | None:
         table = teams_conversations
