@@ -461,6 +461,57 @@ def test_odd_activity_shapes_are_read_as_absent_fields_never_an_error() -> None:
     assert with_true is not None and with_true.message.attachments == ()
 
 
+@pytest.mark.parametrize(
+    ("action", "kept"),
+    [("add", True), ("add-upgrade", True), ("remove", False), ("remove-upgrade", False)],
+)
+async def test_an_installation_update_keeps_or_forgets_the_channel(
+    teams: TeamsFactory, action: str, kept: bool
+) -> None:
+    """``MicrosoftDocs/msteams-docs``, ``msteams-platform/bots/how-to/conversations/
+    subscribe-to-conversation-events.md``, "Installation update event" (the sample in
+    tests/samples/teams/), with each ``action`` the section names: "add" when installed,
+    "remove" when uninstalled, "add-upgrade"/"remove-upgrade" when an app upgrade adds or
+    removes the bot. Its serviceUrl is the fake's, so it can be signed for it."""
+    from tests.test_teams_shapes import INSTALLED_CHANNEL, INSTALLED_TENANT, sample
+
+    bot = await teams()
+    activity = sample("installation_update_team")
+    activity["serviceUrl"] = bot.server.service_url
+    where = (INSTALLED_TENANT, INSTALLED_CHANNEL, bot.server.service_url, "channel")
+    assert (await bot.send({**activity, "action": "add"})).status_code == 200
+    assert await bot.references() == [where]
+    assert (await bot.send({**activity, "action": action})).status_code == 200
+    assert await bot.references() == ([where] if kept else [])
+
+
+async def test_the_bot_removed_or_its_channel_deleted_forgets_the_channel(
+    teams: TeamsFactory,
+) -> None:
+    """``conversationUpdate`` (same page): the bot in ``membersRemoved``, or the event type
+    ``channelDeleted``, forgets the conversation; other updates (a member added who is not
+    the bot) record nothing."""
+    from tests.fakes.teams import conversation_update_bot_added
+
+    bot = await teams()
+    added = conversation_update_bot_added(bot.url)
+    assert (await bot.send(added)).status_code == 200
+    assert [r[1] for r in await bot.references()] == [TEAM_ID]
+    someone = {**added, "membersAdded": [{"id": "29:1someone-else"}]}
+    removed = {**added, "membersRemoved": [{"id": BOT_ID}]}
+    removed.pop("membersAdded")
+    assert (await bot.send(removed)).status_code == 200
+    assert await bot.references() == []
+    assert (await bot.send(someone)).status_code == 200
+    assert await bot.references() == []
+    await bot.send(added)
+    deleted = {**added, "channelData": {**added["channelData"], "eventType": "channelDeleted"}}
+    deleted.pop("membersAdded")
+    deleted["channelData"]["channel"] = {"id": TEAM_ID}
+    assert (await bot.send(deleted)).status_code == 200
+    assert await bot.references() == []
+
+
 # -- personal chats and files -----------------------------------------------------------------
 
 

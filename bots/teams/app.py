@@ -61,6 +61,29 @@ log = logging.getLogger(__name__)
 MESSAGE_RESPONSE = "application/vnd.microsoft.activity.message"
 
 
+def _ids(members: object) -> set[str]:
+    listed = members if isinstance(members, list) else []
+    return {str(m.get("id")) for m in listed if isinstance(m, dict)}
+
+
+def _removed(activity: dict[str, Any], bot_id: str) -> bool:
+    """The app or the bot taken out of the conversation, or the conversation gone
+    ("Conversation events in your Teams bot")."""
+    if activity.get("type") == "installationUpdate":
+        return activity.get("action") in ("remove", "remove-upgrade")
+    data = activity.get("channelData")
+    event = data.get("eventType") if isinstance(data, dict) else None
+    removed = bot_id in _ids(activity.get("membersRemoved"))
+    return removed or event in ("channelDeleted", "teamDeleted")
+
+
+def _added(activity: dict[str, Any], bot_id: str) -> bool:
+    """The app installed, or the bot added to the conversation."""
+    if activity.get("type") == "installationUpdate":
+        return activity.get("action") in ("add", "add-upgrade")
+    return bot_id in _ids(activity.get("membersAdded"))
+
+
 def escape_text(text: str) -> str:
     """Untrusted text shown as itself in a Markdown message: no mention, link or tag."""
     return (
@@ -141,13 +164,17 @@ class TeamsAdapter(HttpIngress):
             return JSONResponse(await self.press(activity))
         if kind == "message":
             await self.receive(activity)
-        elif kind == "installationUpdate" and activity.get("action") == "remove":
-            reference = reference_of(activity)
-            if reference is not None and self._references is not None:
-                await self._references.forget(reference)
         elif kind in ("installationUpdate", "conversationUpdate"):
-            await self._remember(activity)
+            if _removed(activity, self._bot_id):
+                await self._forget(activity)
+            elif _added(activity, self._bot_id):
+                await self._remember(activity)
         return JSONResponse({})
+
+    async def _forget(self, activity: dict[str, Any]) -> None:
+        reference = reference_of(activity)
+        if reference is not None and self._references is not None:
+            await self._references.forget(reference)
 
     async def _remember(self, activity: dict[str, Any]) -> None:
         reference = reference_of(activity)

@@ -139,12 +139,14 @@ def reference_of(activity: dict[str, Any]) -> Reference | None:
     full = _str(conversation.get("id"))
     if not service_url or not full:
         return None
-    kind = _str(conversation.get("conversationType")) or (
-        "groupChat" if conversation.get("isGroup") else "personal"
-    )
+    channel_data = _dict(activity.get("channelData"))
+    channel = _dict(channel_data.get("channel"))
+    kind = _str(conversation.get("conversationType"))
+    if not kind:  # older activities name no type: a chain, a channel or a team says channel
+        in_team = _CHAIN in full or channel.get("id") or channel_data.get("team")
+        kind = "channel" if in_team else "groupChat" if conversation.get("isGroup") else "personal"
     base = full.split(_CHAIN, 1)[0]
     if kind == "channel":  # the channel itself (the chain is the thread)
-        channel = _dict(_dict(activity.get("channelData")).get("channel"))
         base = _str(channel.get("id")) or base
     return Reference(service_url, base, tenant_of(activity), kind)
 
@@ -154,6 +156,7 @@ def _words(activity: dict[str, Any], bot_id: str) -> tuple[str, bool]:
     the bot was mentioned."""
     text = _str(activity.get("text"))
     mentioned = False
+    names: set[str] = set()  # how the bot is named in its <at> tags
     for entity in _list(activity.get("entities")):
         entity = _dict(entity)
         if entity.get("type") != "mention":
@@ -164,10 +167,25 @@ def _words(activity: dict[str, Any], bot_id: str) -> tuple[str, bool]:
             said = _str(entity.get("text"))
             if said:
                 text = text.replace(said, " ")
-    text = _AT.sub(lambda m: m.group(1), text)  # another person's mention: their name
+                tag = _AT.fullmatch(said.strip())
+                names.add(_name(tag.group(1) if tag else said))
+            names.add(_name(_str(who.get("name"))))
+    names.discard("")
+
+    def shown(mention: re.Match[str]) -> str:
+        # The bot's own tag where the entity's text differs from the message's (Microsoft's
+        # samples write "<at>@Name</at>" in one and "<at>Name</at>" in the other): removed;
+        # another person's mention: their name.
+        return " " if _name(mention.group(1)) in names else mention.group(1)
+
+    text = _AT.sub(shown, text)
     text = html.unescape(_TAG.sub(" ", text)).replace("\u00a0", " ")
     text = _MENU_RESEARCH.sub("/research", " ".join(text.split()), count=1)
     return text, mentioned
+
+
+def _name(said: str) -> str:
+    return " ".join(said.replace("@", " ").split()).casefold()
 
 
 def _files(
@@ -194,10 +212,10 @@ def _files(
                     extra={"download_url": url},
                 )
             )
-        elif kind == "reference" or (kind and kind.startswith("application/vnd.microsoft")):
-            if kind in ("application/vnd.microsoft.card.adaptive",):
-                continue
+        elif kind == "reference":  # a file kept in SharePoint or OneDrive
             unreadable.append((name, "external"))
+        elif kind.startswith("image/"):  # a picture pasted in the message
+            unreadable.append((_str(item.get("name")).strip() or "image", "type"))
     return tuple(files), tuple(unreadable)
 
 
