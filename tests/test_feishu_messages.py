@@ -254,3 +254,14 @@ def test_kinds_that_are_no_file_stay_unreadable_and_a_zero_window_keeps_nothing(
     )
     off = translate(file_event("file_k", "a.pdf"), BOT_OPEN_ID, file_window=0)
     assert off is not None and off.message.earlier_files is None and off.message.earlier_window == 0
+
+
+@pytest.mark.parametrize("content", [[], ["text"], 7, {"text": "hi"}, True])
+def test_a_content_that_is_not_a_json_string_is_unreadable_never_an_error(content: Any) -> None:
+    """Found by the route fuzzer (``python -m bench.fuzz``, 2026-12-06): a signed event whose
+    ``message.content`` was a list raised TypeError in the translation (500, and Feishu's
+    redeliveries). Feishu sends the content as a JSON string; anything else is no text."""
+    event = message_event("/research heat pumps", message_id="om_odd")
+    event["event"]["message"]["content"] = content
+    request = translate(event, BOT_OPEN_ID)
+    assert request is None or not request.message.text

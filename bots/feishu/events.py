@@ -189,8 +189,11 @@ def _read(message: dict[str, Any]) -> _Content | None:
     """The title (of a post), the plain text and the files of a ``text``, ``post``, ``file``
     or ``media`` message, with mention keys (``@_user_1``) where the mentions stand, for
     :func:`translate` to resolve; None for other kinds."""
+    raw = message.get("content") or "{}"
+    if not isinstance(raw, str):  # Feishu sends the content as a JSON string
+        return None
     try:
-        content = parse_json(message.get("content") or "{}")
+        content = parse_json(raw)
     except ValueError:
         return None
     if not isinstance(content, dict):
