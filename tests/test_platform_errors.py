@@ -12,8 +12,11 @@ body), and the platform's ``classify_error`` judges what its client raised.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
+import httpx
 import pytest
 
 from bots.dingtalk.api import DingTalkApi, Space
@@ -22,11 +25,16 @@ from bots.feishu.api import FeishuApi
 from bots.feishu.delivery import classify_error as feishu_classify
 from bots.slack.errors import classify_error as slack_classify
 from bots.slack.messenger import make_web_client
+from bots.teams.api import TeamsApi
+from bots.teams.delivery import classify_error as teams_classify
 from core.failures import PostFailure
 from tests.fakes import FakeSlackServer
 from tests.fakes.dingtalk import FakeDingTalkServer
 from tests.fakes.feishu import APP_ID, APP_SECRET, FakeFeishuServer
 from tests.fakes.server import BROKEN_BODIES
+from tests.fakes.teams import APP_ID as TEAMS_ID
+from tests.fakes.teams import APP_PASSWORD as TEAMS_PASSWORD
+from tests.fakes.teams import FakeTeamsServer
 
 # One row: what the fake answers, then whether the failure is worth another try and the wait
 # the platform asked for (None: no particular wait).
@@ -190,3 +198,86 @@ async def test_dingtalk_session_webhook_answers(
             url, {"msgtype": "markdown", "markdown": {"title": "r", "text": "# r"}}
         )
     assert judged(dingtalk_classify(failed.value)) == (True, None)
+
+
+# -- Teams: PUT .../activities/<id> edits the progress card, POST .../activities posts a part --
+
+_HTML = b"<html><body><h1>Service Unavailable</h1></body></html>"
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ({"status": 429, "retry_after": 7}, (True, 7.0)),  # TooManyRequests, Retry-After: 7
+        ({"status": 429}, (True, 1.0)),
+        ({"status": 500}, (True, None)),  # the fake's default for 5xx: an HTML page
+        ({"status": 502, "body": b"", "content_type": "text/plain"}, (True, None)),
+        ({"status": 412}, (True, None)),  # PreconditionFailed: the conversation is busy
+        ({"status": 401}, (True, None)),  # a token just revoked: fetched again next time
+        ({"status": 403}, (False, None)),  # Teams' own 403 (the bot removed, blocked)
+        ({"status": 404}, (False, None)),
+        ({"status": 400}, (False, None)),
+        ({"status": 413}, (False, None)),
+        # The same statuses from a proxy's page say nothing final.
+        ({"status": 403, "body": _HTML, "content_type": "text/html"}, (True, None)),
+        ({"status": 404, "body": b"", "content_type": "text/plain"}, (True, None)),
+    ],
+)
+@pytest.mark.parametrize("call", CALLS)
+async def test_teams_answers(
+    teams_server: FakeTeamsServer,
+    call: str,
+    answer: dict[str, Any],
+    expected: tuple[bool, float | None],
+) -> None:
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        api = TeamsApi(
+            http, app_id=TEAMS_ID, app_password=TEAMS_PASSWORD, token_url=teams_server.token_url()
+        )
+        service, chain = teams_server.service_url, "19:errors@thread.tacv2;messageid=1"
+        card = await api.send(service, chain, {"type": "message", "text": "1/3"})
+        options = dict(answer)  # (the parameters are shared by both calls)
+        status = options.pop("status")
+        teams_server.fake.fail_next("update" if call == "edit" else "send", status, **options)
+        with pytest.raises(Exception) as failed:
+            if call == "edit":
+                await api.update(service, chain, card, {"type": "message", "text": "2/3"})
+            else:
+                await api.send(service, chain, {"type": "message", "text": "# r"})
+    assert judged(teams_classify(failed.value)) == expected
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "expected"),
+    [
+        ("invalid_client", 401, (False, None)),  # a wrong or expired secret: no retry helps
+        ("unauthorized_client", 400, (False, None)),  # an app id the tenant does not know
+        ("temporarily_unavailable", 503, (True, None)),
+    ],
+)
+async def test_teams_token_answers(
+    teams_server: FakeTeamsServer, error: str, status: int, expected: tuple[bool, float | None]
+) -> None:
+    """The identity platform's OAuth errors (``{"error": ..., "error_description": ...}``)."""
+    body = json.dumps({"error": error, "error_description": f"AADSTS: {error}"}).encode()
+    teams_server.fake.fail_next("token", status, body=body)
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        api = TeamsApi(
+            http, app_id=TEAMS_ID, app_password=TEAMS_PASSWORD, token_url=teams_server.token_url()
+        )
+        with pytest.raises(Exception) as failed:
+            await api.send(teams_server.service_url, "19:c@thread.tacv2", {"type": "message"})
+    assert judged(teams_classify(failed.value)) == expected
+
+
+def test_a_teams_retry_after_date_is_read_as_seconds_from_now() -> None:
+    """``Retry-After`` may be an HTTP date (RFC 9110 §10.2.3), not only seconds."""
+    from datetime import UTC, datetime, timedelta
+    from email.utils import format_datetime
+
+    from bots.teams.api import _retry_after
+
+    soon = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
+    assert 25 <= _retry_after(soon) <= 30
+    assert _retry_after("12") == 12.0 and _retry_after("soon") == 0.0
+    assert _retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # past

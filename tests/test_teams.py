@@ -19,7 +19,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from bots.teams.auth import REFETCH_AFTER, ActivityAuth, Unauthenticated
+from bots.teams.auth import KEYS_FOR, REFETCH_AFTER, ActivityAuth, Unauthenticated
 from bots.teams.events import encode_conversation
 from bots.teams.render import report_parts
 from core.models import Source
@@ -252,6 +252,14 @@ async def test_keys_are_fetched_once_and_an_unknown_key_refetches_at_most_every_
             with pytest.raises(Unauthenticated, match="does not publish"):
                 await auth.verify(unknown, activity["serviceUrl"])
         assert fake.key_fetches == 2
+        # A day later the keys are stale, and the metadata is down: the old keys go on
+        # serving, and the next try waits for the refetch window, not the next activity.
+        fake.fail_next("metadata", 503, times=5)
+        now[0] += KEYS_FOR + 1
+        fetches = fake.metadata_fetches
+        for _ in range(4):
+            assert (await auth.verify(rolled, activity["serviceUrl"]))["aud"] == APP_ID
+        assert fake.metadata_fetches == fetches + 1
 
 
 async def test_a_key_not_endorsed_for_teams_or_unreachable_keys_refuse_the_activity(
@@ -268,6 +276,19 @@ async def test_a_key_not_endorsed_for_teams_or_unreachable_keys_refuse_the_activ
     other = channel_message(bot.url, "research wind depth=1")
     assert (await bot.send(other)).status_code == 401
     assert await bot.served.runs(USER) == []
+
+
+async def test_a_signed_activity_of_another_channel_of_the_bot_is_refused(
+    teams: TeamsFactory,
+) -> None:
+    """The Azure Bot's other channels (Web Chat is on by default, Direct Line) are signed
+    with the same Bot Framework keys for the same app id, and their clients write
+    ``channelData`` and ``from``: only ``channelId: msteams`` is Teams."""
+    bot = await teams(TEAMS_APP_TENANT_ID=TENANT)
+    for channel in ("directline", "webchat", None):
+        activity = {**channel_message(bot.url, "research heat pumps"), "channelId": channel}
+        assert (await bot.send(activity)).status_code == 403, channel
+    assert await bot.served.runs(USER) == [] and await bot.references() == []
 
 
 async def test_a_single_tenant_bot_refuses_another_tenant(teams: TeamsFactory) -> None:
@@ -683,6 +704,46 @@ async def test_an_expired_token_is_fetched_again_and_the_call_retried(
     await bot.send(activity)
     newest, _ = await bot.delivered(2)
     assert newest.delivery == "posted" and bot.fake.tokens_issued == 2
+
+
+def test_a_report_links_only_to_the_sources_found() -> None:
+    """Ways around the report's removal of unfound addresses (a reviewer's list): an entity
+    spelling the scheme, a protocol-relative link, raw HTML behind an escaped backtick, an
+    autolink. Rendered as CommonMark with HTML on (the most Teams could do), the only link is
+    the found source's."""
+    import re
+
+    from markdown_it import MarkdownIt
+
+    found = Source(n=1, title="One", url="https://a.example/1")
+    markdown = (
+        "# Heat pumps\n\nThey move heat [1]. AT&T keeps `a<b` as code.\n\n"
+        "See [data](&#104;ttps://evil.example/x), [more](//evil.example/y), "
+        '\\`<a href="//evil.example/z">z</a>` and <https://evil.example/w>.\n'
+    )
+    (part,) = report_parts(markdown, [found], (), "en")
+    rendered = MarkdownIt("commonmark", {"html": True}).render(part.activity["text"])
+    assert re.findall(r'href="([^"]*)"', rendered) == ["https://a.example/1"]
+    assert "AT&amp;T" in rendered and "<code>a&lt;b</code>" in rendered
+
+
+def test_untrusted_words_in_an_answer_are_shown_as_written() -> None:
+    """A topic echoed in an answer (status, errors, "Noted"): no emphasis, heading, code,
+    link or mention in Teams' Markdown, and its characters all still there."""
+    import html as entities
+    import re
+
+    from markdown_it import MarkdownIt
+
+    from bots.teams.app import escape_text
+    from core.untrusted import WORD_JOINER
+
+    topic = "# *big* _news_ `x` [site](https://evil.example) www.evil.example <at>Bob</at> &amp;"
+    rendered = MarkdownIt("commonmark", {"html": True}).enable("linkify").render(escape_text(topic))
+    assert not re.search(r"<(h1|em|strong|code|a|at)\b", rendered), rendered
+    plain = re.sub(r"<[^>]+>", "", rendered).replace(WORD_JOINER, "").strip()
+
+    assert entities.unescape(plain) == topic.replace("<at>Bob</at>", "@Bob")  # made inert
 
 
 def test_a_long_report_is_split_under_teams_size_limit() -> None:

@@ -42,6 +42,7 @@ from bots.chat.controls import Control
 from bots.teams.events import (
     FILE_DOWNLOAD_INFO,
     Reference,
+    channel_key,
     encode_conversation,
     files_scope,
     reference_of,
@@ -113,7 +114,7 @@ def test_a_channel_reply_mentioning_the_bot_is_a_request_in_its_chain() -> None:
     assert message.user == "b15a9416-0ad3-4172-9210-7beb711d3f70"  # from.aadObjectId
     assert message.workspace == tenant
     assert message.channel == encode_conversation(channel) == "19%3A" + channel[3:]
-    assert message.dedupe_key == f"teams:msg:{tenant}:{channel}:1759944781430"
+    assert message.dedupe_key == f"teams:msg:{tenant}:{encode_conversation(channel)}:1759944781430"
     assert message.lang == "en"
     # The HTML copy of the words is not a file.
     assert (message.attachments, message.unreadable) == ((), ())
@@ -268,15 +269,17 @@ def test_a_personal_message_needs_no_mention_and_is_a_thread_of_its_own() -> Non
     assert (message.thread, message.in_thread) == ("1485983408511", False)
     assert message.user == MEGAN
     assert message.workspace == DOCS_TENANT == tenant_of(activity)
-    assert message.channel == encode_conversation(chat)
-    assert ":" not in message.channel and chat.startswith("a:")
+    # 131 characters: over the chat layer's 100 for an id, so the thread key names the chat
+    # by a digest (the run keeps the id itself to post there).
+    assert len(chat) == 131 and message.channel == channel_key(chat)
+    assert message.channel.startswith("~") and len(message.channel) <= 100
     assert (message.attachments, message.unreadable) == ((), ())
     assert request.reference == Reference(
         "https://smba.trafficmanager.net/amer/", chat, DOCS_TENANT, "personal"
     )
     assert request.answer_to == chat
     # Files the sender sent on their own wait in the sender's scope of this chat.
-    assert message.earlier_files == files_scope(DOCS_TENANT, chat, MEGAN)
+    assert message.earlier_files == files_scope(DOCS_TENANT, channel_key(chat), MEGAN)
     assert message.earlier_window == 600
 
 

@@ -9,10 +9,13 @@ issues for the app's id and password (client credentials, scope
 fetched again after a 401.
 
 A refusal is a :class:`TeamsError` with Teams' own code (``{"error": {"code", "message"}}``;
-an HTML or empty body keeps the status only). It is final when Teams' answer says the call
-can never succeed as sent (400 a bad activity, 403 the bot removed or blocked, 404 the
-conversation or activity gone, 413 too large); 401 (a token just revoked), 412, 429 (with its
-``Retry-After``) and 5xx are worth another try (``bots.chat.errors.judge_failure``).
+an HTML or empty body keeps the status only). It is final when Teams' own answer says the
+call can never succeed as sent (400 a bad activity, 403 the bot removed or blocked, 404 the
+conversation or activity gone, 413 too large), or the identity platform refuses the app
+(``invalid_client``: a wrong or expired secret; ``unauthorized_client``; ``invalid_scope``);
+the same statuses with an HTML or empty page (a proxy, an outage), 401 (a token just
+revoked), 412, 429 (with its ``Retry-After``, seconds or a date) and 5xx are worth another
+try (``bots.chat.errors.judge_failure``).
 
 Files a person sends in a personal chat are read from their ``downloadUrl``, which is
 pre-authenticated: it is fetched without the bot's token.
@@ -24,6 +27,8 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -36,8 +41,15 @@ from core.reasons import Reason
 SCOPE = "https://api.botframework.com/.default"
 #: Seconds before a token's expiry when it is fetched again.
 TOKEN_MARGIN = 300.0
-#: Statuses whose answer says the call can never succeed as sent.
+#: Seconds a file's download may take in all (a host that trickles it does not hold the run).
+DOWNLOAD_TIMEOUT = 120.0
+#: Bytes of an error page read (to find Teams' error code in it).
+MAX_ERROR_BYTES = 64 * 1024
+#: Statuses whose answer (in Teams' own error JSON) says the call can never succeed as sent.
 FINAL_STATUSES = frozenset({400, 403, 404, 413})
+#: The identity platform's answers that no retry changes: a wrong or expired secret, an app
+#: id the tenant does not know, a scope refused.
+FINAL_TOKEN_ERRORS = frozenset({"invalid_client", "unauthorized_client", "invalid_scope"})
 
 
 class TeamsError(PlatformError):
@@ -51,29 +63,47 @@ def _error_of(response: httpx.Response) -> TeamsError:
         body = json.loads(response.content) if response.content else None
     except ValueError:
         body = None
+    said = False  # Teams (or the identity platform) answered in its own words
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict):
             code = error.get("code") or code
             message = str(error.get("message") or message)
+            said = True
         elif isinstance(error, str):  # the token endpoint's OAuth error
             code = error
             message = str(body.get("error_description") or message)
-    retry_after = 0.0
-    header = response.headers.get("retry-after", "")
-    try:
-        retry_after = max(0.0, min(float(header), 600.0)) if header else 0.0
-    except ValueError:
-        retry_after = 0.0
+            said = True
     status = response.status_code
+    # An HTML or empty page (a proxy, an outage) says nothing final, whatever its status.
+    final = said and (status in FINAL_STATUSES or code in FINAL_TOKEN_ERRORS)
     return TeamsError(
         status,
         code,
         message[:300],
-        retry_after,
-        final=status in FINAL_STATUSES,
+        _retry_after(response.headers.get("retry-after", "")),
+        final=final,
         shown=f"teams {status} {code}: {message[:200]}",
     )
+
+
+def _retry_after(header: str) -> float:
+    """Seconds to wait from a ``Retry-After`` header: seconds, or an HTTP date (at most 600;
+    0 when absent or unreadable)."""
+    header = header.strip()
+    if not header:
+        return 0.0
+    try:
+        seconds = float(header)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(header)
+        except (TypeError, ValueError):
+            return 0.0
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, min(seconds, 600.0))
 
 
 class TeamsApi:
@@ -146,20 +176,29 @@ class TeamsApi:
     def _conversation_url(service_url: str, conversation: str) -> str:
         return f"{service_url.rstrip('/')}/v3/conversations/{quote(conversation, safe='')}"
 
+    @classmethod
+    def _activity_url(cls, service_url: str, conversation: str, activity_id: str) -> str:
+        base = cls._conversation_url(service_url, conversation)
+        return f"{base}/activities/{quote(activity_id, safe='')}"
+
     async def send(self, service_url: str, conversation: str, activity: dict[str, Any]) -> str:
         """Post ``activity`` in ``conversation``; its id."""
         url = self._conversation_url(service_url, conversation) + "/activities"
         answer = await self._call("POST", url, activity)
-        return str(answer.get("id") or "")
+        posted = answer.get("id")
+        if not isinstance(posted, str) or not posted:
+            # Without its id the message can be neither edited nor answered in its chain.
+            raise TeamsError(201, "no_activity_id", "Teams did not say which message it posted")
+        return posted
 
     async def update(
         self, service_url: str, conversation: str, activity_id: str, activity: dict[str, Any]
     ) -> None:
-        url = f"{self._conversation_url(service_url, conversation)}/activities/{activity_id}"
+        url = self._activity_url(service_url, conversation, activity_id)
         await self._call("PUT", url, {**activity, "id": activity_id})
 
     async def delete(self, service_url: str, conversation: str, activity_id: str) -> None:
-        url = f"{self._conversation_url(service_url, conversation)}/activities/{activity_id}"
+        url = self._activity_url(service_url, conversation, activity_id)
         await self._call("DELETE", url)
 
     async def create_channel_post(
@@ -187,7 +226,10 @@ class TeamsApi:
     async def download(self, url: str, max_bytes: int) -> bytes:
         """A file from its pre-authenticated ``downloadUrl`` (no token sent), at most
         ``max_bytes``."""
-        async with self.http.stream("GET", url, follow_redirects=True) as response:
+        async with (
+            asyncio.timeout(DOWNLOAD_TIMEOUT),
+            self.http.stream("GET", url, follow_redirects=True) as response,
+        ):
             status = response.status_code
             if status in (401, 403, 404, 410):  # the link expired, or the file is gone
                 raise AttachmentRefused(
@@ -197,8 +239,17 @@ class TeamsApi:
                     )
                 )
             if status != 200:
-                await response.aread()
-                raise _error_of(response)
+                head = bytearray()
+                async for chunk in response.aiter_bytes():
+                    head += chunk
+                    if len(head) > MAX_ERROR_BYTES:
+                        break
+                kept = {k: v for k, v in response.headers.items() if k.lower() == "retry-after"}
+                answer = httpx.Response(status, headers=kept, content=bytes(head))
+                raise _error_of(answer)
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise AttachmentTooLarge.past(max_bytes)
             data = bytearray()
             async for chunk in response.aiter_bytes():
                 data += chunk

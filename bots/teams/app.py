@@ -4,7 +4,9 @@ Every activity is checked before anything else looks at it: the body within the 
 limits (``bots.http_gate``), then its bearer token (``bots.teams.auth``: signed by the Bot
 Framework for this bot and for the activity's service URL). An unsigned or forged activity
 gets 401 and nothing is stored; keys that cannot be fetched give 503 (Teams delivers again).
-A single-tenant bot (``TEAMS_APP_TENANT_ID``) refuses activities of other tenants (403).
+An activity of another channel of the Azure Bot (Web Chat, Direct Line: their clients write
+the channel data and the sender) gets 403, and so does, for a single-tenant bot
+(``TEAMS_APP_TENANT_ID``), one of another tenant.
 
 Then:
 
@@ -38,7 +40,7 @@ from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import RouteLimits
 from bots.http_gate import Rejected, parse_json, read_body, rejected_response
 from bots.teams.api import TeamsApi
-from bots.teams.auth import ActivityAuth, Unauthenticated
+from bots.teams.auth import CHANNEL, ActivityAuth, Unauthenticated
 from bots.teams.delivery import classify_error
 from bots.teams.events import (
     ACTION_INVOKE,
@@ -51,7 +53,7 @@ from bots.teams.events import (
 from bots.teams.references import ConversationReferences
 from bots.teams.render import text_activity
 from bots.teams.settings import TeamsSettings
-from core.untrusted import neutralise
+from core.untrusted import WORD_JOINER, neutralise
 from core.wording import Language, pick
 from storage.values import ThreadKey
 
@@ -84,15 +86,29 @@ def _added(activity: dict[str, Any], bot_id: str) -> bool:
     return bot_id in _ids(activity.get("membersAdded"))
 
 
+#: Characters Markdown would read in untrusted text, as entities (``&`` first, so that an
+#: entity in the text stays as written).
+_TEXT_ENTITIES = str.maketrans(
+    {
+        "&": "&amp;",
+        "<": "&lt;",
+        ">": "&gt;",
+        "*": "&#42;",
+        "_": "&#95;",
+        "~": "&#126;",
+        "`": "&#96;",
+        "[": "&#91;",
+        "]": "&#93;",
+        "#": "&#35;",
+    }
+)
+
+
 def escape_text(text: str) -> str:
-    """Untrusted text shown as itself in a Markdown message: no mention, link or tag."""
-    return (
-        neutralise(text)
-        .replace("[", "［")
-        .replace("]", "］")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-    )
+    """Untrusted text shown as itself in a Markdown message: no mention, tag, emphasis or
+    link (an address is split by a word joiner, so Teams does not make it a link)."""
+    shown = neutralise(text).translate(_TEXT_ENTITIES)
+    return shown.replace("://", ":" + WORD_JOINER + "//").replace("www.", "www" + WORD_JOINER + ".")
 
 
 def teams_markup() -> MarkdownMarkup:
@@ -142,6 +158,10 @@ class TeamsAdapter(HttpIngress):
                 await self._auth.verify(request.headers.get("authorization"), service_url)
             except Unauthenticated as exc:
                 raise Rejected(401, str(exc)) from None
+            if activity.get("channelId") != CHANNEL:
+                # Another channel of the same Azure Bot (Web Chat, Direct Line) signs with the
+                # same keys, and its client writes the channel data and sender.
+                raise Rejected(403, "not an activity of the Microsoft Teams channel")
             tenant = self._settings.app_tenant_id
             if tenant and tenant_of(activity) != tenant:
                 raise Rejected(403, "an activity of another tenant")

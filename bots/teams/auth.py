@@ -126,13 +126,17 @@ class ActivityAuth:
         async with self._lock:
             keys = self._keys
             now = self._clock()
-            stale = keys is None or now - keys.fetched_at > KEYS_FOR
+            # Stale keys, or a key not known yet, are fetched again at most every
+            # REFETCH_AFTER seconds: while the metadata is down the old keys keep serving,
+            # instead of every activity waiting on a fetch.
+            due = now - self._last_fetch > REFETCH_AFTER
+            stale = keys is not None and now - keys.fetched_at > KEYS_FOR
             unknown = keys is not None and kid not in keys.keys
-            if stale or (unknown and now - self._last_fetch > REFETCH_AFTER):
+            if keys is None or ((stale or unknown) and due):
                 self._last_fetch = now
                 try:
                     keys = self._keys = await self._fetch(now)
-                except (httpx.HTTPError, ValueError) as exc:
+                except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
                     if keys is None:
                         raise httpx.HTTPError(f"the Bot Framework's keys: {exc}") from exc
                     log.warning("teams: the signing keys could not be refreshed (%s)", exc)

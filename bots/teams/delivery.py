@@ -23,7 +23,7 @@ from bots.chat.delivery import ThreadPosters, adopt_opener
 from bots.chat.errors import judge_failure
 from bots.chat.message import PENDING_PREFIX
 from bots.teams.api import TeamsApi
-from bots.teams.events import Reference, decode_conversation
+from bots.teams.events import Reference
 from bots.teams.references import ConversationReferences
 from bots.teams.render import ReportPart, notice_activity, progress_activity, report_parts
 from core.attachments import AttachmentRefused
@@ -175,7 +175,7 @@ class TeamsPosters(ThreadPosters):
         if self._references is None:
             return None
         thread = run.thread
-        return await self._references.find(thread.workspace, decode_conversation(thread.channel))
+        return await self._references.find(thread.workspace, thread.channel)
 
     async def poster_for(self, run: RunRecord) -> TeamsThread:
         reference = await self.reference_of(run)

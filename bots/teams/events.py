@@ -7,7 +7,9 @@ basics", "Send and receive files" and "Universal Actions for Adaptive Cards".
 
 Thread keys are ``teams:<tenant id>:<conversation>:<thread>``. ``<conversation>`` is the
 channel's, group chat's or personal chat's id with ``%`` and ``:`` percent-encoded
-(:func:`encode_conversation`: Teams' ids hold colons, ``19:...@thread.tacv2``, ``a:1...``).
+(:func:`encode_conversation`: Teams' ids hold colons, ``19:...@thread.tacv2``, ``a:1...``),
+or ``~`` and a digest of an id too long for the chat layer (a personal chat's:
+:func:`channel_key`).
 In a channel, ``<thread>`` is the id of the reply chain's first message (the ``messageid``
 of the activity's conversation id); in chats, which have no reply chains, each request is a
 thread of its own, named by its activity id.
@@ -24,6 +26,7 @@ as not read.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
 from dataclasses import dataclass
@@ -31,6 +34,7 @@ from typing import Any
 
 from bots.chat.controls import Press, control_of
 from bots.chat.message import ChatMessage
+from core.commands import MAX_ID_CHARS
 from core.models import Attachment
 from core.wording import Language
 
@@ -49,12 +53,19 @@ _AT = re.compile(r"<at>(.{0,200}?)</at>", re.IGNORECASE | re.DOTALL)
 
 
 def encode_conversation(conversation: str) -> str:
-    """``conversation`` as a thread key's part (no ``:``), reversibly."""
+    """``conversation`` as a thread key's part: no ``:``, and no two ids alike."""
     return conversation.replace("%", "%25").replace(":", "%3A")
 
 
-def decode_conversation(part: str) -> str:
-    return part.replace("%3A", ":").replace("%3a", ":").replace("%25", "%")
+def channel_key(conversation: str) -> str:
+    """The conversation's part of thread keys: :func:`encode_conversation`, or, when that is
+    longer than the chat layer's ids may be (a personal chat's id runs to some 130
+    characters, ``a:1...``), ``~`` and a digest of the id. Where to post is never read
+    back from it: the run's context or the stored reference has the conversation itself."""
+    encoded = encode_conversation(conversation)
+    if len(encoded) <= MAX_ID_CHARS:
+        return encoded
+    return "~" + hashlib.sha256(conversation.encode("utf-8")).hexdigest()[:40]
 
 
 @dataclass(frozen=True)
@@ -219,9 +230,10 @@ def _files(
     return tuple(files), tuple(unreadable)
 
 
-def files_scope(tenant: str, conversation: str, user: str) -> str:
-    """Where files sent on their own in a personal chat wait for the sender's next request."""
-    return f"{PLATFORM}:{tenant}:{conversation}:{user}"
+def files_scope(tenant: str, key: str, user: str) -> str:
+    """Where files sent on their own in a personal chat wait for the sender's next request
+    (``key``: the chat's :func:`channel_key`)."""
+    return f"{PLATFORM}:{tenant}:{key}:{user}"
 
 
 def translate(
@@ -252,15 +264,16 @@ def translate(
     files, unreadable = _files(activity, who)
     personal = reference.kind == "personal"
     addressed = personal or mentioned
-    scope = files_scope(tenant, reference.conversation, user)
+    key = channel_key(reference.conversation)
+    scope = files_scope(tenant, key, user)
     chat = ChatMessage(
         platform=PLATFORM,
         workspace=tenant,
-        channel=encode_conversation(reference.conversation),
+        channel=key,
         thread=thread,
         user=user,
         text=text,
-        dedupe_key=f"teams:msg:{tenant}:{reference.conversation}:{activity_id}",
+        dedupe_key=f"teams:msg:{tenant}:{key}:{activity_id}",
         addressed=addressed,
         in_thread=in_thread,
         context=reference.context(),
@@ -289,7 +302,7 @@ def translate_press(activity: dict[str, Any]) -> Press | None:
     return Press(
         platform=PLATFORM,
         workspace=reference.tenant or "tenant",
-        channel=encode_conversation(reference.conversation),
+        channel=channel_key(reference.conversation),
         user=user,
         run_id=run_id,
         control=control,

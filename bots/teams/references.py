@@ -6,7 +6,8 @@ Teams names the service URL to post to only on the activities it sends, so a pos
 activity answers (a digest's firing, a run another replica took over without its request's
 context, ``fathom digest add`` for a channel) needs the conversation's reference as it was
 last seen. Each verified activity (the bot installed or added, a message, a press) records
-it: service URL, kind, and when it was seen. The tenant and conversation are the key. The
+it: service URL, kind, and when it was seen. The tenant and the conversation's part of
+thread keys (:func:`~bots.teams.events.channel_key`) are the key. The
 app removed from a conversation (``installationUpdate`` ``remove``) forgets it.
 """
 
@@ -17,7 +18,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Column, DateTime, MetaData, String, Table, delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bots.teams.events import Reference
+from bots.teams.events import Reference, channel_key
 from storage.sql import upsert_for
 
 #: Teams' tables (the contract's ``ChatPlatform.metadata``).
@@ -27,7 +28,8 @@ teams_conversations = Table(
     "teams_conversations",
     metadata,
     Column("tenant", String(64), primary_key=True),
-    Column("conversation", String(300), primary_key=True),
+    Column("channel_key", String(100), primary_key=True),
+    Column("conversation", String(300), nullable=False),
     Column("service_url", String(500), nullable=False),
     Column("kind", String(32), nullable=False),
     Column("seen_at", DateTime(timezone=True), nullable=False),
@@ -47,6 +49,7 @@ class ConversationReferences:
             return
         values = {
             "tenant": reference.tenant[:64],
+            "channel_key": channel_key(reference.conversation),
             "conversation": reference.conversation,
             "service_url": reference.service_url[:500],
             "kind": reference.kind[:32] or "channel",
@@ -54,8 +57,10 @@ class ConversationReferences:
         }
         statement = self._upsert(teams_conversations).values(**values)
         statement = statement.on_conflict_do_update(
-            index_elements=["tenant", "conversation"],
-            set_={k: statement.excluded[k] for k in ("service_url", "kind", "seen_at")},
+            index_elements=["tenant", "channel_key"],
+            set_={
+                k: statement.excluded[k] for k in ("conversation", "service_url", "kind", "seen_at")
+            },
         )
         async with self._engine.begin() as connection:
             await connection.execute(statement)
@@ -67,17 +72,18 @@ class ConversationReferences:
             await connection.execute(
                 delete(table).where(
                     table.c.tenant == reference.tenant[:64],
-                    table.c.conversation == reference.conversation,
+                    table.c.channel_key == channel_key(reference.conversation),
                 )
             )
 
-    async def find(self, tenant: str, conversation: str) -> Reference | None:
+    async def find(self, tenant: str, key: str) -> Reference | None:
+        """The reference of the conversation whose thread keys' channel part is ``key``."""
         table = teams_conversations
-        query = select(table.c.service_url, table.c.kind).where(
-            table.c.tenant == tenant, table.c.conversation == conversation
+        query = select(table.c.service_url, table.c.kind, table.c.conversation).where(
+            table.c.tenant == tenant, table.c.channel_key == key
         )
         async with self._engine.connect() as connection:
             row = (await connection.execute(query)).first()
         if row is None:
             return None
-        return Reference(row.service_url, conversation, tenant, row.kind)
+        return Reference(row.service_url, row.conversation, tenant, row.kind)

@@ -44,7 +44,9 @@ _TOPIC_CHARS = 300
 _STATUS_CHARS = 1_000
 _TASK_CHARS = 200
 _TASKS_SHOWN = 12
-_CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
+_CODE = re.compile(r"(?<!\\)```.*?(?:```|\Z)|(?<!\\)`[^`\n]+`", re.DOTALL)
+#: A Markdown link whose target is not a web address (``//host``, an entity, a scheme).
+_ODD_LINK = re.compile(r"\]\((?!\s*https?://)")
 _TASK_MARKS = {
     TaskStatus.PENDING: "○",
     TaskStatus.IN_PROGRESS: "◐",
@@ -69,16 +71,23 @@ def rich(*inlines: dict[str, Any], **style: Any) -> dict[str, Any]:
 
 
 def safe_markdown(markdown: str) -> str:
-    """A report for a Markdown message: mentions inert, ``<``/``>`` outside code escaped."""
+    """A report for a Markdown message: mentions inert; outside code, ``&``, ``<`` and ``>``
+    escaped (no tag, no entity spelling a link) and links only to web addresses (the report
+    keeps those of the sources found; ``[x](//host)`` is shown as written)."""
     text = neutralise(markdown)
     out: list[str] = []
     last = 0
     for match in _CODE.finditer(text):
-        out.append(text[last : match.start()].replace("<", "&lt;").replace(">", "&gt;"))
+        out.append(_escape_prose(text[last : match.start()]))
         out.append(match.group(0))
         last = match.end()
-    out.append(text[last:].replace("<", "&lt;").replace(">", "&gt;"))
+    out.append(_escape_prose(text[last:]))
     return "".join(out)
+
+
+def _escape_prose(text: str) -> str:
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _ODD_LINK.sub("]\\(", text)
 
 
 def _clip(text: str, limit: int) -> str:

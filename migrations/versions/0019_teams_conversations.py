@@ -1,5 +1,6 @@
 """Microsoft Teams' own table: where the bot may post in each conversation
-(``teams_conversations``: tenant, conversation, service URL, kind, when it was last seen).
+(``teams_conversations``: tenant, the conversation's key in thread keys, the conversation,
+service URL, kind, when it was last seen).
 
 Teams names the service URL to post to only on the activities it sends; a digest's firing or
 a run delivered without its request's context posts with the reference kept here
@@ -29,7 +30,8 @@ def upgrade() -> None:
     op.create_table(
         "teams_conversations",
         sa.Column("tenant", sa.String(64), primary_key=True),
-        sa.Column("conversation", sa.String(300), primary_key=True),
+        sa.Column("channel_key", sa.String(100), primary_key=True),
+        sa.Column("conversation", sa.String(300), nullable=False),
         sa.Column("service_url", sa.String(500), nullable=False),
         sa.Column("kind", sa.String(32), nullable=False),
         sa.Column("seen_at", sa.DateTime(timezone=True), nullable=False),

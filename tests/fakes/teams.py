@@ -66,7 +66,12 @@ CHANNEL_ID = "19:fathom-research@thread.tacv2"
 USER_ID = "29:1user-aad"
 USER_NAME = "Ada Lovelace"
 AAD_ID = "00000000-0000-0000-0000-0000000000a1"
-PERSONAL_CHAT = "a:1personal-chat-id"
+#: A personal chat's id as Teams makes them (131 characters; the one of
+#: msteams-docs' "Receive a message" sample).
+PERSONAL_CHAT = (
+    "a:17I0kl9EkpE1O9PH5TWrzrLNwnWWcfrU7QZjKR0WSfOpzbfcAg2IaydGElSo10tVr4C7Fc6GtieTJX663Wu"
+    "JCc1uA83n4CSrHSgGBj5XNYLcVlJAs2ZX8DbYBPck201w-"
+)
 GROUP_CHAT = "19:meeting-group@thread.v2"
 
 
