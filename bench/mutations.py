@@ -175,6 +175,18 @@ MUTANTS: tuple[Mutant, ...] = (
         breaks="a DingTalk callback's sign is never compared: any fresh timestamp passes",
     ),
     Mutant(
+        name="teams-token",
+        file="bots/teams/auth.py",
+        old='        signed_for = claims.get("serviceurl")\n',
+        new="        signed_for = service_url\n",
+        tests=(
+            "tests/test_teams.py"
+            "::test_unsigned_forged_expired_or_misaddressed_activities_get_401_and_store_nothing",
+        ),
+        breaks="a Teams token signed for another serviceUrl is taken: an activity names where "
+        "the bot sends its own token",
+    ),
+    Mutant(
         name="cancel",
         file="core/research/executor.py",
         old="            is_cancelled=lambda: cancel.requested,\n",
