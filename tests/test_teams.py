@@ -506,6 +506,35 @@ async def test_an_installation_update_keeps_or_forgets_the_channel(
     assert await bot.references() == ([where] if kept else [])
 
 
+async def test_the_app_removed_from_a_team_forgets_every_channel_of_it(
+    teams: TeamsFactory,
+) -> None:
+    """A digest of any channel of a team the app left would only be refused: the removal
+    (the team's installationUpdate) forgets the General channel and the channels the bot was
+    addressed in; another team's channel stays. A deleted channel is forgotten alone."""
+    bot = await teams()
+    await bot.send(installation_update(bot.url, scope="team"))
+    await bot.send(channel_message(bot.url, "help"))  # CHANNEL_ID, of the same team
+    elsewhere = "19:other-team-channel@thread.tacv2"
+    await bot.send(channel_message(bot.url, "help", team_id="19:other@thread.tacv2",
+        channel_id=elsewhere))  # fmt: skip
+    assert sorted(r[1] for r in await bot.references()) == sorted([TEAM_ID, CHANNEL_ID, elsewhere])
+    deleted = installation_update(bot.url, scope="team")
+    deleted.update(type="conversationUpdate")
+    deleted.pop("action")
+    deleted["channelData"] = {
+        "eventType": "channelDeleted",
+        "channel": {"id": CHANNEL_ID},
+        "team": {"id": TEAM_ID},
+        "tenant": {"id": TENANT},
+    }
+    await bot.send(deleted)
+    assert sorted(r[1] for r in await bot.references()) == sorted([TEAM_ID, elsewhere])
+    await bot.send(channel_message(bot.url, "help"))
+    await bot.send(installation_update(bot.url, scope="team", action="remove"))
+    assert [r[1] for r in await bot.references()] == [elsewhere]
+
+
 async def test_the_bot_removed_or_its_channel_deleted_forgets_the_channel(
     teams: TeamsFactory,
 ) -> None:

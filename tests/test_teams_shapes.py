@@ -124,6 +124,7 @@ def test_a_channel_reply_mentioning_the_bot_is_a_request_in_its_chain() -> None:
         channel,
         tenant,
         "channel",
+        activity["channelData"]["team"]["id"],
     )
     assert message.context == request.reference.context()
     # The answer goes into the request's chain: the conversation id Teams sent.
@@ -349,7 +350,11 @@ def test_the_app_installed_in_a_team_is_remembered_in_the_channel_chosen(name: s
     (``channelData.team.id``). Not a message, not a press."""
     activity = sample(name)
     assert reference_of(activity) == Reference(
-        "https://smba.trafficmanager.net/amer/", INSTALLED_CHANNEL, INSTALLED_TENANT, "channel"
+        "https://smba.trafficmanager.net/amer/",
+        INSTALLED_CHANNEL,
+        INSTALLED_TENANT,
+        "channel",
+        activity["channelData"]["team"]["id"],  # the app removed from it forgets its channels
     )
     assert activity["channelData"]["settings"]["selectedChannel"]["id"] == INSTALLED_CHANNEL
     assert activity["channelData"]["team"]["id"] != INSTALLED_CHANNEL
@@ -378,7 +383,7 @@ def test_a_team_event_names_the_team() -> None:
     activity = sample("conversation_update_team_renamed")
     team = activity["channelData"]["team"]["id"]
     assert reference_of(activity) == Reference(
-        "https://smba.trafficmanager.net/amer-client-ss.msg/", team, DOCS_TENANT, "channel"
+        "https://smba.trafficmanager.net/amer-client-ss.msg/", team, DOCS_TENANT, "channel", team
     )
     assert translate(activity, activity["recipient"]["id"]) is None
 

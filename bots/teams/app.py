@@ -192,9 +192,16 @@ class TeamsAdapter(HttpIngress):
         return JSONResponse({})
 
     async def _forget(self, activity: dict[str, Any]) -> None:
+        """A channel deleted is forgotten; the app or bot removed from a team, or the team
+        deleted, forgets every channel of the team; elsewhere, the conversation."""
         reference = reference_of(activity)
-        if reference is not None and self._references is not None:
-            await self._references.forget(reference)
+        if reference is None or self._references is None:
+            return
+        data = activity.get("channelData")
+        event = data.get("eventType") if isinstance(data, dict) else None
+        if reference.team and event != "channelDeleted":
+            await self._references.forget_team(reference.tenant, reference.team)
+        await self._references.forget(reference)
 
     async def _remember(self, activity: dict[str, Any]) -> None:
         reference = reference_of(activity)

@@ -71,13 +71,15 @@ def channel_key(conversation: str) -> str:
 @dataclass(frozen=True)
 class Reference:
     """Where the bot posts in a conversation: the service URL Teams named for it, the
-    conversation (a channel's, a chat's), and its tenant."""
+    conversation (a channel's, a chat's), its tenant, and a channel's team."""
 
     service_url: str
     conversation: str
     tenant: str
     #: ``channel``, ``groupChat`` or ``personal``.
     kind: str
+    #: The team of a channel ("" elsewhere, or when Teams did not say).
+    team: str = ""
 
     def context(self) -> dict[str, str]:
         """What a run keeps to post in its thread (``ChatMessage.context``)."""
@@ -86,6 +88,7 @@ class Reference:
             "conversation": self.conversation,
             "tenant": self.tenant,
             "kind": self.kind,
+            "team": self.team,
         }
 
     @classmethod
@@ -97,6 +100,7 @@ class Reference:
             context["conversation"],
             context.get("tenant", ""),
             context.get("kind", "channel"),
+            context.get("team", ""),
         )
 
 
@@ -157,9 +161,11 @@ def reference_of(activity: dict[str, Any]) -> Reference | None:
         in_team = _CHAIN in full or channel.get("id") or channel_data.get("team")
         kind = "channel" if in_team else "groupChat" if conversation.get("isGroup") else "personal"
     base = full.split(_CHAIN, 1)[0]
+    team = ""
     if kind == "channel":  # the channel itself (the chain is the thread)
         base = _str(channel.get("id")) or base
-    return Reference(service_url, base, tenant_of(activity), kind)
+        team = _str(_dict(channel_data.get("team")).get("id"))
+    return Reference(service_url, base, tenant_of(activity), kind, team)
 
 
 def _words(activity: dict[str, Any], bot_id: str) -> tuple[str, bool]:

@@ -8,7 +8,8 @@ context, ``fathom digest add`` for a channel) needs the conversation's reference
 last seen. Each verified activity (the bot installed or added, a message, a press) records
 it: service URL, kind, and when it was seen. The tenant and the conversation's part of
 thread keys (:func:`~bots.teams.events.channel_key`) are the key. The
-app removed from a conversation (``installationUpdate`` ``remove``) forgets it.
+app removed from a conversation forgets it, and removed from a team (or the team deleted)
+forgets every channel of that team.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ teams_conversations = Table(
     Column("conversation", String(300), nullable=False),
     Column("service_url", String(500), nullable=False),
     Column("kind", String(32), nullable=False),
+    #: A channel's team: the app removed from a team forgets all its channels.
+    Column("team", String(100), nullable=False, server_default=""),
     Column("seen_at", DateTime(timezone=True), nullable=False),
 )
 
@@ -53,13 +56,15 @@ class ConversationReferences:
             "conversation": reference.conversation,
             "service_url": reference.service_url[:500],
             "kind": reference.kind[:32] or "channel",
+            "team": reference.team[:100],
             "seen_at": datetime.now(UTC),
         }
         statement = self._upsert(teams_conversations).values(**values)
         statement = statement.on_conflict_do_update(
             index_elements=["tenant", "channel_key"],
             set_={
-                k: statement.excluded[k] for k in ("conversation", "service_url", "kind", "seen_at")
+                k: statement.excluded[k]
+                for k in ("conversation", "service_url", "kind", "team", "seen_at")
             },
         )
         async with self._engine.begin() as connection:
@@ -76,14 +81,25 @@ class ConversationReferences:
                 )
             )
 
+    async def forget_team(self, tenant: str, team: str) -> None:
+        """The app was removed from ``team`` (or the team deleted): none of its channels is
+        posted to any more."""
+        table = teams_conversations
+        if not team:
+            return
+        async with self._engine.begin() as connection:
+            await connection.execute(
+                delete(table).where(table.c.tenant == tenant[:64], table.c.team == team[:100])
+            )
+
     async def find(self, tenant: str, key: str) -> Reference | None:
         """The reference of the conversation whose thread keys' channel part is ``key``."""
         table = teams_conversations
-        query = select(table.c.service_url, table.c.kind, table.c.conversation).where(
+        query = select(table.c.service_url, table.c.kind, table.c.conversation, table.c.team).where(
             table.c.tenant == tenant, table.c.channel_key == key
         )
         async with self._engine.connect() as connection:
             row = (await connection.execute(query)).first()
         if row is None:
             return None
-        return Reference(row.service_url, row.conversation, tenant, row.kind)
+        return Reference(row.service_url, row.conversation, tenant, row.kind, row.team)

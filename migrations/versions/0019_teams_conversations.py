@@ -1,6 +1,6 @@
 """Microsoft Teams' own table: where the bot may post in each conversation
 (``teams_conversations``: tenant, the conversation's key in thread keys, the conversation,
-service URL, kind, when it was last seen).
+service URL, kind, a channel's team, when it was last seen).
 
 Teams names the service URL to post to only on the activities it sends; a digest's firing or
 a run delivered without its request's context posts with the reference kept here
@@ -34,6 +34,7 @@ def upgrade() -> None:
         sa.Column("conversation", sa.String(300), nullable=False),
         sa.Column("service_url", sa.String(500), nullable=False),
         sa.Column("kind", sa.String(32), nullable=False),
+        sa.Column("team", sa.String(100), nullable=False, server_default=""),
         sa.Column("seen_at", sa.DateTime(timezone=True), nullable=False),
     )
 
