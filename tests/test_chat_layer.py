@@ -18,7 +18,7 @@ from sqlalchemy import delete
 
 from bots.chat.controls import Control
 from bots.chat.inbound import ChatCommands, Parsed
-from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage, RateLimited
+from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage, RateLimited, Refusal
 from bots.chat.message import ChatMessage, Reply
 from bots.chat.settings import ChatPolicy
 from core.documents import DocumentExtractor
@@ -771,6 +771,24 @@ async def test_a_platform_outage_on_the_progress_message_does_not_stop_the_resea
     assert run.status == "succeeded"
     (progress,) = w.chat.messages(w.thread(), "progress")
     assert "Research done" in progress.text
+
+
+async def test_a_progress_message_refused_for_good_is_not_asked_for_at_every_step(
+    world: Callable[..., World],
+) -> None:
+    """A final refusal of the progress message (the bot removed from the channel: Teams'
+    403, Slack's channel_not_found) is not tried again at each later step of the run; the
+    final state is tried once (here the platform takes it)."""
+    w = world()
+    await w.runner.start()
+    w.chat.fail("post", Refusal("the bot is not in the conversation"))
+    await w.chat.say(w.commands, "heat pumps depth=3")
+    (run,) = await w.delivered()
+    assert run.status == "succeeded"
+    posts = [call for call in w.chat.calls if call[0] == "post"]
+    assert len(posts) == 2  # the refused first one, and the final state
+    (progress,) = w.chat.messages(w.thread(), "progress")
+    assert "Research done" in progress.text and len(progress.versions) == 1
 
 
 async def test_status_lists_running_and_recent_research(

@@ -719,6 +719,8 @@ async def test_a_bot_removed_from_the_team_gives_up_at_once(teams: TeamsFactory)
     assert run.delivery == "failed"
     sent = [c.body for c in bot.fake.calls_to("send")]
     assert len([b for b in sent if b.get("textFormat") == "markdown"]) == 1  # not retried
+    # The card: refused once, not asked for again at each round; its final state tried once.
+    assert len([b for b in sent if "Researching" in shown(b)]) == 2
     assert bot.fake.messages == {}
 
 

@@ -170,6 +170,8 @@ class ChatDelivery:
         self._throttle: EditThrottle | None = None
         self._final_posted: str | None = None  # the final state, posted as a new message
         self._submitted: str | None = None  # the last content handed to the throttle
+        #: Why the platform refused the progress message for good (not posted again).
+        self._refused: str | None = None
         #: The plan as the last event showed it (the final status shows its finished steps).
         self.tasks: tuple[ProgressTask, ...] = ()
 
@@ -181,10 +183,16 @@ class ChatDelivery:
         if event.tasks or event.final:
             self.tasks = final_tasks(event.tasks or self.tasks) if event.final else event.tasks
         try:
-            await self._publish(event)
+            final = event.kind is ProgressKind.FINISHED
+            if self._refused is None or self.message_id is not None or final:
+                await self._publish(event)
         except Exception as exc:  # progress must never break the research
-            reason = self.poster.classify(exc).reason
-            log.warning("progress of run %s not shown (%s)", self._run.id, reason)
+            failure = self.poster.classify(exc)
+            log.warning("progress of run %s not shown (%s)", self._run.id, failure.reason)
+            if not failure.retryable and self.message_id is None:
+                # The platform said the message can never be posted (the bot removed, the
+                # channel gone): later steps do not ask again; the final state tries once.
+                self._refused = failure.reason
         if self._activity is not None:
             try:
                 await self._activity.publish(event)
