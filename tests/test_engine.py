@@ -684,7 +684,9 @@ async def test_a_cancel_from_another_replica_stops_the_writer_at_the_next_heartb
     heartbeat carries the cancel to it, and the writer call is stopped there (no report, no
     writer tokens spent) instead of running to its end and being thrown away."""
     harness.llm.fake.script("writer", Hang(60))
-    service = harness.build_service(timing=LeaseTiming(0.6))  # a heartbeat every 0.2 s
+    # A heartbeat every second: soon enough to carry the cancel, and a lease (3 s) no busy
+    # machine lets run out between two of them (at 0.6 s, a loaded CI worker lost the claim).
+    service = harness.build_service(timing=LeaseTiming(3.0))
     run_id = await harness.submit(depth=1)
     database, other = await fresh_store(harness.url)
 
