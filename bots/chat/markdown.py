@@ -1,4 +1,5 @@
-"""Platform-neutral Markdown for chat: citation links and splitting a report into parts.
+"""Platform-neutral Markdown for chat: citation links, text outside code, entities for untrusted
+text, and splitting a report into parts.
 
 A platform caps the size of one message (Slack: 12,000 characters of markdown blocks; Feishu:
 30 KB of card JSON, where CJK text is 3 bytes a character). :func:`split_report` cuts a report
@@ -28,7 +29,8 @@ FENCE_MARGIN = 64
 # A citation `[n]` that is not already a link (`[[n]](url)`, `[n](url)`) nor the number in
 # front of a link in the sources list (`[n] [title](url)`).
 _CITATION = re.compile(r"(?<!\[)\[(\d+)\](?![(\]])(?![ \t]*\[[^\]\n]*\]\()")
-_CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
+#: Code: a fenced block (to its end, or the text's) or an inline span.
+CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
 _LINK_SPAN = re.compile(r"\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]\([^)\s]*\)")
 _FENCE_LINE = re.compile(r"^[ \t]*```(.*)$", re.MULTILINE)
 # Split points, coarsest first: level-2 headings, level-3 headings, paragraphs.
@@ -67,13 +69,33 @@ def link_citations(markdown: str, sources: Sequence[Source]) -> str:
         url = urls.get(int(match.group(1)))
         return f"[{match.group(0)}]({url})" if url else match.group(0)
 
+    return outside_code(markdown, lambda prose: _CITATION.sub(link, prose))
+
+
+def outside_code(markdown: str, change: Callable[[str], str], code: re.Pattern[str] = CODE) -> str:
+    """``markdown`` with ``change`` applied to the text between its ``code`` spans."""
     out, last = [], 0
-    for code in _CODE.finditer(markdown):
-        out.append(_CITATION.sub(link, markdown[last : code.start()]))
-        out.append(code.group(0))
-        last = code.end()
-    out.append(_CITATION.sub(link, markdown[last:]))
+    for span in code.finditer(markdown):
+        out.append(change(markdown[last : span.start()]))
+        out.append(span.group(0))
+        last = span.end()
+    out.append(change(markdown[last:]))
     return "".join(out)
+
+
+#: Characters Markdown reads, as numeric entities: untrusted text shown as written (no tag,
+#: emphasis, code, link or heading).
+MARKDOWN_ENTITIES = {
+    "<": "&#60;",
+    ">": "&#62;",
+    "*": "&#42;",
+    "_": "&#95;",
+    "~": "&#126;",
+    "`": "&#96;",
+    "[": "&#91;",
+    "]": "&#93;",
+    "#": "&#35;",
+}
 
 
 def _fitting_prefix(text: str, budget: int, measure: Measure) -> int:

@@ -23,7 +23,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from bots.chat.controls import Button
-from bots.chat.markdown import link_citations, split_report, status_lines, utf8_size
+from bots.chat.markdown import (
+    MARKDOWN_ENTITIES,
+    link_citations,
+    outside_code,
+    split_report,
+    status_lines,
+    utf8_size,
+)
 from core.models import Source
 from core.untrusted import neutralise
 from core.wording import Language, pick
@@ -33,20 +40,7 @@ CARD_BUDGET = 28_000
 _TOPIC_CHARS = 300
 _STATUS_CHARS = 1_000
 _TITLE_CHARS = 100
-_CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
-_TEXT_ENTITIES = str.maketrans(
-    {
-        "<": "&#60;",
-        ">": "&#62;",
-        "*": "&#42;",
-        "_": "&#95;",
-        "~": "&#126;",
-        "`": "&#96;",
-        "[": "&#91;",
-        "]": "&#93;",
-        "#": "&#35;",
-    }
-)
+_TEXT_ENTITIES = str.maketrans(MARKDOWN_ENTITIES)
 
 
 def escape_text(text: str) -> str:
@@ -57,15 +51,7 @@ def escape_text(text: str) -> str:
 def safe_markdown(markdown: str) -> str:
     """A report for card markdown: mentions inert, and ``<``/``>`` outside code escaped so that
     no ``<at>``, ``<font>`` or ``<link>`` tag works (Markdown itself stays Markdown)."""
-    text = neutralise(markdown)
-    out: list[str] = []
-    last = 0
-    for match in _CODE.finditer(text):
-        out.append(_escape_tags(text[last : match.start()]))
-        out.append(match.group(0))
-        last = match.end()
-    out.append(_escape_tags(text[last:]))
-    return "".join(out)
+    return outside_code(neutralise(markdown), _escape_tags)
 
 
 def _escape_tags(text: str) -> str:

@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse, Response
 
 from bots.chat.background import Background
 from bots.chat.inbound import ChatCommands
+from bots.chat.markdown import MARKDOWN_ENTITIES
 from bots.chat.platform import HttpIngress
 from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import RouteLimits
@@ -86,22 +87,9 @@ def _added(activity: dict[str, Any], bot_id: str) -> bool:
     return bot_id in _ids(activity.get("membersAdded"))
 
 
-#: Characters Markdown would read in untrusted text, as entities (``&`` first, so that an
-#: entity in the text stays as written).
-_TEXT_ENTITIES = str.maketrans(
-    {
-        "&": "&amp;",
-        "<": "&lt;",
-        ">": "&gt;",
-        "*": "&#42;",
-        "_": "&#95;",
-        "~": "&#126;",
-        "`": "&#96;",
-        "[": "&#91;",
-        "]": "&#93;",
-        "#": "&#35;",
-    }
-)
+#: Characters Markdown reads in untrusted text, as entities; ``&`` too, so that an entity in
+#: the text stays as written.
+_TEXT_ENTITIES = str.maketrans({"&": "&amp;", **MARKDOWN_ENTITIES})
 
 
 def escape_text(text: str) -> str:

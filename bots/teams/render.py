@@ -26,6 +26,7 @@ from typing import Any
 from bots.chat.controls import Button
 from bots.chat.markdown import (
     link_citations,
+    outside_code,
     split_report,
     status_lines,
     tables_as_lists,
@@ -44,6 +45,7 @@ _TOPIC_CHARS = 300
 _STATUS_CHARS = 1_000
 _TASK_CHARS = 200
 _TASKS_SHOWN = 12
+#: Code, as CommonMark reads it: a backtick escaped with a backslash opens none.
 _CODE = re.compile(r"(?<!\\)```.*?(?:```|\Z)|(?<!\\)`[^`\n]+`", re.DOTALL)
 #: A Markdown link whose target is not a web address (``//host``, an entity, a scheme).
 _ODD_LINK = re.compile(r"\]\((?!\s*https?://)")
@@ -74,15 +76,7 @@ def safe_markdown(markdown: str) -> str:
     """A report for a Markdown message: mentions inert; outside code, ``&``, ``<`` and ``>``
     escaped (no tag, no entity spelling a link) and links only to web addresses (the report
     keeps those of the sources found; ``[x](//host)`` is shown as written)."""
-    text = neutralise(markdown)
-    out: list[str] = []
-    last = 0
-    for match in _CODE.finditer(text):
-        out.append(_escape_prose(text[last : match.start()]))
-        out.append(match.group(0))
-        last = match.end()
-    out.append(_escape_prose(text[last:]))
-    return "".join(out)
+    return outside_code(neutralise(markdown), _escape_prose, _CODE)
 
 
 def _escape_prose(text: str) -> str:
