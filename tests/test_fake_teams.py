@@ -218,3 +218,86 @@ def test_builders_shape(teams: FakeTeamsServer) -> None:
         "data": {"run": "r1"},
     }
     assert press["channelData"]["teamsChannelId"] == CHANNEL
+
+
+def test_text_and_a_card_are_split_into_two_messages_answered_202_without_a_body(
+    teams: FakeTeamsServer, http: httpx.Client
+) -> None:
+    """MicrosoftDocs/msteams-docs, ``msteams-platform/bots/how-to/conversations/
+    conversation-messages.md`` (the note under "Send a message"): "Message splitting occurs
+    when a text message and an attachment are sent in the same activity payload. Teams
+    splits this activity into two separate activities ... you do not receive the message ID
+    in response". OfficeDev/BotBuilder-MicrosoftTeams#125 (aosolis, of the Teams team):
+    "1 message w/ text only + 1 message with card only ... the service return[s] a 202 status
+    code with no activity id in the response"; MicrosoftDocs/bot-docs#1726 and
+    microsoft/botframework-sdk#6155: "an empty 202 response"."""
+    auth = {"Authorization": f"Bearer {get_token(teams, http)}"}
+    chain = f"{CHANNEL};messageid=1700000000001"
+    card = {"contentType": "application/vnd.microsoft.card.adaptive", "content": {"body": []}}
+    res = http.post(
+        activities(teams, chain), json=message("Report", attachments=[card]), headers=auth
+    )
+    assert (res.status_code, res.content) == (202, b"")
+    assert "content-type" not in res.headers
+    text, carded = teams.fake.posted(CHANNEL)
+    assert (text.text, text.attachments) == ("Report", [])
+    assert (carded.text, carded.attachments) == ("", [card])
+    assert "textFormat" not in carded.body and teams.fake.splits == 1
+    # Text alone, or one card alone, is one message with its id.
+    alone = http.post(activities(teams, chain), json=message("Only text"), headers=auth)
+    assert alone.status_code == 201 and alone.json()["id"]
+    one_card = {"type": "message", "attachments": [card]}
+    assert http.post(activities(teams, chain), json=one_card, headers=auth).json()["id"]
+    assert teams.fake.splits == 1 and len(teams.fake.posted(CHANNEL)) == 4
+
+
+def test_cards_in_list_layout_are_one_message_each_and_a_carousel_is_one(
+    teams: FakeTeamsServer, http: httpx.Client
+) -> None:
+    """OfficeDev/BotBuilder-MicrosoftTeams#125: "activity with attachments (cards) in list
+    layout = multiple messages, 1 for each card" (``list`` is the Bot Framework's default
+    ``attachmentLayout``); a carousel is one message."""
+    auth = {"Authorization": f"Bearer {get_token(teams, http)}"}
+    cards = [
+        {"contentType": "application/vnd.microsoft.card.hero", "content": {"title": t}}
+        for t in "ab"
+    ]
+    url = activities(teams, "a:1personal-chat-id")
+    listed = http.post(url, json={"type": "message", "attachments": cards}, headers=auth)
+    assert listed.status_code == 202
+    assert [m.attachments for m in teams.fake.chat("a:1personal-chat-id")] == [[c] for c in cards]
+    carousel = {"type": "message", "attachmentLayout": "carousel", "attachments": cards}
+    assert http.post(url, json=carousel, headers=auth).status_code == 201
+    assert len(teams.fake.chat("a:1personal-chat-id")) == 3
+
+
+def test_a_split_answered_as_the_sdks_hand_it_to_a_bot_has_an_empty_id(
+    teams: FakeTeamsServer, http: httpx.Client
+) -> None:
+    """microsoft/BotFramework-Services#98 ("Observe the empty string in the resource
+    response") and MicrosoftDocs/msteams-docs#1321 (``send_activity`` "returns {'id': ''}"
+    when "both text and attachments are present"): the Bot Framework SDKs hand the 202 to a
+    bot as a resource response whose id is empty; ``split_answer = "empty id"`` answers so."""
+    auth = {"Authorization": f"Bearer {get_token(teams, http)}"}
+    teams.fake.split_answer = "empty id"
+    card = {"contentType": "application/vnd.microsoft.card.adaptive", "content": {"body": []}}
+    res = http.post(
+        activities(teams, "a:1chat"), json=message("x", attachments=[card]), headers=auth
+    )
+    assert (res.status_code, res.json()) == (200, {"id": ""})
+    assert len(teams.fake.chat("a:1chat")) == 2
+
+
+def test_unnamed_sends_are_posted_and_answered_202_whatever_they_hold(
+    teams: FakeTeamsServer, http: httpx.Client
+) -> None:
+    """MicrosoftDocs/bot-docs#2263: a send to an existing conversation on the ``msteams``
+    channel answered "HTTP/1.1 202 Accepted without any body"."""
+    auth = {"Authorization": f"Bearer {get_token(teams, http)}"}
+    teams.fake.unnamed_sends = 1
+    url = activities(teams, "a:1chat")
+    first = http.post(url, json=message("one"), headers=auth)
+    second = http.post(url, json=message("two"), headers=auth)
+    assert (first.status_code, first.content) == (202, b"")
+    assert second.status_code == 201 and second.json()["id"]
+    assert [m.text for m in teams.fake.chat("a:1chat")] == ["one", "two"]

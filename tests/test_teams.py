@@ -19,6 +19,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from bots.teams.api import TeamsApi
 from bots.teams.auth import KEYS_FOR, REFETCH_AFTER, ActivityAuth, Unauthenticated
 from bots.teams.events import encode_conversation
 from bots.teams.render import report_parts
@@ -329,11 +330,13 @@ async def test_a_channel_mention_gets_one_card_edited_each_round_and_the_report_
     assert verbs(progress.versions[1]) == ["fathom_stop", "fathom_cancel"]
     assert "Research done: 3/3 searches" in texts[-1] and verbs(progress.body) == []
     assert progress.conversation_id == f"{CHANNEL_ID};messageid={root}"
-    assert len(reports) == run.report_parts_posted >= 1
-    assert all(r.body["textFormat"] == "markdown" for r in reports)
+    assert len(reports) == run.report_parts_posted >= 2
+    *texts_posted, vote = reports  # the votes in a card of their own: nothing for Teams to split
+    assert all(r.body["textFormat"] == "markdown" and not r.attachments for r in texts_posted)
     assert "](http" in reports[0].text  # citations are links to the sources found
     assert "<at>" not in "".join(r.text for r in reports)
-    assert verbs(reports[-1].body) == ["fathom_up", "fathom_down"]
+    assert verbs(vote.body) == ["fathom_up", "fathom_down"] and not vote.text
+    assert bot.fake.splits == 0
     updates = bot.fake.calls_to("update")
     assert updates and all(u.activity_id == progress.id for u in updates)
     assert bot.fake.tokens_issued == 1  # one token for every call
@@ -722,6 +725,50 @@ async def test_a_bot_removed_from_the_team_gives_up_at_once(teams: TeamsFactory)
     # The card: refused once, not asked for again at each round; its final state tried once.
     assert len([b for b in sent if "Researching" in shown(b)]) == 2
     assert bot.fake.messages == {}
+
+
+@pytest.mark.parametrize("answer", ["202", "empty id"])
+async def test_an_activity_teams_splits_is_delivered_and_answered_without_an_id(
+    teams_server: FakeTeamsServer, answer: Any
+) -> None:
+    """Text and a card in one activity: Teams posts two messages and answers ``202`` with
+    no body (OfficeDev/BotBuilder-MicrosoftTeams#125, MicrosoftDocs/bot-docs#1726; "Message
+    splitting" in msteams-docs' conversation-messages.md), or, through a Bot Framework SDK, an
+    empty id (microsoft/BotFramework-Services#98, MicrosoftDocs/msteams-docs#1321). That is
+    a message delivered: the send returns "" and is not repeated."""
+    teams_server.fake.split_answer = answer
+    card = {"contentType": "application/vnd.microsoft.card.adaptive", "content": {"body": []}}
+    activity = {"type": "message", "text": "Report", "attachments": [card]}
+    async with httpx.AsyncClient() as http:
+        api = TeamsApi(
+            http, app_id=APP_ID, app_password=APP_PASSWORD, token_url=teams_server.token_url()
+        )
+        assert await api.send(teams_server.service_url, GROUP_CHAT, activity) == ""
+    assert len(teams_server.fake.calls_to("send")) == 1
+    assert [bool(m.attachments) for m in teams_server.fake.chat(GROUP_CHAT)] == [False, True]
+
+
+async def test_a_run_whose_posts_are_all_answered_without_an_id_posts_everything_once(
+    teams: TeamsFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every send answered ``202 Accepted`` with no body (MicrosoftDocs/bot-docs#2263, a send
+    to a conversation on the msteams channel): the report's parts are delivered once each.
+    The progress card, whose id Teams did not give, cannot be edited: its steps are not
+    shown, and its final state is one new card (said in the log), never a card per step."""
+    bot = await teams()
+    bot.fake.unnamed_sends = 1000
+    activity = channel_message(bot.url, "research heat pumps depth=2")
+    await bot.send(activity)
+    (run,) = await bot.delivered()
+    assert (run.status, run.delivery, run.delivery_attempts) == ("succeeded", "posted", 0)
+    first, final, *reports = bot.fake.chain(CHANNEL_ID, activity["id"])
+    assert "Researching" in shown(first.body) and len(first.versions) == 1
+    assert "Research done: 2/2 searches" in shown(final.body) and verbs(final.body) == []
+    assert len(reports) == run.report_parts_posted >= 2
+    assert verbs(reports[-1].body) == ["fathom_up", "fathom_down"]
+    assert bot.fake.calls_to("update") == []
+    assert len(bot.fake.calls_to("send")) == 2 + run.report_parts_posted
+    assert any("posted without an id" in r.getMessage() for r in caplog.records)
 
 
 async def test_an_expired_token_is_fetched_again_and_the_call_retried(

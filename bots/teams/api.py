@@ -182,14 +182,17 @@ class TeamsApi:
         return f"{base}/activities/{quote(activity_id, safe='')}"
 
     async def send(self, service_url: str, conversation: str, activity: dict[str, Any]) -> str:
-        """Post ``activity`` in ``conversation``; its id."""
+        """Post ``activity`` in ``conversation``; its id, or "" when Teams took it without
+        saying which message it made: ``202 Accepted`` with no body, or an empty ``id``.
+
+        Teams answers so when it splits an activity into several messages (text and a card:
+        "Message splitting", msteams-docs' conversation-messages.md;
+        OfficeDev/BotBuilder-MicrosoftTeams#125), and MicrosoftDocs/bot-docs#2263 reports it
+        for a plain send too. The message is posted: asking again would post it again."""
         url = self._conversation_url(service_url, conversation) + "/activities"
         answer = await self._call("POST", url, activity)
         posted = answer.get("id")
-        if not isinstance(posted, str) or not posted:
-            # Without its id the message can be neither edited nor answered in its chain.
-            raise TeamsError(201, "no_activity_id", "Teams did not say which message it posted")
-        return posted
+        return posted if isinstance(posted, str) else ""
 
     async def update(
         self, service_url: str, conversation: str, activity_id: str, activity: dict[str, Any]

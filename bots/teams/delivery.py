@@ -3,12 +3,13 @@
 
 In a channel the run's messages go to the request's reply chain (the conversation
 ``<channel>;messageid=<root>``); in a chat they go to the chat, as replies to the request.
-The progress card is updated in place (``PUT .../activities/<id>``). A digest's firing has no
-chain yet: its progress card is a new post in the channel (``POST /v3/conversations``), and
-the thread is re-keyed to it. Where to post comes from the run's request (its context) or,
-failing that, the conversation's stored reference (``bots.teams.references``); with neither,
-the run is undeliverable. Files a person sent in a personal chat are read from their
-pre-authenticated download URL.
+The progress card is updated in place (``PUT .../activities/<id>``); a card Teams took
+without saying its id (``202`` with no body) cannot be, and its final state is a new card
+(:data:`UNNAMED`). A digest's firing has no chain yet: its progress card is a new post in the
+channel (``POST /v3/conversations``), and the thread is re-keyed to it. Where to post comes
+from the run's request (its context) or, failing that, the conversation's stored reference
+(``bots.teams.references``); with neither, the run is undeliverable. Files a person sent in
+a personal chat are read from their pre-authenticated download URL.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from bots.chat.controls import Button, feedback_buttons
 from bots.chat.delivery import ThreadPosters, adopt_opener
 from bots.chat.errors import judge_failure
 from bots.chat.message import PENDING_PREFIX
-from bots.teams.api import TeamsApi
+from bots.teams.api import TeamsApi, TeamsError
 from bots.teams.events import Reference
 from bots.teams.references import ConversationReferences
 from bots.teams.render import ReportPart, notice_activity, progress_activity, report_parts
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 #: Teams allows a bot about 7 messages a second and 60 in 30 seconds in one conversation.
 CALLS_PER_MINUTE = 100.0
 BURST = 7
+#: The id kept for a progress card Teams posted without saying its id: it cannot be edited
+#: (its steps are not shown; its final state is a new card, posted once).
+UNNAMED = "posted-without-id"
 
 
 def classify_error(error: Exception) -> PostFailure:
@@ -107,9 +111,20 @@ class TeamsThread:
             return await self._api.create_channel_post(
                 reference.service_url, reference.conversation, reference.tenant, activity
             )
-        if self.needs_opener:  # a digest in a chat: a new message in it
-            return await self._api.send(reference.service_url, reference.conversation, activity)
-        return await self._send(activity)
+        if self.needs_opener:  # a digest in a chat: a new message in it, the thread's name
+            posted = await self._api.send(reference.service_url, reference.conversation, activity)
+            if not posted:
+                raise TeamsError(202, "no_activity_id", "Teams did not say which message it posted")
+            return posted
+        posted = await self._send(activity)
+        if posted:
+            return posted
+        log.warning(
+            "teams: the progress card of run %s was posted without an id (HTTP 202): its "
+            "steps are not shown, its final state is posted as a new card",
+            self._run.id,
+        )
+        return UNNAMED
 
     async def edit_progress(self, message_id: str, content: str) -> None:
         await self._api.update(
@@ -117,7 +132,7 @@ class TeamsThread:
         )
 
     def can_edit(self, message_id: str) -> bool:
-        return True
+        return message_id != UNNAMED
 
     async def resume(self, message_id: str | None) -> None:
         """A digest's opener is its thread: once posted, the thread is re-keyed to it."""

@@ -12,7 +12,8 @@
   (``bots.chat.markdown.tables_as_lists``), citations link to the sources found, mentions
   are inert and ``<``/``>`` outside code are entities (no ``<at>`` tag works). Teams refuses an
   activity over about 28 KB, so the report is split at section boundaries into parts whose
-  JSON stays under :data:`PART_BUDGET` bytes; the last part carries 👍/👎 in a small card.
+  JSON stays under :data:`PART_BUDGET` bytes; 👍/👎 follow in a small card of their own (an
+  activity with text and a card is split by Teams, and answered without an id).
 """
 
 from __future__ import annotations
@@ -168,22 +169,27 @@ def _json_size(text: str) -> int:
     return utf8_size(json.dumps(text, ensure_ascii=False))
 
 
+def vote_activity(feedback: Sequence[Button], language: Language) -> dict[str, Any]:
+    """The 👍/👎 card after a report: a message of its own. Teams splits an activity holding
+    text and a card into two messages and answers without an id (``bots.teams.api.send``),
+    so the card never rides on a report part."""
+    return {
+        "type": "message",
+        "attachments": [card([rich(run(feedback_prompt(language), isSubtle=True))], feedback)],
+    }
+
+
 def report_parts(
     markdown: str,
     sources: Sequence[Source],
     feedback: Sequence[Button],
     language: Language,
 ) -> list[ReportPart]:
-    """The report as Markdown messages in order, each under the budget; the last carries the
-    ``feedback`` buttons in a small card."""
+    """The report as Markdown messages in order, each under the budget, then the
+    ``feedback`` buttons in a card of their own (when there are any)."""
     body = tables_as_lists(link_citations(safe_markdown(markdown), sources))
-    vote = card([rich(run(feedback_prompt(language), isSubtle=True))], feedback)
-    overhead = utf8_size(json.dumps(vote, ensure_ascii=False)) + 200
-    chunks = split_report(body, PART_BUDGET - overhead, _json_size)
-    parts = []
-    for number, chunk in enumerate(chunks, 1):
-        activity = text_activity(chunk)
-        if number == len(chunks) and feedback:
-            activity["attachments"] = [vote]
-        parts.append(ReportPart(number, activity))
+    chunks = split_report(body, PART_BUDGET - 200, _json_size)
+    parts = [ReportPart(number, text_activity(chunk)) for number, chunk in enumerate(chunks, 1)]
+    if feedback:
+        parts.append(ReportPart(len(parts) + 1, vote_activity(feedback, language)))
     return parts

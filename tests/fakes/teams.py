@@ -10,6 +10,8 @@ One loopback server plays every Microsoft service a Teams bot talks to:
 - the Bot Connector REST API under the service URL's path (``/amer/v3/conversations/...``):
   send, reply, update, delete and create conversation, each needing a token it issued, with
   Teams' size limit (413) and failures (429 with ``Retry-After``, 5xx HTML pages) on demand;
+  an activity holding both text and cards is split as Teams splits it (one message with the
+  text, one per card) and answered ``202 Accepted`` with no body (:meth:`FakeTeams._send`);
 - the pre-authenticated download addresses of files users send the bot in personal chats
   (``/files/<key>?tempauth=...``), which refuse a request carrying the bot's token.
 
@@ -60,6 +62,10 @@ SCOPE = "https://api.botframework.com/.default"
 FILE_DOWNLOAD_INFO = "application/vnd.microsoft.teams.file.download.info"
 #: The kinds :meth:`FakeTeams.fail_next` knows.
 FAILURE_KINDS = ("send", "update", "delete", "token", "file", "metadata", "keys")
+#: How the fake answers a send it split into several messages (:attr:`FakeTeams.split_answer`):
+#: ``202`` with no body, as the Bot Connector answers; or a resource response whose id is
+#: empty, as the Bot Framework SDKs hand such an answer to a bot.
+SplitAnswer = Literal["202", "empty id"]
 
 TEAM_ID = "19:team-general@thread.tacv2"
 CHANNEL_ID = "19:fathom-research@thread.tacv2"
@@ -196,7 +202,7 @@ class Answer:
 
     status: int
     body: bytes = b""
-    content_type: str = "application/json"
+    content_type: str | None = "application/json"  # None: no Content-Type (an empty answer)
     headers: dict[str, str] = field(default_factory=dict)
 
     def response(self) -> Response:
@@ -232,6 +238,38 @@ def _aad_error(status: int, error: str, code: int, description: str) -> Answer:
 
 def _retry_after(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else str(seconds)
+
+
+def split_activity(activity: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages Teams makes of one activity sent to it.
+
+    "Message splitting occurs when a text message and an attachment are sent in the same
+    activity payload. Teams splits this activity into two separate activities, one with a
+    text message and the other with an attachment. As the activity is split, you do not
+    receive the message ID in response" (MicrosoftDocs/msteams-docs,
+    ``msteams-platform/bots/how-to/conversations/conversation-messages.md``, the note under
+    "Send a message"). And, from the Teams team (OfficeDev/BotBuilder-MicrosoftTeams#125):
+    "activity with text + attachment (card) = 1 message w/ text only + 1 message with card
+    only; activity with attachments (cards) in list layout = multiple messages, 1 for each
+    card. In these cases, you'll see the service return a 202 status code with no activity id
+    in the response" (also microsoft/BotFramework-Services#98, MicrosoftDocs/msteams-docs#1321,
+    MicrosoftDocs/bot-docs#1726). ``list`` is the Bot Framework's default layout."""
+    attachments = activity.get("attachments")
+    cards = attachments if isinstance(attachments, list) else []
+    text = activity.get("text")
+    has_text = isinstance(text, str) and bool(text.strip())
+    in_list = activity.get("attachmentLayout", "list") == "list"
+    if not cards or (not has_text and (len(cards) == 1 or not in_list)):
+        return [activity]
+    pieces: list[dict[str, Any]] = []
+    if has_text:
+        pieces.append({k: v for k, v in activity.items() if k not in ("attachments",)})
+    card_only = {k: v for k, v in activity.items() if k not in ("text", "textFormat")}
+    if in_list:
+        pieces.extend({**card_only, "attachments": [card]} for card in cards)
+    else:
+        pieces.append(card_only)
+    return pieces
 
 
 _CONNECTOR_PATH = re.compile(
@@ -271,6 +309,13 @@ class FakeTeams:
         self.messages: dict[str, Posted] = {}  # id -> message, in posting order
         #: Conversations (prefixes) the bot was removed from: sends there get 403.
         self.removed_from: set[str] = set()
+        #: How a send split into several messages is answered (see :data:`SplitAnswer`).
+        self.split_answer: SplitAnswer = "202"
+        #: Sends split into several messages so far.
+        self.splits = 0
+        #: The next this many sends are posted but answered ``202`` with no body whatever
+        #: they hold (as MicrosoftDocs/bot-docs#2263 reports for a send to a conversation).
+        self.unnamed_sends = 0
         self.files: dict[str, _File] = {}
         self.file_fetches: list[FileFetch] = []
         self._failures: dict[str, deque[_Failure]] = {}
@@ -548,10 +593,23 @@ class FakeTeams:
         return message
 
     def _send(self, conversation: str, activity: str | None, body: dict[str, Any]) -> Answer:
+        """Send (or reply): one message, answered ``201`` with its id; or, for an activity
+        Teams splits (:func:`split_activity`), each piece posted and the answer without an
+        id (:attr:`split_answer`)."""
         if not isinstance(body.get("type"), str) or not body["type"]:
             return _connector_error(400, "BadArgument", "Activity type is required.")
         reply_to = activity or (str(body["replyToId"]) if body.get("replyToId") else None)
-        return _json(201, {"id": self._post(conversation, reply_to, body).id})
+        pieces = split_activity(body)
+        posted = [self._post(conversation, reply_to, piece) for piece in pieces]
+        if len(pieces) == 1:
+            if self.unnamed_sends <= 0:
+                return _json(201, {"id": posted[0].id})
+            self.unnamed_sends -= 1
+            return Answer(202, b"", None)
+        self.splits += 1
+        if self.split_answer == "empty id":
+            return _json(200, {"id": ""})
+        return Answer(202, b"", None)
 
     def _create(self, body: dict[str, Any]) -> Answer:
         """Create conversation: a new post in a channel (``channelData.channel.id``), or a
