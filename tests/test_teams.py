@@ -832,7 +832,7 @@ def test_a_long_report_is_split_under_teams_size_limit() -> None:
     assert len(parts) > 3
     sizes = [len(json.dumps(p.activity, ensure_ascii=False).encode()) for p in parts]
     assert max(sizes) < MAX_ACTIVITY_BYTES
-    assert "".join(p.activity["text"] for p in parts).count("## Part") == 30
+    assert "".join(p.activity["text"] for p in parts).count("**Part ") == 30  # bold headings
 
 
 # -- proactive posts -----------------------------------------------------------------------------

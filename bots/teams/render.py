@@ -7,13 +7,15 @@
   buttons. Untrusted text (a topic, a status, a step) is a ``TextRun`` of a
   ``RichTextBlock``, which Adaptive Cards show as written (a ``TextBlock`` would read it as
   Markdown), with mentions made inert (``core.untrusted.neutralise``).
-- The report is Markdown text messages (``textFormat: markdown``), which Teams renders with
-  headings, lists, emphasis and links but not tables: tables become lists
-  (``bots.chat.markdown.tables_as_lists``), citations link to the sources found, mentions
-  are inert and ``<``/``>`` outside code are entities (no ``<at>`` tag works). Teams refuses an
-  activity over about 28 KB, so the report is split at section boundaries into parts whose
-  JSON stays under :data:`PART_BUDGET` bytes; 👍/👎 follow in a small card of their own (an
-  activity with text and a card is split by Teams, and answered without an id).
+- The report is Markdown text messages (``textFormat: markdown``). Teams renders emphasis,
+  links and code in them on every client, lists on desktop only, headings and tables nowhere:
+  tables become lists (``bots.chat.markdown.tables_as_lists``), then headings bold lines and
+  list items paragraphs that read as items anywhere (``bots.teams.markdown``); citations link
+  to the sources found, mentions are inert and ``<``/``>`` outside code are entities (no
+  ``<at>`` tag works). Teams refuses an activity over about 28 KB, so the report is split at
+  section boundaries into parts whose JSON stays under :data:`PART_BUDGET` bytes; 👍/👎
+  follow in a small card of their own (an activity with text and a card is split by Teams,
+  and answered without an id).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from bots.chat.markdown import (
     tables_as_lists,
     utf8_size,
 )
+from bots.teams.markdown import for_every_client
 from core.models import Source
 from core.research.progress import ProgressTask, TaskStatus
 from core.untrusted import neutralise
@@ -188,7 +191,14 @@ def report_parts(
     """The report as Markdown messages in order, each under the budget, then the
     ``feedback`` buttons in a card of their own (when there are any)."""
     body = tables_as_lists(link_citations(safe_markdown(markdown), sources))
-    chunks = split_report(body, PART_BUDGET - 200, _json_size)
+    budget = PART_BUDGET - 200
+    chunks: list[str] = []
+    for section in split_report(body, budget, _json_size):  # at headings, before they go
+        shown = for_every_client(section)
+        # (an item per paragraph can outgrow the budget: cut again, at paragraphs)
+        chunks.extend(
+            [shown] if _json_size(shown) <= budget else split_report(shown, budget, _json_size)
+        )
     parts = [ReportPart(number, text_activity(chunk)) for number, chunk in enumerate(chunks, 1)]
     if feedback:
         parts.append(ReportPart(len(parts) + 1, vote_activity(feedback, language)))
