@@ -192,6 +192,36 @@ async def test_bad_input_is_answered_with_what_is_allowed_and_stores_nothing(
     assert await w.runs() == []
 
 
+@pytest.mark.parametrize(
+    ("text", "chinese"),
+    [
+        ("hi", False),
+        ("Hello!", False),
+        ("hey there 👋", False),
+        ("/research hi", False),
+        ("Good morning.", False),
+        ("你好", True),
+        ("您好！", True),
+    ],
+)
+async def test_a_greeting_alone_gets_the_help_not_a_research(
+    world: Callable[..., World], text: str, chinese: bool
+) -> None:
+    """Microsoft's Teams Store validation guidelines ("Bots > Bot commands"): a bot's
+    commands "must work correctly, including generic commands such as Hi, Hello, and Help".
+    A greeting said alone, on any platform, is answered with the help in its language; no
+    run starts. A topic that only starts with such a word is researched."""
+    w = world()
+    reply = await w.chat.say(w.commands, text)
+    assert reply is not None and not reply.started
+    (answer,) = w.chat.messages(w.thread(), "answer")
+    assert "/research" in answer.text and "depth=" in answer.text  # the help
+    assert ("研究" in answer.text) == chinese  # in the greeting's language
+    assert await w.runs() == []
+    started = await w.chat.say(w.commands, "hello kitty licensing history", thread="t2")
+    assert started is not None and started.started
+
+
 async def test_a_message_not_addressed_to_the_bot_is_ignored(world: Callable[..., World]) -> None:
     w = world()
     assert await w.chat.say(w.commands, "/research heat pumps", addressed=False) is None

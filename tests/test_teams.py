@@ -583,6 +583,23 @@ async def test_a_personal_chat_needs_no_mention_and_gets_its_answers_as_replies(
     assert await bot.references() == [(TENANT, PERSONAL_CHAT, bot.server.service_url, "personal")]
 
 
+async def test_hi_alone_in_a_personal_chat_gets_the_help_and_starts_nothing(
+    teams: TeamsFactory,
+) -> None:
+    """The first thing people write to a bot in its personal chat; the Teams Store
+    validation guidelines ask that "Hi", "Hello" and "Help" work (msteams-docs,
+    teams-store-validation-guidelines.md, "Bot commands")."""
+    bot = await teams()
+    for greeting in ("hi", "Hello!", "你好"):
+        said = personal_message(bot.url, greeting)
+        assert (await bot.send(said)).status_code == 200
+        (answer,) = await wait_for(
+            lambda said=said: [m for m in bot.fake.chat(PERSONAL_CHAT) if m.reply_to == said["id"]]
+        )
+        assert "research" in answer.text and answer.body["textFormat"] == "markdown"
+    assert await bot.served.runs(USER) == []
+
+
 async def test_a_personal_file_then_a_request_reads_the_file_into_the_report(
     teams: TeamsFactory, llm_server: FakeLLMServer
 ) -> None:

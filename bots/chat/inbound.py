@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import Protocol
 
 from bots.chat.controls import Control, Press
+from bots.chat.greetings import is_greeting
 from bots.chat.message import PENDING_PREFIX, Answer, ChatMessage, Reply
 from bots.chat.replies import STATUS_RECENT, Markup, PlainMarkup, Replies
 from bots.chat.settings import ChatPolicy
@@ -281,7 +282,7 @@ class ChatCommands:
             return Reply("", dropped=True)
         if isinstance(parsed, CommandError):
             return Reply(replies.error(parsed.text(replies.language)))
-        command = parsed
+        command = HelpCommand() if greets(parsed) else parsed
         if isinstance(command, HelpCommand):
             return Reply(
                 replies.help(default_depth=policy.default_depth, max_depth=policy.max_depth)
@@ -578,6 +579,12 @@ def steers(text: str, parsed: Parsed) -> bool:
     if isinstance(parsed, ResearchCommand | CommandError):
         return EXPLICIT.match(text) is None
     return False
+
+
+def greets(parsed: Parsed) -> bool:
+    """Whether a request is only a greeting ("hi", "你好"): answered with the help, never a
+    research on the word (``bots.chat.greetings``)."""
+    return isinstance(parsed, ResearchCommand) and is_greeting(parsed.topic)
 
 
 def _named(rejected: Sequence[tuple[Attachment, str]]) -> tuple[tuple[str, str], ...]:
