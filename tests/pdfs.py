@@ -387,3 +387,116 @@ def topic_pdf(topic: str, pages: int = 30, *, seed: int = 0) -> bytes:
         lines = wrap(text, 80)
         body.append(lines)
     return make_pdf(body, title=topic, compress=True)
+
+
+# --- legacy 8-bit fonts and TeX's accents (issue 51, item 7) ----------------------------------
+
+
+RUSSIAN = [
+    "Тепловые насосы в холодном климате.",
+    "Благодарности авторам полевых испытаний этой зимой.",
+    "Сезонный коэффициент преобразования составил три целых одну десятую.",
+    "Монтажники сообщили, что компрессор работал без отказов.",
+]
+THAI = [
+    "ปั๊มความร้อนในสภาพอากาศหนาวเย็น",
+    "ผลการทดลองภาคสนามในฤดูหนาวที่ผ่านมา",
+    "ค่าสัมประสิทธิ์สมรรถนะตามฤดูกาลเฉลี่ยสามจุดหนึ่ง",
+    "ช่างติดตั้งรายงานว่าคอมเพรสเซอร์ทำงานได้ดีตลอดฤดู",
+]
+
+
+def tlwg(text: str) -> bytes:
+    """``text`` as thailatex sets it in TLWG's fonts: TIS-620, with a tone mark over an upper
+    vowel at its raised form, 0x8B-0x8F (lthtlwg.enc in Debian's texlive-lang-other: codes
+    139-143 are uni0E48-uni0E4C)."""
+    codes = bytearray(text.encode("tis_620"))
+    for i in range(1, len(codes)):
+        if 0xE8 <= codes[i] <= 0xEC and codes[i - 1] in (0xD1, 0xD4, 0xD5, 0xD6, 0xD7, 0xE7):
+            codes[i] = 0x8B + codes[i] - 0xE8
+    return bytes(codes)
+
+
+def _legacy_font(codes: set[int], *, truetype: bool) -> list[bytes]:
+    """A font with no ``ToUnicode`` map whose ``Differences`` name its glyphs as no reader
+    maps them, so PDFium gives each 8-bit code as the Latin-1 (or CP1252, or C1) character of
+    that number. Type 3 (objects: the font, one glyph procedure): how pdfTeX writes the bitmap
+    fonts of Metafont (PK), naming code N ``/aN``; the Russian lshort of Debian's
+    texlive-lang-cyrillic (lshortru.pdf, pdfTeX-0.14h) sets its Cyrillic so. TrueType (the
+    font, its descriptor): how thailatex set Thai in TLWG's Norasi, naming the glyphs
+    ``/ThaiCharacter...`` (lsh132.pdf in texlive-lang-other, pdfTeX-0.14f; not embedded here)."""
+    if truetype:
+        names = b" ".join(b"%d /ThaiCharacter%X" % (c, c) for c in sorted(codes) if c > 127)
+        return [
+            b"<< /Type /Font /Subtype /TrueType /BaseFont /Norasi /FirstChar 32 /LastChar 255 "
+            b"/Widths ["
+            + b" 500" * 224
+            + b"] /Encoding << /Type /Encoding /Differences ["
+            + names
+            + b"] >> /FontDescriptor 4 0 R >>",
+            b"<< /Type /FontDescriptor /FontName /Norasi /Flags 4 /FontBBox [-401 -366 1050 830] "
+            b"/ItalicAngle 0 /Ascent 800 /Descent -200 /CapHeight 466 /StemV 69 >>",
+        ]
+    names = b" ".join(b"%d /a%d" % (c, c) for c in sorted(codes))
+    procs = b" ".join(b"/a%d 4 0 R" % c for c in sorted(codes))
+    return [
+        b"<< /Type /Font /Subtype /Type3 /FontMatrix [0.011 0 0 0.011 0 0] "
+        b"/FontBBox [-4 -40 148 120] /Resources << >> /FirstChar 0 /LastChar 255 /Widths ["
+        + b" 50" * 256
+        + b"] /Encoding << /Type /Encoding /Differences ["
+        + names
+        + b"] >> /CharProcs << "
+        + procs
+        + b" >> >>",
+        stream(b"50 0 0 0 40 60 d1 0 0 40 60 re f"),
+    ]
+
+
+def legacy_pdf(pages: Sequence[Sequence[bytes]], *, truetype: bool = False) -> bytes:
+    """A PDF whose page i shows the lines ``pages[i]``, each the 8-bit codes of a legacy font
+    (:func:`_legacy_font`: Type 3, or ``truetype``); objects: 1 catalog, 2 pages, 3-4 the
+    font, then each page and its content stream."""
+    count = len(pages)
+    codes = {c for lines in pages for line in lines for c in line}
+    kids = b" ".join(b"%d 0 R" % (5 + 2 * i) for i in range(count))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % count,
+        *_legacy_font(codes, truetype=truetype),
+    ]
+    for i, lines in enumerate(pages):
+        ops = [b"BT /F1 11 Tf 14 TL 56 780 Td"]
+        for line in lines:
+            escaped = line.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)")
+            ops.append(b"(" + escaped + b") Tj T*")
+        ops.append(b"ET")
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] "
+            b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (6 + 2 * i)
+        )
+        objects.append(stream(b"\n".join(ops)))
+    return write_pdf(objects)
+
+
+#: Times-Roman in WinAnsiEncoding, whose 0xA8 and 0xB4 are the spacing diaeresis and acute.
+TIMES = b"<< /Type /Font /Subtype /Type1 /BaseFont /Times-Roman /Encoding /WinAnsiEncoding >>"
+
+
+def shown_pdf(pages: Sequence[Sequence[bytes]], font: bytes = TIMES) -> bytes:
+    """A PDF whose page i shows each text-showing operand of ``pages[i]`` (a ``(...) Tj`` or
+    ``[...] TJ``, as written) on a line of its own, in ``font``."""
+    count = len(pages)
+    kids = b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(count))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % count,
+        font,
+    ]
+    for i, shows in enumerate(pages):
+        content = b"BT /F1 11 Tf 14 TL 56 780 Td " + b" T* ".join(shows) + b" ET"
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] "
+            b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (5 + 2 * i)
+        )
+        objects.append(stream(content))
+    return write_pdf(objects)

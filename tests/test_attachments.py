@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -40,7 +41,16 @@ from storage.values import RunStatus, ThreadKey
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.languages import english_sentences
-from tests.pdfs import REPORT_FACTS, encrypted_pdf, make_docx, report_pdf
+from tests.pdfs import (
+    REPORT_FACTS,
+    RUSSIAN,
+    THAI,
+    encrypted_pdf,
+    legacy_pdf,
+    make_docx,
+    report_pdf,
+    tlwg,
+)
 
 FAST = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
 NOTES = """# Heat pump field trial, winter 2025
@@ -416,3 +426,93 @@ async def test_replies_about_files_show_their_names_inert(world: Chat) -> None:
         assert "evil.example" not in answer and "<!channel>" not in answer
         assert "<@U999>" not in answer
     assert "reply to (quote) the file" in answers[2]
+
+
+# --- text and PDFs in legacy encodings (issue 51, item 7) ---------------------------------------
+
+#: Notes saved as "ANSI" by Windows in a Russian, Simplified-Chinese, Japanese, Korean and
+#: Traditional-Chinese locale: code pages 1251, 936 (GBK, which GB18030 extends), 932
+#: (Shift-JIS), 949 (EUC-KR) and 950 (Big5), Microsoft's "Code Page Identifiers".
+LEGACY_NOTES = {
+    "cp1251": (
+        "тепловые насосы зимой",
+        "Полевые испытания тепловых насосов зимой 2025 года.\n"
+        "Средний сезонный коэффициент преобразования тепловых насосов составил 3,1.",
+    ),
+    "gb18030": (
+        "热泵的冬季性能",
+        "热泵冬季现场试验报告。\n热泵在零下二十度时仍能保持较高的能效比，季节性能系数平均为三点一。",
+    ),
+    "shift_jis": (
+        "ヒートポンプの冬季性能",
+        "ヒートポンプの冬季試験の報告。\nヒートポンプは零下二十度でも高い効率を保ち、季節性能係数は平均三点一だった。",
+    ),
+    "euc_kr": (
+        "히트 펌프 겨울철 성능",
+        "히트 펌프 겨울철 현장 시험 보고서.\n"
+        "히트 펌프는 영하 이십 도에서도 높은 효율을 유지했습니다.",
+    ),
+    "big5": (
+        "熱泵的冬季性能",
+        "熱泵冬季現場試驗報告。\n熱泵在零下二十度時仍能保持較高的能效比，季節性能係數平均為三點一。",
+    ),
+}
+
+
+@pytest.mark.parametrize("encoding", list(LEGACY_NOTES))
+async def test_a_text_file_in_a_legacy_encoding_is_read_as_its_words(
+    world: Chat, encoding: str
+) -> None:
+    """A .txt saved in the locale's code page (Notepad's "ANSI"; Notepad++ #4878 shows how
+    often such a file is taken for another encoding) is decoded by charset-normalizer: its
+    words reach the writer, not U+FFFD or a refusal."""
+    topic, text = LEGACY_NOTES[encoding]
+    data = text.encode(encoding)
+    with pytest.raises(UnicodeDecodeError):
+        data.decode("utf-8")  # (what the file was taken for before)
+    world.chat.files["F-notes"] = data
+    attachment = notes_file(name="notes.txt", mime="text/plain", size=len(data))
+    await world.chat.say(world.commands, f"/research {topic} depth=1", attachments=[attachment])
+    (run,) = await world.delivered()
+    assert run.attachments_read == 1, run.notes
+    prompt = world.writer_prompt()
+    assert text.splitlines()[1] in prompt and "\ufffd" not in prompt
+
+
+async def test_a_binary_file_called_text_is_still_refused(world: Chat) -> None:
+    """Bytes that are no text in any encoding (random bytes named .txt): one note, no source."""
+    import random
+
+    world.chat.files["F-notes"] = random.Random(7).randbytes(4000)
+    attachment = notes_file(name="notes.txt", mime="text/plain", size=4000)
+    await world.chat.say(world.commands, "/research heat pumps depth=1", attachments=[attachment])
+    (run,) = await world.delivered()
+    assert run.attachments_read == 0
+    assert 'The attached file "notes.txt" was not read: its text could not be decoded.' in (
+        run.notes
+    )
+
+
+@pytest.mark.parametrize(
+    ("lines", "codes", "truetype", "topic"),
+    [
+        (RUSSIAN, lambda line: line.encode("cp1251"), False, "коэффициент преобразования"),
+        (THAI, tlwg, True, "คอมเพรสเซอร์ทำงาน"),
+    ],
+    ids=["russian", "thai"],
+)
+async def test_a_legacy_tex_pdf_is_ranked_against_the_question_in_its_language(
+    world: Chat, lines: list[str], codes: Any, truetype: bool, topic: str
+) -> None:
+    """A PDF in a legacy 8-bit font (the Russian and Thai lshort's shapes, tests/pdfs.py's
+    legacy_pdf) attached to a research in Russian (Thai): its decoded passages are ranked
+    against the question and given to the writer, no Latin-1 mojibake."""
+    pdf = legacy_pdf([[codes(line) for line in lines]], truetype=truetype)
+    world.chat.files["F-notes"] = pdf
+    attachment = notes_file(name="lshort.pdf", mime="application/pdf", size=len(pdf))
+    await world.chat.say(world.commands, f"/research {topic} depth=1", attachments=[attachment])
+    (run,) = await world.delivered()
+    assert run.attachments_read == 1, run.notes
+    prompt = world.writer_prompt()
+    assert lines[2] in prompt or lines[3] in prompt
+    assert not any("\u00c0" <= c <= "\u00ff" for c in prompt.split("From the file:", 1)[1])

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from starlette.routing import Route
 
 from core.attachments import file_title
 from core.documents import DocumentExtractor, DocumentUnreadable
+from core.documents.accents import joined_accents
 from core.documents.decode import undecodable
 from core.documents.matter import without_running_lines
 from core.models import AttachedFile
@@ -31,7 +33,17 @@ from core.research.report import NumberedSource, writer_source_blocks
 from tests.cli import fathom
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.server import BackgroundServer
-from tests.pdfs import cjk_pdf, garbled_pdf, make_pdf
+from tests.pdfs import (
+    RUSSIAN,
+    THAI,
+    cjk_pdf,
+    garbled_pdf,
+    legacy_pdf,
+    make_pdf,
+    shown_pdf,
+    tlwg,
+    wrap,
+)
 
 HEAT_PUMPS = ["热泵在严寒地区的冬季性能：", "零下二十度时仍能保持较高的能效比。"]
 
@@ -319,3 +331,204 @@ async def test_an_html_file_is_titled_by_its_title(extractor: DocumentExtractor)
     )
     untitled = file.model_copy(update={"title": None})
     assert file_title(untitled) == "install.html (attached by Ana)"
+
+
+# --- legacy 8-bit fonts (issue 51, item 7) ------------------------------------------------------
+
+
+def pdfium_text(pdf: bytes) -> str:
+    """What PDFium itself returns for the first page (before Fathom's reading of it)."""
+    import pypdfium2 as pdfium
+
+    document = pdfium.PdfDocument(pdf)
+    try:
+        return str(document[0].get_textpage().get_text_range())
+    finally:
+        document.close()
+
+
+async def test_cyrillic_in_a_cp1251_tex_font_is_read_as_russian(
+    extractor: DocumentExtractor,
+) -> None:
+    """The Russian lshort (lshortru.pdf in Debian's texlive-lang-cyrillic, pdfTeX-0.14h) sets
+    its Cyrillic in Type 3 bitmap fonts whose codes are CP1251 and whose glyphs are named
+    /a192.../a255, with no ToUnicode: PDFium gives "Áëàãîäàðíîñòè" for "Благодарности"."""
+    pdf = legacy_pdf([[line.encode("cp1251") for line in RUSSIAN]])
+    assert "Áëàãîäàðíîñòè àâòîðàì" in pdfium_text(pdf)
+    document = await extractor.extract(pdf, "pdf")
+    assert document.text == "\n".join(RUSSIAN)
+
+
+async def test_cyrillic_in_a_koi8_r_font_is_read_as_russian(extractor: DocumentExtractor) -> None:
+    """The same font shape with KOI8-R codes (RFC 1489, the Cyrillic of Unix systems that
+    legacy fonts were made for; issue 51 names it): every code is a Cyrillic letter in CP1251
+    too, so only the letters' frequencies (charset-normalizer's) tell which it was."""
+    pdf = legacy_pdf([[line.encode("koi8_r") for line in RUSSIAN]])
+    assert "âÌÁÇÏÄÁÒÎÏÓÔÉ" in pdfium_text(pdf)
+    document = await extractor.extract(pdf, "pdf")
+    assert document.text == "\n".join(RUSSIAN)
+
+
+async def test_thai_in_a_tis_620_tex_font_is_read_as_thai(extractor: DocumentExtractor) -> None:
+    """The Thai lshort (lsh132.pdf in texlive-lang-other, pdfTeX-0.14f) sets Thai in TLWG's
+    Norasi, a TrueType font with TIS-620 codes, glyphs named /ThaiCharacter..., no ToUnicode,
+    and tone marks over upper vowels at 0x8B-0x8F: PDFium gives "ºÑ¡" for "บัก" and C1
+    controls for the raised marks ("·Õ\\x8b" for "ที่")."""
+    pdf = legacy_pdf([[tlwg(line) for line in THAI]], truetype=True)
+    raw = pdfium_text(pdf)
+    assert "¼Å¡ÒÃ·´ÅÍ§" in raw and "·Õ\x8b" in raw
+    document = await extractor.extract(pdf, "pdf")
+    assert document.text == "\n".join(THAI)
+
+
+LATIN_1 = {
+    "French": "Les pompes à chaleur ont fonctionné tout l'hiver ; élèves et maîtres "
+    "d'ouvrage ont noté une efficacité étonnante même à moins vingt degrés.",
+    "German": "Die Wärmepumpen liefen den ganzen Winter über; Prüfer und Hausbesitzer "
+    "bestätigten höhere Effizienz, außer während der Abtauzyklen bei Frost.",
+    "Spanish": "Las bombas de calor funcionaron todo el invierno en Logroño; los técnicos "
+    "señalaron una eficiencia notable aun con temperaturas bajo cero.",
+    "Portuguese": "As bombas de calor funcionaram durante todo o inverno; os técnicos "
+    "notaram eficiência acima do esperado, até em noites de geada intensa.",
+    "Icelandic": "Varmadælurnar gengu allan veturinn á Íslandi; þjónustuaðilar og "
+    "húseigendur sögðu að þær hefðu staðið sig vel í frosti og roki.",
+}
+
+
+@pytest.mark.parametrize("language", list(LATIN_1))
+async def test_latin_1_text_in_a_legacy_font_stays_as_it_is(
+    extractor: DocumentExtractor, language: str
+) -> None:
+    """A Latin-1 page in the same font shape (texlive-lang-french, -german, -spanish,
+    -portuguese and -european in Debian write such pages, their fonts' codes Latin-1) is
+    words of the Latin script already: it is never "decoded" into Cyrillic."""
+    text = LATIN_1[language]
+    lines = wrap(text, 60)
+    pdf = legacy_pdf([[line.encode("latin-1") for line in lines]])
+    document = await extractor.extract(pdf, "pdf")
+    assert document.text == "\n".join(lines)
+
+
+async def test_a_legacy_font_no_encoding_makes_words_of_is_skipped(
+    extractor: DocumentExtractor,
+) -> None:
+    """Armenian set by ArmTeX in an ArmSCII-8 font (armscii8.def in texlive-lang-european:
+    code 178 is Ayb): no legacy encoding tried gives words of one script (ISO-8859-5 gives
+    Cyrillic letters, "аГлГыяГнЧ", cased as no word is), so the page is no source."""
+    armenian = "Հայաստանի Հանրապետության Սահմանադրությունը ընդունվել է հանրաքվեով"
+
+    def armscii_8(text: str) -> bytes:
+        out = bytearray()
+        for char in text:
+            if "Ա" <= char <= "Ֆ":
+                out.append(0xB2 + 2 * (ord(char) - ord("Ա")))
+            elif "ա" <= char <= "ֆ":
+                out.append(0xB3 + 2 * (ord(char) - ord("ա")))
+            else:
+                out += char.encode("ascii")
+        return bytes(out)
+
+    pdf = legacy_pdf([[armscii_8(armenian)] * 4])
+    with pytest.raises(DocumentUnreadable) as unreadable:
+        await extractor.extract(pdf, "pdf")
+    assert str(unreadable.value.reason) == "its text could not be decoded"
+
+
+@pytest.mark.parametrize(
+    ("lines", "encode", "truetype", "query"),
+    [
+        (RUSSIAN, lambda line: line.encode("cp1251"), False, "сезонный коэффициент компрессор"),
+        (THAI, tlwg, True, "คอมเพรสเซอร์ ช่างติดตั้ง"),
+    ],
+    ids=["russian", "thai"],
+)
+async def test_a_long_legacy_pdf_is_read_where_it_answers_the_question(
+    lines: list[str], encode: Any, truetype: bool, query: str
+) -> None:
+    """Pages are ranked on their decoded words: a Russian (Thai) question finds page 45 of 60
+    of a manual in a legacy font, whose other pages are about something else."""
+    filler = lines[:2]
+    pages = [[encode(line) for line in filler] for _ in range(60)]
+    pages[44] = [encode(line) for line in lines]
+    async with DocumentExtractor(max_pages=5, timeout=30.0) as documents:
+        document = await documents.extract(legacy_pdf(pages, truetype=truetype), "pdf", query)
+    assert 45 in document.pages and len(document.pages) == 5
+    assert lines[3] in document.text
+
+
+# --- TeX's accents and running lines with page numbers (issue 51, item 7) ----------------------
+
+
+async def test_accents_set_apart_from_their_letters_are_joined(
+    extractor: DocumentExtractor,
+) -> None:
+    """TeX's OT1 fonts have no accented letters: "Universität" is set as a diaeresis, a kern
+    back and an "a" (PDFium: "Universit¨at"); producers that set the accent after its letter
+    give "Universita¨t" and "e´te´" (the shapes issue 51 quotes from pdftotext and PDFium)."""
+    pdf = shown_pdf(
+        [
+            [
+                b"[(Universit\250) 333 (at Hamburg, Vogt-K\250) 333 (olln-Stra\337e 30)] TJ",
+                b"[(Universita) 389 (\250) -56 (t Hamburg)] TJ",
+                b"[(Un e) 389 (\264) -56 (te) 389 (\264) -56 ( chaud \340 Caf\351.)] TJ",
+            ]
+        ]
+    )
+    assert pdfium_text(pdf).splitlines()[:2] == [
+        "Universit¨at Hamburg, Vogt-K¨olln-Straße 30",
+        "Universita¨t Hamburg",
+    ]
+    document = await extractor.extract(pdf, "pdf")
+    assert document.text.splitlines() == [
+        "Universität Hamburg, Vogt-Kölln-Straße 30",
+        "Universität Hamburg",
+        "Un été chaud à Café.",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("pdfium", "read"),
+    [
+        ("k¨onnen erg¨anzt", "können ergänzt"),  # gerdoc.pdf (texlive-lang-german)
+        ("r´ef´erence du syst`eme `a", "référence du système à"),  # latex2e-fr.pdf (-french)
+        ("Gu´ıa de instalaci´on, ´Indice", "Guía de instalación, Índice"),  # texlive-es.pdf
+        ("Introdu¸c˜ao, apresenta¸c˜oes", "Introdução, apresentações"),  # xypic-tutorial.pdf
+        ("franc¸aise", "française"),  # visualFAQ-fr.pdf: the cedilla after its letter
+        ("nyelv˝u, DEZSO˝", "nyelvű, DEZSŐ"),  # huhyphn.pdf (texlive-lang-european)
+        ("Imi˛e, umiej˛etnosci", "Imię, umiejętnosci"),  # cv_template_pl.pdf (-polish)
+        ("Priekšv¯ards", "Priekšvārds"),  # latvian.pdf (texlive-lang-european)
+        ("Thê´ Giới", "Thế Giới"),  # texlive-es.pdf: a Vietnamese name
+        ("e´te´ Universita¨t", "été Universität"),  # after their letters (issue 51)
+        ("`ls -l` and ``quoted''", "`ls -l` and ``quoted''"),  # backquotes of code stay
+        ("don´t, it´s", "don´t, it´s"),  # an acute typed for an apostrophe stays
+        ("f´(x) = 2x¯", "f´(x) = 2x¯"),  # no letter takes these
+    ],
+)
+def test_accents_as_real_pdfs_give_them(pdfium: str, read: str) -> None:
+    """Text as PDFium gives it from Debian's texlive-lang-* documentation (each case names its
+    file)."""
+    assert joined_accents(pdfium) == read
+
+
+async def test_a_running_header_with_a_page_number_is_dropped_on_either_side(
+    extractor: DocumentExtractor,
+) -> None:
+    """gnuplot.pdf (Debian's gnuplot-doc 5.4.4), as PDFium reads it: odd pages begin
+    "gnuplot 5.4 41", even ones "42 gnuplot 5.4", so neither form is on half the pages; read
+    for a question, four such pages kept the header in every passage."""
+    topics = ["Valid", "Unary operators", "Binary operators", "Summation", "Gnuplot variables"]
+    pages = [
+        [
+            f"gnuplot 5.4 {n}" if n % 2 else f"{n} gnuplot 5.4",
+            f"{topic}: how gnuplot evaluates an expression of this kind.",
+            "The result may be used in a plot command or assigned to a variable.",
+        ]
+        for n, topic in enumerate(topics, 41)
+    ]
+    document = await extractor.extract(make_pdf(pages), "pdf")
+    assert "gnuplot 5.4" not in document.text
+    assert document.text.count("how gnuplot evaluates an expression") == 5
+    assert without_running_lines(["41 gnuplot 5.4\nA.", "gnuplot 5.4 42\nB."]) == [
+        "41 gnuplot 5.4\nA.",
+        "gnuplot 5.4 42\nB.",
+    ]  # (two pages are not enough to call a line running)

@@ -83,9 +83,10 @@ def without_matter(pages: Sequence[str]) -> list[str]:
 
 
 def without_running_lines(pages: Sequence[str]) -> list[str]:
-    """``pages`` without their running headers and footers: a line that, its digits aside,
-    is in the same place (one of the first or last ``_EDGE_LINES`` non-empty lines) on at
-    least half of the pages (and three). A page that is only such lines is kept as it is."""
+    """``pages`` without their running headers and footers: a line that, its digits and the
+    order of its words aside, is in the same place (one of the first or last ``_EDGE_LINES``
+    non-empty lines) on at least half of the pages (and three). A page that is only such lines
+    is kept as it is."""
     if len(pages) < 3:
         return list(pages)
     split = [page.splitlines() for page in pages]
@@ -114,8 +115,9 @@ def _edges(lines: Sequence[str]) -> list[tuple[int, int]]:
 
 
 def _running_key(line: str) -> str:
-    """A line as running lines repeat: its digits (page numbers) and spacing aside."""
-    return " ".join(re.sub(r"\d+", "#", line).split()).casefold()
+    """A line as running lines repeat: its digits (page numbers), spacing and the order of its
+    words aside (a book's even pages carry "42 gnuplot 5.4", its odd ones "gnuplot 5.4 43")."""
+    return " ".join(sorted(re.sub(r"\d+", "#", line).casefold().split()))
 
 
 def _contents_entry(line: str) -> bool:

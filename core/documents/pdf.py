@@ -14,7 +14,9 @@ import re
 import time
 from typing import Any
 
+from core.documents.accents import joined_accents
 from core.documents.decode import undecodable
+from core.documents.legacy import is_mojibake, redecoded
 from core.documents.matter import without_matter, without_running_lines
 from core.documents.result import (
     DAMAGED,
@@ -100,23 +102,36 @@ def read_pdf(
 
 
 class _Texts:
-    """The tidied text of a document's pages, each extracted once (None: it failed)."""
+    """The tidied text of a document's pages, each extracted once (None: it failed): a legacy
+    font's 8-bit codes decoded again (``core.documents.legacy``; a page none of whose encodings
+    gives words is left as it is, for :func:`undecodable` to judge), TeX's accents joined to
+    their letters (``core.documents.accents``)."""
 
     def __init__(self, document: Any) -> None:
         self._document = document
         self._texts: dict[int, str | None] = {}
         self.failed = 0
+        #: The legacy encoding the document's pages were found in so far (tried first).
+        self._legacy: str | None = None
 
     def get(self, number: int) -> str | None:
         if number not in self._texts:
             try:
-                self._texts[number] = _tidy(_page_text(self._document, number))
+                self._texts[number] = self._readable(_tidy(_page_text(self._document, number)))
             except MemoryError:
                 raise
             except Exception:
                 self._texts[number] = None
                 self.failed += 1
         return self._texts[number]
+
+    def _readable(self, text: str) -> str:
+        if is_mojibake(text):
+            decoded = redecoded(text, self._legacy)
+            if decoded is None:
+                return text
+            text, self._legacy = decoded
+        return joined_accents(text)
 
 
 def _relevant(texts: _Texts, total: int, count: int, query: str, until: float) -> list[int]:
