@@ -346,8 +346,9 @@ async def test_a_chinese_run_notes_a_failed_search_in_chinese(harness: Harness) 
     assert outcome.status is RunStatus.SUCCEEDED
     failed_topic = outcome.topics[1]
     notes = notes_of(outcome)
-    assert f"搜索“{failed_topic}”失败：searxng：HTTP 500（尝试 3 次）。" in notes, notes
-    assert english_sentences(notes, *outcome.topics) == []
+    said = "Internal Server Error"  # (SearXNG's error page's title: the server's own words)
+    assert f"搜索“{failed_topic}”失败：searxng：HTTP 500 {said}（尝试 3 次）。" in notes, notes
+    assert english_sentences(notes, *outcome.topics, said) == []
     assert "2/3th search executed. （本次搜索失败，继续）" in progress.texts, progress.texts
 
 

@@ -124,7 +124,7 @@ async def test_searxng_gives_up_after_three_attempts(
     searx.fake.fail_next(10, 503)
     with pytest.raises(SearchError) as info:
         await searxng(client, searx.url).search("down")
-    assert str(info.value) == "searxng: HTTP 503 after 3 attempts"
+    assert str(info.value) == "searxng: HTTP 503 Service Unavailable after 3 attempts"
     assert len(searx.fake.queries) == 3
 
 
@@ -132,7 +132,7 @@ async def test_client_errors_fail_without_retry(
     client: httpx.AsyncClient, searx: FakeSearchServer
 ) -> None:
     searx.fake.fail_next(10, 404)
-    with pytest.raises(SearchError, match=r"^searxng: HTTP 404$"):
+    with pytest.raises(SearchError, match=r"^searxng: HTTP 404 Not Found$"):
         await searxng(client, searx.url).search("missing")
     assert len(searx.fake.queries) == 1
 
@@ -145,12 +145,12 @@ async def test_empty_results_are_an_empty_list(
 
 
 async def test_malformed_json_is_a_search_error(client: httpx.AsyncClient) -> None:
-    async def html(request: Request) -> PlainTextResponse:
-        return PlainTextResponse("<html>not json</html>")
+    async def mangled(request: Request) -> PlainTextResponse:
+        return PlainTextResponse('{"results": [{"title": "A", "url"', media_type="application/json")
 
-    app = Starlette(routes=[Route("/search", html)])
+    app = Starlette(routes=[Route("/search", mangled)])
     with BackgroundServer(app) as server:
-        with pytest.raises(SearchError, match="searxng: malformed JSON"):
+        with pytest.raises(SearchError, match=r"^searxng: malformed JSON in response$"):
             await searxng(client, server.url).search("q")
 
 
@@ -199,7 +199,9 @@ async def test_tavily_bad_key_fails_at_once(
     provider = TavilyProvider(client, api_key="wrong", base_url=tavily.url, base_delay=FAST)
     with pytest.raises(SearchError) as info:
         await provider.search("q")
-    assert str(info.value) == "tavily: HTTP 401 (check the API key)"
+    assert str(info.value) == (
+        'tavily: HTTP 401 "Unauthorized: missing or invalid API key." (check the API key)'
+    )
     assert "wrong" not in str(info.value)
 
 

@@ -8,6 +8,7 @@ from core.dates import parse_published
 from core.models import SearchResult
 from core.search.base import normalise_results
 from core.search.http import HttpSearchProvider, expect_items
+from core.search.query import QueryLimit
 
 BRAVE_MAX_COUNT = 20  # the API rejects larger page sizes
 
@@ -18,8 +19,11 @@ class BraveProvider(HttpSearchProvider):
 
     name = "brave"
     default_base_url = "https://api.search.brave.com/res/v1"
+    url_setting = "BRAVE_BASE_URL"
+    # Brave's Web Search API reference, ``q``: "Maximum of 400 characters and 50 words".
+    query_limit = QueryLimit(400, 50)
 
-    async def search(self, query: str) -> list[SearchResult]:
+    async def _search(self, query: str) -> list[SearchResult]:
         data = await self._get_json(
             "GET",
             "/web/search",

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 from core.models import SearchResult
 from core.reasons import Reason
 from core.search.base import SearchError, normalise_results
-from core.search.http import TIMED_OUT
+from core.search.failure import TIMED_OUT
+from core.search.query import QueryLimit
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,9 @@ class DdgsProvider:
     results carry no date; a ``date``, as ddgs's news results have, is read when present)."""
 
     name = "ddgs"
+    #: The engines ddgs asks take 400 characters at most (Brave's documented limit; DuckDuckGo
+    #: cuts a query at 500, duckduckgo/duckduckgo#86): a longer query is shortened first.
+    query_limit = QueryLimit(400)
 
     def __init__(
         self,
@@ -66,6 +70,7 @@ class DdgsProvider:
         return self._factory().text(query, max_results=self.max_results)
 
     async def search(self, query: str) -> list[SearchResult]:
+        query = self.query_limit.fit(query, self.name)
         try:
             # ddgs enforces its own timeout; the outer one only guards against a wedged thread.
             # (asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a

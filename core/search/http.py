@@ -2,7 +2,9 @@
 
 Search APIs fail transiently (rate limits, overloaded instances, flaky networks);
 a couple of quick retries turn most of those into answers, while errors that
-will not go away (bad key, bad request) fail at once so the run can move on.
+will not go away (bad key, bad request, a login or a bot challenge in front of the
+service) fail at once so the run can move on. What a failure says is judged in
+:mod:`core.search.failure`, the same for every provider.
 """
 
 from __future__ import annotations
@@ -16,24 +18,23 @@ import httpx
 from core.models import SearchResult
 from core.reasons import Reason
 from core.search.base import SearchError
+from core.search.failure import (
+    CHECK_KEY,
+    TIMED_OUT,
+    Failure,
+    response_failure,
+    transport_failure,
+    unreadable_answer,
+)
+from core.search.query import QueryLimit
 from core.timer import MONOTONIC, Timer
+
+__all__ = ["CHECK_KEY", "TIMED_OUT", "HttpSearchProvider", "request_json"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_ATTEMPTS = 3
 MAX_RETRY_AFTER = 10.0
-TIMED_OUT = Reason("timed out", "超时")
-#: What a 401 or 403 answer means unless the provider says otherwise.
-CHECK_KEY = Reason("check the API key", "请检查 API 密钥")
-
-
-def _retry_after(response: httpx.Response, default: float, cap: float) -> float:
-    """Seconds from a numeric ``Retry-After`` header, capped; else the backoff delay."""
-    try:
-        seconds = float(response.headers.get("retry-after", ""))
-    except ValueError:
-        return default
-    return min(max(seconds, 0.0), cap)
 
 
 async def request_json(
@@ -51,58 +52,48 @@ async def request_json(
     max_retry_after: float = MAX_RETRY_AFTER,
     timer: Timer = MONOTONIC,
     hints: Mapping[int, Reason] | None = None,
+    url_setting: str = "the provider's URL",
 ) -> Any:
     """Send the request and return its decoded JSON body, or raise SearchError.
 
-    Retries connect errors, timeouts, 429 and 5xx with exponential backoff
-    (``base_delay``, then double, slept on ``timer``); any other 4xx or undecodable JSON
-    fails at once, with the provider's ``hints`` for that status (what to check) if any.
+    Retries what may pass (connection failures, timeouts, answers cut off, 429 and 5xx) with
+    exponential backoff (``base_delay``, then double, slept on ``timer``; a 429's
+    ``Retry-After`` instead); anything else fails at once, with what to check (the provider's
+    ``hints`` for a status; ``url_setting`` names the setting that holds its URL).
     """
-    problem = Reason("no attempt made", "未尝试")
+    failure = Failure(Reason("no attempt made", "未尝试"))
     for attempt in range(1, attempts + 1):
         delay = base_delay * 2 ** (attempt - 1)
         try:
             response = await client.request(
                 method, url, params=params, json=json_body, headers=headers, timeout=request_timeout
             )
-        except httpx.TimeoutException:
-            problem = TIMED_OUT
-        except httpx.TransportError as exc:
-            name = type(exc).__name__
-            problem = Reason(f"connection failed ({name})", f"连接失败（{name}）")
+        except httpx.RequestError as exc:  # (no answer, a redirect loop, a body not decoded)
+            failure = transport_failure(exc)
         else:
-            status = response.status_code
-            if status == 429 or status >= 500:
-                problem = Reason.verbatim(f"HTTP {status}")
-                if status == 429:
-                    delay = _retry_after(response, delay, max_retry_after)
-            elif status >= 400:
-                hint = (hints or {}).get(status)
-                if hint is None:
-                    hint = CHECK_KEY if status in (401, 403) else None
-                shown = Reason.verbatim(f"HTTP {status}")
-                if hint is not None:
-                    shown = Reason(f"{shown.en} ({hint.en})", f"{shown.zh}（{hint.zh}）")
-                raise SearchError(shown.prefixed(provider))
-            else:
+            judged = response_failure(
+                response, hints=hints or {}, url_setting=url_setting, max_wait=max_retry_after
+            )
+            if judged is None:
                 try:
                     return response.json()
                 except ValueError:
-                    raise SearchError(
-                        Reason("malformed JSON in response", "响应中的 JSON 格式错误").prefixed(
-                            provider
-                        )
-                    ) from None
+                    judged = unreadable_answer(response, url_setting)
+            failure = judged
+        if not failure.retry:
+            raise SearchError(failure.reason.prefixed(provider))
         if attempt < attempts:
+            wait = failure.wait if failure.wait is not None else delay
             logger.warning(
                 "%s: %s (attempt %d/%d), retrying in %.2fs",
                 provider,
-                problem,
+                failure.reason,
                 attempt,
                 attempts,
-                delay,
+                wait,
             )
-            await timer.sleep(delay)
+            await timer.sleep(wait)
+    problem = failure.reason
     raise SearchError(
         Reason(
             f"{problem.en} after {attempts} attempts", f"{problem.zh}（尝试 {attempts} 次）"
@@ -142,6 +133,10 @@ class HttpSearchProvider:
     default_base_url: str | None = None
     #: What to check when the provider answers a status that will not go away.
     status_hints: ClassVar[Mapping[int, Reason]] = {}
+    #: The setting that holds the provider's URL (named in what to check).
+    url_setting: ClassVar[str] = "the provider's URL"
+    #: The longest query the provider accepts; a longer one is shortened before it is sent.
+    query_limit: ClassVar[QueryLimit] = QueryLimit(400)
 
     def __init__(
         self,
@@ -166,6 +161,11 @@ class HttpSearchProvider:
         self._timer = timer
 
     async def search(self, query: str) -> list[SearchResult]:
+        """Results for ``query``, shortened first to what the provider accepts."""
+        return await self._search(self.query_limit.fit(query, self.name))
+
+    async def _search(self, query: str) -> list[SearchResult]:
+        """Results for a query within the provider's limit (each provider's request)."""
         raise NotImplementedError
 
     async def _get_json(
@@ -189,5 +189,6 @@ class HttpSearchProvider:
             base_delay=self._base_delay,
             timer=self._timer,
             hints=self.status_hints,
+            url_setting=self.url_setting,
         )
         return expect_dict(data, self.name)

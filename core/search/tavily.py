@@ -9,6 +9,7 @@ from core.models import SearchResult
 from core.reasons import Reason
 from core.search.base import normalise_results
 from core.search.http import HttpSearchProvider, expect_items
+from core.search.query import QueryLimit
 
 
 class TavilyProvider(HttpSearchProvider):
@@ -17,6 +18,10 @@ class TavilyProvider(HttpSearchProvider):
 
     name = "tavily"
     default_base_url = "https://api.tavily.com"
+    url_setting = "TAVILY_BASE_URL"
+    # docs.tavily.com, "Best practices for search": a query over 400 characters is refused
+    # with 400 {"detail": {"error": "Query is too long. Max query length is 400 characters."}}
+    query_limit = QueryLimit(400)
     # docs.tavily.com, "Errors": 432 the plan's or the key's limit, 433 the pay-as-you-go limit
     status_hints: ClassVar[Mapping[int, Reason]] = {
         432: Reason(
@@ -29,7 +34,7 @@ class TavilyProvider(HttpSearchProvider):
         ),
     }
 
-    async def search(self, query: str) -> list[SearchResult]:
+    async def _search(self, query: str) -> list[SearchResult]:
         data = await self._get_json(
             "POST",
             "/search",

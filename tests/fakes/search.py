@@ -1,5 +1,6 @@
 """A fake SearXNG JSON API with deterministic results, failure injection and query recording,
-and the result pages themselves.
+and the result pages themselves. An injected failure answers Werkzeug's error page, as SearXNG
+(a Flask app) does.
 
 Results point at pages this server serves (``/pages/<slug>/<i>``, under the address the search
 was asked at), so a run that reads its result pages reads them here: an article about the query
@@ -21,6 +22,7 @@ import asyncio
 import contextlib
 import hashlib
 import html
+import http
 import re
 import threading
 from dataclasses import dataclass
@@ -255,8 +257,19 @@ def article(query: str, number: int) -> str:
 </body></html>"""
 
 
+def werkzeug_error(status: int) -> Response:
+    """The error page SearXNG answers a failure with: it is a Flask app, and Werkzeug's
+    ``HTTPException.get_body`` writes this page (``<title>500 Internal Server Error</title>``)."""
+    phrase = http.HTTPStatus(status).phrase
+    body = (
+        f"<!doctype html>\n<html lang=en>\n<title>{status} {phrase}</title>\n"
+        f"<h1>{phrase}</h1>\n<p>The server could not complete the request.</p>\n"
+    )
+    return Response(body, status, media_type="text/html; charset=utf-8")
+
+
 def build_search_app(fake: FakeSearch) -> Starlette:
-    async def search(request: Request) -> JSONResponse:
+    async def search(request: Request) -> Response:
         query = request.query_params.get("q", "")
         if request.query_params.get("format") != "json":
             return JSONResponse({"error": "format must be json"}, 400)
@@ -288,7 +301,7 @@ def build_search_app(fake: FakeSearch) -> Starlette:
         if prepared is not None:
             await prepared
         if status is not None:
-            return JSONResponse({"error": f"fake failure {status}"}, status)
+            return werkzeug_error(status)
         results = fake.results(query, str(request.base_url))
         return JSONResponse({"query": query, "number_of_results": 0, "results": results})
 
