@@ -220,6 +220,31 @@ MUTANTS: tuple[Mutant, ...] = (
         "slack:T1 also opens it to workspace T10",
     ),
     Mutant(
+        name="statement-tools",
+        file="core/knowledge/tools.py",
+        old="        execution = executes(candidate)\n",
+        new="        execution = None\n",
+        tests=(
+            "tests/test_mcp_real.py::test_a_duckdb_query_tool_is_never_chosen_by_itself",
+            "tests/test_mcp_real.py::test_mcp_alchemy_offers_no_tool_that_searches",
+        ),
+        breaks="an MCP tool that runs SQL (mcp-server-duckdb's query(query)) is chosen by "
+        "itself and runs the planner's text",
+    ),
+    Mutant(
+        name="statement-writes",
+        file="core/knowledge/statements.py",
+        old="    if written:\n",
+        new="    if written and False:\n",
+        tests=(
+            "tests/test_mcp_real.py::test_with_read_only_a_named_tool_gets_reads_and_never_a_write",
+            "tests/test_team_knowledge.py"
+            "::test_a_planner_written_delete_never_reaches_the_teams_database",
+        ),
+        breaks="a planner-written DELETE reaches a statement tool allowed with "
+        '"statements": "read-only"',
+    ),
+    Mutant(
         name="inert-text",
         file="core/untrusted.py",
         old="    return _BROADCAST_WORD.sub(lambda m: _AT + m.group(1), text)\n",

@@ -234,6 +234,16 @@ def internal_failed_words(language: Language, source: str, topic: str, reason: R
     )
 
 
+def nothing_found_words(language: Language, source: str, topic: str, reason: Reason) -> str:
+    """A note: a source found nothing for ``topic`` and said why that may be (``reason``
+    holds its own words: "... could be due to bot detection ...")."""
+    return pick(
+        language,
+        f'The source {source} found nothing for "{topic}" and said: {reason}',
+        f"来源 {source} 没有找到“{topic}”的结果，它说：{reason.zh}",
+    )
+
+
 def internal_given_up_words(
     language: Language, source: str, topic: str, reason: Reason, *, count: int, timed_out: bool
 ) -> str:

@@ -271,7 +271,8 @@ def test_structured_results_are_read_and_their_text_rendering_is_not_read_again(
             "snippet": "Pump 4 history.",
             "date": "2026-01-02",
         },
-        {"nothing": "here"},
+        {"owner": "Ops", "step": "Drain the tank first."},  # a row: its columns
+        {"nested": {"only": "objects"}},  # no column to read
         "not an object",
     ]
     result = CallToolResult(
@@ -282,9 +283,11 @@ def test_structured_results_are_read_and_their_text_rendering_is_not_read_again(
     assert [(r.title, r.url, r.server) for r in out] == [
         ("Runbook", "https://wiki.example/rb", "wiki"),
         ("Old notes", "notes://7", "wiki"),
+        ("wiki", "", "wiki"),
     ]
     assert out[1].published == "2026-01-02"
     assert out[0].passages == ["Restart the pump."]
+    assert out[2].snippet == "owner: Ops; step: Drain the tank first."
 
 
 def test_the_one_array_of_the_output_schema_holds_the_results() -> None:

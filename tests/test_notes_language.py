@@ -99,6 +99,9 @@ SAMPLES: dict[str, Callable[[], str]] = {
     "internal_failed_words": lambda: note_words.internal_failed_words(
         "zh", "wiki", TOPIC, TIMED_OUT.prefixed("wiki")
     ),
+    "nothing_found_words": lambda: note_words.nothing_found_words(
+        "zh", "wiki", TOPIC, Reason.verbatim("没有找到结果，可能被限流了")
+    ),
     "internal_given_up_words": lambda: " ".join(
         note_words.internal_given_up_words(
             "zh", "wiki", TOPIC, SEARCH_FAILED, count=2, timed_out=timed_out

@@ -28,8 +28,11 @@ from storage.values import SourceChoice, ThreadKey
 from tests.databases import MigratedTemplates
 from tests.env import is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.fakes.llm import Reply
+from tests.test_mcp_real import RUNBOOKS, runbooks, team_database
 
 NOTES_SERVER = Path(__file__).parent / "fakes" / "notes_mcp.py"
+WORLD_SERVER = Path(__file__).parent / "fakes" / "world_mcp.py"
 ALLOWED = "slack:T0001:C0001"
 OTHER = "slack:T0001:C0002"
 
@@ -82,9 +85,15 @@ def open_team(
 
     @asynccontextmanager
     async def open_it(
-        channels: list[str], mode: str = "", mcp_timeout: str = "20"
+        channels: list[str],
+        mode: str = "",
+        mcp_timeout: str = "20",
+        servers: dict[str, Any] | None = None,
     ) -> AsyncIterator[Runtime]:
+        """``servers``: the ``mcpServers`` entries instead of the notes server."""
         config = write_config(tmp_path / "mcp.json", tmp_path / "calls.jsonl", channels, mode)
+        if servers is not None:
+            config.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
         settings = load_settings(
             _env_file=None,
             DATABASE_URL=database,
@@ -357,6 +366,83 @@ async def test_a_server_that_returns_hostile_text_leaves_it_inert(
     assert any(s.server == "notes" for s in outcome.sources)
     writer = json.dumps(llm_server.fake.requests_for("writer")[-1].body)
     assert "evil.example" not in writer and "<!channel>" not in writer
+
+
+# -- servers that run statements, and one that may be blocked (issue 51, item 1) ------------
+
+
+def world_server(tmp_path: Path, mode: str, **fathom_options: Any) -> dict[str, Any]:
+    """An ``mcpServers`` entry of tests/fakes/world_mcp.py in ``mode``, on tmp_path's team
+    database, recording its calls, for the channel :data:`ALLOWED`."""
+    return {
+        "command": sys.executable,
+        "args": [str(WORLD_SERVER)],
+        "env": {
+            "WORLD_MODE": mode,
+            "WORLD_CALLS": str(tmp_path / "calls.jsonl"),
+            "WORLD_DB": str(team_database(tmp_path)),
+        },
+        "fathom": {"channels": [ALLOWED], **fathom_options},
+    }
+
+
+async def test_a_planner_written_delete_never_reaches_the_teams_database(
+    open_team: OpenTeam, tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    """The run that emptied a team's table: mcp-alchemy's ``execute_query`` named by the
+    operator, the planner writing ``DELETE FROM runbooks WHERE title LIKE '%'`` as its next
+    topic (what a web page can make it write). With ``fathom.statements: "read-only"`` the
+    statement is never sent, the run writes its report from the web and says why the
+    database gave nothing; without the opt-in the server never starts."""
+    read = "SELECT title, steps FROM runbooks WHERE title LIKE '%Deploy%'"
+    delete = "DELETE FROM runbooks WHERE title LIKE '%'"
+    llm_server.fake.script(
+        "planner",
+        Reply(json.dumps({"nextSearchTopic": read, "shouldContinue": True})),
+        Reply(json.dumps({"nextSearchTopic": delete, "shouldContinue": True})),
+        Reply(json.dumps({"nextSearchTopic": "", "shouldContinue": False})),
+    )
+    servers = {
+        "db": world_server(tmp_path, "alchemy", tool="execute_query", statements="read-only")
+    }
+    async with open_team([ALLOWED], servers=servers) as runtime:
+        outcome = await research(runtime, f"{ALLOWED}:1900.1", topic="our deploy runbook", depth=3)
+        stored = await stored_results(runtime, f"{ALLOWED}:1900.1")
+    report = clean(outcome)
+    assert runbooks(tmp_path) == RUNBOOKS
+    assert [c["query"] for c in calls_of(tmp_path / "calls.jsonl")] == [read]
+    assert [s.kind for s in outcome.sources if s.server == "db"] == ["internal"]
+    (row,) = [r for r in stored if r["server"] == "db"]
+    assert "title: Deploy runbook" in row["snippet"] and "previous image tag" in row["snippet"]
+    assert f'The internal source "db" failed for "{delete}"' in report
+    assert "the query was not sent: it reads as a statement that is not a read (DELETE)" in report
+
+    llm_server.fake.script(
+        "planner", Reply(json.dumps({"nextSearchTopic": delete, "shouldContinue": True}))
+    )
+    servers = {"db": world_server(tmp_path, "alchemy", tool="execute_query")}
+    async with open_team([ALLOWED], servers=servers) as runtime:
+        outcome = await research(runtime, f"{ALLOWED}:1900.2", topic="our deploy runbook")
+        assert runtime.knowledge is not None
+        (status,) = runtime.knowledge.status()
+    clean(outcome)
+    assert status.state == "down" and "runs statements" in str(status.problem)
+    assert runbooks(tmp_path) == RUNBOOKS
+    assert [c["query"] for c in calls_of(tmp_path / "calls.jsonl")] == [read]  # as before
+
+
+async def test_a_server_that_may_be_blocked_is_said_in_the_notes(
+    open_team: OpenTeam, tmp_path: Path
+) -> None:
+    """duckduckgo-mcp-server's "No results were found ... This could be due to DuckDuckGo's
+    bot detection ..." is no source, and the report's notes keep its words."""
+    servers = {"ddg": world_server(tmp_path, "ddg")}
+    async with open_team([ALLOWED], servers=servers) as runtime:
+        outcome = await research(runtime, f"{ALLOWED}:1900.3", topic="blocked pump failures")
+    report = clean(outcome)
+    assert all(s.kind == "web" for s in outcome.sources)
+    assert 'The source "ddg" found nothing for' in report
+    assert "This could be due to DuckDuckGo's bot detection" in report
 
 
 # -- Slack, through the served app ----------------------------------------------------------

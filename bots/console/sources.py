@@ -164,12 +164,15 @@ class SourceAnswer:
     results: list[SearchResult]
     error: str | None
     seconds: float
+    #: What a source that found nothing said about why (NothingFound), else None.
+    note: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "kind": self.kind,
             "error": self.error,
+            "note": self.note,
             "seconds": round(self.seconds, 3),
             "results": [
                 {
@@ -187,10 +190,15 @@ class SourceAnswer:
 async def ask(source: SearchProvider, kind: Kind, query: str) -> SourceAnswer:
     """One query to one source; any failure is its one line (the other sources go on)."""
     from core.search import SearchError
+    from core.search.base import NothingFound
 
     started = time.monotonic()
     try:
         results = await source.search(query)
+    except NothingFound as exc:
+        return SourceAnswer(
+            source.name, kind, [], None, time.monotonic() - started, note=str(exc.reason)
+        )
     except SearchError as exc:
         error = str(exc) or type(exc).__name__
         return SourceAnswer(source.name, kind, [], error, time.monotonic() - started)
@@ -241,6 +249,8 @@ def answer_lines(answer: SourceAnswer) -> list[str]:
         return [f"{label}: failed: {answer.error}"]
     count = len(answer.results)
     lines = [f"{label}: {count} result{'' if count == 1 else 's'} in {answer.seconds:.2f} s"]
+    if answer.note is not None:
+        lines[0] += f" ({answer.note})"
     for n, result in enumerate(answer.results, 1):
         lines.append(f"  {n}. {result.title or '(untitled)'}")
         if result.url:

@@ -19,7 +19,7 @@ from core.pages.reader import PageReader, RoundReading
 from core.reasons import Reason
 from core.research.progress import search_executed_text
 from core.search import SearchError, SearchProvider
-from core.search.base import SearchTimeout
+from core.search.base import NothingFound, SearchTimeout
 from core.wording import searching_words
 
 # The logger these lines were always written under (they began in the iterative strategy), so
@@ -150,6 +150,13 @@ async def search_topic(
     errors: list[str] = []
     for i, (source, answer) in enumerate(zip(asked, answers, strict=True)):
         is_web = sources.web and i == 0
+        if isinstance(answer, _Nothing):  # found nothing, and said why that may be
+            state.note(
+                note_words.nothing_found_words(
+                    state.language, _source_label(source.name, is_web), topic, answer.reason
+                )
+            )
+            answer = []
         if isinstance(answer, list):
             results += answer
             if not is_web:
@@ -194,10 +201,19 @@ class _Failed:
     timed_out: bool = False
 
 
-async def _ask(source: SearchProvider, topic: str) -> list[SearchResult] | _Failed:
+@dataclass(frozen=True)
+class _Nothing:
+    """A source found nothing and said why that may be (``reason``: its words)."""
+
+    reason: Reason
+
+
+async def _ask(source: SearchProvider, topic: str) -> list[SearchResult] | _Failed | _Nothing:
     """One source's results for ``topic``, or why there are none."""
     try:
         return await source.search(topic)
+    except NothingFound as exc:
+        return _Nothing(exc.reason)
     except SearchTimeout as exc:
         return _Failed(exc.reason if str(exc.reason) else NO_ANSWER, timed_out=True)
     except SearchError as exc:
@@ -208,6 +224,11 @@ async def _ask(source: SearchProvider, topic: str) -> list[SearchResult] | _Fail
 
 
 _SERVER_NAME = re.compile(r"[\w.-]{1,64}")
+
+
+def _source_label(name: str, is_web: bool) -> str:
+    """A source for a note: the web provider by its name, an internal one quoted."""
+    return name if is_web and _SERVER_NAME.fullmatch(name) else _server_name(name)
 
 
 def _server_name(name: str) -> str:

@@ -13,7 +13,9 @@ A timeout keeps the session (the SDK cancels the request on the server). A dead 
 down and the next search after a backoff (1 s, doubling to 60 s; reset by a successful call)
 connects again; within the backoff a search fails at once. A tool error, a protocol error or
 an answer that does not fit is a :class:`~core.search.base.SearchError` naming the server and
-the session is kept. Nothing else ever escapes :meth:`McpSource.search`.
+the session is kept. An answer that found nothing but says why that may be ("you may be
+blocked") is :class:`~core.search.base.NothingFound`, for the run's notes. Nothing else ever
+escapes :meth:`McpSource.search`.
 
 A stdio server's environment is the SDK's minimal base (HOME, LOGNAME, PATH, SHELL, TERM,
 USER), the locale (LANG, LC_ALL, LC_CTYPE) and the configured ``env``: none of Fathom's own
@@ -42,10 +44,11 @@ import anyio
 
 from core.knowledge.config import ServerSpec, Transport
 from core.knowledge.results import error_reason, short_text, text_answer, tool_results
+from core.knowledge.statements import statement_refusal
 from core.knowledge.tools import ToolProblem, looks_like_address, resolve_tool
 from core.models import SearchResult
 from core.reasons import Reason
-from core.search.base import SearchError, SearchTimeout
+from core.search.base import NothingFound, SearchError, SearchTimeout
 from core.text import clean_text
 
 if TYPE_CHECKING:
@@ -147,6 +150,7 @@ class McpSource:
         self._argument: str | None = spec.argument
         self._arguments: dict[str, Any] = dict(spec.arguments)
         self._takes_address = False
+        self._reads_only = False
         self._stderr: _StderrPump | None = None
         self._output_schema: Any = None
         self._session: _Session | None = None
@@ -202,6 +206,7 @@ class McpSource:
                         self.spec.tool,
                         self.spec.argument,
                         self.spec.arguments,
+                        self.spec.statements,
                     )
                     connecting.deadline = math.inf
                     if session.closing.is_set():
@@ -210,6 +215,7 @@ class McpSource:
                     self._output_schema = choice.output_schema
                     self._arguments = dict(choice.arguments)
                     self._takes_address = choice.takes_address
+                    self._reads_only = choice.reads_only
                     self.connect_seconds = time.perf_counter() - began
                     self.state, self.problem = "up", None
                     session.client = client
@@ -362,9 +368,13 @@ class McpSource:
 
     async def search(self, query: str) -> list[SearchResult]:
         """The server's results for ``query`` (every one with ``server`` set to its name);
-        SearchTimeout after the timeout, SearchError for anything else that goes wrong."""
+        NothingFound when it found nothing and said why that may be, SearchTimeout after the
+        timeout, SearchError for anything else that goes wrong."""
         try:
             results = await self._search(query)
+        except NothingFound:
+            self._count("ok")
+            raise
         except SearchTimeout:
             self._count("timeout")
             raise
@@ -390,6 +400,10 @@ class McpSource:
                             "查询从不发送到那里",
                         ).prefixed(self.name)
                     )
+                if self._reads_only:
+                    refused = statement_refusal(query)
+                    if refused is not None:
+                        raise SearchError(_statement_refused(refused).prefixed(self.name))
                 call = {**self._arguments, self._argument: query}
                 result = await session.client.call_tool(self.tool, call)
             except SearchError:
@@ -409,7 +423,9 @@ class McpSource:
         if answer is not None and answer.error:
             raise SearchError(_tool_failed(answer.reason).prefixed(self.name))
         self._failures = 0
-        if answer is not None:  # "No results found for ..."
+        if answer is not None and answer.noted:  # "No results ... you may be blocked"
+            raise NothingFound(Reason.verbatim(answer.reason))
+        if answer is not None:  # "No results found for ...", "[]"
             return []
         try:
             return await asyncio.to_thread(
@@ -498,6 +514,14 @@ def _tool_failed(said: str | None) -> Reason:
     if not said:
         return Reason("the tool failed", "工具调用失败")
     return Reason(f"the tool failed: {said}", f"工具调用失败：{said}")
+
+
+def _statement_refused(why: Reason) -> Reason:
+    """A query never sent to a tool that runs statements (``why``: what it holds)."""
+    return Reason(
+        f"the query was not sent: {why.en}, and the tool runs statements (reads only)",
+        f"查询没有发送：{why.zh}，而该工具执行语句（只允许读取）",
+    )
 
 
 def _tool_problem(exc: BaseException) -> ToolProblem | None:

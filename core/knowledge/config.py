@@ -4,8 +4,9 @@ block copied from one of them works.
 
 Each entry starts a stdio server (``command``, ``args``, ``env``, ``cwd``) or reaches a
 Streamable HTTP one (``url``, ``headers``); Fathom's own options sit under ``fathom``
-(``tool``, ``argument``, ``arguments``, ``results``, ``channels``). Other clients' keys (``type``,
-``timeout``, ``autoApprove``, ...) are ignored, except an SSE ``type``, which is refused.
+(``tool``, ``argument``, ``arguments``, ``results``, ``channels``, ``statements``). Other
+clients' keys (``type``, ``timeout``, ``autoApprove``, ...) are ignored, except an SSE
+``type``, which is refused.
 ``${VAR}``, ``${VAR:-default}`` (and VS Code's ``${env:VAR}``) in ``command``, ``args``,
 ``cwd``, ``env`` values, ``url``, ``headers`` values and ``fathom.arguments`` string values come
 from Fathom's environment.
@@ -64,6 +65,9 @@ class ServerSpec(BaseModel):
     results: int = Field(default=5, ge=1, le=20)
     #: Thread-key prefixes that may use the server (empty: the console only).
     channels: tuple[str, ...] = ()
+    #: ``"read-only"``: the named tool runs statements and may be sent reads only
+    #: (``core.knowledge.statements``); None: a tool that runs statements is refused.
+    statements: Literal["read-only"] | None = None
 
     @property
     def transport(self) -> Transport:
@@ -84,6 +88,7 @@ class ServerSpec(BaseModel):
             arguments={key: MASK for key in self.arguments},
             results=self.results,
             channels=self.channels,
+            statements=self.statements,
         )
         return shown
 
@@ -108,6 +113,7 @@ class _FathomOptions(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     results: int = Field(default=5, ge=1, le=20)
     channels: list[str] = Field(default_factory=list)
+    statements: Literal["read-only"] | None = None
 
     @field_validator("channels")
     @classmethod
@@ -231,6 +237,7 @@ def _options(options: _FathomOptions, expand: Callable[[str, str], str]) -> dict
         },
         "results": options.results,
         "channels": tuple(dict.fromkeys(options.channels)),
+        "statements": options.statements,
     }
 
 

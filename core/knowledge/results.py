@@ -25,6 +25,7 @@ objects by their attributes and never imports the SDK (importing it costs most o
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import unicodedata
@@ -45,26 +46,55 @@ MAX_TITLE_CHARS = 500
 MAX_URL_CHARS = 2048
 #: At most this many content blocks and structured items are looked at.
 MAX_ITEMS = 200
+#: At most this many columns of a row are read.
+MAX_COLUMNS = 50
 #: A text block larger than this is not parsed as JSON (it is read as text).
 MAX_JSON_CHARS = 5_000_000
 #: How much of an error the server gave is repeated in a SearchError.
 MAX_REASON_CHARS = 200
-#: Only an answer this short can be an error or "nothing found" in plain text.
+#: Only an answer this short can say it found nothing in plain text...
 MAX_ANSWER_TEXT = 1000
-# "Error: ...", "Database error: ...", "Exception: ...", "Failed to ...", a traceback; not a
-# document that starts "Pump failure: ..." or "Pump failed: ...".
+#: ...or be an error message (an error may quote the statement and a hint: mcp-alchemy's).
+MAX_ERROR_TEXT = 4000
+#: At most this much of a text is read as a Python literal (mcp-server-duckdb and
+#: mcp-server-sqlite answer ``str(rows)``).
+MAX_LITERAL_CHARS = 1_000_000
+# What an error message says on its first line, in the words servers use: "Error: ...",
+# "Database error: ...", "Error executing query: ...", "Unexpected server error - ...",
+# "sqlite3.OperationalError: ...", "An error occurred while ...", "Failed to ...", a
+# traceback; not a document that starts "Pump failure: ...", "Pump failed: ..." or "Error
+# handling in the controller retries three times."
 _ERROR_TEXT = re.compile(
-    r"^(?:(?:\w+ )?(?:error|exception)\b[^\n\w]{0,3}[:\-]|failed to \w|traceback\b)",
+    r"^(?:(?:[\w.]+\s+){0,2}(?:error|exception)(?:\s+\w+){0,4}\s*:"
+    r"|(?:[\w.]+\s+){0,2}(?:error|exception)\s*[-\u2013\u2014]\s"
+    r"|[\w.]*(?:error|exception):"
+    r"|an?\s+(?:\w+\s+){0,2}error\s+(?:has\s+)?(?:occurred|occured|happened|was\s+encountered)\b"
+    r"|error\s+(?:occurred|occured)\b"
+    r"|failed\s+to\s+\w"
+    r"|traceback\b)",
     re.IGNORECASE,
 )
-# "No results found for ...", "No results for ...", "No results.", "0 results"; not a document
-# that starts "No notes are kept for ...".
+# A Python traceback at the start of an answer, or right after its first line ("Error
+# calling tool:\nTraceback ..."), whatever the answer's length.
+_TRACEBACK = re.compile(r"\A(?:[^\n]*\n){0,2}Traceback \(most recent call last\):")
+# "No results found for ...", "No results for ...", "No results.", "0 results", "No rows
+# returned" (mcp-alchemy); not a document that starts "No notes are kept for ...".
 _NOTHING_TEXT = re.compile(
-    r"^(?:no (?:results?|matches|matching \w+|notes|documents|entries|items|hits|records)"
-    r"(?:\b[^\n]{0,80}?\bfound\b|\s+(?:for|matched|match)\b|[.!]?\s*$)"
-    r"|(?:found )?0 (?:results|matches)\b)",
+    r"^(?:no (?:results?|matches|matching \w+|notes|documents|entries|items|hits|records|rows)"
+    r"(?:\b[^\n]{0,80}?\b(?:found|returned)\b|\s+(?:for|matched|match)\b|[.!]?\s*$)"
+    r"|(?:found )?0 (?:results|matches|rows)\b)",
     re.IGNORECASE,
 )
+# What a "found nothing" answer may add that a person should see: the server may be blocked,
+# limited or failing (duckduckgo-mcp-server: "This could be due to DuckDuckGo's bot
+# detection...").
+_NOTHING_HINT = re.compile(
+    r"\b(?:block(?:ed|ing)?|bot[- ]detection|captcha|rate[- ]?limit\w*|quota|try again"
+    r"|temporar\w*|unavailable|denied|forbidden|throttl\w*)\b",
+    re.IGNORECASE,
+)
+#: What an empty answer looks like (an empty list of rows: ``str([])``, ``json.dumps([])``).
+_EMPTY_ANSWERS = frozenset({"[]", "{}", "()", "null", "None", "[ ]"})
 
 _TEXT_KEYS = ("text", "snippet", "content", "matched_chunk", "summary", "description")
 _URL_KEYS = ("url", "uri", "permalink", "link")
@@ -128,17 +158,21 @@ def tool_results(
 
 @dataclass(frozen=True)
 class TextAnswer:
-    """An answer whose whole text says the call failed (``error``) or found nothing."""
+    """An answer whose whole text says the call failed (``error``) or found nothing (then
+    ``noted`` when it says more that a person should see: "you may be blocked")."""
 
     error: bool
     reason: str
+    noted: bool = False
 
 
 def text_answer(result: Any) -> TextAnswer | None:
     """What an answer that is only a short text means, when it is no document: an error in
-    plain text (``Error: ...``, mcp-server-sqlite's ``Database error: ...``, a JSON body with
-    an ``error`` and no results) or "No results found for ..." (basic-memory); None for any
-    other answer (it is read as results)."""
+    plain text (``Error: ...``, ``Error executing query: ...``, mcp-server-sqlite's ``Database
+    error: ...``, ``An error occurred while ...``, a Python traceback, a JSON body with an
+    ``error`` and no results), an empty list (``[]``), or "No results found for ..."
+    (basic-memory; with a hint that the server may be blocked: ``noted``); None for any other
+    answer (it is read as results)."""
     content = list(getattr(result, "content", None) or [])[:MAX_ITEMS]
     structured = getattr(result, "structured_content", None)
     if _structured_items(structured, None) is not None:  # (an SDK server's str return is
@@ -148,16 +182,27 @@ def text_answer(result: Any) -> TextAnswer | None:
     text = " ".join(
         block.text for block in content if isinstance(getattr(block, "text", None), str)
     ).strip()
-    if not text or len(text) > MAX_ANSWER_TEXT:
+    if text in _EMPTY_ANSWERS:
+        return TextAnswer(False, "")
+    if _TRACEBACK.match(text):
+        return TextAnswer(True, short_text(_last_line(text)))
+    if not text or len(text) > MAX_ERROR_TEXT:
         return None
     error = _json_error(structured) or _json_error(_loads(text))
     if error:
         return TextAnswer(True, short_text(error))
-    if _ERROR_TEXT.match(text):
+    first = text.split("\n", 1)[0]
+    if _ERROR_TEXT.match(first):
         return TextAnswer(True, short_text(text))
-    if _NOTHING_TEXT.match(text):
-        return TextAnswer(False, short_text(text))
+    if len(text) <= MAX_ANSWER_TEXT and _NOTHING_TEXT.match(text):
+        return TextAnswer(False, short_text(text), noted=bool(_NOTHING_HINT.search(text)))
     return None
+
+
+def _last_line(text: str) -> str:
+    """The last non-empty line of a traceback: the exception and its message."""
+    lines = [line.strip() for line in text[-MAX_REASON_CHARS * 8 :].splitlines() if line.strip()]
+    return lines[-1] if lines else "a traceback"
 
 
 def _loads(text: str) -> object:
@@ -244,23 +289,37 @@ def _is_array(kind: object) -> bool:
 
 
 def _json_items(text: str) -> list[Any] | None:
-    """The items of a text block that is a JSON answer (an object with ``results``, or a list
-    of objects); None for any other text."""
+    """The items of a text block that is a JSON answer (an object with ``results``, a list of
+    objects, or a list of rows), or a Python list of rows (``str(cursor.fetchall())``: tuples
+    or dicts); ``[]`` for an empty list; None for any other text."""
     stripped = text.strip()
-    if not stripped or stripped[0] not in "[{" or len(stripped) > MAX_JSON_CHARS:
+    if not stripped or stripped[0] not in "[{(" or len(stripped) > MAX_JSON_CHARS:
         return None
     try:
-        parsed = json.loads(stripped)
+        parsed: object = json.loads(stripped)
     except ValueError:
-        return None
+        parsed = _literal(stripped)
     if isinstance(parsed, dict):
         listed = _listed(parsed)
         if listed is None and _item_document(parsed) is not None and _is_document(parsed):
             return [parsed]  # (one document a block: an SDK server's list[Model], rendered)
         return listed
-    if isinstance(parsed, list) and parsed and all(isinstance(item, dict) for item in parsed):
-        return parsed
+    if isinstance(parsed, list | tuple):
+        rows = list(parsed)
+        if all(isinstance(item, dict | list | tuple) for item in rows):
+            return rows
     return None
+
+
+def _literal(text: str) -> object:
+    """``text`` read as a Python literal (a list or tuple of rows), or None: what
+    mcp-server-duckdb and mcp-server-sqlite answer is ``str()`` of their rows."""
+    if text[0] not in "[(" or len(text) > MAX_LITERAL_CHARS:
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 def _is_document(item: Mapping[str, Any]) -> bool:
@@ -270,14 +329,37 @@ def _is_document(item: Mapping[str, Any]) -> bool:
 
 
 def _item_document(item: object) -> _Document | None:
+    """One document of a list: an object with a text, a title or a link, or a row (an
+    object of other columns, or a list of values), whose columns are its text."""
+    if isinstance(item, list | tuple):
+        return _row_document(item)
     if not isinstance(item, dict):
         return None
     text = _first_string(item, _TEXT_KEYS)
     title = _first_string(item, _TITLE_KEYS)
     url = _first_string(item, _URL_KEYS)
+    if not text:  # (a row: its other columns say what it is)
+        text = "; ".join(
+            f"{key}: {value}"
+            for key, value in list(item.items())[:MAX_COLUMNS]
+            if _scalar(value) and key not in _URL_KEYS
+        )
     if not (text or title or url):
         return None
     return _Document(title, url, text, _first(item, _DATE_KEYS))
+
+
+def _row_document(row: Sequence[object]) -> _Document | None:
+    """A row of values: its first short string is its title, its values its text."""
+    values = [str(value) for value in row[:MAX_COLUMNS] if _scalar(value)]
+    if not values:
+        return None
+    title = next((v for v in row if isinstance(v, str) and 0 < len(v) <= 120), "")
+    return _Document(title, "", " | ".join(values))
+
+
+def _scalar(value: object) -> bool:
+    return isinstance(value, str | int | float) and value != ""
 
 
 def _resource_documents(content: Sequence[Any]) -> Iterator[_Document]:

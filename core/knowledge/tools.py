@@ -1,19 +1,27 @@
 """Which tool of an MCP server Fathom calls, decided once when it connects.
 
-The configured ``tool``; or else the one tool that looks like search: not marked destructive
-(``destructiveHint: true``) or as writing (``readOnlyHint: false``), taking the query in a
-string parameter named like one (``query``, ``q``, ``search``, ``text``...) or, when its name
-says ``search``, in its one required string parameter. The query never goes into a parameter
-that takes an address (a URL or a path, by its name or its schema's ``format``) unless the
-operator named that tool; then only queries that are not addresses are sent
+The configured ``tool``; or else the one tool that searches: its name or description says so
+(search, find, look up, retrieve, query...), it takes the query in a string parameter named
+like one (``query``, ``q``, ``search``, ``text``...) or, when its name says ``search``, in its
+one required string parameter, and it neither writes (``destructiveHint: true`` or
+``readOnlyHint: false``, or a name or description that starts with creating, deleting,
+updating...) nor executes what it is sent (SQL or another query language, a shell, code, a
+command: :func:`core.knowledge.statements.executes`). Of several such tools, those annotated
+``readOnlyHint: true`` are preferred. A tool that executes what it is sent is never chosen by
+itself; named by hand, one that runs shell commands or code is refused, and one that runs
+statements only with ``fathom.statements: "read-only"``, which then sends it no text that
+reads as anything but a read (:func:`~core.knowledge.statements.statement_refusal`; the
+option also guards a named tool this module does not recognise). The query never goes into a
+parameter that takes an address (a URL or a path, by its name or its schema's ``format``)
+unless the operator named that tool; then only queries that are not addresses are sent
 (:func:`looks_like_address`). The constant ``arguments`` (``fathom.arguments``) are checked
 against the tool's input schema here and sent with every call; with them, every required
 parameter must be given. Anything else is a start-up problem that lists the server's tools, so
 the operator can name one. The model never chooses: Fathom only ever calls this tool with
 ``{argument: query, **arguments}``.
 
-Tools are read by their attributes (``name``, ``input_schema``, ``output_schema``,
-``annotations``): this module does not import the SDK.
+Tools are read by their attributes (``name``, ``description``, ``input_schema``,
+``output_schema``, ``annotations``): this module does not import the SDK.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.knowledge.statements import Executes, Execution, executes, name_words
 from core.search.base import result_text
 
 #: At most this many tool names are listed in a problem.
@@ -41,6 +50,22 @@ _ADDRESS = re.compile(
     r"|(?:[\w-]+\.)+[a-z]{2,}(?::\d+)?(?:/|$)|localhost\b|file:|mailto:|data:)",
     re.IGNORECASE,
 )
+#: Words of a tool's name or description that say it searches.
+SEARCH_WORDS = frozenset(
+    {"search", "searches", "find", "finds", "lookup", "look", "looks", "retrieve",
+     "retrieves", "recall", "query", "queries", "grep", "semantic"}
+)  # fmt: skip
+#: Verbs of a tool that changes things: anywhere in its name...
+_WRITE_VERBS = frozenset(
+    {"create", "insert", "update", "delete", "remove", "drop", "write", "upsert", "truncate",
+     "purge", "destroy", "erase", "overwrite"}
+)  # fmt: skip
+#: ...or, these too, as the first word of its name or description.
+_FIRST_WRITE_VERBS = _WRITE_VERBS | frozenset(
+    {"add", "set", "put", "post", "patch", "append", "edit", "modify", "rename", "move",
+     "upload", "send", "publish", "save", "store", "merge", "push", "commit", "archive",
+     "import", "clear", "reset", "replace"}
+)  # fmt: skip
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "integer": (int,),
@@ -67,6 +92,9 @@ class ToolChoice:
     arguments: Mapping[str, Any] = field(default_factory=dict)
     #: Whether ``argument`` takes an address: then no query that looks like one is sent.
     takes_address: bool = False
+    #: Whether only texts that hold no statement but a read are sent (``fathom.statements:
+    #: "read-only"``).
+    reads_only: bool = False
 
 
 def resolve_tool(
@@ -74,23 +102,33 @@ def resolve_tool(
     tool: str | None,
     argument: str | None,
     arguments: Mapping[str, Any] | None = None,
+    statements: str | None = None,
 ) -> ToolChoice:
-    """The tool to call (see the module); ToolProblem when there is none or more than one."""
+    """The tool to call (see the module); ToolProblem when there is none or more than one,
+    or when the named one executes what it is sent and may not (``statements``: the
+    server's ``fathom.statements``)."""
     constants = dict(arguments or {})
+    reads_only = statements == "read-only"
     if tool is not None:
         found = next((t for t in tools if getattr(t, "name", None) == tool), None)
         if found is None:
             raise ToolProblem(f"has no tool {tool!r}; its tools: {listing(tools)}")
+        _check_named(found, reads_only)
         parameter = argument or query_parameter(found, constants)
         if parameter is None:
             raise ToolProblem(
                 f"tool {tool!r} has no single required string parameter; "
                 "set fathom.argument to the one that takes the query"
             )
-        return _choice(found, parameter, constants)
+        return _choice(found, parameter, constants, reads_only)
     candidates: list[tuple[Any, str]] = []
+    executing: list[tuple[Any, Execution]] = []
     for candidate in tools:
-        if _writes(candidate):
+        execution = executes(candidate)
+        if execution is not None:
+            executing.append((candidate, execution))
+            continue
+        if writes(candidate):
             continue
         if argument is not None:
             parameter = argument if _string_property(candidate, argument) else None
@@ -98,18 +136,25 @@ def resolve_tool(
             parameter = search_parameter(candidate, constants)
         if parameter is not None and not _takes_address(candidate, parameter):
             candidates.append((candidate, parameter))
+    read_only = [(c, p) for c, p in candidates if _hint(c, "read_only_hint", "readOnlyHint")]
+    candidates = read_only or candidates
     if len(candidates) == 1:
         chosen, parameter = candidates[0]
-        return _choice(chosen, parameter, constants)
+        return _choice(chosen, parameter, constants, reads_only)
     if not candidates:
         what = (
             f"a string parameter {argument!r}"
             if argument
-            else "a search query (a parameter named query, q, search or text, or a search "
-            "tool's one required string; never a tool marked destructive)"
+            else "a search query (a search tool taking a parameter named query, q, search or "
+            "text, or its one required string; never one that writes or runs statements or "
+            "code)"
+        )
+        executing_said = "".join(
+            f"; {_name(c)} {e.said} and is never chosen by itself" for c, e in executing[:2]
         )
         raise ToolProblem(
             f"no tool takes {what}; set fathom.tool to one of its tools: {listing(tools)}"
+            f"{executing_said}"
         )
     raise ToolProblem(
         f"{len(candidates)} tools could take the query "
@@ -117,10 +162,33 @@ def resolve_tool(
     )
 
 
+def _check_named(tool: Any, reads_only: bool) -> None:
+    """ToolProblem when the named ``tool`` executes what it is sent and may not: shell
+    commands or code never, statements only when the operator opted in to reads."""
+    execution = executes(tool)
+    if execution is None:
+        return
+    name = _name(tool)
+    if execution.runs is Executes.CODE:
+        raise ToolProblem(
+            f"tool {name!r} {execution.said}: Fathom never sends model-written text to one; "
+            "name a search tool"
+        )
+    if not reads_only:
+        raise ToolProblem(
+            f"tool {name!r} {execution.said}: Fathom would send it model-written text, which "
+            'a web page can steer; name a search tool, or set fathom.statements to "read-only" '
+            "to send it nothing but reads"
+        )
+
+
 def search_parameter(tool: Any, constants: Mapping[str, Any] | None = None) -> str | None:
-    """The parameter of a tool that looks like search and takes the query: a string
-    property named like a query, or, when its name says search, its one required string
-    (required parameters ``constants`` give aside); None when it looks like no search."""
+    """The parameter of a tool that searches (its name or description says so) and takes the
+    query: a string property named like a query, or, when its name says search, its one
+    required string (required parameters ``constants`` give aside); None when it looks like
+    no search."""
+    if not searches(tool):
+        return None
     properties = _properties(tool)
     for name in QUERY_NAMES:
         if name in properties and _string_property(tool, name):
@@ -160,27 +228,53 @@ def listing(tools: Sequence[Any]) -> str:
     return shown if len(names) <= MAX_LISTED else f"{shown} and {len(names) - MAX_LISTED} more"
 
 
-def _writes(tool: Any) -> bool:
-    """Whether the tool says it changes things (``destructiveHint: true`` or
-    ``readOnlyHint: false``, in the SDK's or the wire's spelling)."""
+def searches(tool: Any) -> bool:
+    """Whether a tool's name or description says it searches (:data:`SEARCH_WORDS`)."""
+    words = set(name_words(str(getattr(tool, "name", "") or "")))
+    description = getattr(tool, "description", None)
+    if isinstance(description, str):
+        words.update(re.findall(r"[a-z]+", description[:500].lower()))
+    return bool(words & SEARCH_WORDS)
+
+
+def writes(tool: Any) -> bool:
+    """Whether the tool says it changes things: ``destructiveHint: true`` or ``readOnlyHint:
+    false`` (in the SDK's or the wire's spelling), or, unless it is annotated
+    ``readOnlyHint: true``, a name holding a verb of writing (``delete_note``,
+    ``update-page``) or a name or description that starts with one ("Create or update a
+    note.")."""
+    if _hint(tool, "destructive_hint", "destructiveHint") is True:
+        return True
+    read_only = _hint(tool, "read_only_hint", "readOnlyHint")
+    if read_only is not None:
+        return read_only is False
+    words = name_words(str(getattr(tool, "name", "") or ""))
+    if set(words) & _WRITE_VERBS or (words and words[0] in _FIRST_WRITE_VERBS):
+        return True
+    description = getattr(tool, "description", None)
+    first = re.match(r"\s*([A-Za-z]+)", description) if isinstance(description, str) else None
+    verb = first.group(1).lower() if first else ""
+    return verb in _FIRST_WRITE_VERBS or verb.removesuffix("s") in _FIRST_WRITE_VERBS
+
+
+def _hint(tool: Any, *names: str) -> object:
+    """An annotation of the tool (the first of ``names`` it has), or None."""
     annotations = getattr(tool, "annotations", None)
     if annotations is None:
-        return False
-
-    def hint(*names: str) -> object:
-        for name in names:
-            value = (
-                annotations.get(name)
-                if isinstance(annotations, Mapping)
-                else getattr(annotations, name, None)
-            )
-            if value is not None:
-                return value
         return None
+    for name in names:
+        value = (
+            annotations.get(name)
+            if isinstance(annotations, Mapping)
+            else getattr(annotations, name, None)
+        )
+        if value is not None:
+            return value
+    return None
 
-    destructive = hint("destructive_hint", "destructiveHint")
-    read_only = hint("read_only_hint", "readOnlyHint")
-    return destructive is True or read_only is False
+
+def _name(tool: Any) -> str:
+    return result_text(str(getattr(tool, "name", "")))[:64]
 
 
 def _properties(tool: Any) -> Mapping[str, Any]:
@@ -203,7 +297,9 @@ def _takes_address(tool: Any, name: str) -> bool:
     return name.lower() in ADDRESS_NAMES or formats in ADDRESS_FORMATS
 
 
-def _choice(tool: Any, argument: str, constants: dict[str, Any]) -> ToolChoice:
+def _choice(
+    tool: Any, argument: str, constants: dict[str, Any], reads_only: bool = False
+) -> ToolChoice:
     _check_arguments(tool, argument, constants)
     schema = getattr(tool, "output_schema", None)
     return ToolChoice(
@@ -212,6 +308,7 @@ def _choice(tool: Any, argument: str, constants: dict[str, Any]) -> ToolChoice:
         output_schema=schema if isinstance(schema, Mapping) else None,
         arguments=constants,
         takes_address=_takes_address(tool, argument),
+        reads_only=reads_only,
     )
 
 
@@ -219,7 +316,7 @@ def _check_arguments(tool: Any, argument: str, constants: Mapping[str, Any]) -> 
     """ToolProblem unless the constant arguments fit the tool's input schema: known
     parameters of the declared types (and values), not the query's, and with the query
     every required parameter given."""
-    name = result_text(str(getattr(tool, "name", "")))[:64]
+    name = _name(tool)
     if argument in constants:
         raise ToolProblem(f"fathom.arguments sets {argument!r}, which takes the query")
     properties = _properties(tool)

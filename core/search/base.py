@@ -45,6 +45,16 @@ class SearchTimeout(SearchError):
     out for the rest of the run)."""
 
 
+class NothingFound(Exception):
+    """A provider found nothing and said something a person should see about why (an MCP
+    server's "No results were found ... This could be due to bot detection"): no results,
+    and ``reason`` for the run's notes. Not a failure."""
+
+    def __init__(self, reason: Reason) -> None:
+        super().__init__(str(reason))
+        self.reason = reason
+
+
 @runtime_checkable
 class SearchProvider(Protocol):
     """Searches the web for a query; ``[]`` means no results, failure raises SearchError."""
