@@ -161,10 +161,20 @@ def planner_failed_words(language: Language, error: LLMError) -> str:
 
 
 def planner_fallback_words(
-    language: Language, note: str, then: Literal["topic", "question", "stopped"]
+    language: Language,
+    note: str,
+    then: Literal["topic", "question", "stopped"],
+    query: str | None = None,
 ) -> str:
     """A planner note and what the run did instead: searched the user's topic (the
-    iterative strategy) or question (the graph), or stopped."""
+    iterative strategy) or question (the graph), or ``query``, a short one made from a long
+    request; or stopped."""
+    if query is not None and then != "stopped":
+        return pick(
+            language,
+            f'{note} A short query made from the request was searched instead: "{query}".',
+            f"{note}改为搜索了由请求整理出的简短查询：“{query}”。",
+        )
     en = {
         "topic": "The topic itself was searched instead.",
         "question": "The question itself was searched instead.",

@@ -28,6 +28,7 @@ from pydantic import Field
 from core import note_words, wording
 from core.claims.check import check_claims
 from core.config import EnvSettings, env
+from core.engine.fallback import fallback_query
 from core.engine.graph_plan import CheckedPlan, GraphPlan, check_plan
 from core.engine.graph_state import GRAPH, GraphNode, NodeStatus, graph_of
 from core.engine.searching import PageReading, search_topic, searching_text
@@ -151,7 +152,8 @@ class GraphStrategy:
         """Only an answer marks a sub-question answered, and only the planner plans one other
         than the run's own topic."""
         own = graph_of(state.variables).of_run(state.run_id)
-        return any(n.status is NodeStatus.ANSWERED or n.question != state.topic for n in own)
+        asked = (state.topic, fallback_query(state.topic))
+        return any(n.status is NodeStatus.ANSWERED or n.question not in asked for n in own)
 
     @staticmethod
     def details(state: RunState) -> dict[str, Any]:
@@ -286,14 +288,19 @@ class GraphStrategy:
         return nodes
 
     def _fallback(self, state: RunState, note: str | None) -> list[GraphNode] | StopReason:
-        """The user's question itself as the one node, when the planner gives nothing first."""
+        """The user's question itself (a short query made from it: :func:`fallback_query`)
+        as the one node, when the planner gives nothing first."""
         variables = state.variables
-        if state.rounds_done == 0 and find_duplicate(state.topic, variables.topics) is None:
+        query = fallback_query(state.topic)
+        if state.rounds_done == 0 and find_duplicate(query, variables.topics) is None:
             if note:
-                state.note(note_words.planner_fallback_words(state.language, note, "question"))
+                made = query if query != state.topic else None
+                state.note(
+                    note_words.planner_fallback_words(state.language, note, "question", made)
+                )
             names = {n.name for n in graph_of(variables).nodes}
             name = next(f"q{i}" for i in range(1, len(names) + 2) if f"q{i}" not in names)
-            node = GraphNode(name=name, question=state.topic, turn=1, run_id=state.run_id, after=[])
+            node = GraphNode(name=name, question=query, turn=1, run_id=state.run_id, after=[])
             graph_of(variables).nodes.append(node)
             variables.should_continue = False
             return [node]

@@ -20,6 +20,7 @@ from typing import Any
 
 from core import note_words
 from core.config import EnvSettings
+from core.engine.fallback import fallback_query
 from core.engine.searching import PageReading, search_topic, searching_text
 from core.engine.state import JsonModel, RunState, StepHooks, StopReason
 from core.engine.strategy import RegisteredStrategy
@@ -83,11 +84,12 @@ class IterativeStrategy:
 
     @staticmethod
     def analysed(state: RunState) -> bool:
-        """Only the planner proposes a topic other than the run's own: one searched by this
-        run, or planned next, shows it answered."""
+        """Only the planner proposes a topic other than the run's own (or the query made from
+        it): one searched by this run, or planned next, shows it answered."""
+        own = (state.topic, fallback_query(state.topic))
         topics = state.variables.topics[-state.rounds_done :] if state.rounds_done else []
         planned = state.variables.next_search_topic
-        return any(t != state.topic for t in topics) or planned not in (None, state.topic)
+        return any(t not in own for t in topics) or planned not in (None, *own)
 
     @staticmethod
     def details(state: RunState) -> dict[str, Any]:
@@ -237,11 +239,14 @@ class IterativeStrategy:
         return StopReason.DUPLICATE_TOPICS
 
     def _fallback_topic(self, state: RunState, note: str | None) -> str | StopReason:
-        """Search the user's own topic when the planner gives nothing and it is unsearched."""
-        if state.rounds_done == 0 and find_duplicate(state.topic, state.variables.topics) is None:
+        """Search the user's own topic (a short query made from it: :func:`fallback_query`)
+        when the planner gives nothing and it is unsearched."""
+        query = fallback_query(state.topic)
+        if state.rounds_done == 0 and find_duplicate(query, state.variables.topics) is None:
             if note:
-                state.note(note_words.planner_fallback_words(state.language, note, "topic"))
-            return state.topic
+                made = query if query != state.topic else None
+                state.note(note_words.planner_fallback_words(state.language, note, "topic", made))
+            return query
         if note:
             state.note(note_words.planner_fallback_words(state.language, note, "stopped"))
         return StopReason.PLANNER_FAILED
