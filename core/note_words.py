@@ -30,12 +30,36 @@ def forgotten_internal_words(language: Language, count: int) -> str:
     )
 
 
-def cut_short_words(language: Language) -> str:
-    """A note: the writer model stopped at its output limit (``finish_reason: "length"``)."""
+#: Why a writer's answer stopped, in words (by ``finish_reason``; the others are named as sent).
+CUT_SHORT_REASONS: dict[str, tuple[str, str]] = {
+    "insufficient_system_resource": (
+        "the provider ran out of resources",
+        "服务商资源不足",
+    ),
+    "sensitive": ("the provider's content check stopped it", "服务商的内容审核中止了输出"),
+    "model_context_window_exceeded": (
+        "the model's context window was full",
+        "模型的上下文窗口已满",
+    ),
+}
+
+
+def cut_short_words(language: Language, finish_reason: str = "length") -> str:
+    """A note: the writer model's answer stopped before it ended it: at its output limit
+    (``finish_reason: "length"``) or for another reason the provider gave (an unknown one is
+    named as it came)."""
+    if finish_reason == "length":
+        return pick(
+            language,
+            "The writer model reached its output limit, so this report may be cut short.",
+            "撰写模型达到了输出长度上限，本报告可能不完整。",
+        )
+    en, zh = CUT_SHORT_REASONS.get(finish_reason, ("it stopped early", "输出提前停止"))
     return pick(
         language,
-        "The writer model reached its output limit, so this report may be cut short.",
-        "撰写模型达到了输出长度上限，本报告可能不完整。",
+        f"The writer model's answer stopped before its end ({en}; finish_reason "
+        f"{finish_reason}), so this report may be incomplete.",
+        f"撰写模型的回答未写完即停止（{zh}；finish_reason {finish_reason}），本报告可能不完整。",
     )
 
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
+from collections.abc import Awaitable
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class Timer(Protocol):
@@ -32,3 +35,27 @@ class MonotonicTimer:
 
 #: The timer of the process (it holds no state).
 MONOTONIC: Timer = MonotonicTimer()
+
+
+async def within(timer: Timer, seconds: float, work: Awaitable[T]) -> T:
+    """``work``'s result if it ends within ``seconds`` measured on ``timer``; else ``work`` is
+    cancelled (and awaited, so what it holds is released) and :class:`TimeoutError` raised.
+
+    A deadline for the whole of ``work``, however it spends its time (a server that trickles
+    a byte now and then keeps a per-read timeout from ever firing)."""
+    task = asyncio.ensure_future(work)
+    alarm = asyncio.ensure_future(timer.sleep(seconds))
+    late = True
+    try:
+        await asyncio.wait({task, alarm}, return_when=asyncio.FIRST_COMPLETED)
+        late = not task.done()
+    finally:
+        alarm.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+    if late:
+        if not task.cancelled():
+            task.exception()  # (what it raised while being cancelled is not its answer)
+        raise TimeoutError(f"did not end within {seconds:g} s")
+    return task.result()

@@ -110,6 +110,25 @@ def no_results_words(language: Language, last_error: str | None) -> str:
     return pick(language, "no search returned any results", "没有任何搜索返回结果")
 
 
+def time_spent_before_search_words(
+    language: Language, seconds: float, *, on_model: bool, failure: str | None
+) -> str:
+    """Why a run failed: its time budget ran out before any search, waiting on the language
+    model (``on_model``; ``failure``: its last failed call, :func:`model_failure_text`) or
+    on something else (reading the attached files)."""
+    budget_en = f"the run's time budget ({seconds:g} s, FATHOM_MAX_RUN_SECONDS)"
+    budget_zh = f"本次研究的时间预算（{seconds:g} 秒，FATHOM_MAX_RUN_SECONDS）"
+    if not on_model:
+        return pick(
+            language, f"{budget_en} ran out before any search", f"{budget_zh}在任何搜索之前已用完"
+        )
+    en = f"{budget_en} was spent waiting on the language model before any search"
+    zh = f"{budget_zh}在任何搜索之前就已耗在等待语言模型上"
+    if failure:
+        en, zh = f"{en}: {failure}", f"{zh}：{failure}"
+    return pick(language, en, zh)
+
+
 def _tokens(count: int) -> str:
     """``950``, ``12.4k``, ``1.2M``."""
     if count < 1_000:
@@ -319,6 +338,10 @@ def writer_unavailable_intro(language: Language, reason: str) -> str:
 #: ``core.llm.FailureKind``).
 MODEL_FAILURE_WORDS: dict[str, tuple[str, str]] = {
     "unreachable": ("the language model could not be reached", "无法连接语言模型"),
+    "disconnected": (
+        "the connection to the language model broke off",
+        "与语言模型的连接中断",
+    ),
     "timeout": ("the language model did not answer in time", "语言模型响应超时"),
     "auth": ("the language model rejected the API key", "语言模型拒绝了 API 密钥"),
     "permission": ("the language model refused access", "语言模型拒绝访问"),

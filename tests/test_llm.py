@@ -53,7 +53,7 @@ async def test_complete_returns_text_and_counts_usage(
     server.fake.script("writer", Reply("# Report\n\nSolar is growing."))
     usage = Usage()
     answer = await model.complete(WRITER, usage=usage, temperature=0.2, max_tokens=500)
-    assert answer == Answer("# Report\n\nSolar is growing.", truncated=False)
+    assert answer == Answer("# Report\n\nSolar is growing.", "stop") and answer.complete
     assert usage.llm_calls == 1
     assert usage.prompt_tokens > 0 and usage.completion_tokens > 0
     body = server.fake.requests[0].body

@@ -223,7 +223,11 @@ async def test_a_reasoning_model_that_spent_its_tokens_thinking_is_named(
         Reply("", finish_reason="length", message={"reasoning_content": "Let me see..."}),
     )
     error = await failure(model)
-    assert error.detail == "it used all its output tokens before answering (finish_reason length)"
+    assert error.detail == (
+        "it answered only reasoning (reasoning_content, content empty): its output tokens ran "
+        "out before it answered (finish_reason length); allow more output tokens or less "
+        "reasoning effort"
+    )
 
 
 async def test_a_writer_answer_cut_at_the_limit_is_marked(
@@ -231,7 +235,7 @@ async def test_a_writer_answer_cut_at_the_limit_is_marked(
 ) -> None:
     llm_server.fake.script("writer", Reply("# Solar\n\nIt grows and", finish_reason="length"))
     answer = await model.complete(WRITER, usage=Usage())
-    assert answer == Answer("# Solar\n\nIt grows and", truncated=True)
+    assert answer == Answer("# Solar\n\nIt grows and", "length") and not answer.complete
 
 
 async def test_a_planner_answer_cut_at_the_limit_is_asked_again(

@@ -3,7 +3,14 @@ and how JSON is taken out of it (``answers``), and what a failure is (``errors``
 
 from __future__ import annotations
 
-from core.llm.answers import Answer, extract_json_object, message_text, strip_harmony, strip_think
+from core.llm.answers import (
+    Answer,
+    extract_json_object,
+    message_text,
+    split_reasoning,
+    strip_harmony,
+    strip_reasoning,
+)
 from core.llm.client import ChatModel, JsonMode, LLMClients
 from core.llm.errors import FailureKind, LLMError, LLMInvalidJSON, public_endpoint
 
@@ -18,6 +25,7 @@ __all__ = [
     "extract_json_object",
     "message_text",
     "public_endpoint",
+    "split_reasoning",
     "strip_harmony",
-    "strip_think",
+    "strip_reasoning",
 ]

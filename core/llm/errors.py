@@ -13,6 +13,8 @@ class FailureKind(StrEnum):
     """What went wrong with a model call, for a one-line reason a person can act on."""
 
     UNREACHABLE = "unreachable"
+    #: The connection broke off after the request was sent (a body cut mid-way, a reset).
+    DISCONNECTED = "disconnected"
     TIMEOUT = "timeout"
     AUTH = "auth"
     PERMISSION = "permission"

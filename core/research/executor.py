@@ -64,6 +64,7 @@ from core.research.steps import (
     finish,
     run_sources,
     save_checkpoint,
+    spent_before_search,
     stopped_words,
 )
 from core.research.writer import ModelUnavailable, NoResults, ReportWriter, has_material
@@ -382,6 +383,11 @@ class RunExecutor:
                 if reason.stopped_early:
                     searched = len(strategy.run_topics(state))
                     state.note(stopped_words(self._budget, state, reason, searched))
+                spent = None
+                if reason is StopReason.TIME_BUDGET and not has_material(state):
+                    spent = spent_before_search(self._budget, state)
+                if spent is not None:  # its time went before any search: nothing to write
+                    raise NoResults(spent)
                 rounds = state.rounds_done
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
                 await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))

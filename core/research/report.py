@@ -516,14 +516,19 @@ _REPORT_FENCE = re.compile(
     re.DOTALL | re.IGNORECASE,
 )
 _PREAMBLE = re.compile(r"\A[^\n#]{1,200}\n\s*(?=# )")
+# <tag>...</tag> before the title: a model's reflection or plan in tags no parser knows
+# (Reflection-70B's <reflection>); only a pair that ends right before a "# " title.
+_TAGGED_PREAMBLE = re.compile(r"\A<([A-Za-z][\w:.-]{0,40})>.*?</\1>\s*(?=# )", re.DOTALL)
 
 
 def unwrap_report(markdown: str) -> str:
     """The writer's report without its wrappers: a whole report in a ```` ```markdown ````
     (or ``md``) fence is taken out of it (with a one-line lead-in or sign-off around the
-    fence, or no closing fence when the answer was cut short), and a one-line preamble
-    before the title ("Sure! Here is the report:") is dropped."""
-    text = markdown.strip()
+    fence, or no closing fence when the answer was cut short), and a preamble before the
+    title is dropped: one line ("Sure! Here is the report:"), or a pair of tags around
+    anything (the model's own reflection) that ends right before the title. A report that
+    merely talks about tags keeps them."""
+    text = _TAGGED_PREAMBLE.sub("", markdown.strip(), count=1)
     fenced = _REPORT_FENCE.match(text)
     if fenced is not None:
         text = fenced.group(1).strip()

@@ -166,6 +166,21 @@ def stopped_words(budget: RunBudget, state: RunState, reason: StopReason, search
     return note_words.stopped_early_words(state.language, searches)
 
 
+def spent_before_search(budget: RunBudget, state: RunState) -> str | None:
+    """Why a run whose time budget ran out before any search fails (None: it did search, or
+    has something to write from): the time went to the language model (its last failed call
+    named: a planner that never answered in time) or to something else."""
+    if state.usage.searches or state.usage.internal_searches:
+        return None
+    failure = state.model_failure
+    return wording.time_spent_before_search_words(
+        state.language,
+        budget.seconds or 0.0,
+        on_model=state.usage.llm_calls > 0,
+        failure=wording.model_failure_text(state.language, failure) if failure else None,
+    )
+
+
 def count_finished(
     metrics: Metrics,
     prices: Prices | None,

@@ -179,8 +179,8 @@ class ReportWriter:
         try:
             with state.usage.timed("writing"):
                 answer = await self._model.complete(messages, usage=state.usage)
-            if answer.truncated:
-                state.note(note_words.cut_short_words(state.language))
+            if not answer.complete:
+                state.note(note_words.cut_short_words(state.language, answer.finish_reason))
             body, echoes = drop_instruction_echoes(unwrap_report(answer.text))
             if echoes:
                 state.note(note_words.instructions_echo_words(state.language))

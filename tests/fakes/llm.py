@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from tests.fakes.server import BackgroundServer
 
@@ -40,6 +42,12 @@ CLAIM_LINE = re.compile(r"^Claim (\d+): ", re.MULTILINE)
 FACT_LINE = re.compile(r"^Fact (\d+): (.+)$", re.MULTILINE)
 #: A claim of a verifier's request: its number, its text and the sources it cites.
 CLAIM_BLOCK = re.compile(r"^Claim (\d+): (.*)\nCited: (.*)$", re.MULTILINE)
+#: The draft a reasoning block quotes (``FakeLLM.reasoning``): an answer to every role that,
+#: taken for the real one, stops the research, plans nothing, judges and revises nothing.
+DRAFT = (
+    '{"nextSearchTopic": null, "shouldContinue": false, "nodes": [], "finish": true, '
+    '"verdicts": [], "revisions": []}'
+)
 #: What the mixed writer invents: a number no fake source has.
 INVENTED_NUMBER = "417%"
 ASPECTS = (
@@ -58,11 +66,13 @@ SOURCE_LINE = re.compile(r"^\[(\d+)\]", re.MULTILINE)
 @dataclass(frozen=True)
 class Reply:
     """Answer 200 with exactly this assistant content (a string, a list of content parts or
-    None), finish reason and extra message fields (``tool_calls``, ``refusal``)."""
+    None), finish reason, extra message fields (``tool_calls``, ``refusal``,
+    ``reasoning_content``) and extra choice fields (OpenRouter's ``error``)."""
 
     content: str | list[dict[str, Any]] | None
-    finish_reason: str = "stop"
+    finish_reason: str | None = "stop"
     message: dict[str, Any] = field(default_factory=dict)
+    choice: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,7 +90,7 @@ class Fail:
     """Answer with an HTTP error (body defaults to an OpenAI-style error object)."""
 
     status: int
-    body: dict[str, Any] | None = None
+    body: dict[str, Any] | list[Any] | None = None
     headers: dict[str, str] | None = None
 
 
@@ -91,7 +101,37 @@ class Hang:
     seconds: float
 
 
-Response = Reply | Fail | Hang | Raw
+@dataclass(frozen=True)
+class Trickle:
+    """Answer 200 at once, then only a blank line every ``every`` real seconds, as DeepSeek
+    keeps a busy non-streamed request alive ("Non-streaming requests: Continuously return
+    empty lines", api-docs.deepseek.com/quick_start/rate_limit); after ``lines`` of them the
+    answer follows (``then``, else the default one), or with ``lines=None`` nothing does until
+    the client leaves (at most ``TRICKLE_LIMIT`` seconds)."""
+
+    every: float = 0.01
+    lines: int | None = None
+    then: Reply | None = None
+
+
+@dataclass(frozen=True)
+class Silent:
+    """Answer 200 with its headers at once, then send nothing until the client leaves (at most
+    ``TRICKLE_LIMIT`` seconds): a server that stalls after starting its answer."""
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Answer 200 with the default completion's ``Content-Length``, send only ``share`` of the
+    body and close the connection: what httpx reports as "peer closed connection without
+    sending complete message body"."""
+
+    share: float = 0.5
+
+
+Response = Reply | Fail | Hang | Raw | Trickle | Silent | Cut
+#: The longest a trickling or silent answer goes on (real seconds) if its client never leaves.
+TRICKLE_LIMIT = 60.0
 
 
 @dataclass(frozen=True)
@@ -296,6 +336,16 @@ class FakeLLM:
         #: runs on one event loop).
         self.in_flight = 0
         self.max_in_flight = 0
+        #: Trickling or silent answers begun, blank lines they sent, and those whose client
+        #: left before they ended.
+        self.streams = 0
+        self.trickled = 0
+        self.abandoned = 0
+        #: The (opening, closing) tags of a reasoning block every default answer starts with,
+        #: as a reasoning model served without a reasoning parser writes it (an empty opening:
+        #: the chat template opened it). The block quotes :data:`DRAFT`, a JSON object that,
+        #: taken for the answer, would end the research.
+        self.reasoning: tuple[str, str] | None = None
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -316,6 +366,8 @@ class FakeLLM:
         self.latency, self.stop_after, self.reject_response_format = 0.0, None, False
         self.citing = "well"
         self.in_flight = self.max_in_flight = 0
+        self.streams = self.trickled = self.abandoned = 0
+        self.reasoning = None
 
     def record(self, body: dict[str, Any]) -> str:
         texts = [_text(m.get("content")) for m in _messages(body)]
@@ -342,6 +394,13 @@ class FakeLLM:
             return queue.popleft() if queue else None
 
     def default_answer(self, role: str, body: dict[str, Any]) -> str:
+        answer = self._answer(role, body)
+        if self.reasoning is None:
+            return answer
+        opening, closing = self.reasoning
+        return f"{opening}\nA first draft: {DRAFT}\nNo, I can do better.\n{closing}\n\n{answer}"
+
+    def _answer(self, role: str, body: dict[str, Any]) -> str:
         prompt = _last_user(body)
         if role == "facts":
             return json.dumps({"facts": covered(prompt)})
@@ -405,6 +464,7 @@ def _completion(body: dict[str, Any], content: str | Reply) -> dict[str, Any]:
                 "message": {"role": "assistant", "content": reply.content, **reply.message},
                 "finish_reason": reply.finish_reason,
                 "logprobs": None,
+                **reply.choice,
             }
         ],
         "usage": {
@@ -449,6 +509,16 @@ def build_llm_app(fake: FakeLLM) -> Starlette:
         if isinstance(scripted, Raw):
             headers = {"content-type": scripted.content_type}
             return responses.Response(scripted.body, scripted.status, headers=headers)
+        if isinstance(scripted, Trickle | Silent):
+            answer = scripted.then if isinstance(scripted, Trickle) and scripted.then else None
+            completion = _completion(body, answer or fake.default_answer(role, body))
+            return responses.StreamingResponse(
+                _trickle(fake, scripted, json.dumps(completion), request.is_disconnected),
+                media_type="application/json",
+            )
+        if isinstance(scripted, Cut):
+            data = json.dumps(_completion(body, fake.default_answer(role, body))).encode()
+            return CutResponse(data, int(len(data) * scripted.share))
         return JSONResponse(_completion(body, fake.default_answer(role, body)))
 
     async def models(request: Request) -> JSONResponse:
@@ -491,6 +561,55 @@ def build_llm_app(fake: FakeLLM) -> Starlette:
             Route("/_fake/reset", reset, methods=["POST"]),
         ]
     )
+
+
+async def _trickle(
+    fake: FakeLLM,
+    how: Trickle | Silent,
+    completion: str,
+    gone: Callable[[], Awaitable[bool]],
+) -> AsyncIterator[bytes]:
+    """The body of a trickling or silent answer (:class:`Trickle`, :class:`Silent`); ``gone``:
+    whether the client left (a silent answer writes nothing that would find out)."""
+    ended = False
+    fake.streams += 1
+    try:
+        if isinstance(how, Trickle):
+            sent = 0
+            started = time.monotonic()
+            while how.lines is None or sent < how.lines:
+                if time.monotonic() - started > TRICKLE_LIMIT:
+                    return
+                yield b"\n"
+                sent += 1
+                fake.trickled += 1
+                await asyncio.sleep(how.every)
+            ended = True
+            yield completion.encode()
+        else:
+            started = time.monotonic()
+            while not await gone() and time.monotonic() - started < TRICKLE_LIMIT:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    finally:
+        if not ended:
+            fake.abandoned += 1
+
+
+class CutResponse(responses.Response):
+    """Headers that promise ``body``, then only its first ``sent`` bytes and a closed
+    connection (uvicorn closes it when the app returns mid-body)."""
+
+    def __init__(self, body: bytes, sent: int) -> None:
+        super().__init__(body, 200, media_type="application/json")
+        self.sent = sent
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        await send(
+            {"type": "http.response.body", "body": self.body[: self.sent], "more_body": True}
+        )
 
 
 class FakeLLMServer(BackgroundServer):
