@@ -585,13 +585,22 @@ async def test_searxng_s_limiter_says_what_to_change(
 
 async def test_a_web_page_where_the_api_should_be_is_named(client: httpx.AsyncClient) -> None:
     """A single-page app answers every path with its index page and 200 (nginx's
-    ``try_files $uri /index.html``): an address that is not the search API's."""
+    ``try_files $uri /index.html``): an address that is not the search API's. Reached through
+    a redirect, it is named where it was, and is no login page unless it is one."""
     page = "<!doctype html><html><head><title>Open WebUI</title></head><body></body></html>"
     for url in answering(200, page, "text/html"):
         with pytest.raises(SearchError) as caught:
             await SearxngProvider(client, base_url=url, base_delay=FAST).search("q")
     assert str(caught.value) == (
         'searxng: a web page ("Open WebUI") answered instead of the API\'s JSON; check SEARXNG_URL'
+    )
+    async with httpx.AsyncClient(trust_env=False, follow_redirects=True) as following:
+        for url in login_in_front("{url}/app/", "/app/", page):
+            with pytest.raises(SearchError) as caught:
+                await SearxngProvider(following, base_url=url, base_delay=FAST).search("q")
+    assert str(caught.value) == (
+        'searxng: a web page at 127.0.0.1 /app/ ("Open WebUI") answered instead of the API\'s '
+        "JSON; check SEARXNG_URL"
     )
 
 

@@ -149,14 +149,17 @@ def unreadable_answer(response: httpx.Response, url_setting: str) -> Failure:
     body = _Body.of(response)
     if _challenged(response, body):
         return Failure(_challenge(response.status_code))
-    if body.login or (body.html and response.history):
+    if body.login:
         return Failure(_login_page(response.status_code, body, response, url_setting))
     if body.html:
+        place = _place(str(response.url)) if response.history else ""
+        where = f" at {place}" if place else ""
+        where_zh = f"（{place}）" if place else ""
         title = f' ("{body.words}")' if body.words else ""
         return Failure(
             Reason(
-                f"a web page{title} answered instead of the API's JSON; check {url_setting}",
-                f"返回的是网页{title}而不是接口的 JSON；请检查 {url_setting}",
+                f"a web page{where}{title} answered instead of the API's JSON; check {url_setting}",
+                f"返回的是网页{where_zh}{title}而不是接口的 JSON；请检查 {url_setting}",
             )
         )
     return Failure(MALFORMED)
