@@ -216,3 +216,35 @@ async def test_a_run_whose_time_budget_went_to_the_planner_says_so(
     )
     assert outcome.error == error
     assert progress.final == f"Research failed after 0 of 3 searches: {error}"
+
+
+@sqlite_only
+async def test_a_run_whose_planner_timed_out_and_found_nothing_says_both(
+    harness: Harness,  # noqa: F811
+    timer: ManualTimer,
+) -> None:
+    """Every planner call timed out, and the request's own search found nothing: the failure
+    line says both, not only "no search returned any results"."""
+    planner = ChatModel(
+        model="planner-model",
+        api_key=KEY,
+        base_url=harness.llm.base_url,
+        timeout=TIMEOUT,
+        timer=timer,
+    )
+    harness.llm.fake.script("planner", Silent())
+    harness.search.fake.empty = True
+    service = harness.build_service(planner=planner)
+    try:
+        run = asyncio.create_task(service.executor.execute(await harness.submit(depth=1)))
+        await sleeping_until(timer, TIMEOUT)
+        await wait_for(lambda: harness.llm.fake.streams == 1)
+        timer.advance(TIMEOUT)
+        outcome = await asyncio.wait_for(run, 30)
+    finally:
+        await planner.aclose()
+    assert outcome.status is RunStatus.FAILED and len(harness.search.fake.queries) == 1
+    assert outcome.error == (
+        "no search returned any results; the language model did not answer in time: timed out "
+        f"after 120s (model planner-model at {harness.llm.base_url.rstrip('/')})"
+    )

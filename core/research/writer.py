@@ -159,7 +159,11 @@ class ReportWriter:
         if not numbered:
             errors = [f.error for f in findings if f.error]
             last = errors[-1] if errors else None
-            raise NoResults(wording.no_results_words(state.language, last))
+            reason = wording.no_results_words(state.language, last)
+            if state.model_failure is not None and not state.model_answered:
+                # The planner never answered either (every call timed out): that is said too.
+                reason += "; " + wording.model_failure_text(state.language, state.model_failure)
+            raise NoResults(reason)
         new = (
             whats_new.new_numbers([(s.n, s.url or s.title) for s in numbered], digest.earlier_urls)
             if digest is not None
