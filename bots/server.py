@@ -230,8 +230,9 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     """Ready when the database answers, its schema is one this code runs on (its own or a
-    newer release's) and the process has started on it (exactly while the platform routes
-    answer); the
+    newer release's), the process has started on it (exactly while the platform routes
+    answer) and no platform says it cannot serve at all (``ChatPlatform.readiness``: Teams'
+    app password refused by the identity platform); the
     platforms (and their connections' states) and the MCP servers (``knowledge``, when
     ``FATHOM_MCP_CONFIG`` is set) are shown either way: research goes on without a server
     that is down, so its state never makes the process unready."""
@@ -252,6 +253,9 @@ async def readyz(request: Request) -> Response:
             elif not request.app.state.schema_ready:
                 reason = "starting on the database schema"
     platforms = _platforms(request)
+    for name, why in (await _platform_problems(request)).items():
+        platforms[name] = {**_as_dict(platforms.get(name)), "ready": False, "problem": why}
+        reason = reason or f"{name}: {why}"
     scheduler: DigestScheduler | None = getattr(request.app.state, "scheduler", None)
     roles: dict[str, object] = {
         "scheduler": "holder" if scheduler is not None and scheduler.holder else "standby"
@@ -356,6 +360,22 @@ def knowledge_status(knowledge: KnowledgeStatus) -> dict[str, dict[str, object]]
             entry["problem"] = server.problem
         shown[server.name] = entry
     return shown
+
+
+async def _platform_problems(request: Request) -> dict[str, str]:
+    """Each enabled platform that says it cannot serve here, and why
+    (``ChatPlatform.readiness``)."""
+    platforms: dict[str, ChatPlatform[Any]] = getattr(request.app.state, "platforms", {})
+    problems: dict[str, str] = {}
+    for name, platform in platforms.items():
+        why = await platform.readiness()
+        if why:
+            problems[name] = why
+    return problems
+
+
+def _as_dict(value: object) -> dict[str, object]:
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def _platforms(request: Request) -> dict[str, object]:

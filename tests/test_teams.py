@@ -213,7 +213,8 @@ async def test_unsigned_forged_expired_or_misaddressed_activities_get_401_and_st
     )
     assert not_json.status_code == 400
     assert await bot.served.runs(USER) == []
-    assert bot.fake.messages == {} and bot.fake.tokens_issued == 0
+    assert bot.fake.messages == {} and bot.fake.calls_to("send") == []
+    assert bot.fake.tokens_issued == 1  # the credentials' check at start, nothing else
     assert await bot.references() == []
     # The signed one, for comparison, is taken.
     assert (await bot.send(activity)).status_code == 200
@@ -344,7 +345,7 @@ async def test_a_channel_mention_gets_one_card_edited_each_round_and_the_report_
     metrics = (await bot.served.http.get(f"{bot.served.url}/metrics")).text
     assert 'fathom_platform_calls_total{outcome="delivered",platform="teams"} 1.0' in metrics
     ready = await bot.served.readyz()
-    assert ready["platforms"] == {"teams": {"mode": "http"}}
+    assert ready["platforms"] == {"teams": {"mode": "http", "credentials": "accepted"}}
 
 
 async def test_a_redelivered_activity_starts_one_run(teams: TeamsFactory) -> None:
@@ -786,6 +787,81 @@ async def test_a_run_whose_posts_are_all_answered_without_an_id_posts_everything
     assert bot.fake.calls_to("update") == []
     assert len(bot.fake.calls_to("send")) == 2 + run.report_parts_posted
     assert any("posted without an id" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_wrong_app_password_makes_readyz_not_ready_before_any_research(
+    teams: TeamsFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The identity platform's answer to a client secret that is not the app's (its ID
+    pasted instead of its value, or an expired one): ``401`` with ``"error":
+    "invalid_client"`` and "AADSTS7000215: Invalid client secret provided" (the fake's token
+    endpoint answers Microsoft's error shape). The token is asked for at start; /readyz says
+    why it is not ready, and probing again does not ask the identity platform each time."""
+    bot = await teams(TEAMS_APP_PASSWORD="the-secret-id-not-its-value")
+    response = await bot.served.http.get(f"{bot.served.url}/readyz")
+    assert response.status_code == 503
+    ready = response.json()
+    assert ready["status"] == "unavailable"
+    assert ready["reason"].startswith("teams: the identity platform refuses the bot's token")
+    assert "invalid_client" in ready["reason"] and "AADSTS7000215" in ready["reason"]
+    assert "Trace ID" not in ready["reason"]
+    teams_status = ready["platforms"]["teams"]
+    assert teams_status["credentials"] == "refused" and teams_status["ready"] is False
+    for _ in range(3):
+        assert (await bot.served.http.get(f"{bot.served.url}/readyz")).status_code == 503
+    assert len(bot.fake.calls_to("token")) == 1  # asked at start; refusals asked again later
+    assert any("refuses the bot's token" in r.getMessage() for r in caplog.records)
+    assert await bot.served.runs(USER) == []
+
+
+async def test_the_credentials_are_asked_again_at_a_pace_and_a_secret_accepted_later_is_ready(
+    teams_server: FakeTeamsServer,
+) -> None:
+    """A client secret just added can be refused for a while (AADSTS7000215) before the
+    identity platform accepts it. A refusal is asked again once RECHECK_AFTER has passed
+    (on the check's clock), not at every probe; a network failure says nothing of the
+    credentials and leaves the bot ready, shown as not checked."""
+    from bots.teams.credentials import RECHECK_AFTER, CredentialsCheck
+
+    fake = teams_server.fake
+    refusal = json.dumps(
+        {
+            "error": "invalid_client",
+            "error_description": "AADSTS7000215: Invalid client secret provided. Ensure the "
+            "secret being sent in the request is the client secret value, not the client "
+            "secret ID, for a secret added to app '" + APP_ID + "'. Trace ID: 1 Correlation "
+            "ID: 2 Timestamp: 2026-12-07 09:00:00Z",
+            "error_codes": [7000215],
+        }
+    ).encode()
+    fake.fail_next("token", 401, body=refusal, times=2)
+    now = [1_000.0]
+    async with httpx.AsyncClient() as http:
+        api = TeamsApi(
+            http, app_id=APP_ID, app_password=APP_PASSWORD, token_url=teams_server.token_url()
+        )
+        check = CredentialsCheck(api, clock=lambda: now[0])
+        first = await check.problem()
+        assert first is not None and "AADSTS7000215" in first and "Trace ID" not in first
+        assert await check.problem() == first and len(fake.calls_to("token")) == 1
+        now[0] += RECHECK_AFTER
+        assert await check.problem() == first and len(fake.calls_to("token")) == 2
+        now[0] += RECHECK_AFTER
+        assert await check.problem() is None  # the identity platform now gives the token
+        assert check.status() == {"credentials": "accepted"}
+        for _ in range(3):  # a kept token: asking costs no request
+            assert await check.problem() is None
+        assert len(fake.calls_to("token")) == 3
+    async with httpx.AsyncClient() as http:
+        unreachable = TeamsApi(
+            http, app_id=APP_ID, app_password=APP_PASSWORD, token_url="http://127.0.0.1:9/t"
+        )
+        check = CredentialsCheck(unreachable, clock=lambda: now[0])
+        assert await check.problem() is None
+        status = check.status()
+        assert status["credentials"] == "not checked" and "ConnectError" in str(
+            status["credentials_error"]
+        )
 
 
 async def test_an_expired_token_is_fetched_again_and_the_call_retried(

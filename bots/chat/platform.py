@@ -21,7 +21,8 @@ The life of a platform in one process (``bots.composition`` drives it):
   ``handle``;
 - ``connect`` / ``disconnect``: its long-lived connection, if :attr:`long_lived`, opened only
   on the replica that holds the platform's election (``core.operations.duty.OneHolder``);
-- ``status``: what ``/readyz`` shows for it;
+- ``status``: what ``/readyz`` shows for it; :meth:`~ChatPlatform.readiness`: why it cannot
+  serve at all (its credentials refused), which makes ``/readyz`` not ready;
 - :meth:`close_ingress` at shutdown, before the job runner stops (stop taking requests,
   finish the answers in flight), then :meth:`aclose` once the runner has stopped (its
   running jobs post through the outbound clients during their grace period).
@@ -239,6 +240,14 @@ class ChatPlatform(ABC, Generic[SettingsT]):
     def status(self) -> dict[str, object]:
         """What ``/readyz`` shows for this platform."""
         return self.ingress.status() if self.ingress is not None else {"mode": self.mode}
+
+    async def readiness(self) -> str | None:
+        """Why this platform cannot serve in this process at all, in one line (None: it can),
+        asked at each ``/readyz``: a platform whose own service refused its credentials makes
+        the process not ready before any research runs. Cheap (what it checks is kept and
+        asked again at a pace), and never raises. A connection that is down is not such a
+        reason: ``status`` shows it."""
+        return None
 
     async def close_ingress(self) -> None:
         """Stop taking requests and finish the answers in flight (before the runner stops)."""

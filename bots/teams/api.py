@@ -126,6 +126,14 @@ class TeamsApi:
         self._clock = clock
         self._token: tuple[str, float] | None = None
         self._lock = asyncio.Lock()
+        #: The identity platform's last answer when it refused the app's id and password
+        #: for good (``invalid_client``: a wrong or expired secret); None once a token came.
+        self.refused: TeamsError | None = None
+
+    @property
+    def has_token(self) -> bool:
+        """Whether a token is kept and not due for renewal (asking for it costs nothing)."""
+        return self._token is not None and self._clock() < self._token[1]
 
     async def token(self) -> str:
         async with self._lock:
@@ -141,7 +149,10 @@ class TeamsApi:
                 },
             )
             if response.status_code != 200:
-                raise _error_of(response)
+                error = _error_of(response)
+                if error.final:
+                    self.refused = error
+                raise error
             try:
                 body = response.json()
                 token = str(body["access_token"])
@@ -151,6 +162,7 @@ class TeamsApi:
                     response.status_code, "bad_token_answer", "the token answer has no token"
                 ) from None
             self._token = (token, self._clock() + max(expires_in - TOKEN_MARGIN, 30.0))
+            self.refused = None
             return token
 
     async def _call(

@@ -4,6 +4,7 @@ references."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from bots.chat.platform import ChatPlatform, OpenPlatform, PlatformRoute
@@ -13,6 +14,7 @@ from bots.teams.settings import TeamsSettings
 if TYPE_CHECKING:
     import httpx
 
+    from bots.teams.credentials import CredentialsCheck
     from core.operations.runners import JobRunner
 
 
@@ -34,11 +36,14 @@ class TeamsPlatform(ChatPlatform[TeamsSettings]):
         )
 
     _http: httpx.AsyncClient | None = None
+    _credentials: CredentialsCheck | None = None
+    _first_check: asyncio.Task[str | None] | None = None
 
     async def open(self, runner: JobRunner | None) -> OpenPlatform:
         import httpx
 
         from bots.teams.api import TeamsApi
+        from bots.teams.credentials import CredentialsCheck
         from bots.teams.delivery import TeamsPosters
         from bots.teams.references import ConversationReferences
 
@@ -52,6 +57,10 @@ class TeamsPlatform(ChatPlatform[TeamsSettings]):
             app_password=settings.app_password or "",
             token_url=settings.token_endpoint,
         )
+        # The bot's token, asked for now: a refused app password is known (and logged)
+        # before any research runs, and /readyz waits for this answer.
+        self._credentials = credentials = CredentialsCheck(api)
+        self._first_check = asyncio.create_task(credentials.problem())
         engine = self.services.engine
         stored = ConversationReferences(engine) if engine is not None else None
         posters = TeamsPosters(
@@ -69,9 +78,27 @@ class TeamsPlatform(ChatPlatform[TeamsSettings]):
         adapter = TeamsAdapter(settings, chat, api, auth, stored, self.services.limits)
         return OpenPlatform(posters, adapter)
 
+    def status(self) -> dict[str, object]:
+        """The ingress's status, and whether the identity platform gives the bot its token."""
+        shown = super().status()
+        if self._credentials is not None:
+            shown = {**shown, **self._credentials.status()}
+        return shown
+
+    async def readiness(self) -> str | None:
+        """Not ready while the identity platform refuses the bot's token (a wrong or expired
+        ``TEAMS_APP_PASSWORD``): ``bots.teams.credentials``."""
+        if self._credentials is None:
+            return None
+        return await self._credentials.problem()
+
     async def aclose(self) -> None:
         """The HTTP client, once the job runner has stopped (its running jobs post through it
         during their grace period)."""
+        check, self._first_check = self._first_check, None
+        if check is not None and not check.done():
+            check.cancel()
+            await asyncio.gather(check, return_exceptions=True)
         http, self._http = self._http, None
         if http is not None:
             await http.aclose()
