@@ -43,17 +43,19 @@ class Shape:
 
 
 SHAPES: dict[str, Shape] = {
-    "deepseek-r1-opened-by-template": Shape(
+    "opened-by-template": Shape(
         lambda a: f"Okay, the user wants JSON. A draft: {DRAFT}\nNo, better.\n</think>\n\n{a}",
-        "DeepSeek-R1's and Qwen3-Thinking-2507's templates end the prompt with '<think>\\n', so "
-        "the output starts inside the reasoning and only '</think>' arrives (vllm-project/vllm"
-        "#22507; the raw completion '...Provide the answer briefly.</think>391' quoted in "
-        "tonyd2wild/DeepSeek-v4-Flash-...#16)",
+        "DeepSeek's and Qwen3-Thinking-2507's templates open the block in the prompt, so the "
+        "output starts inside the reasoning and only '</think>' arrives (tonyd2wild/DeepSeek-"
+        "v4-Flash-...#16: 'thinking on -> <｜Assistant｜><think>', a raw completion "
+        "'...Provide the answer briefly.</think>391'; vllm-project/vllm#22507: "
+        "Qwen3-4B-Thinking-2507 does not output <think>)",
     ),
     "qwen3": Shape(
         lambda a: f"<think>\nThe user wants JSON. A draft: {DRAFT}\nNo, better.\n</think>\n\n{a}",
-        "Qwen3 served without --reasoning-parser: '<think>...</think>' opens content "
-        "(anomalyco/opencode#21515 quotes it from an OpenAI-compatible API)",
+        "Qwen3 served without a reasoning parser: 'With Qwen3 ... <think> tags appear in the "
+        "output' (p-e-w/waidrin#37); anomalyco/opencode#21515 quotes such content from an "
+        "OpenAI-compatible API",
     ),
     "qwen3-thinking-off": Shape(
         lambda a: f"<think>\n\n</think>\n\n{a}",
