@@ -48,7 +48,9 @@ _ACCENT = re.compile(f"[{_ACCENTS}]")
 def joined_accents(text: str) -> str:
     """``text`` with each spacing accent that stands apart from its letter joined to it
     (``Universit¨at`` -> ``Universität``)."""
-    if _NEXT_TO_LETTER.search(text) is None:
+    # (``in`` first: a page of a long manual is searched for 13 characters in microseconds,
+    # where the pattern alone took a fifth of a millisecond)
+    if not any(mark in text for mark in _MARKS) or _NEXT_TO_LETTER.search(text) is None:
         return text
     sites = [m.start() for m in _ACCENT.finditer(text) if not _apostrophe(text, m.start())]
     before = after = 0

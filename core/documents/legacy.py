@@ -15,10 +15,11 @@ the Russian, Ukrainian, Bulgarian and Thai lshort of Debian's texlive-lang-cyril
 texlive-lang-other, cut into pieces of 120 characters, it chose right 95-99 % of the time
 (from 250 characters: 96-100 %), where a scorer of the script alone (how much of the text
 becomes words of one script, cased as words) chose right for 1-17 % of the Russian, Bulgarian
-and KOI8-U pieces: every Cyrillic encoding makes Cyrillic words of them. Asked about every page with accented letters of
-the 393 PDFs of eight texlive-lang packages, it named a non-Latin encoding or none for 150 of
-2,671, French and Spanish pages among them: it is asked only about text :func:`is_mojibake`
-already judged (bench/README.md, "Legacy-encoded PDFs").
+and KOI8-U pieces: every Cyrillic encoding makes Cyrillic words of them. Asked about every
+page with accented letters of the 393 PDFs of eight texlive-lang packages, it named a
+non-Latin encoding or none for 150 of 2,671, French and Spanish pages among them: it is
+asked only about text :func:`is_mojibake` already judged (bench/README.md, "Legacy-encoded
+PDFs").
 """
 
 from __future__ import annotations
