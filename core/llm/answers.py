@@ -66,7 +66,8 @@ COMPLETE_REASONS = frozenset(
 @dataclass(frozen=True)
 class Answer:
     """What a model answered: its text (reasoning and channel markers removed) and why it
-    stopped (``finish_reason`` as the server sent it; ``stop`` when it sent none)."""
+    stopped (``finish_reason`` as the server sent it, lower-cased and kept to one word;
+    ``stop`` when it sent none)."""
 
     text: str
     finish_reason: str = "stop"
