@@ -63,6 +63,22 @@ def cut_short_words(language: Language, finish_reason: str = "length") -> str:
     )
 
 
+def sub_answer_cut_short_words(language: Language, question: str, finish_reason: str) -> str:
+    """A note: the answer to a graph run's sub-question stopped before the model ended it
+    (``finish_reason`` as the provider gave it), so the report may build on part of it."""
+    if finish_reason == "length":
+        en, zh = "its output limit", "输出长度上限"
+    else:
+        en, zh = CUT_SHORT_REASONS.get(finish_reason, ("it stopped early", "输出提前停止"))
+    return pick(
+        language,
+        f'The answer to sub-question "{question}" stopped before its end ({en}; finish_reason '
+        f"{finish_reason}), so it may be incomplete.",
+        f"子问题“{question}”的回答未写完即停止（{zh}；finish_reason {finish_reason}），"
+        "可能不完整。",
+    )
+
+
 def repeated_topics_words(language: Language) -> str:
     """A note: the iterative planner kept proposing topics already searched."""
     return pick(

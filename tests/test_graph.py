@@ -326,6 +326,29 @@ async def test_a_revised_sub_answer_is_data_like_the_answer_it_replaces(graph: M
     assert "<@UBOSS>" not in node["answer"] and "UBOSS" in node["answer"]  # inert, kept
 
 
+async def test_a_sub_answer_cut_short_is_said_in_the_notes(graph: MakeGraph) -> None:
+    """A sub-question's answer that stopped at the output limit (``finish_reason: length``,
+    OpenAI's) or for a provider's own reason (DeepSeek's ``insufficient_system_resource``) is
+    kept, and the run's notes say it may be incomplete (issue 51, item 3)."""
+    harness = await graph()
+    questions = [f"{QUESTION} cost", f"{QUESTION} safety"]
+    harness.llm.fake.script(
+        "graph_planner", plan(("cost", questions[0], []), ("safety", questions[1], [])), FINISH
+    )
+    harness.llm.fake.script(
+        "answerer",
+        Reply("Costs fell 90% in a year [1], but", finish_reason="length"),
+        Reply("Cells were safe in", finish_reason="insufficient_system_resource"),
+    )
+    _, outcome = await research(harness, depth=2)
+    assert outcome.status is RunStatus.SUCCEEDED
+    notes = "\n".join(outcome.notes)
+    for question, why in zip(
+        questions, ("its output limit", "the provider ran out of resources"), strict=True
+    ):
+        assert f'The answer to sub-question "{question}" stopped before its end ({why}' in notes
+
+
 async def test_a_resumed_graph_run_searches_no_answered_node_again(graph: MakeGraph) -> None:
     harness = await graph()
     fake = harness.search.fake

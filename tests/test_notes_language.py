@@ -55,6 +55,9 @@ DATA = (
 SAMPLES: dict[str, Callable[[], str]] = {
     "forgotten_internal_words": lambda: note_words.forgotten_internal_words("zh", 2),
     "cut_short_words": lambda: note_words.cut_short_words("zh"),
+    "sub_answer_cut_short_words": lambda: note_words.sub_answer_cut_short_words(
+        "zh", TOPIC, "insufficient_system_resource"
+    ),
     "repeated_topics_words": lambda: note_words.repeated_topics_words("zh"),
     "graph_full_words": lambda: note_words.graph_full_words("zh", 12),
     "unanswered_question_words": lambda: note_words.unanswered_question_words("zh", TOPIC),

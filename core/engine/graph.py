@@ -469,6 +469,12 @@ class _Turn:
             )
             return
         state.model_answered = True
+        if not answer.complete:
+            state.note(
+                note_words.sub_answer_cut_short_words(
+                    state.language, node.question, answer.finish_reason
+                )
+            )
         checked = await self._verified(_checked_answer(answer.text, allowed), numbered)
         node.answer = _checked_answer(checked, allowed)  # (a reviser's sentence is model text)
         node.status = NodeStatus.ANSWERED
