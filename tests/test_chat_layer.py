@@ -821,6 +821,49 @@ async def test_a_progress_message_refused_for_good_is_not_asked_for_at_every_ste
     assert "Research done" in progress.text and len(progress.versions) == 1
 
 
+async def test_a_progress_message_whose_edit_is_refused_for_good_is_not_edited_again(
+    world: Callable[..., World],
+) -> None:
+    """An edit refused for good (the message deleted: Teams answers 403 ServiceError
+    "Unknown" for a deleted message and 404 ActivityNotFoundInConversation for one the thread
+    does not have, microsoft/BotFramework-Services#269; Slack's message_not_found) is not
+    asked again at each later step; the final state is posted once as a new message."""
+    w = world()
+    await w.runner.start()
+    w.chat.fail("edit", Refusal("the message was deleted"))
+    await w.chat.say(w.commands, "heat pumps depth=3")
+    (run,) = await w.delivered()
+    assert (run.status, run.delivery) == ("succeeded", "posted")
+    edits = [call for call in w.chat.calls if call[0] == "edit"]
+    assert len(edits) == 1  # the refused one
+    first, final = w.chat.messages(w.thread(), "progress")
+    assert "Research done" not in first.text
+    assert "Research done" in final.text and len(final.versions) == 1 and not final.buttons
+
+
+async def test_a_cancelled_runs_status_on_a_deleted_progress_message_is_a_new_message(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    """The final status of a run that did not succeed is an edit made by the delivery step;
+    refused for good (the message deleted), it is posted once as a new message and the
+    outcome counts as delivered, not retried."""
+    w = world()
+    await w.runner.start()
+    llm_server.fake.latency = 0.3
+    w.chat.fail("edit", Refusal("the message was deleted"), when="cancelled")
+    await w.chat.say(w.commands, "heat pumps depth=3")
+    async with asyncio.timeout(30):
+        while not w.chat.messages(w.thread(), "progress"):
+            await w.chat.changed.wait()
+            w.chat.changed.clear()
+    await w.chat.say(w.commands, "cancel", in_thread=True)
+    (run,) = await w.delivered()
+    assert (run.status, run.delivery, run.delivery_attempts) == ("cancelled", "posted", 0)
+    first, final = w.chat.messages(w.thread(), "progress")
+    assert "cancelled" not in first.text
+    assert "Research cancelled" in final.text and len(final.versions) == 1
+
+
 async def test_status_lists_running_and_recent_research(
     world: Callable[..., World], llm_server: FakeLLMServer
 ) -> None:

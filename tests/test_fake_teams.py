@@ -125,7 +125,15 @@ def test_send_reply_update_delete_are_recorded(teams: FakeTeamsServer, http: htt
         assert (res.status_code, res.json()) == (200, {"id": second.json()["id"]})
     assert http.delete(activities(teams, chain, first_id), headers=auth).status_code == 200
     missing = http.put(activities(teams, chain, "404"), json=message("?"), headers=auth)
-    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "ActivityNotFound")
+    assert (missing.status_code, missing.json()["error"]["code"]) == (
+        404,
+        "ActivityNotFoundInConversation",
+    )
+    gone = http.put(activities(teams, chain, first_id), json=message("?"), headers=auth)
+    assert (gone.status_code, gone.json()["error"]) == (
+        403,
+        {"code": "ServiceError", "message": "Unknown"},
+    )
 
     messages = teams.fake.chain(CHANNEL, root)
     assert [m.id for m in messages] == [first_id, second.json()["id"]]

@@ -814,9 +814,11 @@ async def test_a_failed_runs_final_status_is_delivered_with_retries(
     a = await replicas(start=False)
     run = await submit(a, depth=1, name="nothing-found")
     search_server.fake.empty = True  # no results: the run fails
-    # and its final status fails once: the progress message's final edit is refused (the
-    # edit throttle gives up on it at once), then the delivery step's first post fails
-    chat.fail("edit", Refusal("HTTP 403"), Outage("HTTP 502"), when="Research failed")
+    # and its final status fails once: the progress message's final edit is refused for good
+    # (the message is gone: not edited again, its status a new message), the new message's
+    # first post fails (the progress step goes on), and so does the delivery step's first
+    chat.fail("edit", Refusal("HTTP 403"), when="Research failed")
+    chat.fail("post", Outage("HTTP 502"), Outage("HTTP 502"), when="Research failed")
     await a.job(run.id)
     final = await a.store.runs.get_run(run.id)
     assert final is not None and final.status == "failed"

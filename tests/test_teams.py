@@ -731,6 +731,31 @@ async def test_rate_limits_and_server_errors_are_retried_until_the_report_is_pos
     assert len(reports) == run.report_parts_posted >= 1
 
 
+async def test_a_progress_card_deleted_mid_run_is_not_updated_again(
+    teams: TeamsFactory, search_server: FakeSearchServer
+) -> None:
+    """Someone deletes the progress card while the research runs. Teams answers an update
+    of a deleted message ``403`` ``{"error": {"code": "ServiceError", "message": "Unknown"}}``
+    (microsoft/BotFramework-Services#269; an id the thread never had gets 404
+    ActivityNotFoundInConversation): the card is not asked for again at each step, and the
+    final state is one new card; the report is posted."""
+    bot = await teams()
+    search_server.fake.hold_pages()
+    asked = channel_message(bot.url, "research tidal power depth=4")
+    await bot.send(asked)
+    (card,) = await wait_for(lambda: bot.fake.chain(CHANNEL_ID, asked["id"]))
+    await wait_for(lambda: search_server.fake.page_requests)
+    card.deleted = True  # as a person deleting it in Teams
+    updates_before = len(bot.fake.calls_to("update"))
+    search_server.fake.release_pages()
+    (run,) = await bot.delivered()
+    assert (run.status, run.delivery, run.delivery_attempts) == ("succeeded", "posted", 0)
+    assert len(bot.fake.calls_to("update")) == updates_before + 1  # the refused one only
+    final, *reports = [m for m in bot.fake.chain(CHANNEL_ID, asked["id"]) if not m.deleted]
+    assert "Research done: 4/4 searches" in shown(final.body) and verbs(final.body) == []
+    assert len(reports) == run.report_parts_posted >= 2
+
+
 async def test_a_bot_removed_from_the_team_gives_up_at_once(teams: TeamsFactory) -> None:
     """403 ``BotNotInConversationRoster`` is final: no retries past it."""
     bot = await teams()

@@ -14,7 +14,9 @@ how to post a notice, and how to judge a failed call. :class:`ChatDelivery` (a
 - an optional :class:`Activity` beside the progress message sees every event (Slack's thread
   status), on its own: its failures never touch the progress message, nor the run;
 - edits coalesced and paced by :class:`~bots.chat.throttle.EditThrottle` (per message and per
-  workspace), retried on rate limits, and the final state always written;
+  workspace), retried on rate limits, and the final state always written; a progress message
+  the platform refuses to edit for good (deleted: Teams' 404, Slack's message_not_found) is
+  not edited again, and its final state is posted once as a new message;
 - the report's parts and the final status posted by ``core.operations.job`` exactly once each.
 """
 
@@ -172,6 +174,8 @@ class ChatDelivery:
         self._submitted: str | None = None  # the last content handed to the throttle
         #: Why the platform refused the progress message for good (not posted again).
         self._refused: str | None = None
+        #: Why the platform refused to edit the progress message for good (not edited again).
+        self._gone: str | None = None
         #: The plan as the last event showed it (the final status shows its finished steps).
         self.tasks: tuple[ProgressTask, ...] = ()
 
@@ -206,7 +210,7 @@ class ChatDelivery:
         if self.message_id is None:
             await self._post_progress(event.text, final=final)
             return
-        if not self.poster.can_edit(self.message_id):
+        if not self._editable(self.message_id):
             if final:
                 await self._post_final(event.text)
             return
@@ -214,10 +218,17 @@ class ChatDelivery:
         content = self.poster.render_progress(event.text, self.message_id, buttons, self.tasks)
         throttle = self._edits(self.message_id)
         if final:
-            await throttle.flush_final(content)
+            if not await throttle.flush_final(content) and throttle.refused is not None:
+                await self._post_final(event.text)  # the message is gone: its end, once
         elif content != self._submitted:  # (a step of the plan changed nothing shown here)
             self._submitted = content
             await throttle.submit(content)
+
+    def _editable(self, message_id: str) -> bool:
+        """Whether the progress message can be edited: the platform allows it, and has not
+        refused an edit of it for good (deleted, the bot removed)."""
+        refused = self._throttle is not None and self._throttle.refused is not None
+        return self.poster.can_edit(message_id) and not refused and self._gone is None
 
     def _edits(self, message_id: str) -> EditThrottle:
         if self._throttle is None:
@@ -252,13 +263,22 @@ class ChatDelivery:
         if self.message_id is None:
             await self._post_progress(text, final=True)
             return
-        if not self.poster.can_edit(self.message_id):
+        if not self._editable(self.message_id):
             await self._post_final(text)
             return
         content = self.poster.render_progress(text, self.message_id, (), self.tasks)
         if self._throttle is not None and self._throttle.written == content:
             return
-        await self.poster.edit_progress(self.message_id, content)
+        try:
+            await self.poster.edit_progress(self.message_id, content)
+        except Exception as exc:
+            failure = self.poster.classify(exc)
+            if failure.retryable:
+                raise
+            # Refused for good (the message deleted): the status is a new message, once.
+            log.warning("progress of run %s not editable (%s)", self._run.id, failure.reason)
+            self._gone = failure.reason
+            await self._post_final(text)
 
     async def _end_activity(self, text: str) -> None:
         if self._activity is None:

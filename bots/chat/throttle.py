@@ -6,7 +6,8 @@ Intermediate texts are only the latest state, so they are coalesced and may be s
 final text is always written: rate limits are waited out as the platform asks (its
 ``Retry-After``) for up to five minutes, other retryable failures get a few attempts. The
 platform says which failures are worth a retry through its ``classify`` function
-(``core.failures.PostFailure``).
+(``core.failures.PostFailure``). An edit refused for good (the message deleted, the bot
+removed) ends the edits of that message: :attr:`EditThrottle.refused` says why.
 """
 
 from __future__ import annotations
@@ -118,11 +119,19 @@ class EditThrottle:
         self._task: asyncio.Task[None] | None = None
         self._editing = False
         self._closed = False
+        #: Why the platform refused an edit of the message for good (None: it did not).
+        self.refused: str | None = None
 
     @property
     def written(self) -> str | None:
         """The last text Slack accepted."""
         return self._written
+
+    def _refuse(self, failure: PostFailure) -> None:
+        """The message can never be edited: nothing more is sent."""
+        self.refused = failure.reason
+        self._closed = True
+        self._pending = None
 
     async def submit(self, text: str) -> None:
         """Record ``text`` as the newest state; a background task sends it when allowed."""
@@ -153,7 +162,11 @@ class EditThrottle:
             except Exception as exc:
                 failure = self._classify(exc)
                 delay = retry_delay(failure, 1)
-                if delay is not None and self._pending is None:
+                if delay is None:
+                    self._refuse(failure)
+                    log.warning("progress edit refused, not asked again (%s)", failure.reason)
+                    return
+                if self._pending is None:
                     self._pending, backoff = text, delay  # retry unless something newer came
                 log.warning("progress edit failed (%s)", failure.reason)
             finally:
@@ -170,7 +183,8 @@ class EditThrottle:
             await asyncio.wait({task})
 
     async def flush_final(self, text: str) -> bool:
-        """Wait for an in-flight edit, then write ``text``; True once Slack accepted it."""
+        """Wait for an in-flight edit, then write ``text``; True once Slack accepted it (False
+        at once when an edit was refused for good)."""
         self._closed = True
         self._pending = None
         task = self._task
@@ -178,6 +192,8 @@ class EditThrottle:
             if not self._editing:
                 task.cancel()
             await asyncio.wait({task})
+        if self.refused is not None:
+            return False
         timer = self._timer
         failures = 0  # failures other than rate limits
         waited = 0.0  # seconds spent waiting out rate limits
@@ -195,6 +211,7 @@ class EditThrottle:
                 failures += 0 if limited else 1
                 delay = retry_delay(failure, max(failures, 1))
                 if delay is None:
+                    self._refuse(failure)
                     log.error("final progress edit failed (%s)", failure.reason)
                     return False
                 if failures >= self._attempts or (limited and waited >= FINAL_RATE_LIMIT_WAIT):

@@ -639,13 +639,18 @@ class FakeTeams:
         return _json(201, {"id": conversation, "activityId": root.id})
 
     def _change(self, kind: str, conversation: str, activity: str, body: dict[str, Any]) -> Answer:
+        """Update or delete a message. What Teams answers for one that is not there, as
+        microsoft/BotFramework-Services#269 reports it (a Microsoft engineer's tries): an id
+        the thread never had, ``ActivityNotFoundInConversation`` "Message does not exist in the
+        thread." (msteams-docs#6139 shows the same body; neither names its status: 404 here);
+        a message that existed and was deleted, ``403`` ``ServiceError`` "Unknown"."""
         message = self.messages.get(activity)
-        if (
-            message is None
-            or message.deleted
-            or _channel_of(message.conversation_id) != _channel_of(conversation)
-        ):
-            return _connector_error(404, "ActivityNotFound", "Unknown activity.")
+        if message is None or _channel_of(message.conversation_id) != _channel_of(conversation):
+            return _connector_error(
+                404, "ActivityNotFoundInConversation", "Message does not exist in the thread."
+            )
+        if message.deleted:
+            return _connector_error(403, "ServiceError", "Unknown")
         if kind == "delete":
             message.deleted = True
             return Answer(200)
