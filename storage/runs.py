@@ -391,6 +391,19 @@ class RunStore:
         )
         return await self._records(newest_first(stmt).limit(limit))
 
+    async def active_runs_in_channel(
+        self, platform: str, workspace: str, channel: str
+    ) -> list[RunRecord]:
+        """The queued and running runs of every thread in one channel, oldest first (the bot
+        removed from it: none of them can post there any more)."""
+        stmt = SELECT_RUNS.where(
+            _threads.c.platform == platform,
+            _threads.c.workspace == workspace,
+            _threads.c.channel == channel,
+            _runs.c.status.in_(UNFINISHED_STATUSES),
+        )
+        return await self._records(stmt.order_by(_runs.c.created_at, _runs.c.id))
+
     async def usage_since(
         self,
         since: datetime,

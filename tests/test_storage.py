@@ -596,6 +596,14 @@ async def test_user_listings(store: Store) -> None:
     assert await store.runs.active_runs_for_user("U2") == []
     recent = await store.runs.recent_runs_for_user("U1", limit=2)
     assert [r.id for r in recent] == [finished.id, queued.id]
+    # A channel's unfinished runs, every thread's (the bot removed from it stops them all).
+    elsewhere, _ = await new_run(store, thread_key="slack:T0001:C0002:1700000000.000900")
+    in_channel = await store.runs.active_runs_in_channel("slack", "T0001", "C0001")
+    assert [r.id for r in in_channel] == [running.id, queued.id]
+    assert [r.id for r in await store.runs.active_runs_in_channel("slack", "T0001", "C0002")] == [
+        elsewhere.id
+    ]
+    assert await store.runs.active_runs_in_channel("slack", "T0002", "C0001") == []
 
 
 async def test_create_run_refuses_a_user_at_the_limit_but_never_a_redelivery(

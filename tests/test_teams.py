@@ -43,6 +43,7 @@ from tests.fakes.teams import (
     Posted,
     action_invoke,
     channel_message,
+    conversation_update_bot_removed,
     from_bot,
     group_chat_message,
     installation_update,
@@ -756,18 +757,67 @@ async def test_a_progress_card_deleted_mid_run_is_not_updated_again(
     assert len(reports) == run.report_parts_posted >= 2
 
 
-async def test_a_bot_removed_from_the_team_gives_up_at_once(teams: TeamsFactory) -> None:
-    """403 ``BotNotInConversationRoster`` is final: no retries past it."""
+async def test_a_bot_no_longer_in_the_conversation_cancels_its_run_and_posts_nothing_more(
+    teams: TeamsFactory, llm_server: FakeLLMServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Teams' answer to a post where the bot is no longer a member: ``403``
+    ``{"error": {"code": "BotNotInConversationRoster", "message": "The bot is not part of the
+    conversation roster."}}`` (MicrosoftDocs/bot-docs#1527; msteams-docs
+    conversation-messages.md, "Status code responses": the app "needs to be reinstalled").
+    The research stops (cancelled: none of it could be shown), no post is tried again, and
+    the log says why."""
     bot = await teams()
     bot.fake.remove_bot(CHANNEL_ID)
-    await bot.send(channel_message(bot.url, "research heat pumps depth=1"))
+    await bot.send(channel_message(bot.url, "research heat pumps depth=5"))
     (run,) = await bot.delivered()
-    assert run.delivery == "failed"
-    sent = [c.body for c in bot.fake.calls_to("send")]
-    assert len([b for b in sent if b.get("textFormat") == "markdown"]) == 1  # not retried
-    # The card: refused once, not asked for again at each round; its final state tried once.
-    assert len([b for b in sent if "Researching" in shown(b)]) == 2
+    assert (run.status, run.delivery) == ("cancelled", "failed")
+    assert run.delivery_error is not None and "BotNotInConversationRoster" in run.delivery_error
+    assert len(bot.fake.calls_to("send")) == 1 and bot.fake.calls_to("update") == []
     assert bot.fake.messages == {}
+    assert len(llm_server.fake.requests_for("writer")) == 0  # no report written for nobody
+    assert any("cannot post in its conversation any more" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("scope", ["team", "groupChat"])
+async def test_the_bot_removed_mid_research_stops_the_runs_there(
+    teams: TeamsFactory,
+    search_server: FakeSearchServer,
+    caplog: pytest.LogCaptureFixture,
+    scope: Any,
+) -> None:
+    """The bot removed from a team (a ``conversationUpdate`` whose ``membersRemoved`` names
+    the bot, ``teamMemberRemoved``: the conversation is the team's, and every channel of it
+    where a research runs is stopped) or from a group chat, while a research runs there:
+    the run is cancelled at once, and once Teams refuses the post of its end (the bot is no
+    longer in the roster) nothing more is asked of it."""
+    bot = await teams()
+    search_server.fake.hold_pages()
+    if scope == "team":
+        asked = channel_message(bot.url, "research tidal power depth=5")
+        where = CHANNEL_ID
+    else:
+        asked = group_chat_message(bot.url, "research tidal power depth=5")
+        where = GROUP_CHAT
+    await bot.send(asked)
+    await wait_for(lambda: search_server.fake.page_requests)
+    (running,) = await bot.served.runs(USER)
+    bot.fake.remove_bot(where)  # Teams refuses its posts from now on
+    before = len(bot.fake.calls)
+    removed = conversation_update_bot_removed(bot.url, scope=scope)
+    assert (await bot.send(removed)).status_code == 200
+    (cancelled,) = await bot.served.runs(USER)
+    assert cancelled.cancel_requested  # at once, not at the end of the research
+    search_server.fake.release_pages()
+    (run,) = await bot.delivered()
+    assert run.id == running.id and (run.status, run.delivery) == ("cancelled", "failed")
+    asked = [c for c in bot.fake.calls[before:] if c.kind in ("send", "update", "create")]
+    assert len(asked) == 1  # its end, refused (403): nothing asked after that answer
+    assert len(search_server.fake.queries) == 1  # the search in flight, no other
+    assert any(
+        "the bot was removed from" in r.getMessage() and run.id in r.getMessage()
+        for r in caplog.records
+    )
+    assert await bot.references() == []
 
 
 @pytest.mark.parametrize("answer", ["202", "empty id"])

@@ -50,10 +50,28 @@ FINAL_STATUSES = frozenset({400, 403, 404, 413})
 #: The identity platform's answers that no retry changes: a wrong or expired secret, an app
 #: id the tenant does not know, a scope refused.
 FINAL_TOKEN_ERRORS = frozenset({"invalid_client", "unauthorized_client", "invalid_scope"})
+#: Teams' answers that the bot cannot post in the conversation any more, whatever it sends
+#: (msteams-docs conversation-messages.md, "Status code responses": "Stop posting to
+#: conversation ..."): the bot removed from it (403), blocked there by the user or disabled
+#: by the tenant's admin (403), the conversation gone (404).
+GONE_CODES = frozenset(
+    {
+        "BotNotInConversationRoster",
+        "ConversationBlockedByUser",
+        "BotDisabledByAdmin",
+        "ConversationNotFound",
+    }
+)
 
 
 class TeamsError(PlatformError):
     """A refused Bot Connector or token call."""
+
+    @property
+    def bot_gone(self) -> bool:
+        """Teams said, in its own words, that the bot cannot post in the conversation any
+        more (:data:`GONE_CODES`)."""
+        return self.final and self.code in GONE_CODES
 
 
 def _error_of(response: httpx.Response) -> TeamsError:

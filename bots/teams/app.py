@@ -21,7 +21,8 @@ Then:
   and is decided at once (database only) and answered with the message Teams shows the
   presser;
 - the bot being installed or added (``installationUpdate``, ``conversationUpdate``) only
-  records the reference, so digests can post there; the app removed forgets it.
+  records the reference, so digests can post there; the app removed forgets it, and cancels
+  the research running there (nothing of it could be posted), said in the log.
 """
 
 from __future__ import annotations
@@ -42,10 +43,12 @@ from bots.chat.settings import RouteLimits
 from bots.http_gate import Rejected, parse_json, read_body, rejected_response
 from bots.teams.api import TeamsApi
 from bots.teams.auth import CHANNEL, ActivityAuth, Unauthenticated
-from bots.teams.delivery import classify_error
+from bots.teams.delivery import CancelRun, classify_error
 from bots.teams.events import (
     ACTION_INVOKE,
+    PLATFORM,
     TeamsRequest,
+    channel_key,
     reference_of,
     tenant_of,
     translate,
@@ -119,6 +122,8 @@ class TeamsAdapter(HttpIngress):
         auth: ActivityAuth,
         references: ConversationReferences | None,
         limits: RouteLimits,
+        *,
+        cancel: CancelRun | None = None,
     ) -> None:
         self._settings = settings
         self._chat = chat
@@ -126,6 +131,7 @@ class TeamsAdapter(HttpIngress):
         self._auth = auth
         self._references = references
         self._limits = limits
+        self._cancel = cancel
         self._bot_id = f"28:{settings.app_id}"
         self._background = Background()
 
@@ -181,15 +187,37 @@ class TeamsAdapter(HttpIngress):
 
     async def _forget(self, activity: dict[str, Any]) -> None:
         """A channel deleted is forgotten; the app or bot removed from a team, or the team
-        deleted, forgets every channel of the team; elsewhere, the conversation."""
+        deleted, forgets every channel of the team; elsewhere, the conversation. The runs
+        still working there are cancelled: nothing of theirs could be posted."""
         reference = reference_of(activity)
-        if reference is None or self._references is None:
+        if reference is None:
             return
         data = activity.get("channelData")
         event = data.get("eventType") if isinstance(data, dict) else None
-        if reference.team and event != "channelDeleted":
-            await self._references.forget_team(reference.tenant, reference.team)
-        await self._references.forget(reference)
+        conversations = [reference.conversation]
+        if self._references is not None:
+            if reference.team and event != "channelDeleted":
+                team = await self._references.forget_team(reference.tenant, reference.team)
+                conversations += [c for c in team if c != reference.conversation]
+            await self._references.forget(reference)
+        await self._stop_runs(reference.tenant, conversations)
+
+    async def _stop_runs(self, tenant: str, conversations: list[str]) -> None:
+        """Cancel the unfinished runs of ``conversations`` (the bot was removed from them)."""
+        if self._cancel is None:
+            return
+        workspace = tenant or "tenant"  # as events.translate keys a tenant-less activity
+        for conversation in conversations:
+            key = channel_key(conversation)
+            runs = await self._chat.store.runs.active_runs_in_channel(PLATFORM, workspace, key)
+            for run in runs:
+                log.warning(
+                    "teams: the bot was removed from %s: run %s is cancelled (nothing of it "
+                    "could be posted there)",
+                    key,
+                    run.id,
+                )
+                await self._cancel(run.id)
 
     async def _remember(self, activity: dict[str, Any]) -> None:
         reference = reference_of(activity)

@@ -10,14 +10,18 @@ channel (``POST /v3/conversations``), and the thread is re-keyed to it. Where to
 from the run's request (its context) or, failing that, the conversation's stored reference
 (``bots.teams.references``); with neither, the run is undeliverable. Files a person sent in
 a personal chat are read from their pre-authenticated download URL.
+
+When Teams answers that the bot cannot post in the conversation any more (removed from it,
+blocked, disabled, the conversation gone: ``TeamsError.bot_gone``), the run is cancelled and
+its thread makes no call after that one: said in the log, nothing more asked of Teams.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from bots.chat.controls import Button, feedback_buttons
 from bots.chat.delivery import ThreadPosters, adopt_opener
@@ -47,6 +51,10 @@ BURST = 7
 #: (its steps are not shown; its final state is a new card, posted once).
 UNNAMED = "posted-without-id"
 
+T = TypeVar("T")
+#: Cancels a run (``core.research.requests.RunRequests.cancel``).
+CancelRun = Callable[[str], Awaitable[object]]
+
 
 def classify_error(error: Exception) -> PostFailure:
     """A failed Teams call judged the way every platform's is (``bots.chat.errors``)."""
@@ -57,15 +65,53 @@ class TeamsThread:
     """``bots.chat.delivery.ThreadPoster`` for one run's Teams thread."""
 
     def __init__(
-        self, run: RunRecord, api: TeamsApi, store: ChatStores, reference: Reference
+        self,
+        run: RunRecord,
+        api: TeamsApi,
+        store: ChatStores,
+        reference: Reference,
+        cancel: CancelRun | None = None,
     ) -> None:
         self._run = run
         self._api = api
         self._store = store
         self._reference = reference
+        self._cancel = cancel
         self.thread = run.thread
         self.language = request_language(run.topic)
         self._title = heading_of(run)
+        #: Teams' answer that the bot cannot post in the conversation any more.
+        self._gone: TeamsError | None = None
+
+    async def _call(self, make: Callable[[], Awaitable[T]]) -> T:
+        """One Bot Connector call of this run, unless Teams said the bot cannot post in the
+        conversation any more: then that answer again, and no call."""
+        if self._gone is not None:
+            raise self._gone
+        try:
+            return await make()
+        except TeamsError as error:
+            if error.bot_gone:
+                self._gone = error
+                await self._stop_run(error)
+            raise
+
+    async def _stop_run(self, error: TeamsError) -> None:
+        """The bot cannot post in the run's conversation: the research is cancelled (none
+        of its work could be shown), once."""
+        log.warning(
+            "teams: run %s cannot post in its conversation any more (%s %s): it is "
+            "cancelled and nothing more is posted there",
+            self._run.id,
+            error.status,
+            error.code,
+        )
+        if self._cancel is None:
+            return
+        try:
+            await self._cancel(self._run.id)
+        except Exception as exc:  # the delivery's own failure is what the job acts on
+            log.warning("teams: run %s could not be cancelled (%s)", self._run.id, exc)
 
     @property
     def _conversation(self) -> str:
@@ -81,8 +127,9 @@ class TeamsThread:
         return activity
 
     async def _send(self, activity: dict[str, Any]) -> str:
-        return await self._api.send(
-            self._reference.service_url, self._conversation, self._addressed(activity)
+        addressed = self._addressed(activity)
+        return await self._call(
+            lambda: self._api.send(self._reference.service_url, self._conversation, addressed)
         )
 
     def render_progress(
@@ -108,11 +155,15 @@ class TeamsThread:
         reference = self._reference
         if self.needs_opener and reference.kind == "channel":
             # A digest: its card opens a new reply chain in the channel.
-            return await self._api.create_channel_post(
-                reference.service_url, reference.conversation, reference.tenant, activity
+            return await self._call(
+                lambda: self._api.create_channel_post(
+                    reference.service_url, reference.conversation, reference.tenant, activity
+                )
             )
         if self.needs_opener:  # a digest in a chat: a new message in it, the thread's name
-            posted = await self._api.send(reference.service_url, reference.conversation, activity)
+            posted = await self._call(
+                lambda: self._api.send(reference.service_url, reference.conversation, activity)
+            )
             if not posted:
                 raise TeamsError(202, "no_activity_id", "Teams did not say which message it posted")
             return posted
@@ -127,8 +178,11 @@ class TeamsThread:
         return UNNAMED
 
     async def edit_progress(self, message_id: str, content: str) -> None:
-        await self._api.update(
-            self._reference.service_url, self._conversation, message_id, json.loads(content)
+        activity = json.loads(content)
+        await self._call(
+            lambda: self._api.update(
+                self._reference.service_url, self._conversation, message_id, activity
+            )
         )
 
     def can_edit(self, message_id: str) -> bool:
@@ -175,12 +229,14 @@ class TeamsPosters(ThreadPosters):
         references: ConversationReferences | None,
         *,
         edit_interval: float = 1.0,
+        cancel: CancelRun | None = None,
     ) -> None:
         super().__init__(
             store, edit_interval=edit_interval, per_minute=CALLS_PER_MINUTE, burst=BURST
         )
         self._api = api
         self._references = references
+        self._cancel = cancel
 
     async def reference_of(self, run: RunRecord) -> Reference | None:
         """Where ``run`` posts: its request's context, else the stored reference."""
@@ -199,4 +255,4 @@ class TeamsPosters(ThreadPosters):
                 f"no Teams conversation reference for {run.thread_key}: the bot was never "
                 "addressed or installed there"
             )
-        return TeamsThread(run, self._api, self._store, reference)
+        return TeamsThread(run, self._api, self._store, reference, self._cancel)

@@ -63,8 +63,9 @@ class TeamsPlatform(ChatPlatform[TeamsSettings]):
         self._first_check = asyncio.create_task(credentials.problem())
         engine = self.services.engine
         stored = ConversationReferences(engine) if engine is not None else None
+        cancel = self.services.requests.cancel
         posters = TeamsPosters(
-            api, self.services.store, stored, edit_interval=settings.edit_interval
+            api, self.services.store, stored, edit_interval=settings.edit_interval, cancel=cancel
         )
         if runner is None:
             return OpenPlatform(posters)
@@ -75,7 +76,9 @@ class TeamsPlatform(ChatPlatform[TeamsSettings]):
             http, metadata_url=settings.openid_metadata_url, app_id=settings.app_id or ""
         )
         chat = self.services.commands(runner, teams_markup())
-        adapter = TeamsAdapter(settings, chat, api, auth, stored, self.services.limits)
+        adapter = TeamsAdapter(
+            settings, chat, api, auth, stored, self.services.limits, cancel=cancel
+        )
         return OpenPlatform(posters, adapter)
 
     def status(self) -> dict[str, object]:

@@ -81,16 +81,18 @@ class ConversationReferences:
                 )
             )
 
-    async def forget_team(self, tenant: str, team: str) -> None:
+    async def forget_team(self, tenant: str, team: str) -> list[str]:
         """The app was removed from ``team`` (or the team deleted): none of its channels is
-        posted to any more."""
+        posted to any more. The channels forgotten (their conversation ids)."""
         table = teams_conversations
         if not team:
-            return
+            return []
+        where = (table.c.tenant == tenant[:64], table.c.team == team[:100])
         async with self._engine.begin() as connection:
-            await connection.execute(
-                delete(table).where(table.c.tenant == tenant[:64], table.c.team == team[:100])
-            )
+            found = await connection.execute(select(table.c.conversation).where(*where))
+            channels = [str(row.conversation) for row in found]
+            await connection.execute(delete(table).where(*where))
+        return channels
 
     async def find(self, tenant: str, key: str) -> Reference | None:
         """The reference of the conversation whose thread keys' channel part is ``key``."""

@@ -1148,6 +1148,28 @@ def conversation_update_bot_added(
     return activity
 
 
+def conversation_update_bot_removed(
+    fake_url: str,
+    /,
+    *,
+    scope: Scope = "team",
+    team_id: str = TEAM_ID,
+    conversation_id: str = PERSONAL_CHAT,
+    chat_id: str = GROUP_CHAT,
+    tenant: str = TENANT,
+) -> dict[str, Any]:
+    """The bot removed from a team or a group chat ("Conversation events in your Teams bot",
+    "Team members removed": a ``conversationUpdate`` whose ``membersRemoved`` holds the
+    bot's own id, the recipient's; in a team the conversation is the team's and the event
+    type ``teamMemberRemoved``)."""
+    conversation, channel_data = _where(scope, team_id, conversation_id, chat_id, tenant)
+    if scope == "team":
+        channel_data["eventType"] = "teamMemberRemoved"
+    activity = _event(fake_url, "conversationUpdate", conversation, channel_data)
+    activity["membersRemoved"] = [{"id": BOT_ID}]
+    return activity
+
+
 def sign(
     activity: dict[str, Any],
     *,
