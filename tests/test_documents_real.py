@@ -202,6 +202,31 @@ async def test_a_long_pdf_is_read_where_it_answers_the_question() -> None:
     assert "240" in document.coverage
 
 
+def test_a_scan_cut_short_by_its_time_still_covers_the_whole_document() -> None:
+    """refman.pdf (2,415 pages) on a loaded machine: the scan stopped at half its time after
+    about 1,400 pages and read pages 21-1214, while the answers were on pages 1033-2352
+    (bench/README.md). A scan cut short takes every 8th page first, then the next ones, so
+    the pages that answer are found wherever they are; one that ends scans every page."""
+    from core.documents.pdf import _relevant, scan_order
+
+    class Texts:
+        """A manual whose pages 1900-1909 answer the question; a page read costs 1 s."""
+
+        def __init__(self) -> None:
+            self.clock = 0.0
+
+        def get(self, number: int) -> str:
+            self.clock += 1.0
+            if 1900 <= number < 1910:
+                return "The XR-7 defrost interval is chosen with jumper J4."
+            return "General notes on heat pump installation and the refrigerant lines."
+
+    texts = Texts()
+    wanted = _relevant(texts, 2400, 50, "XR-7 defrost jumper", 1200.0, lambda: texts.clock)
+    assert wanted[:4] == [1904, 1905, 1906, 1907]  # the answering pages of the half scanned
+    assert sorted(scan_order(20)) == list(range(20)) and list(scan_order(3)) == [0, 1, 2]
+
+
 async def test_without_a_question_a_long_pdf_gives_its_first_pages() -> None:
     async with DocumentExtractor(max_pages=50, timeout=30.0) as documents:
         document = await documents.extract(manual_pdf(), "pdf")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from core.documents.accents import joined_accents
@@ -38,6 +39,8 @@ _CATALOG = re.compile(
 _ERR_PASSWORD = 4
 #: At most this many pages' text is ranked to choose which pages of a long PDF to read.
 SCAN_PAGES = 5000
+#: A scan takes every this many pages first (:func:`scan_order`).
+SCAN_STRIDE = 8
 #: PDFium marks a hyphen it took for a word broken across lines with U+FFFE ("heat-" / "pump").
 _SOFT_HYPHEN = "\ufffe"
 
@@ -134,14 +137,22 @@ class _Texts:
         return joined_accents(text)
 
 
-def _relevant(texts: _Texts, total: int, count: int, query: str, until: float) -> list[int]:
+def _relevant(
+    texts: _Texts,
+    total: int,
+    count: int,
+    query: str,
+    until: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[int]:
     """``count`` page numbers, best for ``query`` first (BM25 over the pages' text, for those
-    read by ``until`` of at most ``SCAN_PAGES``), then the first pages to make up the count."""
+    read by ``until`` of at most ``SCAN_PAGES``, in :func:`scan_order`), then the first pages
+    to make up the count."""
     from core.pages.extract import bm25_scores, terms
 
     scanned: list[int] = []
-    for number in range(min(total, SCAN_PAGES)):
-        if scanned and time.monotonic() > until:
+    for number in scan_order(min(total, SCAN_PAGES)):
+        if scanned and clock() > until:
             break
         if texts.get(number) is not None:
             scanned.append(number)
@@ -151,6 +162,15 @@ def _relevant(texts: _Texts, total: int, count: int, query: str, until: float) -
     chosen = set(best)
     rest = [number for number in range(total) if number not in chosen]
     return best + rest[: count - len(best)]
+
+
+def scan_order(pages: int) -> Iterator[int]:
+    """The order a document's pages are scanned in: every :data:`SCAN_STRIDE`-th page, then
+    the pages after those, and so on, so that a scan cut short by its time covers the whole
+    document thinly rather than its first part only (a scan that ends scans every page, in
+    whatever order)."""
+    for offset in range(min(SCAN_STRIDE, pages)):
+        yield from range(offset, pages, SCAN_STRIDE)
 
 
 def _page_text(document: Any, number: int) -> str:
