@@ -248,6 +248,47 @@ async def test_teams_answers(
 
 
 @pytest.mark.parametrize(
+    ("status", "code", "message", "gone"),
+    [
+        (
+            403,
+            "BotNotInConversationRoster",
+            "The bot is not part of the conversation roster.",
+            True,
+        ),
+        (403, "ConversationBlockedByUser", "User blocked the conversation with the bot.", True),
+        (403, "BotDisabledByAdmin", "The tenant admin disabled this bot.", True),
+        (404, "ConversationNotFound", "Conversation not found.", True),
+        # An update of a deleted message (microsoft/BotFramework-Services#269): final, but the
+        # bot may still post in the conversation.
+        (403, "ServiceError", "Unknown", False),
+        (404, "ActivityNotFoundInConversation", "Message does not exist in the thread.", False),
+        (400, "BadArgument", "Activity type is required.", False),
+    ],
+)
+async def test_teams_answers_that_the_bot_cannot_post_there_any_more(
+    teams_server: FakeTeamsServer, status: int, code: str, message: str, gone: bool
+) -> None:
+    """msteams-docs ``bots/how-to/conversations/conversation-messages.md``, "Status code
+    responses": for these codes and messages the developer action is to stop posting to the
+    conversation (the bot removed: "App needs to be reinstalled in conversation"; blocked by
+    the user; disabled by the admin; the conversation not found). Every answer here is final;
+    only those four say the bot is gone (``TeamsError.bot_gone``: its run is cancelled)."""
+    from bots.teams.api import TeamsError
+
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    teams_server.fake.fail_next("send", status, body=body)
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        api = TeamsApi(
+            http, app_id=TEAMS_ID, app_password=TEAMS_PASSWORD, token_url=teams_server.token_url()
+        )
+        with pytest.raises(TeamsError) as failed:
+            await api.send(teams_server.service_url, "19:c@thread.tacv2", {"type": "message"})
+    assert judged(teams_classify(failed.value)) == (False, None)
+    assert failed.value.bot_gone is gone
+
+
+@pytest.mark.parametrize(
     ("error", "status", "expected"),
     [
         ("invalid_client", 401, (False, None)),  # a wrong or expired secret: no retry helps
