@@ -15,8 +15,9 @@ how to post a notice, and how to judge a failed call. :class:`ChatDelivery` (a
   status), on its own: its failures never touch the progress message, nor the run;
 - edits coalesced and paced by :class:`~bots.chat.throttle.EditThrottle` (per message and per
   workspace), retried on rate limits, and the final state always written; a progress message
-  the platform refuses to edit for good (deleted: Teams' 404, Slack's message_not_found) is
-  not edited again, and its final state is posted once as a new message;
+  the platform refuses to edit for good (deleted: Teams' 403 ServiceError or 404, Slack's
+  message_not_found) is not edited again, and its final state is posted once as a new
+  message;
 - the report's parts and the final status posted by ``core.operations.job`` exactly once each.
 """
 
