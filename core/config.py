@@ -93,8 +93,16 @@ class Settings(EnvSettings):
     writer_api_key: str | None = Field(default=None, validation_alias=env("FATHOM_WRITER_API_KEY"))
     #: Every cited claim of a report checked against its sources before it is posted.
     verify_claims: bool = Field(default=True, validation_alias=env("FATHOM_VERIFY_CLAIMS"))
-    #: The model that checks them (at the planner's endpoint); None: the planner's model.
+    #: The model that checks them; None: the planner's model.
     verifier_model: str | None = Field(default=None, validation_alias=env("FATHOM_VERIFIER_MODEL"))
+    #: Its endpoint and key, for a judge of another family behind another endpoint; None: the
+    #: planner's.
+    verifier_base_url: str | None = Field(
+        default=None, validation_alias=env("FATHOM_VERIFIER_BASE_URL")
+    )
+    verifier_api_key: str | None = Field(
+        default=None, validation_alias=env("FATHOM_VERIFIER_API_KEY")
+    )
     llm_json_mode: Literal["auto", "json_schema", "json_object", "prompt"] = Field(
         default="auto", validation_alias=env("FATHOM_LLM_JSON_MODE")
     )
@@ -260,7 +268,7 @@ class Settings(EnvSettings):
 
         return check_url(value)
 
-    @field_validator("openai_base_url", "writer_base_url", mode="before")
+    @field_validator("openai_base_url", "writer_base_url", "verifier_base_url", mode="before")
     @classmethod
     def _endpoint_url(cls, value: object) -> object:
         """An http(s) URL with a host (blank: the SDK's default)."""
@@ -326,6 +334,18 @@ class Settings(EnvSettings):
     @property
     def effective_writer_api_key(self) -> str | None:
         return self.writer_api_key or self.openai_api_key
+
+    @property
+    def effective_verifier_model(self) -> str:
+        return self.verifier_model or self.planner_model
+
+    @property
+    def effective_verifier_base_url(self) -> str | None:
+        return self.verifier_base_url or self.openai_base_url
+
+    @property
+    def effective_verifier_api_key(self) -> str | None:
+        return self.verifier_api_key or self.openai_api_key
 
     def require_llm(self) -> None:
         """Fail with one clear line when no LLM endpoint is configured."""

@@ -198,7 +198,8 @@ def test_applying_never_overwrites_the_secret_and_a_config_change_rolls_the_pods
     assert [i["name"] for i in kustomization["images"]] == ["fathom"]
     example = yaml.safe_load((DEPLOY / "kubernetes" / "secret.example.yaml").read_text())
     secrets = {
-        "DATABASE_URL", "OPENAI_API_KEY", "FATHOM_WRITER_API_KEY", "TAVILY_API_KEY",
+        "DATABASE_URL", "OPENAI_API_KEY", "FATHOM_WRITER_API_KEY", "FATHOM_VERIFIER_API_KEY",
+        "TAVILY_API_KEY",
         "BRAVE_API_KEY", "SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_APP_TOKEN",
         "SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET", "FEISHU_APP_ID", "FEISHU_APP_SECRET",
         "FEISHU_VERIFICATION_TOKEN", "FEISHU_ENCRYPT_KEY", "DINGTALK_CLIENT_ID",

@@ -215,6 +215,9 @@ def _settings(**values: object) -> Settings:
         "FATHOM_WRITER_MODEL": None,
         "FATHOM_WRITER_BASE_URL": None,
         "FATHOM_WRITER_API_KEY": None,
+        "FATHOM_VERIFIER_MODEL": None,
+        "FATHOM_VERIFIER_BASE_URL": None,
+        "FATHOM_VERIFIER_API_KEY": None,
     }
     return Settings(_env_file=None, **{**base, **values})  # type: ignore[arg-type,call-arg]
 
@@ -229,6 +232,26 @@ async def test_from_settings_shares_or_splits_writer() -> None:
     await split.aclose()
     with pytest.raises(ConfigError):
         LLMClients.from_settings(_settings(OPENAI_API_KEY=None))
+
+
+async def test_a_verifier_behind_another_endpoint_gets_a_client_of_its_own() -> None:
+    """FATHOM_VERIFIER_MODEL, FATHOM_VERIFIER_BASE_URL and FATHOM_VERIFIER_API_KEY: a judge of
+    another family behind another endpoint; unset, the verifier is the planner's client."""
+    same = LLMClients.from_settings(_settings())
+    assert same.verifier is same.planner
+    judge = "https://judge.example/v1"
+    other = LLMClients.from_settings(
+        _settings(FATHOM_VERIFIER_BASE_URL=judge, FATHOM_VERIFIER_API_KEY="judge-key")
+    )
+    assert other.verifier is not other.planner and other.writer is other.planner
+    assert (other.verifier.model, other.verifier.base_url) == ("small", judge + "/")
+    named = LLMClients.from_settings(_settings(FATHOM_VERIFIER_MODEL="judge-model"))
+    assert named.verifier.model == "judge-model"
+    assert named.verifier.base_url == named.planner.base_url
+    for clients in (same, other, named):
+        await clients.aclose()
+    with pytest.raises(ValueError, match="not an http"):
+        _settings(FATHOM_VERIFIER_BASE_URL="judge.example")
 
 
 def test_importing_core_llm_does_not_import_openai() -> None:

@@ -698,7 +698,8 @@ class LLMClients:
     ) -> None:
         self.planner = planner
         self.writer = writer
-        #: Checks a report's claims (``FATHOM_VERIFIER_MODEL``; the planner by default).
+        #: Checks a report's claims (``FATHOM_VERIFIER_MODEL`` at ``FATHOM_VERIFIER_BASE_URL``
+        #: with ``FATHOM_VERIFIER_API_KEY``; the planner by default).
         self.verifier = verifier or planner
 
     @classmethod
@@ -730,13 +731,14 @@ class LLMClients:
             settings.effective_writer_api_key or planner_key,
         )
         verifier = None
-        if settings.verifier_model and settings.verifier_model != settings.planner_model:
-            verifier = ChatModel(
-                model=settings.verifier_model,
-                api_key=planner_key,
-                base_url=settings.openai_base_url,
-                **common,
-            )
+        verifier_spec = (
+            settings.effective_verifier_model,
+            settings.effective_verifier_base_url,
+            settings.effective_verifier_api_key or planner_key,
+        )
+        if verifier_spec != (settings.planner_model, settings.openai_base_url, planner_key):
+            model, base_url, api_key = verifier_spec
+            verifier = ChatModel(model=model, api_key=api_key, base_url=base_url, **common)
         if writer_spec == (settings.planner_model, settings.openai_base_url, planner_key):
             return cls(planner, planner, verifier)
         model, base_url, api_key = writer_spec
