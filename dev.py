@@ -2,6 +2,7 @@
 """Bootstrap for a fresh clone: needs only Python 3.11+ (standard library only).
 
     python3 dev.py research "TOPIC" [--depth N] [fathom research options]
+    python3 dev.py eval QUESTIONS.jsonl [fathom eval options]   (or --judge-check [PAIRS.jsonl])
     python3 dev.py test [pytest options]      (-n auto unless you pass -n, --pdb or --lf)
     python3 dev.py lint
     python3 dev.py mutants [--list | --only NAME]  (does the suite catch ten broken guarantees?)
@@ -14,10 +15,10 @@ itself (skipped when ``pyproject.toml`` and the lock have not changed since).
     python3 dev.py lock [--upgrade]   (after a change of pyproject.toml's dependencies:
                                       the locks again, with uv; ``pip install uv`` first)
 
-``research`` runs the real program. With ``OPENAI_API_KEY`` set it talks to
-your endpoint (``OPENAI_BASE_URL``) and search provider (``FATHOM_SEARCH``);
-without it, it starts the local fake LLM and fake SearXNG from ``tests/fakes``
-and points the program at them, so the whole workflow can be seen offline.
+``research`` and ``eval`` run the real program. With ``OPENAI_API_KEY`` set they
+talk to your endpoint (``OPENAI_BASE_URL``) and search provider (``FATHOM_SEARCH``);
+without it, they start the local fake LLM and fake SearXNG from ``tests/fakes``
+and point the program at them, so the whole workflow can be seen offline.
 """
 
 from __future__ import annotations
@@ -101,24 +102,39 @@ def parallel(args: list[str]) -> list[str]:
 
 
 def research(args: list[str]) -> int:
-    fathom = [str(PYTHON), "-m", "bots.cli", "research", *args]
+    return with_fakes([str(PYTHON), "-m", "bots.cli", "research", *args], cwd=ROOT)
+
+
+def evaluate(args: list[str]) -> int:
+    """``fathom eval`` in the caller's folder (its QUESTIONS, ``-o`` and ``--compare`` paths
+    are the caller's), offline as ``research`` is; the fake verifier then reads each claim
+    and its evidence (``--judge literal``), so ``--judge-check`` measures a judge that reads."""
+    fathom = [str(PYTHON), "-m", "bots.cli", "eval", *args]
+    return with_fakes(fathom, cwd=Path.cwd(), fakes=["--judge", "literal"])
+
+
+def with_fakes(command: list[str], *, cwd: Path, fakes: list[str] | None = None) -> int:
+    """``command`` against your endpoint when ``OPENAI_API_KEY`` is set, else against the
+    local fake LLM and fake SearXNG (``python -m tests.fakes`` with ``fakes``), started for it
+    and stopped after, with the demo database (``fathom-demo.db`` here) unless
+    ``DATABASE_URL`` names another."""
     if os.environ.get("OPENAI_API_KEY"):
-        return run(fathom)
+        return subprocess.call(command, cwd=cwd)
     print(
         "OPENAI_API_KEY is not set: running against the local fake LLM and fake search "
         "(set OPENAI_API_KEY / OPENAI_BASE_URL to use a real endpoint).",
         file=sys.stderr,
     )
-    fakes = subprocess.Popen(
-        [str(PYTHON), "-m", "tests.fakes"],
+    started = subprocess.Popen(
+        [str(PYTHON), "-m", "tests.fakes", *(fakes or [])],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
     try:
-        assert fakes.stdout is not None
-        urls = json.loads(fakes.stdout.readline())
+        assert started.stdout is not None
+        urls = json.loads(started.stdout.readline())
         env = dict(os.environ)
         env.update(
             OPENAI_API_KEY=urls["openai_api_key"],
@@ -127,11 +143,11 @@ def research(args: list[str]) -> int:
             SEARXNG_URL=urls["searxng_url"],
             FATHOM_ALLOW_PRIVATE_FETCH="1",  # the fake search's result pages are on 127.0.0.1
         )
-        env.setdefault("DATABASE_URL", "sqlite+aiosqlite:///fathom-demo.db")
-        return run(fathom, env)
+        env.setdefault("DATABASE_URL", f"sqlite+aiosqlite:///{ROOT / 'fathom-demo.db'}")
+        return subprocess.call(command, cwd=cwd, env=env)
     finally:
-        fakes.terminate()
-        fakes.wait(timeout=10)
+        started.terminate()
+        started.wait(timeout=10)
 
 
 def main(argv: list[str]) -> int:
@@ -144,6 +160,8 @@ def main(argv: list[str]) -> int:
     ensure_installed()
     if command == "research":
         return research(rest)
+    if command == "eval":
+        return evaluate(rest)
     if command == "test":
         return run([str(PYTHON), "-m", "pytest", *parallel(rest), *rest])
     if command == "lint":

@@ -36,6 +36,7 @@ def test_the_wheel_ships_the_license_and_every_migration_and_no_tests(tmp_path: 
     migrations = {p.name for p in (ROOT / "migrations" / "versions").glob("0*.py")}
     assert {f"migrations/versions/{name}" for name in migrations} <= names
     assert "migrations/script.py.mako" in names and "migrations/env.py" in names
+    assert "core/evaluation/judge_pairs.jsonl" in names  # fathom eval --judge-check's set
     assert not any(n.startswith(("tests/", "bench/")) for n in names)
 
 

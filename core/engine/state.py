@@ -105,6 +105,8 @@ class RunState:
     sources: RunSources = field(default_factory=RunSources)
     #: How the report's cited claims held against their sources (None: not checked).
     claims: CheckSummary | None = None
+    #: The writer model failed and the report is its findings listed (``fallback_body``).
+    writer_fell_back: bool = False
 
     @property
     def today(self) -> date:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from core.engine.state import JsonModel
 from core.evaluation.facts import facts_covered
+from core.evaluation.provenance import Provenance
 from core.evaluation.questions import EvalQuestion
 from core.evaluation.score import EvalResult, failed, score
 from core.llm import LLMError
@@ -34,15 +35,19 @@ async def evaluate(
     facts_model: JsonModel,
     *,
     concurrency: int,
+    provenance: Provenance | None = None,
+    on_start: Callable[[EvalQuestion], None] = lambda question: None,
     on_result: Callable[[EvalResult], None] = lambda result: None,
 ) -> list[EvalResult]:
     """Research every question, at most ``concurrency`` at once, each in a new console thread
-    of its own; the results in the questions' order (``on_result``: each as it is done)."""
+    of its own; the results in the questions' order, each carrying ``provenance``
+    (``on_start``: each question as its research starts; ``on_result``: each as it is done)."""
     slots = asyncio.Semaphore(concurrency)
 
     async def one(question: EvalQuestion) -> EvalResult:
         async with slots:
-            result = await _researched(question, research, facts_model)
+            on_start(question)
+            result = await _researched(question, research, facts_model, provenance)
         on_result(result)
         return result
 
@@ -50,7 +55,10 @@ async def evaluate(
 
 
 async def _researched(
-    question: EvalQuestion, research: Research, facts_model: JsonModel
+    question: EvalQuestion,
+    research: Research,
+    facts_model: JsonModel,
+    provenance: Provenance | None,
 ) -> EvalResult:
     thread = ThreadKey(
         platform=CONSOLE_PLATFORM,
@@ -73,7 +81,7 @@ async def _researched(
         raise
     except Exception as exc:  # one question's failure is its result, not the evaluation's end
         log.warning("question %s could not be researched: %s", question.id, exc)
-        return failed(question, f"{type(exc).__name__}: {exc}"[:500])
+        return failed(question, f"{type(exc).__name__}: {exc}"[:500], provenance)
     covered: list[bool | None] | None = None
     if question.expected and outcome.report_markdown:
         try:
@@ -82,4 +90,4 @@ async def _researched(
             )
         except LLMError as exc:
             log.warning("the expected facts of %s were not checked: %s", question.id, exc)
-    return score(question, outcome, covered)
+    return score(question, outcome, covered, provenance)

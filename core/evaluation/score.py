@@ -8,9 +8,11 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
+from core.evaluation.provenance import Provenance
 from core.evaluation.questions import EvalQuestion
 from core.research.outcome import RunOutcome
 from core.wording import sources_heading
+from storage.values import RunStatus
 
 _CITATION = re.compile(r"\[(\d{1,4})\]")
 
@@ -26,6 +28,12 @@ class EvalResult(BaseModel):
     status: str
     error: str | None = None
     run_id: str | None = None
+    #: Its run's writer model failed: the report is the findings listed, nothing to judge.
+    writer_fallback: bool = False
+    #: Its report's claim check was partial (the verifier could not be used, or not for
+    #: every claim): ``claims_not_checked`` of its claims have no verdict.
+    check_partial: bool = False
+    claims_not_checked: int = 0
     #: Cited claims of the report, those supported by their sources as written, those fixed.
     claims: int = 0
     claims_supported: int = 0
@@ -43,10 +51,28 @@ class EvalResult(BaseModel):
     seconds: float = 0.0
     #: Of ``seconds``, the claim check's (its model calls and the lexical pass).
     checking_seconds: float = 0.0
+    #: What made it (None: written by a release that did not record it).
+    provenance: Provenance | None = None
+
+    @property
+    def kept_out(self) -> str | None:
+        """Why this result is kept out of the quality totals (None: it is measured): its run
+        did not succeed, its writer fell back, or its claim check was partial. A verifier
+        outage is then a question not measured, never a quality drop."""
+        if self.status != RunStatus.SUCCEEDED.value:
+            return self.status
+        if self.writer_fallback:
+            return "writer fell back"
+        if self.check_partial:
+            return "check partial"
+        return None
 
 
 def score(
-    question: EvalQuestion, outcome: RunOutcome, covered: Sequence[bool | None] | None
+    question: EvalQuestion,
+    outcome: RunOutcome,
+    covered: Sequence[bool | None] | None,
+    provenance: Provenance | None = None,
 ) -> EvalResult:
     """``outcome`` measured; ``covered``: the verifier's answer per expected fact (None: not
     asked, or the request failed)."""
@@ -65,6 +91,9 @@ def score(
         status=outcome.status.value,
         error=outcome.error,
         run_id=outcome.run_id,
+        writer_fallback=bool(outcome.writer_fallback),
+        check_partial=check is not None and check.partial,
+        claims_not_checked=sum(1 for c in check.claims if c.verdict is None) if check else 0,
         claims=len(check.claims) if check is not None else 0,
         claims_supported=check.supported if check is not None else 0,
         claims_fixed=check.fixed if check is not None else 0,
@@ -78,6 +107,7 @@ def score(
         cost=outcome.cost,
         seconds=round(outcome.seconds, 3),
         checking_seconds=round(usage.seconds_by_step.get("checking", 0.0), 3),
+        provenance=provenance,
     )
 
 
@@ -90,13 +120,14 @@ def _without_sources_list(report: str) -> str:
     return report
 
 
-def failed(question: EvalQuestion, error: str) -> EvalResult:
+def failed(question: EvalQuestion, error: str, provenance: Provenance | None = None) -> EvalResult:
     """A question whose research could not be run at all."""
     return EvalResult(
         id=question.id,
         question=question.question,
         language=question.language,
-        status="failed",
+        status=RunStatus.FAILED.value,
         error=error,
         expected=len(question.expected),
+        provenance=provenance,
     )

@@ -1,86 +1,69 @@
-"""The Markdown of an evaluation: one row per question, the totals, and the change from an
-earlier evaluation's results."""
+"""The Markdown of an evaluation: what made it (its provenance), one row per question grouped
+by the question set's ``language``, and the totals, overall and per language, each with its
+interval from 10 questions on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
+from core.evaluation import bootstrap
+from core.evaluation.measures import MEASURES, Measure
+from core.evaluation.provenance import Provenance
 from core.evaluation.score import EvalResult
 
 HEADER = (
     "| Question | Status | Claims supported | Fixed | Sources (sites) | Expected facts | "
     "Tokens | Cost | Seconds |"
 )
+#: How the table names the question set's languages (others are shown by their code).
+LANGUAGE_NAMES = {"en": "English", "zh": "Chinese"}
 
 
-@dataclass(frozen=True)
-class Measure:
-    """One total of an evaluation: its label, how to compute it, how to show it."""
-
-    label: str
-    compute: Callable[[Sequence[EvalResult]], float | None]
-    shown: Callable[[float], str]
-
-
-def _share(
-    part: Callable[[EvalResult], int], whole: Callable[[EvalResult], int]
-) -> Callable[[Sequence[EvalResult]], float | None]:
-    def compute(results: Sequence[EvalResult]) -> float | None:
-        total = sum(whole(r) for r in results)
-        return 100 * sum(part(r) for r in results) / total if total else None
-
-    return compute
-
-
-def _mean(value: Callable[[EvalResult], float]) -> Callable[[Sequence[EvalResult]], float | None]:
-    def compute(results: Sequence[EvalResult]) -> float | None:
-        return sum(value(r) for r in results) / len(results) if results else None
-
-    return compute
-
-
-def _cost(results: Sequence[EvalResult]) -> float | None:
-    costs = [r.cost for r in results]
-    return sum(c for c in costs if c is not None) if costs and None not in costs else None
-
-
-def _judged(r: EvalResult) -> int:
-    return r.expected if r.expected_covered is not None else 0
-
-
-def _percent(value: float) -> str:
-    return f"{value:.1f} %"
-
-
-def _count(value: float) -> str:
-    return f"{value:,.0f}"
-
-
-def _tenths(value: float) -> str:
-    return f"{value:,.1f}"
-
-
-MEASURES = (
-    Measure("Questions", lambda rs: float(len(rs)), _count),
-    Measure("Succeeded", lambda rs: float(sum(1 for r in rs if r.status == "succeeded")), _count),
-    Measure("Claims checked", lambda rs: float(sum(r.claims for r in rs)), _count),
-    Measure("Claims supported", _share(lambda r: r.claims_supported, lambda r: r.claims), _percent),
-    Measure("Claims fixed", _share(lambda r: r.claims_fixed, lambda r: r.claims), _percent),
-    Measure("Sources cited per report", _mean(lambda r: r.sources_cited), _tenths),
-    Measure("Sites per report", _mean(lambda r: r.sites), _tenths),
-    Measure("Expected facts covered", _share(lambda r: r.expected_covered or 0, _judged), _percent),
-    Measure("Tokens", lambda rs: float(sum(r.tokens for r in rs)), _count),
-    Measure("Verifier tokens", lambda rs: float(sum(r.verifier_tokens for r in rs)), _count),
-    Measure("Cost (USD)", _cost, lambda v: f"{v:.4f}"),
-    Measure("Seconds per report", _mean(lambda r: r.seconds), _tenths),
-    Measure("Of which checking claims", _mean(lambda r: r.checking_seconds), _tenths),
-)
-
-
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
     """``text`` safe in a table cell (one line, no column breaks)."""
     return " ".join(text.split()).replace("|", "\\|")
+
+
+def language_name(code: str) -> str:
+    return f"{LANGUAGE_NAMES.get(code, code)} ({code})"
+
+
+def languages(results: Sequence[EvalResult]) -> list[str]:
+    """The languages of ``results``, in the order they first appear."""
+    return list(dict.fromkeys(r.language for r in results))
+
+
+def provenance_lines(provenance: Provenance, results: Sequence[EvalResult]) -> list[str]:
+    """What made the results, one line each (the table's header)."""
+    per_language = ", ".join(
+        f"{sum(1 for r in results if r.language == code)} {code}" for code in languages(results)
+    )
+    check = "claim check on" if provenance.claim_check else "claim check off"
+    return [
+        f"- Question set: {provenance.question_set} ({_questions(provenance.questions)}: "
+        f"{per_language})",
+        f"- Planner: {provenance.planner_model} at {provenance.planner_endpoint}",
+        f"- Writer: {provenance.writer_model} at {provenance.writer_endpoint}",
+        f"- Verifier: {provenance.verifier_model} at {provenance.verifier_endpoint} ({check})",
+        f"- Search: {provenance.search}",
+        f"- Fathom: {provenance.fathom_version}",
+        f"- Date: {provenance.date}",
+    ]
+
+
+def _questions(count: int) -> str:
+    return f"{count} question" if count == 1 else f"{count} questions"
+
+
+def status_text(result: EvalResult) -> str:
+    """How a question's run ended, and why it is kept out of the quality totals if it is."""
+    if result.error is not None:
+        return f"{result.status}: {result.error[:80]}"
+    if result.kept_out == "check partial":
+        return f"{result.status} (check partial: {result.claims_not_checked} not checked)"
+    if result.kept_out is not None and result.kept_out != result.status:
+        return f"{result.status} ({result.kept_out})"
+    return result.status
 
 
 def _row(result: EvalResult) -> str:
@@ -90,11 +73,10 @@ def _row(result: EvalResult) -> str:
         if result.expected and result.expected_covered is not None
         else ("not checked" if result.expected else "–")
     )
-    status = result.status if result.error is None else f"{result.status}: {result.error[:80]}"
     cost = f"{result.cost:.4f}" if result.cost is not None else "–"
     cells = [
         result.id,
-        status,
+        status_text(result),
         claims,
         str(result.claims_fixed),
         f"{result.sources_cited} ({result.sites})",
@@ -103,28 +85,64 @@ def _row(result: EvalResult) -> str:
         cost,
         f"{result.seconds:.1f}",
     ]
-    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+    return "| " + " | ".join(cell(c) for c in cells) + " |"
 
 
-def results_table(results: Sequence[EvalResult]) -> str:
-    """One row per question, then the totals."""
-    rows = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|", *map(_row, results)]
-    totals = ["| Measure | Value |", "|---|---|"]
+def total_text(measure: Measure, results: Sequence[EvalResult]) -> str:
+    """``measure`` of ``results``, with its interval when it has one."""
+    value = measure.of(results)
+    if value is None:
+        return "–"
+    shown = measure.shown(value)
+    if measure.spread:
+        about = [r for r in results if measure.about(r)]
+        bounds = bootstrap.interval(about, measure.compute)
+        if bounds is not None:
+            shown += f" [{measure.shown(bounds[0])} – {measure.shown(bounds[1])}]"
+    return shown
+
+
+def results_table(results: Sequence[EvalResult], provenance: Provenance | None) -> str:
+    """The provenance, one row per question under its language, then the totals (overall
+    and per language when there are several)."""
+    lines = ["# fathom eval", ""]
+    if provenance is not None:
+        lines += [*provenance_lines(provenance, results), ""]
+    lines += ["## Results", ""]
+    codes = languages(results)
+    for code in codes:
+        if len(codes) > 1:
+            lines += [f"### {language_name(code)}", ""]
+        lines += [HEADER, "|" + "---|" * (HEADER.count(" | ") + 1)]
+        lines += [_row(r) for r in results if r.language == code]
+        lines.append("")
+    columns = ["All", *codes] if len(codes) > 1 else ["Value"]
+    groups = [list(results)] + (
+        [[r for r in results if r.language == code] for code in codes] if len(codes) > 1 else []
+    )
+    lines += ["## Totals", "", "| Measure | " + " | ".join(columns) + " |"]
+    lines.append("|---|" + "---|" * len(columns))
     for measure in MEASURES:
-        value = measure.compute(results)
-        totals.append(f"| {measure.label} | {measure.shown(value) if value is not None else '–'} |")
-    return "\n".join(["## Results", "", *rows, "", "## Totals", "", *totals]) + "\n"
-
-
-def comparison_table(old: Sequence[EvalResult], new: Sequence[EvalResult]) -> str:
-    """Each total before (``old``) and now, and the change."""
-    lines = ["## Compared with the earlier results", "", "| Measure | Before | Now | Change |"]
-    lines.append("|---|---|---|---|")
-    for measure in MEASURES:
-        before, now = measure.compute(old), measure.compute(new)
-        change = "–"
-        if before is not None and now is not None:
-            change = ("+" if now >= before else "−") + measure.shown(abs(now - before))
-        shown = [measure.shown(v) if v is not None else "–" for v in (before, now)]
-        lines.append(f"| {measure.label} | {shown[0]} | {shown[1]} | {change} |")
+        values = [total_text(measure, group) for group in groups]
+        lines.append(f"| {measure.label} | " + " | ".join(values) + " |")
+    lines += ["", *_footnotes(results)]
     return "\n".join(lines) + "\n"
+
+
+def _footnotes(results: Sequence[EvalResult]) -> list[str]:
+    kept = [r for r in results if r.kept_out is not None]
+    notes = [
+        "Claims, sources, sites and expected facts count the measured questions only; "
+        + (
+            "kept out: " + ", ".join(f"{r.id} ({r.kept_out})" for r in kept) + "."
+            if kept
+            else "every question was measured."
+        ),
+    ]
+    if any(
+        len([r for r in results if m.about(r)]) >= bootstrap.MIN_QUESTIONS
+        for m in MEASURES
+        if m.spread
+    ):
+        notes.append(f"Intervals in brackets: {bootstrap.DESCRIPTION}.")
+    return [cell(n) for n in notes]

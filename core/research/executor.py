@@ -465,6 +465,7 @@ class RunExecutor:
             cost=self._cost(state.usage),
             tasks=final_tasks(self._plan(run, state)),
             claims=stored_claims(finished),
+            writer_fallback=state.writer_fell_back and markdown is not None,
         )
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
         return outcome

@@ -44,6 +44,9 @@ class RunOutcome:
     tasks: tuple[ProgressTask, ...] = ()
     #: How its report's cited claims held against their sources (None: not checked).
     claims: CheckSummary | None = None
+    #: Its writer model failed, so its report is the findings listed (``fallback_body``);
+    #: None: not known (an outcome read back from storage, which keeps only the note saying so).
+    writer_fallback: bool | None = None
 
     def as_json(self) -> dict[str, object]:
         """The ``fathom research --json`` contract (README.md, "Using the CLI")."""

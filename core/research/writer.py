@@ -194,6 +194,7 @@ class ReportWriter:
             if not analysed:  # nothing the model said: no report to pretend
                 raise model_unavailable(state.language, exc, state.model_failure) from exc
             state.note(note_words.writer_failed_words(state.language, exc))
+            state.writer_fell_back = True
             intro = wording.writer_unavailable_intro(
                 state.language, note_words.model_error_words(state.language, exc)
             )

@@ -27,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--search-port", type=int, default=0)
     parser.add_argument("--llm-latency", type=float, default=0.0)
     parser.add_argument("--search-latency", type=float, default=0.0)
+    parser.add_argument(
+        "--judge",
+        choices=("lenient", "literal"),
+        default="lenient",
+        help="how the fake verifier judges claims (FakeLLM.judge)",
+    )
     args = parser.parse_args(argv)
     try:
         host = require_loopback(args.host)
@@ -46,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         FakeSearchServer(host=host, port=args.search_port) as search,
     ):
         llm.fake.latency, search.fake.latency = args.llm_latency, args.search_latency
+        llm.fake.judge = args.judge
         info = {
             "openai_base_url": llm.base_url,
             "searxng_url": search.url,

@@ -332,6 +332,10 @@ class FakeLLM:
         #: the verifier then judges by what the sources say, :func:`judged`) or ``miscited``
         #: (the same without the invented claim).
         self.citing = "well"
+        #: How the verifier judges when the writer cites well: ``lenient`` (every claim
+        #: supported) or ``literal`` (:func:`judged`: it reads each claim and the passages of
+        #: its sources, as ``fathom eval --judge-check`` needs of an offline judge).
+        self.judge = "lenient"
         #: Requests being answered right now, and the most ever (concurrency checks; the app
         #: runs on one event loop).
         self.in_flight = 0
@@ -364,7 +368,7 @@ class FakeLLM:
             self._requests.clear()
             self._scripts.clear()
         self.latency, self.stop_after, self.reject_response_format = 0.0, None, False
-        self.citing = "well"
+        self.citing, self.judge = "well", "lenient"
         self.in_flight = self.max_in_flight = 0
         self.streams = self.trickled = self.abandoned = 0
         self.reasoning = None
@@ -406,7 +410,7 @@ class FakeLLM:
             return json.dumps({"facts": covered(prompt)})
         if role == "reviser":  # no sentence rewritten: they are marked as not verified
             return json.dumps({"revisions": []})
-        if role == "verifier" and self.citing in ("mixed", "miscited"):
+        if role == "verifier" and (self.citing in ("mixed", "miscited") or self.judge == "literal"):
             return json.dumps({"verdicts": judged(prompt)})
         if role == "verifier":  # every claim supported
             verdicts = [
@@ -540,6 +544,8 @@ def build_llm_app(fake: FakeLLM) -> Starlette:
             fake.reject_response_format = bool(data["reject_response_format"])
         if "citing" in data:
             fake.citing = str(data["citing"])
+        if "judge" in data:
+            fake.judge = str(data["judge"])
         return JSONResponse({"ok": True})
 
     async def requests(request: Request) -> JSONResponse:
