@@ -307,6 +307,22 @@ async def test_a_sub_answer_is_checked_before_the_writer_uses_it(graph: MakeGrap
     # own claims copy their sources: the writer's check asked no model
 
 
+async def test_a_sub_answer_citing_in_groups_is_checked_too(graph: MakeGraph) -> None:
+    """The answerer cites ``[1, 2]`` and ``[1; 2]`` (as Vectara's LLM answers, vectara/
+    open-rag-eval#19; SchrodingersCattt/EvoMaster's citation guide lists "[2; 3]"): both are
+    citations the check reads, so the unsupported claim is marked, as in ``[1]`` form."""
+    harness = await graph(verify=True)
+    question = f"{QUESTION} cost"
+    harness.llm.fake.script("graph_planner", plan(("cost", question, [])), FINISH)
+    said = f"Source 1 reports facts, figures and context about {question}."
+    harness.llm.fake.script("answerer", Reply(f"{said} [1, 2] Costs fell 90% in a year [1; 2]."))
+    unsupported = {"verdicts": [{"claim": 2, "verdict": "unsupported", "source": None}]}
+    harness.llm.fake.script("verifier", Reply(json.dumps(unsupported)))
+    _, outcome = await research(harness, depth=2)
+    (node,) = outcome.as_json()["nodes"]
+    assert node["answer"] == f"{said} [1][2] Costs fell 90% in a year *(not verified)*."
+
+
 async def test_a_revised_sub_answer_is_data_like_the_answer_it_replaces(graph: MakeGraph) -> None:
     """The reviser's sentence is model text: a live mention in it never reaches the node's
     answer (the writer's prompt, ``--json``)."""

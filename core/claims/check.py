@@ -152,6 +152,7 @@ async def _check(
         checked[claim.index] = CheckedClaim(
             claim.statement, claim.cites, Verdict.UNSUPPORTED, fix=fix
         )
+    rewrites += _paragraph_citations_kept(claims, checked)
     ordered = tuple(checked[claim.index] for claim in claims)
     return ClaimCheck(_rewritten(markdown, rewrites), ordered, partial)
 
@@ -194,27 +195,57 @@ async def _revise(
 
 
 def _recited(text: str, source: int) -> str:
-    """``text`` citing ``source`` where it cited others (once, where its first citation was)."""
+    """``text`` citing ``source`` where it cited others (once, where its first citation was;
+    a sentence that cited its paragraph's citations, before its closing mark)."""
     first = CITATION.search(text)
-    assert first is not None
+    if first is None:
+        body, closing = _closing_mark(text)
+        return f"{body} [{source}]{closing}"
     head, tail = text[: first.start()], CITATION.sub("", text[first.start() :])
     return f"{head}[{source}]{tail}"
 
 
 def _unverified(text: str, language: Language) -> str:
     """``text`` without its citations, marked as not verified before its closing mark."""
-    plain = CITATION.sub("", text).rstrip()
-    end = len(plain)
-    while end and plain[end - 1] in ".!?。！？":
-        end -= 1
-    body, closing = plain[:end].rstrip(), plain[end:]
+    body, closing = _closing_mark(CITATION.sub("", text))
     return f"{body}{unverified_mark(language)}{closing}"
 
 
+def _closing_mark(text: str) -> tuple[str, str]:
+    """``text`` (right-stripped) and the closing marks it ends with."""
+    plain = text.rstrip()
+    end = len(plain)
+    while end and plain[end - 1] in ".!?。！？":
+        end -= 1
+    return plain[:end].rstrip(), plain[end:]
+
+
+def _paragraph_citations_kept(
+    claims: Sequence[Claim], checked: Mapping[int, CheckedClaim]
+) -> list[tuple[Claim, str]]:
+    """A paragraph whose citations sit at its end loses them when its last sentence is fixed:
+    they are written again after the last sentence before it that cites them and stands."""
+    kept: list[tuple[Claim, str]] = []
+    for at, carrier in enumerate(claims):
+        if carrier.shared or checked[carrier.index].fix is None:
+            continue
+        before = at - 1
+        while before >= 0 and claims[before].shared and claims[before].cites == carrier.cites:
+            standing = claims[before]
+            if checked[standing.index].fix is None:
+                space = "" if standing.text.endswith(("。", "！", "？")) else " "
+                cited = "".join(f"[{n}]" for n in carrier.cites)
+                kept.append((Claim(-1, "", (), standing.end, standing.end), space + cited))
+                break
+            before -= 1
+    return kept
+
+
 def _rewritten(markdown: str, rewrites: Sequence[tuple[Claim, str]]) -> str:
-    """``markdown`` with each claim's text replaced (from the end, so the places hold); a
-    dropped claim takes the space before it along, and leaves no empty list item."""
-    for claim, text in sorted(rewrites, key=lambda r: r[0].start, reverse=True):
+    """``markdown`` with each claim's text replaced (from the end, so the places hold; a
+    replacement before an insertion at the same place); a dropped claim takes the space
+    before it along, and leaves no empty list item."""
+    for claim, text in sorted(rewrites, key=lambda r: (r[0].start, r[0].end), reverse=True):
         start = claim.start
         if not text and start and markdown[start - 1] == " ":
             start -= 1

@@ -1,16 +1,22 @@
 """A report's claims: each sentence (or list item, or table row) that cites sources.
 
+The report cites as ``[n]`` only (``core.claims.citations`` makes every other form so first).
 Headings, lines without a citation, code blocks, block quotes without a citation and a
 sources or references section the writer wrote itself are not claims. Sentences end at
 ``.``, ``!`` or ``?`` followed by a space (not after an abbreviation or inside a number) and at
 ``。``, ``！`` or ``？``; a citation written after the full stop (``… rose.[3] Then …``)
 belongs to the sentence before it. Each claim keeps where it stands in the report, so a fix
 rewrites exactly that sentence.
+
+A paragraph (or list item) whose citations all sit at its end (``A. B. C. [1][2]``, or
+``A. B. C [1][2].``) cites them for each of its sentences: each sentence before the last is a
+claim of its own citing them (``shared``), except a question, which states nothing.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 #: A citation ``[n]`` (as ``core.research.report`` reads them).
@@ -33,6 +39,9 @@ _SOURCES = re.compile(
     re.IGNORECASE,
 )
 _EMPHASIS = re.compile(r"(\*\*|__|\*|_|`)")
+_WORD = re.compile(r"[^\W_]")
+#: The citations that end a sentence: before or after its closing mark.
+_TRAILING_CITATIONS = re.compile(r"(?:\s*\[\d{1,4}\])+\s*[.!?。！？]?\s*$")
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,8 @@ class Claim:
     cites: tuple[int, ...]
     start: int
     end: int
+    #: It cites its paragraph's citations, written at the paragraph's end, not in its text.
+    shared: bool = False
 
     @property
     def statement(self) -> str:
@@ -58,29 +69,56 @@ class Claim:
 def claims_of(markdown: str) -> list[Claim]:
     """The claims of ``markdown`` in order."""
     claims: list[Claim] = []
-    for begin, end, row in _blocks(markdown):
-        body = markdown[begin:end]
-        if not CITATION.search(body):
-            continue
-        for a, b in [(0, len(body))] if row else _sentences(body):
-            piece = body[a:b]
-            text = piece.strip()
-            cites = tuple(dict.fromkeys(int(n) for n in CITATION.findall(text)))
-            if not cites or not CITATION.sub("", text).strip(" .。,，;；:：|-*>\n"):
-                continue
-            at = begin + a + len(piece) - len(piece.lstrip())
-            claims.append(Claim(len(claims), text, cites, at, at + len(text)))
+    for text, start, cites, shared in statements(markdown, _SOURCES):
+        if cites:
+            claims.append(Claim(len(claims), text, cites, start, start + len(text), shared))
     return claims
 
 
-def _blocks(markdown: str) -> list[tuple[int, int, bool]]:
+def statements(
+    markdown: str, skipped: re.Pattern[str]
+) -> Iterator[tuple[str, int, tuple[int, ...], bool]]:
+    """Every sentence, list item and table row of ``markdown`` that says something (not only
+    citations), outside sections whose heading ``skipped`` matches: its text as written, where
+    it starts, the sources it cites (its own, or its paragraph's) and whether they are its
+    paragraph's (``shared``)."""
+    for begin, end, row in _blocks(markdown, skipped):
+        body = markdown[begin:end]
+        spans = [(0, len(body))] if row else _sentences(body)
+        closing = () if row else _closing_citations(body, spans)
+        for a, b in spans:
+            piece = body[a:b]
+            text = piece.strip()
+            if not _WORD.search(CITATION.sub("", text)):  # only citations and marks
+                continue
+            cites = tuple(dict.fromkeys(int(n) for n in CITATION.findall(text)))
+            shared = not cites and bool(closing) and not text.endswith(("?", "？"))
+            at = begin + a + len(piece) - len(piece.lstrip())
+            yield text, at, closing if shared else cites, shared
+
+
+def _closing_citations(body: str, spans: list[tuple[int, int]]) -> tuple[int, ...]:
+    """The citations of a paragraph of more than one sentence when they all sit at its end,
+    after the text of its last sentence (nothing but its closing mark after them); else ()."""
+    if len(spans) < 2:
+        return ()
+    last = body[spans[-1][0] : spans[-1][1]]
+    trailing = _TRAILING_CITATIONS.search(last)
+    if trailing is None or CITATION.search(body, 0, spans[-1][0] + trailing.start()):
+        return ()
+    return tuple(dict.fromkeys(int(n) for n in CITATION.findall(trailing.group(0))))
+
+
+def _blocks(markdown: str, skipped: re.Pattern[str]) -> list[tuple[int, int, bool]]:
     """Where each paragraph, list item, block quote and table row of ``markdown`` starts and
     ends (after a list marker or ``>``), and whether it is a table row; not headings, code
-    blocks, or a sources section the writer wrote."""
+    blocks, or a section whose heading ``skipped`` matches (up to the next heading of its
+    level or above)."""
     blocks: list[tuple[int, int, bool]] = []
     current: list[int] | None = None  # [start, end] of the open block
     offset = 0
-    fenced = in_sources = False
+    fenced = False
+    skipping = 0  # the level of the heading of the section skipped (0: none)
 
     def close() -> None:
         nonlocal current
@@ -99,9 +137,12 @@ def _blocks(markdown: str) -> list[tuple[int, int, bool]]:
             continue
         if _HEADING.match(line):
             close()
-            in_sources = _SOURCES.match(line.strip()) is not None
+            level = len(line.strip()) - len(line.strip().lstrip("#"))
+            if skipping and level > skipping:
+                continue
+            skipping = level if skipped.match(line.strip()) else 0
             continue
-        if in_sources:
+        if skipping:
             continue
         if not line.strip():
             close()

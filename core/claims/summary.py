@@ -4,6 +4,8 @@ final progress line, so that every replica shows the same."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -24,12 +26,34 @@ class ClaimSummary(BaseModel):
 
 class CheckSummary(BaseModel):
     """Every cited claim of a report and its check; ``partial``: the verifier model could not
-    be used, so the claims the lexical pass did not settle are unchecked."""
+    be used, so the claims the lexical pass did not settle are unchecked. The claims cite by
+    the numbers of the report's sources list once :meth:`renumbered` (as the run stores
+    them)."""
 
     model_config = ConfigDict(extra="ignore")
 
     claims: list[ClaimSummary] = Field(default_factory=list)
     partial: bool = False
+
+    def renumbered(self, numbers: Mapping[int, int]) -> CheckSummary:
+        """The claims citing by the report's numbers (``numbers``: the writer's number of a
+        source -> the report's); a source the report does not list (its only citation was
+        removed by the check) is left out of ``cited``, and ``source`` is then None."""
+        return self.model_copy(
+            update={
+                "claims": [
+                    claim.model_copy(
+                        update={
+                            "cited": [numbers[n] for n in claim.cited if n in numbers],
+                            "source": numbers.get(claim.source)
+                            if claim.source is not None
+                            else None,
+                        }
+                    )
+                    for claim in self.claims
+                ]
+            }
+        )
 
     @property
     def supported(self) -> int:

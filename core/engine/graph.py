@@ -48,6 +48,7 @@ from core.research.prompts import (
 from core.research.report import (
     ATTACHMENT,
     NumberedSource,
+    cited_body,
     evidence_of,
     files_digest,
     number_sources,
@@ -475,7 +476,8 @@ class _Turn:
                     state.language, node.question, answer.finish_reason
                 )
             )
-        checked = await self._verified(_checked_answer(answer.text, allowed), numbered)
+        cited = cited_body(answer.text, numbered).markdown  # every citation form, as [n]
+        checked = await self._verified(_checked_answer(cited, allowed), numbered)
         node.answer = _checked_answer(checked, allowed)  # (a reviser's sentence is model text)
         node.status = NodeStatus.ANSWERED
 

@@ -42,7 +42,8 @@ class RunOutcome:
     cost: float | None = None
     #: The steps of its plan it finished (``core.engine.tasks``), for its final progress.
     tasks: tuple[ProgressTask, ...] = ()
-    #: How its report's cited claims held against their sources (None: not checked).
+    #: How its report's cited claims held against their sources, citing by the numbers of
+    #: ``sources`` (None: not checked).
     claims: CheckSummary | None = None
     #: Its writer model failed, so its report is the findings listed (``fallback_body``);
     #: None: not known (an outcome read back from storage, which keeps only the note saying so).

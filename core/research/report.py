@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from urllib.parse import urlsplit, urlunsplit
 
 from core.attachments import file_title
+from core.claims.citations import NormalisedCitations, normalise_citations
 from core.claims.lexical import Evidence
 from core.models import AttachedFile, Finding, SearchResult, Source, SourceKind
 from core.pages.extract import estimate_tokens, select, split_passages
@@ -345,47 +346,16 @@ def report_language(topic: str) -> str:
 
 # --- citation repair --------------------------------------------------------------
 
-# (At most 4 digits: no source list is longer, and int() of a huge number raises.)
-_CITATION = re.compile(r"\[(\d{1,4}(?:\s*[,;–-]\s*\d{1,4})*)\](?!\()")
-_CITATION_TEXT = re.compile(r"\s*\d+(?:\s*[,;–-]\s*\d+)*\s*")
-# Links and images; the URL may be wrapped in <> and followed by a "title".
-_LINK = re.compile(r"!?\[([^\]\n]*)\]\(<?(https?://[^)\s>]+)>?(?:\s+\"[^\"\n]*\")?\)")
-# Any other URL (or www. address), also inside (), <> or [] (links were handled before).
-_BARE_URL = re.compile(r"<?(?:\bhttps?://|\bwww\.)[^\s<>\])]+>?", re.IGNORECASE)
-_SOURCE_WORDS = r"(?:sources|references|bibliography|citations|works cited|links|further reading)"
-# A heading that is only a sources list ("## References", "### Sources and links:"), not
-# a theme that starts with such a word ("### Sources of uncertainty").
-_SOURCES_HEADING = re.compile(
-    rf"^#{{1,6}}\s*(?:\d+[.)]?\s*)?(?:{_SOURCE_WORDS}(?:\s*(?:and|&|/)\s*{_SOURCE_WORDS})?"
-    r"|参考资料|参考来源|参考文献|来源|引用|参考链接|出典|参考)\s*[:：]?\s*$",
-    re.IGNORECASE | re.MULTILINE,
-)
+#: A citation as :func:`normalise_citations` leaves them (not a link's text).
+_CITATION = re.compile(r"\[(\d{1,4})\](?!\()")
 
 
-def _expand(group: str) -> list[int]:
-    numbers: list[int] = []
-    for part in re.split(r"\s*[,;]\s*", group.strip()):
-        if re.fullmatch(r"\d+\s*[–-]\s*\d+", part):
-            lo, hi = (int(x) for x in re.split(r"\s*[–-]\s*", part))
-            if 0 < hi - lo < 20:
-                numbers.extend(range(lo, hi + 1))
-                continue
-            numbers.extend([lo, hi])
-        elif part.isdigit():
-            numbers.append(int(part))
-    return numbers
-
-
-def _strip_model_sources(markdown: str) -> str:
-    """Drop any sources/references section the model wrote despite being told not to."""
-    match = _SOURCES_HEADING.search(markdown)
-    if not match:
-        return markdown
-    level = len(match.group(0)) - len(match.group(0).lstrip("#"))
-    rest = markdown[match.end() :]
-    following = re.search(rf"^#{{1,{level}}}\s", rest, re.MULTILINE)
-    tail = rest[following.start() :] if following else ""
-    return markdown[: match.start()].rstrip() + ("\n\n" + tail if tail else "")
+def cited_body(body: str, sources: Sequence[NumberedSource]) -> NormalisedCitations:
+    """The writer's ``body`` citing in one form, ``[n]`` (``n``: the source's number), whatever
+    form it cited in (:func:`core.claims.citations.normalise_citations`): what the claim check
+    reads and :func:`finalize_report` renumbers."""
+    by_url = {url_identity(s.url): s.n for s in sources if s.url}
+    return normalise_citations(body, lambda url: by_url.get(url_identity(url)))
 
 
 @dataclass(frozen=True)
@@ -394,6 +364,9 @@ class CheckedReport:
     sources: list[Source]
     removed_citations: int
     unlinked_urls: int
+    #: Each source's number in the writer's answer -> its number in the report (``sources``):
+    #: the sources it lists, in order of first citation.
+    numbers: dict[int, int] = field(default_factory=dict)
 
 
 def finalize_report(
@@ -405,57 +378,25 @@ def finalize_report(
 ) -> CheckedReport:
     """Repair citations in the writer's Markdown and append the generated sources list, each
     with its publication date when known (its notes and headings in the language of
-    ``topic``); ``written``: the date stated under the title (``*Written 2 December 2026.*``)."""
+    ``topic``); ``written``: the date stated under the title (``*Written 2 December 2026.*``).
+
+    Every citation form becomes ``[n]`` (:func:`cited_body`), then citations of no source are
+    dropped and the rest renumbered in order of first use."""
     language = request_language(topic)
     by_n = {s.n: s for s in sources}
-    by_url = {url_identity(s.url): s for s in sources if s.url}
     order: dict[int, int] = {}  # original n -> new n, in order of first citation
     removed = 0
-    unlinked = 0
 
-    def cite(original: int) -> int:
-        return order.setdefault(original, len(order) + 1)
-
-    # Links and bare URLs become citations by their *original* number, so the citation
-    # pass below renumbers every citation exactly once, in order of first use.
-    def fix_link(match: re.Match[str]) -> str:
-        nonlocal unlinked
-        text, url = match.group(1).strip(), match.group(2)
-        source = by_url.get(url_identity(url))
-        numeric = _CITATION_TEXT.fullmatch(text) is not None  # "[3](url)" is a citation
-        if source is None:
-            unlinked += 1
-            return "" if numeric else text
-        return f"[{source.n}]" if numeric or not text else f"{text} [{source.n}]"
-
-    def fix_bare(match: re.Match[str]) -> str:
-        nonlocal unlinked
-        raw = match.group(0).strip("<>")
-        url = raw.rstrip(".,;:!?")
-        trailing = raw[len(url) :]
-        source = by_url.get(url_identity(url))
-        if source is None:
-            unlinked += 1
-            return trailing
-        return f"[{source.n}]{trailing}"
-
-    def fix_citation(match: re.Match[str]) -> str:
+    def renumber(match: re.Match[str]) -> str:
         nonlocal removed
-        kept: list[int] = []
-        for n in _expand(match.group(1)):
-            if n in by_n:
-                new = cite(n)
-                if new not in kept:
-                    kept.append(new)
-            else:
-                removed += 1
-        return "".join(f"[{n}]" for n in kept)
+        original = int(match.group(1))
+        if original not in by_n:
+            removed += 1
+            return ""
+        return f"[{order.setdefault(original, len(order) + 1)}]"
 
-    text = _strip_model_sources(neutralise(body.strip()))
-    text = _LINK.sub(fix_link, text)
-    text = _BARE_URL.sub(fix_bare, text)
-    text = re.sub(r"(?<![\w)\]])(?:\(\s*\)|\[\s*\])", "", text)  # brackets of a removed URL
-    text = _CITATION.sub(fix_citation, text)
+    normal = cited_body(body, sources)
+    text = _CITATION.sub(renumber, normal.markdown)
     text = re.sub(r"[ \t]+([.,;:!?。，；：])", r"\1", text)  # space left before punctuation
     text = re.sub(r"(?<=\S)[ \t]{2,}", " ", text)  # not indentation
     if not re.search(r"^# ", text, re.MULTILINE):
@@ -463,11 +404,9 @@ def finalize_report(
     if written is not None:
         text = _date_under_title(text, written_line(language, written))
 
-    if order:
-        cited = sorted(order.items(), key=lambda item: item[1])
-        chosen = [(new, by_n[old]) for old, new in cited]
-    else:
-        chosen = list(enumerate(sources, 1))
+    if not order:  # nothing cited: every source is listed
+        order = {s.n: i for i, s in enumerate(sources, 1)}
+    chosen = [(new, by_n[old]) for old, new in sorted(order.items(), key=lambda item: item[1])]
     final = [
         Source(
             n=n,
@@ -492,7 +431,7 @@ def finalize_report(
     markdown = remove_urls(
         neutralise(markdown), allowed=lambda url: _is_known(url_identity(url), known)
     )
-    return CheckedReport(markdown, final, removed, unlinked)
+    return CheckedReport(markdown, final, removed, normal.unlinked, order)
 
 
 def _date_under_title(text: str, line: str) -> str:

@@ -7,6 +7,10 @@ digest's firing is also told what the previous firing reported, and the report a
 report leaves (:func:`core.research.report.finalize_report`). When the writer model fails, the
 findings are listed instead; when no model call of the run answered at all, the run fails with
 :class:`ModelUnavailable` rather than pretend to a report.
+
+The writer's answer cites in whatever form the model chose; it is made to cite as ``[n]``
+(:func:`core.research.report.cited_body`) before its claims are checked, so every form is
+checked, and the check's claims are renumbered with the report's sources list after.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from core.operations import whats_new
 from core.research.prompts import DigestContext, writer_messages
 from core.research.report import (
     NumberedSource,
+    cited_body,
     drop_instruction_echoes,
     evidence_of,
     fallback_body,
@@ -116,8 +121,8 @@ class ReportWriter:
         return await self._write(state, digest, graph, state.model_answered or analysed_before)
 
     async def _checked(self, body: str, numbered: Sequence[NumberedSource], state: RunState) -> str:
-        """``body`` with its failing claims fixed, and a note saying how its citations held
-        (unchanged when there is no verifier or no cited claim)."""
+        """``body`` (citing as ``[n]`` only) with its failing claims fixed, and a note saying
+        how its citations held (unchanged when there is no verifier or no cited claim)."""
         if self._verifier is None:
             return body
         with state.usage.timed("checking"):
@@ -180,6 +185,7 @@ class ReportWriter:
             graph=lines,
             guidance=state.variables.guidance_for(state.run_id),
         )
+        unlinked = 0
         try:
             with state.usage.timed("writing"):
                 answer = await self._model.complete(messages, usage=state.usage)
@@ -188,7 +194,9 @@ class ReportWriter:
             body, echoes = drop_instruction_echoes(unwrap_report(answer.text))
             if echoes:
                 state.note(note_words.instructions_echo_words(state.language))
-            body = await self._checked(body, numbered, state)
+            normal = cited_body(body, numbered)  # every citation form is checked as [n]
+            unlinked = normal.unlinked
+            body = await self._checked(normal.markdown, numbered, state)
         except LLMError as exc:
             log.warning("writer failed in run %s: %s", state.run_id, exc)
             if not analysed:  # nothing the model said: no report to pretend
@@ -200,12 +208,15 @@ class ReportWriter:
             )
             body = fallback_body(state.topic, findings, numbered, intro)
         checked = finalize_report(body, numbered, state.topic, state.notes, written=state.today)
-        if checked.removed_citations or checked.unlinked_urls:
+        if state.claims is not None:  # its claims cite as the report's sources list numbers
+            state.claims = state.claims.renumbered(checked.numbers)
+        unlinked += checked.unlinked_urls
+        if checked.removed_citations or unlinked:
             log.info(
                 "run %s: removed %d citations to unknown sources, unlinked %d unknown URLs",
                 state.run_id,
                 checked.removed_citations,
-                checked.unlinked_urls,
+                unlinked,
             )
         markdown = checked.markdown
         if digest is not None:
