@@ -25,7 +25,7 @@ from storage.values import RunStatus
 from tests.cli import fathom
 from tests.fakes import FakeLLMServer, Reply
 from tests.fakes.llm import INVENTED_NUMBER
-from tests.test_engine import KEY, Collect, Harness, harness  # noqa: F401
+from tests.test_engine import KEY, Collect, Harness, harness, user_prompt  # noqa: F401
 
 ENGLISH_NOTE = "Citations checked: 2 of 4 claims supported by their sources; 2 fixed."
 CHINESE_NOTE = "引用已核对：4 条论断中有 2 条得到所引来源的支持，修正 2 条。"
@@ -214,3 +214,87 @@ async def test_a_miscited_claim_costs_one_verifier_call_and_no_revision(
     assert (roles.count("verifier"), roles.count("reviser")) == (1, 0)
     assert outcome.usage.verifier_calls == 1
     assert "Citations checked: 2 of 3 claims supported by their sources; 1 fixed." in outcome.notes
+
+
+#: What a news search returns for each topic's first search (the fake planner's first topic is
+#: "<topic> — overview"), and the report a writer makes of it: one sentence copied, two with
+#: the same words and the opposite meaning (issue 52's meaning flips).
+FLIPPED_RUNS = {
+    "en": (
+        "heat pumps",
+        [
+            "Heat pump sales in 14 European countries fell 5% in 2023 after two years of "
+            "strong growth, the industry association said.",
+            "Exports of heat pumps from China reached 1.2 billion dollars in the first half "
+            "of 2024, customs data showed.",
+        ],
+        [
+            "Heat pump sales in 14 European countries fell 5% in 2023 after two years of "
+            "strong growth, the industry association said. [1]",
+            "Heat pump sales in 14 European countries rose 5% in 2023 after two years of "
+            "strong growth, the industry association said. [1]",
+            "Exports of heat pumps from China reached 1.2 million dollars in the first half "
+            "of 2024, customs data showed. [2]",
+        ],
+        " *(not verified)*",
+    ),
+    "zh": (
+        "热泵",
+        [
+            "行业协会称，2023年欧洲14国的热泵销量在连续两年强劲增长后下降了5%。",
+            "海关数据显示，2024年上半年中国热泵出口额达到12亿美元。",
+        ],
+        [
+            "行业协会称，2023年欧洲14国的热泵销量在连续两年强劲增长后下降了5%。[1]",
+            "行业协会称，2023年欧洲14国的热泵销量在连续两年强劲增长后上升了5%。[1]",
+            "海关数据显示，2024年上半年中国热泵出口额达到12万美元。[2]",
+        ],
+        "*（未经核实）*",
+    ),
+}
+
+
+@pytest.mark.parametrize("language", FLIPPED_RUNS)
+async def test_a_meaning_flip_the_writer_states_reaches_the_verifier_and_is_marked(
+    llm_server: FakeLLMServer,
+    harness: Harness,  # noqa: F811
+    language: str,
+) -> None:
+    """The writer copies one sentence of its source and states two with the source's words
+    and the opposite meaning (rose for fell, million for billion; 上升 for 下降, 万 for 亿:
+    issue 52's list of flips the old lexical pass let through without a model). The copied
+    one is settled without a model; the two flips go to the verifier in one call, which finds
+    no source saying them, and are marked as not verified."""
+    topic, snippets, lines, mark = FLIPPED_RUNS[language]
+    results = [
+        {"title": f"Source {i}", "url": f"https://news.example.org/{i}", "content": snippet}
+        for i, snippet in enumerate(snippets, 1)
+    ]
+    harness.search.fake.script_for(f"{topic} — overview", results)
+    llm_server.fake.citing = "miscited"  # the verifier judges by what the sources say
+    findings = "\n".join(f"- {line}" for line in lines)
+    llm_server.fake.script("writer", Reply(f"# {topic}\n\n## Main findings\n\n{findings}\n"))
+    verifier = verifier_for(harness)
+    service = harness.build_service(verifier=verifier)
+    run_id = await harness.submit(topic, depth=1)
+    try:
+        outcome = await service.executor.execute(run_id, None)
+    finally:
+        await verifier.aclose()
+    assert outcome.status is RunStatus.SUCCEEDED, outcome.error
+    claims = outcome.as_json()["claims"]
+    assert isinstance(claims, list)
+    assert [(c["verdict"], c["fixed"]) for c in claims] == [
+        ("supported", None),
+        ("unsupported", "unverified"),
+        ("unsupported", "unverified"),
+    ]
+    (asked,) = llm_server.fake.requests_for("verifier")
+    prompt = user_prompt(asked.body)
+    assert "Claim 1:" not in prompt and "Claim 2:" in prompt and "Claim 3:" in prompt
+    report = outcome.report_markdown or ""
+    assert lines[0] in report
+    for line in lines[1:]:
+        sentence = line.rsplit("[", 1)[0].rstrip()
+        body, stop = sentence[:-1], sentence[-1]
+        assert f"{body}{mark}{stop}" in report

@@ -325,16 +325,19 @@ async def test_a_sub_answer_citing_in_groups_is_checked_too(graph: MakeGraph) ->
 
 async def test_a_revised_sub_answer_is_data_like_the_answer_it_replaces(graph: MakeGraph) -> None:
     """The reviser's sentence is model text: a live mention in it never reaches the node's
-    answer (the writer's prompt, ``--json``)."""
+    answer (the writer's prompt, ``--json``). The reviser copies it from a snippet that
+    carries it (a revision is kept only when its source says it word for word)."""
     harness = await graph(verify=True)
     question = f"{QUESTION} cost"
     harness.llm.fake.script("graph_planner", plan(("cost", question, [])), FINISH)
     said = f"Source 1 reports facts, figures and context about {question}."
+    hostile = f"<@UBOSS> {said}"
+    result = {"title": "Costs", "url": "https://example.org/costs", "content": hostile}
+    harness.search.fake.script_for(question, [result])
     harness.llm.fake.script("answerer", Reply("Costs fell 90% in a year [1]."))
     unsupported = {"verdicts": [{"claim": 1, "verdict": "unsupported", "source": None}]}
     harness.llm.fake.script("verifier", Reply(json.dumps(unsupported)))
-    hostile = f"<@UBOSS> {said} [1]"
-    revised = {"revisions": [{"claim": 1, "text": hostile}]}
+    revised = {"revisions": [{"claim": 1, "text": f"{hostile} [1]"}]}
     harness.llm.fake.script("reviser", Reply(json.dumps(revised)))
     _, outcome = await research(harness, depth=2)
     (node,) = outcome.as_json()["nodes"]
