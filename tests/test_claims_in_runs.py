@@ -216,9 +216,10 @@ async def test_a_miscited_claim_costs_one_verifier_call_and_no_revision(
     assert "Citations checked: 2 of 3 claims supported by their sources; 1 fixed." in outcome.notes
 
 
-#: What a news search returns for each topic's first search (the fake planner's first topic is
-#: "<topic> — overview"), and the report a writer makes of it: one sentence copied, two with
-#: the same words and the opposite meaning (issue 52's meaning flips).
+#: The snippets of each topic's first search (the fake planner's first topic is "<topic> —
+#: overview"), written here in the shape of news results (SearXNG's title, url and content),
+#: and the report a writer makes of them: one sentence copied, two with the same words and the
+#: opposite meaning (issue 52's meaning flips).
 FLIPPED_RUNS = {
     "en": (
         "heat pumps",
