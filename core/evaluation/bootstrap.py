@@ -20,8 +20,12 @@ from typing import TypeVar
 RESAMPLES = 2000
 SEED = 52
 MIN_QUESTIONS = 10
-#: What the tables say of their intervals.
-DESCRIPTION = f"95 % percentile bootstrap over the questions ({RESAMPLES:,} resamples, seed {SEED})"
+
+
+def described(over: str = "questions") -> str:
+    """What the tables say of their intervals (``over``: what was resampled)."""
+    return f"95 % percentile bootstrap over the {over} ({RESAMPLES:,} resamples, seed {SEED})"
+
 
 T = TypeVar("T")
 

@@ -215,7 +215,7 @@ def comparison_table(comparison: Comparison) -> str:
     if any(
         len(_both(m, comparison.pairs)) >= bootstrap.MIN_QUESTIONS for m in MEASURES if m.spread
     ):
-        lines += [f"Interval of the change: {bootstrap.DESCRIPTION}, paired.", ""]
+        lines += [f"Interval of the change: {bootstrap.described()}, paired.", ""]
     lines += ["### Per question", ""]
     codes = languages([n for _, n in comparison.pairs])
     for code in codes:

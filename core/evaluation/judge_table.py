@@ -51,9 +51,7 @@ def agreement_table(agreement: Agreement, header: Sequence[str]) -> str:
         f"asking the verifier; {wrongly_taken} of them are labelled otherwise.",
     ]
     if bounds is not None:
-        lines.append(
-            f"- Interval in brackets: {bootstrap.DESCRIPTION.replace('questions', 'pairs')}."
-        )
+        lines.append(f"- Interval in brackets: {bootstrap.described('pairs')}.")
     columns = [*VERDICTS, NO_VERDICT]
     lines += [
         "",

@@ -144,5 +144,5 @@ def _footnotes(results: Sequence[EvalResult]) -> list[str]:
         for m in MEASURES
         if m.spread
     ):
-        notes.append(f"Intervals in brackets: {bootstrap.DESCRIPTION}.")
+        notes.append(f"Intervals in brackets: {bootstrap.described()}.")
     return [cell(n) for n in notes]
