@@ -101,7 +101,8 @@ def evaluate(
     ] = False,
 ) -> None:
     """Research every question of QUESTIONS.jsonl and measure the reports: claims supported,
-    sources and sites cited, expected facts covered, tokens, cost, seconds."""
+    sources and sites cited, expected facts covered, tokens, cost, seconds. With
+    --judge-check, measure the verifier model on labelled claim/evidence pairs instead."""
     if judge_check:
         if output is not None or compare is not None:
             raise fail("--judge-check writes no folder and compares nothing: drop -o/--compare")
