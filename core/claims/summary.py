@@ -26,14 +26,16 @@ class ClaimSummary(BaseModel):
 
 class CheckSummary(BaseModel):
     """Every cited claim of a report and its check; ``partial``: the verifier model could not
-    be used, so the claims the lexical pass did not settle are unchecked. The claims cite by
-    the numbers of the report's sources list once :meth:`renumbered` (as the run stores
-    them)."""
+    be used, so the claims the lexical pass did not settle are unchecked; ``uncited``: the
+    writer's sentences that cite nothing and state a number (``core.claims.uncited``; None:
+    not counted, as by a release before it). The claims cite by the numbers of the report's
+    sources list once :meth:`renumbered` (as the run stores them)."""
 
     model_config = ConfigDict(extra="ignore")
 
     claims: list[ClaimSummary] = Field(default_factory=list)
     partial: bool = False
+    uncited: int | None = None
 
     def renumbered(self, numbers: Mapping[int, int]) -> CheckSummary:
         """The claims citing by the report's numbers (``numbers``: the writer's number of a

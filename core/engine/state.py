@@ -103,7 +103,8 @@ class RunState:
     clock: Clock = utcnow
     #: What this run searches (the service sets it from the run's thread when it executes).
     sources: RunSources = field(default_factory=RunSources)
-    #: How the report's cited claims held against their sources (None: not checked).
+    #: How the report's cited claims held against their sources and how many of its sentences
+    #: state a number uncited (None: the writer wrote no report; no claims: none checked).
     claims: CheckSummary | None = None
     #: The writer model failed and the report is its findings listed (``fallback_body``).
     writer_fell_back: bool = False

@@ -43,7 +43,7 @@ class RunOutcome:
     #: The steps of its plan it finished (``core.engine.tasks``), for its final progress.
     tasks: tuple[ProgressTask, ...] = ()
     #: How its report's cited claims held against their sources, citing by the numbers of
-    #: ``sources`` (None: not checked).
+    #: ``sources``, and its uncited factual sentences (None: not checked nor counted).
     claims: CheckSummary | None = None
     #: Its writer model failed, so its report is the findings listed (``fallback_body``);
     #: None: not known (an outcome read back from storage, which keeps only the note saying so).
@@ -67,6 +67,7 @@ class RunOutcome:
             "claims": (
                 [c.model_dump() for c in self.claims.claims] if self.claims is not None else []
             ),
+            "uncited_claims": self.claims.uncited if self.claims is not None else None,
             "attachments": [
                 f.model_dump(mode="json", exclude={"text", "run_id", "id"}) for f in self.files
             ],

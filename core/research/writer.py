@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from core import note_words, wording
 from core.claims.check import check_claims
+from core.claims.summary import CheckSummary
+from core.claims.uncited import uncited_statements
 from core.engine.state import JsonModel, RunState, TextModel
 from core.llm import LLMError
 from core.models import Source
@@ -122,14 +124,17 @@ class ReportWriter:
 
     async def _checked(self, body: str, numbered: Sequence[NumberedSource], state: RunState) -> str:
         """``body`` (citing as ``[n]`` only) with its failing claims fixed, and a note saying
-        how its citations held (unchanged when there is no verifier or no cited claim)."""
+        how its citations held (unchanged when there is no verifier or no cited claim); its
+        uncited factual sentences are counted either way (``state.claims.uncited``)."""
+        uncited = len(uncited_statements(body))
         if self._verifier is None:
+            state.claims = CheckSummary(uncited=uncited)
             return body
         with state.usage.timed("checking"):
             check = await check_claims(
                 body, evidence_of(numbered), self._verifier, state.usage, state.language
             )
-        state.claims = check.summary()
+        state.claims = check.summary().model_copy(update={"uncited": uncited})
         if check.claims:
             state.note(
                 note_words.claims_checked_words(
