@@ -68,8 +68,11 @@ class DigestStore:
         platform_context: dict[str, Any] | None,
         max_per_channel: int,
         sources: str = "all",
+        created_at: datetime | None = None,
     ) -> DigestRecord:
-        """Store an enabled schedule; :class:`DigestLimit` when the channel is full."""
+        """Store an enabled schedule; :class:`DigestLimit` when the channel is full.
+        ``created_at``: when it was made on the caller's clock (default: now), from which its
+        first slot is due."""
         where = and_(
             _digests.c.platform == platform,
             _digests.c.workspace == workspace,
@@ -87,7 +90,7 @@ class DigestStore:
             "timezone": timezone,
             "created_by": created_by,
             "enabled": True,
-            "created_at": utcnow(),
+            "created_at": created_at or utcnow(),
             "platform_context": platform_context,
             "sources": sources,
         }

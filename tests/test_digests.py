@@ -456,6 +456,7 @@ async def test_a_digest_that_can_never_be_posted_fails_at_once_and_is_disabled(
         created_by="cli:local:operator",
         platform_context=None,
         max_per_channel=10,
+        created_at=clock.now,
     )
     clock.now = MONDAY_0900_SHANGHAI + timedelta(seconds=1)
     (run,) = await a.digests.fire_due(a.runner)

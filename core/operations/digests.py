@@ -116,6 +116,7 @@ class DigestService:
                 created_by=created_by,
                 platform_context=platform_context,
                 max_per_channel=self._max_per_channel,
+                created_at=now,
             )
         except DigestLimit as full:
             raise CommandError(
