@@ -102,7 +102,7 @@ class Metrics:
         self.claims = Counter(
             "fathom_claims",
             "Cited claims of reports checked against their sources, by verdict (supported, "
-            "partial, unsupported; unchecked: the verifier model could not be used).",
+            "partial, unsupported, contradicted; unchecked: not checked).",
             ["verdict"],
             registry=registry,
         )

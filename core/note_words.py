@@ -224,18 +224,76 @@ def planner_fallback_words(
     return pick(language, f"{note} {en}", note + zh.get(then, "研究提前结束。"))
 
 
+#: Why claims were not checked (``core.claims.verifier.Unchecked``'s values), in words.
+UNCHECKED_REASONS: dict[str, tuple[str, str]] = {
+    "verifier_failed": ("the verifier model failed", "核对模型出错"),
+    "answer_unusable": (
+        "the verifier's answers did not give a valid verdict for each claim",
+        "核对模型的回答未对每条论断给出有效结论",
+    ),
+    "source_addresses_model": (
+        "their only sources hold text addressed to AI models",
+        "其仅有的来源含有针对 AI 模型的文字",
+    ),
+    "no_verifier": ("no verifier model was used", "未使用核对模型"),
+}
+#: The reason of a partial check that says none (what releases before issue 52 stored).
+_UNCHECKED_UNKNOWN = ("the verifier model could not be used", "核对模型无法使用")
+
+
 def claims_checked_words(
-    language: Language, *, supported: int, claims: int, fixed: int, partial: bool
+    language: Language,
+    *,
+    supported: int,
+    claims: int,
+    fixed: int,
+    unchecked: int = 0,
+    reasons: Sequence[str] = (),
 ) -> str:
-    """A note: how the report's cited claims held against their sources."""
-    en = f"Citations checked: {supported} of {claims} claims supported by their sources"
-    zh = f"引用已核对：{claims} 条论断中有 {supported} 条得到所引来源的支持"
+    """A note: how the report's cited claims held against their sources; ``unchecked``: how
+    many were not checked (the check was partial), ``reasons``: why."""
+    if not unchecked:
+        en = f"Citations checked: {supported} of {claims} claims supported by their sources"
+        zh = f"引用已核对：{claims} 条论断中有 {supported} 条得到所引来源的支持"
+    else:
+        en = f"Citations checked in part: {supported} of {claims} claims supported by their sources"
+        zh = f"引用部分核对：{claims} 条论断中有 {supported} 条得到所引来源的支持"
     if fixed:
         en, zh = en + f"; {fixed} fixed", zh + f"，修正 {fixed} 条"
-    if partial:
-        en += "; the verifier model could not be used for the rest"
-        zh += "；其余论断未能由核对模型检查"
+    if unchecked:
+        words = [UNCHECKED_REASONS.get(r, _UNCHECKED_UNKNOWN) for r in reasons]
+        words = list(dict.fromkeys(words)) or [_UNCHECKED_UNKNOWN]
+        en += f"; {unchecked} not checked: " + "; ".join(w[0] for w in words)
+        zh += f"；{unchecked} 条未核对：" + "；".join(w[1] for w in words)
     return pick(language, en + ".", zh + "。")
+
+
+def addressing_sources_words(language: Language, sources: Sequence[tuple[str, str]]) -> str:
+    """A note: sources (``(title, the words found)``) hold text addressed to AI models ("ignore
+    previous instructions"); they were read as data, and no claim was moved to them on a
+    model's word."""
+    shown = [(" ".join(title.split())[:80], phrase) for title, phrase in sources[:3]]
+    more = len(sources) - len(shown)
+    if len(sources) == 1:
+        ((title, phrase),) = shown
+        return pick(
+            language,
+            f'The source "{title}" holds text addressed to AI models ("{phrase}"): it was read '
+            "as data only, and no claim was moved to it on a model's word.",
+            f"来源“{title}”含有针对 AI 模型的文字（“{phrase}”）：它仅被当作数据，"
+            "没有论断仅凭模型的判断改为引用它。",
+        )
+    en = "; ".join(f'"{title}": "{phrase}"' for title, phrase in shown)
+    zh = "；".join(f"“{title}”：“{phrase}”" for title, phrase in shown)
+    if more:
+        en, zh = en + f"; and {more} more", zh + f"；另有 {more} 个"
+    return pick(
+        language,
+        f"{len(sources)} sources hold text addressed to AI models ({en}): they were read as "
+        "data only, and no claim was moved to them on a model's word.",
+        f"{len(sources)} 个来源含有针对 AI 模型的文字（{zh}）：它们仅被当作数据，"
+        "没有论断仅凭模型的判断改为引用它们。",
+    )
 
 
 def writer_failed_words(language: Language, error: LLMError) -> str:

@@ -131,6 +131,9 @@ def test_the_uncited_factual_sentences_are_counted_in_json(
     data = json.loads(result.stdout)
     assert data["uncited_claims"] == 4
     assert len(data["claims"]) == (1 if verify == "1" else 0)
+    # the check off: nothing checked, so no claim_check that could read as a whole check
+    checked = {"partial": False, "unchecked": 0, "reasons": []}
+    assert data["claim_check"] == (checked if verify == "1" else None)
 
 
 async def test_the_uncited_count_is_stored_with_the_run(

@@ -765,9 +765,9 @@ def test_a_judge_that_says_each_label_agrees_fully(
     cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
 ) -> None:
     """A judge answering each pair's label, one pair at a time: every verdict the claim check
-    can read agrees; a label the verifier cannot yet say (``contradicted`` before the strict
-    parser knows it) counts as no agreement, never as a crash, and the exit code says some
-    pairs got no verdict."""
+    can read agrees (all four labels, ``contradicted`` too, since issue 52's item 3); a label
+    it could not read would count as no agreement, never as a crash, and the exit code would
+    say some pairs got no verdict."""
     pairs = pairs_in(shipped_lines())
     readable = {v.value for v in Verdict}
     llm_server.fake.script("verifier", *[verdict_reply(p["label"]) for p in pairs])

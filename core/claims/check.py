@@ -1,12 +1,22 @@
 """Every cited claim of a report checked against the sources it cites, and what happens to one
 that fails.
 
-The plain claims are settled by the lexical pass; the rest go to the verifier model. A claim
-the verifier finds unsupported is re-cited to the source it names instead, when that source
-says it (plainly, or in the verifier's word); otherwise it keeps its sentence, loses its
-citations and is marked as not verified, in the report's language. Nothing the writer did
-not write is added. When the verifier cannot be used, the lexical verdicts stand and the
-check is partial (the claims it did not settle are left as they are).
+The plain claims are settled by the lexical pass; the rest go to the verifier model, whose
+answer is read strictly (:mod:`core.claims.verifier`). A claim the verifier finds unsupported
+or contradicted is re-cited to another source only on evidence (issue 52, item 4): that source
+plainly says it (the lexical pass), or a second verdict, asked of that source alone, finds it
+supported; the verifier naming a source is not enough, and a source whose text speaks to a
+model (:mod:`core.claims.addressing`) is never re-cited to on a model's word. Otherwise the
+claim is rewritten from its sources, or keeps its sentence, loses its citations and is marked
+as not verified, in the report's language. Nothing the writer did not write is added.
+
+A claim whose cited sources are search snippets only (their pages were not read) is
+"supported" only when a snippet plainly holds it; the verifier's "supported" for it becomes
+"partial" (:mod:`core.claims.evidence`). A claim whose only cited sources speak to a model is
+not taken as supported on the verifier's word: it is not checked.
+
+What is not settled (the verifier failed or answered twice unusably) is "not checked" and the
+check is partial.
 """
 
 from __future__ import annotations
@@ -14,13 +24,15 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from core.claims.addressing import addressing_phrase
+from core.claims.evidence import EvidenceKind
 from core.claims.lexical import Evidence, plainly_supported
 from core.claims.split import CITATION, Claim, claims_of
 from core.claims.summary import CheckSummary, ClaimSummary
-from core.claims.verifier import ClaimVerdict, Verdict, revisions, verdicts
+from core.claims.verifier import ClaimVerdict, Judged, Unchecked, Verdict, revisions, verdicts
 from core.engine.state import JsonModel
 from core.llm import LLMError
 from core.models import Usage
@@ -43,9 +55,8 @@ class Fix(StrEnum):
 
 @dataclass(frozen=True)
 class CheckedClaim:
-    """One claim and its check: ``verdict`` None when nothing settled it (the verifier could
-    not be used); ``lexical`` when the lexical pass settled it; ``source``: the source it was
-    re-cited to."""
+    """One claim and its check: ``verdict`` None when nothing settled it (``unchecked``: why);
+    ``lexical`` when the lexical pass settled it; ``source``: the source it was re-cited to."""
 
     text: str
     cited: tuple[int, ...]
@@ -53,16 +64,17 @@ class CheckedClaim:
     lexical: bool = False
     source: int | None = None
     fix: Fix | None = None
+    unchecked: Unchecked | None = None
 
 
 @dataclass(frozen=True)
 class ClaimCheck:
-    """The report with its failing claims fixed, and each claim's check."""
+    """The report with its failing claims fixed, each claim's check, and the sources whose
+    text speaks to a model (``addressing``: by number, the words found)."""
 
     markdown: str
     claims: tuple[CheckedClaim, ...]
-    #: The verifier could not be used: the claims the lexical pass did not settle are unchecked.
-    partial: bool = False
+    addressing: dict[int, str] = field(default_factory=dict)
 
     @property
     def supported(self) -> int:
@@ -72,8 +84,23 @@ class ClaimCheck:
     def fixed(self) -> int:
         return sum(1 for c in self.claims if c.fix is not None)
 
+    @property
+    def unchecked(self) -> int:
+        return sum(1 for c in self.claims if c.verdict is None)
+
+    @property
+    def partial(self) -> bool:
+        """Whether some claims were not checked."""
+        return self.unchecked > 0
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why claims were not checked (each reason once, in the claims' order)."""
+        found = (c.unchecked.value for c in self.claims if c.unchecked is not None)
+        return list(dict.fromkeys(found))
+
     def summary(self) -> CheckSummary:
-        """What the run keeps of it (stored, ``--json``'s ``claims``)."""
+        """What the run keeps of it (stored, ``--json``'s ``claims`` and ``claim_check``)."""
         return CheckSummary(
             claims=[
                 ClaimSummary(
@@ -86,6 +113,7 @@ class ClaimCheck:
                 for c in self.claims
             ],
             partial=self.partial,
+            reasons=self.reasons,
         )
 
 
@@ -114,47 +142,115 @@ async def _check(
     language: Language,
 ) -> ClaimCheck:
     claims = claims_of(markdown)
+    addressing = _addressing(evidence)
     settled: dict[int, bool] = {
-        c.index: plainly_supported(c.statement, [evidence[n] for n in c.cites if n in evidence])
-        for c in claims
+        c.index: plainly_supported(c.statement, _cited(c, evidence)) for c in claims
     }
     rest = [c for c in claims if not settled[c.index]]
-    found: dict[int, ClaimVerdict] = {}
-    partial = False
+    judged = Judged()
     if rest and model is not None:
-        try:
-            found = await verdicts(model, rest, evidence, usage)
-        except LLMError as exc:
-            log.warning("the verifier failed (%s); the lexical verdicts stand", exc)
-            partial = True
+        judged = await verdicts(model, rest, evidence, usage)
     elif rest:
-        partial = True
+        judged.unchecked = {c.index: Unchecked.NO_VERIFIER for c in rest}
     checked: dict[int, CheckedClaim] = {}
     rewrites: list[tuple[Claim, str]] = []
-    failing: list[Claim] = []
+    failing: list[tuple[Claim, Verdict]] = []
+    second: list[tuple[Claim, ClaimVerdict, int]] = []  # re-citations a verdict must confirm
     for claim in claims:
         said = claim.statement, claim.cites
-        verdict = found.get(claim.index)
+        verdict = judged.found.get(claim.index)
         if settled[claim.index]:
             checked[claim.index] = CheckedClaim(*said, Verdict.SUPPORTED, lexical=True)
-        elif verdict is None or verdict.verdict is not Verdict.UNSUPPORTED:
-            checked[claim.index] = CheckedClaim(*said, verdict.verdict if verdict else None)
-        elif verdict.source is not None and verdict.source not in claim.cites:
+        elif verdict is None:
+            why = judged.unchecked.get(claim.index, Unchecked.VERIFIER_FAILED)
+            checked[claim.index] = CheckedClaim(*said, None, unchecked=why)
+        elif verdict.verdict is Verdict.SUPPORTED:
+            checked[claim.index] = _supported(claim, evidence, addressing)
+        elif not verdict.verdict.failing:
+            checked[claim.index] = CheckedClaim(*said, verdict.verdict)
+        elif verdict.source is None:
+            failing.append((claim, verdict.verdict))
+        elif plainly_supported(claim.statement, [evidence[verdict.source]]):
             rewrites.append((claim, _recited(claim.text, verdict.source)))
-            checked[claim.index] = CheckedClaim(
-                *said, Verdict.UNSUPPORTED, source=verdict.source, fix=Fix.RECITED
-            )
+            checked[claim.index] = _recited_claim(claim, verdict.verdict, verdict.source)
+        elif _confirmable(verdict.source, evidence, addressing):
+            second.append((claim, verdict, verdict.source))
         else:
-            failing.append(claim)
-    fixes = await _revise(failing, evidence, model, usage, language) if failing else []
-    for claim, (text, fix) in zip(failing, fixes, strict=True):
+            failing.append((claim, verdict.verdict))
+    for claim, first, source in await _confirmed(second, evidence, model, usage):
+        rewrites.append((claim, _recited(claim.text, source)))
+        checked[claim.index] = _recited_claim(claim, first.verdict, source)
+    failing += [(c, v.verdict) for c, v, _ in second if c.index not in checked]
+    failing.sort(key=lambda item: item[0].index)
+    fixes = await _revise([c for c, _ in failing], evidence, model, usage, language)
+    for (claim, found), (text, fix) in zip(failing, fixes, strict=True):
         rewrites.append((claim, text))
-        checked[claim.index] = CheckedClaim(
-            claim.statement, claim.cites, Verdict.UNSUPPORTED, fix=fix
-        )
+        checked[claim.index] = CheckedClaim(claim.statement, claim.cites, found, fix=fix)
     rewrites += _paragraph_citations_kept(claims, checked)
     ordered = tuple(checked[claim.index] for claim in claims)
-    return ClaimCheck(_rewritten(markdown, rewrites), ordered, partial)
+    return ClaimCheck(_rewritten(markdown, rewrites), ordered, addressing)
+
+
+def _cited(claim: Claim, evidence: Mapping[int, Evidence]) -> list[Evidence]:
+    return [evidence[n] for n in claim.cites if n in evidence]
+
+
+def _addressing(evidence: Mapping[int, Evidence]) -> dict[int, str]:
+    """The sources whose title or passages speak to a model, and the words found."""
+    found: dict[int, str] = {}
+    for n, source in sorted(evidence.items()):
+        phrase = addressing_phrase([source.title, *source.passages])
+        if phrase is not None:
+            found[n] = phrase
+    return found
+
+
+def _supported(
+    claim: Claim, evidence: Mapping[int, Evidence], addressing: Mapping[int, str]
+) -> CheckedClaim:
+    """A claim the verifier found supported: so, unless all its cited sources are snippets
+    (then "partial": the lexical pass found no snippet that plainly holds it) or all speak to
+    a model (then not checked: the verifier may have obeyed them)."""
+    said = claim.statement, claim.cites
+    cited = _cited(claim, evidence)
+    if cited and all(source.n in addressing for source in cited):
+        return CheckedClaim(*said, None, unchecked=Unchecked.SOURCE_ADDRESSES_MODEL)
+    if cited and all(source.kind is EvidenceKind.SNIPPET for source in cited):
+        return CheckedClaim(*said, Verdict.PARTIAL)
+    return CheckedClaim(*said, Verdict.SUPPORTED)
+
+
+def _recited_claim(claim: Claim, verdict: Verdict, source: int) -> CheckedClaim:
+    return CheckedClaim(claim.statement, claim.cites, verdict, source=source, fix=Fix.RECITED)
+
+
+def _confirmable(
+    source: int, evidence: Mapping[int, Evidence], addressing: Mapping[int, str]
+) -> bool:
+    """Whether a second verdict may move a claim to ``source``: not one that speaks to a model,
+    nor a snippet only (a snippet supports only what it plainly holds, which the lexical pass
+    found it does not)."""
+    return source not in addressing and evidence[source].kind is not EvidenceKind.SNIPPET
+
+
+async def _confirmed(
+    candidates: Sequence[tuple[Claim, ClaimVerdict, int]],
+    evidence: Mapping[int, Evidence],
+    model: JsonModel | None,
+    usage: Usage,
+) -> list[tuple[Claim, ClaimVerdict, int]]:
+    """The re-citations a second verdict confirms: each claim asked again (in one request for
+    all) as if it cited only the source the verifier named, that source alone shown."""
+    if not candidates or model is None:
+        return []
+    asked = [replace(claim, cites=(source,)) for claim, _, source in candidates]
+    judged = await verdicts(model, asked, evidence, usage, elsewhere=False)
+    return [
+        candidate
+        for candidate in candidates
+        if (found := judged.found.get(candidate[0].index)) is not None
+        and found.verdict is Verdict.SUPPORTED
+    ]
 
 
 async def _revise(
@@ -166,9 +262,10 @@ async def _revise(
 ) -> list[tuple[str, Fix]]:
     """Each failing claim's new text and what was done: rewritten from its sources when the
     reviser's sentence plainly says what the sources it cites say (and cites only sources it
-    was shown), dropped when the reviser found nothing of it, else marked as not verified."""
+    was shown), dropped when the reviser found nothing of it, else marked as not verified
+    (also when the reviser failed or answered unusably)."""
     answered: dict[int, tuple[str | None, frozenset[int]]] = {}
-    if model is not None:
+    if failing and model is not None:
         try:
             answered = await revisions(model, failing, evidence, usage)
         except LLMError as exc:

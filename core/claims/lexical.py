@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from itertools import pairwise
 
+from core.claims.evidence import EvidenceKind
 from core.claims.split import sentences_of
 from core.pages.extract import bm25_scores, terms
 
@@ -154,12 +155,13 @@ _CLAIM_ONLY = frozenset({_BOUNDARY, "了", "的"})
 @dataclass(frozen=True)
 class Evidence:
     """What source ``n`` gave the writer: its passages (a page's, a file's, an internal
-    document's; its snippet when nothing else)."""
+    document's; its snippet when nothing else), and what they are (``kind``)."""
 
     n: int
     title: str
     url: str
     passages: tuple[str, ...]
+    kind: EvidenceKind = EvidenceKind.PAGE
 
 
 def plainly_supported(statement: str, evidence: Sequence[Evidence]) -> bool:

@@ -1,6 +1,6 @@
 """What a report's claim check came to, as a run keeps it: stored with the run (its
-``claim_check`` column), shown by ``fathom research --json`` (``claims``) and counted in the
-final progress line, so that every replica shows the same."""
+``claim_check`` column), shown by ``fathom research --json`` (``claims`` and ``claim_check``)
+and counted in the final progress line, so that every replica shows the same."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core import note_words
+from core.wording import Language
+
 
 class ClaimSummary(BaseModel):
     """One claim: its text as written, the sources it cited, the verdict (``supported``,
-    ``partial``, ``unsupported``; None: nothing checked it), the source it was re-cited to,
-    and what was done to it (``recited``, ``revised``, ``dropped``, ``unverified``; None:
-    left as written)."""
+    ``partial``, ``unsupported``, ``contradicted``; None: not checked), the source it was
+    re-cited to, and what was done to it (``recited``, ``revised``, ``dropped``,
+    ``unverified``; None: left as written)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -25,17 +28,20 @@ class ClaimSummary(BaseModel):
 
 
 class CheckSummary(BaseModel):
-    """Every cited claim of a report and its check; ``partial``: the verifier model could not
-    be used, so the claims the lexical pass did not settle are unchecked; ``uncited``: the
-    writer's sentences that cite nothing and state a number (``core.claims.uncited``; None:
-    not counted, as by a release before it). The claims cite by the numbers of the report's
-    sources list once :meth:`renumbered` (as the run stores them)."""
+    """Every cited claim of a report and its check; ``partial``: some claims were not checked
+    (``reasons``: why, ``core.claims.verifier.Unchecked``'s values; empty in what releases
+    before issue 52 stored, whose ``partial`` meant the verifier model could not be used);
+    ``uncited``: the writer's sentences that cite nothing and state a number
+    (``core.claims.uncited``; None: not counted, as by a release before it). The claims cite by
+    the numbers of the report's sources list once :meth:`renumbered` (as the run stores
+    them)."""
 
     model_config = ConfigDict(extra="ignore")
 
     claims: list[ClaimSummary] = Field(default_factory=list)
     partial: bool = False
     uncited: int | None = None
+    reasons: list[str] = Field(default_factory=list)
 
     def renumbered(self, numbers: Mapping[int, int]) -> CheckSummary:
         """The claims citing by the report's numbers (``numbers``: the writer's number of a
@@ -65,3 +71,24 @@ class CheckSummary(BaseModel):
     @property
     def fixed(self) -> int:
         return sum(1 for c in self.claims if c.fixed is not None)
+
+    @property
+    def unchecked(self) -> int:
+        """Claims nothing checked (no verdict)."""
+        return sum(1 for c in self.claims if c.verdict is None)
+
+    def as_json(self) -> dict[str, object]:
+        """``--json``'s ``claim_check``: whether the check was partial, how many claims it did
+        not check and why."""
+        return {"partial": self.partial, "unchecked": self.unchecked, "reasons": self.reasons}
+
+    def note(self, language: Language) -> str:
+        """The note (and final progress line) that says how the claims held."""
+        return note_words.claims_checked_words(
+            language,
+            supported=self.supported,
+            claims=len(self.claims),
+            fixed=self.fixed,
+            unchecked=self.unchecked if self.partial else 0,
+            reasons=self.reasons,
+        )

@@ -1,26 +1,36 @@
-"""The verifier model's verdicts on the claims the lexical pass did not settle.
+"""The verifier model's verdicts on the claims the lexical pass did not settle, and the
+reviser's sentences for the claims that failed.
 
 The contract (the tests' fake answers it, as it answers ``nextSearchTopic``): the user message
-lists each claim as ``Claim <i>: <text>`` followed by ``Cited: [n][m]``, then each cited source
-as ``[n] <title> — <url>`` with its passages, all fenced as untrusted data; the model answers
-``{"verdicts": [{"claim": <i>, "verdict": "supported|partial|unsupported", "source": <n or
-null>}]}``. The answer is read like the planner's (lenient parsing, one retry); what it says of
-a claim it was not asked about, or of a source it was not shown, is ignored.
+lists each claim as ``Claim <i>: <text>`` followed by ``Cited: [n][m]``, then each source shown
+as ``[n] <title> — <url>``, a line saying what its evidence is (:class:`EvidenceKind`) and its
+passages, all fenced as untrusted data; the model answers ``{"verdicts": [{"claim": <i>,
+"verdict": "supported|partial|unsupported|contradicted", "source": <n or null>}]}``.
+
+An answer is read strictly or not at all (issue 52, item 3): it must give exactly one entry for
+each claim it was asked about, by the number it was given, each with one of the four verdicts.
+A model that counts from 0, renames a key, leaves a claim out, answers one twice, says "yes"
+or "not supported", or is cut off gives an answer whose verdicts cannot be matched to the
+claims with certainty, so none of them is used: the model is asked once more, told exactly
+what was wrong (the LLM client's one re-ask, :meth:`~core.llm.ChatModel.complete_json`), and
+when the second answer is no better the claims of that request are "not checked"
+(:class:`Unchecked`). The reviser's answer is held to the same rule.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from core.claims.lexical import Evidence
 from core.claims.split import Claim
 from core.engine.state import JsonModel
+from core.llm import LLMError, LLMInvalidJSON
 from core.models import Usage
 from core.pages.extract import bm25_scores, estimate_tokens, terms
 from core.research.prompts import reviser_messages, verifier_messages
@@ -34,7 +44,8 @@ REQUEST_TOKENS = 12_000
 
 
 def valid_entries(entry: type[BaseModel], value: Any) -> Any:
-    """The entries of a list answer that are valid ``entry`` (a list: the others dropped)."""
+    """The entries of a list answer that are valid ``entry`` (a list: the others dropped).
+    (``fathom eval``'s expected facts are read so; a verdict is not: :func:`answer_problems`.)"""
     if not isinstance(value, list):
         return value
     kept = []
@@ -50,6 +61,28 @@ class Verdict(StrEnum):
     SUPPORTED = "supported"
     PARTIAL = "partial"
     UNSUPPORTED = "unsupported"
+    #: The evidence says the opposite; fixed as an unsupported claim is.
+    CONTRADICTED = "contradicted"
+
+    @property
+    def failing(self) -> bool:
+        """Whether a claim with this verdict is fixed (re-cited, revised or marked)."""
+        return self in (Verdict.UNSUPPORTED, Verdict.CONTRADICTED)
+
+
+class Unchecked(StrEnum):
+    """Why a claim the lexical pass did not settle has no verdict."""
+
+    #: A verifier request failed (an error, a timeout of its own).
+    VERIFIER_FAILED = "verifier_failed"
+    #: The verifier answered twice, and neither answer named each claim by its number with a
+    #: valid verdict.
+    ANSWER_UNUSABLE = "answer_unusable"
+    #: Its only sources speak to a model (:mod:`core.claims.addressing`): the verifier's
+    #: "supported" for it is not taken.
+    SOURCE_ADDRESSES_MODEL = "source_addresses_model"
+    #: No verifier model was given (the lexical pass only).
+    NO_VERIFIER = "no_verifier"
 
 
 class ClaimVerdict(BaseModel):
@@ -70,13 +103,138 @@ class ClaimVerdict(BaseModel):
 class Verdicts(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    verdicts: list[ClaimVerdict] = Field(default_factory=list)
+    verdicts: list[ClaimVerdict]
 
-    @field_validator("verdicts", mode="before")
-    @classmethod
-    def _valid_only(cls, value: Any) -> Any:
-        """An entry that is not a verdict is dropped, not the whole answer."""
-        return valid_entries(ClaimVerdict, value)
+
+class Revision(BaseModel):
+    """The reviser's sentence for one failing claim (``text`` None: drop it)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    claim: int
+    text: str | None = None
+
+
+class Revisions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    revisions: list[Revision]
+
+
+_VERDICT_WORDS = ", ".join(f'"{v.value}"' for v in Verdict)
+
+
+def _claim_number(value: Any) -> int | None:
+    """A claim's number as the model wrote it: an integer, or one written as digits."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _verdict_problems(entry: Mapping[str, Any], claim: int) -> list[str]:
+    problems = []
+    word = entry.get("verdict")
+    if not isinstance(word, str) or word.strip().lower() not in set(Verdict):
+        problems.append(f"claim {claim}'s verdict {_shown(word)} is not one of {_VERDICT_WORDS}")
+    source = entry.get("source")
+    if source is not None and _claim_number(source) is None:
+        problems.append(f'claim {claim}\'s "source" {_shown(source)} is not a number or null')
+    return problems
+
+
+def _revision_problems(entry: Mapping[str, Any], claim: int) -> list[str]:
+    text = entry.get("text")
+    if text is not None and not isinstance(text, str):
+        return [f'claim {claim}\'s "text" is neither a sentence nor null']
+    return []
+
+
+def answer_problems(
+    data: Any,
+    key: str,
+    asked: Sequence[int],
+    entry_problems: Callable[[Mapping[str, Any], int], list[str]] = _verdict_problems,
+) -> list[str]:
+    """What is wrong with an answer that must be ``{key: [{"claim": <i>, ...}]}`` with exactly
+    one entry for each number in ``asked`` (empty: nothing)."""
+    if not isinstance(data, dict):
+        return [f"it is not a JSON object with a {key!r} list"]
+    entries = data.get(key)
+    if not isinstance(entries, list):
+        keys = ", ".join(repr(k) for k in data) or "none"
+        return [f"it has no {key!r} list (its keys: {keys})"]
+    problems: list[str] = []
+    seen: list[int] = []
+    for place, entry in enumerate(entries, 1):
+        if not isinstance(entry, dict):
+            problems.append(f"entry {place} is not an object")
+            continue
+        if "claim" not in entry:
+            keys = ", ".join(repr(k) for k in entry) or "none"
+            problems.append(f'entry {place} has no "claim" (its keys: {keys})')
+            continue
+        claim = _claim_number(entry["claim"])
+        if claim is None:
+            problems.append(f'entry {place}\'s "claim" {_shown(entry["claim"])} is not a number')
+            continue
+        if claim not in asked:
+            numbers = ", ".join(str(n) for n in asked)
+            problems.append(f"claim {claim} was not asked about (the claims are {numbers})")
+            continue
+        if claim in seen:
+            problems.append(f"claim {claim} is answered more than once")
+            continue
+        seen.append(claim)
+        problems.extend(entry_problems(entry, claim))
+    missing = [str(n) for n in asked if n not in seen]
+    if missing:
+        which = "claim " + missing[0] if len(missing) == 1 else "claims " + ", ".join(missing)
+        problems.append(f"{which} {'has' if len(missing) == 1 else 'have'} no entry")
+    return problems
+
+
+def _shown(value: Any) -> str:
+    """A value of the answer, quoted in a problem (short)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _asked_verdicts(asked: Sequence[int]) -> type[Verdicts]:
+    """:class:`Verdicts` that validates only an answer for exactly the claims ``asked``."""
+
+    class AskedVerdicts(Verdicts):
+        model_config = ConfigDict(title="Verdicts")
+
+        @model_validator(mode="before")
+        @classmethod
+        def _strict(cls, data: Any) -> Any:
+            problems = answer_problems(data, "verdicts", asked)
+            if problems:
+                raise ValueError("; ".join(problems))
+            return data
+
+    return AskedVerdicts
+
+
+def _asked_revisions(asked: Sequence[int]) -> type[Revisions]:
+    """:class:`Revisions` that validates only an answer for exactly the claims ``asked``."""
+
+    class AskedRevisions(Revisions):
+        model_config = ConfigDict(title="Revisions")
+
+        @model_validator(mode="before")
+        @classmethod
+        def _strict(cls, data: Any) -> Any:
+            problems = answer_problems(data, "revisions", asked, _revision_problems)
+            if problems:
+                raise ValueError("; ".join(problems))
+            return data
+
+    return AskedRevisions
 
 
 def claim_lines(claim: Claim) -> str:
@@ -86,9 +244,10 @@ def claim_lines(claim: Claim) -> str:
 
 
 def source_block(source: Evidence, passages: Sequence[str]) -> str:
-    """``[n] <title> — <url>`` and the passages shown, one ``> `` line each."""
+    """``[n] <title> — <url>``, what its evidence is, and the passages shown, one ``> `` line
+    each."""
     shown = "".join("\n    > " + " ".join(p.split()) for p in passages)
-    return f"[{source.n}] {source.title} — {source.url}{shown}"
+    return f"[{source.n}] {source.title} — {source.url}\n    Evidence: {source.kind.label}{shown}"
 
 
 def best_passages(statement: str, source: Evidence, count: int = PASSAGES_PER_CLAIM) -> list[int]:
@@ -108,10 +267,13 @@ class Batch:
     sources: dict[int, str]
 
 
-def batches(claims: Sequence[Claim], evidence: Mapping[int, Evidence]) -> list[Batch]:
+def batches(
+    claims: Sequence[Claim], evidence: Mapping[int, Evidence], *, elsewhere: bool = True
+) -> list[Batch]:
     """The claims in groups whose sources fit one request, with each group's source blocks
     (each source once per group, with the passages that matter for the group's claims: of the
-    sources each cites, and of the one other source that matters most for it)."""
+    sources each cites, and, with ``elsewhere``, of the one other source that matters most
+    for it)."""
     groups: list[Batch] = []
     chosen: dict[int, set[int]] = {}
     group: list[Claim] = []
@@ -124,7 +286,7 @@ def batches(claims: Sequence[Claim], evidence: Mapping[int, Evidence]) -> list[B
             source = evidence.get(n)
             if source is not None:
                 wanted[n] = set(best_passages(claim.statement, source))
-        other = _best_elsewhere(claim, pool, corpus)
+        other = _best_elsewhere(claim, pool, corpus) if elsewhere else None
         if other is not None:
             wanted.setdefault(other[0], set()).add(other[1])
         cost = sum(
@@ -170,63 +332,85 @@ def _blocks(chosen: Mapping[int, set[int]], evidence: Mapping[int, Evidence]) ->
     }
 
 
+@dataclass
+class Judged:
+    """The verifier's verdicts, by claim index, and why each claim it gave none for has none
+    (``failure``: what the last request that gave none said, for the logs)."""
+
+    found: dict[int, ClaimVerdict] = field(default_factory=dict)
+    unchecked: dict[int, Unchecked] = field(default_factory=dict)
+    failure: str | None = None
+
+
 async def verdicts(
-    model: JsonModel, claims: Sequence[Claim], evidence: Mapping[int, Evidence], usage: Usage
-) -> dict[int, ClaimVerdict]:
-    """The verifier's verdict on each of ``claims`` it answered for, by claim index; raises
-    the model's ``LLMError`` when a request fails (the caller keeps the lexical verdicts)."""
-    found: dict[int, ClaimVerdict] = {}
-    for batch in batches(claims, evidence):
+    model: JsonModel,
+    claims: Sequence[Claim],
+    evidence: Mapping[int, Evidence],
+    usage: Usage,
+    *,
+    elsewhere: bool = True,
+) -> Judged:
+    """The verifier's verdict on each of ``claims`` it answered for as asked, by claim index;
+    the others unchecked with the reason. A request whose answers were unusable leaves its own
+    claims unchecked and the next request is made; one that failed leaves its claims and those
+    of every later request unchecked. ``elsewhere``: also show each
+    claim's best other source, so the verifier can name it (off for a second verdict on one
+    source alone)."""
+    judged = Judged()
+    pending = batches(claims, evidence, elsewhere=elsewhere)
+    for place, batch in enumerate(pending):
         asked = {claim.index + 1: claim for claim in batch.claims}
         messages = verifier_messages(
             [claim_lines(c) for c in batch.claims], list(batch.sources.values())
         )
-        answer = await model.complete_json(messages, Verdicts, usage=usage, schema_name="verdicts")
+        schema = _asked_verdicts(list(asked))
+        try:
+            answer = await model.complete_json(
+                messages, schema, usage=usage, schema_name="verdicts"
+            )
+        except LLMInvalidJSON as exc:
+            log.warning("the verifier's answer was unusable twice (%s); not checked", exc.said)
+            _unchecked(judged, [batch], Unchecked.ANSWER_UNUSABLE)
+            judged.failure = str(exc)
+            continue
+        except LLMError as exc:
+            log.warning("the verifier failed (%s); the rest is not checked", exc)
+            _unchecked(judged, pending[place:], Unchecked.VERIFIER_FAILED)
+            judged.failure = str(exc)
+            break
         for verdict in answer.verdicts:
-            claim = asked.get(verdict.claim)
-            if claim is None:
-                continue
-            source = verdict.source if verdict.source in batch.sources else None
-            found[claim.index] = verdict.model_copy(update={"source": source})
-    return found
+            claim = asked[verdict.claim]
+            source = verdict.source
+            if source not in batch.sources or source in claim.cites:
+                source = None
+            judged.found[claim.index] = verdict.model_copy(update={"source": source})
+    return judged
 
 
-class Revision(BaseModel):
-    """The reviser's sentence for one failing claim (``text`` None: drop it)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    claim: int
-    text: str | None = None
-
-
-class Revisions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    revisions: list[Revision] = Field(default_factory=list)
-
-    @field_validator("revisions", mode="before")
-    @classmethod
-    def _valid_only(cls, value: Any) -> Any:
-        return valid_entries(Revision, value)
+def _unchecked(judged: Judged, left: Sequence[Batch], why: Unchecked) -> None:
+    for batch in left:
+        for claim in batch.claims:
+            judged.unchecked[claim.index] = why
 
 
 async def revisions(
-    model: JsonModel, claims: Sequence[Claim], evidence: Mapping[int, Evidence], usage: Usage
+    model: JsonModel,
+    claims: Sequence[Claim],
+    evidence: Mapping[int, Evidence],
+    usage: Usage,
 ) -> dict[int, tuple[str | None, frozenset[int]]]:
-    """The reviser's sentence for each of ``claims`` it answered for, by claim index, with the
-    sources it was shown (the only ones a revision may cite); raises the model's ``LLMError``."""
+    """The reviser's sentence for each of ``claims`` it answered for as asked, by claim index,
+    with the sources it was shown (the only ones a revision may cite); raises the model's
+    ``LLMError`` (``LLMInvalidJSON``: twice no usable answer)."""
     found: dict[int, tuple[str | None, frozenset[int]]] = {}
     for batch in batches(claims, evidence):
         asked = {claim.index + 1: claim for claim in batch.claims}
         messages = reviser_messages(
             [claim_lines(c) for c in batch.claims], list(batch.sources.values())
         )
-        answer = await model.complete_json(
-            messages, Revisions, usage=usage, schema_name="revisions"
-        )
+        schema = _asked_revisions(list(asked))
+        answer = await model.complete_json(messages, schema, usage=usage, schema_name="revisions")
         for revision in answer.revisions:
-            claim = asked.get(revision.claim)
-            if claim is not None:
-                found[claim.index] = (revision.text, frozenset(batch.sources))
+            claim = asked[revision.claim]
+            found[claim.index] = (revision.text, frozenset(batch.sources))
     return found

@@ -23,7 +23,6 @@ from core.claims.verifier import verdicts
 from core.engine.state import JsonModel
 from core.evaluation import bootstrap
 from core.evaluation.pairs import JudgePair, Label
-from core.llm import LLMError
 from core.models import Usage
 
 log = logging.getLogger(__name__)
@@ -74,13 +73,13 @@ async def _judged(pair: JudgePair, model: JsonModel, usage: Usage) -> Judged:
     claim = Claim(index=0, text=text, cites=(1,), start=0, end=len(text))
     evidence = {1: Evidence(n=1, title=pair.title, url=pair.url, passages=tuple(pair.evidence))}
     shortcut = plainly_supported(claim.statement, list(evidence.values()))
-    try:
-        found = await verdicts(model, [claim], evidence, usage)
-    except LLMError as exc:
-        log.warning("pair %s was not judged: %s", pair.id, exc)
-        return Judged(pair, None, str(exc)[:300], shortcut)
-    verdict = found.get(claim.index)
-    return Judged(pair, verdict.verdict.value if verdict is not None else None, None, shortcut)
+    judged = await verdicts(model, [claim], evidence, usage)  # (read strictly, or not at all)
+    verdict = judged.found.get(claim.index)
+    if verdict is None:
+        error = judged.failure or "no verdict"
+        log.warning("pair %s was not judged: %s", pair.id, error)
+        return Judged(pair, None, error[:300], shortcut)
+    return Judged(pair, verdict.verdict.value, None, shortcut)
 
 
 @dataclass(frozen=True)
@@ -145,8 +144,8 @@ class Agreement:
         )
 
 
-#: The verdicts the table has a column for: the labels (a verifier that cannot say
-#: ``contradicted`` yet shows an empty column).
+#: The verdicts the table has a column for: the labels (a verifier that never says
+#: ``contradicted`` shows an empty column).
 VERDICTS = tuple(label.value for label in Label)
 
 

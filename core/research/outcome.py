@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import note_words, wording
+from core import wording
 from core.claims.summary import CheckSummary
 from core.engine.state import StopReason
 from core.models import DEFAULT_STRATEGY, AttachedFile, Source, SourceKind, Usage
@@ -68,6 +68,7 @@ class RunOutcome:
                 [c.model_dump() for c in self.claims.claims] if self.claims is not None else []
             ),
             "uncited_claims": self.claims.uncited if self.claims is not None else None,
+            "claim_check": self.claims.as_json() if self.claims and self.claims.claims else None,
             "attachments": [
                 f.model_dump(mode="json", exclude={"text", "run_id", "id"}) for f in self.files
             ],
@@ -125,15 +126,7 @@ def final_progress_text(outcome: RunOutcome) -> str:
     lines = [ending_text(outcome)]
     check = outcome.claims
     if check is not None and check.claims and outcome.report_markdown:
-        lines.append(
-            note_words.claims_checked_words(
-                language,
-                supported=check.supported,
-                claims=len(check.claims),
-                fixed=check.fixed,
-                partial=check.partial,
-            )
-        )
+        lines.append(check.note(language))
     spent = wording.usage_line(
         language,
         searches=usage.searches,

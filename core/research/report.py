@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from core.attachments import file_title
 from core.claims.citations import NormalisedCitations, normalise_citations
+from core.claims.evidence import EvidenceKind
 from core.claims.lexical import Evidence
 from core.models import AttachedFile, Finding, SearchResult, Source, SourceKind
 from core.pages.extract import estimate_tokens, select, split_passages
@@ -75,11 +76,26 @@ class NumberedSource:
 
 def evidence_of(sources: Iterable[NumberedSource]) -> dict[int, Evidence]:
     """What the writer (or a sub-question's answerer) saw of each source, by number: its
-    snippet and the passages read, which its claims are checked against."""
+    snippet and the passages read, which its claims are checked against, and what they are
+    (a web result whose page was not read is its search snippet only)."""
     return {
-        s.n: Evidence(s.n, s.title, s.url, ((s.snippet,) if s.snippet else ()) + s.passages)
+        s.n: Evidence(
+            s.n,
+            s.title,
+            s.url,
+            ((s.snippet,) if s.snippet else ()) + s.passages,
+            _evidence_kind(s),
+        )
         for s in sources
     }
+
+
+def _evidence_kind(source: NumberedSource) -> EvidenceKind:
+    if source.kind == ATTACHMENT:
+        return EvidenceKind.FILE
+    if source.kind == INTERNAL:
+        return EvidenceKind.INTERNAL
+    return EvidenceKind.PAGE if source.passages else EvidenceKind.SNIPPET
 
 
 def url_identity(url: str) -> str:

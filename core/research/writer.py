@@ -123,9 +123,10 @@ class ReportWriter:
         return await self._write(state, digest, graph, state.model_answered or analysed_before)
 
     async def _checked(self, body: str, numbered: Sequence[NumberedSource], state: RunState) -> str:
-        """``body`` (citing as ``[n]`` only) with its failing claims fixed, and a note saying
-        how its citations held (unchanged when there is no verifier or no cited claim); its
-        uncited factual sentences are counted either way (``state.claims.uncited``)."""
+        """``body`` (citing as ``[n]`` only) with its failing claims fixed, and notes saying how
+        its citations held and which sources speak to AI models (unchanged when there is no
+        verifier or no cited claim); its uncited factual sentences are counted either way
+        (``state.claims.uncited``)."""
         uncited = len(uncited_statements(body))
         if self._verifier is None:
             state.claims = CheckSummary(uncited=uncited)
@@ -136,15 +137,11 @@ class ReportWriter:
             )
         state.claims = check.summary().model_copy(update={"uncited": uncited})
         if check.claims:
-            state.note(
-                note_words.claims_checked_words(
-                    state.language,
-                    supported=check.supported,
-                    claims=len(check.claims),
-                    fixed=check.fixed,
-                    partial=check.partial,
-                )
-            )
+            state.note(state.claims.note(state.language))
+        if check.addressing:
+            titles = {s.n: s.title for s in numbered}
+            found = [(titles[n], phrase) for n, phrase in check.addressing.items()]
+            state.note(note_words.addressing_sources_words(state.language, found))
         return check.markdown
 
     async def _digest(self, run: RunRecord, state: RunState) -> _DigestHistory | None:

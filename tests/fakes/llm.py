@@ -165,6 +165,13 @@ def _last_user(body: dict[str, Any]) -> str:
     return users[-1] if users else ""
 
 
+def _first_user(body: dict[str, Any]) -> str:
+    """The request's first user message (a re-asked request adds the model's answer and what
+    was wrong with it after it)."""
+    users = [_text(m.get("content")) for m in _messages(body) if m.get("role") == "user"]
+    return users[0] if users else ""
+
+
 def _topic(prompt: str) -> str:
     if "Topic:" in prompt:
         return prompt.split("Topic:", 1)[1].split("\n", 1)[0].strip()
@@ -294,6 +301,54 @@ def judged(prompt: str) -> list[dict[str, Any]]:
     return verdicts
 
 
+#: The shapes a verifier's answer takes besides the contract (``FakeLLM.verifier_shape``), each
+#: a habit of real models (tests/test_claims.py names where each is seen): ids counted from 0,
+#: the list under another key, ``"id"`` for ``"claim"``, no verdicts, yes/no words for
+#: verdicts, a claim left out, one answered twice, and the JSON cut off at the output limit
+#: (``cut_off``: ``finish_reason: "length"``; ``cut_off_stop``: cut by a proxy that still
+#: says ``stop``).
+VERIFIER_SHAPES = (
+    "zero_based",
+    "renamed_key",
+    "id_key",
+    "empty",
+    "yes_no",
+    "missing",
+    "duplicate",
+    "cut_off",
+    "cut_off_stop",
+)
+
+
+def misshapen(verdicts: list[dict[str, Any]], shape: str) -> Reply:
+    """The verifier's answer ``{"verdicts": verdicts}`` in one of :data:`VERIFIER_SHAPES`
+    (``contract``: as it is)."""
+    entries = [dict(v) for v in verdicts]
+    key = "verdicts"
+    if shape == "zero_based":
+        entries = [{**v, "claim": v["claim"] - 1} for v in entries]
+    elif shape == "renamed_key":
+        key = "results"
+    elif shape == "id_key":
+        entries = [{"id": v.pop("claim"), **v} for v in entries]
+    elif shape == "empty":
+        entries = []
+    elif shape == "yes_no":
+        words = {"supported": "yes", "partial": "partly"}
+        entries = [{**v, "verdict": words.get(v["verdict"], "not supported")} for v in entries]
+    elif shape == "missing":
+        entries = entries[:-1]
+    elif shape == "duplicate":
+        entries = [*entries, {**entries[0], "verdict": "partial"}] if entries else entries
+    elif shape not in ("contract", "cut_off", "cut_off_stop"):
+        raise ValueError(f"unknown verifier shape {shape!r}")
+    text = json.dumps({key: entries})
+    if shape.startswith("cut_off"):
+        cut = text[: max(len(text) * 2 // 3, 12)]
+        return Reply(cut, "length" if shape == "cut_off" else "stop")
+    return Reply(text)
+
+
 def covered(prompt: str) -> list[dict[str, Any]]:
     """Which facts of ``prompt`` its report states: "yes" when the report holds the fact's
     words (case aside), as a literal judge would."""
@@ -336,6 +391,9 @@ class FakeLLM:
         #: supported) or ``literal`` (:func:`judged`: it reads each claim and the passages of
         #: its sources, as ``fathom eval --judge-check`` needs of an offline judge).
         self.judge = "lenient"
+        #: The shape of the verifier's answers: ``contract``, or one of
+        #: :data:`VERIFIER_SHAPES` (its re-asked requests too).
+        self.verifier_shape = "contract"
         #: Requests being answered right now, and the most ever (concurrency checks; the app
         #: runs on one event loop).
         self.in_flight = 0
@@ -369,6 +427,7 @@ class FakeLLM:
             self._scripts.clear()
         self.latency, self.stop_after, self.reject_response_format = 0.0, None, False
         self.citing, self.judge = "well", "lenient"
+        self.verifier_shape = "contract"
         self.in_flight = self.max_in_flight = 0
         self.streams = self.trickled = self.abandoned = 0
         self.reasoning = None
@@ -397,6 +456,13 @@ class FakeLLM:
             queue = self._scripts.get(role)
             return queue.popleft() if queue else None
 
+    def default_reply(self, role: str, body: dict[str, Any]) -> str | Reply:
+        """What the fake answers unscripted: :meth:`default_answer`, or the verifier's verdicts
+        in the shape :attr:`verifier_shape` says."""
+        if role == "verifier" and self.verifier_shape != "contract":
+            return misshapen(self._verdicts(_first_user(body)), self.verifier_shape)
+        return self.default_answer(role, body)
+
     def default_answer(self, role: str, body: dict[str, Any]) -> str:
         answer = self._answer(role, body)
         if self.reasoning is None:
@@ -404,20 +470,29 @@ class FakeLLM:
         opening, closing = self.reasoning
         return f"{opening}\nA first draft: {DRAFT}\nNo, I can do better.\n{closing}\n\n{answer}"
 
+    def _verdicts(self, prompt: str) -> list[dict[str, Any]]:
+        """The verdicts on the claims of a verifier's ``prompt``: as the sources say
+        (:func:`judged`) when the writer cites carelessly or the judge is ``literal``, else
+        every claim supported."""
+        if self.citing in ("mixed", "miscited") or self.judge == "literal":
+            return judged(prompt)
+        return [
+            {"claim": int(i), "verdict": "supported", "source": None}
+            for i in CLAIM_LINE.findall(prompt)
+        ]
+
     def _answer(self, role: str, body: dict[str, Any]) -> str:
         prompt = _last_user(body)
         if role == "facts":
             return json.dumps({"facts": covered(prompt)})
-        if role == "reviser":  # no sentence rewritten: they are marked as not verified
-            return json.dumps({"revisions": []})
-        if role == "verifier" and (self.citing in ("mixed", "miscited") or self.judge == "literal"):
-            return json.dumps({"verdicts": judged(prompt)})
-        if role == "verifier":  # every claim supported
-            verdicts = [
-                {"claim": int(i), "verdict": "supported", "source": None}
-                for i in CLAIM_LINE.findall(prompt)
+        if role == "reviser":  # each sentence kept as it was: they are marked as not verified
+            revisions = [
+                {"claim": int(i), "text": f"{text} {cited}"}
+                for i, text, cited in CLAIM_BLOCK.findall(_first_user(body))
             ]
-            return json.dumps({"verdicts": verdicts})
+            return json.dumps({"revisions": revisions}, ensure_ascii=False)
+        if role == "verifier":  # (a re-asked request: the claims are in its first message)
+            return json.dumps({"verdicts": self._verdicts(_first_user(body))})
         if role == "graph_planner":
             return graph_plan(prompt)
         if role == "answerer":  # cites what it copies, as the writer does
@@ -515,15 +590,15 @@ def build_llm_app(fake: FakeLLM) -> Starlette:
             return responses.Response(scripted.body, scripted.status, headers=headers)
         if isinstance(scripted, Trickle | Silent):
             answer = scripted.then if isinstance(scripted, Trickle) and scripted.then else None
-            completion = _completion(body, answer or fake.default_answer(role, body))
+            completion = _completion(body, answer or fake.default_reply(role, body))
             return responses.StreamingResponse(
                 _trickle(fake, scripted, json.dumps(completion), request.is_disconnected),
                 media_type="application/json",
             )
         if isinstance(scripted, Cut):
-            data = json.dumps(_completion(body, fake.default_answer(role, body))).encode()
+            data = json.dumps(_completion(body, fake.default_reply(role, body))).encode()
             return CutResponse(data, int(len(data) * scripted.share))
-        return JSONResponse(_completion(body, fake.default_answer(role, body)))
+        return JSONResponse(_completion(body, fake.default_reply(role, body)))
 
     async def models(request: Request) -> JSONResponse:
         data = [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}]
@@ -546,6 +621,8 @@ def build_llm_app(fake: FakeLLM) -> Starlette:
             fake.citing = str(data["citing"])
         if "judge" in data:
             fake.judge = str(data["judge"])
+        if "verifier_shape" in data:
+            fake.verifier_shape = str(data["verifier_shape"])
         return JSONResponse({"ok": True})
 
     async def requests(request: Request) -> JSONResponse:
