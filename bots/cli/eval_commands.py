@@ -406,13 +406,13 @@ async def _judged(
 ) -> tuple[Agreement, tuple[str, str]]:
     """The agreement, and the verifier's model and endpoint."""
     from core.config import ConfigError
-    from core.evaluation.judge import Agreement, Judged, judge_pairs
+    from core.evaluation.judge import Agreement, JudgedPair, judge_pairs
     from core.llm import LLMClients
     from core.models import Usage
 
     err, done = stderr(), 0
 
-    def judged(one: Judged) -> None:
+    def judged(one: JudgedPair) -> None:
         nonlocal done
         done += 1
         verdict = one.verdict or "no verdict"

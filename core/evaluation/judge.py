@@ -32,7 +32,7 @@ NO_VERDICT = "no verdict"
 
 
 @dataclass(frozen=True)
-class Judged:
+class JudgedPair:
     """One pair and the verifier's verdict on it (None: it gave none; ``error``: why);
     ``shortcut``: the claim check's model-free pass would call it supported without asking
     the verifier (``core.claims.lexical.plainly_supported``)."""
@@ -53,13 +53,13 @@ async def judge_pairs(
     usage: Usage,
     *,
     concurrency: int,
-    on_judged: Callable[[Judged], None] = lambda judged: None,
-) -> list[Judged]:
+    on_judged: Callable[[JudgedPair], None] = lambda judged: None,
+) -> list[JudgedPair]:
     """The verifier's verdict on each of ``pairs`` (at most ``concurrency`` requests at once),
     in the pairs' order; its calls are counted in ``usage``."""
     slots = asyncio.Semaphore(concurrency)
 
-    async def one(pair: JudgePair) -> Judged:
+    async def one(pair: JudgePair) -> JudgedPair:
         async with slots:
             judged = await _judged(pair, model, usage)
         on_judged(judged)
@@ -68,7 +68,7 @@ async def judge_pairs(
     return list(await asyncio.gather(*(one(p) for p in pairs)))
 
 
-async def _judged(pair: JudgePair, model: JsonModel, usage: Usage) -> Judged:
+async def _judged(pair: JudgePair, model: JsonModel, usage: Usage) -> JudgedPair:
     text = f"{pair.claim} [1]"
     claim = Claim(index=0, text=text, cites=(1,), start=0, end=len(text))
     evidence = {1: Evidence(n=1, title=pair.title, url=pair.url, passages=tuple(pair.evidence))}
@@ -78,18 +78,18 @@ async def _judged(pair: JudgePair, model: JsonModel, usage: Usage) -> Judged:
     if verdict is None:
         error = judged.failure or "no verdict"
         log.warning("pair %s was not judged: %s", pair.id, error)
-        return Judged(pair, None, error[:300], shortcut)
-    return Judged(pair, verdict.verdict.value, None, shortcut)
+        return JudgedPair(pair, None, error[:300], shortcut)
+    return JudgedPair(pair, verdict.verdict.value, None, shortcut)
 
 
 @dataclass(frozen=True)
 class Agreement:
     """The verdicts set against the labels."""
 
-    judged: list[Judged]
+    judged: list[JudgedPair]
 
     @property
-    def answered(self) -> list[Judged]:
+    def answered(self) -> list[JudgedPair]:
         return [j for j in self.judged if j.verdict is not None]
 
     @property
@@ -104,7 +104,9 @@ class Agreement:
     def interval(self) -> tuple[float, float] | None:
         return bootstrap.interval(self.judged, _agreement)
 
-    def by(self, key: Callable[[Judged], str], keys: Sequence[str]) -> dict[str, tuple[int, int]]:
+    def by(
+        self, key: Callable[[JudgedPair], str], keys: Sequence[str]
+    ) -> dict[str, tuple[int, int]]:
         """Per value of ``key``: pairs, and pairs agreed."""
         return {
             k: (
@@ -149,7 +151,7 @@ class Agreement:
 VERDICTS = tuple(label.value for label in Label)
 
 
-def _agreement(judged: Sequence[Judged]) -> float | None:
+def _agreement(judged: Sequence[JudgedPair]) -> float | None:
     return 100 * sum(1 for j in judged if j.agreed) / len(judged) if judged else None
 
 
