@@ -22,10 +22,14 @@ import pytest
 from core.claims.verifier import Verdict
 from core.evaluation.pairs import Label, parse_pairs, shipped_lines
 from core.evaluation.questions import parse_questions
+from core.evaluation.score import EvalResult
+from core.evaluation.table import results_table
 from storage.values import RunStatus
 from tests.cli import fathom
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Reply
+from tests.test_citation_forms import TOPIC as CITED_TOPIC
+from tests.test_claim_numbers import UNCITED
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_QUESTIONS = ROOT / "bench" / "questions" / "questions.jsonl"
@@ -128,7 +132,8 @@ def test_eval_researches_a_question_set_and_writes_its_table(
     assert "| heat-pumps |" in english and "| graph |" in english and "zh-battery" not in english
     assert "| zh-battery |" in chinese and "heat-pumps" not in chinese
     assert row(english, "Question")[:3] == ["Question", "Status", "Claims supported"]
-    assert row(english, "heat-pumps")[1] == "succeeded" and row(english, "heat-pumps")[5] == "1 / 2"
+    assert row(english, "heat-pumps")[1] == "succeeded" and row(english, "heat-pumps")[6] == "1 / 2"
+    assert row(english, "heat-pumps")[4] == str(first["uncited_claims"]) == "0"
     totals = section(table, "## Totals")
     assert row(totals, "Measure") == ["Measure", "All", "en", "zh"]
     assert row(totals, "Questions") == ["Questions", "3", "2", "1"]
@@ -274,14 +279,15 @@ def test_compare_shows_each_total_and_each_question_s_change(
     assert row(compared, "Expected facts covered")[1:4] == ["0.0 %", "50.0 %", "+50.0 pp"]
     assert row(compared, "Questions")[1:4] == ["2", "2", "+0"]
     per_question = section(result.stdout, "### Per question")
-    assert row(per_question, "heat-pumps")[1:5] == [
+    assert row(per_question, "heat-pumps")[1:6] == [
         "succeeded",
         "succeeded",
         f"0/{claims} → {claims}/{claims} (+100.0 pp)",
+        "0 → 0 (+0)",
         "0/2 → 1/2 (+1)",
     ]
     cited = now[1]["sources_cited"]
-    assert row(per_question, "zh-battery")[5] == f"{cited + 2} → {cited} (−2)"
+    assert row(per_question, "zh-battery")[6] == f"{cited + 2} → {cited} (−2)"
     assert "#### English (en)" in per_question and "#### Chinese (zh)" in per_question
     assert "Interval of the change:" not in result.stdout
     assert "warning" not in result.stderr  # the same models, endpoints, provider, release
@@ -475,8 +481,10 @@ def test_a_verifier_outage_is_a_question_not_measured_never_a_quality_drop(
     assert partial["check_partial"] and partial["claims_not_checked"] > 0
     assert partial["status"] == "succeeded" and not whole["check_partial"]
     table = outage.stdout
+    assert partial["check_reasons"] == ["verifier_failed"]
     assert row(table, "zh-battery")[1] == (
-        f"succeeded (check partial: {partial['claims_not_checked']} not checked)"
+        f"succeeded (check partial: {partial['claims_not_checked']} not checked: the verifier "
+        "model failed)"
     )
     totals = section(table, "## Totals")
     assert row(totals, "Measured")[1] == "1" and row(totals, "Check partial")[1] == "1"
@@ -536,6 +544,62 @@ def test_a_question_that_fails_is_a_result_and_the_exit_code_says_so(
     totals = section(result.stdout, "## Totals")
     assert row(totals, "Failed")[1] == "1" and row(totals, "Measured")[1] == "0"
     assert row(totals, "Sources cited per report")[1] == "–"
+
+
+def test_a_writer_that_cites_less_does_not_score_better(
+    cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    """The same question written twice: by the fake writer, which cites every line it copies,
+    then by a writer that cites one sentence and states four figures without a citation
+    (tests/test_claim_numbers.py's UNCITED, in the structure the writer is asked for). Both
+    have every cited claim supported; the second's uncited claims are counted and, counted
+    as not supported, its share falls."""
+    questions = question_file(tmp_path, {"id": "hp", "question": CITED_TOPIC, "depth": 1})
+    cited = fathom("eval", str(questions), "-o", "cited", env=cli_env, cwd=tmp_path)
+    assert cited.returncode == 0, cited.stderr
+    llm_server.fake.script("writer", Reply(UNCITED))
+    less = fathom(
+        "eval", str(questions), "-o", "less", "--compare", "cited/results.jsonl",
+        env=cli_env, cwd=tmp_path,
+    )  # fmt: skip
+    assert less.returncode == 0, less.stderr
+    (before,), (now,) = results_of(tmp_path / "cited"), results_of(tmp_path / "less")
+    assert before["uncited_claims"] == 0 and now["uncited_claims"] == 4
+    assert before["claims_supported"] == before["claims"] and now["claims_supported"] == 1
+    totals = section(less.stdout, "## Totals")
+    assert row(totals, "Claims supported")[1] == "100.0 %"
+    assert row(totals, "Uncited claims per report")[1] == "4.0"
+    assert row(totals, "Supported of all claims, uncited too")[1] == "20.0 %"
+    compared = section(less.stdout, "## Compared with the earlier results")
+    assert row(compared, "Claims supported")[3] == "+0.0 pp"
+    assert row(compared, "Supported of all claims, uncited too")[1:4] == [
+        "100.0 %", "20.0 %", "−80.0 pp"
+    ]  # fmt: skip
+    assert row(section(less.stdout, "### Per question"), "hp")[4] == "0 → 4 (+4)"
+
+
+def test_only_a_partial_check_for_the_verifier_s_sake_keeps_a_question_out() -> None:
+    """Why claims were not checked (core.claims.verifier.Unchecked, as a run stores them): the
+    verifier failed, answered unusably, or was not given (or a release that recorded no
+    reason) keeps the question out of the quality totals; claims whose only sources speak to
+    AI models are the report's own evidence: the question is measured, those claims count as
+    not supported, and its row says why they were not checked."""
+    base = {"id": "q", "question": "q", "language": "en", "status": "succeeded", "claims": 4,
+            "claims_supported": 2, "claims_not_checked": 2, "check_partial": True}  # fmt: skip
+    for reasons in ([], ["verifier_failed"], ["answer_unusable"], ["no_verifier"],
+                    ["source_addresses_model", "verifier_failed"]):  # fmt: skip
+        assert EvalResult(**base, check_reasons=reasons).kept_out == "check partial", reasons
+    own = EvalResult(**base, check_reasons=["source_addresses_model"])
+    assert own.kept_out is None
+    table = results_table([own], None)
+    assert row(table, "q")[1] == (
+        "succeeded (2 not checked: their only sources hold text addressed to AI models)"
+    )
+    assert row(section(table, "## Totals"), "Claims supported")[1] == "50.0 %"
+    out = EvalResult(**base, check_reasons=["verifier_failed"])
+    assert row(results_table([out], None), "q")[1] == (
+        "succeeded (check partial: 2 not checked: the verifier model failed)"
+    )
 
 
 # --- refused before it started ------------------------------------------------------------------
@@ -764,21 +828,23 @@ def test_a_judge_that_always_says_supported_scores_as_it_should(
 def test_a_judge_that_says_each_label_agrees_fully(
     cli_env: dict[str, str], tmp_path: Path, llm_server: FakeLLMServer
 ) -> None:
-    """A judge answering each pair's label, one pair at a time: every verdict the claim check
-    can read agrees (all four labels, ``contradicted`` too, since issue 52's item 3); a label
-    it could not read would count as no agreement, never as a crash, and the exit code would
-    say some pairs got no verdict."""
+    """A judge answering each pair's label, one pair at a time: every label is a verdict the
+    claim check reads (``contradicted`` too, issue 52's item 3), so all pairs agree, each on
+    the confusion table's diagonal, and none is said supported wrongly."""
     pairs = pairs_in(shipped_lines())
-    readable = {v.value for v in Verdict}
+    assert {p["label"] for p in pairs} <= {v.value for v in Verdict}
     llm_server.fake.script("verifier", *[verdict_reply(p["label"]) for p in pairs])
     result = fathom(
         "eval", "--judge-check", "--json", "--concurrency", "1", env=cli_env, cwd=tmp_path
     )
+    assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    known = sum(1 for p in pairs if p["label"] in readable)
-    assert report["agreed"] == known
-    assert all(r["verdict"] in (r["label"], None) for r in report["results"])
-    assert result.returncode == (0 if known == len(pairs) else 1), result.stderr
+    assert (report["agreed"], report["agreement"]) == (len(pairs), 100.0)
+    assert [r["verdict"] for r in report["results"]] == [p["label"] for p in pairs]
+    labels = Counter(p["label"] for p in pairs)
+    for label, row_ in report["confusion"].items():
+        assert row_ == {**dict.fromkeys(row_, 0), label: labels[label]}
+    assert report["falsely_supported"]["pairs"] == 0
 
 
 def test_judge_check_reads_a_pairs_file_and_refuses_a_bad_one(

@@ -155,8 +155,15 @@ def _share_text(result: EvalResult) -> str:
 
 def _question_row(old: EvalResult, new: EvalResult) -> str:
     both = old.kept_out is None and new.kept_out is None
-    claims = facts = sources = "kept out"
+    claims = facts = sources = uncited = "kept out"
     if both:
+        uncited = "–"
+        if old.uncited_claims is not None and new.uncited_claims is not None:
+            grown = new.uncited_claims - old.uncited_claims
+            uncited = (
+                f"{old.uncited_claims} → {new.uncited_claims} "
+                f"({'+' if grown >= 0 else '−'}{abs(grown)})"
+            )
         claims = f"{_share_text(old)} → {_share_text(new)}"
         if old.claims and new.claims:
             change = 100 * (new.claims_supported / new.claims - old.claims_supported / old.claims)
@@ -178,7 +185,7 @@ def _question_row(old: EvalResult, new: EvalResult) -> str:
         seconds = (
             f"{old.seconds:.1f} → {new.seconds:.1f} ({'+' if took >= 0 else '−'}{abs(took):.1f})"
         )
-    cells = [new.id, status_text(old), status_text(new), claims, facts, sources, seconds]
+    cells = [new.id, status_text(old), status_text(new), claims, uncited, facts, sources, seconds]
     return "| " + " | ".join(cell(c) for c in cells) + " |"
 
 
@@ -205,7 +212,8 @@ def comparison_table(comparison: Comparison) -> str:
     lines += [
         f"- Paired: {len(comparison.pairs)} questions; measured in both: "
         f"{sum(1 for o, n in comparison.pairs if o.kept_out is None and n.kept_out is None)} "
-        "(the totals of claims, sources, sites and expected facts are over these)",
+        "(the totals of claims, uncited claims, sources, sites and expected facts are over "
+        "these)",
         "",
         "| Measure | Before | Now | Change | Interval of the change |",
         "|---|---|---|---|---|",
@@ -222,9 +230,9 @@ def comparison_table(comparison: Comparison) -> str:
         if len(codes) > 1:
             lines += [f"#### {language_name(code)}", ""]
         lines += [
-            "| Question | Before | Now | Claims supported | Expected facts | Sources cited | "
-            "Seconds |",
-            "|---|---|---|---|---|---|---|",
+            "| Question | Before | Now | Claims supported | Uncited | Expected facts | "
+            "Sources cited | Seconds |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         lines += [_question_row(o, n) for o, n in comparison.pairs if n.language == code]
         lines.append("")

@@ -4,7 +4,9 @@ Quality totals (claims supported and fixed, sources and sites, expected facts) c
 questions that were measured whole (:attr:`EvalResult.kept_out` is None): a question whose run
 failed, whose writer fell back to listing the findings, or whose claim check was partial is
 counted as such and kept out of them, so a verifier outage reads as questions not measured,
-never as a quality drop. Tokens and cost count every question; seconds every report.
+never as a quality drop. A writer that cites less is not better for it: its uncited factual
+sentences are counted (``uncited_claims``), and as not supported in "Supported of all claims,
+uncited too". Tokens and cost count every question; seconds every report.
 """
 
 from __future__ import annotations
@@ -98,6 +100,10 @@ def _facts_judged(result: EvalResult) -> bool:
     return measured(result) and result.expected > 0 and result.expected_covered is not None
 
 
+def _uncited_counted(result: EvalResult) -> bool:
+    return measured(result) and result.uncited_claims is not None
+
+
 def _any(result: EvalResult) -> bool:
     return True
 
@@ -133,6 +139,22 @@ MEASURES = (
         "Claims fixed",
         measured,
         _share(lambda r: r.claims_fixed, lambda r: r.claims),
+        _percent,
+        _points,
+        spread=True,
+    ),
+    Measure(
+        "Uncited claims per report",
+        _uncited_counted,
+        _mean(lambda r: r.uncited_claims or 0),
+        _tenths,
+        _tenths,
+        spread=True,
+    ),
+    Measure(
+        "Supported of all claims, uncited too",
+        _uncited_counted,
+        _share(lambda r: r.claims_supported, lambda r: r.claims + (r.uncited_claims or 0)),
         _percent,
         _points,
         spread=True,

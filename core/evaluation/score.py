@@ -6,8 +6,9 @@ import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from core.claims.verifier import Unchecked
 from core.evaluation.provenance import Provenance
 from core.evaluation.questions import EvalQuestion
 from core.research.outcome import RunOutcome
@@ -15,6 +16,9 @@ from core.wording import sources_heading
 from storage.values import RunStatus
 
 _CITATION = re.compile(r"\[(\d{1,4})\]")
+#: Why claims may be unchecked that is no fault of the verifier (a partial check for these
+#: alone keeps a question measured). Any other reason, or none recorded, is an outage.
+_THE_REPORTS_OWN = frozenset({Unchecked.SOURCE_ADDRESSES_MODEL.value})
 
 
 class EvalResult(BaseModel):
@@ -30,14 +34,19 @@ class EvalResult(BaseModel):
     run_id: str | None = None
     #: Its run's writer model failed: the report is the findings listed, nothing to judge.
     writer_fallback: bool = False
-    #: Its report's claim check was partial (the verifier could not be used, or not for
-    #: every claim): ``claims_not_checked`` of its claims have no verdict.
+    #: Its report's claim check was partial: ``claims_not_checked`` of its claims have no
+    #: verdict, for ``check_reasons`` (``core.claims.verifier.Unchecked``'s values; empty
+    #: from a release before issue 52, when it meant the verifier could not be used).
     check_partial: bool = False
     claims_not_checked: int = 0
+    check_reasons: list[str] = Field(default_factory=list)
     #: Cited claims of the report, those supported by their sources as written, those fixed.
     claims: int = 0
     claims_supported: int = 0
     claims_fixed: int = 0
+    #: The writer's sentences that cite nothing and state something checkable
+    #: (``core.claims.uncited``; None: not counted, e.g. no report).
+    uncited_claims: int | None = None
     #: Sources the report cites, and the distinct sites (host names) among them.
     sources_cited: int = 0
     sites: int = 0
@@ -57,13 +66,16 @@ class EvalResult(BaseModel):
     @property
     def kept_out(self) -> str | None:
         """Why this result is kept out of the quality totals (None: it is measured): its run
-        did not succeed, its writer fell back, or its claim check was partial. A verifier
-        outage is then a question not measured, never a quality drop."""
+        did not succeed, its writer fell back, or its claim check was partial because the
+        verifier could not be used for some claims. A verifier outage is then a question not
+        measured, never a quality drop. A claim left unchecked only because its sources speak
+        to AI models is the report's evidence, not an outage: it counts as not supported."""
         if self.status != RunStatus.SUCCEEDED.value:
             return self.status
         if self.writer_fallback:
             return "writer fell back"
-        if self.check_partial:
+        outage = not self.check_reasons or not set(self.check_reasons) <= _THE_REPORTS_OWN
+        if self.check_partial and outage:
             return "check partial"
         return None
 
@@ -93,7 +105,9 @@ def score(
         run_id=outcome.run_id,
         writer_fallback=bool(outcome.writer_fallback),
         check_partial=check is not None and check.partial,
-        claims_not_checked=sum(1 for c in check.claims if c.verdict is None) if check else 0,
+        claims_not_checked=check.unchecked if check is not None else 0,
+        check_reasons=list(check.reasons) if check is not None and check.partial else [],
+        uncited_claims=check.uncited if check is not None and outcome.report_markdown else None,
         claims=len(check.claims) if check is not None else 0,
         claims_supported=check.supported if check is not None else 0,
         claims_fixed=check.fixed if check is not None else 0,

@@ -10,10 +10,11 @@ from core.evaluation import bootstrap
 from core.evaluation.measures import MEASURES, Measure
 from core.evaluation.provenance import Provenance
 from core.evaluation.score import EvalResult
+from core.note_words import UNCHECKED_REASONS
 
 HEADER = (
-    "| Question | Status | Claims supported | Fixed | Sources (sites) | Expected facts | "
-    "Tokens | Cost | Seconds |"
+    "| Question | Status | Claims supported | Fixed | Uncited | Sources (sites) | "
+    "Expected facts | Tokens | Cost | Seconds |"
 )
 #: How the table names the question set's languages (others are shown by their code).
 LANGUAGE_NAMES = {"en": "English", "zh": "Chinese"}
@@ -56,14 +57,21 @@ def _questions(count: int) -> str:
 
 
 def status_text(result: EvalResult) -> str:
-    """How a question's run ended, and why it is kept out of the quality totals if it is."""
+    """How a question's run ended, why it is kept out of the quality totals if it is, and
+    why some of its claims were not checked if some were."""
     if result.error is not None:
         return f"{result.status}: {result.error[:80]}"
+    unchecked = ""
+    if result.check_partial:
+        words = [UNCHECKED_REASONS.get(r, (r,))[0] for r in result.check_reasons]
+        unchecked = f"{result.claims_not_checked} not checked" + (
+            f": {'; '.join(words)}" if words else ""
+        )
     if result.kept_out == "check partial":
-        return f"{result.status} (check partial: {result.claims_not_checked} not checked)"
+        return f"{result.status} (check partial: {unchecked})"
     if result.kept_out is not None and result.kept_out != result.status:
         return f"{result.status} ({result.kept_out})"
-    return result.status
+    return f"{result.status} ({unchecked})" if unchecked else result.status
 
 
 def _row(result: EvalResult) -> str:
@@ -79,6 +87,7 @@ def _row(result: EvalResult) -> str:
         status_text(result),
         claims,
         str(result.claims_fixed),
+        str(result.uncited_claims) if result.uncited_claims is not None else "–",
         f"{result.sources_cited} ({result.sites})",
         facts,
         f"{result.tokens:,}",
@@ -132,7 +141,8 @@ def results_table(results: Sequence[EvalResult], provenance: Provenance | None) 
 def _footnotes(results: Sequence[EvalResult]) -> list[str]:
     kept = [r for r in results if r.kept_out is not None]
     notes = [
-        "Claims, sources, sites and expected facts count the measured questions only; "
+        "Claims, uncited claims, sources, sites and expected facts count the measured "
+        "questions only; "
         + (
             "kept out: " + ", ".join(f"{r.id} ({r.kept_out})" for r in kept) + "."
             if kept
