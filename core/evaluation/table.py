@@ -134,7 +134,7 @@ def results_table(results: Sequence[EvalResult], provenance: Provenance | None) 
     for measure in MEASURES:
         values = [total_text(measure, group) for group in groups]
         lines.append(f"| {measure.label} | " + " | ".join(values) + " |")
-    lines += ["", *_footnotes(results)]
+    lines += ["", "\n\n".join(_footnotes(results))]
     return "\n".join(lines) + "\n"
 
 
