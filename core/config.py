@@ -25,6 +25,12 @@ CommaList = Annotated[list[str], NoDecode]
 #: How long an election's lease lasts without renewal (seconds): the default of
 #: ``FATHOM_LEASE`` and of ``core.operations.election.Election``.
 LEASE = 45.0
+#: The claim check's own time budget (seconds): the default of ``FATHOM_VERIFY_SECONDS`` and
+#: of ``core.claims.deadline.Deadline``. A depth-3 report's check is one verifier call, a
+#: second one when a claim is re-cited by a verdict, and a reviser call (each a few seconds on
+#: a hosted model): 30 s leaves room for them on a slow endpoint and cuts a hanging verifier
+#: off at a quarter of one 120 s model call (FATHOM_LLM_TIMEOUT).
+VERIFY_SECONDS = 30.0
 #: Variables whose given value is never repeated in an error (it may hold a password, or a
 #: key in its user part or query).
 _UNECHOED = frozenset({"DATABASE_URL", "OPENAI_BASE_URL", "FATHOM_WRITER_BASE_URL"})
@@ -102,6 +108,10 @@ class Settings(EnvSettings):
     )
     verifier_api_key: str | None = Field(
         default=None, validation_alias=env("FATHOM_VERIFIER_API_KEY")
+    )
+    #: The check's own time budget: past it the report is posted with what was settled.
+    verify_seconds: float = Field(
+        default=VERIFY_SECONDS, gt=0, le=3600, validation_alias=env("FATHOM_VERIFY_SECONDS")
     )
     llm_json_mode: Literal["auto", "json_schema", "json_object", "prompt"] = Field(
         default="auto", validation_alias=env("FATHOM_LLM_JSON_MODE")

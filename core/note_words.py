@@ -231,6 +231,10 @@ UNCHECKED_REASONS: dict[str, tuple[str, str]] = {
         "the verifier's answers did not give a valid verdict for each claim",
         "核对模型的回答未对每条论断给出有效结论",
     ),
+    "time_budget": (
+        "the check's time budget ran out (FATHOM_VERIFY_SECONDS)",
+        "核对超出了时间预算（FATHOM_VERIFY_SECONDS）",
+    ),
     "source_addresses_model": (
         "their only sources hold text addressed to AI models",
         "其仅有的来源含有针对 AI 模型的文字",

@@ -339,6 +339,7 @@ async def _runtime(
                 planner=llm.planner,
                 writer=llm.writer,
                 verifier=llm.verifier if settings.verify_claims else None,
+                verify_seconds=settings.verify_seconds,
                 search=search,
                 timing=LeaseTiming(settings.stale_run_after),
                 max_attempts=settings.max_attempts,

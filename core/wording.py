@@ -90,6 +90,11 @@ def writing_words(language: Language) -> str:
     return pick(language, "Writing the report…", "正在撰写报告…")
 
 
+def checking_words(language: Language) -> str:
+    """The progress while the report's cited claims are checked against their sources."""
+    return pick(language, "Checking citations…", "正在核对引用…")
+
+
 def failed_text(language: Language, done: int, depth: int, error: str | None) -> str:
     return pick(
         language,

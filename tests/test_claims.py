@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -11,14 +12,17 @@ import pytest
 from core.claims import Claim, Evidence, claims_of, plainly_supported
 from core.claims.addressing import addressing_phrase
 from core.claims.check import Fix, check_claims
+from core.claims.deadline import Deadline
 from core.claims.evidence import EvidenceKind
 from core.claims.verifier import Unchecked, Verdict, batches, source_block, verdicts
 from core.llm import ChatModel
 from core.models import Usage
 from core.research.report import NumberedSource, evidence_of
+from tests.chat_app import wait_for
 from tests.fakes import FakeLLMServer, Reply
-from tests.fakes.llm import Fail
+from tests.fakes.llm import Fail, Silent
 from tests.test_engine import user_prompt
+from tests.timers import ManualTimer
 
 REPORT = """# Heat pumps in cold climates
 
@@ -1026,3 +1030,58 @@ async def test_a_claim_a_snippet_plainly_holds_is_supported_without_a_model(
     )
     assert [(c.verdict, c.lexical) for c in check.claims] == [(Verdict.SUPPORTED, True)]
     assert llm_server.fake.requests_for("verifier") == []
+
+
+# -- a deadline for the check (issue 52, item 6) ------------------------------------------------
+
+
+async def test_a_hanging_verifier_is_cut_off_at_the_check_s_time_budget(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    """The verifier sends its headers and then nothing (``Silent``): at the budget the check
+    ends with what was settled (the lexical verdict), the rest not checked, said why; the
+    verifier's request is abandoned. Before, it waited out the client's own timeout."""
+    llm_server.fake.script("verifier", Silent())
+    timer = ManualTimer()
+    evidence = {1: SOURCE, 2: OTHER}
+    checking = asyncio.ensure_future(
+        check_claims(CHECKED, evidence, verifier, Usage(), "en", deadline=Deadline(30, timer))
+    )
+    assert await timer.sleeping() == 30  # the budget, from when the check began
+    timer.advance(29)
+    await asyncio.sleep(0.05)
+    assert not checking.done()
+    timer.advance(1)
+    check = await checking
+    assert check.markdown == CHECKED
+    assert [c.verdict for c in check.claims] == [Verdict.SUPPORTED, None, None, None]
+    assert check.reasons == ["time_budget"] and check.unchecked == 3
+    await wait_for(lambda: llm_server.fake.abandoned == 1)
+
+
+async def test_time_that_runs_out_while_revising_leaves_the_failing_claims_marked(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    """The verdicts came in time; the reviser hangs: the failing claims are marked as not
+    verified (settled: they failed), nothing is "not checked"."""
+    unsupported = {"verdicts": [{"claim": 1, "verdict": "unsupported", "source": None}]}
+    llm_server.fake.script("verifier", Reply(json.dumps(unsupported)))
+    llm_server.fake.script("reviser", Silent())
+    timer = ManualTimer()
+    checking = asyncio.ensure_future(
+        check_claims(
+            "Heat pumps doubled in Oslo [1].",
+            {1: SOURCE},
+            verifier,
+            Usage(),
+            "en",
+            deadline=Deadline(30, timer),
+        )
+    )
+    await timer.sleeping()
+    await wait_for(lambda: len(llm_server.fake.requests_for("reviser")) == 1)
+    timer.advance(30)
+    check = await checking
+    assert check.markdown == "Heat pumps doubled in Oslo *(not verified)*."
+    assert [(c.verdict, c.fix) for c in check.claims] == [(Verdict.UNSUPPORTED, Fix.UNVERIFIED)]
+    assert not check.partial

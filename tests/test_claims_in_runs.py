@@ -10,6 +10,7 @@ rewrites nothing, so the invented claim is marked.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -17,15 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from core.config import Settings
 from core.llm import ChatModel
 from core.metrics import Metrics
 from core.research.outcome import final_progress_text
+from core.research.progress import ProgressKind
 from storage.values import RunStatus
 from tests.cli import fathom
 from tests.fakes import FakeLLMServer, Reply
-from tests.fakes.llm import INVENTED_NUMBER, VERIFIER_SHAPES
+from tests.fakes.llm import INVENTED_NUMBER, VERIFIER_SHAPES, Silent
 from tests.test_engine import KEY, Collect, Harness, harness, user_prompt  # noqa: F401
+from tests.timers import ManualTimer
 
 ENGLISH_NOTE = "Citations checked: 2 of 4 claims supported by their sources; 2 fixed."
 CHINESE_NOTE = "引用已核对：4 条论断中有 2 条得到所引来源的支持，修正 2 条。"
@@ -333,6 +338,62 @@ def test_a_verifier_answering_in_another_shape_gives_a_report_that_says_partial(
     assert [r.role for r in mixed.fake.requests].count("verifier") == 2
 
 
+@pytest.mark.parametrize(
+    ("topic", "checking", "note"),
+    [
+        (
+            "heat pumps",
+            "1/1th search executed. Checking citations…",
+            "Citations checked in part: 2 of 4 claims supported by their sources; 2 not "
+            "checked: the check's time budget ran out (FATHOM_VERIFY_SECONDS).",
+        ),
+        (
+            "热泵",
+            "1/1th search executed. 正在核对引用…",
+            "引用部分核对：4 条论断中有 2 条得到所引来源的支持；2 条未核对："
+            "核对超出了时间预算（FATHOM_VERIFY_SECONDS）。",
+        ),
+    ],
+)
+async def test_a_hanging_verifier_holds_the_report_for_the_check_s_budget_only(
+    mixed: FakeLLMServer,
+    harness: Harness,  # noqa: F811
+    topic: str,
+    checking: str,
+    note: str,
+) -> None:
+    """The verifier sends its headers, then nothing. While it waits, the progress says the
+    citations are being checked (before: "Writing the report" for about FATHOM_LLM_TIMEOUT);
+    at FATHOM_VERIFY_SECONDS (on a manual clock) the report is finished with what was settled:
+    the plain claims supported, the others as written and "not checked", the note and the last
+    progress line say why."""
+    mixed.fake.script("verifier", Silent())
+    verifier, timer = verifier_for(harness), ManualTimer()
+    service = harness.build_service(verifier=verifier, verify_seconds=45, timer=timer)
+    progress = Collect()
+    run_id = await harness.submit(topic, depth=1)
+    try:
+        running = asyncio.ensure_future(service.executor.execute(run_id, progress))
+        assert await timer.sleeping() == 45
+        assert progress.events[-1].kind is ProgressKind.CHECKING
+        assert progress.events[-1].text == checking
+        timer.advance(45)
+        outcome = await running
+    finally:
+        await verifier.aclose()
+    assert outcome.status is RunStatus.SUCCEEDED
+    claims = outcome.as_json()["claims"]
+    assert isinstance(claims, list)
+    assert [c["verdict"] for c in claims] == ["supported", None, None, "supported"]
+    assert note in outcome.notes and note in progress.final
+    assert INVENTED_NUMBER in (outcome.report_markdown or "")  # left as written, not marked
+    assert outcome.as_json()["claim_check"] == {
+        "partial": True,
+        "unchecked": 2,
+        "reasons": ["time_budget"],
+    }
+
+
 async def test_a_source_that_speaks_to_the_verifier_gets_no_claim_and_is_named(
     llm_server: FakeLLMServer,
     harness: Harness,  # noqa: F811
@@ -390,3 +451,11 @@ async def test_a_source_that_speaks_to_the_verifier_gets_no_claim_and_is_named(
     )
     assert note in outcome.notes and note in report
     assert [r.role for r in llm_server.fake.requests].count("verifier") == 1
+
+
+def test_the_check_s_time_budget_is_a_setting() -> None:
+    """FATHOM_VERIFY_SECONDS, 30 s unless set; a budget of nothing is refused."""
+    assert Settings(_env_file=None).verify_seconds == 30  # type: ignore[call-arg]
+    assert Settings(_env_file=None, FATHOM_VERIFY_SECONDS="12.5").verify_seconds == 12.5  # type: ignore[call-arg]
+    with pytest.raises(ValidationError):
+        Settings(_env_file=None, FATHOM_VERIFY_SECONDS="0")  # type: ignore[call-arg]

@@ -100,6 +100,7 @@ async def test_the_status_follows_the_run_and_is_cleared_at_its_end(
         ),
         (event(run, ProgressKind.SEARCHED, "1/3th.", pages=3), "is reading 3 pages…"),
         (event(run, ProgressKind.WRITING, "Writing."), "is writing the report…"),
+        (event(run, ProgressKind.CHECKING, "Checking."), "is checking citations…"),
     ]
     said: list[str] = []
     for step, words in steps:
@@ -107,10 +108,7 @@ async def test_the_status_follows_the_run_and_is_cleared_at_its_end(
         said.append(words)
         await shown(server, *said)
     assert server.fake.statuses == {
-        ("C0001", THREAD): (
-            "is writing the report…",
-            ["Writing the report…", "Citing the sources…"],
-        )
+        ("C0001", THREAD): ("is checking citations…", ["Checking citations…"])
     }
     await delivery.publish(event(run, ProgressKind.FINISHED, "Research done."))
     await delivery.aclose()  # (the job closes the delivery once the report is posted)
@@ -408,11 +406,14 @@ async def test_a_research_shows_its_status_and_its_searches_as_tasks(start_bot: 
     assert said[0] == "is planning the research…" and said[-1] == ""
     # In order; a step overtaken by the next one before it was sent may be skipped.
     order = ["is planning", "is searching", "is reading", "is planning the next", "is writing"]
+    order.append("is checking")  # the report's citations, after it is written
     assert any(s.startswith("is searching") for s in said), said
     steps = [s for s in said[1:-1] if s]
     assert all(any(s.startswith(o) for o in order) for s in steps), said
-    if "is writing the report…" in said:
-        assert said.index("is writing the report…") == len(said) - 2  # the last before ""
+    ending = [s for s in ("is writing the report…", "is checking citations…") if s in said]
+    assert [said.index(s) for s in ending] == list(
+        range(len(said) - 1 - len(ending), len(said) - 1)
+    )
     assert {c.params["thread_ts"] for c in bot.slack.calls_to(SET_STATUS)} == {ts}
     assert bot.slack.statuses == {}
 

@@ -120,6 +120,11 @@ def status_words(event: ProgressEvent, language: Language) -> StatusWords | None
                 pick(language, "Citing the sources…", "正在标注来源…"),
             ),
         )
+    if kind is ProgressKind.CHECKING:
+        return StatusWords(
+            pick(language, "is checking citations…", "正在核对引用…"),
+            (pick(language, "Checking citations…", "正在核对引用…"),),
+        )
     return None
 
 

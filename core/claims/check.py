@@ -15,8 +15,8 @@ A claim whose cited sources are search snippets only (their pages were not read)
 "partial" (:mod:`core.claims.evidence`). A claim whose only cited sources speak to a model is
 not taken as supported on the verifier's word: it is not checked.
 
-What is not settled (the verifier failed or answered twice unusably) is "not checked" and the
-check is partial.
+What is not settled (the verifier failed, answered twice unusably, or the check's time budget
+ran out, ``deadline``) is "not checked" and the check is partial.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from core.claims.addressing import addressing_phrase
+from core.claims.deadline import Deadline, OutOfTime
 from core.claims.evidence import EvidenceKind
 from core.claims.lexical import Evidence, plainly_supported
 from core.claims.split import CITATION, Claim, claims_of
@@ -123,13 +124,16 @@ async def check_claims(
     model: JsonModel | None,
     usage: Usage,
     language: Language,
+    *,
+    deadline: Deadline | None = None,
 ) -> ClaimCheck:
     """Check every cited claim of ``markdown`` against ``evidence`` (what each source gave the
-    writer, by number); ``model``: the verifier (None: the lexical pass only). Its model calls
-    are added to ``usage`` as the verifier's share too (:meth:`Usage.add_checking`)."""
+    writer, by number); ``model``: the verifier (None: the lexical pass only); ``deadline``:
+    when the check must end (None: when its model calls end). Its model calls are added to
+    ``usage`` as the verifier's share too (:meth:`Usage.add_checking`)."""
     spent = Usage()
     try:
-        return await _check(markdown, evidence, model, spent, language)
+        return await _check(markdown, evidence, model, spent, language, deadline)
     finally:
         usage.add_checking(spent)
 
@@ -140,6 +144,7 @@ async def _check(
     model: JsonModel | None,
     usage: Usage,
     language: Language,
+    deadline: Deadline | None,
 ) -> ClaimCheck:
     claims = claims_of(markdown)
     addressing = _addressing(evidence)
@@ -149,7 +154,7 @@ async def _check(
     rest = [c for c in claims if not settled[c.index]]
     judged = Judged()
     if rest and model is not None:
-        judged = await verdicts(model, rest, evidence, usage)
+        judged = await verdicts(model, rest, evidence, usage, deadline)
     elif rest:
         judged.unchecked = {c.index: Unchecked.NO_VERIFIER for c in rest}
     checked: dict[int, CheckedClaim] = {}
@@ -177,12 +182,12 @@ async def _check(
             second.append((claim, verdict, verdict.source))
         else:
             failing.append((claim, verdict.verdict))
-    for claim, first, source in await _confirmed(second, evidence, model, usage):
+    for claim, first, source in await _confirmed(second, evidence, model, usage, deadline):
         rewrites.append((claim, _recited(claim.text, source)))
         checked[claim.index] = _recited_claim(claim, first.verdict, source)
     failing += [(c, v.verdict) for c, v, _ in second if c.index not in checked]
     failing.sort(key=lambda item: item[0].index)
-    fixes = await _revise([c for c, _ in failing], evidence, model, usage, language)
+    fixes = await _revise([c for c, _ in failing], evidence, model, usage, language, deadline)
     for (claim, found), (text, fix) in zip(failing, fixes, strict=True):
         rewrites.append((claim, text))
         checked[claim.index] = CheckedClaim(claim.statement, claim.cites, found, fix=fix)
@@ -238,13 +243,14 @@ async def _confirmed(
     evidence: Mapping[int, Evidence],
     model: JsonModel | None,
     usage: Usage,
+    deadline: Deadline | None,
 ) -> list[tuple[Claim, ClaimVerdict, int]]:
     """The re-citations a second verdict confirms: each claim asked again (in one request for
     all) as if it cited only the source the verifier named, that source alone shown."""
     if not candidates or model is None:
         return []
     asked = [replace(claim, cites=(source,)) for claim, _, source in candidates]
-    judged = await verdicts(model, asked, evidence, usage, elsewhere=False)
+    judged = await verdicts(model, asked, evidence, usage, deadline, elsewhere=False)
     return [
         candidate
         for candidate in candidates
@@ -259,16 +265,17 @@ async def _revise(
     model: JsonModel | None,
     usage: Usage,
     language: Language,
+    deadline: Deadline | None,
 ) -> list[tuple[str, Fix]]:
     """Each failing claim's new text and what was done: rewritten from its sources when the
     reviser's sentence plainly says what the sources it cites say (and cites only sources it
     was shown), dropped when the reviser found nothing of it, else marked as not verified
-    (also when the reviser failed or answered unusably)."""
+    (also when the reviser failed, answered unusably or the time ran out)."""
     answered: dict[int, tuple[str | None, frozenset[int]]] = {}
     if failing and model is not None:
         try:
-            answered = await revisions(model, failing, evidence, usage)
-        except LLMError as exc:
+            answered = await revisions(model, failing, evidence, usage, deadline)
+        except (LLMError, OutOfTime) as exc:
             log.warning("the reviser failed (%s); the failing claims are marked", exc)
     fixes: list[tuple[str, Fix]] = []
     for claim in failing:

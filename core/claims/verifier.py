@@ -20,13 +20,14 @@ when the second answer is no better the claims of that request are "not checked"
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from core.claims.deadline import Deadline, OutOfTime
 from core.claims.lexical import Evidence
 from core.claims.split import Claim
 from core.engine.state import JsonModel
@@ -36,6 +37,8 @@ from core.pages.extract import bm25_scores, estimate_tokens, terms
 from core.research.prompts import reviser_messages, verifier_messages
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Passages of one source shown for one claim (the best for it), and the tokens one request's
 #: sources may take: a depth-3 report's claims fit in one call.
@@ -78,6 +81,8 @@ class Unchecked(StrEnum):
     #: The verifier answered twice, and neither answer named each claim by its number with a
     #: valid verdict.
     ANSWER_UNUSABLE = "answer_unusable"
+    #: The check's time budget (FATHOM_VERIFY_SECONDS) ran out first.
+    TIME_BUDGET = "time_budget"
     #: Its only sources speak to a model (:mod:`core.claims.addressing`): the verifier's
     #: "supported" for it is not taken.
     SOURCE_ADDRESSES_MODEL = "source_addresses_model"
@@ -342,18 +347,23 @@ class Judged:
     failure: str | None = None
 
 
+async def _within(deadline: Deadline | None, work: Coroutine[Any, Any, T]) -> T:
+    return await work if deadline is None else await deadline.run(work)
+
+
 async def verdicts(
     model: JsonModel,
     claims: Sequence[Claim],
     evidence: Mapping[int, Evidence],
     usage: Usage,
+    deadline: Deadline | None = None,
     *,
     elsewhere: bool = True,
 ) -> Judged:
     """The verifier's verdict on each of ``claims`` it answered for as asked, by claim index;
     the others unchecked with the reason. A request whose answers were unusable leaves its own
-    claims unchecked and the next request is made; one that failed leaves its claims and those
-    of every later request unchecked. ``elsewhere``: also show each
+    claims unchecked and the next request is made; one that failed or ran out of time leaves
+    its claims and those of every later request unchecked. ``elsewhere``: also show each
     claim's best other source, so the verifier can name it (off for a second verdict on one
     source alone)."""
     judged = Judged()
@@ -365,9 +375,14 @@ async def verdicts(
         )
         schema = _asked_verdicts(list(asked))
         try:
-            answer = await model.complete_json(
-                messages, schema, usage=usage, schema_name="verdicts"
+            answer = await _within(
+                deadline,
+                model.complete_json(messages, schema, usage=usage, schema_name="verdicts"),
             )
+        except OutOfTime as exc:
+            log.warning("the claim check stopped: %s", exc)
+            _unchecked(judged, pending[place:], Unchecked.TIME_BUDGET)
+            break
         except LLMInvalidJSON as exc:
             log.warning("the verifier's answer was unusable twice (%s); not checked", exc.said)
             _unchecked(judged, [batch], Unchecked.ANSWER_UNUSABLE)
@@ -398,10 +413,11 @@ async def revisions(
     claims: Sequence[Claim],
     evidence: Mapping[int, Evidence],
     usage: Usage,
+    deadline: Deadline | None = None,
 ) -> dict[int, tuple[str | None, frozenset[int]]]:
     """The reviser's sentence for each of ``claims`` it answered for as asked, by claim index,
     with the sources it was shown (the only ones a revision may cite); raises the model's
-    ``LLMError`` (``LLMInvalidJSON``: twice no usable answer)."""
+    ``LLMError`` (``LLMInvalidJSON``: twice no usable answer) or :class:`OutOfTime`."""
     found: dict[int, tuple[str | None, frozenset[int]]] = {}
     for batch in batches(claims, evidence):
         asked = {claim.index + 1: claim for claim in batch.claims}
@@ -409,7 +425,9 @@ async def revisions(
             [claim_lines(c) for c in batch.claims], list(batch.sources.values())
         )
         schema = _asked_revisions(list(asked))
-        answer = await model.complete_json(messages, schema, usage=usage, schema_name="revisions")
+        answer = await _within(
+            deadline, model.complete_json(messages, schema, usage=usage, schema_name="revisions")
+        )
         for revision in answer.revisions:
             claim = asked[revision.claim]
             found[claim.index] = (revision.text, frozenset(batch.sources))

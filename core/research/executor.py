@@ -392,7 +392,14 @@ class RunExecutor:
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
                 await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))
                 graph, analysed = strategy.writer_graph(state), strategy.analysed(state)
-                written = self._writer.write(run, state, graph, analysed_before=analysed)
+                checking = prefix + wording.checking_words(state.language)
+                written = self._writer.write(
+                    run,
+                    state,
+                    graph,
+                    analysed_before=analysed,
+                    checking=lambda: publish(ProgressKind.CHECKING, checking),
+                )
                 markdown, sources = await unless_cancelled(written, cancel.cancelled)
                 status = RunStatus.SUCCEEDED
         except WritingCancelled:

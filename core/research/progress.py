@@ -22,6 +22,8 @@ class ProgressKind(enum.StrEnum):
     SEARCHING = "searching"
     SEARCHED = "searched"
     WRITING = "writing"
+    #: The report's cited claims checked against their sources (before it is posted).
+    CHECKING = "checking"
     FINISHED = "finished"
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-from core.config import EnvSettings
+from core.config import VERIFY_SECONDS, EnvSettings
 from core.dates import Clock, utcnow
 from core.engine.budget import RunBudget
 from core.engine.files import FileReader
@@ -27,6 +27,7 @@ from core.research.requests import RunRequests, UserQuota
 from core.research.steps import InternalSources
 from core.research.writer import ReportWriter
 from core.search import SearchProvider
+from core.timer import MONOTONIC, Timer
 from storage import Store
 
 if TYPE_CHECKING:
@@ -58,6 +59,8 @@ class Research:
         quota: UserQuota | None = None,
         prices: Prices | None = None,
         verifier: JsonModel | None = None,
+        verify_seconds: float = VERIFY_SECONDS,
+        timer: Timer = MONOTONIC,
     ) -> None:
         """The settings of :class:`~core.research.executor.RunExecutor` and
         :class:`~core.research.requests.RunRequests`, and what their parts are built from: the
@@ -65,7 +68,7 @@ class Research:
         clients; ``reader`` reads the best result pages of every search (None: snippets
         only); ``strategy_settings``: each registered strategy's settings by its name (those
         not given: their defaults); ``verifier`` checks every cited claim of a report
-        (None: reports are not checked)."""
+        (None: reports are not checked), within ``verify_seconds`` measured on ``timer``."""
         #: The store both were built over.
         self.store = store
         local = LocalRuns()
@@ -77,7 +80,13 @@ class Research:
             threads=store.threads,
             digests=store.digests,
             strategies=strategies,
-            writer=ReportWriter(writer, store.digests, verifier=verifier),
+            writer=ReportWriter(
+                writer,
+                store.digests,
+                verifier=verifier,
+                verify_seconds=verify_seconds,
+                timer=timer,
+            ),
             local=local,
             owner=owner,
             timing=timing,

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from core import note_words, wording
 from core.claims.check import check_claims
+from core.claims.deadline import Deadline
 from core.claims.summary import CheckSummary
 from core.claims.uncited import uncited_statements
+from core.config import VERIFY_SECONDS
 from core.engine.state import JsonModel, RunState, TextModel
 from core.llm import LLMError
 from core.models import Source
@@ -42,6 +44,7 @@ from core.research.report import (
     writer_source_blocks,
     writer_window,
 )
+from core.timer import MONOTONIC, Timer
 from core.wording import Language
 from storage import DigestStore, RunRecord
 
@@ -96,13 +99,22 @@ class ReportWriter:
     """Writes the reports of runs with the writer model."""
 
     def __init__(
-        self, model: TextModel, digests: DigestStore, *, verifier: JsonModel | None = None
+        self,
+        model: TextModel,
+        digests: DigestStore,
+        *,
+        verifier: JsonModel | None = None,
+        verify_seconds: float = VERIFY_SECONDS,
+        timer: Timer = MONOTONIC,
     ) -> None:
         """``digests``: where a digest's earlier firings are found; ``verifier``: checks every
-        cited claim of a report against its sources before it is finished (None: no check)."""
+        cited claim of a report against its sources before it is finished (None: no check),
+        within ``verify_seconds`` measured on ``timer`` (FATHOM_VERIFY_SECONDS)."""
         self._model = model
         self._digests = digests
         self._verifier = verifier
+        self._verify_seconds = verify_seconds
+        self._timer = timer
 
     async def write(
         self,
@@ -111,29 +123,47 @@ class ReportWriter:
         graph: Sequence[str] = (),
         *,
         analysed_before: bool = False,
+        checking: Callable[[], Awaitable[None]] | None = None,
     ) -> tuple[str, list[Source]]:
         """The run's report and the sources it lists; ``graph``: the answered sub-questions,
         one line each (see ``Strategy.writer_graph``); ``analysed_before``: the checkpoint
-        shows the model analysed something for the run before (``Strategy.analysed``).
+        shows the model analysed something for the run before (``Strategy.analysed``);
+        ``checking``: called when the claim check begins (the progress says so).
 
         Raises :class:`NoResults` when no search found anything and :class:`ModelUnavailable`
         when the writer failed and no model call of the run ever answered.
         """
         digest = await self._digest(run, state)
-        return await self._write(state, digest, graph, state.model_answered or analysed_before)
+        analysed = state.model_answered or analysed_before
+        return await self._write(state, digest, graph, analysed, checking)
 
-    async def _checked(self, body: str, numbered: Sequence[NumberedSource], state: RunState) -> str:
+    async def _checked(
+        self,
+        body: str,
+        numbered: Sequence[NumberedSource],
+        state: RunState,
+        checking: Callable[[], Awaitable[None]] | None,
+    ) -> str:
         """``body`` (citing as ``[n]`` only) with its failing claims fixed, and notes saying how
         its citations held and which sources speak to AI models (unchanged when there is no
         verifier or no cited claim); its uncited factual sentences are counted either way
-        (``state.claims.uncited``)."""
+        (``state.claims.uncited``). The check ends within its time budget, with what was
+        settled by then."""
         uncited = len(uncited_statements(body))
         if self._verifier is None:
             state.claims = CheckSummary(uncited=uncited)
             return body
+        if checking is not None:
+            await checking()
+        deadline = Deadline(self._verify_seconds, self._timer)
         with state.usage.timed("checking"):
             check = await check_claims(
-                body, evidence_of(numbered), self._verifier, state.usage, state.language
+                body,
+                evidence_of(numbered),
+                self._verifier,
+                state.usage,
+                state.language,
+                deadline=deadline,
             )
         state.claims = check.summary().model_copy(update={"uncited": uncited})
         if check.claims:
@@ -155,7 +185,12 @@ class ReportWriter:
         return _DigestHistory(whats_new.context(previous, state.language), earlier_urls)
 
     async def _write(
-        self, state: RunState, digest: _DigestHistory | None, lines: Sequence[str], analysed: bool
+        self,
+        state: RunState,
+        digest: _DigestHistory | None,
+        lines: Sequence[str],
+        analysed: bool,
+        checking: Callable[[], Awaitable[None]] | None,
     ) -> tuple[str, list[Source]]:
         findings = state.variables.findings
         cited = frozenset(int(n) for n in re.findall(r"\[(\d{1,4})\]", "\n".join(lines)))
@@ -198,7 +233,7 @@ class ReportWriter:
                 state.note(note_words.instructions_echo_words(state.language))
             normal = cited_body(body, numbered)  # every citation form is checked as [n]
             unlinked = normal.unlinked
-            body = await self._checked(normal.markdown, numbered, state)
+            body = await self._checked(normal.markdown, numbered, state, checking)
         except LLMError as exc:
             log.warning("writer failed in run %s: %s", state.run_id, exc)
             if not analysed:  # nothing the model said: no report to pretend
