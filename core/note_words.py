@@ -272,6 +272,23 @@ def claims_checked_words(
     return pick(language, en + ".", zh + "。")
 
 
+def sub_answer_check_partial_words(
+    language: Language, question: str, unchecked: int, reasons: Sequence[str]
+) -> str:
+    """A note: the claims of a graph run's sub-answer were checked in part (``unchecked`` not
+    checked, ``reasons``: why, ``core.claims.verifier.Unchecked``'s values)."""
+    words = [UNCHECKED_REASONS.get(r, _UNCHECKED_UNKNOWN) for r in reasons]
+    words = list(dict.fromkeys(words)) or [_UNCHECKED_UNKNOWN]
+    return pick(
+        language,
+        f'The answer to sub-question "{question}" was checked in part: {unchecked} of its '
+        "claims not checked (" + "; ".join(w[0] for w in words) + ").",
+        f"子问题“{question}”的回答只核对了一部分：其中 {unchecked} 条论断未核对（"
+        + "；".join(w[1] for w in words)
+        + "）。",
+    )
+
+
 def addressing_sources_words(language: Language, sources: Sequence[tuple[str, str]]) -> str:
     """A note: sources (``(title, the words found)``) hold text addressed to AI models ("ignore
     previous instructions"); they were read as data, and no claim was moved to them on a

@@ -55,6 +55,9 @@ DATA = (
 SAMPLES: dict[str, Callable[[], str]] = {
     "forgotten_internal_words": lambda: note_words.forgotten_internal_words("zh", 2),
     "cut_short_words": lambda: note_words.cut_short_words("zh"),
+    "sub_answer_check_partial_words": lambda: note_words.sub_answer_check_partial_words(
+        "zh", TOPIC, 2, ["time_budget", "verifier_failed"]
+    ),
     "sub_answer_cut_short_words": lambda: note_words.sub_answer_cut_short_words(
         "zh", TOPIC, "insufficient_system_resource"
     ),

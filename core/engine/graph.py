@@ -27,7 +27,8 @@ from pydantic import Field
 
 from core import note_words, wording
 from core.claims.check import check_claims
-from core.config import EnvSettings, env
+from core.claims.deadline import Deadline
+from core.config import VERIFY_SECONDS, EnvSettings, env
 from core.engine.fallback import fallback_query
 from core.engine.graph_plan import CheckedPlan, GraphPlan, check_plan
 from core.engine.graph_state import GRAPH, GraphNode, NodeStatus, graph_of
@@ -57,6 +58,7 @@ from core.research.report import (
 )
 from core.search import SearchProvider
 from core.text import clean_text
+from core.timer import MONOTONIC, Timer
 from core.untrusted import as_data
 
 log = logging.getLogger(__name__)
@@ -119,9 +121,13 @@ class GraphStrategy:
         max_parallel: int = 10,
         max_nodes: int = 12,
         verifier: JsonModel | None = None,
+        verify_seconds: float = VERIFY_SECONDS,
+        timer: Timer = MONOTONIC,
     ) -> None:
         self._planner = planner
         self._verifier = verifier
+        self._verify_seconds = verify_seconds
+        self._timer = timer
         self._answerer = answerer
         self._search = search
         self._reader = reader
@@ -171,6 +177,8 @@ class GraphStrategy:
             answerer=self._answerer,
             max_parallel=self._max_parallel,
             verifier=self._verifier,
+            verify_seconds=self._verify_seconds,
+            timer=self._timer,
         )
         variables = state.variables
         while True:
@@ -324,8 +332,12 @@ class _Turn:
         answerer: TextModel,
         max_parallel: int,
         verifier: JsonModel | None = None,
+        verify_seconds: float = VERIFY_SECONDS,
+        timer: Timer = MONOTONIC,
     ) -> None:
         self._verifier = verifier
+        self._verify_seconds = verify_seconds
+        self._timer = timer
         self._state = state
         self._hooks = hooks
         self._search_provider = search
@@ -477,13 +489,17 @@ class _Turn:
                 )
             )
         cited = cited_body(answer.text, numbered).markdown  # every citation form, as [n]
-        checked = await self._verified(_checked_answer(cited, allowed), numbered)
+        checked = await self._verified(_checked_answer(cited, allowed), numbered, node.question)
         node.answer = _checked_answer(checked, allowed)  # (a reviser's sentence is model text)
         node.status = NodeStatus.ANSWERED
 
-    async def _verified(self, answer: str, numbered: Sequence[NumberedSource]) -> str:
+    async def _verified(
+        self, answer: str, numbered: Sequence[NumberedSource], question: str
+    ) -> str:
         """The sub-answer with its claims checked against its sources, as a report's are,
-        before the writer uses it (unchanged without a verifier)."""
+        within the check's time budget, before the writer uses it (unchanged without a
+        verifier); a check that left claims unchecked, and sources that speak to AI models,
+        are noted."""
         if self._verifier is None:
             return answer
         state = self._state
@@ -491,8 +507,23 @@ class _Turn:
         evidence = evidence_of(s for s in numbered if s.n in cited)
         with state.usage.timed("checking"):
             check = await check_claims(
-                answer, evidence, self._verifier, state.usage, state.language
+                answer,
+                evidence,
+                self._verifier,
+                state.usage,
+                state.language,
+                deadline=Deadline(self._verify_seconds, self._timer),
             )
+        if check.partial:
+            state.note(
+                note_words.sub_answer_check_partial_words(
+                    state.language, question, check.unchecked, check.reasons
+                )
+            )
+        if check.addressing:
+            titles = {s.n: s.title for s in numbered}
+            found = [(titles[n], phrase) for n, phrase in check.addressing.items()]
+            state.note(note_words.addressing_sources_words(state.language, found))
         return check.markdown or "(no answer)"
 
 
@@ -525,6 +556,8 @@ def _build(tools: StrategyTools, settings: GraphSettings) -> GraphStrategy:
         max_parallel=settings.max_parallel,
         max_nodes=settings.max_nodes,
         verifier=tools.verifier,
+        verify_seconds=tools.verify_seconds,
+        timer=tools.timer,
     )
 
 

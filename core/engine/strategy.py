@@ -17,11 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from core.config import EnvSettings
+from core.config import VERIFY_SECONDS, EnvSettings
 from core.engine.state import JsonModel, RunState, StepHooks, StopReason, TextModel
 from core.pages.reader import PageReader
 from core.research.progress import ProgressTask
 from core.search import SearchProvider
+from core.timer import MONOTONIC, Timer
 from core.wording import Language
 
 
@@ -62,12 +63,15 @@ class Strategy(Protocol):
 @dataclass(frozen=True)
 class StrategyTools:
     """What every strategy is built from: the planner's model, the search, the page reader,
-    and the verifier that checks claims (None: they are not checked)."""
+    and the verifier that checks claims (None: they are not checked), each check within
+    ``verify_seconds`` measured on ``timer`` (``FATHOM_VERIFY_SECONDS``)."""
 
     planner: TextModel
     search: SearchProvider
     reader: PageReader | None
     verifier: JsonModel | None = None
+    verify_seconds: float = VERIFY_SECONDS
+    timer: Timer = MONOTONIC
 
 
 SettingsT = TypeVar("SettingsT", bound=EnvSettings)

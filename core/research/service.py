@@ -72,7 +72,7 @@ class Research:
         #: The store both were built over.
         self.store = store
         local = LocalRuns()
-        tools = StrategyTools(planner, search, reader, verifier)
+        tools = StrategyTools(planner, search, reader, verifier, verify_seconds, timer)
         strategies = build_strategies(tools, strategy_settings)
         self.executor = RunExecutor(
             runs=store.runs,
