@@ -656,6 +656,83 @@ async def test_failing_claims_are_revised_from_their_sources_or_dropped_or_marke
     assert len(llm_server.fake.requests_for("reviser")) == 1  # one call for all four
 
 
+async def test_the_verifier_s_rewrites_are_used_in_the_same_call_and_held_to_the_same_rule(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    """The verifier's ``text`` for each failing claim (issue 52's benchmark: one call for a
+    report with a miscitation and an invented number): a rewrite its sources plainly say is
+    kept, null drops the claim, one that invents again or cites a source it was not shown
+    ([9]) is marked; the miscited claim is re-cited on evidence, its rewrite unused; no
+    reviser is asked. (Before, the ``text`` was ignored and a second call made.)"""
+    report = (
+        "- Ground-source units paid back in 7 years [1]\n"  # said by [2]: re-cited
+        + REVISED  # revised, dropped, marked, marked
+    )
+    answer = {
+        "verdicts": [
+            {"claim": 1, "verdict": "unsupported", "source": 2, "text": "Something else [2]"},
+            {"claim": 2, "verdict": "contradicted", "source": None, "text": REWRITTEN},
+            {"claim": 3, "verdict": "unsupported", "source": None, "text": None},
+            {"claim": 4, "verdict": "unsupported", "source": None, "text": "Costs fell 25% [1]"},
+            {"claim": 5, "verdict": "unsupported", "source": None, "text": "Costs will fall [9]"},
+        ]
+    }
+    llm_server.fake.script("verifier", Reply(json.dumps(answer)))
+    check = await check_claims(report, {1: SOURCE, 2: OTHER}, verifier, Usage(), "en")
+    assert check.markdown == (
+        "- Ground-source units paid back in 7 years [2]\n"
+        "- Ground-source units paid back in 7 years [2]\n"
+        "- Costs fell to 300 dollars per kW *(not verified)*\n"
+        "- Costs will fall again *(not verified)*\n"
+    )
+    assert [c.fix for c in check.claims] == [
+        Fix.RECITED,
+        Fix.REVISED,
+        Fix.DROPPED,
+        Fix.UNVERIFIED,
+        Fix.UNVERIFIED,
+    ]
+    assert len(llm_server.fake.requests_for("verifier")) == 1
+    assert llm_server.fake.requests_for("reviser") == []
+    (request,) = llm_server.fake.requests_for("verifier")
+    assert '"text"' in request.body["messages"][0]["content"]  # the prompt asks for it
+
+
+#: The verifier's (or the reviser's) rewrite of REVISED's first claim, from [2].
+REWRITTEN = "Ground-source units paid back in 7 years [2]"
+
+
+async def test_only_failing_claims_without_the_verifier_s_rewrite_go_to_the_reviser(
+    verifier: ChatModel, llm_server: FakeLLMServer
+) -> None:
+    """A verifier model that ignores ``text`` (or gives it for some claims only) still gets
+    its claims rewritten: those without one go to the reviser, in one more call, asked about
+    them alone; a ``text`` beside a verdict that is not failing is no rewrite."""
+    answer = {
+        "verdicts": [
+            {"claim": 1, "verdict": "unsupported", "source": None},
+            {"claim": 2, "verdict": "unsupported", "source": None, "text": None},
+            {"claim": 3, "verdict": "partial", "source": None, "text": "Costs fell [1]"},
+        ]
+    }
+    llm_server.fake.script("verifier", Reply(json.dumps(answer)))
+    llm_server.fake.script(
+        "reviser", Reply(json.dumps({"revisions": [{"claim": 1, "text": REWRITTEN}]}))
+    )
+    report = REVISED.rsplit("- Costs will", 1)[0]  # its first three claims
+    check = await check_claims(report, {1: SOURCE, 2: OTHER}, verifier, Usage(), "en")
+    assert check.markdown == f"- {REWRITTEN}\n- Costs fell to 300 dollars per kW [1]\n"
+    assert [(c.verdict, c.fix) for c in check.claims] == [
+        (Verdict.UNSUPPORTED, Fix.REVISED),
+        (Verdict.UNSUPPORTED, Fix.DROPPED),
+        (Verdict.PARTIAL, None),
+    ]
+    (asked,) = llm_server.fake.requests_for("reviser")
+    prompt = user_prompt(asked.body)
+    assert "Claim 1: Ground-source units paid back in 5 years\nCited: [2]" in prompt
+    assert "Claim 2:" not in prompt and "Claim 3:" not in prompt
+
+
 async def test_a_reviser_that_fails_leaves_the_claims_marked(
     verifier: ChatModel, llm_server: FakeLLMServer
 ) -> None:
@@ -686,6 +763,13 @@ MALFORMED = [
         # run-llama/llama_index#22827: the prompt numbers documents from 1, function-calling
         # models "occasionally emit" 0, which indexing mapped to the last document.
         id="zero_based",
+    ),
+    pytest.param(
+        "unknown_ids",
+        "claim 4 was not asked about (the claims are 1, 2, 3)",
+        # zilliztech/deep-searcher#166: the indexes of supporting documents a model generates
+        # "may raise a 'list index out of range' error or not be an integer".
+        id="unknown_ids",
     ),
     pytest.param(
         "renamed_key",
@@ -741,6 +825,13 @@ MALFORMED = [
         # the same answer cut short by a proxy that still says finish_reason "stop" (the JSON
         # is repaired as far as it goes, and lacks the claims after the cut).
         id="cut_off_stop",
+    ),
+    pytest.param(
+        "text_as_list",
+        """claim 1's "text" ['supported'] is neither a sentence nor null""",
+        # langchain-ai/langchain#38996 (for #36603): "an LLM emits a list where a scalar string
+        # field is expected ... a common failure mode with smaller/less-reliable models".
+        id="text_as_list",
     ),
 ]
 

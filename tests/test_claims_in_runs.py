@@ -4,8 +4,9 @@
 The fake writer cites as a careless model does (``FakeLLM.citing = "mixed"``): one claim copied
 from the source it cites, one copied from the second source but cited to the first, one
 stating a number no source has, one citing nothing, and one more copied from its source. Its
-verifier judges by what the sources' passages say (``tests.fakes.llm.judged``); the reviser
-rewrites nothing, so the invented claim is marked.
+verifier judges by what the sources' passages say (``tests.fakes.llm.judged``) and, in the same
+answer, rewrites each claim it finds unsupported as the fake reviser does (its sentence as it
+was), so the invented claim is marked.
 """
 
 from __future__ import annotations
@@ -55,12 +56,27 @@ def cited_lines(report: str) -> list[str]:
     return body.split("\n\n", 1)[0].splitlines()
 
 
+@pytest.mark.parametrize(
+    ("rewrites", "calls"),
+    [
+        pytest.param(True, {"verifier": 1, "reviser": 0}, id="the verifier rewrites"),
+        pytest.param(False, {"verifier": 1, "reviser": 1}, id="a verifier that ignores text"),
+    ],
+)
 def test_research_json_lists_each_claim_and_its_check(
-    mixed: FakeLLMServer, cli_env: dict[str, str], tmp_path: Path
+    mixed: FakeLLMServer,
+    cli_env: dict[str, str],
+    tmp_path: Path,
+    rewrites: bool,
+    calls: dict[str, int],
 ) -> None:
     """``claims`` in ``--json`` says what happened to each cited claim; the note and the
     report agree with it; the verifier's calls and tokens are counted apart (and in the
-    totals)."""
+    totals). The miscited and the invented claim cost one call when the verifier rewrites
+    the failing claims in its answer (its rewrite of the invented one, its sentence as it was,
+    is not in the sources: marked); a verifier that gives no ``text`` gets the same report in
+    two, the reviser asked about the invented claim. (Before: two calls either way.)"""
+    mixed.fake.verifier_rewrites = rewrites
     result = fathom("research", "heat pumps", "--depth", "1", "--json", env=cli_env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -97,7 +113,9 @@ def test_research_json_lists_each_claim_and_its_check(
     assert (supported, len(claims), fixed) == (2, 4, 2)
 
     usage = data["usage"]
-    assert usage["verifier_calls"] == 2  # one verifier call, one reviser call
+    roles = [r.role for r in mixed.fake.requests]
+    assert {role: roles.count(role) for role in calls} == calls
+    assert usage["verifier_calls"] == sum(calls.values())
     assert 0 < usage["verifier_prompt_tokens"] < usage["prompt_tokens"]
     assert 0 < usage["verifier_completion_tokens"] < usage["completion_tokens"]
     assert usage["llm_calls"] == 1 + 1 + usage["verifier_calls"]  # planner, writer, check
@@ -129,7 +147,7 @@ async def test_the_final_progress_line_counts_the_claims_as_stored_for_any_repli
     stored = await elsewhere.executor.stored_outcome(run)
     assert final_progress_text(stored) == progress.final
     assert stored.as_json()["claims"] == outcome.as_json()["claims"]
-    assert stored.usage.verifier_calls == outcome.usage.verifier_calls == 2
+    assert stored.usage.verifier_calls == outcome.usage.verifier_calls == 1  # it rewrote too
 
     exposition = metrics.exposition().decode()
     counted = dict(re.findall(r'^fathom_claims_total\{verdict="(\w+)"\} (\S+)$', exposition, re.M))

@@ -228,9 +228,11 @@ async def test_an_iterative_run_on_a_reasoning_model_plans_writes_and_checks(
 ) -> None:
     """Planner, writer, verifier and reviser all answer after a reasoning block that quotes a
     draft saying "stop, no verdicts, no revisions": the run searches its full depth, the report
-    holds no reasoning, and the claims are judged as without it (2 of 4 supported, 2 fixed)."""
+    holds no reasoning, and the claims are judged as without it (2 of 4 supported, 2 fixed).
+    The verifier gives no rewrites, so that the reviser answers too."""
     harness.llm.fake.reasoning = tags
     harness.llm.fake.citing = "mixed"
+    harness.llm.fake.verifier_rewrites = False
     verifier = ChatModel(model="verifier-model", api_key=KEY, base_url=harness.llm.base_url)
     try:
         service = harness.build_service(verifier=verifier)

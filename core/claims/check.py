@@ -10,6 +10,12 @@ model (:mod:`core.claims.addressing`) is never re-cited to on a model's word. Ot
 claim is rewritten from its sources, or keeps its sentence, loses its citations and is marked
 as not verified, in the report's language. Nothing the writer did not write is added.
 
+The rewrite is the one the verifier gave in its answer (``text``), so a report with a
+miscited claim and an invented number costs one call; only the failing claims it gave no
+rewrite for go to the reviser, in one more call. Either rewrite is held to the same rule: it
+cites only sources its request showed, and those sources plainly say it (the lexical pass);
+else the claim is marked.
+
 A claim whose cited sources are search snippets only (their pages were not read) is
 "supported" only when a snippet plainly holds it; the verifier's "supported" for it becomes
 "partial" (:mod:`core.claims.evidence`). A claim whose only cited sources speak to a model is
@@ -33,7 +39,15 @@ from core.claims.evidence import EvidenceKind
 from core.claims.lexical import Evidence, plainly_supported
 from core.claims.split import CITATION, Claim, claims_of
 from core.claims.summary import CheckSummary, ClaimSummary
-from core.claims.verifier import ClaimVerdict, Judged, Unchecked, Verdict, revisions, verdicts
+from core.claims.verifier import (
+    ClaimVerdict,
+    Judged,
+    Rewrite,
+    Unchecked,
+    Verdict,
+    revisions,
+    verdicts,
+)
 from core.engine.state import JsonModel
 from core.llm import LLMError
 from core.models import Usage
@@ -49,8 +63,8 @@ class Fix(StrEnum):
     """What was done to a claim that failed."""
 
     RECITED = "recited"  # cited to the source that says it instead
-    REVISED = "revised"  # rewritten from its sources by the reviser
-    DROPPED = "dropped"  # the reviser found nothing of it in the sources
+    REVISED = "revised"  # rewritten from its sources (by the verifier or the reviser)
+    DROPPED = "dropped"  # the verifier or the reviser found nothing of it in the sources
     UNVERIFIED = "unverified"  # kept, its citations removed, marked as not verified
 
 
@@ -187,7 +201,9 @@ async def _check(
         checked[claim.index] = _recited_claim(claim, first.verdict, source)
     failing += [(c, v.verdict) for c, v, _ in second if c.index not in checked]
     failing.sort(key=lambda item: item[0].index)
-    fixes = await _revise([c for c, _ in failing], evidence, model, usage, language, deadline)
+    fixes = await _revise(
+        [c for c, _ in failing], judged.rewrites, evidence, model, usage, language, deadline
+    )
     for (claim, found), (text, fix) in zip(failing, fixes, strict=True):
         rewrites.append((claim, text))
         checked[claim.index] = CheckedClaim(claim.statement, claim.cites, found, fix=fix)
@@ -261,20 +277,23 @@ async def _confirmed(
 
 async def _revise(
     failing: Sequence[Claim],
+    offered: Mapping[int, Rewrite],
     evidence: Mapping[int, Evidence],
     model: JsonModel | None,
     usage: Usage,
     language: Language,
     deadline: Deadline | None,
 ) -> list[tuple[str, Fix]]:
-    """Each failing claim's new text and what was done: rewritten from its sources when the
-    reviser's sentence plainly says what the sources it cites say (and cites only sources it
-    was shown), dropped when the reviser found nothing of it, else marked as not verified
-    (also when the reviser failed, answered unusably or the time ran out)."""
-    answered: dict[int, tuple[str | None, frozenset[int]]] = {}
-    if failing and model is not None:
+    """Each failing claim's new text and what was done: rewritten from its sources when its
+    rewrite (the verifier's, ``offered``, else the reviser's, asked for the claims without
+    one) plainly says what the sources it cites say (and cites only sources it was shown),
+    dropped when the rewrite is null (nothing of it in the sources), else marked as not
+    verified (also when the reviser failed, answered unusably or the time ran out)."""
+    answered = {c.index: offered[c.index] for c in failing if c.index in offered}
+    asked = [c for c in failing if c.index not in answered]
+    if asked and model is not None:
         try:
-            answered = await revisions(model, failing, evidence, usage, deadline)
+            answered |= await revisions(model, asked, evidence, usage, deadline)
         except (LLMError, OutOfTime) as exc:
             log.warning("the reviser failed (%s); the failing claims are marked", exc)
     fixes: list[tuple[str, Fix]] = []
@@ -283,7 +302,7 @@ async def _revise(
         if claim.index not in answered:
             fixes.append(unverified)
             continue
-        text, shown = answered[claim.index]
+        text, shown = answered[claim.index].text, answered[claim.index].shown
         if text is None:
             fixes.append(("", Fix.DROPPED))
             continue

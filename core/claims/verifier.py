@@ -1,11 +1,16 @@
-"""The verifier model's verdicts on the claims the lexical pass did not settle, and the
-reviser's sentences for the claims that failed.
+"""The verifier model's verdicts on the claims the lexical pass did not settle (with its rewrites
+of those that fail), and the reviser's sentences for the claims that failed without one.
 
 The contract (the tests' fake answers it, as it answers ``nextSearchTopic``): the user message
 lists each claim as ``Claim <i>: <text>`` followed by ``Cited: [n][m]``, then each source shown
 as ``[n] <title> — <url>``, a line saying what its evidence is (:class:`EvidenceKind`) and its
 passages, all fenced as untrusted data; the model answers ``{"verdicts": [{"claim": <i>,
-"verdict": "supported|partial|unsupported|contradicted", "source": <n or null>}]}``.
+"verdict": "supported|partial|unsupported|contradicted", "source": <n or null>, "text":
+<sentence or null>}]}``. ``text`` is optional: for a claim it finds unsupported or
+contradicted, the claim rewritten from the passages shown, citing the sources that say it
+(null: nothing shown supports it, drop it; absent: no rewrite offered). So one call both judges
+and rewrites (issue 52's benchmark); the claims that failed without a rewrite go to the reviser
+(:func:`revisions`), so a verifier model that ignores ``text`` still works, in two calls.
 
 An answer is read strictly or not at all (issue 52, item 3): it must give exactly one entry for
 each claim it was asked about, by the number it was given, each with one of the four verdicts.
@@ -14,7 +19,8 @@ or "not supported", or is cut off gives an answer whose verdicts cannot be match
 claims with certainty, so none of them is used: the model is asked once more, told exactly
 what was wrong (the LLM client's one re-ask, :meth:`~core.llm.ChatModel.complete_json`), and
 when the second answer is no better the claims of that request are "not checked"
-(:class:`Unchecked`). The reviser's answer is held to the same rule.
+(:class:`Unchecked`). A ``text`` that is neither a string nor null makes the answer unusable
+in the same way. The reviser's answer is held to the same rule.
 """
 
 from __future__ import annotations
@@ -91,13 +97,21 @@ class Unchecked(StrEnum):
 
 
 class ClaimVerdict(BaseModel):
-    """The verifier's word on one claim (``source``: another source that supports it)."""
+    """The verifier's word on one claim (``source``: another source that supports it;
+    ``text``: its rewrite of a claim it finds failing, None to drop it, when
+    :attr:`rewrite_offered`)."""
 
     model_config = ConfigDict(extra="ignore")
 
     claim: int
     verdict: Verdict
     source: int | None = None
+    text: str | None = None
+
+    @property
+    def rewrite_offered(self) -> bool:
+        """Whether the answer gave ``text`` for it (a sentence, or null: drop it)."""
+        return "text" in self.model_fields_set
 
     @field_validator("verdict", mode="before")
     @classmethod
@@ -109,6 +123,15 @@ class Verdicts(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     verdicts: list[ClaimVerdict]
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A model's sentence for a failing claim (``text`` None: drop it) and the sources it was
+    shown (the only ones it may cite): the verifier's ``text`` or the reviser's."""
+
+    text: str | None
+    shown: frozenset[int]
 
 
 class Revision(BaseModel):
@@ -148,13 +171,15 @@ def _verdict_problems(entry: Mapping[str, Any], claim: int) -> list[str]:
     source = entry.get("source")
     if source is not None and _claim_number(source) is None:
         problems.append(f'claim {claim}\'s "source" {_shown(source)} is not a number or null')
-    return problems
+    return problems + _revision_problems(entry, claim)
 
 
 def _revision_problems(entry: Mapping[str, Any], claim: int) -> list[str]:
+    """A ``text`` (the reviser's, or the verifier's optional rewrite) must be a sentence or
+    null."""
     text = entry.get("text")
     if text is not None and not isinstance(text, str):
-        return [f'claim {claim}\'s "text" is neither a sentence nor null']
+        return [f'claim {claim}\'s "text" {_shown(text)} is neither a sentence nor null']
     return []
 
 
@@ -340,11 +365,13 @@ def _blocks(chosen: Mapping[int, set[int]], evidence: Mapping[int, Evidence]) ->
 @dataclass
 class Judged:
     """The verifier's verdicts, by claim index, and why each claim it gave none for has none
-    (``failure``: what the last request that gave none said, for the logs)."""
+    (``failure``: what the last request that gave none said, for the logs); ``rewrites``: its
+    rewrite of each claim it found failing and gave ``text`` for."""
 
     found: dict[int, ClaimVerdict] = field(default_factory=dict)
     unchecked: dict[int, Unchecked] = field(default_factory=dict)
     failure: str | None = None
+    rewrites: dict[int, Rewrite] = field(default_factory=dict)
 
 
 async def _within(deadline: Deadline | None, work: Coroutine[Any, Any, T]) -> T:
@@ -365,7 +392,8 @@ async def verdicts(
     claims unchecked and the next request is made; one that failed or ran out of time leaves
     its claims and those of every later request unchecked. ``elsewhere``: also show each
     claim's best other source, so the verifier can name it (off for a second verdict on one
-    source alone)."""
+    source alone). A failing claim's ``text`` is kept in ``rewrites`` with the sources its
+    request showed."""
     judged = Judged()
     pending = batches(claims, evidence, elsewhere=elsewhere)
     for place, batch in enumerate(pending):
@@ -399,6 +427,8 @@ async def verdicts(
             if source not in batch.sources or source in claim.cites:
                 source = None
             judged.found[claim.index] = verdict.model_copy(update={"source": source})
+            if verdict.verdict.failing and verdict.rewrite_offered:
+                judged.rewrites[claim.index] = Rewrite(verdict.text, frozenset(batch.sources))
     return judged
 
 
@@ -414,11 +444,11 @@ async def revisions(
     evidence: Mapping[int, Evidence],
     usage: Usage,
     deadline: Deadline | None = None,
-) -> dict[int, tuple[str | None, frozenset[int]]]:
+) -> dict[int, Rewrite]:
     """The reviser's sentence for each of ``claims`` it answered for as asked, by claim index,
     with the sources it was shown (the only ones a revision may cite); raises the model's
     ``LLMError`` (``LLMInvalidJSON``: twice no usable answer) or :class:`OutOfTime`."""
-    found: dict[int, tuple[str | None, frozenset[int]]] = {}
+    found: dict[int, Rewrite] = {}
     for batch in batches(claims, evidence):
         asked = {claim.index + 1: claim for claim in batch.claims}
         messages = reviser_messages(
@@ -430,5 +460,5 @@ async def revisions(
         )
         for revision in answer.revisions:
             claim = asked[revision.claim]
-            found[claim.index] = (revision.text, frozenset(batch.sources))
+            found[claim.index] = Rewrite(revision.text, frozenset(batch.sources))
     return found

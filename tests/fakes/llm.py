@@ -279,10 +279,12 @@ def _plain(text: str) -> str:
     return " ".join(text.lower().split()).strip(" .。")
 
 
-def judged(prompt: str) -> list[dict[str, Any]]:
+def judged(prompt: str, rewrite: bool = False) -> list[dict[str, Any]]:
     """The verdicts of a careful verifier on the claims of ``prompt``: supported when a cited
     source's passages contain the claim, else unsupported and naming the source that does
-    (null when none does)."""
+    (null when none does); with ``rewrite``, an unsupported claim's ``text`` too, written as
+    the fake reviser writes it (the sentence as it was, with its citations: the check then
+    marks it as not verified, unless a source it was shown plainly says it)."""
     sources: dict[int, str] = {}
     for block in re.split(r"\n(?=\[\d+\] )", prompt):
         number = SOURCE_LINE.match(block)
@@ -297,7 +299,8 @@ def judged(prompt: str) -> list[dict[str, Any]]:
             verdicts.append({"claim": int(index), "verdict": "supported", "source": None})
         else:
             other = saying[0] if saying else None
-            verdicts.append({"claim": int(index), "verdict": "unsupported", "source": other})
+            verdict = {"claim": int(index), "verdict": "unsupported", "source": other}
+            verdicts.append({**verdict, "text": f"{text} {cited}"} if rewrite else verdict)
     return verdicts
 
 
@@ -306,9 +309,11 @@ def judged(prompt: str) -> list[dict[str, Any]]:
 #: the list under another key, ``"id"`` for ``"claim"``, no verdicts, yes/no words for
 #: verdicts, a claim left out, one answered twice, and the JSON cut off at the output limit
 #: (``cut_off``: ``finish_reason: "length"``; ``cut_off_stop``: cut by a proxy that still
-#: says ``stop``).
+#: says ``stop``), ids of claims it was not asked about (``unknown_ids``: numbered on past the
+#: last one) and a rewrite's ``text`` given as a list of sentences (``text_as_list``).
 VERIFIER_SHAPES = (
     "zero_based",
+    "unknown_ids",
     "renamed_key",
     "id_key",
     "empty",
@@ -317,6 +322,7 @@ VERIFIER_SHAPES = (
     "duplicate",
     "cut_off",
     "cut_off_stop",
+    "text_as_list",
 )
 
 
@@ -327,6 +333,10 @@ def misshapen(verdicts: list[dict[str, Any]], shape: str) -> Reply:
     key = "verdicts"
     if shape == "zero_based":
         entries = [{**v, "claim": v["claim"] - 1} for v in entries]
+    elif shape == "unknown_ids":
+        entries = [{**v, "claim": v["claim"] + len(entries)} for v in entries]
+    elif shape == "text_as_list":
+        entries = [{**v, "text": [v.get("text") or v["verdict"]]} for v in entries]
     elif shape == "renamed_key":
         key = "results"
     elif shape == "id_key":
@@ -394,6 +404,10 @@ class FakeLLM:
         #: The shape of the verifier's answers: ``contract``, or one of
         #: :data:`VERIFIER_SHAPES` (its re-asked requests too).
         self.verifier_shape = "contract"
+        #: Whether the verifier gives a rewrite (``text``) of each claim it finds unsupported,
+        #: as the contract allows (:func:`judged`); off: a verifier model that ignores the key,
+        #: whose failing claims go to the reviser.
+        self.verifier_rewrites = True
         #: Requests being answered right now, and the most ever (concurrency checks; the app
         #: runs on one event loop).
         self.in_flight = 0
@@ -428,6 +442,7 @@ class FakeLLM:
         self.latency, self.stop_after, self.reject_response_format = 0.0, None, False
         self.citing, self.judge = "well", "lenient"
         self.verifier_shape = "contract"
+        self.verifier_rewrites = True
         self.in_flight = self.max_in_flight = 0
         self.streams = self.trickled = self.abandoned = 0
         self.reasoning = None
@@ -475,7 +490,7 @@ class FakeLLM:
         (:func:`judged`) when the writer cites carelessly or the judge is ``literal``, else
         every claim supported."""
         if self.citing in ("mixed", "miscited") or self.judge == "literal":
-            return judged(prompt)
+            return judged(prompt, rewrite=self.verifier_rewrites)
         return [
             {"claim": int(i), "verdict": "supported", "source": None}
             for i in CLAIM_LINE.findall(prompt)
@@ -623,6 +638,8 @@ def build_llm_app(fake: FakeLLM) -> Starlette:
             fake.judge = str(data["judge"])
         if "verifier_shape" in data:
             fake.verifier_shape = str(data["verifier_shape"])
+        if "verifier_rewrites" in data:
+            fake.verifier_rewrites = bool(data["verifier_rewrites"])
         return JSONResponse({"ok": True})
 
     async def requests(request: Request) -> JSONResponse:
