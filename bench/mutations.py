@@ -211,6 +211,20 @@ MUTANTS: tuple[Mutant, ...] = (
         breaks="the daily run quota (FATHOM_USER_DAILY_RUNS) lets one run more a day",
     ),
     Mutant(
+        name="admission-lock",
+        file="storage/runs.py",
+        old="                lock_admission(conn, dialect, requested_by)\n",
+        new="                pass\n",
+        tests=(
+            "tests/test_admission.py::"
+            "test_simultaneous_requests_on_two_replicas_admit_exactly_the_daily_runs",
+            "tests/test_admission.py::"
+            "test_simultaneous_requests_on_two_replicas_admit_exactly_the_concurrency",
+        ),
+        breaks="a user's requests racing on two replicas are counted without the admission "
+        "lock: more than FATHOM_USER_DAILY_RUNS or FATHOM_USER_CONCURRENCY pass",
+    ),
+    Mutant(
         name="knowledge-scope",
         file="core/knowledge/scope.py",
         old="        if prefix and all(prefix) and prefix == parts[: len(prefix)]:\n",

@@ -4,7 +4,10 @@ active per thread), found, listed, counted, cancelled and requeued.
 What a runner holding a run writes is :mod:`storage.claims`. Races between processes
 (retried platform deliveries, concurrent requests in one thread) are settled by unique
 constraints through ``INSERT ... ON CONFLICT``, which keeps the transaction usable on
-PostgreSQL (no aborted transaction to recover from) and works the same on SQLite.
+PostgreSQL (no aborted transaction to recover from) and works the same on SQLite. What no
+constraint can say (a requester's unfinished runs, their runs and tokens today) is counted
+under the requester's admission lock (:func:`lock_admission`), so requests racing on any
+number of replicas are admitted one after another.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from datetime import datetime
 from typing import Any, cast
 from uuid import uuid4
 
-from sqlalchemy import Select, Table, bindparam, exists, func, select, update
+from sqlalchemy import Select, Table, bindparam, exists, func, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -97,6 +100,10 @@ _LOCK_FOR_REQUEST = (
         _runs.c.started_at,
     )
 )
+#: The first key of the per-user admission locks (``pg_advisory_xact_lock(key, hashtext(user))``;
+#: two users whose names hash alike only wait for each other).
+_PG_ADMISSION_LOCK = 0x46A75301
+_LOCK_USER = text("SELECT pg_advisory_xact_lock(:lock, hashtext(:requested_by))")
 _FLAG_CANCEL = update(_runs).where(_runs.c.id == bindparam("run_id")).values(cancel_requested=True)
 _FLAG_STOP = update(_runs).where(_runs.c.id == bindparam("run_id")).values(stop_requested=True)
 
@@ -175,11 +182,11 @@ class RunStore:
         database settles races (a partial unique index), so two requests racing in one
         thread never both get a run. With ``user_limit``, raises :class:`UserBusy` when
         ``requested_by`` already has that many unfinished runs; a redelivery (a run with
-        ``dedupe_key`` exists) is never refused. The count is made in the same transaction,
-        so an acknowledgement costs one, but no constraint enforces it: two requests of one
-        user racing in different threads may both pass. With ``quota``, raises
-        :class:`QuotaReached` when ``requested_by`` has used today's runs or tokens, counted
-        the same way (all replicas share the database).
+        ``dedupe_key`` exists) is never refused. With ``quota``, raises :class:`QuotaReached`
+        when ``requested_by`` has used today's runs or tokens. Both are counted in the
+        transaction that inserts the run, under the requester's admission lock
+        (:func:`lock_admission`): requests of one user racing on any number of replicas are
+        decided one after another, each seeing the runs the earlier ones made.
         """
         now = utcnow()
         if dedupe_key is not None:
@@ -210,7 +217,12 @@ class RunStore:
             **self._clock.params(),
         }
 
+        limited = quota is not None or user_limit is not None
+        dialect = self._db.dialect
+
         def work(conn: Connection) -> tuple[RunRecord, bool]:
+            if limited and requested_by is not None:
+                lock_admission(conn, dialect, requested_by)
             if quota is not None and requested_by is not None:
                 _check_quota(conn, quota, requested_by, dedupe_key)
             if user_limit is not None and requested_by is not None:
@@ -499,6 +511,23 @@ class RunStore:
             return [run_record(row) for row in conn.execute(stmt).mappings()]
 
         return await self._db.run(work)
+
+
+def lock_admission(conn: Connection, dialect: str, requested_by: str) -> None:
+    """Hold ``requested_by``'s admission lock until the transaction ends; the first statement
+    of a transaction that counts what the requester has before it adds to it.
+
+    PostgreSQL: a transaction-level advisory lock on the user (another transaction of the same
+    user, on any replica, waits at this statement; each statement after it sees what the
+    earlier ones committed, READ COMMITTED). SQLite: ``BEGIN IMMEDIATE`` takes the database's
+    write lock before anything is read, so another process's writer waits for the commit (a
+    deferred transaction would count first and take the lock only at its insert, after the
+    other had counted too).
+    """
+    if dialect == "postgresql":
+        conn.execute(_LOCK_USER, {"lock": _PG_ADMISSION_LOCK, "requested_by": requested_by})
+    elif dialect == "sqlite":
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _check_quota(
