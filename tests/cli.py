@@ -105,7 +105,7 @@ def start_fathom(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen
     )
 
 
-def wait_for_stderr(proc: subprocess.Popen[bytes], needle: str, timeout: float = 30) -> str:
+def wait_for_stderr(proc: subprocess.Popen[bytes], needle: str, timeout: float = 120) -> str:
     """Read the process's stderr until ``needle`` shows up; everything read so far."""
     assert proc.stderr is not None
     seen = b""
