@@ -14,7 +14,14 @@ from storage.contexts import ContextStore
 from storage.errors import UserBusy
 from storage.events import EventStore
 from storage.files import FileStore
-from storage.records import CancelRequest, DigestRecord, RunRecord, StopRequest, ThreadRecord
+from storage.records import (
+    CancelRequest,
+    DigestRecord,
+    GuidanceTaken,
+    RunRecord,
+    StopRequest,
+    ThreadRecord,
+)
 from storage.runs import RunStore
 from storage.tables import utcnow
 from storage.threads import ThreadStore
@@ -24,6 +31,7 @@ __all__ = [
     "ChatStores",
     "ContextStore",
     "DigestRecord",
+    "GuidanceTaken",
     "RunRecord",
     "StopRequest",
     "ThreadRecord",

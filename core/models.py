@@ -183,12 +183,16 @@ class Guidance(BaseModel):
     text: str
     #: The delivery's dedupe key: a reply delivered twice (two replicas) is kept once.
     key: str | None = None
+    #: The person's name as their platform gave it with the reply (Teams' ``from.name``),
+    #: made inert; None where the platform gives only an id.
+    name: str | None = None
 
     def line(self) -> str:
         """``<text> (U123, 14:02 UTC)``: how the planner, the writer and the report's notes
-        show it, the person named by their id on the platform (``by`` is the requester key,
-        ``<platform>:<workspace>:<user id>``; a user id may itself hold colons)."""
-        who = self.by.split(":", 2)[-1]
+        show it, the person named by their name when the platform gave one, else by their id
+        on the platform (``by`` is the requester key, ``<platform>:<workspace>:<user id>``;
+        a user id may itself hold colons)."""
+        who = self.name or self.by.split(":", 2)[-1]
         return f"{self.text} ({who}, {self.at.astimezone(UTC):%H:%M} UTC)"
 
 

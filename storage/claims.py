@@ -198,6 +198,7 @@ class ClaimStore:
         rounds_done: int,
         usage: Mapping[str, Any],
         notes: Sequence[str],
+        searching_ended: str | None = None,
     ) -> Checkpointed:
         """Persist one step: the thread's variables and the run's counters, atomically.
 
@@ -210,6 +211,10 @@ class ClaimStore:
         run's ``cancel_requested`` and ``stop_requested`` flags as stored now (noticing a
         cancel or stop request costs the engine no query of its own) and the variables' new
         version.
+
+        ``searching_ended``: why the run's searching ended, recorded as its ``stop_reason`` in
+        the same transaction (its last checkpoint before the report is written): a reply
+        steering it is refused from then on (:meth:`storage.ThreadStore.add_guidance`).
         """
         run = {
             **_fence(claim),
@@ -218,6 +223,8 @@ class ClaimStore:
             "notes": list(notes),
             **_usage_values(usage),
         }
+        if searching_ended is not None:
+            run["stop_reason"] = searching_ended
         now = utcnow()
         keep_files = "files" not in variables
         state = {

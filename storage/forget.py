@@ -275,6 +275,7 @@ def _unnamed(text: str, named: str) -> str:
 
 
 def _guidance_quote(entry: dict[str, Any], user_id: str) -> str:
-    """What every note quoting this guidance holds: its text and then the person's id
-    (``core.models.Guidance.line``: ``<text> (<id>, 14:02 UTC)``)."""
-    return f"{entry.get('text', '')} ({user_id}, "
+    """What every note quoting this guidance holds: its text and then the person's name as
+    their platform gave it, else their id (``core.models.Guidance.line``: ``<text> (<name or
+    id>, 14:02 UTC)``)."""
+    return f"{entry.get('text', '')} ({entry.get('name') or user_id}, "

@@ -39,6 +39,20 @@ class CancelRequest(enum.StrEnum):
     ENDED = "ended"
 
 
+class GuidanceTaken(enum.StrEnum):
+    """What a reply steering a run came to (:meth:`storage.ThreadStore.add_guidance`),
+    decided by the database against the run's own checkpoint that ends its searching."""
+
+    #: Kept with the thread's variables before the run's searching ended: its next plan (if
+    #: any) and its writer see it.
+    KEPT = "kept"
+    #: The run's searching has ended (its report is being written, or it is ending): the
+    #: reply is not kept, as nothing of the run would read it any more.
+    TOO_LATE = "too_late"
+    #: The run has ended (or is unknown): not kept.
+    ENDED = "ended"
+
+
 class Renewal(enum.Enum):
     """What renewing a held run's heartbeat found (:meth:`storage.Store.renew_claim`)."""
 

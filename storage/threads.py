@@ -14,9 +14,10 @@ from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
 from storage.db import Database
-from storage.records import ThreadRecord, ThreadSummary
+from storage.records import GuidanceTaken, ThreadRecord, ThreadSummary
 from storage.sql import VARIABLE_COLUMNS, thread_record, upsert_for, variables_dict
 from storage.tables import ResearchRun, Thread, ThreadVariables, utcnow
+from storage.values import UNFINISHED_STATUSES
 
 _runs = cast(Table, ResearchRun.__table__)
 _threads = cast(Table, Thread.__table__)
@@ -96,12 +97,23 @@ class ThreadStore:
 
         return await self._db.run(work)
 
-    async def add_guidance(self, thread_key: str, entry: dict[str, Any]) -> bool:
-        """Append one guidance entry (a reply steering the thread's running research) to the
+    async def add_guidance(self, run_id: str, entry: dict[str, Any]) -> GuidanceTaken:
+        """Append one guidance entry (a reply steering the running ``run_id``) to its
         thread's variables, compare-and-swapped on their version like a checkpoint: the run's
         next checkpoint meets the new version and takes the entry in
-        (``ThreadVariables.absorb``). False when the thread is unknown."""
-        find = select(_threads.c.id).where(_threads.c.key == thread_key)
+        (``ThreadVariables.absorb``).
+
+        Decided against the checkpoint that ends the run's searching (it records why, the
+        run's ``stop_reason``, with the variables, in one transaction): the variables'
+        version is read first, then the run, then the entry is swapped in on that version.
+        A checkpoint committed before the run is read is seen (``too_late``); one committed
+        after it changed the version, so the swap fails and the run is read again; and an
+        entry swapped in first makes that checkpoint meet a new version and take it in
+        before the report is written. So a kept entry is always read by the run's writer.
+        ``ended`` when the run has ended or is unknown."""
+        find = select(_runs.c.thread_id, _runs.c.status, _runs.c.stop_reason).where(
+            _runs.c.id == run_id
+        )
         load = select(_variables.c.guidance, _variables.c.version).where(
             _variables.c.thread_id == bindparam("tid")
         )
@@ -134,23 +146,33 @@ class ThreadStore:
             .returning(_variables.c.version)
         )
 
-        def work(conn: Connection) -> bool:
-            tid = conn.execute(find).scalar()
-            if tid is None:
-                return False
+        def searching(conn: Connection) -> GuidanceTaken | None:
+            """None while the run still searches; else why the entry is not kept."""
+            run = conn.execute(find).first()
+            if run is None or run.status not in UNFINISHED_STATUSES:
+                return GuidanceTaken.ENDED
+            return GuidanceTaken.TOO_LATE if run.stop_reason is not None else None
+
+        def work(conn: Connection) -> GuidanceTaken:
+            run = conn.execute(find).first()
+            if run is None:
+                return GuidanceTaken.ENDED
+            tid = run.thread_id
             for _ in range(GUIDANCE_ATTEMPTS):
-                row = conn.execute(load, {"tid": tid}).first()
+                row = conn.execute(load, {"tid": tid}).first()  # (the version before the run)
+                if (refused := searching(conn)) is not None:
+                    return refused
                 if row is None:
                     if conn.execute(first, {"tid": tid}).first() is not None:
-                        return True
+                        return GuidanceTaken.KEPT
                     continue  # a checkpoint wrote the first variables meanwhile
                 kept = list(row[0] or [])
                 if entry.get("key") and any(g.get("key") == entry["key"] for g in kept):
-                    return True  # a redelivery of a reply already kept
+                    return GuidanceTaken.KEPT  # a redelivery of a reply already kept
                 guidance = [*kept, entry]
                 params = {"tid": tid, "expected": row[1], "guidance": guidance}
                 if conn.execute(append, params).first() is not None:
-                    return True
+                    return GuidanceTaken.KEPT
             raise RuntimeError("the thread's variables kept changing under the guidance")
 
         return await self._db.run(work)

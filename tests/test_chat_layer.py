@@ -40,6 +40,14 @@ from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 
 FAST = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
+NOTED = (
+    "Noted: this research takes it into account from its next step (the next search it "
+    "plans, or its report)."
+)
+TOO_LATE = (
+    "Too late for this research: its searching has ended, so this reply is not used. Once it "
+    "has finished, ask again to follow up on it."
+)
 
 
 @dataclass
@@ -273,7 +281,7 @@ async def test_a_plain_reply_steers_the_threads_active_run_not_its_newest(
     await w.delivered(count=2)
     await w.store.runs.requeue_run(first.id)  # resumed: active, older than the follow-up
     reply = await w.chat.say(w.commands, "focus on Europe", addressed=False, in_thread=True)
-    assert reply is not None and reply.text == "Noted: the next searches take this into account."
+    assert reply is not None and reply.text == NOTED
     variables = await w.store.threads.load_variables(first.thread_id)
     assert variables is not None
     assert [(g["run_id"], g["text"]) for g in variables["guidance"]] == [
@@ -664,7 +672,7 @@ async def test_a_reply_during_the_run_steers_its_next_plans_and_the_report(
     await w.chat.say(w.commands, "heat pumps depth=5")
     await w.progress_shows("1/5th search executed.")
     reply = await w.chat.say(w.commands, "focus on <@U0BAD> Europe", in_thread=True)
-    assert reply is not None and reply.text == "Noted: the next searches take this into account."
+    assert reply is not None and reply.text == NOTED
     (run,) = await w.delivered()
     assert run.status == "succeeded"
     planners = [json.dumps(r.body) for r in llm_server.fake.requests_for("planner")]
@@ -678,6 +686,67 @@ async def test_a_reply_during_the_run_steers_its_next_plans_and_the_report(
     assert variables is not None
     [entry] = variables["guidance"]
     assert entry["run_id"] == run.id and entry["by"] == run.requested_by
+
+
+async def test_a_reply_while_the_report_is_written_is_told_it_is_too_late_and_not_kept(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    """Once the searching has ended (the writer's answer is held), a reply in the thread
+    is no longer "noted": nothing of the research would read it. It is answered that it is
+    too late, stored nowhere, and the report does not claim to have followed it; a file on
+    such a reply is named as not read."""
+    w = world()
+    await w.runner.start()
+    llm_server.fake.script("writer", Hang(2))
+    await w.chat.say(w.commands, "heat pumps depth=1")
+    await w.progress_shows("Writing the report")
+    await wait_for(lambda: llm_server.fake.requests_for("writer"))
+    reply = await w.chat.say(w.commands, "focus on Europe", in_thread=True)
+    assert reply is not None and reply.text == TOO_LATE
+    paper = Attachment(id="F1", name="paper.pdf", size=10, mime="application/pdf")
+    with_file = await w.chat.say(w.commands, "and Asia", in_thread=True, attachments=[paper])
+    assert with_file is not None and with_file.text.startswith(TOO_LATE + "\n📎 Not read: ")
+    assert "paper.pdf (a research reads only the files sent with its request" in with_file.text
+    (run,) = await w.delivered()
+    assert run.status == "succeeded"
+    writer = json.dumps(llm_server.fake.requests_for("writer")[-1].body)
+    assert "Europe" not in writer
+    report = "".join(r.text for r in w.chat.messages(w.thread(), "report"))
+    assert "Guidance followed" not in report and "Europe" not in report
+    variables = await w.store.threads.load_variables(run.thread_id)
+    assert variables is not None and variables["guidance"] == []
+    assert w.chat.downloads == []
+
+
+async def test_a_file_on_a_steering_reply_is_named_as_not_read_and_its_words_steer(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    """A reply in a running research's thread with a file: its words are guidance, and the
+    answer names the file as not read (a research reads the files of its own request);
+    a file alone is answered the same way, in the research's language."""
+    w = world()
+    await w.runner.start()
+    llm_server.fake.latency = 0.2
+    await w.chat.say(w.commands, "热泵的发展 depth=5")
+    await w.progress_shows("1/5th search executed.")
+    paper = Attachment(id="F1", name="paper.pdf", size=10, mime="application/pdf")
+    reply = await w.chat.say(w.commands, "focus on Europe", in_thread=True, attachments=[paper])
+    assert reply is not None
+    noted, files = reply.text.split("\n")
+    assert noted == NOTED
+    assert files.startswith("📎 Not read: paper.pdf (a research reads only the files sent")
+    alone = await w.chat.say(
+        w.commands, "", in_thread=True, attachments=[paper], key="file-alone", addressed=False
+    )
+    assert alone is not None and alone.text.startswith(
+        "📎 未读取：paper.pdf（研究只读取随请求发送的文件"
+    )
+    (run,) = await w.delivered()
+    variables = await w.store.threads.load_variables(run.thread_id)
+    assert variables is not None and [g["text"] for g in variables["guidance"]] == [
+        "focus on Europe"
+    ]
+    assert w.chat.downloads == []
 
 
 @pytest.mark.parametrize(
@@ -705,7 +774,7 @@ async def test_the_requesters_own_limits_never_keep_them_from_steering(
     elsewhere = await w.chat.say(w.commands, "wind power", thread="t2")
     assert elsewhere is not None and refusal in elsewhere.text, elsewhere
     reply = await w.chat.say(w.commands, "focus on Europe", in_thread=True)
-    assert reply is not None and reply.text == "Noted: the next searches take this into account."
+    assert reply is not None and reply.text == NOTED
     (run,) = await w.delivered()
     assert run.status == "succeeded" and len(await w.runs()) == 1
     variables = await w.store.threads.load_variables(run.thread_id)
@@ -741,7 +810,7 @@ async def test_a_steering_reply_is_taken_as_its_raw_text(
     await w.chat.say(w.commands, "heat pumps depth=5")
     await w.progress_shows("1/5th search executed.")
     reply = await w.chat.say(w.commands, said, in_thread=True)
-    noted = "已记下：接下来的搜索会考虑这一点。" if "数据" in said else "Noted: the next"
+    noted = "已记下：这个研究会从下一步起考虑这一点" if "数据" in said else "Noted: this research"
     assert reply is not None and reply.text.startswith(noted), reply
     (run,) = await w.delivered()
     variables = await w.store.threads.load_variables(run.thread_id)

@@ -13,7 +13,7 @@ from sqlalchemy import insert, select, update
 
 from bots.slack.platform import SlackPlatform
 from bots.slack.tables import slack_installations
-from storage import Database, Person, SourceRecord, Store
+from storage import Database, GuidanceTaken, Person, SourceRecord, Store
 from storage.tables import Base, ResearchRun, ThreadVariables
 from tests.cli import fathom
 from tests.runs import claim, new_run
@@ -96,7 +96,7 @@ async def world(store: Store, database: Database) -> dict[str, str]:
             "text": text,
             "key": f"slack:event:{minute}",
         }
-        assert await store.threads.add_guidance("slack:T0001:C1:1.3", entry)
+        assert await store.threads.add_guidance(steered.id, entry) is GuidanceTaken.KEPT
     async with database.sessionmaker.begin() as session:
         await session.execute(
             update(ThreadVariables).values(
@@ -184,6 +184,40 @@ async def test_forget_leaves_no_row_naming_the_person_and_keeps_everyone_elses(
     votes = await store.feedback.feedback_since()
     assert [(v.voter, v.run_id) for v in votes] == [(KEPT, ids["steered"])]
     assert len(await rows_naming(database, "UKEEP8")) >= 4
+
+
+async def test_guidance_quoted_by_the_name_the_platform_gave_is_forgotten_too(
+    store: Store,
+) -> None:
+    """Teams names a steerer by ``from.name`` in the report's notes: forgetting them removes
+    those notes as it removes the ones that quote an id."""
+    person = "teams:tenant1:00000000-0000-0000-0000-0000000000a1"
+    run, _ = await new_run(store, thread_key="teams:tenant1:chan:1", requested_by=KEPT)
+    held = await claim(store, run.id)
+    entry = {
+        "run_id": run.id,
+        "by": person,
+        "at": GUIDANCE_AT.isoformat(),
+        "text": "focus on grid storage",
+        "name": "Ada Lovelace",
+    }
+    assert await store.threads.add_guidance(run.id, entry) is GuidanceTaken.KEPT
+    quoted = "Guidance followed: focus on grid storage (Ada Lovelace, 14:02 UTC)"
+    await store.claims.finish_run(
+        held,
+        status="succeeded",
+        report_markdown=f"# r\n\n## Notes\n\n- {quoted}",
+        sources=[],
+        error=None,
+        usage={},
+        notes=[quoted],
+    )
+    await store.claims.finish_delivery(held, posted=True)
+    done = await store.forgetting.forget(Person.parse(person))
+    assert done.guidance == 1
+    steered = await store.runs.get_run(run.id)
+    assert steered is not None and steered.notes == []
+    assert steered.report_markdown is not None and "Ada Lovelace" not in steered.report_markdown
 
 
 async def test_a_run_still_going_on_is_left_and_reported_until_it_has_ended(

@@ -635,6 +635,45 @@ async def test_a_plain_reply_in_a_running_researchs_thread_steers_it_and_others_
     assert len(bot.slack.calls_to("chat.postEphemeral")) == 1
 
 
+async def test_a_file_on_a_plain_steering_reply_is_named_as_not_read(
+    start_bot: BotFactory,
+) -> None:
+    """A reply without a mention in a running research's thread, with a file (a
+    ``file_share`` message, as Slack's Events API sends uploads): its words steer, and the
+    answer names the file as not read (nothing is downloaded); a file alone there is
+    answered the same way instead of being dropped without a word."""
+    bot = await start_bot()
+    bot.llm.fake.latency = 0.3
+    await bot.command("deep sea mining depth=5", trigger_id="t-steer-file")
+
+    async def opened() -> RunRecord | None:
+        [run] = await bot.runs()
+        return run if run.progress_message_id and "pending-" not in run.thread_key else None
+
+    run = await wait_for(opened)
+    ts = run.progress_message_id or ""
+    notes = bot.slack.host_file("trial-notes.txt", NOTES.encode())
+    steer = with_files(channel_message_event("focus on the Pacific", thread_ts=ts), notes)
+    await bot.event(steer, "Ev-steer-file")
+    [answer] = await wait_for(lambda: bot.slack.calls_to("chat.postEphemeral"))
+    noted, files = answer.params["text"].split("\n")
+    assert noted.startswith("Noted: this research takes it into account")
+    assert files.startswith(":paperclip: Not read: trial-notes.txt (a research reads only")
+    alone = with_files(channel_message_event("", thread_ts=ts), "chart.pdf")
+    await bot.event(alone, "Ev-file-alone")
+    answers = await wait_for(
+        lambda: calls if len(calls := bot.slack.calls_to("chat.postEphemeral")) == 2 else None
+    )
+    assert answers[1].params["text"].startswith(":paperclip: Not read: chart.pdf (a research")
+    [done] = await bot.finished()
+    thread = await bot.store.threads.get_thread(done.thread_key)
+    assert thread is not None
+    variables = await bot.store.threads.load_variables(thread.id)
+    assert variables is not None
+    assert [g["text"] for g in variables["guidance"]] == ["focus on the Pacific"]
+    assert bot.slack.file_requests == [] and done.attachments_read == 0
+
+
 STEER_HINT = "To steer this research, mention me in a reply in this thread."
 
 

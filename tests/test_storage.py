@@ -23,6 +23,7 @@ from storage import (
     FeedbackStore,
     FileStore,
     ForgetStore,
+    GuidanceTaken,
     LeaseStore,
     Renewal,
     RetentionStore,
@@ -917,11 +918,11 @@ async def test_guidance_added_meanwhile_reaches_the_runs_next_checkpoint(store: 
         held, variables=mine, variables_version=0, rounds_done=1, usage={}, notes=[]
     )
     entry = {"run_id": run.id, "by": "U2", "at": "2026-12-02T10:00:00+00:00", "text": "EU only"}
-    assert await store.threads.add_guidance(run.thread_key, entry)
-    assert not await store.threads.add_guidance("slack:T9:C9:nowhere", entry)  # an unknown thread
+    assert await store.threads.add_guidance(run.id, entry) is GuidanceTaken.KEPT
+    assert await store.threads.add_guidance("f" * 32, entry) is GuidanceTaken.ENDED  # unknown
     keyed = {**entry, "text": "and Asia", "key": "ev-1"}
-    assert await store.threads.add_guidance(run.thread_key, keyed)
-    assert await store.threads.add_guidance(run.thread_key, keyed)  # redelivered: kept once
+    assert await store.threads.add_guidance(run.id, keyed) is GuidanceTaken.KEPT
+    assert await store.threads.add_guidance(run.id, keyed) is GuidanceTaken.KEPT  # kept once
     with pytest.raises(VariablesConflict) as conflict:
         await store.claims.checkpoint(
             held, variables=mine, variables_version=1, rounds_done=1, usage={}, notes=[]
@@ -929,6 +930,103 @@ async def test_guidance_added_meanwhile_reaches_the_runs_next_checkpoint(store: 
     assert conflict.value.version == 3
     assert conflict.value.variables["guidance"] == [entry, keyed]
     assert conflict.value.variables["topics"] == ["a"]
+
+
+async def test_guidance_is_refused_once_the_checkpoint_that_ends_the_searching_is_stored(
+    store: Store,
+) -> None:
+    """The run's last checkpoint before its report records why its searching ended, with
+    its variables, in one transaction. Guidance swapped in before it makes that checkpoint
+    meet a new version (rolled back whole: the searching is not ended yet), so the retried
+    checkpoint carries it to the writer; after it, guidance is refused as too late, and
+    once the run has ended, as ended."""
+    run, _ = await new_run(store)
+    held = await claim(store, run.id)
+    mine = {"topics": ["a"], "nextSearchTopic": None, "findings": [], "shouldContinue": False}
+    await store.claims.checkpoint(
+        held, variables=mine, variables_version=0, rounds_done=1, usage={}, notes=[]
+    )
+    entry = {"run_id": run.id, "by": "U2", "at": "2026-12-02T10:00:00+00:00", "text": "EU only"}
+    assert await store.threads.add_guidance(run.id, entry) is GuidanceTaken.KEPT
+    with pytest.raises(VariablesConflict) as conflict:
+        await store.claims.checkpoint(
+            held,
+            variables=mine,
+            variables_version=1,
+            rounds_done=1,
+            usage={},
+            notes=[],
+            searching_ended="depth_reached",
+        )
+    before = await store.runs.get_run(run.id)
+    assert before is not None and before.stop_reason is None  # (the conflict changed nothing)
+    assert conflict.value.variables["guidance"] == [entry]
+    later = {**entry, "text": "and Asia"}
+    ended = await store.claims.checkpoint(
+        held,
+        variables={**mine, "guidance": [entry]},
+        variables_version=conflict.value.version,
+        rounds_done=1,
+        usage={},
+        notes=[],
+        searching_ended="depth_reached",
+    )
+    assert ended.variables_version == conflict.value.version + 1
+    assert await store.threads.add_guidance(run.id, later) is GuidanceTaken.TOO_LATE
+    writing = await store.runs.get_run(run.id)
+    assert writing is not None and (writing.status, writing.stop_reason) == (
+        "running",
+        "depth_reached",
+    )
+    variables = await store.threads.load_variables(run.thread_id)
+    assert variables is not None and variables["guidance"] == [entry]
+    await finish(store, held)
+    assert await store.threads.add_guidance(run.id, later) is GuidanceTaken.ENDED
+
+
+@pytest.mark.parametrize("trial", range(3))
+async def test_guidance_racing_the_end_of_the_searching_is_kept_only_if_the_writer_gets_it(
+    store: Store, database_url: str, trial: int
+) -> None:
+    """Two processes (two stores on one database): a reply steering the run and the run's
+    checkpoint that ends its searching, released together, many times. Every reply answered
+    "kept" is in the state the writer reads (the checkpoint took it in); every other one is
+    refused as too late and stored nowhere."""
+    from core.engine.state import RunState, StopReason
+    from core.models import ThreadVariables
+    from core.research.steps import save_checkpoint
+
+    other_db = Database(database_url)
+    other = Store(other_db)
+    try:
+        for round_ in range(10):
+            run, _ = await new_run(store, thread_key=f"{KEY}-{trial}-{round_}")
+            held = await claim(store, run.id)
+            state = RunState(run.id, run.topic, run.depth, ThreadVariables(topics=["a"]), 1)
+            await save_checkpoint(store.claims, held, state)
+            entry = {
+                "run_id": run.id,
+                "by": "U2",
+                "at": "2026-12-02T10:00:00+00:00",
+                "text": f"steer {round_}",
+            }
+            taken, _ = await asyncio.gather(
+                other.threads.add_guidance(run.id, entry),
+                save_checkpoint(
+                    store.claims, held, state, searching_ended=StopReason.DEPTH_REACHED
+                ),
+            )
+            shown = [g.text for g in state.variables.guidance if g.run_id == run.id]
+            stored = await store.threads.load_variables(run.thread_id)
+            assert stored is not None
+            if taken is GuidanceTaken.KEPT:
+                assert shown == [entry["text"]], (round_, taken)
+            else:
+                assert taken is GuidanceTaken.TOO_LATE, (round_, taken)
+                assert shown == [] and stored["guidance"] == []
+            await finish(store, held)
+    finally:
+        await other_db.dispose()
 
 
 async def test_a_new_sqlite_file_and_its_wal_are_readable_by_their_owner_only(

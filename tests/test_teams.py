@@ -38,6 +38,7 @@ from tests.fakes.teams import (
     PERSONAL_CHAT,
     TEAM_ID,
     TENANT,
+    USER_NAME,
     FakeTeams,
     FakeTeamsServer,
     Posted,
@@ -437,7 +438,22 @@ async def test_a_plain_reply_in_a_running_research_chain_steers_it(
     (noted,) = await wait_for(
         lambda: [m for m in bot.fake.chain(CHANNEL_ID, asked["id"]) if "Noted" in m.text]
     )
-    assert noted.text.startswith("Noted: the next searches take this into account.")
+    assert noted.text.startswith("Noted: this research takes it into account")
+    # A file on a reply in a channel is a reference to SharePoint ("Send and receive
+    # files"): named as not read instead of being dropped without a word.
+    roadmap = {
+        "contentType": "reference",
+        "contentUrl": "https://contoso.sharepoint.com/sites/x/Shared%20Documents/Roadmap.docx",
+        "name": "Roadmap.docx",
+    }
+    with_file = channel_message(
+        bot.url, "", mention=False, root_id=asked["id"], attachments=[roadmap]
+    )
+    assert (await bot.send(with_file)).status_code == 200
+    (not_read,) = await wait_for(
+        lambda: [m for m in bot.fake.chain(CHANNEL_ID, asked["id"]) if "Not read" in m.text]
+    )
+    assert "Roadmap.docx (a link to a file kept outside the chat" in not_read.text
     search_server.fake.release_pages()
     (done,) = await bot.delivered()
     thread = await bot.served.store.threads.get_thread(done.thread_key)
@@ -445,6 +461,11 @@ async def test_a_plain_reply_in_a_running_research_chain_steers_it(
     variables = await bot.served.store.threads.load_variables(thread.id)
     assert variables is not None
     assert [g["text"] for g in variables["guidance"]] == ["focus on the Pacific"]
+    # The steerer is named by the name the activity carries (``from.name``), not by their
+    # Entra object id.
+    report = "\n".join(m.text for m in bot.fake.chain(CHANNEL_ID, asked["id"]))
+    assert f"Guidance followed: focus on the Pacific ({USER_NAME}, " in report
+    assert AAD_ID not in report
     assert [r[1] for r in await bot.references()] == [CHANNEL_ID]
     assert bot.fake.posted("19:watercooler") == []
 

@@ -28,6 +28,7 @@ from core.attachments import Screened, screen
 from core.chat_stores import (
     CancelRequest,
     ChatStores,
+    GuidanceTaken,
     RunRecord,
     StopRequest,
     UserBusy,
@@ -394,15 +395,34 @@ class ChatCommands:
 
     async def _steer(self, message: ChatMessage, replies: Replies) -> Reply | None:
         """A reply in the thread of a running research, kept as guidance for it (its raw
-        text); None when the thread has no running research (or nothing readable was said),
-        so that the reply is handled as a request."""
+        text), or answered that it is too late once the research's searching has ended
+        (nothing of it would read the reply); None when the thread has no running research
+        (or nothing readable was said, and no file attached), so that the reply is handled as
+        a request. Files on it are not read, and the answer says so."""
         run = await self._store.runs.active_run_in_thread(str(message.thread_key))
         if run is None:
             return None
-        by = message.requested_by
-        if await self._requests.add_guidance(run, by, message.text, key=message.dedupe_key):
-            return Reply(replies.guidance_noted())
-        return None
+        taken = await self._requests.add_guidance(
+            run,
+            message.requested_by,
+            message.text,
+            key=message.dedupe_key,
+            name=message.user_name,
+        )
+        files = [(a.name, "steering") for a in message.attachments] + list(message.unreadable)
+        if taken is GuidanceTaken.ENDED or (taken is None and not files):
+            return None
+        if message.language is None and not request_words(message.text).strip():
+            # Files and no words: answered in the language of the research they were sent to.
+            replies = self.replies(request_language(run.topic))
+        said = []
+        if taken is GuidanceTaken.KEPT:
+            said.append(replies.guidance_noted())
+        elif taken is GuidanceTaken.TOO_LATE:
+            said.append(replies.guidance_too_late())
+        if files:
+            said.append(self._left_out(files, replies.language))
+        return Reply("\n".join(said))
 
     async def _keep(self, message: ChatMessage, attachments: Sequence[Attachment]) -> None:
         """A request refused for now: the files it took wait for the next one again."""

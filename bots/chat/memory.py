@@ -198,9 +198,9 @@ class MemoryChat:
         earlier_window: float = 0.0,
     ) -> Reply | None:
         """A user writes to the bot in ``C1``; the answer (if any) is posted in the thread.
-        ``attachments``: files attached (their bytes are in :attr:`files`, by id; a
-        message with files and no ``text`` is a file sent on its own, kept under
-        ``earlier_files`` for the next request); not ``readable``: a message the bot cannot
+        ``attachments``: files attached (their bytes are in :attr:`files`, by id; an
+        ``addressed`` message with files and no ``text`` is a file sent on its own, kept
+        under ``earlier_files`` for the next request); not ``readable``: a message the bot cannot
         read (an image; ``text`` is what the platform shows of it, e.g. a file name)."""
         message = ChatMessage(
             platform=PLATFORM,
@@ -224,9 +224,11 @@ class MemoryChat:
         if not readable:
             await commands.receive_unreadable(message, answer)
             return None
-        if attachments and not text.strip():
+        if attachments and not text.strip() and addressed:
             await commands.receive_files(message, answer)
             return None
+        # (a reply that does not address the bot, files and all, may only steer: Slack's
+        # plain thread replies and Teams' channel replies go this way)
         return await commands.receive(message, answer)
 
     async def press(

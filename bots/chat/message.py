@@ -53,6 +53,10 @@ class ChatMessage:
     #: elsewhere, ...): (name, reason code, see ``Replies.files_left_out``); named in the
     #: same "Not read" reply as the files the screen leaves out.
     unreadable: tuple[tuple[str, str], ...] = ()
+    #: The sender's name as the platform gives it with the message (Teams' ``from.name``;
+    #: untrusted), shown instead of their id where people read who said something (the
+    #: guidance a report followed); None where the platform gives only an id.
+    user_name: str | None = None
 
     @property
     def lang(self) -> Language:

@@ -218,9 +218,22 @@ class Replies:
         )
 
     def guidance_noted(self) -> str:
-        """A reply in the thread of a running research, kept as guidance for it."""
+        """A reply in the thread of a running research, kept as guidance for it before its
+        searching ended: its next plan (if it plans again) and its writer read it."""
         return self._pick(
-            "Noted: the next searches take this into account.", "已记下：接下来的搜索会考虑这一点。"
+            "Noted: this research takes it into account from its next step (the next search "
+            "it plans, or its report).",
+            "已记下：这个研究会从下一步起考虑这一点（它规划的下一次搜索，或它的报告）。",
+        )
+
+    def guidance_too_late(self) -> str:
+        """A reply in the thread of a research whose searching has ended (its report is being
+        written, or it is ending): not kept, as nothing of the research would read it."""
+        return self._pick(
+            "Too late for this research: its searching has ended, so this reply is not used. "
+            "Once it has finished, ask again to follow up on it.",
+            "这个研究来不及采纳了：它的搜索已经结束，这条回复不会被使用。"
+            "请在它结束后再问，以继续追问。",
         )
 
     def cancelled(self, run: RunRecord) -> str:
@@ -343,7 +356,8 @@ class Replies:
     ) -> str:
         """The files of a request that the research does not read, each named with why
         (``type``, ``size`` or ``count`` from the screen; ``deleted``, ``external`` or
-        ``unavailable`` from the platform's description); the research goes on without them."""
+        ``unavailable`` from the platform's description; ``steering``: attached to a reply
+        that steers a running research); the research goes on without them."""
         mb = f"{max_bytes / (1024 * 1024):g} MB"
         why_en = {
             "type": f"not a file I read ({READABLE})",
@@ -352,6 +366,8 @@ class Replies:
             "deleted": "deleted",
             "external": "a link to a file kept outside the chat, not the file itself",
             "unavailable": "the chat does not let me open it",
+            "steering": "a research reads only the files sent with its request: send it with "
+            "your next request once this one has finished",
         }
         why_zh = {
             "type": f"不是我能读取的文件类型（{READABLE}）",
@@ -360,6 +376,7 @@ class Replies:
             "deleted": "已被删除",
             "external": "只是存放在聊天之外的文件的链接，不是文件本身",
             "unavailable": "聊天平台不允许我打开它",
+            "steering": "研究只读取随请求发送的文件：请在这个研究结束后随下一个请求发送它",
         }
         names = [(self.markup.escape(shown_name(name)), why) for name, why in rejected]
         return self._icon("paperclip") + self._pick(

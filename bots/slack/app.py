@@ -210,10 +210,17 @@ class SlackCommands:
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
     ) -> None:
         """A reply in a channel thread without a mention: steering for the thread's running
-        research, or nothing (its files are not looked at)."""
+        research, or nothing. Its files are only named (from the event, nothing is fetched):
+        a research reads the files of its own request, so the answer says they are not read."""
         team = context.team_id or body.get("team_id") or ""
-        message = event_message(event, body, team=team, bot_user_id=context.bot_user_id)
-        if not message.text.strip():
+        files = describe_files(event)
+        if files.pending:  # Slack Connect stubs, not looked up: named as files not read
+            stubs = tuple(("file", "steering") for _ in files.pending)
+            files = SlackFiles(files.attachments, files.unreadable + stubs)
+        message = event_message(
+            event, body, team=team, bot_user_id=context.bot_user_id, files=files
+        )
+        if not message.text.strip() and not files:
             return
         channel, parent = message.channel, event.get("thread_ts")
 

@@ -287,6 +287,7 @@ def translate(
         unreadable=unreadable,
         earlier_files=scope if personal and file_window > 0 else None,
         earlier_window=file_window if personal else 0.0,
+        user_name=_str(sender.get("name")) or None,
     )
     return TeamsRequest(chat, reference, activity_id)
 

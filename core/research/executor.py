@@ -327,8 +327,10 @@ class RunExecutor:
 
         cancel = RunFlags(run.cancel_requested, run.stop_requested)
 
-        async def checkpoint(current: RunState) -> None:
-            stored = await save_checkpoint(self._claims, claim, current)
+        async def checkpoint(current: RunState, searching_ended: StopReason | None = None) -> None:
+            stored = await save_checkpoint(
+                self._claims, claim, current, searching_ended=searching_ended
+            )
             if stored.cancel_requested:
                 cancel.cancel()
             cancel.stop = cancel.stop or stored.stop_requested
@@ -370,6 +372,10 @@ class RunExecutor:
             if strategy is None:
                 raise RuntimeError(f"no strategy {run.strategy!r} is registered")
             reason = await strategy.run(state, hooks)
+            # The searching has ended: said with the state, so that a reply steering the run
+            # from now on is answered that it is too late, and every reply kept before it is
+            # in the state the writer reads (``storage.ThreadStore.add_guidance``).
+            await checkpoint(state, reason)
             if reason is StopReason.CANCELLED:
                 status = RunStatus.CANCELLED
             elif reason is StopReason.STOPPED and not has_material(state):

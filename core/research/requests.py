@@ -27,6 +27,7 @@ from storage import (
     CancelRequest,
     DailyQuota,
     FeedbackStore,
+    GuidanceTaken,
     QuotaReached,
     RunRecord,
     RunStore,
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 
 #: At most this much of one guidance reply is kept (like a topic, it is the user's words).
 MAX_GUIDANCE_CHARS = 500
+#: At most this much of a steering person's name (as their platform gives it) is kept.
+MAX_NAME_CHARS = 80
 
 
 class RunRejected(ValueError):
@@ -244,18 +247,26 @@ class RunRequests:
         return self._prices.cost(usage) if self._prices is not None else None
 
     async def add_guidance(
-        self, run: RunRecord, by: str, text: str, *, key: str | None = None
-    ) -> bool:
+        self, run: RunRecord, by: str, text: str, *, key: str | None = None, name: str | None = None
+    ) -> GuidanceTaken | None:
         """Record a reply steering the running ``run`` (its thread's variables keep it; the
         run takes it in at its next checkpoint and shows it to its next plan and to the
-        writer). False when the run has ended meanwhile. ``key``: the delivery's dedupe key
-        (a redelivered reply is kept once)."""
+        writer): ``kept``, or ``too_late`` once the run's searching has ended (nothing of it
+        would read the reply), or ``ended`` when the run has ended meanwhile; None when the
+        reply says nothing readable. ``key``: the delivery's dedupe key (a redelivered reply
+        is kept once); ``name``: the person's name as the platform gave it, shown instead of
+        their id."""
         words = without_markdown_links(neutralise(clean_text(text)))
         words = " ".join(words.split())[:MAX_GUIDANCE_CHARS]
-        if run.status.finished or not has_visible(words):
-            return False
-        entry = Guidance(run_id=run.id, by=by, at=self._clock(), text=words, key=key)
-        return await self._threads.add_guidance(run.thread_key, entry.model_dump(mode="json"))
+        if not has_visible(words):
+            return None
+        if run.status.finished:
+            return GuidanceTaken.ENDED
+        shown = " ".join(neutralise(clean_text(name or "")).split())[:MAX_NAME_CHARS]
+        entry = Guidance(
+            run_id=run.id, by=by, at=self._clock(), text=words, key=key, name=shown or None
+        )
+        return await self._threads.add_guidance(run.id, entry.model_dump(mode="json"))
 
     async def record_feedback(self, run: RunRecord, by: str, vote: Vote) -> Vote | None:
         """Store ``by``'s vote on ``run``'s report (a second press changes it); returns their

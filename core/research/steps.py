@@ -88,12 +88,20 @@ def run_sources(knowledge: InternalSources | None, run: RunRecord, state: RunSta
     )
 
 
-async def save_checkpoint(claims: ClaimStore, claim: Claim, state: RunState) -> Checkpointed:
+async def save_checkpoint(
+    claims: ClaimStore,
+    claim: Claim,
+    state: RunState,
+    *,
+    searching_ended: StopReason | None = None,
+) -> Checkpointed:
     """Persist the state; the run's cancel and stop flags as stored.
 
     The variables are compare-and-swapped on their version. If another writer changed
-    them meanwhile, its topics and findings are taken in and the checkpoint is retried,
-    so no update is lost.
+    them meanwhile, its topics and findings (and the guidance given meanwhile) are taken in
+    and the checkpoint is retried, so no update is lost. ``searching_ended``: the run's last
+    checkpoint before its report, recording why its searching ended; once it is stored, no
+    more guidance is kept for the run, and all that was is in ``state``.
     """
     for _ in range(CHECKPOINT_ATTEMPTS):
         variables = state.variables.public_dict()
@@ -108,6 +116,7 @@ async def save_checkpoint(claims: ClaimStore, claim: Claim, state: RunState) -> 
                 rounds_done=state.rounds_done,
                 usage=state.usage.model_dump(),
                 notes=state.notes,
+                searching_ended=searching_ended.value if searching_ended is not None else None,
             )
         except VariablesConflict as conflict:
             log.warning(
