@@ -466,6 +466,27 @@ async def test_the_stop_button_is_the_requesters_and_the_final_message_has_no_bu
     assert (await w.store.runs.get_run(run.id)).status == "succeeded"  # type: ignore[union-attr]
 
 
+async def test_a_press_on_no_research_here_is_answered_in_the_cards_language(
+    world: Callable[..., World],
+) -> None:
+    """A press on a Chinese card that belongs to no research here (another channel's, a
+    stale or forged run id) is answered in Chinese: in the language the press tells, else
+    (a DingTalk callback tells none) in that of the presser's last research."""
+    w = world()
+    await w.runner.start()
+    await w.chat.say(w.commands, "热泵 depth=1")
+    (run,) = await w.delivered()
+    unknown = "这个按钮不属于这里的研究；没有任何改动。"
+    press = w.chat.press
+    assert await press(w.commands, run.id, Control.CANCEL, channel="C2", language="zh") == unknown
+    assert await press(w.commands, "f" * 32, Control.STOP, language="zh") == unknown
+    assert await press(w.commands, "f" * 32, Control.STOP) == unknown  # from their last research
+    stranger = await press(w.commands, "f" * 32, Control.STOP, user="U9")  # no research: English
+    assert stranger == "This button does not belong to a research here; nothing changed."
+    bad = await press(w.commands, "f" * 32, Control.STOP, user="U\x00", language="zh")
+    assert bad == unknown
+
+
 async def test_the_cancel_button_ends_the_run_without_a_report(
     world: Callable[..., World], llm_server: FakeLLMServer
 ) -> None:

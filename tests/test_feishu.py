@@ -855,6 +855,23 @@ async def test_a_press_that_fails_is_answered_in_the_language_of_its_card(
     assert toast(answer.json()) == "⚠️ 我这边出了点问题，请稍后再试。"
 
 
+async def test_a_press_on_a_chinese_card_of_no_run_here_gets_a_chinese_toast(
+    feishu: FeishuFactory,
+) -> None:
+    """A press on a Chinese card whose run is not in the pressed chat (the card forwarded to
+    another chat, a stale value) is refused in Chinese (the button's value carries the
+    card's language), not "This button does not belong to a research here"."""
+    bot = await feishu()
+    await bot.send(message_event("/research 潮汐能 depth=1", token=TOKEN, message_id="om_zh2"))
+    progress = await progress_card_with_buttons(bot, "om_zh2")
+    await bot.delivered()
+    moved = card_action_event(progress, "fathom_cancel", token=TOKEN)
+    moved["event"]["context"]["open_chat_id"] = "oc_elsewhere"
+    answer = await bot.send(moved)
+    assert answer.status_code == 200
+    assert toast(answer.json()) == "这个按钮不属于这里的研究；没有任何改动。"
+
+
 async def test_forged_card_callbacks_get_4xx_or_change_nothing(
     feishu: FeishuFactory, search: FakeSearchServer
 ) -> None:

@@ -105,8 +105,10 @@ class Press:
     run_id: str
     control: Control
     #: The language of the pressed message, as the press tells it (untrusted; it only words
-    #: an answer given without reading the run, such as a failure).
-    language: Language = "en"
+    #: an answer given without reading the run, such as a failure or a button of no run
+    #: here). None: the press does not tell (a DingTalk card callback names only the button
+    #: and the card); such an answer then follows the presser's last research.
+    language: Language | None = None
 
     @property
     def requested_by(self) -> str:

@@ -474,12 +474,12 @@ class ChatCommands:
             validate_ids(workspace=press.workspace, user=press.user, run=press.run_id)
             if press.channel is not None:
                 validate_ids(channel=press.channel)
-        except CommandError:
-            return replies_in("en").button_unknown()
+        except CommandError:  # (nothing of it is looked up: its words are the card's)
+            return replies_in(press.language or "en").button_unknown()
         run = await self._store.runs.get_run(press.run_id)
         thread = _thread_of(run)
         if run is None or thread is None or not _belongs(thread, press):
-            return replies_in("en").button_unknown()
+            return replies_in(await self._press_language(press)).button_unknown()
         replies = replies_in(request_language(run.topic))
         if not self._policy.is_allowed(press.user, thread.channel):
             return replies.not_allowed()
@@ -498,6 +498,15 @@ class ChatCommands:
         if answer is StopRequest.CANCELLED:
             return replies.cancelled(run)
         return await self._not_taken(run.id, replies)
+
+    async def _press_language(self, press: Press) -> Language:
+        """The language of an answer to a press on no run here: the pressed card's, as the
+        press tells it, else that of the presser's last research (DingTalk's callbacks
+        tell none), else English."""
+        if press.language is not None:
+            return press.language
+        recent = await self._store.runs.recent_runs_for_user(press.requested_by, 1)
+        return request_language(recent[0].topic) if recent else "en"
 
     async def _not_taken(self, run_id: str, replies: Replies) -> str:
         """Why a stop or cancel changed nothing, read after the attempt (a press delivered

@@ -239,9 +239,11 @@ class MemoryChat:
         *,
         user: str = "U1",
         channel: str = "C1",
+        language: Language | None = None,
     ) -> str:
-        """A user presses one of a run's buttons; the answer is shown to them only."""
-        press = Press(PLATFORM, "W1", channel, user, run_id, control)
+        """A user presses one of a run's buttons; the answer is shown to them only.
+        ``language``: the pressed card's, as the press tells it (None: it does not)."""
+        press = Press(PLATFORM, "W1", channel, user, run_id, control, language)
         text = await commands.press(press)
         self.private.append((user, text))
         return text

@@ -139,7 +139,7 @@ class FeishuAdapter:
             text = await self._chat.press(press, plain=True)
         except Exception:
             log.exception("feishu: a press on %s failed", press.control.action_id)
-            text = self._chat.replies(press.language).failure()
+            text = self._chat.replies(press.language or "en").failure()
         return {"toast": {"type": "info", "content": text}}
 
     async def _answer(self, request: FeishuRequest, text: str) -> None:

@@ -291,7 +291,7 @@ class SlackCommands:
             text = await self.chat.press(press)
         except Exception:
             log.exception("a press on %s by %s failed", control.action_id, user)
-            text = self.chat.replies(press.language).failure()
+            text = self.chat.replies(press.language or "en").failure()
         thread = _field(body, "message", "thread_ts") or _field(body, "message", "ts") or None
         await _ephemeral(context, channel=channel, user=user, thread=thread, text=text)
 

@@ -251,7 +251,7 @@ class TeamsAdapter(HttpIngress):
             text = await self._chat.press(press, plain=True)
         except Exception:
             log.exception("teams: a press on %s failed", press.control.action_id)
-            text = self._chat.replies(press.language).failure()
+            text = self._chat.replies(press.language or "en").failure()
         return {"statusCode": 200, "type": MESSAGE_RESPONSE, "value": text}
 
     async def _answer(self, request: TeamsRequest, text: str) -> None:
