@@ -112,7 +112,12 @@ def validate_ids(**ids: str | None) -> None:
                 f"这个请求缺少 {name}，无法回复。",
             )
         if len(value) > MAX_ID_CHARS or not value.isprintable():
-            raise CommandError(
-                f"This request's {name} is not valid, so I cannot answer it.",
-                f"这个请求的 {name} 无效，无法回复。",
-            )
+            raise invalid_id(name)
+
+
+def invalid_id(name: str) -> CommandError:
+    """The answer to a request whose ``name`` (``channel``, ...) is not a valid id."""
+    return CommandError(
+        f"This request's {name} is not valid, so I cannot answer it.",
+        f"这个请求的 {name} 无效，无法回复。",
+    )

@@ -17,6 +17,7 @@ import enum
 from dataclasses import dataclass
 from typing import Literal
 
+from bots.chat.ids import check_press
 from core.wording import Language, pick
 
 #: The prefix of every button's action id (``fathom_stop``...): a press on anything else is
@@ -93,7 +94,8 @@ def feedback_buttons(run_id: str, language: Language) -> tuple[Button, ...]:
 class Press:
     """A press on one of our buttons, as every platform's adapter hands it to the shared
     layer (its identity checked by the adapter: Slack's signature, Feishu's token, DingTalk's
-    sign or stream)."""
+    sign or stream). Its ids are checked as it is made (``bots.chat.ids``:
+    :class:`~bots.chat.ids.InvalidId`)."""
 
     platform: str
     workspace: str
@@ -109,6 +111,9 @@ class Press:
     #: here). None: the press does not tell (a DingTalk card callback names only the button
     #: and the card); such an answer then follows the presser's last research.
     language: Language | None = None
+
+    def __post_init__(self) -> None:
+        check_press(self)
 
     @property
     def requested_by(self) -> str:

@@ -14,6 +14,7 @@ tested against the same twin, with several runners ("replicas") sharing one chat
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import re
 from collections import defaultdict
@@ -45,6 +46,11 @@ PLATFORM = "memory"
 BUTTONS_MARK = "⟦buttons⟧ "
 Operation = Literal["post", "edit", "report", "notice", "answer", "download"]
 Kind = Literal["progress", "report", "notice", "answer"]
+
+
+def _digest(text: str) -> str:
+    """A message's words as part of its key (a key holds ids only, never the words)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 class RateLimited(Exception):
@@ -209,7 +215,7 @@ class MemoryChat:
             thread=thread,
             user=user,
             text=text,
-            dedupe_key=key or f"memory:{thread}:{user}:{text}",
+            dedupe_key=key or f"memory:{thread}:{user}:{_digest(text)}",
             addressed=addressed,
             in_thread=in_thread,
             attachments=tuple(attachments),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from bots.chat.ids import check_message
 from core.grammar import request_words
 from core.models import Attachment
 from core.wording import Language, request_language
@@ -18,7 +19,9 @@ PENDING_PREFIX = "pending-"
 
 @dataclass(frozen=True)
 class ChatMessage:
-    """One request, as every platform's adapter hands it to the shared layer."""
+    """One request, as every platform's adapter hands it to the shared layer. Its ids are
+    checked as it is made (``bots.chat.ids``): one that storage would refuse raises
+    :class:`~bots.chat.ids.InvalidId`, so no such message reaches the layer."""
 
     platform: str
     workspace: str
@@ -57,6 +60,9 @@ class ChatMessage:
     #: untrusted), shown instead of their id where people read who said something (the
     #: guidance a report followed); None where the platform gives only an id.
     user_name: str | None = None
+
+    def __post_init__(self) -> None:
+        check_message(self)
 
     @property
     def lang(self) -> Language:

@@ -44,6 +44,7 @@ from starlette.responses import JSONResponse, Response
 
 from bots.chat.background import Background
 from bots.chat.connection import ConnectionSlot
+from bots.chat.ids import InvalidId, log_refused
 from bots.chat.inbound import ChatCommands
 from bots.chat.message import Answer
 from bots.chat.replies import MarkdownMarkup
@@ -119,9 +120,13 @@ class DingTalkAdapter:
     # -- inbound -----------------------------------------------------------------------------
     async def receive(self, data: dict[str, Any], delivery_id: str | None = None) -> None:
         """One robot message: recorded (and a run committed) when this returns."""
-        request = translate(
-            data, delivery_id=delivery_id, files_window=self._settings.followup_window
-        )
+        try:
+            request = translate(
+                data, delivery_id=delivery_id, files_window=self._settings.followup_window
+            )
+        except InvalidId as refused:  # acknowledged and dropped: never taken, so never retried
+            log_refused(PLATFORM, refused, "dropped")
+            return
         if request is None:
             return
         if request.webhook and not webhook_allowed(request.webhook, self._settings.api_url):
@@ -144,7 +149,11 @@ class DingTalkAdapter:
         """A press on a card's button: decided when this returns (database only, before the
         stream's ack); the answer goes to the presser alone, as a one-to-one message from the
         robot (DingTalk has no private reply in a group), after the ack."""
-        press = translate_card_press(data)
+        try:
+            press = translate_card_press(data)
+        except InvalidId as refused:
+            log_refused(PLATFORM, refused, "dropped")
+            return
         if press is None:
             return
         text = await self._chat.press(press)

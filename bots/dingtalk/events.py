@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 from bots.chat.controls import Press, control_of
+from bots.chat.ids import check_ids
 from bots.chat.message import ChatMessage
 from bots.dingtalk.render import run_of_track
 from bots.http_gate import Rejected, parse_json
@@ -265,6 +266,8 @@ def translate(
     nick = str(message.sender_nick or "")[:100]
     attachments: tuple[Attachment, ...] = ()
     quote = quote_of(data)
+    if quote is not None:  # looked up (the thread it continues) before anything is stored
+        check_ids(quoted_message=quote.msg_id)
     language: Language | None = None
     if message.message_type == "file":
         file = file_of(data.get("content"), nick or user)

@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 
 from bots.chat.background import Background
 from bots.chat.connection import ConnectionSlot
+from bots.chat.ids import InvalidId, log_refused
 from bots.chat.inbound import ChatCommands
 from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import RouteLimits
@@ -41,6 +42,7 @@ from bots.feishu.api import FeishuApi
 from bots.feishu.delivery import classify_error
 from bots.feishu.events import (
     CARD_ACTION_EVENT,
+    PLATFORM,
     Challenge,
     FeishuRequest,
     event_to_dict,
@@ -109,7 +111,11 @@ class FeishuAdapter:
         if self.bot_open_id is None and time.monotonic() - self._identified_at > IDENTIFY_EVERY:
             self._identified_at = time.monotonic()
             self._background.spawn(self.identify())  # not on the acknowledgement's path
-        request = translate(payload, self.bot_open_id, file_window=self._settings.file_window)
+        try:
+            request = translate(payload, self.bot_open_id, file_window=self._settings.file_window)
+        except InvalidId as refused:  # acknowledged and dropped: Feishu re-pushes anything else
+            log_refused(PLATFORM, refused, "dropped")
+            return
         if request is None:
             return
 
@@ -132,7 +138,11 @@ class FeishuAdapter:
     async def press(self, payload: dict[str, Any]) -> dict[str, Any]:
         """A ``card.action.trigger`` callback: the press decided (database only, within
         Feishu's 3 seconds), and the answer as the toast only the presser sees."""
-        press = translate_press(payload)
+        try:
+            press = translate_press(payload)
+        except InvalidId as refused:
+            log_refused(PLATFORM, refused, "dropped")
+            return {}
         if press is None:
             return {}  # not one of our buttons
         try:

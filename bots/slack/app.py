@@ -12,8 +12,10 @@ sent as ephemeral messages. Retried deliveries are dropped through the database
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from bots.chat.controls import ACTION_PREFIX, Press, control_of
+from bots.chat.ids import InvalidId, check_ids, log_refused
 from bots.chat.inbound import ChatCommands
 from bots.chat.message import PENDING_PREFIX, ChatMessage
 from bots.chat.settings import RouteLimits
@@ -47,6 +50,7 @@ from bots.slack.oauth import (
     oauth_settings,
 )
 from bots.slack.settings import SlackSettings
+from core.commands import invalid_id
 from core.grammar import ResearchCommand
 from core.wording import request_language
 
@@ -179,8 +183,15 @@ class SlackCommands:
         self.pane = pane or AssistantPane(chat.store.contexts)
 
     async def on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
-        """``/research …``: everything happens before ``ack`` (DB only), then one ack."""
-        message = command_message(command)
+        """``/research …``: everything happens before ``ack`` (DB only), then one ack. A
+        command with an id no platform sends (``bots.chat.ids``) is told so, nothing stored."""
+        try:
+            message = command_message(command)
+        except InvalidId as refused:
+            log_refused("slack", refused, "answered")
+            error = invalid_id(refused.name.replace("_", " "))
+            await ack(text=self.chat.replies("en").error(str(error)), response_type="ephemeral")
+            return
         try:
             text = (await self.chat.handle(message)).text
         except Exception:
@@ -192,7 +203,8 @@ class SlackCommands:
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
     ) -> None:
         if is_for_the_bot(event, context.bot_user_id):
-            await self._on_event(event, body, context)
+            with _dropped_if_invalid():
+                await self._on_event(event, body, context)
 
     async def on_message(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
@@ -201,10 +213,11 @@ class SlackCommands:
         running research there); edits, joins, bot messages and the bot's own messages are
         ignored, and so is every other channel message, unread."""
         bot = context.bot_user_id
-        if is_for_the_bot(event, bot):
-            await self._on_event(event, body, context)
-        elif is_plain_thread_reply(event, bot):
-            await self._on_plain_reply(event, body, context)
+        with _dropped_if_invalid():
+            if is_for_the_bot(event, bot):
+                await self._on_event(event, body, context)
+            elif is_plain_thread_reply(event, bot):
+                await self._on_plain_reply(event, body, context)
 
     async def _on_plain_reply(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
@@ -262,14 +275,18 @@ class SlackCommands:
     ) -> None:
         """A new thread in the assistant pane: greeted, with suggested prompts."""
         team = context.team_id or body.get("team_id") or ""
-        await self.pane.thread_started(team, event, context.client)
+        with _dropped_if_invalid():
+            check_ids(workspace=team)  # a key part of the context kept
+            await self.pane.thread_started(team, event, context.client)
 
     async def on_assistant_thread_context_changed(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
     ) -> None:
         """The user moved to another channel with the pane open: the new context is kept."""
         team = context.team_id or body.get("team_id") or ""
-        await self.pane.context_changed(team, event)
+        with _dropped_if_invalid():
+            check_ids(workspace=team)
+            await self.pane.context_changed(team, event)
 
     async def on_action(self, body: dict[str, Any], context: AsyncBoltContext) -> None:
         """A press on one of a run's buttons (``block_actions``, acknowledged at once): the
@@ -286,7 +303,11 @@ class SlackCommands:
         words = label.get("text") if isinstance(label, dict) else None
         language = request_language(words) if isinstance(words, str) else "en"
         run_id = str(action.get("value") or "")
-        press = Press("slack", team, channel, user, run_id, control, language)
+        try:
+            press = Press("slack", team, channel, user, run_id, control, language)
+        except InvalidId as refused:
+            log_refused("slack", refused, "dropped")
+            return
         try:
             text = await self.chat.press(press)
         except Exception:
@@ -294,6 +315,16 @@ class SlackCommands:
             text = self.chat.replies(press.language or "en").failure()
         thread = _field(body, "message", "thread_ts") or _field(body, "message", "ts") or None
         await _ephemeral(context, channel=channel, user=user, thread=thread, text=text)
+
+
+@contextlib.contextmanager
+def _dropped_if_invalid() -> Iterator[None]:
+    """A delivery with an id no platform sends (``bots.chat.ids``): acknowledged already (Slack
+    retries anything but a 2xx), dropped with one log line before anything is stored."""
+    try:
+        yield
+    except InvalidId as refused:
+        log_refused("slack", refused, "dropped")
 
 
 def _field(body: dict[str, Any], name: str, key: str) -> str:

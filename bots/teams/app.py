@@ -35,6 +35,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from bots.chat.background import Background
+from bots.chat.controls import Press
+from bots.chat.ids import InvalidId, log_refused
 from bots.chat.inbound import ChatCommands
 from bots.chat.markdown import MARKDOWN_ENTITIES
 from bots.chat.platform import HttpIngress
@@ -166,6 +168,9 @@ class TeamsAdapter(HttpIngress):
             return JSONResponse({"error": "cannot check the activity's token now"}, 503)
         try:
             return await self._dispatch(activity)
+        except InvalidId as refused:  # a forged id: nothing stored, nothing to retry
+            log_refused(PLATFORM, refused, "400")
+            return JSONResponse({"error": "the activity has an invalid id"}, 400)
         except Exception:
             # Not recorded: Teams delivers it again (and the dedupe keeps that safe).
             log.exception("teams activity could not be handled")
@@ -174,8 +179,9 @@ class TeamsAdapter(HttpIngress):
     async def _dispatch(self, activity: dict[str, Any]) -> Response:
         kind = activity.get("type")
         if kind == "invoke" and activity.get("name") == ACTION_INVOKE:
+            press = translate_press(activity)  # its ids checked before anything is stored
             await self._remember(activity)
-            return JSONResponse(await self.press(activity))
+            return JSONResponse(await self.press(activity, press))
         if kind == "message":
             await self.receive(activity)
         elif kind in ("installationUpdate", "conversationUpdate"):
@@ -242,9 +248,10 @@ class TeamsAdapter(HttpIngress):
             return
         await self._chat.receive(request.message, answer)
 
-    async def press(self, activity: dict[str, Any]) -> dict[str, Any]:
-        """A press on a card's button, decided now; the answer Teams shows the presser."""
-        press = translate_press(activity)
+    async def press(self, activity: dict[str, Any], press: Press | None = None) -> dict[str, Any]:
+        """A press on a card's button, decided now; the answer Teams shows the presser
+        (``press``: the activity already translated)."""
+        press = press or translate_press(activity)
         if press is None:
             return {"statusCode": 200, "type": MESSAGE_RESPONSE, "value": ""}
         try:

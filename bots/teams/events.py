@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bots.chat.controls import Press, control_of
+from bots.chat.ids import MAX_CONTEXT_CHARS, check_ids
 from bots.chat.message import ChatMessage
 from core.commands import MAX_ID_CHARS
 from core.models import Attachment
@@ -80,6 +81,14 @@ class Reference:
     kind: str
     #: The team of a channel ("" elsewhere, or when Teams did not say).
     team: str = ""
+
+    def __post_init__(self) -> None:
+        """Stored as the conversation's reference and with each run: checked like any id
+        (``bots.chat.ids``), before either."""
+        check_ids(MAX_CONTEXT_CHARS, service_url=self.service_url)
+        check_ids(
+            conversation=self.conversation, tenant=self.tenant, kind=self.kind, team=self.team
+        )
 
     def context(self) -> dict[str, str]:
         """What a run keeps to post in its thread (``ChatMessage.context``)."""

@@ -755,9 +755,11 @@ def challenge_body(challenge: str, token: str) -> dict[str, Any]:
     return {"challenge": challenge, "token": token, "type": "url_verification"}
 
 
-def encrypt(payload: dict[str, Any], encrypt_key: str) -> dict[str, str]:
-    """``{"encrypt": base64(iv + AES-256-CBC(sha256(key), PKCS7(json)))}``, as Feishu sends."""
-    data = json.dumps(payload, ensure_ascii=False).encode()
+def encrypt(payload: dict[str, Any], encrypt_key: str, *, escaped: bool = False) -> dict[str, str]:
+    """``{"encrypt": base64(iv + AES-256-CBC(sha256(key), PKCS7(json)))}``, as Feishu sends.
+    ``escaped``: the JSON with every non-ASCII character as an escape (``"\\ud800"``: the
+    only way a lone surrogate can be sent)."""
+    data = json.dumps(payload, ensure_ascii=escaped).encode()
     pad = AES.block_size - len(data) % AES.block_size
     iv = os.urandom(AES.block_size)
     cipher = AES.new(hashlib.sha256(encrypt_key.encode()).digest(), AES.MODE_CBC, iv)
