@@ -265,6 +265,35 @@ async def test_a_plain_reply_whose_research_ended_meanwhile_is_dropped_not_a_new
     assert w.chat.calls == calls and len(await w.runs()) == 1
 
 
+async def test_a_plain_control_word_in_a_research_thread_is_answered_even_after_it_ended(
+    world: Callable[..., World],
+) -> None:
+    """``stop``, ``cancel`` and ``status`` typed without a mention where a research ran are
+    heard once it has ended too (nothing runs there; the status), where the platform
+    delivers such replies; the same words in a thread where no research ran, outside a
+    thread, or in a thread whose id no database takes (a NUL: PostgreSQL refuses it) are
+    not read (nothing looked up, nothing recorded)."""
+    w = world()
+    await w.runner.start()
+    await w.chat.say(w.commands, "heat pumps depth=1")
+    await w.delivered()
+    stop = await w.chat.say(w.commands, "stop", addressed=False, in_thread=True)
+    assert stop is not None and stop.text == "Nothing is running in this thread."
+    cancel = await w.chat.say(w.commands, "cancel", addressed=False, in_thread=True)
+    assert cancel is not None and cancel.text == "Nothing is running in this thread."
+    status = await w.chat.say(w.commands, "status", addressed=False, in_thread=True)
+    assert status is not None and "heat pumps" in status.text
+    calls = list(w.chat.calls)
+    unread = (("stop", "t9", True), ("cancel", "t1", False), ("status", "t\x00", True))
+    for text, thread, in_thread in unread:
+        key = f"memory:elsewhere:{text}"
+        said = await w.chat.say(
+            w.commands, text, thread=thread, key=key, addressed=False, in_thread=in_thread
+        )
+        assert said is None and not await w.store.events.events_seen([key])
+    assert w.chat.calls == calls
+
+
 async def test_a_plain_reply_steers_the_threads_active_run_not_its_newest(
     world: Callable[..., World],
 ) -> None:

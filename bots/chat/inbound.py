@@ -148,7 +148,9 @@ class ChatCommands:
         goes out only from the delivery that records the request first. A crash before that
         record leaves the request to the platform's redelivery. ``parsed``: the message's
         text already parsed by the adapter (:meth:`parse`), so it is parsed once."""
-        if not message.addressed and not await self._steers_running(message):
+        if parsed is None:
+            parsed = self.parse(message.text)
+        if not message.addressed and not await self._heard_unaddressed(message, parsed):
             return None  # dropped at the door: nothing stored, its words not logged
         if await self._store.events.events_seen(message.event_keys):
             return None  # a redelivery of a request already handled
@@ -156,8 +158,6 @@ class ChatCommands:
         # is handled; schedule and unschedule change the channel's digests) is recorded
         # first: handled at most once (two deliveries must not cancel two runs or store two
         # schedules).
-        if parsed is None:
-            parsed = self.parse(message.text)
         once = isinstance(parsed, CancelCommand | StopCommand | ScheduleCommand | UnscheduleCommand)
         if once and not await self._claim(message):
             return None
@@ -385,13 +385,30 @@ class ChatCommands:
         left_out = message.unreadable + _named(screened.rejected) if created else ()
         return Reply(replies.accepted(run.topic, run.depth), started=True, left_out=left_out)
 
-    async def _steers_running(self, message: ChatMessage) -> bool:
-        """Whether a message that does not address the bot (a plain reply in a channel
-        thread, where the platform delivers those) is handled: only in the thread of a
-        running research, which it steers like any reply there."""
+    async def _heard_unaddressed(self, message: ChatMessage, parsed: Parsed) -> bool:
+        """Whether a message that does not address the bot (a plain reply in a thread, where
+        the platform delivers those) is handled: in the thread of a running research, which
+        it steers like any reply there (or a control word acts on); and a control word
+        (``stop``, ``cancel``, ``status``) in any research's thread, answered even when the
+        research has ended (too late, nothing running). Anything else, and a message whose
+        ids are not valid (nothing is looked up with them), is not read."""
         if not message.in_thread:
             return False
-        return await self._store.runs.active_run_in_thread(str(message.thread_key)) is not None
+        try:
+            validate_ids(
+                workspace=message.workspace,
+                channel=message.channel,
+                user=message.user,
+                thread=message.thread,
+            )
+        except CommandError:
+            return False
+        thread = str(message.thread_key)
+        if await self._store.runs.active_run_in_thread(thread) is not None:
+            return True
+        if isinstance(parsed, StopCommand | CancelCommand | StatusCommand):
+            return await self._store.runs.latest_run_in_thread(thread) is not None
+        return False
 
     async def _steer(self, message: ChatMessage, replies: Replies) -> Reply | None:
         """A reply in the thread of a running research, kept as guidance for it (its raw

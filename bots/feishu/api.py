@@ -285,6 +285,31 @@ class FeishuApi:
             raise FeishuError(200, -1, "no bot.open_id in Feishu's answer")
         return str(open_id)
 
+    async def granted_scopes(self) -> frozenset[str]:
+        """The app's tenant scopes that the tenant has granted: Feishu's scope-status API
+        ("查询租户授权状态", ``GET /open-apis/application/v6/scopes``, no scope needed to call
+        it; each listed scope has ``grant_status`` 1 granted or 2 not)."""
+        request = (
+            BaseRequest.builder()
+            .http_method(HttpMethod.GET)
+            .uri("/open-apis/application/v6/scopes")
+            .token_types({AccessTokenType.TENANT})
+            .build()
+        )
+        response = await self._authorized(self.client.arequest, request)
+        data = _body(response.raw).get("data")
+        listed = data.get("scopes") if isinstance(data, dict) else None
+        if not isinstance(listed, list):
+            raise FeishuError(200, -1, "no data.scopes in Feishu's answer")
+        return frozenset(
+            str(scope["scope_name"])
+            for scope in listed
+            if isinstance(scope, dict)
+            and isinstance(scope.get("scope_name"), str)
+            and scope.get("grant_status") == 1
+            and scope.get("scope_type", "tenant") == "tenant"
+        )
+
     # -- files of messages ---------------------------------------------------------------
     def _files_client(self) -> httpx.AsyncClient:
         if self._http is None:

@@ -12,7 +12,12 @@ A press on a card's button is a ``card.action.trigger`` callback, through the sa
 way); it becomes a ``bots.chat.controls.Press`` and is answered with a toast.
 
 Either way an event becomes a :class:`~bots.chat.message.ChatMessage` and goes to
-``ChatCommands.receive``, which deduplicates by message id and event id in the database; a
+``ChatCommands.receive``, which deduplicates by message id and event id in the database. A
+group message that does not mention the bot arrives only when the app holds
+``im:message.group_msg`` (``bots.feishu.scopes``; the start-up line says whether it does): a
+reply in a thread goes to the chat layer, which takes it as guidance for the thread's running
+research or as a control word there (``stop``, ``cancel``, ``status``) and drops anything
+else unread; a message outside a thread is dropped here. A
 message that is only files (a file message) goes to ``ChatCommands.receive_files``, kept for
 the next request of its thread (``bots.feishu.events.files_scope``) within
 ``FATHOM_FEISHU_FILE_WINDOW``. A request replying to a file message is in that file's
@@ -52,6 +57,7 @@ from bots.feishu.events import (
     translate_press,
 )
 from bots.feishu.render import escape_text, reply_card
+from bots.feishu.scopes import GroupMessages
 from bots.feishu.settings import FeishuSettings
 from bots.feishu.ws import LongConnection
 from bots.http_gate import Rejected, read_body, rejected_response
@@ -80,12 +86,21 @@ class FeishuAdapter:
     """The Feishu side of ``fathom serve``: webhook route, long connection, answers."""
 
     def __init__(
-        self, settings: FeishuSettings, chat: ChatCommands, api: FeishuApi, limits: RouteLimits
+        self,
+        settings: FeishuSettings,
+        chat: ChatCommands,
+        api: FeishuApi,
+        limits: RouteLimits,
+        *,
+        group_messages: GroupMessages | None = None,
     ) -> None:
         self._settings = settings
         self._chat = chat
         self._api = api
         self._limits = limits
+        self._group_messages = group_messages or GroupMessages(
+            api.granted_scopes, settings.group_messages
+        )
         self.bot_open_id: str | None = None
         self._identified_at = 0.0
         self._background = Background()
@@ -129,6 +144,11 @@ class FeishuAdapter:
             await self._chat.receive_files(request.message, answer)
             return
         if not request.message.addressed:
+            # Delivered with im:message.group_msg. Only a reply in a thread may be for the
+            # bot (guidance for the thread's research, or a control word there), which the
+            # chat layer decides from the database; anything else is dropped unread.
+            if request.message.in_thread and request.readable:
+                await self._chat.receive(request.message, answer)
             return
         if not request.readable:
             await self._chat.receive_unreadable(request.message, answer)
@@ -221,6 +241,8 @@ class FeishuAdapter:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.identify()
+        await self._group_messages.refresh()
+        log.info("%s", self._group_messages.start_up_line())
 
     async def connect(self) -> None:
         """Open the long connection (on the replica that holds its election)."""

@@ -3,7 +3,9 @@
 
 The progress card is a reply, in its thread, to the thread's root message (the request, or
 the message a follow-up's thread started from) and is updated in place by PATCH. The report
-follows as cards in the same thread. Every send carries a ``uuid`` derived from the run
+follows as cards in the same thread. While the run works, a group's progress card says to
+mention the bot in a reply unless plain replies reach the app (``bots.feishu.scopes``, asked
+again at most every ten minutes as runs start). Every send carries a ``uuid`` derived from the run
 (``<run id>:progress``, ``<run id>:r<n>``), so a retried or resumed send that Feishu already
 accepted returns the same message instead of showing it twice. Files attached to the request
 are downloaded from the messages that carried them (``FeishuApi.download_resource``).
@@ -20,7 +22,9 @@ from bots.chat.delivery import ThreadPosters, adopt_opener
 from bots.chat.errors import judge_failure
 from bots.chat.message import PENDING_PREFIX
 from bots.feishu.api import FeishuApi
+from bots.feishu.events import CHAT_TYPE
 from bots.feishu.render import notice_card, progress_card, report_cards
+from bots.feishu.scopes import GroupMessages
 from core.attachments import AttachmentRefused, attachment_kind
 from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
@@ -52,13 +56,28 @@ class ReportCard:
 class FeishuThread:
     """``bots.chat.delivery.ThreadPoster`` for one run's Feishu thread."""
 
-    def __init__(self, run: RunRecord, api: FeishuApi, store: ChatStores) -> None:
+    def __init__(
+        self,
+        run: RunRecord,
+        api: FeishuApi,
+        store: ChatStores,
+        group_messages: GroupMessages | None = None,
+    ) -> None:
         self._run = run
         self._api = api
         self._store = store
+        self._group_messages = group_messages
         self.thread = run.thread
         self.language = request_language(run.topic)
         self._title = heading_of(run)
+
+    @property
+    def _mention_needed(self) -> bool:
+        """Whether a reply in this run's thread must mention the bot to reach it: in a group
+        (a private chat's every message reaches it), unless plain replies are heard."""
+        in_private = (self._run.platform_context or {}).get(CHAT_TYPE) == "p2p"
+        heard = self._group_messages is not None and self._group_messages.heard
+        return not (in_private or heard)
 
     @property
     def root(self) -> str:
@@ -82,6 +101,7 @@ class FeishuThread:
             language=self.language,
             title=self._title,
             buttons=buttons,
+            mention_to_steer=bool(buttons) and self._mention_needed,
         )
 
     async def post_progress(self, content: str) -> str:
@@ -142,7 +162,14 @@ class FeishuThread:
 class FeishuPosters(ThreadPosters):
     """The posters of thread keys ``feishu:<tenant>:<chat>:<root>``."""
 
-    def __init__(self, api: FeishuApi, store: ChatStores, *, edit_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        api: FeishuApi,
+        store: ChatStores,
+        *,
+        edit_interval: float = 1.0,
+        group_messages: GroupMessages | None = None,
+    ) -> None:
         super().__init__(
             store,
             edit_interval=max(edit_interval, MIN_EDIT_INTERVAL),
@@ -150,6 +177,9 @@ class FeishuPosters(ThreadPosters):
             burst=20,
         )
         self._api = api
+        self._group_messages = group_messages
 
     async def poster_for(self, run: RunRecord) -> FeishuThread:
-        return FeishuThread(run, self._api, self._store)
+        if self._group_messages is not None:
+            await self._group_messages.refresh()  # at most every CHECK_EVERY seconds
+        return FeishuThread(run, self._api, self._store, self._group_messages)

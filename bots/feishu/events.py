@@ -41,6 +41,9 @@ MESSAGE_EVENT = "im.message.receive_v1"
 CARD_ACTION_EVENT = "card.action.trigger"
 #: Signed requests older (or newer) than this are refused as replays (seconds).
 MAX_SKEW = 3600
+#: The key of a request's platform context (kept with its run) naming its chat's type,
+#: ``p2p`` or ``group`` (a private chat needs no mention: ``bots.feishu.delivery``).
+CHAT_TYPE = "chat_type"
 
 
 @dataclass(frozen=True)
@@ -264,7 +267,10 @@ def translate(
 ) -> FeishuRequest | None:
     """The request in an ``im.message.receive_v1`` event, or None when it is not for the bot
     (another event, a message from a bot or the bot itself). A group message without the
-    bot's mention is returned not ``addressed`` (only its files matter: kept, unanswered).
+    bot's mention (delivered with ``im:message.group_msg``) is returned not ``addressed``:
+    its files are kept unanswered, and a reply in a thread (``in_thread``: its ``root_id``
+    is another message) may steer that thread's research (the chat layer decides). Its
+    ``context`` names the chat's type (:data:`CHAT_TYPE`), kept with a run it starts.
     ``file_window``: seconds that files sent on their own wait for the next request (0:
     they are not kept)."""
     header, event = _obj(payload, "header"), _obj(payload, "event")
@@ -326,6 +332,7 @@ def translate(
         addressed=addressed,
         in_thread=bool(root and root != message_id),
         delivery_key=f"feishu:event:{event_id}" if event_id else None,
+        context={CHAT_TYPE: "p2p" if chat_type == "p2p" else "group"},
         attachments=attachments,
         earlier_files=scope,
         earlier_window=file_window if scope is not None else 0.0,

@@ -33,18 +33,28 @@ class FeishuPlatform(ChatPlatform[FeishuSettings]):
     async def open(self, runner: JobRunner | None) -> OpenPlatform:
         from bots.feishu.api import FeishuApi
         from bots.feishu.delivery import FeishuPosters
+        from bots.feishu.scopes import GroupMessages
 
         settings = self.settings
         self._api = api = FeishuApi(
             settings.app_id or "", settings.app_secret or "", settings.domain
         )
-        posters = FeishuPosters(api, self.services.store, edit_interval=settings.edit_interval)
+        # One per process: the adapter's start-up line and every run's card read it.
+        group_messages = GroupMessages(api.granted_scopes, settings.group_messages)
+        posters = FeishuPosters(
+            api,
+            self.services.store,
+            edit_interval=settings.edit_interval,
+            group_messages=group_messages,
+        )
         if runner is None:
             return OpenPlatform(posters)
         from bots.feishu.app import FeishuAdapter, feishu_markup
 
         chat = self.services.commands(runner, feishu_markup())
-        adapter = FeishuAdapter(settings, chat, api, self.services.limits)
+        adapter = FeishuAdapter(
+            settings, chat, api, self.services.limits, group_messages=group_messages
+        )
         await adapter.start()
         return OpenPlatform(posters, adapter)
 

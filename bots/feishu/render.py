@@ -136,9 +136,12 @@ def progress_card(
     language: Language,
     title: str | None = None,
     buttons: Sequence[Button] = (),
+    mention_to_steer: bool = False,
 ) -> str:
     """The progress card: what is researched, the engine's status line and, while the run
-    works, its ``buttons`` (``title``: a digest's heading, in the card's header)."""
+    works, its ``buttons`` (``title``: a digest's heading, in the card's header) and, when a
+    reply must mention the bot to reach it (``mention_to_steer``: the app lacks
+    ``im:message.group_msg``, ``bots.feishu.scopes``), a line that says so."""
     shown = escape_text(_clip(topic, _TOPIC_CHARS))
     line = "\n".join(escape_text(line) for line in status_lines(status, _STATUS_CHARS))
     head = pick(
@@ -146,7 +149,15 @@ def progress_card(
         f"Researching **{shown}** (depth {depth})",
         f"正在研究 **{shown}**（深度 {depth}）",
     )
-    return card(f"{head}\n{line}", title=title or "Fathom", template="blue", buttons=buttons)
+    text = f"{head}\n{line}"
+    if mention_to_steer:
+        text += "\n" + pick(
+            language,
+            "To steer this research, or to type stop or cancel, mention me in a reply in "
+            "this thread.",
+            "要引导这个研究，或输入“停止”“取消”，请在本话题的回复中 @我。",
+        )
+    return card(text, title=title or "Fathom", template="blue", buttons=buttons)
 
 
 def report_title(markdown: str) -> str:

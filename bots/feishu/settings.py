@@ -1,5 +1,6 @@
 """Feishu/Lark's settings: the app's credentials, its domain, the ingress mode, edit pace,
-and how long files sent on their own wait for a request."""
+how long files sent on their own wait for a request, and whether plain group replies reach
+the app (``FATHOM_FEISHU_GROUP_MESSAGES``; unset: asked of Feishu, ``bots.feishu.scopes``)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ class FeishuSettings(PlatformSettings):
     file_window: float = Field(
         default=600.0, ge=0, le=86_400, validation_alias=env("FATHOM_FEISHU_FILE_WINDOW")
     )
+    #: Whether Feishu delivers group messages that do not mention the bot (the app holds
+    #: ``im:message.group_msg``); None: Fathom asks Feishu's scope-status API.
+    group_messages: bool | None = Field(
+        default=None, validation_alias=env("FATHOM_FEISHU_GROUP_MESSAGES")
+    )
 
     @field_validator("domain", mode="before")
     @classmethod
@@ -53,6 +59,14 @@ class FeishuSettings(PlatformSettings):
     @classmethod
     def _mode(cls, value: object) -> object:
         return lowered(value)
+
+    @field_validator("group_messages", mode="before")
+    @classmethod
+    def _group_messages(cls, value: object) -> object:
+        """Empty or ``auto``: not said (asked of Feishu)."""
+        if isinstance(value, str) and value.strip().lower() in ("", "auto"):
+            return None
+        return value
 
     @property
     def enabled(self) -> bool:

@@ -1,8 +1,10 @@
 """A fake Feishu/Lark Open API (REST and the long connection) and webhook delivery builders.
 
 The real ``lark-oapi`` clients talk to it over HTTP and WebSocket: the tenant token, bot
-info, message reply/create, interactive-card PATCH (``update_multi`` required, 30 KB card
-limit, 5 updates a second per message), the files of users' messages (the message resource
+info, the app's scopes and whether the tenant granted them (``GET
+/open-apis/application/v6/scopes``, "查询租户授权状态"), message reply/create,
+interactive-card PATCH (``update_multi`` required, 30 KB card limit, 5 updates a second per
+message), the files of users' messages (the message resource
 API: the bytes with ``Content-Type`` and ``Content-Disposition`` to a valid tenant token and
 ``type=file`` only, Feishu's JSON errors otherwise), and ``/callback/ws/endpoint`` plus a WebSocket
 speaking the SDK's protobuf frames, over which a test pushes real ``im.message.receive_v1``
@@ -41,6 +43,15 @@ APP_ID = "cli_fathom_test"
 APP_SECRET = "fake-app-secret"
 TENANT = "tenant_1"
 BOT_OPEN_ID = "ou_bot_fathom"
+#: The scope that makes Feishu deliver every group message to the app ("获取群组中所有消息").
+GROUP_MESSAGES_SCOPE = "im:message.group_msg"
+#: The scopes docs/feishu.md asks for (all granted), without the optional group messages.
+BASE_SCOPES = (
+    "im:message:send_as_bot",
+    "im:message.p2p_msg:readonly",
+    "im:message.group_at_msg:readonly",
+    "im:message:readonly",
+)
 MAX_CARD_BYTES = 30 * 1024
 PATCHES_PER_SECOND = 5
 RATE_LIMITED = 99991400
@@ -256,6 +267,9 @@ class FakeFeishu:
             tuple[asyncio.AbstractEventLoop, asyncio.Queue[bytes], asyncio.Event]
         ] = []
         self.ws_acks: dict[str, dict[str, Any]] = {}
+        #: The app's tenant scopes and whether each is granted (``grant_status`` 1, else 2),
+        #: as the scope-status API lists them.
+        self.scopes: dict[str, bool] = dict.fromkeys(BASE_SCOPES, True)
 
     # -- test controls ------------------------------------------------------------------
     def saw(self, payload: dict[str, Any]) -> None:
@@ -353,6 +367,12 @@ class FakeFeishu:
         if kind == "bot":
             bot = {"open_id": BOT_OPEN_ID, "app_name": "Fathom", "activate_status": 2}
             return 200, {"code": 0, "msg": "ok", "bot": bot}, {}
+        if kind == "scopes":  # the shape of Feishu's "查询租户授权状态" answer
+            listed = [
+                {"scope_name": name, "scope_type": "tenant", "grant_status": 1 if ok else 2}
+                for name, ok in self.scopes.items()
+            ]
+            return 200, {"code": 0, "msg": "success", "data": {"scopes": listed}}, {}
         if kind in ("reply", "create"):
             return self._send(kind, path, body)
         if kind == "patch":
@@ -560,6 +580,8 @@ def _kind(method: str, path: str) -> str:
         return "token"
     if path.endswith("/bot/v3/info") or path.endswith("/bot/v3/info/"):
         return "bot"
+    if method == "GET" and path.rstrip("/").endswith("/application/v6/scopes"):
+        return "scopes"
     if method == "POST" and path.endswith("/reply"):
         return "reply"
     if method == "POST" and path.rstrip("/").endswith("/im/v1/messages"):
@@ -665,6 +687,8 @@ def message_event(
     chat_id: str = "oc_chat_1",
     message_id: str | None = None,
     root_id: str = "",
+    parent_id: str | None = None,
+    thread_id: str = "",
     sender: str = "ou_user_1",
     sender_type: str = "user",
     mention_bot: bool = False,
@@ -676,7 +700,10 @@ def message_event(
     tenant: str = TENANT,
 ) -> dict[str, Any]:
     """An ``im.message.receive_v1`` event (schema 2.0). ``mention_bot`` puts ``@_user_1`` (the
-    bot) before the text; ``mentions`` adds other people (open id, name)."""
+    bot) before the text; ``mentions`` adds other people (open id, name). A reply has
+    ``root_id`` (the first message of its reply tree), ``parent_id`` (the message it
+    answers; the root unless given) and, inside a topic, ``thread_id`` (``omt_…``), as
+    Feishu's "消息管理概述" describes them and the SDK's ``EventMessage`` carries them."""
     people: list[dict[str, Any]] = []
     prefix = ""
     if mention_bot:
@@ -705,13 +732,15 @@ def message_event(
     message: dict[str, Any] = {
         "message_id": message_id,
         "root_id": root_id,
-        "parent_id": root_id,
+        "parent_id": root_id if parent_id is None else parent_id,
         "create_time": str(int(time.time() * 1000)),
         "chat_id": chat_id,
         "chat_type": chat_type,
         "message_type": message_type,
         "content": json.dumps(content, ensure_ascii=False),
     }
+    if thread_id:
+        message["thread_id"] = thread_id
     if people:
         message["mentions"] = people
     return {
