@@ -391,7 +391,8 @@ class ChatCommands:
         it steers like any reply there (or a control word acts on); and a control word
         (``stop``, ``cancel``, ``status``) in any research's thread, answered even when the
         research has ended (too late, nothing running). Anything else, and a message whose
-        ids are not valid (nothing is looked up with them), is not read."""
+        ids ``handle`` would refuse (empty, too long: nothing is looked up with them), is
+        not read."""
         if not message.in_thread:
             return False
         try:
