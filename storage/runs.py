@@ -375,6 +375,54 @@ class RunStore:
         stmt = update(_runs).where(_runs.c.id == run_id).values(progress_message_id=message_id)
         await self._db.run(lambda conn: conn.execute(stmt))
 
+    async def reserve_progress_message(self, run_id: str, marker: str) -> bool:
+        """Mark a queued run without a progress message as having one on the way (its
+        request's answer posts it: ``bots.chat.announce``), in one statement: False when the
+        run is no longer queued (a runner took it, and posts its own) or has a message."""
+        stmt = (
+            update(_runs)
+            .where(
+                _runs.c.id == run_id,
+                _runs.c.status == RunStatus.QUEUED,
+                _runs.c.progress_message_id.is_(None),
+            )
+            .values(progress_message_id=marker)
+            .returning(_runs.c.id)
+        )
+        return await self._db.run(lambda conn: conn.execute(stmt).first() is not None)
+
+    async def settle_progress_message(
+        self, run_id: str, marker: str, message_id: str | None
+    ) -> bool:
+        """Replace ``marker`` (:meth:`reserve_progress_message`) with the message posted
+        (None: none was), in one statement: False when the run's runner stopped waiting for
+        it and posted a message of its own meanwhile."""
+        stmt = (
+            update(_runs)
+            .where(_runs.c.id == run_id, _runs.c.progress_message_id == marker)
+            .values(progress_message_id=message_id)
+            .returning(_runs.c.id)
+        )
+        return await self._db.run(lambda conn: conn.execute(stmt).first() is not None)
+
+    async def queue_place(self, run_id: str) -> int | None:
+        """The run's place among the queued runs, oldest first (1: next to start); None
+        when it is not queued."""
+        earlier = select(func.count()).where(
+            _runs.c.status == RunStatus.QUEUED,
+            (_runs.c.created_at < bindparam("created"))
+            | ((_runs.c.created_at == bindparam("created")) & (_runs.c.id < run_id)),
+        )
+        mine = select(_runs.c.status, _runs.c.created_at).where(_runs.c.id == run_id)
+
+        def work(conn: Connection) -> int | None:
+            row = conn.execute(mine).first()
+            if row is None or row.status != RunStatus.QUEUED:
+                return None
+            return int(conn.execute(earlier, {"created": row.created_at}).scalar_one()) + 1
+
+        return await self._db.run(work)
+
     # -- queries ----------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunRecord | None:

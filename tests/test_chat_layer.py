@@ -16,6 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import delete
 
+from bots.chat.announce import QueueAnnouncer
 from bots.chat.controls import Control
 from bots.chat.inbound import ChatCommands, Parsed
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage, RateLimited, Refusal
@@ -96,10 +97,16 @@ async def world(
     search = SearxngProvider(http, base_url=search_server.url, base_delay=0.01)
     runners: list[InProcessJobRunner] = []
 
-    def make(quota: UserQuota | None = None, read_pages: bool = False, **settings: object) -> World:
+    def make(
+        quota: UserQuota | None = None,
+        read_pages: bool = False,
+        slots: int = 200,
+        **settings: object,
+    ) -> World:
         """A chat world on the fixture's store and fakes; ``quota``: the service's daily
         quota per user (FATHOM_USER_DAILY_RUNS and _TOKENS); ``read_pages``: its runs read
-        the fake search's result pages."""
+        the fake search's result pages; ``slots``: runs its runner executes at once
+        (FATHOM_MAX_CONCURRENT_RUNS)."""
         reader = None
         if read_pages:
             fetcher = PageFetcher(http, timeout=30.0, allow_loopback=True)
@@ -110,12 +117,19 @@ async def world(
         )
         chat = MemoryChat(report_limit=int(str(settings.pop("report_limit", 2_000))))
         config = ChatPolicy.load(_env_file=None, **settings)
+        posters = chat.factory(store)
         job = ResearchJob(
-            service.executor, store.runs, store.claims, {PLATFORM: chat.factory(store)}, policy=FAST
+            service.executor, store.runs, store.claims, {PLATFORM: posters}, policy=FAST
         )
-        runner = InProcessJobRunner(job, claims=store.claims, timing=service.executor.timing)
+        runner = InProcessJobRunner(
+            job, claims=store.claims, timing=service.executor.timing, max_concurrent=slots
+        )
         runners.append(runner)
-        commands = ChatCommands(config, service.requests, store, runner, MemoryMarkup())
+        announcer = QueueAnnouncer(posters, store)
+        stack.push_async_callback(announcer.aclose)
+        commands = ChatCommands(
+            config, service.requests, store, runner, MemoryMarkup(), announcer=announcer
+        )
         return World(chat, commands, store, runner, (config, service, store, runner))
 
     try:
@@ -147,6 +161,48 @@ async def test_a_request_becomes_one_run_shown_in_one_progress_message_then_the_
     assert run.report_parts_posted == len(reports)
 
 
+async def test_a_request_waiting_in_line_shows_its_place_and_a_cancel_button_at_once(
+    world: Callable[..., World], llm_server: FakeLLMServer
+) -> None:
+    """One run at a time (FATHOM_MAX_CONCURRENT_RUNS=1) and one research running: the next
+    requests are acknowledged at once by their progress message, saying their place in line,
+    with a Cancel button (no Stop: nothing is found yet). Cancel takes a request out of the
+    line and its message says so at once; the other one starts in its same message once the
+    runner is free."""
+    w = world(slots=1)
+    await w.runner.start()
+    llm_server.fake.script("writer", Hang(60))
+    await w.chat.say(w.commands, "heat pumps depth=1")
+    await w.progress_shows("Writing the report")
+    await w.chat.say(w.commands, "tidal power depth=1", thread="t2", user="U2")
+    await w.chat.say(w.commands, "wave power depth=1", thread="t3", user="U3")
+    second = (
+        "Queued: 1st in line. It starts when a runner is free; Cancel takes it out of the line."
+    )
+    await w.progress_shows(second, "t2")
+    await w.progress_shows("Queued: 2nd in line.", "t3")
+    (waiting,) = w.chat.messages(w.thread("t3"), "progress")
+    assert waiting.buttons == (Control.CANCEL,)
+    (third,) = await w.runs("t3")
+    assert third.status == "queued"
+    answer = await w.chat.press(w.commands, third.id, Control.CANCEL, user="U3")
+    assert answer.startswith("🛑 Cancelling “wave power”"), answer
+    await w.progress_shows("Research cancelled after 0 of 1 searches.", "t3")
+    assert waiting.buttons == ()
+    (first,) = await w.runs()
+    await w.chat.press(w.commands, first.id, Control.CANCEL)  # the runner is free again
+    (done,) = await w.delivered("t2")
+    assert done.status == "succeeded"
+    (progress,) = w.chat.messages(w.thread("t2"), "progress")  # the same message, edited
+    assert progress.versions[0].endswith(second)
+    assert progress.button_versions[0] == (Control.CANCEL,)
+    assert any("Researching “tidal power”" in v for v in progress.versions[1:])
+    assert "Research done" in progress.text and progress.buttons == ()
+    assert w.chat.messages(w.thread("t2"), "report")
+    (ended,) = await w.delivered("t3")
+    assert ended.status == "cancelled" and len(w.chat.messages(w.thread("t3"))) == 1
+
+
 async def test_a_chinese_request_is_answered_in_chinese_around_the_fixed_progress_line(
     world: Callable[..., World],
 ) -> None:
@@ -157,7 +213,10 @@ async def test_a_chinese_request_is_answered_in_chinese_around_the_fixed_progres
     await w.chat.say(w.commands, "/research 人工智能在医疗领域的最新发展 depth=2")
     await w.delivered()
     (progress,) = w.chat.messages(w.thread(), "progress")
-    assert progress.versions[0].endswith("正在研究“人工智能在医疗领域的最新发展”，深度 2…")
+    assert progress.versions[0].endswith(
+        "排队中：第 1 位。有空闲的执行者时开始；点“取消”可退出排队。"
+    )
+    assert progress.versions[1].endswith("正在研究“人工智能在医疗领域的最新发展”，深度 2…")
     assert any("1/2th search executed. 正在搜索：" in v for v in progress.versions)
     assert "研究完成：2/2 次搜索" in progress.text
     bad = await w.chat.say(w.commands, "/research 人工智能 depth=0", thread="t2")
@@ -930,12 +989,13 @@ async def test_a_progress_message_refused_for_good_is_not_asked_for_at_every_ste
     final state is tried once (here the platform takes it)."""
     w = world()
     await w.runner.start()
-    w.chat.fail("post", Refusal("the bot is not in the conversation"))
+    refused = Refusal("the bot is not in the conversation")
+    w.chat.fail("post", refused, refused)  # its announcement, then the run's own first post
     await w.chat.say(w.commands, "heat pumps depth=3")
     (run,) = await w.delivered()
     assert run.status == "succeeded"
     posts = [call for call in w.chat.calls if call[0] == "post"]
-    assert len(posts) == 2  # the refused first one, and the final state
+    assert len(posts) == 3  # the refused announcement and first one, and the final state
     (progress,) = w.chat.messages(w.thread(), "progress")
     assert "Research done" in progress.text and len(progress.versions) == 1
 

@@ -31,6 +31,7 @@ from tests.fakes.dingtalk import (
     CLIENT_SECRET,
     CORP,
     MAX_BODY_BYTES,
+    FakeCard,
     FakeDingTalk,
     FakeDingTalkServer,
     bot_message,
@@ -596,6 +597,39 @@ async def test_a_dingtalk_research_cites_the_team_server_its_platform_may_use(
 # -- buttons ---------------------------------------------------------------------------------
 
 
+def started_card(bot: DingTalkBot, run_id: str) -> FakeCard | None:
+    """The run's progress card once its research runs (before, while the request waits in
+    line, it carries Cancel only)."""
+    card = bot.fake.cards.get(f"fathom_{run_id}")
+    return card if card is not None and "fathom_stop" in card.button_ids else None
+
+
+async def test_a_request_waiting_in_line_gets_its_card_at_once_with_its_place_and_cancel(
+    dingtalk: DingTalkFactory, search_server: FakeSearchServer
+) -> None:
+    """One research at a time (FATHOM_MAX_CONCURRENT_RUNS=1) and one running: the next
+    request gets its progress card at once, saying its place in line, with Cancel only;
+    Cancel takes it out of the line and the card says so, without its button."""
+    bot = await dingtalk(mode="stream", FATHOM_MAX_CONCURRENT_RUNS="1")
+    await wait_for(lambda: _stream_connected(bot.served))
+    search_server.fake.hold_pages()
+    await bot.push(bot.message("/research tidal power depth=2", group=True, msg_id="msg_q1"))
+    await wait_for(lambda: search_server.fake.page_requests)
+    await bot.push(bot.message("/research wave power depth=1", group=True, msg_id="msg_q2"))
+    runs = await bot.served.runs(USER)
+    (waiting,) = [r for r in runs if r.topic == "wave power"]
+    card = await wait_for(lambda: bot.fake.cards.get(f"fathom_{waiting.id}"))
+    assert card.button_ids == ["fathom_cancel"]
+    assert "Queued: 1st in line." in json.dumps(card.params, ensure_ascii=False)
+    await bot.press(card_callback(card, "fathom_cancel"))
+    (answer,) = await bot.told("staff_1", 1)
+    assert answer.text.startswith("🛑 Cancelling “wave power”")
+    await wait_for(lambda: "Research cancelled" in json.dumps(card.params) and not card.button_ids)
+    search_server.fake.release_pages()
+    first, second = sorted(await bot.delivered(2), key=lambda r: r.created_at)
+    assert (first.status, second.status) == ("succeeded", "cancelled")
+
+
 async def test_card_buttons_over_the_stream_stop_the_run_and_rate_the_report(
     dingtalk: DingTalkFactory, search_server: FakeSearchServer
 ) -> None:
@@ -604,7 +638,7 @@ async def test_card_buttons_over_the_stream_stop_the_run_and_rate_the_report(
     search_server.fake.hold_pages()
     await bot.push(bot.message("/research tidal power depth=5", group=True, msg_id="msg_b1"))
     [run] = await bot.served.runs(USER)
-    card = await wait_for(lambda: bot.fake.cards.get(f"fathom_{run.id}"))
+    card = await wait_for(lambda: started_card(bot, run.id))
     assert card.template_id == "1366a1eb-bc54-4859-ac88-517c56a9acb1.schema"
     assert card.button_ids == ["fathom_stop", "fathom_cancel"]
     await wait_for(lambda: search_server.fake.page_requests)
@@ -680,7 +714,7 @@ async def test_card_buttons_over_the_http_callback_cancel_the_run(
     search_server.fake.hold_pages()
     await bot.send(bot.message("/research geothermal depth=5", group=True, msg_id="msg_h1"))
     [run] = await bot.served.runs(USER)
-    card = await wait_for(lambda: bot.fake.cards.get(f"fathom_{run.id}"))
+    card = await wait_for(lambda: started_card(bot, run.id))
     assert card.callback == "fathom" and card.button_ids == ["fathom_stop", "fathom_cancel"]
     address = bot.fake.card_routes["fathom"]
     assert address.startswith(f"{public}?key=")

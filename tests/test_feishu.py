@@ -784,11 +784,20 @@ def button_actions(message: FeishuMessage) -> list[str]:
     ]
 
 
-async def progress_card_with_buttons(bot: FeishuBot, root: str) -> FeishuMessage:
+async def progress_card_with_buttons(
+    bot: FeishuBot, root: str, *, started: bool = False
+) -> FeishuMessage:
+    """The progress card once it shows buttons (``started``: the running research's two;
+    before a runner takes it, the card of a request in line carries Cancel only)."""
+
     async def shown() -> FeishuMessage | None:
         thread = bot.thread(root)
+        if not thread or not button_actions(thread[0]):
+            return None
+        if started and button_actions(thread[0]) != ["fathom_stop", "fathom_cancel"]:
+            return None
         # A copy: the card as the client shows it now (a later press may come from it).
-        return copy.deepcopy(thread[0]) if thread and button_actions(thread[0]) else None
+        return copy.deepcopy(thread[0])
 
     found: FeishuMessage = await wait_for(shown)
     return found
@@ -807,7 +816,7 @@ async def test_card_buttons_over_the_webhook_stop_the_run_and_rate_the_report(
     bot = await feishu()
     search.fake.hold_pages()
     await bot.send(message_event("/research tidal power depth=5", token=TOKEN, message_id="om_b1"))
-    progress = await progress_card_with_buttons(bot, "om_b1")
+    progress = await progress_card_with_buttons(bot, "om_b1", started=True)
     assert button_actions(progress) == ["fathom_stop", "fathom_cancel"]
     await wait_for(lambda: search.fake.page_requests)
 
@@ -870,6 +879,34 @@ async def test_a_press_on_a_chinese_card_of_no_run_here_gets_a_chinese_toast(
     answer = await bot.send(moved)
     assert answer.status_code == 200
     assert toast(answer.json()) == "这个按钮不属于这里的研究；没有任何改动。"
+
+
+async def test_a_request_waiting_in_line_gets_its_card_at_once_with_its_place_and_cancel(
+    feishu: FeishuFactory, search: FakeSearchServer
+) -> None:
+    """One research at a time (FATHOM_MAX_CONCURRENT_RUNS=1) and one running: the next
+    request is answered at once by its progress card, saying its place in line, with Cancel
+    only; Cancel takes it out of the line and the card says so, without its button."""
+    bot = await feishu(FATHOM_MAX_CONCURRENT_RUNS="1")
+    search.fake.hold_pages()
+    await bot.send(message_event("/research tidal power depth=2", token=TOKEN, message_id="om_q1"))
+    await wait_for(lambda: search.fake.page_requests)
+    await bot.send(message_event("/research wave power depth=1", token=TOKEN, message_id="om_q2"))
+    card = await progress_card_with_buttons(bot, "om_q2")
+    assert button_actions(card) == ["fathom_cancel"]
+    assert "Queued: 1st in line." in card.markdown
+    ack = await bot.send(card_action_event(card, "fathom_cancel", token=TOKEN))
+    assert toast(ack.json()).startswith("🛑 Cancelling “wave power”")
+
+    def cancelled() -> bool:
+        (shown,) = bot.thread("om_q2")
+        return "Research cancelled" in shown.markdown and not button_actions(shown)
+
+    await wait_for(cancelled)
+    search.fake.release_pages()
+    first, second = sorted(await bot.delivered(2), key=lambda r: r.created_at)
+    assert (first.status, second.status) == ("succeeded", "cancelled")
+    assert len(bot.thread("om_q2")) == 1  # its one card, nothing more
 
 
 async def test_forged_card_callbacks_get_4xx_or_change_nothing(

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import httpx
 import pytest
 
+from bots.chat.announce import QueueAnnouncer
 from bots.chat.controls import Control, control_of
 from bots.chat.delivery import ChatDelivery
 from bots.chat.message import ChatMessage
@@ -382,6 +383,33 @@ async def test_a_chinese_run_shows_its_steps_and_buttons_in_chinese_around_the_f
     await delivery.aclose()
     last = rig.shown(run)[-1]
     assert last.controls == {Control.UP, Control.DOWN} and "👍 有用" in last.text
+
+
+async def test_a_run_waiting_in_line_is_announced_and_its_delivery_edits_that_message(
+    rig: Rig, store: Store
+) -> None:
+    """A request accepted while its run waits in line gets the run's progress message at
+    once (its place in line, a Cancel button and no Stop); the run's delivery, built later
+    from the run as it was read before (another process), edits that same message."""
+    run = await rig.run(store)
+    read_before = await store.runs.get_run(run.id)
+    assert read_before is not None
+    announcer = QueueAnnouncer(rig.factory(store), store)
+    marker = await announcer.reserve(run)
+    assert marker is not None
+    announcer.announce(run, marker)
+    await announcer.aclose()
+    queued = await _progress_of(rig, run)
+    assert "Queued: 1st in line." in queued.text and queued.controls == {Control.CANCEL}
+    delivery: ChatDelivery = await rig.factory(store).for_run(read_before)
+    line = search_executed_text(1, DEPTH)
+    await delivery.publish(_event(run, ProgressKind.SEARCHED, line, 1))
+    await wait_for(lambda: line in (rig.shown(run) or [Shown([""])])[0].text)
+    await delivery.post_status(f"Research done: 1/{DEPTH} searches, 1 sources.")
+    await delivery.aclose()
+    (progress,) = rig.shown(run)  # one message: announced, then edited
+    assert "Queued: 1st in line." in progress.texts()[0]
+    assert "Research done" in progress.text and not progress.controls
 
 
 # -- in: the same requests, written on each platform, make the same neutral message --------

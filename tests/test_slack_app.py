@@ -13,6 +13,7 @@ import json
 import re
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,7 +286,9 @@ async def test_the_thread_says_how_the_report_s_citations_held(start_bot: BotFac
 async def test_a_chinese_request_is_answered_in_chinese(start_bot: BotFactory) -> None:
     bot = await start_bot()
     response = await bot.command("固态电池 depth=2", trigger_id="trig-zh")
-    assert response.json()["text"] == ":mag: 好的：正在研究“固态电池”，共 2 轮搜索。"
+    assert response.json()["text"] == (
+        ":mag: 好的：正在研究“固态电池”，共 2 轮搜索。排队中：第 1 位，有空闲的执行者时开始。"
+    )
     bad = (await bot.command("固态电池 depth=0", trigger_id="trig-zh2")).json()["text"]
     assert "depth 必须在 1 到 10 之间；不允许 0。" in bad and "帮助" in bad
     [run] = await bot.finished()
@@ -878,6 +881,45 @@ async def test_a_vote_on_the_report_is_stored_once_and_a_second_press_changes_it
     ]
     [vote] = await bot.store.feedback.feedback_since()
     assert (vote.run_id, vote.voter, vote.value) == (run.id, USER, "down")
+
+
+async def test_a_slash_command_waiting_in_line_is_acknowledged_with_its_place_and_cancel(
+    start_bot: BotFactory,
+) -> None:
+    """One research at a time (FATHOM_MAX_CONCURRENT_RUNS=1) and one running: the next
+    ``/research`` is acknowledged (ephemeral) with its place in line and a Cancel button.
+    Slack sends a press on an ephemeral message without the message itself (the container
+    says ``is_ephemeral``: Slack's block_actions reference); it takes the request out of the
+    line."""
+    bot = await start_bot(FATHOM_MAX_CONCURRENT_RUNS="1")
+    bot.search.fake.hold_pages()
+    await bot.command("wave energy depth=2", trigger_id="t-first")
+    await progress_with_buttons(bot)
+    ack = (await bot.command("tidal power depth=1", trigger_id="t-second")).json()
+    assert ack["text"] == (
+        ":mag: On it: researching “tidal power” with 1 search rounds. Queued: 1st in line; "
+        "it starts when a runner is free."
+    )
+    (waiting,) = [r for r in await bot.runs() if r.topic == "tidal power"]
+    assert waiting.status == "queued"
+    section, controls = ack["blocks"]
+    assert section["text"]["text"] == ack["text"]
+    assert [(b["action_id"], b["value"]) for b in controls["elements"]] == [
+        ("fathom_cancel", waiting.id)
+    ]
+    press = block_actions_body(
+        {"ts": "1700000999.000100", "channel": "C0001", "blocks": ack["blocks"]}, "fathom_cancel"
+    )
+    payload = json.loads(urllib.parse.parse_qs(press.decode())["payload"][0])
+    payload["container"]["is_ephemeral"] = True
+    del payload["message"]
+    body = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
+    assert (await bot.post(body, FORM)).status_code == 200
+    (answer,) = await ephemeral_answers(bot, 1)
+    assert answer.params["text"].startswith(":octagonal_sign: Cancelling “tidal power”")
+    bot.search.fake.release_pages()
+    runs = await bot.finished(2)
+    assert sorted(r.status for r in runs) == ["cancelled", "succeeded"]
 
 
 async def test_forged_and_foreign_presses_change_nothing(start_bot: BotFactory) -> None:

@@ -716,6 +716,34 @@ async def test_cancel_pressed_by_the_requester_cancels_and_by_someone_else_does_
     assert verbs(bot.fake.chat(PERSONAL_CHAT)[0].body) == []
 
 
+async def test_a_request_waiting_in_line_gets_its_card_at_once_with_its_place_and_cancel(
+    teams: TeamsFactory, search_server: FakeSearchServer
+) -> None:
+    """One research at a time (FATHOM_MAX_CONCURRENT_RUNS=1) and one running: the next
+    request's reply chain gets its progress card at once, saying its place in line, with
+    Cancel only; Cancel takes it out of the line and the card says so, without its button."""
+    bot = await teams(FATHOM_MAX_CONCURRENT_RUNS="1")
+    search_server.fake.hold_pages()
+    await bot.send(channel_message(bot.url, "research tidal power depth=2"))
+    await wait_for(lambda: search_server.fake.page_requests)
+    asked = channel_message(bot.url, "research wave power depth=1")
+    await bot.send(asked)
+    (card,) = await wait_for(lambda: bot.fake.chain(CHANNEL_ID, asked["id"]))
+    assert verbs(card.body) == ["fathom_cancel"]
+    assert "Queued: 1st in line." in shown(card.body)
+    assert (await bot.press(card, "fathom_cancel", asked)).startswith("🛑 Cancelling")
+
+    def cancelled() -> bool:
+        (now,) = bot.fake.chain(CHANNEL_ID, asked["id"])
+        return "Research cancelled" in shown(now.body) and not verbs(now.body)
+
+    await wait_for(cancelled)
+    search_server.fake.release_pages()
+    (first, second) = sorted(await bot.delivered(2), key=lambda r: r.created_at)
+    assert (first.status, second.status) == ("succeeded", "cancelled")
+    assert len(bot.fake.chain(CHANNEL_ID, asked["id"])) == 1
+
+
 async def test_a_press_on_a_card_of_no_run_changes_nothing(teams: TeamsFactory) -> None:
     bot = await teams()
     asked = channel_message(bot.url, "research heat pumps depth=1")
@@ -785,15 +813,16 @@ async def test_a_bot_no_longer_in_the_conversation_cancels_its_run_and_posts_not
     ``{"error": {"code": "BotNotInConversationRoster", "message": "The bot is not part of the
     conversation roster."}}`` (MicrosoftDocs/bot-docs#1527; msteams-docs
     conversation-messages.md, "Status code responses": the app "needs to be reinstalled").
-    The research stops (cancelled: none of it could be shown), no post is tried again, and
-    the log says why."""
+    The research stops (cancelled: none of it could be shown), and the log says why. The
+    refused post is its progress message announced while the request waited in line: no post
+    is tried again but its final state, once, by its delivery."""
     bot = await teams()
     bot.fake.remove_bot(CHANNEL_ID)
     await bot.send(channel_message(bot.url, "research heat pumps depth=5"))
     (run,) = await bot.delivered()
     assert (run.status, run.delivery) == ("cancelled", "failed")
     assert run.delivery_error is not None and "BotNotInConversationRoster" in run.delivery_error
-    assert len(bot.fake.calls_to("send")) == 1 and bot.fake.calls_to("update") == []
+    assert len(bot.fake.calls_to("send")) == 2 and bot.fake.calls_to("update") == []
     assert bot.fake.messages == {}
     assert len(llm_server.fake.requests_for("writer")) == 0  # no report written for nobody
     assert any("cannot post in its conversation any more" in r.getMessage() for r in caplog.records)

@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from bots.chat.controls import Button, run_buttons
+from bots.chat.controls import Button, Control, run_buttons
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter, WorkspaceLimiters
 from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
@@ -47,6 +47,28 @@ from core.wording import Language, pick, request_language
 from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)
+
+#: How a run's stored progress message id says that its request's answer is posting it
+#: (``bots.chat.announce``): this prefix and a token of that answer's own.
+ANNOUNCING = "~announcing:"
+#: How long a run's delivery waits for a progress message on the way before it posts its
+#: own (seconds), and how often it looks meanwhile.
+ANNOUNCE_WAIT = 10.0
+ANNOUNCE_POLL = 0.05
+
+
+def announcing(message_id: str | None) -> bool:
+    """Whether a stored progress message id is only a message on the way."""
+    return message_id is not None and message_id.startswith(ANNOUNCING)
+
+
+def progress_elsewhere(language: Language) -> str:
+    """Status of a progress message posted while its run's own was being posted too."""
+    return pick(
+        language,
+        "This research's progress is shown in another message.",
+        "这个研究的进度显示在另一条消息中。",
+    )
 
 
 def report_opener_status(language: Language) -> str:
@@ -169,6 +191,9 @@ class ChatDelivery:
         self._timer = timer
         self.language = request_language(run.topic)
         self.message_id = run.progress_message_id
+        #: Whether the stored progress message was looked up since the run was read (a
+        #: request's answer may have announced one meanwhile: ``bots.chat.announce``).
+        self._looked = False
         self.buttons = run_buttons(run.id, self.language)
         self._throttle: EditThrottle | None = None
         self._final_posted: str | None = None  # the final state, posted as a new message
@@ -206,6 +231,7 @@ class ChatDelivery:
                 log.warning("activity of run %s not shown (%s)", self._run.id, reason)
 
     async def _publish(self, event: ProgressEvent) -> None:
+        await self._await_announcement()
         await self.poster.resume(self.message_id)
         final = event.kind is ProgressKind.FINISHED
         if self.message_id is None:
@@ -260,6 +286,7 @@ class ChatDelivery:
         very content), or post it; raises when the platform refused it. The activity ends
         (a run delivered by a replica that took it over after it ended)."""
         await self._end_activity(text)
+        await self._await_announcement()
         await self.poster.resume(self.message_id)
         if self.message_id is None:
             await self._post_progress(text, final=True)
@@ -314,9 +341,61 @@ class ChatDelivery:
     async def _ensure_thread(self) -> None:
         """Messages after the run need a thread: a run whose thread starts with its progress
         message, and which never managed to post one, posts one now."""
+        await self._await_announcement()
         await self.poster.resume(self.message_id)
         if self.poster.needs_opener:
             await self._post_progress(report_opener_status(self.language), final=True)
+
+    async def _await_announcement(self) -> None:
+        """A progress message announced while the run was queued (by the request's answer:
+        ``bots.chat.announce``) becomes this run's; one still on the way is waited for, at most
+        :data:`ANNOUNCE_WAIT` seconds, then this delivery posts its own (the answer, finding
+        its place taken, makes its message say so)."""
+        if self.message_id is None and not self._looked:
+            # Once, after the run was claimed: a message announced before the claim (on any
+            # replica) is this run's; none can be announced after it.
+            self._looked = True
+            run = await self._store.runs.get_run(self._run.id)
+            self.message_id = run.progress_message_id if run is not None else None
+        if not announcing(self.message_id):
+            return
+        waited_since = self._timer.now()
+        while True:
+            run = await self._store.runs.get_run(self._run.id)
+            stored = run.progress_message_id if run is not None else None
+            if not announcing(stored):
+                self.message_id = stored
+                return
+            if self._timer.now() - waited_since >= ANNOUNCE_WAIT:
+                log.warning(
+                    "run %s: its announced progress message did not come; posting one", self._run.id
+                )
+                self.message_id = None
+                return
+            await self._timer.sleep(ANNOUNCE_POLL)
+
+    async def announce(self, marker: str, status: str) -> None:
+        """Post the progress message of a run still queued, with ``status`` (its place in
+        line) and a Cancel button, in place of ``marker`` (reserved by
+        ``RunStore.reserve_progress_message``): the run's delivery then edits it. The marker
+        is cleared when the post fails. Should the run's delivery have stopped waiting and
+        posted its own meanwhile, this message says the progress is in that one."""
+        cancel = tuple(b for b in self.buttons if b.control is Control.CANCEL)
+        runs = self._store.runs
+        await self.poster.resume(None)
+        try:
+            message_id = await self.poster.post_progress(
+                self.poster.render_progress(status, None, cancel, ())
+            )
+        except BaseException:
+            await runs.settle_progress_message(self._run.id, marker, None)
+            raise
+        if await runs.settle_progress_message(self._run.id, marker, message_id):
+            self.message_id = message_id
+            await self.poster.resume(message_id)
+            return
+        moved = self.poster.render_progress(progress_elsewhere(self.language), message_id, (), ())
+        await self.poster.edit_progress(message_id, moved)
 
     async def _post_final(self, status: str) -> None:
         """A progress message that cannot be edited ends with a new message, posted once."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
+from bots.chat.announce import QueueAnnouncer
 from bots.chat.controls import Control, Press
 from bots.chat.greetings import is_greeting
 from bots.chat.message import PENDING_PREFIX, Answer, ChatMessage, Reply
@@ -109,7 +110,10 @@ class ChatCommands:
         markup: Markup,
         digests: DigestService | None = None,
         knowledge: InternalSources | None = None,
+        announcer: QueueAnnouncer | None = None,
     ) -> None:
+        """``announcer``: posts the progress message of a research accepted while it waits
+        in line (``bots.chat.announce``; None: the run's delivery posts it when it starts)."""
         self._policy = policy
         self._requests = requests
         self._store = store
@@ -117,6 +121,7 @@ class ChatCommands:
         self._markup = markup
         self._digests = digests
         self._knowledge = knowledge
+        self._announcer = announcer
 
     @property
     def store(self) -> ChatStores:
@@ -378,12 +383,33 @@ class ChatCommands:
             with contextlib.suppress(Exception):
                 await self._keep(message, attachments)
             raise
+        announcing = None
         if created:
+            if self._announcer is not None and not message.thread.startswith(PENDING_PREFIX):
+                # Reserved before the runner has it: announced unless a runner took it first.
+                announcing = await self._announcer.reserve(run)
             await self._runner.enqueue(run.id)
+            if announcing is not None and self._announcer is not None:
+                self._announcer.announce(run, announcing)
         else:  # another delivery of this request made the run: what this one took waits on
             await self._keep(message, attachments)
         left_out = message.unreadable + _named(screened.rejected) if created else ()
-        return Reply(replies.accepted(run.topic, run.depth), started=True, left_out=left_out)
+        # Its place in line, told here when no progress message tells it (a Slack slash
+        # command's acknowledgement: its thread starts with the run's progress message).
+        place = None
+        if created and announcing is None:
+            place = await self._store.runs.queue_place(run.id)
+        return Reply(
+            replies.accepted(run.topic, run.depth, place),
+            started=True,
+            left_out=left_out,
+            run_id=run.id,
+        )
+
+    async def aclose(self) -> None:
+        """Finish what is being announced (before the process stops taking requests)."""
+        if self._announcer is not None:
+            await self._announcer.aclose()
 
     async def _heard_unaddressed(self, message: ChatMessage, parsed: Parsed) -> bool:
         """Whether a message that does not address the bot (a plain reply in a thread, where
@@ -460,7 +486,15 @@ class ChatCommands:
         run = await self._target(message, prefix)
         if isinstance(run, _Refusal):
             return run.text(replies, stop=False)
-        return _cancel_answer(await self._requests.cancel(run.id), run, replies)
+        return _cancel_answer(await self._cancel_run(run), run, replies)
+
+    async def _cancel_run(self, run: RunRecord) -> CancelRequest:
+        """Cancel ``run``; one that waited in line ends at once, and its announced progress
+        message says so."""
+        answer = await self._requests.cancel(run.id)
+        if answer is CancelRequest.CANCELLED and self._announcer is not None:
+            self._announcer.cancelled(run)
+        return answer
 
     async def _stop(self, message: ChatMessage, prefix: str | None, replies: Replies) -> str:
         """Stop and write now, typed (``stop``, ``write now``, ``停止``, ...)."""
@@ -471,6 +505,8 @@ class ChatCommands:
         if answer is StopRequest.STOPPING:
             return replies.stopping(run)
         if answer is StopRequest.CANCELLED:  # queued: nothing found yet to write from
+            if self._announcer is not None:
+                self._announcer.cancelled(run)
             return replies.cancelled(run)
         return await self._not_taken(run.id, replies)
 
@@ -507,13 +543,15 @@ class ChatCommands:
             stop = press.control is Control.STOP
             return replies.only_starter_can_stop() if stop else replies.only_starter_can_cancel()
         if press.control is Control.CANCEL:  # (decided by the database, not by `run` as read)
-            return _cancel_answer(await self._requests.cancel(run.id), run, replies)
+            return _cancel_answer(await self._cancel_run(run), run, replies)
         if run.status.finished:  # Stop and write now
             return replies.already_finished()
         answer = await self._requests.stop(run.id)
         if answer is StopRequest.STOPPING:
             return replies.stopping(run)
         if answer is StopRequest.CANCELLED:
+            if self._announcer is not None:
+                self._announcer.cancelled(run)
             return replies.cancelled(run)
         return await self._not_taken(run.id, replies)
 

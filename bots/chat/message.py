@@ -95,6 +95,9 @@ class Reply:
     #: Nothing is answered: a message that did not address the bot and is neither guidance
     #: for a running research nor a control word.
     dropped: bool = False
+    #: The run a research request made or found (``started``), for an answer that carries
+    #: its buttons (Slack's acknowledgement of a slash command).
+    run_id: str | None = None
 
 
 #: Posts a reply in the request's thread (the adapter's translation of "answer this").

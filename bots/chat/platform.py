@@ -96,8 +96,13 @@ class PlatformServices:
     #: (:attr:`ChatPlatform.metadata`), for those tables.
     engine: AsyncEngine | None = None
 
-    def commands(self, runner: JobRunner, markup: Markup) -> ChatCommands:
-        """The shared chat layer, answering in ``markup``, submitting to ``runner``."""
+    def commands(
+        self, runner: JobRunner, markup: Markup, posters: ThreadPosters | None = None
+    ) -> ChatCommands:
+        """The shared chat layer, answering in ``markup``, submitting to ``runner``; with the
+        platform's ``posters``, a research accepted while it waits in line gets its progress
+        message at once (``bots.chat.announce``)."""
+        from bots.chat.announce import QueueAnnouncer
         from bots.chat.inbound import ChatCommands
 
         return ChatCommands(
@@ -108,6 +113,7 @@ class PlatformServices:
             markup,
             self.digests,
             knowledge=self.knowledge,
+            announcer=QueueAnnouncer(posters, self.store) if posters is not None else None,
         )
 
 
@@ -179,6 +185,13 @@ class ChatPlatform(ABC, Generic[SettingsT]):
         self.settings = settings
         self.services = services
         self.ingress: Ingress | None = None
+        self._chat: ChatCommands | None = None
+
+    def commands(self, runner: JobRunner, markup: Markup, posters: ThreadPosters) -> ChatCommands:
+        """The shared chat layer for this platform's ingress (:meth:`PlatformServices.commands`
+        with its posters), finished at :meth:`close_ingress`."""
+        self._chat = self.services.commands(runner, markup, posters)
+        return self._chat
 
     @classmethod
     def secret_patterns(cls) -> tuple[str, ...]:
@@ -253,6 +266,8 @@ class ChatPlatform(ABC, Generic[SettingsT]):
         """Stop taking requests and finish the answers in flight (before the runner stops)."""
         if self.ingress is not None:
             await self.ingress.close()
+        if self._chat is not None:
+            await self._chat.aclose()
 
     async def aclose(self) -> None:
         """Close the outbound clients (after the job runner has stopped)."""

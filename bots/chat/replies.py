@@ -106,6 +106,12 @@ def _sources_option(digest: DigestRecord) -> str:
     return "" if digest.sources == "all" else f"sources={digest.sources}"
 
 
+def ordinal(place: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``22nd``..."""
+    suffix = "th" if 10 <= place % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(place % 10, "th")
+    return f"{place}{suffix}"
+
+
 def _short(topic: str, limit: int = 80) -> str:
     return topic if len(topic) <= limit else topic[: limit - 1] + "…"
 
@@ -163,11 +169,23 @@ class Replies:
             "请等待其中一个完成，或用 `/research cancel` 停止一个。",
         )
 
-    def accepted(self, topic: str, depth: int) -> str:
+    def accepted(self, topic: str, depth: int, place: int | None = None) -> str:
+        """A research request taken (``place``: its place among the queued runs, 1 starts
+        next; None: it has started, or it is not this answer's to tell)."""
         topic = self.markup.escape(topic)
-        return self._icon("mag") + self._pick(
-            f"On it: researching “{topic}” with {depth} search rounds.",
-            f"好的：正在研究“{topic}”，共 {depth} 轮搜索。",
+        line = ""
+        if place is not None:
+            line = self._pick(
+                f" Queued: {ordinal(place)} in line; it starts when a runner is free.",
+                f"排队中：第 {place} 位，有空闲的执行者时开始。",
+            )
+        return (
+            self._icon("mag")
+            + self._pick(
+                f"On it: researching “{topic}” with {depth} search rounds.",
+                f"好的：正在研究“{topic}”，共 {depth} 轮搜索。",
+            )
+            + line
         )
 
     def thread_busy(self, active: RunRecord | None) -> str:

@@ -51,7 +51,7 @@ class FeishuPlatform(ChatPlatform[FeishuSettings]):
             return OpenPlatform(posters)
         from bots.feishu.app import FeishuAdapter, feishu_markup
 
-        chat = self.services.commands(runner, feishu_markup())
+        chat = self.commands(runner, feishu_markup(), posters)
         adapter = FeishuAdapter(
             settings, chat, api, self.services.limits, group_messages=group_messages
         )

@@ -49,6 +49,7 @@ from bots.slack.oauth import (
     installation_store,
     oauth_settings,
 )
+from bots.slack.render import acknowledgement_blocks
 from bots.slack.settings import SlackSettings
 from core.commands import invalid_id
 from core.grammar import ResearchCommand
@@ -193,11 +194,16 @@ class SlackCommands:
             await ack(text=self.chat.replies("en").error(str(error)), response_type="ephemeral")
             return
         try:
-            text = (await self.chat.handle(message)).text
+            reply = await self.chat.handle(message)
         except Exception:
             log.exception("slash command from %s failed", message.user)
-            text = self.chat.replies(message.lang).failure()
-        await ack(text=text, response_type="ephemeral")
+            await ack(text=self.chat.replies(message.lang).failure(), response_type="ephemeral")
+            return
+        if reply.started and reply.run_id:  # (its place in line, and Cancel until it starts)
+            blocks = acknowledgement_blocks(reply.text, reply.run_id, message.lang)
+            await ack(text=reply.text, blocks=blocks, response_type="ephemeral")
+            return
+        await ack(text=reply.text, response_type="ephemeral")
 
     async def on_mention(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext

@@ -26,7 +26,7 @@ from typing import Any
 from slack_sdk.models.blocks import PlanBlock, RichTextBlock, TaskCardBlock
 from slack_sdk.models.blocks.block_elements import UrlSourceElement
 
-from bots.chat.controls import Button
+from bots.chat.controls import Button, Control, run_buttons
 from bots.chat.markdown import link_citations, split_report, status_lines
 from core.models import Source
 from core.research.progress import ProgressTask, TaskStatus
@@ -147,6 +147,15 @@ def buttons_block(buttons: Sequence[Button]) -> dict[str, Any]:
             element["style"] = button.style
         elements.append(element)
     return {"type": "actions", "block_id": CONTROLS_BLOCK, "elements": elements}
+
+
+def acknowledgement_blocks(text: str, run_id: str, language: Language) -> list[dict[str, Any]]:
+    """The blocks of a slash command's acknowledgement of a research: its text (which says
+    its place in line while it waits) and the run's Cancel button (its progress message,
+    with both buttons, is posted once a runner takes it)."""
+    cancel = tuple(b for b in run_buttons(run_id, language) if b.control is Control.CANCEL)
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": _section_text(text)}}
+    return [section, buttons_block(cancel)]
 
 
 def _section_text(text: str) -> str:

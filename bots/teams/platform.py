@@ -75,7 +75,7 @@ class TeamsPlatform(ChatPlatform[TeamsSettings]):
         auth = ActivityAuth(
             http, metadata_url=settings.openid_metadata_url, app_id=settings.app_id or ""
         )
-        chat = self.services.commands(runner, teams_markup())
+        chat = self.commands(runner, teams_markup(), posters)
         adapter = TeamsAdapter(
             settings, chat, api, auth, stored, self.services.limits, cancel=cancel
         )
