@@ -225,6 +225,30 @@ MUTANTS: tuple[Mutant, ...] = (
         "lock: more than FATHOM_USER_DAILY_RUNS or FATHOM_USER_CONCURRENCY pass",
     ),
     Mutant(
+        name="token-reservation",
+        file="storage/runs.py",
+        old="    left = quota.tokens - int(charged)\n",
+        new="    left = quota.tokens - int(spent)\n",
+        tests=(
+            "tests/test_token_limits.py::"
+            "test_simultaneous_requests_on_two_replicas_spend_at_most_the_daily_tokens",
+        ),
+        breaks="FATHOM_USER_DAILY_TOKENS counts only what finished runs spent: simultaneous "
+        "requests all pass it",
+    ),
+    Mutant(
+        name="writer-fitted",
+        file="core/research/writer.py",
+        old="request = fit_writer(numbered, build, room, ",
+        new="request = fit_writer(numbered, build, None, ",
+        tests=(
+            "tests/test_token_limits.py::"
+            "test_the_run_token_budget_bounds_the_whole_run_the_writer_and_the_check_included",
+        ),
+        breaks="the writer's request is not fitted into FATHOM_MAX_RUN_TOKENS: the run passes "
+        "its budget",
+    ),
+    Mutant(
         name="knowledge-scope",
         file="core/knowledge/scope.py",
         old="        if prefix and all(prefix) and prefix == parts[: len(prefix)]:\n",

@@ -240,6 +240,11 @@ UNCHECKED_REASONS: dict[str, tuple[str, str]] = {
         "其仅有的来源含有针对 AI 模型的文字",
     ),
     "no_verifier": ("no verifier model was used", "未使用核对模型"),
+    "token_budget": (
+        "the run's token limit left too little for the check (FATHOM_MAX_RUN_TOKENS or "
+        "FATHOM_USER_DAILY_TOKENS)",
+        "本次研究的 token 限额已不足以核对（FATHOM_MAX_RUN_TOKENS 或 FATHOM_USER_DAILY_TOKENS）",
+    ),
 }
 #: The reason of a partial check that says none (what releases before issue 52 stored).
 _UNCHECKED_UNKNOWN = ("the verifier model could not be used", "核对模型无法使用")
@@ -491,6 +496,70 @@ def token_budget_words(language: Language, searches: int, tokens: int) -> str:
         f"已达到本次研究的 token 预算（{tokens:,} 个 token，FATHOM_MAX_RUN_TOKENS）而停止：",
     )
     return why + _built_from(language, searches)
+
+
+def token_quota_words(language: Language, searches: int, tokens: int) -> str:
+    """A note: the requester's daily token quota ended the searching."""
+    why = pick(
+        language,
+        f"Stopped at the requester's daily token quota ({tokens:,} tokens a day, "
+        "FATHOM_USER_DAILY_TOKENS): ",
+        f"已达到发起人每日的 token 额度（每天 {tokens:,} 个 token，FATHOM_USER_DAILY_TOKENS）"
+        "而停止：",
+    )
+    return why + _built_from(language, searches)
+
+
+def _token_limit(language: Language, tokens: int, quota: bool) -> str:
+    """The limit a run's tokens met: its budget, or its requester's daily quota."""
+    if quota:
+        return pick(
+            language,
+            f"the requester's daily token quota ({tokens:,} tokens of it for this run, "
+            "FATHOM_USER_DAILY_TOKENS)",
+            f"发起人每日的 token 额度（本次研究可用 {tokens:,} 个 token，"
+            "FATHOM_USER_DAILY_TOKENS）",
+        )
+    return pick(
+        language,
+        f"the run's token budget ({tokens:,} tokens, FATHOM_MAX_RUN_TOKENS)",
+        f"本次研究的 token 预算（{tokens:,} 个 token，FATHOM_MAX_RUN_TOKENS）",
+    )
+
+
+def writer_trimmed_words(
+    language: Language, tokens: int, quota: bool, *, shown: int, total: int, passages: int
+) -> str:
+    """A note: the writer was shown fewer sources (or fewer of their passages) than it would
+    have been, to keep the run within its token limit."""
+    limit = _token_limit(language, tokens, quota)
+    if language == "zh":
+        what = f"撰写报告时只提供了 {total} 个来源中的 {shown} 个" if shown < total else ""
+        cut = f"省略了 {passages} 段网页或文件摘录" if passages else ""
+        return f"为不超出{limit}，" + "，".join(x for x in (what, cut) if x) + "。"
+    parts = []
+    if shown < total:
+        parts.append(f"the writer was shown {shown} of {total} sources ({total - shown} left out)")
+    if passages:
+        parts.append(f"{passages} page or file passages were left out")
+    return f"To stay within {limit}, " + " and ".join(parts) + "."
+
+
+def writer_no_room_words(language: Language, tokens: int, quota: bool) -> str:
+    """Why the writer was not asked: the run's token limit left no room for its request."""
+    limit = _token_limit(language, tokens, quota)
+    return pick(language, f"{limit} left no room for its request", f"{limit}已不足以容纳其请求")
+
+
+def writer_skipped_words(language: Language, tokens: int, quota: bool) -> str:
+    """A note: no writer call fitted in what the run's token limit left; the findings are
+    listed instead."""
+    why = writer_no_room_words(language, tokens, quota)
+    return pick(
+        language,
+        f"The writer model was not asked: {why}, so the findings are listed instead.",
+        f"未调用撰写模型：{why}，因此改为列出检索结果。",
+    )
 
 
 def time_budget_words(language: Language, searches: int, seconds: float) -> str:

@@ -238,6 +238,7 @@ STOPPED_EARLY_WHY: dict[str, tuple[str, str]] = {
     "stopped": ("stopped on request", "应要求停止"),
     "token_budget": ("the run's token budget was reached", "已达到 token 预算"),
     "time_budget": ("the run's time budget was reached", "已达到时间预算"),
+    "token_quota": ("the requester's daily token quota was reached", "已达到发起人每日 token 额度"),
 }
 
 

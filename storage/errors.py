@@ -42,13 +42,17 @@ class UserBusy(RuntimeError):
 
 
 class QuotaReached(RuntimeError):
-    """The requester has used today's quota (``kind``: ``runs`` or ``tokens``)."""
+    """The requester has used today's quota (``kind``: ``runs`` or ``tokens``); ``reserved``:
+    of the tokens counted, how many are held by their queued and running runs (freed as far as
+    those do not spend them)."""
 
-    def __init__(self, kind: str, used: int, limit: int) -> None:
-        super().__init__(f"{used} {kind} today (limit {limit})")
+    def __init__(self, kind: str, used: int, limit: int, reserved: int = 0) -> None:
+        held = f", {reserved} of them reserved by unfinished runs" if reserved else ""
+        super().__init__(f"{used} {kind} today{held} (limit {limit})")
         self.kind = kind
         self.used = used
         self.limit = limit
+        self.reserved = reserved
 
 
 class VariablesConflict(RuntimeError):

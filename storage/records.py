@@ -79,11 +79,21 @@ class RunUsage:
 @dataclass(frozen=True, slots=True)
 class DailyQuota:
     """A requester's quota for the day that began at ``since`` (None: unlimited). Runs and
-    tokens of their requests since then count (a digest's firings do not)."""
+    tokens of their requests since then count (a digest's firings do not): a finished run its
+    tokens, a queued or running one its token allowance or its tokens, whichever is more.
+
+    A run admitted under ``tokens`` reserves its allowance: its request's estimate (the tokens
+    per search round of the last succeeded runs, ``fallback_per_round`` when there are none,
+    times its depth; at most ``run_tokens``, FATHOM_MAX_RUN_TOKENS), at most what is left of
+    the day; a request is refused while less than ``least`` (or the whole quota, when that is
+    smaller) is left."""
 
     since: datetime
     runs: int | None = None
     tokens: int | None = None
+    run_tokens: int | None = None
+    fallback_per_round: int = 10_000
+    least: int = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +172,9 @@ class RunRecord:
     verifier_completion_tokens: int = 0
     #: How the report's cited claims held (``core.claims.summary.CheckSummary`` as JSON).
     claim_check: dict[str, Any] | None = None
+    #: Its share of its requester's daily token quota, reserved when it was admitted and
+    #: grown while the day had room (None: no daily quota applies to it).
+    token_allowance: int | None = None
 
     @property
     def seconds(self) -> float | None:

@@ -12,12 +12,13 @@ number of replicas are admitted one after another.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, cast
 from uuid import uuid4
 
-from sqlalchemy import Select, Table, bindparam, exists, func, select, text, update
+from sqlalchemy import Select, Table, and_, bindparam, case, exists, func, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -75,13 +76,47 @@ _ACTIVE_RUN_COUNT = select(
     .scalar_subquery(),
     exists().where(_runs.c.dedupe_key == bindparam("dedupe_key")),
 )
-_USED_TODAY = select(
-    func.count(),
-    func.coalesce(func.sum(_runs.c.prompt_tokens + _runs.c.completion_tokens), 0),
-).where(
+_SPENT = _runs.c.prompt_tokens + _runs.c.completion_tokens
+#: What a run counts against its requester's daily tokens: a queued or running run its
+#: allowance (reserved when it was admitted) or what it spent, whichever is more; a finished
+#: one what it spent (its reservation settled).
+_CHARGED = case(
+    (
+        and_(_runs.c.status.in_(UNFINISHED_STATUSES), _runs.c.token_allowance > _SPENT),
+        _runs.c.token_allowance,
+    ),
+    else_=_SPENT,
+)
+_TODAYS = (
     _runs.c.requested_by == bindparam("requested_by"),
     _runs.c.created_at >= bindparam("since"),
     _runs.c.digest_id.is_(None),
+)
+#: A requester's runs today, the tokens they spent, and the tokens they count (reservations
+#: included).
+_USED_TODAY = select(
+    func.count(),
+    func.coalesce(func.sum(_SPENT), 0),
+    func.coalesce(func.sum(_CHARGED), 0),
+).where(*_TODAYS)
+#: The tokens a requester's other runs today count.
+_CHARGED_TODAY_BUT = select(func.coalesce(func.sum(_CHARGED), 0)).where(
+    *_TODAYS, _runs.c.id != bindparam("run_id")
+)
+#: How many tokens the last succeeded runs spent, and their depths (a new run's estimate).
+_RECENT_RUNS = (
+    select(_SPENT.label("spent"), _runs.c.depth)
+    .where(_runs.c.status == RunStatus.SUCCEEDED, _runs.c.depth > 0)
+    .order_by(_runs.c.finished_at.desc())
+    .limit(20)
+    .subquery()
+)
+_RECENT_SPENDING = select(
+    func.coalesce(func.sum(_RECENT_RUNS.c.spent), 0),
+    func.coalesce(func.sum(_RECENT_RUNS.c.depth), 0),
+)
+_ALLOWANCE = select(_runs.c.token_allowance, _SPENT, _runs.c.status).where(
+    _runs.c.id == bindparam("run_id")
 )
 _DEDUPE_USED = select(exists().where(_runs.c.dedupe_key == bindparam("dedupe_key")))
 #: Lock a run's row for a cancel or a stop and read what decides it (an update that
@@ -183,7 +218,9 @@ class RunStore:
         thread never both get a run. With ``user_limit``, raises :class:`UserBusy` when
         ``requested_by`` already has that many unfinished runs; a redelivery (a run with
         ``dedupe_key`` exists) is never refused. With ``quota``, raises :class:`QuotaReached`
-        when ``requested_by`` has used today's runs or tokens. Both are counted in the
+        when ``requested_by`` has used today's runs or tokens (spent, or reserved by their
+        unfinished runs); with a token quota, the new run reserves its share of what is left
+        (``token_allowance``, see :class:`DailyQuota`). All are counted in the
         transaction that inserts the run, under the requester's admission lock
         (:func:`lock_admission`): requests of one user racing on any number of replicas are
         decided one after another, each seeing the runs the earlier ones made.
@@ -221,18 +258,20 @@ class RunStore:
         dialect = self._db.dialect
 
         def work(conn: Connection) -> tuple[RunRecord, bool]:
+            allowance = None
             if limited and requested_by is not None:
                 lock_admission(conn, dialect, requested_by)
             if quota is not None and requested_by is not None:
-                _check_quota(conn, quota, requested_by, dedupe_key)
+                allowance = _check_quota(conn, quota, requested_by, dedupe_key, depth)
             if user_limit is not None and requested_by is not None:
                 counted = {"requested_by": requested_by, "dedupe_key": dedupe_key}
                 unfinished, seen = conn.execute(_ACTIVE_RUN_COUNT, counted).one()
                 if not seen and unfinished >= user_limit:
                     raise UserBusy(int(unfinished), user_limit)
             thread_id = conn.execute(self._upsert_thread, thread).scalar_one()
+            values = {**run, "thread_id": thread_id, "token_allowance": allowance}
             for _ in range(_CREATE_ATTEMPTS):
-                row = conn.execute(self._insert_run, {**run, "thread_id": thread_id})
+                row = conn.execute(self._insert_run, values)
                 inserted = row.mappings().first()
                 if inserted is not None:
                     # A console run is executed by the fathom process that makes it,
@@ -320,6 +359,38 @@ class RunStore:
                 return StopRequest.CANCELLED
             conn.execute(_FLAG_STOP, params)
             return StopRequest.STOPPING
+
+        return await self._db.run(work)
+
+    async def extend_allowance(
+        self, run_id: str, requested_by: str, quota: DailyQuota, more: int
+    ) -> int | None:
+        """Grow a running run's token allowance by up to ``more`` tokens, as far as its
+        requester's daily ``quota`` (the day its run was made) has room left by their other
+        runs, and at most ``quota.run_tokens``; decided under the requester's admission lock,
+        so two runs of one user growing at once (or a request admitted meanwhile) never pass
+        the quota together. Returns the allowance now (None: the run has none)."""
+        dialect = self._db.dialect
+
+        def work(conn: Connection) -> int | None:
+            lock_admission(conn, dialect, requested_by)
+            row = conn.execute(_ALLOWANCE, {"run_id": run_id}).first()
+            if row is None or row[0] is None or quota.tokens is None:
+                return None if row is None else row[0]
+            allowance, spent, status = int(row[0]), int(row[1]), row[2]
+            if status not in UNFINISHED_STATUSES:
+                return allowance
+            others = conn.execute(
+                _CHARGED_TODAY_BUT,
+                {"requested_by": requested_by, "since": quota.since, "run_id": run_id},
+            ).scalar_one()
+            grown = min(max(allowance, spent) + more, quota.tokens - int(others))
+            if quota.run_tokens is not None:
+                grown = min(grown, quota.run_tokens)
+            if grown <= allowance:
+                return allowance
+            conn.execute(update(_runs).where(_runs.c.id == run_id).values(token_allowance=grown))
+            return grown
 
         return await self._db.run(work)
 
@@ -579,18 +650,34 @@ def lock_admission(conn: Connection, dialect: str, requested_by: str) -> None:
 
 
 def _check_quota(
-    conn: Connection, quota: DailyQuota, requested_by: str, dedupe_key: str | None
-) -> None:
+    conn: Connection, quota: DailyQuota, requested_by: str, dedupe_key: str | None, depth: int
+) -> int | None:
     """QuotaReached when ``requested_by`` has used today's runs or tokens (a redelivery of a
-    request that already made its run is never refused)."""
+    request that already made its run is never refused); else the token allowance the new
+    run reserves (None: no token quota, or a redelivery)."""
     if quota.runs is None and quota.tokens is None:
-        return
+        return None
     if dedupe_key is not None and conn.execute(_DEDUPE_USED, {"dedupe_key": dedupe_key}).scalar():
-        return
-    runs, tokens = conn.execute(
+        return None
+    runs, spent, charged = conn.execute(
         _USED_TODAY, {"requested_by": requested_by, "since": quota.since}
     ).one()
     if quota.runs is not None and runs >= quota.runs:
         raise QuotaReached("runs", int(runs), quota.runs)
-    if quota.tokens is not None and tokens >= quota.tokens:
-        raise QuotaReached("tokens", int(tokens), quota.tokens)
+    if quota.tokens is None:
+        return None
+    left = quota.tokens - int(charged)
+    least = min(quota.least, quota.tokens)
+    if left < least:
+        raise QuotaReached("tokens", int(charged), quota.tokens, int(charged) - int(spent))
+    return max(min(_estimate(conn, quota, depth), left), least)
+
+
+def _estimate(conn: Connection, quota: DailyQuota, depth: int) -> int:
+    """The tokens a run of ``depth`` is expected to spend: the tokens per search round of the
+    last 20 succeeded runs (their total over their depths), else ``quota.fallback_per_round``,
+    times ``depth``; at most the run's own budget."""
+    spent, depths = conn.execute(_RECENT_SPENDING).one()
+    per_round = int(spent) / int(depths) if depths else quota.fallback_per_round
+    estimate = max(1, math.ceil(per_round * max(1, depth)))
+    return estimate if quota.run_tokens is None else min(estimate, quota.run_tokens)

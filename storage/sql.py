@@ -156,6 +156,7 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
         verifier_prompt_tokens=row["verifier_prompt_tokens"],
         verifier_completion_tokens=row["verifier_completion_tokens"],
         claim_check=row["claim_check"],
+        token_allowance=row["token_allowance"],
     )
 
 

@@ -145,6 +145,8 @@ class ResearchRun(Base):
     verifier_prompt_tokens: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     verifier_completion_tokens: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     claim_check: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # The run's share of its requester's daily token quota (0020; NULL: no quota applied).
+    token_allowance: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     #: Retention picks runs by it (migration 0016's index).

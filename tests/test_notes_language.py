@@ -154,6 +154,13 @@ SAMPLES: dict[str, Callable[[], str]] = {
     "stopped_early_words": lambda: note_words.stopped_early_words("zh", 2),
     "token_budget_words": lambda: note_words.token_budget_words("zh", 2, 50_000),
     "time_budget_words": lambda: note_words.time_budget_words("zh", 2, 300),
+    "token_quota_words": lambda: note_words.token_quota_words("zh", 2, 2_500),
+    "writer_trimmed_words": lambda: (
+        note_words.writer_trimmed_words("zh", 6_000, False, shown=12, total=40, passages=9)
+        + note_words.writer_trimmed_words("zh", 2_500, True, shown=40, total=40, passages=3)
+    ),
+    "writer_no_room_words": lambda: note_words.writer_no_room_words("zh", 6_000, False),
+    "writer_skipped_words": lambda: note_words.writer_skipped_words("zh", 2_500, True),
     "model_error_words": lambda: note_words.model_error_words("zh", FAILED),
 }
 

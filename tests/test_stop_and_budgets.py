@@ -5,7 +5,6 @@ Through the real service, store (SQLite and PostgreSQL) and fakes at the HTTP bo
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -13,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from core import wording
 from core.engine.budget import RunBudget
 from core.engine.graph import GraphSettings
 from core.engine.graph_state import NodeStatus
@@ -302,14 +302,19 @@ async def test_a_graph_run_stopped_mid_turn_answers_what_it_searched(
 
 
 def test_the_token_budget_keeps_the_writers_reserve() -> None:
+    """A small budget keeps half for the writer (a large one 20 %, at least 4,000 tokens:
+    tests/test_token_limits.py), and a step expected to pass the searching's share is not
+    begun."""
     from core.models import Usage
 
     budget = RunBudget(tokens=1000, seconds=60)
-    assert budget.searching_tokens == 800
-    assert budget.spent(Usage(prompt_tokens=700, completion_tokens=99), 10) is None
-    assert budget.spent(Usage(prompt_tokens=700, completion_tokens=100), 10) is (
+    assert budget.searching_tokens() == 500
+    assert budget.spent(Usage(prompt_tokens=400, completion_tokens=99), 10) is None
+    assert budget.spent(Usage(prompt_tokens=400, completion_tokens=100), 10) is (
         StopReason.TOKEN_BUDGET
     )
+    assert budget.spent(Usage(prompt_tokens=300), 10, next_step=200) is None
+    assert budget.spent(Usage(prompt_tokens=300), 10, next_step=201) is StopReason.TOKEN_BUDGET
     assert budget.spent(Usage(), 60) is StopReason.TIME_BUDGET
     assert RunBudget().spent(Usage(prompt_tokens=10**9), 10**9) is None  # unlimited
 
@@ -329,8 +334,9 @@ async def test_the_token_budget_stops_the_searching_and_the_report_says_so(
 
     await harness.service.executor.execute(probe, after_search(1, measure))
     (spent_by_one_plan,) = first_plan
-    # A budget whose searching share is used up by the second plan, not the first.
-    tokens = math.ceil((spent_by_one_plan + 1) / 0.8)
+    # A budget whose searching share (half of a small budget) takes one plan, one search and a
+    # second plan; a third, expected to be as large as the second, would pass it.
+    tokens = 4 * spent_by_one_plan + 2
     service = harness.build_service(budget=RunBudget(tokens=tokens))
     before = len(harness.search.fake.queries)
     run_id = await harness.submit(depth=5, thread="budget")
@@ -348,7 +354,8 @@ async def test_the_token_budget_stops_the_searching_and_the_report_says_so(
         f"reached); {len(outcome.sources)} sources."
     )
     tokens_used = outcome.usage.prompt_tokens + outcome.usage.completion_tokens
-    assert spent.startswith("1 search · ") and f"{tokens_used / 1000:.1f}k tokens" in spent
+    assert spent.startswith("1 search · ") and f" {wording._tokens(tokens_used)} tokens" in spent
+    assert tokens_used <= tokens  # the writer's request included
     # A replica that delivers the outcome later reads the same ending back.
     run = await harness.store.runs.get_run(run_id)
     assert run is not None
@@ -417,15 +424,18 @@ async def test_the_daily_run_quota_is_counted_across_replicas(
 
 
 @sqlite_only
-async def test_the_daily_token_quota_refuses_once_the_tokens_are_used(
+async def test_the_daily_token_quota_refuses_once_too_little_is_left(
     harness: Harness,  # noqa: F811
 ) -> None:
+    """A quota of 2,000 tokens: the first research runs within it, and the next request is
+    refused, as less than 2,000 tokens of the day are left."""
     service = harness.build_service(
-        quota=UserQuota(tokens=1), timezone="Asia/Shanghai", search=harness.search_provider
+        quota=UserQuota(tokens=2_000), timezone="Asia/Shanghai", search=harness.search_provider
     )
     run, _ = await service.requests.submit(chat_request("1"))
     outcome = await service.executor.execute(run.id)
     assert outcome.status is RunStatus.SUCCEEDED and outcome.usage.prompt_tokens > 0
+    assert outcome.usage.prompt_tokens + outcome.usage.completion_tokens <= 2_000
     with pytest.raises(DailyLimitReached) as reached:
         await service.requests.submit(chat_request("2"))
     assert reached.value.kind == "tokens"

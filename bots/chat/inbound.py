@@ -375,7 +375,11 @@ class ChatCommands:
             return Reply(replies.concurrency(busy.limit))
         except DailyLimitReached as reached:
             await self._keep(message, attachments)
-            return Reply(replies.daily_limit(reached.kind, reached.limit, reached.resets_at))
+            return Reply(
+                replies.daily_limit(
+                    reached.kind, reached.limit, reached.resets_at, reached.reserved
+                )
+            )
         except RunRejected as exc:  # (an explicit `/research` in a busy thread)
             await self._keep(message, attachments)
             return Reply(replies.thread_busy(exc.active))

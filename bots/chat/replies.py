@@ -222,9 +222,19 @@ class Replies:
             )
         return "\n".join(lines)
 
-    def daily_limit(self, kind: str, limit: int, resets_at: datetime) -> str:
-        """Today's quota of researches (``runs``) or tokens is used; when it resets."""
+    def daily_limit(self, kind: str, limit: int, resets_at: datetime, reserved: int = 0) -> str:
+        """Today's quota of researches (``runs``) or tokens is used; when it resets
+        (``reserved``: tokens held by the requester's researches still running, which free
+        what they do not spend when they end)."""
         when = f"{resets_at:%H:%M} {resets_at.tzname() or 'UTC'}"
+        if kind == "tokens" and reserved:
+            return self._icon("warning") + self._pick(
+                f"Today's {limit:,} tokens of research are used or held by your researches "
+                f"still running ({reserved:,} held); what they do not spend is freed when they "
+                f"end, and the quota resets at {when}.",
+                f"你今天的研究额度（{limit:,} 个 token）已用完或被仍在进行的研究占用"
+                f"（占用 {reserved:,} 个）；它们结束时会释放未用的部分，额度于 {when} 重置。",
+            )
         if kind == "tokens":
             return self._icon("warning") + self._pick(
                 f"You have used today's {limit:,} tokens of research; the quota resets at {when}.",

@@ -21,8 +21,9 @@ A claim whose cited sources are search snippets only (their pages were not read)
 "partial" (:mod:`core.claims.evidence`). A claim whose only cited sources speak to a model is
 not taken as supported on the verifier's word: it is not checked.
 
-What is not settled (the verifier failed, answered twice unusably, or the check's time budget
-ran out, ``deadline``) is "not checked" and the check is partial.
+What is not settled (the verifier failed, answered twice unusably, the check's time budget
+ran out, ``deadline``, or what the run's token limit left did not fit a request, ``room``) is
+"not checked" and the check is partial.
 """
 
 from __future__ import annotations
@@ -42,12 +43,14 @@ from core.claims.summary import CheckSummary, ClaimSummary
 from core.claims.verifier import (
     ClaimVerdict,
     Judged,
+    OutOfTokens,
     Rewrite,
     Unchecked,
     Verdict,
     revisions,
     verdicts,
 )
+from core.engine.budget import TokenRoom
 from core.engine.state import JsonModel
 from core.llm import LLMError
 from core.models import Usage
@@ -140,14 +143,17 @@ async def check_claims(
     language: Language,
     *,
     deadline: Deadline | None = None,
+    room: TokenRoom | None = None,
 ) -> ClaimCheck:
     """Check every cited claim of ``markdown`` against ``evidence`` (what each source gave the
     writer, by number); ``model``: the verifier (None: the lexical pass only); ``deadline``:
-    when the check must end (None: when its model calls end). Its model calls are added to
-    ``usage`` as the verifier's share too (:meth:`Usage.add_checking`)."""
+    when the check must end (None: when its model calls end); ``room``: what the run's token
+    limit leaves (None: unlimited; a request that does not fit is not made). Its model calls
+    are added to ``usage`` as the verifier's share too (:meth:`Usage.add_checking`)."""
     spent = Usage()
+    own = TokenRoom(room.left(), spent, quota=room.quota) if room is not None else None
     try:
-        return await _check(markdown, evidence, model, spent, language, deadline)
+        return await _check(markdown, evidence, model, spent, language, deadline, own)
     finally:
         usage.add_checking(spent)
 
@@ -159,6 +165,7 @@ async def _check(
     usage: Usage,
     language: Language,
     deadline: Deadline | None,
+    room: TokenRoom | None = None,
 ) -> ClaimCheck:
     claims = claims_of(markdown)
     addressing = _addressing(evidence)
@@ -168,7 +175,7 @@ async def _check(
     rest = [c for c in claims if not settled[c.index]]
     judged = Judged()
     if rest and model is not None:
-        judged = await verdicts(model, rest, evidence, usage, deadline)
+        judged = await verdicts(model, rest, evidence, usage, deadline, room=room)
     elif rest:
         judged.unchecked = {c.index: Unchecked.NO_VERIFIER for c in rest}
     checked: dict[int, CheckedClaim] = {}
@@ -196,13 +203,13 @@ async def _check(
             second.append((claim, verdict, verdict.source))
         else:
             failing.append((claim, verdict.verdict))
-    for claim, first, source in await _confirmed(second, evidence, model, usage, deadline):
+    for claim, first, source in await _confirmed(second, evidence, model, usage, deadline, room):
         rewrites.append((claim, _recited(claim.text, source)))
         checked[claim.index] = _recited_claim(claim, first.verdict, source)
     failing += [(c, v.verdict) for c, v, _ in second if c.index not in checked]
     failing.sort(key=lambda item: item[0].index)
     fixes = await _revise(
-        [c for c, _ in failing], judged.rewrites, evidence, model, usage, language, deadline
+        [c for c, _ in failing], judged.rewrites, evidence, model, usage, language, deadline, room
     )
     for (claim, found), (text, fix) in zip(failing, fixes, strict=True):
         rewrites.append((claim, text))
@@ -260,13 +267,14 @@ async def _confirmed(
     model: JsonModel | None,
     usage: Usage,
     deadline: Deadline | None,
+    room: TokenRoom | None = None,
 ) -> list[tuple[Claim, ClaimVerdict, int]]:
     """The re-citations a second verdict confirms: each claim asked again (in one request for
     all) as if it cited only the source the verifier named, that source alone shown."""
     if not candidates or model is None:
         return []
     asked = [replace(claim, cites=(source,)) for claim, _, source in candidates]
-    judged = await verdicts(model, asked, evidence, usage, deadline, elsewhere=False)
+    judged = await verdicts(model, asked, evidence, usage, deadline, elsewhere=False, room=room)
     return [
         candidate
         for candidate in candidates
@@ -283,6 +291,7 @@ async def _revise(
     usage: Usage,
     language: Language,
     deadline: Deadline | None,
+    room: TokenRoom | None = None,
 ) -> list[tuple[str, Fix]]:
     """Each failing claim's new text and what was done: rewritten from its sources when its
     rewrite (the verifier's, ``offered``, else the reviser's, asked for the claims without
@@ -293,8 +302,8 @@ async def _revise(
     asked = [c for c in failing if c.index not in answered]
     if asked and model is not None:
         try:
-            answered |= await revisions(model, asked, evidence, usage, deadline)
-        except (LLMError, OutOfTime) as exc:
+            answered |= await revisions(model, asked, evidence, usage, deadline, room)
+        except (LLMError, OutOfTime, OutOfTokens) as exc:
             log.warning("the reviser failed (%s); the failing claims are marked", exc)
     fixes: list[tuple[str, Fix]] = []
     for claim in failing:

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from core.claims.deadline import Deadline, OutOfTime
 from core.claims.lexical import Evidence
 from core.claims.split import Claim
+from core.engine.budget import TokenRoom
 from core.engine.state import JsonModel
 from core.llm import LLMError, LLMInvalidJSON
 from core.models import Usage
@@ -50,6 +51,17 @@ T = TypeVar("T")
 #: sources may take: a depth-3 report's claims fit in one call.
 PASSAGES_PER_CLAIM = 2
 REQUEST_TOKENS = 12_000
+#: The answer a request is allowed per claim it asks about, when its room is counted (a
+#: verdict with a rewrite is about 60 tokens).
+ANSWER_TOKENS_PER_CLAIM = 100
+
+
+class OutOfTokens(Exception):
+    """What the run's token limit left does not fit the check's next request."""
+
+
+def _fits(room: TokenRoom | None, messages: list[dict[str, str]], claims: int) -> bool:
+    return room is None or room.fits(messages, ANSWER_TOKENS_PER_CLAIM * claims)
 
 
 def valid_entries(entry: type[BaseModel], value: Any) -> Any:
@@ -89,6 +101,9 @@ class Unchecked(StrEnum):
     ANSWER_UNUSABLE = "answer_unusable"
     #: The check's time budget (FATHOM_VERIFY_SECONDS) ran out first.
     TIME_BUDGET = "time_budget"
+    #: What the run's token limit (FATHOM_MAX_RUN_TOKENS, or its requester's daily quota)
+    #: left did not fit its request.
+    TOKEN_BUDGET = "token_budget"
     #: Its only sources speak to a model (:mod:`core.claims.addressing`): the verifier's
     #: "supported" for it is not taken.
     SOURCE_ADDRESSES_MODEL = "source_addresses_model"
@@ -386,6 +401,7 @@ async def verdicts(
     deadline: Deadline | None = None,
     *,
     elsewhere: bool = True,
+    room: TokenRoom | None = None,
 ) -> Judged:
     """The verifier's verdict on each of ``claims`` it answered for as asked, by claim index;
     the others unchecked with the reason. A request whose answers were unusable leaves its own
@@ -393,7 +409,8 @@ async def verdicts(
     its claims and those of every later request unchecked. ``elsewhere``: also show each
     claim's best other source, so the verifier can name it (off for a second verdict on one
     source alone). A failing claim's ``text`` is kept in ``rewrites`` with the sources its
-    request showed."""
+    request showed. ``room``: what the run's token limit leaves the check; a request that does
+    not fit it is not made, and its claims and those of every later request are unchecked."""
     judged = Judged()
     pending = batches(claims, evidence, elsewhere=elsewhere)
     for place, batch in enumerate(pending):
@@ -401,6 +418,10 @@ async def verdicts(
         messages = verifier_messages(
             [claim_lines(c) for c in batch.claims], list(batch.sources.values())
         )
+        if not _fits(room, messages, len(asked)):
+            log.warning("the claim check stopped: the run's token limit leaves too little")
+            _unchecked(judged, pending[place:], Unchecked.TOKEN_BUDGET)
+            break
         schema = _asked_verdicts(list(asked))
         try:
             answer = await _within(
@@ -444,16 +465,20 @@ async def revisions(
     evidence: Mapping[int, Evidence],
     usage: Usage,
     deadline: Deadline | None = None,
+    room: TokenRoom | None = None,
 ) -> dict[int, Rewrite]:
     """The reviser's sentence for each of ``claims`` it answered for as asked, by claim index,
     with the sources it was shown (the only ones a revision may cite); raises the model's
-    ``LLMError`` (``LLMInvalidJSON``: twice no usable answer) or :class:`OutOfTime`."""
+    ``LLMError`` (``LLMInvalidJSON``: twice no usable answer), :class:`OutOfTime` or
+    :class:`OutOfTokens` (a request ``room`` does not fit is not made)."""
     found: dict[int, Rewrite] = {}
     for batch in batches(claims, evidence):
         asked = {claim.index + 1: claim for claim in batch.claims}
         messages = reviser_messages(
             [claim_lines(c) for c in batch.claims], list(batch.sources.values())
         )
+        if not _fits(room, messages, len(asked)):
+            raise OutOfTokens("the run's token limit leaves too little for the reviser")
         schema = _asked_revisions(list(asked))
         answer = await _within(
             deadline, model.complete_json(messages, schema, usage=usage, schema_name="revisions")

@@ -1,22 +1,71 @@
 """A run's budgets: how many tokens (``FATHOM_MAX_RUN_TOKENS``) and seconds
-(``FATHOM_MAX_RUN_SECONDS``) its searching may take before it stops and writes the report
-with what it has. The depth is the third budget, enforced by the strategies.
+(``FATHOM_MAX_RUN_SECONDS``) it may take. The depth is the third budget, enforced by the
+strategies.
 
-A share of the token budget is the writer's reserve: the searching stops once the run has used
-the rest, so the writer's own call (the largest prompt of a run) still fits in the budget. The
-seconds count from the run's first start (``research_runs.started_at``), across a takeover by
-another replica after a crash; an explicit resume (``fathom resume``) starts them again.
+The token budget bounds the whole run: every model call (the planner's, a graph's answers, the
+writer's, the claim check's), prompt and completion as the endpoint counts them. A share of it
+is the writer's reserve (:meth:`RunBudget.reserve`): the searching stops once the run has used
+the rest, or when its next step, expected as large as its largest so far, would pass it
+(:class:`StepMeter`); the writer and the claim check are fitted into what is left
+(:class:`TokenRoom`). A chat run's daily allowance (its share of its requester's
+``FATHOM_USER_DAILY_TOKENS``, reserved when it was admitted) caps the budget the same way.
+
+The seconds count from the run's first start (``research_runs.started_at``), across a takeover
+by another replica after a crash; an explicit resume (``fathom resume``) starts them again.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from core.engine.state import StopReason
 from core.models import Usage
 
-#: The share of the token budget kept for the writer's call.
+#: The share of the token budget kept for the writer's call and the claim check, and the
+#: least it keeps (half the budget at most): a report needs its instructions, some sources and
+#: room to answer, whatever the share.
 WRITER_RESERVE = 0.2
+MIN_WRITER_RESERVE = 4_000
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+def prompt_tokens(messages: Iterable[Mapping[str, str]]) -> int:
+    """What a request's messages cost at most, estimated before it is sent: a CJK character
+    a token, three other characters a token (tokenizers give English prose about four, URLs
+    and numbers about three), and a few tokens per message."""
+    total = 0
+    for message in messages:
+        text = message.get("content", "")
+        cjk = len(_CJK.findall(text))
+        total += cjk + math.ceil((len(text) - cjk) / 3) + 4
+    return total
+
+
+def text_tokens(text: str) -> int:
+    """:func:`prompt_tokens` of one piece of text (no message overhead)."""
+    return prompt_tokens([{"content": text}]) - 4
+
+
+@dataclass(frozen=True)
+class TokenRoom:
+    """What the rest of a run may spend: ``limit`` tokens in all for the run (its budget or,
+    when lower, its daily allowance), of which ``usage`` counts what is spent. ``quota``: the
+    daily allowance is what binds (the notes name FATHOM_USER_DAILY_TOKENS, not the budget)."""
+
+    limit: int
+    usage: Usage
+    quota: bool = False
+
+    def left(self) -> int:
+        return max(0, self.limit - (self.usage.prompt_tokens + self.usage.completion_tokens))
+
+    def fits(self, messages: Iterable[Mapping[str, str]], answer: int) -> bool:
+        """Whether a request of ``messages`` and an answer of about ``answer`` tokens fit."""
+        return prompt_tokens(messages) + answer <= self.left()
 
 
 @dataclass(frozen=True)
@@ -27,18 +76,70 @@ class RunBudget:
     seconds: float | None = None
     writer_reserve: float = WRITER_RESERVE
 
-    @property
-    def searching_tokens(self) -> int | None:
-        """The tokens the searching may use (the budget less the writer's reserve)."""
-        if self.tokens is None:
-            return None
-        return int(self.tokens * (1.0 - self.writer_reserve))
+    def reserve(self, tokens: int) -> int:
+        """The writer's reserve of a budget of ``tokens``: its share, at least
+        :data:`MIN_WRITER_RESERVE` (half the budget when that is less)."""
+        return max(int(tokens * self.writer_reserve), min(MIN_WRITER_RESERVE, tokens // 2))
 
-    def spent(self, usage: Usage, elapsed_seconds: float) -> StopReason | None:
-        """Which budget is spent (None: searching may go on)."""
-        limit = self.searching_tokens
-        if limit is not None and usage.prompt_tokens + usage.completion_tokens >= limit:
-            return StopReason.TOKEN_BUDGET
+    def limit(self, allowance: int | None = None) -> int | None:
+        """The tokens the whole run may use: the budget, or the daily ``allowance`` when it is
+        lower (None: unlimited)."""
+        if allowance is None:
+            return self.tokens
+        return allowance if self.tokens is None else min(self.tokens, allowance)
+
+    def searching_tokens(self, allowance: int | None = None) -> int | None:
+        """The tokens the searching may use (the limit less the writer's reserve)."""
+        limit = self.limit(allowance)
+        return None if limit is None else limit - self.reserve(limit)
+
+    def quota_binds(self, allowance: int | None) -> bool:
+        """Whether the daily ``allowance``, not the run's own budget, is the limit."""
+        return allowance is not None and (self.tokens is None or allowance < self.tokens)
+
+    def room(self, usage: Usage, allowance: int | None = None) -> TokenRoom | None:
+        """What the writer and the claim check may still spend (None: unlimited)."""
+        limit = self.limit(allowance)
+        if limit is None:
+            return None
+        return TokenRoom(limit, usage, quota=self.quota_binds(allowance))
+
+    def spent(
+        self,
+        usage: Usage,
+        elapsed_seconds: float,
+        allowance: int | None = None,
+        next_step: int = 0,
+    ) -> StopReason | None:
+        """Which budget is spent (None: searching may go on); ``allowance``: the run's share of
+        its requester's daily tokens (None: no daily quota applies); ``next_step``: the tokens
+        the next step is expected to take (the largest so far, :class:`StepMeter`): a step that
+        would eat into the writer's reserve is not begun."""
+        if self.tokens_short(usage, allowance, next_step):
+            quota = self.quota_binds(allowance)
+            return StopReason.TOKEN_QUOTA if quota else StopReason.TOKEN_BUDGET
         if self.seconds is not None and elapsed_seconds >= self.seconds:
             return StopReason.TIME_BUDGET
         return None
+
+    def tokens_short(self, usage: Usage, allowance: int | None, next_step: int = 0) -> bool:
+        """Whether the searching has spent its share, or its next step would pass it."""
+        limit = self.searching_tokens(allowance)
+        used = usage.prompt_tokens + usage.completion_tokens
+        return limit is not None and (used >= limit or used + next_step > limit)
+
+
+@dataclass
+class StepMeter:
+    """The tokens of the largest step of a run's searching so far (a step: what it spent
+    between two looks, a planner call or a graph's wave of answers), the next one's
+    expected size."""
+
+    last: int = 0
+    largest: int = 0
+
+    def look(self, usage: Usage) -> int:
+        used = usage.prompt_tokens + usage.completion_tokens
+        self.largest = max(self.largest, used - self.last)
+        self.last = used
+        return self.largest

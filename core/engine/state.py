@@ -35,7 +35,9 @@ class JsonModel(Protocol):
 
 
 class TextModel(JsonModel, Protocol):
-    async def complete(self, messages: list[dict[str, str]], *, usage: Usage) -> Answer: ...
+    async def complete(
+        self, messages: list[dict[str, str]], *, usage: Usage, max_tokens: int | None = None
+    ) -> Answer: ...
 
 
 @dataclass
@@ -68,12 +70,20 @@ class StopReason(enum.StrEnum):
     TOKEN_BUDGET = "token_budget"
     #: The run's time budget (FATHOM_MAX_RUN_SECONDS) is spent.
     TIME_BUDGET = "time_budget"
+    #: The requester's daily token quota (FATHOM_USER_DAILY_TOKENS) left the run no more,
+    #: less the writer's reserve.
+    TOKEN_QUOTA = "token_quota"
 
     @property
     def stopped_early(self) -> bool:
         """Whether the searching was ended before the planner or the depth ended it (the
         report is still written)."""
-        return self in (StopReason.STOPPED, StopReason.TOKEN_BUDGET, StopReason.TIME_BUDGET)
+        return self in (
+            StopReason.STOPPED,
+            StopReason.TOKEN_BUDGET,
+            StopReason.TIME_BUDGET,
+            StopReason.TOKEN_QUOTA,
+        )
 
 
 @dataclass

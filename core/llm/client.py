@@ -155,6 +155,8 @@ class ChatModel:
         self.model = model
         self._metrics = metrics
         self.json_mode: JsonMode = cast(JsonMode, json_mode)
+        #: The name the endpoint takes a cap on the answer by (see :meth:`complete`).
+        self._cap_parameter = "max_tokens"
         self.timeout = timeout
         self.max_retries = max_retries
         self._timer = timer
@@ -180,13 +182,30 @@ class ChatModel:
         temperature: float | None = None,
         max_tokens: int | None = None,
     ) -> Answer:
-        """The assistant's answer to ``messages``; raises :class:`LLMError` on failure."""
+        """The assistant's answer to ``messages``; raises :class:`LLMError` on failure.
+
+        ``max_tokens`` caps the answer; an endpoint that refuses the parameter by that name
+        (OpenAI's reasoning models: "Unsupported parameter: 'max_tokens' ... Use
+        'max_completion_tokens' instead") is asked again with ``max_completion_tokens``, and
+        that name is used from then on."""
+        from openai import BadRequestError
+
         extra: dict[str, Any] = {}
         if temperature is not None:
             extra["temperature"] = temperature
-        if max_tokens is not None:
-            extra["max_tokens"] = max_tokens
-        return await self._create(messages, usage, extra)
+        if max_tokens is None:
+            return await self._create(messages, usage, extra)
+        named = self._cap_parameter
+        try:
+            return await self._create(messages, usage, {**extra, named: max_tokens})
+        except LLMError as exc:
+            cause = exc.__cause__
+            refused = isinstance(cause, BadRequestError) and _names_max_tokens(cause)
+            if named != "max_tokens" or not refused:
+                raise
+        log.warning("model %s refused max_tokens; using max_completion_tokens", self.model)
+        self._cap_parameter = "max_completion_tokens"
+        return await self._create(messages, usage, {**extra, "max_completion_tokens": max_tokens})
 
     async def complete_json(
         self,
@@ -596,6 +615,15 @@ def _names_json_mode(exc: Any) -> bool:
     if isinstance(body, dict) and body.get("param") in ("response_format", "json_schema"):
         return True
     return bool(_JSON_MODE_REFUSED.search(f"{_status_message(exc)} {exc.message}"))
+
+
+def _names_max_tokens(exc: Any) -> bool:
+    """Whether a 400 is the endpoint refusing ``max_tokens`` by that name (its ``param``, or a
+    message that points to ``max_completion_tokens``)."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and body.get("param") == "max_tokens":
+        return True
+    return "max_completion_tokens" in f"{_status_message(exc)} {exc.message}"
 
 
 def _not_a_completion(content_type: str) -> str:

@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 from core import note_words, wording
 from core.attachments import shown_name
 from core.dates import Clock, utcnow, zone
-from core.engine.budget import RunBudget
+from core.engine.budget import RunBudget, StepMeter
 from core.engine.files import FileReader, PlatformFiles
 from core.engine.state import RunState, StepHooks, StopReason
 from core.engine.strategy import Strategy
@@ -55,7 +55,7 @@ from core.research.progress import (
     final_tasks,
     search_executed_text,
 )
-from core.research.requests import rejected
+from core.research.requests import UserQuota, day_of, rejected
 from core.research.steps import (
     InternalSources,
     NoInternalSource,
@@ -137,6 +137,7 @@ class RunExecutor:
         files: FileReader | None = None,
         knowledge: InternalSources | None = None,
         budget: RunBudget | None = None,
+        quota: UserQuota | None = None,
         timezone: str | ZoneInfo = "UTC",
         clock: Clock = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
@@ -153,7 +154,9 @@ class RunExecutor:
         ``knowledge``: the internal sources (MCP servers); which of them a run searches is
         decided from the run's own thread key when it executes (None: the web only).
         ``budget``: the tokens and seconds a run's searching may take (FATHOM_MAX_RUN_TOKENS,
-        FATHOM_MAX_RUN_SECONDS; None: unlimited), its seconds on ``monotonic``.
+        FATHOM_MAX_RUN_SECONDS; None: unlimited), its seconds on ``monotonic``; ``quota``
+        (FATHOM_USER_DAILY_TOKENS): a chat run's share of its requester's day (its
+        ``token_allowance``) caps its budget, and grows while the day has room.
         ``timezone`` (FATHOM_TIMEZONE) is that of today's date in the prompts and reports (a
         digest's firing: its digest's); ``clock`` tells the time (tests pin it). ``prices``
         (FATHOM_PRICES) price the outcome; ``metrics`` counts finished runs."""
@@ -170,6 +173,7 @@ class RunExecutor:
         self._files = files
         self._knowledge = knowledge
         self._budget = budget or RunBudget()
+        self._quota = quota or UserQuota()
         self._timezone = timezone if isinstance(timezone, ZoneInfo) else zone(timezone)
         self._clock = clock
         self._monotonic = monotonic
@@ -326,14 +330,20 @@ class RunExecutor:
                 log.warning("progress sink failed for run %s", run.id, exc_info=True)
 
         cancel = RunFlags(run.cancel_requested, run.stop_requested)
+        # The run's share of its requester's daily tokens (None: no daily quota applies), and
+        # the size of its steps.
+        allowance = run.token_allowance
+        steps = StepMeter()
 
         async def checkpoint(current: RunState, searching_ended: StopReason | None = None) -> None:
+            nonlocal allowance
             stored = await save_checkpoint(
                 self._claims, claim, current, searching_ended=searching_ended
             )
             if stored.cancel_requested:
                 cancel.cancel()
             cancel.stop = cancel.stop or stored.stop_requested
+            allowance = await self._grown(run, current, allowance, steps.look(current.usage))
 
         # The time budget counts from the run's first start: the time of earlier attempts (on
         # the database's clock, as the claim stamped both), then this one's.
@@ -343,7 +353,8 @@ class RunExecutor:
         def stop_reason() -> StopReason | None:
             if cancel.stop:
                 return StopReason.STOPPED
-            return self._budget.spent(state.usage, earlier + self._monotonic() - began)
+            elapsed = earlier + self._monotonic() - began
+            return self._budget.spent(state.usage, elapsed, allowance, steps.look(state.usage))
 
         hooks = StepHooks(
             checkpoint=checkpoint,
@@ -388,7 +399,8 @@ class RunExecutor:
                     state.note(note_words.guidance_followed_words(state.language, line))
                 if reason.stopped_early:
                     searched = len(strategy.run_topics(state))
-                    state.note(stopped_words(self._budget, state, reason, searched))
+                    daily = self._quota.tokens
+                    state.note(stopped_words(self._budget, state, reason, searched, daily))
                 spent = None
                 if reason is StopReason.TIME_BUDGET and not has_material(state):
                     spent = spent_before_search(self._budget, state)
@@ -405,6 +417,7 @@ class RunExecutor:
                     graph,
                     analysed_before=analysed,
                     checking=lambda: publish(ProgressKind.CHECKING, checking),
+                    room=self._budget.room(state.usage, allowance),
                 )
                 markdown, sources = await unless_cancelled(written, cancel.cancelled)
                 status = RunStatus.SUCCEEDED
@@ -482,6 +495,24 @@ class RunExecutor:
         )
         await publish(ProgressKind.FINISHED, final_progress_text(outcome))
         return outcome
+
+    async def _grown(
+        self, run: RunRecord, state: RunState, allowance: int | None, next_step: int
+    ) -> int | None:
+        """The run's daily allowance, grown (by its first reservation, as far as its
+        requester's day has room) when its searching has spent its share of it or its next
+        step would; unchanged while not, or when its own budget is the lower limit."""
+        budget, daily = self._budget, self._quota.tokens
+        if allowance is None or daily is None or run.requested_by is None:
+            return allowance
+        if not budget.quota_binds(allowance):
+            return allowance
+        if not budget.tokens_short(state.usage, allowance, next_step):
+            return allowance
+        day = self._quota.day(day_of(run.created_at, self._timezone), budget.tokens)
+        more = max(run.token_allowance or 0, 1)
+        grown = await self._runs.extend_allowance(run.id, run.requested_by, day, more)
+        return allowance if grown is None else grown
 
     def _plan(
         self, run: RunRecord, state: RunState, searching: str | None = None

@@ -281,6 +281,22 @@ def writer_window(
     return [s for s in sources if s.n in keep][-size:]
 
 
+def passages_kept(
+    sources: Sequence[NumberedSource], passage_tokens: int = WRITER_PASSAGE_TOKENS
+) -> dict[int, tuple[str, ...]]:
+    """The passages the writer is shown, by source number, within ``passage_tokens``: the
+    attached files' first, then the newest sources' (see :func:`writer_source_blocks`)."""
+    kept: dict[int, tuple[str, ...]] = {}
+    spent = 0
+    files = [s for s in reversed(sources) if s.kind == ATTACHMENT]  # the newest file first
+    for s in files + [s for s in reversed(sources) if s.kind != ATTACHMENT]:
+        cost = sum(estimate_tokens(p) for p in s.passages)
+        if s.passages and spent + cost <= passage_tokens:
+            kept[s.n] = s.passages
+            spent += cost
+    return kept
+
+
 def writer_source_blocks(
     sources: Sequence[NumberedSource],
     new: frozenset[int] = frozenset(),
@@ -294,14 +310,7 @@ def writer_source_blocks(
     The passages of all sources stay within ``passage_tokens``: the attached files' first
     (the people asking gave them), then, when a thread has read more, the newest sources keep
     theirs (a follow-up's own reading comes first)."""
-    kept: dict[int, tuple[str, ...]] = {}
-    spent = 0
-    files = [s for s in reversed(sources) if s.kind == ATTACHMENT]  # the newest file first
-    for s in files + [s for s in reversed(sources) if s.kind != ATTACHMENT]:
-        cost = sum(estimate_tokens(p) for p in s.passages)
-        if s.passages and spent + cost <= passage_tokens:
-            kept[s.n] = s.passages
-            spent += cost
+    kept = passages_kept(sources, passage_tokens)
     blocks = []
     for s in sources:
         mark = " NEW" if s.n in new else ""

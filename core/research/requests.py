@@ -62,6 +62,14 @@ def rejected(busy: ThreadBusy, message: str) -> RunRejected:
     return RunRejected(message.format(run=run), busy.active)
 
 
+#: A run's token estimate when no run has succeeded yet: this many tokens per search round
+#: (a planner call, a round's share of the writer's sources and of the claim check).
+TOKENS_PER_ROUND = 10_000
+#: A request is refused while less than this much of its requester's daily tokens is left
+#: (or the whole quota, when it is smaller): too little to plan, search and write a report.
+LEAST_RUN_TOKENS = 2_000
+
+
 @dataclass(frozen=True)
 class UserQuota:
     """What one chat user may start per day (FATHOM_USER_DAILY_RUNS, _TOKENS; None:
@@ -69,6 +77,18 @@ class UserQuota:
 
     runs: int | None = None
     tokens: int | None = None
+
+    def day(self, since: datetime, run_tokens: int | None = None) -> DailyQuota:
+        """The quota of the day that began at ``since`` (``run_tokens``: FATHOM_MAX_RUN_TOKENS,
+        the most one run reserves)."""
+        return DailyQuota(
+            since=since,
+            runs=self.runs,
+            tokens=self.tokens,
+            run_tokens=run_tokens,
+            fallback_per_round=TOKENS_PER_ROUND,
+            least=LEAST_RUN_TOKENS,
+        )
 
 
 @dataclass(frozen=True)
@@ -93,13 +113,27 @@ class UsageReport:
 
 class DailyLimitReached(Exception):
     """The requester has used today's quota: ``kind`` (``runs`` or ``tokens``), its
-    ``limit``, and when it resets (midnight in FATHOM_TIMEZONE, an aware datetime)."""
+    ``limit``, and when it resets (midnight in FATHOM_TIMEZONE, an aware datetime);
+    ``reserved``: of the tokens counted, those their queued and running researches hold
+    (what these do not spend is freed when they end)."""
 
-    def __init__(self, kind: str, limit: int, resets_at: datetime) -> None:
+    def __init__(self, kind: str, limit: int, resets_at: datetime, reserved: int = 0) -> None:
         super().__init__(f"today's {kind} quota ({limit}) is used; it resets at {resets_at}")
         self.kind = kind
         self.limit = limit
         self.resets_at = resets_at
+        self.reserved = reserved
+
+
+def midnight_after(day: datetime, timezone: ZoneInfo) -> datetime:
+    """The midnight (in ``timezone``) that ends the day ``day`` began."""
+    resets = day.astimezone(timezone) + timedelta(days=1)
+    return datetime.combine(resets.date(), dt_time(), timezone)
+
+
+def day_of(moment: datetime, timezone: ZoneInfo) -> datetime:
+    """The midnight (in ``timezone``) that began the day of ``moment``."""
+    return datetime.combine(moment.astimezone(timezone).date(), dt_time(), timezone)
 
 
 async def submit_run(
@@ -160,11 +194,13 @@ class RunRequests:
         quota: UserQuota | None = None,
         prices: Prices | None = None,
         metrics: Metrics | None = None,
+        run_tokens: int | None = None,
     ) -> None:
         """``local``: the runs executing in this process (a stop or cancel reaches them at
         once); ``timezone`` (FATHOM_TIMEZONE) is that of the days of quotas and usage;
         ``quota``: what a chat user may start per day; ``prices`` (FATHOM_PRICES) price the
-        usage report; ``metrics`` counts the votes."""
+        usage report; ``metrics`` counts the votes; ``run_tokens`` (FATHOM_MAX_RUN_TOKENS):
+        the most a run reserves of its requester's daily tokens."""
         self._runs = runs
         self._threads = threads
         self._feedback = feedback
@@ -174,6 +210,7 @@ class RunRequests:
         self._quota = quota or UserQuota()
         self._prices = prices
         self.metrics = metrics
+        self._run_tokens = run_tokens
 
     async def submit(
         self, request: ResearchRequest, *, user_limit: int | None = None
@@ -186,9 +223,10 @@ class RunRequests:
             return await submit_run(self._runs, request, user_limit=user_limit, quota=quota)
         except QuotaReached as reached:
             assert quota is not None
-            resets = quota.since.astimezone(self._timezone) + timedelta(days=1)
-            midnight = datetime.combine(resets.date(), dt_time(), self._timezone)
-            raise DailyLimitReached(reached.kind, reached.limit, midnight) from None
+            midnight = midnight_after(quota.since, self._timezone)
+            raise DailyLimitReached(
+                reached.kind, reached.limit, midnight, reached.reserved
+            ) from None
 
     def _daily_quota(self, request: ResearchRequest) -> DailyQuota | None:
         """Today's quota of the request's user (None: unlimited, the console, a digest)."""
@@ -197,9 +235,7 @@ class RunRequests:
             return None
         if request.digest_id is not None or request.thread.platform == CONSOLE_PLATFORM:
             return None
-        today = self._clock().astimezone(self._timezone).date()
-        since = datetime.combine(today, dt_time(), self._timezone)
-        return DailyQuota(since=since, runs=quota.runs, tokens=quota.tokens)
+        return quota.day(day_of(self._clock(), self._timezone), self._run_tokens)
 
     async def usage_report(self, user: str, thread: ThreadKey) -> UsageReport:
         """What ``user`` spent today and this month, and what ``thread``'s channel spent

@@ -94,6 +94,7 @@ class Research:
             files=files,
             knowledge=knowledge,
             budget=budget,
+            quota=quota,
             timezone=timezone,
             clock=clock,
             monotonic=monotonic,
@@ -110,4 +111,5 @@ class Research:
             quota=quota,
             prices=prices,
             metrics=metrics,
+            run_tokens=budget.tokens if budget is not None else None,
         )

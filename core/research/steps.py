@@ -166,10 +166,19 @@ async def finish(
     )
 
 
-def stopped_words(budget: RunBudget, state: RunState, reason: StopReason, searches: int) -> str:
-    """The note saying why the searching ended early (the report then says it)."""
+def stopped_words(
+    budget: RunBudget,
+    state: RunState,
+    reason: StopReason,
+    searches: int,
+    daily_tokens: int | None = None,
+) -> str:
+    """The note saying why the searching ended early (the report then says it);
+    ``daily_tokens``: FATHOM_USER_DAILY_TOKENS."""
     if reason is StopReason.TOKEN_BUDGET:
         return note_words.token_budget_words(state.language, searches, budget.tokens or 0)
+    if reason is StopReason.TOKEN_QUOTA:
+        return note_words.token_quota_words(state.language, searches, daily_tokens or 0)
     if reason is StopReason.TIME_BUDGET:
         return note_words.time_budget_words(state.language, searches, budget.seconds or 0.0)
     return note_words.stopped_early_words(state.language, searches)

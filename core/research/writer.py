@@ -11,6 +11,12 @@ findings are listed instead; when no model call of the run answered at all, the 
 The writer's answer cites in whatever form the model chose; it is made to cite as ``[n]``
 (:func:`core.research.report.cited_body`) before its claims are checked, so every form is
 checked, and the check's claims are renumbered with the report's sources list after.
+
+Under a token limit (``room``: what ``FATHOM_MAX_RUN_TOKENS``, or the run's share of its
+requester's daily quota, leaves after the searching) the writer's request is fitted into it
+(:mod:`core.research.fitting`: fewer passages, then fewer sources, with a note saying how many
+were left out), and the claim check's requests too; when not even the instructions and one
+source fit, the writer is not asked and the findings are listed.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from core.claims.deadline import Deadline
 from core.claims.summary import CheckSummary
 from core.claims.uncited import uncited_statements
 from core.config import VERIFY_SECONDS
+from core.engine.budget import TokenRoom
 from core.engine.state import JsonModel, RunState, TextModel
 from core.llm import LLMError
 from core.models import Source
 from core.operations import whats_new
+from core.research.fitting import fit_writer
 from core.research.prompts import DigestContext, writer_messages
 from core.research.report import (
     NumberedSource,
@@ -124,18 +132,20 @@ class ReportWriter:
         *,
         analysed_before: bool = False,
         checking: Callable[[], Awaitable[None]] | None = None,
+        room: TokenRoom | None = None,
     ) -> tuple[str, list[Source]]:
         """The run's report and the sources it lists; ``graph``: the answered sub-questions,
         one line each (see ``Strategy.writer_graph``); ``analysed_before``: the checkpoint
         shows the model analysed something for the run before (``Strategy.analysed``);
-        ``checking``: called when the claim check begins (the progress says so).
+        ``checking``: called when the claim check begins (the progress says so); ``room``:
+        what the run's token limit leaves for the writer and the check (None: unlimited).
 
         Raises :class:`NoResults` when no search found anything and :class:`ModelUnavailable`
         when the writer failed and no model call of the run ever answered.
         """
         digest = await self._digest(run, state)
         analysed = state.model_answered or analysed_before
-        return await self._write(state, digest, graph, analysed, checking)
+        return await self._write(state, digest, graph, analysed, checking, room)
 
     async def _checked(
         self,
@@ -143,6 +153,7 @@ class ReportWriter:
         numbered: Sequence[NumberedSource],
         state: RunState,
         checking: Callable[[], Awaitable[None]] | None,
+        room: TokenRoom | None = None,
     ) -> str:
         """``body`` (citing as ``[n]`` only) with its failing claims fixed, and notes saying how
         its citations held and which sources speak to AI models (unchanged when there is no
@@ -164,6 +175,7 @@ class ReportWriter:
                 state.usage,
                 state.language,
                 deadline=deadline,
+                room=room,
             )
         state.claims = check.summary().model_copy(update={"uncited": uncited})
         if check.claims:
@@ -191,6 +203,7 @@ class ReportWriter:
         lines: Sequence[str],
         analysed: bool,
         checking: Callable[[], Awaitable[None]] | None,
+        room: TokenRoom | None = None,
     ) -> tuple[str, list[Source]]:
         findings = state.variables.findings
         cited = frozenset(int(n) for n in re.findall(r"\[(\d{1,4})\]", "\n".join(lines)))
@@ -211,29 +224,56 @@ class ReportWriter:
             if digest is not None
             else frozenset()
         )
-        messages = writer_messages(
-            topic=state.topic,
-            language=report_language(state.topic),
-            topics=state.variables.topics,
-            sources=writer_source_blocks(numbered, new),
-            notes=state.notes,
-            today=state.today,
-            digest=digest.context if digest is not None else None,
-            graph=lines,
-            guidance=state.variables.guidance_for(state.run_id),
-        )
+
+        def build(shown: Sequence[NumberedSource], passage_tokens: int) -> list[dict[str, str]]:
+            return writer_messages(
+                topic=state.topic,
+                language=report_language(state.topic),
+                topics=state.variables.topics,
+                sources=writer_source_blocks(shown, new, passage_tokens),
+                notes=state.notes,
+                today=state.today,
+                digest=digest.context if digest is not None else None,
+                graph=lines,
+                guidance=state.variables.guidance_for(state.run_id),
+            )
+
+        request = fit_writer(numbered, build, room, checked=self._verifier is not None, cited=cited)
+        if request is None:  # not even the instructions and one source fit what is left
+            assert room is not None
+            state.note(note_words.writer_skipped_words(state.language, room.limit, room.quota))
+            state.writer_fell_back = True
+            reason = note_words.writer_no_room_words(state.language, room.limit, room.quota)
+            intro = wording.writer_unavailable_intro(state.language, reason)
+            body = fallback_body(state.topic, findings, numbered, intro)
+            return self._finished(state, digest, body, numbered, 0)
+        if request.trimmed:
+            assert room is not None
+            state.note(
+                note_words.writer_trimmed_words(
+                    state.language,
+                    room.limit,
+                    room.quota,
+                    shown=len(request.sources),
+                    total=len(numbered),
+                    passages=request.passages_left_out,
+                )
+            )
+        shown = request.sources
         unlinked = 0
         try:
             with state.usage.timed("writing"):
-                answer = await self._model.complete(messages, usage=state.usage)
+                answer = await self._model.complete(
+                    request.messages, usage=state.usage, max_tokens=request.max_tokens
+                )
             if not answer.complete:
                 state.note(note_words.cut_short_words(state.language, answer.finish_reason))
             body, echoes = drop_instruction_echoes(unwrap_report(answer.text))
             if echoes:
                 state.note(note_words.instructions_echo_words(state.language))
-            normal = cited_body(body, numbered)  # every citation form is checked as [n]
+            normal = cited_body(body, shown)  # every citation form is checked as [n]
             unlinked = normal.unlinked
-            body = await self._checked(normal.markdown, numbered, state, checking)
+            body = await self._checked(normal.markdown, shown, state, checking, room)
         except LLMError as exc:
             log.warning("writer failed in run %s: %s", state.run_id, exc)
             if not analysed:  # nothing the model said: no report to pretend
@@ -244,6 +284,19 @@ class ReportWriter:
                 state.language, note_words.model_error_words(state.language, exc)
             )
             body = fallback_body(state.topic, findings, numbered, intro)
+            shown = numbered  # (the findings listed cite every source; no model reads them)
+        return self._finished(state, digest, body, shown, unlinked)
+
+    def _finished(
+        self,
+        state: RunState,
+        digest: _DigestHistory | None,
+        body: str,
+        numbered: Sequence[NumberedSource],
+        unlinked: int,
+    ) -> tuple[str, list[Source]]:
+        """The report from its ``body``: its citations and links checked, its sources listed,
+        its notes added (and a digest's "What's new" section)."""
         checked = finalize_report(body, numbered, state.topic, state.notes, written=state.today)
         if state.claims is not None:  # its claims cite as the report's sources list numbers
             state.claims = state.claims.renumbered(checked.numbers)

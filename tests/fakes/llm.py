@@ -17,7 +17,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette import responses
@@ -547,6 +547,12 @@ def _completion(body: dict[str, Any], content: str | Reply) -> dict[str, Any]:
     prompt_chars = sum(len(_text(m.get("content"))) for m in _messages(body))
     prompt_tokens = math.ceil(prompt_chars / 4)
     completion_tokens = math.ceil(len(_text(reply.content)) / 4)
+    # A cap on the answer is honoured as OpenAI's API does: the answer is cut at that many
+    # tokens and its finish reason is "length".
+    cap = body.get("max_completion_tokens") or body.get("max_tokens")
+    if isinstance(cap, int) and isinstance(reply.content, str) and completion_tokens > cap:
+        reply = replace(reply, content=reply.content[: cap * 4], finish_reason="length")
+        completion_tokens = cap
     return {
         "id": f"chatcmpl-fake-{uuid.uuid4().hex[:16]}",
         "object": "chat.completion",
