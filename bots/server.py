@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 from bots.chat.platform import ChatPlatform
 from bots.composition import AppSettings, open_app
+from bots.header_deadline import MAX_HEADER_BYTES, protocol_class
 from bots.housekeeping import housekeeping
 from bots.platforms import PlatformClass
 from core.config import ConfigError
@@ -426,6 +427,9 @@ def run_server(
         access_log=False,  # query strings (OAuth codes, states) stay out of the logs
         lifespan="on",
         timeout_graceful_shutdown=5,
+        # Both ports: a request's head within FATHOM_HEADER_TIMEOUT and MAX_HEADER_BYTES.
+        http=protocol_class(settings.chat.header_timeout),
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
     )
     server = _graceful_server_class()(config)
     try:

@@ -39,6 +39,12 @@ class ChatSettings(EnvSettings):
     body_timeout: float = Field(
         default=10.0, gt=0, le=300, validation_alias=env("FATHOM_BODY_TIMEOUT")
     )
+    #: Seconds ``fathom serve`` waits for a request's head (request line and headers) from
+    #: the connection's opening: then 408 and closed, or closed when nothing came
+    #: (``bots.header_deadline``).
+    header_timeout: float = Field(
+        default=5.0, gt=0, le=300, validation_alias=env("FATHOM_HEADER_TIMEOUT")
+    )
 
     @field_validator("allowed_users", "allowed_channels", "admins", mode="before")
     @classmethod
