@@ -51,9 +51,12 @@ from tests.test_feishu import TOKEN as FEISHU_TOKEN
 from tests.test_feishu import USER as FEISHU_USER
 from tests.test_feishu import FeishuFactory, feishu  # noqa: F401
 from tests.test_slack_app import (  # noqa: F401 - fixtures
+    CLIENT_ID,
+    CLIENT_SECRET,
     FORM,
     JSON,
     BotFactory,
+    OAuthFakeSlackServer,
     _clean_env,
     start_bot,
 )
@@ -397,6 +400,33 @@ async def test_slack_deliveries_with_a_forged_id_are_acknowledged_and_dropped(
     event_ok = app_mention_event("heat pumps depth=1", ts="1700000002.000100")
     assert (await bot.event(event_ok, "Ev-good")).status_code == 200
     await wait_for(lambda: bot.runs(SLACK_USER))
+
+
+async def test_a_forged_workspace_never_reaches_slacks_installation_lookup(
+    start_bot: BotFactory, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A multi-workspace app (OAuth installs) looks the workspace of each delivery up before
+    any listener: a forged ``team_id`` (the envelope's and its authorization's, as the Events
+    API sends them) is refused before that lookup, with a 200 and one log line."""
+    caplog.set_level(logging.INFO)
+    with OAuthFakeSlackServer() as slack:
+        bot = await start_bot(
+            database_url=database_url,
+            slack_api_url=f"{slack.url}/api/",
+            fake=slack.fake,
+            SLACK_BOT_TOKEN="",
+            SLACK_CLIENT_ID=CLIENT_ID,
+            SLACK_CLIENT_SECRET=CLIENT_SECRET,
+        )
+        before = await _rows(bot.database, "slack_bots", "slack_installations")
+        for kind, bad in HOSTILE.items():
+            event = app_mention_event("heat pumps", ts="1700000001.000100")
+            body = event_callback_body(event, event_id=f"Ev-team-{len(kind)}", team_id=bad)
+            response = await bot.post(body, JSON)
+            assert response.status_code == 200, (kind, response.text)
+        assert await _rows(bot.database, "slack_bots", "slack_installations") == before
+        _logged_cleanly(caplog, len(HOSTILE))
+        assert not [r for r in caplog.records if "could not handle" in r.getMessage()]
 
 
 def _stop_buttons() -> dict[str, Any]:

@@ -5,7 +5,9 @@ checks the signature, so a hostile body would reach parsers unauthenticated. Her
 bytes are size-checked and their signature verified first (``v0:{timestamp}:{body}``,
 HMAC-SHA256 with the signing secret, a 5-minute window); only a signed body is decoded and
 parsed, and a signed body that is not a Slack payload gets 400. A verified delivery that no
-listener handles is acknowledged with 200 (Slack would retry a 404).
+listener handles is acknowledged with 200 (Slack would retry a 404), and so is one whose ids
+(as Bolt reads them to find the workspace's installation) no platform sends
+(``bots.chat.ids``): dropped, or, for a slash command, told its id is not valid.
 
 Bolt gets the payload parsed here, not the raw body: its own parser drops every form body
 that merely contains the word "payload" (``/research payload design`` became ``{}``). Bolt
@@ -25,9 +27,11 @@ from urllib.parse import parse_qsl
 
 from slack_bolt.adapter.starlette.async_handler import to_starlette_response
 from slack_bolt.async_app import AsyncApp, AsyncBoltRequest
+from slack_bolt.context.async_context import AsyncBoltContext
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
+from bots.chat.ids import InvalidId, check_ids, log_refused
 from bots.http_gate import (
     DEFAULT_BODY_TIMEOUT,
     Rejected,
@@ -35,6 +39,7 @@ from bots.http_gate import (
     read_body,
     rejected_response,
 )
+from core.commands import invalid_id
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +95,33 @@ def parse_payload(text: str, content_type: str | None) -> dict[str, Any]:
     return payload
 
 
+def _check_bolt_ids(context: AsyncBoltContext) -> None:
+    """The ids Bolt read from a delivery (its workspace, user, channel, thread; a Slack
+    Connect delivery's actor too), by the rule every platform id follows (``bots.chat.ids``)."""
+    check_ids(
+        enterprise=context.enterprise_id,
+        team=context.team_id,
+        user=context.user_id,
+        channel=context.channel_id,
+        thread=context.thread_ts,
+        actor_enterprise=context.actor_enterprise_id,
+        actor_team=context.actor_team_id,
+        actor_user=context.actor_user_id,
+    )
+
+
+def _refused(payload: dict[str, Any], refused: InvalidId) -> Response:
+    """A verified delivery with an id no platform sends: a 200, since Slack retries anything
+    else; a slash command is told its id is not valid (Slack shows the answer), an event or
+    a press is dropped."""
+    if "command" in payload:
+        log_refused("slack", refused, "answered")
+        text = str(invalid_id(refused.name.replace("_", " ")))
+        return JSONResponse({"response_type": "ephemeral", "text": text})
+    log_refused("slack", refused, "dropped")
+    return Response(status_code=200)
+
+
 class SlackEndpoint:
     """``POST /slack/events`` and the OAuth ``GET`` routes, behind the gate."""
 
@@ -143,6 +175,12 @@ class SlackEndpoint:
             )
         except Exception:
             raise Rejected(400, "malformed Slack payload") from None
+        try:
+            # Bolt looks the workspace up (an installation, in a multi-workspace app) before
+            # any listener translates the delivery: the ids it read are checked first.
+            _check_bolt_ids(bolt_request.context)
+        except InvalidId as refused:
+            return _refused(payload, refused)
         try:
             response = await self._app.async_dispatch(bolt_request)
         except Exception as exc:  # Bolt's matching chokes on a shape it did not expect
