@@ -24,6 +24,7 @@ from typing import Literal
 
 from bots.chat.controls import Button, Control, Press, feedback_buttons
 from bots.chat.delivery import ThreadPosters
+from bots.chat.ids import InvalidId
 from bots.chat.inbound import ChatCommands
 from bots.chat.markdown import split_report
 from bots.chat.message import ChatMessage, Reply
@@ -208,20 +209,23 @@ class MemoryChat:
         ``addressed`` message with files and no ``text`` is a file sent on its own, kept
         under ``earlier_files`` for the next request); not ``readable``: a message the bot cannot
         read (an image; ``text`` is what the platform shows of it, e.g. a file name)."""
-        message = ChatMessage(
-            platform=PLATFORM,
-            workspace="W1",
-            channel="C1",
-            thread=thread,
-            user=user,
-            text=text,
-            dedupe_key=key or f"memory:{thread}:{user}:{_digest(text)}",
-            addressed=addressed,
-            in_thread=in_thread,
-            attachments=tuple(attachments),
-            earlier_files=earlier_files,
-            earlier_window=earlier_window,
-        )
+        try:
+            message = ChatMessage(
+                platform=PLATFORM,
+                workspace="W1",
+                channel="C1",
+                thread=thread,
+                user=user,
+                text=text,
+                dedupe_key=key or f"memory:{thread}:{user}:{_digest(text)}",
+                addressed=addressed,
+                in_thread=in_thread,
+                attachments=tuple(attachments),
+                earlier_files=earlier_files,
+                earlier_window=earlier_window,
+            )
+        except InvalidId:  # refused at the door, as every platform's adapter refuses it
+            return None
 
         async def answer(reply: str) -> None:
             self._call("answer", message.thread_key, reply)
