@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,9 @@ def test_the_kubernetes_manifests_match_the_api_schemas() -> None:
             "Deployment",
             "PodDisruptionBudget",
             "PodDisruptionBudget",
+            "NetworkPolicy",
+            "NetworkPolicy",
+            "Ingress",  # ingress.example.yaml, not applied
         ]
     )
 
@@ -91,7 +95,8 @@ def test_the_kustomization_builds() -> None:
     assert built.returncode == 0, built.stderr
     documents = list(yaml.safe_load_all(built.stdout))
     assert sorted(d["kind"] for d in documents) == sorted(
-        ["ConfigMap", "Deployment", "Deployment", "Service"] + ["PodDisruptionBudget"] * 2
+        ["ConfigMap", "Deployment", "Deployment", "Service"]
+        + ["PodDisruptionBudget", "NetworkPolicy"] * 2
     )
     (config,) = [d for d in documents if d["kind"] == "ConfigMap"]
     assert config["metadata"]["name"].startswith("fathom-")  # hashed: a change rolls the pods
@@ -238,6 +243,160 @@ def test_the_systemd_units_make_their_user_and_stop_on_a_configuration_error() -
         assert "DynamicUser=yes" in lines and not any(line.startswith("User=") for line in lines)
         assert "RestartPreventExitStatus=2" in lines, unit.name
         assert "StateDirectory=fathom" in lines
+
+
+def _deployment(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = next(
+        yaml.safe_load_all((DEPLOY / "kubernetes" / f"{name}.yaml").read_text())
+    )
+    return loaded
+
+
+def test_serve_leaves_the_endpoints_before_it_stops_within_its_grace() -> None:
+    """A stopped serve pod keeps answering while the endpoints and the ingress take it out
+    (preStop, "Container Lifecycle Hooks" and "Pod termination" in the Kubernetes docs: the
+    hook runs before SIGTERM, within terminationGracePeriodSeconds), then shuts down
+    gracefully: uvicorn's timeout_graceful_shutdown for requests in flight, and the runs it
+    hands back as a worker does (SHUTDOWN_GRACE). All of it fits in the grace period; the
+    workers, which receive no requests, have no preStop and fit their SHUTDOWN_GRACE."""
+    from bots.worker import SHUTDOWN_GRACE
+
+    served = re.search(r"timeout_graceful_shutdown=(\d+)", (ROOT / "bots/server.py").read_text())
+    assert served is not None
+    pod = _deployment("serve")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "sleep" and int(command[1]) >= 5
+    needed = int(command[1]) + int(served.group(1)) + SHUTDOWN_GRACE
+    assert pod["terminationGracePeriodSeconds"] >= needed
+    worker = _deployment("worker")["spec"]["template"]["spec"]
+    assert "lifecycle" not in worker["containers"][0]
+    assert worker["terminationGracePeriodSeconds"] > SHUTDOWN_GRACE
+
+
+def test_the_worker_is_probed_on_the_metrics_port_it_really_serves() -> None:
+    """The worker's startup and liveness probes GET the path and named port of its metrics
+    server, and a real metrics server (bots.worker.metrics_server, as `fathom worker
+    --metrics-port` runs it) answers that path with 200."""
+    import urllib.request
+
+    from bots.worker import metrics_server
+    from core.metrics import Metrics
+
+    (container,) = _deployment("worker")["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for kind in ("startupProbe", "livenessProbe"):
+        probe = container[kind]["httpGet"]
+        assert probe["port"] == "metrics" and probe["path"] == "/metrics", kind
+    port = next(int(a.split("=")[1]) for a in container["args"] if a.startswith("--metrics-port="))
+    assert ports["metrics"] == port
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        local = free.getsockname()[1]
+    with metrics_server(Metrics(), "127.0.0.1", local):
+        url = f"http://127.0.0.1:{local}{container['livenessProbe']['httpGet']['path']}"
+        with urllib.request.urlopen(url, timeout=10) as answered:
+            assert answered.status == 200 and b"fathom_" in answered.read()
+
+
+def test_the_replicas_spread_across_nodes() -> None:
+    """Each Deployment spreads its pods over nodes (and zones) with a constraint whose
+    selector selects its own pods (Kubernetes docs, "Pod Topology Spread Constraints");
+    ScheduleAnyway, so a one-node cluster still runs them."""
+    for name in ("serve", "worker"):
+        template = _deployment(name)["spec"]["template"]
+        constraints = template["spec"]["topologySpreadConstraints"]
+        keys = {c["topologyKey"] for c in constraints}
+        assert "kubernetes.io/hostname" in keys, name
+        for constraint in constraints:
+            selector = constraint["labelSelector"]["matchLabels"]
+            assert selector.items() <= template["metadata"]["labels"].items(), name
+            assert constraint["maxSkew"] == 1
+            assert constraint["whenUnsatisfiable"] == "ScheduleAnyway"
+
+
+def _admitted(
+    policies: list[dict[str, Any]], labels: dict[str, str], port: dict[str, Any], namespace: str
+) -> bool:
+    """Whether a connection from a pod of ``namespace`` (another namespace than the app's
+    unless it is "fathom") to ``port`` of a pod with ``labels`` is admitted, by the rules of
+    "Network Policies" in the Kubernetes docs: no policy selecting the pod admits all;
+    otherwise some ingress rule of a selecting policy must match both the peer and the port.
+    Namespace labels are those Kubernetes sets (kubernetes.io/metadata.name)."""
+    selecting = [
+        p
+        for p in policies
+        if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+        and "Ingress" in p["spec"]["policyTypes"]
+    ]
+    if not selecting:
+        return True
+    namespace_labels = {"kubernetes.io/metadata.name": namespace}
+    for policy in selecting:
+        for rule in policy["spec"].get("ingress", []):
+            peers = rule.get("from")
+            assert peers is None or all(set(peer) <= {"namespaceSelector"} for peer in peers)
+            peer_ok = peers is None or any(
+                peer["namespaceSelector"]["matchLabels"].items() <= namespace_labels.items()
+                for peer in peers
+            )
+            ports = rule.get("ports")
+            port_ok = ports is None or any(
+                p["port"] in (port["name"], port["containerPort"])
+                and p.get("protocol", "TCP") == "TCP"
+                for p in ports
+            )
+            if peer_ok and port_ok:
+                return True
+    return False
+
+
+def test_the_network_policy_admits_the_ingress_to_the_webhooks_and_monitoring_to_metrics() -> None:
+    """Applied with the Deployments (kustomization): serve's public port admits only the
+    ingress controller's namespace; serve's admin port and the workers' metrics port only the
+    monitoring namespace; no port admits another namespace, or another pod of Fathom's own.
+    Each policy is evaluated for every port the pods declare."""
+    assert "networkpolicy.yaml" in _kustomization()["resources"]
+    policies = list(yaml.safe_load_all((DEPLOY / "kubernetes/networkpolicy.yaml").read_text()))
+    namespaces = ("ingress-nginx", "monitoring", "fathom", "default", "kube-system")
+    admitted = {}
+    for name in ("serve", "worker"):
+        template = _deployment(name)["spec"]["template"]
+        (container,) = template["spec"]["containers"]
+        for port in container["ports"]:
+            admitted[(name, port["name"])] = [
+                ns
+                for ns in namespaces
+                if _admitted(policies, template["metadata"]["labels"], port, ns)
+            ]
+    assert admitted == {
+        ("serve", "http"): ["ingress-nginx"],
+        ("serve", "admin"): ["monitoring"],
+        ("worker", "metrics"): ["monitoring"],
+    }
+
+
+def test_the_ingress_example_routes_the_platform_paths_only() -> None:
+    """ingress.example.yaml routes exactly the paths every platform serves (their
+    PlatformRoute list, which `fathom serve` mounts), each `Exact`, to the Service's public
+    port; not /healthz, /readyz or /metrics. It is an example (host and TLS to set), so the
+    kustomization does not apply it."""
+    from bots.platforms import PLATFORMS
+
+    ingress = yaml.safe_load((DEPLOY / "kubernetes/ingress.example.yaml").read_text())
+    (rule,) = ingress["spec"]["rules"]
+    paths = rule["http"]["paths"]
+    assert sorted(p["path"] for p in paths) == sorted(
+        route.path for cls in PLATFORMS for route in cls.routes
+    )
+    service = list(yaml.safe_load_all((DEPLOY / "kubernetes/serve.yaml").read_text()))[1]
+    for path in paths:
+        assert path["pathType"] == "Exact", path["path"]
+        backend = path["backend"]["service"]
+        assert backend["name"] == service["metadata"]["name"]
+        assert backend["port"] == {"name": "http"}
+        assert "http" in [p["name"] for p in service["spec"]["ports"]]
+    assert "ingress.example.yaml" not in _kustomization()["resources"]
 
 
 # -- the image: its build context, its base, its user, its health check ---------------------
