@@ -65,12 +65,18 @@ log = logging.getLogger(__name__)
 class _Refusal:
     """Why a cancel or stop has no run to act on."""
 
-    why: str  # "nothing_in_thread", "not_theirs" or "nothing"
+    #: "nothing_in_thread", "not_theirs", "nothing", "finished" (the quoted research has
+    #: ended) or "untied" (the quoted message is tied to no research here)
+    why: str
     prefix: str | None = None
 
     def text(self, replies: Replies, *, stop: bool) -> str:
         if self.why == "nothing_in_thread":
             return replies.nothing_running_in_thread()
+        if self.why == "finished":
+            return replies.already_finished()
+        if self.why == "untied":
+            return replies.quote_untied(stop=stop)
         if self.why == "not_theirs":
             return replies.only_starter_can_stop() if stop else replies.only_starter_can_cancel()
         return (
@@ -586,15 +592,20 @@ class ChatCommands:
 
     async def _target(self, message: ChatMessage, prefix: str | None) -> RunRecord | _Refusal:
         """The run a cancel or stop means: in a thread, that thread's (its requester's or an
-        admin's to end); elsewhere the sender's newest active run (matching ``prefix``)."""
+        admin's to end); a quote of a research (``ChatMessage.quoted``), that research's,
+        with the same rule; a quote of anything else, none; elsewhere the sender's newest
+        active run (matching ``prefix``)."""
         by = message.requested_by
+        if message.quoted == "other" and prefix is None:
+            return _Refusal("untied")
         if message.in_thread and prefix is None:
             thread = str(message.thread_key)
             run = await self._store.runs.active_run_in_thread(thread) or await self._posting_in(
                 thread
             )
             if run is None or (run.status.finished and not _posting(run)):
-                return _Refusal("nothing_in_thread")
+                quoted_ended = run is not None and message.quoted == "research"
+                return _Refusal("finished" if quoted_ended else "nothing_in_thread")
             if run.requested_by != by and not self._policy.is_admin(message.user):
                 return _Refusal("not_theirs")
             return run

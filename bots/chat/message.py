@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from bots.chat.ids import check_message
 from core.grammar import request_words
@@ -60,6 +61,12 @@ class ChatMessage:
     #: untrusted), shown instead of their id where people read who said something (the
     #: guidance a report followed); None where the platform gives only an id.
     user_name: str | None = None
+    #: What the message quotes (replies to), where a quote is how a user points at a research
+    #: (DingTalk, whose robots have no threads): ``"research"`` (``thread`` is the quoted
+    #: research's, ``in_thread``), ``"other"`` (a message the platform ties to no research
+    #: here). A ``stop`` or ``cancel`` in it acts on the quoted research alone, never on the
+    #: sender's newest. None: it quotes nothing (or the platform does not say).
+    quoted: Literal["research", "other"] | None = None
 
     def __post_init__(self) -> None:
         check_message(self)

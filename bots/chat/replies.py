@@ -329,6 +329,27 @@ class Replies:
             "You have no running research here to cancel.", "你在这里没有可取消的进行中研究。"
         )
 
+    def quote_untied(self, *, stop: bool) -> str:
+        """A ``stop`` or ``cancel`` quoting a message tied to no research here (or to several
+        alike): nothing is stopped, and how to point at one."""
+        if stop:
+            return self._pick(
+                "I can't tell which research here the quoted message belongs to, so nothing "
+                "was stopped. Quote the message that asked for it, or its progress card, or "
+                "type `/research stop <run id>` (`/research status` lists them).",
+                "无法确定引用的消息属于这里的哪个研究，所以没有停止任何研究。"
+                "请引用发起该研究的消息或它的进度卡片，或输入 `/research stop <运行 id>`"
+                "（`/research status` 会列出）。",
+            )
+        return self._pick(
+            "I can't tell which research here the quoted message belongs to, so nothing was "
+            "cancelled. Quote the message that asked for it, or its progress card, or type "
+            "`/research cancel <run id>` (`/research status` lists them).",
+            "无法确定引用的消息属于这里的哪个研究，所以没有取消任何研究。"
+            "请引用发起该研究的消息或它的进度卡片，或输入 `/research cancel <运行 id>`"
+            "（`/research status` 会列出）。",
+        )
+
     def nothing_running_in_thread(self) -> str:
         return self._pick("Nothing is running in this thread.", "这个话题里没有进行中的研究。")
 

@@ -26,6 +26,12 @@ topics and findings) when
 ``/research <topic>`` always starts a new research, and so does any request while the user's
 last research there still runs.
 
+**Quoted controls.** ``stop`` or ``cancel`` (without a run id) quoting a message acts on the
+research that message is surely tied to (``DingTalkAdapter._quoted_research``: the request
+it is, or one research whose topic or report title Fathom's quoted message shows), by the
+buttons' rule; a quote tied to none, or to two alike, acts on nothing and says so
+(``ChatMessage.quoted``). Never the sender's newest research instead.
+
 **Files.** A file sent on its own (DingTalk delivers files in a one-to-one chat only) waits
 for the same user's next research request in that conversation within the same window; a
 request that quotes a file message reads that file (see ``bots.dingtalk.events``).
@@ -67,7 +73,7 @@ from bots.dingtalk.stream import DingTalkStream
 from bots.http_gate import Rejected, parse_json, read_body, rejected_response
 from core.chat_stores import ChatStores, utcnow
 from core.commands import CommandError
-from core.grammar import EXPLICIT, ResearchCommand
+from core.grammar import EXPLICIT, CancelCommand, ResearchCommand, StopCommand
 from core.wording import Language, pick
 from storage.values import ThreadKey
 
@@ -80,6 +86,11 @@ FOLLOW_UP_CANDIDATES = 10
 def _report_heading(markdown: str | None) -> str | None:
     match = re.search(r"^#{1,6}[ \t]+(.+)$", markdown or "", re.MULTILINE)
     return match.group(1).strip() if match else None
+
+
+def _quoted_control(parsed: object) -> bool:
+    """A ``stop`` or ``cancel`` that names no run id (an id names its run anywhere)."""
+    return isinstance(parsed, StopCommand | CancelCommand) and parsed.run_id is None
 
 
 def dingtalk_markup() -> MarkdownMarkup:
@@ -143,6 +154,10 @@ class DingTalkAdapter:
         parsed = self._chat.parse(request.message.text)  # once, for the follow-up rule too
         if isinstance(parsed, ResearchCommand | CommandError):  # a request, or steering text
             request = await self._follow_up(request)
+        elif _quoted_control(parsed) and request.quote is not None:
+            # Quoting a research is how a user points at it here: the stop or cancel acts on
+            # that research alone (or, tied to none, on none), never on the newest.
+            request = request.quoting(await self._quoted_research(request))
         await self._chat.receive(request.message, self._answerer(request), parsed)
 
     async def card_callback(self, data: dict[str, Any]) -> None:
@@ -203,13 +218,34 @@ class DingTalkAdapter:
         return request
 
     async def _quoted_thread(self, request: DingTalkRequest) -> str | None:
-        """The research thread a quote-reply continues: the one its quoted message started,
-        or, for a quote of one of this robot's own messages (whose ids DingTalk does not
-        give the robot when it sends), the research in this conversation that the quoted
-        text shows (its topic or its report's title), else the newest one here."""
+        """The research thread a quote-reply continues: the one its quoted message started
+        (or a follow-up request of it); for a quote of one of this robot's own messages, the
+        newest research in this conversation whose topic or report title the quoted text
+        shows, else the newest one here."""
+        tied = await self._quoted_threads(request)
+        if tied or request.quote is None or not request.quote.from_robot:
+            return tied[0] if tied else None
+        message = request.message
+        runs = await self._store.runs.recent_runs_in_channel(
+            PLATFORM, message.workspace, message.channel, 1
+        )
+        return runs[0].thread.thread if runs else None
+
+    async def _quoted_research(self, request: DingTalkRequest) -> str | None:
+        """The research thread a quoted message is surely tied to, for a control word: one
+        thread, or None (tied to none, or to two alike: the same topic asked twice)."""
+        tied = await self._quoted_threads(request)
+        return tied[0] if len(tied) == 1 else None
+
+    async def _quoted_threads(self, request: DingTalkRequest) -> list[str]:
+        """The research threads a quoted message may be tied to, newest first: the research
+        its ``msgId`` started, or the one whose request it is (a follow-up's, among this
+        conversation's recent researches); for one of this robot's own messages (whose ids
+        DingTalk does not give the robot when it sends), the researches whose topic or report
+        title the quoted text shows, those with the longest such name only."""
         quote, message = request.quote, request.message
         if quote is None:
-            return None
+            return []
         if quote.msg_id:
             key = ThreadKey(
                 platform=PLATFORM,
@@ -218,18 +254,26 @@ class DingTalkAdapter:
                 thread=quote.msg_id,
             )
             if await self._store.threads.get_thread(str(key)) is not None:
-                return quote.msg_id
-        if not quote.from_robot:
-            return None
+                return [quote.msg_id]
         runs = await self._store.runs.recent_runs_in_channel(
             PLATFORM, message.workspace, message.channel, FOLLOW_UP_CANDIDATES
         )
+        if quote.msg_id:
+            asked = f"{PLATFORM}:msg:{message.workspace}:{quote.msg_id}"
+            for run in runs:
+                if run.dedupe_key == asked:  # a follow-up's request, in its thread
+                    return [run.thread.thread]
+        if not quote.from_robot:
+            return []
         shown = quote.text.casefold()
+        longest: dict[str, int] = {}  # thread -> its longest name the quote shows (in order)
         for run in runs:  # newest first
-            names = (run.topic, _report_heading(run.report_markdown))
-            if any(name and name.casefold() in shown for name in names):
-                return run.thread.thread
-        return runs[0].thread.thread if runs else None
+            for name in (run.topic, _report_heading(run.report_markdown)):
+                if name and name.casefold() in shown:
+                    thread = run.thread.thread
+                    longest[thread] = max(longest.get(thread, 0), len(name))
+        best = max(longest.values(), default=0)
+        return [thread for thread, length in longest.items() if length == best]
 
     async def _answer(self, request: DingTalkRequest, text: str) -> None:
         message = request.message

@@ -125,6 +125,15 @@ class DingTalkRequest:
         """The same request, continuing the thread that started with message ``thread``."""
         return replace(self, message=replace(self.message, thread=thread, in_thread=True))
 
+    def quoting(self, thread: str | None) -> DingTalkRequest:
+        """The same request pointed at the research its quote is tied to (the thread that
+        started with message ``thread``), or, tied to none (None), at no research: a control
+        word in it then acts on nothing (``ChatMessage.quoted``)."""
+        if thread is None:
+            return replace(self, message=replace(self.message, quoted="other"))
+        message = replace(self.message, thread=thread, in_thread=True, quoted="research")
+        return replace(self, message=message)
+
 
 @dataclass(frozen=True)
 class Quote:
