@@ -28,6 +28,7 @@ from tests.fakes.feishu import (
     TENANT,
     FakeFeishuServer,
     FeishuMessage,
+    file_event,
     message_event,
 )
 from tests.test_feishu import KEY, TOKEN, USER, FeishuBot, FeishuFactory, card_texts
@@ -130,6 +131,34 @@ async def test_a_plain_reply_in_a_running_researchs_thread_steers_it_and_stop_st
     assert not await _seen(bot, "om_chat") and not await _seen(bot, "om_else")
     answered = {m.parent_id for m in bot.fake.messages.values()}
     assert not answered & {"om_chat", "om_else"}
+
+
+async def test_a_file_posted_in_a_running_researchs_thread_is_answered_not_kept_silently(
+    feishu: FeishuFactory, feishu_server: FakeFeishuServer, search_server: FakeSearchServer
+) -> None:
+    """A file message (no words, no mention: a file cannot mention anyone) posted in the
+    thread of a running research: the research reads only the files of its own request, so
+    the answer says the file waits for the next request there instead of saying nothing."""
+    feishu_server.fake.scopes[GROUP_MESSAGES_SCOPE] = True
+    bot = await feishu()
+    search_server.fake.hold_pages()
+    card = await _research(bot, "deep sea mining", "om_froot")
+    posted = file_event(
+        "file_v3_spec",
+        "spec.pdf",
+        chat_type="group",
+        root_id="om_froot",
+        parent_id=card.message_id,
+        thread_id="omt_om_froot",
+        token=TOKEN,
+        message_id="om_ffile",
+    )
+    assert (await bot.send(posted)).status_code == 200
+    answer = await _answer_to(bot, "om_ffile")
+    assert answer.startswith("📎 Got spec.pdf. The research running here does not read it")
+    search_server.fake.release_pages()
+    (run,) = await bot.delivered()
+    assert run.attachments_read == 0
 
 
 async def test_a_plain_cancel_is_the_requesters_and_a_late_one_is_answered(

@@ -194,16 +194,24 @@ class ChatCommands:
     async def receive_files(self, message: ChatMessage, answer: Answer) -> None:
         """Files sent on their own (no request in the message): kept under the message's
         ``earlier_files`` scope for the sender's next research request there, within its
-        window. Answered (what will be read, what not) only when the bot was addressed: a
-        file posted in a group is not the bot's business until someone asks."""
+        window. Answered (what will be read, what not) only when the bot was addressed, or
+        in the thread of a running research (which reads the files of its own request only,
+        so the answer says they wait for the next one): a file posted elsewhere in a group is
+        not the bot's business until someone asks."""
         if not (message.attachments or message.unreadable):
             return
         if not self._policy.is_allowed(message.user, message.channel):
             return
+        running = await self._in_running_thread(message)
+        answering = message.addressed or running
         if message.earlier_files is None:  # files cannot wait here (the window is off)
-            if message.addressed and await self._claim(message):
+            if answering and await self._claim(message):
                 language = await self._language_of(message)
-                await answer(self.replies(language).files_need_request())
+                if running:
+                    files = [(a.name, "steering") for a in message.attachments]
+                    await answer(self._left_out(files + list(message.unreadable), language))
+                else:
+                    await answer(self.replies(language).files_need_request())
             return
         if not await self._claim(message):
             return  # a redelivery
@@ -211,7 +219,7 @@ class ChatCommands:
         await self._store.files.remember_files(
             message.earlier_files, [a.model_dump(mode="json") for a in screened.accepted]
         )
-        if not message.addressed:
+        if not answering:
             return
         language = await self._language_of(message)
         replies = self.replies(language)
@@ -220,7 +228,11 @@ class ChatCommands:
             await answer(self._left_out(rejected, language))
         if screened.accepted:
             minutes = max(1, round(message.earlier_window / 60))
-            await answer(replies.files_kept([a.name for a in screened.accepted], minutes))
+            names = [a.name for a in screened.accepted]
+            if running:
+                await answer(replies.files_kept_after_research(names, minutes))
+            else:
+                await answer(replies.files_kept(names, minutes))
 
     def _screen(self, attachments: Sequence[Attachment]) -> Screened:
         policy = self._policy
@@ -429,16 +441,7 @@ class ChatCommands:
         research has ended (too late, nothing running). Anything else, and a message whose
         ids ``handle`` would refuse (empty, too long: nothing is looked up with them), is
         not read."""
-        if not message.in_thread:
-            return False
-        try:
-            validate_ids(
-                workspace=message.workspace,
-                channel=message.channel,
-                user=message.user,
-                thread=message.thread,
-            )
-        except CommandError:
+        if not _thread_to_look_up(message):
             return False
         thread = str(message.thread_key)
         if await self._store.runs.active_run_in_thread(thread) is not None:
@@ -446,6 +449,13 @@ class ChatCommands:
         if isinstance(parsed, StopCommand | CancelCommand | StatusCommand):
             return await self._store.runs.latest_run_in_thread(thread) is not None
         return False
+
+    async def _in_running_thread(self, message: ChatMessage) -> bool:
+        """Whether ``message`` is in the thread of a running research."""
+        if not _thread_to_look_up(message):
+            return False
+        thread = str(message.thread_key)
+        return await self._store.runs.active_run_in_thread(thread) is not None
 
     async def _steer(self, message: ChatMessage, replies: Replies) -> Reply | None:
         """A reply in the thread of a running research, kept as guidance for it (its raw
@@ -632,6 +642,23 @@ class ChatCommands:
         else:
             matches = [r for r in active if r.thread.channel == message.channel]
         return matches[-1] if matches else None
+
+
+def _thread_to_look_up(message: ChatMessage) -> bool:
+    """Whether ``message`` is in a thread whose runs may be looked up: a reply in a thread,
+    with ids ``handle`` would take (empty or too long ones are never looked up)."""
+    if not message.in_thread:
+        return False
+    try:
+        validate_ids(
+            workspace=message.workspace,
+            channel=message.channel,
+            user=message.user,
+            thread=message.thread,
+        )
+    except CommandError:
+        return False
+    return True
 
 
 def _posting(run: RunRecord) -> bool:

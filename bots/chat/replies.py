@@ -455,6 +455,19 @@ class Replies:
             "我会在研究中读取它。",
         )
 
+    def files_kept_after_research(self, names: Sequence[str], minutes: int) -> str:
+        """Files sent on their own in the thread of a running research: it reads only the
+        files of its own request; they wait for the sender's next request there."""
+        shown = ", ".join(self.markup.escape(shown_name(name)) for name in names)
+        return self._icon("paperclip") + self._pick(
+            f"Got {shown}. The research running here does not read it (a research reads only "
+            f"the files sent with its request): send `/research <topic>` here within {minutes} "
+            "min, once it has finished, and I will read it with that one.",
+            f"已收到 {shown}。这里正在进行的研究不会读取它（研究只读取随请求发送的文件）："
+            f"请在它结束后、{minutes} 分钟内在这里发送 `/research <主题>`，"
+            "我会在那个研究中读取它。",
+        )
+
     # -- scheduled digests ------------------------------------------------------------------
     def digests_unavailable(self) -> str:
         return self._icon("warning") + self._pick(
