@@ -146,6 +146,29 @@ def test_the_systemd_units_verify(tmp_path: Path) -> None:
         assert problems == [], problems
 
 
+@pytest.mark.skipif(
+    not Path(sys.executable).with_name("yamllint").exists(), reason="yamllint is not installed"
+)
+def test_the_kubernetes_and_compose_files_pass_yamllint() -> None:
+    """yamllint (the dev extra) with the repository's .yamllint.yaml (its defaults, lines of
+    100, no leading `---` required) and --strict, so a warning fails too."""
+    linted = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("yamllint")),
+            "--strict",
+            "--config-file",
+            str(ROOT / ".yamllint.yaml"),
+            str(DEPLOY / "kubernetes"),
+            str(DEPLOY / "docker-compose.yml"),
+            str(ROOT / ".yamllint.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (linted.returncode, linted.stdout, linted.stderr) == (0, "", "")
+
+
 def _systemd_version() -> int:
     shown = subprocess.run(
         ["systemd-analyze", "--version"], capture_output=True, text=True, timeout=60
