@@ -39,10 +39,12 @@ STAMP = VENV / ".fathom-install-stamp"
 
 
 REQUIREMENTS = ROOT / "requirements"
-#: The locks (``python3 dev.py lock``): the dependencies of the project (``run.txt``, what the
+#: The locks (``python3 dev.py lock``): pip itself (``pip.txt``, installed first: a pip older
+#: than 23.3 refuses the other locks), the dependencies of the project (``run.txt``, what the
 #: image installs), of its development (``dev.txt``: run's and the dev extra's, the same
 #: versions) and of building its wheel (``build.txt``: setuptools), each pinned with hashes.
 LOCKS = {
+    "pip.txt": ["requirements/pip.in"],
     "dev.txt": ["pyproject.toml", "--extra", "dev"],
     "run.txt": ["pyproject.toml", "-c", "requirements/dev.txt"],
     "build.txt": ["requirements/build.in", "-c", "requirements/dev.txt"],
@@ -52,7 +54,7 @@ LOCKS = {
 def ensure_installed() -> None:
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py runs on whatever python3 is
         sys.exit(f"Fathom needs Python 3.11 or newer; this is {sys.version.split()[0]}.")
-    inputs = (ROOT / "pyproject.toml", REQUIREMENTS / "dev.txt")
+    inputs = (ROOT / "pyproject.toml", REQUIREMENTS / "pip.txt", REQUIREMENTS / "dev.txt")
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in inputs)).hexdigest()
     if PYTHON.exists() and STAMP.exists() and STAMP.read_text() == digest:
         return
@@ -61,7 +63,8 @@ def ensure_installed() -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
     print("installing the locked dependencies and fathom-bot into .venv …", file=sys.stderr)
     pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    # pip itself first, by hash: the pip a venv starts with may be older than the locks need.
+    subprocess.run([*pip, "--require-hashes", "-r", str(REQUIREMENTS / "pip.txt")], check=True)
     # Exactly the locked files (a release or a file changed on the index since is refused),
     # then the project alone, built with the locked setuptools.
     subprocess.run([*pip, "--require-hashes", "-r", str(REQUIREMENTS / "dev.txt")], check=True)

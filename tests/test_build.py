@@ -127,3 +127,30 @@ def test_the_image_installs_the_locks_with_their_hashes() -> None:
     assert "pip install --require-hashes -r /src/requirements/run.txt" in dockerfile
     assert "pip install --require-hashes -r /src/requirements/build.txt" in dockerfile
     assert "--no-deps --no-build-isolation" in dockerfile  # nothing unlocked is fetched
+
+
+def test_every_documented_install_installs_pip_by_hash_before_the_locks() -> None:
+    """pip before 23.3 (Debian 12's 23.0.1, RHEL 9's python3.11 22.3.1, CPython 3.11.7's
+    bundled 23.2.1) refuses requirements/run.txt in --require-hashes mode: justext asks for
+    ``lxml[html_clean]``, which it takes for an unpinned requirement (issue 54, tried with
+    pip 23.0.1 and 22.3.1; .ci/install-with-old-pip runs the install with them). So each
+    install puts the pip of requirements/pip.txt, pinned by hash, in the venv first."""
+    from packaging.version import Version
+
+    pip = _locked("pip.txt")
+    assert set(pip) == {"pip"} and pip["pip"][1] >= 1
+    assert Version(pip["pip"][0]) >= Version("23.3")
+    bootstrap = "pip install --require-hashes -r {}requirements/pip.txt"
+    installs = {
+        "docs/operations.md": ("", "requirements/run.txt"),
+        "deploy/Dockerfile": ("/src/", "/src/requirements/run.txt"),
+    }
+    for name, (prefix, lock) in installs.items():
+        text = (ROOT / name).read_text()
+        first = text.find(bootstrap.format(prefix))
+        assert first != -1, f"{name} does not install requirements/pip.txt"
+        assert first < text.find(f"--require-hashes -r {lock}"), name
+    dev = (ROOT / "dev.py").read_text()
+    assert dev.find('"pip.txt")], check=True') < dev.find('"dev.txt")], check=True')
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ".ci/install-with-old-pip 22.3.1" in ci
