@@ -660,6 +660,10 @@ def test_the_health_check_asks_what_each_command_serves(tmp_path: Path) -> None:
     assert health.check(["worker", "--concurrency=20", "--no-upgrade"]) == 0
     assert health.check(["db", "upgrade"]) == 0
     assert health.check(None) == 0
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    for name, path in (("serve", "/healthz"), ("worker", "/metrics")):
+        assert "healthcheck" not in compose["services"][name]  # the image's, per command
+        assert health.probe_url(compose["services"][name]["command"]).endswith(path)
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert 'CMD ["python", "/opt/fathom/healthcheck.py"]' in dockerfile
     assert "COPY deploy/healthcheck.py /opt/fathom/healthcheck.py" in dockerfile
