@@ -19,7 +19,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from core.build import python_version, version
+from core.build import commit, python_version, version
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -108,11 +108,12 @@ class Metrics:
         )
         self.build_info = Gauge(
             "fathom_build_info",
-            "Always 1: the version of Fathom this process runs, and its Python.",
-            ["version", "python"],
+            "Always 1: the version of Fathom this process runs, the commit it was built from "
+            "(unknown when the build did not say) and its Python.",
+            ["version", "python", "commit"],
             registry=registry,
         )
-        self.build_info.labels(version(), python_version()).set(1)
+        self.build_info.labels(version(), python_version(), commit()).set(1)
         self.runs = Gauge(
             "fathom_runs",
             "Research runs queued or running now, by status and platform (read when "

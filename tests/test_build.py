@@ -9,6 +9,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
+from core import build
 from core.metrics import Metrics
 from storage import HEAD_REVISION
 from tests.cli import fathom
@@ -43,15 +44,64 @@ def test_the_wheel_ships_the_license_and_every_migration_and_no_tests(tmp_path: 
 def test_fathom_version_says_the_installed_version_and_the_schema_it_needs(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
+    cli_env["FATHOM_BUILD_COMMIT"] = "0123456789abcdef0123456789abcdef01234567"
     shown = fathom("--version", env=cli_env, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     installed = metadata.version("fathom-bot")
-    assert shown.stdout.startswith(f"fathom {installed} (database schema {HEAD_REVISION}, ")
+    assert shown.stdout.startswith(
+        f"fathom {installed} (commit 0123456789abcdef0123456789abcdef01234567, "
+        f"database schema {HEAD_REVISION}, "
+    )
+
+
+def test_the_build_commit_is_what_the_build_declared_or_the_checkout_or_unknown() -> None:
+    """The image declares it (FATHOM_BUILD_COMMIT, its build argument); text that is not a
+    commit id is not believed; from a git checkout, its HEAD (this suite runs in one)."""
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert build.commit({"FATHOM_BUILD_COMMIT": "ABCDEF1234"}) == "abcdef1234"
+    for untrue in ("", "main", "abc", "1234567; rm -rf /", "g" * 40, "a" * 41):
+        assert build.commit({"FATHOM_BUILD_COMMIT": untrue}) == head, untrue
+    assert build.commit({}) == head
 
 
 def test_every_process_exports_its_build() -> None:
-    labels = {"version": metadata.version("fathom-bot"), "python": sys.version.split()[0]}
+    labels = {
+        "version": metadata.version("fathom-bot"),
+        "python": sys.version.split()[0],
+        "commit": build.commit(),
+    }
     assert Metrics().registry.get_sample_value("fathom_build_info", labels) == 1
+
+
+def test_the_release_says_what_it_is_in_the_changelog_the_docs_and_the_install() -> None:
+    """Each release has its own version (two releases both called 0.1.0 five migrations
+    apart, issue 54): pyproject.toml's version heads CHANGELOG.md with this release's schema
+    (storage.HEAD_REVISION), each previous release core.build knows is there with its own, the
+    image tag in the docs is the version, and this venv was installed from this version
+    (``python3 dev.py`` reinstalls when pyproject.toml changes)."""
+    import re
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## (\S+)\n\nSchema: \*\*(\d{4}) to (\d{4})\*\*", changelog, re.M)
+    assert releases, "CHANGELOG.md has no release entry"
+    newest, *older = releases
+    assert newest[0] == version, f"CHANGELOG.md's newest entry is {newest[0]}, not {version}"
+    assert newest[2] == HEAD_REVISION, (
+        f"a migration was added: CHANGELOG.md's {version} entry must name schema {HEAD_REVISION}"
+    )
+    assert [(v, last) for v, _, last in older] == [
+        (r.version, r.schema) for r in build.PREVIOUS_RELEASES
+    ]
+    for (_, first, _), (_, _, last_before) in zip(releases, older, strict=False):
+        assert int(first) == int(last_before) + 1  # the ranges meet, nothing left out
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    tags = set(re.findall(r"registry\.example\.com/fathom:(\S+?)[`\s]", operations))
+    assert tags == {version}
+    assert metadata.version("fathom-bot") == version, "reinstall: python3 dev.py"
 
 
 def test_the_dependencies_whose_next_major_would_break_us_are_bounded() -> None:

@@ -159,7 +159,8 @@ def test_db_current_downgrade_and_upgrade_roll_a_release_back_and_forth(
     assert db("upgrade").returncode == 0
     assert db("current").stdout == f"{HEAD_REVISION} (current; this release: {HEAD_REVISION})\n"
     down = db("downgrade", previous)
-    assert down.returncode == 0 and f"older than this release's {HEAD_REVISION}" in down.stderr
+    assert down.returncode == 0 and down.stdout == f"downgraded {HEAD_REVISION} -> {previous}\n"
+    assert f"now deploy the release whose schema is {previous}" in down.stderr
     assert db("current").stdout == f"{previous} (behind; this release: {HEAD_REVISION})\n"
     with sqlite3.connect(path) as conn:
         columns = [row[1] for row in conn.execute("PRAGMA table_info(research_runs)")]
@@ -182,3 +183,21 @@ def test_db_current_downgrade_and_upgrade_roll_a_release_back_and_forth(
         assert len(unknown.stderr.strip().splitlines()) == 1, unknown.stderr
     started = fathom("research", "tidal power", env=cli_env, cwd=tmp_path)
     assert started.returncode == 2 and "no Fathom release has" in started.stderr
+
+
+def test_db_downgrade_to_the_previous_release_says_what_it_did_and_what_to_deploy(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 54: `db downgrade` printed nothing on stdout and advised `db upgrade`. Going
+    back to 0.1.0 (schema 0014, CHANGELOG.md) it says `downgraded A -> B` and names 0.1.0."""
+    cli_env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'fathom.db'}"
+    assert fathom("db", "upgrade", env=cli_env, cwd=tmp_path).returncode == 0
+    down = fathom("db", "downgrade", "0014", env=cli_env, cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert down.stdout == f"downgraded {HEAD_REVISION} -> 0014\n"
+    assert "now deploy Fathom 0.1.0, whose schema is 0014" in down.stderr
+    assert "run `fathom db upgrade`" not in down.stderr
+    again = fathom("db", "downgrade", "0014", env=cli_env, cwd=tmp_path)
+    assert again.returncode == 0 and again.stdout == "downgraded 0014 -> 0014\n"
+    gone = fathom("db", "downgrade", "base", env=cli_env, cwd=tmp_path)
+    assert gone.stdout == "downgraded 0014 -> none\n" and "no Fathom schema now" in gone.stderr

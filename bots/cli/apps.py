@@ -33,11 +33,12 @@ sources_app = typer.Typer(
 def _show_version(shown: bool) -> None:
     if not shown:
         return
-    from core.build import python_version, version
+    from core.build import commit, python_version, version
     from storage import HEAD_REVISION
 
     sys.stdout.write(
-        f"fathom {version()} (database schema {HEAD_REVISION}, Python {python_version()})\n"
+        f"fathom {version()} (commit {commit()}, database schema {HEAD_REVISION}, "
+        f"Python {python_version()})\n"
     )
     raise typer.Exit(EXIT_OK)
 
@@ -50,7 +51,8 @@ def _fathom(
             "--version",
             is_eager=True,
             callback=_show_version,
-            help="Print the version (and the schema revision it needs) and exit.",
+            help="Print the version, the commit it was built from and the schema revision it "
+            "needs, and exit.",
         ),
     ] = False,
 ) -> None:

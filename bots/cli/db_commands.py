@@ -48,10 +48,39 @@ def db_downgrade(
     ],
 ) -> None:
     """Undo migrations down to REVISION: the rollback of a release, run with the code of the
-    release that migrated the schema (docs/operations.md)."""
+    release that migrated the schema (docs/operations.md). Prints ``downgraded A -> B`` on
+    stdout and the release to deploy next on stderr."""
 
-    async def downgrade(database: Database) -> str:
+    async def downgrade(database: Database) -> tuple[str | None, str | None]:
+        before = (await database.schema()).revision
         await database.downgrade(revision)
-        return (await database.schema()).describe()
+        return before, (await database.schema()).revision
 
-    stderr().print(on_database(core_settings(), downgrade), highlight=False, soft_wrap=True)
+    before, after = on_database(core_settings(), downgrade)
+    sys.stdout.write(f"downgraded {before or 'none'} -> {after or 'none'}\n")
+    stderr().print(next_deploy(after), highlight=False, soft_wrap=True)
+
+
+def next_deploy(revision: str | None) -> str:
+    """What to deploy on a schema this release has just downgraded to ``revision``."""
+    from core.build import release_with_schema, version
+    from storage import HEAD_REVISION
+
+    if revision is None:
+        return (
+            "the database has no Fathom schema now; whichever release you deploy next "
+            "creates its own with `fathom db upgrade`"
+        )
+    if revision == HEAD_REVISION:
+        return f"the database schema is at {revision}, this release's ({version()})"
+    release = release_with_schema(revision)
+    which = (
+        f"Fathom {release.version}, whose schema is {revision}"
+        if release is not None
+        else f"the release whose schema is {revision} (CHANGELOG.md lists each release's)"
+    )
+    return (
+        f"the database schema is at {revision}: now deploy {which}. This release "
+        f"({version()}, schema {HEAD_REVISION}) would migrate it forward again "
+        "(`fathom serve` on start, `fathom db upgrade`)."
+    )
