@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 
 from storage.db import Database
 from storage.records import DigestRecord, RunRecord
+from storage.runs import lock_admission
 from storage.sql import SELECT_RUNS, run_record
 from storage.tables import Digest, ResearchRun, RunSource, utcnow
 from storage.values import RunStatus
@@ -72,7 +73,9 @@ class DigestStore:
     ) -> DigestRecord:
         """Store an enabled schedule; :class:`DigestLimit` when the channel is full.
         ``created_at``: when it was made on the caller's clock (default: now), from which its
-        first slot is due."""
+        first slot is due. The channel's schedules are counted under the channel's admission
+        lock (:func:`storage.runs.lock_admission`), so schedules added at once on any number of
+        replicas never pass ``max_per_channel``."""
         where = and_(
             _digests.c.platform == platform,
             _digests.c.workspace == workspace,
@@ -95,7 +98,13 @@ class DigestStore:
             "sources": sources,
         }
 
+        # A key no user id can be (ids are printable; U+001F is not), so the lock is the
+        # channel's alone.
+        channel_key = "\x1f".join(("digests", platform, workspace, channel))
+        dialect = self._db.dialect
+
         def work(conn: Connection) -> DigestRecord:
+            lock_admission(conn, dialect, channel_key)
             count = conn.execute(select(func.count()).select_from(_digests).where(where))
             if int(count.scalar_one()) >= max_per_channel:
                 raise DigestLimit(max_per_channel)
