@@ -77,6 +77,10 @@ class Finding(BaseModel):
     pages: list[PageExcerpt] | None = None
 
 
+#: :attr:`Attachment.attacher_id` of a file whose attacher's id the platform did not give.
+UNKNOWN_ATTACHER = "?"
+
+
 class Attachment(BaseModel):
     """A file attached to a chat request, as its platform described it (not its contents).
 
@@ -98,6 +102,11 @@ class Attachment(BaseModel):
     url: str | None = None
     #: Who attached it, as the report names them (a display name, else the platform's id).
     attached_by: str = ""
+    #: Who attached it, by their id on the platform (the last part of their requester key),
+    #: kept beside any display name: ``fathom forget`` finds their files by it. Empty until
+    #: the chat layer names the message's sender; :data:`UNKNOWN_ATTACHER` where the platform
+    #: names another person without their id (a DingTalk quote without its sender's id).
+    attacher_id: str = ""
     #: The message that carries the file (Feishu's resource API needs it).
     message_id: str | None = None
     #: Whatever else the platform's download needs (e.g. Slack's ``url_private_download``).
@@ -115,6 +124,8 @@ class AttachedFile(BaseModel):
     size: int
     url: str | None = None
     attached_by: str = ""
+    #: The attacher's id on the platform (:attr:`Attachment.attacher_id`).
+    attacher_id: str = ""
     #: Pages read (a PDF), and the pages it has; of one read in part, which pages
     #: (``read pages 1-50 of 311``).
     pages_read: int | None = None

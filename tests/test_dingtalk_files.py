@@ -70,6 +70,7 @@ def test_a_file_message_becomes_an_attachment_and_a_quote_of_one_attaches_it() -
         "Alice",
         None,
     )
+    assert file.attacher_id == "staff_1"  # the sender's id beside their nickname (issue 54)
     assert request.message.earlier_files == f"dingtalk:{CORP}:cid_single_1:staff_1"
     assert request.message.earlier_window == 600
     # A request quoting a file message carries that file (attached by who sent it).
@@ -77,6 +78,14 @@ def test_a_file_message_becomes_an_attachment_and_a_quote_of_one_attaches_it() -
     request = translate(quoting, files_window=600)
     assert request is not None and not request.files_only
     assert [(a.id, a.attached_by) for a in request.message.attachments] == [("code+2", "Bob")]
+    # Not the requester's file: who sent it is not known by id (the quote gives no senderId).
+    assert [a.attacher_id for a in request.message.attachments] == ["?"]
+    named = bot_message(
+        fake, "/research costs", quoted_file=("code+3", "b.md"), quoted_sender="$:LWCP_v1:$bob"
+    )
+    request = translate(named, files_window=600)
+    assert request is not None
+    assert [a.attacher_id for a in request.message.attachments] == ["$:LWCP_v1:$bob"]
     # Files sent alone are not kept when the window is off; a file without a code is none.
     off = translate(data, files_window=0)
     assert off is not None and off.message.earlier_files is None

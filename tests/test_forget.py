@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert, select, update
+import pytest
+from sqlalchemy import event, insert, make_url, select, update
 
 from bots.slack.platform import SlackPlatform
 from bots.slack.tables import slack_installations
 from storage import Database, GuidanceTaken, Person, SourceRecord, Store
-from storage.tables import Base, ResearchRun, ThreadVariables
+from storage.tables import Base, ResearchRun, Thread, ThreadVariables
 from tests.cli import fathom
 from tests.runs import claim, new_run
 
@@ -54,15 +55,15 @@ async def research(
 
 
 async def rows_naming(database: Database, needle: str) -> list[tuple[str, str]]:
-    """Every (table, column) of every shared table whose value holds ``needle`` (Slack's
-    installations are Slack's own: forget reports them and keeps them)."""
+    """Every (table, column) of every shared table whose value holds ``needle``, in any case
+    (Slack's installations are Slack's own: forget reports them and keeps them)."""
     found = []
     async with database.sessionmaker() as session:
         for table in Base.metadata.sorted_tables:
             for row in (await session.execute(select(table))).mappings():
                 for column, value in row.items():
                     shown = value if isinstance(value, str) else json.dumps(value, default=str)
-                    if needle in shown:
+                    if needle.casefold() in shown.casefold():
                         found.append((table.name, str(column)))
     return found
 
@@ -290,6 +291,19 @@ async def test_fathom_forget_and_prune_on_the_command_line(
                     installed_at=datetime(2026, 1, 1),
                 )
             )
+        nobody = cli("forget", "--user", "slack:T0001:UFORGOT7")  # mistyped
+        assert nobody.returncode == 1 and nobody.stdout == ""
+        assert "nothing names slack:T0001:UFORGOT7" in nobody.stderr
+        dry = cli("forget", "--user", GONE, "--dry-run")
+        assert dry.returncode == 1  # a run of theirs is going on
+        assert dry.stdout.startswith(f"would forget {GONE}: 3 runs, 2 threads, 1 votes")
+        assert (
+            "  research_runs: " in dry.stdout and "rows would be deleted or rewritten" in dry.stdout
+        )
+        assert "run `fathom forget` without --dry-run to cancel" in dry.stderr
+        untouched = await store.runs.get_run(running)
+        assert untouched is not None and not untouched.cancel_requested
+        assert len(await rows_naming(database, "UFORGET7")) >= 10
         first = cli("forget", "--user", GONE)
         assert first.returncode == 1
         assert f"1 runs are still going on or posting ({running})" in first.stderr
@@ -306,7 +320,10 @@ async def test_fathom_forget_and_prune_on_the_command_line(
         second = cli("forget", "--user", GONE)
         assert second.returncode == 0, second.stderr
         assert second.stdout == (
-            f"forgot {GONE}: 1 runs, 1 threads, 0 votes, 0 guidance replies, 0 digests, 0 files\n"
+            f"forgot {GONE}: 1 runs, 1 threads, 0 votes, 0 guidance replies, 0 digests, 0 files, "
+            "0 topics in shared threads, 0 citations, 0 cached searches and pages\n"
+            "  research_runs: 1 rows deleted or rewritten\n"
+            "  threads: 1 rows deleted or rewritten\n"
         )
         assert await rows_naming(database, "UFORGET7") == []
 
@@ -330,3 +347,204 @@ async def test_fathom_forget_and_prune_on_the_command_line(
     cli_env["FATHOM_RUN_RETENTION_DAYS"] = "0"
     kept = cli("prune")
     assert kept.returncode == 2 and "FATHOM_RUN_RETENTION_DAYS is 0" in kept.stderr
+
+
+#: What the forgotten person leaves in a thread someone else started: each must be gone.
+PERMALINK = "https://acme.slack.com/files/UFORGET7/F0BEA/bea-plan.pdf"
+MARKERS = (
+    "UFORGET7",
+    "Bea Marker",
+    "/F0BEA/",
+    "BEAFILETEXT",
+    "beatopic widgets",
+    "beasubtopic",
+    "https://bea-result.example/",
+)
+
+
+async def set_variables(database: Database, thread: str, **values: Any) -> None:
+    """The thread's variables as a run's checkpoint leaves them."""
+    async with database.sessionmaker.begin() as session:
+        thread_id = (
+            await session.execute(select(Thread.id).where(Thread.key == thread))
+        ).scalar_one()
+        row = await session.get(ThreadVariables, thread_id)
+        if row is None:
+            session.add(ThreadVariables(thread_id=thread_id, **values))
+        else:
+            for name, value in values.items():
+                setattr(row, name, value)
+
+
+def _finding(topic: str, url: str, at: datetime) -> dict[str, Any]:
+    return {
+        "topic": topic,
+        "results": [{"title": topic, "url": url, "snippet": "s"}],
+        "error": None,
+        "searched_at": at.isoformat(),
+        "pages": [{"url": url, "title": topic, "passages": ["p"]}],
+    }
+
+
+async def shared_thread(store: Store, database: Database, *, display_name: bool) -> str:
+    """Person A starts a research in a thread; person B (UFORGET7) follows up there attaching
+    a file, which their run reads and searches for; A's next follow-up reads B's file again
+    (a thread's files serve every later run) and cites it by its permalink. Returns A's
+    follow-up's id.
+
+    The shapes are Slack's: a message event's ``files[].permalink`` is
+    ``https://<workspace>.slack.com/files/<user id>/<file id>/<name>`` and its
+    ``user_profile.display_name`` names the sender when the event carries it
+    (https://api.slack.com/types/file, https://api.slack.com/events/message/file_share)."""
+    thread = "slack:T0001:C9:9.1"
+    by = "Bea Marker" if display_name else "UFORGET7"
+    attachment = {
+        "id": "F0BEA",
+        "name": "bea-plan.pdf",
+        "url": PERMALINK,
+        "attached_by": by,
+        "attacher_id": "UFORGET7",
+    }
+    earlier = datetime(2026, 1, 1, tzinfo=UTC)
+    first = await research(store, thread, KEPT, topic="heat pumps in flats")
+    await set_variables(
+        database,
+        thread,
+        topics=["heat pumps in flats"],
+        findings=[_finding("heat pumps in flats", "https://kept.example/", earlier)],
+    )
+    theirs, _ = await new_run(
+        store,
+        thread_key=thread,
+        requested_by=GONE,
+        topic="BEATOPIC widgets?",
+        attachments=[attachment],
+    )
+    held = await claim(store, theirs.id)
+    during = datetime.now(UTC)
+    file = {**attachment, "kind": "pdf", "size": 9, "text": "BEAFILETEXT", "run_id": theirs.id}
+    await set_variables(
+        database,
+        thread,
+        topics=["heat pumps in flats", "BEATOPIC widgets?", "BEASUBTOPIC costs"],
+        next_search_topic="BEASUBTOPIC next",
+        findings=[
+            _finding("heat pumps in flats", "https://kept.example/", earlier),
+            _finding("BEATOPIC widgets?", "https://bea-result.example/", during),
+            _finding("BEASUBTOPIC costs", "https://bea-result.example/2", during),
+        ],
+        files=[file],
+    )
+    title = f"bea-plan.pdf (attached by {by})"
+    await store.claims.finish_run(
+        held,
+        status="succeeded",
+        report_markdown=f"# r [1]\n\n## Sources\n\n- [1] [{title}]({PERMALINK})",
+        sources=[SourceRecord(1, title, PERMALINK, kind="attachment")],
+        error=None,
+        usage={},
+        notes=[],
+    )
+    await store.claims.finish_delivery(held, posted=True)
+    followup = await research(
+        store,
+        thread,
+        KEPT,
+        topic="and in houses",
+        report=f"# r [1][2]\n\n## Sources\n\n- [1] [{title}]({PERMALINK})\n"
+        "- [2] [k](https://kept.example/)",
+        sources=[
+            SourceRecord(1, title, PERMALINK, kind="attachment"),
+            SourceRecord(2, "k", "https://kept.example/"),
+        ],
+    )
+    for query in ("beatopic widgets", "BEASUBTOPIC costs", "heat pumps in flats"):
+        await store.caches.cache_put("searxng", query, [{"url": "https://x.example/"}])
+    await store.caches.page_put("https://bea-result.example/", "https://bea-result.example/", "t")
+    await store.caches.page_put("https://kept.example/", "https://kept.example/", "kept")
+    assert first
+    return followup
+
+
+async def test_forget_in_a_thread_someone_else_started_leaves_no_trace_of_them(
+    store: Store, database: Database
+) -> None:
+    """Issue 54: B's follow-up with a file in A's thread, with and without a display name in
+    the event. Every column of every table is scanned for B's id, name, file, its text, the
+    topics B searched and their results; A's research stays, citing the file without B."""
+    for display_name in (True, False):
+        followup = await shared_thread(store, database, display_name=display_name)
+        present = [m for m in MARKERS if display_name or m != "Bea Marker"]
+        for marker in present:
+            assert await rows_naming(database, marker), marker  # the scan finds them first
+
+        dry = await store.forgetting.forget(Person.parse(GONE), dry_run=True)
+        assert dry.runs == 1 and dry.files >= 1 and dry.topics == 2 and dry.citations == 1
+        assert dry.rows["research_runs"] >= 2 and dry.rows["search_cache"] == 2
+        assert await rows_naming(database, "BEAFILETEXT")  # a dry run changes nothing
+
+        done = await store.forgetting.forget(Person.parse(GONE))
+        assert (done.runs, done.threads, done.topics, done.citations) == (1, 0, 2, 1)
+        assert done.files >= 1 and done.busy == ()
+        assert done.rows == dry.rows
+        for marker in MARKERS:
+            assert await rows_naming(database, marker) == [], marker
+        # A's research keeps the file it read by its name, without who attached it or its
+        # link; nothing else holds the file's name.
+        assert sorted(await rows_naming(database, "bea-plan.pdf")) == [
+            ("research_runs", "report_markdown"),
+            ("run_sources", "title"),
+        ]
+        kept = await store.runs.get_run(followup)
+        assert kept is not None and kept.report_markdown is not None
+        assert "- [1] bea-plan.pdf (attached by (forgotten))\n" in kept.report_markdown
+        assert "- [2] [k](https://kept.example/)" in kept.report_markdown
+        sources = await store.runs.run_sources(followup)
+        assert [(s.title, s.url) for s in sources] == [
+            ("bea-plan.pdf (attached by (forgotten))", ""),
+            ("k", "https://kept.example/"),
+        ]
+        async with database.sessionmaker() as session:
+            variables = (await session.execute(select(ThreadVariables))).scalars().one()
+        assert variables.topics == ["heat pumps in flats"]
+        assert [f["topic"] for f in variables.findings] == ["heat pumps in flats"]
+        assert variables.next_search_topic is None and variables.files is None
+        assert await store.caches.cache_get("searxng", "heat pumps in flats", timedelta(1))
+        assert await store.caches.page_get("https://kept.example/", timedelta(1))
+        again = await store.forgetting.forget(Person.parse(GONE))
+        assert again.nothing
+        async with database.sessionmaker.begin() as session:  # the next round starts clean
+            for table in reversed(Base.metadata.sorted_tables):
+                await session.execute(table.delete())
+
+
+async def test_on_sqlite_the_forgotten_text_leaves_the_database_file_and_its_wal(
+    store: Store, database: Database
+) -> None:
+    """SQLite keeps a deleted row's bytes in free pages, and a WAL keeps the pages it wrote,
+    until overwritten (https://www.sqlite.org/pragma.html#pragma_secure_delete,
+    https://www.sqlite.org/wal.html): forget runs with secure_delete and truncates the WAL,
+    so the file's bytes no longer hold what was forgotten."""
+    if database.dialect != "sqlite":
+        pytest.skip("PostgreSQL keeps dead row versions until VACUUM (docs/operations.md)")
+    path = Path(str(make_url(database.url).database))
+
+    def insecure(dbapi_connection: Any, *_: Any) -> None:
+        # As a build of SQLite without SQLITE_SECURE_DELETE (Debian compiles it in) leaves it.
+        dbapi_connection.execute("PRAGMA secure_delete=OFF")
+
+    event.listen(database.pool, "checkout", insecure)
+    secret = "BEASECRETBYTES " * 40
+    await research(store, "slack:T0001:C1:7.1", GONE, report=f"# r\n\n{secret}")
+    kept = await research(store, "slack:T0001:C1:7.2", KEPT, report="# kept")
+
+    def on_disk() -> bytes:
+        wal = path.with_name(path.name + "-wal")
+        return path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+    assert b"BEASECRETBYTES" in on_disk()
+    done = await store.forgetting.forget(Person.parse(GONE))
+    assert done.runs == 1 and done.wal_truncated is True
+    assert b"BEASECRETBYTES" not in on_disk()
+    assert b"UFORGET7" not in on_disk()
+    assert await store.runs.get_run(kept) is not None

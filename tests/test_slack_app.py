@@ -1356,6 +1356,31 @@ async def test_a_mention_with_a_file_reads_it_into_the_report(start_bot: BotFact
     assert bot.slack.calls_to("chat.postEphemeral") == []  # nothing to say about the file
 
 
+async def test_a_file_names_its_attacher_by_slack_id_beside_the_display_name(
+    start_bot: BotFactory,
+) -> None:
+    """An event carrying ``user_profile`` names the sender by display name in the report
+    (https://api.slack.com/events/message/file_share); the run's attachment and the thread's
+    file keep their user id beside it, so ``fathom forget`` finds the file by that id and no
+    row keeps the name afterwards (issue 54)."""
+    from storage import Person
+    from tests.test_forget import rows_naming
+
+    bot = await start_bot()
+    notes = bot.slack.host_file("trial-notes.txt", NOTES.encode())
+    event = with_files(app_mention_event("heat pump defrost losses depth=1"), notes)
+    event["user_profile"] = {"display_name": "Bea Marker", "real_name": "Bea M"}
+    await bot.event(event, "Ev-file-named")
+    [run] = await bot.finished()
+    [stored] = run.attachments or []
+    assert stored["attached_by"] == "Bea Marker" and stored["attacher_id"] == "U123"
+    assert ("thread_variables", "files") in await rows_naming(bot.database, "Bea Marker")
+    done = await bot.store.forgetting.forget(Person.parse(USER))
+    assert done.runs == 1 and done.busy == ()
+    assert await rows_naming(bot.database, "Bea Marker") == []
+    assert await rows_naming(bot.database, notes["permalink"]) == []
+
+
 async def test_files_not_read_are_named_in_one_reply_and_the_run_goes_on(
     start_bot: BotFactory,
 ) -> None:

@@ -131,6 +131,7 @@ def _check_files(attachments: Iterable[Attachment]) -> None:
     for attachment in attachments:
         check_ids(file_id=attachment.id, file_message=attachment.message_id)
         texts = [attachment.name, attachment.attached_by, attachment.mime, attachment.url]
+        texts.append(attachment.attacher_id)
         for text in [*texts, *attachment.extra.keys(), *attachment.extra.values()]:
             why = storable(text) if text is not None else None
             if why is not None:

@@ -215,7 +215,7 @@ class ChatCommands:
             return
         if not await self._claim(message):
             return  # a redelivery
-        screened = self._screen(message.attachments)
+        screened = self._screen(_attached_by_sender(message))
         await self._store.files.remember_files(
             message.earlier_files, [a.model_dump(mode="json") for a in screened.accepted]
         )
@@ -252,7 +252,7 @@ class ChatCommands:
                     earlier.append(Attachment.model_validate(raw))
                 except ValueError:
                     log.warning("a kept file's description is not valid; dropped")
-        return earlier + list(message.attachments)
+        return earlier + _attached_by_sender(message)
 
     async def receive_unreadable(self, message: ChatMessage, answer: Answer) -> None:
         """A message the bot cannot read (an image, a file): a short help answer, once, in
@@ -716,3 +716,13 @@ def greets(parsed: Parsed) -> bool:
 
 def _named(rejected: Sequence[tuple[Attachment, str]]) -> tuple[tuple[str, str], ...]:
     return tuple((attachment.name, why) for attachment, why in rejected)
+
+
+def _attached_by_sender(message: ChatMessage) -> list[Attachment]:
+    """The message's files, each naming who attached it by their platform id (the sender,
+    unless the platform named another: a file in a quoted message), beside any display name
+    in ``attached_by``: ``fathom forget`` finds a person's files by that id."""
+    return [
+        a if a.attacher_id else a.model_copy(update={"attacher_id": message.user})
+        for a in message.attachments
+    ]

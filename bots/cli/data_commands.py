@@ -132,10 +132,18 @@ def forget(
             "slack:T0001:U0002 (as `fathom feedback list` and `fathom thread show` show it)."
         ),
     ],
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Count what would be deleted or rewritten, by table; change nothing."
+        ),
+    ] = False,
 ) -> None:
     """Delete what Fathom keeps of one person (a privacy request): their runs and threads
-    left empty, their votes, guidance, digests and attached files (docs/operations.md).
-    Their runs still going on are cancelled: run it again once they have ended (exit 1)."""
+    left empty, what their runs added to threads others share, their votes, guidance,
+    digests, attached files and cached searches (docs/operations.md). Their runs still going
+    on are cancelled: run it again once they have ended (exit 1). A key that names nobody
+    Fathom holds anything of says so (exit 1)."""
     from core.runtime import open_storage
     from storage import NotARequesterKey, Person
 
@@ -148,9 +156,10 @@ def forget(
     async def forgetting() -> Any:
         async with open_storage(settings, upgrade=False) as storage:
             store = storage.store
-            for run_id in await store.forgetting.unfinished_runs(person):
-                await store.runs.request_cancel(run_id)
-            return await store.forgetting.forget(person)
+            if not dry_run:
+                for run_id in await store.forgetting.unfinished_runs(person):
+                    await store.runs.request_cancel(run_id)
+            return await store.forgetting.forget(person, dry_run=dry_run)
 
     async def kept() -> list[str]:
         from bots.platforms import PLATFORMS
@@ -163,17 +172,42 @@ def forget(
         return [line for line in said if line]
 
     done = run_command(forgetting())
+    said = run_command(kept())
+    if done.nothing and not said:
+        stderr().print(
+            f"nothing names {person.key}: no run, vote, guidance, digest, file or cached search "
+            "of theirs (check the key against `fathom feedback list` or `fathom thread show`)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_FAILED)
     sys.stdout.write(
-        f"forgot {person.key}: {done.runs} runs, {done.threads} threads, {done.votes} votes, "
-        f"{done.guidance} guidance replies, {done.digests} digests, {done.files} files\n"
+        f"{'would forget' if dry_run else 'forgot'} {person.key}: {done.runs} runs, "
+        f"{done.threads} threads, {done.votes} votes, {done.guidance} guidance replies, "
+        f"{done.digests} digests, {done.files} files, {done.topics} topics in shared threads, "
+        f"{done.citations} citations, {done.cached} cached searches and pages\n"
     )
-    for line in run_command(kept()):
+    for table, rows in done.rows.items():
+        verb = "would be deleted or rewritten" if dry_run else "deleted or rewritten"
+        sys.stdout.write(f"  {table}: {rows} rows {verb}\n")
+    for line in said:
         stderr().print(line, highlight=False, soft_wrap=True)
+    if done.wal_truncated is False:
+        stderr().print(
+            "the SQLite WAL is still in use by another process: what was deleted leaves its "
+            "-wal file at the next checkpoint",
+            highlight=False,
+            soft_wrap=True,
+        )
     if done.busy:
         stderr().print(
             f"{len(done.busy)} runs are still going on or posting ({', '.join(done.busy)}); "
-            "those of this person were asked to cancel: run `fathom forget` again once they "
-            "have ended",
+            + (
+                "run `fathom forget` without --dry-run to cancel those of this person"
+                if dry_run
+                else "those of this person were asked to cancel: run `fathom forget` again "
+                "once they have ended"
+            ),
             highlight=False,
             soft_wrap=True,
         )

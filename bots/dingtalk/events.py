@@ -38,7 +38,7 @@ from bots.chat.ids import check_ids
 from bots.chat.message import ChatMessage
 from bots.dingtalk.render import run_of_track
 from bots.http_gate import Rejected, parse_json
-from core.models import Attachment
+from core.models import UNKNOWN_ATTACHER, Attachment
 from core.wording import Language, request_language
 
 PLATFORM = "dingtalk"
@@ -183,7 +183,8 @@ def quote_of(data: dict[str, Any]) -> Quote | None:
         file = None
         if replied.get("msgType") == "file":
             who = replied.get("senderNick") or replied.get("senderStaffId") or sender
-            file = file_of(replied.get("content"), str(who or ""))
+            attacher = str(replied.get("senderStaffId") or sender) or UNKNOWN_ATTACHER
+            file = file_of(replied.get("content"), str(who or ""), attacher)
         return Quote(
             msg_id=str(msg_id) if isinstance(msg_id, str | int) and msg_id else None,
             text=text,
@@ -193,7 +194,7 @@ def quote_of(data: dict[str, Any]) -> Quote | None:
     return None
 
 
-def file_of(content: Any, attached_by: str) -> Attachment | None:
+def file_of(content: Any, attached_by: str, attacher_id: str = "") -> Attachment | None:
     """The file of a ``file`` message's ``content`` (``{"downloadCode", "fileName", ...}``),
     or None when it names none. Its ``downloadCode`` is the id the download exchanges; DingTalk
     gives the robot no link a reader of the report could open (``url`` stays None)."""
@@ -205,7 +206,11 @@ def file_of(content: Any, attached_by: str) -> Attachment | None:
     name = " ".join(str(name).split())[:200] if isinstance(name, str) else ""
     extra = {k: str(content[k])[:100] for k in ("fileId", "spaceId") if content.get(k)}
     return Attachment(
-        id=code.strip(), name=name or "file", attached_by=attached_by[:100], extra=extra
+        id=code.strip(),
+        name=name or "file",
+        attached_by=attached_by[:100],
+        attacher_id=attacher_id[:255],
+        extra=extra,
     )
 
 
@@ -279,7 +284,7 @@ def translate(
         check_ids(quoted_message=quote.msg_id)
     language: Language | None = None
     if message.message_type == "file":
-        file = file_of(data.get("content"), nick or user)
+        file = file_of(data.get("content"), nick or user, user)
         if file is not None:
             attachments, text = (file,), ""
             language = "zh" if request_language(file.name) == "zh" else None

@@ -126,6 +126,7 @@ class FileReader:
             size=len(data),
             url=attachment.url,
             attached_by=attachment.attached_by,
+            attacher_id=attachment.attacher_id,
             pages_read=document.pages_read,
             pages_total=document.pages_total,
             coverage=document.coverage,
