@@ -548,3 +548,84 @@ async def test_on_sqlite_the_forgotten_text_leaves_the_database_file_and_its_wal
     assert b"BEASECRETBYTES" not in on_disk()
     assert b"UFORGET7" not in on_disk()
     assert await store.runs.get_run(kept) is not None
+
+
+async def test_forget_the_person_who_started_a_thread_someone_else_followed_up_in(
+    store: Store, database: Database
+) -> None:
+    """Issue 54, the other way round: B (forgotten) starts a research attaching a file; A's
+    follow-up in B's thread reads the file again and searches a topic of A's. Forgetting B
+    keeps A's run, its topic and finding, and leaves no trace of B in any column (Slack's
+    permalink shape: https://api.slack.com/types/file)."""
+    thread = "slack:T0001:C9:9.2"
+    attachment = {
+        "id": "F0BEA",
+        "name": "bea-plan.pdf",
+        "url": PERMALINK,
+        "attached_by": "Bea Marker",
+        "attacher_id": "UFORGET7",
+    }
+    theirs, _ = await new_run(
+        store,
+        thread_key=thread,
+        requested_by=GONE,
+        topic="BEATOPIC widgets?",
+        attachments=[attachment],
+    )
+    held = await claim(store, theirs.id)
+    file = {**attachment, "kind": "pdf", "size": 9, "text": "BEAFILETEXT", "run_id": theirs.id}
+    theirs_found = _finding("BEATOPIC widgets?", "https://bea-result.example/", datetime.now(UTC))
+    await set_variables(
+        database, thread, topics=["BEATOPIC widgets?"], findings=[theirs_found], files=[file]
+    )
+    title = "bea-plan.pdf (attached by Bea Marker)"
+    await store.claims.finish_run(
+        held,
+        status="succeeded",
+        report_markdown=f"# r [1]\n\n## Sources\n\n- [1] [{title}]({PERMALINK})",
+        sources=[SourceRecord(1, title, PERMALINK, kind="attachment")],
+        error=None,
+        usage={},
+        notes=[],
+    )
+    await store.claims.finish_delivery(held, posted=True)
+    followup, _ = await new_run(store, thread_key=thread, requested_by=KEPT, topic="and in houses")
+    held = await claim(store, followup.id)
+    mine = _finding("and in houses", "https://kept.example/", datetime.now(UTC))
+    await set_variables(
+        database,
+        thread,
+        topics=["BEATOPIC widgets?", "and in houses"],
+        findings=[theirs_found, mine],
+        files=[file],
+    )
+    await store.claims.finish_run(
+        held,
+        status="succeeded",
+        report_markdown=f"# r [1][2]\n\n## Sources\n\n- [1] [{title}]({PERMALINK})\n"
+        "- [2] [k](https://kept.example/)",
+        sources=[
+            SourceRecord(1, title, PERMALINK, kind="attachment"),
+            SourceRecord(2, "k", "https://kept.example/"),
+        ],
+        error=None,
+        usage={},
+        notes=[],
+    )
+    await store.claims.finish_delivery(held, posted=True)
+    for marker in ("UFORGET7", "Bea Marker", "/F0BEA/", "BEAFILETEXT", "beatopic widgets"):
+        assert await rows_naming(database, marker), marker
+
+    done = await store.forgetting.forget(Person.parse(GONE))
+
+    assert (done.runs, done.threads, done.topics, done.citations, done.busy) == (1, 0, 1, 1, ())
+    for marker in MARKERS:
+        assert await rows_naming(database, marker) == [], marker
+    async with database.sessionmaker() as session:
+        variables = (await session.execute(select(ThreadVariables))).scalars().one()
+    assert variables.topics == ["and in houses"] and variables.files is None
+    assert [f["topic"] for f in variables.findings] == ["and in houses"]
+    assert [(s.title, s.url) for s in await store.runs.run_sources(followup.id)] == [
+        ("bea-plan.pdf (attached by (forgotten))", ""),
+        ("k", "https://kept.example/"),
+    ]
