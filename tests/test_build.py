@@ -101,6 +101,8 @@ def test_the_release_says_what_it_is_in_the_changelog_the_docs_and_the_install()
     operations = (ROOT / "docs" / "operations.md").read_text()
     tags = set(re.findall(r"registry\.example\.com/fathom:(\S+?)[`\s]", operations))
     assert tags == {version}
+    kustomization = (ROOT / "deploy" / "kubernetes" / "kustomization.yaml").read_text()
+    assert f'newTag: "{version}"' in kustomization
     assert metadata.version("fathom-bot") == version, "reinstall: python3 dev.py"
 
 

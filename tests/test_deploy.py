@@ -102,7 +102,7 @@ def test_the_kustomization_builds() -> None:
     assert config["metadata"]["name"].startswith("fathom-")  # hashed: a change rolls the pods
     for deployment in (d for d in documents if d["kind"] == "Deployment"):
         for container in deployment["spec"]["template"]["spec"]["containers"]:
-            assert container["image"] == "registry.example.com/fathom:0.1.0"
+            assert container["image"] == "registry.example.com/fathom:0.2.0"
             names = [e.get("configMapRef", {}).get("name") for e in container["envFrom"]]
             assert config["metadata"]["name"] in names
 
