@@ -152,6 +152,7 @@ async def open_app(
             policy=settings.policy,
             limits=settings.chat.route_limits,
             knowledge=runtime.knowledge,
+            metrics=metrics,
         )
         app = App(settings, runtime, job, runner, queue)
         # Closed in this order: the ingresses (stop taking requests, finish the answers in

@@ -21,7 +21,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy.pool import QueuePool
 from starlette.applications import Starlette
@@ -33,6 +33,7 @@ from bots.chat.platform import ChatPlatform
 from bots.composition import AppSettings, open_app
 from bots.header_deadline import MAX_HEADER_BYTES, protocol_class
 from bots.housekeeping import housekeeping
+from bots.http_metrics import IngressMetrics
 from bots.platforms import PlatformClass
 from core.config import ConfigError
 from core.operations.duty import OneHolder
@@ -41,6 +42,9 @@ from core.operations.scheduler import DigestScheduler
 from core.runtime import wait_for_schema
 from storage import Database, Store
 from storage.values import UNFINISHED_STATUSES
+
+if TYPE_CHECKING:
+    from core.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +169,8 @@ def create_app(
         ],
         lifespan=lifespan,
     )
+    paths = {route.path for route in routes} | {"/healthz", "/readyz", "/metrics"}
+    app.add_middleware(IngressMetrics, paths=paths, metrics=lambda: app.state.metrics)
     app.state.admin_port = admin_port
     app.state.platforms = {}
     app.state.holders = {}
@@ -286,32 +292,25 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics_route(request: Request) -> Response:
-    """Prometheus metrics: this process's counters, and the runs, queue, leases, event-loop
-    tasks and database connections now."""
-    from core.metrics import CONTENT_TYPE, Metrics
+    """Prometheus metrics: this process's counters, its leases, event-loop tasks and database
+    connections now, and on the digest scheduler's holder the deployment's runs and queue."""
+    from core.metrics import CONTENT_TYPE
 
     metrics: Metrics | None = getattr(request.app.state, "metrics", None)
     database: Database | None = getattr(request.app.state, "database", None)
     store: Store | None = getattr(request.app.state, "store", None)
     if metrics is None or database is None or store is None:
         return JSONResponse({"error": "starting"}, 503)
-    try:  # scraped every few seconds: the unfinished runs only (indexed), never all of them
-        counts = await store.runs.count_runs(UNFINISHED_STATUSES)
-    except Exception:
-        log.warning("metrics: the runs could not be counted", exc_info=True)
+    scheduler: DigestScheduler | None = getattr(request.app.state, "scheduler", None)
+    if scheduler is None or not scheduler.holder:
+        # The deployment's runs and queue come from one replica (the scheduler's holder),
+        # so a sum over replicas counts each run once.
+        metrics.deployment.hide()
     else:
-        metrics.runs.clear()
-        platforms: dict[str, object] = getattr(request.app.state, "platforms", {})
-        for unfinished in UNFINISHED_STATUSES:  # 0, not absent, where none is: alerts need it
-            for name in platforms:
-                metrics.runs.labels(unfinished, name).set(0)
-        for status, platform, count in counts:
-            metrics.runs.labels(status, platform).set(count)
-        metrics.queue_depth.set(sum(n for status, _, n in counts if status == "queued"))
+        await _show_deployment(request, store, metrics)
     holders: dict[str, OneHolder] = getattr(request.app.state, "holders", {})
     for holder in holders.values():
         metrics.lease_holder.labels(holder.name).set(1 if holder.holder else 0)
-    scheduler: DigestScheduler | None = getattr(request.app.state, "scheduler", None)
     if scheduler is not None:
         metrics.lease_holder.labels("digest-scheduler").set(1 if scheduler.holder else 0)
     metrics.asyncio_tasks.set(len(asyncio.all_tasks()))  # this one included
@@ -324,6 +323,24 @@ async def metrics_route(request: Request) -> Response:
             metrics.db_connections.labels(name, "checked_out").set(checked_out)
             metrics.db_connections.labels(name, "open").set(checked_out + pool.checkedin())
     return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
+
+async def _show_deployment(request: Request, store: Store, metrics: Metrics) -> None:
+    """The runs queued or running now, by status and platform, on this (holding) replica's
+    scrape: 0, not absent, for every enabled platform (alerts need it)."""
+    try:  # scraped every few seconds: the unfinished runs only (indexed), never all of them
+        counts = await store.runs.count_runs(UNFINISHED_STATUSES)
+    except Exception:
+        log.warning("metrics: the runs could not be counted", exc_info=True)
+        metrics.deployment.hide()
+        return
+    platforms: dict[str, object] = getattr(request.app.state, "platforms", {})
+    shown: dict[tuple[str, str], int] = {
+        (str(status), name): 0 for status in UNFINISHED_STATUSES for name in platforms
+    }
+    for status, platform, count in counts:
+        shown[(str(status), platform)] = count
+    metrics.deployment.show(shown)
 
 
 class ServerState(Protocol):

@@ -122,7 +122,7 @@ async def work(
     check_worker_settings(settings)
     from core.metrics import Metrics
 
-    metrics = Metrics() if metrics_port is not None else None
+    metrics = Metrics(role="worker") if metrics_port is not None else None
     async with open_app(settings, role="worker", upgrade=upgrade, metrics=metrics) as built:
         idle = settings.chat.header_timeout
         with metrics_server(metrics, metrics_host, metrics_port, idle_timeout=idle):

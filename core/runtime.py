@@ -132,6 +132,7 @@ def page_reader(
     http: httpx.AsyncClient,
     cache: PageCache,
     documents: DocumentExtractor | None = None,
+    metrics: Metrics | None = None,
 ) -> PageReader | None:
     """The reader of result pages (None when ``FATHOM_READ_PAGES=0``); it reads PDF results
     with ``documents`` (default: :func:`document_extractor`) and closes it."""
@@ -152,6 +153,7 @@ def page_reader(
         cache_ttl=settings.page_cache_ttl,
         extract_timeout=settings.page_timeout,
         documents=documents or document_extractor(settings),
+        metrics=metrics,
     )
 
 
@@ -331,7 +333,7 @@ async def _runtime(
         llm = LLMClients.from_settings(settings, ssl_context=tls, metrics=metrics)
         # One extractor (its worker processes) for result pages and attached files.
         documents = document_extractor(settings)
-        reader = page_reader(settings, pages_http, store.caches, documents)
+        reader = page_reader(settings, pages_http, store.caches, documents, metrics)
         files = FileReader(documents, max_bytes=settings.attachment_max_bytes)
         try:
             research = Research(

@@ -47,6 +47,10 @@ _FENCE = (
 )
 _LAST_SEEN = func.coalesce(_runs.c.heartbeat_at, _runs.c.created_at)
 _RUNNING = _runs.c.status == "running"
+#: What a run was before a claim (how it was taken: ``ClaimResult.how``).
+RUN_BEFORE_CLAIM = select(_runs.c.status, _runs.c.started_at).where(
+    _runs.c.id == bindparam("run_id")
+)
 RELEASE = (
     update(_runs)
     .where(*_FENCE)
@@ -58,7 +62,7 @@ RELEASE = (
         status=case((_RUNNING, "queued"), else_=_runs.c.status),
         attempt=case((_RUNNING, _runs.c.attempt - 1), else_=_runs.c.attempt),
     )
-    .returning(_runs.c.id)
+    .returning(_runs.c.status)
 )
 FENCED_UPDATE = update(_runs).where(*_FENCE).returning(_runs.c.id)
 DELETE_SOURCES = delete(_sources).where(_sources.c.run_id == bindparam("run_id"))

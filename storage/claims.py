@@ -24,6 +24,7 @@ from storage.claim_sql import (
     FENCED_UPDATE,
     LOAD_VARIABLES,
     RELEASE,
+    RUN_BEFORE_CLAIM,
     RUN_WITH_VARIABLES_BY_ID,
     UPDATE_VARIABLES,
     UPDATE_VARIABLES_KEEP_FILES,
@@ -112,10 +113,14 @@ class ClaimStore:
 
         def work(conn: Connection) -> ClaimResult:
             gave_up = False
+            before = conn.execute(RUN_BEFORE_CLAIM, {"run_id": run_id}).first()
+            how = _how_claimed(before)
             claimed = conn.execute(sql.claim_unfinished, params).first() is not None
             if not claimed:
+                how = "delivery"
                 claimed = conn.execute(sql.claim_delivery, params).first() is not None
             if not claimed:
+                how = "gave_up"
                 claimed = gave_up = conn.execute(sql.give_up, params).first() is not None
             row = conn.execute(RUN_WITH_VARIABLES_BY_ID, {"run_id": run_id}).mappings().first()
             if row is None:
@@ -131,7 +136,7 @@ class ClaimStore:
                 variables=variables_dict(row) if has_variables else None,
                 variables_version=int(row["variables_version"]) if has_variables else 0,
             )
-            return ClaimResult(record, claim, gave_up)
+            return ClaimResult(record, claim, gave_up, how)
 
         return await self._db.run(work)
 
@@ -152,14 +157,20 @@ class ClaimStore:
 
         return await self._db.run(work)
 
-    async def release_run(self, claim: Claim) -> bool:
+    async def release_run(self, claim: Claim) -> RunStatus | None:
         """Hand a held run back at once (graceful shutdown): any runner's next sweep takes it.
 
         An unfinished run goes back to ``queued`` (this attempt does not count); a finished
-        one keeps its status and its pending delivery. False when the claim was lost.
+        one keeps its status and its pending delivery. Returns the run's status after that
+        (``queued``: re-queued), None when the claim was lost.
         """
         params = _fence(claim)
-        return await self._db.run(lambda conn: conn.execute(RELEASE, params).first() is not None)
+
+        def work(conn: Connection) -> RunStatus | None:
+            row = conn.execute(RELEASE, params).first()
+            return None if row is None else RunStatus(row[0])
+
+        return await self._db.run(work)
 
     async def runs_to_sweep(
         self,
@@ -389,6 +400,18 @@ class ClaimStore:
                 raise ClaimLost(claim.run_id)
 
         await self._db.run(work)
+
+
+def _how_claimed(before: Any) -> str:
+    """How an unfinished run is taken, by what it was just before: ``taken_over`` (running:
+    its runner's heartbeat expired, or its process died), ``resumed`` (queued again after an
+    attempt that started it: handed back, or re-queued) or ``new``."""
+    if before is None:
+        return "new"
+    status, started_at = before
+    if status == RunStatus.RUNNING:
+        return "taken_over"
+    return "resumed" if started_at is not None else "new"
 
 
 def _fence(claim: Claim) -> dict[str, Any]:

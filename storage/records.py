@@ -230,6 +230,10 @@ class ClaimResult:
     run: RunRecord | None  # the run after the attempt; None when there is no such run
     claim: Claim | None = None  # set when the caller now holds the run
     gave_up: bool = False  # the run had used up its attempts and was failed instead
+    #: How a claimed run was taken: ``new``, ``resumed`` (queued again after an attempt that
+    #: started it), ``taken_over`` (running, its runner gone), ``delivery`` (finished, its
+    #: delivering runner gone) or ``gave_up``; None when nothing was claimed.
+    how: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from tests.fakes.slack import FakeSlackServer
-from tests.test_metrics import value
+from tests.test_metrics import SERVE_GAUGES, samples, value
 from tests.test_replicas import postgres_url, wait_until  # noqa: F401 (fixture)
 from tests.test_schema_rollout import _delivered, _research, _stop, _worker
 from tests.test_serve import (  # noqa: F401 (fixtures)
@@ -59,6 +59,15 @@ def test_the_worker_exports_the_counters_of_the_research_it_executes(
     assert value(scraped, "fathom_searches_total", provider="searxng", outcome="ok") == 1
     assert value(scraped, "fathom_pages_total", outcome="read") > 0
     assert value(scraped, "fathom_platform_calls_total", platform="slack", outcome="delivered") == 1
+    reports = {"platform": "slack", "method": "post_report", "outcome": "ok"}
+    assert value(scraped, "fathom_platform_api_calls_total", **reports) >= 1
+    assert value(scraped, "fathom_llm_call_seconds_count", model="gpt-4o") == 2
+    assert value(scraped, "fathom_search_seconds_count", provider="searxng") == 1
+    assert value(scraped, "fathom_run_claims_total", how="new") == 1
+    # The worker exports no gauge it never sets (serve's, the deployment's runs).
+    worker_names = {name for name, _ in samples(scraped)}
+    for gauge in SERVE_GAUGES:
+        assert gauge not in worker_names, gauge
     # Serve queued it and executed nothing: its counters stay at zero; its gauge shows the
     # runs going on now (none).
     assert value(serve_scraped, "fathom_runs_finished_total", **finished) == 0

@@ -21,6 +21,7 @@ from sqlalchemy import text, update
 
 from bots.chat.memory import PLATFORM, MemoryChat, Outage, Refusal
 from core.llm import ChatModel
+from core.metrics import Metrics
 from core.models import ResearchRequest, ThreadVariables
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.lease import Lease, LeaseTiming, holder_is_gone, runner_identity
@@ -77,6 +78,7 @@ async def replicas(
         max_attempts: int = 3,
         policy: DeliveryPolicy = FAST,
         start: bool = True,
+        metrics: Metrics | None = None,
     ) -> Replica:
         db = Database(database_url)
         stack.push_async_callback(db.dispose)
@@ -92,6 +94,7 @@ async def replicas(
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
             timing=timing,
             max_attempts=max_attempts,
+            metrics=metrics,
         )
         job = ResearchJob(
             service.executor,
@@ -234,7 +237,7 @@ async def test_a_runner_whose_heartbeat_expired_loses_its_claim(database: Databa
             usage={},
             notes=[],
         )
-    assert await store.claims.release_run(old) is False
+    assert await store.claims.release_run(old) is None
     with pytest.raises(ClaimLost):
         await store.claims.report_parts_posted(old, 1)
 
@@ -421,7 +424,9 @@ def test_a_holder_is_known_gone_only_when_its_process_provably_is() -> None:
 async def test_a_dead_replicas_run_is_finished_by_a_survivor_without_a_restart(
     replicas: ReplicaFactory, chat: MemoryChat, search_server: FakeSearchServer
 ) -> None:
-    survivor = await replicas(stale_after=1.0)  # already running: it sweeps every 0.5 s
+    metrics = Metrics()
+    # already running: it sweeps every 0.5 s
+    survivor = await replicas(stale_after=1.0, metrics=metrics)
     run = await submit(survivor, depth=3, name="dead")
     # Another replica claimed it, searched one topic, checkpointed, and died.
     dead = await take(survivor.store, run.id, owner="replica-that-died")
@@ -452,6 +457,11 @@ async def test_a_dead_replicas_run_is_finished_by_a_survivor_without_a_restart(
     # its last search shown (the throttle may coalesce it with the "Writing" status after it)
     assert any(t.startswith("3/3th search executed.") for t in shown.progress)
     assert len(shown.parts) == len(set(shown.parts)) > 0
+    # Counted as a takeover, the survivor's only claim (fathom_run_claims_total{how}).
+    claims = metrics.registry.get_sample_value
+    assert claims("fathom_run_claims_total", {"how": "taken_over"}) == 1
+    assert claims("fathom_run_claims_total", {"how": "new"}) is None
+    assert claims("fathom_run_claims_total", {"how": "resumed"}) is None
 
 
 async def test_a_stalled_runner_that_lost_its_run_stops_and_writes_nothing(
@@ -703,7 +713,8 @@ async def test_a_given_up_run_tells_its_thread(
 async def test_a_runner_stopping_mid_run_hands_it_back_for_another(
     replicas: ReplicaFactory, chat: MemoryChat, llm_server: FakeLLMServer
 ) -> None:
-    a = await replicas()
+    a_metrics, b_metrics = Metrics(), Metrics()
+    a = await replicas(metrics=a_metrics)
     llm_server.fake.script("planner", Hang(30))
     run = await submit(a, depth=1, name="deploy")
     await a.runner.enqueue(run.id)
@@ -713,11 +724,18 @@ async def test_a_runner_stopping_mid_run_hands_it_back_for_another(
     handed_back = await a.store.runs.get_run(run.id)
     assert handed_back is not None
     assert (handed_back.status, handed_back.owner, handed_back.attempt) == ("queued", None, 0)
+    # Re-queued by a, resumed by b: counted where each happened.
+    assert a_metrics.registry.get_sample_value("fathom_runs_requeued_total") == 1
+    assert a_metrics.registry.get_sample_value("fathom_run_claims_total", {"how": "new"}) == 1
     llm_server.fake.reset()
-    b = await replicas()  # its first sweep takes it at once, no waiting for staleness
+    b = await replicas(metrics=b_metrics)  # its first sweep takes it at once, no waiting
     final = await wait_for(b.store, run.id, delivered)
     assert final.status == "succeeded" and final.owner == b.service.executor.owner
     assert RunStatus(final.status) is RunStatus.SUCCEEDED
+    claims = b_metrics.registry.get_sample_value
+    assert claims("fathom_run_claims_total", {"how": "resumed"}) == 1
+    assert claims("fathom_run_claims_total", {"how": "taken_over"}) is None
+    assert b_metrics.registry.get_sample_value("fathom_runs_requeued_total") == 0
 
 
 # -- after review: failures that must not cost a run ----------------------------------

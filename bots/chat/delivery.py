@@ -18,20 +18,24 @@ how to post a notice, and how to judge a failed call. :class:`ChatDelivery` (a
   the platform refuses to edit for good (deleted: Teams' 403 ServiceError or 404, Slack's
   message_not_found) is not edited again, and its final state is posted once as a new
   message;
-- the report's parts and the final status posted by ``core.operations.job`` exactly once each.
+- the report's parts and the final status posted by ``core.operations.job`` exactly once each;
+- with metrics (``ThreadPosters.metrics``), every call of the platform's API a poster makes
+  counted by platform, method and outcome and timed (:class:`MeteredPoster`), progress
+  edits included, whatever the caller then does with a failure.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from bots.chat.controls import Button, Control, run_buttons
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter, WorkspaceLimiters
 from core.chat_stores import ChatStores, RunRecord
-from core.failures import PostFailure
+from core.failures import PostFailure, judge
 from core.logs import change_log_context
 from core.models import Attachment
 from core.research.outcome import RunOutcome
@@ -46,7 +50,11 @@ from core.timer import MONOTONIC, Timer
 from core.wording import Language, pick, request_language
 from storage.values import ThreadKey
 
+if TYPE_CHECKING:
+    from core.metrics import Metrics
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How a run's stored progress message id says that its request's answer is posting it
 #: (``bots.chat.announce``): this prefix and a token of that answer's own.
@@ -153,6 +161,76 @@ class ThreadPoster(Protocol):
     def classify(self, error: Exception) -> PostFailure:
         """Rate-limited (with a delay), retryable or permanent: the platform's judgement."""
         ...
+
+
+def call_outcome(failure: PostFailure) -> str:
+    """A failed call as ``fathom_platform_api_calls_total`` labels it: ``rate_limited`` (the
+    platform asked to wait), ``error`` (worth another try: a 5xx, the network) or
+    ``refused`` (final: the platform said it can never succeed)."""
+    if failure.retry_after > 0:
+        return "rate_limited"
+    return "error" if failure.retryable else "refused"
+
+
+class MeteredPoster:
+    """A :class:`ThreadPoster` whose API calls (posts, edits, downloads) are counted and timed
+    in ``metrics`` under ``platform``; everything else is the wrapped poster's."""
+
+    def __init__(self, poster: ThreadPoster, metrics: Metrics, platform: str) -> None:
+        self._poster = poster
+        self._metrics = metrics
+        self._platform = platform
+
+    async def _call(self, method: str, call: Callable[[], Awaitable[T]]) -> T:
+        started = time.monotonic()
+        try:
+            result = await call()
+        except Exception as exc:
+            outcome = call_outcome(judge(self._poster, exc))
+            self._metrics.platform_call(self._platform, method, outcome, time.monotonic() - started)
+            raise
+        self._metrics.platform_call(self._platform, method, "ok", time.monotonic() - started)
+        return result
+
+    def render_progress(
+        self,
+        status: str,
+        message_id: str | None,
+        buttons: Sequence[Button] = (),
+        tasks: Sequence[ProgressTask] = (),
+    ) -> str:
+        return self._poster.render_progress(status, message_id, buttons, tasks)
+
+    async def post_progress(self, content: str) -> str:
+        return await self._call("post_progress", lambda: self._poster.post_progress(content))
+
+    async def edit_progress(self, message_id: str, content: str) -> None:
+        await self._call("edit_progress", lambda: self._poster.edit_progress(message_id, content))
+
+    def can_edit(self, message_id: str) -> bool:
+        return self._poster.can_edit(message_id)
+
+    async def resume(self, message_id: str | None) -> None:
+        await self._poster.resume(message_id)
+
+    @property
+    def needs_opener(self) -> bool:
+        return self._poster.needs_opener
+
+    def report_parts(self, outcome: RunOutcome) -> Sequence[Any]:
+        return self._poster.report_parts(outcome)
+
+    async def post_report_part(self, part: Any) -> None:
+        await self._call("post_report", lambda: self._poster.post_report_part(part))
+
+    async def post_notice(self, text: str) -> None:
+        await self._call("post_notice", lambda: self._poster.post_notice(text))
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        return await self._call("download", lambda: self._poster.download(attachment, max_bytes))
+
+    def classify(self, error: Exception) -> PostFailure:
+        return self._poster.classify(error)
 
 
 class Activity(Protocol):
@@ -437,6 +515,9 @@ class ThreadPosters(ABC):
         self._interval = edit_interval
         self._timer = timer
         self._limiters = WorkspaceLimiters(per_minute, burst, timer)
+        #: Where the posters' API calls are counted (set by ``ChatPlatform.start``); None:
+        #: not counted.
+        self.metrics: Metrics | None = None
 
     @abstractmethod
     async def poster_for(self, run: RunRecord) -> ThreadPoster:
@@ -450,9 +531,12 @@ class ThreadPosters(ABC):
 
     async def for_run(self, run: RunRecord) -> ChatDelivery:
         poster = await self.poster_for(run)
+        metered: ThreadPoster = poster
+        if self.metrics is not None:
+            metered = MeteredPoster(poster, self.metrics, run.thread.platform)
         return ChatDelivery(
             run,
-            poster,
+            metered,
             self._store,
             edit_interval=self._interval,
             limiter=self._limiters.for_team(run.thread.workspace),

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from bots.chat.inbound import ChatCommands, InternalSources
     from bots.chat.replies import Markup
     from core.chat_stores import ChatStores
+    from core.metrics import Metrics
     from core.operations.digests import DigestService
     from core.operations.runners import JobRunner
     from core.research.requests import RunRequests
@@ -95,6 +96,9 @@ class PlatformServices:
     #: The database's engine, given only to a platform with tables of its own
     #: (:attr:`ChatPlatform.metadata`), for those tables.
     engine: AsyncEngine | None = None
+    #: Where the platform's API calls made for runs are counted (``fathom serve`` and a
+    #: worker with ``--metrics-port``); None: not counted.
+    metrics: Metrics | None = None
 
     def commands(
         self, runner: JobRunner, markup: Markup, posters: ThreadPosters | None = None
@@ -219,6 +223,7 @@ class ChatPlatform(ABC, Generic[SettingsT]):
         """Open the platform (what the composition root calls): its posters, for the job."""
         opened = await self.open(runner)
         self.ingress = opened.ingress
+        opened.posters.metrics = self.services.metrics
         return opened.posters
 
     @property

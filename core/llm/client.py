@@ -29,6 +29,7 @@ import re
 import sys
 import time
 import types
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_args
 from urllib.parse import urlsplit
 
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T", bound=BaseModel)
+R = TypeVar("R")
 JsonMode = Literal["auto", "json_schema", "json_object", "prompt"]
 _OPENAI_AIOHTTP = "openai._vendor.httpx_aiohttp"
 # What a server sends to name a response_format it does not take (only such a 400 turns the
@@ -317,7 +319,9 @@ class ChatModel:
         import openai
 
         try:
-            raw, response = await within(self._timer, self.timeout, self._request(messages, extra))
+            raw, response = await self._timed(
+                within(self._timer, self.timeout, self._request(messages, extra))
+            )
         except TimeoutError as exc:
             self._count(False)
             reason = f"timed out after {self.timeout:g}s"
@@ -361,6 +365,16 @@ class ChatModel:
         if not reasoned.answer:
             raise _Failed(self._bad_answer(_why_empty(choice, finish, reasoned)))
         return Answer(reasoned.answer, finish or "stop")
+
+    async def _timed(self, request: Awaitable[R]) -> R:
+        """``request``, its seconds observed (``fathom_llm_call_seconds``), failed or not."""
+        started = time.monotonic()
+        try:
+            return await request
+        finally:
+            if self._metrics is not None:
+                seconds = time.monotonic() - started
+                self._metrics.llm_seconds.labels(self.model).observe(seconds)
 
     async def _request(
         self, messages: list[dict[str, str]], extra: dict[str, Any]

@@ -245,7 +245,7 @@ class ResearchJob:
             with contextlib.suppress(Exception):
                 claim = (await claiming).claim
                 if claim is not None:
-                    await release_quietly(self._claims, claim)
+                    await release_quietly(self._claims, claim, self._executor.metrics)
             raise
 
     async def _work(self, run_id: str, delivery: Delivery) -> None:
@@ -267,7 +267,7 @@ class ResearchJob:
             # The runner is stopping (nothing else cancels a job), the lease ran out, or the
             # database failed: hand the run back (a no-op unless it is still ours) so that a
             # runner continues it without waiting for the lease to expire.
-            await release_quietly(self._claims, claim)
+            await release_quietly(self._claims, claim, self._executor.metrics)
             raise
 
     async def _deliver(

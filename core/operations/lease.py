@@ -26,9 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from storage import Claim, ClaimLost, Renewal
+from storage.values import RunStatus
+
+if TYPE_CHECKING:
+    from core.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +124,7 @@ class ClaimHolder(Protocol):
 
     async def renew_claim(self, claim: Claim) -> Renewal: ...
 
-    async def release_run(self, claim: Claim) -> bool: ...
+    async def release_run(self, claim: Claim) -> RunStatus | None: ...
 
 
 class Lease:
@@ -224,9 +228,12 @@ class Lease:
             await asyncio.sleep(self._timing.retry_every)
 
 
-async def release_quietly(store: ClaimHolder, claim: Claim) -> None:
-    """Hand a held run back for another runner (shielded: the caller is being cancelled)."""
+async def release_quietly(store: ClaimHolder, claim: Claim, metrics: Metrics | None = None) -> None:
+    """Hand a held run back for another runner (shielded: the caller is being cancelled); a
+    run that goes back to the queue is counted in ``metrics`` (``fathom_runs_requeued_total``)."""
     with contextlib.suppress(Exception):
         released = await asyncio.shield(store.release_run(claim))
         if released:
             log.info("run %s handed back for another runner", claim.run_id)
+        if released is RunStatus.QUEUED and metrics is not None:
+            metrics.runs_requeued.inc()

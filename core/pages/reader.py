@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from core.documents import DocumentExtractor, DocumentText, DocumentUnreadable
 from core.documents.decode import undecodable
@@ -42,6 +43,9 @@ from core.pages.extract import (
 )
 from core.pages.fetch import FetchedPage, PageFetcher, PageSkipped, names_document
 from core.reasons import Reason
+
+if TYPE_CHECKING:
+    from core.metrics import Metrics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,8 +110,10 @@ class PageReader:
         cache_ttl: timedelta = timedelta(hours=24),
         extract_timeout: float = 8.0,
         documents: DocumentExtractor | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._fetcher = fetcher
+        self._metrics = metrics
         self.pages = pages
         self._budget = budget_tokens
         self._cache = cache if cache_ttl > timedelta(0) else None
@@ -158,7 +164,7 @@ class PageReader:
             # starts them when its headers come, before its body is read.
             self.documents.warm()
         results = await asyncio.gather(
-            *(self._candidates(url, query) for url in wanted), return_exceptions=True
+            *(self._timed_candidates(url, query) for url in wanted), return_exceptions=True
         )
         # Each page's passages, best first (with their place in the page); its date.
         ranked: dict[str, list[tuple[int, Passage]]] = {}
@@ -200,6 +206,23 @@ class PageReader:
                 reading.pages.append(PageText(url, texts, content.published, content.coverage))
         reading.read = len(wanted) - len(reading.skipped)
         return reading
+
+    async def _timed_candidates(self, url: str, query: str) -> tuple[list[Passage], PageContent]:
+        """:meth:`_candidates`, its seconds observed (``fathom_page_fetch_seconds``) as read
+        (passages came back) or skipped (anything else but a cancellation)."""
+        started = time.monotonic()
+        outcome = "skipped"
+        try:
+            found = await self._candidates(url, query)
+            outcome = "read" if found[0] else "skipped"
+            return found
+        except asyncio.CancelledError:
+            outcome = ""
+            raise
+        finally:
+            if self._metrics is not None and outcome:
+                seconds = time.monotonic() - started
+                self._metrics.page_seconds.labels(outcome).observe(seconds)
 
     async def _candidates(self, url: str, query: str) -> tuple[list[Passage], PageContent]:
         """The page's passages for ``query``, and what is known of the page (its text, its

@@ -187,7 +187,7 @@ class RunExecutor:
         ``from_dead_owner``: take it now, without waiting for the lease, but only while that
         owner (known to be dead) still holds it.
         """
-        return await self._claims.claim_run(
+        result = await self._claims.claim_run(
             run_id,
             self.owner,
             stale_after=0.0 if from_dead_owner else self.timing.stale_after,
@@ -195,6 +195,9 @@ class RunExecutor:
             from_owner=from_dead_owner,
             console_platform=CONSOLE_PLATFORM,
         )
+        if result.claim is not None and result.how is not None and self.metrics is not None:
+            self.metrics.claims_taken.labels(result.how).inc()
+        return result
 
     def lease(self, claim: Claim) -> Lease:
         """``async with executor.lease(claim):`` keeps the claim alive while the body runs; a

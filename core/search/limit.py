@@ -1,10 +1,12 @@
 """A process-wide cap on searches in flight: 100 graph runs searching 10 sub-questions each
 wait for ``FATHOM_MAX_PROCESS_SEARCHES`` slots instead of opening 1,000 connections at once.
-Every search of the process passes here, so it is also where searches are counted."""
+Every search of the process passes here, so it is also where searches are counted and timed
+(the time in a slot, not the wait for one)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 from core.models import SearchResult
@@ -30,6 +32,7 @@ class LimitedSearch:
         async with self._slots:
             self.in_flight += 1
             outcome = "error"
+            started = time.monotonic()
             try:
                 results = await self.provider.search(query)
                 outcome = "ok" if results else "empty"
@@ -38,3 +41,5 @@ class LimitedSearch:
                 self.in_flight -= 1
                 if self._metrics is not None:
                     self._metrics.searches.labels(self.name, outcome).inc()
+                    seconds = time.monotonic() - started
+                    self._metrics.search_seconds.labels(self.name).observe(seconds)
