@@ -103,6 +103,8 @@ def test_the_release_says_what_it_is_in_the_changelog_the_docs_and_the_install()
     assert tags == {version}
     kustomization = (ROOT / "deploy" / "kubernetes" / "kustomization.yaml").read_text()
     assert f'newTag: "{version}"' in kustomization
+    compose = (ROOT / "deploy" / "docker-compose.yml").read_text()
+    assert re.findall(r"^  image: fathom:(\S+)", compose, re.M) == [version]
     assert metadata.version("fathom-bot") == version, "reinstall: python3 dev.py"
 
 
