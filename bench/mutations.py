@@ -118,8 +118,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="citations",
         file="core/research/report.py",
-        old="                removed += 1\n",
-        new="                removed += 1\n                kept.append(n)\n",
+        old='            removed += 1\n            return ""\n',
+        new="            removed += 1\n            return match.group(0)\n",
         tests=("tests/test_report.py::test_unknown_numbers_are_dropped",),
         breaks="a citation to a number no search returned stays in the report",
     ),
