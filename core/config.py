@@ -223,7 +223,7 @@ class Settings(EnvSettings):
         default=100, ge=1, le=1000, validation_alias=env("FATHOM_MAX_PROCESS_SEARCHES")
     )
     #: The strategy of a run that names none (a registered one: core.engine.registry); each
-    #: strategy's own settings are its module's (core.engine.graph's GraphSettings ...).
+    #: strategy's own settings are its module's (core.engine.graph.strategy's GraphSettings ...).
     strategy: StrategyName = Field(
         default=DEFAULT_STRATEGY, validation_alias=env("FATHOM_STRATEGY")
     )

@@ -18,7 +18,7 @@ import pytest
 from bots.slack.render import report_title
 from core.config import ConfigError, load_settings
 from core.dates import parse_published
-from core.engine.graph import GraphSettings
+from core.engine.graph.strategy import GraphSettings
 from core.engine.state import RunState
 from core.llm import ChatModel
 from core.models import Finding, PageExcerpt, ResearchRequest, SearchResult, Source, ThreadVariables

@@ -15,9 +15,9 @@ import pytest
 from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
 from bots.chat.settings import ChatPolicy
-from core.engine.graph import GraphSettings, GraphStrategy
-from core.engine.graph_plan import GraphPlan, PlannedNode, check_plan
-from core.engine.graph_state import GraphNode, GraphState, NodeStatus
+from core.engine.graph.plan import GraphPlan, PlannedNode, check_plan
+from core.engine.graph.state import GraphNode, GraphState, NodeStatus
+from core.engine.graph.strategy import GraphSettings, GraphStrategy
 from core.engine.state import RunState, StepHooks, StopReason
 from core.llm import ChatModel
 from core.models import Finding, ResearchRequest, SearchResult, ThreadVariables

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import MetaData, inspect, text
 
-from core.engine.graph_state import NodeStatus, graph_of
+from core.engine.graph.state import NodeStatus, graph_of
 from core.models import ThreadVariables
 from storage import HEAD_REVISION, Database, Store, ThreadBusy
 from storage.db import _migrations_dir

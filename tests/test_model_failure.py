@@ -19,8 +19,8 @@ import pytest
 from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup
 from bots.chat.settings import ChatPolicy
-from core.engine.graph import GraphStrategy
-from core.engine.graph_state import GraphNode, NodeStatus, graph_of
+from core.engine.graph.state import GraphNode, NodeStatus, graph_of
+from core.engine.graph.strategy import GraphStrategy
 from core.engine.iterative import IterativeStrategy
 from core.engine.state import RunState
 from core.llm import ChatModel

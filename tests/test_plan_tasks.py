@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from core.engine.graph import GraphStrategy
-from core.engine.graph_state import GraphNode, GraphState, NodeStatus
+from core.engine.graph.state import GraphNode, GraphState, NodeStatus
+from core.engine.graph.strategy import GraphStrategy
 from core.engine.iterative import IterativeStrategy
 from core.engine.state import RunState
 from core.models import Finding, SearchResult, ThreadVariables

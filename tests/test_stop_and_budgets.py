@@ -14,8 +14,8 @@ import pytest
 
 from core import wording
 from core.engine.budget import RunBudget
-from core.engine.graph import GraphSettings
-from core.engine.graph_state import NodeStatus
+from core.engine.graph.state import NodeStatus
+from core.engine.graph.strategy import GraphSettings
 from core.engine.state import StopReason
 from core.models import ResearchRequest
 from core.note_words import STOPPED_BEFORE_SEARCH

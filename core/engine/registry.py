@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.config import EnvSettings, load
-from core.engine.graph import GRAPH_STRATEGY
+from core.engine.graph.strategy import GRAPH_STRATEGY
 from core.engine.iterative import ITERATIVE_STRATEGY
 from core.engine.strategy import RegisteredStrategy, Strategy, StrategyTools
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from core.engine.graph_state import GraphNode, NodeStatus, graph_of
+from core.engine.graph.state import GraphNode, NodeStatus, graph_of
 from core.engine.state import RunState
 from core.models import Finding
 from core.research.progress import ProgressTask, TaskSource, TaskStatus

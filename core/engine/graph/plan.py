@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from core.engine.graph_state import GraphNode, NodeStatus
+from core.engine.graph.state import GraphNode, NodeStatus
 from core.engine.topics import find_duplicate
 from core.text import clean_text, has_visible
 from core.untrusted import neutralise

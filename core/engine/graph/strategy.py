@@ -7,10 +7,10 @@ written from its results with ``[n]`` citations into the run's numbered sources.
 nodes run at once, at most ``max_parallel`` searches of the run at a time.
 
 The graph is kept with the thread's variables (``strategyState.graph``, see
-``graph_state.py``); a node's question joins ``topics``
+``state.py``); a node's question joins ``topics``
 and its results ``findings`` when it is searched, so the state is checkpointed after the plan
 and after every node's search and answer (what the planner proposes is checked in
-``graph_plan.py``). An interrupted run resumes its unfinished nodes
+``plan.py``). An interrupted run resumes its unfinished nodes
 without searching an answered one again; a follow-up in the thread may extend the graph.
 """
 
@@ -30,8 +30,8 @@ from core.claims.check import check_claims
 from core.claims.deadline import Deadline
 from core.config import VERIFY_SECONDS, EnvSettings, env
 from core.engine.fallback import fallback_query
-from core.engine.graph_plan import CheckedPlan, GraphPlan, check_plan
-from core.engine.graph_state import GRAPH, GraphNode, NodeStatus, graph_of
+from core.engine.graph.plan import CheckedPlan, GraphPlan, check_plan
+from core.engine.graph.state import GRAPH, GraphNode, NodeStatus, graph_of
 from core.engine.searching import PageReading, search_topic, searching_text
 from core.engine.state import JsonModel, RunState, StepHooks, StopReason, TextModel
 from core.engine.strategy import RegisteredStrategy, StrategyTools
