@@ -17,9 +17,9 @@ from typing import Protocol
 
 from core.documents.kinds import document_kind
 from core.models import AttachedFile, Attachment
-from core.reasons import Reason
 from core.text import clean_text
 from core.untrusted import as_data
+from core.words.reasons import Reason
 
 #: Defaults of ``FATHOM_ATTACHMENT_MAX_BYTES`` and ``FATHOM_ATTACHMENTS_PER_REQUEST``.
 MAX_BYTES = 20 * 1024 * 1024

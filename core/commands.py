@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from core.models import DEFAULT_STRATEGY
 from core.text import clean_text, has_visible
-from core.wording import Language
+from core.words.wording import Language
 from storage.values import SourceChoice
 
 MAX_TOPIC_CHARS = 2000

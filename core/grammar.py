@@ -20,7 +20,7 @@ from core.commands import (
 )
 from core.models import DEFAULT_STRATEGY
 from core.text import clean_text
-from core.wording import Language
+from core.words.wording import Language
 from storage.values import SourceChoice
 
 RESEARCH_OPTIONS = ("depth", "strategy", "sources")

@@ -18,7 +18,7 @@ import pytest
 
 from core.config import Settings
 from core.models import SearchResult
-from core.reasons import Reason
+from core.words.reasons import Reason
 from tests.cli import fathom, fathom_process, start_fathom, stop, wait_for_stderr
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.fakes.search import RESULT_DATE, page_date

@@ -19,7 +19,6 @@ from typing import Any
 import httpx
 import pytest
 
-from core import note_words, wording
 from core.config import load_settings
 from core.llm import ChatModel
 from core.models import ResearchRequest
@@ -29,6 +28,7 @@ from core.research.progress import ProgressEvent, ProgressKind
 from core.research.service import Research
 from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider
+from core.words import note_words, wording
 from storage import CancelRequest, Database, Store
 from storage.values import RunStatus, ThreadKey
 from tests.cli import start_fathom, stop, wait_for_stderr

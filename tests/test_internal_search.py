@@ -13,7 +13,6 @@ import asyncio
 from core.engine.searching import INTERNAL_FAILURES_TO_GIVE_UP, search_topic
 from core.engine.state import RunSources, RunState
 from core.models import Finding, SearchResult, ThreadVariables
-from core.reasons import Reason
 from core.research.report import (
     finalize_report,
     number_sources,
@@ -24,6 +23,7 @@ from core.research.steps import forget_other_servers
 from core.search import SearchError
 from core.search.base import SearchTimeout
 from core.search.http import TIMED_OUT
+from core.words.reasons import Reason
 
 
 def web(title: str, url: str) -> SearchResult:

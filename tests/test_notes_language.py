@@ -1,7 +1,7 @@
 """Every note a run adds is in the run's language (issue 36, item 7).
 
 Three layers: every note's words in Chinese hold no English sentence (each function of
-``core.note_words``, with reasons made by the modules that make them); no product code adds
+``core.words.note_words``, with reasons made by the modules that make them); no product code adds
 a note that does not come from there; and every reason the product makes has its Chinese
 words. The end-to-end Chinese runs are in test_engine.py, test_graph.py and test_reading.py.
 """
@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from core import note_words
 from core.documents import result as documents
 from core.llm.errors import FailureKind, LLMError
 from core.pages.fetch import PRIVATE_ADDRESS
 from core.pages.reader import OFF_TOPIC
-from core.reasons import Reason
 from core.search.http import TIMED_OUT
+from core.words import note_words
+from core.words.reasons import Reason
 from tests.languages import english_sentences
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ DATA = (
     "state",
 )
 
-#: One call of each note function of core.note_words in Chinese.
+#: One call of each note function of core.words.note_words in Chinese.
 SAMPLES: dict[str, Callable[[], str]] = {
     "forgotten_internal_words": lambda: note_words.forgotten_internal_words("zh", 2),
     "cut_short_words": lambda: note_words.cut_short_words("zh"),
@@ -205,7 +205,7 @@ def _is_text(node: ast.expr) -> bool:
 
 
 def test_no_note_is_written_in_place() -> None:
-    """Notes come from core.note_words (in the run's language), never from words written at
+    """Notes come from core.words.note_words (in the run's language), never from words written at
     the call (which would be English in a Chinese report)."""
     written: list[str] = []
     for path in PRODUCT:
@@ -264,7 +264,7 @@ def test_structured_reasons_are_shown_as_they_always_were() -> None:
 
 @pytest.mark.parametrize("succeeded", [True, False])
 def test_the_notice_of_an_outcome_not_posted_follows_the_language(succeeded: bool) -> None:
-    from core import wording
+    from core.words import wording
 
     words = {
         language: wording.undelivered_words(

@@ -30,10 +30,10 @@ from core.failures import PostFailure
 from core.logs import configure_logging
 from core.models import Attachment
 from core.operations.runners import JobRunner
-from core.reasons import Reason
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressTask
 from core.untrusted import neutralise
+from core.words.reasons import Reason
 from storage import RunRecord
 from storage.values import ThreadKey
 from tests.chat_app import wait_for

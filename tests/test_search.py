@@ -21,7 +21,6 @@ from starlette.routing import Route
 
 from core.config import ConfigError, Settings
 from core.models import SearchResult
-from core.reasons import Reason
 from core.search import (
     BraveProvider,
     CachedSearch,
@@ -34,6 +33,7 @@ from core.search import (
     normalise_query,
 )
 from core.search.limit import LimitedSearch
+from core.words.reasons import Reason
 from tests.databases import MigratedTemplates
 from tests.fakes.providers import FakeBraveServer, FakeTavilyServer
 from tests.fakes.search import FakeSearchServer

@@ -31,7 +31,7 @@ from bots.slack.markup import SlackMarkup
 from bots.slack.messenger import make_web_client
 from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
-from core.wording import Language
+from core.words.wording import Language
 from storage import Store
 from tests.fakes.slack import (
     FILES,

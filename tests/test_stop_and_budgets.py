@@ -12,17 +12,17 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from core import wording
 from core.engine.budget import RunBudget
 from core.engine.graph.state import NodeStatus
 from core.engine.graph.strategy import GraphSettings
 from core.engine.state import StopReason
 from core.models import ResearchRequest
-from core.note_words import STOPPED_BEFORE_SEARCH
 from core.research.cost import Prices
 from core.research.outcome import final_progress_text
 from core.research.progress import ProgressEvent, ProgressKind
 from core.research.requests import DailyLimitReached, UserQuota
+from core.words import wording
+from core.words.note_words import STOPPED_BEFORE_SEARCH
 from storage import CancelRequest, StopRequest
 from storage.values import RunStatus, ThreadKey
 from tests.fakes import Hang
@@ -550,7 +550,7 @@ def test_the_usage_answer_has_a_line_for_each_total() -> None:
 
 
 def test_the_usage_line_says_what_a_run_spent_in_both_languages() -> None:
-    from core.wording import usage_line
+    from core.words.wording import usage_line
 
     line = usage_line("en", searches=3, pages=9, tokens=12_400, cost=0.0412, seconds=41.4)
     assert line == "3 searches · 9 pages · 12.4k tokens · ≈ $0.04 · 41 s"

@@ -20,9 +20,9 @@ import secrets
 from bots.chat.background import Background
 from bots.chat.delivery import ANNOUNCING, ThreadPosters
 from bots.chat.replies import ordinal
-from core import wording
 from core.chat_stores import ChatStores, RunRecord
-from core.wording import Language, pick, request_language
+from core.words import wording
+from core.words.wording import Language, pick, request_language
 from storage.values import DeliveryState
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bots.chat.ids import check_press
-from core.wording import Language, pick
+from core.words.wording import Language, pick
 
 #: The prefix of every button's action id (``fathom_stop``...): a press on anything else is
 #: not ours.

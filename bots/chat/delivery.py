@@ -47,7 +47,7 @@ from core.research.progress import (
     final_tasks,
 )
 from core.timer import MONOTONIC, Timer
-from core.wording import Language, pick, request_language
+from core.words.wording import Language, pick, request_language
 from storage.values import ThreadKey
 
 if TYPE_CHECKING:

@@ -34,12 +34,12 @@ from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.job import Undeliverable
-from core.reasons import Reason
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressTask
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise
-from core.wording import Language, request_language
+from core.words.reasons import Reason
+from core.words.wording import Language, request_language
 from storage.values import ThreadKey
 
 PLATFORM = "memory"

@@ -10,7 +10,7 @@ from typing import Literal
 from bots.chat.ids import check_message
 from core.grammar import request_words
 from core.models import Attachment
-from core.wording import Language, request_language
+from core.words.wording import Language, request_language
 from storage.values import ThreadKey
 
 #: A thread whose id the platform assigns only once the run posts its first message (a Slack

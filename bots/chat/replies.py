@@ -16,7 +16,7 @@ from core.chat_stores import DigestRecord, RunRecord
 from core.grammar import help_text
 from core.models import Vote
 from core.untrusted import neutralise
-from core.wording import Language, pick
+from core.words.wording import Language, pick
 from storage.values import ThreadKey
 
 if TYPE_CHECKING:

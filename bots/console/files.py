@@ -13,7 +13,7 @@ from pathlib import Path
 from core.attachments import READABLE, AttachmentRefused, AttachmentTooLarge, attachment_kind
 from core.failures import PostFailure
 from core.models import Attachment
-from core.reasons import Reason
+from core.words.reasons import Reason
 
 
 class FileProblem(ValueError):

@@ -74,7 +74,7 @@ from bots.http_gate import Rejected, parse_json, read_body, rejected_response
 from core.chat_stores import ChatStores, utcnow
 from core.commands import CommandError
 from core.grammar import EXPLICIT, CancelCommand, ResearchCommand, StopCommand
-from core.wording import Language, pick
+from core.words.wording import Language, pick
 from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)

@@ -53,7 +53,7 @@ from core.models import Attachment
 from core.operations.digests import heading_of
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressTask
-from core.wording import request_language
+from core.words.wording import request_language
 
 log = logging.getLogger(__name__)
 

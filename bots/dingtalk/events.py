@@ -39,7 +39,7 @@ from bots.chat.message import ChatMessage
 from bots.dingtalk.render import run_of_track
 from bots.http_gate import Rejected, parse_json
 from core.models import UNKNOWN_ATTACHER, Attachment
-from core.wording import Language, request_language
+from core.words.wording import Language, request_language
 
 PLATFORM = "dingtalk"
 #: The stream topic of card callbacks (a press on a card's button).

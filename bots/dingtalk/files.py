@@ -34,7 +34,7 @@ import httpx
 from bots.dingtalk.api import DingTalkApi, DingTalkError
 from core.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
-from core.reasons import Reason
+from core.words.reasons import Reason
 
 log = logging.getLogger(__name__)
 

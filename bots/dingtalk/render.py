@@ -25,7 +25,7 @@ from bots.chat.markdown import (
 )
 from core.models import Source
 from core.untrusted import neutralise
-from core.wording import Language, pick
+from core.words.wording import Language, pick
 
 #: Bytes of JSON-encoded Markdown per message (DingTalk refuses bodies over 20,000 bytes).
 PART_BUDGET = 16_000

@@ -47,7 +47,7 @@ from lark_oapi.core.model import BaseRequest, RawResponse, RequestOption
 
 from bots.chat.errors import PlatformError
 from core.attachments import AttachmentRefused, AttachmentTooLarge
-from core.reasons import Reason
+from core.words.reasons import Reason
 
 #: Feishu error codes of an invalid or expired tenant token.
 TOKEN_INVALID = frozenset({99991663, 99991661, 99991664, 99991668})

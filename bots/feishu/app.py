@@ -61,7 +61,7 @@ from bots.feishu.scopes import GroupMessages
 from bots.feishu.settings import FeishuSettings
 from bots.feishu.ws import LongConnection
 from bots.http_gate import Rejected, read_body, rejected_response
-from core.wording import Language, pick
+from core.words.wording import Language, pick
 from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)

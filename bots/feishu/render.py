@@ -33,7 +33,7 @@ from bots.chat.markdown import (
 )
 from core.models import Source
 from core.untrusted import neutralise
-from core.wording import Language, pick
+from core.words.wording import Language, pick
 
 #: Bytes of card JSON per card (Feishu's limit is 30 KB; the rest is margin).
 CARD_BUDGET = 28_000

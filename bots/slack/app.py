@@ -53,7 +53,7 @@ from bots.slack.render import acknowledgement_blocks
 from bots.slack.settings import SlackSettings
 from core.commands import invalid_id
 from core.grammar import ResearchCommand
-from core.wording import request_language
+from core.words.wording import request_language
 
 log = logging.getLogger(__name__)
 

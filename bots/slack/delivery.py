@@ -40,11 +40,11 @@ from core.chat_stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.digests import heading_of
-from core.reasons import Reason
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressTask
 from core.timer import MONOTONIC, Timer
-from core.wording import request_language
+from core.words.reasons import Reason
+from core.words.wording import request_language
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from bots.slack.errors import error_code
 from bots.slack.files import CHECK_FILE_INFO, GONE_ERRORS
 from core.attachments import AttachmentRefused, AttachmentTooLarge, attachment_kind
 from core.models import Attachment
-from core.reasons import Reason
+from core.words.reasons import Reason
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from bots.chat.markdown import link_citations, split_report, status_lines
 from core.models import Source
 from core.research.progress import ProgressTask, TaskStatus
 from core.untrusted import neutralise, remove_urls
-from core.wording import Language, pick
+from core.words.wording import Language, pick
 
 #: Markdown characters per message (Slack: 12,000 cumulative per message; keep a margin).
 MARKDOWN_LIMIT = 11_500

@@ -33,7 +33,7 @@ from bots.slack.refusals import (
 from core.research.progress import ProgressEvent, ProgressKind, TaskStatus
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise, remove_urls
-from core.wording import Language, pick
+from core.words.wording import Language, pick
 from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)

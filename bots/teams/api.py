@@ -36,7 +36,7 @@ import httpx
 
 from bots.chat.errors import PlatformError
 from core.attachments import AttachmentRefused, AttachmentTooLarge
-from core.reasons import Reason
+from core.words.reasons import Reason
 
 SCOPE = "https://api.botframework.com/.default"
 #: Seconds before a token's expiry when it is fetched again.

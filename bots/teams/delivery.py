@@ -37,10 +37,10 @@ from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.digests import heading_of
 from core.operations.job import Undeliverable
-from core.reasons import Reason
 from core.research.outcome import RunOutcome
 from core.research.progress import ProgressTask
-from core.wording import request_language
+from core.words.reasons import Reason
+from core.words.wording import request_language
 
 log = logging.getLogger(__name__)
 

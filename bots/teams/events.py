@@ -37,7 +37,7 @@ from bots.chat.ids import MAX_CONTEXT_CHARS, check_ids
 from bots.chat.message import ChatMessage
 from core.commands import MAX_ID_CHARS
 from core.models import Attachment
-from core.wording import Language
+from core.words.wording import Language
 
 PLATFORM = "teams"
 #: The invoke a press on an ``Action.Execute`` button sends.

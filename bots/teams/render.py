@@ -39,7 +39,7 @@ from bots.teams.markdown import for_every_client
 from core.models import Source
 from core.research.progress import ProgressTask, TaskStatus
 from core.untrusted import neutralise
-from core.wording import Language, pick
+from core.words.wording import Language, pick
 
 #: Bytes of JSON per report part (Teams refuses activities over about 28 KB).
 PART_BUDGET = 24_000

@@ -54,7 +54,7 @@ from core.engine.budget import TokenRoom
 from core.engine.state import JsonModel
 from core.llm import LLMError
 from core.models import Usage
-from core.wording import Language, unverified_mark
+from core.words.wording import Language, unverified_mark
 
 log = logging.getLogger(__name__)
 

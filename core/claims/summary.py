@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core import note_words
-from core.wording import Language
+from core.words import note_words
+from core.words.wording import Language
 
 
 class ClaimSummary(BaseModel):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from core.claims.split import statements
-from core.wording import notes_heading
+from core.words.wording import notes_heading
 
 _EMPHASIS = re.compile(r"(\*\*|__|\*|_|`)")
 _DIGITS = re.compile(r"(?<![A-Za-z\d])(?<![A-Za-z]-)\d+(?:[.,]\d+)*")

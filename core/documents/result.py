@@ -6,8 +6,8 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-from core.note_words import coverage_text
-from core.reasons import Reason
+from core.words.note_words import coverage_text
+from core.words.reasons import Reason
 
 #: The kinds of document read (markdown and plain text are both "text").
 KINDS = ("pdf", "docx", "html", "text")

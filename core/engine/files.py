@@ -19,13 +19,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from core import note_words
 from core.attachments import AttachmentRefused, AttachmentTooLarge, FileSource, shown_name
 from core.documents import DocumentExtractor, DocumentUnreadable, document_kind
 from core.engine.state import RunState
 from core.failures import PostFailure, judge
 from core.models import AttachedFile, Attachment
-from core.reasons import Reason
+from core.words import note_words
+from core.words.reasons import Reason
 
 log = logging.getLogger(__name__)
 

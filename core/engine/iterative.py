@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from core import note_words
 from core.config import EnvSettings
 from core.engine.fallback import fallback_query
 from core.engine.searching import PageReading, search_topic, searching_text
@@ -28,13 +27,14 @@ from core.engine.tasks import iterative_tasks
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
 from core.models import DEFAULT_STRATEGY, Finding, PlannerDecision, ThreadVariables
-from core.note_words import repeated_topics_words
 from core.pages.reader import PageReader
 from core.research.progress import ProgressKind, ProgressTask, search_executed_text
 from core.research.prompts import planner_duplicate_message, planner_messages
 from core.research.report import files_digest
 from core.search import SearchProvider
-from core.wording import search_failed_words
+from core.words import note_words
+from core.words.note_words import repeated_topics_words
+from core.words.wording import search_failed_words
 
 log = logging.getLogger(__name__)
 

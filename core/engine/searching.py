@@ -12,15 +12,15 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from core import note_words
 from core.engine.state import RunState
 from core.models import Finding, PageExcerpt, SearchResult
 from core.pages.reader import PageReader, RoundReading
-from core.reasons import Reason
 from core.research.progress import search_executed_text
 from core.search import SearchError, SearchProvider
 from core.search.base import NothingFound, SearchTimeout
-from core.wording import searching_words
+from core.words import note_words
+from core.words.reasons import Reason
+from core.words.wording import searching_words
 
 # The logger these lines were always written under (they began in the iterative strategy), so
 # that log queries keep finding them.

@@ -18,7 +18,7 @@ from core.llm import Answer, LLMError
 from core.models import ThreadVariables, Usage
 from core.research.progress import ProgressKind
 from core.search.base import SearchProvider
-from core.wording import Language, request_language
+from core.words.wording import Language, request_language
 
 T = TypeVar("T", bound=BaseModel)
 

@@ -23,7 +23,7 @@ from core.pages.reader import PageReader
 from core.research.progress import ProgressTask
 from core.search import SearchProvider
 from core.timer import MONOTONIC, Timer
-from core.wording import Language
+from core.words.wording import Language
 
 
 class Strategy(Protocol):

@@ -22,7 +22,7 @@ from core.commands import (
     validate_strategy,
     validate_topic,
 )
-from core.wording import Language, request_language
+from core.words.wording import Language, request_language
 from storage.values import SourceChoice
 
 #: At most this many expected facts per question (each is asked of the verifier model).

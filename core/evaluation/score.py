@@ -12,7 +12,7 @@ from core.claims.verifier import Unchecked
 from core.evaluation.provenance import Provenance
 from core.evaluation.questions import EvalQuestion
 from core.research.outcome import RunOutcome
-from core.wording import sources_heading
+from core.words.wording import sources_heading
 from storage.values import RunStatus
 
 _CITATION = re.compile(r"\[(\d{1,4})\]")

@@ -10,7 +10,7 @@ from core.evaluation import bootstrap
 from core.evaluation.measures import MEASURES, Measure
 from core.evaluation.provenance import Provenance
 from core.evaluation.score import EvalResult
-from core.note_words import UNCHECKED_REASONS
+from core.words.note_words import UNCHECKED_REASONS
 
 HEADER = (
     "| Question | Status | Claims supported | Fixed | Uncited | Sources (sites) | "

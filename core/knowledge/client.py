@@ -47,9 +47,9 @@ from core.knowledge.results import error_reason, short_text, text_answer, tool_r
 from core.knowledge.statements import statement_refusal
 from core.knowledge.tools import ToolProblem, looks_like_address, resolve_tool
 from core.models import SearchResult
-from core.reasons import Reason
 from core.search.base import NothingFound, SearchError, SearchTimeout
 from core.text import clean_text
+from core.words.reasons import Reason
 
 if TYPE_CHECKING:
     from mcp import Client

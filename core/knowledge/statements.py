@@ -33,7 +33,7 @@ from enum import StrEnum
 from typing import Any
 
 from core.knowledge.results import short_text
-from core.reasons import Reason
+from core.words.reasons import Reason
 
 #: At most this much of a description or a parameter's description is read.
 MAX_DESCRIPTION = 2000

@@ -21,7 +21,7 @@ from core.models import ResearchRequest
 from core.operations import schedule
 from core.operations.runners import JobRunner
 from core.research.requests import RunRejected, submit_run
-from core.wording import Language, pick, request_language
+from core.words.wording import Language, pick, request_language
 from storage import (
     DigestLimit,
     DigestRecord,

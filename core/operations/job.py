@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
-from core import wording
 from core.failures import PostFailure, judge
 from core.logs import Changing, log_context
 from core.models import CONSOLE_PLATFORM, Attachment
@@ -38,7 +37,8 @@ from core.research.executor import RunExecutor
 from core.research.outcome import RunOutcome, final_progress_text
 from core.research.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.timer import MONOTONIC, Timer
-from core.wording import request_language
+from core.words import wording
+from core.words.wording import request_language
 from storage import Claim, ClaimLost, ClaimStore, RunRecord, RunStore, StorageUnavailable
 from storage.tables import utcnow
 from storage.values import UNFINISHED_STATUSES, DeliveryState, RunStatus

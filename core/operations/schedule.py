@@ -17,7 +17,7 @@ from apscheduler.triggers.cron import CronTrigger
 from cron_descriptor import ExpressionDescriptor, Options
 
 from core.commands import CommandError
-from core.wording import Language
+from core.words.wording import Language
 
 EXAMPLE = (
     '`/research schedule "open-source LLM inference engines" cron="0 9 * * MON" tz=Asia/Shanghai`'

@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from core.models import Source
 from core.research.prompts import DigestContext
 from core.untrusted import as_data
-from core.wording import Language, pick, sources_heading
+from core.words.wording import Language, pick, sources_heading
 from storage import RunRecord
 
 #: How much of the previous report the writer sees (characters).

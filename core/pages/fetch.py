@@ -43,7 +43,7 @@ from urllib.robotparser import RobotFileParser
 
 import httpx
 
-from core.reasons import Reason
+from core.words.reasons import Reason
 
 USER_AGENT = "FathomBot/0.1 (research assistant; reads the result pages of a user's research)"
 ROBOTS_AGENT = "FathomBot"

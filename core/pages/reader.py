@@ -42,7 +42,7 @@ from core.pages.extract import (
     split_passages,
 )
 from core.pages.fetch import FetchedPage, PageFetcher, PageSkipped, names_document
-from core.reasons import Reason
+from core.words.reasons import Reason
 
 if TYPE_CHECKING:
     from core.metrics import Metrics

@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from core import note_words, wording
 from core.attachments import shown_name
 from core.dates import Clock, utcnow, zone
 from core.engine.budget import RunBudget, StepMeter
@@ -68,6 +67,7 @@ from core.research.steps import (
     stopped_words,
 )
 from core.research.writer import ModelUnavailable, NoResults, ReportWriter, has_material
+from core.words import note_words, wording
 from storage import (
     Claim,
     ClaimLost,

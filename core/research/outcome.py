@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import wording
 from core.claims.summary import CheckSummary
 from core.engine.state import StopReason
 from core.models import DEFAULT_STRATEGY, AttachedFile, Source, SourceKind, Usage
 from core.research.progress import ProgressTask
-from core.wording import request_language
+from core.words import wording
+from core.words.wording import request_language
 from storage import RunRecord
 from storage.values import RunStatus
 

@@ -28,7 +28,7 @@ from core.models import AttachedFile, Finding, SearchResult, Source, SourceKind
 from core.pages.extract import estimate_tokens, select, split_passages
 from core.research.prompts import echoes_instructions, instruction_shingles
 from core.untrusted import as_data, neutralise, remove_urls
-from core.wording import (
+from core.words.wording import (
     Language,
     attached_files_heading,
     main_findings_heading,

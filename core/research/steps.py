@@ -10,13 +10,13 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from core import note_words, wording
 from core.engine.budget import RunBudget
 from core.engine.state import RunSources, RunState, StopReason
 from core.models import Source, ThreadVariables, Usage
 from core.research.cost import Prices
 from core.research.outcome import stopped_with_nothing, stored_claims
 from core.search import SearchProvider
+from core.words import note_words, wording
 from storage import (
     Checkpointed,
     Claim,

@@ -26,7 +26,6 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from core import note_words, wording
 from core.claims.check import check_claims
 from core.claims.deadline import Deadline
 from core.claims.summary import CheckSummary
@@ -53,7 +52,8 @@ from core.research.report import (
     writer_window,
 )
 from core.timer import MONOTONIC, Timer
-from core.wording import Language
+from core.words import note_words, wording
+from core.words.wording import Language
 from storage import DigestStore, RunRecord
 
 # The logger these lines were always written under (the writer began in the service), so that

@@ -17,9 +17,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from core.dates import parse_published
 from core.models import SearchResult
-from core.reasons import Reason
 from core.text import clean_text
 from core.untrusted import as_data
+from core.words.reasons import Reason
 
 MAX_SNIPPET_CHARS = 600
 

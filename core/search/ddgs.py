@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from core.models import SearchResult
-from core.reasons import Reason
 from core.search.base import SearchError, normalise_results
 from core.search.failure import TIMED_OUT
 from core.search.query import QueryLimit
+from core.words.reasons import Reason
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from core.reasons import Reason
 from core.search.base import result_text
+from core.words.reasons import Reason
 
 #: How much of an error body is read for its words, and how many of them a line keeps.
 BODY_CHARS = 65536

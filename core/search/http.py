@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 import httpx
 
 from core.models import SearchResult
-from core.reasons import Reason
 from core.search.base import SearchError
 from core.search.failure import (
     CHECK_KEY,
@@ -28,6 +27,7 @@ from core.search.failure import (
 )
 from core.search.query import QueryLimit
 from core.timer import MONOTONIC, Timer
+from core.words.reasons import Reason
 
 __all__ = ["CHECK_KEY", "TIMED_OUT", "HttpSearchProvider", "request_json"]
 

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from core.models import SearchResult
-from core.reasons import Reason
 from core.search.base import SearchError, normalise_results, result_text
 from core.search.http import HttpSearchProvider, expect_items
 from core.search.query import QueryLimit
+from core.words.reasons import Reason
 
 
 class SearxngProvider(HttpSearchProvider):

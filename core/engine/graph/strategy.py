@@ -25,7 +25,6 @@ from typing import Any
 
 from pydantic import Field
 
-from core import note_words, wording
 from core.claims.check import check_claims
 from core.claims.deadline import Deadline
 from core.config import VERIFY_SECONDS, EnvSettings, env
@@ -60,6 +59,7 @@ from core.search import SearchProvider
 from core.text import clean_text
 from core.timer import MONOTONIC, Timer
 from core.untrusted import as_data
+from core.words import note_words, wording
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Why something gave nothing: a page not read, a document or an attached file refused, a
 search that failed. A :class:`Reason` holds its words in both languages a run speaks, made
 where the knowledge is (a platform's package knows why it refuses a file, the page fetcher why
-it skipped a page; :mod:`core.wording` knows neither), with any outside data (an HTTP status,
+it skipped a page; :mod:`core.words.wording` knows neither), with any outside data (an HTTP status,
 an exception's class, a server's own words) already in both, verbatim.
 
 ``str()`` is the English words, as logs, ``--json`` and stored findings have always shown them;
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.wording import Language, pick
+from core.words.wording import Language, pick
 
 
 @dataclass(frozen=True)

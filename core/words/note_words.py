@@ -1,10 +1,10 @@
 """The notes a run adds to its report under "Notes on this run", in the run's language
 (Chinese for a Chinese request, English otherwise): what was not searched or read and why, a
 model that failed, a plan that was trimmed, a run stopped early. The words that are not notes
-(progress, the report's fixed words, failures) are :mod:`core.wording`'s.
+(progress, the report's fixed words, failures) are :mod:`core.words.wording`'s.
 
 Data from outside (a topic, a file's name, a server's words, a reason's details) is inserted
-as it is; a :class:`~core.reasons.Reason` brings its own words in both languages.
+as it is; a :class:`~core.words.reasons.Reason` brings its own words in both languages.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from core.wording import Language, model_failure_text, pick
+from core.words.wording import Language, model_failure_text, pick
 
 if TYPE_CHECKING:
     from core.llm.errors import LLMError
-    from core.reasons import Reason
+    from core.words.reasons import Reason
 
 
 def forgotten_internal_words(language: Language, count: int) -> str:
