@@ -26,7 +26,7 @@ runs are delivered: :func:`outcome_is_delivered`, and the lease clock), the SQL 
 ``store.claims``, ``store.threads``, ...) and is only built where the process is put together
 (``core/runtime.py``, the CLI); every other caller is handed the one or two stores it uses
 (the report writer a ``DigestStore``, the job runner a ``ClaimStore``, the chat layer the
-view ``core.chat_stores.ChatStores``). Composition rather than one class inheriting the stores as
+view ``core.chat.stores.ChatStores``). Composition rather than one class inheriting the stores as
 mixins: each store keeps its own statements and state with no shared namespace to collide in,
 a caller's dependencies are visible in its signature, and a twin of one store can stand in
 for it without the others.

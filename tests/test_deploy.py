@@ -693,7 +693,7 @@ def test_the_teams_manifest_holds_what_teams_checks_and_the_bot_understands_its_
     import json
 
     from bots.teams.events import translate
-    from core.grammar import (
+    from core.chat.grammar import (
         CancelCommand,
         HelpCommand,
         ResearchCommand,

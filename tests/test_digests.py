@@ -19,10 +19,10 @@ from bots.chat.inbound import ChatCommands
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Refusal
 from bots.chat.settings import ChatPolicy
 from bots.platforms import titles
+from core.chat import schedule
+from core.chat.grammar import ScheduleCommand
 from core.config import Settings
-from core.grammar import ScheduleCommand
 from core.llm import ChatModel
-from core.operations import schedule
 from core.operations.digests import DigestService
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner

@@ -23,7 +23,7 @@ from bots.dingtalk import files
 from bots.dingtalk.api import DingTalkApi, DingTalkError
 from bots.dingtalk.delivery import classify_error
 from bots.dingtalk.events import translate
-from core.attachments import AttachmentRefused, AttachmentTooLarge
+from core.documents.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
 from storage.tables import ChatFile
 from tests.chat_app import wait_for

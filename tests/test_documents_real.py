@@ -20,9 +20,9 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from core.attachments import file_title
 from core.documents import DocumentExtractor, DocumentUnreadable
 from core.documents.accents import joined_accents
+from core.documents.attachments import file_title
 from core.documents.decode import undecodable
 from core.documents.matter import without_running_lines
 from core.models import AttachedFile

@@ -15,8 +15,8 @@ import pytest
 
 from bots.feishu.api import FeishuApi, FeishuError
 from bots.feishu.delivery import FeishuThread, classify_error
-from core.attachments import AttachmentRefused, AttachmentTooLarge
-from core.chat_stores import ChatStores, RunRecord
+from core.chat.stores import ChatStores, RunRecord
+from core.documents.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
 from storage.values import RunStatus, ThreadKey
 from tests.fakes.feishu import APP_ID, APP_SECRET, TENANT, FakeFeishu, FakeFeishuServer

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bots.feishu.events import translate
-from core.grammar import HelpCommand, ResearchCommand, StatusCommand, parse_command
+from core.chat.grammar import HelpCommand, ResearchCommand, StatusCommand, parse_command
 from tests.fakes.feishu import BOT_OPEN_ID, TENANT, file_event, message_event
 
 BOT = {"key": "@_user_1", "id": {"open_id": BOT_OPEN_ID, "union_id": "on_bot"}, "name": "Fathom"}

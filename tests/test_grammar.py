@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.commands import CommandError
-from core.grammar import (
+from core.chat.commands import CommandError
+from core.chat.grammar import (
     CancelCommand,
     HelpCommand,
     ResearchCommand,
@@ -81,7 +81,7 @@ def test_help_names_the_limits() -> None:
 
 
 def test_schedule_digests_and_unschedule_parse() -> None:
-    from core.grammar import DigestsCommand, ScheduleCommand, UnscheduleCommand
+    from core.chat.grammar import DigestsCommand, ScheduleCommand, UnscheduleCommand
 
     command = parse_command(
         '/research schedule "open-source LLM inference engines" cron="0 9 * * MON" depth=2 '
@@ -137,7 +137,7 @@ def test_bad_sources_are_refused_in_both_languages(text: str) -> None:
 
 
 def test_a_schedule_keeps_its_sources() -> None:
-    from core.grammar import ScheduleCommand
+    from core.chat.grammar import ScheduleCommand
 
     command = parse('schedule AI chips cron="0 9 * * MON" sources=internal')
     assert isinstance(command, ScheduleCommand) and command.sources is SourceChoice.INTERNAL
@@ -157,7 +157,7 @@ def test_help_names_the_sources_option_in_both_languages() -> None:
 
 
 def test_validate_sources() -> None:
-    from core.commands import validate_sources
+    from core.chat.commands import validate_sources
 
     assert validate_sources(None) is SourceChoice.ALL
     assert validate_sources(" Web ") is SourceChoice.WEB

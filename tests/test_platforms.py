@@ -24,8 +24,8 @@ from bots.chat.platform import ChatPlatform, HttpIngress, OpenPlatform, Platform
 from bots.chat.replies import MarkdownMarkup
 from bots.chat.settings import PlatformSettings
 from bots.platforms import PLATFORMS, secret_patterns
-from core.attachments import AttachmentRefused
 from core.config import env
+from core.documents.attachments import AttachmentRefused
 from core.failures import PostFailure
 from core.logs import configure_logging
 from core.models import Attachment

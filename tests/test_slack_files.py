@@ -29,7 +29,7 @@ from bots.slack.errors import classify_error
 from bots.slack.files import SlackFiles, attached_by, describe_files, describe_pending
 from bots.slack.markup import SlackMarkup
 from bots.slack.messenger import make_web_client
-from core.attachments import AttachmentRefused, AttachmentTooLarge
+from core.documents.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
 from core.words.wording import Language
 from storage import Store

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from core.chat.grammar import ScheduleCommand
 from core.config import load_settings
-from core.grammar import ScheduleCommand
 from core.models import ResearchRequest
 from core.runtime import Runtime, open_runtime
 from storage.values import SourceChoice, ThreadKey

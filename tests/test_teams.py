@@ -1062,7 +1062,7 @@ OPERATOR = "cli:local:operator"
 async def fire_digest(bot: TeamsBot, channel: str) -> Any:
     """A schedule of "heat pumps" for ``channel`` added as ``fathom digest add`` adds it (no
     request, so no conversation reference of its own), fired once; its run, delivered."""
-    from core.grammar import ScheduleCommand
+    from core.chat.grammar import ScheduleCommand
     from core.operations.digests import DigestService
     from storage import DigestStore
     from storage.values import SourceChoice, ThreadKey

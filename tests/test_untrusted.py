@@ -7,7 +7,7 @@ from datetime import date
 
 import pytest
 
-from core.commands import CommandError, validate_topic
+from core.chat.commands import CommandError, validate_topic
 from core.models import Finding, PlannerDecision, SearchResult
 from core.research.prompts import WRITER_SYSTEM, writer_messages
 from core.research.report import drop_instruction_echoes, finalize_report, number_sources

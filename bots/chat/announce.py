@@ -20,7 +20,7 @@ import secrets
 from bots.chat.background import Background
 from bots.chat.delivery import ANNOUNCING, ThreadPosters
 from bots.chat.replies import ordinal
-from core.chat_stores import ChatStores, RunRecord
+from core.chat.stores import ChatStores, RunRecord
 from core.words import wording
 from core.words.wording import Language, pick, request_language
 from storage.values import DeliveryState

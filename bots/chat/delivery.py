@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from bots.chat.controls import Button, Control, run_buttons
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter, WorkspaceLimiters
-from core.chat_stores import ChatStores, RunRecord
+from core.chat.stores import ChatStores, RunRecord
 from core.failures import PostFailure, judge
 from core.logs import change_log_context
 from core.models import Attachment
@@ -155,7 +155,7 @@ class ThreadPoster(Protocol):
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """A file attached to the run's request, from the platform's own hosts with its
-        credentials (see ``core.attachments.FileSource``)."""
+        credentials (see ``core.documents.attachments.FileSource``)."""
         ...
 
     def classify(self, error: Exception) -> PostFailure:

@@ -16,7 +16,7 @@ translation is checked by the same rule; a platform checks the ids it stores or 
 before it builds them (Teams' conversation reference, DingTalk's quoted message) with
 :func:`check_ids`. A failed check raises :class:`InvalidId`, which the platform answers as its
 retry rule wants (a 400, or a 200 and the delivery dropped) with :func:`log_refused`'s one
-line. A missing id, or one over ``core.commands.MAX_ID_CHARS``, still gets the request's
+line. A missing id, or one over ``core.chat.commands.MAX_ID_CHARS``, still gets the request's
 reply where one can be sent (``ChatCommands.handle``).
 
 The words of a message (a topic, a reply) are never refused here: they are cleaned where they

@@ -25,18 +25,8 @@ from bots.chat.greetings import is_greeting
 from bots.chat.message import PENDING_PREFIX, Answer, ChatMessage, Reply
 from bots.chat.replies import STATUS_RECENT, Markup, PlainMarkup, Replies
 from bots.chat.settings import ChatPolicy
-from core.attachments import Screened, screen
-from core.chat_stores import (
-    CancelRequest,
-    ChatStores,
-    GuidanceTaken,
-    RunRecord,
-    StopRequest,
-    UserBusy,
-    utcnow,
-)
-from core.commands import CommandError, validate_ids
-from core.grammar import (
+from core.chat.commands import CommandError, validate_ids
+from core.chat.grammar import (
     EXPLICIT,
     CancelCommand,
     Command,
@@ -51,6 +41,16 @@ from core.grammar import (
     parse_command,
     request_words,
 )
+from core.chat.stores import (
+    CancelRequest,
+    ChatStores,
+    GuidanceTaken,
+    RunRecord,
+    StopRequest,
+    UserBusy,
+    utcnow,
+)
+from core.documents.attachments import Screened, screen
 from core.models import Attachment, ResearchRequest, Vote
 from core.operations.digests import DigestService
 from core.operations.runners import JobRunner

@@ -29,8 +29,8 @@ from bots.chat.inbound import ChatCommands
 from bots.chat.markdown import split_report
 from bots.chat.message import ChatMessage, Reply
 from bots.chat.replies import EMOJI_ICONS, Icon
-from core.attachments import AttachmentRefused, AttachmentTooLarge
-from core.chat_stores import ChatStores, RunRecord
+from core.chat.stores import ChatStores, RunRecord
+from core.documents.attachments import AttachmentRefused, AttachmentTooLarge
 from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.job import Undeliverable

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bots.chat.ids import check_message
-from core.grammar import request_words
+from core.chat.grammar import request_words
 from core.models import Attachment
 from core.words.wording import Language, request_language
 from storage.values import ThreadKey
@@ -97,7 +97,8 @@ class ChatMessage:
 class Reply:
     text: str
     started: bool = False  # a run was accepted: its progress message speaks for itself
-    #: Files of the request that the run does not read: (name, why), see ``core.attachments``.
+    #: Files of the request that the run does not read: (name, why), see
+    #: ``core.documents.attachments``.
     left_out: tuple[tuple[str, str], ...] = ()
     #: Nothing is answered: a message that did not address the bot and is neither guidance
     #: for a running research nor a control word.

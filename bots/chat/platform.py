@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from bots.chat.delivery import ThreadPosters
     from bots.chat.inbound import ChatCommands, InternalSources
     from bots.chat.replies import Markup
-    from core.chat_stores import ChatStores
+    from core.chat.stores import ChatStores
     from core.metrics import Metrics
     from core.operations.digests import DigestService
     from core.operations.runners import JobRunner

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from core.attachments import READABLE, shown_name
-from core.chat_stores import DigestRecord, RunRecord
-from core.grammar import help_text
+from core.chat.grammar import help_text
+from core.chat.stores import DigestRecord, RunRecord
+from core.documents.attachments import READABLE, shown_name
 from core.models import Vote
 from core.untrusted import neutralise
 from core.words.wording import Language, pick

@@ -38,16 +38,16 @@ def digest_add(
     ] = "cli:local:operator",
 ) -> None:
     """Add a schedule (checked like `/research schedule`); prints its id."""
-    from core.commands import (
+    from core.chat.commands import (
         CommandError,
         validate_depth,
         validate_sources,
         validate_strategy,
         validate_topic,
     )
-    from core.grammar import ScheduleCommand
+    from core.chat.grammar import ScheduleCommand
+    from core.chat.schedule import CLI_SYNTAX, timezone, trigger
     from core.operations.digests import check_digest_platform
-    from core.operations.schedule import CLI_SYNTAX, timezone, trigger
     from core.runtime import digest_service, knowledge_from_settings, open_storage
     from storage.values import SourceChoice, ThreadKey
 
@@ -143,8 +143,8 @@ def digest_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
 @digest_app.command("remove")
 def digest_remove(digest_id: Annotated[str, typer.Argument()]) -> None:
     """Remove a schedule."""
-    from core.commands import CommandError
-    from core.operations.schedule import CLI_SYNTAX
+    from core.chat.commands import CommandError
+    from core.chat.schedule import CLI_SYNTAX
     from core.runtime import digest_service, open_storage
 
     settings = core_settings()

@@ -74,7 +74,7 @@ def research(
 ) -> None:
     """Research TOPIC with live progress and print a cited Markdown report."""
     from bots.console.files import FileProblem, local_attachments
-    from core.commands import (
+    from core.chat.commands import (
         CommandError,
         validate_depth,
         validate_sources,
@@ -133,7 +133,7 @@ def console_thread(key: ThreadKey) -> ThreadKey:
     ask instead (the CLI never posts to a chat, and a serving replica must never deliver a
     run started here)."""
     from bots.platforms import titles
-    from core.commands import CommandError
+    from core.chat.commands import CommandError
     from core.models import CONSOLE_PLATFORM
 
     if key.platform == CONSOLE_PLATFORM:

@@ -83,7 +83,7 @@ def sources_test(
     """Run QUERY once against the web provider and each MCP server the channel may use, and
     print what came back. Exit 1 when a source failed."""
     from bots.console.sources import answer_lines, channel_key, probe_sources
-    from core.commands import CommandError, validate_topic
+    from core.chat.commands import CommandError, validate_topic
 
     settings = core_settings()
     try:

@@ -1,5 +1,5 @@
 """Files given to ``fathom research --file``: checked before anything is spent, and read by
-the run from the local disk (the console's ``core.attachments.FileSource``)."""
+the run from the local disk (the console's ``core.documents.attachments.FileSource``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ import mimetypes
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.attachments import READABLE, AttachmentRefused, AttachmentTooLarge, attachment_kind
+from core.documents.attachments import (
+    READABLE,
+    AttachmentRefused,
+    AttachmentTooLarge,
+    attachment_kind,
+)
 from core.failures import PostFailure
 from core.models import Attachment
 from core.words.reasons import Reason

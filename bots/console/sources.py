@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from core.commands import CommandError
+from core.chat.commands import CommandError
 from core.config import ConfigError, Settings
 from core.models import CONSOLE_PLATFORM, SearchResult
 

@@ -71,9 +71,9 @@ from bots.dingtalk.send import Conversation, space_of
 from bots.dingtalk.settings import DingTalkSettings
 from bots.dingtalk.stream import DingTalkStream
 from bots.http_gate import Rejected, parse_json, read_body, rejected_response
-from core.chat_stores import ChatStores, utcnow
-from core.commands import CommandError
-from core.grammar import EXPLICIT, CancelCommand, ResearchCommand, StopCommand
+from core.chat.commands import CommandError
+from core.chat.grammar import EXPLICIT, CancelCommand, ResearchCommand, StopCommand
+from core.chat.stores import ChatStores, utcnow
 from core.words.wording import Language, pick
 from storage.values import ThreadKey
 

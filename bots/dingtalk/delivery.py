@@ -47,7 +47,7 @@ from bots.dingtalk.render import (
     report_messages,
 )
 from bots.dingtalk.send import Conversation, space_of
-from core.chat_stores import ChatStores, RunRecord
+from core.chat.stores import ChatStores, RunRecord
 from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.digests import heading_of

@@ -1,5 +1,5 @@
-"""Reading a file a user sent the robot: ``DingTalkThread.download`` (``core.attachments``'
-``FileSource`` for DingTalk).
+"""Reading a file a user sent the robot: ``DingTalkThread.download``
+(``core.documents.attachments``' ``FileSource`` for DingTalk).
 
 Two steps, as DingTalk documents them ("download the file content of the robot receiving
 message", https://open.dingtalk.com/document/orgapp/download-the-file-content-of-the-robot-receiving-message):
@@ -32,7 +32,7 @@ import re
 import httpx
 
 from bots.dingtalk.api import DingTalkApi, DingTalkError
-from core.attachments import AttachmentRefused, AttachmentTooLarge
+from core.documents.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
 from core.words.reasons import Reason
 

@@ -46,7 +46,7 @@ from lark_oapi.core.enum import AccessTokenType, HttpMethod
 from lark_oapi.core.model import BaseRequest, RawResponse, RequestOption
 
 from bots.chat.errors import PlatformError
-from core.attachments import AttachmentRefused, AttachmentTooLarge
+from core.documents.attachments import AttachmentRefused, AttachmentTooLarge
 from core.words.reasons import Reason
 
 #: Feishu error codes of an invalid or expired tenant token.

@@ -25,8 +25,8 @@ from bots.feishu.api import FeishuApi
 from bots.feishu.events import CHAT_TYPE
 from bots.feishu.render import notice_card, progress_card, report_cards
 from bots.feishu.scopes import GroupMessages
-from core.attachments import AttachmentRefused, attachment_kind
-from core.chat_stores import ChatStores, RunRecord
+from core.chat.stores import ChatStores, RunRecord
+from core.documents.attachments import AttachmentRefused, attachment_kind
 from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.digests import heading_of

@@ -51,8 +51,8 @@ from bots.slack.oauth import (
 )
 from bots.slack.render import acknowledgement_blocks
 from bots.slack.settings import SlackSettings
-from core.commands import invalid_id
-from core.grammar import ResearchCommand
+from core.chat.commands import invalid_id
+from core.chat.grammar import ResearchCommand
 from core.words.wording import request_language
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.chat.message import ChatMessage
 from bots.slack.errors import describe_error
 from bots.slack.settings import MAX_SUGGESTED_PROMPTS, SuggestedPrompt
-from core.chat_stores import ContextStore
+from core.chat.stores import ContextStore
 from core.untrusted import neutralise, remove_urls
 from core.words.wording import Language, pick
 from storage.values import ThreadKey

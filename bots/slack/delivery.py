@@ -35,8 +35,8 @@ from bots.slack.render import (
 )
 from bots.slack.scopes import SlackScopes
 from bots.slack.status import REFRESH_SECONDS, ThreadStatus
-from core.attachments import AttachmentRefused
-from core.chat_stores import ChatStores, RunRecord
+from core.chat.stores import ChatStores, RunRecord
+from core.documents.attachments import AttachmentRefused
 from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.digests import heading_of

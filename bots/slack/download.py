@@ -38,7 +38,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack.errors import error_code
 from bots.slack.files import CHECK_FILE_INFO, GONE_ERRORS
-from core.attachments import AttachmentRefused, AttachmentTooLarge, attachment_kind
+from core.documents.attachments import AttachmentRefused, AttachmentTooLarge, attachment_kind
 from core.models import Attachment
 from core.words.reasons import Reason
 

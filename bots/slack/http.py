@@ -39,7 +39,7 @@ from bots.http_gate import (
     read_body,
     rejected_response,
 )
-from core.commands import invalid_id
+from core.chat.commands import invalid_id
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from urllib.parse import quote
 import httpx
 
 from bots.chat.errors import PlatformError
-from core.attachments import AttachmentRefused, AttachmentTooLarge
+from core.documents.attachments import AttachmentRefused, AttachmentTooLarge
 from core.words.reasons import Reason
 
 SCOPE = "https://api.botframework.com/.default"

@@ -31,8 +31,8 @@ from bots.teams.api import TeamsApi, TeamsError
 from bots.teams.events import Reference
 from bots.teams.references import ConversationReferences
 from bots.teams.render import ReportPart, notice_activity, progress_activity, report_parts
-from core.attachments import AttachmentRefused
-from core.chat_stores import ChatStores, RunRecord
+from core.chat.stores import ChatStores, RunRecord
+from core.documents.attachments import AttachmentRefused
 from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.digests import heading_of

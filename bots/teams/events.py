@@ -35,7 +35,7 @@ from typing import Any
 from bots.chat.controls import Press, control_of
 from bots.chat.ids import MAX_CONTEXT_CHARS, check_ids
 from bots.chat.message import ChatMessage
-from core.commands import MAX_ID_CHARS
+from core.chat.commands import MAX_ID_CHARS
 from core.models import Attachment
 from core.words.wording import Language
 

@@ -1,9 +1,9 @@
 """The step that reads the files attached to a run's request, before any search.
 
 Each attachment the thread has not read yet is downloaded through the run's platform (its
-delivery is the :class:`~core.attachments.FileSource`), its kind checked on its first bytes,
-and its text extracted off the event loop (PDF and DOCX in the bounded worker process of
-:mod:`core.documents`). The text is kept with the thread's variables (``files``), so a
+delivery is the :class:`~core.documents.attachments.FileSource`), its kind checked on its first
+bytes, and its text extracted off the event loop (PDF and DOCX in the bounded worker process
+of :mod:`core.documents`). The text is kept with the thread's variables (``files``), so a
 resumed run or a follow-up in the thread reuses it without downloading it again.
 
 A run never fails because of a file: one that cannot be downloaded or read is noted (with a
@@ -19,8 +19,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from core.attachments import AttachmentRefused, AttachmentTooLarge, FileSource, shown_name
 from core.documents import DocumentExtractor, DocumentUnreadable, document_kind
+from core.documents.attachments import AttachmentRefused, AttachmentTooLarge, FileSource, shown_name
 from core.engine.state import RunState
 from core.failures import PostFailure, judge
 from core.models import AttachedFile, Attachment

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.commands import (
+from core.chat.commands import (
     CommandError,
     validate_depth,
     validate_sources,

@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from core.commands import CommandError
-from core.grammar import ScheduleCommand
+from core.chat import schedule
+from core.chat.commands import CommandError
+from core.chat.grammar import ScheduleCommand
 from core.models import ResearchRequest
-from core.operations import schedule
 from core.operations.runners import JobRunner
 from core.research.requests import RunRejected, submit_run
 from core.words.wording import Language, pick, request_language

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from core.operations import schedule
+from core.chat import schedule
 from core.operations.digests import Clock, DigestService
 from core.operations.election import LEASE, Change, Election
 from core.operations.job import delivery_refused

@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from core.attachments import shown_name
 from core.dates import Clock, utcnow, zone
+from core.documents.attachments import shown_name
 from core.engine.budget import RunBudget, StepMeter
 from core.engine.files import FileReader, PlatformFiles
 from core.engine.state import RunState, StepHooks, StopReason

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from datetime import date
 from urllib.parse import urlsplit, urlunsplit
 
-from core.attachments import file_title
 from core.claims.citations import NormalisedCitations, normalise_citations
 from core.claims.evidence import EvidenceKind
 from core.claims.lexical import Evidence
+from core.documents.attachments import file_title
 from core.models import AttachedFile, Finding, SearchResult, Source, SourceKind
 from core.pages.extract import estimate_tokens, select, split_passages
 from core.research.prompts import echoes_instructions, instruction_shingles

@@ -68,7 +68,7 @@ def search_failed_words(language: Language) -> str:
 
 def reading_files_words(language: Language, files: Sequence[Attachment]) -> str:
     """While the attached files are read (their names are the user's: made inert)."""
-    from core.attachments import shown_name
+    from core.documents.attachments import shown_name
 
     names = ", ".join(shown_name(f.name) for f in files[:3]) + ("…" if len(files) > 3 else "")
     return pick(language, f"Reading the attached files: {names}…", f"正在读取附件：{names}…")

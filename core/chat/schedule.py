@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from apscheduler.triggers.cron import CronTrigger
 from cron_descriptor import ExpressionDescriptor, Options
 
-from core.commands import CommandError
+from core.chat.commands import CommandError
 from core.words.wording import Language
 
 EXAMPLE = (

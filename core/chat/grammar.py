@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from core.commands import (
+from core.chat.commands import (
     CommandError,
     validate_depth,
     validate_sources,
@@ -288,7 +288,7 @@ def _schedule(
     """``schedule <topic> cron="…" …``: cron and timezone checked here (the shortest gap
     between firings is checked where the clock and the settings are). Every refusal shows a
     valid example."""
-    from core.operations import schedule
+    from core.chat import schedule
 
     try:
         return _parse_schedule(
@@ -309,7 +309,7 @@ def _schedule(
 def _parse_schedule(
     body: str, *, default_depth: int, max_depth: int, default_strategy: str
 ) -> ScheduleCommand:
-    from core.operations import schedule
+    from core.chat import schedule
 
     options = _options(body, SCHEDULE_OPTIONS)
     topic = " ".join(_OPTION.sub(" ", body).split()).strip("\"“”'")
