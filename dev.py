@@ -5,7 +5,8 @@
     python3 dev.py eval QUESTIONS.jsonl [fathom eval options]   (or --judge-check [PAIRS.jsonl])
     python3 dev.py test [pytest options]      (-n auto unless you pass -n, --pdb or --lf)
     python3 dev.py lint
-    python3 dev.py mutants [--list | --only NAME]  (does the suite catch ten broken guarantees?)
+    python3 dev.py mutants [--ci | --check-snippets | --list | --only NAME]
+                                       (does the suite catch each guarantee broken on purpose?)
     python3 dev.py fathom [any fathom command]
 
 Each command first makes ``.venv`` and installs the locked dependencies

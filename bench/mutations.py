@@ -10,22 +10,29 @@ fail is *killed*; one whose tests pass *survived*: the suite would not notice th
 
 Before the mutants, an unmutated copy must pass every selected test (else a test failing for
 another reason would make every mutant look killed), and the copy's modules must be the ones
-imported. Every ``old`` must occur exactly once in its file, checked first, so the check fails
-loudly instead of rotting silently when the code moves.
+imported. Every ``old`` must occur exactly once in its file, checked first for every chosen
+mutant, so the check fails loudly, naming each mutant whose code moved, instead of rotting
+silently. ``--check-snippets`` does only that check, on the work tree, in a second: CI runs
+it for every mutant, so a refactor that moves a guarded line fails CI until the mutant is
+re-pointed; CI then runs the mutants of ``--ci`` (those whose tests are fast).
 
 How to run (from the repository root; standard library only, pytest runs in ``.venv``)::
 
     python3 bench/mutations.py                  # the sanity run, then every mutant
+    python3 bench/mutations.py --ci             # CI's subset (``ci=True``)
+    python3 bench/mutations.py --check-snippets # only: is every snippet still there, once?
     python3 bench/mutations.py --list           # the mutants, what each breaks, its tests
     python3 bench/mutations.py --only ssrf      # one mutant (repeatable)
     python3 bench/mutations.py --timeout 900    # seconds per pytest run (default 600)
     python3 bench/mutations.py --keep           # keep the copies (their paths are printed)
+    python3 bench/mutations.py --jobs 2         # two mutants at once (each its own pytest)
 
 The tests run on SQLite; ``TEST_DATABASE_URL``, when set, is passed through, so the database
 tests run on PostgreSQL too. ``PYTEST_ADDOPTS`` is not passed on. It prints a Markdown table
 (guarantee | file | tests | result | seconds) and exits 0 only when the sanity run passed and
-every mutant was killed; 1 otherwise (a survivor, a timeout, a pytest error); 2 when a
-mutant's snippet is missing or not unique.
+every mutant was killed; 1 otherwise (a survivor, a timeout, a pytest error: the last line,
+on stderr, names each mutant not killed); 2 when a mutant's snippet is missing or not unique
+(a line on stderr per such mutant, naming it).
 """
 
 from __future__ import annotations
@@ -39,8 +46,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,23 +70,24 @@ class Mutant:
     new: str
     tests: tuple[str, ...]  # pytest arguments: node ids or files, optionally "-k", "EXPR"
     breaks: str  # one line: what the edit breaks
+    #: In CI's subset (``--ci``): False for a mutant whose tests take long (real processes,
+    #: real waits), run by ``python3 dev.py mutants`` only.
+    ci: bool = True
 
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="fencing",
-        file="storage/claims.py",
+        file="storage/claim_sql.py",
         old=(
+            "        self.checkpoint_run = (\n"
             "            update(_runs)\n"
             "            .where(*_FENCE, _RUNNING)\n"
-            "            .values(heartbeat_at=now)\n"
-            "            .returning(_runs.c.thread_id,"
         ),
         new=(
+            "        self.checkpoint_run = (\n"
             "            update(_runs)\n"
             '            .where(_runs.c.id == bindparam("run_id"), _RUNNING)\n'
-            "            .values(heartbeat_at=now)\n"
-            "            .returning(_runs.c.thread_id,"
         ),
         tests=(
             "tests/test_run_lifecycle.py::test_a_runner_whose_heartbeat_expired_loses_its_claim",
@@ -283,6 +292,110 @@ MUTANTS: tuple[Mutant, ...] = (
         '"statements": "read-only"',
     ),
     Mutant(
+        name="allowed-users",
+        file="bots/chat/settings.py",
+        old="        if self.allowed_users and (user is None or user not in self.allowed_users):\n",
+        new="        if self.allowed_users and user is None:\n",
+        tests=(
+            "tests/test_chat_layer.py"
+            "::test_a_vote_is_stored_once_per_person_and_a_second_press_changes_it",
+            "tests/test_slack_app.py::test_access_control_refuses_politely",
+        ),
+        breaks="FATHOM_ALLOWED_USERS admits everyone: a user not on the list starts research "
+        "and presses a report's buttons",
+    ),
+    Mutant(
+        name="allowed-channels",
+        file="bots/chat/settings.py",
+        old=(
+            "        return not (\n"
+            "            self.allowed_channels and (channel is None or channel not in "
+            "self.allowed_channels)\n"
+            "        )\n"
+        ),
+        new="        return True\n",
+        tests=(
+            "tests/test_chat_layer.py"
+            "::test_the_allowed_channels_refuse_every_other_channel_but_not_an_admin",
+        ),
+        breaks="FATHOM_ALLOWED_CHANNELS admits every channel: a request in a channel not on "
+        "the list makes a run",
+    ),
+    Mutant(
+        name="internal-sources",
+        file="core/knowledge/sources.py",
+        old=(
+            "        return [s for s in self.sources "
+            "if channel_allows(s.spec.channels, thread_key)]\n"
+        ),
+        new="        return list(self.sources)\n",
+        tests=(
+            "tests/test_team_knowledge.py"
+            "::test_a_channel_that_is_not_allowed_never_calls_the_server",
+        ),
+        breaks="every MCP server is searched in every thread, whatever channels it is "
+        "configured for",
+    ),
+    Mutant(
+        name="stop-requester",
+        file="bots/chat/inbound.py",
+        old=(
+            "        if run.requested_by != press.requested_by "
+            "and not self._policy.is_admin(press.user):\n"
+        ),
+        new="        if run.requested_by != press.requested_by and False:\n",
+        tests=(
+            "tests/test_chat_layer.py"
+            "::test_the_stop_button_is_the_requesters_and_the_final_message_has_no_buttons",
+            "tests/test_chat_layer.py::test_the_cancel_button_ends_the_run_without_a_report",
+        ),
+        breaks="anyone in the channel may press a run's Stop or Cancel, not only the person "
+        "who started it (or an admin)",
+    ),
+    Mutant(
+        name="typed-requester",
+        file="bots/chat/inbound.py",
+        old=(
+            "            if run.requested_by != by and not self._policy.is_admin(message.user):\n"
+            '                return _Refusal("not_theirs")\n'
+        ),
+        new="",
+        tests=(
+            "tests/test_chat_layer.py"
+            "::test_cancel_in_the_thread_stops_its_run_and_the_message_ends_cancelled",
+            "tests/test_chat_layer.py"
+            "::test_stop_typed_in_the_thread_ends_the_searching_and_the_report_follows",
+        ),
+        breaks="anyone in a research's thread may type cancel or stop for it, not only the "
+        "person who started it (or an admin)",
+    ),
+    Mutant(
+        name="report-parts",
+        file="core/operations/job.py",
+        old="        posted = min(claim.run.report_parts_posted, len(parts))\n",
+        new="        posted = 0\n",
+        tests=(
+            "tests/test_run_lifecycle.py"
+            "::test_a_takeover_during_delivery_posts_only_the_missing_parts",
+            "tests/test_run_lifecycle.py"
+            "::test_a_shutdown_during_a_post_records_that_part_and_the_next_replica_goes_on",
+        ),
+        breaks="a delivery taken over or resumed posts the report from its first part again: "
+        "the parts a runner before it posted appear twice",
+    ),
+    Mutant(
+        name="log-redaction",
+        file="core/logs.py",
+        old='        return self._secrets.sub(lambda m: m.group(0)[:5] + "…", text)\n',
+        new="        return text\n",
+        tests=(
+            "tests/test_logs.py::test_a_json_line_carries_its_context_and_no_secret",
+            "tests/test_untrusted.py::test_log_lines_never_show_credentials",
+        ),
+        breaks="log lines show credentials (OpenAI keys, bearer tokens, each platform's "
+        "tokens) in full",
+    ),
+    Mutant(
         name="inert-text",
         file="core/untrusted.py",
         old="    return _BROADCAST_WORD.sub(lambda m: _AT + m.group(1), text)\n",
@@ -322,6 +435,28 @@ def copy_tree(files: Sequence[str], source: Path, target: Path) -> None:
         destination = target / name
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source / name, destination, follow_symlinks=False)
+
+
+def rotted(root: Path, mutants: Sequence[Mutant]) -> list[str]:
+    """What is wrong with each of ``mutants`` whose snippet is not exactly once in its file
+    under ``root`` (or that changes nothing): one message naming the mutant each."""
+    problems = []
+    for mutant in mutants:
+        try:
+            mutated(root, mutant)
+        except MutantRotted as problem:
+            problems.append(str(problem))
+    return problems
+
+
+def report_rotted(problems: Sequence[str]) -> None:
+    for problem in problems:
+        print(f"MUTANT ROTTED: {problem}", file=sys.stderr)
+    print(
+        f"{len(problems)} mutant(s) point at code that is not there (exactly once): re-point "
+        "each (its file and its old/new snippets) in bench/mutations.py",
+        file=sys.stderr,
+    )
 
 
 def mutated(root: Path, mutant: Mutant) -> str:
@@ -482,15 +617,36 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only", action="append", choices=names, metavar="NAME", help=f"one of {names}"
     )
+    parser.add_argument(
+        "--ci", action="store_true", help="only the mutants of CI's subset (fast tests)"
+    )
+    parser.add_argument(
+        "--check-snippets",
+        action="store_true",
+        help="only check that every chosen mutant's snippet is in its file exactly once "
+        "(no copy, no test run: a second or two)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per pytest run")
+    parser.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="mutants tested at once (default 1)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the throwaway copies")
     return parser.parse_args(argv)
 
 
+def chosen_mutants(arguments: argparse.Namespace) -> list[Mutant]:
+    return [
+        m
+        for m in MUTANTS
+        if (not arguments.only or m.name in arguments.only) and (m.ci or not arguments.ci)
+    ]
+
+
 def list_mutants(mutants: Sequence[Mutant]) -> None:
     for mutant in mutants:
-        print(f"{mutant.name}  ({mutant.file})")
+        where = "CI" if mutant.ci else "not in CI"
+        print(f"{mutant.name}  ({mutant.file}; {where})")
         print(f"    breaks: {mutant.breaks}")
         for test in mutant.tests:
             print(f"    {test}")
@@ -500,9 +656,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = parse_arguments(argv)
     if isinstance(sys.stdout, io.TextIOWrapper):  # progress lines in order with stderr's
         sys.stdout.reconfigure(line_buffering=True)
-    chosen = [m for m in MUTANTS if not arguments.only or m.name in arguments.only]
+    chosen = chosen_mutants(arguments)
     if arguments.list:
         list_mutants(chosen)
+        return 0
+    if arguments.check_snippets:
+        problems = rotted(REPO, chosen)
+        if problems:
+            report_rotted(problems)
+            return 2
+        print(f"every snippet of {len(chosen)} mutants is in its file exactly once")
         return 0
     if not PYTHON.exists():
         print(f"no {PYTHON}: create the virtual environment first", file=sys.stderr)
@@ -510,7 +673,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.monotonic()
     workspace = Path(tempfile.mkdtemp(prefix="fathom-mutations-"))
     try:
-        return check(chosen, workspace, arguments.timeout, began)
+        return check(chosen, workspace, arguments.timeout, began, arguments.jobs)
     finally:
         if arguments.keep:
             print(f"copies kept in {workspace}")
@@ -518,17 +681,55 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(workspace, ignore_errors=True)
 
 
-def check(mutants: Sequence[Mutant], workspace: Path, timeout: float, began: float) -> int:
+def compile_copy(root: Path, timeout: float) -> None:
+    """Byte-compile the copy once, so each mutant's copy of it (``copytree`` keeps the
+    files' times, which the compiled files are checked against) imports without compiling
+    every module again; only the mutated file is compiled anew. Best effort."""
+    run([str(PYTHON), "-m", "compileall", "-q", "-j", "0", "."], root, timeout)
+
+
+def in_threads(
+    work: Callable[[Mutant], tuple[Mutant, str, float]], mutants: Sequence[Mutant], jobs: int
+) -> list[tuple[Mutant, str, float]]:
+    """``work`` of each mutant, ``jobs`` at once (threads: each waits on its own pytest
+    process), in the mutants' order. (Not concurrent.futures: it imports ``queue``, which
+    this folder's bench/queue.py shadows when the script runs as a file.)"""
+    results: dict[int, tuple[Mutant, str, float]] = {}
+    left = list(enumerate(mutants))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not left:
+                    return
+                index, mutant = left.pop(0)
+            try:
+                results[index] = work(mutant)
+            except Exception as exc:  # (a copy that failed, say): that mutant is not killed
+                print(f"{mutant.name}: error ({exc!r})", flush=True)
+                results[index] = (mutant, f"error ({type(exc).__name__})", 0.0)
+
+    threads = [threading.Thread(target=worker) for _ in range(max(1, jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [results[index] for index in sorted(results)]
+
+
+def check(
+    mutants: Sequence[Mutant], workspace: Path, timeout: float, began: float, jobs: int = 1
+) -> int:
     files = repository_files(REPO)
     base = workspace / "base"
     copy_tree(files, REPO, base)  # one snapshot: every run below sees the same code
     print(f"copied {len(files)} files of {REPO} to {base}")
-    try:  # every snippet first: a rotted mutant fails the check before anything runs
-        for mutant in mutants:
-            mutated(base, mutant)
-    except MutantRotted as rotted:
-        print(f"MUTANT ROTTED: {rotted}", file=sys.stderr)
+    problems = rotted(base, mutants)  # every snippet first: the check fails before any run
+    if problems:
+        report_rotted(problems)
         return 2
+    compile_copy(base, timeout)
 
     sane = workspace / "sanity"
     shutil.copytree(base, sane, symlinks=True)
@@ -546,20 +747,20 @@ def check(mutants: Sequence[Mutant], workspace: Path, timeout: float, began: flo
             print(f"SANITY CHECK FAILED:\n{tail(outcome.output)}", file=sys.stderr)
             return 1
 
-    rows = []
-    failed = False
-    for mutant in mutants:
+    def attempt(mutant: Mutant) -> tuple[Mutant, str, float]:
         root = workspace / mutant.name
         shutil.copytree(base, root, symlinks=True)
         mutate(root, mutant)
         outcome = pytest(root, mutant.tests, timeout, stop=True)
         result = result_of(outcome)
         by = f" by {first_failure(outcome.output)}" if result == "killed" else ""
-        print(f"{mutant.name}: {result}{by} in {outcome.seconds:.1f} s", flush=True)
+        shown = f"{mutant.name}: {result}{by} in {outcome.seconds:.1f} s"
         if result != "killed":
-            failed = True
-            print(f"--- {mutant.name}: pytest output (tail)\n{tail(outcome.output)}\n---")
-        rows.append((mutant, result, outcome.seconds))
+            shown += f"\n--- {mutant.name}: pytest output (tail)\n{tail(outcome.output)}\n---"
+        print(shown, flush=True)
+        return mutant, result, outcome.seconds
+
+    rows = in_threads(attempt, mutants, jobs)
 
     print()
     print("| guarantee | file | tests | result | seconds |")
@@ -573,7 +774,11 @@ def check(mutants: Sequence[Mutant], workspace: Path, timeout: float, began: flo
     killed = sum(result == "killed" for _, result, _ in rows)
     print()
     print(f"{killed}/{len(rows)} mutants killed in {time.monotonic() - began:.0f} s in all")
-    return 1 if failed else 0
+    alive = [f"{mutant.name} ({result})" for mutant, result, _ in rows if result != "killed"]
+    if alive:
+        print(f"NOT KILLED: {', '.join(alive)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
