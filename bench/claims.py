@@ -3,7 +3,7 @@ malformed verifier leaves, and what it costs a run.
 
 (i) Accuracy. Generated reports, each on its own 8 sources (3 passages each, every passage two
 sentences of generated facts: organisations, places, years, amounts), checked as the writer
-checks its own (:func:`core.research.report.cited_body` makes every citation form ``[n]``, then
+checks its own (:func:`core.engine.sources.cited_body` makes every citation form ``[n]``, then
 :func:`core.claims.check.check_claims`), with a verifier that answers as a perfect judge would
 from what it is shown: it knows where each sentence came from, names the true source only when
 the request shows it, and rewrites a failing claim to the sentence its source says when that
@@ -720,8 +720,8 @@ async def check_report(report: Report, judge: Any, deadline: Any = None) -> Any:
     """The report checked as the writer checks its own: every citation form made ``[n]``
     (``cited_body``), then ``check_claims``."""
     from core.claims.check import check_claims
+    from core.engine.sources import NumberedSource, cited_body
     from core.models import Usage
-    from core.research.report import NumberedSource, cited_body
 
     numbered = [
         NumberedSource(s.n, s.title, s.url, "", "bench", passages=s.passages)

@@ -33,10 +33,10 @@ from core.engine.files import FileReader
 from core.engine.registry import load_strategy_settings
 from core.llm import LLMClients
 from core.operations.digests import DigestService
-from core.operations.lease import LeaseTiming
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageCache, PageReader
 from core.research.cost import Prices
+from core.research.lease import LeaseTiming
 from core.research.requests import UserQuota
 from core.research.service import Research
 from core.search import SearchProvider, build_search_provider

@@ -15,9 +15,9 @@ from core.claims.check import Fix, check_claims
 from core.claims.deadline import Deadline
 from core.claims.evidence import EvidenceKind
 from core.claims.verifier import Unchecked, Verdict, batches, source_block, verdicts
+from core.engine.sources import NumberedSource, evidence_of
 from core.llm import ChatModel
 from core.models import Usage
-from core.research.report import NumberedSource, evidence_of
 from tests.chat_app import wait_for
 from tests.fakes import FakeLLMServer, Reply
 from tests.fakes.llm import Fail, Silent

@@ -22,10 +22,10 @@ import pytest
 from pydantic import ValidationError
 
 from core.config import Settings
+from core.engine.progress import ProgressKind
 from core.llm import ChatModel
 from core.metrics import Metrics
 from core.research.outcome import final_progress_text
-from core.research.progress import ProgressKind
 from storage.values import RunStatus
 from tests.cli import fathom
 from tests.fakes import FakeLLMServer, Reply

@@ -19,12 +19,13 @@ from bots.slack.render import report_title
 from core.config import ConfigError, load_settings
 from core.dates import parse_published
 from core.engine.graph.strategy import GraphSettings
+from core.engine.progress import ProgressKind
+from core.engine.sources import number_sources, writer_source_blocks
 from core.engine.state import RunState
 from core.llm import ChatModel
 from core.models import Finding, PageExcerpt, ResearchRequest, SearchResult, Source, ThreadVariables
 from core.pages.extract import main_text, read_page
 from core.research.outcome import RunOutcome
-from core.research.progress import ProgressKind
 from core.research.prompts import (
     echoes_instructions,
     graph_planner_messages,
@@ -33,7 +34,7 @@ from core.research.prompts import (
     planner_messages,
     writer_messages,
 )
-from core.research.report import finalize_report, number_sources, writer_source_blocks
+from core.research.report import finalize_report
 from core.research.service import Research
 from core.search import (
     BraveProvider,

@@ -25,11 +25,11 @@ from core.documents.accents import joined_accents
 from core.documents.attachments import file_title
 from core.documents.decode import undecodable
 from core.documents.matter import without_running_lines
+from core.engine.sources import NumberedSource, writer_source_blocks
 from core.models import AttachedFile
 from core.pages.extract import read_page, select, split_passages
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
-from core.research.report import NumberedSource, writer_source_blocks
 from tests.cli import fathom
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.server import BackgroundServer

@@ -20,11 +20,11 @@ import httpx
 import pytest
 
 from core.config import load_settings
+from core.engine.progress import ProgressEvent, ProgressKind
 from core.llm import ChatModel
 from core.models import ResearchRequest
-from core.operations.lease import LeaseTiming
+from core.research.lease import LeaseTiming
 from core.research.outcome import RunOutcome
-from core.research.progress import ProgressEvent, ProgressKind
 from core.research.service import Research
 from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider

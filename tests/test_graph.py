@@ -18,13 +18,13 @@ from bots.chat.settings import ChatPolicy
 from core.engine.graph.plan import GraphPlan, PlannedNode, check_plan
 from core.engine.graph.state import GraphNode, GraphState, NodeStatus
 from core.engine.graph.strategy import GraphSettings, GraphStrategy
+from core.engine.progress import ProgressKind
 from core.engine.state import RunState, StepHooks, StopReason
 from core.llm import ChatModel
 from core.models import Finding, ResearchRequest, SearchResult, ThreadVariables
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
 from core.research.outcome import RunOutcome
-from core.research.progress import ProgressKind
 from core.research.service import Research
 from core.search import SearxngProvider
 from core.timer import MONOTONIC, Timer
@@ -634,7 +634,7 @@ async def test_a_citation_of_thousands_of_digits_fails_nothing(graph: MakeGraph)
 
 
 def test_the_writer_sees_every_source_the_graph_cites() -> None:
-    from core.research.report import NumberedSource, writer_window
+    from core.engine.sources import NumberedSource, writer_window
 
     sources = [NumberedSource(n, f"T{n}", f"https://s.example/{n}", "", "t") for n in range(1, 101)]
     window = writer_window(sources, 60, frozenset({3, 12}))

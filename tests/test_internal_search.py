@@ -11,14 +11,10 @@ from __future__ import annotations
 import asyncio
 
 from core.engine.searching import INTERNAL_FAILURES_TO_GIVE_UP, search_topic
+from core.engine.sources import number_sources, source_key, writer_source_blocks
 from core.engine.state import RunSources, RunState
 from core.models import Finding, SearchResult, ThreadVariables
-from core.research.report import (
-    finalize_report,
-    number_sources,
-    source_key,
-    writer_source_blocks,
-)
+from core.research.report import finalize_report
 from core.research.steps import forget_other_servers
 from core.search import SearchError
 from core.search.base import SearchTimeout

@@ -5,9 +5,9 @@ from __future__ import annotations
 from core.engine.graph.state import GraphNode, GraphState, NodeStatus
 from core.engine.graph.strategy import GraphStrategy
 from core.engine.iterative import IterativeStrategy
+from core.engine.progress import TaskSource, TaskStatus, final_tasks
 from core.engine.state import RunState
 from core.models import Finding, SearchResult, ThreadVariables
-from core.research.progress import TaskSource, TaskStatus, final_tasks
 
 
 def result(url: str, title: str = "T", server: str | None = None) -> SearchResult:

@@ -46,9 +46,9 @@ from bots.slack.messenger import StaticSlackClients, make_web_client
 from bots.teams.api import TeamsApi
 from bots.teams.delivery import TeamsPosters
 from bots.teams.events import translate as teams_translate
+from core.engine.progress import ProgressEvent, ProgressKind, search_executed_text
 from core.models import Source, Usage
 from core.research.outcome import RunOutcome
-from core.research.progress import ProgressEvent, ProgressKind, search_executed_text
 from storage import RunRecord, Store
 from storage.values import RunStatus, ThreadKey
 from tests.chat_app import wait_for

@@ -26,12 +26,12 @@ from bots.chat.settings import PlatformSettings
 from bots.platforms import PLATFORMS, secret_patterns
 from core.config import env
 from core.documents.attachments import AttachmentRefused
+from core.engine.progress import ProgressTask
 from core.failures import PostFailure
 from core.logs import configure_logging
 from core.models import Attachment
 from core.operations.runners import JobRunner
 from core.research.outcome import RunOutcome
-from core.research.progress import ProgressTask
 from core.untrusted import neutralise
 from core.words.reasons import Reason
 from storage import RunRecord

@@ -23,10 +23,10 @@ from starlette.routing import Route
 
 from core.config import load_settings
 from core.documents import DocumentExtractor
+from core.engine.progress import ProgressEvent, ProgressKind
 from core.llm import ChatModel
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
-from core.research.progress import ProgressEvent, ProgressKind
 from core.research.service import Research
 from core.runtime import page_client, page_reader
 from core.search import SearxngProvider

@@ -6,17 +6,11 @@ import re
 
 import pytest
 
+from core.engine.sources import NumberedSource, number_sources
 from core.models import Finding, SearchResult, Source
-from core.operations.whats_new import ensure_section, heading
 from core.research.prompts import DigestContext
-from core.research.report import (
-    NumberedSource,
-    fallback_body,
-    finalize_report,
-    number_sources,
-    report_language,
-    unwrap_report,
-)
+from core.research.report import fallback_body, finalize_report, report_language, unwrap_report
+from core.research.whats_new import ensure_section, heading
 
 URLS = [f"https://example.org/doc/{i}" for i in range(1, 6)]
 

@@ -24,8 +24,8 @@ from core.llm import ChatModel
 from core.metrics import Metrics
 from core.models import ResearchRequest, ThreadVariables
 from core.operations.job import DeliveryPolicy, ResearchJob
-from core.operations.lease import Lease, LeaseTiming, holder_is_gone, runner_identity
 from core.operations.runners import InProcessJobRunner
+from core.research.lease import Lease, LeaseTiming, holder_is_gone, runner_identity
 from core.research.requests import RunRejected
 from core.research.service import Research
 from core.search import SearxngProvider

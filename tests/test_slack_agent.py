@@ -25,7 +25,7 @@ from bots.feishu.delivery import FeishuThread
 from bots.slack.delivery import SlackPosters
 from bots.slack.messenger import StaticSlackClients, make_web_client
 from bots.slack.status import REFRESH_SECONDS, RETRY_SECONDS
-from core.research.progress import ProgressEvent, ProgressKind, ProgressTask, TaskSource, TaskStatus
+from core.engine.progress import ProgressEvent, ProgressKind, ProgressTask, TaskSource, TaskStatus
 from storage import Database, RunRecord, Store
 from storage.tables import ConversationContext
 from tests.chat_app import wait_for

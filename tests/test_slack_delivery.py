@@ -16,9 +16,9 @@ from bots.slack.delivery import SlackPosters
 from bots.slack.errors import classify_error
 from bots.slack.messenger import SlackMessenger, StaticSlackClients, make_web_client
 from bots.slack.render import REPORT_FILE_THRESHOLD, progress_text, report_messages
+from core.engine.progress import ProgressEvent, ProgressKind, search_executed_text
 from core.models import Source, Usage
 from core.research.outcome import RunOutcome
-from core.research.progress import ProgressEvent, ProgressKind, search_executed_text
 from storage import RunRecord, Store
 from storage.values import RunStatus, ThreadKey
 from tests.chat_app import wait_for

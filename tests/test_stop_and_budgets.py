@@ -15,11 +15,11 @@ import pytest
 from core.engine.budget import RunBudget
 from core.engine.graph.state import NodeStatus
 from core.engine.graph.strategy import GraphSettings
+from core.engine.progress import ProgressEvent, ProgressKind
 from core.engine.state import StopReason
 from core.models import ResearchRequest
 from core.research.cost import Prices
 from core.research.outcome import final_progress_text
-from core.research.progress import ProgressEvent, ProgressKind
 from core.research.requests import DailyLimitReached, UserQuota
 from core.words import wording
 from core.words.note_words import STOPPED_BEFORE_SEARCH

@@ -27,9 +27,10 @@ from bots.chat.replies import Replies
 from core.claims.check import check_claims
 from core.claims.lexical import Evidence
 from core.documents import DocumentExtractor
-from core.engine.budget import MIN_WRITER_RESERVE, RunBudget, TokenRoom
+from core.engine.budget import MIN_WRITER_RESERVE, RunBudget
 from core.engine.state import StopReason
 from core.llm import ChatModel
+from core.llm.tokens import TokenRoom
 from core.models import ResearchRequest, Usage
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader

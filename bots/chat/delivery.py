@@ -9,7 +9,7 @@ how to post a notice, and how to judge a failed call. :class:`ChatDelivery` (a
   its id is stored on the run, so a resumed run (on any replica) edits the same message;
 - the progress message carries the run's buttons ("Stop and write now", "Cancel",
   ``bots.chat.controls``) while the run works, and none in its final state; a platform that
-  can show the run's plan gets its steps (``core.research.progress.ProgressTask``) with every
+  can show the run's plan gets its steps (``core.engine.progress.ProgressTask``) with every
   rendering, the final state the steps the run finished;
 - an optional :class:`Activity` beside the progress message sees every event (Slack's thread
   status), on its own: its failures never touch the progress message, nor the run;
@@ -35,17 +35,17 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from bots.chat.controls import Button, Control, run_buttons
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter, WorkspaceLimiters
 from core.chat.stores import ChatStores, RunRecord
-from core.failures import PostFailure, judge
-from core.logs import change_log_context
-from core.models import Attachment
-from core.research.outcome import RunOutcome
-from core.research.progress import (
+from core.engine.progress import (
     ProgressEvent,
     ProgressKind,
     ProgressSink,
     ProgressTask,
     final_tasks,
 )
+from core.failures import PostFailure, judge
+from core.logs import change_log_context
+from core.models import Attachment
+from core.research.outcome import RunOutcome
 from core.timer import MONOTONIC, Timer
 from core.words.wording import Language, pick, request_language
 from storage.values import ThreadKey

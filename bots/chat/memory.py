@@ -31,11 +31,11 @@ from bots.chat.message import ChatMessage, Reply
 from bots.chat.replies import EMOJI_ICONS, Icon
 from core.chat.stores import ChatStores, RunRecord
 from core.documents.attachments import AttachmentRefused, AttachmentTooLarge
+from core.engine.progress import ProgressTask
 from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.job import Undeliverable
 from core.research.outcome import RunOutcome
-from core.research.progress import ProgressTask
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise
 from core.words.reasons import Reason

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.research.progress import ProgressEvent, ProgressKind
+from core.engine.progress import ProgressEvent, ProgressKind
 
 if TYPE_CHECKING:
     from rich.console import Console

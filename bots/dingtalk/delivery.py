@@ -48,11 +48,11 @@ from bots.dingtalk.render import (
 )
 from bots.dingtalk.send import Conversation, space_of
 from core.chat.stores import ChatStores, RunRecord
+from core.engine.progress import ProgressTask
 from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.digests import heading_of
 from core.research.outcome import RunOutcome
-from core.research.progress import ProgressTask
 from core.words.wording import request_language
 
 log = logging.getLogger(__name__)

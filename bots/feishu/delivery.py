@@ -27,11 +27,11 @@ from bots.feishu.render import notice_card, progress_card, report_cards
 from bots.feishu.scopes import GroupMessages
 from core.chat.stores import ChatStores, RunRecord
 from core.documents.attachments import AttachmentRefused, attachment_kind
+from core.engine.progress import ProgressTask
 from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.digests import heading_of
 from core.research.outcome import RunOutcome
-from core.research.progress import ProgressTask
 from core.words.reasons import Reason
 from core.words.wording import request_language
 

@@ -37,11 +37,11 @@ from bots.slack.scopes import SlackScopes
 from bots.slack.status import REFRESH_SECONDS, ThreadStatus
 from core.chat.stores import ChatStores, RunRecord
 from core.documents.attachments import AttachmentRefused
+from core.engine.progress import ProgressTask
 from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.digests import heading_of
 from core.research.outcome import RunOutcome
-from core.research.progress import ProgressTask
 from core.timer import MONOTONIC, Timer
 from core.words.reasons import Reason
 from core.words.wording import request_language

@@ -28,8 +28,8 @@ from slack_sdk.models.blocks.block_elements import UrlSourceElement
 
 from bots.chat.controls import Button, Control, run_buttons
 from bots.chat.markdown import link_citations, split_report, status_lines
+from core.engine.progress import ProgressTask, TaskStatus
 from core.models import Source
-from core.research.progress import ProgressTask, TaskStatus
 from core.untrusted import neutralise, remove_urls
 from core.words.wording import Language, pick
 

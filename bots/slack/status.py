@@ -30,7 +30,7 @@ from bots.slack.refusals import (
     WORKSPACE_REFUSALS,
     SlackRefusals,
 )
-from core.research.progress import ProgressEvent, ProgressKind, TaskStatus
+from core.engine.progress import ProgressEvent, ProgressKind, TaskStatus
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise, remove_urls
 from core.words.wording import Language, pick

@@ -33,12 +33,12 @@ from bots.teams.references import ConversationReferences
 from bots.teams.render import ReportPart, notice_activity, progress_activity, report_parts
 from core.chat.stores import ChatStores, RunRecord
 from core.documents.attachments import AttachmentRefused
+from core.engine.progress import ProgressTask
 from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.digests import heading_of
 from core.operations.job import Undeliverable
 from core.research.outcome import RunOutcome
-from core.research.progress import ProgressTask
 from core.words.reasons import Reason
 from core.words.wording import request_language
 

@@ -36,8 +36,8 @@ from bots.chat.markdown import (
     utf8_size,
 )
 from bots.teams.markdown import for_every_client
+from core.engine.progress import ProgressTask, TaskStatus
 from core.models import Source
-from core.research.progress import ProgressTask, TaskStatus
 from core.untrusted import neutralise
 from core.words.wording import Language, pick
 

@@ -50,9 +50,9 @@ from core.claims.verifier import (
     revisions,
     verdicts,
 )
-from core.engine.budget import TokenRoom
-from core.engine.state import JsonModel
 from core.llm import LLMError
+from core.llm.protocols import JsonModel
+from core.llm.tokens import TokenRoom
 from core.models import Usage
 from core.words.wording import Language, unverified_mark
 

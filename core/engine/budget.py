@@ -7,7 +7,7 @@ writer's, the claim check's), prompt and completion as the endpoint counts them.
 is the writer's reserve (:meth:`RunBudget.reserve`): the searching stops once the run has used
 the rest, or when its next step, expected as large as its largest so far, would pass it
 (:class:`StepMeter`); the writer and the claim check are fitted into what is left
-(:class:`TokenRoom`). A chat run's daily allowance (its share of its requester's
+(:class:`core.llm.tokens.TokenRoom`). A chat run's daily allowance (its share of its requester's
 ``FATHOM_USER_DAILY_TOKENS``, reserved when it was admitted) caps the budget the same way.
 
 The seconds count from the run's first start (``research_runs.started_at``), across a takeover
@@ -16,12 +16,10 @@ by another replica after a crash; an explicit resume (``fathom resume``) starts 
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from core.engine.state import StopReason
+from core.llm.tokens import TokenRoom
 from core.models import Usage
 
 #: The share of the token budget kept for the writer's call and the claim check, and the
@@ -29,43 +27,6 @@ from core.models import Usage
 #: room to answer, whatever the share.
 WRITER_RESERVE = 0.2
 MIN_WRITER_RESERVE = 4_000
-
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
-
-
-def prompt_tokens(messages: Iterable[Mapping[str, str]]) -> int:
-    """What a request's messages cost at most, estimated before it is sent: a CJK character
-    a token, three other characters a token (tokenizers give English prose about four, URLs
-    and numbers about three), and a few tokens per message."""
-    total = 0
-    for message in messages:
-        text = message.get("content", "")
-        cjk = len(_CJK.findall(text))
-        total += cjk + math.ceil((len(text) - cjk) / 3) + 4
-    return total
-
-
-def text_tokens(text: str) -> int:
-    """:func:`prompt_tokens` of one piece of text (no message overhead)."""
-    return prompt_tokens([{"content": text}]) - 4
-
-
-@dataclass(frozen=True)
-class TokenRoom:
-    """What the rest of a run may spend: ``limit`` tokens in all for the run (its budget or,
-    when lower, its daily allowance), of which ``usage`` counts what is spent. ``quota``: the
-    daily allowance is what binds (the notes name FATHOM_USER_DAILY_TOKENS, not the budget)."""
-
-    limit: int
-    usage: Usage
-    quota: bool = False
-
-    def left(self) -> int:
-        return max(0, self.limit - (self.usage.prompt_tokens + self.usage.completion_tokens))
-
-    def fits(self, messages: Iterable[Mapping[str, str]], answer: int) -> bool:
-        """Whether a request of ``messages`` and an answer of about ``answer`` tokens fit."""
-        return prompt_tokens(messages) + answer <= self.left()
 
 
 @dataclass(frozen=True)

@@ -20,17 +20,18 @@ from typing import Any
 
 from core.config import EnvSettings
 from core.engine.fallback import fallback_query
+from core.engine.progress import ProgressKind, ProgressTask, search_executed_text
 from core.engine.searching import PageReading, search_topic, searching_text
-from core.engine.state import JsonModel, RunState, StepHooks, StopReason
+from core.engine.sources import files_digest
+from core.engine.state import RunState, StepHooks, StopReason
 from core.engine.strategy import RegisteredStrategy
 from core.engine.tasks import iterative_tasks
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
+from core.llm.protocols import JsonModel
 from core.models import DEFAULT_STRATEGY, Finding, PlannerDecision, ThreadVariables
 from core.pages.reader import PageReader
-from core.research.progress import ProgressKind, ProgressTask, search_executed_text
 from core.research.prompts import planner_duplicate_message, planner_messages
-from core.research.report import files_digest
 from core.search import SearchProvider
 from core.words import note_words
 from core.words.note_words import repeated_topics_words

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from core.engine.progress import search_executed_text
 from core.engine.state import RunState
 from core.models import Finding, PageExcerpt, SearchResult
 from core.pages.reader import PageReader, RoundReading
-from core.research.progress import search_executed_text
 from core.search import SearchError, SearchProvider
 from core.search.base import NothingFound, SearchTimeout
 from core.words import note_words

@@ -1,5 +1,5 @@
 """The types every research strategy shares: the run's state, the hooks between its steps,
-why it stopped, and the models it calls."""
+and why it stopped (the models it calls: :mod:`core.llm.protocols`)."""
 
 from __future__ import annotations
 
@@ -14,30 +14,13 @@ from pydantic import BaseModel
 
 from core.claims.summary import CheckSummary
 from core.dates import UTC_ZONE, Clock, today_in, utcnow
-from core.llm import Answer, LLMError
+from core.engine.progress import ProgressKind
+from core.llm import LLMError
 from core.models import ThreadVariables, Usage
-from core.research.progress import ProgressKind
 from core.search.base import SearchProvider
 from core.words.wording import Language, request_language
 
 T = TypeVar("T", bound=BaseModel)
-
-
-class JsonModel(Protocol):
-    async def complete_json(
-        self,
-        messages: list[dict[str, str]],
-        schema: type[T],
-        *,
-        usage: Usage,
-        schema_name: str = "answer",
-    ) -> T: ...
-
-
-class TextModel(JsonModel, Protocol):
-    async def complete(
-        self, messages: list[dict[str, str]], *, usage: Usage, max_tokens: int | None = None
-    ) -> Answer: ...
 
 
 @dataclass

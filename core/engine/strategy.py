@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from core.config import VERIFY_SECONDS, EnvSettings
-from core.engine.state import JsonModel, RunState, StepHooks, StopReason, TextModel
+from core.engine.progress import ProgressTask
+from core.engine.state import RunState, StepHooks, StopReason
+from core.llm.protocols import JsonModel, TextModel
 from core.pages.reader import PageReader
-from core.research.progress import ProgressTask
 from core.search import SearchProvider
 from core.timer import MONOTONIC, Timer
 from core.words.wording import Language

@@ -1,4 +1,4 @@
-"""A run's plan as the steps a chat shows (:class:`core.research.progress.ProgressTask`), read from
+"""A run's plan as the steps a chat shows (:class:`core.engine.progress.ProgressTask`), read from
 its state: each search of an iterative run, each sub-question of a graph run, with its status and
 the first few pages its search returned.
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from core.engine.graph.state import GraphNode, NodeStatus, graph_of
+from core.engine.progress import ProgressTask, TaskSource, TaskStatus
 from core.engine.state import RunState
 from core.models import Finding
-from core.research.progress import ProgressTask, TaskSource, TaskStatus
 
 #: Sources shown per step (the report lists them all).
 SOURCES_PER_TASK = 3

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.claims.verifier import valid_entries
-from core.engine.state import JsonModel
+from core.llm.protocols import JsonModel
 from core.models import Usage
 from core.research.prompts import facts_messages
 

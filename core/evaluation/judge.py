@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from core.claims.lexical import Evidence, plainly_supported
 from core.claims.split import Claim
 from core.claims.verifier import verdicts
-from core.engine.state import JsonModel
 from core.evaluation import bootstrap
 from core.evaluation.pairs import JudgePair, Label
+from core.llm.protocols import JsonModel
 from core.models import Usage
 
 log = logging.getLogger(__name__)

@@ -9,12 +9,12 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 
-from core.engine.state import JsonModel
 from core.evaluation.facts import facts_covered
 from core.evaluation.provenance import Provenance
 from core.evaluation.questions import EvalQuestion
 from core.evaluation.score import EvalResult, failed, score
 from core.llm import LLMError
+from core.llm.protocols import JsonModel
 from core.models import CONSOLE_PLATFORM, ResearchRequest, Usage
 from core.research.service import Research
 from storage.values import ThreadKey

@@ -1,7 +1,7 @@
 """Elections: one replica at a time holds a named role (a platform's long-lived connection,
 the digest scheduler), by a lease in the database.
 
-An election is not a run's lease (``core/operations/lease.py``: the heartbeat of the runner that
+An election is not a run's lease (``core/research/lease.py``: the heartbeat of the runner that
 claimed a run). It has a name, every replica as a candidate, and one holder at a time, recorded in
 ``storage.LeaseStore`` (table ``leases``) under the election's name.
 

@@ -7,7 +7,7 @@ executes, in-process or on a queue worker. For one run it:
 1. builds the run's :class:`Delivery` first: when the platform says it never can
    (:class:`Undeliverable`), the run is failed at once and no LLM or search call is spent on
    an outcome nobody could see; any other error leaves the run to a later sweep;
-2. claims the run (``Store.claim_run``) and holds it with a :class:`~core.operations.lease.Lease`;
+2. claims the run (``Store.claim_run``) and holds it with a :class:`~core.research.lease.Lease`;
 3. executes it (or resumes it from its checkpoint), publishing progress;
 4. delivers the outcome as its own durable step: the report's parts (for a run that did not
    succeed, its final status) are posted in order, each one recorded once posted, retried
@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
+from core.engine.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.failures import PostFailure, judge
 from core.logs import Changing, log_context
 from core.models import CONSOLE_PLATFORM, Attachment
-from core.operations.lease import Lease, release_quietly
 from core.research.executor import RunExecutor
+from core.research.lease import Lease, release_quietly
 from core.research.outcome import RunOutcome, final_progress_text
-from core.research.progress import ProgressEvent, ProgressKind, ProgressSink
 from core.timer import MONOTONIC, Timer
 from core.words import wording
 from core.words.wording import request_language

@@ -30,8 +30,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 
 from core.config import ConfigError
-from core.operations.lease import LeaseTiming
 from core.operations.runners import SWEEP_BATCH, Job, Sweeper
+from core.research.lease import LeaseTiming
 
 if TYPE_CHECKING:
     from storage import ClaimStore, RunStore

@@ -5,7 +5,7 @@ A platform handler commits the run row, enqueues its id and acknowledges; a
 here, and the queue-backed one of ``FATHOM_QUEUE=procrastinate``):
 
 - a job claims its run with one atomic statement and renews the claim's heartbeat while it
-  works (``core.operations.lease``); a runner that loses its claim stops, and its writes are
+  works (``core.research.lease``); a runner that loses its claim stops, and its writes are
   refused;
 - every runner sweeps periodically (every ``FATHOM_STALE_RUN_AFTER / 2`` seconds) for runs of
   the platforms it can deliver to that nobody works on: queued or running with an expired
@@ -25,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from core.operations.lease import LeaseTiming
+from core.research.lease import LeaseTiming
 from storage import ClaimStore
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The run executor: runs become reports.
 
 A runner ``claim``s a run (``fathom serve``'s in-process runner, a ``fathom worker``'s job,
-the CLI), holds it with a :class:`~core.operations.lease.Lease` and calls ``execute_claimed``, which
+the CLI), holds it with a :class:`~core.research.lease.Lease` and calls ``execute_claimed``, which
 runs it to the end, checkpointing every step, and always leaves the run in a finished state;
 if the process dies, the run stays ``running`` with a checkpoint that the next claim resumes
 from. ``execute`` does all three for callers that run one research themselves (the CLI).
@@ -25,27 +25,7 @@ from core.dates import Clock, utcnow, zone
 from core.documents.attachments import shown_name
 from core.engine.budget import RunBudget, StepMeter
 from core.engine.files import FileReader, PlatformFiles
-from core.engine.state import RunState, StepHooks, StopReason
-from core.engine.strategy import Strategy
-from core.models import CONSOLE_PLATFORM, Attachment, Source, ThreadVariables, Usage
-from core.operations.lease import (
-    LOST_CLAIM,
-    Lease,
-    LeaseTiming,
-    holder_is_gone,
-    release_quietly,
-    runner_identity,
-)
-from core.research.cost import Prices
-from core.research.executing import LocalRuns, RunFlags, WritingCancelled, unless_cancelled
-from core.research.outcome import (
-    RunOutcome,
-    final_progress_text,
-    stored_claims,
-    stored_stop_reason,
-    usage_of,
-)
-from core.research.progress import (
+from core.engine.progress import (
     NullProgress,
     ProgressEvent,
     ProgressKind,
@@ -53,6 +33,26 @@ from core.research.progress import (
     ProgressTask,
     final_tasks,
     search_executed_text,
+)
+from core.engine.state import RunState, StepHooks, StopReason
+from core.engine.strategy import Strategy
+from core.models import CONSOLE_PLATFORM, Attachment, Source, ThreadVariables, Usage
+from core.research.cost import Prices
+from core.research.executing import LocalRuns, RunFlags, WritingCancelled, unless_cancelled
+from core.research.lease import (
+    LOST_CLAIM,
+    Lease,
+    LeaseTiming,
+    holder_is_gone,
+    release_quietly,
+    runner_identity,
+)
+from core.research.outcome import (
+    RunOutcome,
+    final_progress_text,
+    stored_claims,
+    stored_stop_reason,
+    usage_of,
 )
 from core.research.requests import UserQuota, day_of, rejected
 from core.research.steps import (

@@ -21,13 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from core.engine.budget import TokenRoom, prompt_tokens
-from core.research.report import (
-    ATTACHMENT,
-    WRITER_PASSAGE_TOKENS,
-    NumberedSource,
-    passages_kept,
-)
+from core.engine.sources import ATTACHMENT, WRITER_PASSAGE_TOKENS, NumberedSource, passages_kept
+from core.llm.tokens import TokenRoom, prompt_tokens
 
 #: The largest cap put on the writer's answer (see the module docstring).
 MAX_ANSWER_CAP = 4_096

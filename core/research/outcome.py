@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.claims.summary import CheckSummary
+from core.engine.progress import ProgressTask
 from core.engine.state import StopReason
 from core.models import DEFAULT_STRATEGY, AttachedFile, Source, SourceKind, Usage
-from core.research.progress import ProgressTask
 from core.words import wording
 from core.words.wording import request_language
 from storage import RunRecord

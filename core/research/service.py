@@ -16,13 +16,13 @@ from core.dates import Clock, utcnow
 from core.engine.budget import RunBudget
 from core.engine.files import FileReader
 from core.engine.registry import build_strategies
-from core.engine.state import JsonModel, TextModel
 from core.engine.strategy import StrategyTools
-from core.operations.lease import LeaseTiming
+from core.llm.protocols import JsonModel, TextModel
 from core.pages.reader import PageReader
 from core.research.cost import Prices
 from core.research.executing import LocalRuns
 from core.research.executor import RunExecutor
+from core.research.lease import LeaseTiming
 from core.research.requests import RunRequests, UserQuota
 from core.research.steps import InternalSources
 from core.research.writer import ReportWriter

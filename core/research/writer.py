@@ -3,13 +3,13 @@
 The writer model gets the run's numbered sources (at most ``MAX_WRITER_SOURCES``: those the graph's
 answers cite, then the most recent), its notes and, for a graph run, the answered sub-questions. A
 digest's firing is also told what the previous firing reported, and the report always gets its
-"What's new" section (:mod:`core.operations.whats_new`). Citations and links are checked before the
+"What's new" section (:mod:`core.research.whats_new`). Citations and links are checked before the
 report leaves (:func:`core.research.report.finalize_report`). When the writer model fails, the
 findings are listed instead; when no model call of the run answered at all, the run fails with
 :class:`ModelUnavailable` rather than pretend to a report.
 
 The writer's answer cites in whatever form the model chose; it is made to cite as ``[n]``
-(:func:`core.research.report.cited_body`) before its claims are checked, so every form is
+(:func:`core.engine.sources.cited_body`) before its claims are checked, so every form is
 checked, and the check's claims are renumbered with the report's sources list after.
 
 Under a token limit (``room``: what ``FATHOM_MAX_RUN_TOKENS``, or the run's share of its
@@ -31,25 +31,28 @@ from core.claims.deadline import Deadline
 from core.claims.summary import CheckSummary
 from core.claims.uncited import uncited_statements
 from core.config import VERIFY_SECONDS
-from core.engine.budget import TokenRoom
-from core.engine.state import JsonModel, RunState, TextModel
+from core.engine.sources import (
+    NumberedSource,
+    cited_body,
+    evidence_of,
+    number_sources,
+    writer_source_blocks,
+    writer_window,
+)
+from core.engine.state import RunState
 from core.llm import LLMError
+from core.llm.protocols import JsonModel, TextModel
+from core.llm.tokens import TokenRoom
 from core.models import Source
-from core.operations import whats_new
+from core.research import whats_new
 from core.research.fitting import fit_writer
 from core.research.prompts import DigestContext, writer_messages
 from core.research.report import (
-    NumberedSource,
-    cited_body,
     drop_instruction_echoes,
-    evidence_of,
     fallback_body,
     finalize_report,
-    number_sources,
     report_language,
     unwrap_report,
-    writer_source_blocks,
-    writer_window,
 )
 from core.timer import MONOTONIC, Timer
 from core.words import note_words, wording

@@ -2,7 +2,7 @@
 otherwise (every platform, and the progress texts the engine publishes).
 
 The contract line ``{i}/{depth}th search executed.``
-(:func:`core.research.progress.search_executed_text`) is never translated; the words around it are.
+(:func:`core.engine.progress.search_executed_text`) is never translated; the words around it are.
 """
 
 from __future__ import annotations

@@ -31,21 +31,9 @@ from core.config import VERIFY_SECONDS, EnvSettings, env
 from core.engine.fallback import fallback_query
 from core.engine.graph.plan import CheckedPlan, GraphPlan, check_plan
 from core.engine.graph.state import GRAPH, GraphNode, NodeStatus, graph_of
+from core.engine.progress import ProgressKind, ProgressTask, search_executed_text
 from core.engine.searching import PageReading, search_topic, searching_text
-from core.engine.state import JsonModel, RunState, StepHooks, StopReason, TextModel
-from core.engine.strategy import RegisteredStrategy, StrategyTools
-from core.engine.tasks import graph_tasks
-from core.engine.topics import find_duplicate
-from core.llm import LLMError
-from core.models import Finding
-from core.pages.reader import PageReader
-from core.research.progress import ProgressKind, ProgressTask, search_executed_text
-from core.research.prompts import (
-    graph_plan_problems_message,
-    graph_planner_messages,
-    node_answer_messages,
-)
-from core.research.report import (
+from core.engine.sources import (
     ATTACHMENT,
     NumberedSource,
     cited_body,
@@ -54,6 +42,19 @@ from core.research.report import (
     number_sources,
     source_key,
     writer_source_blocks,
+)
+from core.engine.state import RunState, StepHooks, StopReason
+from core.engine.strategy import RegisteredStrategy, StrategyTools
+from core.engine.tasks import graph_tasks
+from core.engine.topics import find_duplicate
+from core.llm import LLMError
+from core.llm.protocols import JsonModel, TextModel
+from core.models import Finding
+from core.pages.reader import PageReader
+from core.research.prompts import (
+    graph_plan_problems_message,
+    graph_planner_messages,
+    node_answer_messages,
 )
 from core.search import SearchProvider
 from core.text import clean_text
