@@ -467,7 +467,7 @@ async def one_run(
 ) -> tuple[float, Any]:
     """submit + execute of one research in its own new thread; (wall seconds, outcome)."""
     from core.models import ResearchRequest
-    from storage.values import RunStatus, SourceChoice, ThreadKey
+    from core.values import RunStatus, SourceChoice, ThreadKey
 
     key = ThreadKey(platform="cli", workspace="local", channel="local", thread=uuid.uuid4().hex)
     request = ResearchRequest(

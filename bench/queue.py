@@ -47,8 +47,8 @@ async def queue_runs(url: str, n: int) -> None:
     from core.models import ResearchRequest
     from core.operations.queue import queue_in_transaction
     from core.research.requests import submit_run
+    from core.values import ThreadKey
     from storage import Database, Store
-    from storage.values import ThreadKey
 
     database = Database(url)
     store = Store(database, on_new_run=queue_in_transaction)

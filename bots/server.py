@@ -40,8 +40,8 @@ from core.operations.duty import OneHolder
 from core.operations.queue import conninfo
 from core.operations.scheduler import DigestScheduler
 from core.runtime import wait_for_schema
+from core.values import UNFINISHED_STATUSES
 from storage import Database, Store
-from storage.values import UNFINISHED_STATUSES
 
 if TYPE_CHECKING:
     from core.metrics import Metrics

@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from core.text import clean_text, has_visible
 from core.untrusted import neutralise
-from storage.values import SourceChoice, ThreadKey
+from core.values import SourceChoice, ThreadKey
 
 
 def utcnow() -> datetime:

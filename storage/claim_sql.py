@@ -24,10 +24,10 @@ from sqlalchemy import (
     update,
 )
 
+from core.values import FINISHED_STATUSES, UNFINISHED_STATUSES, DeliveryState
 from storage.lifecycle import DELIVERY_WHEN_ENDED, EPOCH, LeaseClock
 from storage.sql import SELECT_RUNS, VARIABLE_COLUMNS
 from storage.tables import ResearchRun, RunSource, Thread, ThreadVariables
-from storage.values import FINISHED_STATUSES, UNFINISHED_STATUSES, DeliveryState
 
 _runs = cast(Table, ResearchRun.__table__)
 _threads = cast(Table, Thread.__table__)

@@ -19,6 +19,7 @@ from typing import Any, cast
 from sqlalchemy import Table, insert
 from sqlalchemy.engine import Connection
 
+from core.values import FINISHED_STATUSES, DeliveryState, RunStatus
 from storage.claim_sql import (
     DELETE_SOURCES,
     FENCED_UPDATE,
@@ -48,7 +49,6 @@ from storage.sql import (
     variables_dict,
 )
 from storage.tables import RunSource, utcnow
-from storage.values import FINISHED_STATUSES, DeliveryState, RunStatus
 
 USAGE_KEYS = (
     "llm_calls",

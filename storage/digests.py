@@ -10,12 +10,12 @@ from typing import Any, cast
 from sqlalchemy import Table, and_, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
+from core.values import RunStatus
 from storage.db import Database
 from storage.records import DigestRecord, RunRecord
 from storage.runs import lock_admission
 from storage.sql import SELECT_RUNS, run_record
 from storage.tables import Digest, ResearchRun, RunSource, utcnow
-from storage.values import RunStatus
 
 _digests = cast(Table, Digest.__table__)
 _runs = cast(Table, ResearchRun.__table__)

@@ -46,6 +46,7 @@ from typing import Any, cast
 from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.engine import Connection
 
+from core.values import FINISHED_STATUSES, UNFINISHED_STATUSES, DeliveryState
 from storage.caches import _page_key
 from storage.db import Database
 from storage.sql import fit_key
@@ -60,7 +61,6 @@ from storage.tables import (
     Thread,
     ThreadVariables,
 )
-from storage.values import FINISHED_STATUSES, UNFINISHED_STATUSES, DeliveryState
 
 _runs = cast(Table, ResearchRun.__table__)
 _threads = cast(Table, Thread.__table__)

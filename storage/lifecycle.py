@@ -10,8 +10,8 @@ from typing import Any, cast
 
 from sqlalchemy import Interval, Table, bindparam, case, func, select
 
+from core.values import DeliveryState
 from storage.tables import ResearchRun, Thread, UTCDateTime, utcnow
-from storage.values import DeliveryState
 
 #: The platform of console threads (``cli:local:local:<id>``; ``core.models.CONSOLE_PLATFORM``).
 CONSOLE_PLATFORM = "cli"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from storage.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
+from core.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
 
 
 class StopRequest(enum.StrEnum):

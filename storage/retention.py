@@ -23,9 +23,9 @@ from sqlalchemy import ColumnElement, Table, and_, delete, exists, func, or_, se
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.selectable import NamedFromClause
 
+from core.values import FINISHED_STATUSES, DeliveryState
 from storage.db import Database
 from storage.tables import Digest, ResearchRun, RunFeedback, RunSource, Thread, ThreadVariables
-from storage.values import FINISHED_STATUSES, DeliveryState
 
 _runs = cast(Table, ResearchRun.__table__)
 _threads = cast(Table, Thread.__table__)

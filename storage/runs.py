@@ -22,6 +22,7 @@ from sqlalchemy import Select, Table, and_, bindparam, case, exists, func, selec
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from core.values import UNFINISHED_STATUSES, DeliveryState, RunStatus
 from storage.db import Database
 from storage.errors import QuotaReached, ThreadBusy, UserBusy
 from storage.lifecycle import CONSOLE_PLATFORM, DELIVERY_WHEN_ENDED, EPOCH, LeaseClock
@@ -44,7 +45,6 @@ from storage.sql import (
     upsert_for,
 )
 from storage.tables import ResearchRun, RunSource, Thread, utcnow
-from storage.values import UNFINISHED_STATUSES, DeliveryState, RunStatus
 
 #: How often create_run retries when the thread's active run finished while it looked.
 _CREATE_ATTEMPTS = 3

@@ -15,10 +15,10 @@ from typing import Any, cast
 from sqlalchemy import Select, Table, bindparam, select
 from sqlalchemy.engine import Connection, RowMapping
 
+from core.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
 from storage.errors import RunNotFound
 from storage.records import RunRecord, ThreadRecord
 from storage.tables import ResearchRun, Thread, ThreadVariables
-from storage.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
 
 #: processed_events.key and research_runs.dedupe_key are VARCHAR(255) (see fit_key).
 MAX_KEY_CHARS = 255

@@ -13,11 +13,11 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
+from core.values import UNFINISHED_STATUSES
 from storage.db import Database
 from storage.records import GuidanceTaken, ThreadRecord, ThreadSummary
 from storage.sql import VARIABLE_COLUMNS, thread_record, upsert_for, variables_dict
 from storage.tables import ResearchRun, Thread, ThreadVariables, utcnow
-from storage.values import UNFINISHED_STATUSES
 
 _runs = cast(Table, ResearchRun.__table__)
 _threads = cast(Table, Thread.__table__)

@@ -20,8 +20,8 @@ import pytest
 
 from core.models import ResearchRequest
 from core.research.requests import DailyLimitReached, RunRequests, UserQuota
+from core.values import ThreadKey
 from storage import Database, Store, UserBusy
-from storage.values import ThreadKey
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 TRIALS = 25

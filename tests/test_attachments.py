@@ -36,8 +36,8 @@ from core.operations.runners import InProcessJobRunner
 from core.pages.extract import estimate_tokens
 from core.research.service import Research
 from core.search import SearxngProvider
+from core.values import RunStatus, ThreadKey
 from storage import CancelRequest, RunRecord, Store
-from storage.values import RunStatus, ThreadKey
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.languages import english_sentences

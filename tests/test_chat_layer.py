@@ -33,9 +33,9 @@ from core.pages.reader import PageReader
 from core.research.requests import UserQuota
 from core.research.service import Research
 from core.search import SearxngProvider
+from core.values import ThreadKey
 from storage import Database, RunRecord, Store
 from storage.tables import ProcessedEvent
-from storage.values import ThreadKey
 from tests.chat_app import wait_for
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang

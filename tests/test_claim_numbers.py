@@ -22,7 +22,7 @@ from core.claims.uncited import states_a_number, uncited_statements
 from core.llm import ChatModel
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
-from storage.values import RunStatus
+from core.values import RunStatus
 from tests.cli import fathom
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Reply
 from tests.test_citation_forms import TOPIC, address, research, said

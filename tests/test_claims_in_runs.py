@@ -26,7 +26,7 @@ from core.engine.progress import ProgressKind
 from core.llm import ChatModel
 from core.metrics import Metrics
 from core.research.outcome import final_progress_text
-from storage.values import RunStatus
+from core.values import RunStatus
 from tests.cli import fathom
 from tests.fakes import FakeLLMServer, Reply
 from tests.fakes.llm import INVENTED_NUMBER, VERIFIER_SHAPES, Silent

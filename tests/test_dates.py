@@ -44,8 +44,8 @@ from core.search import (
     SearxngProvider,
     TavilyProvider,
 )
+from core.values import RunStatus, ThreadKey
 from storage import Database, Store
-from storage.values import RunStatus, ThreadKey
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.providers import FakeBraveServer, FakeTavilyServer, brave_results, tavily_results
 from tests.fakes.search import RESULT_DATE

@@ -29,8 +29,8 @@ from core.operations.runners import InProcessJobRunner
 from core.operations.scheduler import DigestScheduler
 from core.research.service import Research
 from core.search import SearxngProvider
+from core.values import ThreadKey
 from storage import Database, DigestRecord, DigestStore, LeaseStore, StorageUnavailable, Store
-from storage.values import ThreadKey
 from tests.chat_app import wait_for
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import FakeLLMServer, FakeSearchServer
@@ -593,7 +593,7 @@ async def test_a_digest_with_an_unknown_sources_value_fires_with_the_default(
     """A value this code does not know (written by a newer release, or by hand) reads as
     ``all``: the firing's scope is still decided from its channel where it runs."""
     from core.operations.digests import digest_sources
-    from storage.values import SourceChoice
+    from core.values import SourceChoice
 
     make, _, _ = replicas
     a = await make("a")

@@ -28,9 +28,9 @@ from core.research.outcome import RunOutcome
 from core.research.service import Research
 from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider
+from core.values import RunStatus, ThreadKey
 from core.words import note_words, wording
 from storage import CancelRequest, Database, Store
-from storage.values import RunStatus, ThreadKey
 from tests.cli import start_fathom, stop, wait_for_stderr
 from tests.databases import MigratedTemplates
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Hang, Reply

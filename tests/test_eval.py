@@ -24,7 +24,7 @@ from core.evaluation.pairs import Label, parse_pairs, shipped_lines
 from core.evaluation.questions import parse_questions
 from core.evaluation.score import EvalResult
 from core.evaluation.table import results_table
-from storage.values import RunStatus
+from core.values import RunStatus
 from tests.cli import fathom
 from tests.conftest import FAKE_API_KEY
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Reply

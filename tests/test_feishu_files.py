@@ -18,7 +18,7 @@ from bots.feishu.delivery import FeishuThread, classify_error
 from core.chat.stores import ChatStores, RunRecord
 from core.documents.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
-from storage.values import RunStatus, ThreadKey
+from core.values import RunStatus, ThreadKey
 from tests.fakes.feishu import APP_ID, APP_SECRET, TENANT, FakeFeishu, FakeFeishuServer
 from tests.fakes.server import BROKEN_BODIES
 

@@ -19,7 +19,7 @@ import pytest
 from core.llm import Answer, ChatModel, FailureKind, LLMError
 from core.models import PlannerDecision, Usage
 from core.research.service import Research
-from storage.values import RunStatus
+from core.values import RunStatus
 from tests.cli import fathom
 from tests.fakes import FakeLLMServer
 from tests.fakes.llm import Reply

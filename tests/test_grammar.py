@@ -15,7 +15,7 @@ from core.chat.grammar import (
     help_text,
     parse_command,
 )
-from storage.values import SourceChoice
+from core.values import SourceChoice
 
 
 def parse(text: str) -> object:

@@ -28,8 +28,8 @@ from core.research.outcome import RunOutcome
 from core.research.service import Research
 from core.search import SearxngProvider
 from core.timer import MONOTONIC, Timer
+from core.values import RunStatus, ThreadKey
 from storage import Database, Store
-from storage.values import RunStatus, ThreadKey
 from tests.chat_app import FAKE_API_KEY, wait_for
 from tests.fakes import FakeLLMServer, FakeSearchServer, Reply
 from tests.fakes.llm import Silent

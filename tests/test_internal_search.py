@@ -281,7 +281,7 @@ def test_a_channel_that_may_no_longer_use_a_server_loses_its_stored_results() ->
 def test_the_final_status_says_how_many_sources_are_internal() -> None:
     from core.models import Source, Usage
     from core.research.outcome import RunOutcome, final_progress_text
-    from storage.values import RunStatus
+    from core.values import RunStatus
 
     sources = [
         Source(n=1, title="Page", url="https://example.com/a"),

@@ -15,8 +15,8 @@ from core.logs import Changing, Redactor, change_log_context, json_formatter, lo
 from core.models import ResearchRequest
 from core.operations.job import ResearchJob
 from core.research.service import Research
+from core.values import ThreadKey
 from storage import Store
-from storage.values import ThreadKey
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from core.llm import Answer, ChatModel, FailureKind, LLMError, LLMInvalidJSON
 from core.models import PlannerDecision, ResearchRequest, Usage
 from core.research.outcome import RunOutcome
 from core.research.service import Research
-from storage.values import RunStatus, ThreadKey
+from core.values import RunStatus, ThreadKey
 from tests.cli import fathom
 from tests.fakes import Fail, FakeLLMServer
 from tests.fakes.llm import Raw, Reply

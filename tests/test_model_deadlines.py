@@ -20,7 +20,7 @@ from core.engine.state import StopReason
 from core.llm import ChatModel, FailureKind, LLMError
 from core.llm.client import FIRST_BACKOFF, MAX_RETRY_WAIT
 from core.models import Usage
-from storage.values import RunStatus
+from core.values import RunStatus
 from tests.chat_app import wait_for
 from tests.fakes import Fail, FakeLLMServer, Hang, Reply
 from tests.fakes.llm import Silent, Trickle

@@ -18,7 +18,7 @@ import pytest
 from core.llm import ChatModel, FailureKind, LLMError
 from core.models import Usage
 from core.research.service import Research
-from storage.values import RunStatus
+from core.values import RunStatus
 from tests.chat_app import wait_for
 from tests.fakes import Fail, FakeLLMServer, Reply
 from tests.fakes.llm import Cut, Raw

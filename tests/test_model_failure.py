@@ -30,8 +30,8 @@ from core.operations.runners import InProcessJobRunner
 from core.research.outcome import RunOutcome
 from core.research.service import Research
 from core.search import SearxngProvider
+from core.values import RunStatus, ThreadKey
 from storage import Database, Store
-from storage.values import RunStatus, ThreadKey
 from tests.chat_app import wait_for
 from tests.cli import fathom
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer

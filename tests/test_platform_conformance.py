@@ -49,8 +49,8 @@ from bots.teams.events import translate as teams_translate
 from core.engine.progress import ProgressEvent, ProgressKind, search_executed_text
 from core.models import Source, Usage
 from core.research.outcome import RunOutcome
+from core.values import RunStatus, ThreadKey
 from storage import RunRecord, Store
-from storage.values import RunStatus, ThreadKey
 from tests.chat_app import wait_for
 from tests.fakes import FakeSlackServer
 from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET

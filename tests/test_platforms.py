@@ -33,9 +33,9 @@ from core.models import Attachment
 from core.operations.runners import JobRunner
 from core.research.outcome import RunOutcome
 from core.untrusted import neutralise
+from core.values import ThreadKey
 from core.words.reasons import Reason
 from storage import RunRecord
-from storage.values import ThreadKey
 from tests.chat_app import wait_for
 from tests.conftest import ServeFathom
 from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID

@@ -24,7 +24,7 @@ from core.research.outcome import RunOutcome
 from core.research.service import Research
 from core.search import BraveProvider, DdgsProvider, SearxngProvider, TavilyProvider
 from core.search.query import QueryLimit, shorten_query
-from storage.values import RunStatus, ThreadKey
+from core.values import RunStatus, ThreadKey
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Reply
 from tests.fakes.providers import FakeBraveServer, FakeTavilyServer
 

@@ -23,8 +23,8 @@ from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.queue import ProcrastinateJobRunner, ProcrastinateQueue, queue_in_transaction
 from core.research.service import Research
 from core.search import SearxngProvider
+from core.values import ThreadKey
 from storage import Database, Store
-from storage.values import ThreadKey
 from tests.cli import fathom
 from tests.databases import throwaway_database
 from tests.fakes import FakeLLMServer, FakeSearchServer

@@ -30,8 +30,8 @@ from core.pages.reader import PageReader
 from core.research.service import Research
 from core.runtime import page_client, page_reader
 from core.search import SearxngProvider
+from core.values import RunStatus
 from storage import Database, Store
-from storage.values import RunStatus
 from tests.chat_app import wait_for
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.search import slug

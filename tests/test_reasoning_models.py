@@ -21,7 +21,7 @@ import pytest
 from core.llm import ChatModel, LLMError
 from core.models import PlannerDecision, ResearchRequest, Usage
 from core.research.service import Research
-from storage.values import RunStatus
+from core.values import RunStatus
 from tests.fakes import FakeLLMServer
 from tests.fakes.llm import DRAFT, Reply
 from tests.test_claims_in_runs import ENGLISH_NOTE

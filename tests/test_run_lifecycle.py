@@ -29,9 +29,9 @@ from core.research.lease import Lease, LeaseTiming, holder_is_gone, runner_ident
 from core.research.requests import RunRejected
 from core.research.service import Research
 from core.search import SearxngProvider
+from core.values import RunStatus, ThreadKey
 from storage import Claim, ClaimLost, ClaimStore, Database, Renewal, RunRecord, Store
 from storage.tables import ResearchRun, utcnow
-from storage.values import RunStatus, ThreadKey
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
 from tests.runs import age_heartbeat, finish, new_run
 from tests.runs import claim as take

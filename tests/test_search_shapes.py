@@ -32,7 +32,7 @@ from core.search import (
     SearxngProvider,
     TavilyProvider,
 )
-from storage.values import RunStatus, ThreadKey
+from core.values import RunStatus, ThreadKey
 from tests.fakes import FakeLLMServer
 from tests.fakes.server import BackgroundServer
 

@@ -19,8 +19,8 @@ from bots.slack.render import REPORT_FILE_THRESHOLD, progress_text, report_messa
 from core.engine.progress import ProgressEvent, ProgressKind, search_executed_text
 from core.models import Source, Usage
 from core.research.outcome import RunOutcome
+from core.values import RunStatus, ThreadKey
 from storage import RunRecord, Store
-from storage.values import RunStatus, ThreadKey
 from tests.chat_app import wait_for
 from tests.fakes import FakeSlackServer
 from tests.timers import ManualTimer

@@ -21,10 +21,10 @@ from core.models import ResearchRequest
 from core.research.cost import Prices
 from core.research.outcome import final_progress_text
 from core.research.requests import DailyLimitReached, UserQuota
+from core.values import RunStatus, ThreadKey
 from core.words import wording
 from core.words.note_words import STOPPED_BEFORE_SEARCH
 from storage import CancelRequest, StopRequest
-from storage.values import RunStatus, ThreadKey
 from tests.fakes import Hang
 from tests.test_engine import (
     TOPIC,

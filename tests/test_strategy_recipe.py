@@ -26,7 +26,7 @@ from core.engine.state import RunState, StepHooks, StopReason
 from core.engine.strategy import RegisteredStrategy
 from core.models import ResearchRequest, StrategyState
 from core.search import SearchProvider
-from storage.values import RunStatus
+from core.values import RunStatus
 from tests.test_engine import Harness, fresh_store, harness  # noqa: F401
 
 # -- the strategy's module --------------------------------------------------------------------

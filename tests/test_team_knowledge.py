@@ -24,7 +24,7 @@ from core.chat.grammar import ScheduleCommand
 from core.config import load_settings
 from core.models import ResearchRequest
 from core.runtime import Runtime, open_runtime
-from storage.values import SourceChoice, ThreadKey
+from core.values import SourceChoice, ThreadKey
 from tests.databases import MigratedTemplates
 from tests.env import is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer

@@ -1064,8 +1064,8 @@ async def fire_digest(bot: TeamsBot, channel: str) -> Any:
     request, so no conversation reference of its own), fired once; its run, delivered."""
     from core.chat.grammar import ScheduleCommand
     from core.operations.digests import DigestService
+    from core.values import SourceChoice, ThreadKey
     from storage import DigestStore
-    from storage.values import SourceChoice, ThreadKey
 
     digests = DigestService(
         DigestStore(bot.served.database),

@@ -38,8 +38,8 @@ from core.research.outcome import RunOutcome
 from core.research.requests import LEAST_RUN_TOKENS, DailyLimitReached, UserQuota
 from core.research.service import Research
 from core.search import SearxngProvider
+from core.values import RunStatus, ThreadKey
 from storage import Database, Store
-from storage.values import RunStatus, ThreadKey
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer
 from tests.test_engine import KEY, after_search, sqlite_only
 

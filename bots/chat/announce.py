@@ -21,9 +21,9 @@ from bots.chat.background import Background
 from bots.chat.delivery import ANNOUNCING, ThreadPosters
 from bots.chat.replies import ordinal
 from core.chat.stores import ChatStores, RunRecord
+from core.values import DeliveryState
 from core.words import wording
 from core.words.wording import Language, pick, request_language
-from storage.values import DeliveryState
 
 log = logging.getLogger(__name__)
 

@@ -47,8 +47,8 @@ from core.logs import change_log_context
 from core.models import Attachment
 from core.research.outcome import RunOutcome
 from core.timer import MONOTONIC, Timer
+from core.values import ThreadKey
 from core.words.wording import Language, pick, request_language
-from storage.values import ThreadKey
 
 if TYPE_CHECKING:
     from core.metrics import Metrics

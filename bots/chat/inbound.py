@@ -55,8 +55,8 @@ from core.models import Attachment, ResearchRequest, Vote
 from core.operations.digests import DigestService
 from core.operations.runners import JobRunner
 from core.research.requests import DailyLimitReached, RunRejected, RunRequests
+from core.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
 from core.words.wording import Language, request_language
-from storage.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
 
 log = logging.getLogger(__name__)
 

@@ -38,9 +38,9 @@ from core.operations.job import Undeliverable
 from core.research.outcome import RunOutcome
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise
+from core.values import ThreadKey
 from core.words.reasons import Reason
 from core.words.wording import Language, request_language
-from storage.values import ThreadKey
 
 PLATFORM = "memory"
 #: How a progress message's content lists its buttons (its last line).

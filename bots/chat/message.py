@@ -10,8 +10,8 @@ from typing import Literal
 from bots.chat.ids import check_message
 from core.chat.grammar import request_words
 from core.models import Attachment
+from core.values import ThreadKey
 from core.words.wording import Language, request_language
-from storage.values import ThreadKey
 
 #: A thread whose id the platform assigns only once the run posts its first message (a Slack
 #: slash command has no message to thread under): ``pending-<request id>``.

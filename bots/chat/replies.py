@@ -16,8 +16,8 @@ from core.chat.stores import DigestRecord, RunRecord
 from core.documents.attachments import READABLE, shown_name
 from core.models import Vote
 from core.untrusted import neutralise
+from core.values import ThreadKey
 from core.words.wording import Language, pick
-from storage.values import ThreadKey
 
 if TYPE_CHECKING:
     from core.operations.digests import DigestView

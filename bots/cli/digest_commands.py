@@ -49,7 +49,7 @@ def digest_add(
     from core.chat.schedule import CLI_SYNTAX, timezone, trigger
     from core.operations.digests import check_digest_platform
     from core.runtime import digest_service, knowledge_from_settings, open_storage
-    from storage.values import SourceChoice, ThreadKey
+    from core.values import SourceChoice, ThreadKey
 
     app_settings = all_settings()
     settings = app_settings.core

@@ -27,7 +27,7 @@ from bots.cli.common import (
 if TYPE_CHECKING:
     from core.config import Settings
     from core.research.outcome import RunOutcome
-    from storage.values import ThreadKey
+    from core.values import ThreadKey
 
 
 @app.command()
@@ -82,7 +82,7 @@ def research(
         validate_topic,
     )
     from core.models import CONSOLE_PLATFORM, ResearchRequest
-    from storage.values import SourceChoice, ThreadKey
+    from core.values import SourceChoice, ThreadKey
 
     settings = core_settings()
     try:
@@ -195,8 +195,8 @@ async def _research(
     from core.research.executor import RunBusy
     from core.research.requests import RunRejected
     from core.runtime import open_runtime
+    from core.values import SourceChoice
     from storage import ClaimLost, StorageUnavailable
-    from storage.values import SourceChoice
 
     progress = ConsoleProgress(stderr())
     try:
@@ -241,7 +241,7 @@ def _show_outcome(outcome: RunOutcome, *, output: Path | None, as_json: bool) ->
     from rich.markup import escape
 
     from core.research.outcome import ending_text, stopped_with_nothing
-    from storage.values import RunStatus
+    from core.values import RunStatus
 
     err = stderr()
     unwritten = False

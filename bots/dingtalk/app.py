@@ -74,8 +74,8 @@ from bots.http_gate import Rejected, parse_json, read_body, rejected_response
 from core.chat.commands import CommandError
 from core.chat.grammar import EXPLICIT, CancelCommand, ResearchCommand, StopCommand
 from core.chat.stores import ChatStores, utcnow
+from core.values import ThreadKey
 from core.words.wording import Language, pick
-from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)
 

@@ -61,8 +61,8 @@ from bots.feishu.scopes import GroupMessages
 from bots.feishu.settings import FeishuSettings
 from bots.feishu.ws import LongConnection
 from bots.http_gate import Rejected, read_body, rejected_response
+from core.values import ThreadKey
 from core.words.wording import Language, pick
-from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)
 

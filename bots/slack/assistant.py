@@ -28,8 +28,8 @@ from bots.slack.errors import describe_error
 from bots.slack.settings import MAX_SUGGESTED_PROMPTS, SuggestedPrompt
 from core.chat.stores import ContextStore
 from core.untrusted import neutralise, remove_urls
+from core.values import ThreadKey
 from core.words.wording import Language, pick
-from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import re
 from bots.chat.message import PENDING_PREFIX
 from bots.chat.replies import Icon
 from bots.slack.render import escape_mrkdwn
+from core.values import ThreadKey
 from core.words.wording import Language, pick
-from storage.values import ThreadKey
 
 # <@U123>, <@U123|name>, <#C123|name>, <#C123>, <!here>, <!subteam^S1|@team>, <url|label>, <url>
 _MARKUP = re.compile(r"<([^<>]+)>")

@@ -14,7 +14,7 @@ from bots.slack.errors import error_code
 from bots.slack.refusals import SlackRefusals
 from bots.slack.render import escape_mrkdwn, report_title, safe_markdown
 from bots.slack.scopes import SlackScopes
-from storage.values import ThreadKey
+from core.values import ThreadKey
 
 log = logging.getLogger(__name__)
 

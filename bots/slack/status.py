@@ -33,8 +33,8 @@ from bots.slack.refusals import (
 from core.engine.progress import ProgressEvent, ProgressKind, TaskStatus
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise, remove_urls
+from core.values import ThreadKey
 from core.words.wording import Language, pick
-from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)
 

@@ -60,8 +60,8 @@ from bots.teams.references import ConversationReferences
 from bots.teams.render import text_activity
 from bots.teams.settings import TeamsSettings
 from core.untrusted import WORD_JOINER, neutralise
+from core.values import ThreadKey
 from core.words.wording import Language, pick
-from storage.values import ThreadKey
 
 log = logging.getLogger(__name__)
 

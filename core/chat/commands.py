@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from core.models import DEFAULT_STRATEGY
 from core.text import clean_text, has_visible
+from core.values import SourceChoice
 from core.words.wording import Language
-from storage.values import SourceChoice
 
 MAX_TOPIC_CHARS = 2000
 #: The longest platform identifier (workspace, channel, user, thread) accepted. Real ones are

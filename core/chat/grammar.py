@@ -20,8 +20,8 @@ from core.chat.commands import (
 )
 from core.models import DEFAULT_STRATEGY
 from core.text import clean_text
+from core.values import SourceChoice
 from core.words.wording import Language
-from storage.values import SourceChoice
 
 RESEARCH_OPTIONS = ("depth", "strategy", "sources")
 SCHEDULE_OPTIONS = ("cron", "depth", "tz", "strategy", "sources")

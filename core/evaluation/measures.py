@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from core.evaluation.score import EvalResult
-from storage.values import RunStatus
+from core.values import RunStatus
 
 
 @dataclass(frozen=True)

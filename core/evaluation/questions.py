@@ -22,8 +22,8 @@ from core.chat.commands import (
     validate_strategy,
     validate_topic,
 )
+from core.values import SourceChoice
 from core.words.wording import Language, request_language
-from storage.values import SourceChoice
 
 #: At most this many expected facts per question (each is asked of the verifier model).
 MAX_EXPECTED = 20

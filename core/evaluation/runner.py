@@ -17,7 +17,7 @@ from core.llm import LLMError
 from core.llm.protocols import JsonModel
 from core.models import CONSOLE_PLATFORM, ResearchRequest, Usage
 from core.research.service import Research
-from storage.values import ThreadKey
+from core.values import ThreadKey
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from core.claims.verifier import Unchecked
 from core.evaluation.provenance import Provenance
 from core.evaluation.questions import EvalQuestion
 from core.research.outcome import RunOutcome
+from core.values import RunStatus
 from core.words.wording import sources_heading
-from storage.values import RunStatus
 
 _CITATION = re.compile(r"\[(\d{1,4})\]")
 #: Why claims may be unchecked that is no fault of the verifier (a partial check for these

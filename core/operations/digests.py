@@ -21,6 +21,7 @@ from core.chat.grammar import ScheduleCommand
 from core.models import ResearchRequest
 from core.operations.runners import JobRunner
 from core.research.requests import RunRejected, submit_run
+from core.values import SourceChoice, ThreadKey
 from core.words.wording import Language, pick, request_language
 from storage import (
     DigestLimit,
@@ -31,7 +32,6 @@ from storage import (
     StorageUnavailable,
 )
 from storage.tables import utcnow
-from storage.values import SourceChoice, ThreadKey
 
 log = logging.getLogger(__name__)
 

@@ -37,11 +37,11 @@ from core.research.executor import RunExecutor
 from core.research.lease import Lease, release_quietly
 from core.research.outcome import RunOutcome, final_progress_text
 from core.timer import MONOTONIC, Timer
+from core.values import UNFINISHED_STATUSES, DeliveryState, RunStatus
 from core.words import wording
 from core.words.wording import request_language
 from storage import Claim, ClaimLost, ClaimStore, RunRecord, RunStore, StorageUnavailable
 from storage.tables import utcnow
-from storage.values import UNFINISHED_STATUSES, DeliveryState, RunStatus
 
 log = logging.getLogger(__name__)
 

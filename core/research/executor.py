@@ -67,6 +67,7 @@ from core.research.steps import (
     stopped_words,
 )
 from core.research.writer import ModelUnavailable, NoResults, ReportWriter, has_material
+from core.values import RunStatus
 from core.words import note_words, wording
 from storage import (
     Claim,
@@ -80,7 +81,6 @@ from storage import (
     ThreadBusy,
     ThreadStore,
 )
-from storage.values import RunStatus
 
 if TYPE_CHECKING:
     from core.metrics import Metrics  # (prometheus-client is imported by `fathom serve` only)

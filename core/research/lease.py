@@ -28,8 +28,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
+from core.values import RunStatus
 from storage import Claim, ClaimLost, Renewal
-from storage.values import RunStatus
 
 if TYPE_CHECKING:
     from core.metrics import Metrics

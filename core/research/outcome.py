@@ -10,10 +10,10 @@ from core.claims.summary import CheckSummary
 from core.engine.progress import ProgressTask
 from core.engine.state import StopReason
 from core.models import DEFAULT_STRATEGY, AttachedFile, Source, SourceKind, Usage
+from core.values import RunStatus
 from core.words import wording
 from core.words.wording import request_language
 from storage import RunRecord
-from storage.values import RunStatus
 
 
 @dataclass

@@ -23,6 +23,7 @@ from core.research.cost import Prices
 from core.research.executing import LocalRuns
 from core.text import clean_text, has_visible
 from core.untrusted import neutralise, without_markdown_links
+from core.values import ThreadKey
 from storage import (
     CancelRequest,
     DailyQuota,
@@ -36,7 +37,6 @@ from storage import (
     ThreadBusy,
     ThreadStore,
 )
-from storage.values import ThreadKey
 
 if TYPE_CHECKING:
     from core.metrics import Metrics  # (prometheus-client is imported by `fathom serve` only)

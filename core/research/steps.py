@@ -16,6 +16,7 @@ from core.models import Source, ThreadVariables, Usage
 from core.research.cost import Prices
 from core.research.outcome import stopped_with_nothing, stored_claims
 from core.search import SearchProvider
+from core.values import RunStatus, SourceChoice
 from core.words import note_words, wording
 from storage import (
     Checkpointed,
@@ -26,7 +27,6 @@ from storage import (
     VariablesConflict,
     outcome_is_delivered,
 )
-from storage.values import RunStatus, SourceChoice
 
 if TYPE_CHECKING:
     from core.metrics import Metrics  # (prometheus-client is imported by `fathom serve` only)

@@ -2,6 +2,9 @@
 (:func:`storage.sql.run_record`): its status, its delivery state, the sources it searches and
 its thread's key. The engine, the chat layer and the platforms use these types as they are,
 never a string re-parsed at each use.
+
+The leaf of the import graph: it imports only the standard library and pydantic, so storage
+(which imports it) and every layer above can use it, and importing it loads no SQLAlchemy.
 """
 
 from __future__ import annotations
