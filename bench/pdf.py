@@ -250,12 +250,12 @@ def real_pdf(case: str) -> bytes:
 
 def _pages_by_plain_bm25(data: bytes, query: str, count: int = 50) -> list[int]:
     """The pages a scan must find: every page's text straight from pypdfium2, BM25-ranked for
-    ``query`` (``core.pages.extract``), the best ``count`` that share a term with it, in order
+    ``query`` (``core.documents.extract``), the best ``count`` that share a term with it, in order
     (what ``core.documents.pdf._relevant`` computes, with nothing cut short)."""
     import pypdfium2 as pdfium
 
+    from core.documents.extract import bm25_scores, terms
     from core.documents.pdf import _tidy
-    from core.pages.extract import bm25_scores, terms
 
     document = pdfium.PdfDocument(data)
     try:

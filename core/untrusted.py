@@ -10,12 +10,17 @@ it again to whatever it posts.
 
 :func:`remove_urls` drops web addresses (``http(s)://…`` and ``www.…``) that a caller does not
 allow, wherever they stand in the text.
+
+:func:`shown_name` is a name someone gave (a file's, a person's) as a report, its notes and
+the replies show it: inert, on one line, bounded.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+
+from core.text import clean_text
 
 #: U+2060 WORD JOINER: invisible, and "@\u2060channel" is no mention on any platform.
 WORD_JOINER = "\u2060"
@@ -84,3 +89,16 @@ def as_data(text: str) -> str:
     and without any web address."""
     text = _MARKDOWN_LINK.sub(lambda m: m.group(1), neutralise(text))
     return " ".join(remove_urls(text).split())
+
+
+#: A file's name as notes and sources show it (user input: inert, bounded).
+NAME_CHARS = 120
+
+
+def shown_name(name: str) -> str:
+    """A file's name as the report and its notes show it: inert (no mention, link or
+    markup), on one line, bounded."""
+    shown = " ".join(as_data(clean_text(name)).split())
+    if len(shown) > NAME_CHARS:
+        shown = shown[: NAME_CHARS - 1] + "…"
+    return shown or "file"

@@ -20,6 +20,7 @@ from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage
 from bots.chat.message import ChatMessage
 from bots.chat.settings import ChatPolicy
 from core.documents import DocumentExtractor
+from core.documents.extract import estimate_tokens
 from core.engine.files import FileReader
 from core.engine.sources import WRITER_PASSAGE_TOKENS, number_sources, writer_source_blocks
 from core.llm import ChatModel
@@ -33,7 +34,6 @@ from core.models import (
 )
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
-from core.pages.extract import estimate_tokens
 from core.research.service import Research
 from core.search import SearxngProvider
 from core.values import RunStatus, ThreadKey

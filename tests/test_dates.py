@@ -18,13 +18,13 @@ import pytest
 from bots.slack.render import report_title
 from core.config import ConfigError, load_settings
 from core.dates import parse_published
+from core.documents.extract import main_text, read_page
 from core.engine.graph.strategy import GraphSettings
 from core.engine.progress import ProgressKind
 from core.engine.sources import number_sources, writer_source_blocks
 from core.engine.state import RunState
 from core.llm import ChatModel
 from core.models import Finding, PageExcerpt, ResearchRequest, SearchResult, Source, ThreadVariables
-from core.pages.extract import main_text, read_page
 from core.research.outcome import RunOutcome
 from core.research.prompts import (
     echoes_instructions,

@@ -24,10 +24,10 @@ from core.documents import DocumentExtractor, DocumentUnreadable
 from core.documents.accents import joined_accents
 from core.documents.attachments import file_title
 from core.documents.decode import undecodable
+from core.documents.extract import read_page, select, split_passages
 from core.documents.matter import without_running_lines
 from core.engine.sources import NumberedSource, writer_source_blocks
 from core.models import AttachedFile
-from core.pages.extract import read_page, select, split_passages
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
 from tests.cli import fathom

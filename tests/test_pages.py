@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from core.pages.extract import bm25_scores, estimate_tokens, main_text, select, split_passages
+from core.documents.extract import bm25_scores, estimate_tokens, main_text, select, split_passages
 from core.pages.fetch import PageFetcher, PageSkipped
 from core.pages.reader import PageReader
 from tests.fakes.server import BackgroundServer

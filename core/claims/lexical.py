@@ -47,7 +47,7 @@ from itertools import pairwise
 
 from core.claims.evidence import EvidenceKind
 from core.claims.split import sentences_of
-from core.pages.extract import bm25_scores, terms
+from core.documents.extract import bm25_scores, terms
 
 #: The passages of a source (the best for the claim by BM25) that are looked at.
 CANDIDATES = 3

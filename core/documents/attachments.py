@@ -17,16 +17,13 @@ from typing import Protocol
 
 from core.documents.kinds import document_kind
 from core.models import AttachedFile, Attachment
-from core.text import clean_text
-from core.untrusted import as_data
+from core.untrusted import shown_name
 from core.words.reasons import Reason
 
 #: Defaults of ``FATHOM_ATTACHMENT_MAX_BYTES`` and ``FATHOM_ATTACHMENTS_PER_REQUEST``.
 MAX_BYTES = 20 * 1024 * 1024
 PER_REQUEST = 5
 
-#: A file's name as notes and sources show it (user input: inert, bounded).
-NAME_CHARS = 120
 #: What the reply names as readable.
 READABLE = "PDF, DOCX, HTML, Markdown, plain text"
 
@@ -98,15 +95,6 @@ def screen(
         else:
             accepted.append(attachment)
     return Screened(accepted, rejected)
-
-
-def shown_name(name: str) -> str:
-    """A file's name as the report and its notes show it: inert (no mention, link or
-    markup), on one line, bounded."""
-    shown = " ".join(as_data(clean_text(name)).split())
-    if len(shown) > NAME_CHARS:
-        shown = shown[: NAME_CHARS - 1] + "…"
-    return shown or "file"
 
 
 def file_title(file: AttachedFile) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 from core.documents import protocol
 from core.documents.decode import decode_text, undecodable
+from core.documents.extract import read_page
 from core.documents.result import (
     EMPTY,
     KINDS,
@@ -361,8 +362,6 @@ class DocumentExtractor:
 def _html_text(data: bytes) -> tuple[str, str | None]:
     """An HTML document's main text and its ``<title>``."""
     from trafilatura.utils import load_html
-
-    from core.pages.extract import read_page
 
     html = decode_text(data)[:MAX_HTML_CHARS]
     tree = load_html(html)

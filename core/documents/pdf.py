@@ -17,6 +17,7 @@ from typing import Any
 
 from core.documents.accents import joined_accents
 from core.documents.decode import undecodable
+from core.documents.extract import bm25_scores, terms
 from core.documents.legacy import is_mojibake, redecoded
 from core.documents.matter import without_matter, without_running_lines
 from core.documents.result import (
@@ -148,8 +149,6 @@ def _relevant(
     """``count`` page numbers, best for ``query`` first (BM25 over the pages' text, for those
     read by ``until`` of at most ``SCAN_PAGES``, in :func:`scan_order`), then the first pages
     to make up the count."""
-    from core.pages.extract import bm25_scores, terms
-
     scanned: list[int] = []
     for number in scan_order(min(total, SCAN_PAGES)):
         if scanned and clock() > until:

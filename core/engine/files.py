@@ -20,10 +20,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from core.documents import DocumentExtractor, DocumentUnreadable, document_kind
-from core.documents.attachments import AttachmentRefused, AttachmentTooLarge, FileSource, shown_name
+from core.documents.attachments import AttachmentRefused, AttachmentTooLarge, FileSource
 from core.engine.state import RunState
 from core.failures import PostFailure, judge
 from core.models import AttachedFile, Attachment
+from core.untrusted import shown_name
 from core.words import note_words
 from core.words.reasons import Reason
 

@@ -19,8 +19,8 @@ from core.claims.citations import NormalisedCitations, normalise_citations
 from core.claims.evidence import EvidenceKind
 from core.claims.lexical import Evidence
 from core.documents.attachments import file_title
+from core.documents.extract import estimate_tokens, select, split_passages
 from core.models import AttachedFile, Finding, SearchResult, SourceKind
-from core.pages.extract import estimate_tokens, select, split_passages
 
 SNIPPET_CHARS_FOR_WRITER = 500
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")

@@ -2,7 +2,7 @@
 
 Everything a server returns is untrusted, like a web page: titles and snippets enter through
 :func:`core.search.base.result_text` (inert data), the document's text through the page
-passages (:func:`core.pages.extract.split_passages`, BM25 :func:`~core.pages.extract.select`
+passages (:func:`core.documents.extract.split_passages`, BM25 :func:`~core.documents.extract.select`
 against the query within the page budget, neutralised exactly like a page's), and every size
 is capped before any work is done on it (a server answering 50 MB costs no more than 200 kB a
 result).
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.dates import parse_published
+from core.documents.extract import select, split_passages
 from core.models import SearchResult
-from core.pages.extract import select, split_passages
 from core.search.base import MAX_SNIPPET_CHARS, result_text
 
 #: At most this much of one document's text is split into passages (what a page keeps).

@@ -1,1 +1,2 @@
-"""Reading result pages: safe fetching (``fetch``), main text and passages (``extract``)."""
+"""Reading result pages: safe fetching (``fetch``) and reading (``reader``); a page's main text
+and passages are :mod:`core.documents.extract`'s."""

@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from core.documents import DocumentExtractor, DocumentText, DocumentUnreadable
 from core.documents.decode import undecodable
-from core.documents.result import EMPTY, TOO_SLOW, UNDECODABLE
-from core.pages.extract import (
+from core.documents.extract import (
     PageContent,
     Passage,
     estimate_tokens,
@@ -41,6 +40,7 @@ from core.pages.extract import (
     select,
     split_passages,
 )
+from core.documents.result import EMPTY, TOO_SLOW, UNDECODABLE
 from core.pages.fetch import FetchedPage, PageFetcher, PageSkipped, names_document
 from core.words.reasons import Reason
 

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from core.dates import Clock, utcnow, zone
-from core.documents.attachments import shown_name
 from core.engine.budget import RunBudget, StepMeter
 from core.engine.files import FileReader, PlatformFiles
 from core.engine.progress import (
@@ -67,6 +66,7 @@ from core.research.steps import (
     stopped_words,
 )
 from core.research.writer import ModelUnavailable, NoResults, ReportWriter, has_material
+from core.untrusted import shown_name
 from core.values import RunStatus
 from core.words import note_words, wording
 from storage import (

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from core.models import Attachment
 
 from core.dates import long_date
+from core.untrusted import shown_name
 
 Language = Literal["en", "zh"]
 
@@ -68,8 +69,6 @@ def search_failed_words(language: Language) -> str:
 
 def reading_files_words(language: Language, files: Sequence[Attachment]) -> str:
     """While the attached files are read (their names are the user's: made inert)."""
-    from core.documents.attachments import shown_name
-
     names = ", ".join(shown_name(f.name) for f in files[:3]) + ("…" if len(files) > 3 else "")
     return pick(language, f"Reading the attached files: {names}…", f"正在读取附件：{names}…")
 

@@ -1,0 +1,1 @@
+"""DingTalk: its settings, events in, delivery out and its API client."""

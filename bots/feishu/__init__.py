@@ -1,0 +1,1 @@
+"""Feishu/Lark: its settings, events in, delivery out and its API client."""
