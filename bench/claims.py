@@ -888,8 +888,8 @@ def _configure_fake(llm_url: str, **config: Any) -> None:
 
 async def cost(runs: int) -> dict[str, Any]:
     from bench.engine import fakes_process, fathom_env, one_run, sqlite_url
-    from core.config import load_settings
     from core.runtime import open_runtime
+    from core.settings import load_settings
     from tests.env import is_fathom_setting
 
     rows: dict[str, Any] = {}

@@ -425,9 +425,9 @@ async def open_bench(
     """A service with timing proxies; ``read_pages``: it reads result pages as configured by
     default (its reader is the one ``open_runtime`` built); ``mcp_config``: the MCP servers of
     that file are its internal sources (``FATHOM_MCP_CONFIG``)."""
-    from core.config import load_settings
     from core.research.service import Research
     from core.runtime import open_runtime
+    from core.settings import load_settings
 
     overrides = {
         k: v for k, v in fathom_env(db_url, llm_url, search_url).items() if is_fathom_setting(k)
@@ -466,7 +466,7 @@ async def one_run(
     sources: str = "all",
 ) -> tuple[float, Any]:
     """submit + execute of one research in its own new thread; (wall seconds, outcome)."""
-    from core.models import ResearchRequest
+    from core.research.requests import ResearchRequest
     from core.values import RunStatus, SourceChoice, ThreadKey
 
     key = ThreadKey(platform="cli", workspace="local", channel="local", thread=uuid.uuid4().hex)

@@ -44,9 +44,8 @@ def rss_kb(pid: int, field: str) -> int:
 
 
 async def queue_runs(url: str, n: int) -> None:
-    from core.models import ResearchRequest
     from core.operations.queue import queue_in_transaction
-    from core.research.requests import submit_run
+    from core.research.requests import ResearchRequest, submit_run
     from core.values import ThreadKey
     from storage import Database, Store
 

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from bots.chat.platform import ChatPlatform, PlatformServices
 from bots.chat.settings import ChatPolicy, ChatSettings, PlatformSettings
 from bots.platforms import PLATFORMS, PlatformClass, titles
-from core.config import Settings, load
+from core.config import load
+from core.settings import Settings
 
 if TYPE_CHECKING:
     from core.metrics import Metrics

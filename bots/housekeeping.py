@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
 from bots.chat.platform import Chore
-from core.config import Settings
+from core.settings import Settings
 from storage import Pruned, Store
 from storage.tables import utcnow
 

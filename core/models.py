@@ -12,13 +12,12 @@ import enum
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Self
+from typing import Any, ClassVar, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.text import clean_text, has_visible
 from core.untrusted import neutralise
-from core.values import SourceChoice, ThreadKey
 
 
 def utcnow() -> datetime:
@@ -145,20 +144,6 @@ class AttachedFile(BaseModel):
 
 #: The strategy of a run nobody chose one for (``FATHOM_STRATEGY``'s default).
 DEFAULT_STRATEGY = "iterative"
-
-
-def known_strategy(name: str) -> str:
-    """``name`` if a strategy of that name is registered (:data:`core.engine.STRATEGIES`)."""
-    from core.engine.registry import STRATEGIES
-
-    name = name.strip().lower()
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; available: {', '.join(STRATEGIES)}")
-    return name
-
-
-#: A registered strategy's name, checked where it enters (a request, a setting).
-StrategyName = Annotated[str, AfterValidator(known_strategy)]
 
 
 class StrategyState(BaseModel):
@@ -386,27 +371,3 @@ class Source(BaseModel):
 #: The platform of console threads (``cli:local:local:<id>``): the report goes to the terminal
 #: that asked, so a finished console run has nothing to deliver to a chat.
 CONSOLE_PLATFORM = "cli"
-
-
-class ResearchRequest(BaseModel):
-    """A validated request to research a topic in a thread.
-
-    Built by an adapter (or the CLI) from the shared command grammar; the service
-    turns it into a durable run row before anything slow happens.
-    """
-
-    topic: str
-    depth: int
-    strategy: StrategyName = DEFAULT_STRATEGY
-    thread: ThreadKey
-    requested_by: str | None = None
-    dedupe_key: str | None = None
-    #: What the platform needs to deliver the run (kept with it; e.g. DingTalk's conversation).
-    platform_context: dict[str, Any] | None = None
-    #: The digest this run is a firing of.
-    digest_id: str | None = None
-    #: The files the request carried (read when the run executes).
-    attachments: list[Attachment] = Field(default_factory=list)
-    #: Which sources the run searches; the internal ones are those its thread's channel may
-    #: use when it executes (:mod:`core.knowledge`).
-    sources: SourceChoice = SourceChoice.ALL

@@ -26,7 +26,7 @@ import httpx
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from core.config import ConfigError, EnvSettings, Settings
+from core.config import ConfigError, EnvSettings
 from core.documents import DocumentExtractor
 from core.engine.budget import RunBudget
 from core.engine.files import FileReader
@@ -40,6 +40,7 @@ from core.research.lease import LeaseTiming
 from core.research.requests import UserQuota
 from core.research.service import Research
 from core.search import SearchProvider, build_search_provider
+from core.settings import Settings
 from storage import Database, DigestStore, SchemaError, StorageUnavailable, Store
 from storage.db import connection_problem, masked_url
 

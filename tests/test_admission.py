@@ -18,8 +18,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from core.models import ResearchRequest
-from core.research.requests import DailyLimitReached, RunRequests, UserQuota
+from core.research.requests import DailyLimitReached, ResearchRequest, RunRequests, UserQuota
 from core.values import ThreadKey
 from storage import Database, Store, UserBusy
 

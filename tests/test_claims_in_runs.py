@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from core.config import Settings
 from core.engine.progress import ProgressKind
 from core.llm import ChatModel
 from core.metrics import Metrics
 from core.research.outcome import final_progress_text
+from core.settings import Settings
 from core.values import RunStatus
 from tests.cli import fathom
 from tests.fakes import FakeLLMServer, Reply

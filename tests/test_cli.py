@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from core.config import Settings
 from core.models import SearchResult
+from core.settings import Settings
 from core.words.reasons import Reason
 from tests.cli import fathom, fathom_process, start_fathom, stop, wait_for_stderr
 from tests.fakes import FakeLLMServer, FakeSearchServer, Hang

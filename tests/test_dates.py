@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from bots.slack.render import report_title
-from core.config import ConfigError, load_settings
+from core.config import ConfigError
 from core.dates import parse_published
 from core.documents.extract import main_text, read_page
 from core.engine.graph.strategy import GraphSettings
@@ -24,7 +24,7 @@ from core.engine.progress import ProgressKind
 from core.engine.sources import number_sources, writer_source_blocks
 from core.engine.state import RunState
 from core.llm import ChatModel
-from core.models import Finding, PageExcerpt, ResearchRequest, SearchResult, Source, ThreadVariables
+from core.models import Finding, PageExcerpt, SearchResult, Source, ThreadVariables
 from core.research.outcome import RunOutcome
 from core.research.prompts import (
     echoes_instructions,
@@ -35,6 +35,7 @@ from core.research.prompts import (
     writer_messages,
 )
 from core.research.report import finalize_report
+from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.search import (
     BraveProvider,
@@ -44,6 +45,7 @@ from core.search import (
     SearxngProvider,
     TavilyProvider,
 )
+from core.settings import load_settings
 from core.values import RunStatus, ThreadKey
 from storage import Database, Store
 from tests.fakes import FakeLLMServer, FakeSearchServer

@@ -21,7 +21,6 @@ from bots.chat.settings import ChatPolicy
 from bots.platforms import titles
 from core.chat import schedule
 from core.chat.grammar import ScheduleCommand
-from core.config import Settings
 from core.llm import ChatModel
 from core.operations.digests import DigestService
 from core.operations.job import DeliveryPolicy, ResearchJob
@@ -29,6 +28,7 @@ from core.operations.runners import InProcessJobRunner
 from core.operations.scheduler import DigestScheduler
 from core.research.service import Research
 from core.search import SearxngProvider
+from core.settings import Settings
 from core.values import ThreadKey
 from storage import Database, DigestRecord, DigestStore, LeaseStore, StorageUnavailable, Store
 from tests.chat_app import wait_for

@@ -19,15 +19,15 @@ from typing import Any
 import httpx
 import pytest
 
-from core.config import load_settings
 from core.engine.progress import ProgressEvent, ProgressKind
 from core.llm import ChatModel
-from core.models import ResearchRequest
 from core.research.lease import LeaseTiming
 from core.research.outcome import RunOutcome
+from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider
+from core.settings import load_settings
 from core.values import RunStatus, ThreadKey
 from core.words import note_words, wording
 from storage import CancelRequest, Database, Store

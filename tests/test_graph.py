@@ -21,10 +21,11 @@ from core.engine.graph.strategy import GraphSettings, GraphStrategy
 from core.engine.progress import ProgressKind
 from core.engine.state import RunState, StepHooks, StopReason
 from core.llm import ChatModel
-from core.models import Finding, ResearchRequest, SearchResult, ThreadVariables
+from core.models import Finding, SearchResult, ThreadVariables
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
 from core.research.outcome import RunOutcome
+from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.search import SearxngProvider
 from core.timer import MONOTONIC, Timer

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config import ConfigError, Settings
+from core.config import ConfigError
 from core.llm import (
     Answer,
     ChatModel,
@@ -21,6 +21,7 @@ from core.llm import (
     public_endpoint,
 )
 from core.models import PlannerDecision, Usage
+from core.settings import Settings
 from tests.fakes.llm import Fail, FakeLLMServer, Hang, Reply, error_body
 
 KEY = "sk-test-secret-key-123456"

@@ -12,8 +12,8 @@ import pytest
 
 from bots.platforms import secret_patterns
 from core.logs import Changing, Redactor, change_log_context, json_formatter, log_context
-from core.models import ResearchRequest
 from core.operations.job import ResearchJob
+from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.values import ThreadKey
 from storage import Store

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from core.llm import Answer, ChatModel, FailureKind, LLMError, LLMInvalidJSON
-from core.models import PlannerDecision, ResearchRequest, Usage
+from core.models import PlannerDecision, Usage
 from core.research.outcome import RunOutcome
+from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.values import RunStatus, ThreadKey
 from tests.cli import fathom

@@ -24,10 +24,11 @@ from core.engine.graph.strategy import GraphStrategy
 from core.engine.iterative import IterativeStrategy
 from core.engine.state import RunState
 from core.llm import ChatModel
-from core.models import ResearchRequest, ThreadVariables
+from core.models import ThreadVariables
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
 from core.research.outcome import RunOutcome
+from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.search import SearxngProvider
 from core.values import RunStatus, ThreadKey

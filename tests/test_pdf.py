@@ -560,8 +560,8 @@ async def test_a_pdf_cut_at_the_size_limit_is_read_or_skipped_for_its_size() -> 
 
 
 async def test_the_pdf_settings_reach_the_readers_extractor() -> None:
-    from core.config import load_settings
     from core.runtime import page_client, page_reader
+    from core.settings import load_settings
 
     settings = load_settings(_env_file=None, FATHOM_PDF_MAX_PAGES="7", FATHOM_PDF_TIMEOUT="3")
     assert (settings.pdf_max_pages, settings.pdf_timeout) == (7, 3.0)

@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from core.engine.fallback import FALLBACK_CHARS, fallback_query
-from core.models import ResearchRequest
 from core.research.outcome import RunOutcome
+from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.search import BraveProvider, DdgsProvider, SearxngProvider, TavilyProvider
 from core.search.query import QueryLimit, shorten_query

@@ -16,13 +16,13 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from bots.chat.memory import PLATFORM, MemoryChat
-from core.config import load_settings
 from core.llm import ChatModel
-from core.models import ResearchRequest
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.queue import ProcrastinateJobRunner, ProcrastinateQueue, queue_in_transaction
+from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.search import SearxngProvider
+from core.settings import load_settings
 from core.values import ThreadKey
 from storage import Database, Store
 from tests.cli import fathom

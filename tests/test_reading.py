@@ -21,7 +21,6 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from core.config import load_settings
 from core.documents import DocumentExtractor
 from core.engine.progress import ProgressEvent, ProgressKind
 from core.llm import ChatModel
@@ -30,6 +29,7 @@ from core.pages.reader import PageReader
 from core.research.service import Research
 from core.runtime import page_client, page_reader
 from core.search import SearxngProvider
+from core.settings import load_settings
 from core.values import RunStatus
 from storage import Database, Store
 from tests.chat_app import wait_for

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import pytest
 
 from core.llm import ChatModel, LLMError
-from core.models import PlannerDecision, ResearchRequest, Usage
+from core.models import PlannerDecision, Usage
+from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.values import RunStatus
 from tests.fakes import FakeLLMServer

@@ -15,7 +15,7 @@ from bots.chat.platform import Chore, PlatformServices
 from bots.housekeeping import housekeep_once
 from bots.slack.platform import SlackPlatform
 from bots.slack.tables import slack_oauth_states
-from core.config import Settings
+from core.settings import Settings
 from storage import Database, Pruned, RetentionStore, RunRecord, SourceRecord, Store
 from storage.retention import delete_runs, delete_threads, pick_runs, pick_threads
 from storage.tables import (

@@ -22,11 +22,11 @@ from sqlalchemy import text, update
 from bots.chat.memory import PLATFORM, MemoryChat, Outage, Refusal
 from core.llm import ChatModel
 from core.metrics import Metrics
-from core.models import ResearchRequest, ThreadVariables
+from core.models import ThreadVariables
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
 from core.research.lease import Lease, LeaseTiming, holder_is_gone, runner_identity
-from core.research.requests import RunRejected
+from core.research.requests import ResearchRequest, RunRejected
 from core.research.service import Research
 from core.search import SearxngProvider
 from core.values import RunStatus, ThreadKey

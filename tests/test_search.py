@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from core.config import ConfigError, Settings
+from core.config import ConfigError
 from core.models import SearchResult
 from core.search import (
     BraveProvider,
@@ -33,6 +33,7 @@ from core.search import (
     normalise_query,
 )
 from core.search.limit import LimitedSearch
+from core.settings import Settings
 from core.words.reasons import Reason
 from tests.databases import MigratedTemplates
 from tests.fakes.providers import FakeBraveServer, FakeTavilyServer

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from core.models import ResearchRequest
+from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.search import (
     BraveProvider,

@@ -17,10 +17,9 @@ from core.engine.graph.state import NodeStatus
 from core.engine.graph.strategy import GraphSettings
 from core.engine.progress import ProgressEvent, ProgressKind
 from core.engine.state import StopReason
-from core.models import ResearchRequest
 from core.research.cost import Prices
 from core.research.outcome import final_progress_text
-from core.research.requests import DailyLimitReached, UserQuota
+from core.research.requests import DailyLimitReached, ResearchRequest, UserQuota
 from core.values import RunStatus, ThreadKey
 from core.words import wording
 from core.words.note_words import STOPPED_BEFORE_SEARCH
@@ -382,7 +381,7 @@ async def test_the_time_budget_stops_the_searching_and_the_report_says_so(
 
 @pytest.mark.parametrize("depth", [60, 500])
 def test_any_positive_depth_may_be_allowed(depth: int) -> None:
-    from core.config import load_settings
+    from core.settings import load_settings
 
     settings = load_settings(_env_file=None, FATHOM_MAX_DEPTH=str(depth))
     assert settings.max_depth == depth

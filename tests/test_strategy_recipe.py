@@ -18,14 +18,16 @@ from pydantic_settings import NoDecode
 
 from core.chat.commands import CommandError
 from core.chat.grammar import ResearchCommand, help_text, parse_command
-from core.config import EnvSettings, Settings, env, split_commas
+from core.config import EnvSettings, env, split_commas
 from core.engine.progress import ProgressKind, ProgressTask, TaskStatus, search_executed_text
 from core.engine.registry import STRATEGIES
 from core.engine.searching import search_topic
 from core.engine.state import RunState, StepHooks, StopReason
 from core.engine.strategy import RegisteredStrategy
-from core.models import ResearchRequest, StrategyState
+from core.models import StrategyState
+from core.research.requests import ResearchRequest
 from core.search import SearchProvider
+from core.settings import Settings
 from core.values import RunStatus
 from tests.test_engine import Harness, fresh_store, harness  # noqa: F401
 

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from core.chat.grammar import ScheduleCommand
-from core.config import load_settings
-from core.models import ResearchRequest
+from core.research.requests import ResearchRequest
 from core.runtime import Runtime, open_runtime
+from core.settings import load_settings
 from core.values import SourceChoice, ThreadKey
 from tests.databases import MigratedTemplates
 from tests.env import is_fathom_setting

@@ -31,11 +31,11 @@ from core.engine.budget import MIN_WRITER_RESERVE, RunBudget
 from core.engine.state import StopReason
 from core.llm import ChatModel
 from core.llm.tokens import TokenRoom
-from core.models import ResearchRequest, Usage
+from core.models import Usage
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
 from core.research.outcome import RunOutcome
-from core.research.requests import LEAST_RUN_TOKENS, DailyLimitReached, UserQuota
+from core.research.requests import LEAST_RUN_TOKENS, DailyLimitReached, ResearchRequest, UserQuota
 from core.research.service import Research
 from core.search import SearxngProvider
 from core.values import RunStatus, ThreadKey

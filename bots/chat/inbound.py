@@ -51,10 +51,10 @@ from core.chat.stores import (
     utcnow,
 )
 from core.documents.attachments import Screened, screen
-from core.models import Attachment, ResearchRequest, Vote
+from core.models import Attachment, Vote
 from core.operations.digests import DigestService
 from core.operations.runners import JobRunner
-from core.research.requests import DailyLimitReached, RunRejected, RunRequests
+from core.research.requests import DailyLimitReached, ResearchRequest, RunRejected, RunRequests
 from core.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
 from core.words.wording import Language, request_language
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from pydantic import Field, field_validator
 
-from core.config import CommaList, EnvSettings, Settings, env, load, split_commas
+from core.config import CommaList, EnvSettings, env, load, split_commas
+from core.settings import Settings
 
 
 class ChatSettings(EnvSettings):

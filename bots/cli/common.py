@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from bots.composition import AppSettings
-    from core.config import Settings
+    from core.settings import Settings
     from storage import Database
 
 

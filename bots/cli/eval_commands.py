@@ -26,13 +26,13 @@ from bots.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from core.config import Settings
     from core.evaluation.judge import Agreement
     from core.evaluation.pairs import JudgePair
     from core.evaluation.provenance import Provenance
     from core.evaluation.questions import EvalQuestion
     from core.evaluation.score import EvalResult
     from core.llm import ChatModel
+    from core.settings import Settings
 
 RESULTS = "results.jsonl"
 TABLE = "results.md"

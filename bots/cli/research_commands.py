@@ -25,8 +25,8 @@ from bots.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from core.config import Settings
     from core.research.outcome import RunOutcome
+    from core.settings import Settings
     from core.values import ThreadKey
 
 
@@ -81,7 +81,8 @@ def research(
         validate_strategy,
         validate_topic,
     )
-    from core.models import CONSOLE_PLATFORM, ResearchRequest
+    from core.models import CONSOLE_PLATFORM
+    from core.research.requests import ResearchRequest
     from core.values import SourceChoice, ThreadKey
 
     settings = core_settings()

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from core.chat.commands import CommandError
-from core.config import ConfigError, Settings
+from core.config import ConfigError
 from core.models import CONSOLE_PLATFORM, SearchResult
+from core.settings import Settings
 
 if TYPE_CHECKING:
     from core.search import SearchProvider

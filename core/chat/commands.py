@@ -5,6 +5,7 @@ Errors say what is wrong and what is allowed, so adapters can show them verbatim
 
 from __future__ import annotations
 
+from core.engine.registry import STRATEGIES
 from core.models import DEFAULT_STRATEGY
 from core.text import clean_text, has_visible
 from core.values import SourceChoice
@@ -67,8 +68,6 @@ def validate_depth(value: int | str | None, *, default: int, maximum: int) -> in
 
 def validate_strategy(value: str | None, default: str = DEFAULT_STRATEGY) -> str:
     """The registered strategy named by ``value`` (``default`` when none is given)."""
-    from core.engine.registry import STRATEGIES
-
     if value is None or not value.strip():
         return default
     name = value.strip().lower()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from core.chat import schedule
 from core.chat.commands import (
     CommandError,
     validate_depth,
@@ -18,6 +19,7 @@ from core.chat.commands import (
     validate_strategy,
     validate_topic,
 )
+from core.engine.registry import STRATEGIES
 from core.models import DEFAULT_STRATEGY
 from core.text import clean_text
 from core.values import SourceChoice
@@ -128,8 +130,6 @@ Command = (
 
 def strategy_lines(language: Language) -> str:
     """One help line for each registered strategy other than the default, ending in a newline."""
-    from core.engine.registry import STRATEGIES
-
     lines = []
     for name, entry in STRATEGIES.items():
         if name == DEFAULT_STRATEGY:
@@ -288,8 +288,6 @@ def _schedule(
     """``schedule <topic> cron="…" …``: cron and timezone checked here (the shortest gap
     between firings is checked where the clock and the settings are). Every refusal shows a
     valid example."""
-    from core.chat import schedule
-
     try:
         return _parse_schedule(
             body,
@@ -309,8 +307,6 @@ def _schedule(
 def _parse_schedule(
     body: str, *, default_depth: int, max_depth: int, default_strategy: str
 ) -> ScheduleCommand:
-    from core.chat import schedule
-
     options = _options(body, SCHEDULE_OPTIONS)
     topic = " ".join(_OPTION.sub(" ", body).split()).strip("\"“”'")
     tz = schedule.timezone(options.get("tz"))

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from core.config import EnvSettings, load
 from core.engine.graph.strategy import GRAPH_STRATEGY
@@ -14,6 +16,18 @@ from core.engine.strategy import RegisteredStrategy, Strategy, StrategyTools
 STRATEGIES: Mapping[str, RegisteredStrategy[Any]] = {
     entry.name: entry for entry in (ITERATIVE_STRATEGY, GRAPH_STRATEGY)
 }
+
+
+def known_strategy(name: str) -> str:
+    """``name`` if a strategy of that name is registered (:data:`STRATEGIES`)."""
+    name = name.strip().lower()
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}; available: {', '.join(STRATEGIES)}")
+    return name
+
+
+#: A registered strategy's name, checked where it enters (a request, a setting).
+StrategyName = Annotated[str, AfterValidator(known_strategy)]
 
 
 def load_strategy_settings() -> dict[str, EnvSettings]:

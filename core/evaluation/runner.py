@@ -15,7 +15,8 @@ from core.evaluation.questions import EvalQuestion
 from core.evaluation.score import EvalResult, failed, score
 from core.llm import LLMError
 from core.llm.protocols import JsonModel
-from core.models import CONSOLE_PLATFORM, ResearchRequest, Usage
+from core.models import CONSOLE_PLATFORM, Usage
+from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.values import ThreadKey
 

@@ -13,8 +13,8 @@ from core.knowledge.config import KnowledgeConfig, Transport, load_knowledge_con
 from core.knowledge.scope import channel_allows
 
 if TYPE_CHECKING:
-    from core.config import Settings
     from core.metrics import Metrics
+    from core.settings import Settings
 
 log = logging.getLogger(__name__)
 

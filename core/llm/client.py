@@ -54,8 +54,8 @@ if TYPE_CHECKING:
     import httpx
     from openai import AsyncOpenAI
 
-    from core.config import Settings
     from core.metrics import Metrics
+    from core.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,8 @@ from datetime import UTC, datetime, timedelta
 from core.chat import schedule
 from core.chat.commands import CommandError
 from core.chat.grammar import ScheduleCommand
-from core.models import ResearchRequest
 from core.operations.runners import JobRunner
-from core.research.requests import RunRejected, submit_run
+from core.research.requests import ResearchRequest, RunRejected, submit_run
 from core.values import SourceChoice, ThreadKey
 from core.words.wording import Language, pick, request_language
 from storage import (

@@ -1,6 +1,7 @@
 """The request side of research: what people ask of runs.
 
-:class:`RunRequests` creates runs (deduplicated by the request's key, one active per
+:class:`ResearchRequest` is a request to research a topic in a thread (its strategy a registered
+one). :class:`RunRequests` creates runs (deduplicated by the request's key, one active per
 thread, within the requester's limits), stops and cancels them, records the replies that
 steer them and the votes on their reports, and reports usage. It never executes a run:
 that is :class:`core.research.executor.RunExecutor`, usually in another process. A stop or cancel is
@@ -14,16 +15,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import time as dt_time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from pydantic import BaseModel, Field
+
 from core.dates import Clock, utcnow, zone
-from core.models import CONSOLE_PLATFORM, Guidance, ResearchRequest, Usage, Vote
+from core.engine.registry import StrategyName
+from core.models import (
+    CONSOLE_PLATFORM,
+    DEFAULT_STRATEGY,
+    Attachment,
+    Guidance,
+    Usage,
+    Vote,
+)
 from core.research.cost import Prices
 from core.research.executing import LocalRuns
 from core.text import clean_text, has_visible
 from core.untrusted import neutralise, without_markdown_links
-from core.values import ThreadKey
+from core.values import SourceChoice, ThreadKey
 from storage import (
     CancelRequest,
     DailyQuota,
@@ -45,6 +56,30 @@ if TYPE_CHECKING:
 MAX_GUIDANCE_CHARS = 500
 #: At most this much of a steering person's name (as their platform gives it) is kept.
 MAX_NAME_CHARS = 80
+
+
+class ResearchRequest(BaseModel):
+    """A validated request to research a topic in a thread.
+
+    Built by an adapter (or the CLI) from the shared command grammar; the service
+    turns it into a durable run row before anything slow happens.
+    """
+
+    topic: str
+    depth: int
+    strategy: StrategyName = DEFAULT_STRATEGY
+    thread: ThreadKey
+    requested_by: str | None = None
+    dedupe_key: str | None = None
+    #: What the platform needs to deliver the run (kept with it; e.g. DingTalk's conversation).
+    platform_context: dict[str, Any] | None = None
+    #: The digest this run is a firing of.
+    digest_id: str | None = None
+    #: The files the request carried (read when the run executes).
+    attachments: list[Attachment] = Field(default_factory=list)
+    #: Which sources the run searches; the internal ones are those its thread's channel may
+    #: use when it executes (:mod:`core.knowledge`).
+    sources: SourceChoice = SourceChoice.ALL
 
 
 class RunRejected(ValueError):

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from core.config import Settings
 from core.search.base import SearchProvider
 from core.search.brave import BraveProvider
 from core.search.cache import CachedSearch, SearchCacheStore
@@ -19,6 +18,7 @@ from core.search.tavily import TavilyProvider
 
 if TYPE_CHECKING:
     from core.metrics import Metrics
+    from core.settings import Settings
 
 
 def build_search_provider(

@@ -31,6 +31,7 @@ from core.config import VERIFY_SECONDS, EnvSettings, env
 from core.engine.fallback import fallback_query
 from core.engine.graph.plan import CheckedPlan, GraphPlan, check_plan
 from core.engine.graph.state import GRAPH, GraphNode, NodeStatus, graph_of
+from core.engine.graph.tasks import graph_tasks
 from core.engine.progress import ProgressKind, ProgressTask, search_executed_text
 from core.engine.searching import PageReading, search_topic, searching_text
 from core.engine.sources import (
@@ -45,7 +46,6 @@ from core.engine.sources import (
 )
 from core.engine.state import RunState, StepHooks, StopReason
 from core.engine.strategy import RegisteredStrategy, StrategyTools
-from core.engine.tasks import graph_tasks
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
 from core.llm.protocols import JsonModel, TextModel
