@@ -4,7 +4,7 @@
     python3 dev.py research "TOPIC" [--depth N] [fathom research options]
     python3 dev.py eval QUESTIONS.jsonl [fathom eval options]   (or --judge-check [PAIRS.jsonl])
     python3 dev.py test [pytest options]      (-n auto unless you pass -n, --pdb or --lf)
-    python3 dev.py lint
+    python3 dev.py lint                       (ruff, mypy and the import contract)
     python3 dev.py mutants [--ci | --check-snippets | --list | --only NAME]
                                        (does the suite catch each guarantee broken on purpose?)
     python3 dev.py fathom [any fathom command]
@@ -174,7 +174,13 @@ def main(argv: list[str]) -> int:
             [str(PYTHON), "-m", "ruff", "format", "--check", "."],
             [str(PYTHON), "-m", "mypy"],
         ]
-        return max(run(c) for c in checks)
+        codes = [run(c) for c in checks]
+        # core's layers import downward only: pyproject.toml's [tool.importlinter] contracts,
+        # checked on this tree (not on whatever copy an editable install points at)
+        lint_imports = "from importlinter.cli import lint_imports_command; lint_imports_command()"
+        imports = [str(PYTHON), "-c", lint_imports, "--no-cache", "--no-logo"]
+        codes.append(run(imports, env=dict(os.environ, PYTHONPATH=str(ROOT))))
+        return max(codes)
     if command == "mutants":
         return run([str(PYTHON), str(ROOT / "bench" / "mutations.py"), *rest])
     if command == "fathom":

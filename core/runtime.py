@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any
 
+import certifi
 import httpx
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -33,6 +34,7 @@ from core.engine.files import FileReader
 from core.engine.registry import load_strategy_settings
 from core.llm import LLMClients
 from core.operations.digests import DigestService
+from core.operations.queue import queue_in_transaction
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageCache, PageReader
 from core.research.cost import Prices
@@ -81,8 +83,6 @@ class DeferredTrustContext(ssl.SSLContext):
             elif capath := os.environ.get("SSL_CERT_DIR"):
                 self.load_verify_locations(capath=capath)
             else:
-                import certifi
-
                 self.load_default_certs()
                 self.load_verify_locations(cafile=certifi.where())
             self._trust_loaded = True
@@ -101,8 +101,6 @@ def new_run_hook(settings: Settings) -> Callable[[Connection, str], None] | None
     ``FATHOM_QUEUE=procrastinate``."""
     if settings.queue != "procrastinate":
         return None
-    from core.operations.queue import queue_in_transaction
-
     return queue_in_transaction
 
 

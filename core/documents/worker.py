@@ -21,6 +21,7 @@ import time
 from typing import Any, BinaryIO
 
 from core.documents import protocol
+from core.documents.pdf import read_pdf
 from core.documents.result import (
     DAMAGED,
     TOO_COMPLEX,
@@ -28,6 +29,7 @@ from core.documents.result import (
     UNSUPPORTED,
     DocumentUnreadable,
 )
+from core.documents.word import read_docx
 
 
 def limit_memory(limit: int) -> None:
@@ -53,9 +55,6 @@ def limit_cpu(seconds: float) -> None:
 
 def handle(header: dict[str, Any], data: bytes) -> dict[str, Any]:
     """One request's answer: ``{"ok": fields}`` or ``{"error": reason}``."""
-    from core.documents.pdf import read_pdf
-    from core.documents.word import read_docx
-
     kind = header.get("kind")
     max_chars = int(header["max_chars"])
     deadline = time.monotonic() + float(header["seconds"])

@@ -38,9 +38,11 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from importlib.metadata import version
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import anyio
+from pydantic import ValidationError
 
 from core.knowledge.config import ServerSpec, Transport
 from core.knowledge.results import error_reason, short_text, text_answer, tool_results
@@ -448,7 +450,6 @@ class McpSource:
         session (a protocol error or an answer that does not fit keeps it)."""
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED
-        from pydantic import ValidationError
 
         if isinstance(exc, MCPError) and exc.code != CONNECTION_CLOSED:
             said = short_text(exc.message)
@@ -545,8 +546,6 @@ def _describe(exc: BaseException) -> str:
 
 def _version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("fathom-bot")
     except Exception:
         return "0"
