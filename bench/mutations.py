@@ -29,10 +29,11 @@ How to run (from the repository root; standard library only, pytest runs in ``.v
 
 The tests run on SQLite; ``TEST_DATABASE_URL``, when set, is passed through, so the database
 tests run on PostgreSQL too. ``PYTEST_ADDOPTS`` is not passed on. It prints a Markdown table
-(guarantee | file | tests | result | seconds) and exits 0 only when the sanity run passed and
-every mutant was killed; 1 otherwise (a survivor, a timeout, a pytest error: the last line,
-on stderr, names each mutant not killed); 2 when a mutant's snippet is missing or not unique
-(a line on stderr per such mutant, naming it).
+(guarantee | file | tests | CI | result | seconds | CPU seconds, the latter with ``--jobs 1``)
+and exits 0 only when the sanity run passed and every mutant was killed; 1 otherwise (a
+survivor, a timeout, a pytest error: the last line, on stderr, names each mutant not killed);
+2 when a mutant's snippet is missing or not unique (a line on stderr per such mutant, naming
+it).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import argparse
 import contextlib
 import io
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -277,6 +279,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         breaks="an MCP tool that runs SQL (mcp-server-duckdb's query(query)) is chosen by "
         "itself and runs the planner's text",
+        ci=False,  # its tests start real MCP servers (seconds each)
     ),
     Mutant(
         name="statement-writes",
@@ -290,6 +293,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         breaks="a planner-written DELETE reaches a statement tool allowed with "
         '"statements": "read-only"',
+        ci=False,  # its tests start real MCP servers (seconds each)
     ),
     Mutant(
         name="allowed-users",
@@ -335,6 +339,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         breaks="every MCP server is searched in every thread, whatever channels it is "
         "configured for",
+        ci=False,  # its tests start real MCP servers (seconds each)
     ),
     Mutant(
         name="stop-requester",
@@ -416,6 +421,9 @@ class PytestRun:
     returncode: int | None  # None: timed out
     seconds: float
     output: str
+    #: CPU seconds (user + system) of the processes it waited for: exact when one run is
+    #: under way at a time (``--jobs 1``), a measure that the machine's load does not inflate.
+    cpu: float = 0.0
 
 
 def repository_files(repo: Path) -> list[str]:
@@ -497,7 +505,7 @@ def end_group(pid: int) -> None:
 
 def run(command: Sequence[str], root: Path, timeout: float) -> PytestRun:
     """Run ``command`` in ``root`` (its own process group, killed on timeout)."""
-    started = time.monotonic()
+    started, used = time.monotonic(), children_cpu()
     process = subprocess.Popen(
         list(command),
         cwd=root,
@@ -521,7 +529,12 @@ def run(command: Sequence[str], root: Path, timeout: float) -> PytestRun:
         end_group(process.pid)
         raise
     text = output.decode("utf-8", "replace")
-    return PytestRun(code, time.monotonic() - started, text)
+    return PytestRun(code, time.monotonic() - started, text, children_cpu() - used)
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def pytest(root: Path, arguments: Sequence[str], timeout: float, *, stop: bool) -> PytestRun:
@@ -688,13 +701,21 @@ def compile_copy(root: Path, timeout: float) -> None:
     run([str(PYTHON), "-m", "compileall", "-q", "-j", "0", "."], root, timeout)
 
 
-def in_threads(
-    work: Callable[[Mutant], tuple[Mutant, str, float]], mutants: Sequence[Mutant], jobs: int
-) -> list[tuple[Mutant, str, float]]:
+@dataclass(frozen=True)
+class Row:
+    """What one mutant came to."""
+
+    mutant: Mutant
+    result: str  # killed, survived, timeout, error (...)
+    seconds: float
+    cpu: float | None  # None: not measured alone (``--jobs`` above 1)
+
+
+def in_threads(work: Callable[[Mutant], Row], mutants: Sequence[Mutant], jobs: int) -> list[Row]:
     """``work`` of each mutant, ``jobs`` at once (threads: each waits on its own pytest
     process), in the mutants' order. (Not concurrent.futures: it imports ``queue``, which
     this folder's bench/queue.py shadows when the script runs as a file.)"""
-    results: dict[int, tuple[Mutant, str, float]] = {}
+    results: dict[int, Row] = {}
     left = list(enumerate(mutants))
     lock = threading.Lock()
 
@@ -708,7 +729,7 @@ def in_threads(
                 results[index] = work(mutant)
             except Exception as exc:  # (a copy that failed, say): that mutant is not killed
                 print(f"{mutant.name}: error ({exc!r})", flush=True)
-                results[index] = (mutant, f"error ({type(exc).__name__})", 0.0)
+                results[index] = Row(mutant, f"error ({type(exc).__name__})", 0.0, None)
 
     threads = [threading.Thread(target=worker) for _ in range(max(1, jobs))]
     for thread in threads:
@@ -742,39 +763,47 @@ def check(
         summary = tail(outcome.output, 1)
         if outcome.returncode is None:
             summary = f"timed out after {timeout:g} s"
-        print(f"sanity run without mutation ({outcome.seconds:.1f} s): {summary}")
+        spent = f"{outcome.seconds:.1f} s, {outcome.cpu:.1f} s of CPU"
+        print(f"sanity run without mutation ({spent}): {summary}")
         if outcome.returncode != 0:
             print(f"SANITY CHECK FAILED:\n{tail(outcome.output)}", file=sys.stderr)
             return 1
 
-    def attempt(mutant: Mutant) -> tuple[Mutant, str, float]:
+    def attempt(mutant: Mutant) -> Row:
         root = workspace / mutant.name
         shutil.copytree(base, root, symlinks=True)
         mutate(root, mutant)
         outcome = pytest(root, mutant.tests, timeout, stop=True)
         result = result_of(outcome)
         by = f" by {first_failure(outcome.output)}" if result == "killed" else ""
-        shown = f"{mutant.name}: {result}{by} in {outcome.seconds:.1f} s"
+        cpu = outcome.cpu if jobs <= 1 else None
+        spent = "" if cpu is None else f", {cpu:.1f} s of CPU"
+        shown = f"{mutant.name}: {result}{by} in {outcome.seconds:.1f} s{spent}"
         if result != "killed":
             shown += f"\n--- {mutant.name}: pytest output (tail)\n{tail(outcome.output)}\n---"
         print(shown, flush=True)
-        return mutant, result, outcome.seconds
+        return Row(mutant, result, outcome.seconds, cpu)
 
     rows = in_threads(attempt, mutants, jobs)
 
     print()
-    print("| guarantee | file | tests | result | seconds |")
-    print("|---|---|---|---|---|")
-    for mutant, result, seconds in rows:
+    print("| guarantee | file | tests | CI | result | seconds | CPU seconds |")
+    print("|---|---|---|---|---|---:|---:|")
+    for row in rows:
+        mutant = row.mutant
         tests = shown_tests(mutant.tests)
+        cpu = "" if row.cpu is None else f"{row.cpu:.1f}"
         print(
-            f"| {cell(mutant.name)} | {cell(mutant.file)} | {cell(tests)} | {result} "
-            f"| {seconds:.1f} |"
+            f"| {cell(mutant.name)} | {cell(mutant.file)} | {cell(tests)} "
+            f"| {'yes' if mutant.ci else 'no'} | {row.result} | {row.seconds:.1f} | {cpu} |"
         )
-    killed = sum(result == "killed" for _, result, _ in rows)
+    killed = sum(row.result == "killed" for row in rows)
     print()
-    print(f"{killed}/{len(rows)} mutants killed in {time.monotonic() - began:.0f} s in all")
-    alive = [f"{mutant.name} ({result})" for mutant, result, _ in rows if result != "killed"]
+    print(
+        f"{killed}/{len(rows)} mutants killed in {time.monotonic() - began:.0f} s in all "
+        f"({children_cpu():.0f} s of CPU)"
+    )
+    alive = [f"{row.mutant.name} ({row.result})" for row in rows if row.result != "killed"]
     if alive:
         print(f"NOT KILLED: {', '.join(alive)}", file=sys.stderr)
         return 1

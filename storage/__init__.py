@@ -14,6 +14,9 @@ built from a :class:`Database` alone:
 - :class:`CacheStore` (``storage/caches.py``): search results and page texts;
 - :class:`DigestStore` (``storage/digests.py``): scheduled digests and their firings' history;
 - :class:`LeaseStore` (``storage/leases.py``): named leases (one holder of a duty);
+- :class:`FeedbackStore` (``storage/feedback.py``): votes on reports, one per person per run;
+- :class:`ContextStore` (``storage/contexts.py``): what a conversation was opened from
+  (Slack's assistant threads);
 - :class:`RetentionStore` (``storage/retention.py``): pruning finished research past its
   retention;
 - :class:`ForgetStore` (``storage/forget.py``): forgetting one person (a privacy request).
