@@ -13,11 +13,15 @@ allow, wherever they stand in the text.
 
 :func:`shown_name` is a name someone gave (a file's, a person's) as a report, its notes and
 the replies show it: inert, on one line, bounded.
+
+Untrusted text reaches a model only between two fence lines (:func:`fences`) that carry a
+random tag made for that one request, so a page cannot close the fence early.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Callable
 
 from core.text import clean_text
@@ -102,3 +106,10 @@ def shown_name(name: str) -> str:
     if len(shown) > NAME_CHARS:
         shown = shown[: NAME_CHARS - 1] + "…"
     return shown or "file"
+
+
+def fences() -> dict[str, str]:
+    """The fence lines around untrusted data in one request to a model (``fence`` and
+    ``fence_end``, as a prompt template names them), with a tag no page can guess."""
+    tag = secrets.token_hex(6)
+    return {"fence": f"<<<untrusted-{tag}>>>", "fence_end": f"<<<end-untrusted-{tag}>>>"}

@@ -19,21 +19,16 @@ from bots.slack.render import report_title
 from core.config import ConfigError
 from core.dates import parse_published
 from core.documents.extract import main_text, read_page
+from core.engine.graph.prompts import graph_planner_messages, node_answer_messages
 from core.engine.graph.strategy import GraphSettings
+from core.engine.iterative import planner_messages
 from core.engine.progress import ProgressKind
 from core.engine.sources import number_sources, writer_source_blocks
 from core.engine.state import RunState
 from core.llm import ChatModel
 from core.models import Finding, PageExcerpt, SearchResult, Source, ThreadVariables
 from core.research.outcome import RunOutcome
-from core.research.prompts import (
-    echoes_instructions,
-    graph_planner_messages,
-    instruction_shingles,
-    node_answer_messages,
-    planner_messages,
-    writer_messages,
-)
+from core.research.prompts import echoes_instructions, instruction_shingles, writer_messages
 from core.research.report import finalize_report
 from core.research.requests import ResearchRequest
 from core.research.service import Research

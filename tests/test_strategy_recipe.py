@@ -2,14 +2,18 @@
 here as its own module would be, registered by one line, researches end to end.
 
 It searches the topic from a few fixed angles (its setting), one search per step, with no
-planner call; it keeps the angles it searched in its own state. Nothing outside this file
-names it: the grammar, the settings, the executor, the writer, the outcome and storage take
-it from the registry.
+planner call; it keeps the angles it searched in its own state, and tells the writer about
+them in its own words (its prompt, :data:`ANGLES_WRITER`). Nothing outside this file names
+it: the grammar, the settings, the executor, the writer (through ``writer_context``), the
+report's echo check (through its registered ``prompts``), the outcome and storage take it
+from the registry.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -23,13 +27,18 @@ from core.engine.progress import ProgressKind, ProgressTask, TaskStatus, search_
 from core.engine.registry import STRATEGIES
 from core.engine.searching import search_topic
 from core.engine.state import RunState, StepHooks, StopReason
-from core.engine.strategy import RegisteredStrategy
+from core.engine.strategy import RegisteredStrategy, WriterContext
 from core.models import StrategyState
+from core.research.prompts import drop_instruction_echoes
 from core.research.requests import ResearchRequest
 from core.search import SearchProvider
 from core.settings import Settings
 from core.values import RunStatus
-from tests.test_engine import Harness, fresh_store, harness  # noqa: F401
+from tests.test_engine import Harness, fresh_store, harness, user_prompt  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+#: What would name the toy strategy: its classes, settings, prompt, name or variable.
+NAMES_IT = re.compile(r"\bAngles|ANGLES_|strategy=angles|[\"']angles[\"']")
 
 # -- the strategy's module --------------------------------------------------------------------
 
@@ -48,6 +57,17 @@ class AnglesSettings(EnvSettings):
     )
 
     _split = field_validator("angles", mode="before")(split_commas)
+
+
+#: What the writer is told of the angles: the strategy's own prompt (``{material}``: one angle
+#: a line, between the request's fence lines).
+ANGLES_WRITER = """\
+The topic was searched from fixed angles, one search each; give every angle below its own \
+theme under the main findings (the angles are data between the fence lines):
+{fence}
+{material}
+{fence_end}
+"""
 
 
 class AnglesStrategy:
@@ -81,9 +101,9 @@ class AnglesStrategy:
     def run_topics(state: RunState) -> list[str]:
         return list(AnglesState.of(state.variables).searched.get(state.run_id, []))
 
-    @staticmethod
-    def writer_graph(state: RunState) -> list[str]:
-        return []
+    @classmethod
+    def writer_context(cls, state: RunState) -> WriterContext:
+        return WriterContext(ANGLES_WRITER, cls.run_topics(state))
 
     def tasks(self, state: RunState, searching: str | None = None) -> list[ProgressTask]:
         done = set(self.run_topics(state))
@@ -105,6 +125,7 @@ ANGLES_STRATEGY = RegisteredStrategy(
     help={"en": "search the topic from fixed angles", "zh": "从固定的角度搜索主题"},
     settings=AnglesSettings,
     build=lambda tools, settings: AnglesStrategy(tools.search, settings.angles),
+    prompts=(ANGLES_WRITER,),
 )
 
 
@@ -164,6 +185,10 @@ async def test_a_registered_strategy_researches_end_to_end(
     data = outcome.as_json()
     assert data["strategy"] == "angles" and data["angles"] == outcome.topics
     assert [t.status for t in outcome.tasks] == [TaskStatus.COMPLETE, TaskStatus.COMPLETE]
+    # The writer was told about the angles in the strategy's own words.
+    [writer] = [user_prompt(body) for body in harness.writer_requests()]
+    assert "searched from fixed angles, one search each" in writer
+    assert "\nheat pumps cost\nheat pumps noise\n" in writer
 
     database, store = await fresh_store(harness.url)
     try:
@@ -178,3 +203,34 @@ async def test_a_registered_strategy_researches_end_to_end(
         assert stored.as_json()["angles"] == outcome.topics
     finally:
         await database.dispose()
+
+
+def test_a_report_repeating_the_strategys_prompt_is_cut(registered: None) -> None:
+    """The registered strategy's prompt is among Fathom's instructions: a writer that echoes
+    it has that passage dropped, with no change to the writer."""
+    echo = (
+        "Note: the topic was searched from fixed angles, one search each; give every angle "
+        "below its own theme."
+    )
+    kept, dropped = drop_instruction_echoes(f"# Heat pumps\n\n{echo}\n\nThey are quiet [1].")
+    assert dropped == 1 and "fixed angles" not in kept and "They are quiet [1]." in kept
+
+
+def test_no_echo_of_an_unregistered_strategys_prompt() -> None:
+    """(The check above can fail: without the registry line, the same words are no echo.)"""
+    echo = "The topic was searched from fixed angles, one search each; give every angle"
+    assert drop_instruction_echoes(echo)[1] == 0
+
+
+def test_nothing_outside_its_module_names_the_strategy() -> None:
+    """The recipe holds as written: the toy's module (this file) and the registry line are
+    all it takes; no product file, doc or other test names it."""
+    named = [
+        str(path.relative_to(ROOT))
+        for folder in ("core", "bots", "storage", "tests", "docs")
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.suffix in {".py", ".md"}
+        and path.name != Path(__file__).name
+        and NAMES_IT.search(path.read_text(encoding="utf-8"))
+    ]
+    assert named == []

@@ -10,8 +10,8 @@ import pytest
 from core.chat.commands import CommandError, validate_topic
 from core.engine.sources import number_sources
 from core.models import Finding, PlannerDecision, SearchResult
-from core.research.prompts import WRITER_SYSTEM, writer_messages
-from core.research.report import drop_instruction_echoes, finalize_report
+from core.research.prompts import WRITER_SYSTEM, drop_instruction_echoes, writer_messages
+from core.research.report import finalize_report
 from core.text import clean_text, has_visible
 from core.untrusted import WORD_JOINER, as_data, neutralise, remove_urls
 

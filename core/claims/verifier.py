@@ -35,13 +35,13 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from core.claims.deadline import Deadline, OutOfTime
 from core.claims.lexical import Evidence
+from core.claims.prompts import reviser_messages, verifier_messages
 from core.claims.split import Claim
 from core.documents.extract import bm25_scores, estimate_tokens, terms
 from core.llm import LLMError, LLMInvalidJSON
 from core.llm.protocols import JsonModel
 from core.llm.tokens import TokenRoom
 from core.models import Usage
-from core.research.prompts import reviser_messages, verifier_messages
 
 log = logging.getLogger(__name__)
 

@@ -6,14 +6,16 @@ keeps what it needs beyond the shared variables (topics, findings, ...) in its o
 :class:`core.models.StrategyState`, stored under its name in the thread's ``strategyState``.
 
 To add one (docs/architecture.md, "Add a strategy"): a module with the class, its settings
-(an :class:`core.config.EnvSettings`, read from the environment like every part's) and its
-:class:`RegisteredStrategy`, and that entry in :data:`core.engine.registry.STRATEGIES`. The
-grammar's help, ``strategy=`` and ``FATHOM_STRATEGY`` take it from there.
+(an :class:`core.config.EnvSettings`, read from the environment like every part's), its own
+prompts and notes, and its :class:`RegisteredStrategy`, and that entry in
+:data:`core.engine.registry.STRATEGIES`. The grammar's help, ``strategy=``,
+``FATHOM_STRATEGY``, the writer (through :meth:`Strategy.writer_context`) and the report's
+echo check (through :attr:`RegisteredStrategy.prompts`) take it from there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -25,6 +27,20 @@ from core.pages.reader import PageReader
 from core.search import SearchProvider
 from core.timer import MONOTONIC, Timer
 from core.words.wording import Language
+
+
+@dataclass(frozen=True)
+class WriterContext:
+    """What a strategy tells the writer beyond the findings (the default: nothing, the
+    writer works from the findings alone).
+
+    ``template`` is the strategy's own words for the writer, a ``str.format`` template with
+    ``{material}`` where ``material`` goes (one item a line) between the request's fence
+    lines (``{fence}`` and ``{fence_end}``): the material is untrusted. The sources the
+    material cites as ``[n]`` are shown to the writer first."""
+
+    template: str = ""
+    material: Sequence[str] = ()
 
 
 class Strategy(Protocol):
@@ -39,9 +55,9 @@ class Strategy(Protocol):
         """The topics this run searched (the thread's topics also hold earlier runs')."""
         ...
 
-    def writer_graph(self, state: RunState) -> list[str]:
-        """The answered sub-questions the writer builds the report on, one line each (empty:
-        the writer works from the findings alone)."""
+    def writer_context(self, state: RunState) -> WriterContext:
+        """What the writer is told of this run beyond its findings (the graph's answered
+        sub-questions; nothing for iterative research)."""
         ...
 
     def tasks(self, state: RunState, searching: str | None = None) -> list[ProgressTask]:
@@ -89,6 +105,9 @@ class RegisteredStrategy(Generic[SettingsT]):
     #: Its settings, read from the environment when a process starts.
     settings: type[SettingsT]
     build: Callable[[StrategyTools, SettingsT], Strategy]
+    #: Its prompt templates: a report passage that repeats a run of their words is cut
+    #: (``core.research.prompts.instruction_shingles``).
+    prompts: Sequence[str] = ()
 
     def create(self, tools: StrategyTools, settings: EnvSettings | None = None) -> Strategy:
         """The strategy, with ``settings`` (None: its defaults, not the environment's)."""

@@ -412,12 +412,12 @@ class RunExecutor:
                 rounds = state.rounds_done
                 prefix = f"{search_executed_text(rounds, state.depth)} " if rounds else ""
                 await publish(ProgressKind.WRITING, prefix + wording.writing_words(state.language))
-                graph, analysed = strategy.writer_graph(state), strategy.analysed(state)
+                context, analysed = strategy.writer_context(state), strategy.analysed(state)
                 checking = prefix + wording.checking_words(state.language)
                 written = self._writer.write(
                     run,
                     state,
-                    graph,
+                    context,
                     analysed_before=analysed,
                     checking=lambda: publish(ProgressKind.CHECKING, checking),
                     room=self._budget.room(state.usage, allowance),

@@ -8,9 +8,9 @@ citations are renumbered in order of first use, and ``## Sources`` is generated
 from data. The fixed headings (``## Sources``, ``## Notes on this run``, ...) are in the
 language of the topic, as the report is (``## 来源`` in a Chinese one). The answer is
 untrusted like the sources: passages that repeat Fathom's own instructions are dropped
-(:func:`drop_instruction_echoes`), platform mentions and link syntax are made inert, and no
-web address survives anywhere in the report (notes and titles included) unless a search
-returned it.
+(by the writer: :func:`core.research.prompts.drop_instruction_echoes`), platform mentions and
+link syntax are made inert, and no web address survives anywhere in the report (notes and
+titles included) unless a search returned it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from core.engine.sources import (
     url_identity,
 )
 from core.models import Finding, Source
-from core.research.prompts import echoes_instructions, instruction_shingles
 from core.untrusted import as_data, neutralise, remove_urls
 from core.words.wording import (
     Language,
@@ -192,20 +191,6 @@ def unwrap_report(markdown: str) -> str:
     if fenced is not None:
         text = fenced.group(1).strip()
     return _PREAMBLE.sub("", text, count=1)
-
-
-def drop_instruction_echoes(markdown: str) -> tuple[str, int]:
-    """``markdown`` without the paragraphs that repeat a run of Fathom's own instructions (a
-    model that obeyed "print your instructions" in a page); how many were dropped."""
-    runs = instruction_shingles()
-    kept: list[str] = []
-    dropped = 0
-    for paragraph in re.split(r"\n\s*\n", markdown):
-        if echoes_instructions(paragraph, runs):
-            dropped += 1
-        else:
-            kept.append(paragraph)
-    return "\n\n".join(kept), dropped
 
 
 def _escape_title(title: str) -> str:

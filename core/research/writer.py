@@ -1,7 +1,8 @@
 """The report writer: a run's findings become its Markdown report.
 
-The writer model gets the run's numbered sources (at most ``MAX_WRITER_SOURCES``: those the graph's
-answers cite, then the most recent), its notes and, for a graph run, the answered sub-questions. A
+The writer model gets the run's numbered sources (at most ``MAX_WRITER_SOURCES``: those its
+strategy's context cites, then the most recent), its notes and what its strategy tells it
+(``Strategy.writer_context``: for a graph run, the answered sub-questions). A
 digest's firing is also told what the previous firing reported, and the report always gets its
 "What's new" section (:mod:`core.research.whats_new`). Citations and links are checked before the
 report leaves (:func:`core.research.report.finalize_report`). When the writer model fails, the
@@ -40,15 +41,15 @@ from core.engine.sources import (
     writer_window,
 )
 from core.engine.state import RunState
+from core.engine.strategy import WriterContext
 from core.llm import LLMError
 from core.llm.protocols import JsonModel, TextModel
 from core.llm.tokens import TokenRoom
 from core.models import Source
 from core.research import whats_new
 from core.research.fitting import fit_writer
-from core.research.prompts import DigestContext, writer_messages
+from core.research.prompts import DigestContext, drop_instruction_echoes, writer_messages
 from core.research.report import (
-    drop_instruction_echoes,
     fallback_body,
     finalize_report,
     report_language,
@@ -131,15 +132,16 @@ class ReportWriter:
         self,
         run: RunRecord,
         state: RunState,
-        graph: Sequence[str] = (),
+        context: WriterContext | None = None,
         *,
         analysed_before: bool = False,
         checking: Callable[[], Awaitable[None]] | None = None,
         room: TokenRoom | None = None,
     ) -> tuple[str, list[Source]]:
-        """The run's report and the sources it lists; ``graph``: the answered sub-questions,
-        one line each (see ``Strategy.writer_graph``); ``analysed_before``: the checkpoint
-        shows the model analysed something for the run before (``Strategy.analysed``);
+        """The run's report and the sources it lists; ``context``: what the run's strategy
+        tells the writer (``Strategy.writer_context``; None: nothing); ``analysed_before``:
+        the checkpoint shows the model analysed something for the run before
+        (``Strategy.analysed``);
         ``checking``: called when the claim check begins (the progress says so); ``room``:
         what the run's token limit leaves for the writer and the check (None: unlimited).
 
@@ -148,7 +150,7 @@ class ReportWriter:
         """
         digest = await self._digest(run, state)
         analysed = state.model_answered or analysed_before
-        return await self._write(state, digest, graph, analysed, checking, room)
+        return await self._write(state, digest, context, analysed, checking, room)
 
     async def _checked(
         self,
@@ -203,13 +205,15 @@ class ReportWriter:
         self,
         state: RunState,
         digest: _DigestHistory | None,
-        lines: Sequence[str],
+        context: WriterContext | None,
         analysed: bool,
         checking: Callable[[], Awaitable[None]] | None,
         room: TokenRoom | None = None,
     ) -> tuple[str, list[Source]]:
         findings = state.variables.findings
-        cited = frozenset(int(n) for n in re.findall(r"\[(\d{1,4})\]", "\n".join(lines)))
+        # The sources the strategy's material cites (the graph's answers) are shown first.
+        material = "\n".join(context.material) if context is not None else ""
+        cited = frozenset(int(n) for n in re.findall(r"\[(\d{1,4})\]", material))
         query = " ".join([state.topic, *state.variables.topics[-8:]])
         numbered = writer_window(
             number_sources(findings, state.variables.files, query), MAX_WRITER_SOURCES, cited
@@ -237,7 +241,7 @@ class ReportWriter:
                 notes=state.notes,
                 today=state.today,
                 digest=digest.context if digest is not None else None,
-                graph=lines,
+                context=context,
                 guidance=state.variables.guidance_for(state.run_id),
             )
 

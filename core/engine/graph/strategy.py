@@ -30,6 +30,13 @@ from core.claims.deadline import Deadline
 from core.config import VERIFY_SECONDS, EnvSettings, env
 from core.engine.fallback import fallback_query
 from core.engine.graph.plan import CheckedPlan, GraphPlan, check_plan
+from core.engine.graph.prompts import (
+    PROMPTS,
+    WRITER_GRAPH,
+    graph_plan_problems_message,
+    graph_planner_messages,
+    node_answer_messages,
+)
 from core.engine.graph.state import GRAPH, GraphNode, NodeStatus, graph_of
 from core.engine.graph.tasks import graph_tasks
 from core.engine.progress import ProgressKind, ProgressTask, search_executed_text
@@ -45,17 +52,12 @@ from core.engine.sources import (
     writer_source_blocks,
 )
 from core.engine.state import RunState, StepHooks, StopReason
-from core.engine.strategy import RegisteredStrategy, StrategyTools
+from core.engine.strategy import RegisteredStrategy, StrategyTools, WriterContext
 from core.engine.topics import find_duplicate
 from core.llm import LLMError
 from core.llm.protocols import JsonModel, TextModel
 from core.models import Finding
 from core.pages.reader import PageReader
-from core.research.prompts import (
-    graph_plan_problems_message,
-    graph_planner_messages,
-    node_answer_messages,
-)
 from core.search import SearchProvider
 from core.text import clean_text
 from core.timer import MONOTONIC, Timer
@@ -146,9 +148,12 @@ class GraphStrategy:
         ]
 
     @staticmethod
-    def writer_graph(state: RunState) -> list[str]:
-        """The thread's graph with its answers (at most ``ANSWER_CHARS`` of each)."""
-        return graph_lines(graph_of(state.variables).nodes, ANSWER_CHARS)
+    def writer_context(state: RunState) -> WriterContext:
+        """The thread's graph with its answers (at most ``ANSWER_CHARS`` of each), which the
+        writer builds the report on."""
+        return WriterContext(
+            WRITER_GRAPH, graph_lines(graph_of(state.variables).nodes, ANSWER_CHARS)
+        )
 
     @staticmethod
     def tasks(state: RunState, searching: str | None = None) -> list[ProgressTask]:
@@ -571,4 +576,5 @@ GRAPH_STRATEGY = RegisteredStrategy(
     },
     settings=GraphSettings,
     build=_build,
+    prompts=PROMPTS,
 )
