@@ -5,6 +5,7 @@ row fails, and so does a row whose store or table is gone or moved)."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -94,3 +95,64 @@ async def test_the_table_list_names_every_table_of_the_migrated_schema(
     assert not missing, f"tables of the schema without a row in {ARCHITECTURE.name}: {missing}"
     gone = sorted(set(documented) - made)
     assert not gone, f"rows of {ARCHITECTURE.name} naming no table of the schema: {gone}"
+
+
+#: The documents whose names of code are checked.
+DOCUMENTS = ("README.md", "docs/*.md", "tests/README.md")
+#: A repository path in backticks: `core/research/executor.py`, `deploy/kubernetes/`.
+REPO_PATH = re.compile(
+    r"`((?:core|bots|storage|tests|bench|docs|migrations|deploy|requirements|\.ci)/[\w./-]*)`"
+)
+#: Files a recipe or a step asks the reader to create (they are not in the repository).
+TO_BE_WRITTEN = ("bots/acme/", "tests/fakes/acme.py", "deploy/fathom.env")
+#: A dotted name of Fathom's code in backticks: `core.logs.Redactor`, `storage.Store`.
+DOTTED = re.compile(r"`((?:core|bots|storage)\.[A-Za-z_][\w.]*)")
+
+
+def documents() -> list[Path]:
+    root = ARCHITECTURE.parent.parent
+    return sorted(path for pattern in DOCUMENTS for path in root.glob(pattern))
+
+
+def test_every_path_the_docs_name_exists() -> None:
+    """A module moved (or renamed) takes its mentions in README.md and docs/ with it."""
+    root = ARCHITECTURE.parent.parent
+    missing = sorted(
+        {
+            f"{document.relative_to(root)}: {path}"
+            for document in documents()
+            for path in REPO_PATH.findall(document.read_text(encoding="utf-8"))
+            if not path.startswith(TO_BE_WRITTEN) and not (root / path).exists()
+        }
+    )
+    assert not missing, "paths named in the docs that are not in the repository:\n" + "\n".join(
+        missing
+    )
+
+
+def resolves(dotted: str) -> bool:
+    """Whether ``dotted`` (``core.logs.Redactor``) is a module, or a module's attribute."""
+    parts = dotted.rstrip(".").split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+def test_every_dotted_name_the_docs_use_is_in_the_code() -> None:
+    root = ARCHITECTURE.parent.parent
+    named = {
+        (str(document.relative_to(root)), dotted)
+        for document in documents()
+        for dotted in DOTTED.findall(document.read_text(encoding="utf-8"))
+    }
+    assert len(named) >= 20  # the names were found at all
+    unknown = sorted(f"{where}: {dotted}" for where, dotted in named if not resolves(dotted))
+    assert not unknown, "names in the docs that the code does not have:\n" + "\n".join(unknown)
