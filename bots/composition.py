@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from bots.chat.platform import ChatPlatform, PlatformServices
 from bots.chat.settings import ChatPolicy, ChatSettings, PlatformSettings
-from bots.platforms import PLATFORMS, PlatformClass, titles
+from bots.platforms import PLATFORMS, Registry, classes, titles
 from core.config import load
 from core.settings import Settings
 
 if TYPE_CHECKING:
+    from bots.platforms import PlatformClass
     from core.metrics import Metrics
     from core.operations.job import ResearchJob
     from core.operations.queue import ProcrastinateQueue
@@ -45,12 +46,17 @@ class AppSettings:
     #: Every registered platform's settings, by platform name.
     platforms: Mapping[str, PlatformSettings]
     #: The registered platforms (``bots.platforms.PLATFORMS``, or more in a test).
-    registry: tuple[PlatformClass, ...] = PLATFORMS
+    registry: Registry = PLATFORMS
+
+    @property
+    def classes(self) -> tuple[PlatformClass, ...]:
+        """Every registered platform's class (imported when its settings were read)."""
+        return classes(self.registry)
 
     @property
     def enabled(self) -> tuple[PlatformClass, ...]:
         """The platforms whose credentials are set (what ``fathom serve`` connects to)."""
-        return tuple(cls for cls in self.registry if self.platforms[cls.name].enabled)
+        return tuple(cls for cls in self.classes if self.platforms[cls.name].enabled)
 
     @property
     def enabled_names(self) -> frozenset[str]:
@@ -71,15 +77,14 @@ class AppSettings:
             self.platforms[cls.name].check()
 
 
-def load_app_settings(
-    registry: tuple[PlatformClass, ...] = PLATFORMS, **overrides: object
-) -> AppSettings:
+def load_app_settings(registry: Registry = PLATFORMS, **overrides: object) -> AppSettings:
     """Every part's settings (``overrides`` as for any settings class: variable names, and
-    ``_env_file``); ``ConfigError`` with one readable line."""
+    ``_env_file``); ``ConfigError`` with one readable line (also for a registered platform
+    that cannot be imported: ``bots.platforms.PlatformEntry.load``)."""
     return AppSettings(
         core=load(Settings, **overrides),
         chat=load(ChatSettings, **overrides),
-        platforms={cls.name: load(cls.settings_class, **overrides) for cls in registry},
+        platforms={cls.name: load(cls.settings_class, **overrides) for cls in classes(registry)},
         registry=registry,
     )
 
@@ -160,11 +165,14 @@ async def open_app(
         # flight), the runner (its running jobs post meanwhile), then the outbound clients.
         clients = await stack.enter_async_context(contextlib.AsyncExitStack())
         stack.push_async_callback(runner.stop)
+        entries = {entry.name: entry for entry in settings.registry}
         for cls in settings.enabled:
             own = replace(services, engine=runtime.database.engine) if cls.metadata else services
             platform = cls(settings.platforms[cls.name], own)
             app.platforms[cls.name] = platform
             clients.push_async_callback(platform.aclose)
             stack.push_async_callback(platform.close_ingress)
-            job.register(cls.name, await platform.start(runner if role == "serve" else None))
+            with entries[cls.name].importing():  # its SDK: one line naming what is missing
+                posters = await platform.start(runner if role == "serve" else None)
+            job.register(cls.name, posters)
         yield app

@@ -34,7 +34,6 @@ from bots.composition import AppSettings, open_app
 from bots.header_deadline import MAX_HEADER_BYTES, protocol_class
 from bots.housekeeping import housekeeping
 from bots.http_metrics import IngressMetrics
-from bots.platforms import PlatformClass
 from core.config import ConfigError
 from core.operations.duty import OneHolder
 from core.operations.queue import conninfo
@@ -44,6 +43,7 @@ from core.values import UNFINISHED_STATUSES
 from storage import Database, Store
 
 if TYPE_CHECKING:
+    from bots.platforms import PlatformClass
     from core.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ def create_app(
         Route(
             route.path, _on_port(platform_endpoint(cls), admin=False), methods=list(route.methods)
         )
-        for cls in settings.registry
+        for cls in settings.classes
         for route in cls.routes
     ]
     app = Starlette(

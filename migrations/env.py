@@ -26,9 +26,9 @@ def _models() -> list[MetaData]:
     """What autogenerate compares the database with: the shared tables and each registered
     platform's own (``ChatPlatform.metadata``; imported only for Alembic's own CLI, never
     when a process upgrades its database)."""
-    from bots.platforms import PLATFORMS
+    from bots.platforms import classes
 
-    return [Base.metadata, *(cls.metadata for cls in PLATFORMS if cls.metadata is not None)]
+    return [Base.metadata, *(cls.metadata for cls in classes() if cls.metadata is not None)]
 
 
 def _url() -> str:

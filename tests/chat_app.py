@@ -25,7 +25,7 @@ import uvicorn
 from sqlalchemy import text
 
 from bots.composition import AppSettings, load_app_settings
-from bots.platforms import PLATFORMS, PlatformClass
+from bots.platforms import PLATFORMS, Registry
 from storage import Database, RunRecord, Store
 from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.server import BackgroundServer
@@ -82,10 +82,6 @@ class LifespanServer(BackgroundServer):
         if self._sock is not None:
             self._sock.close()
         self._server = self._thread = self._sock = None
-
-
-#: The platforms a served app has (``bots.platforms.PLATFORMS``, or more in a test).
-Registry = tuple[PlatformClass, ...]
 
 
 def fathom_settings(

@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from bots.dingtalk.api import DingTalkApi
+from bots.platforms import Registry
 from storage import Database, Store
-from tests.chat_app import LifespanServer, Registry, ServedFathom, fathom_settings
+from tests.chat_app import LifespanServer, ServedFathom, fathom_settings
 from tests.databases import MigratedTemplates, throwaway_database
 from tests.env import clean_environ, is_fathom_setting
 from tests.fakes import FakeLLMServer, FakeSearchServer, FakeSlackServer

@@ -439,13 +439,13 @@ def test_the_ingress_example_routes_the_platform_paths_only() -> None:
     PlatformRoute list, which `fathom serve` mounts), each `Exact`, to the Service's public
     port; not /healthz, /readyz or /metrics. It is an example (host and TLS to set), so the
     kustomization does not apply it."""
-    from bots.platforms import PLATFORMS
+    from bots.platforms import classes
 
     ingress = yaml.safe_load((DEPLOY / "kubernetes/ingress.example.yaml").read_text())
     (rule,) = ingress["spec"]["rules"]
     paths = rule["http"]["paths"]
     assert sorted(p["path"] for p in paths) == sorted(
-        route.path for cls in PLATFORMS for route in cls.routes
+        route.path for cls in classes() for route in cls.routes
     )
     service = list(yaml.safe_load_all((DEPLOY / "kubernetes/serve.yaml").read_text()))[1]
     for path in paths:

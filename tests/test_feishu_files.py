@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import cast
 
 import pytest
 
 from bots.feishu.api import FeishuApi, FeishuError
 from bots.feishu.delivery import FeishuThread, classify_error
-from core.chat.stores import ChatStores, RunRecord
+from core.chat.stores import RunRecord
 from core.documents.attachments import AttachmentRefused, AttachmentTooLarge
 from core.models import Attachment
 from core.values import RunStatus, ThreadKey
@@ -66,7 +65,7 @@ def thread(api: FeishuApi) -> FeishuThread:
         finished_at=None,
         heartbeat_at=None,
     )
-    return FeishuThread(run, api, cast(ChatStores, None))
+    return FeishuThread(run, api)
 
 
 def the_file(key: str = "file_v3_00ab_pdf", message_id: str | None = "om_file") -> Attachment:

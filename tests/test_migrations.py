@@ -66,11 +66,11 @@ async def _schema_diff(database: Database) -> list[Any]:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from bots.platforms import PLATFORMS
+    from bots.platforms import classes
     from storage.tables import ours
 
     models = MetaData()  # the shared tables and every platform's own
-    for metadata in (Base.metadata, *(cls.metadata for cls in PLATFORMS if cls.metadata)):
+    for metadata in (Base.metadata, *(cls.metadata for cls in classes() if cls.metadata)):
         for table in metadata.tables.values():
             table.to_metadata(models)
 

@@ -1,43 +1,35 @@
-"""The platform contract (``bots.chat.platform``): every registered platform against it, and
-a toy platform, defined here, that registers and serves one research end to end with no
-change outside this file."""
+"""The platform contract (``bots.chat.platform``) and the registry (``bots.platforms``):
+every registered platform against it; a toy platform, its package
+(``tests/toy_platform.py``) plus one registry line here, that serves one research end to
+end; and the registry's lines imported lazily (no platform, no SDK on import; one line
+naming what is missing when one cannot be imported)."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import inspect
 import json
 import logging
-from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import Field
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 
-from bots.chat.controls import Button
-from bots.chat.delivery import ThreadPosters
-from bots.chat.inbound import ChatCommands
-from bots.chat.message import ChatMessage
-from bots.chat.platform import ChatPlatform, HttpIngress, OpenPlatform, PlatformRoute
-from bots.chat.replies import MarkdownMarkup
-from bots.chat.settings import PlatformSettings
-from bots.platforms import PLATFORMS, secret_patterns
-from core.config import env
-from core.documents.attachments import AttachmentRefused
-from core.engine.progress import ProgressTask
-from core.failures import PostFailure
+from bots.chat.delivery import ThreadPoster
+from bots.composition import load_app_settings, open_app
+from bots.platforms import PLATFORMS, PlatformEntry, classes, secret_patterns, titles
+from core.config import ConfigError
 from core.logs import configure_logging
-from core.models import Attachment
-from core.operations.runners import JobRunner
-from core.research.outcome import RunOutcome
-from core.untrusted import neutralise
 from core.values import ThreadKey
-from core.words.reasons import Reason
-from storage import RunRecord
-from tests.chat_app import wait_for
+from tests.chat_app import fathom_settings, wait_for
 from tests.conftest import ServeFathom
+from tests.databases import MigratedTemplates
+from tests.fakes import FakeLLMServer, FakeSearchServer
 from tests.fakes.dingtalk import CLIENT_ID as DINGTALK_ID
 from tests.fakes.dingtalk import CLIENT_SECRET as DINGTALK_SECRET
 from tests.fakes.dingtalk import FakeDingTalkServer
@@ -46,6 +38,7 @@ from tests.fakes.slack import FakeSlackServer
 from tests.fakes.teams import APP_ID as TEAMS_ID
 from tests.fakes.teams import APP_PASSWORD as TEAMS_PASSWORD
 from tests.fakes.teams import FakeTeamsServer
+from tests.toy_platform import TOY, TOY_CHAT, ToyChat, ToyPlatform, ToyThread
 
 # -- every registered platform ------------------------------------------------------------
 
@@ -94,15 +87,15 @@ CONTRACT: dict[str, tuple[Fake, PlatformEnv]] = {
 
 
 def test_every_registered_platform_is_under_the_contract_test() -> None:
-    assert sorted(cls.name for cls in PLATFORMS) == sorted(CONTRACT)
-    assert len({cls.name for cls in PLATFORMS}) == len(PLATFORMS)
-    routes = [route.path for cls in PLATFORMS for route in cls.routes]
+    assert sorted(entry.name for entry in PLATFORMS) == sorted(CONTRACT)
+    assert len({entry.name for entry in PLATFORMS}) == len(PLATFORMS)
+    routes = [route.path for cls in classes() for route in cls.routes]
     assert len(routes) == len(set(routes)), "two platforms claim one route"
-    for cls in PLATFORMS:
+    for cls in classes():
         assert all(route.path.startswith(f"/{cls.name}/") for route in cls.routes), cls.name
 
 
-@pytest.fixture(params=[cls.name for cls in PLATFORMS])
+@pytest.fixture(params=[entry.name for entry in PLATFORMS])
 def platform(request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, str]]]:
     make, settings = CONTRACT[request.param]
     with make() as fake:
@@ -115,7 +108,7 @@ async def test_a_registered_platform_serves_its_routes_reports_readiness_and_sto
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     name, settings = platform
-    (cls,) = [cls for cls in PLATFORMS if cls.name == name]
+    (cls,) = [entry.load() for entry in PLATFORMS if entry.name == name]
     served = await serve_fathom(**settings)
     ready = await served.readyz()
     assert ready["status"] == "ready" and list(ready["platforms"]) == [name]
@@ -127,7 +120,7 @@ async def test_a_registered_platform_serves_its_routes_reports_readiness_and_sto
         answer = await served.http.request(method, f"{served.url}{route.path}", content=b"")
         assert answer.status_code < 500, (route.path, answer.status_code, answer.text)
         assert f"{cls.title} is not configured" not in answer.text, route.path
-    others = [route for other in PLATFORMS if other is not cls for route in other.routes]
+    others = [route for other in classes() if other is not cls for route in other.routes]
     for route in others:  # the other platforms' routes exist, and say they are not set up
         answer = await served.http.request(route.methods[0], f"{served.url}{route.path}")
         assert answer.status_code == 404 and "not configured" in answer.json()["error"]
@@ -138,130 +131,23 @@ async def test_a_registered_platform_serves_its_routes_reports_readiness_and_sto
     assert problems == [], [r.getMessage() for r in problems]
 
 
-# -- a toy platform, defined only here ----------------------------------------------------
+# -- a toy platform: its package (tests/toy_platform.py) and one registry line ------------
 
-TOY = "toy"
-
-
-class ToySettings(PlatformSettings):
-    token: str | None = Field(default=None, validation_alias=env("TOY_TOKEN"))
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.token)
+#: The toy platform's line, as ``bots/platforms.py`` would list it.
+TOY_ENTRY = PlatformEntry(TOY, "Toy", "tests.toy_platform:ToyPlatform")
 
 
-class ToyChat:
-    """The toy chat service's side: threads of messages, by thread key."""
-
-    def __init__(self) -> None:
-        self.threads: dict[str, list[str]] = defaultdict(list)
-        self.answers: list[str] = []
-
-
-class ToyThread:
-    """``bots.chat.delivery.ThreadPoster`` for one run's toy thread."""
-
-    def __init__(self, chat: ToyChat, run: RunRecord) -> None:
-        self._messages = chat.threads[run.thread_key]
-
-    def render_progress(
-        self,
-        status: str,
-        message_id: str | None,
-        buttons: Sequence[Button] = (),
-        tasks: Sequence[ProgressTask] = (),
-    ) -> str:
-        return status  # a toy chat without buttons
-
-    async def post_progress(self, content: str) -> str:
-        self._messages.append(content)
-        return str(len(self._messages) - 1)
-
-    async def edit_progress(self, message_id: str, content: str) -> None:
-        self._messages[int(message_id)] = content
-
-    def can_edit(self, message_id: str) -> bool:
-        return True
-
-    async def resume(self, message_id: str | None) -> None:
-        return None
-
-    @property
-    def needs_opener(self) -> bool:
-        return False
-
-    def report_parts(self, outcome: RunOutcome) -> Sequence[str]:
-        return [outcome.report_markdown or ""]
-
-    async def post_report_part(self, part: str) -> None:
-        self._messages.append(part)
-
-    async def post_notice(self, text: str) -> None:
-        self._messages.append(neutralise(text))
-
-    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
-        raise AttachmentRefused(Reason("the toy chat keeps no files", "玩具聊天不保存文件"))
-
-    def classify(self, error: Exception) -> PostFailure:
-        return PostFailure(type(error).__name__, True)
+@pytest.fixture
+def toy_chat() -> Iterator[ToyChat]:
+    TOY_CHAT.clear()
+    yield TOY_CHAT
+    TOY_CHAT.clear()
 
 
-def toy_platform(chat: ToyChat) -> type[ChatPlatform[ToySettings]]:
-    """The toy platform, delivering into ``chat`` (what the test reads)."""
-
-    class ToyPosters(ThreadPosters):
-        async def poster_for(self, run: RunRecord) -> ToyThread:
-            return ToyThread(chat, run)
-
-    class ToyPlatform(ChatPlatform[ToySettings]):
-        name = TOY
-        title = "Toy"
-        settings_class = ToySettings
-        routes = (PlatformRoute(f"/{TOY}/messages", ("POST",)),)
-
-        @classmethod
-        def secret_patterns(cls) -> tuple[str, ...]:
-            """Its bot token sits in its API's URLs, as Telegram's does."""
-            return (r"\bbot\d{6,12}:[A-Za-z0-9_-]{30,}",)
-
-        async def open(self, runner: JobRunner | None) -> OpenPlatform:
-            posters = ToyPosters(self.services.store, edit_interval=0)
-            if runner is None:
-                return OpenPlatform(posters)
-            markup = MarkdownMarkup(TOY, neutralise, lambda thread, language: thread.thread)
-            return OpenPlatform(posters, ToyIngress(self.services.commands(runner, markup)))
-
-    class ToyIngress(HttpIngress):
-        def __init__(self, commands: ChatCommands) -> None:
-            self._commands = commands
-
-        async def handle(self, request: Request) -> Response:
-            data = await request.json()
-            message = ChatMessage(
-                platform=TOY,
-                workspace="w1",
-                channel=str(data["channel"]),
-                thread=str(data["id"]),
-                user=str(data["user"]),
-                text=str(data["text"]),
-                dedupe_key=f"toy:{data['id']}",
-            )
-
-            async def answer(text: str) -> None:
-                chat.answers.append(text)
-
-            await self._commands.receive(message, answer)
-            return JSONResponse({"ok": True})
-
-    return ToyPlatform
-
-
-async def test_a_toy_platform_registered_in_a_test_serves_one_research_end_to_end(
-    serve_fathom: ServeFathom,
+async def test_a_toy_platform_registered_by_one_line_serves_one_research_end_to_end(
+    serve_fathom: ServeFathom, toy_chat: ToyChat
 ) -> None:
-    toy_chat = ToyChat()
-    served = await serve_fathom(registry=(*PLATFORMS, toy_platform(toy_chat)), TOY_TOKEN="t")
+    served = await serve_fathom(registry=(*PLATFORMS, TOY_ENTRY), TOY_TOKEN="t")
     ready = await served.readyz()
     assert ready["platforms"] == {TOY: {"mode": "http"}}
     answer = await served.http.post(
@@ -285,6 +171,29 @@ async def test_a_toy_platform_registered_in_a_test_serves_one_research_end_to_en
     assert "/research" in toy_chat.answers[0]
 
 
+def test_the_toy_platform_writes_only_what_the_contract_has_no_default_for() -> None:
+    """The recipe's "no boilerplate": the toy's poster fills in the contract's abstract calls
+    and nothing else (editing, the pending-thread re-key, files and the judgement of failures
+    are the base class's and the shared delivery's), and its class does not repeat the name
+    and title its registry line gives it."""
+    abstract = set(ThreadPoster.__abstractmethods__)
+    assert len(abstract) <= 6, sorted(abstract)
+    written = {name for name in vars(ToyThread) if not name.startswith("_")}
+    assert written == abstract, sorted(written ^ abstract)
+    assigned = {
+        target.id
+        for node in ast.parse(textwrap.dedent(inspect.getsource(ToyPlatform))).body[0].body  # type: ignore[attr-defined]
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    assert assigned == {"settings_class", "routes"}, assigned
+    assert TOY_ENTRY.load() is ToyPlatform and (ToyPlatform.name, ToyPlatform.title) == (
+        TOY,
+        "Toy",
+    )
+
+
 def test_a_platform_s_own_credential_is_masked_in_every_log_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -298,7 +207,7 @@ def test_a_platform_s_own_credential_is_masked_in_every_log_line(
     handlers, level = root.handlers[:], root.level
     try:
         for fmt in ("console", "json"):
-            configure_logging("INFO", fmt, secret_patterns((*PLATFORMS, toy_platform(ToyChat()))))
+            configure_logging("INFO", fmt, secret_patterns((*PLATFORMS, TOY_ENTRY)))
             logging.getLogger("fathom.toy").warning("POST %s failed", url)
         configure_logging("INFO", "console", secret_patterns(PLATFORMS))
         logging.getLogger("fathom.toy").warning("POST %s failed", url)
@@ -310,3 +219,103 @@ def test_a_platform_s_own_credential_is_masked_in_every_log_line(
         assert token.split(":")[1] not in line and "api.telegram.org/bot12…" in line
     assert json.loads(json_line)["logger"] == "fathom.toy"
     assert token in unmasked
+
+
+# -- the registry: dotted names, imported when asked for -----------------------------------
+
+#: The SDKs of the registered platforms (imported when a platform is opened, never before).
+SDKS = ("slack_bolt", "slack_sdk", "lark_oapi", "dingtalk_stream")
+
+IMPORTED = """
+import json, sys
+from typer.testing import CliRunner
+
+def imported():
+    packages = {entry.target.rpartition(".")[0] for entry in bots.platforms.PLATFORMS}
+    return sorted(
+        name for name in sys.modules
+        if name.split(".")[0] in SDKS or any(name.startswith(p) for p in packages)
+    )
+
+import bots.platforms
+titles = bots.platforms.titles()
+after_import = imported()
+from bots.cli import app
+help = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"}).output
+print(json.dumps({"titles": titles, "import": after_import, "help": help, "after": imported()}))
+"""
+
+
+def test_importing_the_registry_or_asking_serve_for_help_imports_no_platform() -> None:
+    """``import bots.platforms`` and ``fathom serve --help`` (which names every platform from
+    the registry's lines) leave every platform's package and every SDK out of the process."""
+    code = f"SDKS = {SDKS!r}\n{IMPORTED}"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    shown = json.loads(done.stdout)
+    assert shown["titles"] == titles() and len(shown["titles"]) == len(PLATFORMS)
+    assert shown["import"] == [] and shown["after"] == [], shown
+    text = " ".join(shown["help"].split())
+    for title in titles().values():
+        assert title in text, (title, text)
+
+
+def _platform_module(folder: Path, name: str, body: str) -> str:
+    (folder / f"{name}.py").write_text(textwrap.dedent(body), encoding="utf-8")
+    return name
+
+
+def test_a_platform_whose_package_cannot_be_imported_says_which_one_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = _platform_module(tmp_path, "fathom_needs_sdk", "import fathom_missing_sdk\n")
+    entry = PlatformEntry("needy", "Needy Chat", f"{module}:NeedyPlatform")
+    assert titles((*PLATFORMS, entry))["needy"] == "Needy Chat"  # its line, not imported
+    with pytest.raises(ConfigError) as raised:
+        entry.load()
+    said = str(raised.value)
+    assert said.startswith("Needy Chat (needy) cannot be used: ") and "\n" not in said
+    assert "'fathom_missing_sdk'" in said and "requirements" in said
+    with pytest.raises(ConfigError, match="'fathom_missing_sdk'"):  # every command's settings
+        load_app_settings((*PLATFORMS, entry), _env_file=None)
+
+
+async def test_an_enabled_platform_whose_sdk_is_missing_says_so_when_it_is_opened(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+    templates: MigratedTemplates,
+) -> None:
+    """Its package imports (its SDK is imported when it is opened, as every platform's is):
+    opening it is one ``ConfigError`` line naming the platform and the package."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = _platform_module(
+        tmp_path,
+        "fathom_lazy_sdk",
+        """
+        from bots.chat.platform import ChatPlatform
+        from bots.chat.settings import PlatformSettings
+
+        class Configured(PlatformSettings):
+            @property
+            def enabled(self) -> bool:
+                return True
+
+        class LazyPlatform(ChatPlatform[Configured]):
+            settings_class = Configured
+
+            async def open(self, runner):
+                from fathom_missing_sdk import Client  # noqa: F401
+        """,
+    )
+    entry = PlatformEntry("lazy", "Lazy Chat", f"{module}:LazyPlatform")
+    url = templates.sqlite(tmp_path / "lazy.db")
+    settings = fathom_settings(url, llm_server, search_server, registry=(entry,))
+    with pytest.raises(ConfigError) as raised:
+        async with open_app(settings, role="serve"):
+            pass
+    said = str(raised.value)
+    assert said.startswith("Lazy Chat (lazy) cannot be used: ") and "'fathom_missing_sdk'" in said

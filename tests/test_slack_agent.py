@@ -348,7 +348,7 @@ async def test_feishu_and_dingtalk_show_the_same_progress_with_or_without_a_plan
     feishu_run, _ = await new_run(store, thread_key="feishu:t1:oc_1:om_1")
     dingtalk_run, _ = await new_run(store, thread_key="dingtalk:corp1:cid1:msg1")
     posters: list[Any] = [
-        FeishuThread(feishu_run, cast(Any, None), store),
+        FeishuThread(feishu_run, cast(Any, None)),
         DingTalkThread(dingtalk_run, cast(Any, None), template_id=None, cards=CardsRefused()),
     ]
     status = "1/3th search executed. Searching “cold climates”."

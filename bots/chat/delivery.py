@@ -30,11 +30,14 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from bots.chat.controls import Button, Control, run_buttons
+from bots.chat.errors import judge_failure
+from bots.chat.message import PENDING_PREFIX
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter, WorkspaceLimiters
 from core.chat.stores import ChatStores, RunRecord
+from core.documents.attachments import AttachmentRefused
 from core.engine.progress import (
     ProgressEvent,
     ProgressKind,
@@ -48,6 +51,7 @@ from core.models import Attachment
 from core.research.outcome import RunOutcome
 from core.timer import MONOTONIC, Timer
 from core.values import ThreadKey
+from core.words.reasons import Reason
 from core.words.wording import Language, pick, request_language
 
 if TYPE_CHECKING:
@@ -94,7 +98,7 @@ async def adopt_opener(
     """The thread of a run whose thread starts with its own progress message (a Slack slash
     command, a digest's firing): once that opener is posted (now, or by an earlier attempt of
     a resumed run), the thread row is re-keyed to it, and the new key is returned; before
-    that, ``thread`` as it is."""
+    that, ``thread`` as it is (:meth:`ChatDelivery._adopt`)."""
     if message_id is None:
         return thread
     key = thread.model_copy(update={"thread": message_id})
@@ -103,9 +107,31 @@ async def adopt_opener(
     return key
 
 
-class ThreadPoster(Protocol):
-    """A platform's calls for one run's thread (what an adapter implements)."""
+class ThreadPoster(ABC):
+    """A platform's calls for one run's thread (what an adapter fills in): how the progress
+    message looks, how to post and edit it, the report's parts and how to post one, and a
+    notice. What most platforms share has its default here: the progress message can be
+    edited (:meth:`can_edit`), a ``pending-…`` thread starts with the run's own progress
+    message (:attr:`needs_opener`: :class:`ChatDelivery` re-keys the thread to it), files are
+    not read (:meth:`download`), and a failed call is judged the way every platform's is
+    (:meth:`classify`, ``bots.chat.errors``)."""
 
+    #: Whether a ``pending-…`` thread (a Slack slash command's, a digest's firing) starts with
+    #: the run's progress message; False on a platform without threads (DingTalk), whose
+    #: messages go to the conversation.
+    opens_threads: ClassVar[bool] = True
+    #: How long a rate-limited call waits when the platform does not say (seconds).
+    rate_limit_wait: ClassVar[float] = 1.0
+
+    def __init__(self, run: RunRecord) -> None:
+        self.run = run
+        #: The run's thread; :class:`ChatDelivery` re-keys it to the opener once one is
+        #: posted (:attr:`needs_opener`).
+        self.thread: ThreadKey = run.thread
+        #: The language of the run's request (its messages' language).
+        self.language: Language = request_language(run.topic)
+
+    @abstractmethod
     def render_progress(
         self,
         status: str,
@@ -117,50 +143,47 @@ class ThreadPoster(Protocol):
         replace, None for a new one), ``buttons`` (none in the final state) and, where the
         platform shows them, the plan's ``tasks``. Any string the platform's edit call takes:
         mrkdwn text, a card's JSON."""
-        ...
 
+    @abstractmethod
     async def post_progress(self, content: str) -> str:
         """Post the progress message in the thread; returns its message id."""
-        ...
 
+    @abstractmethod
     async def edit_progress(self, message_id: str, content: str) -> None: ...
 
-    def can_edit(self, message_id: str) -> bool:
-        """Whether the progress message can be edited (DingTalk's fallback when cards are
-        refused is a plain message: its final state is then posted as a new message)."""
-        ...
-
-    async def resume(self, message_id: str | None) -> None:
-        """Called before every post with the run's progress message id (None before one
-        exists; after :meth:`post_progress`, the new one): e.g. Slack adopts the thread a
-        slash command's opener started."""
-        ...
-
-    @property
-    def needs_opener(self) -> bool:
-        """The thread exists only once a progress message is posted (a Slack slash command)."""
-        ...
-
+    @abstractmethod
     def report_parts(self, outcome: RunOutcome) -> Sequence[Any]:
         """The report as the messages to post, in order; the same for the same outcome. The
         last one carries the feedback buttons (``bots.chat.controls.feedback_buttons``)
         where the platform can show them."""
-        ...
 
+    @abstractmethod
     async def post_report_part(self, part: Any) -> None: ...
 
+    @abstractmethod
     async def post_notice(self, text: str) -> None:
         """A short plain-text message in the thread (the text is untrusted: escape it)."""
-        ...
+
+    def can_edit(self, message_id: str) -> bool:
+        """Whether the progress message can be edited (DingTalk's fallback when cards are
+        refused is a plain message: its final state is then posted as a new message)."""
+        return True
+
+    @property
+    def needs_opener(self) -> bool:
+        """The thread exists only once a progress message is posted (a Slack slash command,
+        a digest's firing): its key is still ``pending-…``."""
+        return self.opens_threads and self.thread.thread.startswith(PENDING_PREFIX)
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """A file attached to the run's request, from the platform's own hosts with its
-        credentials (see ``core.documents.attachments.FileSource``)."""
-        ...
+        credentials (see ``core.documents.attachments.FileSource``); by default none is read."""
+        raise AttachmentRefused(Reason("files are not read on this platform", "这个平台不读取文件"))
 
     def classify(self, error: Exception) -> PostFailure:
-        """Rate-limited (with a delay), retryable or permanent: the platform's judgement."""
-        ...
+        """Rate-limited (with a delay), retryable or permanent: the platform's judgement
+        (``bots.chat.errors.judge_failure`` of its ``PlatformError``)."""
+        return judge_failure(error, self.thread.platform, rate_limit_wait=self.rate_limit_wait)
 
 
 def call_outcome(failure: PostFailure) -> str:
@@ -172,14 +195,23 @@ def call_outcome(failure: PostFailure) -> str:
     return "error" if failure.retryable else "refused"
 
 
-class MeteredPoster:
+class MeteredPoster(ThreadPoster):
     """A :class:`ThreadPoster` whose API calls (posts, edits, downloads) are counted and timed
-    in ``metrics`` under ``platform``; everything else is the wrapped poster's."""
+    in ``metrics`` under ``platform``; everything else is the wrapped poster's (its thread
+    too: a re-key reaches it)."""
 
     def __init__(self, poster: ThreadPoster, metrics: Metrics, platform: str) -> None:
         self._poster = poster
         self._metrics = metrics
         self._platform = platform
+
+    @property  # type: ignore[override]
+    def thread(self) -> ThreadKey:
+        return self._poster.thread
+
+    @thread.setter
+    def thread(self, key: ThreadKey) -> None:
+        self._poster.thread = key
 
     async def _call(self, method: str, call: Callable[[], Awaitable[T]]) -> T:
         started = time.monotonic()
@@ -209,9 +241,6 @@ class MeteredPoster:
 
     def can_edit(self, message_id: str) -> bool:
         return self._poster.can_edit(message_id)
-
-    async def resume(self, message_id: str | None) -> None:
-        await self._poster.resume(message_id)
 
     @property
     def needs_opener(self) -> bool:
@@ -310,7 +339,7 @@ class ChatDelivery:
 
     async def _publish(self, event: ProgressEvent) -> None:
         await self._await_announcement()
-        await self.poster.resume(self.message_id)
+        await self._adopt(self.message_id)
         final = event.kind is ProgressKind.FINISHED
         if self.message_id is None:
             await self._post_progress(event.text, final=final)
@@ -365,7 +394,7 @@ class ChatDelivery:
         (a run delivered by a replica that took it over after it ended)."""
         await self._end_activity(text)
         await self._await_announcement()
-        await self.poster.resume(self.message_id)
+        await self._adopt(self.message_id)
         if self.message_id is None:
             await self._post_progress(text, final=True)
             return
@@ -420,7 +449,7 @@ class ChatDelivery:
         """Messages after the run need a thread: a run whose thread starts with its progress
         message, and which never managed to post one, posts one now."""
         await self._await_announcement()
-        await self.poster.resume(self.message_id)
+        await self._adopt(self.message_id)
         if self.poster.needs_opener:
             await self._post_progress(report_opener_status(self.language), final=True)
 
@@ -460,7 +489,6 @@ class ChatDelivery:
         posted its own meanwhile, this message says the progress is in that one."""
         cancel = tuple(b for b in self.buttons if b.control is Control.CANCEL)
         runs = self._store.runs
-        await self.poster.resume(None)
         try:
             message_id = await self.poster.post_progress(
                 self.poster.render_progress(status, None, cancel, ())
@@ -470,7 +498,7 @@ class ChatDelivery:
             raise
         if await runs.settle_progress_message(self._run.id, marker, message_id):
             self.message_id = message_id
-            await self.poster.resume(message_id)
+            await self._adopt(message_id)
             return
         moved = self.poster.render_progress(progress_elsewhere(self.language), message_id, (), ())
         await self.poster.edit_progress(message_id, moved)
@@ -489,7 +517,16 @@ class ChatDelivery:
         self.message_id = message_id
         # Stored before anything else: a run resumed from here finds its message.
         await self._store.runs.set_progress_message(self._run.id, message_id)
-        await self.poster.resume(message_id)
+        await self._adopt(message_id)
+
+    async def _adopt(self, message_id: str | None) -> None:
+        """Before every post, with the run's progress message id (None before one exists;
+        after :meth:`_post_progress`, the new one): a run whose thread starts with its own
+        progress message (:attr:`ThreadPoster.needs_opener`) adopts the thread that message
+        started, once it is posted (now, or by an earlier attempt of a resumed run)."""
+        poster = self.poster
+        if poster.needs_opener:
+            poster.thread = await adopt_opener(self._store, self._run, poster.thread, message_id)
 
 
 class ThreadPosters(ABC):

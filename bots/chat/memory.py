@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bots.chat.controls import Button, Control, Press, feedback_buttons
-from bots.chat.delivery import ThreadPosters
+from bots.chat.delivery import ThreadPoster, ThreadPosters
 from bots.chat.ids import InvalidId
 from bots.chat.inbound import ChatCommands
 from bots.chat.markdown import split_report
@@ -263,13 +263,15 @@ class MemoryChat:
         return MemoryPosters(self, store, edit_interval=edit_interval)
 
 
-class MemoryThread:
-    """``ThreadPoster`` for one run's thread in a :class:`MemoryChat`."""
+class MemoryThread(ThreadPoster):
+    """``ThreadPoster`` for one run's thread in a :class:`MemoryChat` (its threads are never
+    opened by a run's own message)."""
+
+    opens_threads = False
 
     def __init__(self, chat: MemoryChat, run: RunRecord) -> None:
+        super().__init__(run)
         self._chat = chat
-        self._run = run
-        self.thread = run.thread
         self._last_part: str | None = None
 
     def render_progress(
@@ -279,7 +281,7 @@ class MemoryThread:
         buttons: Sequence[Button] = (),
         tasks: Sequence[ProgressTask] = (),
     ) -> str:
-        content = f"{neutralise(self._run.topic)}\n{neutralise(status)}"
+        content = f"{neutralise(self.run.topic)}\n{neutralise(status)}"
         if buttons:
             content += "\n" + BUTTONS_MARK + " ".join(b.control.value for b in buttons)
         return content
@@ -291,7 +293,7 @@ class MemoryThread:
 
     async def post_progress(self, content: str) -> str:
         self._chat._call("post", self.thread, content)
-        return self._chat._add(self.thread, "progress", content, self._run.id)
+        return self._chat._add(self.thread, "progress", content, self.run.id)
 
     async def edit_progress(self, message_id: str, content: str) -> None:
         self._chat._call("edit", self.thread, content)
@@ -303,16 +305,6 @@ class MemoryThread:
                 self._chat.changed.set()
                 return
         raise Refusal(f"no message {message_id}")
-
-    def can_edit(self, message_id: str) -> bool:
-        return True
-
-    async def resume(self, message_id: str | None) -> None:
-        return None
-
-    @property
-    def needs_opener(self) -> bool:
-        return False
 
     def report_parts(self, outcome: RunOutcome) -> Sequence[str]:
         report = neutralise(outcome.report_markdown or "")
@@ -330,15 +322,15 @@ class MemoryThread:
         self._chat._call("report", self.thread, part)
         buttons: tuple[Control, ...] = ()
         if part == self._last_part:  # the last part carries the feedback buttons
-            language = request_language(self._run.topic)
-            buttons = tuple(b.control for b in feedback_buttons(self._run.id, language))
-        self._chat._add(self.thread, "report", part, self._run.id, buttons)
+            language = request_language(self.run.topic)
+            buttons = tuple(b.control for b in feedback_buttons(self.run.id, language))
+        self._chat._add(self.thread, "report", part, self.run.id, buttons)
         if self._chat.post_latency:  # the chat has it; its answer is on the way
             await asyncio.sleep(self._chat.post_latency)
 
     async def post_notice(self, text: str) -> None:
         self._chat._call("notice", self.thread, text)
-        self._chat._add(self.thread, "notice", neutralise(text), self._run.id)
+        self._chat._add(self.thread, "notice", neutralise(text), self.run.id)
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         self._chat._call("download", self.thread, attachment.id)

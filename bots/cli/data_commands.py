@@ -164,7 +164,8 @@ def forget(
     async def kept() -> list[str]:
         from bots.platforms import PLATFORMS
 
-        owners = [cls for cls in PLATFORMS if cls.metadata and cls.name == person.platform]
+        named = [entry.load() for entry in PLATFORMS if entry.name == person.platform]
+        owners = [cls for cls in named if cls.metadata]
         if not owners:
             return []
         async with open_storage(settings, upgrade=False) as storage:

@@ -15,9 +15,17 @@ from bots.cli.common import (
     run_command,
     setup_logging,
 )
+from bots.platforms import titles
+
+#: ``fathom serve --help``: the platforms from the registry's lines (none is imported).
+SERVE_HELP = (
+    "Serve every platform whose credentials are set ({platforms}: their HTTP routes and "
+    "long-lived connections), /healthz, /readyz and /metrics, the digest scheduler and the "
+    "job runner."
+)
 
 
-@app.command()
+@app.command(help=SERVE_HELP.format(platforms=", ".join(titles().values())))
 def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
@@ -34,9 +42,6 @@ def serve(
     ] = None,
     admin_host: Annotated[str, typer.Option(help="Interface of the admin port.")] = "127.0.0.1",
 ) -> None:
-    """Serve every platform whose credentials are set (Slack, Feishu/Lark, DingTalk,
-    Microsoft Teams: their HTTP routes and long-lived connections), /healthz, /readyz and
-    /metrics, the digest scheduler and the job runner."""
     from core.config import ConfigError
     from core.runtime import check_database
 

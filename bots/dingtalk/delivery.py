@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bots.chat.controls import Button, feedback_buttons
-from bots.chat.delivery import ThreadPosters
+from bots.chat.delivery import ThreadPoster, ThreadPosters
 from bots.chat.errors import judge_failure
 from bots.dingtalk import files
 from bots.dingtalk.api import DingTalkApi, DingTalkError
@@ -53,7 +53,6 @@ from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.digests import heading_of
 from core.research.outcome import RunOutcome
-from core.words.wording import request_language
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +103,12 @@ class FeedbackCard:
     buttons: Sequence[Button]
 
 
-class DingTalkThread:
-    """``bots.chat.delivery.ThreadPoster`` for one run's DingTalk conversation."""
+class DingTalkThread(ThreadPoster):
+    """``bots.chat.delivery.ThreadPoster`` for one run's DingTalk conversation (no threads:
+    a digest's messages go to the conversation, with no opener)."""
+
+    opens_threads = False
+    rate_limit_wait = 2.0
 
     def __init__(
         self,
@@ -116,7 +119,7 @@ class DingTalkThread:
         cards: CardsRefused,
         callbacks: CardCallbacks | None = None,
     ) -> None:
-        self._run = run
+        super().__init__(run)
         self._api = api
         self._callbacks = callbacks
         #: Buttons only on our own template, and only where their presses reach the app.
@@ -139,7 +142,6 @@ class DingTalkThread:
             nick=str(context.get("nick") or ""),
         )
         self._title = heading_of(run)
-        self.language = request_language(run.topic)
 
     # -- progress ---------------------------------------------------------------------------
     def render_progress(
@@ -150,9 +152,7 @@ class DingTalkThread:
         tasks: Sequence[ProgressTask] = (),
     ) -> str:
         """The card's variables as JSON (the Markdown, and the buttons where they are shown)."""
-        content = progress_markdown(
-            self._run.topic, self._run.depth, status, language=self.language
-        )
+        content = progress_markdown(self.run.topic, self.run.depth, status, language=self.language)
         markdown = f"### {escape_text(self._title)}\n\n{content}" if self._title else content
         params = {CARD_KEY: markdown}
         if self._buttons:
@@ -175,7 +175,7 @@ class DingTalkThread:
 
     async def post_progress(self, content: str) -> str:
         params = await self._card_params(content)
-        track = f"{PROGRESS_TRACK}{self._run.id}"
+        track = f"{PROGRESS_TRACK}{self.run.id}"
         if await self._create_card(track, params):
             return track
         await self._send(progress_title(self.language), params[CARD_KEY], mention=False)
@@ -207,13 +207,6 @@ class DingTalkThread:
     def can_edit(self, message_id: str) -> bool:
         return message_id != PLAIN
 
-    async def resume(self, message_id: str | None) -> None:
-        return None
-
-    @property
-    def needs_opener(self) -> bool:
-        return False
-
     # -- messages ----------------------------------------------------------------------------
     def report_parts(self, outcome: RunOutcome) -> Sequence[ReportMessage | FeedbackCard]:
         parts: list[ReportMessage | FeedbackCard] = list(
@@ -222,9 +215,9 @@ class DingTalkThread:
         if self._buttons:
             parts.append(
                 FeedbackCard(
-                    f"{FEEDBACK_TRACK}{self._run.id}",
+                    f"{FEEDBACK_TRACK}{self.run.id}",
                     feedback_markdown(self.language),
-                    feedback_buttons(self._run.id, self.language),
+                    feedback_buttons(self.run.id, self.language),
                 )
             )
         return parts
@@ -245,9 +238,6 @@ class DingTalkThread:
         """A file of the request (``bots.dingtalk.files``): its ``downloadCode`` exchanged
         through the robot OpenAPI, then read from DingTalk's storage within ``max_bytes``."""
         return await files.download(self._api, attachment, max_bytes)
-
-    def classify(self, error: Exception) -> PostFailure:
-        return classify_error(error)
 
     async def _send(self, title: str, text: str, *, mention: bool) -> None:
         await self._conversation.send(title, text, mention=mention)

@@ -18,8 +18,6 @@ if TYPE_CHECKING:
 
 
 class DingTalkPlatform(ChatPlatform[DingTalkSettings]):
-    name = "dingtalk"
-    title = "DingTalk"
     settings_class = DingTalkSettings
     routes = (
         PlatformRoute("/dingtalk/events", ("POST",)),

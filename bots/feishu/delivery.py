@@ -18,9 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bots.chat.controls import Button, feedback_buttons
-from bots.chat.delivery import ThreadPosters, adopt_opener
+from bots.chat.delivery import ThreadPoster, ThreadPosters
 from bots.chat.errors import judge_failure
-from bots.chat.message import PENDING_PREFIX
 from bots.feishu.api import FeishuApi
 from bots.feishu.events import CHAT_TYPE
 from bots.feishu.render import notice_card, progress_card, report_cards
@@ -33,7 +32,6 @@ from core.models import Attachment
 from core.operations.digests import heading_of
 from core.research.outcome import RunOutcome
 from core.words.reasons import Reason
-from core.words.wording import request_language
 
 log = logging.getLogger(__name__)
 
@@ -53,29 +51,23 @@ class ReportCard:
     content: str
 
 
-class FeishuThread:
-    """``bots.chat.delivery.ThreadPoster`` for one run's Feishu thread."""
+class FeishuThread(ThreadPoster):
+    """``bots.chat.delivery.ThreadPoster`` for one run's Feishu thread (a digest's card opens
+    a new thread in the chat: the shared delivery re-keys the ``pending-…`` thread to it)."""
 
     def __init__(
-        self,
-        run: RunRecord,
-        api: FeishuApi,
-        store: ChatStores,
-        group_messages: GroupMessages | None = None,
+        self, run: RunRecord, api: FeishuApi, group_messages: GroupMessages | None = None
     ) -> None:
-        self._run = run
+        super().__init__(run)
         self._api = api
-        self._store = store
         self._group_messages = group_messages
-        self.thread = run.thread
-        self.language = request_language(run.topic)
         self._title = heading_of(run)
 
     @property
     def _mention_needed(self) -> bool:
         """Whether a reply in this run's thread must mention the bot to reach it: in a group
         (a private chat's every message reaches it), unless plain replies are heard."""
-        in_private = (self._run.platform_context or {}).get(CHAT_TYPE) == "p2p"
+        in_private = (self.run.platform_context or {}).get(CHAT_TYPE) == "p2p"
         heard = self._group_messages is not None and self._group_messages.heard
         return not (in_private or heard)
 
@@ -85,7 +77,7 @@ class FeishuThread:
         return self.thread.thread
 
     def _uuid(self, what: str) -> str:
-        return f"{self._run.id}:{what}"
+        return f"{self.run.id}:{what}"
 
     def render_progress(
         self,
@@ -95,8 +87,8 @@ class FeishuThread:
         tasks: Sequence[ProgressTask] = (),
     ) -> str:
         return progress_card(
-            self._run.topic,
-            self._run.depth,
+            self.run.topic,
+            self.run.depth,
             status,
             language=self.language,
             title=self._title,
@@ -114,22 +106,8 @@ class FeishuThread:
     async def edit_progress(self, message_id: str, content: str) -> None:
         await self._api.patch_card(message_id, content)
 
-    def can_edit(self, message_id: str) -> bool:
-        return True
-
-    async def resume(self, message_id: str | None) -> None:
-        """A digest's opener is its thread: once posted, the thread is re-keyed to it."""
-        if self.needs_opener:
-            self.thread = await adopt_opener(self._store, self._run, self.thread, message_id)
-
-    @property
-    def needs_opener(self) -> bool:
-        """Only a digest's thread starts with its progress card; a request's thread is the
-        request message's."""
-        return self.thread.thread.startswith(PENDING_PREFIX)
-
     def report_parts(self, outcome: RunOutcome) -> Sequence[ReportCard]:
-        feedback = feedback_buttons(self._run.id, self.language)
+        feedback = feedback_buttons(self.run.id, self.language)
         cards = report_cards(outcome.report_markdown or "", outcome.sources, feedback)
         return [ReportCard(number, content) for number, content in enumerate(cards, 1)]
 
@@ -155,9 +133,6 @@ class FeishuThread:
             html=attachment_kind(attachment.name, attachment.mime) == "html",
         )
 
-    def classify(self, error: Exception) -> PostFailure:
-        return classify_error(error)
-
 
 class FeishuPosters(ThreadPosters):
     """The posters of thread keys ``feishu:<tenant>:<chat>:<root>``."""
@@ -182,4 +157,4 @@ class FeishuPosters(ThreadPosters):
     async def poster_for(self, run: RunRecord) -> FeishuThread:
         if self._group_messages is not None:
             await self._group_messages.refresh()  # at most every CHECK_EVERY seconds
-        return FeishuThread(run, self._api, self._store, self._group_messages)
+        return FeishuThread(run, self._api, self._group_messages)

@@ -16,8 +16,6 @@ if TYPE_CHECKING:
 
 
 class FeishuPlatform(ChatPlatform[FeishuSettings]):
-    name = "feishu"
-    title = "Feishu/Lark"
     settings_class = FeishuSettings
 
     routes = (PlatformRoute("/feishu/events", ("POST",)),)

@@ -21,10 +21,10 @@ import httpx
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.chat.controls import Button, feedback_buttons
-from bots.chat.delivery import ThreadPoster, ThreadPosters, adopt_opener
+from bots.chat.delivery import ThreadPoster, ThreadPosters
 from bots.slack.download import SlackDownloads, allowed_origins, download_client
 from bots.slack.errors import classify_error
-from bots.slack.messenger import SlackClients, SlackMessenger, thread_ts
+from bots.slack.messenger import SlackClients, SlackMessenger
 from bots.slack.refusals import SlackRefusals
 from bots.slack.render import (
     REPORT_FILE_THRESHOLD,
@@ -44,7 +44,6 @@ from core.operations.digests import heading_of
 from core.research.outcome import RunOutcome
 from core.timer import MONOTONIC, Timer
 from core.words.reasons import Reason
-from core.words.wording import request_language
 
 log = logging.getLogger(__name__)
 
@@ -63,23 +62,17 @@ def requester_user_id(requested_by: str | None) -> str | None:
     return parts[2] if len(parts) == 3 and parts[0] == "slack" and parts[2] else None
 
 
-class SlackThread:
-    """``bots.chat.delivery.ThreadPoster`` for one run's Slack thread."""
+class SlackThread(ThreadPoster):
+    """``bots.chat.delivery.ThreadPoster`` for one run's Slack thread (a slash command's
+    ``pending-…`` thread is re-keyed to its opener by the shared delivery)."""
 
     def __init__(
-        self,
-        run: RunRecord,
-        messenger: SlackMessenger,
-        store: ChatStores,
-        downloads: SlackDownloads | None = None,
+        self, run: RunRecord, messenger: SlackMessenger, downloads: SlackDownloads | None = None
     ) -> None:
-        self._run = run
+        super().__init__(run)
         self._messenger = messenger
-        self._store = store
         self._downloads = downloads
         self._requester = requester_user_id(run.requested_by)
-        self.language = request_language(run.topic)
-        self.thread = run.thread
 
     @property
     def client(self) -> AsyncWebClient:
@@ -96,13 +89,13 @@ class SlackThread:
         # Who asked is said in the thread's top-level message (a slash command's opener).
         opener = self.needs_opener if message_id is None else message_id == self.thread.thread
         text = progress_text(
-            self._run.topic,
-            self._run.depth,
+            self.run.topic,
+            self.run.depth,
             status,
             requester=self._requester,
             opener=opener,
             language=self.language,
-            digest_title=heading_of(self._run),
+            digest_title=heading_of(self.run),
             mention_to_steer=bool(buttons) and self._messenger.mention_needed(self.thread.channel),
         )
         return progress_message(text, buttons, tasks, self.language)
@@ -113,22 +106,9 @@ class SlackThread:
     async def edit_progress(self, message_id: str, content: str) -> None:
         await self._messenger.edit_progress(self.thread, message_id, content)
 
-    def can_edit(self, message_id: str) -> bool:
-        return True
-
-    async def resume(self, message_id: str | None) -> None:
-        """A slash-command run's opener is its thread: once it is posted (now, or by an
-        earlier attempt of a resumed run), the thread row is re-keyed to its ``ts``."""
-        if self.needs_opener:
-            self.thread = await adopt_opener(self._store, self._run, self.thread, message_id)
-
-    @property
-    def needs_opener(self) -> bool:
-        return thread_ts(self.thread) is None
-
     def report_parts(self, outcome: RunOutcome) -> list[ReportPart]:
         markdown = outcome.report_markdown or ""
-        feedback = feedback_buttons(self._run.id, self.language)
+        feedback = feedback_buttons(self.run.id, self.language)
         messages = report_messages(markdown, outcome.sources, feedback)
         parts = [ReportPart(message=message) for message in messages]
         if len(messages) > REPORT_FILE_THRESHOLD:
@@ -198,7 +178,7 @@ class SlackPosters(ThreadPosters):
         client = await self._clients.client_for(team)
         downloads = SlackDownloads(client, self._download_http(), self._origins)
         messenger = SlackMessenger(client, team, self.refusals, self.scopes)
-        return SlackThread(run, messenger, self._store, downloads)
+        return SlackThread(run, messenger, downloads)
 
     def activity_for(self, run: RunRecord, poster: ThreadPoster) -> ThreadStatus:
         thread = cast(SlackThread, poster)

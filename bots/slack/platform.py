@@ -20,8 +20,6 @@ if TYPE_CHECKING:
 
 
 class SlackPlatform(ChatPlatform[SlackSettings]):
-    name = "slack"
-    title = "Slack"
     settings_class = SlackSettings
 
     routes = (

@@ -24,9 +24,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from bots.chat.controls import Button, feedback_buttons
-from bots.chat.delivery import ThreadPosters, adopt_opener
+from bots.chat.delivery import ThreadPoster, ThreadPosters
 from bots.chat.errors import judge_failure
-from bots.chat.message import PENDING_PREFIX
 from bots.teams.api import TeamsApi, TeamsError
 from bots.teams.events import Reference
 from bots.teams.references import ConversationReferences
@@ -40,7 +39,6 @@ from core.operations.digests import heading_of
 from core.operations.job import Undeliverable
 from core.research.outcome import RunOutcome
 from core.words.reasons import Reason
-from core.words.wording import request_language
 
 log = logging.getLogger(__name__)
 
@@ -61,24 +59,21 @@ def classify_error(error: Exception) -> PostFailure:
     return judge_failure(error, "teams", rate_limit_wait=1.0)
 
 
-class TeamsThread:
-    """``bots.chat.delivery.ThreadPoster`` for one run's Teams thread."""
+class TeamsThread(ThreadPoster):
+    """``bots.chat.delivery.ThreadPoster`` for one run's Teams thread (a digest's card opens a
+    reply chain: the shared delivery re-keys the ``pending-…`` thread to it)."""
 
     def __init__(
         self,
         run: RunRecord,
         api: TeamsApi,
-        store: ChatStores,
         reference: Reference,
         cancel: CancelRun | None = None,
     ) -> None:
-        self._run = run
+        super().__init__(run)
         self._api = api
-        self._store = store
         self._reference = reference
         self._cancel = cancel
-        self.thread = run.thread
-        self.language = request_language(run.topic)
         self._title = heading_of(run)
         #: Teams' answer that the bot cannot post in the conversation any more.
         self._gone: TeamsError | None = None
@@ -102,16 +97,16 @@ class TeamsThread:
         log.warning(
             "teams: run %s cannot post in its conversation any more (%s %s): it is "
             "cancelled and nothing more is posted there",
-            self._run.id,
+            self.run.id,
             error.status,
             error.code,
         )
         if self._cancel is None:
             return
         try:
-            await self._cancel(self._run.id)
+            await self._cancel(self.run.id)
         except Exception as exc:  # the delivery's own failure is what the job acts on
-            log.warning("teams: run %s could not be cancelled (%s)", self._run.id, exc)
+            log.warning("teams: run %s could not be cancelled (%s)", self.run.id, exc)
 
     @property
     def _conversation(self) -> str:
@@ -140,8 +135,8 @@ class TeamsThread:
         tasks: Sequence[ProgressTask] = (),
     ) -> str:
         activity = progress_activity(
-            self._run.topic,
-            self._run.depth,
+            self.run.topic,
+            self.run.depth,
             status,
             language=self.language,
             title=self._title,
@@ -173,7 +168,7 @@ class TeamsThread:
         log.warning(
             "teams: the progress card of run %s was posted without an id (HTTP 202): its "
             "steps are not shown, its final state is posted as a new card",
-            self._run.id,
+            self.run.id,
         )
         return UNNAMED
 
@@ -188,17 +183,8 @@ class TeamsThread:
     def can_edit(self, message_id: str) -> bool:
         return message_id != UNNAMED
 
-    async def resume(self, message_id: str | None) -> None:
-        """A digest's opener is its thread: once posted, the thread is re-keyed to it."""
-        if self.needs_opener:
-            self.thread = await adopt_opener(self._store, self._run, self.thread, message_id)
-
-    @property
-    def needs_opener(self) -> bool:
-        return self.thread.thread.startswith(PENDING_PREFIX)
-
     def report_parts(self, outcome: RunOutcome) -> Sequence[ReportPart]:
-        feedback = feedback_buttons(self._run.id, self.language)
+        feedback = feedback_buttons(self.run.id, self.language)
         return report_parts(outcome.report_markdown or "", outcome.sources, feedback, self.language)
 
     async def post_report_part(self, part: ReportPart) -> None:
@@ -214,9 +200,6 @@ class TeamsThread:
                 Reason("Teams gave no download address", "Teams 没有给出下载地址")
             )
         return await self._api.download(url, max_bytes)
-
-    def classify(self, error: Exception) -> PostFailure:
-        return classify_error(error)
 
 
 class TeamsPosters(ThreadPosters):
@@ -255,4 +238,4 @@ class TeamsPosters(ThreadPosters):
                 f"no Teams conversation reference for {run.thread_key}: the bot was never "
                 "addressed or installed there"
             )
-        return TeamsThread(run, self._api, self._store, reference, self._cancel)
+        return TeamsThread(run, self._api, reference, self._cancel)

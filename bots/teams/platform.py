@@ -19,8 +19,6 @@ if TYPE_CHECKING:
 
 
 class TeamsPlatform(ChatPlatform[TeamsSettings]):
-    name = "teams"
-    title = "Microsoft Teams"
     settings_class = TeamsSettings
     routes = (PlatformRoute("/teams/messages", ("POST",)),)
     metadata = references.metadata
