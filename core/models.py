@@ -348,13 +348,6 @@ class SourceKind(enum.StrEnum):
     INTERNAL = "internal"
 
 
-class Vote(enum.StrEnum):
-    """A person's rating of a report (👍 / 👎 on its last message)."""
-
-    UP = "up"
-    DOWN = "down"
-
-
 class Source(BaseModel):
     """A numbered source of one run's report: a web page, a file attached in the chat, or an
     internal document (``kind``, :class:`SourceKind`)."""

@@ -1,7 +1,8 @@
 """The typed values a run's record carries, converted once where a row is read
 (:func:`storage.sql.run_record`): its status, its delivery state, the sources it searches and
-its thread's key. The engine, the chat layer and the platforms use these types as they are,
-never a string re-parsed at each use.
+its thread's key; and a vote on its report. The engine, the chat layer and the platforms use
+these types as they are, never a string re-parsed at each use, and the stores take them as
+they are on their writes (each converts them where it writes its row).
 
 The leaf of the import graph: it imports only the standard library and pydantic, so storage
 (which imports it) and every layer above can use it, and importing it loads no SQLAlchemy.
@@ -47,6 +48,13 @@ class SourceChoice(enum.StrEnum):
     INTERNAL = "internal"
     #: The web and every internal source the run's channel may use.
     ALL = "all"
+
+
+class Vote(enum.StrEnum):
+    """A person's rating of a report (👍 / 👎 on its last message; ``run_feedback.value``)."""
+
+    UP = "up"
+    DOWN = "down"
 
 
 class ThreadKey(BaseModel):

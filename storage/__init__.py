@@ -57,6 +57,7 @@ from storage.forget import ForgetStore, Forgotten, NotARequesterKey, Person
 from storage.leases import LeaseStore
 from storage.lifecycle import outcome_is_delivered
 from storage.records import (
+    Admission,
     CancelRequest,
     Checkpointed,
     Claim,
@@ -82,6 +83,7 @@ from storage.threads import ThreadStore
 __all__ = [
     "HEAD_REVISION",
     "USAGE_KEYS",
+    "Admission",
     "CacheStore",
     "CancelRequest",
     "Checkpointed",

@@ -235,7 +235,7 @@ class ClaimStore:
             **_usage_values(usage),
         }
         if searching_ended is not None:
-            run["stop_reason"] = searching_ended
+            run["stop_reason"] = _text(searching_ended)
         now = utcnow()
         keep_files = "files" not in variables
         state = {
@@ -279,7 +279,7 @@ class ClaimStore:
         self,
         claim: Claim,
         *,
-        status: str,
+        status: RunStatus,
         report_markdown: str | None,
         sources: Sequence[SourceRecord],
         error: str | None,
@@ -306,16 +306,17 @@ class ClaimStore:
             raise ValueError(
                 f"finish_run status must be one of {FINISHED_STATUSES}, not {status!r}"
             )
+        status = RunStatus(status)
         run = {
             **_fence(claim),
             **self._clock.params(),
-            "status": status,
+            "status": status.value,
             "report_markdown": report_markdown,
             "error": error,
             "notes": list(notes),
             "finished_at": utcnow(),
             "delivery": DeliveryState.PENDING if deliver else None,
-            "stop_reason": stop_reason,
+            "stop_reason": _text(stop_reason),
             "claim_check": dict(claim_check) if claim_check is not None else None,
             **_usage_values(usage),
         }
@@ -344,7 +345,7 @@ class ClaimStore:
                         "status": "cancelled",
                         "report_markdown": None,
                         "claim_check": None,
-                        "stop_reason": stop_reason_if_cancelled,
+                        "stop_reason": _text(stop_reason_if_cancelled),
                         "notes": list(notes if notes_if_cancelled is None else notes_if_cancelled),
                     }
                     finished, kept = conn.execute(self._sql.finish_run, cancelled).first(), []
@@ -435,3 +436,8 @@ def _usage_values(usage: Mapping[str, Any]) -> dict[str, Any]:
             for step, seconds in dict(usage["seconds_by_step"]).items()
         }
     return values
+
+
+def _text(reason: str | None) -> str | None:
+    """A stop reason (``core.engine.state.StopReason``, a string enum) as its column holds it."""
+    return None if reason is None else str(reason)

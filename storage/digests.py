@@ -10,7 +10,7 @@ from typing import Any, cast
 from sqlalchemy import Table, and_, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from core.values import RunStatus
+from core.values import RunStatus, SourceChoice
 from storage.db import Database
 from storage.records import DigestRecord, RunRecord
 from storage.runs import lock_admission
@@ -68,7 +68,7 @@ class DigestStore:
         created_by: str,
         platform_context: dict[str, Any] | None,
         max_per_channel: int,
-        sources: str = "all",
+        sources: SourceChoice = SourceChoice.ALL,
         created_at: datetime | None = None,
     ) -> DigestRecord:
         """Store an enabled schedule; :class:`DigestLimit` when the channel is full.
@@ -95,7 +95,7 @@ class DigestStore:
             "enabled": True,
             "created_at": created_at or utcnow(),
             "platform_context": platform_context,
-            "sources": sources,
+            "sources": SourceChoice(sources).value,
         }
 
         # A key no user id can be (ids are printable; U+001F is not), so the lock is the

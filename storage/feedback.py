@@ -12,6 +12,7 @@ from typing import cast
 from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection
 
+from core.values import Vote
 from storage.db import Database
 from storage.records import FeedbackRecord
 from storage.sql import fit_key, upsert_for
@@ -21,7 +22,7 @@ _feedback = cast(Table, RunFeedback.__table__)
 _runs = cast(Table, ResearchRun.__table__)
 _threads = cast(Table, Thread.__table__)
 
-VALUES = frozenset({"up", "down"})
+VALUES = frozenset(Vote)
 
 
 class FeedbackStore:
@@ -31,28 +32,29 @@ class FeedbackStore:
         self._db = database
         self._upsert = upsert_for(database.dialect)
 
-    async def record_feedback(self, run_id: str, voter: str, value: str) -> str | None:
+    async def record_feedback(self, run_id: str, voter: str, value: Vote) -> Vote | None:
         """Store ``voter``'s vote on the run; returns their vote before this one (None: their
         first)."""
         if value not in VALUES:
             raise ValueError(f"a vote is 'up' or 'down', not {value!r}")
+        vote = Vote(value).value
         voter = fit_key(voter)
         now = utcnow()
         insert = self._upsert(_feedback).values(
-            run_id=run_id, voter=voter, value=value, created_at=now, updated_at=now
+            run_id=run_id, voter=voter, value=vote, created_at=now, updated_at=now
         )
         stmt = insert.on_conflict_do_update(
             index_elements=[_feedback.c.run_id, _feedback.c.voter],
-            set_={"value": value, "updated_at": now},
+            set_={"value": vote, "updated_at": now},
         )
         before = select(_feedback.c.value).where(
             _feedback.c.run_id == run_id, _feedback.c.voter == voter
         )
 
-        def work(conn: Connection) -> str | None:
+        def work(conn: Connection) -> Vote | None:
             previous = conn.execute(before).scalar()
             conn.execute(stmt)
-            return None if previous is None else str(previous)
+            return None if previous is None else Vote(previous)
 
         return await self._db.run(work)
 

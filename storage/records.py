@@ -97,6 +97,16 @@ class DailyQuota:
 
 
 @dataclass(frozen=True, slots=True)
+class Admission:
+    """The limits a new run is admitted under (:meth:`storage.RunStore.create_run`), counted
+    in the transaction that inserts it: ``user_limit``, the most unfinished runs its requester
+    may have (FATHOM_USER_CONCURRENCY); ``quota``, their quota of the day (None: unlimited)."""
+
+    user_limit: int | None = None
+    quota: DailyQuota | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ThreadRecord:
     id: int
     key: str

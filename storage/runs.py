@@ -22,11 +22,12 @@ from sqlalchemy import Select, Table, and_, bindparam, case, exists, func, selec
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from core.values import UNFINISHED_STATUSES, DeliveryState, RunStatus
+from core.values import UNFINISHED_STATUSES, DeliveryState, RunStatus, SourceChoice, ThreadKey
 from storage.db import Database
 from storage.errors import QuotaReached, ThreadBusy, UserBusy
 from storage.lifecycle import CONSOLE_PLATFORM, DELIVERY_WHEN_ENDED, EPOCH, LeaseClock
 from storage.records import (
+    Admission,
     CancelRequest,
     DailyQuota,
     RunRecord,
@@ -192,11 +193,7 @@ class RunStore:
     async def create_run(
         self,
         *,
-        thread_key: str,
-        platform: str,
-        workspace: str,
-        channel: str,
-        thread_ref: str,
+        thread: ThreadKey,
         topic: str,
         depth: int,
         strategy: str,
@@ -204,23 +201,22 @@ class RunStore:
         dedupe_key: str | None = None,
         platform_context: dict[str, Any] | None = None,
         digest_id: str | None = None,
-        user_limit: int | None = None,
         attachments: list[dict[str, Any]] | None = None,
-        sources: str = "all",
-        quota: DailyQuota | None = None,
+        sources: SourceChoice = SourceChoice.ALL,
+        admission: Admission | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Queue a run in the (created on demand) thread.
+        """Queue a run in ``thread`` (created on demand).
 
         Returns ``(run, True)``, or ``(existing_run, False)`` when ``dedupe_key`` was
         already used: the same platform delivery seen twice yields one run. Raises
         :class:`ThreadBusy` when the thread already has a queued or running run; the
         database settles races (a partial unique index), so two requests racing in one
-        thread never both get a run. With ``user_limit``, raises :class:`UserBusy` when
-        ``requested_by`` already has that many unfinished runs; a redelivery (a run with
-        ``dedupe_key`` exists) is never refused. With ``quota``, raises :class:`QuotaReached`
-        when ``requested_by`` has used today's runs or tokens (spent, or reserved by their
-        unfinished runs); with a token quota, the new run reserves its share of what is left
-        (``token_allowance``, see :class:`DailyQuota`). All are counted in the
+        thread never both get a run. With ``admission.user_limit``, raises :class:`UserBusy`
+        when ``requested_by`` already has that many unfinished runs; a redelivery (a run with
+        ``dedupe_key`` exists) is never refused. With ``admission.quota``, raises
+        :class:`QuotaReached` when ``requested_by`` has used today's runs or tokens (spent, or
+        reserved by their unfinished runs); with a token quota, the new run reserves its share
+        of what is left (``token_allowance``, see :class:`DailyQuota`). All are counted in the
         transaction that inserts the run, under the requester's admission lock
         (:func:`lock_admission`): requests of one user racing on any number of replicas are
         decided one after another, each seeing the runs the earlier ones made.
@@ -228,12 +224,16 @@ class RunStore:
         now = utcnow()
         if dedupe_key is not None:
             dedupe_key = fit_key(dedupe_key)
-        thread = {
+        thread_key = str(thread)
+        platform = thread.platform
+        user_limit = admission.user_limit if admission is not None else None
+        quota = admission.quota if admission is not None else None
+        thread_row = {
             "key": thread_key,
             "platform": platform,
-            "workspace": workspace,
-            "channel": channel,
-            "thread_ref": thread_ref,
+            "workspace": thread.workspace,
+            "channel": thread.channel,
+            "thread_ref": thread.thread,
             "created_at": now,
             "updated_at": now,
         }
@@ -242,13 +242,13 @@ class RunStore:
             "topic": topic,
             "depth": depth,
             "strategy": strategy,
-            "status": "queued",
+            "status": RunStatus.QUEUED.value,
             "requested_by": requested_by,
             "dedupe_key": dedupe_key,
             "platform_context": platform_context,
             "digest_id": digest_id,
             "attachments": attachments or None,
-            "sources": sources,
+            "sources": SourceChoice(sources).value,
             "notes": [],
             "created_at": now,
             **self._clock.params(),
@@ -268,7 +268,7 @@ class RunStore:
                 unfinished, seen = conn.execute(_ACTIVE_RUN_COUNT, counted).one()
                 if not seen and unfinished >= user_limit:
                     raise UserBusy(int(unfinished), user_limit)
-            thread_id = conn.execute(self._upsert_thread, thread).scalar_one()
+            thread_id = conn.execute(self._upsert_thread, thread_row).scalar_one()
             values = {**run, "thread_id": thread_id, "token_allowance": allowance}
             for _ in range(_CREATE_ATTEMPTS):
                 row = conn.execute(self._insert_run, values)
@@ -609,7 +609,9 @@ class RunStore:
 
         return await self._db.run(work)
 
-    async def count_runs(self, statuses: Sequence[str] | None = None) -> list[tuple[str, str, int]]:
+    async def count_runs(
+        self, statuses: Sequence[RunStatus] | None = None
+    ) -> list[tuple[str, str, int]]:
         """How many runs there are by (status, platform); only ``statuses`` when given (an
         index look-up, not a pass over every run ever made)."""
         stmt = (
@@ -618,7 +620,7 @@ class RunStore:
             .group_by(_runs.c.status, _threads.c.platform)
         )
         if statuses is not None:
-            stmt = stmt.where(_runs.c.status.in_(list(statuses)))
+            stmt = stmt.where(_runs.c.status.in_([RunStatus(s).value for s in statuses]))
 
         def work(conn: Connection) -> list[tuple[str, str, int]]:
             return [(str(s), str(p), int(n)) for s, p, n in conn.execute(stmt)]

@@ -13,7 +13,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
-from core.values import UNFINISHED_STATUSES
+from core.values import UNFINISHED_STATUSES, ThreadKey
 from storage.db import Database
 from storage.records import GuidanceTaken, ThreadRecord, ThreadSummary
 from storage.sql import VARIABLE_COLUMNS, thread_record, upsert_for, variables_dict
@@ -32,12 +32,13 @@ class ThreadStore:
     def __init__(self, database: Database) -> None:
         self._db = database
 
-    async def rekey_thread(self, thread_id: int, *, key: str, thread_ref: str) -> ThreadRecord:
-        """Give a thread its final key once the platform assigned its id (e.g. Slack ts)."""
+    async def rekey_thread(self, thread_id: int, key: ThreadKey) -> ThreadRecord:
+        """Give a thread its final key once the platform assigned its id (e.g. Slack ts, the
+        key's thread part)."""
         stmt = (
             update(_threads)
             .where(_threads.c.id == thread_id)
-            .values(key=key, thread_ref=thread_ref, updated_at=utcnow())
+            .values(key=str(key), thread_ref=key.thread, updated_at=utcnow())
             .returning(*_threads.c)
         )
 

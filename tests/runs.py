@@ -7,7 +7,8 @@ from typing import Any
 
 from sqlalchemy import update
 
-from storage import Claim, Database, RunRecord, Store
+from core.values import ThreadKey
+from storage import Admission, Claim, Database, RunRecord, Store
 from storage.tables import ResearchRun
 
 KEY = "slack:T0001:C0001:1700000000.000100"
@@ -15,20 +16,18 @@ OWNER = "test-runner"
 
 
 async def new_run(store: Store, **overrides: Any) -> tuple[RunRecord, bool]:
-    """``Store.create_run`` with defaults; the thread's parts come from ``thread_key``."""
-    key = overrides.pop("thread_key", KEY)
-    platform, workspace, channel, ref = key.split(":", 3)
+    """``RunStore.create_run`` with defaults; ``thread_key`` names the thread (a string),
+    ``user_limit`` and ``quota`` its :class:`~storage.Admission`."""
     args: dict[str, Any] = {
-        "thread_key": key,
-        "platform": platform,
-        "workspace": workspace,
-        "channel": channel,
-        "thread_ref": ref,
+        "thread": ThreadKey.parse(overrides.pop("thread_key", KEY)),
         "topic": "solid-state batteries",
         "depth": 3,
         "strategy": "iterative",
         "requested_by": "U1",
     }
+    limits = {k: overrides.pop(k) for k in ("user_limit", "quota") if k in overrides}
+    if limits:
+        args["admission"] = Admission(**limits)
     args.update(overrides)
     return await store.runs.create_run(**args)
 

@@ -1,5 +1,8 @@
 """The shared chat layer (bots/chat) driven through the in-memory platform, on SQLite and
-PostgreSQL, with the real service, job and runner against the LLM and search fakes.
+PostgreSQL, with the real service, job and runner against the LLM and search fakes; where no
+run needs to execute (the layer's answer to a request is what is checked), on the in-memory
+stores (``storage.memory``, held to the SQL stores' answers by ``tests/test_store_contract.py``)
+with no database at all.
 
 What is proven here holds for every adapter: its own tests cover only translation.
 """
@@ -22,6 +25,7 @@ from bots.chat.inbound import ChatCommands, Parsed
 from bots.chat.memory import PLATFORM, MemoryChat, MemoryMarkup, Outage, RateLimited, Refusal
 from bots.chat.message import ChatMessage, Reply
 from bots.chat.settings import ChatPolicy
+from core.chat.stores import ChatStores
 from core.documents import DocumentExtractor
 from core.llm import ChatModel
 from core.metrics import Metrics
@@ -30,11 +34,12 @@ from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
-from core.research.requests import UserQuota
+from core.research.requests import RunRequests, UserQuota
 from core.research.service import Research
 from core.search import SearxngProvider
 from core.values import ThreadKey
 from storage import Database, RunRecord, Store
+from storage.memory import MemoryStores
 from storage.tables import ProcessedEvent
 from tests.chat_app import wait_for
 from tests.conftest import FAKE_API_KEY
@@ -52,13 +57,12 @@ TOO_LATE = (
 
 
 @dataclass
-class World:
+class Chat:
+    """A chat layer on its stores, seen through the in-memory platform."""
+
     chat: MemoryChat
     commands: ChatCommands
-    store: Store
-    runner: InProcessJobRunner
-    #: What a ChatCommands is made of (settings, service, store, runner).
-    parts: tuple[ChatPolicy, Research, Store, InProcessJobRunner]
+    store: ChatStores
 
     def thread(self, name: str = "t1") -> ThreadKey:
         return ThreadKey(platform=PLATFORM, workspace="W1", channel="C1", thread=name)
@@ -75,6 +79,16 @@ class World:
     async def runs(self, name: str = "t1") -> list[RunRecord]:
         thread = await self.store.threads.get_thread(str(self.thread(name)))
         return [] if thread is None else await self.store.runs.thread_runs(thread.id)
+
+
+@dataclass
+class World(Chat):
+    """The chat layer on a database, with the real service, job and runner."""
+
+    store: Store
+    runner: InProcessJobRunner
+    #: What a ChatCommands is made of (settings, service, store, runner).
+    parts: tuple[ChatPolicy, Research, Store, InProcessJobRunner]
 
     async def delivered(self, name: str = "t1", count: int = 1) -> list[RunRecord]:
         """Wait until ``count`` runs of the thread are delivered (posted or failed)."""
@@ -138,6 +152,41 @@ async def world(
         llm_server.fake.latency = 0.0
         for runner in runners:
             await runner.stop(grace=0.1)
+        await stack.aclose()
+
+
+@dataclass
+class Talk(Chat):
+    """The chat layer on the in-memory stores, no database: a runner that holds what it is
+    given (no run executes), as when every runner is busy."""
+
+    store: MemoryStores
+    runner: HeldRunner
+    policy: ChatPolicy
+    requests: RunRequests
+
+
+@pytest.fixture
+async def talk() -> AsyncIterator[Callable[..., Talk]]:
+    stack = contextlib.AsyncExitStack()
+
+    def make(**settings: object) -> Talk:
+        """A chat layer on fresh in-memory stores, with these settings (FATHOM_...)."""
+        stores = MemoryStores()
+        chat = MemoryChat()
+        policy = ChatPolicy.load(_env_file=None, **settings)
+        requests = RunRequests(runs=stores.runs, threads=stores.threads, feedback=stores.feedback)
+        runner = HeldRunner()
+        announcer = QueueAnnouncer(chat.factory(stores), stores)
+        stack.push_async_callback(announcer.aclose)
+        commands = ChatCommands(
+            policy, requests, stores, runner, MemoryMarkup(), announcer=announcer
+        )
+        return Talk(chat, commands, stores, runner, policy, requests)
+
+    try:
+        yield make
+    finally:
         await stack.aclose()
 
 
@@ -249,9 +298,9 @@ async def test_files_not_read_are_named_and_unreadable_messages_follow_the_langu
 
 @pytest.mark.parametrize("text", ["/research depth=0 heat pumps", "/research   ", "depth=99 x"])
 async def test_bad_input_is_answered_with_what_is_allowed_and_stores_nothing(
-    world: Callable[..., World], text: str
+    talk: Callable[..., Talk], text: str
 ) -> None:
-    w = world()
+    w = talk()
     reply = await w.chat.say(w.commands, text)
     assert reply is not None and not reply.started
     (answer,) = w.chat.messages(w.thread(), "answer")
@@ -272,13 +321,13 @@ async def test_bad_input_is_answered_with_what_is_allowed_and_stores_nothing(
     ],
 )
 async def test_a_greeting_alone_gets_the_help_not_a_research(
-    world: Callable[..., World], text: str, chinese: bool
+    talk: Callable[..., Talk], text: str, chinese: bool
 ) -> None:
     """Microsoft's Teams Store validation guidelines ("Bots > Bot commands"): a bot's
     commands "must work correctly, including generic commands such as Hi, Hello, and Help".
     A greeting said alone, on any platform, is answered with the help in its language; no
     run starts. A topic that only starts with such a word is researched."""
-    w = world()
+    w = talk()
     reply = await w.chat.say(w.commands, text)
     assert reply is not None and not reply.started
     (answer,) = w.chat.messages(w.thread(), "answer")
@@ -289,8 +338,8 @@ async def test_a_greeting_alone_gets_the_help_not_a_research(
     assert started is not None and started.started
 
 
-async def test_a_message_not_addressed_to_the_bot_is_ignored(world: Callable[..., World]) -> None:
-    w = world()
+async def test_a_message_not_addressed_to_the_bot_is_ignored(talk: Callable[..., Talk]) -> None:
+    w = talk()
     assert await w.chat.say(w.commands, "/research heat pumps", addressed=False) is None
     assert w.chat.calls == [] and await w.runs() == []
 
@@ -1176,18 +1225,17 @@ class HeldRunner:
         pass
 
 
-def with_sources(w: World, knowledge: TeamSources | None) -> tuple[ChatCommands, HeldRunner]:
-    policy, service, store, _ = w.parts
+def with_sources(w: Talk, knowledge: TeamSources | None) -> tuple[ChatCommands, HeldRunner]:
     runner = HeldRunner()
     return ChatCommands(
-        policy, service.requests, store, runner, MemoryMarkup(), knowledge=knowledge
+        w.policy, w.requests, w.store, runner, MemoryMarkup(), knowledge=knowledge
     ), runner
 
 
 async def test_sources_internal_is_refused_where_no_internal_source_may_be_used(
-    world: Callable[..., World],
+    talk: Callable[..., Talk],
 ) -> None:
-    w = world()
+    w = talk()
     for knowledge in (None, TeamSources(wiki=["memory:W1:C9"], drive=["slack"])):
         commands, runner = with_sources(w, knowledge)
         reply = await w.chat.say(
@@ -1210,9 +1258,9 @@ async def test_sources_internal_is_refused_where_no_internal_source_may_be_used(
 
 
 async def test_sources_are_carried_into_the_run_where_the_channel_may_use_them(
-    world: Callable[..., World],
+    talk: Callable[..., Talk],
 ) -> None:
-    w = world(FATHOM_USER_CONCURRENCY=5)  # the runs are held, never finished
+    w = talk(FATHOM_USER_CONCURRENCY=5)  # the runs are held, never finished
     knowledge = TeamSources(wiki=["memory:W1"])
     commands, runner = with_sources(w, knowledge)
     cases = [("sources=internal", "internal"), ("sources=web", "web"), ("", "all")]
@@ -1231,9 +1279,9 @@ async def test_sources_are_carried_into_the_run_where_the_channel_may_use_them(
 
 
 async def test_a_bad_sources_value_is_answered_with_what_is_allowed(
-    world: Callable[..., World],
+    talk: Callable[..., Talk],
 ) -> None:
-    w = world()
+    w = talk()
     reply = await w.chat.say(w.commands, "/research heat pumps sources=intranet")
     assert reply is not None and "Unknown sources 'intranet'" in reply.text
     zh = await w.chat.say(w.commands, "/research 热泵 sources=内网", thread="t2")

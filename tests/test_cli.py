@@ -494,6 +494,7 @@ def _seed_runs(url: str, keys: list[str], *, held_by: str | None = None) -> list
     """Create one queued run per thread key (optionally claimed by ``held_by``); their ids."""
     import asyncio
 
+    from core.values import ThreadKey
     from storage import Database, Store
 
     async def seed() -> list[str]:
@@ -503,14 +504,10 @@ def _seed_runs(url: str, keys: list[str], *, held_by: str | None = None) -> list
             store = Store(database)
             ids = []
             for key in keys:
-                platform, workspace, channel, ref = key.split(":", 3)
+                thread = ThreadKey.parse(key)
                 run, _ = await store.runs.create_run(
-                    thread_key=key,
-                    platform=platform,
-                    workspace=workspace,
-                    channel=channel,
-                    thread_ref=ref,
-                    topic=f"topic of {ref}\twith a tab",
+                    thread=thread,
+                    topic=f"topic of {thread.thread}\twith a tab",
                     depth=1,
                     strategy="iterative",
                 )

@@ -141,11 +141,7 @@ async def _create(
 ) -> RunRecord:
     thread = ThreadKey.parse(key)
     run, _ = await store.runs.create_run(
-        thread_key=key,
-        platform=thread.platform,
-        workspace=thread.workspace,
-        channel=thread.channel,
-        thread_ref=thread.thread,
+        thread=thread,
         topic=topic,
         depth=DEPTH,
         strategy="iterative",

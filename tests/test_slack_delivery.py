@@ -186,11 +186,7 @@ async def test_limiter_skips_intermediate_edits_and_delays_the_final(
 async def create_run(store: Store, key: str, *, depth: int = 3) -> RunRecord:
     thread = ThreadKey.parse(key)
     run, _ = await store.runs.create_run(
-        thread_key=key,
-        platform="slack",
-        workspace=thread.workspace,
-        channel=thread.channel,
-        thread_ref=thread.thread,
+        thread=thread,
         topic="AI chips",
         depth=depth,
         strategy="iterative",

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text, update
 
+from core.values import ThreadKey
 from storage import (
     CacheStore,
     CancelRequest,
@@ -338,7 +339,7 @@ async def test_finish_run_stores_report_and_sources_and_ends_the_claim(store: St
     with pytest.raises(ValueError):
         await finish(store, held, status="running")
 
-    console, _ = await new_run(store, thread_key="cli:local:local:c", platform="cli")
+    console, _ = await new_run(store, thread_key="cli:local:local:c")
     quiet = await store.claims.finish_run(
         await claim(store, console.id),
         status="succeeded",
@@ -661,7 +662,7 @@ async def test_progress_message_and_thread_listing(store: Store) -> None:
 
     await finish(store, await claim(store, run.id))
     await new_run(store, topic="second")
-    await new_run(store, thread_key="cli:local:local:abc", platform="cli", topic="newest")
+    await new_run(store, thread_key="cli:local:local:abc", topic="newest")
     summaries = await store.threads.list_threads()
     assert [(s.key, s.runs, s.last_topic, s.last_status) for s in summaries] == [
         ("cli:local:local:abc", 1, "newest", "queued"),
@@ -735,7 +736,7 @@ async def test_requeue_makes_a_failed_run_resumable_but_not_a_succeeded_one(stor
     # ... and a fresh time budget (FATHOM_MAX_RUN_SECONDS counts from started_at).
     assert held.run.started_at is not None and again.started_at is None
     assert not again.stop_requested
-    other, _ = await new_run(store, thread_key="cli:local:local:x", thread_ref="x")
+    other, _ = await new_run(store, thread_key="cli:local:local:x")
     await finish(store, await claim(store, other.id))
     assert (await store.runs.requeue_run(other.id)).status == "succeeded"
 
@@ -752,10 +753,11 @@ async def test_requeue_into_a_busy_thread_is_refused(store: Store) -> None:
 
 
 async def test_rekey_thread_moves_a_pending_thread_to_its_platform_id(store: Store) -> None:
-    run, _ = await new_run(store, thread_key="slack:T1:C1:pending-abc", thread_ref="pending-abc")
+    run, _ = await new_run(store, thread_key="slack:T1:C1:pending-abc")
     thread = await store.threads.rekey_thread(
-        run.thread_id, key="slack:T1:C1:1700000000.000200", thread_ref="1700000000.000200"
+        run.thread_id, ThreadKey.parse("slack:T1:C1:1700000000.000200")
     )
+    assert thread.thread_ref == "1700000000.000200"
     assert thread.key == "slack:T1:C1:1700000000.000200"
     assert await store.threads.get_thread("slack:T1:C1:pending-abc") is None
     moved = await store.runs.get_run(run.id)
@@ -796,7 +798,7 @@ async def test_a_forced_claim_takes_the_run_only_from_the_holder_judged_dead(sto
 async def test_a_given_up_console_run_has_nothing_to_deliver(
     store: Store, database: Database
 ) -> None:
-    run, _ = await new_run(store, thread_key="cli:local:local:g", platform="cli")
+    run, _ = await new_run(store, thread_key="cli:local:local:g")
     await claim(store, run.id)
     await age_heartbeat(database, run.id)
     result = await store.claims.claim_run(run.id, "other", stale_after=60, max_attempts=1)
@@ -852,11 +854,7 @@ async def test_each_store_works_alone_on_a_database(database: Database) -> None:
     runs, claims, threads = RunStore(database), ClaimStore(database), ThreadStore(database)
     events, caches = EventStore(database), CacheStore(database)
     run, created = await runs.create_run(
-        thread_key=KEY,
-        platform="slack",
-        workspace="T0001",
-        channel="C0001",
-        thread_ref="1700000000.000100",
+        thread=ThreadKey.parse(KEY),
         topic="alone",
         depth=1,
         strategy="iterative",

@@ -102,7 +102,7 @@ async def adopt_opener(
     if message_id is None:
         return thread
     key = thread.model_copy(update={"thread": message_id})
-    await store.threads.rekey_thread(run.thread_id, key=str(key), thread_ref=message_id)
+    await store.threads.rekey_thread(run.thread_id, key)
     change_log_context("thread", str(key))
     return key
 

@@ -51,11 +51,11 @@ from core.chat.stores import (
     utcnow,
 )
 from core.documents.attachments import Screened, screen
-from core.models import Attachment, Vote
+from core.models import Attachment
 from core.operations.digests import DigestService
 from core.operations.runners import JobRunner
 from core.research.requests import DailyLimitReached, ResearchRequest, RunRejected, RunRequests
-from core.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
+from core.values import DeliveryState, RunStatus, SourceChoice, ThreadKey, Vote
 from core.words.wording import Language, request_language
 
 log = logging.getLogger(__name__)

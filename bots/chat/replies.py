@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from core.chat.grammar import help_text
 from core.chat.stores import DigestRecord, RunRecord
 from core.documents.attachments import READABLE
-from core.models import Vote
 from core.untrusted import neutralise, shown_name
-from core.values import ThreadKey
+from core.values import ThreadKey, Vote
 from core.words.wording import Language, pick
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.chat.message import ChatMessage
 from bots.slack.errors import describe_error
 from bots.slack.settings import MAX_SUGGESTED_PROMPTS, SuggestedPrompt
-from core.chat.stores import ContextStore
+from core.chat.stores import ChatContexts
 from core.untrusted import neutralise, remove_urls
 from core.values import ThreadKey
 from core.words.wording import Language, pick
@@ -120,7 +120,7 @@ class AssistantPane:
     """The assistant thread events, and what a message in such a thread adds to its run."""
 
     def __init__(
-        self, contexts: ContextStore, prompts: list[SuggestedPrompt] | None = None
+        self, contexts: ChatContexts, prompts: list[SuggestedPrompt] | None = None
     ) -> None:
         self._contexts = contexts
         self._prompts = prompts

@@ -109,7 +109,7 @@ class DigestService:
                 topic=command.topic,
                 depth=command.depth,
                 strategy=command.strategy,
-                sources=command.sources.value,
+                sources=command.sources,
                 cron=command.cron,
                 timezone=tz.key,
                 created_by=created_by,

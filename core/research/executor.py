@@ -581,7 +581,7 @@ class RunExecutor:
         usage = usage_of(run)
         return await self._claims.finish_run(
             claim,
-            status=RunStatus.FAILED.value,
+            status=RunStatus.FAILED,
             report_markdown=None,
             sources=[],
             error=error,

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import time as dt_time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
@@ -28,25 +28,22 @@ from core.models import (
     Attachment,
     Guidance,
     Usage,
-    Vote,
 )
 from core.research.cost import Prices
 from core.research.executing import LocalRuns
 from core.text import clean_text, has_visible
 from core.untrusted import neutralise, without_markdown_links
-from core.values import SourceChoice, ThreadKey
+from core.values import SourceChoice, ThreadKey, Vote
 from storage import (
+    Admission,
     CancelRequest,
     DailyQuota,
-    FeedbackStore,
     GuidanceTaken,
     QuotaReached,
     RunRecord,
-    RunStore,
     RunUsage,
     StopRequest,
     ThreadBusy,
-    ThreadStore,
 )
 
 if TYPE_CHECKING:
@@ -80,6 +77,56 @@ class ResearchRequest(BaseModel):
     #: Which sources the run searches; the internal ones are those its thread's channel may
     #: use when it executes (:mod:`core.knowledge`).
     sources: SourceChoice = SourceChoice.ALL
+
+
+class RequestRuns(Protocol):
+    """What :class:`RunRequests` asks of the runs (``storage.RunStore``, or its twin in
+    memory ``storage.memory.MemoryRuns``; the chat layer's view ``core.chat.stores.ChatRuns``
+    extends it)."""
+
+    async def create_run(
+        self,
+        *,
+        thread: ThreadKey,
+        topic: str,
+        depth: int,
+        strategy: str,
+        requested_by: str | None = None,
+        dedupe_key: str | None = None,
+        platform_context: dict[str, Any] | None = None,
+        digest_id: str | None = None,
+        attachments: list[dict[str, Any]] | None = None,
+        sources: SourceChoice = SourceChoice.ALL,
+        admission: Admission | None = None,
+    ) -> tuple[RunRecord, bool]: ...
+
+    async def request_cancel(
+        self, run_id: str, *, console_platform: str = CONSOLE_PLATFORM
+    ) -> CancelRequest: ...
+
+    async def request_stop(
+        self, run_id: str, *, console_platform: str = CONSOLE_PLATFORM
+    ) -> StopRequest: ...
+
+    async def usage_since(
+        self,
+        since: datetime,
+        *,
+        requested_by: str | None = None,
+        channel: tuple[str, str, str] | None = None,
+    ) -> list[RunUsage]: ...
+
+
+class RequestThreads(Protocol):
+    """Where :class:`RunRequests` keeps the replies steering a run (``storage.ThreadStore``)."""
+
+    async def add_guidance(self, run_id: str, entry: dict[str, Any]) -> GuidanceTaken: ...
+
+
+class Votes(Protocol):
+    """Where :class:`RunRequests` keeps the votes on reports (``storage.FeedbackStore``)."""
+
+    async def record_feedback(self, run_id: str, voter: str, value: Vote) -> Vote | None: ...
 
 
 class RunRejected(ValueError):
@@ -172,7 +219,7 @@ def day_of(moment: datetime, timezone: ZoneInfo) -> datetime:
 
 
 async def submit_run(
-    runs: RunStore,
+    runs: RequestRuns,
     request: ResearchRequest,
     *,
     user_limit: int | None = None,
@@ -189,11 +236,7 @@ async def submit_run(
     key = request.thread
     try:
         return await runs.create_run(
-            thread_key=str(key),
-            platform=key.platform,
-            workspace=key.workspace,
-            channel=key.channel,
-            thread_ref=key.thread,
+            thread=key,
             topic=request.topic,
             depth=request.depth,
             strategy=request.strategy,
@@ -201,10 +244,9 @@ async def submit_run(
             dedupe_key=request.dedupe_key,
             platform_context=request.platform_context,
             digest_id=request.digest_id,
-            user_limit=user_limit,
             attachments=[a.model_dump(mode="json") for a in request.attachments],
-            sources=request.sources.value,
-            quota=quota,
+            sources=request.sources,
+            admission=Admission(user_limit=user_limit, quota=quota),
         )
     except ThreadBusy as busy:
         raise rejected(
@@ -220,9 +262,9 @@ class RunRequests:
     def __init__(
         self,
         *,
-        runs: RunStore,
-        threads: ThreadStore,
-        feedback: FeedbackStore,
+        runs: RequestRuns,
+        threads: RequestThreads,
+        feedback: Votes,
         local: LocalRuns | None = None,
         timezone: str | ZoneInfo = "UTC",
         clock: Clock = utcnow,
@@ -343,8 +385,7 @@ class RunRequests:
         """Store ``by``'s vote on ``run``'s report (a second press changes it); returns their
         vote before this one (None: their first). A vote that changes something is counted
         in ``fathom_feedback_total``."""
-        previous = await self._feedback.record_feedback(run.id, by, vote.value)
-        before = Vote(previous) if previous is not None else None
+        before = await self._feedback.record_feedback(run.id, by, vote)
         if self.metrics is not None and before is not vote:
             self.metrics.feedback.labels(vote.value).inc()
         return before

@@ -116,7 +116,7 @@ async def save_checkpoint(
                 rounds_done=state.rounds_done,
                 usage=state.usage.model_dump(),
                 notes=state.notes,
-                searching_ended=searching_ended.value if searching_ended is not None else None,
+                searching_ended=searching_ended,
             )
         except VariablesConflict as conflict:
             log.warning(
@@ -148,7 +148,7 @@ async def finish(
 ) -> RunRecord:
     return await claims.finish_run(
         claim,
-        status=status.value,
+        status=status,
         report_markdown=markdown,
         sources=[SourceRecord(s.n, s.title, s.url, s.published, s.kind, s.server) for s in sources],
         error=error,
@@ -160,9 +160,9 @@ async def finish(
             else None
         ),
         deliver=delivers(claim.run),
-        stop_reason=reason.value if reason is not None else None,
+        stop_reason=reason,
         notes_if_cancelled=notes_if_cancelled,
-        stop_reason_if_cancelled=StopReason.CANCELLED.value,
+        stop_reason_if_cancelled=StopReason.CANCELLED,
     )
 
 
