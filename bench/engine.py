@@ -425,6 +425,7 @@ async def open_bench(
     """A service with timing proxies; ``read_pages``: it reads result pages as configured by
     default (its reader is the one ``open_runtime`` built); ``mcp_config``: the MCP servers of
     that file are its internal sources (``FATHOM_MCP_CONFIG``)."""
+    from core.research.policy import Reading, RunPolicy
     from core.research.service import Research
     from core.runtime import open_runtime
     from core.settings import load_settings
@@ -450,9 +451,8 @@ async def open_bench(
             planner=planner,
             writer=writer,
             search=TimedSearch(runtime.search, timings),
-            reader=reader,
-            knowledge=runtime.knowledge,
-            timezone=settings.timezone,
+            reading=Reading(reader, knowledge=runtime.knowledge),
+            policy=RunPolicy(timezone=settings.timezone),
         )
         yield Bench(runtime, service, timings, wired)
 
@@ -466,6 +466,7 @@ async def one_run(
     sources: str = "all",
 ) -> tuple[float, Any]:
     """submit + execute of one research in its own new thread; (wall seconds, outcome)."""
+    from core.operations.job import run_attended
     from core.research.requests import ResearchRequest
     from core.values import RunStatus, SourceChoice, ThreadKey
 
@@ -480,7 +481,7 @@ async def one_run(
     )
     start = time.perf_counter()
     run, _ = await service.requests.submit(request)
-    outcome = await service.executor.execute(run.id)
+    outcome = await run_attended(service, run.id)
     wall = time.perf_counter() - start
     expected = searches or depth
     if outcome.status is not RunStatus.SUCCEEDED or len(outcome.topics) != expected:

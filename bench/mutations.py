@@ -199,8 +199,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="cancel",
-        file="core/research/executor.py",
-        old="            is_cancelled=lambda: cancel.requested,\n",
+        file="core/research/execution.py",
+        old="            is_cancelled=lambda: self.cancelled,\n",
         new="            is_cancelled=lambda: False,\n",
         tests=(
             "tests/test_engine.py::test_cancel_request_stops_the_run",

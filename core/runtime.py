@@ -39,6 +39,7 @@ from core.pages.fetch import PageFetcher
 from core.pages.reader import PageCache, PageReader
 from core.research.cost import Prices
 from core.research.lease import LeaseTiming
+from core.research.policy import Reading, RunPolicy
 from core.research.requests import UserQuota
 from core.research.service import Research
 from core.search import SearchProvider, build_search_provider
@@ -335,24 +336,25 @@ async def _runtime(
         reader = page_reader(settings, pages_http, store.caches, documents, metrics)
         files = FileReader(documents, max_bytes=settings.attachment_max_bytes)
         try:
+            policy = RunPolicy(
+                timing=LeaseTiming(settings.stale_run_after),
+                max_attempts=settings.max_attempts,
+                budget=RunBudget(settings.max_run_tokens, settings.max_run_seconds),
+                quota=UserQuota(settings.user_daily_runs, settings.user_daily_tokens),
+                timezone=settings.timezone,
+                prices=Prices.parse(settings.prices) if settings.prices else None,
+                verify_seconds=settings.verify_seconds,
+            )
             research = Research(
                 store=store,
                 planner=llm.planner,
                 writer=llm.writer,
                 verifier=llm.verifier if settings.verify_claims else None,
-                verify_seconds=settings.verify_seconds,
                 search=search,
-                timing=LeaseTiming(settings.stale_run_after),
-                max_attempts=settings.max_attempts,
-                reader=reader,
+                reading=Reading(reader, files, knowledge),
                 strategy_settings=strategies,
+                policy=policy,
                 metrics=metrics,
-                files=files,
-                timezone=settings.timezone,
-                knowledge=knowledge,
-                budget=RunBudget(settings.max_run_tokens, settings.max_run_seconds),
-                quota=UserQuota(settings.user_daily_runs, settings.user_daily_tokens),
-                prices=Prices.parse(settings.prices) if settings.prices else None,
             )
             digests = digest_service(settings, storage)
             yield Runtime(

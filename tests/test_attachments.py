@@ -34,6 +34,7 @@ from core.models import (
 )
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
+from core.research.policy import Reading
 from core.research.service import Research
 from core.search import SearxngProvider
 from core.values import RunStatus, ThreadKey
@@ -114,7 +115,7 @@ async def world(
             planner=model,
             writer=model,
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
-            files=FileReader(extractor, max_bytes=64 * 1024, retry_delay=0.01),
+            reading=Reading(files=FileReader(extractor, max_bytes=64 * 1024, retry_delay=0.01)),
         )
         chat = MemoryChat()
         policy = ChatPolicy.load(_env_file=None, FATHOM_ATTACHMENT_MAX_BYTES="65536")

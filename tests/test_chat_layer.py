@@ -34,6 +34,7 @@ from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
+from core.research.policy import Reading, RunPolicy
 from core.research.requests import RunRequests, UserQuota
 from core.research.service import Research
 from core.search import SearxngProvider
@@ -127,7 +128,12 @@ async def world(
             reader = PageReader(fetcher, pages=3, documents=DocumentExtractor(timeout=30.0))
             stack.push_async_callback(reader.aclose)
         service = Research(
-            store=store, planner=model, writer=model, search=search, quota=quota, reader=reader
+            store=store,
+            planner=model,
+            writer=model,
+            search=search,
+            reading=Reading(pages=reader),
+            policy=RunPolicy(quota=quota or UserQuota()),
         )
         chat = MemoryChat(report_limit=int(str(settings.pop("report_limit", 2_000))))
         config = ChatPolicy.load(_env_file=None, **settings)

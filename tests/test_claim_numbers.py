@@ -20,8 +20,10 @@ import pytest
 
 from core.claims.uncited import states_a_number, uncited_statements
 from core.llm import ChatModel
+from core.operations.job import run_attended
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
+from core.research.policy import Reading
 from core.values import RunStatus
 from tests.cli import fathom
 from tests.fakes import Fail, FakeLLMServer, FakeSearchServer, Reply
@@ -75,10 +77,10 @@ async def test_the_stored_check_cites_by_the_stored_sources_numbers(
     verifier = ChatModel(model="verifier", api_key=KEY, base_url=harness.llm.base_url)
     async with httpx.AsyncClient(trust_env=False) as pages:
         reader = PageReader(PageFetcher(pages, allow_loopback=True), pages=3)
-        service = harness.build_service(verifier=verifier, reader=reader)
+        service = harness.build_service(verifier=verifier, reading=Reading(pages=reader))
         run_id = await harness.submit(TOPIC, depth=1)
         try:
-            outcome = await service.executor.execute(run_id, None)
+            outcome = await run_attended(service, run_id, None)
         finally:
             reader.close()
             await verifier.aclose()
@@ -146,7 +148,7 @@ async def test_the_uncited_count_is_stored_with_the_run(
     verifier = ChatModel(model="verifier", api_key=KEY, base_url=harness.llm.base_url)
     run_id = await harness.submit(TOPIC, depth=1)
     try:
-        await harness.build_service(verifier=verifier).executor.execute(run_id, None)
+        await run_attended(harness.build_service(verifier=verifier), run_id, None)
     finally:
         await verifier.aclose()
     run = await harness.store.runs.get_run(run_id)

@@ -24,13 +24,15 @@ from pydantic import ValidationError
 from core.engine.progress import ProgressKind
 from core.llm import ChatModel
 from core.metrics import Metrics
+from core.operations.job import run_attended
 from core.research.outcome import final_progress_text
+from core.research.policy import Clocks, RunPolicy
 from core.settings import Settings
 from core.values import RunStatus
 from tests.cli import fathom
 from tests.fakes import FakeLLMServer, Reply
 from tests.fakes.llm import INVENTED_NUMBER, VERIFIER_SHAPES, Silent
-from tests.test_engine import KEY, Collect, Harness, harness, user_prompt  # noqa: F401
+from tests.test_engine import KEY, NOW, Collect, Harness, harness, user_prompt  # noqa: F401
 from tests.timers import ManualTimer
 
 ENGLISH_NOTE = "Citations checked: 2 of 4 claims supported by their sources; 2 fixed."
@@ -133,7 +135,7 @@ async def test_the_final_progress_line_counts_the_claims_as_stored_for_any_repli
     progress = Collect()
     run_id = await harness.submit("heat pumps", depth=1)
     try:
-        outcome = await service.executor.execute(run_id, progress)
+        outcome = await run_attended(service, run_id, progress)
     finally:
         await verifier.aclose()
     assert outcome.status is RunStatus.SUCCEEDED
@@ -165,7 +167,7 @@ async def test_a_chinese_report_s_claims_are_split_at_chinese_full_stops_and_che
     run_id = await harness.submit("热泵", depth=1)
     progress = Collect()
     try:
-        outcome = await service.executor.execute(run_id, progress)
+        outcome = await run_attended(service, run_id, progress)
     finally:
         await verifier.aclose()
     report = outcome.report_markdown or ""
@@ -190,7 +192,7 @@ async def test_a_verifier_answering_garbage_leaves_the_lexical_verdicts_and_says
     mixed.fake.script("verifier", garbage, garbage)
     run_id = await harness.submit("heat pumps", depth=1)
     try:
-        outcome = await service.executor.execute(run_id, None)
+        outcome = await run_attended(service, run_id, None)
     finally:
         await verifier.aclose()
     claims = outcome.as_json()["claims"]
@@ -228,7 +230,7 @@ async def test_a_miscited_claim_costs_one_verifier_call_and_no_revision(
     service = harness.build_service(verifier=verifier)
     run_id = await harness.submit("heat pumps", depth=1)
     try:
-        outcome = await service.executor.execute(run_id, None)
+        outcome = await run_attended(service, run_id, None)
     finally:
         await verifier.aclose()
         llm_server.fake.citing = "well"
@@ -308,7 +310,7 @@ async def test_a_meaning_flip_the_writer_states_reaches_the_verifier_and_is_mark
     service = harness.build_service(verifier=verifier)
     run_id = await harness.submit(topic, depth=1)
     try:
-        outcome = await service.executor.execute(run_id, None)
+        outcome = await run_attended(service, run_id, None)
     finally:
         await verifier.aclose()
     assert outcome.status is RunStatus.SUCCEEDED, outcome.error
@@ -387,11 +389,15 @@ async def test_a_hanging_verifier_holds_the_report_for_the_check_s_budget_only(
     progress line say why."""
     mixed.fake.script("verifier", Silent())
     verifier, timer = verifier_for(harness), ManualTimer()
-    service = harness.build_service(verifier=verifier, verify_seconds=45, timer=timer)
+    service = harness.build_service(
+        verifier=verifier,
+        policy=RunPolicy(verify_seconds=45),
+        clocks=Clocks(now=lambda: NOW, timer=timer),
+    )
     progress = Collect()
     run_id = await harness.submit(topic, depth=1)
     try:
-        running = asyncio.ensure_future(service.executor.execute(run_id, progress))
+        running = asyncio.ensure_future(run_attended(service, run_id, progress))
         assert await timer.sleeping() == 45
         assert progress.events[-1].kind is ProgressKind.CHECKING
         assert progress.events[-1].text == checking
@@ -450,7 +456,7 @@ async def test_a_source_that_speaks_to_the_verifier_gets_no_claim_and_is_named(
     service = harness.build_service(verifier=verifier)
     run_id = await harness.submit(topic, depth=1)
     try:
-        outcome = await service.executor.execute(run_id, None)
+        outcome = await run_attended(service, run_id, None)
     finally:
         await verifier.aclose()
     report = outcome.report_markdown or ""

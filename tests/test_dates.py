@@ -27,7 +27,9 @@ from core.engine.sources import number_sources, writer_source_blocks
 from core.engine.state import RunState
 from core.llm import ChatModel
 from core.models import Finding, PageExcerpt, SearchResult, Source, ThreadVariables
+from core.operations.job import run_attended
 from core.research.outcome import RunOutcome
+from core.research.policy import Clocks, RunPolicy
 from core.research.prompts import echoes_instructions, instruction_shingles, writer_messages
 from core.research.report import finalize_report
 from core.research.requests import ResearchRequest
@@ -413,11 +415,11 @@ class Rig:
             planner=model,
             writer=model,
             search=search,
-            timezone=timezone,
-            clock=self.clock,
             strategy_settings={
                 "graph": GraphSettings(_env_file=None, FATHOM_GRAPH_MAX_NODES=graph_nodes)
             },
+            policy=RunPolicy(timezone=timezone),
+            clocks=Clocks(now=self.clock),
         )
 
     async def research(
@@ -440,7 +442,7 @@ class Rig:
             digest_id=digest_id,
         )
         run, _ = await service.requests.submit(request)
-        return await service.executor.execute(run.id, progress)
+        return await run_attended(service, run.id, progress)
 
     def prompts(self, role: str) -> list[str]:
         """The user messages of every request of ``role``, in order."""
@@ -485,7 +487,7 @@ async def test_an_iterative_run_knows_the_date_and_its_sources_dates(
     assert run is not None
     stored = await service.executor.stored_outcome(run)
     assert [s.published for s in stored.sources] == [s.published for s in outcome.sources]
-    again = await service.executor.execute(outcome.run_id)
+    again = await run_attended(service, outcome.run_id)
     assert again.as_json()["sources"] == outcome.as_json()["sources"]
     thread = await rig.store.threads.get_thread(outcome.thread)
     assert thread is not None

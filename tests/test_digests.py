@@ -26,6 +26,7 @@ from core.operations.digests import DigestService
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
 from core.operations.scheduler import DigestScheduler
+from core.research.policy import RunPolicy
 from core.research.service import Research
 from core.search import SearxngProvider
 from core.settings import Settings
@@ -91,7 +92,7 @@ async def replicas(
             planner=model,
             writer=model,
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
-            owner=name,
+            policy=RunPolicy(owner=name),
         )
         job = ResearchJob(
             service.executor,

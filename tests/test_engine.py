@@ -21,8 +21,10 @@ import pytest
 
 from core.engine.progress import ProgressEvent, ProgressKind
 from core.llm import ChatModel
+from core.operations.job import run_attended
 from core.research.lease import LeaseTiming
 from core.research.outcome import RunOutcome
+from core.research.policy import Clocks, RunPolicy
 from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.runtime import DeferredTrustContext, open_runtime
@@ -126,7 +128,7 @@ class Harness:
         progress: Collect | None = None,
     ) -> RunOutcome:
         run_id = await self.submit(topic, depth, thread)
-        return await self.service.executor.execute(run_id, progress)
+        return await run_attended(self.service, run_id, progress)
 
     def planner_requests(self) -> list[dict[str, object]]:
         return [r.body for r in self.llm.fake.requests_for("planner")]
@@ -160,7 +162,11 @@ async def harness(
 
         def build_service(**options: Any) -> Research:
             clients: dict[str, Any] = dict(
-                store=store, planner=planner, writer=writer, search=search, clock=lambda: NOW
+                store=store,
+                planner=planner,
+                writer=writer,
+                search=search,
+                clocks=Clocks(now=lambda: NOW),
             )
             return Research(**(clients | options))
 
@@ -256,7 +262,7 @@ async def test_variables_usage_and_sources_are_persisted(harness: Harness) -> No
     assert data["usage"] == {**outcome.usage.model_dump(), "cost": None}
     assert data["sources"] == [s.model_dump() for s in outcome.sources]
     # Executing a finished run again changes nothing and returns the stored outcome.
-    again = await harness.service.executor.execute(outcome.run_id)
+    again = await run_attended(harness.service, outcome.run_id)
     assert again.report_markdown == outcome.report_markdown and again.topics == outcome.topics
     assert harness.search.fake.queries == outcome.topics
 
@@ -461,7 +467,7 @@ async def test_all_searches_failing_fails_the_run_clearly(harness: Harness) -> N
     assert harness.writer_requests() == []
     # A failed run has ended: executing it again returns the outcome without searching.
     queries = len(harness.search.fake.queries)
-    again = await harness.service.executor.execute(outcome.run_id)
+    again = await run_attended(harness.service, outcome.run_id)
     assert again.status is RunStatus.FAILED and again.error == outcome.error
     assert len(harness.search.fake.queries) == queries
 
@@ -543,7 +549,7 @@ async def test_a_report_is_checked_against_its_sources_before_it_is_finished(
     harness.llm.fake.script("verifier", Reply(json.dumps({"verdicts": verdicts})))
     run_id = await harness.submit(depth=1)
     try:
-        outcome = await service.executor.execute(run_id, None)
+        outcome = await run_attended(service, run_id, None)
     finally:
         await verifier.aclose()
     report = outcome.report_markdown or ""
@@ -610,7 +616,7 @@ async def test_follow_up_sees_and_skips_earlier_topics(harness: Harness) -> None
 async def test_cancel_request_stops_the_run(harness: Harness) -> None:
     run_id = await harness.submit()
     progress = after_search(1, lambda: harness.service.requests.cancel(run_id))
-    outcome = await harness.service.executor.execute(run_id, progress)
+    outcome = await run_attended(harness.service, run_id, progress)
     assert outcome.status is RunStatus.CANCELLED
     assert len(harness.search.fake.queries) == 1
     # Cancelled through this process's service: seen at the start of the next round at once.
@@ -621,11 +627,11 @@ async def test_cancel_request_stops_the_run(harness: Harness) -> None:
     assert run is not None and run.status == "cancelled" and run.rounds_done == 1
     assert harness.writer_requests() == []
     # A run cancelled on request stays cancelled.
-    again = await harness.service.executor.execute(run_id)
+    again = await run_attended(harness.service, run_id)
     assert again.status is RunStatus.CANCELLED and len(harness.search.fake.queries) == 1
     # An explicit resume picks it up from the checkpoint without repeating the search.
     first_query = harness.search.fake.queries[0]
-    resumed = await harness.service.executor.resume(run_id)
+    resumed = await run_attended(harness.service, run_id, again=True)
     assert resumed.status is RunStatus.SUCCEEDED and resumed.report_markdown
     assert len(harness.search.fake.queries) == 3
     assert harness.search.fake.queries.count(first_query) == 1
@@ -639,7 +645,7 @@ async def test_cancel_from_another_process_is_seen_at_the_next_checkpoint(
     database, other = await fresh_store(harness.url)  # e.g. a Slack replica
     try:
         progress = after_search(1, lambda: other.runs.request_cancel(run_id))
-        outcome = await harness.service.executor.execute(run_id, progress)
+        outcome = await run_attended(harness.service, run_id, progress)
     finally:
         await database.dispose()
     assert outcome.status is RunStatus.CANCELLED
@@ -667,7 +673,7 @@ async def test_cancel_from_another_process_while_the_report_is_written_keeps_no_
 
     try:
         progress = Collect(on_event)
-        outcome = await harness.service.executor.execute(run_id, progress)
+        outcome = await run_attended(harness.service, run_id, progress)
     finally:
         await database.dispose()
     assert len(harness.writer_requests()) == 1  # it was writing
@@ -687,7 +693,7 @@ async def test_a_cancel_from_another_replica_stops_the_writer_at_the_next_heartb
     harness.llm.fake.script("writer", Hang(60))
     # A heartbeat every second: soon enough to carry the cancel, and a lease (3 s) no busy
     # machine lets run out between two of them (at 0.6 s, a loaded CI worker lost the claim).
-    service = harness.build_service(timing=LeaseTiming(3.0))
+    service = harness.build_service(policy=RunPolicy(timing=LeaseTiming(3.0)))
     run_id = await harness.submit(depth=1)
     database, other = await fresh_store(harness.url)
 
@@ -697,7 +703,7 @@ async def test_a_cancel_from_another_replica_stops_the_writer_at_the_next_heartb
 
     try:
         progress = Collect(on_event)
-        outcome = await service.executor.execute(run_id, progress)
+        outcome = await run_attended(service, run_id, progress)
     finally:
         await database.dispose()
     assert outcome.status is RunStatus.CANCELLED and outcome.report_markdown is None
@@ -709,7 +715,7 @@ async def test_a_cancel_from_another_replica_stops_the_writer_at_the_next_heartb
 async def test_a_run_cancelled_before_it_starts_does_nothing(harness: Harness) -> None:
     run_id = await harness.submit()
     assert await harness.service.requests.cancel(run_id) is CancelRequest.CANCELLED
-    outcome = await harness.service.executor.execute(run_id)
+    outcome = await run_attended(harness.service, run_id)
     assert outcome.status is RunStatus.CANCELLED
     assert harness.planner_requests() == [] and harness.search.fake.queries == []
 
@@ -719,7 +725,7 @@ async def test_interrupted_task_resumes_without_repeating_searches(harness: Harn
     first_done = asyncio.Event()
     harness.search.fake.latency = 0.2
     task = asyncio.create_task(
-        harness.service.executor.execute(run_id, after_search(1, first_done.set))
+        run_attended(harness.service, run_id, after_search(1, first_done.set))
     )
     await asyncio.wait_for(first_done.wait(), 10)
     task.cancel()
@@ -744,7 +750,7 @@ async def test_interrupted_task_resumes_without_repeating_searches(harness: Harn
         statuses.append(run.status)
 
     progress = Collect(record_status)
-    outcome = await harness.service.executor.execute(run_id, progress)
+    outcome = await run_attended(harness.service, run_id, progress)
     assert outcome.status is RunStatus.SUCCEEDED
     assert progress.events[0].text.startswith("Resuming")
     assert set(statuses[:-1]) == {"running"}  # the resumed run is running again
@@ -907,6 +913,6 @@ async def test_the_runtime_shares_one_tls_context(
                 thread=ThreadKey(platform="cli", workspace="local", channel="local", thread="tls"),
             )
         )
-        outcome = await runtime.research.executor.execute(run.id)
+        outcome = await run_attended(runtime.research, run.id)
         assert outcome.status is RunStatus.SUCCEEDED
         assert search_tls.cert_store_stats()["x509_ca"] == 0  # http:// only: nothing loaded

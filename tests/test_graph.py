@@ -22,9 +22,10 @@ from core.engine.progress import ProgressKind
 from core.engine.state import RunState, StepHooks, StopReason
 from core.llm import ChatModel
 from core.models import Finding, SearchResult, ThreadVariables
-from core.operations.job import DeliveryPolicy, ResearchJob
+from core.operations.job import DeliveryPolicy, ResearchJob, run_attended
 from core.operations.runners import InProcessJobRunner
 from core.research.outcome import RunOutcome
+from core.research.policy import Clocks, Reading, RunPolicy
 from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.search import SearxngProvider
@@ -82,8 +83,6 @@ async def graph(
             planner=model,
             writer=model,
             verifier=model if verify else None,
-            verify_seconds=verify_seconds,
-            timer=timer,
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
             strategy_settings={
                 "graph": GraphSettings(
@@ -92,6 +91,8 @@ async def graph(
                     FATHOM_GRAPH_MAX_NODES=max_nodes,
                 )
             },
+            policy=RunPolicy(verify_seconds=verify_seconds),
+            clocks=Clocks(timer=timer),
         )
         closers.extend([http.aclose, model.aclose])
         return Harness(llm_server, search_server, database, store, service, database_url)
@@ -114,7 +115,7 @@ async def research(
         topic=topic, depth=depth, strategy="graph", thread=harness.thread(thread)
     )
     run, _ = await harness.service.requests.submit(request)
-    return run.id, await harness.service.executor.execute(run.id, progress)
+    return run.id, await run_attended(harness.service, run.id, progress)
 
 
 def planner_prompts(harness: Harness) -> list[str]:
@@ -410,7 +411,7 @@ async def test_a_resumed_graph_run_searches_no_answered_node_again(graph: MakeGr
     request = ResearchRequest(topic=QUESTION, depth=3, strategy="graph", thread=harness.thread())
     run, _ = await harness.service.requests.submit(request)
     fake.latency = 0.5  # the dependent node's search is in flight when the run stops
-    task = asyncio.create_task(harness.service.executor.execute(run.id))
+    task = asyncio.create_task(run_attended(harness.service, run.id))
     compare = f"{QUESTION} compared with alternatives"
     await wait_for(lambda: compare in fake.queries)
     task.cancel()
@@ -422,7 +423,7 @@ async def test_a_resumed_graph_run_searches_no_answered_node_again(graph: MakeGr
     assert statuses == {"background": "answered", "state": "answered", "compare": "pending"}
 
     fake.latency = 0.0
-    outcome = await harness.service.executor.resume(run.id)
+    outcome = await run_attended(harness.service, run.id, again=True)
     assert outcome.status is RunStatus.SUCCEEDED
     queries = fake.queries
     assert queries.count(f"{QUESTION} background") == 1
@@ -670,7 +671,7 @@ async def test_a_graph_run_reads_pages_and_notes_the_ones_it_left_out(
             planner=model,
             writer=model,
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
-            reader=reader,
+            reading=Reading(pages=reader),
         )
         harness = Harness(llm_server, search_server, database, store, service, database_url)
         _, outcome = await research(harness, depth=2)

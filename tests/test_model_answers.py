@@ -16,6 +16,7 @@ import pytest
 
 from core.llm import Answer, ChatModel, FailureKind, LLMError, LLMInvalidJSON
 from core.models import PlannerDecision, Usage
+from core.operations.job import run_attended
 from core.research.outcome import RunOutcome
 from core.research.requests import ResearchRequest
 from core.research.service import Research
@@ -51,7 +52,7 @@ async def failure(model: ChatModel, messages: list[dict[str, str]] = WRITER) -> 
 async def research(service: Research, topic: str = TOPIC) -> RunOutcome:
     thread = ThreadKey(platform="cli", workspace="local", channel="local", thread="t1")
     run, _ = await service.requests.submit(ResearchRequest(topic=topic, depth=3, thread=thread))
-    return await service.executor.execute(run.id, None)
+    return await run_attended(service, run.id, None)
 
 
 # --- content as a list of parts ---------------------------------------------------------------

@@ -20,11 +20,13 @@ from core.engine.state import StopReason
 from core.llm import ChatModel, FailureKind, LLMError
 from core.llm.client import FIRST_BACKOFF, MAX_RETRY_WAIT
 from core.models import Usage
+from core.operations.job import run_attended
+from core.research.policy import Clocks, RunPolicy
 from core.values import RunStatus
 from tests.chat_app import wait_for
 from tests.fakes import Fail, FakeLLMServer, Hang, Reply
 from tests.fakes.llm import Silent, Trickle
-from tests.test_engine import KEY, Collect, Harness, harness, sqlite_only  # noqa: F401
+from tests.test_engine import KEY, NOW, Collect, Harness, harness, sqlite_only  # noqa: F401
 from tests.test_llm import WRITER
 from tests.timers import ManualTimer
 
@@ -195,11 +197,13 @@ async def test_a_run_whose_time_budget_went_to_the_planner_says_so(
     )
     harness.llm.fake.script("planner", Silent())
     service = harness.build_service(
-        planner=planner, budget=RunBudget(seconds=100), monotonic=lambda: now[0]
+        planner=planner,
+        policy=RunPolicy(budget=RunBudget(seconds=100)),
+        clocks=Clocks(now=lambda: NOW, monotonic=lambda: now[0]),
     )
     progress = Collect()
     try:
-        run = asyncio.create_task(service.executor.execute(await harness.submit(), progress))
+        run = asyncio.create_task(run_attended(service, await harness.submit(), progress))
         await sleeping_until(timer, TIMEOUT)
         await wait_for(lambda: harness.llm.fake.streams == 1)
         now[0] += TIMEOUT  # the executor's clock and the model's timer move together
@@ -236,7 +240,7 @@ async def test_a_run_whose_planner_timed_out_and_found_nothing_says_both(
     harness.search.fake.empty = True
     service = harness.build_service(planner=planner)
     try:
-        run = asyncio.create_task(service.executor.execute(await harness.submit(depth=1)))
+        run = asyncio.create_task(run_attended(service, await harness.submit(depth=1)))
         await sleeping_until(timer, TIMEOUT)
         await wait_for(lambda: harness.llm.fake.streams == 1)
         timer.advance(TIMEOUT)

@@ -25,7 +25,7 @@ from core.engine.iterative import IterativeStrategy
 from core.engine.state import RunState
 from core.llm import ChatModel
 from core.models import ThreadVariables
-from core.operations.job import DeliveryPolicy, ResearchJob
+from core.operations.job import DeliveryPolicy, ResearchJob, run_attended
 from core.operations.runners import InProcessJobRunner
 from core.research.outcome import RunOutcome
 from core.research.requests import ResearchRequest
@@ -76,7 +76,7 @@ async def research(
     thread = ThreadKey(platform="cli", workspace="local", channel="local", thread="t1")
     request = ResearchRequest(topic=topic, depth=3, thread=thread, strategy=strategy)
     run, _ = await service.requests.submit(request)
-    return await service.executor.execute(run.id, progress)
+    return await run_attended(service, run.id, progress)
 
 
 async def assert_failed_without_report(service: Research, outcome: RunOutcome, error: str) -> None:

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from core.engine.fallback import FALLBACK_CHARS, fallback_query
+from core.operations.job import run_attended
 from core.research.outcome import RunOutcome
 from core.research.requests import ResearchRequest
 from core.research.service import Research
@@ -210,7 +211,7 @@ async def run(service: Research, topic: str, strategy: str = "iterative") -> Run
     thread = ThreadKey(platform="cli", workspace="local", channel="local", thread="t1")
     request = ResearchRequest(topic=topic, depth=2, strategy=strategy, thread=thread)
     submitted, _ = await service.requests.submit(request)
-    return await service.executor.execute(submitted.id, None)
+    return await run_attended(service, submitted.id, None)
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from bots.chat.memory import PLATFORM, MemoryChat
 from core.llm import ChatModel
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.queue import ProcrastinateJobRunner, ProcrastinateQueue, queue_in_transaction
+from core.research.policy import RunPolicy
 from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.search import SearxngProvider
@@ -62,7 +63,7 @@ async def research_job(
                 planner=model,
                 writer=model,
                 search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
-                max_attempts=max_attempts,
+                policy=RunPolicy(max_attempts=max_attempts),
             )
             policy = DeliveryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
             yield (

@@ -24,8 +24,10 @@ from starlette.routing import Route
 from core.documents import DocumentExtractor
 from core.engine.progress import ProgressEvent, ProgressKind
 from core.llm import ChatModel
+from core.operations.job import run_attended
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
+from core.research.policy import Reading
 from core.research.service import Research
 from core.runtime import page_client, page_reader
 from core.search import SearxngProvider
@@ -87,7 +89,7 @@ async def reading(
             planner=planner,
             writer=writer,
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
-            reader=reader,
+            reading=Reading(pages=reader),
         )
 
         closers.extend(
@@ -295,7 +297,7 @@ async def test_a_resumed_run_reuses_the_passages_it_stored(reading: MakeHarness)
         if event.kind is ProgressKind.SEARCHING and event.rounds_done == 1:
             round_two.set()
 
-    task = asyncio.create_task(harness.service.executor.execute(run_id, Collect(on_event)))
+    task = asyncio.create_task(run_attended(harness.service, run_id, Collect(on_event)))
     await asyncio.wait_for(round_two.wait(), 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -305,7 +307,7 @@ async def test_a_resumed_run_reuses_the_passages_it_stored(reading: MakeHarness)
     assert len(read_before) == 3
 
     harness.search.fake.latency = 0.0
-    outcome = await harness.service.executor.resume(run_id)
+    outcome = await run_attended(harness.service, run_id, again=True)
     assert outcome.status is RunStatus.SUCCEEDED
     again = [p for p in harness.search.fake.page_requests if slug(first_topic) in p]
     assert again == read_before  # not fetched again: the stored passages were used
@@ -321,9 +323,7 @@ async def test_pages_not_yet_read_when_a_run_stopped_are_read_when_it_resumes(
     harness.llm.fake.script("planner", plan(TOPIC))
     harness.search.fake.hold_pages()  # the search returns; its pages do not answer yet
     searched = asyncio.Event()
-    task = asyncio.create_task(
-        harness.service.executor.execute(run_id, after_search(1, searched.set))
-    )
+    task = asyncio.create_task(run_attended(harness.service, run_id, after_search(1, searched.set)))
     await asyncio.wait_for(searched.wait(), 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -334,7 +334,7 @@ async def test_pages_not_yet_read_when_a_run_stopped_are_read_when_it_resumes(
     stored = await harness.store.threads.load_variables(run.thread_id)
     assert stored is not None and stored["findings"][0]["pages"] is None
 
-    outcome = await harness.service.executor.resume(run_id)
+    outcome = await run_attended(harness.service, run_id, again=True)
     assert outcome.status is RunStatus.SUCCEEDED
     assert outcome.usage.pages_read == 3
     assert PAGE_FACT in writer_prompt(harness)
@@ -366,7 +366,7 @@ async def test_a_stop_while_a_rounds_pages_are_read_starts_no_further_search(
     harness = await reading(page_timeout=20.0)
     run_id = await harness.submit(depth=5)
     harness.search.fake.hold_pages()
-    run = asyncio.create_task(harness.service.executor.execute(run_id))
+    run = asyncio.create_task(run_attended(harness.service, run_id))
     try:
         await wait_for(lambda: len(harness.planner_requests()) >= 2)  # round 2 planned
         await harness.service.requests.stop(run_id)
@@ -520,7 +520,7 @@ async def test_cancelling_a_resumed_run_leaves_no_page_reading_behind(
     run_id = await snippets.submit(depth=2)
     searched = asyncio.Event()
     task = asyncio.create_task(
-        snippets.service.executor.execute(run_id, after_search(2, searched.set))
+        run_attended(snippets.service, run_id, after_search(2, searched.set))
     )
     await asyncio.wait_for(searched.wait(), 10)
     task.cancel()
@@ -537,7 +537,7 @@ async def test_cancelling_a_resumed_run_leaves_no_page_reading_behind(
     pages.search.fake.hold_pages()
     try:
         before = asyncio.all_tasks()
-        resumed = asyncio.create_task(pages.service.executor.resume(run_id))
+        resumed = asyncio.create_task(run_attended(pages.service, run_id, again=True))
         await wait_for(lambda: len(pages.search.fake.page_requests) == 6)  # both rounds' pages
         resumed.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -20,6 +20,7 @@ import pytest
 
 from core.llm import ChatModel, LLMError
 from core.models import PlannerDecision, Usage
+from core.operations.job import run_attended
 from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.values import RunStatus
@@ -237,7 +238,7 @@ async def test_an_iterative_run_on_a_reasoning_model_plans_writes_and_checks(
     verifier = ChatModel(model="verifier-model", api_key=KEY, base_url=harness.llm.base_url)
     try:
         service = harness.build_service(verifier=verifier)
-        outcome = await service.executor.execute(await harness.submit(depth=3))
+        outcome = await run_attended(service, await harness.submit(depth=3))
     finally:
         await verifier.aclose()
     assert outcome.status is RunStatus.SUCCEEDED, outcome.error
@@ -262,7 +263,7 @@ async def test_a_graph_run_on_a_reasoning_model_plans_and_answers_its_nodes(
     harness.llm.fake.reasoning = tags
     request = ResearchRequest(topic=TOPIC, depth=3, strategy="graph", thread=harness.thread())
     run, _ = await harness.service.requests.submit(request)
-    outcome = await harness.service.executor.execute(run.id)
+    outcome = await run_attended(harness.service, run.id)
     assert outcome.status is RunStatus.SUCCEEDED, outcome.error
     assert "The plan had no usable node." not in outcome.notes
     nodes = outcome.details["nodes"]

@@ -26,6 +26,7 @@ from core.models import ThreadVariables
 from core.operations.job import DeliveryPolicy, ResearchJob
 from core.operations.runners import InProcessJobRunner
 from core.research.lease import Lease, LeaseTiming, holder_is_gone, runner_identity
+from core.research.policy import RunPolicy
 from core.research.requests import ResearchRequest, RunRejected
 from core.research.service import Research
 from core.search import SearxngProvider
@@ -92,9 +93,8 @@ async def replicas(
             planner=model,
             writer=model,
             search=SearxngProvider(http, base_url=search_server.url, base_delay=0.01),
-            timing=timing,
-            max_attempts=max_attempts,
             metrics=metrics,
+            policy=RunPolicy(timing=timing, max_attempts=max_attempts),
         )
         job = ResearchJob(
             service.executor,

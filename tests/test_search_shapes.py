@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from core.operations.job import run_attended
 from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.search import (
@@ -136,7 +137,7 @@ async def test_a_run_whose_engines_never_answered_says_which(
         run, _ = await service.requests.submit(
             ResearchRequest(topic="batteries", depth=2, thread=thread)
         )
-        outcome = await service.executor.execute(run.id, None)
+        outcome = await run_attended(service, run.id, None)
     assert outcome.status is RunStatus.FAILED
     assert outcome.error is not None
     assert "engines that did not answer: google (timeout), duckduckgo (CAPTCHA)" in outcome.error

@@ -17,8 +17,10 @@ from core.engine.graph.state import NodeStatus
 from core.engine.graph.strategy import GraphSettings
 from core.engine.progress import ProgressEvent, ProgressKind
 from core.engine.state import StopReason
+from core.operations.job import run_attended
 from core.research.cost import Prices
 from core.research.outcome import final_progress_text
+from core.research.policy import Clocks, RunPolicy
 from core.research.requests import DailyLimitReached, ResearchRequest, UserQuota
 from core.values import RunStatus, ThreadKey
 from core.words import wording
@@ -26,6 +28,7 @@ from core.words.note_words import STOPPED_BEFORE_SEARCH
 from storage import CancelRequest, StopRequest
 from tests.fakes import Hang
 from tests.test_engine import (
+    NOW,
     TOPIC,
     Collect,
     Harness,
@@ -48,7 +51,7 @@ async def test_stop_from_this_process_writes_the_report_from_the_searches_done(
     async def press() -> None:
         answers.append(await harness.service.requests.stop(run_id))
 
-    outcome = await harness.service.executor.execute(run_id, after_search(1, press))
+    outcome = await run_attended(harness.service, run_id, after_search(1, press))
     assert answers == [StopRequest.STOPPING]
     assert outcome.status is RunStatus.SUCCEEDED and outcome.stop_reason is StopReason.STOPPED
     assert len(harness.search.fake.queries) == 1 and len(outcome.topics) == 1
@@ -90,7 +93,7 @@ async def test_stop_before_the_first_search_ends_with_nothing_to_report_not_a_fa
             answers.append(await service.requests.stop(run_id))
 
     progress = Collect(on_event)
-    outcome = await service.executor.execute(run_id, progress)
+    outcome = await run_attended(service, run_id, progress)
     assert answers == [StopRequest.STOPPING]
     assert outcome.status is RunStatus.CANCELLED and outcome.stop_reason is StopReason.STOPPED
     assert outcome.error is None and outcome.report_markdown is None
@@ -127,7 +130,7 @@ async def test_stop_then_cancel_while_the_report_is_written_ends_cancelled_witho
             assert await harness.service.requests.cancel(run_id) is CancelRequest.CANCELLING
 
     progress = Collect(on_event)
-    outcome = await harness.service.executor.execute(run_id, progress)
+    outcome = await run_attended(harness.service, run_id, progress)
     assert outcome.status is RunStatus.CANCELLED and outcome.stop_reason is StopReason.CANCELLED
     assert outcome.report_markdown is None
     assert progress.final.startswith("Research cancelled after 1 of 5 searches."), progress.final
@@ -156,7 +159,7 @@ async def test_a_report_refused_by_a_cancel_from_another_replica_keeps_no_report
 
     try:
         progress = Collect(on_event)
-        outcome = await harness.service.executor.execute(run_id, progress)
+        outcome = await run_attended(harness.service, run_id, progress)
     finally:
         await database.dispose()
     assert len(harness.writer_requests()) == 1  # it wrote the report, which was refused
@@ -184,7 +187,7 @@ async def test_a_run_interrupted_while_its_report_is_written_keeps_no_report_not
         if event.kind is ProgressKind.WRITING:
             writing.set()
 
-    task = asyncio.create_task(harness.service.executor.execute(run_id, Collect(on_event)))
+    task = asyncio.create_task(run_attended(harness.service, run_id, Collect(on_event)))
     await writing.wait()
     await until(lambda: harness.writer_requests())  # the writer call is out
     task.cancel()
@@ -206,7 +209,7 @@ async def test_stop_while_the_first_search_runs_writes_the_report_from_it(
         if event.kind is ProgressKind.SEARCHING and event.rounds_done == 0:
             assert await harness.service.requests.stop(run_id) is StopRequest.STOPPING
 
-    outcome = await harness.service.executor.execute(run_id, Collect(on_event))
+    outcome = await run_attended(harness.service, run_id, Collect(on_event))
     assert outcome.status is RunStatus.SUCCEEDED and outcome.stop_reason is StopReason.STOPPED
     assert len(harness.search.fake.queries) == 1 and outcome.report_markdown
     assert STOPPED_NOTE in outcome.report_markdown
@@ -224,7 +227,7 @@ async def test_stop_from_another_replica_is_seen_before_the_next_search(
         answers.append(await other.runs.request_stop(run_id))  # a press delivered twice
 
     try:
-        outcome = await harness.service.executor.execute(run_id, after_search(1, press_twice))
+        outcome = await run_attended(harness.service, run_id, after_search(1, press_twice))
     finally:
         await database.dispose()
     assert answers == [StopRequest.STOPPING, StopRequest.ENDED]
@@ -240,7 +243,7 @@ async def test_stop_of_a_queued_run_cancels_it_and_cancel_then_stop_changes_noth
 ) -> None:
     queued = await harness.submit(thread="t1")
     assert await harness.service.requests.stop(queued) is StopRequest.CANCELLED
-    outcome = await harness.service.executor.execute(queued)
+    outcome = await run_attended(harness.service, queued)
     assert outcome.status is RunStatus.CANCELLED
     assert harness.planner_requests() == [] and harness.search.fake.queries == []
 
@@ -251,7 +254,7 @@ async def test_stop_of_a_queued_run_cancels_it_and_cancel_then_stop_changes_noth
         assert await harness.service.requests.cancel(running) is CancelRequest.CANCELLING
         answers.append(await harness.service.requests.stop(running))
 
-    cancelled = await harness.service.executor.execute(running, after_search(1, cancel_then_stop))
+    cancelled = await run_attended(harness.service, running, after_search(1, cancel_then_stop))
     assert answers == [StopRequest.ENDED]
     assert cancelled.status is RunStatus.CANCELLED and cancelled.report_markdown is None
 
@@ -283,7 +286,7 @@ async def test_a_graph_run_stopped_mid_turn_answers_what_it_searched(
     request = ResearchRequest(topic=TOPIC, depth=2, thread=harness.thread("g1"), strategy="graph")
     run, _ = await service.requests.submit(request)
     search.press = lambda: service.requests.stop(run.id)
-    outcome = await service.executor.execute(run.id)
+    outcome = await run_attended(service, run.id)
     assert search.answers == [StopRequest.STOPPING]
     assert outcome.status is RunStatus.SUCCEEDED, outcome.error
     assert outcome.stop_reason is StopReason.STOPPED
@@ -331,15 +334,15 @@ async def test_the_token_budget_stops_the_searching_and_the_report_says_so(
         assert run is not None
         first_plan.append(run.prompt_tokens + run.completion_tokens)
 
-    await harness.service.executor.execute(probe, after_search(1, measure))
+    await run_attended(harness.service, probe, after_search(1, measure))
     (spent_by_one_plan,) = first_plan
     # A budget whose searching share (half of a small budget) takes one plan, one search and a
     # second plan; a third, expected to be as large as the second, would pass it.
     tokens = 4 * spent_by_one_plan + 2
-    service = harness.build_service(budget=RunBudget(tokens=tokens))
+    service = harness.build_service(policy=RunPolicy(budget=RunBudget(tokens=tokens)))
     before = len(harness.search.fake.queries)
     run_id = await harness.submit(depth=5, thread="budget")
-    outcome = await service.executor.execute(run_id)
+    outcome = await run_attended(service, run_id)
     assert outcome.status is RunStatus.SUCCEEDED and outcome.stop_reason is (
         StopReason.TOKEN_BUDGET
     )
@@ -366,13 +369,16 @@ async def test_the_time_budget_stops_the_searching_and_the_report_says_so(
     harness: Harness,  # noqa: F811
 ) -> None:
     now = [100.0]
-    service = harness.build_service(budget=RunBudget(seconds=1200), monotonic=lambda: now[0])
+    service = harness.build_service(
+        policy=RunPolicy(budget=RunBudget(seconds=1200)),
+        clocks=Clocks(now=lambda: NOW, monotonic=lambda: now[0]),
+    )
     run_id = await harness.submit(depth=5)
 
     def two_minutes_past_the_budget() -> None:
         now[0] += 1320.0
 
-    outcome = await service.executor.execute(run_id, after_search(2, two_minutes_past_the_budget))
+    outcome = await run_attended(service, run_id, after_search(2, two_minutes_past_the_budget))
     assert outcome.status is RunStatus.SUCCEEDED
     assert outcome.stop_reason is StopReason.TIME_BUDGET
     assert len(harness.search.fake.queries) == 2
@@ -401,8 +407,8 @@ async def test_the_daily_run_quota_is_counted_across_replicas(
 ) -> None:
     database, other = await fresh_store(harness.url)  # another replica's pool
     try:
-        here = harness.build_service(quota=UserQuota(runs=2))
-        there = harness.build_service(store=other, quota=UserQuota(runs=2))
+        here = harness.build_service(policy=RunPolicy(quota=UserQuota(runs=2)))
+        there = harness.build_service(store=other, policy=RunPolicy(quota=UserQuota(runs=2)))
         await here.requests.submit(chat_request("1"))
         delivered = chat_request("2").model_copy(update={"dedupe_key": "ev-2"})
         await there.requests.submit(delivered)
@@ -429,10 +435,11 @@ async def test_the_daily_token_quota_refuses_once_too_little_is_left(
     """A quota of 2,000 tokens: the first research runs within it, and the next request is
     refused, as less than 2,000 tokens of the day are left."""
     service = harness.build_service(
-        quota=UserQuota(tokens=2_000), timezone="Asia/Shanghai", search=harness.search_provider
+        search=harness.search_provider,
+        policy=RunPolicy(quota=UserQuota(tokens=2_000), timezone="Asia/Shanghai"),
     )
     run, _ = await service.requests.submit(chat_request("1"))
-    outcome = await service.executor.execute(run.id)
+    outcome = await run_attended(service, run.id)
     assert outcome.status is RunStatus.SUCCEEDED and outcome.usage.prompt_tokens > 0
     assert outcome.usage.prompt_tokens + outcome.usage.completion_tokens <= 2_000
     with pytest.raises(DailyLimitReached) as reached:
@@ -467,7 +474,7 @@ async def test_usage_sums_the_requesters_runs_and_the_channels(
     prices = Prices.parse(
         '{"planner-model": [2.5, 10], "writer-model": [1.1, 4.4], "search": 0.01}'
     )
-    service = harness.build_service(prices=prices)
+    service = harness.build_service(policy=RunPolicy(prices=prices))
 
     def in_channel(channel: str, thread: str, user: str) -> ResearchRequest:
         key = ThreadKey(platform="slack", workspace="T1", channel=channel, thread=thread)
@@ -481,7 +488,7 @@ async def test_usage_sums_the_requesters_runs_and_the_channels(
         in_channel("C2", "4", "U1"),
     ):
         run, _ = await service.requests.submit(request)
-        outcomes.append(await service.executor.execute(run.id))
+        outcomes.append(await run_attended(service, run.id))
     costs = [o.cost for o in outcomes]
     assert all(c is not None and c > 0 for c in costs)
     tokens = [o.usage.prompt_tokens + o.usage.completion_tokens for o in outcomes]
@@ -504,10 +511,10 @@ async def test_the_cost_metric_counts_each_priced_model_and_the_searches(
 
     prices = Prices.parse('{"planner-model": [2.5, 10], "search": 0.01}')  # writer: unpriced
     metrics = Metrics()
-    service = harness.build_service(prices=prices, metrics=metrics)
+    service = harness.build_service(metrics=metrics, policy=RunPolicy(prices=prices))
     key = ThreadKey(platform="slack", workspace="T1", channel="C1", thread="1")
     run, _ = await service.requests.submit(ResearchRequest(topic=TOPIC, depth=2, thread=key))
-    outcome = await service.executor.execute(run.id)
+    outcome = await run_attended(service, run.id)
     assert outcome.cost is None  # a model without a price: no cost for the run
 
     def counted(model: str) -> float | None:
@@ -586,9 +593,11 @@ async def test_usage_never_shows_today_above_this_month(
     """Today's runs are counted from the same read as this month's, so a run made between
     the reads cannot put today above the month."""
     first = await harness.submit(thread="t1")
-    await harness.service.executor.execute(first)
+    await run_attended(harness.service, first)
     store = _RunMadeBetweenReads(harness.store, lambda: harness.submit(thread="t2"))
-    service = harness.build_service(store=store, clock=lambda: datetime.now(ZoneInfo("UTC")))
+    service = harness.build_service(
+        store=store, clocks=Clocks(now=lambda: datetime.now(ZoneInfo("UTC")))
+    )
     report = await service.requests.usage_report("tester", harness.thread("t1"))
     assert report.today.runs <= report.month.runs and report.today.tokens <= report.month.tokens
     assert (report.today.runs, report.month.runs) == (1, 1)

@@ -29,6 +29,7 @@ from core.engine.searching import search_topic
 from core.engine.state import RunState, StepHooks, StopReason
 from core.engine.strategy import RegisteredStrategy, WriterContext
 from core.models import StrategyState
+from core.operations.job import run_attended
 from core.research.prompts import drop_instruction_echoes
 from core.research.requests import ResearchRequest
 from core.search import SearchProvider
@@ -175,7 +176,7 @@ async def test_a_registered_strategy_researches_end_to_end(
     )
     run, created = await service.requests.submit(request)
     assert created and run.strategy == "angles"
-    outcome = await service.executor.execute(run.id)
+    outcome = await run_attended(service, run.id)
 
     assert outcome.status is RunStatus.SUCCEEDED
     assert harness.search.fake.queries == ["heat pumps cost", "heat pumps noise"]

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from core.chat.grammar import ScheduleCommand
+from core.operations.job import run_attended
 from core.research.requests import ResearchRequest
 from core.runtime import Runtime, open_runtime
 from core.settings import load_settings
@@ -123,7 +124,7 @@ async def research(
     strategy: str = "iterative",
 ) -> Any:
     run = await submit(runtime, thread, topic, depth=depth, sources=sources, strategy=strategy)
-    return await runtime.research.executor.execute(run.id)
+    return await run_attended(runtime.research, run.id)
 
 
 async def submit(
@@ -250,7 +251,7 @@ async def test_a_digest_in_an_allowed_channel_uses_the_server(
         assert digest.sources == "internal"
         run, created = await runtime.digests.fire(digest, datetime(2026, 12, 7, 9, tzinfo=UTC))
         assert run is not None and created
-        outcome = await runtime.research.executor.execute(run.id)
+        outcome = await run_attended(runtime.research, run.id)
     assert outcome.status.value == "succeeded", outcome.error
     [query] = [c["query"] for c in calls_of(tmp_path / "calls.jsonl")]
     assert query.startswith("pump failures")
@@ -286,8 +287,8 @@ async def test_scope_is_decided_when_the_run_executes_not_when_it_was_asked(
         anything = await submit(asked, f"{ALLOWED}:1760.1")
         internal = await submit(asked, f"{ALLOWED}:1760.2", sources=SourceChoice.INTERNAL)
     async with open_team(["feishu"]) as executing:  # the channel was taken off the server
-        web_only = await executing.research.executor.execute(anything.id)
-        refused = await executing.research.executor.execute(internal.id)
+        web_only = await run_attended(executing.research, anything.id)
+        refused = await run_attended(executing.research, internal.id)
     assert calls_of(tmp_path / "calls.jsonl") == []
     assert web_only.status.value == "succeeded" and web_only.usage.internal_searches == 0
     assert all(s.kind == "web" for s in web_only.sources)

@@ -32,9 +32,11 @@ from core.engine.state import StopReason
 from core.llm import ChatModel
 from core.llm.tokens import TokenRoom
 from core.models import Usage
+from core.operations.job import run_attended
 from core.pages.fetch import PageFetcher
 from core.pages.reader import PageReader
 from core.research.outcome import RunOutcome
+from core.research.policy import Clocks, Reading, RunPolicy
 from core.research.requests import LEAST_RUN_TOKENS, DailyLimitReached, ResearchRequest, UserQuota
 from core.research.service import Research
 from core.search import SearxngProvider
@@ -77,7 +79,7 @@ class Limits:
     ) -> RunOutcome:
         run_id, created = await self.ask(service, user, name, depth)
         assert created
-        return await service.executor.execute(run_id)
+        return await run_attended(service, run_id)
 
 
 @pytest.fixture
@@ -117,11 +119,10 @@ async def limits(
                 planner=planner,
                 writer=writer,
                 search=search,
-                reader=reader,
                 verifier=planner if verifier else None,
-                budget=budget,
-                quota=quota,
-                clock=lambda: NOW,
+                reading=Reading(pages=reader),
+                policy=RunPolicy(budget=budget or RunBudget(), quota=quota or UserQuota()),
+                clocks=Clocks(now=lambda: NOW),
             )
 
         try:
@@ -207,7 +208,7 @@ async def test_a_budget_with_no_room_left_for_the_writer_lists_the_findings(
         assert run is not None
         first_plan.append(run.prompt_tokens + run.completion_tokens)
 
-    await service.executor.execute(probe, after_search(1, measure))
+    await run_attended(service, probe, after_search(1, measure))
     limits.llm.fake.reset()
     # Half of it is the writer's reserve (a small budget's): the searching plans, searches
     # once and plans again, and then expects a third plan to pass its share.
@@ -338,7 +339,7 @@ async def test_simultaneous_requests_on_two_replicas_spend_at_most_the_daily_tok
             allowances = [await allowance(limits.store, run_id) for run_id in admitted]
             assert sum(allowances) <= 2_500
             for run_id in admitted:
-                await services[0].executor.execute(run_id)
+                await run_attended(services[0], run_id)
             assert await stored_spending(limits.store, admitted) <= 2_500
     finally:
         await other.dispose()
@@ -358,7 +359,7 @@ async def test_a_run_grows_its_share_while_the_day_has_room(limits: Limits) -> N
     service = limits.make(quota=UserQuota(tokens=200_000))
     run_id, _ = await limits.ask(service, "U1", "grow", depth=3)
     await set_allowance(limits.database, run_id, LEAST_RUN_TOKENS)
-    outcome = await service.executor.execute(run_id)
+    outcome = await run_attended(service, run_id)
     assert outcome.status is RunStatus.SUCCEEDED
     assert outcome.stop_reason is not StopReason.TOKEN_QUOTA
     assert await allowance(limits.store, run_id) >= spent(outcome) > LEAST_RUN_TOKENS

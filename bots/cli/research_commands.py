@@ -190,10 +190,10 @@ def resume(
 async def _research(
     settings: Settings, request: Any, run_id: str | None, started: StartedRun
 ) -> RunOutcome:
-    from bots.console.files import LocalFiles
+    from bots.console.delivery import ConsoleDelivery
     from bots.console.progress import ConsoleProgress
     from core.config import ConfigError
-    from core.research.executor import RunBusy
+    from core.operations.job import ResearchJob, RunBusy
     from core.research.requests import RunRejected
     from core.runtime import open_runtime
     from core.values import SourceChoice
@@ -218,12 +218,11 @@ async def _research(
                 raise fail(f"there is no run {run_id!r}")
             requests, stopped = runtime.research.requests, run_id or ""
             started.stop = lambda: requests.stop(stopped)
+            store = runtime.store
+            job = ResearchJob(runtime.research.executor, store.runs, store.claims)
             try:
-                if request is None:
-                    return await runtime.research.executor.resume(
-                        run_id or "", progress, LocalFiles()
-                    )
-                return await runtime.research.executor.execute(run_id or "", progress, LocalFiles())
+                delivery = ConsoleDelivery(progress)
+                return await job.attend(run_id or "", delivery, again=request is None)
             except RunRejected as exc:
                 raise fail(str(exc)) from None
             except (RunBusy, ClaimLost) as exc:

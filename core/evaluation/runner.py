@@ -16,6 +16,7 @@ from core.evaluation.score import EvalResult, failed, score
 from core.llm import LLMError
 from core.llm.protocols import JsonModel
 from core.models import CONSOLE_PLATFORM, Usage
+from core.operations.job import run_attended
 from core.research.requests import ResearchRequest
 from core.research.service import Research
 from core.values import ThreadKey
@@ -77,7 +78,7 @@ async def _researched(
     )
     try:
         run, _ = await research.requests.submit(request)
-        outcome = await research.executor.execute(run.id, None)
+        outcome = await run_attended(research, run.id, None)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # one question's failure is its result, not the evaluation's end

@@ -17,6 +17,9 @@ executes, in-process or on a queue worker. For one run it:
 
 A job cancelled by its runner (shutdown), cut off from the database or whose lease ran out
 hands the run back (a no-op unless it still holds it), so any replica continues it.
+
+``fathom research`` and ``fathom resume`` run through the same claim, lease and execution
+(:meth:`ResearchJob.attend`) with the console's delivery; the command shows the outcome.
 """
 
 from __future__ import annotations
@@ -29,18 +32,32 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
-from core.engine.progress import ProgressEvent, ProgressKind, ProgressSink
+from core.documents.attachments import AttachmentRefused
+from core.engine.files import NOT_CONNECTED, PlatformFiles
+from core.engine.progress import NullProgress, ProgressEvent, ProgressKind, ProgressSink
 from core.failures import PostFailure, judge
 from core.logs import Changing, log_context
 from core.models import CONSOLE_PLATFORM, Attachment
-from core.research.executor import RunExecutor
-from core.research.lease import Lease, release_quietly
+from core.research.executor import INTERRUPTED, RunExecutor
+from core.research.lease import Lease, holder_is_gone, release_quietly
 from core.research.outcome import RunOutcome, final_progress_text
+from core.research.requests import rejected
+from core.research.service import Research
+from core.research.steps import delivers
 from core.timer import MONOTONIC, Timer
 from core.values import UNFINISHED_STATUSES, DeliveryState, RunStatus
 from core.words import wording
 from core.words.wording import request_language
-from storage import Claim, ClaimLost, ClaimStore, RunRecord, RunStore, StorageUnavailable
+from storage import (
+    Claim,
+    ClaimLost,
+    ClaimResult,
+    ClaimStore,
+    RunRecord,
+    RunStore,
+    StorageUnavailable,
+    ThreadBusy,
+)
 from storage.tables import utcnow
 
 log = logging.getLogger(__name__)
@@ -90,6 +107,49 @@ class Delivery(Protocol):
     async def aclose(self) -> None:
         """Stop anything still running for the run (e.g. throttled progress edits)."""
         ...
+
+
+class AttendedDelivery:
+    """The :class:`Delivery` of a run attended by its caller, which shows the outcome itself
+    (the console, ``fathom eval``, the benchmark): its progress goes to ``progress``, its
+    attached files come from ``files`` (None: none can be downloaded), and nothing is
+    posted."""
+
+    def __init__(
+        self, progress: ProgressSink | None = None, files: PlatformFiles | None = None
+    ) -> None:
+        self._progress = progress or NullProgress()
+        self._files = files
+
+    @property
+    def progress(self) -> ProgressSink:
+        return self._progress
+
+    def report_parts(self, outcome: RunOutcome) -> Sequence[Any]:
+        """None: the caller shows the report."""
+        return ()
+
+    async def post_report_part(self, part: Any) -> None:
+        """Nothing is posted (the caller shows the outcome)."""
+
+    async def post_status(self, text: str) -> None:
+        """Nothing is posted (the caller shows the outcome)."""
+
+    async def post_notice(self, text: str) -> None:
+        """Nothing is posted (the caller shows the outcome)."""
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        if self._files is None:
+            raise AttachmentRefused(NOT_CONNECTED)
+        return await self._files.download(attachment, max_bytes)
+
+    def classify(self, error: Exception) -> PostFailure:
+        if self._files is None:
+            return PostFailure(type(error).__name__, retryable=False)
+        return self._files.classify(error)
+
+    async def aclose(self) -> None:
+        """Nothing runs for the run here."""
 
 
 class Undeliverable(Exception):
@@ -148,6 +208,26 @@ def _has_work(run: RunRecord) -> bool:
     return run.status in UNFINISHED_STATUSES or run.delivery == DeliveryState.PENDING
 
 
+def _interrupted(run: RunRecord) -> bool:
+    """Whether the run was cancelled by an interruption (Ctrl-C, SIGTERM), not by a person."""
+    return (
+        run.status == RunStatus.CANCELLED.value
+        and run.error == INTERRUPTED
+        and not run.cancel_requested
+    )
+
+
+class RunBusy(RuntimeError):
+    """Another live runner holds the run; it is taken over only if that runner stops."""
+
+    def __init__(self, run: RunRecord) -> None:
+        super().__init__(
+            f"run {run.id} is being worked on by {run.owner or 'another process'}; "
+            "it is taken over automatically if that process stops"
+        )
+        self.run = run
+
+
 class ResearchJob:
     """``await job(run_id)``: run (or resume) it, then deliver its outcome exactly once."""
 
@@ -163,12 +243,45 @@ class ResearchJob:
         timer: Timer = MONOTONIC,
     ) -> None:
         self._executor = executor
+        #: Names this process's claims; ``timing``: their lease.
+        self.owner, self.timing = executor.owner, executor.policy.timing
+        self._max_attempts = executor.policy.max_attempts
         self._runs = runs
         self._claims = claims
         self._factories = dict(factories or {})
         self._policy = policy or DeliveryPolicy()
         self._timer = timer  # the back-off between two posts is slept on it
         self._chat_platforms = dict(chat_platforms or {})
+
+    async def claim(self, run_id: str, *, from_dead_owner: str | None = None) -> ClaimResult:
+        """Try to take the run for this process (see ``Store.claim_run``).
+
+        ``from_dead_owner``: take it now, without waiting for the lease, but only while that
+        owner (known to be dead) still holds it.
+        """
+        result = await self._claims.claim_run(
+            run_id,
+            self.owner,
+            stale_after=0.0 if from_dead_owner else self.timing.stale_after,
+            max_attempts=self._max_attempts,
+            from_owner=from_dead_owner,
+            console_platform=CONSOLE_PLATFORM,
+        )
+        metrics = self._executor.metrics
+        if result.claim is not None and result.how is not None and metrics is not None:
+            metrics.claims_taken.labels(result.how).inc()
+        return result
+
+    def lease(self, claim: Claim) -> Lease:
+        """``async with job.lease(claim):`` keeps the claim alive while the body runs; a
+        cancel requested meanwhile (by any replica) reaches the run here at the next
+        heartbeat, also while no step checks for it (its report being written)."""
+        return Lease(
+            self._claims,
+            claim,
+            self.timing,
+            on_cancel_requested=lambda: self._executor.cancel_here(claim.run_id),
+        )
 
     def register(self, platform: str, factory: DeliveryFactory) -> None:
         self._factories[platform] = factory
@@ -203,9 +316,7 @@ class ResearchJob:
         platform = run.thread.platform
         factory = self._factories.get(platform)
         if factory is None:
-            reason = never_deliverable(
-                run, platform, self._executor.timing.stale_after, self._chat_platforms
-            )
+            reason = never_deliverable(run, platform, self.timing.stale_after, self._chat_platforms)
             if reason is None:
                 log.warning(
                     "run %s: no %s delivery in this process; left for one that has it",
@@ -238,7 +349,7 @@ class ResearchJob:
 
     async def _claim(self, run_id: str) -> Claim | None:
         """Claim the run; a cancellation that arrives meanwhile hands a fresh claim back."""
-        claiming = asyncio.ensure_future(self._executor.claim(run_id))
+        claiming = asyncio.ensure_future(self.claim(run_id))
         try:
             return (await asyncio.shield(claiming)).claim
         except asyncio.CancelledError:
@@ -252,23 +363,91 @@ class ResearchJob:
         claim = await self._claim(run_id)
         if claim is None:
             return  # another runner holds it, or there is nothing left to do
+        await self._hold(claim, delivery)
+
+    async def _hold(
+        self, claim: Claim, delivery: Delivery, *, attended: bool = False
+    ) -> RunOutcome:
+        """The run's life past its claim, for every runner: held with a lease, executed (or
+        its stored outcome taken: it was finished by a runner that stopped before
+        delivering, or given up now) and delivered.
+
+        ``attended``: the caller shows the outcome (the console): a cancellation of the task
+        (Ctrl-C) is recorded on the run as an interruption, nothing is posted, and a chat run
+        finished here is handed back, so that a ``fathom serve`` replica delivers it.
+        Otherwise a job that is cancelled (its runner is stopping: nothing else cancels a
+        job), whose lease ran out or whose database failed hands the run back (a no-op
+        unless it is still ours), so that a runner continues it without waiting for the
+        lease to expire.
+        """
         try:
-            async with self._executor.lease(claim) as lease:
+            async with self.lease(claim) as lease:
                 if claim.run.status in UNFINISHED_STATUSES:
                     outcome = await self._executor.execute_claimed(
-                        claim, delivery.progress, record_interruption=False, files=delivery
+                        claim, delivery.progress, record_interruption=attended, files=delivery
                     )
-                else:  # finished by a runner that stopped before delivering, or given up now
+                else:
                     outcome = await self._executor.stored_outcome(claim.run)
                     if outcome.status is RunStatus.SUCCEEDED:
                         await publish_final(delivery.progress, outcome)
-                await self._deliver(claim, lease, delivery, outcome)
+                if not attended:
+                    await self._deliver(claim, lease, delivery, outcome)
         except (asyncio.CancelledError, ClaimLost, StorageUnavailable):
-            # The runner is stopping (nothing else cancels a job), the lease ran out, or the
-            # database failed: hand the run back (a no-op unless it is still ours) so that a
-            # runner continues it without waiting for the lease to expire.
-            await release_quietly(self._claims, claim, self._executor.metrics)
+            if not attended:
+                await release_quietly(self._claims, claim, self._executor.metrics)
             raise
+        if attended and delivers(claim.run):
+            await release_quietly(self._claims, claim, self._executor.metrics)
+        return outcome
+
+    async def attend(self, run_id: str, delivery: Delivery, *, again: bool = False) -> RunOutcome:
+        """Run (or resume from its checkpoint) one run in this process for a caller that
+        shows its outcome itself (``fathom research``, ``fathom resume``: the console's
+        delivery); ``again``: also a failed or cancelled run (``fathom resume``).
+
+        A finished run is not repeated: its stored outcome is returned. A run interrupted
+        here before (Ctrl-C) is resumed; one whose holder ran on this host and is gone is
+        taken over at once. Raises :class:`RunBusy` when a live runner holds it.
+        """
+        claimed = await self._attended_claim(run_id, again)
+        if isinstance(claimed, RunOutcome):
+            return claimed
+        return await self._hold(claimed, delivery, attended=True)
+
+    async def _attended_claim(self, run_id: str, again: bool) -> Claim | RunOutcome:
+        """The claim of a run to attend, or its stored outcome when it is finished."""
+        run = await self._runs.get_run(run_id)
+        if run is None:
+            raise KeyError(f"no run {run_id!r}")
+        if _interrupted(run) or (
+            again and run.status in (RunStatus.FAILED.value, RunStatus.CANCELLED.value)
+        ):
+            await self._requeue(run_id)
+        elif run.status.finished:
+            return await self._executor.stored_outcome(run)
+        result = await self.claim(run_id)
+        holder = result.run.owner if result.run is not None else None
+        if result.claim is None and holder_is_gone(holder, self.owner):  # killed a moment ago
+            result = await self.claim(run_id, from_dead_owner=holder)
+        claim = result.claim
+        if claim is None:
+            if result.run is not None and result.run.status.finished:
+                return await self._executor.stored_outcome(result.run)
+            raise RunBusy(result.run or run)
+        if claim.run.status.finished:  # finished meanwhile: only its delivery was due
+            await release_quietly(self._claims, claim)
+            return await self._executor.stored_outcome(claim.run)
+        return claim
+
+    async def _requeue(self, run_id: str) -> None:
+        try:
+            await self._runs.requeue_run(run_id)
+        except ThreadBusy as busy:
+            raise rejected(
+                busy,
+                "Another research is active in this run's thread{run}; "
+                "resume this one when it has finished.",
+            ) from None
 
     async def _deliver(
         self, claim: Claim, lease: Lease, delivery: Delivery, outcome: RunOutcome
@@ -394,6 +573,22 @@ class ResearchJob:
             run = await self._executor.fail_claimed(claim, reason)
         if run.delivery == DeliveryState.PENDING:
             await self._claims.finish_delivery(claim, posted=False, error=reason)
+
+
+async def run_attended(
+    research: Research,
+    run_id: str,
+    progress: ProgressSink | None = None,
+    *,
+    again: bool = False,
+) -> RunOutcome:
+    """Run one run of ``research`` in this process (or resume it: ``again``, as ``fathom
+    resume``) through the research job, as the console does, and return its outcome, its
+    progress shown on ``progress`` (``fathom eval``, the benchmark, tests; see
+    :meth:`ResearchJob.attend`)."""
+    store = research.store
+    job = ResearchJob(research.executor, store.runs, store.claims)
+    return await job.attend(run_id, AttendedDelivery(progress), again=again)
 
 
 def never_deliverable(

@@ -4,16 +4,20 @@ deliver it, and the last progress line, which says how it ended."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.claims.summary import CheckSummary
-from core.engine.progress import ProgressTask
-from core.engine.state import StopReason
+from core.engine.progress import ProgressTask, final_tasks
+from core.engine.state import RunState, StopReason
 from core.models import DEFAULT_STRATEGY, AttachedFile, Source, SourceKind, Usage
 from core.values import RunStatus
 from core.words import wording
 from core.words.wording import request_language
 from storage import RunRecord
+
+if TYPE_CHECKING:
+    from core.engine.strategy import Strategy
+    from core.research.cost import Prices
 
 
 @dataclass
@@ -74,6 +78,56 @@ class RunOutcome:
             ],
         }
         return {**data, **self.details}
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a run ended, beside what its state says (its usage, notes, rounds and files)."""
+
+    status: RunStatus
+    report_markdown: str | None = None
+    sources: list[Source] = field(default_factory=list)
+    stop_reason: StopReason | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    claims: CheckSummary | None = None
+    writer_fallback: bool | None = None
+
+
+def outcome_of(
+    run: RunRecord,
+    state: RunState,
+    strategy: Strategy | None,
+    ending: Ending,
+    prices: Prices | None = None,
+) -> RunOutcome:
+    """The outcome of ``run`` (as recorded: its thread key is the one it ended in), which ended
+    as ``ending`` with ``state``; ``strategy``: the run's (None: none of its name is
+    registered), which names its topics, details and plan; ``prices`` (FATHOM_PRICES) price
+    it. The one place an outcome is put together: a run executed here, or read back."""
+    return RunOutcome(
+        run_id=run.id,
+        thread=run.thread_key,
+        status=ending.status,
+        topic=run.topic,
+        depth=run.depth,
+        topics=strategy.run_topics(state) if strategy is not None else [],
+        report_markdown=ending.report_markdown,
+        sources=ending.sources,
+        usage=state.usage,
+        seconds=ending.seconds,
+        stop_reason=ending.stop_reason,
+        error=ending.error,
+        notes=state.notes,
+        strategy=run.strategy,
+        rounds_done=state.rounds_done,
+        details=strategy.details(state) if strategy is not None else {},
+        files=[f for f in state.variables.files if f.run_id == run.id],
+        cost=prices.cost(state.usage) if prices is not None else None,
+        tasks=final_tasks(strategy.tasks(state, None) if strategy is not None else ()),
+        claims=ending.claims,
+        writer_fallback=ending.writer_fallback,
+    )
 
 
 def usage_of(run: RunRecord) -> Usage:
