@@ -828,18 +828,18 @@ async def test_a_vote_is_stored_once_per_person_and_a_second_press_changes_it(
 
 
 async def test_the_allowed_channels_refuse_every_other_channel_but_not_an_admin(
-    world: Callable[..., World],
+    talk: Callable[..., Talk],
 ) -> None:
     """FATHOM_ALLOWED_CHANNELS: a request in a channel not on the list is refused with the
     access answer and makes no run; an admin may ask there; a listed channel admits anyone."""
-    elsewhere = world(FATHOM_ALLOWED_CHANNELS="C2,C3", FATHOM_ADMINS="UADMIN")
+    elsewhere = talk(FATHOM_ALLOWED_CHANNELS="C2,C3", FATHOM_ADMINS="UADMIN")
     refused = await elsewhere.chat.say(elsewhere.commands, "heat pumps depth=1")
     assert refused is not None and "you can't start research here" in refused.text
     assert await elsewhere.runs() == []
     admin = await elsewhere.chat.say(elsewhere.commands, "heat pumps depth=1", user="UADMIN")
     assert admin is not None and "can't start research" not in admin.text
     assert [r.requested_by for r in await elsewhere.runs()] == ["memory:W1:UADMIN"]
-    listed = world(FATHOM_ALLOWED_CHANNELS="C1")
+    listed = talk(FATHOM_ALLOWED_CHANNELS="C1")
     anyone = await listed.chat.say(listed.commands, "tidal power depth=1", user="U7", thread="t2")
     assert anyone is not None and "can't start research" not in anyone.text
     assert [r.requested_by for r in await listed.runs("t2")] == ["memory:W1:U7"]
