@@ -47,7 +47,7 @@ from core.llm.protocols import JsonModel, TextModel
 from core.llm.tokens import TokenRoom
 from core.models import Source
 from core.research import whats_new
-from core.research.fitting import fit_writer
+from core.research.fitting import WriterRequest, fit_writer
 from core.research.prompts import DigestContext, drop_instruction_echoes, writer_messages
 from core.research.report import (
     fallback_body,
@@ -81,6 +81,38 @@ class NoResults(Exception):
 class ModelUnavailable(Exception):
     """Every model call of the run failed (no analysis, no report): the message is one line
     saying what is wrong, with which model where."""
+
+
+def _note_trimmed(state: RunState, room: TokenRoom, request: WriterRequest, total: int) -> None:
+    """Note that the writer was shown fewer sources or passages than the run has, to stay
+    within the room its token limit left."""
+    state.note(
+        note_words.writer_trimmed_words(
+            state.language,
+            room.limit,
+            room.quota,
+            shown=len(request.sources),
+            total=total,
+            passages=request.passages_left_out,
+        )
+    )
+
+
+def _fallen_back(
+    state: RunState, exc: LLMError, analysed: bool, numbered: Sequence[NumberedSource]
+) -> str:
+    """The findings listed as the report, with a note why, when the writer model failed;
+    :class:`ModelUnavailable` when the model never analysed anything for the run (nothing
+    it said: no report to pretend)."""
+    log.warning("writer failed in run %s: %s", state.run_id, exc)
+    if not analysed:
+        raise model_unavailable(state.language, exc, state.model_failure) from exc
+    state.note(note_words.writer_failed_words(state.language, exc))
+    state.writer_fell_back = True
+    intro = wording.writer_unavailable_intro(
+        state.language, note_words.model_error_words(state.language, exc)
+    )
+    return fallback_body(state.topic, state.variables.findings, numbered, intro)
 
 
 def model_unavailable(
@@ -256,16 +288,7 @@ class ReportWriter:
             return self._finished(state, digest, body, numbered, 0)
         if request.trimmed:
             assert room is not None
-            state.note(
-                note_words.writer_trimmed_words(
-                    state.language,
-                    room.limit,
-                    room.quota,
-                    shown=len(request.sources),
-                    total=len(numbered),
-                    passages=request.passages_left_out,
-                )
-            )
+            _note_trimmed(state, room, request, len(numbered))
         shown = request.sources
         unlinked = 0
         try:
@@ -282,15 +305,7 @@ class ReportWriter:
             unlinked = normal.unlinked
             body = await self._checked(normal.markdown, shown, state, checking, room)
         except LLMError as exc:
-            log.warning("writer failed in run %s: %s", state.run_id, exc)
-            if not analysed:  # nothing the model said: no report to pretend
-                raise model_unavailable(state.language, exc, state.model_failure) from exc
-            state.note(note_words.writer_failed_words(state.language, exc))
-            state.writer_fell_back = True
-            intro = wording.writer_unavailable_intro(
-                state.language, note_words.model_error_words(state.language, exc)
-            )
-            body = fallback_body(state.topic, findings, numbered, intro)
+            body = _fallen_back(state, exc, analysed, numbered)
             shown = numbered  # (the findings listed cite every source; no model reads them)
         return self._finished(state, digest, body, shown, unlinked)
 
