@@ -18,18 +18,22 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from bots.chat.platform import ChatPlatform, PlatformServices
+from bots.chat.platform import ChatPlatform, OpenPlatform, PlatformServices
 from bots.chat.settings import ChatPolicy, ChatSettings, PlatformSettings
 from bots.platforms import PLATFORMS, Registry, classes, titles
 from core.config import load
 from core.settings import Settings
 
 if TYPE_CHECKING:
+    from bots.housekeeping import Housekeeping
     from bots.platforms import PlatformClass
     from core.metrics import Metrics
+    from core.operations.duty import OneHolder
     from core.operations.job import ResearchJob
     from core.operations.queue import ProcrastinateQueue
     from core.operations.runners import JobRunner
+    from core.operations.scheduler import DigestScheduler
+    from core.research.lease import LeaseTiming
     from core.runtime import Runtime
 
 #: ``serve`` receives requests (routes, connections) and runs or enqueues; ``worker`` only
@@ -101,6 +105,46 @@ class App:
     queue: ProcrastinateQueue | None = None
     #: The enabled platforms, opened, by name (registration order).
     platforms: dict[str, ChatPlatform[Any]] = field(default_factory=dict)
+    #: What each of them serves (its posters and, in ``serve``, its ingress), by name.
+    opened: dict[str, OpenPlatform] = field(default_factory=dict)
+    #: ``serve``'s digest scheduler (on the replica holding its lease).
+    scheduler: DigestScheduler | None = None
+    #: ``serve``'s elections, one per long-lived connection (``<platform>-connection``), by
+    #: platform name: the replica holding one holds that connection.
+    holders: dict[str, OneHolder] = field(default_factory=dict)
+    #: ``serve``'s hourly pruning (on the replica holding its lease).
+    housekeeping: Housekeeping | None = None
+
+    @property
+    def owner(self) -> str:
+        """This process's name on its claims and leases."""
+        return process_owner(self.runtime)
+
+    async def start(self) -> None:
+        """Start what needs the schema: the runner (it resumes the runs a dead process left
+        behind), then, in ``serve``, housekeeping, the digest scheduler and the elections of
+        the long-lived connections. Each is stopped when :func:`open_app` closes."""
+        await self.runner.start()
+        if self.housekeeping is not None:
+            self.housekeeping.start()
+        if self.scheduler is not None:
+            await self.scheduler.start()
+        for holder in self.holders.values():
+            await holder.start()
+
+
+def process_owner(runtime: Runtime) -> str:
+    """This process's name on its claims (``RunPolicy.owner``, named when the research side
+    was built), which its leases (the digest scheduler's, the connections', housekeeping's)
+    carry too."""
+    owner = runtime.research.policy.owner
+    assert owner is not None, "Research names its policy's owner"
+    return owner
+
+
+def lease_timing(runtime: Runtime) -> LeaseTiming:
+    """The lease of a claimed run (``FATHOM_STALE_RUN_AFTER``), for the runners' sweeps."""
+    return runtime.research.policy.timing
 
 
 @asynccontextmanager
@@ -112,7 +156,8 @@ async def open_app(
     metrics: Metrics | None = None,
 ) -> AsyncIterator[App]:
     """Build the process (``ConfigError`` before touching anything when a setting is
-    missing); the runner is built but not started (the entry point starts it)."""
+    missing); nothing is started (the entry point calls :meth:`App.start` once the schema is
+    usable)."""
     from core.operations.job import DeliveryPolicy, ResearchJob
     from core.operations.queue import ProcrastinateJobRunner, ProcrastinateQueue
     from core.operations.runners import InProcessJobRunner
@@ -133,46 +178,98 @@ async def open_app(
         )
         runner: JobRunner
         queue: ProcrastinateQueue | None = None
+        timing, store = lease_timing(runtime), runtime.store
         if role == "worker" or core.queue == "procrastinate":
             queue = await stack.enter_async_context(
                 ProcrastinateQueue(core.database_url, job if role == "worker" else None)
             )
             runner = ProcrastinateJobRunner(
-                queue,
-                job=job,
-                runs=runtime.store.runs,
-                claims=runtime.store.claims,
-                timing=runtime.research.executor.timing,
+                queue, job=job, runs=store.runs, claims=store.claims, timing=timing
             )
         else:
             runner = InProcessJobRunner(
-                job,
-                claims=runtime.store.claims,
-                max_concurrent=core.max_concurrent_runs,
-                timing=runtime.research.executor.timing,
+                job, claims=store.claims, max_concurrent=core.max_concurrent_runs, timing=timing
             )
-        services = PlatformServices(
-            requests=runtime.research.requests,
-            store=runtime.store,
-            digests=runtime.digests,
-            policy=settings.policy,
-            limits=settings.chat.route_limits,
-            knowledge=runtime.knowledge,
-            metrics=metrics,
-        )
         app = App(settings, runtime, job, runner, queue)
         # Closed in this order: the ingresses (stop taking requests, finish the answers in
         # flight), the runner (its running jobs post meanwhile), then the outbound clients.
         clients = await stack.enter_async_context(contextlib.AsyncExitStack())
         stack.push_async_callback(runner.stop)
-        entries = {entry.name: entry for entry in settings.registry}
-        for cls in settings.enabled:
-            own = replace(services, engine=runtime.database.engine) if cls.metadata else services
-            platform = cls(settings.platforms[cls.name], own)
-            app.platforms[cls.name] = platform
-            clients.push_async_callback(platform.aclose)
-            stack.push_async_callback(platform.close_ingress)
-            with entries[cls.name].importing():  # its SDK: one line naming what is missing
-                posters = await platform.start(runner if role == "serve" else None)
-            job.register(cls.name, posters)
+        await _open_platforms(app, stack, clients, role=role, metrics=metrics)
+        if role == "serve":
+            _serving_parts(app, stack)
         yield app
+
+
+async def _open_platforms(
+    app: App,
+    stack: contextlib.AsyncExitStack,
+    clients: contextlib.AsyncExitStack,
+    *,
+    role: Role,
+    metrics: Metrics | None,
+) -> None:
+    """Open every enabled platform with its services, register its posters on the job, and
+    close it in the module's order."""
+    settings, runtime = app.settings, app.runtime
+    services = PlatformServices(
+        requests=runtime.research.requests,
+        store=runtime.store,
+        digests=runtime.digests,
+        policy=settings.policy,
+        limits=settings.chat.route_limits,
+        knowledge=runtime.knowledge,
+        metrics=metrics,
+    )
+    entries = {entry.name: entry for entry in settings.registry}
+    for cls in settings.enabled:
+        engine = runtime.database.engine if cls.metadata else None
+        own = replace(services, engine=engine)  # (its own: the chat layers it makes)
+        platform = cls(settings.platforms[cls.name], own)
+        app.platforms[cls.name] = platform
+        clients.push_async_callback(platform.aclose)
+        stack.push_async_callback(own.aclose)
+        with entries[cls.name].importing():  # its SDK: one line naming what is missing
+            opened = await platform.open(app.runner if role == "serve" else None)
+        app.opened[cls.name] = opened
+        if opened.ingress is not None:
+            stack.push_async_callback(opened.ingress.close)
+        opened.posters.metrics = metrics
+        app.job.register(cls.name, opened.posters)
+
+
+def _serving_parts(app: App, stack: contextlib.AsyncExitStack) -> None:
+    """``serve``'s digest scheduler, the elections of its long-lived connections and its
+    housekeeping, built (:meth:`App.start` starts them), and stopped first when the process
+    closes: housekeeping, the connections, then the scheduler."""
+    from bots.housekeeping import Housekeeping
+    from core.operations.duty import OneHolder
+    from core.operations.scheduler import DigestScheduler
+
+    core, runtime, owner = app.settings.core, app.runtime, app.owner
+    leases = runtime.store.leases
+    app.scheduler = DigestScheduler(
+        runtime.digests,
+        leases,
+        app.runner,
+        owner=owner,
+        lease=core.lease,
+        tick_every=core.lease / 3,
+    )
+    stack.push_async_callback(app.scheduler.close)
+    for name, platform in app.platforms.items():
+        ingress = app.opened[name].ingress
+        if platform.long_lived and ingress is not None:
+            holder = OneHolder(
+                f"{name}-connection",
+                leases,
+                owner=owner,
+                start=ingress.connect,
+                stop=ingress.disconnect,
+                lease=core.lease,
+            )
+            app.holders[name] = holder
+            stack.push_async_callback(holder.close)
+    chores = [chore for platform in app.platforms.values() for chore in platform.housekeeping()]
+    app.housekeeping = Housekeeping(runtime.store, core, owner=owner, chores=chores)
+    stack.push_async_callback(app.housekeeping.aclose)

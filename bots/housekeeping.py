@@ -114,3 +114,30 @@ async def housekeeping(
         except Exception:  # the lease could not be read: next round
             log.warning("housekeeping failed", exc_info=True)
         await asyncio.sleep(HOUSEKEEPING_EVERY)
+
+
+class Housekeeping:
+    """``fathom serve``'s :func:`housekeeping`, as a background task (built by the composition
+    root, started once the schema is usable, stopped at shutdown)."""
+
+    def __init__(
+        self, store: Store, settings: Settings, *, owner: str, chores: Sequence[Chore] = ()
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._owner = owner
+        self._chores = tuple(chores)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            rounds = housekeeping(
+                self._store, self._settings, owner=self._owner, chores=self._chores
+            )
+            self._task = asyncio.create_task(rounds)
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -127,10 +127,10 @@ async def work(
         idle = settings.chat.header_timeout
         with metrics_server(metrics, metrics_host, metrics_port, idle_timeout=idle):
             await wait_for_schema(built.runtime.database)
-            queue, owner = built.queue, built.runtime.research.executor.owner
+            queue, owner = built.queue, built.owner
             if queue is None:  # pragma: no cover - a worker's app always has its queue
                 raise ConfigError("fathom worker needs FATHOM_QUEUE=procrastinate")
-            await built.runner.start()
+            await built.start()
             log.info("worker %s: taking research runs, %d at a time", owner, concurrency)
             await queue.work(
                 concurrency=concurrency,

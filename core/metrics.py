@@ -43,8 +43,8 @@ Role = Literal["serve", "worker"]
 class DeploymentGauges(Collector):
     """``fathom_runs{status,platform}`` and ``fathom_queue_depth``: the runs of the whole
     deployment, exported only while :meth:`show` has been given counts, i.e. by the replica
-    that holds the digest scheduler (``bots.server`` calls :meth:`hide` on the others), so a
-    sum over replicas counts each run once."""
+    that holds the digest scheduler (``bots.http_status`` calls :meth:`hide` on the others),
+    so a sum over replicas counts each run once."""
 
     def __init__(self) -> None:
         self._counts: dict[tuple[str, str], int] | None = None

@@ -493,7 +493,7 @@ def test_fathom_sources_and_readyz_show_the_refusal(
 
 async def test_readyz_shows_the_refusal(tmp_path: Path) -> None:
     """``/readyz`` shows each server's state and problem through ``knowledge_status``."""
-    from bots.server import knowledge_status
+    from bots.http_status import knowledge_status
     from core.knowledge import Knowledge, KnowledgeConfig
 
     spec = ServerSpec(

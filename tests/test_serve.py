@@ -417,7 +417,7 @@ class Servers:
 
 
 def test_readyz_shows_each_mcp_server_by_name_with_its_state() -> None:
-    from bots.server import knowledge_status
+    from bots.http_status import knowledge_status
 
     shown = knowledge_status(
         Servers(

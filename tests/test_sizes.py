@@ -1,7 +1,9 @@
 """Sizes the design keeps (issue 55, item 2), read from the source with ``ast``: no
 constructor in core/ or bots/ takes more than 10 parameters (a class built from many injected
 parts groups them into small typed objects: ``RunPolicy``, ``Clocks``, ``Reading``), no
-function in core/research/ is over 80 lines, and the executor is at most 350 lines.
+function in core/research/ is over 80 lines, and the executor is at most 350 lines; and
+``bots/server.py`` is at most 350 lines (item 7: the composition root builds what the server
+starts).
 
 Counted: the parameters of every ``__init__`` (``self`` aside; ``*args`` and ``**kwargs`` one
 each). A dataclass's fields are not counted: those are records (a run's state, its outcome, a
@@ -17,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_CONSTRUCTOR_PARAMETERS = 10
 MAX_RESEARCH_FUNCTION_LINES = 80
 MAX_EXECUTOR_LINES = 350
+MAX_SERVER_LINES = 350
 
 
 def constructor_parameters(source: str) -> Iterator[tuple[str, int, int]]:
@@ -70,6 +73,11 @@ def test_no_function_in_core_research_is_over_eighty_lines() -> None:
 def test_the_executor_is_at_most_350_lines() -> None:
     lines = (ROOT / "core" / "research" / "executor.py").read_text(encoding="utf-8")
     assert len(lines.splitlines()) <= MAX_EXECUTOR_LINES
+
+
+def test_the_server_is_at_most_350_lines() -> None:
+    lines = (ROOT / "bots" / "server.py").read_text(encoding="utf-8")
+    assert len(lines.splitlines()) <= MAX_SERVER_LINES
 
 
 def test_the_counts_see_what_they_guard() -> None:

@@ -17,22 +17,24 @@ The life of a platform in one process (``bots.composition`` drives it):
 - :meth:`open`: its outbound clients and what it serves (:class:`OpenPlatform`): its
   posters, registered on the research job (``serve`` and ``worker``), and, given the job
   runner (``serve`` only), its :class:`Ingress`, the adapter that receives requests (and
-  answers them through the chat layer); its HTTP :attr:`routes` are served by the ingress's
-  ``handle``;
-- ``connect`` / ``disconnect``: its long-lived connection, if :attr:`long_lived`, opened only
-  on the replica that holds the platform's election (``core.operations.duty.OneHolder``);
-- ``status``: what ``/readyz`` shows for it; :meth:`~ChatPlatform.readiness`: why it cannot
-  serve at all (its credentials refused), which makes ``/readyz`` not ready;
-- :meth:`close_ingress` at shutdown, before the job runner stops (stop taking requests,
-  finish the answers in flight), then :meth:`aclose` once the runner has stopped (its
-  running jobs post through the outbound clients during their grace period).
+  answers them through the chat layer). From then on the server talks to the ingress: its
+  ``handle`` answers the platform's HTTP :attr:`routes`, its ``connect`` / ``disconnect``
+  hold the long-lived connection, if :attr:`long_lived`, on the replica that holds the
+  platform's election (``core.operations.duty.OneHolder``), its ``status`` is what
+  ``/readyz`` shows, and its ``close`` at shutdown, before the job runner stops, stops
+  taking requests and finishes the answers in flight (then the chat layers the platform was
+  given close: :meth:`PlatformServices.aclose`);
+- :meth:`~ChatPlatform.readiness`: why it cannot serve at all (its credentials refused),
+  which makes ``/readyz`` not ready;
+- :meth:`aclose` once the runner has stopped (its running jobs post through the outbound
+  clients during their grace period).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar
 
 from bots.chat.settings import ChatPolicy, PlatformSettings, RouteLimits
@@ -99,17 +101,19 @@ class PlatformServices:
     #: Where the platform's API calls made for runs are counted (``fathom serve`` and a
     #: worker with ``--metrics-port``); None: not counted.
     metrics: Metrics | None = None
+    #: The chat layers made by :meth:`commands`, closed by :meth:`aclose`.
+    _made: list[ChatCommands] = field(default_factory=list, init=False, repr=False)
 
     def commands(
         self, runner: JobRunner, markup: Markup, posters: ThreadPosters | None = None
     ) -> ChatCommands:
         """The shared chat layer, answering in ``markup``, submitting to ``runner``; with the
         platform's ``posters``, a research accepted while it waits in line gets its progress
-        message at once (``bots.chat.announce``)."""
+        message at once (``bots.chat.announce``). Finished by :meth:`aclose`."""
         from bots.chat.announce import QueueAnnouncer
         from bots.chat.inbound import ChatCommands
 
-        return ChatCommands(
+        chat = ChatCommands(
             self.policy,
             self.requests,
             self.store,
@@ -119,6 +123,15 @@ class PlatformServices:
             knowledge=self.knowledge,
             announcer=QueueAnnouncer(posters, self.store) if posters is not None else None,
         )
+        self._made.append(chat)
+        return chat
+
+    async def aclose(self) -> None:
+        """Finish what the chat layers made here are announcing (once the platform's ingress
+        stopped taking requests, before the job runner stops)."""
+        made, self._made[:] = list(self._made), []
+        for chat in made:
+            await chat.aclose()
 
 
 class Ingress(Protocol):
@@ -166,19 +179,20 @@ class HttpIngress(ABC):
 
 
 class ChatPlatform(ABC, Generic[SettingsT]):
-    """One chat platform in ``fathom serve`` and ``fathom worker``.
+    """One chat platform in ``fathom serve`` and ``fathom worker``: what a platform must say.
 
-    A platform fills in :meth:`open` (its posters and, given a runner, its adapter); the
-    routes, the connection, the status and the shutdown are its ingress's.
+    A platform fills in :meth:`open` (its posters and, given a runner, its ingress); the
+    routes' answers, the connection, the status and the shutdown are its ingress's.
     """
 
-    #: The first part of its thread keys (``slack:T1:C1:1712.5``) and of its routes.
+    #: The first part of its thread keys (``slack:T1:C1:1712.5``) and of its routes; given by
+    #: its registry line (``bots.platforms.PlatformEntry.load``).
     name: ClassVar[str]
-    #: What people call it (in answers and errors).
+    #: What people call it (in answers and errors); given by its registry line.
     title: ClassVar[str]
     #: Its settings (read from the same environment as every other part's).
     settings_class: ClassVar[type[PlatformSettings]]
-    #: Its HTTP routes; served (404 while it is not configured) by :meth:`handle`.
+    #: Its HTTP routes; served (404 while it is not configured) by its ingress's ``handle``.
     routes: ClassVar[tuple[PlatformRoute, ...]] = ()
     #: Its own tables, if it keeps any (Slack's OAuth installs), for schema comparisons; their
     #: migration is in ``migrations/versions`` with the others. A platform with tables is
@@ -188,14 +202,6 @@ class ChatPlatform(ABC, Generic[SettingsT]):
     def __init__(self, settings: SettingsT, services: PlatformServices) -> None:
         self.settings = settings
         self.services = services
-        self.ingress: Ingress | None = None
-        self._chat: ChatCommands | None = None
-
-    def commands(self, runner: JobRunner, markup: Markup, posters: ThreadPosters) -> ChatCommands:
-        """The shared chat layer for this platform's ingress (:meth:`PlatformServices.commands`
-        with its posters), finished at :meth:`close_ingress`."""
-        self._chat = self.services.commands(runner, markup, posters)
-        return self._chat
 
     @classmethod
     def secret_patterns(cls) -> tuple[str, ...]:
@@ -217,62 +223,28 @@ class ChatPlatform(ABC, Generic[SettingsT]):
     @abstractmethod
     async def open(self, runner: JobRunner | None) -> OpenPlatform:
         """Open the outbound clients: this platform's posters and, when ``runner`` is given
-        (``fathom serve``), what receives its requests, their runs going to ``runner``."""
-
-    async def start(self, runner: JobRunner | None) -> ThreadPosters:
-        """Open the platform (what the composition root calls): its posters, for the job."""
-        opened = await self.open(runner)
-        self.ingress = opened.ingress
-        opened.posters.metrics = self.services.metrics
-        return opened.posters
+        (``fathom serve``), what receives its requests, their runs going to ``runner`` (its
+        chat layer: ``self.services.commands(runner, markup, posters)``)."""
 
     @property
     def mode(self) -> str:
-        """How requests arrive (``http``, ``socket``, ``ws``, ``stream``...), for ``/readyz``."""
+        """How requests arrive (``http``, ``socket``, ``ws``, ``stream``...), for ``/readyz``
+        while it has no ingress."""
         return "http"
 
     @property
     def long_lived(self) -> bool:
-        """Whether requests arrive over a connection one replica holds (:meth:`connect`)."""
+        """Whether requests arrive over a connection one replica holds (its ingress's
+        ``connect``)."""
         return False
-
-    async def handle(self, request: Request) -> Response:
-        """Answer one of :attr:`routes` (the server checked that the platform is configured
-        here and the schema is current)."""
-        if self.ingress is None:
-            from starlette.responses import JSONResponse
-
-            return JSONResponse({"error": f"{self.title} does not take requests here"}, 404)
-        return await self.ingress.handle(request)
-
-    async def connect(self) -> None:
-        """Open the long-lived connection (on the replica holding the election)."""
-        if self.ingress is None:
-            raise RuntimeError(f"{self.title} is not taking requests in this process")
-        await self.ingress.connect()
-
-    async def disconnect(self) -> None:
-        if self.ingress is not None:
-            await self.ingress.disconnect()
-
-    def status(self) -> dict[str, object]:
-        """What ``/readyz`` shows for this platform."""
-        return self.ingress.status() if self.ingress is not None else {"mode": self.mode}
 
     async def readiness(self) -> str | None:
         """Why this platform cannot serve in this process at all, in one line (None: it can),
         asked at each ``/readyz``: a platform whose own service refused its credentials makes
         the process not ready before any research runs. Cheap (what it checks is kept and
         asked again at a pace), and never raises. A connection that is down is not such a
-        reason: ``status`` shows it."""
+        reason: its ingress's ``status`` shows it."""
         return None
-
-    async def close_ingress(self) -> None:
-        """Stop taking requests and finish the answers in flight (before the runner stops)."""
-        if self.ingress is not None:
-            await self.ingress.close()
-        if self._chat is not None:
-            await self._chat.aclose()
 
     async def aclose(self) -> None:
         """Close the outbound clients (after the job runner has stopped)."""

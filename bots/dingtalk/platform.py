@@ -70,7 +70,7 @@ class DingTalkPlatform(ChatPlatform[DingTalkSettings]):
             return OpenPlatform(posters)
         from bots.dingtalk.app import DingTalkAdapter, dingtalk_markup
 
-        chat = self.commands(runner, dingtalk_markup(), posters)
+        chat = self.services.commands(runner, dingtalk_markup(), posters)
         adapter = DingTalkAdapter(
             settings, chat, api, self.services.store, self.services.limits, callbacks=callbacks
         )

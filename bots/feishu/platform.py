@@ -49,7 +49,7 @@ class FeishuPlatform(ChatPlatform[FeishuSettings]):
             return OpenPlatform(posters)
         from bots.feishu.app import FeishuAdapter, feishu_markup
 
-        chat = self.commands(runner, feishu_markup(), posters)
+        chat = self.services.commands(runner, feishu_markup(), posters)
         adapter = FeishuAdapter(
             settings, chat, api, self.services.limits, group_messages=group_messages
         )

@@ -80,7 +80,7 @@ class SlackPlatform(ChatPlatform[SlackSettings]):
         from bots.slack.app import SlackIngress
         from bots.slack.markup import SlackMarkup
 
-        chat = self.commands(runner, SlackMarkup(), posters)
+        chat = self.services.commands(runner, SlackMarkup(), posters)
         return OpenPlatform(posters, SlackIngress(self.settings, auth, chat, self.services.limits))
 
     @property

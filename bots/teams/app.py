@@ -45,6 +45,7 @@ from bots.chat.settings import RouteLimits
 from bots.http_gate import Rejected, parse_json, read_body, rejected_response
 from bots.teams.api import TeamsApi
 from bots.teams.auth import CHANNEL, ActivityAuth, Unauthenticated
+from bots.teams.credentials import CredentialsCheck
 from bots.teams.delivery import CancelRun, classify_error
 from bots.teams.events import (
     ACTION_INVOKE,
@@ -126,6 +127,7 @@ class TeamsAdapter(HttpIngress):
         limits: RouteLimits,
         *,
         cancel: CancelRun | None = None,
+        credentials: CredentialsCheck | None = None,
     ) -> None:
         self._settings = settings
         self._chat = chat
@@ -134,8 +136,17 @@ class TeamsAdapter(HttpIngress):
         self._references = references
         self._limits = limits
         self._cancel = cancel
+        self._credentials = credentials
         self._bot_id = f"28:{settings.app_id}"
         self._background = Background()
+
+    def status(self) -> dict[str, object]:
+        """Its mode, and whether the identity platform gives the bot its token
+        (``bots.teams.credentials``)."""
+        shown = super().status()
+        if self._credentials is not None:
+            shown = {**shown, **self._credentials.status()}
+        return shown
 
     async def handle(self, request: Request) -> Response:
         """``POST /teams/messages``."""

@@ -73,18 +73,18 @@ class TeamsPlatform(ChatPlatform[TeamsSettings]):
         auth = ActivityAuth(
             http, metadata_url=settings.openid_metadata_url, app_id=settings.app_id or ""
         )
-        chat = self.commands(runner, teams_markup(), posters)
+        chat = self.services.commands(runner, teams_markup(), posters)
         adapter = TeamsAdapter(
-            settings, chat, api, auth, stored, self.services.limits, cancel=cancel
+            settings,
+            chat,
+            api,
+            auth,
+            stored,
+            self.services.limits,
+            cancel=cancel,
+            credentials=credentials,
         )
         return OpenPlatform(posters, adapter)
-
-    def status(self) -> dict[str, object]:
-        """The ingress's status, and whether the identity platform gives the bot its token."""
-        shown = super().status()
-        if self._credentials is not None:
-            shown = {**shown, **self._credentials.status()}
-        return shown
 
     async def readiness(self) -> str | None:
         """Not ready while the identity platform refuses the bot's token (a wrong or expired
