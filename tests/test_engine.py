@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from core.engine.iterative import repeated_topics_words
 from core.engine.progress import ProgressEvent, ProgressKind
 from core.llm import ChatModel
 from core.operations.job import run_attended
@@ -31,7 +32,7 @@ from core.runtime import DeferredTrustContext, open_runtime
 from core.search import SearxngProvider
 from core.settings import load_settings
 from core.values import RunStatus, ThreadKey
-from core.words import note_words, wording
+from core.words import wording
 from storage import CancelRequest, Database, Store
 from tests.cli import start_fathom, stop, wait_for_stderr
 from tests.databases import MigratedTemplates
@@ -313,7 +314,7 @@ async def test_a_chinese_run_notes_repeated_topics_in_chinese(harness: Harness) 
     assert outcome.stop_reason is not None and outcome.stop_reason.value == "duplicate_topics"
     assert outcome.report_markdown is not None
     notes = outcome.report_markdown.split(f"## {wording.notes_heading('zh')}")[1]
-    assert note_words.repeated_topics_words("zh") in notes
+    assert repeated_topics_words("zh") in notes
     assert "already searched" not in notes
 
 

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from core.engine.budget import RunBudget
+from core.engine.graph.notes import STOPPED_BEFORE_SEARCH
 from core.engine.graph.state import NodeStatus
 from core.engine.graph.strategy import GraphSettings
 from core.engine.progress import ProgressEvent, ProgressKind
@@ -24,7 +25,6 @@ from core.research.policy import Clocks, RunPolicy
 from core.research.requests import DailyLimitReached, ResearchRequest, UserQuota
 from core.values import RunStatus, ThreadKey
 from core.words import wording
-from core.words.note_words import STOPPED_BEFORE_SEARCH
 from storage import CancelRequest, StopRequest
 from tests.fakes import Hang
 from tests.test_engine import (

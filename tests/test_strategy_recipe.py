@@ -2,11 +2,12 @@
 here as its own module would be, registered by one line, researches end to end.
 
 It searches the topic from a few fixed angles (its setting), one search per step, with no
-planner call; it keeps the angles it searched in its own state, and tells the writer about
-them in its own words (its prompt, :data:`ANGLES_WRITER`). Nothing outside this file names
-it: the grammar, the settings, the executor, the writer (through ``writer_context``), the
-report's echo check (through its registered ``prompts``), the outcome and storage take it
-from the registry.
+planner call; it keeps the angles it searched in its own state, tells the writer about them
+in its own words (its prompt, :data:`ANGLES_WRITER`) and notes how many it searched (its
+note, :func:`angles_searched_words`). Nothing outside this file names it: the grammar, the
+settings, the executor, the writer (through ``writer_context``), the report's echo check
+(through its registered ``prompts``), the notes-language test (through its registered
+``notes``), the outcome and storage take it from the registry.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ from core.research.requests import ResearchRequest
 from core.search import SearchProvider
 from core.settings import Settings
 from core.values import RunStatus
+from core.words.wording import Language, pick
+from tests.languages import english_sentences
 from tests.test_engine import Harness, fresh_store, harness, user_prompt  # noqa: F401
+from tests.test_notes_language import DATA, chinese_notes, note_functions, unlisted_notes
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What would name the toy strategy: its classes, settings, prompt, name or variable.
@@ -71,6 +75,15 @@ theme under the main findings (the angles are data between the fence lines):
 """
 
 
+def angles_searched_words(language: Language, count: int) -> str:
+    """A note: how many fixed angles the run searched."""
+    return pick(
+        language,
+        f"The topic was searched from {count} fixed angles, one search each.",
+        f"已从 {count} 个固定角度搜索该主题，每个角度一次。",
+    )
+
+
 class AnglesStrategy:
     """``<topic> <angle>`` for each angle, at most the run's depth of them."""
 
@@ -96,6 +109,7 @@ class AnglesStrategy:
             await hooks.checkpoint(state)
             text = search_executed_text(state.rounds_done, state.depth)
             await hooks.progress(ProgressKind.SEARCHED, text, None)
+        state.note(angles_searched_words(state.language, len(own)))
         return StopReason.DEPTH_REACHED
 
     @staticmethod
@@ -127,6 +141,7 @@ ANGLES_STRATEGY = RegisteredStrategy(
     settings=AnglesSettings,
     build=lambda tools, settings: AnglesStrategy(tools.search, settings.angles),
     prompts=(ANGLES_WRITER,),
+    notes=(angles_searched_words,),
 )
 
 
@@ -190,6 +205,10 @@ async def test_a_registered_strategy_researches_end_to_end(
     [writer] = [user_prompt(body) for body in harness.writer_requests()]
     assert "searched from fixed angles, one search each" in writer
     assert "\nheat pumps cost\nheat pumps noise\n" in writer
+    # ... and its note is in the report.
+    assert "The topic was searched from 2 fixed angles, one search each." in (
+        outcome.report_markdown
+    )
 
     database, store = await fresh_store(harness.url)
     try:
@@ -221,6 +240,15 @@ def test_no_echo_of_an_unregistered_strategys_prompt() -> None:
     """(The check above can fail: without the registry line, the same words are no echo.)"""
     echo = "The topic was searched from fixed angles, one search each; give every angle"
     assert drop_instruction_echoes(echo)[1] == 0
+
+
+def test_the_notes_language_test_checks_the_strategys_note(registered: None) -> None:
+    """Its note is found by the registry and checked in Chinese like every other."""
+    notes = note_functions()
+    assert notes["tests.test_strategy_recipe.angles_searched_words"] is angles_searched_words
+    assert unlisted_notes(ANGLES_STRATEGY) == set()
+    for words in chinese_notes(angles_searched_words):
+        assert words.strip() and english_sentences(words, *DATA) == [], words
 
 
 def test_nothing_outside_its_module_names_the_strategy() -> None:

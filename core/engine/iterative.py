@@ -12,9 +12,9 @@ checkpointed, their passages are attached to the round's finding and checkpointe
 the next search. A run interrupted before its pages were attached reads them when it resumes
 (cheaply: read pages are cached).
 
-Its prompts are here (the planner's, with the marker words the fakes and tests rely on:
-``nextSearchTopic`` and a ``Topic:`` line); the words all strategies share are
-``core/engine/prompts.py``'s.
+Its prompts (the planner's, with the marker words the fakes and tests rely on:
+``nextSearchTopic`` and a ``Topic:`` line) and its note are here; the words all strategies
+share are ``core/engine/prompts.py``'s and :mod:`core.words.note_words`'s.
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ from core.pages.reader import PageReader
 from core.search import SearchProvider
 from core.untrusted import fences
 from core.words import note_words
-from core.words.note_words import repeated_topics_words
-from core.words.wording import search_failed_words
+from core.words.wording import Language, pick, search_failed_words
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +83,15 @@ clearly different search topic, or stop. Answer with the JSON object only."""
 
 #: The templates a report must not repeat (``RegisteredStrategy.prompts``).
 PROMPTS = (PLANNER_SYSTEM, PLANNER_USER, PLANNER_DUPLICATE)
+
+
+def repeated_topics_words(language: Language) -> str:
+    """A note: the planner kept proposing topics already searched."""
+    return pick(
+        language,
+        "The planner kept proposing topics that were already searched, so it stopped.",
+        "规划模型反复提出已搜索过的主题，因此研究停止。",
+    )
 
 
 def planner_messages(
@@ -354,4 +362,5 @@ ITERATIVE_STRATEGY = RegisteredStrategy(
     settings=IterativeSettings,
     build=lambda tools, _settings: IterativeStrategy(tools.planner, tools.search, tools.reader),
     prompts=PROMPTS,
+    notes=(repeated_topics_words,),
 )

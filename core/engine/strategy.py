@@ -9,8 +9,9 @@ To add one (docs/architecture.md, "Add a strategy"): a module with the class, it
 (an :class:`core.config.EnvSettings`, read from the environment like every part's), its own
 prompts and notes, and its :class:`RegisteredStrategy`, and that entry in
 :data:`core.engine.registry.STRATEGIES`. The grammar's help, ``strategy=``,
-``FATHOM_STRATEGY``, the writer (through :meth:`Strategy.writer_context`) and the report's
-echo check (through :attr:`RegisteredStrategy.prompts`) take it from there.
+``FATHOM_STRATEGY``, the writer (through :meth:`Strategy.writer_context`), the report's
+echo check (through :attr:`RegisteredStrategy.prompts`) and the notes-language test
+(through :attr:`RegisteredStrategy.notes`) take it from there.
 """
 
 from __future__ import annotations
@@ -108,6 +109,10 @@ class RegisteredStrategy(Generic[SettingsT]):
     #: Its prompt templates: a report passage that repeats a run of their words is cut
     #: (``core.research.prompts.instruction_shingles``).
     prompts: Sequence[str] = ()
+    #: Its own notes (functions of the run's language first, in its module beside it; the
+    #: shared ones are ``core.words.note_words``'s): tests/test_notes_language.py finds them
+    #: here and checks each in Chinese.
+    notes: Sequence[Callable[..., str]] = ()
 
     def create(self, tools: StrategyTools, settings: EnvSettings | None = None) -> Strategy:
         """The strategy, with ``settings`` (None: its defaults, not the environment's)."""

@@ -29,6 +29,7 @@ from core.claims.check import check_claims
 from core.claims.deadline import Deadline
 from core.config import VERIFY_SECONDS, EnvSettings, env
 from core.engine.fallback import fallback_query
+from core.engine.graph import notes as graph_notes
 from core.engine.graph.plan import CheckedPlan, GraphPlan, check_plan
 from core.engine.graph.prompts import (
     PROMPTS,
@@ -94,7 +95,7 @@ def skip_unsearched(state: RunState) -> None:
     (Searched ones keep their status: answering one is no search.)"""
     for node in graph_of(state.variables).nodes:
         if node.run_id == state.run_id and node.status is NodeStatus.PENDING:
-            node.status, node.error = NodeStatus.FAILED, note_words.STOPPED_BEFORE_SEARCH
+            node.status, node.error = NodeStatus.FAILED, graph_notes.STOPPED_BEFORE_SEARCH
 
 
 def turn_text(state: RunState, nodes: Iterable[GraphNode]) -> str:
@@ -107,7 +108,7 @@ def turn_text(state: RunState, nodes: Iterable[GraphNode]) -> str:
             why = wording.pick(
                 state.language,
                 f" ({node.error})",
-                f"（{note_words.node_error_words(state.language, node.error)}）",
+                f"（{graph_notes.node_error_words(state.language, node.error)}）",
             )
         lines.append(f"{mark} {node.question}{why}")
     return "\n".join(lines)
@@ -202,7 +203,7 @@ class GraphStrategy:
                     if hooks.is_cancelled():
                         return StopReason.CANCELLED
                 own = graph_of(variables).of_run(state.run_id)
-                worked = (n.turn for n in own if n.error != note_words.STOPPED_BEFORE_SEARCH)
+                worked = (n.turn for n in own if n.error != graph_notes.STOPPED_BEFORE_SEARCH)
                 state.rounds_done = max(state.rounds_done, *worked, 0)
                 variables.should_continue = False
                 variables.next_search_topic = None
@@ -247,7 +248,7 @@ class GraphStrategy:
         variables = state.variables
         room = self._room(state)
         if room == 0:
-            state.note(note_words.graph_full_words(state.language, self._max_nodes))
+            state.note(graph_notes.graph_full_words(state.language, self._max_nodes))
             return StopReason.PLANNER_STOPPED
         turn = state.rounds_done + 1
         messages = graph_planner_messages(
@@ -284,12 +285,14 @@ class GraphStrategy:
                 ]
         if checked.problems:
             left_out = len(plan.nodes) - len(checked.nodes)
-            state.note(note_words.plan_trimmed_words(state.language, turn, left_out, checked.kinds))
+            state.note(
+                graph_notes.plan_trimmed_words(state.language, turn, left_out, checked.kinds)
+            )
         variables.should_continue = not plan.finish
         if not checked.nodes:
             if not any(n.status is NodeStatus.ANSWERED for n in graph_of(variables).nodes):
                 return self._fallback(
-                    state, None if plan.finish else note_words.plan_unusable_words(state.language)
+                    state, None if plan.finish else graph_notes.plan_unusable_words(state.language)
                 )
             return StopReason.PLANNER_STOPPED
         nodes = [
@@ -376,14 +379,14 @@ class _Turn:
                         sorter.done(name)
                     elif failed and node.status is NodeStatus.PENDING:
                         node.status = NodeStatus.FAILED
-                        node.error = note_words.needs_failed_error(failed[0])
+                        node.error = graph_notes.needs_failed_error(failed[0])
                         sorter.done(name)
                     elif self._hooks.is_cancelled():
                         sorter.done(name)  # left pending, for a resume
                     elif node.status is NodeStatus.PENDING and self._hooks.stop_reason():
                         node.status, node.error = (
                             NodeStatus.FAILED,
-                            note_words.STOPPED_BEFORE_SEARCH,
+                            graph_notes.STOPPED_BEFORE_SEARCH,
                         )
                         sorter.done(name)  # the searching was stopped: not searched
                     else:
@@ -412,7 +415,7 @@ class _Turn:
         if node.status is NodeStatus.PENDING:
             async with self._slots:
                 if self._hooks.stop_reason() is not None:  # stopped while it waited its turn
-                    node.status, node.error = NodeStatus.FAILED, note_words.STOPPED_BEFORE_SEARCH
+                    node.status, node.error = NodeStatus.FAILED, graph_notes.STOPPED_BEFORE_SEARCH
                     return
                 finding = await self._search(node)
             state.variables.findings.append(finding)
@@ -420,12 +423,12 @@ class _Turn:
             if not finding.results:
                 node.status = NodeStatus.FAILED
                 node.error = (
-                    note_words.SEARCH_FAILED_ERROR
+                    graph_notes.SEARCH_FAILED_ERROR
                     if finding.error
-                    else note_words.FOUND_NOTHING_ERROR
+                    else graph_notes.FOUND_NOTHING_ERROR
                 )
                 state.note(
-                    note_words.sub_question_failed_words(state.language, node.question, node.error)
+                    graph_notes.sub_question_failed_words(state.language, node.question, node.error)
                 )
             else:
                 node.status = NodeStatus.SEARCHED
@@ -436,8 +439,8 @@ class _Turn:
             except Exception as exc:  # one node's answer never fails the run
                 log.exception("answering %r failed in run %s", node.question, state.run_id)
                 node.status = NodeStatus.FAILED
-                node.error = note_words.unwritten_error(type(exc).__name__)
-                state.note(note_words.unanswered_question_words(state.language, node.question))
+                node.error = graph_notes.unwritten_error(type(exc).__name__)
+                state.note(graph_notes.unanswered_question_words(state.language, node.question))
             await self._checkpoint()
 
     async def _search(self, node: GraphNode) -> Finding:
@@ -482,15 +485,15 @@ class _Turn:
             log.warning("answering %r failed in run %s: %s", node.question, state.run_id, exc)
             state.model_failure = exc
             node.status = NodeStatus.FAILED
-            node.error = note_words.NOT_ANSWERED_ERROR
+            node.error = graph_notes.NOT_ANSWERED_ERROR
             state.note(
-                note_words.unanswered_question_error_words(state.language, node.question, exc)
+                graph_notes.unanswered_question_error_words(state.language, node.question, exc)
             )
             return
         state.model_answered = True
         if not answer.complete:
             state.note(
-                note_words.sub_answer_cut_short_words(
+                graph_notes.sub_answer_cut_short_words(
                     state.language, node.question, answer.finish_reason
                 )
             )
@@ -522,7 +525,7 @@ class _Turn:
             )
         if check.partial:
             state.note(
-                note_words.sub_answer_check_partial_words(
+                graph_notes.sub_answer_check_partial_words(
                     state.language, question, check.unchecked, check.reasons
                 )
             )
@@ -577,4 +580,5 @@ GRAPH_STRATEGY = RegisteredStrategy(
     settings=GraphSettings,
     build=_build,
     prompts=PROMPTS,
+    notes=graph_notes.NOTES,
 )
