@@ -43,10 +43,7 @@ class PlatformEntry:
     def load(self) -> PlatformClass:
         """The platform's class, imported on first use (``ConfigError``, one line, when it
         cannot be: :meth:`unavailable`); it is given this entry's :attr:`name` and
-        :attr:`title`."""
-        loaded = _LOADED.get(self)
-        if loaded is not None:
-            return loaded
+        :attr:`title`. Asking again is cheap: Python keeps the imported module."""
         from bots.chat.platform import ChatPlatform
 
         module_name, _, class_name = self.target.partition(":")
@@ -63,7 +60,6 @@ class PlatformEntry:
                     f"{self.target} says its {attribute} is {own!r}, its line {said!r}"
                 )
         cls.name, cls.title = self.name, self.title
-        _LOADED[self] = cls
         return cls
 
     @contextmanager
@@ -86,8 +82,6 @@ class PlatformEntry:
 
         return ConfigError(f"{self.title} ({self.name}) cannot be used: {why}")
 
-
-_LOADED: dict[PlatformEntry, PlatformClass] = {}
 
 #: Every chat platform, by registration order.
 PLATFORMS: tuple[PlatformEntry, ...] = (
