@@ -73,7 +73,7 @@ def note_functions() -> dict[str, Callable[..., str]]:
     """Every note function, by its module and name: the shared ones (each public function of
     ``core.words.note_words`` that takes the language first) and each registered strategy's
     (``RegisteredStrategy.notes``)."""
-    shared = [
+    shared: list[Callable[..., str]] = [
         value
         for name, value in vars(note_words).items()
         if inspect.isfunction(value)
@@ -81,7 +81,9 @@ def note_functions() -> dict[str, Callable[..., str]]:
         and not name.startswith("_")
         and takes_the_language_first(value)
     ]
-    own = [function for entry in STRATEGIES.values() for function in entry.notes]
+    own: list[Callable[..., str]] = [
+        function for entry in STRATEGIES.values() for function in entry.notes
+    ]
     return {f"{f.__module__}.{f.__name__}": f for f in [*shared, *own]}
 
 
