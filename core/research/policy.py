@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo
 
@@ -70,16 +70,7 @@ class RunPolicy:
         """This policy with its owner named (the same name for every part built from it)."""
         if self.owner is not None:
             return self
-        return RunPolicy(
-            runner_identity(),
-            self.timing,
-            self.max_attempts,
-            self.budget,
-            self.quota,
-            self.timezone,
-            self.prices,
-            self.verify_seconds,
-        )
+        return replace(self, owner=runner_identity())
 
     @property
     def zone(self) -> ZoneInfo:
