@@ -11,6 +11,7 @@ The leaf of the import graph: it imports only the standard library and pydantic,
 from __future__ import annotations
 
 import enum
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -78,3 +79,26 @@ class ThreadKey(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
+
+
+class ReportDocument(BaseModel):
+    """What a run's long report became on its platform (``research_runs.report_document``):
+    a document (``kind`` ``canvas`` on Slack, ``docx`` on Feishu; its ``id`` and ``url``), or,
+    with ``kind`` :data:`PARTS`, the platform refused documents and the report went as the
+    thread's usual parts (``reason``: why). Recorded before the thread's summary (or the
+    parts) is posted, so a resumed delivery never creates a second document."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    #: ``canvas``, ``docx``, or :data:`PARTS`.
+    kind: str
+    id: str = ""
+    url: str = ""
+    reason: str = ""
+
+    PARTS: ClassVar[str] = "parts"
+
+    @property
+    def refused(self) -> bool:
+        """Whether the platform refused the document (the report went as parts)."""
+        return self.kind == self.PARTS

@@ -11,12 +11,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.words import note_words
 from core.words.wording import Language
 
+#: The longest quote a claim keeps of the passage that supported it.
+QUOTE_CHARS = 200
+
 
 class ClaimSummary(BaseModel):
     """One claim: its text as written, the sources it cited, the verdict (``supported``,
     ``partial``, ``unsupported``, ``contradicted``; None: not checked), the source it was
     re-cited to, and what was done to it (``recited``, ``revised``, ``dropped``,
-    ``unverified``; None: left as written)."""
+    ``unverified``; None: left as written). A claim found supported keeps the passage that
+    supported it: ``quote`` (at most :data:`QUOTE_CHARS` characters of the source's own
+    text, as data: never markup) from source ``quote_source`` (None: no quote kept)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -25,6 +30,8 @@ class ClaimSummary(BaseModel):
     verdict: str | None = None
     source: int | None = None
     fixed: str | None = None
+    quote: str | None = None
+    quote_source: int | None = None
 
 
 class CheckSummary(BaseModel):
