@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 BOT_SCOPES = (
     "app_mentions:read",
     "assistant:write",
+    "canvases:write",
     "channels:history",
     "chat:write",
     "chat:write.public",

@@ -2,7 +2,9 @@
 
 A workspace that does not take plan blocks (its plan, an older Slack) gets progress messages
 without them; a workspace or channel that does not take the thread status (the scope missing,
-a channel where it cannot be set) gets none. Only an answer Slack says is final
+a channel where it cannot be set) gets none; a workspace that refuses canvases (the
+``canvases:write`` scope missing, a free plan, canvases turned off) gets its long reports as
+parts. Only an answer Slack says is final
 (``bots.slack.errors.classify_error``) is remembered; each is logged once. The memory belongs
 to the process's Slack delivery (one object, shared by its runs), not to the database: a
 restarted process asks once more.
@@ -43,11 +45,12 @@ THREAD_REFUSALS = frozenset(
 
 class SlackRefusals:
     """What Slack refused for good in this process: plan blocks per workspace, the thread
-    status per workspace or channel. Each refusal is logged once."""
+    status per workspace or channel, canvases per workspace. Each refusal is logged once."""
 
     def __init__(self) -> None:
         self._plans: set[str] = set()
         self._status: set[str] = set()
+        self._canvases: set[str] = set()
 
     def plans_refused(self, team: str) -> bool:
         return team in self._plans
@@ -74,5 +77,19 @@ class SlackRefusals:
             log.warning(
                 "slack: %s refused the thread status (%s); runs there show progress only",
                 where,
+                code or "no error code",
+            )
+
+    def canvases_refused(self, team: str) -> bool:
+        return team in self._canvases
+
+    def refuse_canvases(self, team: str, code: str) -> None:
+        """The workspace refused canvases for good (``bots.slack.canvas``): its long reports
+        go as the thread's usual parts, without asking again."""
+        if team not in self._canvases:
+            self._canvases.add(team)
+            log.warning(
+                "slack: workspace %s refused canvases (%s); long reports are posted as parts",
+                team,
                 code or "no error code",
             )

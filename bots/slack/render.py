@@ -7,7 +7,8 @@ pages its search returned) and an ``actions`` block with its buttons
 (``bots.chat.controls``). The final state keeps the text and the finished plan, without the
 buttons. Where a workspace refuses plan blocks, the same message goes without them (see
 ``SlackMessenger``). The report's last message carries the 👍/👎 buttons after its markdown
-block.
+block; a report that went to a canvas (``bots.slack.canvas``) has one message instead, its
+summary (:func:`summary_message`).
 Reports go out as standard Markdown in one ``markdown`` block per message; Slack allows
 12,000 characters of markdown blocks per message, so long reports are split at section
 boundaries into several messages (``bots.chat.markdown``). Whatever is posted passes
@@ -261,3 +262,32 @@ def report_messages(
     if messages and feedback:
         messages[-1]["blocks"].append(buttons_block(feedback))
     return messages
+
+
+def summary_message(
+    title: str,
+    summary: str,
+    claims_line: str | None,
+    url: str,
+    sources: Sequence[Source],
+    feedback: Sequence[Button] = (),
+    language: Language = "en",
+) -> dict[str, Any]:
+    """``chat.postMessage`` kwargs of the thread's one message for a report that went to a
+    canvas: its executive summary (citations linked as in the report), the claim-check line,
+    the canvas's link (``url``: Slack's own permalink), then the ``feedback`` buttons."""
+    read = pick(language, "Read the full report", "阅读完整报告")
+    pieces = [link_citations(safe_markdown(summary.strip()), sources)]
+    if claims_line:
+        pieces.append(f"_{safe_markdown(claims_line.strip())}_")
+    link = f"**[{read}]({url})**"
+    room = MARKDOWN_LIMIT - len(link) - 4 * len(pieces)
+    text = "\n\n".join(pieces)
+    if len(text) > room:
+        text = text[: room - 1].rstrip() + "…"
+    blocks: list[dict[str, Any]] = [{"type": "markdown", "text": f"{text}\n\n{link}"}]
+    if feedback:
+        blocks.append(buttons_block(feedback))
+    shown = escape_mrkdwn(_clip(title, _TITLE_CHARS))
+    fallback = pick(language, f"{shown} (full report: {url})", f"{shown}（完整报告：{url}）")
+    return {"text": fallback, "blocks": blocks}

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import re
 import threading
 import time
 import uuid
@@ -269,6 +270,8 @@ class FakeSlack:
         #: does (https://api.slack.com/legacy/oauth-scopes: "X-OAuth-Scopes ... lists the
         #: scopes this token has"); the manifest's by default.
         self.scopes: tuple[str, ...] = BOT_SCOPES
+        #: Canvases by id (``FakeCanvases``): what was created, shared and deleted.
+        self.canvases = FakeCanvases(self)
 
     def reset(self) -> None:
         with self._lock:
@@ -415,6 +418,9 @@ class FakeSlack:
     def _file_info(self, p: dict[str, Any]) -> dict[str, Any]:
         if not self.files_read:
             raise SlackError("missing_scope")
+        canvas = self.canvases.file(str(p.get("file") or ""))
+        if canvas is not None:
+            return {"file": canvas, "comments": [], "response_metadata": {"next_cursor": ""}}
         hosted = self.hosted.get(str(p.get("file") or ""))
         if hosted is None:
             raise SlackError("file_not_found")
@@ -484,6 +490,8 @@ class FakeSlack:
                 return self._set_title(p)
             if method == "files.info":
                 return self._file_info(p)
+            if method in CANVAS_METHODS:
+                return self.canvases.call(method, p)
         raise SlackError("unknown_method")
 
     @staticmethod
@@ -614,6 +622,155 @@ class FakeSlack:
             return True
 
 
+# --- canvases ------------------------------------------------------------------------------
+
+CANVAS_METHODS = frozenset({"canvases.create", "canvases.access.set", "canvases.delete"})
+#: ``document_content.markdown`` that ``canvases.create`` takes (docs.slack.dev
+#: ``conversations.canvases.create``: "The markdown content is limited to 1 MiB (1,048,576
+#: characters)").
+MAX_CANVAS_MARKDOWN = 1_048_576
+#: How many ids ``canvases.access.set`` takes in one list (its method page: "Maximum: 20").
+MAX_ACCESS_IDS = 20
+ACCESS_LEVELS = frozenset({"read", "write", "owner"})
+_QUOTED_LIST = re.compile(r"^>[ \t]*(?:[-+*]|\d{1,9}[.)])(?:[ \t]|$)", re.MULTILINE)
+_DEEP_HEADING = re.compile(r"^#{4,}[ \t]", re.MULTILINE)
+
+
+class FakeCanvases:
+    """Slack's standalone canvases as its method pages describe them (docs.slack.dev
+    ``canvases.create``, ``canvases.access.set``, ``canvases.delete``): created by a bot token
+    with ``canvases:write`` (else ``missing_scope``) on a paid plan (a free team must tab the
+    canvas in a channel: ``free_teams_cannot_create_non_tabbed_canvases``); refused as
+    ``canvas_creation_failed`` with a ``detail`` for content a canvas does not take (over
+    1 MiB, a list inside a quote block as in the page's own example, headings past h3, which
+    the page's list of elements does not name); shared with channels or users (not both; a
+    DM's ``D…`` id is not taken: "Channel IDs associated with direct messages ... will not
+    be accepted"); a file whose ``files.info`` gives its ``permalink``. Runs under
+    :class:`FakeSlack`'s lock."""
+
+    def __init__(self, slack: FakeSlack) -> None:
+        self._slack = slack
+        #: By id: title, markdown, channel_id it was tabbed in, access {id: level}, deleted.
+        self.made: dict[str, dict[str, Any]] = {}
+        #: The team's plan: "paid", or "free" (standalone canvases refused).
+        self.plan = "paid"
+        #: An error every ``canvases.create`` answers (``canvas_disabled_user_team``...).
+        self.refusal: str | None = None
+
+    def live(self) -> dict[str, dict[str, Any]]:
+        """The canvases not deleted."""
+        return {cid: c for cid, c in self.made.items() if not c["deleted"]}
+
+    def call(self, method: str, p: dict[str, Any]) -> dict[str, Any]:
+        if "canvases:write" not in self._slack.scopes:
+            raise SlackError("missing_scope")
+        if method == "canvases.create":
+            return self._create(p)
+        if method == "canvases.access.set":
+            return self._access_set(p)
+        return self._delete(p)
+
+    def _create(self, p: dict[str, Any]) -> dict[str, Any]:
+        if self.refusal is not None:
+            raise SlackError(self.refusal)
+        channel = p.get("channel_id")
+        if self.plan == "free" and not channel:
+            raise SlackError("free_teams_cannot_create_non_tabbed_canvases")
+        content = p.get("document_content") or {"type": "markdown", "markdown": ""}
+        if isinstance(content, str):
+            try:
+                content = json.loads(content)
+            except ValueError:
+                raise SlackError("invalid_arguments") from None
+        if not isinstance(content, dict) or content.get("type") != "markdown":
+            raise SlackError("invalid_arguments")
+        markdown = content.get("markdown")
+        if not isinstance(markdown, str):
+            raise SlackError("invalid_arguments")
+        if len(markdown) > MAX_CANVAS_MARKDOWN:
+            raise CanvasContentError("'content' error: content too long")
+        for pattern, what in ((_QUOTED_LIST, "List"), (_DEEP_HEADING, "Heading level")):
+            found = pattern.search(markdown)
+            if found is not None:
+                line = markdown.count("\n", 0, found.start()) + 1
+                raise CanvasContentError(
+                    f"'content' error: line {line}: Unsupported block type ({what})"
+                    + (" within block quote" if what == "List" else "")
+                )
+        canvas_id = f"F{self._slack._next_id():08d}"
+        access = {str(channel): "write"} if channel else {}
+        self.made[canvas_id] = {
+            "title": str(p.get("title") or ""),
+            "markdown": markdown,
+            "channel_id": channel,
+            "access": access,
+            "deleted": False,
+        }
+        return {"canvas_id": canvas_id}
+
+    def _ids(self, value: Any) -> list[str]:
+        if value is None:
+            return []
+        if isinstance(value, str):
+            value = value.split(",") if not value.startswith("[") else json.loads(value)
+        if not isinstance(value, list) or not 0 < len(value) <= MAX_ACCESS_IDS:
+            raise SlackError("invalid_arguments")
+        return [str(v).strip() for v in value]
+
+    def _access_set(self, p: dict[str, Any]) -> dict[str, Any]:
+        canvas = self.live().get(str(p.get("canvas_id") or ""))
+        if canvas is None:
+            raise SlackError("canvas_not_found")
+        level = p.get("access_level")
+        channels, users = self._ids(p.get("channel_ids")), self._ids(p.get("user_ids"))
+        if level not in ACCESS_LEVELS:
+            raise SlackError("invalid_arguments")
+        if bool(channels) == bool(users):
+            raise SlackError("invalid_parameters")  # one of the two, not both
+        if level == "owner" and channels:
+            raise SlackError("invalid_arguments")  # only users can be owners
+        if any(c.startswith("D") for c in channels):
+            raise SlackError("invalid_arguments")  # DMs are shared by user ids
+        for entity in channels or users:
+            canvas["access"][entity] = level
+        return {}
+
+    def _delete(self, p: dict[str, Any]) -> dict[str, Any]:
+        canvas = self.live().get(str(p.get("canvas_id") or ""))
+        if canvas is None:
+            raise SlackError("canvas_not_found")
+        canvas["deleted"] = True
+        return {}
+
+    def file(self, file_id: str) -> dict[str, Any] | None:
+        """A live canvas as ``files.info`` gives it (a file of type ``canvas``), or None."""
+        canvas = self.live().get(file_id)
+        if canvas is None:
+            return None
+        team = self._slack.team_id
+        return {
+            "id": file_id,
+            "name": canvas["title"] or "Untitled",
+            "title": canvas["title"],
+            "mimetype": "application/vnd.slack-docs",
+            "filetype": "canvas",
+            "pretty_type": "Canvas",
+            "user": self._slack.bot_user_id,
+            "user_team": team,
+            "is_external": False,
+            "permalink": f"https://fathom-fake.slack.com/docs/{team}/{file_id}",
+        }
+
+
+class CanvasContentError(SlackError):
+    """``canvas_creation_failed`` with Slack's ``detail`` (its method page's "Typical error
+    response for bad content")."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("canvas_creation_failed")
+        self.detail = detail
+
+
 async def _params(request: Request) -> dict[str, Any]:
     """Merge query string, form body and JSON body, like Slack accepts all three."""
     params: dict[str, Any] = dict(request.query_params)
@@ -626,7 +783,15 @@ async def _params(request: Request) -> dict[str, Any]:
     elif raw:
         params.update(parse_qsl(raw.decode(), keep_blank_values=True))
     # JSON strings inside form posts
-    for key in ("blocks", "attachments", "files", "loading_messages", "prompts"):
+    for key in (
+        "blocks",
+        "attachments",
+        "files",
+        "loading_messages",
+        "prompts",
+        "channel_ids",
+        "user_ids",
+    ):
         value = params.get(key)
         if isinstance(value, str) and value.startswith("["):
             try:
@@ -668,6 +833,9 @@ def build_slack_app(fake: FakeSlack) -> Starlette:
         scopes = {"X-OAuth-Scopes": ",".join(fake.scopes)}
         try:
             return JSONResponse({"ok": True, **fake.call(method, dict(params))}, headers=scopes)
+        except CanvasContentError as exc:
+            body = {"ok": False, "error": exc.code, "detail": exc.detail}
+            return JSONResponse(body, headers=scopes)
         except SlackError as exc:
             return JSONResponse({"ok": False, "error": exc.code}, headers=scopes)
 
