@@ -84,7 +84,8 @@ def test_research_json_lists_each_claim_and_its_check(
     data = json.loads(result.stdout)
     report: str = data["report_markdown"]
     claims: list[dict[str, Any]] = data["claims"]
-    assert [set(c) for c in claims] == [{"text", "cited", "verdict", "source", "fixed"}] * 4
+    keys = {"text", "cited", "verdict", "source", "fixed", "quote", "quote_source"}
+    assert [set(c) for c in claims] == [keys] * 4
     assert data["claim_check"] == {"partial": False, "unchecked": 0, "reasons": []}
     right, miscited, invented, snippet = claims
     assert right["verdict"] == "supported" and right["fixed"] is None
@@ -149,6 +150,8 @@ async def test_the_final_progress_line_counts_the_claims_as_stored_for_any_repli
     stored = await elsewhere.executor.stored_outcome(run)
     assert final_progress_text(stored) == progress.final
     assert stored.as_json()["claims"] == outcome.as_json()["claims"]
+    assert stored.claims is not None  # the quotes too (issue 56)
+    assert [c.quote_source for c in stored.claims.claims] == [1, 2, None, 3]
     assert stored.usage.verifier_calls == outcome.usage.verifier_calls == 1  # it rewrote too
 
     exposition = metrics.exposition().decode()

@@ -21,6 +21,12 @@ A claim whose cited sources are search snippets only (their pages were not read)
 "partial" (:mod:`core.claims.evidence`). A claim whose only cited sources speak to a model is
 not taken as supported on the verifier's word: it is not checked.
 
+Each claim found supported (plainly, or on the verifier's word), re-cited or revised keeps the
+sentence of its source that supported it, as a short quote of the source's own text
+(:mod:`core.claims.excerpt`): the sentence the lexical pass found, or the one that holds most
+of the claim among the passages the verifier was shown for it. No model writes a quote and no
+call is added for it; a claim marked, dropped, partial, contradicted or not checked keeps none.
+
 What is not settled (the verifier failed, answered twice unusably, the check's time budget
 ran out, ``deadline``, or what the run's token limit left did not fit a request, ``room``) is
 "not checked" and the check is partial.
@@ -37,7 +43,8 @@ from enum import StrEnum
 from core.claims.addressing import addressing_phrase
 from core.claims.deadline import Deadline, OutOfTime
 from core.claims.evidence import EvidenceKind
-from core.claims.lexical import Evidence, plainly_supported
+from core.claims.excerpt import Quote, best_sentence, quote_from
+from core.claims.lexical import Evidence, Found, plain_support
 from core.claims.split import CITATION, Claim, claims_of
 from core.claims.summary import CheckSummary, ClaimSummary
 from core.claims.verifier import (
@@ -47,6 +54,7 @@ from core.claims.verifier import (
     Rewrite,
     Unchecked,
     Verdict,
+    best_passages,
     revisions,
     verdicts,
 )
@@ -74,7 +82,8 @@ class Fix(StrEnum):
 @dataclass(frozen=True)
 class CheckedClaim:
     """One claim and its check: ``verdict`` None when nothing settled it (``unchecked``: why);
-    ``lexical`` when the lexical pass settled it; ``source``: the source it was re-cited to."""
+    ``lexical`` when the lexical pass settled it; ``source``: the source it was re-cited to;
+    ``quote``: the passage that supported it (a claim supported, re-cited or revised)."""
 
     text: str
     cited: tuple[int, ...]
@@ -83,6 +92,7 @@ class CheckedClaim:
     source: int | None = None
     fix: Fix | None = None
     unchecked: Unchecked | None = None
+    quote: Quote | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,8 @@ class ClaimCheck:
                     verdict=c.verdict.value if c.verdict is not None else None,
                     source=c.source,
                     fixed=c.fix.value if c.fix is not None else None,
+                    quote=c.quote.text if c.quote is not None else None,
+                    quote_source=c.quote.source if c.quote is not None else None,
                 )
                 for c in self.claims
             ],
@@ -169,10 +181,10 @@ async def _check(
 ) -> ClaimCheck:
     claims = claims_of(markdown)
     addressing = _addressing(evidence)
-    settled: dict[int, bool] = {
-        c.index: plainly_supported(c.statement, _cited(c, evidence)) for c in claims
+    settled: dict[int, Found | None] = {
+        c.index: plain_support(c.statement, _cited(c, evidence)) for c in claims
     }
-    rest = [c for c in claims if not settled[c.index]]
+    rest = [c for c in claims if settled[c.index] is None]
     judged = Judged()
     if rest and model is not None:
         judged = await verdicts(model, rest, evidence, usage, deadline, room=room)
@@ -185,8 +197,10 @@ async def _check(
     for claim in claims:
         said = claim.statement, claim.cites
         verdict = judged.found.get(claim.index)
-        if settled[claim.index]:
-            checked[claim.index] = CheckedClaim(*said, Verdict.SUPPORTED, lexical=True)
+        found = settled[claim.index]
+        if found is not None:
+            quote = _found_quote(claim.statement, found)
+            checked[claim.index] = CheckedClaim(*said, Verdict.SUPPORTED, lexical=True, quote=quote)
         elif verdict is None:
             why = judged.unchecked.get(claim.index, Unchecked.VERIFIER_FAILED)
             checked[claim.index] = CheckedClaim(*said, None, unchecked=why)
@@ -196,24 +210,28 @@ async def _check(
             checked[claim.index] = CheckedClaim(*said, verdict.verdict)
         elif verdict.source is None:
             failing.append((claim, verdict.verdict))
-        elif plainly_supported(claim.statement, [evidence[verdict.source]]):
+        elif (said_by := plain_support(claim.statement, [evidence[verdict.source]])) is not None:
             rewrites.append((claim, _recited(claim.text, verdict.source)))
-            checked[claim.index] = _recited_claim(claim, verdict.verdict, verdict.source)
+            quote = _found_quote(claim.statement, said_by)
+            checked[claim.index] = _recited_claim(claim, verdict.verdict, verdict.source, quote)
         elif _confirmable(verdict.source, evidence, addressing):
             second.append((claim, verdict, verdict.source))
         else:
             failing.append((claim, verdict.verdict))
     for claim, first, source in await _confirmed(second, evidence, model, usage, deadline, room):
         rewrites.append((claim, _recited(claim.text, source)))
-        checked[claim.index] = _recited_claim(claim, first.verdict, source)
+        quote = _shown_quote(claim.statement, [source], evidence, addressing)
+        checked[claim.index] = _recited_claim(claim, first.verdict, source, quote)
     failing += [(c, v.verdict) for c, v, _ in second if c.index not in checked]
     failing.sort(key=lambda item: item[0].index)
     fixes = await _revise(
         [c for c, _ in failing], judged.rewrites, evidence, model, usage, language, deadline, room
     )
-    for (claim, found), (text, fix) in zip(failing, fixes, strict=True):
+    for (claim, judged_as), (text, fix, quote) in zip(failing, fixes, strict=True):
         rewrites.append((claim, text))
-        checked[claim.index] = CheckedClaim(claim.statement, claim.cites, found, fix=fix)
+        checked[claim.index] = CheckedClaim(
+            claim.statement, claim.cites, judged_as, fix=fix, quote=quote
+        )
     rewrites += _paragraph_citations_kept(claims, checked)
     ordered = tuple(checked[claim.index] for claim in claims)
     return ClaimCheck(_rewritten(markdown, rewrites), ordered, addressing)
@@ -245,11 +263,45 @@ def _supported(
         return CheckedClaim(*said, None, unchecked=Unchecked.SOURCE_ADDRESSES_MODEL)
     if cited and all(source.kind is EvidenceKind.SNIPPET for source in cited):
         return CheckedClaim(*said, Verdict.PARTIAL)
-    return CheckedClaim(*said, Verdict.SUPPORTED)
+    quote = _shown_quote(claim.statement, claim.cites, evidence, addressing)
+    return CheckedClaim(*said, Verdict.SUPPORTED, quote=quote)
 
 
-def _recited_claim(claim: Claim, verdict: Verdict, source: int) -> CheckedClaim:
-    return CheckedClaim(claim.statement, claim.cites, verdict, source=source, fix=Fix.RECITED)
+def _recited_claim(
+    claim: Claim, verdict: Verdict, source: int, quote: Quote | None
+) -> CheckedClaim:
+    return CheckedClaim(
+        claim.statement, claim.cites, verdict, source=source, fix=Fix.RECITED, quote=quote
+    )
+
+
+def _found_quote(statement: str, found: Found) -> Quote | None:
+    """The quote of the sentence the lexical pass found saying ``statement``."""
+    return quote_from(found.n, statement, found.sentence, found.passages)
+
+
+def _shown_quote(
+    statement: str,
+    sources: Sequence[int],
+    evidence: Mapping[int, Evidence],
+    addressing: Mapping[int, str],
+) -> Quote | None:
+    """The quote of a claim a verdict found supported by ``sources``: the sentence that holds
+    most of it among the passages the verifier was shown of them (:func:`best_passages`, as
+    its request chose them), from a source that does not speak to a model; None when no
+    sentence holds enough of it (:data:`core.claims.excerpt.MIN_SHARE`). No model call."""
+    best: tuple[int, str, float] | None = None
+    for n in sources:
+        source = evidence.get(n)
+        if source is None or n in addressing:
+            continue
+        shown = [source.passages[i] for i in best_passages(statement, source)]
+        found = best_sentence(statement, shown)
+        if found is not None and (best is None or found[1] > best[2]):
+            best = n, *found
+    if best is None:
+        return None
+    return quote_from(best[0], statement, best[1], evidence[best[0]].passages)
 
 
 def _confirmable(
@@ -292,8 +344,9 @@ async def _revise(
     language: Language,
     deadline: Deadline | None,
     room: TokenRoom | None = None,
-) -> list[tuple[str, Fix]]:
-    """Each failing claim's new text and what was done: rewritten from its sources when its
+) -> list[tuple[str, Fix, Quote | None]]:
+    """Each failing claim's new text, what was done and the quote of a revised one (from the
+    sentence the lexical pass found saying it): rewritten from its sources when its
     rewrite (the verifier's, ``offered``, else the reviser's, asked for the claims without
     one) plainly says what the sources it cites say (and cites only sources it was shown),
     dropped when the rewrite is null (nothing of it in the sources), else marked as not
@@ -305,22 +358,23 @@ async def _revise(
             answered |= await revisions(model, asked, evidence, usage, deadline, room)
         except (LLMError, OutOfTime, OutOfTokens) as exc:
             log.warning("the reviser failed (%s); the failing claims are marked", exc)
-    fixes: list[tuple[str, Fix]] = []
+    fixes: list[tuple[str, Fix, Quote | None]] = []
     for claim in failing:
-        unverified = (_unverified(claim.text, language), Fix.UNVERIFIED)
+        unverified = (_unverified(claim.text, language), Fix.UNVERIFIED, None)
         if claim.index not in answered:
             fixes.append(unverified)
             continue
         text, shown = answered[claim.index].text, answered[claim.index].shown
         if text is None:
-            fixes.append(("", Fix.DROPPED))
+            fixes.append(("", Fix.DROPPED, None))
             continue
         sentence = " ".join(text.split())[: 2 * len(claim.text) + 200]
         cites = [int(n) for n in CITATION.findall(sentence)]
         revised = Claim(claim.index, sentence, tuple(cites), claim.start, claim.end)
         sources = [evidence[n] for n in cites if n in evidence]
-        if cites and set(cites) <= shown and plainly_supported(revised.statement, sources):
-            fixes.append((sentence, Fix.REVISED))
+        found = plain_support(revised.statement, sources) if set(cites) <= shown else None
+        if cites and found is not None:
+            fixes.append((sentence, Fix.REVISED, _found_quote(revised.statement, found)))
         else:
             fixes.append(unverified)
     return fixes

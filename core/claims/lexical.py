@@ -164,26 +164,48 @@ class Evidence:
     kind: EvidenceKind = EvidenceKind.PAGE
 
 
+@dataclass(frozen=True)
+class Found:
+    """Where the lexical pass found a claim plainly said: source ``n``, the ``sentence`` of its
+    passages that says it (as the passage has it), and the ``passages`` it is one of."""
+
+    n: int
+    sentence: str
+    passages: tuple[str, ...]
+
+
 def plainly_supported(statement: str, evidence: Sequence[Evidence]) -> bool:
     """Whether one sentence of one of ``evidence`` (the sources a claim cites) plainly says
     ``statement``: near-verbatim and in order, as the module says."""
-    return any(_in_source(statement, source.passages) for source in evidence)
+    return plain_support(statement, evidence) is not None
 
 
-def _in_source(statement: str, passages: Sequence[str]) -> bool:
+def plain_support(statement: str, evidence: Sequence[Evidence]) -> Found | None:
+    """The first sentence of ``evidence`` (the sources a claim cites, in its order) that
+    plainly says ``statement``, and its source (None: none does); the same pass as
+    :func:`plainly_supported`, which stops at the same sentence."""
+    for source in evidence:
+        sentence = _saying(statement, source.passages)
+        if sentence is not None:
+            return Found(source.n, sentence, source.passages)
+    return None
+
+
+def _saying(statement: str, passages: Sequence[str]) -> str | None:
     if not passages:
-        return False
+        return None
     claim = _tokens(statement)
     if not any(t not in _CLAIM_ONLY for t in claim):
-        return False
+        return None
     quotes = [_tokens(quote) for quote in _QUOTED.findall(statement)]
     scores = bm25_scores([terms(p) or [""] for p in passages], terms(statement))
     ranked = sorted(range(len(passages)), key=lambda i: scores[i], reverse=True)
     for best in ranked[:CANDIDATES]:
-        for sentence in map(_tokens, sentences_of(passages[best])):
-            if all(_contains(sentence, quote) for quote in quotes) and _says(sentence, claim):
-                return True
-    return False
+        for sentence in sentences_of(passages[best]):
+            said = _tokens(sentence)
+            if all(_contains(said, quote) for quote in quotes) and _says(said, claim):
+                return sentence
+    return None
 
 
 def _tokens(text: str) -> list[str]:

@@ -2,18 +2,22 @@
 short quotes of its own text that supported the claims citing it.
 
 A quote comes only from a claim the check found supported (``ClaimSummary.quote``, kept by
-:mod:`core.claims.check`); a claim marked as not verified, or dropped, shows none. Quotes are
-the sources' text: untrusted data, never markup (each platform renders them inert).
+:mod:`core.claims.check`): supported as written, or re-cited to the source that says it, or
+revised to what its source says (those keep the verdict that failed them, and ``fixed``
+says what was done); a claim marked as not verified, dropped, partial, contradicted or not
+checked shows none. Quotes are the sources' text: untrusted data, never markup (each platform
+renders them inert).
 """
 
 from __future__ import annotations
 
-from core.claims.summary import QUOTE_CHARS, CheckSummary
+from core.claims.summary import QUOTE_CHARS, CheckSummary, ClaimSummary
 
 #: Quotes shown per source at most.
 QUOTES_PER_SOURCE = 2
-#: What was done to a claim that leaves it without evidence to show.
-_NO_EVIDENCE = frozenset({"unverified", "dropped"})
+#: What was done to a failing claim that gave it evidence: the source that says it, or a
+#: sentence its source says.
+_EVIDENCED = frozenset({"recited", "revised"})
 
 
 def source_quotes(
@@ -25,12 +29,17 @@ def source_quotes(
     if check is None:
         return quotes
     for claim in check.claims:
-        if claim.quote is None or claim.quote_source is None or claim.fixed in _NO_EVIDENCE:
-            continue
-        if claim.verdict != "supported":
+        if claim.quote is None or claim.quote_source is None or not _evidenced(claim):
             continue
         text = " ".join(claim.quote.split())[:QUOTE_CHARS]
         kept = quotes.setdefault(claim.quote_source, [])
         if text and text not in kept and len(kept) < per_source:
             kept.append(text)
     return {n: q for n, q in quotes.items() if q}
+
+
+def _evidenced(claim: ClaimSummary) -> bool:
+    """Whether ``claim`` was found supported: as written, or once re-cited or revised."""
+    if claim.fixed is None:
+        return claim.verdict == "supported"
+    return claim.fixed in _EVIDENCED

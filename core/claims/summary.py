@@ -53,22 +53,9 @@ class CheckSummary(BaseModel):
     def renumbered(self, numbers: Mapping[int, int]) -> CheckSummary:
         """The claims citing by the report's numbers (``numbers``: the writer's number of a
         source -> the report's); a source the report does not list (its only citation was
-        removed by the check) is left out of ``cited``, and ``source`` is then None."""
-        return self.model_copy(
-            update={
-                "claims": [
-                    claim.model_copy(
-                        update={
-                            "cited": [numbers[n] for n in claim.cited if n in numbers],
-                            "source": numbers.get(claim.source)
-                            if claim.source is not None
-                            else None,
-                        }
-                    )
-                    for claim in self.claims
-                ]
-            }
-        )
+        removed by the check) is left out of ``cited``, and ``source`` is then None; a quote
+        from such a source is dropped (``quote`` and ``quote_source`` None)."""
+        return self.model_copy(update={"claims": [_renumbered(c, numbers) for c in self.claims]})
 
     @property
     def supported(self) -> int:
@@ -99,3 +86,15 @@ class CheckSummary(BaseModel):
             unchecked=self.unchecked if self.partial else 0,
             reasons=self.reasons,
         )
+
+
+def _renumbered(claim: ClaimSummary, numbers: Mapping[int, int]) -> ClaimSummary:
+    quoted = numbers.get(claim.quote_source) if claim.quote_source is not None else None
+    return claim.model_copy(
+        update={
+            "cited": [numbers[n] for n in claim.cited if n in numbers],
+            "source": numbers.get(claim.source) if claim.source is not None else None,
+            "quote": claim.quote if quoted is not None else None,
+            "quote_source": quoted,
+        }
+    )
