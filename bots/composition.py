@@ -235,6 +235,7 @@ async def _open_platforms(
         if opened.ingress is not None:
             stack.push_async_callback(opened.ingress.close)
         opened.posters.metrics = metrics
+        opened.posters.document_parts = services.policy.document_parts
         app.job.register(cls.name, opened.posters)
 
 

@@ -32,6 +32,7 @@ from core.values import (
     FINISHED_STATUSES,
     UNFINISHED_STATUSES,
     DeliveryState,
+    ReportDocument,
     RunStatus,
     SourceChoice,
     ThreadKey,
@@ -305,6 +306,17 @@ class MemoryRuns:
             run = self._m.runs.get(run_id)
             if run is not None:
                 self._m.runs[run_id] = replace(run, progress_message_id=message_id)
+
+    async def record_report_document(
+        self, run_id: str, document: ReportDocument
+    ) -> ReportDocument | None:
+        async with self._m.lock:
+            run = self._m.runs.get(run_id)
+            if run is None:
+                return None
+            if run.report_document is None:
+                run = self._m.runs[run_id] = replace(run, report_document=document)
+            return run.report_document
 
     async def reserve_progress_message(self, run_id: str, marker: str) -> bool:
         async with self._m.lock:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from core.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
+from core.values import DeliveryState, ReportDocument, RunStatus, SourceChoice, ThreadKey
 
 
 class StopRequest(enum.StrEnum):
@@ -185,6 +185,9 @@ class RunRecord:
     #: Its share of its requester's daily token quota, reserved when it was admitted and
     #: grown while the day had room (None: no daily quota applies to it).
     token_allowance: int | None = None
+    #: What its long report became on its platform (a document, or refused: parts); None: no
+    #: document step was taken.
+    report_document: ReportDocument | None = None
 
     @property
     def seconds(self) -> float | None:

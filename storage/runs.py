@@ -22,7 +22,14 @@ from sqlalchemy import Select, Table, and_, bindparam, case, exists, func, selec
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from core.values import UNFINISHED_STATUSES, DeliveryState, RunStatus, SourceChoice, ThreadKey
+from core.values import (
+    UNFINISHED_STATUSES,
+    DeliveryState,
+    ReportDocument,
+    RunStatus,
+    SourceChoice,
+    ThreadKey,
+)
 from storage.db import Database
 from storage.errors import QuotaReached, ThreadBusy, UserBusy
 from storage.lifecycle import CONSOLE_PLATFORM, DELIVERY_WHEN_ENDED, EPOCH, LeaseClock
@@ -445,6 +452,27 @@ class RunStore:
     async def set_progress_message(self, run_id: str, message_id: str) -> None:
         stmt = update(_runs).where(_runs.c.id == run_id).values(progress_message_id=message_id)
         await self._db.run(lambda conn: conn.execute(stmt))
+
+    async def record_report_document(
+        self, run_id: str, document: ReportDocument
+    ) -> ReportDocument | None:
+        """Record what the run's long report became (a document, or refused), unless one is
+        recorded already: the first record wins, and the one recorded is returned (None: no
+        such run). A delivery that finds another's document recorded deletes its own."""
+        value = document.model_dump(mode="json")
+        stmt = (
+            update(_runs)
+            .where(_runs.c.id == run_id, _runs.c.report_document.is_(None))
+            .values(report_document=value)
+        )
+        read = select(_runs.c.report_document).where(_runs.c.id == run_id)
+
+        def record(conn: Connection) -> Any:
+            conn.execute(stmt)
+            return conn.execute(read).scalar_one_or_none()
+
+        stored = await self._db.run(record)
+        return ReportDocument.model_validate(stored) if stored else None
 
     async def reserve_progress_message(self, run_id: str, marker: str) -> bool:
         """Mark a queued run without a progress message as having one on the way (its

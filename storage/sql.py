@@ -15,7 +15,7 @@ from typing import Any, cast
 from sqlalchemy import Select, Table, bindparam, select
 from sqlalchemy.engine import Connection, RowMapping
 
-from core.values import DeliveryState, RunStatus, SourceChoice, ThreadKey
+from core.values import DeliveryState, ReportDocument, RunStatus, SourceChoice, ThreadKey
 from storage.errors import RunNotFound
 from storage.records import RunRecord, ThreadRecord
 from storage.tables import ResearchRun, Thread, ThreadVariables
@@ -157,7 +157,19 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
         verifier_completion_tokens=row["verifier_completion_tokens"],
         claim_check=row["claim_check"],
         token_allowance=row["token_allowance"],
+        report_document=_report_document(row["report_document"]),
     )
+
+
+def _report_document(value: Any) -> ReportDocument | None:
+    """A run's stored ``report_document``; one no release wrote (a hand-edited row) is read as
+    none, so the delivery takes its document step again rather than failing."""
+    if not value:
+        return None
+    try:
+        return ReportDocument.model_validate(value)
+    except ValueError:
+        return None
 
 
 def _source_choice(value: str | None) -> SourceChoice:

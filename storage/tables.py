@@ -147,6 +147,8 @@ class ResearchRun(Base):
     claim_check: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     # The run's share of its requester's daily token quota (0020; NULL: no quota applied).
     token_allowance: Mapped[int | None] = mapped_column(Integer)
+    # What its long report became on its platform: a document, or refused (0021).
+    report_document: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     #: Retention picks runs by it (migration 0016's index).

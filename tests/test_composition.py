@@ -47,3 +47,27 @@ async def test_serve_s_parts_are_built_by_the_composition_root_and_started_by_it
         await built.start()
         scheduler = built.scheduler
         await wait_for(lambda: scheduler.holder)  # the only replica: it takes the lease
+
+
+async def test_the_document_threshold_reaches_every_opened_platforms_posters(
+    tmp_path: Path,
+    llm_server: FakeLLMServer,
+    search_server: FakeSearchServer,
+    templates: MigratedTemplates,
+) -> None:
+    """``FATHOM_REPORT_DOCUMENT_PARTS`` is set on the posters of each platform opened
+    (``bots.chat.documents``); the default is 2."""
+    url = templates.sqlite(tmp_path / "documents.db")
+    registry = (*PLATFORMS, PlatformEntry(TOY, "Toy", "tests.toy_platform:ToyPlatform"))
+    for parts in ("5", "0", None):
+        given = {"FATHOM_REPORT_DOCUMENT_PARTS": parts} if parts is not None else {}
+        settings = fathom_settings(
+            url,
+            llm_server,
+            search_server,
+            registry=registry,
+            TOY_TOKEN="t",
+            **given,
+        )
+        async with open_app(settings, role="serve") as built:
+            assert built.opened[TOY].posters.document_parts == int(parts or 2)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from core.chat.stores import ChatStores
-from core.values import DeliveryState, RunStatus, SourceChoice, ThreadKey, Vote
+from core.values import DeliveryState, ReportDocument, RunStatus, SourceChoice, ThreadKey, Vote
 from storage import (
     Admission,
     CancelRequest,
@@ -335,6 +335,27 @@ async def test_a_queued_runs_progress_message_is_reserved_once_and_settled(b: Ru
     await runs.set_progress_message(other.id, "m2")
     moved = await runs.get_run(other.id)
     assert moved is not None and moved.progress_message_id == "m2"
+
+
+async def test_a_reports_document_is_recorded_once_the_first_record_wins(b: Runner) -> None:
+    runs = b.stores.runs
+    run, _ = await new(b)
+    assert run.report_document is None
+    canvas = ReportDocument(kind="canvas", id="F1", url="https://x.slack.com/docs/T1/F1")
+    other = ReportDocument(kind="canvas", id="F2")
+    racing = await asyncio.gather(
+        runs.record_report_document(run.id, canvas), runs.record_report_document(run.id, other)
+    )
+    assert racing[0] == racing[1] in (canvas, other)  # both see the one that was kept
+    kept = await runs.get_run(run.id)
+    assert kept is not None and kept.report_document == racing[0]
+    refused = ReportDocument(kind=ReportDocument.PARTS, reason="missing_scope")
+    assert await runs.record_report_document(run.id, refused) == racing[0]
+    assert await runs.record_report_document("nope", canvas) is None
+    second, _ = await new(b, thread("t2"))
+    assert await runs.record_report_document(second.id, refused) == refused
+    read = await runs.get_run(second.id)
+    assert read is not None and read.report_document == refused and read.report_document.refused
 
 
 async def test_a_queued_run_knows_its_place_in_line(b: Runner) -> None:

@@ -33,6 +33,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from bots.chat.controls import Button, Control, run_buttons
+from bots.chat.documents import (
+    DocumentContent,
+    DocumentRefused,
+    DocumentStep,
+    ReportDocuments,
+    document_content,
+)
 from bots.chat.errors import judge_failure
 from bots.chat.message import PENDING_PREFIX
 from bots.chat.throttle import EditThrottle, WorkspaceLimiter, WorkspaceLimiters
@@ -50,7 +57,7 @@ from core.logs import change_log_context
 from core.models import Attachment
 from core.research.outcome import RunOutcome
 from core.timer import MONOTONIC, Timer
-from core.values import ThreadKey
+from core.values import ReportDocument, ThreadKey
 from core.words.reasons import Reason
 from core.words.wording import Language, pick, request_language
 
@@ -122,6 +129,9 @@ class ThreadPoster(ABC):
     opens_threads: ClassVar[bool] = True
     #: How long a rate-limited call waits when the platform does not say (seconds).
     rate_limit_wait: ClassVar[float] = 1.0
+    #: What a long report becomes on this platform (``canvas``, ``docx``: :meth:`create_document`
+    #: and :meth:`summary_parts`); None: it stays the usual parts.
+    document_kind: ClassVar[str | None] = None
 
     def __init__(self, run: RunRecord) -> None:
         self.run = run
@@ -168,6 +178,22 @@ class ThreadPoster(ABC):
         """Whether the progress message can be edited (DingTalk's fallback when cards are
         refused is a plain message: its final state is then posted as a new message)."""
         return True
+
+    async def create_document(self, content: DocumentContent) -> ReportDocument:
+        """Create the report's document (:attr:`document_kind`) holding ``content``, readable
+        by the conversation's members only (wider only when the operator's setting says so);
+        its kind, id and link. ``DocumentRefused`` when the platform refuses documents for
+        good; any other error is judged by :meth:`classify` (a retryable one is tried again).
+        Leaves nothing half-built behind when it raises."""
+        raise DocumentRefused(f"{self.thread.platform} makes no documents")
+
+    def summary_parts(
+        self, outcome: RunOutcome, content: DocumentContent, document: ReportDocument
+    ) -> Sequence[Any]:
+        """The thread's summary of a report that became ``document`` (usually one message):
+        the executive summary, the claim-check line, the document's link and the feedback
+        buttons; posted by :meth:`post_report_part`."""
+        raise NotImplementedError(f"{self.thread.platform} makes no documents")
 
     @property
     def needs_opener(self) -> bool:
@@ -252,6 +278,14 @@ class MeteredPoster(ThreadPoster):
     async def post_report_part(self, part: Any) -> None:
         await self._call("post_report", lambda: self._poster.post_report_part(part))
 
+    async def create_document(self, content: DocumentContent) -> ReportDocument:
+        return await self._call("create_document", lambda: self._poster.create_document(content))
+
+    def summary_parts(
+        self, outcome: RunOutcome, content: DocumentContent, document: ReportDocument
+    ) -> Sequence[Any]:
+        return self._poster.summary_parts(outcome, content, document)
+
     async def post_notice(self, text: str) -> None:
         await self._call("post_notice", lambda: self._poster.post_notice(text))
 
@@ -288,9 +322,18 @@ class ChatDelivery:
         limiter: WorkspaceLimiter | None = None,
         activity: Activity | None = None,
         timer: Timer = MONOTONIC,
+        documents: ReportDocuments | None = None,
     ) -> None:
         self._run = run
         self.poster = poster
+        self._documents = documents
+        #: What the run's long report became (recorded by its document step); None: no step
+        #: taken yet.
+        self.document: ReportDocument | None = run.report_document
+        #: Report parts posted by earlier attempts (:meth:`claimed`).
+        self._posted_before = run.report_parts_posted
+        self._content: tuple[RunOutcome, DocumentContent] | None = None
+        self._document_failures = 0
         self._store = store
         self._interval = edit_interval
         self._limiter = limiter
@@ -381,12 +424,99 @@ class ChatDelivery:
         return self._throttle
 
     def report_parts(self, outcome: RunOutcome) -> Sequence[Any]:
-        return self.poster.report_parts(outcome)
+        """The platform's parts; a long report on a platform that makes documents is its
+        :class:`~bots.chat.documents.DocumentStep` and then, as the step recorded, the
+        document's summary or (refused) the usual parts (``bots.chat.documents``)."""
+        parts = self.poster.report_parts(outcome)
+        if not self._as_document(parts):
+            return parts
+        content = self._document_content(outcome)
+        step = DocumentStep(content)
+        if self.document is None:
+            return [step]
+        if self.document.refused:
+            return [step, *parts]
+        return [step, *self.poster.summary_parts(outcome, content, self.document)]
+
+    def _as_document(self, parts: Sequence[Any]) -> bool:
+        """Whether the report goes as a document: the step was recorded already (by this
+        delivery or an earlier one), or it is long enough and no part of it was posted yet
+        (a delivery begun by a release before documents keeps its parts)."""
+        if self._documents is None:
+            return False
+        if self.document is not None:
+            return True
+        return len(parts) >= self._documents.min_parts and self._posted_before == 0
+
+    def claimed(self, run: RunRecord) -> None:
+        self._posted_before = run.report_parts_posted
+        self.document = self.document or run.report_document
+
+    def _document_content(self, outcome: RunOutcome) -> DocumentContent:
+        if self._content is None or self._content[0] is not outcome:
+            self._content = (outcome, document_content(outcome, self.language))
+        return self._content[1]
 
     async def post_report_part(self, part: Any) -> None:
         """Post one part in the run's thread; raises when the platform refused it."""
         await self._ensure_thread()
+        if isinstance(part, DocumentStep):
+            await self._document_step(part.content)
+            return
         await self.poster.post_report_part(part)
+
+    async def _document_step(self, content: DocumentContent) -> None:
+        """Create the report's document and record it (or record that the platform refused
+        documents, or that its document API kept failing: the report then goes as its usual
+        parts). Recorded before anything follows, so it is done once per run."""
+        if self.document is not None:  # (an earlier attempt recorded it)
+            return
+        assert self._documents is not None
+        run_id = self._run.id
+        try:
+            made = await self.poster.create_document(content)
+        except DocumentRefused as refused:
+            if refused.first:
+                log.warning(
+                    "run %s: no %s for the report (%s); it goes as messages",
+                    run_id,
+                    self._documents.kind,
+                    refused.reason,
+                )
+            made = ReportDocument(kind=ReportDocument.PARTS, reason=refused.reason)
+        except Exception as exc:
+            failure = self.poster.classify(exc)
+            self._document_failures += 1
+            if failure.retryable and self._document_failures < self._documents.tries:
+                raise
+            log.warning(
+                "run %s: the %s was not created (%s); the report goes as messages",
+                run_id,
+                self._documents.kind,
+                failure.reason,
+            )
+            made = ReportDocument(kind=ReportDocument.PARTS, reason=failure.reason)
+        stored = await self._store.runs.record_report_document(run_id, made)
+        self.document = stored or made
+        if stored is not None and stored != made and not made.refused:
+            await self._discard(made)
+
+    async def _discard(self, document: ReportDocument) -> None:
+        """Delete a document this delivery made after another's was recorded (best effort)."""
+        assert self._documents is not None
+        discard = self._documents.discard
+        try:
+            if discard is None:
+                raise NotImplementedError("nothing deletes it")
+            await discard(self.poster.thread, document)
+        except Exception as exc:
+            log.warning(
+                "run %s: a second %s %s was made and is not deleted (%s)",
+                self._run.id,
+                document.kind,
+                document.url or document.id,
+                exc,
+            )
 
     async def post_status(self, text: str) -> None:
         """The final status: edit the progress message (unless the throttle already wrote this
@@ -547,10 +677,14 @@ class ThreadPosters(ABC):
         per_minute: float = 50.0,
         burst: int = 10,
         timer: Timer = MONOTONIC,
+        document_parts: int = 2,
     ) -> None:
         self._store = store
         self._interval = edit_interval
         self._timer = timer
+        #: A report of at least this many parts becomes a document where the platform makes
+        #: them (``FATHOM_REPORT_DOCUMENT_PARTS``); 0: never.
+        self.document_parts = document_parts
         self._limiters = WorkspaceLimiters(per_minute, burst, timer)
         #: Where the posters' API calls are counted (set by ``ChatPlatform.start``); None:
         #: not counted.
@@ -579,7 +713,17 @@ class ThreadPosters(ABC):
             limiter=self._limiters.for_team(run.thread.workspace),
             activity=self.activity_for(run, poster),
             timer=self._timer,
+            documents=ReportDocuments(
+                poster.document_kind, self.document_parts, self.delete_document
+            )
+            if poster.document_kind is not None and self.document_parts > 0
+            else None,
         )
+
+    async def delete_document(self, thread: ThreadKey, document: ReportDocument) -> None:
+        """Delete a document this platform made for a report in ``thread`` (``fathom forget``,
+        retention); one already gone counts as deleted."""
+        raise NotImplementedError(f"{thread.platform} makes no documents")
 
     async def aclose(self) -> None:  # noqa: B027 - most hold nothing of their own
         """Close what the posters hold of their own (once the job runner has stopped)."""

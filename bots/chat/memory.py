@@ -24,6 +24,7 @@ from typing import Literal
 
 from bots.chat.controls import Button, Control, Press, feedback_buttons
 from bots.chat.delivery import ThreadPoster, ThreadPosters
+from bots.chat.documents import DocumentContent, DocumentRefused
 from bots.chat.ids import InvalidId
 from bots.chat.inbound import ChatCommands
 from bots.chat.markdown import split_report
@@ -38,14 +39,14 @@ from core.operations.job import Undeliverable
 from core.research.outcome import RunOutcome
 from core.timer import MONOTONIC, Timer
 from core.untrusted import neutralise
-from core.values import ThreadKey
+from core.values import ReportDocument, ThreadKey
 from core.words.reasons import Reason
 from core.words.wording import Language, request_language
 
 PLATFORM = "memory"
 #: How a progress message's content lists its buttons (its last line).
 BUTTONS_MARK = "⟦buttons⟧ "
-Operation = Literal["post", "edit", "report", "notice", "answer", "download"]
+Operation = Literal["post", "edit", "report", "notice", "answer", "download", "document", "delete"]
 Kind = Literal["progress", "report", "notice", "answer"]
 
 
@@ -111,18 +112,41 @@ class MemoryMarkup:
         return f"{thread.channel}/{thread.thread}"
 
 
+@dataclass
+class MemoryDocument:
+    """A document the chat made for a long report (``documents=True``)."""
+
+    id: str
+    thread: str
+    title: str
+    markdown: str
+
+
 class MemoryChat:
     """A chat service in memory: threads by key, messages by id, failures on demand.
 
     ``report_limit``: the most characters in one report part; ``part_per_section``: post each
     ``## `` section as a part of its own instead (a short report still has several parts, for
-    tests of a delivery interrupted between two).
+    tests of a delivery interrupted between two); ``documents``: a long report becomes a
+    document (:attr:`documents`) and a summary message, as on a platform that makes them
+    (``bots.chat.documents``), unless :attr:`document_refusal` says why not.
     """
 
-    def __init__(self, *, report_limit: int = 2_000, part_per_section: bool = False) -> None:
+    def __init__(
+        self, *, report_limit: int = 2_000, part_per_section: bool = False, documents: bool = False
+    ) -> None:
         self.threads: dict[str, list[MemoryMessage]] = defaultdict(list)
         self.report_limit = report_limit
         self.part_per_section = part_per_section
+        self.makes_documents = documents
+        #: The documents made (by id), those deleted, and why documents are refused (None:
+        #: they are not); a refusal is told once, then remembered as a platform would.
+        self.documents: dict[str, MemoryDocument] = {}
+        self.deleted: list[str] = []
+        self.document_refusal: str | None = None
+        self.refusal_told = False
+        #: ``FATHOM_REPORT_DOCUMENT_PARTS`` of the posters :meth:`factory` makes.
+        self.document_parts = 2
         self._ids = itertools.count(1)
         self._failures: dict[Operation, list[tuple[Exception, str | None]]] = defaultdict(list)
         self._by_run: dict[str, list[MemoryMessage]] = defaultdict(list)
@@ -260,7 +284,9 @@ class MemoryChat:
 
     # -- outbound -------------------------------------------------------------------
     def factory(self, store: ChatStores, *, edit_interval: float = 0.0) -> MemoryPosters:
-        return MemoryPosters(self, store, edit_interval=edit_interval)
+        return MemoryPosters(
+            self, store, edit_interval=edit_interval, document_parts=self.document_parts
+        )
 
 
 class MemoryThread(ThreadPoster):
@@ -351,6 +377,32 @@ class MemoryThread(ThreadPoster):
         return PostFailure(f"{type(error).__name__}: {error}", isinstance(error, Outage))
 
 
+class MemoryDocumentThread(MemoryThread):
+    """A :class:`MemoryThread` whose long reports become documents (``memo://<id>``)."""
+
+    document_kind = "memo"
+
+    async def create_document(self, content: DocumentContent) -> ReportDocument:
+        chat = self._chat
+        if chat.document_refusal is not None:
+            first, chat.refusal_told = not chat.refusal_told, True
+            raise DocumentRefused(chat.document_refusal, first=first)
+        chat._call("document", self.thread, content.title)
+        document_id = f"d{next(chat._ids)}"
+        chat.documents[document_id] = MemoryDocument(
+            document_id, str(self.thread), content.title, content.markdown
+        )
+        return ReportDocument(kind=self.document_kind, id=document_id, url=f"memo://{document_id}")
+
+    def summary_parts(
+        self, outcome: RunOutcome, content: DocumentContent, document: ReportDocument
+    ) -> Sequence[str]:
+        lines = [content.summary, content.claims_line or "", f"{content.title}: {document.url}"]
+        summary = "\n\n".join(line for line in lines if line)
+        self._last_part = summary
+        return [summary]
+
+
 def _split_buttons(
     content: str, buttons: tuple[Control, ...] = ()
 ) -> tuple[str, tuple[Control, ...]]:
@@ -371,8 +423,11 @@ class MemoryPosters(ThreadPosters):
         *,
         edit_interval: float = 0.0,
         timer: Timer = MONOTONIC,
+        document_parts: int = 2,
     ) -> None:
-        super().__init__(store, edit_interval=edit_interval, timer=timer)
+        super().__init__(
+            store, edit_interval=edit_interval, timer=timer, document_parts=document_parts
+        )
         self._chat = chat
 
     async def poster_for(self, run: RunRecord) -> MemoryThread:
@@ -380,4 +435,11 @@ class MemoryPosters(ThreadPosters):
             raise self._chat.for_run_errors.pop(0)
         if run.id == self._chat.refuse_for_run:
             raise Undeliverable("no installation for this workspace")
+        if self._chat.makes_documents:
+            return MemoryDocumentThread(self._chat, run)
         return MemoryThread(self._chat, run)
+
+    async def delete_document(self, thread: ThreadKey, document: ReportDocument) -> None:
+        self._chat._call("delete", thread, document.id)
+        if self._chat.documents.pop(document.id, None) is not None:
+            self._chat.deleted.append(document.id)

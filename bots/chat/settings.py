@@ -28,6 +28,11 @@ class ChatSettings(EnvSettings):
     user_concurrency: int = Field(
         default=2, ge=1, le=100, validation_alias=env("FATHOM_USER_CONCURRENCY")
     )
+    #: A report of at least this many messages becomes one document (a Slack canvas, a
+    #: Feishu cloud document) and a summary in the thread; 0: never (``bots.chat.documents``).
+    report_document_parts: int = Field(
+        default=2, ge=0, le=1000, validation_alias=env("FATHOM_REPORT_DOCUMENT_PARTS")
+    )
 
     # HTTP routes
     max_body_bytes: int = Field(
@@ -79,6 +84,9 @@ class ChatPolicy:
     #: Files attached to a request: the largest read, and how many one request may carry.
     attachment_max_bytes: int = 20 * 1024 * 1024
     attachments_per_request: int = 5
+    #: A report of at least this many messages becomes a document where the platform makes
+    #: them (``FATHOM_REPORT_DOCUMENT_PARTS``); 0: never.
+    document_parts: int = 2
 
     @classmethod
     def of(cls, settings: Settings, chat: ChatSettings) -> ChatPolicy:
@@ -92,6 +100,7 @@ class ChatPolicy:
             user_concurrency=chat.user_concurrency,
             attachment_max_bytes=settings.attachment_max_bytes,
             attachments_per_request=settings.attachments_per_request,
+            document_parts=chat.report_document_parts,
         )
 
     @classmethod

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from core.research.requests import RequestRuns, RequestThreads, Votes
-from core.values import RunStatus, ThreadKey
+from core.values import ReportDocument, RunStatus, ThreadKey
 from storage.errors import UserBusy
 from storage.records import (
     Admission,
@@ -61,6 +61,10 @@ class ChatRuns(RequestRuns, Protocol):
     async def set_progress_message(self, run_id: str, message_id: str) -> None: ...
 
     async def reserve_progress_message(self, run_id: str, marker: str) -> bool: ...
+
+    async def record_report_document(
+        self, run_id: str, document: ReportDocument
+    ) -> ReportDocument | None: ...
 
     async def settle_progress_message(
         self, run_id: str, marker: str, message_id: str | None

@@ -82,11 +82,20 @@ class Delivery(Protocol):
     def progress(self) -> ProgressSink: ...
 
     def report_parts(self, outcome: RunOutcome) -> Sequence[Any]:
-        """The report as the messages to post, in order; the same for the same outcome."""
+        """The report as the messages to post, in order: the same for the same outcome and
+        the same parts posted. Asked again after each part is posted, so a part may decide
+        what follows it (a document step: the document's summary, or the usual parts when
+        the platform refused the document); the parts already posted never change."""
         ...
 
     async def post_report_part(self, part: Any) -> None:
         """Post one part in the thread; raises when the platform refused it."""
+        ...
+
+    def claimed(self, run: RunRecord) -> None:
+        """The run as this runner claimed it, before its outcome is delivered: what earlier
+        attempts recorded (the parts posted, a report's document) is fresher here than in the
+        record the delivery was made from."""
         ...
 
     async def post_status(self, text: str) -> None:
@@ -131,6 +140,9 @@ class AttendedDelivery:
 
     async def post_report_part(self, part: Any) -> None:
         """Nothing is posted (the caller shows the outcome)."""
+
+    def claimed(self, run: RunRecord) -> None:
+        """Nothing is posted: nothing earlier attempts recorded matters here."""
 
     async def post_status(self, text: str) -> None:
         """Nothing is posted (the caller shows the outcome)."""
@@ -457,22 +469,26 @@ class ResearchJob:
         A succeeded run's parts are its report; any other run's only part is its final
         status (the progress message, which must not keep saying "2/3th search executed.").
         """
+        delivery.claimed(claim.run)
         post: Callable[[Any], Awaitable[None]]
-        parts: Sequence[Any]
+        parts: Callable[[], Sequence[Any]]
         if outcome.status is RunStatus.SUCCEEDED and outcome.report_markdown:
-            parts, post = delivery.report_parts(outcome), delivery.post_report_part
+            parts, post = (lambda: delivery.report_parts(outcome)), delivery.post_report_part
         else:
-            parts, post = [final_progress_text(outcome)], delivery.post_status
-        posted = min(claim.run.report_parts_posted, len(parts))
+            status = [final_progress_text(outcome)]
+            parts, post = (lambda: status), delivery.post_status
+        posted = min(claim.run.report_parts_posted, len(parts()))
         failures = claim.run.delivery_attempts
-        if posted < len(parts) and failures >= self._policy.attempts:  # its runners kept dying
+        if posted < len(parts()) and failures >= self._policy.attempts:  # its runners kept dying
             await self._give_up(claim, delivery, outcome, failures, claim.run.delivery_error)
             return
-        while posted < len(parts):
+        # The parts are asked again after each one: a part may decide what follows it (a
+        # document step: the document's summary, or the usual parts if it was refused).
+        while posted < len(parts()):
             if lease.lost:
                 raise ClaimLost(claim.run_id)
             try:
-                await self._post_and_record(claim, post, parts[posted], posted + 1)
+                await self._post_and_record(claim, post, parts()[posted], posted + 1)
             except (ClaimLost, StorageUnavailable):
                 raise
             except Exception as exc:
@@ -494,7 +510,7 @@ class ResearchJob:
                     "run %s: part %d/%d not posted (%s); retry %d in %.1fs",
                     claim.run_id,
                     posted + 1,
-                    len(parts),
+                    len(parts()),
                     failure.reason,
                     failures,
                     wait,
