@@ -1005,8 +1005,8 @@ async def test_an_expired_token_is_fetched_again_and_the_call_retried(
 def test_a_report_links_only_to_the_sources_found() -> None:
     """Ways around the report's removal of unfound addresses (a reviewer's list): an entity
     spelling the scheme, a protocol-relative link, raw HTML behind an escaped backtick, an
-    autolink. Rendered as CommonMark with HTML on (the most Teams could do), the only link is
-    the found source's."""
+    autolink. Rendered as CommonMark with HTML on (the most Teams could do), the text links
+    nowhere; the only address is the found source's, on its citation."""
     import re
 
     from markdown_it import MarkdownIt
@@ -1019,7 +1019,9 @@ def test_a_report_links_only_to_the_sources_found() -> None:
     )
     (part,) = report_parts(markdown, [found], (), "en")
     rendered = MarkdownIt("commonmark", {"html": True}).render(part.activity["text"])
-    assert re.findall(r'href="([^"]*)"', rendered) == ["https://a.example/1"]
+    assert re.findall(r'href="([^"]*)"', rendered) == []
+    (entity,) = part.activity["entities"]
+    assert [c["appearance"]["url"] for c in entity["citation"]] == ["https://a.example/1"]
     assert "AT&amp;T" in rendered and "<code>a&lt;b</code>" in rendered
 
 

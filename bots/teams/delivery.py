@@ -31,6 +31,7 @@ from bots.teams.events import Reference
 from bots.teams.references import ConversationReferences
 from bots.teams.render import ReportPart, notice_activity, progress_activity, report_parts
 from core.chat.stores import ChatStores, RunRecord
+from core.claims.quotes import source_quotes
 from core.documents.attachments import AttachmentRefused
 from core.engine.progress import ProgressTask
 from core.failures import PostFailure
@@ -185,7 +186,9 @@ class TeamsThread(ThreadPoster):
 
     def report_parts(self, outcome: RunOutcome) -> Sequence[ReportPart]:
         feedback = feedback_buttons(self.run.id, self.language)
-        return report_parts(outcome.report_markdown or "", outcome.sources, feedback, self.language)
+        markdown = outcome.report_markdown or ""
+        quotes = source_quotes(outcome.claims)
+        return report_parts(markdown, outcome.sources, feedback, self.language, quotes)
 
     async def post_report_part(self, part: ReportPart) -> None:
         await self._send(part.activity)

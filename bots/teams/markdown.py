@@ -23,6 +23,7 @@ lists or headings), not by hand; the text inside them is not changed.
 from __future__ import annotations
 
 from functools import cache
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -129,3 +130,17 @@ def for_every_client(markdown: str) -> str:
     if rest.strip():
         blocks.append(rest)
     return "\n\n".join(blocks)
+
+
+def sections(markdown: str) -> list[str]:
+    """``markdown`` cut before each of its headings (found by the CommonMark parse: a ``#``
+    line in code is no heading), every piece non-empty."""
+    lines = markdown.split("\n")
+    starts = [
+        token.map[0]
+        for token in _parser().parse(markdown)
+        if token.type == "heading_open" and token.level == 0 and token.map is not None
+    ]
+    bounds = [0, *(start for start in starts if start > 0), len(lines)]
+    pieces = ["\n".join(lines[a:b]).strip("\n") for a, b in pairwise(bounds)]
+    return [piece for piece in pieces if piece.strip()]

@@ -12,8 +12,11 @@
   tables become lists (``bots.chat.markdown.tables_as_lists``), then headings bold lines and
   list items paragraphs that read as items anywhere (``bots.teams.markdown``); citations link
   to the sources found, mentions are inert and ``<``/``>`` outside code are entities (no
-  ``<at>`` tag works). Teams refuses an activity over about 28 KB, so the report is split at
-  section boundaries into parts whose JSON stays under :data:`PART_BUDGET` bytes; 👍/👎
+  ``<at>`` tag works). Each part carries Teams' AI label and the citations of the sources
+  it cites, the supporting quote as each one's abstract (``bots.teams.citations``; those
+  citations' markers stay ``[n]``, as Teams matches them, the other sources' are links).
+  Teams refuses an activity over about 28 KB, so the report is split at section boundaries
+  into parts whose JSON, citations included, stays under :data:`PART_BUDGET` bytes; 👍/👎
   follow in a small card of their own (an activity with text and a card is split by Teams,
   and answered without an id).
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +38,8 @@ from bots.chat.markdown import (
     tables_as_lists,
     utf8_size,
 )
-from bots.teams.markdown import for_every_client
+from bots.teams.citations import citations_of, message_entity
+from bots.teams.markdown import for_every_client, sections
 from core.engine.progress import ProgressTask, TaskStatus
 from core.models import Source
 from core.untrusted import neutralise
@@ -168,10 +172,6 @@ def feedback_prompt(language: Language) -> str:
     return pick(language, "Was this report useful?", "这份报告有用吗？")
 
 
-def _json_size(text: str) -> int:
-    return utf8_size(json.dumps(text, ensure_ascii=False))
-
-
 def vote_activity(feedback: Sequence[Button], language: Language) -> dict[str, Any]:
     """The 👍/👎 card after a report: a message of its own. Teams splits an activity holding
     text and a card into two messages and answers without an id (``bots.teams.api.send``),
@@ -182,24 +182,51 @@ def vote_activity(feedback: Sequence[Button], language: Language) -> dict[str, A
     }
 
 
+def report_activity(
+    markdown: str,
+    sources: Sequence[Source],
+    quotes: Mapping[int, Sequence[str]],
+    language: Language,
+) -> dict[str, Any]:
+    """One report part (``markdown``: its safe text) as a Markdown message with the AI label
+    and the citations of the sources it cites; the other sources' markers are links."""
+    citations = citations_of(markdown, {s.n: s for s in sources}, quotes, language)
+    carried = {citation["position"] for citation in citations}
+    text = link_citations(markdown, [s for s in sources if s.n not in carried])
+    return {**text_activity(text), "entities": [message_entity(citations)]}
+
+
 def report_parts(
     markdown: str,
     sources: Sequence[Source],
     feedback: Sequence[Button],
     language: Language,
+    quotes: Mapping[int, Sequence[str]] | None = None,
 ) -> list[ReportPart]:
-    """The report as Markdown messages in order, each under the budget, then the
-    ``feedback`` buttons in a card of their own (when there are any)."""
-    body = tables_as_lists(link_citations(safe_markdown(markdown), sources))
+    """The report as Markdown messages in order, each under the budget with its citations
+    (``quotes``: a source's number -> the quotes that supported the claims citing it), then
+    the ``feedback`` buttons in a card of their own (when there are any)."""
+    quotes = quotes or {}
     budget = PART_BUDGET - 200
+
+    def size(chunk: str) -> int:
+        activity = report_activity(chunk, sources, quotes, language)
+        return utf8_size(json.dumps(activity, ensure_ascii=False))
+
     chunks: list[str] = []
-    for section in split_report(body, budget, _json_size):  # at headings, before they go
-        shown = for_every_client(section)
-        # (an item per paragraph can outgrow the budget: cut again, at paragraphs)
-        chunks.extend(
-            [shown] if _json_size(shown) <= budget else split_report(shown, budget, _json_size)
-        )
-    parts = [ReportPart(number, text_activity(chunk)) for number, chunk in enumerate(chunks, 1)]
+    for section in sections(tables_as_lists(safe_markdown(markdown))):
+        shown = for_every_client(section)  # each list item a paragraph: cut at paragraphs
+        pieces = [shown] if size(shown) <= budget else split_report(shown, budget, size)
+        for piece in pieces:  # sections packed into parts while they fit
+            joined = f"{chunks[-1]}\n\n{piece}" if chunks else piece
+            if chunks and size(joined) <= budget:
+                chunks[-1] = joined
+            else:
+                chunks.append(piece)
+    parts = [
+        ReportPart(number, report_activity(chunk, sources, quotes, language))
+        for number, chunk in enumerate(chunks, 1)
+    ]
     if feedback:
         parts.append(ReportPart(len(parts) + 1, vote_activity(feedback, language)))
     return parts

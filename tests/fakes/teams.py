@@ -9,7 +9,8 @@ One loopback server plays every Microsoft service a Teams bot talks to:
   credentials), which issues opaque access tokens to :data:`APP_ID` / :data:`APP_PASSWORD`;
 - the Bot Connector REST API under the service URL's path (``/amer/v3/conversations/...``):
   send, reply, update, delete and create conversation, each needing a token it issued, with
-  Teams' size limit (413) and failures (429 with ``Retry-After``, 5xx HTML pages) on demand;
+  Teams' size limit (413), its refusals of a malformed AI label or citations (400,
+  :func:`entity_problem`) and failures (429 with ``Retry-After``, 5xx HTML pages) on demand;
   an activity holding both text and cards is split as Teams splits it (one message with the
   text, one per card) and answered ``202 Accepted`` with no body (:meth:`FakeTeams._send`);
 - the pre-authenticated download addresses of files users send the bot in personal chats
@@ -270,6 +271,77 @@ def split_activity(activity: dict[str, Any]) -> list[dict[str, Any]]:
     else:
         pieces.append(card_only)
     return pieces
+
+
+#: The root entity of a message with Teams' AI label and citations.
+MESSAGE_ENTITY = "https://schema.org/Message"
+#: Teams' limits on citations (msteams-docs, ``bots/how-to/bot-messages-ai-generated-content.md``
+#: and "Add citations and sensitivity labels to agent messages", 2026-07).
+MAX_CITATIONS = 20
+CITATION_NAME_CHARS = 80
+CITATION_ABSTRACT_CHARS = 160
+
+
+def entity_problem(activity: dict[str, Any]) -> str | None:
+    """Why the Bot Connector refuses ``activity``'s message entity (400), or None.
+
+    The documented refusals ("Error handling" of Microsoft's "Enhance AI-generated bot
+    messages"): "Multiple root message entities found under entities array", "Error parsing
+    message entity from entities array", "Bot message with more than 20 citations", "The
+    appearance object is empty", "Error while parsing citation entity with ID: X". Where the
+    docs give a maximum (a name of 80 characters, an abstract of 160, three keywords of 28)
+    but not what Teams does beyond it, the fake refuses it as a citation it cannot parse: a
+    bot that keeps within the limits never meets the difference."""
+    entities = activity.get("entities")
+    if entities is None:
+        return None
+    if not isinstance(entities, list):
+        return "Error parsing message entity from entities array."
+    roots = [e for e in entities if isinstance(e, dict) and e.get("type") == MESSAGE_ENTITY]
+    if len(roots) > 1:
+        return "Multiple root message entities found under entities array."
+    if not roots:
+        return None
+    (root,) = roots
+    if root.get("@type") != "Message" or root.get("@context") != "https://schema.org":
+        return "Error parsing message entity from entities array."
+    citations = root.get("citation", [])
+    if not isinstance(citations, list):
+        return "Error parsing message entity from entities array."
+    if len(citations) > MAX_CITATIONS:
+        return f"Bot message with more than {MAX_CITATIONS} citations."
+    positions: set[int] = set()
+    for number, claim in enumerate(citations):
+        problem = f"Error while parsing citation entity with ID: {number}."
+        if not isinstance(claim, dict) or claim.get("@type") != "Claim":
+            return problem
+        appearance = claim.get("appearance")
+        if not appearance:
+            return "The appearance object is empty."
+        position = claim.get("position")
+        if not isinstance(position, int) or isinstance(position, bool) or position in positions:
+            return problem
+        positions.add(position)
+        if not _appearance_ok(appearance):
+            return problem
+    return None
+
+
+def _appearance_ok(appearance: Any) -> bool:
+    if not isinstance(appearance, dict) or appearance.get("@type") != "DigitalDocument":
+        return False
+    name, summary = appearance.get("name"), appearance.get("abstract", "")
+    keywords = appearance.get("keywords", [])
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= CITATION_NAME_CHARS
+        and isinstance(summary, str)
+        and len(summary) <= CITATION_ABSTRACT_CHARS
+        and isinstance(appearance.get("url", ""), str)
+        and isinstance(keywords, list)
+        and len(keywords) <= 3
+        and all(isinstance(k, str) and len(k) <= 28 for k in keywords)
+    )
 
 
 _CONNECTOR_PATH = re.compile(
@@ -575,6 +647,10 @@ class FakeTeams:
                 return _connector_error(400, "BadSyntax", problem)
             if len(raw) > MAX_ACTIVITY_BYTES:
                 return _connector_error(413, "MessageSizeTooBig", "Message size too big")
+            sent = body.get("activity") if kind == "create" else body
+            refused = entity_problem(sent) if isinstance(sent, dict) else None
+            if refused is not None:
+                return _connector_error(400, "BadArgument", refused)
             if kind == "create":
                 return self._create(body)
             if any(conversation.startswith(p) for p in self.removed_from):
