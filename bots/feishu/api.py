@@ -145,6 +145,12 @@ def _body(raw: RawResponse | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def response_body(response: Any) -> dict[str, Any]:
+    """An SDK response's JSON body as Feishu sent it (every field, whatever the SDK's model
+    keeps of it)."""
+    return _body(getattr(response, "raw", None))
+
+
 def route_sdk_logs() -> None:
     """The SDK prints its log lines to stdout with a handler of its own; drop it, so they go
     through Fathom's handlers (format, level, redaction) like every other line."""
@@ -209,8 +215,18 @@ class FeishuApi:
         except ValueError as exc:  # the answer was no JSON (a proxy's error page)
             raise FeishuError(502, -1, f"unreadable answer ({exc.__class__.__name__})") from exc
         if not response.success():
-            raise _error(response.raw, response.code, response.msg)
+            code, message = response.code, response.msg
+            if code is None:  # a raw request's failure: the SDK parsed no body
+                data = _body(response.raw)
+                code = data.get("code") if isinstance(data.get("code"), int) else None
+                message = str(data.get("msg") or "")
+            raise _error(response.raw, code, message)
         return response
+
+    async def call(self, call: Any, request: Any) -> Any:
+        """One SDK call (``call``: a method of :attr:`client`) with the tenant token; a
+        non-zero code raises :class:`FeishuError` (``bots.feishu.docs`` makes its calls so)."""
+        return await self._authorized(call, request)
 
     async def _authorized(self, call: Any, request: Any) -> Any:
         """A call with the tenant token; fetched again once when Feishu says it is invalid."""

@@ -1,6 +1,8 @@
 """Feishu/Lark's settings: the app's credentials, its domain, the ingress mode, edit pace,
-how long files sent on their own wait for a request, and whether plain group replies reach
-the app (``FATHOM_FEISHU_GROUP_MESSAGES``; unset: asked of Feishu, ``bots.feishu.scopes``)."""
+how long files sent on their own wait for a request, whether plain group replies reach
+the app (``FATHOM_FEISHU_GROUP_MESSAGES``; unset: asked of Feishu, ``bots.feishu.scopes``),
+and where long reports' cloud documents go and who may read them
+(``FATHOM_FEISHU_DOC_FOLDER``, ``FATHOM_FEISHU_DOC_SHARING``; ``bots.feishu.docs``)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,15 @@ class FeishuSettings(PlatformSettings):
         default=None, validation_alias=env("FATHOM_FEISHU_GROUP_MESSAGES")
     )
 
+    #: The folder (its token) where long reports' documents are made; empty: the app's own
+    #: root space.
+    doc_folder: str = Field(default="", validation_alias=env("FATHOM_FEISHU_DOC_FOLDER"))
+    #: Who may read a report's document: the chat's members (``chat``), or also anyone in
+    #: the tenant who has its link (``tenant``).
+    doc_sharing: Literal["chat", "tenant"] = Field(
+        default="chat", validation_alias=env("FATHOM_FEISHU_DOC_SHARING")
+    )
+
     @field_validator("domain", mode="before")
     @classmethod
     def _domain(cls, value: object) -> object:
@@ -55,10 +66,21 @@ class FeishuSettings(PlatformSettings):
                 )
         return value
 
-    @field_validator("mode", mode="before")
+    @field_validator("mode", "doc_sharing", mode="before")
     @classmethod
     def _mode(cls, value: object) -> object:
         return lowered(value)
+
+    @field_validator("doc_folder", mode="before")
+    @classmethod
+    def _doc_folder(cls, value: object) -> object:
+        """A folder token (letters and digits, as Feishu makes them): nothing that could
+        change the request it goes into."""
+        if isinstance(value, str):
+            value = value.strip()
+            if value and not value.isalnum():
+                raise ValueError("a folder token (letters and digits), or empty for the root")
+        return value
 
     @field_validator("group_messages", mode="before")
     @classmethod

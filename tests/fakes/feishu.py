@@ -8,7 +8,8 @@ message), the files of users' messages (the message resource
 API: the bytes with ``Content-Type`` and ``Content-Disposition`` to a valid tenant token and
 ``type=file`` only, Feishu's JSON errors otherwise), and ``/callback/ws/endpoint`` plus a WebSocket
 speaking the SDK's protobuf frames, over which a test pushes real ``im.message.receive_v1``
-events and reads the client's acknowledgements. Every call is recorded; 429s and 5xx are
+events and reads the client's acknowledgements; and the cloud documents (docx) and drive
+endpoints of long reports (``tests.fakes.feishu_docs``). Every call is recorded; 429s and 5xx are
 given on demand. The webhook helpers build deliveries exactly as Feishu does: plain or
 AES-256-CBC encrypted, signed with ``X-Lark-Signature``, and the URL challenge.
 """
@@ -37,6 +38,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from tests.fakes.feishu_docs import DOC_KINDS, DOCS_SCOPES, FakeDocs, doc_kind
 from tests.fakes.server import BackgroundServer, Broken, broken_body
 
 APP_ID = "cli_fathom_test"
@@ -269,7 +271,9 @@ class FakeFeishu:
         self.ws_acks: dict[str, dict[str, Any]] = {}
         #: The app's tenant scopes and whether each is granted (``grant_status`` 1, else 2),
         #: as the scope-status API lists them.
-        self.scopes: dict[str, bool] = dict.fromkeys(BASE_SCOPES, True)
+        self.scopes: dict[str, bool] = dict.fromkeys(BASE_SCOPES + DOCS_SCOPES, True)
+        #: The app's cloud documents (``tests.fakes.feishu_docs``).
+        self.docs = FakeDocs()
 
     # -- test controls ------------------------------------------------------------------
     def saw(self, payload: dict[str, Any]) -> None:
@@ -289,9 +293,10 @@ class FakeFeishu:
         body: str | None = None,
     ) -> None:
         """The next ``times`` calls of ``kind`` (``reply``, ``patch``, ``create``, ``token``,
-        ``bot``) get HTTP ``status`` with Feishu error ``code`` (429 → rate limited); with
-        ``after``, the call takes effect first (the answer is lost on the way back); with
-        ``body`` (one of ``BROKEN_BODIES``), that body instead of Feishu's JSON."""
+        ``bot``, and the kinds of ``tests.fakes.feishu_docs.SCOPES``) get HTTP ``status`` with
+        Feishu error ``code`` (429 → rate limited); with ``after``, the call takes effect first
+        (the answer is lost on the way back); with ``body`` (one of ``BROKEN_BODIES``), that
+        body instead of Feishu's JSON."""
         code = code or (RATE_LIMITED if status == 429 else 1)
         failure = _Failure(status, code, times, after, body)
         with self._lock:
@@ -331,25 +336,40 @@ class FakeFeishu:
         return failure
 
     def handle(
-        self, method: str, path: str, body: dict[str, Any], size: int, auth: str
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any],
+        size: int,
+        auth: str,
+        query: dict[str, str] | None = None,
     ) -> tuple[int, dict[str, Any] | Broken, dict[str, str]]:
         kind = _kind(method, path)
+        query = query or {}
         with self._lock:
             self.calls.append(
-                FeishuCall(method, path, body, size, token=auth.removeprefix("Bearer "))
+                FeishuCall(
+                    method, path, body, size, token=auth.removeprefix("Bearer "), query=query
+                )
             )
             failure = self._take_failure(kind)
             if failure is not None:
                 if failure.after:
-                    self._serve(kind, method, path, body, auth)
+                    self._serve(kind, method, path, body, auth, query)
                 if failure.body is not None:
                     return failure.status, Broken(failure.body), {}
                 headers = {"x-ogw-ratelimit-reset": "1"} if failure.status == 429 else {}
                 return failure.status, {"code": failure.code, "msg": "injected"}, headers
-            return self._serve(kind, method, path, body, auth)
+            return self._serve(kind, method, path, body, auth, query)
 
     def _serve(
-        self, kind: str, method: str, path: str, body: dict[str, Any], auth: str
+        self,
+        kind: str,
+        method: str,
+        path: str,
+        body: dict[str, Any],
+        auth: str,
+        query: dict[str, str] | None = None,
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
         """One call's effect (the lock is held by :meth:`handle`)."""
         if kind == "token":
@@ -377,6 +397,8 @@ class FakeFeishu:
             return self._send(kind, path, body)
         if kind == "patch":
             return self._patch(path.rsplit("/", 1)[-1], body)
+        if kind in DOC_KINDS:
+            return self.docs.serve(kind, path, query or {}, body, self.scopes)
         return 404, {"code": 404, "msg": f"no such API {method} {path}"}, {}
 
     def _send(
@@ -576,6 +598,8 @@ class FakeFeishu:
 
 
 def _kind(method: str, path: str) -> str:
+    if (docs := doc_kind(method, path)) is not None:
+        return docs
     if path.endswith("/tenant_access_token/internal"):
         return "token"
     if path.endswith("/bot/v3/info") or path.endswith("/bot/v3/info/"):
@@ -625,6 +649,7 @@ def build_feishu_app(fake: FakeFeishu) -> Starlette:
             body,
             len(raw),
             request.headers.get("authorization", ""),
+            dict(request.query_params),
         )
         if isinstance(payload, Broken):
             return broken_body(payload.kind, status)
