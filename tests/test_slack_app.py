@@ -1261,16 +1261,20 @@ async def test_socket_mode_delivers_a_press_on_a_button(
     assert (vote.run_id, vote.value) == (run.id, "up")
 
 
-#: The Events API events the Bolt app listens to (``bots.slack.app.build_bolt_app``), as a
-#: manifest subscribes to them (DMs are ``message.im``).
-LISTENED_EVENTS = {
+#: The Events API events the manifests subscribe to, each one the Bolt app listens to
+#: (``bots.slack.app.build_bolt_app``; DMs are ``message.im``).
+SUBSCRIBED_EVENTS = {
     "app_mention",
     "message.im",
     "message.channels",  # plain replies in a research's thread (steering)
     "message.groups",
-    "assistant_thread_started",
-    "assistant_thread_context_changed",
+    "agent_session_stopped",  # Slack's Stop on a research's agent session
 }
+#: Events the app still listens to that the manifests no longer subscribe to: the assistant
+#: pane's, sent to an app on ``features.assistant_view`` (retired in February 2027) only;
+#: docs.slack.dev/ai/migrating-to-agent-messaging: ``app_home_opened`` replaces
+#: ``assistant_thread_started`` under ``agent_view``.
+ASSISTANT_VIEW_EVENTS = {"assistant_thread_started", "assistant_thread_context_changed"}
 
 
 def test_manifests_request_the_scopes_the_install_asks_for() -> None:
@@ -1288,11 +1292,14 @@ def test_manifests_request_the_scopes_the_install_asks_for() -> None:
         if "socket" not in name:
             assert "request_url: https://fathom.example.com/slack/events" in interactivity
         manifest = yaml.safe_load(content)
-        # The assistant pane: the feature, and every event the app listens to subscribed.
-        pane = manifest["features"]["assistant_view"]
-        assert pane["assistant_description"] and pane["suggested_prompts"] == [], name
+        # An agent (docs.slack.dev/ai/migrating-to-agent-messaging: agent_view replaces
+        # assistant_view, agent_description its assistant_description), subscribed to
+        # Slack's Stop, and the scope sessions need (chat:write, docs.slack.dev/ai/agent-sessions).
+        agent = manifest["features"]["agent_view"]
+        assert agent["agent_description"] and "assistant_view" not in manifest["features"], name
         events = manifest["settings"]["event_subscriptions"]["bot_events"]
-        assert set(events) == LISTENED_EVENTS, name
+        assert set(events) == SUBSCRIBED_EVENTS and not ASSISTANT_VIEW_EVENTS & set(events), name
+        assert {"chat:write", "assistant:write"} <= set(BOT_SCOPES)
         assert manifest["oauth_config"]["scopes"]["bot"] == list(BOT_SCOPES), name
 
 

@@ -1,5 +1,5 @@
 """Slack input: ``/research``, @-mentions and DMs become runs, presses on a run's buttons
-reach it (Bolt wiring and listeners).
+and Slack's own Stop on an agent session reach it (Bolt wiring and listeners).
 
 The listeners only translate: a Slack delivery becomes a ``bots.chat.message.ChatMessage``
 (a button press a ``bots.chat.controls.Press``) for the shared ``ChatCommands`` (access,
@@ -13,6 +13,7 @@ sent as ephemeral messages. Retried deliveries are dropped through the database
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
 from collections.abc import Iterator
@@ -50,9 +51,10 @@ from bots.slack.oauth import (
     oauth_settings,
 )
 from bots.slack.render import acknowledgement_blocks
+from bots.slack.sessions import ENDED, set_session
 from bots.slack.settings import SlackSettings
 from core.chat.commands import invalid_id
-from core.chat.grammar import ResearchCommand
+from core.chat.grammar import ResearchCommand, StopCommand
 from core.words.wording import request_language
 
 log = logging.getLogger(__name__)
@@ -294,6 +296,68 @@ class SlackCommands:
             check_ids(workspace=team)
             await self.pane.context_changed(team, event)
 
+    async def on_agent_session_stopped(
+        self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        """Slack's own Stop on a thread's agent session (``agent_session_stopped``): the
+        typed ``stop`` in that thread, through the shared layer (only its requester or an
+        admin stops its run, a redelivery acts once, a thread with no running research is
+        told so), answered privately. A session left ``processing`` with nothing running
+        there (a run that ended without moving it) is moved to ``active`` here, since Slack
+        leaves that to the app."""
+        team = context.team_id or body.get("team_id") or ""
+        with _dropped_if_invalid():
+            message = await self._stop_message(event, body, team)
+            if message is None:
+                return
+
+            async def answer(text: str) -> None:
+                await _ephemeral(
+                    context,
+                    channel=message.channel,
+                    user=message.user,
+                    thread=message.thread,
+                    text=text,
+                )
+
+            await self.chat.receive(message, answer, StopCommand())
+            await self._end_idle_session(context.client, message)
+
+    async def _stop_message(
+        self, event: dict[str, Any], body: dict[str, Any], team: str
+    ) -> ChatMessage | None:
+        """The ``stop`` an ``agent_session_stopped`` event means, in the language of the
+        thread's running research (None: the event names no thread)."""
+        channel, user, thread = (event.get(k) for k in ("channel", "user", "thread_ts"))
+        if not (isinstance(channel, str) and isinstance(user, str) and isinstance(thread, str)):
+            log.info("slack: an agent_session_stopped event without its thread was dropped")
+            return None
+        event_id = body.get("event_id") or f"{team}:{channel}:{thread}:{event.get('event_ts')}"
+        message = ChatMessage(
+            platform="slack",
+            workspace=team,
+            channel=channel,
+            thread=thread,
+            user=user,
+            text="stop",
+            dedupe_key=f"slack:event:{event_id}",
+            in_thread=True,
+        )
+        run = await self.chat.store.runs.active_run_in_thread(str(message.thread_key))
+        if run is None:
+            return message
+        return dataclasses.replace(message, language=request_language(run.topic))
+
+    async def _end_idle_session(self, client: AsyncWebClient | None, message: ChatMessage) -> None:
+        if client is None:
+            return
+        if await self.chat.store.runs.active_run_in_thread(str(message.thread_key)) is not None:
+            return  # its delivery moves the session when the run ends
+        try:
+            await set_session(client, message.channel, message.thread, ENDED)
+        except Exception as exc:
+            log.info("slack: agent session not moved to active (%s)", describe_error(exc))
+
     async def on_action(self, body: dict[str, Any], context: AsyncBoltContext) -> None:
         """A press on one of a run's buttons (``block_actions``, acknowledged at once): the
         shared layer decides, and the presser alone sees the answer (ephemeral, in the
@@ -408,13 +472,16 @@ def build_bolt_app(
     app.command(re.compile(r"^/.+"))(commands.on_command)  # whatever the app names it
     app.event("app_mention")(ack=_ack_event, lazy=[commands.on_mention])
     app.event("message")(ack=_ack_event, lazy=[commands.on_message])
-    # The assistant pane (Agents & AI Apps; manifest features.assistant_view).
+    # The assistant pane (manifest features.assistant_view, retired in February 2027; an app on
+    # features.agent_view gets neither event).
     app.event("assistant_thread_started")(
         ack=_ack_event, lazy=[commands.on_assistant_thread_started]
     )
     app.event("assistant_thread_context_changed")(
         ack=_ack_event, lazy=[commands.on_assistant_thread_context_changed]
     )
+    # Slack's own Stop on an agent session (manifest features.agent_view).
+    app.event("agent_session_stopped")(ack=_ack_event, lazy=[commands.on_agent_session_stopped])
     # Buttons (interactivity arrives at the same Request URL, and over Socket Mode).
     app.action(re.compile(f"^{re.escape(ACTION_PREFIX)}"))(
         ack=_ack_event, lazy=[commands.on_action]

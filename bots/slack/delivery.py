@@ -34,7 +34,8 @@ from bots.slack.render import (
     report_messages,
 )
 from bots.slack.scopes import SlackScopes
-from bots.slack.status import REFRESH_SECONDS, ThreadStatus
+from bots.slack.sessions import session_title
+from bots.slack.status import REFRESH_SECONDS, SessionStart, ThreadStatus
 from core.chat.stores import ChatStores, RunRecord
 from core.documents.attachments import AttachmentRefused
 from core.engine.progress import ProgressTask
@@ -190,6 +191,9 @@ class SlackPosters(ThreadPosters):
             language=thread.language,
             timer=self._status_timer,
             refresh=self._status_refresh,
+            session=SessionStart(
+                session_title(heading_of(run) or run.topic), requester_user_id(run.requested_by)
+            ),
         )
 
     async def aclose(self) -> None:

@@ -4,10 +4,13 @@ A workspace that does not take plan blocks (its plan, an older Slack) gets progr
 without them; a workspace or channel that does not take the thread status (the scope missing,
 a channel where it cannot be set) gets none; a workspace that refuses canvases (the
 ``canvases:write`` scope missing, a free plan, canvases turned off) gets its long reports as
-parts. Only an answer Slack says is final
-(``bots.slack.errors.classify_error``) is remembered; each is logged once. The memory belongs
-to the process's Slack delivery (one object, shared by its runs), not to the database: a
-restarted process asks once more.
+parts; a workspace or channel that refuses Slack's agent sessions (``agents.sessions.*``: the
+app not declared as an agent, an older Slack, the token) gets the assistant thread status
+alone (``bots.slack.status``). Only an answer Slack says is final is remembered
+(``bots.slack.errors.classify_error``; for sessions, any deliberate refusal,
+``bots.slack.sessions.is_refusal``); each is logged once, and so is each warning of an ``ok``
+answer. The memory belongs to the process's Slack delivery (one object, shared by its runs),
+not to the database: a restarted process asks once more.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ class SlackRefusals:
         self._plans: set[str] = set()
         self._status: set[str] = set()
         self._canvases: set[str] = set()
+        self._sessions: set[str] = set()
+        self._warnings: set[tuple[str, str]] = set()
 
     def plans_refused(self, team: str) -> bool:
         return team in self._plans
@@ -93,3 +98,26 @@ class SlackRefusals:
                 team,
                 code or "no error code",
             )
+
+    def sessions_refused(self, team: str, channel: str) -> bool:
+        return team in self._sessions or f"{team}:{channel}" in self._sessions
+
+    def refuse_sessions(self, team: str, channel: str, code: str, *, channel_only: bool) -> None:
+        """Slack refused ``agents.sessions.*`` with ``code``: in that channel only when
+        ``channel_only``, else for the whole workspace (the app, the token or the plan)."""
+        key = f"{team}:{channel}" if channel_only else team
+        if key not in self._sessions:
+            self._sessions.add(key)
+            where = f"channel {channel} of {team}" if channel_only else f"workspace {team}"
+            log.warning(
+                "slack: %s refused agent sessions (%s); the thread status goes through "
+                "assistant.threads.* there",
+                where,
+                code or "no error code",
+            )
+
+    def warn(self, team: str, method: str, warning: str) -> None:
+        """A ``warning`` in one of Slack's ``ok`` answers: logged once per workspace."""
+        if (team, warning) not in self._warnings:
+            self._warnings.add((team, warning))
+            log.warning("slack: %s in workspace %s warned: %s", method, team, warning[:200])

@@ -39,6 +39,8 @@ TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
 MAX_PLAN_TASKS = 50
 MAX_LOADING_MESSAGES = 10
 MAX_SUGGESTED_PROMPTS = 4
+#: ``status`` of ``agents.sessions.setStatus`` ("Acceptable values").
+SESSION_STATUSES = frozenset({"active", "processing", "suspended", "closed"})
 
 
 @dataclass(frozen=True)
@@ -262,6 +264,14 @@ class FakeSlack:
         #: Assistant threads' suggested prompts and titles, by (channel, thread_ts).
         self.prompts: dict[tuple[str, str], dict[str, Any]] = {}
         self.titles: dict[tuple[str, str], str] = {}
+        #: Agent sessions (``agents.sessions.*``), by (channel, thread_ts): status, title,
+        #: initiator; the knobs of their refusals and warning below.
+        self.sessions: dict[tuple[str, str], dict[str, Any]] = {}
+        #: An error code every ``agents.sessions.*`` call answers (None: they work), e.g.
+        #: ``unknown_method`` for a Slack without them, ``not_allowed_token_type``.
+        self.sessions_refusal: str | None = None
+        #: False: the app does not subscribe to ``agent_session_stopped`` (setStatus warns).
+        self.stop_subscribed = True
         #: Users' Slack locales (``users.info`` with ``include_locale``), else en-US.
         self.locales: dict[str, str] = {}
         #: Methods whose calls are not answered until they are removed from the set.
@@ -492,6 +502,8 @@ class FakeSlack:
                 return self._file_info(p)
             if method in CANVAS_METHODS:
                 return self.canvases.call(method, p)
+            if method.startswith("agents.sessions."):
+                return self._agent_sessions(method, p)
         raise SlackError("unknown_method")
 
     @staticmethod
@@ -541,6 +553,48 @@ class FakeSlack:
             raise SlackError("invalid_arguments")
         self.titles[key] = title
         return {}
+
+    # -- agent sessions ----------------------------------------------------------------
+
+    def _agent_sessions(self, method: str, p: dict[str, Any]) -> dict[str, Any]:
+        """``agents.sessions.setStatus`` and ``agents.sessions.rename`` as
+        docs.slack.dev/reference/methods/agents.sessions.setStatus (and .rename) describe
+        them: a bot token with ``chat:write``; ``status`` one of active, processing,
+        suspended, closed (free text: ``invalid_arguments``, java-slack-sdk PR #1633's
+        "must be a valid enum value"); the session created on the first call, its
+        ``title`` (at most 200 characters) and ``initiator_user_id`` taken then only; the
+        ``missing_agent_session_stopped_event_subscription`` warning while the app does not
+        subscribe to the Stop event (docs.slack.dev/reference/events/agent_session_stopped).
+        """
+        if self.sessions_refusal is not None:
+            raise SlackError(self.sessions_refusal)
+        if "chat:write" not in self.scopes:
+            raise SlackError("missing_scope")
+        key = self._assistant_thread(p)
+        title = p.get("title")
+        if title is not None and (not isinstance(title, str) or len(title) > 200):
+            raise SlackError("invalid_arguments")
+        if method == "agents.sessions.rename":
+            if not title or not title.strip():
+                raise SlackError("invalid_arguments")
+            session = self.sessions.get(key)
+            if session is None:  # (Slack documents no code for it)
+                raise SlackError("thread_not_found")
+            session["title"] = title
+            return {}
+        if method != "agents.sessions.setStatus":
+            raise SlackError("unknown_method")
+        status = p.get("status")
+        if status not in SESSION_STATUSES:
+            raise SlackError("invalid_arguments")
+        session = self.sessions.setdefault(
+            key, {"title": title, "initiator": p.get("initiator_user_id")}
+        )
+        session["status"] = status
+        answer: dict[str, Any] = {"status": status, "title": session["title"]}
+        if not self.stop_subscribed:
+            answer["warning"] = "missing_agent_session_stopped_event_subscription"
+        return answer
 
     def _post(self, p: dict[str, Any]) -> dict[str, Any]:
         if not p.get("channel"):
@@ -1154,6 +1208,23 @@ def assistant_thread_event(
             "thread_ts": thread_ts or _now_ts(),
         },
         "event_ts": _now_ts(),
+    }
+
+
+def agent_session_stopped_event(
+    *, user: str = "U123", channel: str = "C0001", thread_ts: str, streaming: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``agent_session_stopped`` (a user pressed Slack's Stop on a ``processing`` session),
+    the inner event as docs.slack.dev/reference/events/agent_session_stopped shows it (and
+    node-slack-sdk's ``AgentSessionStoppedEvent``): no ``team_id`` inside, it is on the
+    ``event_callback`` envelope; ``streaming_message_ts`` empty when no stream was active."""
+    return {
+        "channel": channel,
+        "event_ts": _now_ts(),
+        "streaming_message_ts": list(streaming),
+        "thread_ts": thread_ts,
+        "type": "agent_session_stopped",
+        "user": user,
     }
 
 
