@@ -1269,6 +1269,7 @@ SUBSCRIBED_EVENTS = {
     "message.channels",  # plain replies in a research's thread (steering)
     "message.groups",
     "agent_session_stopped",  # Slack's Stop on a research's agent session
+    "app_home_opened",  # an agent's DM opened: suggested prompts
 }
 #: Events the app still listens to that the manifests no longer subscribe to: the assistant
 #: pane's, sent to an app on ``features.assistant_view`` (retired in February 2027) only;

@@ -385,3 +385,43 @@ async def test_slacks_stop_arrives_over_socket_mode(
     [done] = await bot.finished()
     assert (done.status, done.stop_requested) == ("succeeded", True)
     await wait_for(lambda: slack.fake.sessions[("C0001", ts)]["status"] == "active")
+
+
+# -- an agent's DM ------------------------------------------------------------------------
+
+
+def app_home_opened_event(
+    tab: str, *, user: str = "U777", channel: str = "D0777"
+) -> dict[str, object]:
+    """``app_home_opened`` as docs.slack.dev/reference/events/app_home_opened shows it (and
+    node-slack-sdk's ``AppHomeOpenedEvent``: ``user``, ``channel``, ``tab`` "home" or
+    "messages", ``event_ts``); an agent's DM opened is ``tab: "messages"``
+    (docs.slack.dev/ai/migrating-to-agent-messaging)."""
+    return {
+        "type": "app_home_opened",
+        "user": user,
+        "channel": channel,
+        "tab": tab,
+        "event_ts": "1515449522000016",
+    }
+
+
+async def test_an_agents_dm_gets_suggested_prompts_when_its_messages_tab_opens(
+    start_bot: BotFactory,
+) -> None:
+    """An app on ``agent_view`` gets no ``assistant_thread_started``: opening its Messages tab
+    sets the DM's suggested prompts, in the user's language, without ``thread_ts`` (an
+    agent's call with it "silently fails") and without a greeting posted each time."""
+    bot = await start_bot()
+    bot.slack.locales["U777"] = "zh-CN"
+    await bot.event(app_home_opened_event("home"), "Ev-home-tab")
+    await bot.answer_later("Ev-after-home")  # the Home tab: handled, nothing set
+    assert bot.slack.calls_to("assistant.threads.setSuggestedPrompts") == []
+
+    await bot.event(app_home_opened_event("messages"), "Ev-messages-tab")
+    offered = await wait_for(lambda: bot.slack.prompts.get(("D0777", "")))
+    assert 1 <= len(offered["prompts"]) <= 4 and offered["title"] == "试试这些："
+    assert any("研究" in p["title"] or "进展" in p["title"] for p in offered["prompts"])
+    [call] = bot.slack.calls_to("assistant.threads.setSuggestedPrompts")
+    assert "thread_ts" not in call.params
+    assert not [m for m in bot.slack.history if m.get("channel") == "D0777"]  # no greeting

@@ -296,6 +296,12 @@ class SlackCommands:
             check_ids(workspace=team)
             await self.pane.context_changed(team, event)
 
+    async def on_app_home_opened(
+        self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        """The user opened the app's Messages tab (an agent's DM): suggested prompts there."""
+        await self.pane.messages_opened(event, context.client)
+
     async def on_agent_session_stopped(
         self, event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
     ) -> None:
@@ -480,8 +486,10 @@ def build_bolt_app(
     app.event("assistant_thread_context_changed")(
         ack=_ack_event, lazy=[commands.on_assistant_thread_context_changed]
     )
-    # Slack's own Stop on an agent session (manifest features.agent_view).
+    # An agent (manifest features.agent_view): Slack's own Stop on a thread's session, and its
+    # DM opened (suggested prompts, in place of the pane's assistant_thread_started).
     app.event("agent_session_stopped")(ack=_ack_event, lazy=[commands.on_agent_session_stopped])
+    app.event("app_home_opened")(ack=_ack_event, lazy=[commands.on_app_home_opened])
     # Buttons (interactivity arrives at the same Request URL, and over Socket Mode).
     app.action(re.compile(f"^{re.escape(ACTION_PREFIX)}"))(
         ack=_ack_event, lazy=[commands.on_action]

@@ -1,12 +1,18 @@
 """Slack's assistant pane (Agents & AI Apps): the greeting and suggested prompts of a new
-assistant thread, the channel the user is viewing, and the thread's title.
+assistant thread, the channel the user is viewing, and the thread's title; and the suggested
+prompts of an agent's DM.
 
 - ``assistant_thread_started``: the thread gets a greeting and up to four suggested prompts
   (``FATHOM_SLACK_SUGGESTED_PROMPTS``, or defaults in the user's language, read from their
   Slack locale), and its context is kept;
 - ``assistant_thread_context_changed``: the context kept is replaced;
 - a message in the thread is a DM (``bots.slack.app``): it starts a research whose run records
-  the context's channel (``context_channel``) and the thread's title becomes the topic.
+  the context's channel (``context_channel``) and the thread's title becomes the topic;
+- ``app_home_opened`` on the Messages tab: for an app on ``features.agent_view``, which gets
+  neither assistant thread event (docs.slack.dev/ai/migrating-to-agent-messaging), the DM
+  gets the same suggested prompts, without a greeting (Slack sends the event each time the
+  tab is opened) and without ``thread_ts`` (which makes the call "silently fail" for an
+  agent, docs.slack.dev/reference/methods/assistant.threads.setSuggestedPrompts).
 
 The context is a record of where the user was, never a grant: what a run may search is decided
 from its own thread (a DM) where it executes. Every call here is best effort: a workspace
@@ -146,6 +152,24 @@ class AssistantPane:
             )
         except Exception as exc:
             log.warning("slack: assistant thread %s not greeted (%s)", ts, describe_error(exc))
+
+    async def messages_opened(self, event: dict[str, Any], client: AsyncWebClient | None) -> None:
+        """An agent's DM opened (``app_home_opened`` with ``tab: "messages"``): its suggested
+        prompts, in the user's language (best effort)."""
+        user, channel = event.get("user"), event.get("channel")
+        if event.get("tab") != "messages" or client is None:
+            return
+        if not (_is_id(user) and _is_id(channel)):
+            return
+        language = await self._language(client, str(user))
+        prompts = [p.model_dump() for p in self.prompts(language)]
+        title = pick(language, "Try one of these:", "试试这些：")
+        try:
+            await client.assistant_threads_setSuggestedPrompts(
+                channel_id=str(channel), title=title, prompts=prompts
+            )
+        except Exception as exc:
+            log.warning("slack: no suggested prompts in %s (%s)", channel, describe_error(exc))
 
     async def context_changed(self, team: str, event: dict[str, Any]) -> None:
         await self._keep(team, event)
