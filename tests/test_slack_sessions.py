@@ -230,6 +230,17 @@ async def test_a_session_slack_fails_to_set_is_tried_again_not_given_up(
     assert [c["status"] for c in session_calls(server)] == ["processing"] * 2 + ["active"]
 
 
+async def test_a_session_asked_for_is_ended_even_when_slack_did_not_answer(
+    server: FakeSlackServer, store: Store
+) -> None:
+    """A ``processing`` call that failed (a 5xx: Slack may have made the session anyway) is
+    followed by ``active`` when the run ends before the retry, so no Stop is left spinning."""
+    server.fake.fail_next(SESSION, status=502, body="empty")
+    run, _ = await new_run(store)
+    await run_through(await posters(server, store, ManualTimer()).for_run(run), run)
+    assert [c["status"] for c in session_calls(server)] == ["processing", "active"]
+
+
 async def test_an_initiator_slack_refuses_is_left_out_and_the_session_made(
     server: FakeSlackServer, store: Store
 ) -> None:

@@ -189,6 +189,7 @@ class ThreadStatus:
         self._retry_at = 0.0  # no try before this (after a failure)
         self._words_off = False  # this thread refused the words
         self._session_open = False  # this delivery set the session to processing
+        self._session_asked = False  # it asked for processing (Slack may have it, answer or not)
         self._session_off = False  # this thread refused the session
         self._session_retry_at = 0.0
         self._wake = asyncio.Event()
@@ -262,7 +263,7 @@ class ThreadStatus:
         finished run: another replica may have shown them)."""
         if not self._words_refused() and (self._ever_sent or self._wanted is None):
             await self._send(StatusWords(""))
-        if not self._sessions_refused() and (self._session_open or self._wanted is None):
+        if not self._sessions_refused() and (self._session_asked or self._wanted is None):
             await self._set_session(sessions.ENDED)
 
     async def _pause(self, seconds: float) -> None:
@@ -310,6 +311,7 @@ class ThreadStatus:
             return None
         start = self._session
         creating = status == sessions.WORKING and start is not None
+        self._session_asked = self._session_asked or creating
         try:
             answer = await sessions.set_session(
                 self._client,
