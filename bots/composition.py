@@ -13,7 +13,7 @@ and ``digest`` commands need no platform and use ``core.runtime`` directly.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,6 +25,7 @@ from core.config import load
 from core.settings import Settings
 
 if TYPE_CHECKING:
+    from bots.chat.delivery import ThreadPosters
     from bots.housekeeping import Housekeeping
     from bots.platforms import PlatformClass
     from core.metrics import Metrics
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from core.operations.runners import JobRunner
     from core.operations.scheduler import DigestScheduler
     from core.research.lease import LeaseTiming
-    from core.runtime import Runtime
+    from core.runtime import Runtime, Storage
 
 #: ``serve`` receives requests (routes, connections) and runs or enqueues; ``worker`` only
 #: executes and delivers runs from the queue.
@@ -272,5 +273,41 @@ def _serving_parts(app: App, stack: contextlib.AsyncExitStack) -> None:
             app.holders[name] = holder
             stack.push_async_callback(holder.close)
     chores = [chore for platform in app.platforms.values() for chore in platform.housekeeping()]
-    app.housekeeping = Housekeeping(runtime.store, core, owner=owner, chores=chores)
+    posters = {name: opened.posters for name, opened in app.opened.items()}
+    app.housekeeping = Housekeeping(
+        runtime.store, core, owner=owner, chores=chores, posters=posters
+    )
     stack.push_async_callback(app.housekeeping.aclose)
+
+
+@asynccontextmanager
+async def open_outbound(
+    settings: AppSettings, storage: Storage, names: Collection[str]
+) -> AsyncIterator[dict[str, ThreadPosters]]:
+    """The outbound side (``OpenPlatform.posters``) of each enabled platform in ``names``,
+    by name, opened with no ingress and no research runtime (``fathom forget`` and ``fathom
+    prune`` deleting the documents of the runs they deleted), and closed on exit. A platform
+    whose package or SDK cannot be imported raises ``ConfigError`` (one line)."""
+    from core.research.requests import RunRequests
+    from core.runtime import digest_service
+
+    store = storage.store
+    services = PlatformServices(
+        requests=RunRequests(runs=store.runs, threads=store.threads, feedback=store.feedback),
+        store=store,
+        digests=digest_service(settings.core, storage),
+        policy=settings.policy,
+        limits=settings.chat.route_limits,
+    )
+    entries = {entry.name: entry for entry in settings.registry}
+    async with contextlib.AsyncExitStack() as stack:
+        opened: dict[str, ThreadPosters] = {}
+        for cls in settings.enabled:
+            if cls.name not in names:
+                continue
+            engine = storage.database.engine if cls.metadata else None
+            platform = cls(settings.platforms[cls.name], replace(services, engine=engine))
+            stack.push_async_callback(platform.aclose)
+            with entries[cls.name].importing():
+                opened[cls.name] = (await platform.open(None)).posters
+        yield opened

@@ -5,7 +5,10 @@ every hour by the one replica holding the ``housekeeping`` lease.
 - files sent on their own that no request took (:data:`FILE_MEMORY`);
 - conversation contexts (:data:`CONTEXT_MEMORY`);
 - cached search results and page texts past their time to live;
-- finished research past ``FATHOM_RUN_RETENTION_DAYS`` (``storage.retention``), in batches;
+- finished research past ``FATHOM_RUN_RETENTION_DAYS`` (``storage.retention``), in batches,
+  then the documents its reports became (a Slack canvas, a Feishu cloud document), deleted on
+  their platform through the opened platforms' posters (``bots.document_deletion``): one
+  that cannot be is logged with its address, and never holds the pruning back;
 - each enabled platform's own state (``ChatPlatform.housekeeping``: Slack's expired OAuth
   states).
 
@@ -19,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 
+from bots.chat.delivery import ThreadPosters
 from bots.chat.platform import Chore
+from bots.document_deletion import delete_documents
 from core.settings import Settings
 from storage import Pruned, Store
 from storage.tables import utcnow
@@ -54,12 +59,30 @@ def retention_cutoff(settings: Settings) -> timedelta | None:
     return timedelta(days=days) if days else None
 
 
+async def prune_research(
+    store: Store, before: datetime, posters: Mapping[str, ThreadPosters]
+) -> Pruned:
+    """Retention's round: the research finished before ``before`` pruned, then the documents
+    of its reports deleted on their platform (``posters``: the opened platforms', by name);
+    each one left there is logged with why and its address."""
+    pruned = await store.retention.prune(before)
+    for left in await delete_documents(pruned.documents, posters):
+        log.warning("retention: %s", left.line())
+    return pruned
+
+
 async def housekeep_once(
-    store: Store, settings: Settings, *, owner: str, chores: Sequence[Chore] = ()
+    store: Store,
+    settings: Settings,
+    *,
+    owner: str,
+    chores: Sequence[Chore] = (),
+    posters: Mapping[str, ThreadPosters] | None = None,
 ) -> bool:
     """One round, when ``owner`` holds (or takes) the lease; False when another replica
-    holds it. ``chores``: the platforms' own (``ChatPlatform.housekeeping``), after core's.
-    A job that fails is logged and the others go on."""
+    holds it. ``chores``: the platforms' own (``ChatPlatform.housekeeping``), after core's;
+    ``posters``: the opened platforms' outbound sides, by name, which delete the documents of
+    pruned runs. A job that fails is logged and the others go on."""
     if not await store.leases.acquire(LEASE, owner, HOUSEKEEPING_EVERY * 1.5, utcnow()):
         return False
     jobs: list[tuple[str, Callable[[], Awaitable[int | Pruned]]]] = [
@@ -89,7 +112,7 @@ async def housekeep_once(
         jobs.append(
             (
                 f"of the research finished more than {settings.run_retention_days} days ago",
-                lambda: store.retention.prune(utcnow() - keep),
+                lambda: prune_research(store, utcnow() - keep, posters or {}),
             )
         )
     for what, prune in jobs:
@@ -105,12 +128,17 @@ async def housekeep_once(
 
 
 async def housekeeping(
-    store: Store, settings: Settings, *, owner: str, chores: Sequence[Chore] = ()
+    store: Store,
+    settings: Settings,
+    *,
+    owner: str,
+    chores: Sequence[Chore] = (),
+    posters: Mapping[str, ThreadPosters] | None = None,
 ) -> None:
     """Housekeeping every :data:`HOUSEKEEPING_EVERY` seconds, from now on."""
     while True:
         try:
-            await housekeep_once(store, settings, owner=owner, chores=chores)
+            await housekeep_once(store, settings, owner=owner, chores=chores, posters=posters)
         except Exception:  # the lease could not be read: next round
             log.warning("housekeeping failed", exc_info=True)
         await asyncio.sleep(HOUSEKEEPING_EVERY)
@@ -121,18 +149,29 @@ class Housekeeping:
     root, started once the schema is usable, stopped at shutdown)."""
 
     def __init__(
-        self, store: Store, settings: Settings, *, owner: str, chores: Sequence[Chore] = ()
+        self,
+        store: Store,
+        settings: Settings,
+        *,
+        owner: str,
+        chores: Sequence[Chore] = (),
+        posters: Mapping[str, ThreadPosters] | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
         self._owner = owner
         self._chores = tuple(chores)
+        self._posters = dict(posters or {})
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self._task is None:
             rounds = housekeeping(
-                self._store, self._settings, owner=self._owner, chores=self._chores
+                self._store,
+                self._settings,
+                owner=self._owner,
+                chores=self._chores,
+                posters=self._posters,
             )
             self._task = asyncio.create_task(rounds)
 

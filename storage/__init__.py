@@ -75,6 +75,7 @@ from storage.records import (
     ThreadSummary,
 )
 from storage.retention import Pruned, RetentionStore
+from storage.run_documents import RunDocument
 from storage.runs import RunStore
 from storage.schema import HEAD_REVISION, Schema, SchemaError, SchemaState
 from storage.store import Store
@@ -111,6 +112,7 @@ __all__ = [
     "QuotaReached",
     "Renewal",
     "RetentionStore",
+    "RunDocument",
     "RunNotFound",
     "RunRecord",
     "RunStore",

@@ -24,7 +24,10 @@ A run of theirs that is still queued, running or posting its outcome, and a thre
 is going on (its variables are in a runner's hands), are left as they are and reported
 (:attr:`Forgotten.busy`): the caller cancels them and asks again once they have ended.
 What a platform keeps of the person in tables of its own (Slack's installations) is its to
-report (``ChatPlatform.kept_of``): ``fathom forget`` asks it.
+report (``ChatPlatform.kept_of``): ``fathom forget`` asks it. The documents a platform made
+for their deleted runs' reports (a Slack canvas, a Feishu cloud document) are read before the
+runs go and returned (:attr:`Forgotten.documents`): ``fathom forget`` deletes them on their
+platform, or names those it could not.
 
 With ``dry_run`` the same work runs and is rolled back: the counts say what would go. On
 SQLite the transaction runs with ``PRAGMA secure_delete`` (freed pages and cells are
@@ -49,6 +52,7 @@ from sqlalchemy.engine import Connection
 from core.values import FINISHED_STATUSES, UNFINISHED_STATUSES, DeliveryState
 from storage.caches import _page_key
 from storage.db import Database
+from storage.run_documents import RunDocument, documents_of
 from storage.sql import fit_key
 from storage.tables import (
     ChatFile,
@@ -127,6 +131,8 @@ class Forgotten:
     #: On SQLite: whether the WAL was checkpointed and emptied after the forget (False: a
     #: reader held it; the next checkpoint does it). None elsewhere, and when dry.
     wal_truncated: bool | None = None
+    #: The documents their deleted runs' reports became on their platform (to delete there).
+    documents: tuple[RunDocument, ...] = ()
 
     @property
     def nothing(self) -> bool:
@@ -207,6 +213,7 @@ class _Forgetting:
         #: deleted): a citation naming either is theirs.
         self.links: set[str] = set()
         self.names: set[str] = {person.user_id}
+        self.documents: list[RunDocument] = []
 
     def count(self, table: Table, rows: int | None) -> int:
         self.rows[table.name] += int(rows or 0)
@@ -243,6 +250,7 @@ class _Forgetting:
             cached=cached,
             busy=tuple(sorted(set(self.busy))),
             rows={name: n for name, n in sorted(self.rows.items()) if n},
+            documents=tuple(self.documents),
         )
 
     def attached_it(self, entry: object) -> bool:
@@ -325,6 +333,7 @@ class _Forgetting:
             for (u,) in conn.execute(select(_sources.c.url).where(_sources.c.run_id.in_(ids)))
             if u
         }
+        self.documents += documents_of(conn, _runs.c.id.in_(ids)).values()
         for table, column in ((_sources, _sources.c.run_id), (_feedback, _feedback.c.run_id)):
             counted = conn.execute(select(func.count()).where(column.in_(ids))).scalar_one()
             self.count(table, counted)

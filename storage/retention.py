@@ -10,7 +10,10 @@ transaction, so replicas serving requests never wait long on a lock):
 - threads untouched since the cut-off that have no run left, with their variables.
 
 Queued and running runs are never pruned, however old. Housekeeping calls it every hour on
-the one replica holding its lease; ``fathom prune`` calls it by hand (or counts, dry).
+the one replica holding its lease; ``fathom prune`` calls it by hand (or counts, dry). The
+documents a platform made for the pruned runs' reports (a Slack canvas, a Feishu cloud
+document) are returned (:attr:`Pruned.documents`, read in the transaction that deletes their
+runs): the caller deletes them on their platform, or names those it could not.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from sqlalchemy.sql.selectable import NamedFromClause
 
 from core.values import FINISHED_STATUSES, DeliveryState
 from storage.db import Database
+from storage.run_documents import RunDocument, documents_of
 from storage.tables import Digest, ResearchRun, RunFeedback, RunSource, Thread, ThreadVariables
 
 _runs = cast(Table, ResearchRun.__table__)
@@ -46,6 +50,8 @@ class Pruned:
     sources: int = 0
     votes: int = 0
     threads: int = 0
+    #: The documents the pruned runs' reports became on their platform (to delete there).
+    documents: tuple[RunDocument, ...] = ()
 
     def __add__(self, other: Pruned) -> Pruned:
         return Pruned(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
@@ -54,9 +60,11 @@ class Pruned:
         return any(getattr(self, f.name) for f in fields(self))
 
     def describe(self) -> str:
-        """``12 runs (40 sources, 3 votes) and 5 threads``."""
+        """``12 runs (40 sources, 3 votes) and 5 threads``; ``…, 2 documents)`` when the
+        runs' reports became documents."""
+        documents = f", {len(self.documents)} documents" if self.documents else ""
         return (
-            f"{self.runs} runs ({self.sources} sources, {self.votes} votes) "
+            f"{self.runs} runs ({self.sources} sources, {self.votes} votes{documents}) "
             f"and {self.threads} threads"
         )
 
@@ -121,11 +129,7 @@ class RetentionStore:
 
     def _runs_batch(self, conn: Connection, before: datetime) -> Pruned:
         ids = pick_runs(conn, before, self._batch)
-        if not ids:
-            return Pruned()
-        sources = _count_of(conn, _sources, _sources.c.run_id.in_(ids))
-        votes = _count_of(conn, _feedback, _feedback.c.run_id.in_(ids))
-        return Pruned(runs=delete_runs(conn, ids, before), sources=sources, votes=votes)
+        return prune_picked(conn, ids, before) if ids else Pruned()
 
     def _threads_batch(self, conn: Connection, before: datetime) -> int:
         ids = pick_threads(conn, before, self._batch)
@@ -143,12 +147,31 @@ def pick_runs(conn: Connection, before: datetime, limit: int) -> list[str]:
     return [str(i) for i in conn.execute(pick).scalars()]
 
 
-def delete_runs(conn: Connection, ids: list[str], before: datetime) -> int:
+def prune_picked(conn: Connection, ids: list[str], before: datetime) -> Pruned:
+    """The picked runs that may still be pruned deleted (:func:`delete_runs`), with what they
+    held: their sources and votes counted, and the documents of those deleted."""
+    sources = _count_of(conn, _sources, _sources.c.run_id.in_(ids))
+    votes = _count_of(conn, _feedback, _feedback.c.run_id.in_(ids))
+    documents = documents_of(conn, _runs.c.id.in_(ids))
+    deleted = deleted_runs(conn, ids, before)
+    # (a run changed since the pick stays, and its document with it)
+    kept = tuple(documents[i] for i in deleted if i in documents)
+    return Pruned(runs=len(deleted), sources=sources, votes=votes, documents=kept)
+
+
+def deleted_runs(conn: Connection, ids: list[str], before: datetime) -> list[str]:
     """Delete the picked runs that may still be pruned: the conditions again in the DELETE
     itself, so a run changed since the pick is judged by its new state (on PostgreSQL a row
-    changed meanwhile is re-checked against them)."""
-    stmt = delete(_runs).where(_runs.c.id.in_(ids), prunable_run(_runs, before))
-    return int(conn.execute(stmt).rowcount)
+    changed meanwhile is re-checked against them). The ids of those deleted."""
+    stmt = (
+        delete(_runs).where(_runs.c.id.in_(ids), prunable_run(_runs, before)).returning(_runs.c.id)
+    )
+    return [str(i) for i in conn.execute(stmt).scalars()]
+
+
+def delete_runs(conn: Connection, ids: list[str], before: datetime) -> int:
+    """:func:`deleted_runs`, counted."""
+    return len(deleted_runs(conn, ids, before))
 
 
 def _empty_thread(before: datetime) -> ColumnElement[bool]:
@@ -190,5 +213,6 @@ def _count(conn: Connection, before: datetime) -> Pruned:
         "sources": _count_of(conn, _sources, _sources.c.run_id.in_(doomed)),
         "votes": _count_of(conn, _feedback, _feedback.c.run_id.in_(doomed)),
         "threads": _count_of(conn, _threads, threads),
+        "documents": tuple(documents_of(conn, prunable_run(_runs, before)).values()),
     }
     return Pruned(**counts)

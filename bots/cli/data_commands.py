@@ -5,19 +5,26 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from bots.cli.apps import app, feedback_app
 from bots.cli.common import (
     EXIT_FAILED,
+    all_settings,
     core_settings,
     fail,
     run_command,
     stderr,
 )
+
+if TYPE_CHECKING:
+    from bots.composition import AppSettings
+    from bots.document_deletion import Undeleted
+    from storage import RunDocument
 
 
 def _since(text: str | None) -> datetime | None:
@@ -32,6 +39,51 @@ def _since(text: str | None) -> datetime | None:
             f"--since {text!r} is not a date (e.g. 2026-12-01 or 2026-12-01T09:30)"
         ) from None
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+async def _delete_documents(
+    settings: AppSettings, documents: Sequence[RunDocument]
+) -> list[Undeleted]:
+    """Delete ``documents`` on their platforms (each opened for it when configured here); the
+    ones left there, with why."""
+    from bots.composition import open_outbound
+    from bots.document_deletion import Undeleted, delete_documents
+    from core.runtime import open_storage
+
+    left: list[Undeleted] | None = None
+    names = {item.thread.platform for item in documents}
+    try:
+        async with (
+            open_storage(settings.core, upgrade=False) as storage,
+            open_outbound(settings, storage, names) as posters,
+        ):
+            left = await delete_documents(documents, posters)
+    except Exception as exc:  # a platform that cannot be opened: each document is said
+        if left is None:
+            said = f"its platform could not be opened: {' '.join(str(exc).split())[:200]}"
+            return [Undeleted(item, said) for item in documents]
+    return left or []
+
+
+def _documents_on_platforms(
+    settings: AppSettings, documents: Sequence[RunDocument], *, dry_run: bool
+) -> None:
+    """What became of the documents the deleted runs' reports were (dry: what would be
+    deleted): one line per document not deleted, on stderr, with its address."""
+    if not documents:
+        return
+    if dry_run:
+        for thread, document in documents:
+            sys.stdout.write(
+                f"  would delete {document.kind} {document.id} of {thread}: {document.url}\n"
+            )
+        return
+    left = run_command(_delete_documents(settings, documents))
+    sys.stdout.write(
+        f"  deleted {len(documents) - len(left)} of {len(documents)} documents on their platforms\n"
+    )
+    for undeleted in left:
+        stderr().print(undeleted.line(), highlight=False, soft_wrap=True)
 
 
 @feedback_app.command("list")
@@ -95,12 +147,15 @@ def prune(
     ] = False,
 ) -> None:
     """Delete finished runs (their sources and votes) and untouched threads older than the
-    retention: what housekeeping does every hour (docs/operations.md). Queued and running
-    runs, runs whose outcome is not yet posted and each digest's newest report are kept."""
+    retention, and the documents their reports became on Slack or Feishu: what housekeeping
+    does every hour (docs/operations.md). Queued and running runs, runs whose outcome is not
+    yet posted and each digest's newest report are kept. A document that cannot be deleted
+    is named with its address."""
     from core.config import parse_duration
     from core.runtime import open_storage
 
-    settings = core_settings()
+    every = all_settings()
+    settings = every.core
     if older_than is None:
         if not settings.run_retention_days:
             raise fail("FATHOM_RUN_RETENTION_DAYS is 0 (research is kept): give --older-than")
@@ -121,6 +176,7 @@ def prune(
     sys.stdout.write(
         f"{verb} {pruned.describe()} finished or untouched before {before:%Y-%m-%d %H:%M} UTC\n"
     )
+    _documents_on_platforms(every, pruned.documents, dry_run=dry_run)
 
 
 @app.command()
@@ -143,11 +199,14 @@ def forget(
     left empty, what their runs added to threads others share, their votes, guidance,
     digests, attached files and cached searches (docs/operations.md). Their runs still going
     on are cancelled: run it again once they have ended (exit 1). A key that names nobody
-    Fathom holds anything of says so (exit 1)."""
+    Fathom holds anything of says so (exit 1). The documents their reports became on Slack or
+    Feishu are deleted there when that platform is configured; each one that is not is named
+    with its address, for an admin to delete by hand."""
     from core.runtime import open_storage
     from storage import NotARequesterKey, Person
 
-    settings = core_settings()
+    every = all_settings()
+    settings = every.core
     try:
         person = Person.parse(user)
     except NotARequesterKey as exc:
@@ -191,6 +250,7 @@ def forget(
     for table, rows in done.rows.items():
         verb = "would be deleted or rewritten" if dry_run else "deleted or rewritten"
         sys.stdout.write(f"  {table}: {rows} rows {verb}\n")
+    _documents_on_platforms(every, done.documents, dry_run=dry_run)
     for line in said:
         stderr().print(line, highlight=False, soft_wrap=True)
     if done.wal_truncated is False:
