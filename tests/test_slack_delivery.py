@@ -339,7 +339,9 @@ async def test_long_report_is_split_and_uploaded_as_a_file(
     markdown = "# Big\n\n" + "\n".join(sections)
     parts = len(report_messages(markdown, SOURCES))
     assert parts > REPORT_FILE_THRESHOLD
-    delivery = await factory(server, store).for_run(run)
+    posters = factory(server, store)
+    posters.document_parts = 0  # FATHOM_REPORT_DOCUMENT_PARTS=0: no canvas, the parts
+    delivery = await posters.for_run(run)
     await post_report(delivery, outcome(run, markdown))
     posts = server.fake.calls_to("chat.postMessage")
     assert len(posts) == parts

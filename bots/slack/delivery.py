@@ -7,7 +7,11 @@ in a thread reply there. A resumed run edits the progress message it already has
 
 The report is posted as parts (``report_parts``): one message per section-bounded chunk,
 then, for a long report, ``report.md``. ``core.operations.job`` posts them one at a time,
-records each and retries the rest, so a retry never repeats a part.
+records each and retries the rest, so a retry never repeats a part. A report longer than one
+message becomes a canvas instead (``bots.slack.canvas``: shared read-only with the
+conversation) with one summary message in the thread (``render.summary_message``); a
+workspace that refuses canvases gets the parts, and is not asked again by this process
+(``SlackRefusals``).
 """
 
 from __future__ import annotations
@@ -15,13 +19,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import httpx
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.chat.controls import Button, feedback_buttons
 from bots.chat.delivery import ThreadPoster, ThreadPosters
+from bots.chat.documents import DocumentContent, DocumentRefused
+from bots.slack.canvas import Audience, CanvasRefused, canvas_markdown, create_canvas, delete_canvas
 from bots.slack.download import SlackDownloads, allowed_origins, download_client
 from bots.slack.errors import classify_error
 from bots.slack.messenger import SlackClients, SlackMessenger
@@ -32,6 +38,7 @@ from bots.slack.render import (
     progress_message,
     progress_text,
     report_messages,
+    summary_message,
 )
 from bots.slack.scopes import SlackScopes
 from bots.slack.sessions import session_title
@@ -44,6 +51,7 @@ from core.models import Attachment
 from core.operations.digests import heading_of
 from core.research.outcome import RunOutcome
 from core.timer import MONOTONIC, Timer
+from core.values import ReportDocument, ThreadKey
 from core.words.reasons import Reason
 
 log = logging.getLogger(__name__)
@@ -65,15 +73,27 @@ def requester_user_id(requested_by: str | None) -> str | None:
 
 class SlackThread(ThreadPoster):
     """``bots.chat.delivery.ThreadPoster`` for one run's Slack thread (a slash command's
-    ``pending-…`` thread is re-keyed to its opener by the shared delivery)."""
+    ``pending-…`` thread is re-keyed to its opener by the shared delivery); its long report
+    is a canvas, shared at ``canvas_access`` (``read``, or ``write`` where the operator said
+    so) with the conversation's members."""
+
+    document_kind: ClassVar[str | None] = "canvas"
 
     def __init__(
-        self, run: RunRecord, messenger: SlackMessenger, downloads: SlackDownloads | None = None
+        self,
+        run: RunRecord,
+        messenger: SlackMessenger,
+        downloads: SlackDownloads | None = None,
+        *,
+        refusals: SlackRefusals | None = None,
+        canvas_access: str = "read",
     ) -> None:
         super().__init__(run)
         self._messenger = messenger
         self._downloads = downloads
         self._requester = requester_user_id(run.requested_by)
+        self._refusals = refusals or SlackRefusals()
+        self._canvas_access = canvas_access
 
     @property
     def client(self) -> AsyncWebClient:
@@ -116,6 +136,43 @@ class SlackThread(ThreadPoster):
             parts.append(ReportPart(file_markdown=markdown))
         return parts
 
+    async def create_document(self, content: DocumentContent) -> ReportDocument:
+        """The report as a canvas shared with the thread's conversation (``bots.slack.canvas``);
+        ``DocumentRefused`` at once, without a call, in a workspace that refused canvases
+        before."""
+        team = self.thread.workspace
+        if self._refusals.canvases_refused(team):
+            raise DocumentRefused(f"workspace {team} refused canvases", first=False)
+        markdown = canvas_markdown(
+            content.markdown, content.sources, content.quotes, content.language
+        )
+        audience = Audience.of(self.thread.channel, self._requester)
+        try:
+            canvas = await create_canvas(
+                self.client, content.title, markdown, audience, self._canvas_access
+            )
+        except CanvasRefused as refused:
+            if refused.workspace:
+                self._refusals.refuse_canvases(team)
+            raise DocumentRefused(refused.code) from None
+        return ReportDocument(kind="canvas", id=canvas.id, url=canvas.url)
+
+    def summary_parts(
+        self, outcome: RunOutcome, content: DocumentContent, document: ReportDocument
+    ) -> list[ReportPart]:
+        """One message: the executive summary, the claim-check line, the canvas's link and
+        the feedback buttons."""
+        message = summary_message(
+            content.title,
+            content.summary,
+            content.claims_line,
+            document.url,
+            content.sources,
+            feedback_buttons(self.run.id, self.language),
+            content.language,
+        )
+        return [ReportPart(message=message)]
+
     async def post_report_part(self, part: ReportPart) -> None:
         if part.file_markdown is not None:
             await self._messenger.upload_report_file(self.thread, part.file_markdown)
@@ -154,6 +211,7 @@ class SlackPosters(ThreadPosters):
         scopes: SlackScopes | None = None,
         timer: Timer | None = None,
         status_refresh: float = REFRESH_SECONDS,
+        canvas_access: str = "read",
     ) -> None:
         super().__init__(store, edit_interval=edit_interval, timer=timer or MONOTONIC)
         self._clients = clients
@@ -166,6 +224,7 @@ class SlackPosters(ThreadPosters):
         self._origins = allowed_origins(api_url)
         self._http = http
         self._owns_http = http is None
+        self._canvas_access = canvas_access
 
     def _download_http(self) -> httpx.AsyncClient:
         """One HTTP client for every run's downloads (made on first use, closed by
@@ -179,7 +238,19 @@ class SlackPosters(ThreadPosters):
         client = await self._clients.client_for(team)
         downloads = SlackDownloads(client, self._download_http(), self._origins)
         messenger = SlackMessenger(client, team, self.refusals, self.scopes)
-        return SlackThread(run, messenger, downloads)
+        return SlackThread(
+            run, messenger, downloads, refusals=self.refusals, canvas_access=self._canvas_access
+        )
+
+    async def delete_document(self, thread: ThreadKey, document: ReportDocument) -> None:
+        """Delete a report's canvas (``fathom forget``, retention); one already gone counts as
+        deleted, a report that went as parts has none."""
+        if document.refused:
+            return
+        if document.kind != "canvas":
+            raise ValueError(f"Slack made no {document.kind} documents")
+        client = await self._clients.client_for(thread.workspace)
+        await delete_canvas(client, document.id)
 
     def activity_for(self, run: RunRecord, poster: ThreadPoster) -> ThreadStatus:
         thread = cast(SlackThread, poster)

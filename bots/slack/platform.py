@@ -74,6 +74,7 @@ class SlackPlatform(ChatPlatform[SlackSettings]):
             self.services.store,
             edit_interval=self.settings.edit_interval,
             api_url=self.settings.api_url,
+            canvas_access=self.settings.canvas_access,
         )
         if runner is None:
             return OpenPlatform(posters)

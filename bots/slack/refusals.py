@@ -88,16 +88,11 @@ class SlackRefusals:
     def canvases_refused(self, team: str) -> bool:
         return team in self._canvases
 
-    def refuse_canvases(self, team: str, code: str) -> None:
+    def refuse_canvases(self, team: str) -> None:
         """The workspace refused canvases for good (``bots.slack.canvas``): its long reports
-        go as the thread's usual parts, without asking again."""
-        if team not in self._canvases:
-            self._canvases.add(team)
-            log.warning(
-                "slack: workspace %s refused canvases (%s); long reports are posted as parts",
-                team,
-                code or "no error code",
-            )
+        go as the thread's usual parts, without asking again. Not logged here: the delivery
+        that met the refusal logs it, once (``bots.chat.delivery``)."""
+        self._canvases.add(team)
 
     def sessions_refused(self, team: str, channel: str) -> bool:
         return team in self._sessions or f"{team}:{channel}" in self._sessions

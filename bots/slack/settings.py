@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator
@@ -39,6 +39,12 @@ class SlackSettings(PlatformSettings):
         min_length=1,
         max_length=MAX_SUGGESTED_PROMPTS,
         validation_alias=env("FATHOM_SLACK_SUGGESTED_PROMPTS"),
+    )
+
+    #: What the conversation's members may do with a long report's canvas: read it (the
+    #: default), or also edit it. Never shared beyond the conversation.
+    canvas_access: Literal["read", "write"] = Field(
+        default="read", validation_alias=env("FATHOM_SLACK_CANVAS_ACCESS")
     )
 
     @field_validator("suggested_prompts", mode="before")

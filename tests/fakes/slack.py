@@ -797,7 +797,10 @@ class FakeCanvases:
         return {}
 
     def file(self, file_id: str) -> dict[str, Any] | None:
-        """A live canvas as ``files.info`` gives it (a file of type ``canvas``), or None."""
+        """A live canvas as ``files.info`` gives it, or None: a file of type ``quip``
+        (``application/vnd.slack-docs``, "Canvas") whose ``permalink`` is
+        ``https://<workspace>.slack.com/docs/<team>/<id>`` (the shape of canvas file objects
+        in Slack exports and ``files.list`` answers)."""
         canvas = self.live().get(file_id)
         if canvas is None:
             return None
@@ -807,8 +810,9 @@ class FakeCanvases:
             "name": canvas["title"] or "Untitled",
             "title": canvas["title"],
             "mimetype": "application/vnd.slack-docs",
-            "filetype": "canvas",
+            "filetype": "quip",
             "pretty_type": "Canvas",
+            "mode": "quip",
             "user": self._slack.bot_user_id,
             "user_team": team,
             "is_external": False,
