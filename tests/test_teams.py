@@ -10,6 +10,7 @@ reply chains, personal chats, files, stored conversation references, digests, re
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -336,7 +337,13 @@ async def test_a_channel_mention_gets_one_card_edited_each_round_and_the_report_
     assert len(reports) == run.report_parts_posted >= 2
     *texts_posted, vote = reports  # the votes in a card of their own: nothing for Teams to split
     assert all(r.body["textFormat"] == "markdown" and not r.attachments for r in texts_posted)
-    assert "](http" in reports[0].text  # citations are links to the sources found
+    assert "](http" in reports[0].text  # the sources list links the sources found
+    # each [n] is Teams' citation of its source, the claim check's quote as its abstract
+    # (the shape: tests/test_teams_citations.py)
+    citations = [c for r in texts_posted for e in r.body["entities"] for c in e["citation"]]
+    marked = {n for r in texts_posted for n in re.findall(r"(?<!\[)\[(\d+)\](?!\()", r.text)}
+    assert {c["position"] for c in citations} == {int(n) for n in marked} != set()
+    assert any(c["appearance"]["abstract"].startswith("“") for c in citations)
     assert "<at>" not in "".join(r.text for r in reports)
     assert verbs(vote.body) == ["fathom_up", "fathom_down"] and not vote.text
     assert bot.fake.splits == 0
