@@ -35,7 +35,15 @@ from tests.fakes.search import slug
 from tests.runs import claim as claim_run
 from tests.runs import new_run
 from tests.test_citation_forms import QUERY, TOPIC
-from tests.test_claims import CHECKED, OTHER, PARAPHRASE, SNIPPET_ONLY, SOURCE, verifier  # noqa: F401
+from tests.test_claims import (  # noqa: F401
+    CHECKED,
+    INJECTED,
+    OTHER,
+    PARAPHRASE,
+    SNIPPET_ONLY,
+    SOURCE,
+    verifier,
+)
 from tests.test_claims_in_runs import mixed  # noqa: F401
 
 #: A page passage whose sentence that says the claim is longer than a quote may be.
@@ -138,6 +146,30 @@ async def test_a_claim_the_verifier_supports_keeps_the_sentence_shown_that_holds
     assert claim.quote == "Heat pumps in Oslo doubled in number over two winters, installers say."
     assert claim.quote_source == 3
     assert len(llm_server.fake.requests_for("verifier")) == 1  # no call added for the quote
+
+
+async def test_a_verdict_s_quote_never_comes_from_a_source_that_speaks_to_a_model(
+    verifier: ChatModel,  # noqa: F811
+) -> None:
+    """Of two cited sources, the one whose text tells the verifier what to do holds every word
+    of the claim; the quote comes from the other, which holds most of them."""
+    installers = Evidence(
+        4,
+        "Installers",
+        "https://installers.example/oslo",
+        ("Installers call heat pumps in Oslo the best deal of the winter.",),
+    )
+    check = await check_claims(
+        "This winter heat pumps in Oslo are the best deal [3][4].",
+        {3: INJECTED, 4: installers},
+        verifier,
+        Usage(),
+        "en",
+    )
+    assert 3 in check.addressing
+    (claim,) = check.summary().claims
+    assert claim.verdict == "supported"
+    assert (claim.quote_source, claim.quote) == (4, installers.passages[0])
 
 
 async def test_a_claim_the_verifier_supports_without_a_sentence_that_holds_it_keeps_none(

@@ -277,7 +277,7 @@ def _recited_claim(
 
 def _found_quote(statement: str, found: Found) -> Quote | None:
     """The quote of the sentence the lexical pass found saying ``statement``."""
-    return quote_from(found.n, statement, found.sentence, found.passages)
+    return quote_from(found.n, statement, found.sentence, [found.passage])
 
 
 def _shown_quote(
@@ -290,18 +290,18 @@ def _shown_quote(
     most of it among the passages the verifier was shown of them (:func:`best_passages`, as
     its request chose them), from a source that does not speak to a model; None when no
     sentence holds enough of it (:data:`core.claims.excerpt.MIN_SHARE`). No model call."""
-    best: tuple[int, str, float] | None = None
+    best: tuple[int, str, list[str], float] | None = None
     for n in sources:
         source = evidence.get(n)
         if source is None or n in addressing:
             continue
         shown = [source.passages[i] for i in best_passages(statement, source)]
         found = best_sentence(statement, shown)
-        if found is not None and (best is None or found[1] > best[2]):
-            best = n, *found
+        if found is not None and (best is None or found[1] > best[3]):
+            best = n, found[0], shown, found[1]
     if best is None:
         return None
-    return quote_from(best[0], statement, best[1], evidence[best[0]].passages)
+    return quote_from(best[0], statement, best[1], best[2])
 
 
 def _confirmable(

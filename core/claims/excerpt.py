@@ -86,9 +86,13 @@ def quote_of(statement: str, sentence: str, limit: int = QUOTE_CHARS) -> str:
 def verbatim(quote: str, passages: Sequence[str]) -> bool:
     """Whether each piece of ``quote`` (between its "…" marks) stands in one of ``passages``
     (as :func:`plain` gives them)."""
-    texts = [plain(p) for p in passages]
     pieces = [p.strip() for p in quote.split(ELLIPSIS) if p.strip()]
-    return bool(pieces) and all(any(piece in text for text in texts) for piece in pieces)
+    if not pieces:
+        return False
+    if all(any(piece in text for text in passages) for piece in pieces):
+        return True  # (a page's passages are spaced so already)
+    texts = [plain(p) for p in passages]
+    return all(any(piece in text for text in texts) for piece in pieces)
 
 
 def best_sentence(statement: str, passages: Sequence[str]) -> tuple[str, float] | None:

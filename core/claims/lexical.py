@@ -166,12 +166,12 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Found:
-    """Where the lexical pass found a claim plainly said: source ``n``, the ``sentence`` of its
-    passages that says it (as the passage has it), and the ``passages`` it is one of."""
+    """Where the lexical pass found a claim plainly said: source ``n``, the ``sentence`` that
+    says it (as its passage has it) and that ``passage``."""
 
     n: int
     sentence: str
-    passages: tuple[str, ...]
+    passage: str
 
 
 def plainly_supported(statement: str, evidence: Sequence[Evidence]) -> bool:
@@ -185,13 +185,14 @@ def plain_support(statement: str, evidence: Sequence[Evidence]) -> Found | None:
     plainly says ``statement``, and its source (None: none does); the same pass as
     :func:`plainly_supported`, which stops at the same sentence."""
     for source in evidence:
-        sentence = _saying(statement, source.passages)
-        if sentence is not None:
-            return Found(source.n, sentence, source.passages)
+        found = _saying(statement, source.passages)
+        if found is not None:
+            return Found(source.n, *found)
     return None
 
 
-def _saying(statement: str, passages: Sequence[str]) -> str | None:
+def _saying(statement: str, passages: Sequence[str]) -> tuple[str, str] | None:
+    """The sentence of ``passages`` that plainly says ``statement``, and its passage."""
     if not passages:
         return None
     claim = _tokens(statement)
@@ -204,7 +205,7 @@ def _saying(statement: str, passages: Sequence[str]) -> str | None:
         for sentence in sentences_of(passages[best]):
             said = _tokens(sentence)
             if all(_contains(said, quote) for quote in quotes) and _says(said, claim):
-                return sentence
+                return sentence, passages[best]
     return None
 
 
