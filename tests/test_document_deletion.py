@@ -23,6 +23,7 @@ from bots.composition import open_outbound
 from bots.document_deletion import delete_documents
 from bots.housekeeping import housekeep_once
 from bots.platforms import PLATFORMS, PlatformEntry
+from bots.slack.messenger import make_web_client
 from core.runtime import open_storage
 from core.settings import Settings
 from core.values import ReportDocument, ThreadKey
@@ -32,7 +33,7 @@ from storage.tables import ResearchRun, utcnow
 from tests.chat_app import fathom_settings
 from tests.cli import fathom
 from tests.databases import MigratedTemplates
-from tests.fakes import FakeLLMServer, FakeSearchServer
+from tests.fakes import FakeLLMServer, FakeSearchServer, FakeSlackServer
 from tests.runs import claim, new_run
 from tests.toy_platform import TOY
 
@@ -250,3 +251,37 @@ async def test_fathom_forget_and_prune_name_the_documents_left_on_their_platform
     assert pruned.returncode == 0, pruned.stderr
     assert pruned.stdout.startswith("pruned 1 runs (0 sources, 0 votes, 1 documents)")
     assert f"delete it by hand: {DOCX.url}" in " ".join(pruned.stderr.split())
+
+
+async def test_fathom_forget_deletes_the_persons_canvas_on_slack(
+    cli_env: dict[str, str], tmp_path: Path, slack_server: FakeSlackServer
+) -> None:
+    """Slack configured (the fake Slack answers ``canvases.delete`` as its method page
+    describes it, ``canvas_not_found`` for one not there): the person's canvas is deleted in
+    Slack, and one already gone counts as deleted."""
+    client = make_web_client("xoxb-test", slack_server.api_url)
+    made = await client.canvases_create(
+        title="Heat pumps", document_content={"type": "markdown", "markdown": "# Heat pumps"}
+    )
+    canvas = ReportDocument(kind="canvas", id=str(made["canvas_id"]), url=CANVAS.url)
+    gone = ReportDocument(kind="canvas", id="F0GONE", url="https://acme.slack.com/docs/F0GONE")
+    database = Database(cli_env["DATABASE_URL"])
+    store = Store(database)
+    try:
+        await posted(store, "slack:T0001:C5:1.1", PERSON, canvas)
+        await posted(store, "slack:T0001:C5:2.1", PERSON, gone)
+    finally:
+        await database.dispose()
+    env = {
+        **cli_env,
+        "SLACK_BOT_TOKEN": "xoxb-test",
+        "SLACK_SIGNING_SECRET": "s",
+        "SLACK_API_URL": slack_server.api_url,
+    }
+    done = fathom("forget", "--user", PERSON, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "  deleted 2 of 2 documents on their platforms\n" in done.stdout
+    assert "was not deleted" not in done.stderr
+    deletes = [c.params.get("canvas_id") for c in slack_server.fake.calls_to("canvases.delete")]
+    assert sorted(deletes) == sorted([canvas.id, "F0GONE"])
+    assert canvas.id not in slack_server.fake.canvases.live()
