@@ -377,7 +377,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="report-parts",
         file="core/operations/job.py",
-        old="        posted = min(claim.run.report_parts_posted, len(parts))\n",
+        old="        posted = min(claim.run.report_parts_posted, len(parts()))\n",
         new="        posted = 0\n",
         tests=(
             "tests/test_run_lifecycle.py"
@@ -387,6 +387,18 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         breaks="a delivery taken over or resumed posts the report from its first part again: "
         "the parts a runner before it posted appear twice",
+    ),
+    Mutant(
+        name="report-document",
+        file="core/operations/job.py",
+        old="        delivery.claimed(claim.run)\n",
+        new="        pass\n",
+        tests=(
+            "tests/test_report_documents.py"
+            "::test_a_resumed_delivery_posts_the_summary_without_a_second_document",
+        ),
+        breaks="a delivery resumed from a record read before its claim forgets the document an "
+        "earlier attempt made: the report's summary is never posted",
     ),
     Mutant(
         name="log-redaction",
