@@ -37,6 +37,7 @@ from tests.chat_app import wait_for
 from tests.fakes import FakeSlackServer
 from tests.fakes.slack import (
     agent_session_stopped_event,
+    app_mention_event,
     event_callback_body,
     im_message_event,
     slash_command_body,
@@ -295,6 +296,23 @@ async def stop_event(bot: Bot, thread_ts: str, event_id: str, user: str = "U123"
     assert response.status_code == 200  # acknowledged at once; the answer is private
 
 
+async def answered_after(bot: Bot, event_id: str, earlier: str) -> list[str]:
+    """The private answers once a later request (a DM asking for help) and an earlier one
+    containing ``earlier`` are both answered: every earlier delivery was handled by then (a
+    dropped redelivery does less than answering), whichever is answered last."""
+    await bot.event(im_message_event("help"), event_id)
+
+    def texts() -> list[str]:
+        return [str(c.params["text"]) for c in bot.slack.calls_to("chat.postEphemeral")]
+
+    await wait_for(
+        lambda: (
+            any("/research <topic>" in t for t in texts()) and any(earlier in t for t in texts())
+        )
+    )
+    return texts()
+
+
 async def test_slacks_stop_is_the_requesters_stop_and_write_now(start_bot: BotFactory) -> None:
     """Someone else's Stop changes nothing; the requester's stops the research (no search
     starts after it, the report is written from what was found, the progress says so), once
@@ -312,23 +330,10 @@ async def test_slacks_stop_is_the_requesters_stop_and_write_now(start_bot: BotFa
 
     await stop_event(bot, ts, "Ev-stop")
     await stop_event(bot, ts, "Ev-stop")  # Slack's redelivery of the same event
-    # A later request, answered: both deliveries were handled by then (a dropped one does
-    # less than answering), whichever of them is answered last.
-    await bot.event(im_message_event("help"), "Ev-after-stop")
-
-    def texts() -> list[str]:
-        return [str(c.params["text"]) for c in bot.slack.calls_to("chat.postEphemeral")]
-
-    await wait_for(
-        lambda: (
-            any("/research <topic>" in t for t in texts())
-            and any("no new search starts" in t for t in texts())
-        )
-    )
-    stops = [c for c in bot.slack.calls_to("chat.postEphemeral") if c.params["user"] == "U123"]
-    stops = [c for c in stops if "Stopping" in str(c.params["text"])]
+    texts = await answered_after(bot, "Ev-after-stop", "no new search starts")
+    stops = [c for c in bot.slack.calls_to("chat.postEphemeral") if "Stopping" in c.params["text"]]
     assert len(stops) == 1 and stops[0].params["thread_ts"] == ts  # acted on once
-    assert len(texts()) == 3
+    assert stops[0].params["user"] == "U123" and len(texts) == 3
     bot.search.fake.release_pages()
 
     [done] = await bot.finished()
@@ -357,6 +362,37 @@ async def test_slacks_stop_where_nothing_runs_is_answered_and_ends_the_session(
     assert answer.params["text"] == "Nothing is running in this thread."
     await wait_for(lambda: bot.slack.sessions[("C0001", thread)]["status"] == "active")
     assert await bot.runs() == []
+
+
+async def test_slacks_stop_in_a_thread_whose_research_waits_in_line_leaves_it_alone(
+    start_bot: BotFactory,
+) -> None:
+    """Only a running research's delivery makes a session ``processing``: a Stop where the
+    research still waits in line (a session some earlier run left ``processing``) neither
+    stops nor cancels it, says nothing runs there, once, and ends that session."""
+    bot = await start_bot(FATHOM_MAX_CONCURRENT_RUNS="1")
+    await working_research(bot)  # the one runner is busy
+    mention = app_mention_event("tidal power depth=1", ts="1700000500.000100")
+    await bot.event(mention, "Ev-queued")
+
+    async def queued() -> RunRecord | None:
+        found = [r for r in await bot.runs() if r.topic == "tidal power"]
+        return found[0] if found and found[0].status == "queued" else None
+
+    waiting: RunRecord = await wait_for(queued)
+    thread = "1700000500.000100"
+    bot.slack.sessions[("C0001", thread)] = {
+        "status": "processing",
+        "title": "t",
+        "initiator": None,
+    }
+    await stop_event(bot, thread, "Ev-stop-queued")
+    await stop_event(bot, thread, "Ev-stop-queued")  # redelivered
+    texts = await answered_after(bot, "Ev-after-queued", "Nothing is running in this thread.")
+    assert texts.count("Nothing is running in this thread.") == 1
+    await wait_for(lambda: bot.slack.sessions[("C0001", thread)]["status"] == "active")
+    after = await bot.store.runs.get_run(waiting.id)
+    assert after is not None and after.status == "queued" and not after.stop_requested
 
 
 async def test_slacks_stop_of_a_chinese_research_is_answered_in_chinese(

@@ -55,6 +55,7 @@ from bots.slack.sessions import ENDED, set_session
 from bots.slack.settings import SlackSettings
 from core.chat.commands import invalid_id
 from core.chat.grammar import ResearchCommand, StopCommand
+from core.values import RunStatus
 from core.words.wording import request_language
 
 log = logging.getLogger(__name__)
@@ -308,9 +309,11 @@ class SlackCommands:
         """Slack's own Stop on a thread's agent session (``agent_session_stopped``): the
         typed ``stop`` in that thread, through the shared layer (only its requester or an
         admin stops its run, a redelivery acts once, a thread with no running research is
-        told so), answered privately. A session left ``processing`` with nothing running
-        there (a run that ended without moving it) is moved to ``active`` here, since Slack
-        leaves that to the app."""
+        told so), answered privately. A research still waiting in line there is not what
+        the session showed (only a running research's delivery makes it ``processing``): it
+        is left alone. A session left ``processing`` with nothing running there (a run that
+        ended without moving it) is moved to ``active`` here, since Slack leaves that to the
+        app."""
         team = context.team_id or body.get("team_id") or ""
         with _dropped_if_invalid():
             message = await self._stop_message(event, body, team)
@@ -326,8 +329,16 @@ class SlackCommands:
                     text=text,
                 )
 
+            runs = self.chat.store.runs
+            waiting = await runs.active_run_in_thread(str(message.thread_key))
+            if waiting is not None and waiting.status == RunStatus.QUEUED:
+                if await self.chat.store.events.claim_event(message.dedupe_key):  # (once)
+                    await answer(self.chat.replies(message.lang).nothing_running_in_thread())
+                await self._end_session(context.client, message)
+                return
             await self.chat.receive(message, answer, StopCommand())
-            await self._end_idle_session(context.client, message)
+            if await runs.active_run_in_thread(str(message.thread_key)) is None:
+                await self._end_session(context.client, message)
 
     async def _stop_message(
         self, event: dict[str, Any], body: dict[str, Any], team: str
@@ -354,11 +365,11 @@ class SlackCommands:
             return message
         return dataclasses.replace(message, language=request_language(run.topic))
 
-    async def _end_idle_session(self, client: AsyncWebClient | None, message: ChatMessage) -> None:
+    @staticmethod
+    async def _end_session(client: AsyncWebClient | None, message: ChatMessage) -> None:
+        """The thread's session out of ``processing`` (nothing runs there to move it)."""
         if client is None:
             return
-        if await self.chat.store.runs.active_run_in_thread(str(message.thread_key)) is not None:
-            return  # its delivery moves the session when the run ends
         try:
             await set_session(client, message.channel, message.thread, ENDED)
         except Exception as exc:
