@@ -373,7 +373,9 @@ async def test_only_a_feishu_code_that_says_never_gives_up_on_a_report(
 async def test_a_long_report_is_split_into_cards_under_the_limit(
     feishu: FeishuFactory, llm_server: FakeLLMServer
 ) -> None:
-    bot = await feishu()
+    """As cards (``FATHOM_REPORT_DOCUMENT_PARTS=0``: never a cloud document; documents are
+    test_feishu_docs.py's)."""
+    bot = await feishu(FATHOM_REPORT_DOCUMENT_PARTS="0")
     section = "这一部分讨论热泵的效率与成本，并引用来源 [1]。" * 120
     report = "# 热泵报告\n\n" + "".join(f"## 第{i}部分\n\n{section}\n\n" for i in range(1, 9))
     llm_server.fake.script("writer", Reply(report))

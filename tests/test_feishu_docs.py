@@ -21,17 +21,42 @@ Feishu's server API reference documents them (open.feishu.cn, read for this file
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
+from bots.chat.documents import document_content
 from bots.feishu.api import FeishuApi, FeishuError
+from bots.feishu.delivery import FeishuThread
 from bots.feishu.doc_blocks import MAX_BLOCKS
 from bots.feishu.docs import Audience, DocsRefused, FeishuDocs
-from core.models import Source
-from tests.fakes.feishu import APP_ID, APP_SECRET, TENANT, FakeFeishuServer
-from tests.fakes.feishu_docs import DOC_URL, MISSING_SCOPE
+from bots.feishu.events import CHAT_TYPE
+from core.chat.stores import RunRecord
+from core.claims.summary import CheckSummary, ClaimSummary
+from core.models import Source, Usage
+from core.research.outcome import RunOutcome
+from core.values import RunStatus, ThreadKey
+from tests.chat_app import ServedFathom, wait_for
+from tests.conftest import ServeFathom
+from tests.fakes import FakeLLMServer, Reply
+from tests.fakes.feishu import (
+    APP_ID,
+    APP_SECRET,
+    TENANT,
+    FakeFeishu,
+    FakeFeishuServer,
+    FeishuMessage,
+    card_buttons,
+    encrypt,
+    message_event,
+    signed_headers,
+)
+from tests.fakes.feishu_docs import DOC_URL, MISSING_SCOPE, doc_kind
 
 SOURCES = [
     Source(n=1, title="Heat pumps in cold climates", url="https://example.org/heat"),
@@ -63,6 +88,7 @@ code <at user_id="all"></at> stays code
 - [2] [Grid study 2025](https://example.net/grid) (2025-03-01)
 """
 CHAT = Audience("oc_chat_1", "ou_user_1")
+USER = f"feishu:{TENANT}:ou_user_1"
 
 
 @pytest.fixture
@@ -150,12 +176,11 @@ async def test_a_one_to_one_chat_shares_it_with_the_requester(
 
 
 async def test_a_missing_scope_refuses_documents_for_the_tenant_once(
-    api: FeishuApi, feishu_server: FakeFeishuServer, caplog: pytest.LogCaptureFixture
+    api: FeishuApi, feishu_server: FakeFeishuServer
 ) -> None:
     fake = feishu_server.fake
     fake.scopes["docx:document"] = False
     docs = FeishuDocs(api)
-    caplog.set_level(logging.WARNING, logger="bots.feishu")
     with pytest.raises(DocsRefused) as first:
         await publish(docs)
     assert first.value.tenant_wide and first.value.first
@@ -165,9 +190,11 @@ async def test_a_missing_scope_refuses_documents_for_the_tenant_once(
         await publish(docs)
     assert not second.value.first
     assert len(fake.calls) == calls  # not asked again
-    lines = [r for r in caplog.records if "refused cloud documents" in r.getMessage()]
-    assert len(lines) == 1 and TENANT in lines[0].getMessage()
-    assert fake.docs.live() == []
+    fake.scopes["docx:document"] = True
+    await publish(docs, tenant="tenant_2")  # another tenant is asked (and here may)
+    with pytest.raises(DocsRefused):  # the first is still not asked until a restart
+        await publish(docs)
+    assert len(fake.docs.live()) == 1
 
 
 async def test_a_tenant_policy_refusing_the_share_deletes_the_document(
@@ -295,3 +322,298 @@ async def test_delete_moves_it_to_the_recycle_bin_and_a_gone_one_counts_as_delet
     await docs.delete("doxcnNeverMade")  # 1061003: not found
     calls = feishu_server.fake.calls_to("file_delete")
     assert [c.query for c in calls] == [{"type": "docx"}] * 3
+
+
+def a_run(chat_type: str = "group") -> RunRecord:
+    key = f"feishu:{TENANT}:oc_chat_1:om_req"
+    return RunRecord(
+        id="r" * 32,
+        thread_id=1,
+        thread_key=key,
+        thread=ThreadKey.parse(key),
+        topic="heat pumps",
+        depth=1,
+        strategy="iterative",
+        status=RunStatus.SUCCEEDED,
+        rounds_done=1,
+        requested_by=USER,
+        dedupe_key=None,
+        cancel_requested=False,
+        progress_message_id=None,
+        error=None,
+        notes=[],
+        report_markdown=None,
+        llm_calls=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        searches=0,
+        created_at=datetime.now(UTC),
+        started_at=None,
+        finished_at=None,
+        heartbeat_at=None,
+        platform_context={CHAT_TYPE: chat_type},
+    )
+
+
+def _claim(**fields: object) -> ClaimSummary:
+    return ClaimSummary.model_validate({"text": "x", "cited": [1], **fields})
+
+
+async def test_quotes_show_only_for_supported_claims_and_the_summary_card_links_the_document(
+    api: FeishuApi, feishu_server: FakeFeishuServer
+) -> None:
+    """Through the poster's hooks with the shared layer's content (``document_content``):
+    source 1's supported claim shows its quote; source 2's claims (one marked unverified, one
+    partial) show none. The summary card: the executive summary, the claim-check line, the
+    document's button, 👍/👎."""
+    check = CheckSummary(
+        claims=[
+            _claim(verdict="supported", quote="COP 2.6 at -15 °C.", quote_source=1),
+            _claim(verdict="unsupported", fixed="unverified", quote="not so", quote_source=2),
+            _claim(verdict="partial", quote="half of it", quote_source=2),
+        ]
+    )
+    outcome = RunOutcome(
+        run_id="r" * 32,
+        thread=f"feishu:{TENANT}:oc_chat_1:om_req",
+        status=RunStatus.SUCCEEDED,
+        topic="heat pumps",
+        depth=1,
+        topics=["heat pumps"],
+        report_markdown=REPORT,
+        sources=SOURCES,
+        usage=Usage(),
+        seconds=1.0,
+        claims=check,
+    )
+    content = document_content(outcome, "en")
+    poster = FeishuThread(a_run(), api, docs=FeishuDocs(api))
+    document = await poster.create_document(content)
+    (made,) = feishu_server.fake.docs.live()
+    assert (document.kind, document.id, document.url) == (
+        "docx",
+        made.document_id,
+        DOC_URL + made.document_id,
+    )
+    text = made.text()
+    assert "“COP 2.6 at -15 °C.”" in text
+    assert "not so" not in text and "half of it" not in text
+    (part,) = poster.summary_parts(outcome, content, document)
+    card = json.loads(part.content)
+    shown = card["body"]["elements"][0]["content"]
+    assert "Heat pumps work in cold climates" in shown and "Main findings" not in shown
+    assert check.note("en") in shown
+    assert "](https://example.org/heat)" in shown  # citations link their sources
+    message = FeishuMessage("om_x", "oc_chat_1", "interactive", part.content)
+    buttons = card_buttons(message)
+    assert buttons[0]["behaviors"] == [{"type": "open_url", "default_url": document.url}]
+    assert [b["behaviors"][0]["value"]["action"] for b in buttons[1:]] == [
+        "fathom_up",
+        "fathom_down",
+    ]
+
+
+# -- end to end: the real ``fathom serve`` with Feishu alone, against the fakes ------------
+
+TOKEN = "feishu-verification-token"
+KEY = "feishu-encrypt-key"
+SECTION = "Heat pumps keep their efficiency in cold climates, as field data shows [1]. " * 60
+LONG = "# Heat pumps\n\n## Executive summary\n\nThey work in the cold [1].\n\n" + "".join(
+    f"## Part {i}\n\n{SECTION}\n\n" for i in range(1, 5)
+)
+
+
+@dataclass
+class FeishuBot:
+    served: ServedFathom
+    fake: FakeFeishu
+
+    async def ask(self, text: str, message_id: str, **event: Any) -> None:
+        payload = message_event(text, token=TOKEN, message_id=message_id, **event)
+        self.fake.saw(payload)
+        body = json.dumps(encrypt(payload, KEY)).encode()
+        answer = await self.served.http.post(
+            f"{self.served.url}/feishu/events", content=body, headers=signed_headers(body, KEY)
+        )
+        assert answer.status_code == 200
+
+    async def delivered(self, count: int = 1) -> list[RunRecord]:
+        return await self.served.delivered(USER, count)
+
+
+@pytest.fixture
+async def feishu(
+    serve_fathom: ServeFathom, feishu_server: FakeFeishuServer
+) -> AsyncIterator[Callable[..., Awaitable[FeishuBot]]]:
+    async def start(**env: str) -> FeishuBot:
+        served = await serve_fathom(
+            FEISHU_APP_ID=APP_ID,
+            FEISHU_APP_SECRET=APP_SECRET,
+            FEISHU_VERIFICATION_TOKEN=TOKEN,
+            FEISHU_ENCRYPT_KEY=KEY,
+            FEISHU_DOMAIN=feishu_server.url,
+            FEISHU_MODE="webhook",
+            FATHOM_FEISHU_EDIT_INTERVAL="0.05",
+            **env,
+        )
+        return FeishuBot(served, feishu_server.fake)
+
+    yield start
+
+
+def docs_calls(fake: FakeFeishu) -> list[str]:
+    return [kind for c in fake.calls if (kind := doc_kind(c.method, c.path)) is not None]
+
+
+async def test_a_long_report_becomes_one_document_and_one_summary_card(
+    feishu: Callable[..., Awaitable[FeishuBot]], llm_server: FakeLLMServer
+) -> None:
+    bot = await feishu()
+    llm_server.fake.script("writer", Reply(LONG))
+    await bot.ask("/research heat pumps depth=1", "om_long", chat_type="group", mention_bot=True)
+    (run,) = await bot.delivered()
+    fake = bot.fake
+    (document,) = fake.docs.live()
+    assert run.report_document is not None
+    assert run.report_document.kind == "docx" and run.report_document.id == document.document_id
+    assert document.members == [
+        {"member_type": "openchat", "member_id": "oc_chat_1", "perm": "view"}
+    ]
+    assert document.public["link_share_entity"] == "closed"
+    text = document.text()
+    assert [line for line in text.splitlines() if line.startswith("Part ")] == [
+        f"Part {i}" for i in range(1, 5)
+    ]
+    assert text.count("field data shows [1]") == 240  # every paragraph, in order
+    assert "Sources" in text.splitlines()
+    # The source's quote (the fake verifier supports every claim) under it, as a quote.
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("[1] "))
+    assert lines[at + 1].startswith("“") and lines[at + 1].endswith("”")
+    # The thread: the progress card, then one summary card and no report cards.
+    _, summary = fake.thread("om_long")
+    assert summary.uuid == f"{run.id}:summary"
+    assert "They work in the cold" in summary.markdown and "Part 2" not in summary.markdown
+    buttons = card_buttons(summary)
+    opener = buttons[0]["behaviors"][0]
+    assert opener == {"type": "open_url", "default_url": DOC_URL + document.document_id}
+    actions = [b["behaviors"][0].get("value", {}).get("action") for b in buttons[1:]]
+    assert len(actions) == 2 and all(actions)  # 👍 and 👎
+    assert docs_calls(fake).count("docx_create") == 1
+    assert run.delivery == "posted"
+
+
+async def test_a_short_report_stays_one_card_and_makes_no_document(
+    feishu: Callable[..., Awaitable[FeishuBot]],
+) -> None:
+    bot = await feishu()
+    await bot.ask("/research heat pumps depth=1", "om_short")
+    (run,) = await bot.delivered()
+    assert docs_calls(bot.fake) == []
+    _, report = bot.fake.thread("om_short")
+    assert report.uuid == f"{run.id}:r1" and run.report_document is None
+
+
+async def test_a_missing_scope_falls_back_to_cards_once_and_the_tenant_is_not_asked_again(
+    feishu: Callable[..., Awaitable[FeishuBot]],
+    llm_server: FakeLLMServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """ "创建文档" without ``docx:document``: Feishu answers 99991672. The report goes as the
+    usual cards, each once, with one line in the logs; the tenant's next long report goes
+    straight to cards, without a call."""
+    bot = await feishu()
+    bot.fake.scopes["docx:document"] = False
+    llm_server.fake.script("writer", Reply(LONG))
+    caplog.set_level(logging.WARNING)
+    await bot.ask("/research heat pumps depth=1", "om_a")
+    (run,) = await bot.delivered()
+    assert docs_calls(bot.fake) == ["docx_create"]
+    cards = bot.fake.thread("om_a")[1:]
+    assert len(cards) >= 2 and len(cards) + 1 == run.report_parts_posted  # (+ the step)
+    assert [c.uuid for c in cards] == [f"{run.id}:r{n}" for n in range(1, len(cards) + 1)]
+    assert run.report_document is not None and run.report_document.refused
+    llm_server.fake.script("writer", Reply(LONG))
+    await bot.ask("/research wind power depth=1", "om_b", chat_id="oc_chat_2")
+    await bot.delivered(2)
+    assert docs_calls(bot.fake) == ["docx_create"]  # not asked again
+    assert len(bot.fake.thread("om_b")) >= 3
+    said = [r for r in caplog.records if str(MISSING_SCOPE) in r.getMessage()]
+    assert len(said) == 1
+
+
+async def test_tenant_sharing_and_a_folder_come_from_the_settings(
+    feishu: Callable[..., Awaitable[FeishuBot]], llm_server: FakeLLMServer
+) -> None:
+    bot = await feishu(FATHOM_FEISHU_DOC_SHARING="tenant", FATHOM_FEISHU_DOC_FOLDER="fldcnReports")
+    bot.fake.docs.folders.add("fldcnReports")
+    llm_server.fake.script("writer", Reply(LONG))
+    await bot.ask("/research heat pumps depth=1", "om_t")
+    await bot.delivered()
+    (document,) = bot.fake.docs.live()
+    assert document.folder_token == "fldcnReports"
+    assert document.public["link_share_entity"] == "tenant_readable"
+    # A private chat: the requester reads it (a one-to-one chat is no group to share with).
+    assert document.members == [{"member_type": "openid", "member_id": "ou_user_1", "perm": "view"}]
+
+
+async def test_a_summary_that_fails_is_retried_without_a_second_document(
+    feishu: Callable[..., Awaitable[FeishuBot]], llm_server: FakeLLMServer
+) -> None:
+    """The document is made and recorded, then the summary card's send fails (a 502 whose
+    card Feishu kept): the retried delivery reads the recorded document, makes no second
+    one, and Feishu returns the card it has for the summary's uuid."""
+    bot = await feishu(FATHOM_DELIVERY_BACKOFF="0.05")
+    llm_server.fake.script("writer", Reply(LONG))
+    llm_server.fake.latency = 0.3  # the failures are armed before the report is written
+    await bot.ask("/research heat pumps depth=1", "om_r")
+    await wait_for(lambda: bot.fake.thread("om_r"))  # the progress card is out
+    bot.fake.fail_next("metas", status=502, body="html")  # the first document's link
+    bot.fake.fail_next("reply", status=502, after=True)  # the summary, its answer lost
+    llm_server.fake.latency = 0.0
+    (run,) = await bot.delivered()
+    assert run.delivery == "posted"
+    # The first try's document was deleted when its link failed; the second was kept.
+    assert docs_calls(bot.fake).count("docx_create") == 2
+    (document,) = bot.fake.docs.live()
+    assert run.report_document is not None and run.report_document.id == document.document_id
+    _, summary = bot.fake.thread("om_r")
+    assert summary.uuid == f"{run.id}:summary"
+    sends = [c for c in bot.fake.calls_to("reply") if c.body["uuid"] == f"{run.id}:summary"]
+    assert len(sends) == 2
+    assert docs_calls(bot.fake).count("docx_create") == 2  # not a third
+
+
+async def test_a_rate_limited_create_is_retried_by_the_job(
+    feishu: Callable[..., Awaitable[FeishuBot]], llm_server: FakeLLMServer
+) -> None:
+    """ "创建文档": past 3 calls a second Feishu answers HTTP 400 with 99991400."""
+    bot = await feishu(FATHOM_DELIVERY_BACKOFF="0.05")
+    bot.fake.fail_next("docx_create", status=400, code=99991400)
+    llm_server.fake.script("writer", Reply(LONG))
+    await bot.ask("/research heat pumps depth=1", "om_rl")
+    (run,) = await bot.delivered()
+    assert docs_calls(bot.fake).count("docx_create") == 2
+    assert len(bot.fake.docs.live()) == 1
+    assert run.report_document is not None and run.report_document.kind == "docx"
+    assert len(bot.fake.thread("om_rl")) == 2
+
+
+async def test_a_chinese_run_makes_a_chinese_document_and_summary(
+    feishu: Callable[..., Awaitable[FeishuBot]], llm_server: FakeLLMServer
+) -> None:
+    bot = await feishu()
+    section = "这一部分讨论热泵的效率与成本，并引用来源 [1]。" * 120
+    report = "# 热泵报告\n\n## 摘要\n\n热泵在寒冷地区有效 [1]。\n\n" + "".join(
+        f"## 第{i}部分\n\n{section}\n\n" for i in range(1, 5)
+    )
+    llm_server.fake.script("writer", Reply(report))
+    await bot.ask("/research 热泵 depth=1", "om_zh")
+    await bot.delivered()
+    (document,) = bot.fake.docs.live()
+    assert document.title == "热泵报告"
+    lines = document.text().splitlines()
+    assert "来源" in lines and "Sources" not in lines
+    _, summary = bot.fake.thread("om_zh")
+    assert card_buttons(summary)[0]["text"]["content"] == "打开完整报告"
+    assert "热泵在寒冷地区有效" in summary.markdown

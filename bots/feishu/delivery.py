@@ -9,6 +9,12 @@ again at most every ten minutes as runs start). Every send carries a ``uuid`` de
 (``<run id>:progress``, ``<run id>:r<n>``), so a retried or resumed send that Feishu already
 accepted returns the same message instead of showing it twice. Files attached to the request
 are downloaded from the messages that carried them (``FeishuApi.download_resource``).
+
+A report longer than one card becomes a cloud document (``bots.feishu.docs``: in the app's
+space, or ``FATHOM_FEISHU_DOC_FOLDER``; readable by the chat's members, or in a private chat
+the requester, and by the tenant through its link only with ``FATHOM_FEISHU_DOC_SHARING=
+tenant``) and the thread gets one summary card linking it (``<run id>:summary``); a tenant
+whose Feishu refuses documents gets the usual cards (``bots.chat.documents``).
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from dataclasses import dataclass
 
 from bots.chat.controls import Button, feedback_buttons
 from bots.chat.delivery import ThreadPoster, ThreadPosters
+from bots.chat.documents import DocumentContent, DocumentRefused
 from bots.chat.errors import judge_failure
 from bots.feishu.api import FeishuApi
+from bots.feishu.docs import Audience, DocsRefused, FeishuDocs
 from bots.feishu.events import CHAT_TYPE
-from bots.feishu.render import notice_card, progress_card, report_cards
+from bots.feishu.render import notice_card, progress_card, report_cards, summary_card
 from bots.feishu.scopes import GroupMessages
 from core.chat.stores import ChatStores, RunRecord
 from core.documents.attachments import AttachmentRefused, attachment_kind
@@ -31,6 +39,7 @@ from core.failures import PostFailure
 from core.models import Attachment
 from core.operations.digests import heading_of
 from core.research.outcome import RunOutcome
+from core.values import ReportDocument, ThreadKey
 from core.words.reasons import Reason
 
 log = logging.getLogger(__name__)
@@ -49,18 +58,34 @@ def classify_error(error: Exception) -> PostFailure:
 class ReportCard:
     number: int
     content: str
+    #: What its send's ``uuid`` says after the run id (``r<number>`` unless given).
+    key: str = ""
+
+
+def requester_open_id(requested_by: str | None) -> str:
+    """``feishu:<tenant>:<open id>`` → ``<open id>`` (empty when it is not one)."""
+    parts = (requested_by or "").split(":")
+    ok = len(parts) == 3 and parts[0] == "feishu" and parts[2].startswith("ou_")
+    return parts[2] if ok else ""
 
 
 class FeishuThread(ThreadPoster):
     """``bots.chat.delivery.ThreadPoster`` for one run's Feishu thread (a digest's card opens
     a new thread in the chat: the shared delivery re-keys the ``pending-…`` thread to it)."""
 
+    document_kind = "docx"
+
     def __init__(
-        self, run: RunRecord, api: FeishuApi, group_messages: GroupMessages | None = None
+        self,
+        run: RunRecord,
+        api: FeishuApi,
+        group_messages: GroupMessages | None = None,
+        docs: FeishuDocs | None = None,
     ) -> None:
         super().__init__(run)
         self._api = api
         self._group_messages = group_messages
+        self._docs = docs
         self._title = heading_of(run)
 
     @property
@@ -113,8 +138,48 @@ class FeishuThread(ThreadPoster):
 
     async def post_report_part(self, part: ReportCard) -> None:
         await self._api.reply(
-            self.root, "interactive", part.content, uuid=self._uuid(f"r{part.number}")
+            self.root, "interactive", part.content, uuid=self._uuid(part.key or f"r{part.number}")
         )
+
+    async def create_document(self, content: DocumentContent) -> ReportDocument:
+        """The report as a cloud document readable by this chat (``bots.feishu.docs``); a
+        refusal Feishu gave before for this tenant is :class:`DocumentRefused` at once,
+        without a call, and not logged again."""
+        if self._docs is None:
+            raise DocumentRefused("cloud documents are not set up for this Feishu app")
+        in_private = (self.run.platform_context or {}).get(CHAT_TYPE) == "p2p"
+        audience = Audience(
+            self.thread.channel, requester_open_id(self.run.requested_by), private=in_private
+        )
+        try:
+            published = await self._docs.publish(
+                self.thread.workspace,
+                content.title,
+                content.markdown,
+                content.sources,
+                content.quotes,
+                content.language,
+                audience,
+            )
+        except DocsRefused as refused:
+            raise DocumentRefused(refused.reason, first=refused.first) from refused
+        return ReportDocument(kind="docx", id=published.document_id, url=published.url)
+
+    def summary_parts(
+        self, outcome: RunOutcome, content: DocumentContent, document: ReportDocument
+    ) -> Sequence[ReportCard]:
+        """One card: the executive summary, the claim-check line, the document's button and
+        the feedback buttons."""
+        card = summary_card(
+            content.title,
+            content.summary,
+            content.sources,
+            content.claims_line,
+            document.url,
+            language=content.language,
+            feedback=feedback_buttons(self.run.id, self.language),
+        )
+        return [ReportCard(1, card, key="summary")]
 
     async def post_notice(self, text: str) -> None:
         await self._api.reply(self.root, "interactive", notice_card(text), uuid=self._uuid("n"))
@@ -144,6 +209,7 @@ class FeishuPosters(ThreadPosters):
         *,
         edit_interval: float = 1.0,
         group_messages: GroupMessages | None = None,
+        docs: FeishuDocs | None = None,
     ) -> None:
         super().__init__(
             store,
@@ -153,8 +219,17 @@ class FeishuPosters(ThreadPosters):
         )
         self._api = api
         self._group_messages = group_messages
+        self._docs = docs
 
     async def poster_for(self, run: RunRecord) -> FeishuThread:
         if self._group_messages is not None:
             await self._group_messages.refresh()  # at most every CHECK_EVERY seconds
-        return FeishuThread(run, self._api, self._group_messages)
+        return FeishuThread(run, self._api, self._group_messages, self._docs)
+
+    async def delete_document(self, thread: ThreadKey, document: ReportDocument) -> None:
+        """Move a report's cloud document to the recycle bin (``fathom forget``, retention, a
+        second one a resumed delivery made); one already gone counts as deleted."""
+        if document.kind != "docx" or not document.id:
+            return
+        docs = self._docs or FeishuDocs(self._api)
+        await docs.delete(document.id)

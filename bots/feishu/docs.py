@@ -145,7 +145,8 @@ def refusal(error: FeishuError) -> DocsRefused | None:
 
 class RefusedTenants:
     """The tenants whose Feishu refused documents in this process (not in the database: a
-    restarted process asks once more). Each refusal is logged once, here."""
+    restarted process asks once more). The first refusal is logged by the run's delivery
+    (``bots.chat.delivery``); later ones are known here and not logged again."""
 
     def __init__(self) -> None:
         self._reasons: dict[str, str] = {}
@@ -154,13 +155,7 @@ class RefusedTenants:
         return self._reasons.get(tenant)
 
     def refuse(self, tenant: str, reason: str) -> None:
-        if tenant not in self._reasons:
-            self._reasons[tenant] = reason
-            log.warning(
-                "feishu: tenant %s refused cloud documents (%s); long reports go as cards",
-                tenant,
-                reason,
-            )
+        self._reasons.setdefault(tenant, reason)
 
 
 @dataclass(frozen=True)

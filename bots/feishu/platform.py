@@ -31,6 +31,7 @@ class FeishuPlatform(ChatPlatform[FeishuSettings]):
     async def open(self, runner: JobRunner | None) -> OpenPlatform:
         from bots.feishu.api import FeishuApi
         from bots.feishu.delivery import FeishuPosters
+        from bots.feishu.docs import FeishuDocs
         from bots.feishu.scopes import GroupMessages
 
         settings = self.settings
@@ -44,6 +45,7 @@ class FeishuPlatform(ChatPlatform[FeishuSettings]):
             self.services.store,
             edit_interval=settings.edit_interval,
             group_messages=group_messages,
+            docs=FeishuDocs(api, folder=settings.doc_folder, sharing=settings.doc_sharing),
         )
         if runner is None:
             return OpenPlatform(posters)

@@ -189,3 +189,66 @@ def report_cards(
         )
         for i, chunk in enumerate(chunks, 1)
     ]
+
+
+def open_url_button(label: str, url: str) -> dict[str, Any]:
+    """A button that opens ``url`` (card JSON 2.0 "按钮": an ``open_url`` behaviour, its
+    ``default_url`` on every client)."""
+    return {
+        "tag": "button",
+        "text": {"tag": "plain_text", "content": label},
+        "type": "primary",
+        "behaviors": [{"type": "open_url", "default_url": url}],
+    }
+
+
+def summary_card(
+    title: str,
+    summary: str,
+    sources: Sequence[Source],
+    claims_line: str | None,
+    url: str,
+    *,
+    language: Language,
+    feedback: Sequence[Button] = (),
+) -> str:
+    """The thread's card for a report that became a cloud document: its title, its executive
+    summary (card markdown made safe, citations linked to their sources), the claim-check
+    line, a button that opens the document (``url``), and the ``feedback`` buttons; the
+    summary is cut at a paragraph (or a line) when the card would pass :data:`CARD_BUDGET`."""
+    opener = open_url_button(pick(language, "Open the full report", "打开完整报告"), url)
+    note = pick(
+        language,
+        "The full report, with each source's supporting quotes, is in the document.",
+        "完整报告（含每个来源的支持引文）在文档中。",
+    )
+    tail = [escape_text(claims_line)] if claims_line else []
+    tail.append(f"*{note}*")
+    text = link_citations(safe_markdown(summary), sources)
+
+    def build(body: str) -> str:
+        elements: list[dict[str, Any]] = [
+            {"tag": "markdown", "content": "\n\n".join([body, *tail] if body else tail)},
+            {
+                "tag": "column_set",
+                "columns": [{"tag": "column", "width": "auto", "elements": [opener]}],
+            },
+        ]
+        if feedback:
+            elements.append(buttons_row(feedback))
+        data: dict[str, Any] = {
+            "schema": "2.0",
+            "config": {"update_multi": True, "width_mode": "fill"},
+            "header": {
+                "title": {"tag": "plain_text", "content": _clip(neutralise(title), _TITLE_CHARS)},
+                "template": "green",
+            },
+            "body": {"elements": elements},
+        }
+        return json.dumps(data, ensure_ascii=False)
+
+    content = build(text)
+    while utf8_size(content) > CARD_BUDGET and text:
+        text = text.rsplit("\n", 1)[0] if "\n" in text else ""
+        content = build(text)
+    return content
