@@ -21,8 +21,10 @@ Feishu's server API reference documents them (open.feishu.cn, read for this file
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,16 +33,21 @@ from typing import Any
 import pytest
 
 from bots.chat.documents import document_content
+from bots.document_deletion import delete_documents
 from bots.feishu.api import FeishuApi, FeishuError
-from bots.feishu.delivery import FeishuThread
+from bots.feishu.delivery import FeishuPosters, FeishuThread
 from bots.feishu.doc_blocks import MAX_BLOCKS
 from bots.feishu.docs import Audience, DocsRefused, FeishuDocs
 from bots.feishu.events import CHAT_TYPE
+from bots.feishu.render import summary_card
+from bots.feishu.settings import FeishuSettings
 from core.chat.stores import RunRecord
 from core.claims.summary import CheckSummary, ClaimSummary
 from core.models import Source, Usage
 from core.research.outcome import RunOutcome
-from core.values import RunStatus, ThreadKey
+from core.values import ReportDocument, RunStatus, ThreadKey
+from storage import RunDocument
+from storage.memory import MemoryStores
 from tests.chat_app import ServedFathom, wait_for
 from tests.conftest import ServeFathom
 from tests.fakes import FakeLLMServer, Reply
@@ -617,3 +624,79 @@ async def test_a_chinese_run_makes_a_chinese_document_and_summary(
     _, summary = bot.fake.thread("om_zh")
     assert card_buttons(summary)[0]["text"]["content"] == "打开完整报告"
     assert "热泵在寒冷地区有效" in summary.markdown
+
+
+def test_the_summary_card_keeps_untrusted_text_inert() -> None:
+    """The executive summary and the claim-check line are the report's text: no ``<at>`` tag
+    works in the card, and the only link that is not a citation is the document's button."""
+    card = summary_card(
+        'Report <at user_id="all"></at>',
+        'Grids cope [2]. <at user_id="ou_x">X</at> <font color="red">loud</font>',
+        SOURCES,
+        "Citations checked <at id=all></at>",
+        DOC_URL + "doxcn1",
+        language="en",
+    )
+    data = json.loads(card)
+    shown = data["body"]["elements"][0]["content"]
+    assert "<at" not in shown and "<font" not in shown
+    assert "[[2]](https://example.net/grid)" in shown
+    assert "<at" not in data["header"]["title"]["content"]
+    message = FeishuMessage("om_x", "oc_chat_1", "interactive", card)
+    assert [b["behaviors"][0]["type"] for b in card_buttons(message)] == ["open_url"]
+
+
+@pytest.mark.parametrize("folder", ["../fld", "fld/x", "fld?type=x"])
+def test_a_folder_setting_that_is_no_token_is_refused(
+    folder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FATHOM_FEISHU_DOC_FOLDER", folder)
+    with pytest.raises(ValueError, match="folder token"):
+        FeishuSettings()
+
+
+async def test_forget_and_retention_delete_feishu_documents_or_name_those_left(
+    api: FeishuApi, feishu_server: FakeFeishuServer
+) -> None:
+    """``bots.document_deletion`` through the real ``FeishuPosters``: a document Fathom made
+    goes to the recycle bin, one already gone counts as deleted, and without the scope to
+    delete ("删除文件或文件夹": ``space:document:delete`` or ``drive:drive``) the document is
+    named with Feishu's answer and its address."""
+    fake = feishu_server.fake
+    docs = FeishuDocs(api)
+    posters = FeishuPosters(api, MemoryStores(), docs=docs)
+    made = [await publish(docs) for _ in range(3)]
+    thread = ThreadKey.parse(f"feishu:{TENANT}:oc_chat_1:om_req")
+    first, second, third = (
+        ReportDocument(kind="docx", id=m.document_id, url=m.url)  # type: ignore[attr-defined]
+        for m in made
+    )
+    await docs.delete(second.id)  # gone before the forget
+    left = await delete_documents(
+        [RunDocument(thread, first), RunDocument(thread, second)], {"feishu": posters}
+    )
+    assert left == []
+    assert [d.document_id for d in fake.docs.live()] == [third.id]
+    fake.scopes["space:document:delete"] = False
+    (kept,) = await delete_documents([RunDocument(thread, third)], {"feishu": posters})
+    assert str(MISSING_SCOPE) in kept.line() and third.url in kept.line()
+    assert [d.document_id for d in fake.docs.live()] == [third.id]
+
+
+async def test_a_delivery_cancelled_mid_document_deletes_what_it_made(
+    api: FeishuApi, feishu_server: FakeFeishuServer
+) -> None:
+    """A shutdown cancels the delivery while the blocks go in: the next attempt (any replica)
+    makes its own document, so this one is deleted, not left unrecorded in the app's space."""
+    fake = feishu_server.fake
+    release = threading.Event()
+    fake.holds["docx_insert"] = release
+    task = asyncio.create_task(publish(FeishuDocs(api)))
+    try:
+        await wait_for(lambda: fake.held == ["docx_insert"])
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        release.set()
+    assert fake.docs.live() == [] and len(fake.calls_to("file_delete")) == 1

@@ -18,20 +18,21 @@
    ``tenant``), whatever the tenant's default for new documents;
 5. its link (``drive.v1.meta.abatch_query`` with ``with_url``: the tenant's own domain).
 
-Whatever fails after the document exists deletes it (best effort) before the error goes
-on: no half-filled document, none that nobody in the chat can open, none readable more
-widely than the setting says. Feishu's answers that say documents can never be made here
-(a missing scope, a tenant's policy, a folder the app may not write to, a plan without the
-feature) become :class:`DocsRefused`, remembered per tenant for the life of the process
-(:class:`RefusedTenants`: later runs do not ask again); an answer about this one document
-(content Feishu would not take, a chat it would not share with) refuses it for this run
-only. Rate limits (``99991400``), 5xx and network failures go on as they are: the job
-retries them. :meth:`FeishuDocs.delete` moves a document to the recycle bin
+Whatever fails after the document exists (a cancelled delivery too) deletes it (best
+effort) before the error goes on: no half-filled document, none that nobody in the chat can
+open, none readable more widely than the setting says. Feishu's answers that say documents
+can never be made here (a missing scope, a tenant's policy, a folder the app may not write
+to, a plan without the feature) become :class:`DocsRefused`, remembered per tenant for the
+life of the process (:class:`RefusedTenants`: later runs do not ask again); an answer about
+this one document (content Feishu would not take, a chat it would not share with) refuses it
+for this run only. Rate limits (``99991400``), 5xx and network failures go on as they are:
+the job retries them. :meth:`FeishuDocs.delete` moves a document to the recycle bin
 (``drive.v1.file.adelete``, ``type=docx``); one already gone counts as deleted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -215,6 +216,9 @@ class FeishuDocs:
             await self._insert(document_id, tree + sourced if tree is not None else sourced)
             await self._share(document_id, audience)
             url = await self._url(document_id)
+        except asyncio.CancelledError:  # (a shutdown): the next attempt makes its own
+            await asyncio.shield(self._discard(document_id))
+            raise
         except Exception as exc:
             await self._discard(document_id)
             if isinstance(exc, FeishuError):

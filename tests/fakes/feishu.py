@@ -274,6 +274,9 @@ class FakeFeishu:
         self.scopes: dict[str, bool] = dict.fromkeys(BASE_SCOPES + DOCS_SCOPES, True)
         #: The app's cloud documents (``tests.fakes.feishu_docs``).
         self.docs = FakeDocs()
+        #: Calls of these kinds hang until their event is set (or 30 s pass).
+        self.holds: dict[str, threading.Event] = {}
+        self.held: list[str] = []  # the kinds of the calls held so far
 
     # -- test controls ------------------------------------------------------------------
     def saw(self, payload: dict[str, Any]) -> None:
@@ -619,6 +622,11 @@ def _kind(method: str, path: str) -> str:
 
 def build_feishu_app(fake: FakeFeishu) -> Starlette:
     async def api(request: Request) -> Response:
+        kind = _kind(request.method, request.url.path)
+        hold = fake.holds.get(kind)
+        if hold is not None:  # a call that hangs until the test lets it go
+            fake.held.append(kind)
+            await asyncio.to_thread(hold.wait, 30)
         if _kind(request.method, request.url.path) == "resource":
             status, answer, headers = fake.resource(
                 request.url.path,
