@@ -18,6 +18,7 @@ with commas), ``canvases_delete``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -46,6 +47,7 @@ from core.research.outcome import RunOutcome
 from core.untrusted import as_data
 from core.values import ReportDocument, RunStatus, ThreadKey
 from storage import RunRecord, Store
+from tests.chat_app import wait_for
 from tests.fakes import FakeSlackServer, Reply
 from tests.fakes.slack import FakeSlack
 from tests.test_slack_app import BotFactory, _clean_env, start_bot  # noqa: F401  (the fixtures)
@@ -272,6 +274,23 @@ async def test_a_passing_failure_propagates_and_leaves_no_canvas(
     server.fake.fail_next("canvases.create", status=status)
     with pytest.raises(SlackApiError):
         await create_canvas(client(server), "T", "x", Audience.of("C0001", "U1"))
+
+
+async def test_a_delivery_cancelled_while_sharing_deletes_its_canvas(
+    server: FakeSlackServer,
+) -> None:
+    """The run's delivery is cancelled (a shutdown, a lost claim) while Slack has not yet
+    answered the sharing: the canvas it made is deleted, not left readable by no one."""
+    server.fake.held.add("canvases.access.set")
+    making = asyncio.ensure_future(
+        create_canvas(client(server), "T", "x", Audience.of("C0001", "U1"))
+    )
+    await wait_for(lambda: server.fake.calls_to("canvases.access.set"))
+    making.cancel()
+    server.fake.held.clear()
+    with pytest.raises(asyncio.CancelledError):
+        await making
+    assert len(server.fake.canvases.made) == 1 and server.fake.canvases.live() == {}
 
 
 async def test_delete_counts_a_canvas_already_gone_as_deleted(server: FakeSlackServer) -> None:
