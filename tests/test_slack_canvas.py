@@ -605,3 +605,19 @@ async def test_served_the_canvas_shows_the_quotes_the_claim_check_kept(
     assert {n: q for n, q in shown.items() if q} == {
         n: [inert_text(as_data(q)) for q in found] for n, found in quotes.items()
     }
+
+
+async def test_served_the_operator_s_canvas_access_reaches_the_canvas(
+    start_bot: BotFactory,  # noqa: F811
+) -> None:
+    """``FATHOM_SLACK_CANVAS_ACCESS=write``: the conversation may edit the canvas; still no
+    one else is granted anything."""
+    bot = await start_bot(FATHOM_REPORT_DOCUMENT_PARTS="1", FATHOM_SLACK_CANVAS_ACCESS="write")
+    await bot.command("wave power depth=1", trigger_id="t-canvas-write")
+    [run] = await bot.finished()
+    assert run.report_document is not None and run.report_document.kind == "canvas"
+    [canvas] = bot.slack.canvases.live().values()
+    assert canvas["access"] == {"C0001": "write"}
+    [grant] = bot.slack.calls_to("canvases.access.set")
+    # slack_sdk sends the list joined with commas (``canvases_access_set``)
+    assert (grant.params["access_level"], grant.params["channel_ids"]) == ("write", "C0001")
