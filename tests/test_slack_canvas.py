@@ -143,6 +143,16 @@ def test_a_report_over_the_limit_is_cut_at_a_paragraph_with_a_note() -> None:
     assert "## Sources" in markdown and "[2] [Two](https://b.example/2)" in markdown
 
 
+async def test_a_list_in_a_report_s_quote_block_is_kept_as_text(server: FakeSlackServer) -> None:
+    """A canvas refuses a list inside a quote block (its method page's own example of bad
+    content): the markers are written as text, and Slack takes the canvas."""
+    report = "# T\n\n> - first\n> 2. second\n> > + third\n\n- a list outside\n"
+    markdown = canvas_markdown(report, SOURCES, {}, "en")
+    assert "> • first\n> 2․ second\n> > • third\n\n- a list outside" in markdown
+    await create_canvas(client(server), "T", markdown, Audience.of("C0001", "U1"))
+    assert len(server.fake.canvases.live()) == 1
+
+
 def test_inert_text_keeps_the_words() -> None:
     assert inert_text("A *b* [c]\n d") == "A ∗b∗ ［c］ d"
 

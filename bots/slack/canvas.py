@@ -17,8 +17,9 @@ shareable). Anything else (a 429, a 5xx, the network) propagates for the caller 
 The canvas holds what the thread's report would (``bots.slack.render``'s rules): mentions made
 inert, links only to the report's own sources (a canvas also turns ``![](@U…)`` and
 ``![](#C…)`` into mentions, so no image syntax survives), citations ``[n]`` linked to their
-source, headings within h1-h3, and its Sources rebuilt here, each source followed by the
-quotes that supported the claims citing it, as quote blocks of inert text. Facts from Slack's
+source, headings within h1-h3, no list inside a quote block (a canvas refuses one), and its
+Sources rebuilt here, each source followed by the quotes that supported the claims citing it,
+as quote blocks of inert text. Facts from Slack's
 method pages (docs.slack.dev ``canvases.create``, ``canvases.access.set``, ``canvases.delete``)
 and its canvas surface page (formatting, the 1 MiB limit).
 """
@@ -94,7 +95,9 @@ _IMAGE = re.compile(r"!\[([^\]\n]*)\]\([^)\n]*\)")
 _LINK = re.compile(r"(?<!!)\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]\(([^)\s]*)(?:[ \t]+\"[^\"\n]*\")?\)")
 _REFERENCE = re.compile(r"^[ \t]{0,3}\[[^\]\n]+\]:[ \t]*\S.*$", re.MULTILINE)
 _DEEP_HEADING = re.compile(r"^#{4,}(?=[ \t])", re.MULTILINE)
-_LIST_START = re.compile(r"^(?:[-+*]|\d{1,9}[.)])(?=\s|$)")
+#: A list item inside a quote block, which a canvas refuses ("Unsupported block type (List)
+#: within block quote"): its marker is written as text.
+_QUOTED_LIST = re.compile(r"^((?:>[ \t]*)+)(?:([-+*])|(\d{1,9})([.)]))(?=[ \t]|$)", re.MULTILINE)
 #: Characters a canvas's Markdown reads in text, as look-alikes that read the same: a quote or
 #: a title stays text however the canvas parses it (whether it honours backslash escapes or
 #: entities is not documented).
@@ -131,10 +134,18 @@ def _safe_prose(prose: str, allowed: frozenset[str]) -> str:
     mention is image syntax), no link but to a source, no reference definition, no web
     address but a source's."""
     prose = _DEEP_HEADING.sub("###", prose)
+    prose = _QUOTED_LIST.sub(_marker_as_text, prose)
     prose = _IMAGE.sub(lambda m: m.group(1), prose)
     prose = _LINK.sub(lambda m: m.group(0) if m.group(2) in allowed else m.group(1), prose)
     prose = _REFERENCE.sub("", prose)
     return remove_urls(prose, allowed=lambda url: url in allowed)
+
+
+def _marker_as_text(match: re.Match[str]) -> str:
+    """A list marker in a quote block as text that reads the same (``•``, ``1․``)."""
+    if match.group(2):
+        return f"{match.group(1)}•"
+    return f"{match.group(1)}{match.group(3)}{'․' if match.group(4) == '.' else '⁾'}"
 
 
 def _without_sources(markdown: str) -> str:
