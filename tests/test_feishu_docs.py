@@ -63,7 +63,7 @@ from tests.fakes.feishu import (
     message_event,
     signed_headers,
 )
-from tests.fakes.feishu_docs import DOC_URL, MISSING_SCOPE, doc_kind
+from tests.fakes.feishu_docs import DOC_URL, MISSING_SCOPE, FakeDocument, doc_kind
 
 SOURCES = [
     Source(n=1, title="Heat pumps in cold climates", url="https://example.org/heat"),
@@ -468,6 +468,10 @@ async def feishu(
     yield start
 
 
+def document_url(document: FakeDocument) -> str:
+    return DOC_URL + document.document_id
+
+
 def docs_calls(fake: FakeFeishu) -> list[str]:
     return [kind for c in fake.calls if (kind := doc_kind(c.method, c.path)) is not None]
 
@@ -700,3 +704,43 @@ async def test_a_delivery_cancelled_mid_document_deletes_what_it_made(
     finally:
         release.set()
     assert fake.docs.live() == [] and len(fake.calls_to("file_delete")) == 1
+
+
+async def test_a_long_digest_is_a_document_with_its_summary_in_the_digest_s_thread(
+    feishu: Callable[..., Awaitable[FeishuBot]], llm_server: FakeLLMServer
+) -> None:
+    """A digest takes the same path: its card opens a new thread in the group, the document
+    is shared with that group, and the summary replies in the new thread."""
+    from core.operations.digests import DigestService
+    from storage import DigestStore
+
+    bot = await feishu(FATHOM_STALE_RUN_AFTER="4")  # the sweep takes queued runs every 2 s
+    await bot.ask(
+        '/research schedule "heat pumps" cron="0 9 * * MON" depth=1',
+        "om_sched",
+        chat_type="group",
+        chat_id="oc_group_9",
+        mention_bot=True,
+    )
+    await wait_for(lambda: bot.fake.thread("om_sched"))
+    digests = DigestService(
+        DigestStore(bot.served.database),
+        bot.served.store.runs,
+        min_interval=3600,
+        grace=3600,
+        max_per_channel=10,
+    )
+    (digest,) = await digests.digests.all()
+    llm_server.fake.script("writer", Reply(LONG))
+    run, created = await digests.fire(digest, datetime(2026, 12, 7, 1, 0, tzinfo=UTC))
+    assert created and run is not None
+    (done,) = await bot.delivered()
+    opener = bot.fake.messages[done.progress_message_id or ""]
+    assert opener.root_id == "" and opener.chat_id == "oc_group_9"
+    (document,) = bot.fake.docs.live()
+    assert document.members == [
+        {"member_type": "openchat", "member_id": "oc_group_9", "perm": "view"}
+    ]
+    (summary,) = bot.fake.thread(opener.message_id)
+    assert summary.uuid == f"{done.id}:summary"
+    assert card_buttons(summary)[0]["behaviors"][0]["default_url"] == document_url(document)
