@@ -246,6 +246,8 @@ class FakeFeishu:
             self._reset_state()
 
     def _reset_state(self) -> None:
+        #: Seconds every Open API call waits before it is answered (a round trip; benchmarks).
+        self.latency = 0.0
         self.tokens: set[str] = set()
         self.calls: list[FeishuCall] = []
         self.messages: dict[str, FeishuMessage] = {}
@@ -627,6 +629,8 @@ def build_feishu_app(fake: FakeFeishu) -> Starlette:
         if hold is not None:  # a call that hangs until the test lets it go
             fake.held.append(kind)
             await asyncio.to_thread(hold.wait, 30)
+        if fake.latency > 0:
+            await asyncio.sleep(fake.latency)
         if _kind(request.method, request.url.path) == "resource":
             status, answer, headers = fake.resource(
                 request.url.path,
