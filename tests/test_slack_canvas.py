@@ -631,3 +631,22 @@ async def test_served_the_operator_s_canvas_access_reaches_the_canvas(
     [grant] = bot.slack.calls_to("canvases.access.set")
     # slack_sdk sends the list joined with commas (``canvases_access_set``)
     assert (grant.params["access_level"], grant.params["channel_ids"]) == ("write", "C0001")
+
+
+async def test_a_digest_s_long_report_is_a_canvas_with_its_summary_in_the_digest_s_thread(
+    server: FakeSlackServer, store: Store
+) -> None:
+    """A digest's firing takes the same path: its thread starts with its progress message
+    (a ``pending-…`` key), the canvas is shared with the channel, and the summary replies in
+    the thread that message opened."""
+    run = await slack_run(store, key="slack:T0001:C0001:pending-digest-1", topic="AI chips")
+    delivery = await posters(server, store).for_run(run)
+    assert await deliver(delivery, outcome_of(run, LONG)) == 2
+    [(_, canvas)] = server.fake.canvases.live().items()
+    assert canvas["access"] == {"C0001": "read"}
+    stored = await store.runs.get_run(run.id)
+    assert stored is not None and stored.progress_message_id is not None
+    assert stored.thread.thread == stored.progress_message_id  # re-keyed to its opener
+    [summary] = thread_messages(server)
+    assert summary["thread_ts"] == stored.progress_message_id
+    assert "Read the full report" in summary["blocks"][0]["text"]
