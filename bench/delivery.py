@@ -8,7 +8,7 @@ adapter, in a thread of this process, on a SQLite file) against the loopback fak
 and search fakes, and the platform's fake Web API answering every call after
 ``--api-latency`` seconds (a Web API round trip; Slack's and Feishu's are of that order from a
 cloud region). The fake writer answers a depth-3 research with the same long report each time
-(about 30 KB of Markdown: eight themes of cited paragraphs, as a depth-3 report is), so both
+(about 32 KB of Markdown: eight themes of nine cited paragraphs, as a depth-3 report is), so both
 sides deliver the same text. ``parts`` is the app with ``FATHOM_REPORT_DOCUMENT_PARTS=0``
 (the report as messages, as before the issue), ``document`` with the default (2). The two
 alternate, ``--runs`` runs each, every run a new mention in a new thread.
@@ -61,7 +61,7 @@ THEMES = (
 
 
 def long_report(topic: str) -> str:
-    """A depth-3 report of about 30 KB, citing sources 1-3 (a depth-3 run has at least as
+    """A depth-3 report of about 32 KB, citing sources 1-3 (a depth-3 run has at least as
     many): what the fake writer answers."""
     lines = [f"# {topic.capitalize()}", "", "## Executive summary", ""]
     lines += [
@@ -74,7 +74,7 @@ def long_report(topic: str) -> str:
     ]
     for i, theme in enumerate(THEMES):
         lines += [f"### {theme.capitalize()}", ""]
-        for j in range(6):
+        for j in range(9):
             n = (i + j) % 3 + 1
             lines += [
                 f"On {theme}, the studies reviewed report consistent results across the "
