@@ -17,6 +17,8 @@ built from a :class:`Database` alone:
 - :class:`FeedbackStore` (``storage/feedback.py``): votes on reports, one per person per run;
 - :class:`ContextStore` (``storage/contexts.py``): what a conversation was opened from
   (Slack's assistant threads);
+- :class:`ProgressStore` (``storage/progress.py``): the progress rows of runs asked for over
+  MCP;
 - :class:`RetentionStore` (``storage/retention.py``): pruning finished research past its
   retention;
 - :class:`ForgetStore` (``storage/forget.py``): forgetting one person (a privacy request).
@@ -56,6 +58,7 @@ from storage.files import FileStore
 from storage.forget import ForgetStore, Forgotten, NotARequesterKey, Person
 from storage.leases import LeaseStore
 from storage.lifecycle import outcome_is_delivered
+from storage.progress import ProgressStore
 from storage.records import (
     Admission,
     CancelRequest,
@@ -66,6 +69,7 @@ from storage.records import (
     DigestRecord,
     FeedbackRecord,
     GuidanceTaken,
+    ProgressRecord,
     Renewal,
     RunRecord,
     RunUsage,
@@ -108,6 +112,8 @@ __all__ = [
     "LeaseStore",
     "NotARequesterKey",
     "Person",
+    "ProgressRecord",
+    "ProgressStore",
     "Pruned",
     "QuotaReached",
     "Renewal",

@@ -2,14 +2,15 @@
 database (slack-machine's ``MemoryStorage`` idea).
 
 :class:`MemoryStores` fills every store of the view (``runs``, ``threads``, ``events``,
-``files``, ``contexts``, ``feedback``) with the SQL stores' answers: a delivery key recorded
-once, one active run per thread, a redelivery finding its run, the per-user limit and the daily
-quota counted before a run is admitted (and the token allowance it reserves), stop and cancel
-decided on the run as it is, guidance refused once the run's searching ended, a file taken by
-one request only. Each decision is made under one :class:`asyncio.Lock`, so concurrent calls in
-one event loop are decided one after another, as the database's locks decide them across
-replicas. ``tests/test_store_contract.py`` holds the twin and the SQL stores to the same
-answers; the chat layer's tests that need no run executed use the twin.
+``files``, ``contexts``, ``feedback``, ``progress``) with the SQL stores' answers: a delivery
+key recorded once, one active run per thread, a redelivery finding its run, the per-user limit
+and the daily quota counted before a run is admitted (and the token allowance it reserves),
+stop and cancel decided on the run as it is, guidance refused once the run's searching ended,
+a file taken by one request only, an MCP run's progress rows numbered in order. Each decision
+is made under one :class:`asyncio.Lock`, so concurrent calls in one event loop are decided
+one after another, as the database's locks decide them across replicas.
+``tests/test_store_contract.py`` holds the twin and the SQL stores to the same answers; the
+chat layer's tests that need no run executed use the twin.
 
 What a runner writes (``storage.ClaimStore``: claims, checkpoints, outcomes, deliveries) is
 not part of the view: a test standing in for a runner changes a run's record with
@@ -45,6 +46,7 @@ from storage.records import (
     CancelRequest,
     DailyQuota,
     GuidanceTaken,
+    ProgressRecord,
     RunRecord,
     RunUsage,
     SourceRecord,
@@ -78,6 +80,7 @@ class _Memory:
     files: list[tuple[int, str, dict[str, Any], datetime]] = field(default_factory=list)
     contexts: dict[str, tuple[dict[str, Any], datetime]] = field(default_factory=dict)
     votes: dict[tuple[str, str], Vote] = field(default_factory=dict)
+    progress: dict[str, list[ProgressRecord]] = field(default_factory=dict)
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def thread_by_key(self, key: str) -> _Thread | None:
@@ -616,6 +619,24 @@ class MemoryFeedback:
             return before
 
 
+class MemoryProgress:
+    """:class:`core.chat.stores.ChatProgress` in memory: each run's rows numbered from 1."""
+
+    def __init__(self, memory: _Memory) -> None:
+        self._m = memory
+
+    async def append(self, run_id: str, text: str) -> int:
+        async with self._m.lock:
+            if run_id not in self._m.runs:
+                raise KeyError(f"no run {run_id!r}")  # (the SQL store's foreign key)
+            rows = self._m.progress.setdefault(run_id, [])
+            rows.append(ProgressRecord(run_id, len(rows) + 1, text, utcnow()))
+            return len(rows)
+
+    async def since(self, run_id: str, seq: int = 0) -> list[ProgressRecord]:
+        return [row for row in self._m.progress.get(run_id, []) if row.seq > seq]
+
+
 class MemoryStores:
     """Every store of :class:`core.chat.stores.ChatStores`, in memory (see the module
     docstring); one instance is one database's worth of rows."""
@@ -628,6 +649,7 @@ class MemoryStores:
         self.files = MemoryFiles(memory)
         self.contexts = MemoryContexts(memory)
         self.feedback = MemoryFeedback(memory)
+        self.progress = MemoryProgress(memory)
 
 
 def _spent(run: RunRecord) -> int:

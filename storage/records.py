@@ -289,3 +289,14 @@ class FeedbackRecord:
     thread_key: str
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressRecord:
+    """One state of an MCP run's progress (``mcp_progress``): its number in the run (from 1),
+    its text and when it was written."""
+
+    run_id: str
+    seq: int
+    text: str
+    created_at: datetime

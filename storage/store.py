@@ -2,7 +2,7 @@
 
 ``Store(database)`` builds the stores that each do one job and exposes them as attributes
 (``runs``, ``claims``, ``threads``, ``events``, ``files``, ``caches``, ``digests``,
-``leases``, ``feedback``, ``contexts``, ``retention``, ``forgetting``),
+``leases``, ``feedback``, ``contexts``, ``progress``, ``retention``, ``forgetting``),
 so code that needs one job is handed that store alone. It has no methods of its own to call:
 what a caller uses shows in the store it names.
 """
@@ -23,6 +23,7 @@ from storage.feedback import FeedbackStore
 from storage.files import FileStore
 from storage.forget import ForgetStore
 from storage.leases import LeaseStore
+from storage.progress import ProgressStore
 from storage.retention import RetentionStore
 from storage.runs import RunStore
 from storage.threads import ThreadStore
@@ -47,5 +48,6 @@ class Store:
         self.leases = LeaseStore(database)
         self.feedback = FeedbackStore(database)
         self.contexts = ContextStore(database)
+        self.progress = ProgressStore(database)
         self.retention = RetentionStore(database)
         self.forgetting = ForgetStore(database)

@@ -304,6 +304,21 @@ class ConversationContext(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
 
 
+class McpProgress(Base):
+    """One state of the progress of a run asked for over MCP (migration 0022), written by the
+    ``mcp`` platform's delivery and read by the request handler holding the caller's
+    connection (``storage.progress``); ``seq`` counts from 1 in each run."""
+
+    __tablename__ = "mcp_progress"
+
+    run_id: Mapped[str] = mapped_column(
+        ForeignKey("research_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 def ours(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
     """For Alembic's comparisons: procrastinate's tables (``FATHOM_QUEUE=procrastinate``,
     migration 0009) are its own schema, not these models."""

@@ -629,3 +629,21 @@ async def test_forget_the_person_who_started_a_thread_someone_else_followed_up_i
         ("bea-plan.pdf (attached by (forgotten))", ""),
         ("k", "https://kept.example/"),
     ]
+
+
+async def test_forgetting_an_mcp_principal_deletes_its_runs_progress_rows(
+    store: Store, database: Database
+) -> None:
+    """An MCP caller's requester key is ``mcp:<principal>:<principal>``: its runs go, and
+    their ``mcp_progress`` rows with them (their text can name what the person asked)."""
+    mine = await research(store, "mcp:alice:mcp:0a", "mcp:alice:alice", topic="UFORGET7 plans")
+    theirs = await research(store, "mcp:bob:mcp:0b", "mcp:bob:bob")
+    await store.progress.append(mine, "Searching UFORGET7 plans…")
+    await store.progress.append(theirs, "1/3th search executed.")
+
+    done = await store.forgetting.forget(Person.parse("mcp:alice:alice"))
+
+    assert done.runs == 1
+    assert await rows_naming(database, "UFORGET7") == []
+    assert await store.progress.since(mine) == []
+    assert [r.text for r in await store.progress.since(theirs)] == ["1/3th search executed."]

@@ -19,6 +19,7 @@ from core.settings import Settings
 from storage import Database, Pruned, RetentionStore, RunRecord, SourceRecord, Store
 from storage.retention import delete_runs, delete_threads, pick_runs, pick_threads
 from storage.tables import (
+    McpProgress,
     ResearchRun,
     RunFeedback,
     RunSource,
@@ -250,3 +251,18 @@ async def test_housekeeping_runs_each_platform_s_chores_past_a_failing_one(
 
 #: What a platform's chores do not use of its services.
 UNUSED = ("requests", "digests", "policy", "limits")
+
+
+async def test_prune_deletes_an_mcp_runs_progress_rows_with_the_run(
+    store: Store, database: Database
+) -> None:
+    """``mcp_progress`` rows go with their run (its foreign key cascades, on SQLite too:
+    ``PRAGMA foreign_keys=ON``); a run kept keeps its rows."""
+    old = await finished(store, "mcp:local:mcp:0a", days_ago=200)
+    recent = await finished(store, "mcp:local:mcp:0b", days_ago=10)
+    for run in (old, recent):
+        await store.progress.append(run.id, "1/3th search executed.")
+        await store.progress.append(run.id, "Research done.")
+    assert (await RetentionStore(database).prune(utcnow() - 180 * DAY)).runs == 1
+    assert await count(database, McpProgress, run_id=old.id) == 0
+    assert [r.seq for r in await store.progress.since(recent.id)] == [1, 2]

@@ -165,8 +165,8 @@ def test_db_current_downgrade_and_upgrade_roll_a_release_back_and_forth(
     with sqlite3.connect(path) as conn:
         columns = [row[1] for row in conn.execute("PRAGMA table_info(research_runs)")]
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-    assert "report_document" not in columns  # 0021's is gone
-    assert "token_allowance" in columns and "teams_conversations" in tables  # 0020's, 0019's stay
+    assert "mcp_progress" not in tables  # 0022's is gone
+    assert "report_document" in columns and "token_allowance" in columns  # 0021's, 0020's stay
     assert db("upgrade").returncode == 0
     assert db("current").stdout.startswith(f"{HEAD_REVISION} (current;")
 

@@ -550,3 +550,36 @@ async def test_a_vote_is_one_per_person_and_a_second_changes_it(b: Runner) -> No
     assert await feedback.record_feedback(run.id, "U1", Vote.DOWN) is Vote.UP
     assert await feedback.record_feedback(run.id, "U2", Vote.DOWN) is None
     assert await feedback.record_feedback(run.id, "U1", Vote.DOWN) is Vote.DOWN
+
+
+# -- progress of runs asked for over MCP -----------------------------------------------------
+
+
+async def test_an_mcp_runs_progress_rows_are_numbered_in_order_and_read_after_a_number(
+    b: Runner,
+) -> None:
+    run, _ = await new(b)
+    other, _ = await new(b, thread("2"))
+    progress = b.stores.progress
+    assert await progress.since(run.id) == []
+    assert await progress.append(run.id, "Searching…") == 1
+    assert await progress.append(other.id, "elsewhere") == 1
+    assert await progress.append(run.id, "1/2th search executed.") == 2
+    assert await progress.append(run.id, "Writing the report…") == 3
+    rows = await progress.since(run.id)
+    assert [(r.run_id, r.seq, r.text) for r in rows] == [
+        (run.id, 1, "Searching…"),
+        (run.id, 2, "1/2th search executed."),
+        (run.id, 3, "Writing the report…"),
+    ]
+    assert [r.text for r in await progress.since(run.id, 2)] == ["Writing the report…"]
+    assert await progress.since(run.id, 3) == []
+    with pytest.raises(KeyError):
+        await progress.append("no-such-run", "lost")
+
+
+async def test_concurrent_progress_rows_of_one_run_get_distinct_numbers(b: Runner) -> None:
+    run, _ = await new(b)
+    numbers = await asyncio.gather(*(b.stores.progress.append(run.id, f"{i}") for i in range(6)))
+    assert sorted(numbers) == [1, 2, 3, 4, 5, 6]
+    assert [r.seq for r in await b.stores.progress.since(run.id)] == [1, 2, 3, 4, 5, 6]

@@ -24,6 +24,7 @@ from storage.records import (
     CancelRequest,
     DigestRecord,
     GuidanceTaken,
+    ProgressRecord,
     RunRecord,
     SourceRecord,
     StopRequest,
@@ -39,11 +40,13 @@ __all__ = [
     "ChatEvents",
     "ChatFeedback",
     "ChatFiles",
+    "ChatProgress",
     "ChatRuns",
     "ChatStores",
     "ChatThreads",
     "DigestRecord",
     "GuidanceTaken",
+    "ProgressRecord",
     "RunRecord",
     "StopRequest",
     "ThreadRecord",
@@ -147,6 +150,15 @@ class ChatFeedback(Votes, Protocol):
     """Votes on reports (``storage.FeedbackStore``)."""
 
 
+class ChatProgress(Protocol):
+    """The progress of runs asked for over MCP, as numbered rows (``storage.ProgressStore``):
+    written by the ``mcp`` platform's delivery, read by the request handler of the caller."""
+
+    async def append(self, run_id: str, text: str) -> int: ...
+
+    async def since(self, run_id: str, seq: int = 0) -> list[ProgressRecord]: ...
+
+
 class ChatStores(Protocol):
     """The stores the chat layer and the platforms use, each for its own job (``storage.Store``
     holds them all, ``storage.memory.MemoryStores`` is their twin in memory; a platform is
@@ -159,7 +171,8 @@ class ChatStores(Protocol):
     - ``events``: platform deliveries recorded once across replicas;
     - ``files``: files sent on their own, kept for the next request;
     - ``contexts``: what a conversation was opened from (Slack's assistant threads);
-    - ``feedback``: votes on reports.
+    - ``feedback``: votes on reports;
+    - ``progress``: the progress rows of runs asked for over MCP.
     """
 
     @property
@@ -179,3 +192,6 @@ class ChatStores(Protocol):
 
     @property
     def feedback(self) -> ChatFeedback: ...
+
+    @property
+    def progress(self) -> ChatProgress: ...
