@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from bots.chat.platform import ChatPlatform, OpenPlatform, PlatformServices
 from bots.chat.settings import ChatPolicy, ChatSettings, PlatformSettings
+from bots.mcp.settings import McpSettings
 from bots.platforms import PLATFORMS, Registry, classes, titles
 from core.config import load
 from core.settings import Settings
@@ -52,6 +53,8 @@ class AppSettings:
     platforms: Mapping[str, PlatformSettings]
     #: The registered platforms (``bots.platforms.PLATFORMS``, or more in a test).
     registry: Registry = PLATFORMS
+    #: ``/mcp``'s tokens and the headers it answers (None: no ``/mcp``).
+    mcp: McpSettings | None = None
 
     @property
     def classes(self) -> tuple[PlatformClass, ...]:
@@ -91,6 +94,7 @@ def load_app_settings(registry: Registry = PLATFORMS, **overrides: object) -> Ap
         chat=load(ChatSettings, **overrides),
         platforms={cls.name: load(cls.settings_class, **overrides) for cls in classes(registry)},
         registry=registry,
+        mcp=load(McpSettings, **overrides),
     )
 
 

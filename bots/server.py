@@ -7,8 +7,10 @@ election of the replica that holds each long-lived connection, housekeeping) and
 once the schema is usable (``App.start``: the job runner, which resumes runs a dead process
 left behind and keeps sweeping for runs a dead replica abandoned, then the rest). The
 server talks to each platform's opened ingress. Every registered platform's routes are
-mounted (404 while it is not configured). Shutdown closes the long-lived connections first,
-then gives running jobs a grace period and hands the rest back for any replica to continue.
+mounted (404 while it is not configured), and ``/mcp``, the research tool over MCP's
+Streamable HTTP (``bots.mcp.http``: 404 without ``FATHOM_MCP_TOKEN``). Shutdown stops
+``/mcp``'s sessions, closes the long-lived connections, then gives running jobs a grace
+period and hands the rest back for any replica to continue.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from bots.composition import AppSettings, open_app
 from bots.header_deadline import MAX_HEADER_BYTES, protocol_class
 from bots.http_metrics import IngressMetrics
 from bots.http_status import built_app, metrics_route, readyz
+from bots.mcp.http import METHODS as MCP_METHODS
+from bots.mcp.http import PATH as MCP_PATH
+from bots.mcp.http import McpEndpoint
 from core.config import ConfigError
 from core.operations.queue import conninfo
 from core.runtime import wait_for_schema
@@ -91,7 +96,8 @@ def create_app(
             else:  # started before the migration: the routes answer 503 until it has run
                 starting = asyncio.create_task(start_when_usable())
             try:
-                yield
+                async with mcp.serving(built):  # stopped first: its calls' runs go on
+                    yield
             finally:
                 if starting is not None:
                     starting.cancel()
@@ -106,6 +112,13 @@ def create_app(
         for cls in settings.classes
         for route in cls.routes
     ]
+    mcp = McpEndpoint(
+        settings.mcp,
+        admin_port=admin_port,
+        max_body_bytes=settings.chat.max_body_bytes,
+        body_timeout=settings.chat.body_timeout,
+    )
+    routes.append(Route(MCP_PATH, mcp, methods=list(MCP_METHODS)))
     app = Starlette(
         routes=[
             *routes,

@@ -31,7 +31,9 @@ LEASE = 45.0
 VERIFY_SECONDS = 30.0
 #: Variables whose given value is never repeated in an error (it may hold a password, or a
 #: key in its user part or query).
-_UNECHOED = frozenset({"DATABASE_URL", "OPENAI_BASE_URL", "FATHOM_WRITER_BASE_URL"})
+_UNECHOED = frozenset(
+    {"DATABASE_URL", "OPENAI_BASE_URL", "FATHOM_WRITER_BASE_URL", "FATHOM_MCP_TOKEN"}
+)
 
 
 class ConfigError(Exception):

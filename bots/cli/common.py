@@ -57,13 +57,14 @@ def all_settings() -> AppSettings:
 
 
 def setup_logging(settings: Settings, *, quiet_below_warning: bool) -> None:
+    from bots.mcp.settings import token_patterns
     from bots.platforms import secret_patterns
     from core.logs import configure_logging
 
     level = settings.log_level
     if quiet_below_warning and level in ("DEBUG", "INFO") and settings.log_level != "DEBUG":
         level = "WARNING"
-    configure_logging(level, settings.log_format, secret_patterns())
+    configure_logging(level, settings.log_format, (*secret_patterns(), *token_patterns()))
 
 
 @dataclass
