@@ -28,6 +28,7 @@ from core.settings import Settings
 if TYPE_CHECKING:
     from bots.chat.delivery import ThreadPosters
     from bots.housekeeping import Housekeeping
+    from bots.mcp.delivery import McpPosters
     from bots.platforms import PlatformClass
     from core.metrics import Metrics
     from core.operations.duty import OneHolder
@@ -119,6 +120,9 @@ class App:
     holders: dict[str, OneHolder] = field(default_factory=dict)
     #: ``serve``'s hourly pruning (on the replica holding its lease).
     housekeeping: Housekeeping | None = None
+    #: The ``mcp`` platform's delivery, registered on the job (its ``wakeup`` tells this
+    #: process's MCP request handlers of the progress rows written here).
+    mcp: McpPosters | None = None
 
     @property
     def owner(self) -> str:
@@ -163,6 +167,9 @@ async def open_app(
     """Build the process (``ConfigError`` before touching anything when a setting is
     missing); nothing is started (the entry point calls :meth:`App.start` once the schema is
     usable)."""
+    from bots.mcp.delivery import PLATFORM as MCP
+    from bots.mcp.delivery import TITLE as MCP_TITLE
+    from bots.mcp.delivery import McpPosters
     from core.operations.job import DeliveryPolicy, ResearchJob
     from core.operations.queue import ProcrastinateJobRunner, ProcrastinateQueue
     from core.operations.runners import InProcessJobRunner
@@ -179,7 +186,7 @@ async def open_app(
             runtime.store.runs,
             runtime.store.claims,
             policy=policy,
-            chat_platforms=settings.titles,
+            chat_platforms={**settings.titles, MCP: MCP_TITLE},
         )
         runner: JobRunner
         queue: ProcrastinateQueue | None = None
@@ -196,6 +203,9 @@ async def open_app(
                 job, claims=store.claims, max_concurrent=core.max_concurrent_runs, timing=timing
             )
         app = App(settings, runtime, job, runner, queue)
+        # Runs asked for over MCP (fathom mcp, /mcp): their progress as rows, from any process.
+        app.mcp = McpPosters(runtime.store.progress)
+        job.register(MCP, app.mcp)
         # Closed in this order: the ingresses (stop taking requests, finish the answers in
         # flight), the runner (its running jobs post meanwhile), then the outbound clients.
         clients = await stack.enter_async_context(contextlib.AsyncExitStack())

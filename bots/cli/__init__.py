@@ -10,8 +10,9 @@ The package, by command group: ``apps.py`` (the Typer app and its groups),
 ``common.py`` (what every command shares), ``research_commands.py`` (research, resume),
 ``eval_commands.py`` (eval),
 ``thread_commands.py``, ``digest_commands.py``, ``source_commands.py``, ``data_commands.py``
-(feedback, prune, forget), ``db_commands.py``, ``server_commands.py`` (serve, worker). Each
-command module registers its commands on the app when it is imported (here).
+(feedback, prune, forget), ``db_commands.py``, ``server_commands.py`` (serve, worker),
+``mcp_commands.py`` (mcp). Each command module registers its commands on the app when it is
+imported (here).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from bots.cli.apps import app
 # isort: off
 from bots.cli import research_commands, eval_commands, thread_commands, digest_commands
 from bots.cli import source_commands, data_commands, db_commands, server_commands
+from bots.cli import mcp_commands
 # isort: on
 
 __all__ = ["app", "main"]
@@ -42,6 +44,7 @@ COMMANDS = (
     data_commands,
     db_commands,
     server_commands,
+    mcp_commands,
 )
 
 

@@ -295,6 +295,11 @@ class ResearchJob:
             on_cancel_requested=lambda: self._executor.cancel_here(claim.run_id),
         )
 
+    async def stored_outcome(self, run: RunRecord) -> RunOutcome:
+        """The outcome of a finished run, as stored (what ``fathom research --json`` prints
+        of it; the MCP tool's result, ``bots.mcp.follow``)."""
+        return await self._executor.stored_outcome(run)
+
     def register(self, platform: str, factory: DeliveryFactory) -> None:
         self._factories[platform] = factory
 

@@ -1,0 +1,440 @@
+"""Fathom's research as an MCP server: one ``research`` tool (issue 57).
+
+:func:`research_server` makes the SDK's low-level ``mcp.server.lowlevel.Server`` (mcp
+2.3.0) from the process's services (:class:`McpServices`, gathered by :func:`services_of`)
+and the caller's principal: a fixed name (``fathom mcp`` over stdio: ``local``) or a function
+of the request's context, so one server serves every principal; :func:`build_server` is
+``fathom serve``'s (``/mcp``: the principal its bearer token names, ``bots.mcp.http``). A
+call of the tool:
+
+1. checks its arguments; a bad one (an empty topic, a depth out of ``1..FATHOM_MAX_DEPTH``,
+   an unknown strategy or sources, ``internal`` sources where the principal may use none, a
+   thread that is not one of the principal's) is a tool error (``isError``, one line), and the
+   server keeps serving;
+2. submits the run as the chat layer does (``core.research.requests.RunRequests.submit``:
+   dedupe, one active run per thread, ``FATHOM_USER_CONCURRENCY`` and the daily quotas per
+   principal) in thread ``mcp:<principal>:mcp:<thread id>`` (a uuid hex made here, returned
+   as ``thread``; a follow-up passes it back and the key is rebuilt from the caller's own
+   principal, so no caller reaches another's thread), requested by
+   ``mcp:<principal>:<principal>`` (``fathom forget --user`` takes it), and hands it to the
+   process's job runner (in-process, or procrastinate's queue);
+3. follows it (``bots.mcp.follow.RunFollower``), sending each progress row as
+   ``notifications/progress`` with the caller's progress token (progress: rows seen; total:
+   the run's depth + 2; message: the row's text);
+4. returns the Markdown report as text (for a run that failed or was cancelled, why; a
+   failure is ``isError``) and ``ResearchResult`` as structured content.
+
+The caller's ``notifications/cancelled`` cancels the run (``RunRequests.cancel``, as the
+chat's Cancel does). The SDK tells a cancel from a disconnect this way
+(``mcp/shared/jsonrpc_dispatcher.py``): on ``notifications/cancelled`` it sets the request's
+``DispatchContext.cancel_requested`` and then cancels the handler's scope; when the
+connection closes (stdin's EOF, an HTTP stream gone) it cancels every handler without
+setting it. So a handler cancelled with the flag unset is a disconnect: its run goes on, is
+stored, and a later call with its ``thread`` finds its report. The flag is read from the
+session's dispatch context (:func:`cancel_requested`), which the low-level context does not
+expose by a public name in mcp 2.3.0.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from pydantic import BaseModel, Field
+
+from bots.chat.settings import ChatPolicy
+from bots.mcp.delivery import PLATFORM, Wakeup
+from bots.mcp.follow import Outcomes, ResearchResult, RunFollower, RunGone, research_result
+from bots.mcp.settings import LOCAL
+from core.chat.stores import ChatProgress, ChatThreads, RunRecord
+from core.engine.registry import STRATEGIES
+from core.research.outcome import final_progress_text
+from core.research.requests import DailyLimitReached, ResearchRequest, RunRejected
+from core.values import RunStatus, SourceChoice, ThreadKey
+from core.words.wording import Language, pick, request_language
+from storage.errors import UserBusy
+
+if TYPE_CHECKING:
+    from bots.composition import App
+    from core.operations.job import ResearchJob
+    from core.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+#: The tool's name.
+TOOL = "research"
+#: A thread id Fathom made (``uuid.uuid4().hex``).
+_THREAD_ID = re.compile(r"^[0-9a-f]{32}$")
+
+DESCRIPTION = (
+    "Deep research on the web (and, where this caller may, the team's internal sources): "
+    "Fathom plans searches, reads the results and writes a Markdown report whose claims cite "
+    "numbered sources and are checked against them. A run takes minutes (each round of "
+    "`depth` is a search); progress notifications say where it is (`1/3th search executed.`, "
+    "the plan's steps, checking citations, writing the report), and cancelling the call "
+    "cancels the research. The result is the report as text, with the sources, the claim "
+    "check, the usage and the `thread` id as structured content; pass `thread` back to ask a "
+    "follow-up that builds on what was found. The report is written in the topic's language."
+)
+
+
+class ResearchArguments(BaseModel):
+    """The ``research`` tool's input (its ``inputSchema``; checked by :func:`parse_arguments`
+    so that each bad argument gets one clear line)."""
+
+    topic: str = Field(description="What to research, as a question or a subject.")
+    depth: int | None = Field(
+        None, description="Search rounds (more: longer and broader). Default: the server's."
+    )
+    strategy: str | None = Field(
+        None, description=f"How to research: {', '.join(STRATEGIES)}. Default: the server's."
+    )
+    sources: str | None = Field(
+        None,
+        description="web, internal (the team's sources this caller may use) or all. Default: all.",
+    )
+    language: str | None = Field(
+        None,
+        description="en or zh: the language of this tool's messages. The report itself is "
+        "written in the topic's language.",
+    )
+    thread: str | None = Field(
+        None, description="The `thread` of an earlier result, to follow up in that research."
+    )
+
+
+class Runs(Protocol):
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+
+class Requests(Protocol):
+    """``core.research.requests.RunRequests``, as far as the tool uses it."""
+
+    async def submit(
+        self, request: ResearchRequest, *, user_limit: int | None = None
+    ) -> tuple[RunRecord, bool]: ...
+
+    async def cancel(self, run_id: str) -> Any: ...
+
+
+class Enqueue(Protocol):
+    async def enqueue(self, run_id: str) -> None: ...
+
+
+class Scopes(Protocol):
+    """``core.knowledge.Knowledge``, as far as the tool uses it."""
+
+    def allowed(self, thread_key: str) -> list[Any]: ...
+
+
+@dataclass(frozen=True)
+class McpServices:
+    """What the server needs of the process: the run requests (submit, cancel), the runs,
+    threads and progress rows, the stored outcome of a run (``ResearchJob.stored_outcome``),
+    the job runner, the internal sources (None: none configured), the chat policy (depth
+    and strategy defaults, ``FATHOM_USER_CONCURRENCY``) and this process's progress
+    wake-up (``bots.mcp.delivery.McpPosters.wakeup``); :func:`services_of` gathers them."""
+
+    requests: Requests
+    runs: Runs
+    threads: ChatThreads
+    rows: ChatProgress
+    outcomes: Outcomes
+    runner: Enqueue
+    policy: ChatPolicy
+    knowledge: Scopes | None = None
+    wakeup: Wakeup | None = None
+    #: How often a followed run is read when nothing wakes its handler (seconds).
+    poll: float = 0.15
+
+
+#: The caller's principal: fixed, or read from the request (``/mcp``: its token's).
+Principal = str | Callable[[ServerRequestContext[Any, Any]], str]
+
+
+class BadArguments(ValueError):
+    """One line saying which argument is wrong and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A call's arguments, checked."""
+
+    topic: str
+    depth: int
+    strategy: str
+    sources: SourceChoice
+    language: Language
+    thread: str | None
+
+
+def parse_arguments(arguments: dict[str, Any] | None, policy: ChatPolicy) -> Asked:
+    """The call's arguments checked against ``policy``; :class:`BadArguments` otherwise."""
+    args = dict(arguments or {})
+    topic = args.get("topic")
+    hint = args.get("language")
+    language: Language = (
+        hint if hint in ("en", "zh") else request_language(topic if isinstance(topic, str) else "")
+    )
+
+    def bad(en: str, zh: str) -> BadArguments:
+        return BadArguments(pick(language, en, zh))
+
+    unknown = sorted(set(args) - set(ResearchArguments.model_fields))
+    if unknown:
+        raise bad(f"unknown argument {unknown[0]!r}", f"未知参数 {unknown[0]!r}")
+    if not isinstance(topic, str) or not topic.strip():
+        raise bad("topic is empty: say what to research", "topic 为空：请说明要研究什么")
+    depth = args.get("depth")
+    if depth is None:
+        depth = policy.default_depth
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= policy.max_depth:
+        raise bad(
+            f"depth must be a whole number from 1 to {policy.max_depth}, not {depth!r}",
+            f"depth 必须是 1 到 {policy.max_depth} 之间的整数，而不是 {depth!r}",
+        )
+    strategy = args.get("strategy") or policy.strategy
+    names = ", ".join(STRATEGIES)
+    if not isinstance(strategy, str) or strategy.strip().lower() not in STRATEGIES:
+        raise bad(
+            f"unknown strategy {strategy!r}; use one of: {names}",
+            f"未知策略 {strategy!r}；可用：{names}",
+        )
+    sources = args.get("sources") or SourceChoice.ALL.value
+    choices = [c.value for c in SourceChoice]
+    if sources not in choices:
+        raise bad(
+            f"sources must be one of {', '.join(choices)}, not {sources!r}",
+            f"sources 必须是 {', '.join(choices)} 之一，而不是 {sources!r}",
+        )
+    thread = args.get("thread")
+    if thread is not None and (not isinstance(thread, str) or not _THREAD_ID.match(thread)):
+        raise bad(
+            f"unknown thread {thread!r}: pass the `thread` of an earlier result",
+            f"未知的 thread {thread!r}：请传入之前结果中的 `thread`",
+        )
+    return Asked(
+        topic.strip(), depth, strategy.strip().lower(), SourceChoice(sources), language, thread
+    )
+
+
+def thread_key(principal: str, thread: str) -> ThreadKey:
+    """The thread of ``principal``'s research ``thread``: ``mcp:<principal>:mcp:<thread>``."""
+    return ThreadKey(platform=PLATFORM, workspace=principal, channel=PLATFORM, thread=thread)
+
+
+def requester(principal: str) -> str:
+    """Who asked, as runs record it (``fathom forget --user`` takes it)."""
+    return f"{PLATFORM}:{principal}:{principal}"
+
+
+def cancel_requested(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the caller sent ``notifications/cancelled`` for this request (see the
+    module: the SDK's dispatch context of the request, behind the session)."""
+    dispatch = getattr(ctx.session, "_request_outbound", None)
+    event = getattr(dispatch, "cancel_requested", None)
+    return bool(event is not None and event.is_set())
+
+
+def tool_error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def research_tool() -> types.Tool:
+    return types.Tool(
+        name=TOOL,
+        title="Deep research",
+        description=DESCRIPTION,
+        input_schema=ResearchArguments.model_json_schema(),
+        output_schema=ResearchResult.model_json_schema(),
+        annotations=types.ToolAnnotations(
+            title="Deep research", read_only_hint=True, open_world_hint=True
+        ),
+    )
+
+
+class ResearchTool:
+    """The ``research`` tool's calls for one server (see the module)."""
+
+    def __init__(self, services: McpServices, principal: Principal) -> None:
+        self._services = services
+        self._principal = principal
+        self._follower = RunFollower(
+            services.runs, services.rows, wakeup=services.wakeup, poll=services.poll
+        )
+
+    def principal_of(self, ctx: ServerRequestContext[Any, Any]) -> str:
+        principal = self._principal
+        return principal if isinstance(principal, str) else principal(ctx)
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[research_tool()])
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        if params.name != TOOL:
+            return tool_error(f"unknown tool {params.name!r}; this server has {TOOL!r}")
+        services = self._services
+        try:
+            asked = parse_arguments(params.arguments, services.policy)
+            run = await self._submit(self.principal_of(ctx), asked)
+        except BadArguments as exc:
+            return tool_error(str(exc))
+        return await self._attend(ctx, run)
+
+    async def _submit(self, principal: str, asked: Asked) -> RunRecord:
+        """The run of ``asked``, created and handed to the runner; :class:`BadArguments`
+        (one line) when it may not start."""
+        services, language = self._services, asked.language
+        if asked.thread is not None:
+            key = thread_key(principal, asked.thread)
+            if await services.threads.get_thread(str(key)) is None:
+                raise BadArguments(
+                    pick(
+                        language,
+                        f"unknown thread {asked.thread!r}: pass the `thread` of an earlier result",
+                        f"未知的 thread {asked.thread!r}：请传入之前结果中的 `thread`",
+                    )
+                )
+        else:
+            key = thread_key(principal, uuid.uuid4().hex)
+        if asked.sources is SourceChoice.INTERNAL:
+            knowledge = services.knowledge
+            if knowledge is None or not knowledge.allowed(str(key)):
+                raise BadArguments(
+                    pick(
+                        language,
+                        "sources=internal: no internal source is configured for this caller "
+                        f"(FATHOM_MCP_CONFIG channels: {PLATFORM}:{principal})",
+                        "sources=internal：没有为这个调用方配置内部来源"
+                        f"（FATHOM_MCP_CONFIG 的 channels：{PLATFORM}:{principal}）",
+                    )
+                )
+        request = ResearchRequest(
+            topic=asked.topic,
+            depth=asked.depth,
+            strategy=asked.strategy,
+            thread=key,
+            requested_by=requester(principal),
+            sources=asked.sources,
+        )
+        try:
+            run, _ = await services.requests.submit(
+                request, user_limit=services.policy.user_concurrency
+            )
+        except RunRejected as exc:
+            raise BadArguments(str(exc)) from None
+        except UserBusy as exc:
+            raise BadArguments(
+                pick(
+                    language,
+                    f"{exc.active} of your researches are running (at most {exc.limit}); "
+                    "wait for one to finish or cancel it",
+                    f"你已有 {exc.active} 个研究在进行（最多 {exc.limit} 个）；请等待或取消一个",
+                )
+            ) from None
+        except DailyLimitReached as exc:
+            raise BadArguments(
+                pick(
+                    language,
+                    f"today's {exc.kind} quota ({exc.limit}) is used; it resets at "
+                    f"{exc.resets_at:%Y-%m-%d %H:%M %Z}",
+                    f"今天的 {exc.kind} 配额（{exc.limit}）已用完；"
+                    f"将于 {exc.resets_at:%Y-%m-%d %H:%M %Z} 重置",
+                )
+            ) from None
+        await services.runner.enqueue(run.id)
+        return run
+
+    async def _attend(
+        self, ctx: ServerRequestContext[Any, Any], run: RunRecord
+    ) -> types.CallToolResult:
+        """Follow the run to its end, sending its progress; then its result."""
+        services = self._services
+        total = float(run.depth + 2)
+        seen = 0
+        try:
+            async for row in self._follower.follow(run.id):
+                seen += 1
+                await ctx.session.report_progress(float(seen), total, row.text)
+            outcome, result = await research_result(services.runs, services.outcomes, run.id)
+        except RunGone:
+            return tool_error(f"run {run.id} is not stored any more")
+        except anyio.get_cancelled_exc_class():
+            if cancel_requested(ctx):
+                with anyio.CancelScope(shield=True):
+                    await services.requests.cancel(run.id)
+                log.info("run %s: cancelled by its MCP caller", run.id)
+            else:
+                log.info("run %s: its MCP caller left; the run goes on", run.id)
+            raise
+        if outcome.status is RunStatus.SUCCEEDED and outcome.report_markdown:
+            text = outcome.report_markdown
+        else:
+            text = outcome.error or final_progress_text(outcome)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)],
+            structured_content=result.model_dump(mode="json"),
+            is_error=outcome.status is RunStatus.FAILED,
+        )
+
+
+def research_server(services: McpServices, principal: Principal = LOCAL) -> Server[Any]:
+    """The MCP server with the ``research`` tool (see the module): ``principal`` is the
+    caller's name, or how to read it from a request's context."""
+    from core.build import version
+
+    tool = ResearchTool(services, principal)
+    return Server(
+        "fathom",
+        version=version(),
+        instructions=DESCRIPTION,
+        on_list_tools=tool.list_tools,
+        on_call_tool=tool.call_tool,
+    )
+
+
+def services_of(
+    runtime: Runtime,
+    job: ResearchJob,
+    runner: Enqueue,
+    policy: ChatPolicy,
+    wakeup: Wakeup | None = None,
+) -> McpServices:
+    """The services of a process: its runtime (``core.runtime.Runtime``), its research job
+    (the stored outcome of a run) and job runner, its chat policy and its
+    ``McpPosters.wakeup`` (``fathom serve``'s: ``bots.composition.App``'s ``runtime``,
+    ``job``, ``runner``, ``settings.policy`` and ``mcp.wakeup``)."""
+    store = runtime.store
+    return McpServices(
+        requests=runtime.research.requests,
+        runs=store.runs,
+        threads=store.threads,
+        rows=store.progress,
+        outcomes=job.stored_outcome,
+        runner=runner,
+        policy=policy,
+        knowledge=runtime.knowledge,
+        wakeup=wakeup,
+    )
+
+
+def build_server(app: App) -> Server[Any]:
+    """``fathom serve``'s research server (``/mcp``): on ``app``'s runtime, job and runner,
+    each call's principal the one its request's token names (``bots.mcp.http.principal_of``)."""
+    from bots.mcp.http import principal_of
+
+    assert app.mcp is not None, "the composition root registers the mcp delivery"
+    services = services_of(app.runtime, app.job, app.runner, app.settings.policy, app.mcp.wakeup)
+    return research_server(services, lambda ctx: principal_of(ctx.request))
