@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,8 @@ from tests.cli import ENTRY_POINT
 from tests.databases import MigratedTemplates
 from tests.fakes.llm import FakeLLMServer, Hang
 from tests.fakes.search import FakeSearchServer
+from tests.test_mcp_http import ALICE, BOB, TOKENS
+from tests.test_mcp_http import client as http_client
 
 THREAD_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -402,3 +404,33 @@ async def test_the_delivery_writes_each_state_once_with_the_plan_and_wakes_the_f
     assert rows[1] == render_progress("1/2th search executed.", (step,))
     assert rows[1].splitlines()[1].startswith("◐ costs") and "<!channel>" not in rows[1]
     assert rows[2].startswith("Cancelled.") and len(rows) == 3
+
+
+# -- over Streamable HTTP, in fathom serve ---------------------------------------------------
+
+
+async def test_the_research_tool_at_slash_mcp_keeps_each_principals_threads_its_own(
+    serve_fathom: Callable[..., Any],
+) -> None:
+    """``fathom serve``'s ``/mcp`` (``bots.mcp.http``) serves this tool
+    (``bots.mcp.server.build_server``): a research by alice's token runs in alice's thread,
+    and bob's token cannot follow up in it."""
+    served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
+    progress = Progress()
+    async with http_client(f"{served.url}/mcp", ALICE) as alice:
+        result = await alice.call_tool(
+            "research", {"topic": "heat pumps", "depth": 1}, None, progress
+        )
+    assert not result.is_error, result.content
+    data = result.structured_content
+    assert isinstance(data, dict) and data["status"] == "succeeded"
+    assert "1/1th search executed." in [m.splitlines()[0] for m in progress.messages]
+    run = await served.store.runs.get_run(data["run_id"])
+    assert run is not None and run.requested_by == "mcp:alice:alice"
+    assert run.thread_key == f"mcp:alice:mcp:{data['thread']}"
+    async with http_client(f"{served.url}/mcp", BOB) as bob:
+        refused = await bob.call_tool(
+            "research", {"topic": "more", "depth": 1, "thread": data["thread"]}
+        )
+    assert refused.is_error
+    assert "unknown thread" in refused.content[0].text  # type: ignore[union-attr]
