@@ -9,25 +9,39 @@ Forbidden"); the SDK's ``mcp/server/transport_security.py`` (a Host it does not 
 the ``AuthenticatedUser`` that opened it: another credential's request for it is 404
 "Session not found"); RFC 6750 section 3 (401 with ``WWW-Authenticate: Bearer``).
 
-The research tool itself is ``bots.mcp.server``'s; these tests serve a small MCP server of
-their own (:func:`whoami_server`: one tool answering the caller's principal) where only the
-transport and its security are under test.
+The transport and its security are tested with a small MCP server of the tests' own
+(:func:`whoami_server`: one tool answering the caller's principal); the research tool
+(``bots.mcp.server``) is then called through it as assistants call it: ``notifications/progress``
+with the caller's token (the specification's basic/utilities/progress, the client's
+``progress_callback``), a tool error as a result with ``isError`` (server/tools), per-principal
+threads and the per-user concurrency limit decided by ``RunRequests.submit``, a client that
+closes mid-call (the SDK client's pending call fails with "Connection closed", and no
+``notifications/cancelled`` is sent), and a ``fathom worker`` on PostgreSQL executing the run.
 """
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, CallToolResult, ListToolsResult, TextContent, Tool
 
 from bots.mcp.http import principal_of
 from bots.mcp.settings import McpSettings
 from core.config import ConfigError, load
-from tests.chat_app import ServedFathom
+from core.values import RunStatus
+from storage import Store
+from tests.chat_app import ServedFathom, wait_for
+from tests.fakes.llm import FakeLLMServer, Hang
 
 ALICE = "a" * 40
 BOB = "b" * 40
@@ -267,9 +281,190 @@ async def test_a_body_over_the_limit_is_413_before_the_sdk_reads_it(
     serve_mcp: Callable[..., Any],
 ) -> None:
     served = await serve_mcp(FATHOM_MAX_BODY_BYTES="2048")
-    big = {**INITIALIZE, "params": {**INITIALIZE["params"], "padding": "x" * 4096}}
+    big = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"pad": "x" * 4096}}
     answer = await served.http.post(
         f"{served.url}/mcp", json=big, headers={**POST_HEADERS, "Authorization": f"Bearer {ALICE}"}
     )
     assert answer.status_code == 413
     assert "mcp-session-id" not in answer.headers
+
+
+# The research tool itself, served at /mcp (bots.mcp.server's, on serve's runtime and runner).
+
+
+class Progress:
+    """What a call's ``progress_callback`` received, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, float | None, str | None]] = []
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.seen.append((progress, total, message))
+
+    @property
+    def first_lines(self) -> list[str]:
+        return [(m or "").splitlines()[0] if m else "" for _, _, m in self.seen]
+
+
+async def runs_of(store: Store, principal: str, thread: str) -> list[Any]:
+    found = await store.threads.get_thread(f"mcp:{principal}:mcp:{thread}")
+    return [] if found is None else list(await store.runs.thread_runs(found.id))
+
+
+async def test_a_research_over_http_reports_progress_and_returns_the_cited_report(
+    serve_fathom: Callable[..., Any],
+) -> None:
+    served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
+    progress = Progress()
+    async with client(f"{served.url}/mcp", ALICE) as mcp:
+        assert [tool.name for tool in (await mcp.list_tools()).tools] == ["research"]
+        result = await mcp.call_tool(
+            "research", {"topic": "heat pumps in cold climates", "depth": 2}, None, progress
+        )
+    assert not result.is_error, result.content
+    data = result.structured_content
+    assert isinstance(data, dict) and data["status"] == "succeeded"
+    assert text_of(result).startswith("# ") and "## Sources" in text_of(result)
+    assert data["sources"] and data["claim_check"]["line"]
+    assert "1/2th search executed." in progress.first_lines
+    assert [p for p, _, _ in progress.seen] == list(range(1, len(progress.seen) + 1))
+    # A run like any other: alice's thread, requested by alice, counted as platform mcp.
+    runs = await runs_of(served.store, "alice", data["thread"])
+    assert [run.id for run in runs] == [data["run_id"]]
+    assert runs[0].requested_by == "mcp:alice:alice"
+    metrics = (await served.http.get(f"{served.url}/metrics")).text
+    assert 'fathom_runs_finished_total{platform="mcp",status="succeeded"' in metrics
+
+
+async def test_a_principal_cannot_follow_up_in_another_principals_thread(
+    serve_fathom: Callable[..., Any],
+) -> None:
+    served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
+    async with client(f"{served.url}/mcp", ALICE) as mcp:
+        first = await mcp.call_tool("research", {"topic": "heat pumps", "depth": 1})
+    assert isinstance(first.structured_content, dict)
+    thread = first.structured_content["thread"]
+    async with client(f"{served.url}/mcp", BOB) as mcp:
+        foreign = await mcp.call_tool(
+            "research", {"topic": "and their costs", "depth": 1, "thread": thread}
+        )
+    assert foreign.is_error and "unknown thread" in text_of(foreign)
+    assert await runs_of(served.store, "bob", thread) == []
+    assert len(await runs_of(served.store, "alice", thread)) == 1  # untouched
+    async with client(f"{served.url}/mcp", ALICE) as mcp:
+        followup = await mcp.call_tool(
+            "research", {"topic": "and their costs", "depth": 1, "thread": thread}
+        )
+    assert not followup.is_error, followup.content
+    assert len(await runs_of(served.store, "alice", thread)) == 2
+
+
+async def test_a_principal_at_its_concurrency_limit_gets_a_tool_error_another_is_served(
+    serve_fathom: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS, FATHOM_USER_CONCURRENCY="1")
+    llm_server.fake.script("planner", Hang(600))  # alice's first run holds her one place
+    async with client(f"{served.url}/mcp", ALICE) as mcp:
+        held = asyncio.ensure_future(mcp.call_tool("research", {"topic": "heat pumps"}))
+        await wait_for(lambda: llm_server.fake.requests)  # her run is under way
+        over = await mcp.call_tool("research", {"topic": "solar panels", "depth": 1})
+        async with client(f"{served.url}/mcp", BOB) as other:
+            bobs = await other.call_tool("research", {"topic": "solar panels", "depth": 1})
+        held.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await held
+    assert over.is_error and "\n" not in text_of(over)
+    assert "1" in text_of(over)  # the limit, as the chat's refusal says it
+    assert not bobs.is_error, bobs.content
+    assert isinstance(bobs.structured_content, dict)
+    assert bobs.structured_content["status"] == "succeeded"
+    counted = await served.store.runs.count_runs()
+    assert sum(n for _, _, n in counted) == 2  # alice's held one and bob's; none for the refusal
+
+
+async def test_a_refused_token_starts_no_run(serve_fathom: Callable[..., Any]) -> None:
+    served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "research", "arguments": {"topic": "heat pumps", "depth": 1}},
+    }
+    for body in (INITIALIZE, call):
+        answer = await served.http.post(
+            f"{served.url}/mcp", json=body, headers={**POST_HEADERS, "Authorization": "Bearer x"}
+        )
+        assert answer.status_code == 401
+    assert await served.store.runs.count_runs() == []
+    assert await served.store.threads.list_threads() == []
+
+
+def start_worker(env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
+    """``fathom worker`` in a process of its own (its log in ``cwd``)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "bots.cli", "worker", "--no-upgrade"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(cwd / "worker.log").open("wb"),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_worker_executes_an_mcp_run_and_its_progress_reaches_the_http_caller(
+    database_url: str,
+    serve_fathom: Callable[..., Any],
+    cli_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """``FATHOM_QUEUE=procrastinate`` on PostgreSQL: ``fathom serve`` only queues the run of
+    the call it holds; a ``fathom worker`` (another process) executes it, and its progress
+    rows reach the caller through the database."""
+    served = await serve_fathom(
+        database_url=database_url, FATHOM_QUEUE="procrastinate", FATHOM_MCP_TOKEN=TOKENS
+    )
+    env = {**cli_env, "DATABASE_URL": database_url, "FATHOM_QUEUE": "procrastinate"}
+    worker = await asyncio.to_thread(start_worker, env, tmp_path)
+    progress = Progress()
+    try:
+        async with client(f"{served.url}/mcp", ALICE) as mcp:
+            result = await mcp.call_tool(
+                "research", {"topic": "tidal power", "depth": 2}, None, progress
+            )
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(worker.wait, 30)
+    assert not result.is_error, result.content
+    data = result.structured_content
+    assert isinstance(data, dict) and data["status"] == "succeeded"
+    assert "1/2th search executed." in progress.first_lines
+    runs = await runs_of(served.store, "alice", data["thread"])
+    assert len(runs) == 1 and runs[0].owner is not None
+    assert f":{worker.pid}:" in runs[0].owner  # the worker ran it, not serve
+
+
+async def test_a_client_that_ends_its_session_mid_run_leaves_the_run_to_finish(
+    serve_fathom: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    """A caller that goes away (its client closes: the session's DELETE) without cancelling
+    leaves its run to finish and be stored; nothing cancels it."""
+    served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
+    llm_server.fake.latency = 0.2  # the run outlives the session
+    async with client(f"{served.url}/mcp", ALICE) as mcp:
+        call = asyncio.ensure_future(mcp.call_tool("research", {"topic": "heat pumps"}))
+        await wait_for(lambda: llm_server.fake.requests)  # the run is under way
+    with pytest.raises(MCPError, match="Connection closed"):  # no answer came
+        await call
+
+    async def finished_run() -> Any:
+        threads = await served.store.threads.list_threads()
+        if not threads:
+            return None
+        found = await served.store.threads.get_thread(threads[0].key)
+        runs = await served.store.runs.thread_runs(found.id) if found else []
+        return runs[0] if runs and runs[0].status.finished else None
+
+    run = await wait_for(finished_run, within=60)
+    assert run.thread_key.startswith("mcp:alice:mcp:")
+    assert run.status is RunStatus.SUCCEEDED and not run.cancel_requested
+    assert run.report_markdown

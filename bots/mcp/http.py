@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import importlib
 import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -45,7 +44,6 @@ from bots.http_gate import (
     rejected_response,
 )
 from bots.mcp.settings import LOCAL, McpSettings
-from core.config import ConfigError
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
@@ -63,13 +61,10 @@ METHODS = ("POST", "GET", "DELETE")
 
 def research_server(app: App) -> Server[Any]:
     """The research tool's MCP server on ``app``'s runtime and job runner
-    (``bots.mcp.server``)."""
-    try:
-        server = importlib.import_module("bots.mcp.server")
-    except ImportError as exc:
-        raise ConfigError(f"FATHOM_MCP_TOKEN is set but the MCP server cannot load: {exc}") from exc
-    built: Server[Any] = server.build_server(app)
-    return built
+    (``bots.mcp.server.build_server``), each call's principal its token's."""
+    from bots.mcp.server import build_server
+
+    return build_server(app)
 
 
 def principal_of(request: object | None) -> str:
