@@ -42,6 +42,7 @@ from core.values import RunStatus
 from storage import Store
 from tests.chat_app import ServedFathom, wait_for
 from tests.fakes.llm import FakeLLMServer, Hang
+from tests.test_cli import mcp_config, needs_knowledge
 
 ALICE = "a" * 40
 BOB = "b" * 40
@@ -468,3 +469,29 @@ async def test_a_client_that_ends_its_session_mid_run_leaves_the_run_to_finish(
     assert run.thread_key.startswith("mcp:alice:mcp:")
     assert run.status is RunStatus.SUCCEEDED and not run.cancel_requested
     assert run.report_markdown
+
+
+@needs_knowledge
+async def test_internal_sources_are_scoped_per_principal_as_per_channel(
+    serve_fathom: Callable[..., Any], tmp_path: Path
+) -> None:
+    """``FATHOM_MCP_CONFIG``'s ``channels`` name a principal as ``mcp:<principal>``: alice's
+    research searches the notes server; bob, given none, gets a tool error and nothing runs."""
+    served = await serve_fathom(
+        FATHOM_MCP_TOKEN=TOKENS, **mcp_config(tmp_path, notes=["mcp:alice"], tickets=["slack"])
+    )
+    async with client(f"{served.url}/mcp", BOB) as mcp:
+        refused = await mcp.call_tool(
+            "research", {"topic": "our deploy process", "depth": 1, "sources": "internal"}
+        )
+    assert refused.is_error and "mcp:bob" in text_of(refused)
+    assert await served.store.runs.count_runs() == []
+    async with client(f"{served.url}/mcp", ALICE) as mcp:
+        result = await mcp.call_tool(
+            "research", {"topic": "our deploy process", "depth": 1, "sources": "internal"}
+        )
+    assert not result.is_error, result.content
+    assert isinstance(result.structured_content, dict)
+    assert result.structured_content["status"] == "succeeded"
+    calls = (tmp_path / "notes-calls.jsonl").read_text(encoding="utf-8").splitlines()
+    assert calls  # the notes server was searched for alice
