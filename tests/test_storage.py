@@ -26,6 +26,7 @@ from storage import (
     ForgetStore,
     GuidanceTaken,
     LeaseStore,
+    ProgressStore,
     Renewal,
     RetentionStore,
     RunStore,
@@ -883,6 +884,7 @@ async def test_each_store_works_alone_on_a_database(database: Database) -> None:
         ContextStore,
         RetentionStore,
         ForgetStore,
+        ProgressStore,
     }
     assert len(held) == len(set(held.values()))  # one name per store, nothing else
 

@@ -4,6 +4,7 @@ replica may deliver are left alone. Through the real served app, on SQLite and P
 
 from __future__ import annotations
 
+from bots.mcp.delivery import PLATFORM as MCP
 from bots.platforms import titles
 from storage import Database, RunRecord, Store
 from tests.chat_app import wait_for
@@ -51,7 +52,7 @@ async def test_runs_nobody_can_deliver_fail_and_stop_counting_as_queued(
     assert failed_left.delivery is None  # a console run has nothing to deliver
     assert failed_irc.error == (
         "cannot deliver to irc: 'irc' is not a chat platform (runs are posted to "
-        f"{', '.join(titles())})"
+        f"{', '.join([*titles(), MCP])})"
     )
     assert failed_irc.delivery == "failed"
     statuses = {r.id: (await served.store.runs.get_run(r.id)) for r in (held, fresh, slack)}
