@@ -48,9 +48,11 @@ from core.values import RunStatus
 from storage import Database, Store
 from tests.chat_app import fathom_settings
 from tests.cli import ENTRY_POINT
+from tests.conftest import require_pg_server
 from tests.databases import MigratedTemplates
 from tests.fakes.llm import FakeLLMServer, Hang
 from tests.fakes.search import FakeSearchServer
+from tests.test_cli import mcp_config, notes_calls
 from tests.test_mcp_http import ALICE, BOB, TOKENS
 from tests.test_mcp_http import client as http_client
 
@@ -222,9 +224,7 @@ async def test_cancelling_the_call_cancels_the_run_and_nothing_more_reaches_the_
         call = asyncio.ensure_future(
             client.call_tool("research", {"topic": "heat pumps", "depth": 2}, None, progress)
         )
-        while not any("Writing the report…" in m for m in progress.messages):
-            await progress.next_or(call)
-            assert not call.done(), call.result()
+        await progress_until(progress, call, "Writing the report…")
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
@@ -434,3 +434,101 @@ async def test_the_research_tool_at_slash_mcp_keeps_each_principals_threads_its_
         )
     assert refused.is_error
     assert "unknown thread" in refused.content[0].text  # type: ignore[union-attr]
+
+
+async def test_a_call_with_the_thread_of_a_research_going_on_follows_it_from_another_process(
+    cli_env: dict[str, str], tmp_path: Path, store_of: Store, llm_server: FakeLLMServer
+) -> None:
+    """Two ``fathom mcp`` processes on one database: the second, called with the ``thread``
+    of the research the first is executing, follows that run (the rows the first process
+    writes) and returns its report rather than starting another."""
+    llm_server.fake.script("writer", Hang(2))  # the first process's run is still writing
+    first, second = Progress(), Progress()
+    async with fathom_mcp(cli_env, tmp_path) as executing:
+        call = asyncio.ensure_future(
+            executing.call_tool("research", {"topic": "heat pumps", "depth": 1}, None, first)
+        )
+        await progress_until(first, call, "Writing the report…")
+        [summary] = await store_of.threads.list_threads()
+        thread = summary.key.rsplit(":", 1)[1]
+        async with fathom_mcp(cli_env, tmp_path) as following:
+            followed = await following.call_tool(
+                "research", {"topic": "heat pumps", "thread": thread}, None, second
+            )
+        result = await call
+    assert not followed.is_error and not result.is_error
+    assert isinstance(followed.structured_content, dict)
+    assert isinstance(result.structured_content, dict)
+    assert followed.structured_content["run_id"] == result.structured_content["run_id"]
+    assert followed.content[0].text == result.content[0].text  # type: ignore[union-attr]
+    # The follower saw every row from the first (rows cross processes), ending as the run did.
+    assert second.messages == first.messages
+    counted = await store_of.runs.count_runs()
+    assert sum(n for _, _, n in counted) == 1
+
+
+async def progress_until(progress: Progress, call: asyncio.Future[Any], text: str) -> None:
+    """Wait until a notification of ``call`` holds ``text`` (the call must not end first)."""
+    while not any(text in m for m in progress.messages):
+        await progress.next_or(call)
+        assert not call.done(), call.result()
+
+
+async def test_internal_sources_are_scoped_to_the_principal_as_to_a_channel(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A server of FATHOM_MCP_CONFIG whose ``channels`` name ``mcp:local`` is searched by
+    ``fathom mcp``'s runs with ``sources: internal``; one configured for other channels only
+    is refused as a tool error."""
+    allowed = {**cli_env, **mcp_config(tmp_path, notes=["mcp:local"], tickets=["slack:T1"])}
+    async with fathom_mcp(allowed, tmp_path) as client:
+        result = await client.call_tool(
+            "research", {"topic": "deploy process", "depth": 1, "sources": "internal"}
+        )
+    assert not result.is_error, result.content
+    assert isinstance(result.structured_content, dict)
+    assert {s["kind"] for s in result.structured_content["sources"]} == {"internal"}
+    assert notes_calls(tmp_path)  # the principal's server was asked
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    refused_env = {**cli_env, **mcp_config(elsewhere, notes=["mcp:bob"], tickets=["slack:T1"])}
+    async with fathom_mcp(refused_env, tmp_path) as client:
+        refused = await client.call_tool(
+            "research", {"topic": "deploy process", "depth": 1, "sources": "internal"}
+        )
+    assert refused.is_error
+    assert "no internal source is configured for this caller" in refused.content[0].text  # type: ignore[union-attr]
+    assert notes_calls(elsewhere) == []
+
+
+async def test_a_worker_executes_an_mcp_run_on_postgresql_and_the_caller_sees_its_progress(
+    cli_env: dict[str, str], tmp_path: Path, templates: MigratedTemplates
+) -> None:
+    """``FATHOM_QUEUE=procrastinate`` on PostgreSQL: ``fathom mcp`` only queues the run, a
+    ``fathom worker`` process executes it (its claim names the worker's pid), and the rows it
+    writes reach the caller as progress, then the report."""
+    require_pg_server()
+    with templates.postgresql() as url:
+        env = {**cli_env, "DATABASE_URL": url, "FATHOM_QUEUE": "procrastinate"}
+        log = (tmp_path / "worker.log").open("wb")
+        worker = await asyncio.create_subprocess_exec(
+            str(ENTRY_POINT), "worker", "--no-upgrade", env=env, cwd=tmp_path, stderr=log
+        )
+        try:
+            progress = Progress()
+            async with fathom_mcp(env, tmp_path) as client:
+                result = await client.call_tool(
+                    "research", {"topic": "heat pumps", "depth": 2}, None, progress
+                )
+        finally:
+            worker.terminate()
+            await worker.wait()
+            log.close()
+        assert not result.is_error, result.content
+        data = result.structured_content
+        assert isinstance(data, dict) and data["status"] == "succeeded"
+        assert "2/2th search executed." in [m.splitlines()[0] for m in progress.messages]
+        run = await other_run(url, data["run_id"])
+    assert run.owner is not None and run.owner.split(":")[1] == str(worker.pid)
+    assert run.thread_key == f"mcp:local:mcp:{data['thread']}"

@@ -17,7 +17,9 @@ call of the tool:
    as ``thread``; a follow-up passes it back and the key is rebuilt from the caller's own
    principal, so no caller reaches another's thread), requested by
    ``mcp:<principal>:<principal>`` (``fathom forget --user`` takes it), and hands it to the
-   process's job runner (in-process, or procrastinate's queue);
+   process's job runner (in-process, or procrastinate's queue); a call with the ``thread``
+   of a research still going on follows that research instead (a caller that left comes
+   back for its report);
 3. follows it (``bots.mcp.follow.RunFollower``), sending each progress row as
    ``notifications/progress`` with the caller's progress token (progress: rows seen; total:
    the run's depth + 2; message: the row's text);
@@ -113,6 +115,8 @@ class ResearchArguments(BaseModel):
 
 class Runs(Protocol):
     async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def active_run_in_thread(self, thread_key: str) -> RunRecord | None: ...
 
 
 class Requests(Protocol):
@@ -307,6 +311,10 @@ class ResearchTool:
                         f"未知的 thread {asked.thread!r}：请传入之前结果中的 `thread`",
                     )
                 )
+            # Its research still going on (its caller left, or asks again): follow that one.
+            active = await services.runs.active_run_in_thread(str(key))
+            if active is not None:
+                return active
         else:
             key = thread_key(principal, uuid.uuid4().hex)
         if asked.sources is SourceChoice.INTERNAL:
