@@ -17,8 +17,7 @@ from bots.chat.documents import (
     SUMMARY_CHARS,
     document_content,
     executive_summary,
-    inert_quote,
-    with_quotes,
+    without_sources,
 )
 from bots.chat.memory import MemoryChat, Outage, Refusal
 from core.claims.summary import CheckSummary, ClaimSummary
@@ -101,25 +100,32 @@ def test_the_document_lists_each_sources_supporting_quotes_inert() -> None:
     )
     content = document_content(_outcome(claims=claims), "en")
     assert content.title == "Heat pumps in cold climates"
-    lines = content.markdown.splitlines()
-    first = lines.index("- [1] [Cold-climate study](https://example.org/study) (2025-01-02)")
-    quote = lines[first + 1]
-    assert quote.startswith("  > “Units kept 100% output at -25 °C")
+    (quote,) = content.quotes[1]
+    assert quote.startswith("Units kept 100% output at -25 °C")
     assert "<@U123>" not in quote and "evil.example" not in quote and "](" not in quote
-    assert lines[first + 2] == "- [2] [Running costs](https://example.org/costs)"
-    assert "not evidence" not in content.markdown  # an unverified claim shows no quote
-    assert content.quotes == {1: [content.quotes[1][0]]} and "<@U123>" not in content.quotes[1][0]
+    assert 2 not in content.quotes  # an unverified claim shows no quote
+    # The generated sources list is each platform's to render, from the sources and quotes.
+    assert "## Sources" not in content.markdown and "## Main findings" in content.markdown
+    assert [s.n for s in content.sources] == [1, 2]
     assert (
         content.summary.startswith("Modern heat pumps") and "Main findings" not in content.summary
     )
     assert content.claims_line is not None and "1" in content.claims_line
 
 
-def test_a_chinese_reports_sources_heading_takes_its_quotes() -> None:
+def test_a_chinese_reports_sources_list_is_left_out_and_its_summary_read() -> None:
     markdown = "# 热泵\n\n## 摘要\n\n热泵在零下二十五度仍能供暖 [1]。\n\n## 来源\n\n- [1] [研究](https://example.org/s)\n"
-    quoted = with_quotes(markdown, {1: ["在零下二十五度时仍保持满负荷"]}, "zh")
-    assert "- [1] [研究](https://example.org/s)\n  > “在零下二十五度时仍保持满负荷”" in quoted
+    assert without_sources(markdown) == "# 热泵\n\n## 摘要\n\n热泵在零下二十五度仍能供暖 [1]。\n"
     assert executive_summary(markdown) == "热泵在零下二十五度仍能供暖 [1]。"
+
+
+def test_only_the_last_sources_heading_ends_the_report() -> None:
+    """A section the writer itself called Sources stays; the generated list (the last) goes."""
+    markdown = (
+        "# T\n\n## Sources\n\nOn sources [1].\n\n## Sources\n\n- [1] [A](https://a.example)\n"
+    )
+    assert without_sources(markdown) == "# T\n\n## Sources\n\nOn sources [1].\n"
+    assert without_sources("# T\n\nNo list.\n") == "# T\n\nNo list.\n"
 
 
 def test_the_summary_is_cut_at_a_paragraph_or_a_word() -> None:
@@ -128,10 +134,6 @@ def test_the_summary_is_cut_at_a_paragraph_or_a_word() -> None:
     assert executive_summary(markdown) == "Short first."
     long = executive_summary(f"# T\n\n## Summary\n\n{para}")
     assert len(long) <= SUMMARY_CHARS and long.endswith("word…")
-
-
-def test_quote_markup_is_escaped() -> None:
-    assert inert_quote("*bold* `code` # h | t") == r"\*bold\* \`code\` \# h \| t"
 
 
 # -- the delivery -------------------------------------------------------------------------

@@ -10,10 +10,11 @@ that refuses documents (:class:`DocumentRefused`: a missing scope, a plan withou
 tenant policy) is recorded too, and the report goes as the platform's usual parts, once.
 
 What a document holds is :class:`DocumentContent`, the same on every platform: the report as
-the thread would get it (its citations, its notes), its sources list with, under each source,
-up to two quotes of its own text that supported the claims citing it
-(:func:`core.claims.quotes.source_quotes`). Quotes are the sources' text: made inert here
-(no mention, no link, no Markdown of theirs) before any platform renders them.
+the thread would get it (its citations, its notes) without its generated sources list, which
+each platform lists its own way from the sources and, under each source, up to two quotes of
+its own text that supported the claims citing it (:func:`core.claims.quotes.source_quotes`).
+Quotes are the sources' text: made inert here (no mention, no link, no address) before any
+platform renders them.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from core.words.wording import Language, sources_heading
 
 #: The longest executive summary the thread's summary message shows (characters).
 SUMMARY_CHARS = 1500
-#: Markdown that a quote's text must not carry (escaped with a backslash).
-_MARKUP = re.compile(r"([\\`*_\[\]<>#|~])")
 _TITLE = re.compile(r"^#[ \t]+(.+)$", re.MULTILINE)
 _SECTION = re.compile(r"^##[ \t]+.*$", re.MULTILINE)
-_SOURCE_LINE = re.compile(r"^- \[(\d+)\]")
+#: The generated sources list's heading, in either language of the report.
+_SOURCES = re.compile(
+    rf"^##[ \t]+(?:{'|'.join(re.escape(sources_heading(lang)) for lang in ('en', 'zh'))})[ \t]*$",
+    re.MULTILINE,
+)
 
 
 class DocumentRefused(Exception):
@@ -55,8 +58,8 @@ class DocumentContent:
     its own safe way), and what the thread's summary shows."""
 
     title: str
-    #: The whole report: its citations ``[n]``, sections, notes, and its sources list with
-    #: each source's quotes under it as Markdown quote lines (made inert).
+    #: The report: its title, citations ``[n]``, sections and notes, without its generated
+    #: sources list (each platform lists :attr:`sources` with their :attr:`quotes`).
     markdown: str
     #: The report's first section (its executive summary), at most :data:`SUMMARY_CHARS`.
     summary: str
@@ -74,12 +77,6 @@ class DocumentStep:
     refused it); what follows it depends on what it recorded."""
 
     content: DocumentContent
-
-
-def inert_quote(text: str) -> str:
-    """A source's quote as text no platform reads as markup: no mention, no link, no address,
-    and every Markdown character escaped."""
-    return _MARKUP.sub(r"\\\1", as_data(text))
 
 
 def report_title(markdown: str, fallback: str) -> str:
@@ -113,23 +110,11 @@ def executive_summary(markdown: str, limit: int = SUMMARY_CHARS) -> str:
     return "\n\n".join(kept)
 
 
-def with_quotes(markdown: str, quotes: dict[int, list[str]], language: Language) -> str:
-    """``markdown`` with each source of its sources list followed by that source's quotes,
-    one Markdown quote line each (“…”), inert."""
-    heading = f"## {sources_heading(language)}"
-    at = markdown.rfind("\n" + heading + "\n")
-    if at < 0 or not quotes:
-        return markdown
-    head, listing = markdown[:at], markdown[at:]
-    lines: list[str] = []
-    for line in listing.split("\n"):
-        lines.append(line)
-        match = _SOURCE_LINE.match(line)
-        if match is None:
-            continue
-        for quote in quotes.get(int(match.group(1)), ()):
-            lines.append(f"  > “{inert_quote(quote)}”")
-    return head + "\n".join(lines)
+def without_sources(markdown: str) -> str:
+    """The report without its generated sources list (its last ``## Sources`` or ``## 来源``
+    heading to the end)."""
+    found = list(_SOURCES.finditer(markdown))
+    return markdown[: found[-1].start()].rstrip() + "\n" if found else markdown
 
 
 def document_content(outcome: RunOutcome, language: Language) -> DocumentContent:
@@ -141,7 +126,7 @@ def document_content(outcome: RunOutcome, language: Language) -> DocumentContent
     }
     return DocumentContent(
         title=report_title(markdown, outcome.topic),
-        markdown=with_quotes(markdown, quotes, language),
+        markdown=without_sources(markdown),
         summary=executive_summary(markdown),
         claims_line=outcome.claims.note(language) if outcome.claims is not None else None,
         language=language,

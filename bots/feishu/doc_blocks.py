@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
+from bots.chat.documents import without_sources
 from bots.chat.markdown import link_citations, outside_code
 from core.engine.sources import is_link
 from core.models import Source
@@ -70,14 +71,11 @@ class BlockTree:
         return BlockTree(self.first + other.first, {**self.blocks, **other.blocks})
 
 
-def split_sources(markdown: str, language: Language) -> str:
+def split_sources(markdown: str) -> str:
     """The report without its title line (the document's title shows it) and without its
     generated sources list (``## Sources``, the report's last section: its blocks are made
     by :func:`source_blocks`)."""
-    heading = f"\n## {sources_heading(language)}\n"
-    at = ("\n" + markdown).rfind(heading)
-    body = markdown if at < 0 else markdown[: max(at - 1, 0)]
-    return _TITLE_LINE.sub("", body, count=1).strip()
+    return _TITLE_LINE.sub("", without_sources(markdown), count=1).strip()
 
 
 def body_markdown(body: str, sources: Sequence[Source]) -> str:

@@ -210,7 +210,7 @@ class FeishuDocs:
         # The calls that do not wait for each other go together (bench/delivery.py: one
         # after the other, a document took 1.75x the report's cards): the document and the
         # conversion of its body, then its content, its sharing and its link.
-        body = split_sources(markdown, language)
+        body = split_sources(markdown)
         made, converted = await asyncio.gather(
             self._create(title),
             self._convert(body_markdown(body, sources), sources) if body else _nothing(),

@@ -35,6 +35,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bots.chat.documents import without_sources
 from bots.chat.markdown import CODE, link_citations, outside_code
 from bots.slack.errors import classify_error, error_code
 from bots.slack.refusals import WORKSPACE_REFUSALS
@@ -148,14 +149,6 @@ def _marker_as_text(match: re.Match[str]) -> str:
     return f"{match.group(1)}{match.group(3)}{'․' if match.group(4) == '.' else '⁾'}"
 
 
-def _without_sources(markdown: str) -> str:
-    """The report without its generated Sources section (the last ``## Sources`` or
-    ``## 来源`` heading to the end): the canvas lists them itself."""
-    headings = "|".join(re.escape(sources_heading(lang)) for lang in ("en", "zh"))
-    found = list(re.finditer(rf"^##[ \t]+(?:{headings})[ \t]*$", markdown, re.MULTILINE))
-    return markdown[: found[-1].start()] if found else markdown
-
-
 def _quote_line(quote: str) -> str:
     """One quote as a quote block: inert, in quotation marks (so it never starts a list,
     which a canvas does not take inside a quote)."""
@@ -192,7 +185,7 @@ def canvas_markdown(
     """The whole report as a canvas's Markdown (see the module), at most ``limit``
     characters: a report over it is cut at a paragraph, with a note that says so."""
     allowed = _allowed_urls(sources)
-    body = neutralise(_without_sources(markdown)).strip()
+    body = neutralise(without_sources(markdown)).strip()
     body = outside_code(body, lambda prose: _safe_prose(prose, allowed), CODE)
     body = link_citations(body, sources)
     listing = sources_section(sources, quotes, language)
