@@ -14,8 +14,10 @@ The transport and its security are tested with a small MCP server of the tests' 
 (``bots.mcp.server``) is then called through it as assistants call it: ``notifications/progress``
 with the caller's token (the specification's basic/utilities/progress, the client's
 ``progress_callback``), a tool error as a result with ``isError`` (server/tools), per-principal
-threads and the per-user concurrency limit decided by ``RunRequests.submit``, a client that
-closes mid-call (the SDK client's pending call fails with "Connection closed", and no
+threads and the per-user concurrency limit decided by ``RunRequests.submit``, cancels on
+both wires the client speaks (a 2025-11-25 session, ``mode="legacy"``: ``notifications/cancelled``;
+2026-07-28, its default: the call's response stream closed), a 2025-11-25 session ended
+mid-call (the SDK client's pending call fails with "Connection closed", and no
 ``notifications/cancelled`` is sent), and a ``fathom worker`` on PostgreSQL executing the run.
 """
 
@@ -39,7 +41,7 @@ from bots.mcp.http import principal_of
 from bots.mcp.settings import McpSettings
 from core.config import ConfigError, load
 from core.values import RunStatus
-from storage import Store
+from storage import Database, Store
 from tests.chat_app import ServedFathom, wait_for
 from tests.fakes.llm import FakeLLMServer, Hang
 from tests.test_cli import mcp_config, needs_knowledge
@@ -91,8 +93,12 @@ def serve_mcp(
 
 
 @asynccontextmanager
-async def client(url: str, token: str | None, **headers: str) -> AsyncIterator[Any]:
-    """The official client, connected to ``url`` with ``token`` as its bearer token."""
+async def client(
+    url: str, token: str | None, *, mode: str = "auto", **headers: str
+) -> AsyncIterator[Any]:
+    """The official client, connected to ``url`` with ``token`` as its bearer token.
+    ``mode``: ``auto`` (the client's default: protocol 2026-07-28, one POST a request, no
+    session) or ``legacy`` (the ``initialize`` handshake: a 2025-11-25 session)."""
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
@@ -101,7 +107,7 @@ async def client(url: str, token: str | None, **headers: str) -> AsyncIterator[A
         headers["Authorization"] = f"Bearer {token}"
     async with (
         create_mcp_http_client(headers=headers) as http,
-        Client(streamable_http_client(url, http_client=http), cache=None) as connected,
+        Client(streamable_http_client(url, http_client=http), cache=None, mode=mode) as connected,
     ):
         yield connected
 
@@ -444,51 +450,50 @@ async def test_a_worker_executes_an_mcp_run_and_its_progress_reaches_the_http_ca
     assert f":{worker.pid}:" in runs[0].owner  # the worker ran it, not serve
 
 
+async def finished_run(store: Store) -> Any:
+    """The one stored thread's first run, once it has finished (else None)."""
+    threads = await store.threads.list_threads()
+    found = await store.threads.get_thread(threads[0].key) if threads else None
+    runs = await store.runs.thread_runs(found.id) if found else []
+    return runs[0] if runs and runs[0].status.finished else None
+
+
 async def test_a_client_that_ends_its_session_mid_run_leaves_the_run_to_finish(
     serve_fathom: Callable[..., Any], llm_server: FakeLLMServer
 ) -> None:
-    """A caller that goes away (its client closes: the session's DELETE) without cancelling
-    leaves its run to finish and be stored; nothing cancels it."""
+    """A 2025-11-25 session (the client's ``legacy`` mode) whose client goes away (its
+    session's DELETE) without cancelling leaves its run to finish and be stored: on that wire
+    a disconnect is not a cancel (the specification 2025-11-25, Transports, Streamable HTTP:
+    a disconnection "SHOULD NOT be interpreted as the client cancelling its request")."""
     served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
     llm_server.fake.latency = 0.2  # the run outlives the session
-    async with client(f"{served.url}/mcp", ALICE) as mcp:
+    async with client(f"{served.url}/mcp", ALICE, mode="legacy") as mcp:
+        assert mcp.protocol_version == "2025-11-25"
         call = asyncio.ensure_future(mcp.call_tool("research", {"topic": "heat pumps"}))
         await wait_for(lambda: llm_server.fake.requests)  # the run is under way
     with pytest.raises(MCPError, match="Connection closed"):  # no answer came
         await call
-
-    async def finished_run() -> Any:
-        threads = await served.store.threads.list_threads()
-        if not threads:
-            return None
-        found = await served.store.threads.get_thread(threads[0].key)
-        runs = await served.store.runs.thread_runs(found.id) if found else []
-        return runs[0] if runs and runs[0].status.finished else None
-
-    run = await wait_for(finished_run, within=60)
+    run = await wait_for(lambda: finished_run(served.store), within=60)
     assert run.thread_key.startswith("mcp:alice:mcp:")
     assert run.status is RunStatus.SUCCEEDED and not run.cancel_requested
     assert run.report_markdown
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mcp 2.3.0's client speaks protocol 2026-07-28 over HTTP, where a cancel is the "
-    "call's response stream closing and no notifications/cancelled reaches the handler "
-    "(mcp/server/_streamable_http_modern.py): the tool takes it for a disconnect and the run "
-    "goes on (issue 57, open)",
-)
-async def test_a_call_cancelled_over_http_cancels_its_run_and_the_session_serves_on(
-    serve_fathom: Callable[..., Any], llm_server: FakeLLMServer
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_call_cancelled_over_http_cancels_its_run_and_the_client_is_served_on(
+    serve_fathom: Callable[..., Any], llm_server: FakeLLMServer, mode: str
 ) -> None:
-    """The caller cancels a call in flight (the client sends ``notifications/cancelled`` for
-    it: MCP 2025-11-25, basic/utilities/cancellation; the SDK's client does so when the
-    calling task is cancelled): the run is cancelled in the database, nothing more is said
-    for it, and the same session serves the next call."""
+    """The caller cancels a call in flight (the SDK's client does when the calling task is
+    cancelled): on a 2025-11-25 session (``legacy``) it sends ``notifications/cancelled``
+    (basic/utilities/cancellation); on 2026-07-28 (``auto``) it closes the call's response
+    stream, which is that revision's cancel ("cancellation is closing the response stream",
+    ``mcp/server/_streamable_http_modern.py``). Either way the run is cancelled in the
+    database, nothing more is said for it, and the client's next call is served."""
     served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
     llm_server.fake.script("writer", Hang(10))  # the run is writing when it is cancelled
     progress = Progress()
-    async with client(f"{served.url}/mcp", ALICE) as mcp:
+    async with client(f"{served.url}/mcp", ALICE, mode=mode) as mcp:
+        assert mcp.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
         call = asyncio.ensure_future(
             mcp.call_tool("research", {"topic": "heat pumps", "depth": 1}, None, progress)
         )
@@ -496,20 +501,98 @@ async def test_a_call_cancelled_over_http_cancels_its_run_and_the_session_serves
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
-
-        async def cancelled_run() -> Any:
-            threads = await served.store.threads.list_threads()
-            found = await served.store.threads.get_thread(threads[0].key) if threads else None
-            runs = await served.store.runs.thread_runs(found.id) if found else []
-            return runs[0] if runs and runs[0].status.finished else None
-
-        run = await wait_for(cancelled_run, within=60)
+        run = await wait_for(lambda: finished_run(served.store), within=60)
         assert run.thread_key.startswith("mcp:alice:mcp:")
         assert run.status is RunStatus.CANCELLED and run.cancel_requested
         seen = len(progress.seen)
-        tools = await mcp.list_tools()  # the session serves on
+        tools = await mcp.list_tools()  # the client is served on
     assert [tool.name for tool in tools.tools] == ["research"]
     assert len(progress.seen) == seen  # nothing more was said for the cancelled call
+
+
+async def test_a_closed_stream_on_2026_07_28_cancels_the_run(
+    serve_fathom: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    """What a 2026-07-28 client sends, byte for byte: one POST with the call and the
+    revision's routing headers, no session; it closes the response stream mid-run and sends
+    nothing more (as claude-code 2.1.330 does when its tool timeout passes: "Giving up on a
+    call, the client closes the stream and says nothing", remontoire's notes of
+    2026-11-23). That is the revision's cancel: the run is cancelled."""
+    served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
+    llm_server.fake.script("writer", Hang(10))
+    call, headers = modern_call("heat pumps")
+    async with served.http.stream("POST", f"{served.url}/mcp", json=call, headers=headers) as got:
+        assert got.status_code == 200, await got.aread()
+        assert got.headers["content-type"].startswith("text/event-stream")
+        lines = got.aiter_lines()
+        async for line in lines:  # the run's first progress
+            if line.startswith("data:") and "notifications/progress" in line:
+                break
+        await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
+    # the response was closed before its answer
+    run = await wait_for(lambda: finished_run(served.store), within=60)
+    assert run.status is RunStatus.CANCELLED and run.cancel_requested
+
+
+def modern_call(topic: str, request_id: int = 7) -> tuple[dict[str, Any], dict[str, str]]:
+    """A 2026-07-28 ``tools/call`` of the research tool as a client sends it: its body (the
+    revision's ``_meta``) and headers (alice's token, the routing headers)."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {
+            "name": "research",
+            "arguments": {"topic": topic, "depth": 1},
+            "_meta": {
+                "progressToken": f"p{request_id}",
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
+    headers = {
+        **POST_HEADERS,
+        "Authorization": f"Bearer {ALICE}",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "research",
+    }
+    return body, headers
+
+
+async def test_a_serve_stopping_mid_call_on_2026_07_28_leaves_the_run_uncancelled(
+    cli_env: dict[str, str], llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    """``fathom serve`` stopped (SIGTERM) with a 2026-07-28 call in flight: uvicorn's
+    graceful shutdown ends the call's handler, which its client did not close, so that is no
+    cancel: the run is left to the next process (not ``cancel_requested``)."""
+    from tests.test_serve import serve, terminate, wait_until_up
+
+    llm_server.fake.script("writer", Hang(600))
+    served = await asyncio.to_thread(serve, {**cli_env, "FATHOM_MCP_TOKEN": TOKENS}, tmp_path)
+    try:
+        await asyncio.to_thread(wait_until_up, served)
+        body, headers = modern_call("heat pumps")
+        async with (
+            httpx.AsyncClient(timeout=60) as http,
+            http.stream("POST", f"{served.url}/mcp", json=body, headers=headers) as got,
+        ):
+            assert got.status_code == 200
+            await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
+            assert await asyncio.to_thread(terminate, served, 60) == 0
+    finally:
+        if served.proc.poll() is None:
+            served.proc.kill()
+    store_db = Database(cli_env["DATABASE_URL"])
+    try:
+        runs = await Store(store_db).runs.recent_runs_for_user("mcp:alice:alice", 10)
+    finally:
+        await store_db.dispose()
+    assert len(runs) == 1, served.stderr()
+    assert not runs[0].cancel_requested and runs[0].status is not RunStatus.CANCELLED
+    assert "its MCP caller left; the run goes on" in served.stderr()
 
 
 @needs_knowledge

@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 PATH = "/mcp"
 #: Its methods: POST (messages), GET (the server's stream), DELETE (ending a session).
 METHODS = ("POST", "GET", "DELETE")
+#: Set on a request's ASGI scope once its client closed the exchange (:func:`stream_closed`).
+_CLOSED = "fathom.mcp.closed"
 
 
 def research_server(app: App) -> Server[Any]:
@@ -141,7 +143,7 @@ class McpEndpoint:
         except Rejected as rejection:
             await rejected_response(request, rejection)(scope, receive, send)
             return
-        await self._manager.handle_request(scope, _replaying(body, receive), send)
+        await self._manager.handle_request(scope, _replaying(body, scope, receive), send)
 
     def _refusal(self, scope: Scope) -> Response | None:
         """The answer to a request that is not served, else None (with its principal set on
@@ -197,14 +199,28 @@ class McpEndpoint:
         return JSONResponse({"error": reason}, status, headers=headers)
 
 
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """``receive`` whose first message is the whole ``body``, already read."""
+def _replaying(body: bytes, scope: Scope, receive: Receive) -> Receive:
+    """``receive`` whose first message is the whole ``body``, already read; the client's
+    ``http.disconnect``, when the SDK reads it, is marked on ``scope`` (:func:`stream_closed`)."""
     pending = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def replay() -> Message:
-        return pending.pop() if pending else await receive()
+        if pending:
+            return pending.pop()
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            scope[_CLOSED] = True
+        return message
 
     return replay
+
+
+def stream_closed(request: object | None) -> bool:
+    """Whether the client closed the HTTP exchange of ``request`` (an MCP handler's
+    ``ctx.request``): the server read its ``http.disconnect``. A server stopping, which
+    cancels the handlers it still holds, does not set it."""
+    scope = getattr(request, "scope", None)
+    return isinstance(scope, dict) and scope.get(_CLOSED) is True
 
 
 def _allowed(value: str, allowed: list[str]) -> bool:

@@ -26,15 +26,27 @@ call of the tool:
 4. returns the Markdown report as text (for a run that failed or was cancelled, why; a
    failure is ``isError``) and ``ResearchResult`` as structured content.
 
-The caller's ``notifications/cancelled`` cancels the run (``RunRequests.cancel``, as the
-chat's Cancel does). The SDK tells a cancel from a disconnect this way
-(``mcp/shared/jsonrpc_dispatcher.py``): on ``notifications/cancelled`` it sets the request's
-``DispatchContext.cancel_requested`` and then cancels the handler's scope; when the
-connection closes (stdin's EOF, an HTTP stream gone) it cancels every handler without
-setting it. So a handler cancelled with the flag unset is a disconnect: its run goes on, is
-stored, and a later call with its ``thread`` finds its report. The flag is read from the
-session's dispatch context (:func:`cancel_requested`), which the low-level context does not
-expose by a public name in mcp 2.3.0.
+The caller's cancel cancels the run (``RunRequests.cancel``, as the chat's Cancel does); a
+caller that goes away without cancelling leaves it to finish. Which is which depends on the
+wire, as the protocol defines a cancel on each:
+
+- stdio, and HTTP sessions of protocol 2025-11-25 and before: a cancel is
+  ``notifications/cancelled`` (basic/utilities/cancellation). The SDK
+  (``mcp/shared/jsonrpc_dispatcher.py``) sets the request's ``DispatchContext.cancel_requested``
+  on it and then cancels the handler's scope; when the connection closes (stdin's EOF, the
+  session's end) it cancels every handler without setting it. So a handler cancelled with
+  the flag unset is a disconnect: its run goes on, is stored, and a later call with its
+  ``thread`` finds its report. The flag is read from the session's dispatch context, which
+  the low-level context does not expose by a public name in mcp 2.3.0.
+- HTTP of protocol 2026-07-28 (one POST a request, no session): "cancellation is closing the
+  response stream" and no notification is sent (``mcp/server/_streamable_http_modern.py``),
+  so a call whose client closed its stream (``bots.mcp.http.stream_closed``: the client's
+  ``http.disconnect`` was read) cancels its run; a dropped connection is, by that protocol,
+  a cancel too, and its client asks again with a new request. A call cancelled because the
+  server stops was not closed by its client: its run goes on.
+
+A caller that wants a run to outlive its connection on any wire asks for a task
+(2025-11-25's ``tools/call`` with ``task``, ``bots.mcp.tasks``).
 """
 
 from __future__ import annotations
@@ -50,6 +62,7 @@ import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
 from bots.chat.settings import ChatPolicy
@@ -241,11 +254,17 @@ def requester(principal: str) -> str:
 
 
 def cancel_requested(ctx: ServerRequestContext[Any, Any]) -> bool:
-    """Whether the caller sent ``notifications/cancelled`` for this request (see the
-    module: the SDK's dispatch context of the request, behind the session)."""
+    """Whether the caller cancelled this request (see the module): it sent
+    ``notifications/cancelled`` for it (the flag of the SDK's dispatch context of the
+    request, behind the session), or, on 2026-07-28's HTTP, it closed the call's response
+    stream (``bots.mcp.http.stream_closed``)."""
+    from bots.mcp.http import stream_closed
+
     dispatch = getattr(ctx.session, "_request_outbound", None)
     event = getattr(dispatch, "cancel_requested", None)
-    return bool(event is not None and event.is_set())
+    if event is not None and event.is_set():
+        return True
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and stream_closed(ctx.request)
 
 
 def tool_error(text: str) -> types.CallToolResult:
