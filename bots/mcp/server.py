@@ -62,6 +62,8 @@ import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
@@ -69,7 +71,9 @@ from bots.chat.settings import ChatPolicy
 from bots.mcp.delivery import PLATFORM, Wakeup
 from bots.mcp.follow import Outcomes, ResearchResult, RunFollower, RunGone, research_result
 from bots.mcp.settings import LOCAL
-from core.chat.stores import ChatProgress, ChatThreads, RunRecord
+from bots.mcp.tasks import TASKS_VERSION, ResearchTasks, TaskCreated, answer_created_tasks
+from bots.mcp.tasks import capability as tasks_capability
+from core.chat.stores import ChatProgress, ChatThreads, ProgressRecord, RunRecord
 from core.engine.registry import STRATEGIES
 from core.research.outcome import final_progress_text
 from core.research.requests import DailyLimitReached, ResearchRequest, RunRejected
@@ -131,6 +135,8 @@ class Runs(Protocol):
 
     async def active_run_in_thread(self, thread_key: str) -> RunRecord | None: ...
 
+    async def recent_runs_for_user(self, requested_by: str, limit: int = 10) -> list[RunRecord]: ...
+
 
 class Requests(Protocol):
     """``core.research.requests.RunRequests``, as far as the tool uses it."""
@@ -171,6 +177,8 @@ class McpServices:
     wakeup: Wakeup | None = None
     #: How often a followed run is read when nothing wakes its handler (seconds).
     poll: float = 0.15
+    #: ``FATHOM_RUN_RETENTION_DAYS`` (a task's ``ttl``; None or 0: kept for ever).
+    retention_days: int | None = None
 
 
 #: The caller's principal: fixed, or read from the request (``/mcp``: its token's).
@@ -281,6 +289,7 @@ def research_tool() -> types.Tool:
         annotations=types.ToolAnnotations(
             title="Deep research", read_only_hint=True, open_world_hint=True
         ),
+        execution=types.ToolExecution(task_support="optional"),
     )
 
 
@@ -293,6 +302,7 @@ class ResearchTool:
         self._follower = RunFollower(
             services.runs, services.rows, wakeup=services.wakeup, poll=services.poll
         )
+        self.tasks = ResearchTasks(self, services.retention_days)
 
     def principal_of(self, ctx: ServerRequestContext[Any, Any]) -> str:
         principal = self._principal
@@ -309,12 +319,31 @@ class ResearchTool:
         if params.name != TOOL:
             return tool_error(f"unknown tool {params.name!r}; this server has {TOOL!r}")
         services = self._services
+        as_task = params.task is not None and ctx.protocol_version == TASKS_VERSION
         try:
             asked = parse_arguments(params.arguments, services.policy)
             run = await self._submit(self.principal_of(ctx), asked)
         except BadArguments as exc:
+            if as_task:  # no task to fail (bots.mcp.tasks)
+                raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
             return tool_error(str(exc))
+        if as_task:
+            raise TaskCreated(self.tasks.created(run))
         return await self._attend(ctx, run)
+
+    async def run(self, run_id: str) -> RunRecord | None:
+        return await self._services.runs.get_run(run_id)
+
+    async def runs_of(self, principal: str, limit: int) -> list[RunRecord]:
+        """``principal``'s newest runs (at most ``limit``)."""
+        return await self._services.runs.recent_runs_for_user(requester(principal), limit)
+
+    async def progress_of(self, run_id: str) -> list[ProgressRecord]:
+        return await self._services.rows.since(run_id)
+
+    async def cancel_run(self, run_id: str) -> Any:
+        """Cancel the run as the chat's Cancel does (``RunRequests.cancel``'s answer)."""
+        return await self._services.requests.cancel(run_id)
 
     async def _submit(self, principal: str, asked: Asked) -> RunRecord:
         """The run of ``asked``, created and handed to the runner; :class:`BadArguments`
@@ -387,25 +416,34 @@ class ResearchTool:
     async def _attend(
         self, ctx: ServerRequestContext[Any, Any], run: RunRecord
     ) -> types.CallToolResult:
-        """Follow the run to its end, sending its progress; then its result."""
-        services = self._services
-        total = float(run.depth + 2)
-        seen = 0
+        """Follow the run to its end, sending its progress; then its result. The caller's
+        cancel cancels the run; its departure does not (see the module)."""
         try:
-            async for row in self._follower.follow(run.id):
-                seen += 1
-                await ctx.session.report_progress(float(seen), total, row.text)
-            outcome, result = await research_result(services.runs, services.outcomes, run.id)
+            return await self.follow_to_result(ctx, run)
         except RunGone:
             return tool_error(f"run {run.id} is not stored any more")
         except anyio.get_cancelled_exc_class():
             if cancel_requested(ctx):
                 with anyio.CancelScope(shield=True):
-                    await services.requests.cancel(run.id)
+                    await self._services.requests.cancel(run.id)
                 log.info("run %s: cancelled by its MCP caller", run.id)
             else:
                 log.info("run %s: its MCP caller left; the run goes on", run.id)
             raise
+
+    async def follow_to_result(
+        self, ctx: ServerRequestContext[Any, Any], run: RunRecord
+    ) -> types.CallToolResult:
+        """Wait for ``run``'s end, sending each progress row to the request of ``ctx`` (its
+        progress token's, if it has one); then what the call answers. ``progress`` counts the
+        rows; no ``total`` is sent, as a run's steps are not known ahead (a plan may stop
+        early, a graph of sub-questions grows). :class:`RunGone` when it is not stored."""
+        services = self._services
+        seen = 0
+        async for row in self._follower.follow(run.id):
+            seen += 1
+            await ctx.session.report_progress(float(seen), None, row.text)
+        outcome, result = await research_result(services.runs, services.outcomes, run.id)
         if outcome.status is RunStatus.SUCCEEDED and outcome.report_markdown:
             text = outcome.report_markdown
         else:
@@ -423,13 +461,27 @@ def research_server(services: McpServices, principal: Principal = LOCAL) -> Serv
     from core.build import version
 
     tool = ResearchTool(services, principal)
-    return Server(
+    server = ResearchServer(
         "fathom",
         version=version(),
         instructions=DESCRIPTION,
         on_list_tools=tool.list_tools,
         on_call_tool=tool.call_tool,
     )
+    tool.tasks.register(server.add_request_handler)
+    server.middleware.append(answer_created_tasks)  # inside the SDK's tracing middleware
+    return server
+
+
+class ResearchServer(Server[Any]):
+    """The SDK's low-level server, declaring tasks (``bots.mcp.tasks``) on the handshake's
+    protocol revisions (2026-07-28 has none)."""
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        capabilities = super().get_capabilities(*args, **kwargs)
+        if kwargs.get("protocol_version") in MODERN_PROTOCOL_VERSIONS:
+            return capabilities
+        return capabilities.model_copy(update={"tasks": tasks_capability()})
 
 
 def services_of(
@@ -445,6 +497,7 @@ def services_of(
     ``job``, ``runner``, ``settings.policy`` and ``mcp.wakeup``)."""
     store = runtime.store
     return McpServices(
+        retention_days=runtime.settings.run_retention_days,
         requests=runtime.research.requests,
         runs=store.runs,
         threads=store.threads,
