@@ -22,6 +22,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ from bots.http_metrics import IngressMetrics
 from bots.http_status import built_app, metrics_route, readyz
 from bots.mcp.http import METHODS as MCP_METHODS
 from bots.mcp.http import PATH as MCP_PATH
-from bots.mcp.http import McpEndpoint
+from bots.mcp.http import McpEndpoint, SlackSigned
 from core.config import ConfigError
 from core.operations.queue import conninfo
 from core.runtime import wait_for_schema
@@ -60,6 +61,30 @@ def check_settings(settings: AppSettings) -> None:
 
         load_knowledge_config(core.mcp_config)
     settings.check_platforms()
+    if settings.mcp is not None and settings.mcp.slack_identity and not slack_secret(settings):
+        raise ConfigError(
+            "FATHOM_MCP_SLACK_IDENTITY needs SLACK_SIGNING_SECRET: the signing secret of the "
+            "Slack app whose manifest lists Fathom's /mcp (docs/mcp.md, Slackbot)"
+        )
+
+
+def slack_secret(settings: AppSettings) -> str | None:
+    """The Slack app's signing secret, if Slack is configured."""
+    slack = settings.platforms.get("slack")
+    secret = getattr(slack, "signing_secret", None)
+    return secret if isinstance(secret, str) and secret else None
+
+
+def slack_signed(secret: str | None) -> SlackSigned | None:
+    """Slack's signature check with ``secret`` (None without one)."""
+    if secret is None:
+        return None
+    from bots.slack.signature import signature_is_valid
+
+    def signed(body: bytes, timestamp: str | None, signature: str | None) -> bool:
+        return signature_is_valid(secret, body, timestamp, signature, time.time())
+
+    return signed
 
 
 def create_app(
@@ -117,6 +142,7 @@ def create_app(
         admin_port=admin_port,
         max_body_bytes=settings.chat.max_body_bytes,
         body_timeout=settings.chat.body_timeout,
+        slack_signed=slack_signed(slack_secret(settings)),
     )
     routes.append(Route(MCP_PATH, mcp, methods=list(MCP_METHODS)))
     app = Starlette(

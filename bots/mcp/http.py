@@ -1,12 +1,17 @@
 """``/mcp`` in ``fathom serve``: the research tool over MCP's Streamable HTTP, behind a token.
 
-Served only when ``FATHOM_MCP_TOKEN`` names a token (404 otherwise, like an unconfigured
-platform's routes). Each request is checked in this order, before its body is read or any
-work is done:
+Served only when ``FATHOM_MCP_TOKEN`` names a token or ``FATHOM_MCP_SLACK_IDENTITY`` is on
+(404 otherwise, like an unconfigured platform's routes). Each request is checked in this
+order, before its body is read or any work is done:
 
 1. ``Authorization: Bearer <token>``: a token of ``FATHOM_MCP_TOKEN``, compared in constant
    time with every configured one; none, or a wrong one, is 401 with
-   ``WWW-Authenticate: Bearer`` (counted in ``fathom_ingress_refused_total``);
+   ``WWW-Authenticate: Bearer`` (counted in ``fathom_ingress_refused_total``), unless Slack
+   identity is on and the request carries ``X-Slack-Signature``: then its body, once read
+   (below), must be signed with the Slack app's signing secret within five minutes
+   (``bots.slack.signature``, injected as :data:`SlackSigned`), else 401. Slack's requests
+   are served by a stateless session manager, each its caller the Slack user its
+   ``_meta.slack`` names (:func:`caller_of`, ``bots.mcp.callers``);
 2. ``Origin``, when present, must be one of ``FATHOM_MCP_ALLOWED_ORIGINS``: 403 otherwise
    (the specification's transport security warning: "If the Origin header is present and
    invalid, servers MUST respond with HTTP 403 Forbidden");
@@ -28,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import Headers
@@ -43,6 +48,7 @@ from bots.http_gate import (
     read_body,
     rejected_response,
 )
+from bots.mcp.callers import Caller, slack_caller
 from bots.mcp.settings import LOCAL, McpSettings
 
 if TYPE_CHECKING:
@@ -59,6 +65,14 @@ PATH = "/mcp"
 METHODS = ("POST", "GET", "DELETE")
 #: Set on a request's ASGI scope once its client closed the exchange (:func:`stream_closed`).
 _CLOSED = "fathom.mcp.closed"
+#: Set on a request's ASGI scope when Slack signed it (:func:`caller_of`).
+_SLACK = "fathom.mcp.slack"
+#: The session principal of every request Slack signs (its callers are in each request).
+SLACK_SESSIONS = "slack"
+
+#: Slack's signature check of a request (``bots.slack.signature``, bound to the signing
+#: secret and the clock): the raw body, ``X-Slack-Request-Timestamp``, ``X-Slack-Signature``.
+SlackSigned = Callable[[bytes, str | None, str | None], bool]
 
 
 def research_server(app: App) -> Server[Any]:
@@ -67,6 +81,17 @@ def research_server(app: App) -> Server[Any]:
     from bots.mcp.server import build_server
 
     return build_server(app)
+
+
+def caller_of(request: object | None, params: Mapping[str, Any] | None) -> Caller:
+    """The caller of the request whose HTTP request is ``request`` and whose params are
+    ``params`` (an MCP handler's ``ctx.request`` and ``ctx.params``): for a request Slack
+    signed, the Slack user its ``_meta.slack`` names (``UnknownCaller`` when it names none);
+    else its token's principal."""
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict) and scope.get(_SLACK) is True:
+        return slack_caller(params)
+    return Caller.principal(principal_of(request))
 
 
 def principal_of(request: object | None) -> str:
@@ -91,14 +116,17 @@ class McpEndpoint:
         admin_port: int | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         body_timeout: float = DEFAULT_BODY_TIMEOUT,
+        slack_signed: SlackSigned | None = None,
     ) -> None:
         self._settings = settings
+        self._slack_signed = slack_signed if settings and settings.slack_identity else None
         self._admin_port = admin_port
         self._max_body_bytes = max_body_bytes
         self._body_timeout = body_timeout
         tokens = settings.tokens if settings is not None else []
         self._tokens = [(each.token.encode(), each.principal) for each in tokens]
         self._manager: StreamableHTTPSessionManager | None = None
+        self._signed_manager: StreamableHTTPSessionManager | None = None
 
     @property
     def enabled(self) -> bool:
@@ -120,30 +148,56 @@ class McpEndpoint:
         """Serve ``server`` at ``/mcp`` for the time of the block."""
         from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-        # Origin and Host are checked here, before the manager: its own check is off.
+        # Origin and Host are checked here, before the manager: its own check is off. Slack's
+        # signed requests go to a stateless manager (each request whole, as Slack's sample
+        # server serves them), whatever Slack's client does with session ids.
         manager = StreamableHTTPSessionManager(
             app=server, security_settings=None, max_request_body_size=self._max_body_bytes
         )
-        async with manager.run():
-            self._manager = manager
+        signed = StreamableHTTPSessionManager(
+            app=server,
+            security_settings=None,
+            max_request_body_size=self._max_body_bytes,
+            stateless=True,
+        )
+        async with manager.run(), signed.run():
+            self._manager, self._signed_manager = manager, signed
             try:
                 yield
             finally:
-                self._manager = None
+                self._manager = self._signed_manager = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         refusal = self._refusal(scope)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        assert self._manager is not None  # (a refusal otherwise)
+        manager, signed = self._manager, self._signed_manager
+        assert manager is not None and signed is not None  # (a refusal otherwise)
         request = Request(scope, receive)
         try:  # as a platform route's (bots.http_gate): 413 or 408 before the SDK parses it
             body = await read_body(request, self._max_body_bytes, self._body_timeout)
         except Rejected as rejection:
             await rejected_response(request, rejection)(scope, receive, send)
             return
-        await self._manager.handle_request(scope, _replaying(body, scope, receive), send)
+        if scope.get("user") is None:  # no token: Slack's signature, or nothing
+            if not self._slack_signature(request, body):
+                await self._refused(scope, 401, "a valid bearer token is required")(
+                    scope, receive, send
+                )
+                return
+            scope["user"] = _user(SLACK_SESSIONS)
+            scope[_SLACK] = True
+            manager = signed
+        await manager.handle_request(scope, _replaying(body, scope, receive), send)
+
+    def _slack_signature(self, request: Request, body: bytes) -> bool:
+        """Whether Slack signed ``request`` (with Slack identity on)."""
+        check = self._slack_signed
+        headers = request.headers
+        return check is not None and check(
+            body, headers.get("x-slack-request-timestamp"), headers.get("x-slack-signature")
+        )
 
     def _refusal(self, scope: Scope) -> Response | None:
         """The answer to a request that is not served, else None (with its principal set on
@@ -160,7 +214,7 @@ class McpEndpoint:
             return JSONResponse({"error": "the MCP server is starting or stopping"}, 503)
         headers = Headers(scope=scope)
         principal = self._principal(headers.get("authorization"))
-        if principal is None:
+        if principal is None and not (self._slack_signed and "x-slack-signature" in headers):
             return self._refused(scope, 401, "a valid bearer token is required")
         origin = headers.get("origin")
         if origin is not None and not _allowed(origin, settings.allowed_origins):
@@ -170,7 +224,8 @@ class McpEndpoint:
             host is None or not _allowed(host, settings.allowed_hosts)
         ):
             return self._refused(scope, 421, "this Host is not served")
-        scope["user"] = _user(principal)
+        # A request with Slack's signature instead is checked once its body is read.
+        scope["user"] = _user(principal) if principal is not None else None
         return None
 
     def _principal(self, authorization: str | None) -> str | None:

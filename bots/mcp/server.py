@@ -68,7 +68,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
 from bots.chat.settings import ChatPolicy
-from bots.mcp.delivery import PLATFORM, Wakeup
+from bots.mcp.callers import Caller, UnknownCaller
+from bots.mcp.delivery import Wakeup
 from bots.mcp.follow import Outcomes, ResearchResult, RunFollower, RunGone, research_result
 from bots.mcp.settings import LOCAL
 from bots.mcp.tasks import TASKS_VERSION, ResearchTasks, TaskCreated, answer_created_tasks
@@ -181,8 +182,9 @@ class McpServices:
     retention_days: int | None = None
 
 
-#: The caller's principal: fixed, or read from the request (``/mcp``: its token's).
-Principal = str | Callable[[ServerRequestContext[Any, Any]], str]
+#: The caller: a fixed principal's name, or read from the request (``/mcp``: its token's
+#: principal, or the Slack user a signed Slackbot request names; ``bots.mcp.http.caller_of``).
+Principal = str | Callable[[ServerRequestContext[Any, Any]], Caller]
 
 
 class BadArguments(ValueError):
@@ -253,12 +255,12 @@ def parse_arguments(arguments: dict[str, Any] | None, policy: ChatPolicy) -> Ask
 
 def thread_key(principal: str, thread: str) -> ThreadKey:
     """The thread of ``principal``'s research ``thread``: ``mcp:<principal>:mcp:<thread>``."""
-    return ThreadKey(platform=PLATFORM, workspace=principal, channel=PLATFORM, thread=thread)
+    return Caller.principal(principal).thread(thread)
 
 
 def requester(principal: str) -> str:
     """Who asked, as runs record it (``fathom forget --user`` takes it)."""
-    return f"{PLATFORM}:{principal}:{principal}"
+    return Caller.principal(principal).requested_by
 
 
 def cancel_requested(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -304,9 +306,11 @@ class ResearchTool:
         )
         self.tasks = ResearchTasks(self, services.retention_days)
 
-    def principal_of(self, ctx: ServerRequestContext[Any, Any]) -> str:
+    def caller_of(self, ctx: ServerRequestContext[Any, Any]) -> Caller:
+        """Who makes the request of ``ctx``; :class:`~bots.mcp.callers.UnknownCaller` when it
+        should name its caller and does not."""
         principal = self._principal
-        return principal if isinstance(principal, str) else principal(ctx)
+        return Caller.principal(principal) if isinstance(principal, str) else principal(ctx)
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -322,8 +326,8 @@ class ResearchTool:
         as_task = params.task is not None and ctx.protocol_version == TASKS_VERSION
         try:
             asked = parse_arguments(params.arguments, services.policy)
-            run = await self._submit(self.principal_of(ctx), asked)
-        except BadArguments as exc:
+            run = await self._submit(self.caller_of(ctx), asked)
+        except (BadArguments, UnknownCaller) as exc:
             if as_task:  # no task to fail (bots.mcp.tasks)
                 raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
             return tool_error(str(exc))
@@ -334,9 +338,9 @@ class ResearchTool:
     async def run(self, run_id: str) -> RunRecord | None:
         return await self._services.runs.get_run(run_id)
 
-    async def runs_of(self, principal: str, limit: int) -> list[RunRecord]:
-        """``principal``'s newest runs (at most ``limit``)."""
-        return await self._services.runs.recent_runs_for_user(requester(principal), limit)
+    async def runs_of(self, caller: Caller, limit: int) -> list[RunRecord]:
+        """``caller``'s newest runs (at most ``limit``)."""
+        return await self._services.runs.recent_runs_for_user(caller.requested_by, limit)
 
     async def progress_of(self, run_id: str) -> list[ProgressRecord]:
         return await self._services.rows.since(run_id)
@@ -345,12 +349,12 @@ class ResearchTool:
         """Cancel the run as the chat's Cancel does (``RunRequests.cancel``'s answer)."""
         return await self._services.requests.cancel(run_id)
 
-    async def _submit(self, principal: str, asked: Asked) -> RunRecord:
+    async def _submit(self, caller: Caller, asked: Asked) -> RunRecord:
         """The run of ``asked``, created and handed to the runner; :class:`BadArguments`
         (one line) when it may not start."""
         services, language = self._services, asked.language
         if asked.thread is not None:
-            key = thread_key(principal, asked.thread)
+            key = caller.thread(asked.thread)
             if await services.threads.get_thread(str(key)) is None:
                 raise BadArguments(
                     pick(
@@ -364,7 +368,7 @@ class ResearchTool:
             if active is not None:
                 return active
         else:
-            key = thread_key(principal, uuid.uuid4().hex)
+            key = caller.thread(uuid.uuid4().hex)
         if asked.sources is SourceChoice.INTERNAL:
             knowledge = services.knowledge
             if knowledge is None or not knowledge.allowed(str(key)):
@@ -372,9 +376,9 @@ class ResearchTool:
                     pick(
                         language,
                         "sources=internal: no internal source is configured for this caller "
-                        f"(FATHOM_MCP_CONFIG channels: {PLATFORM}:{principal})",
+                        f"(FATHOM_MCP_CONFIG channels: {caller.scope})",
                         "sources=internal：没有为这个调用方配置内部来源"
-                        f"（FATHOM_MCP_CONFIG 的 channels：{PLATFORM}:{principal}）",
+                        f"（FATHOM_MCP_CONFIG 的 channels：{caller.scope}）",
                     )
                 )
         request = ResearchRequest(
@@ -382,7 +386,7 @@ class ResearchTool:
             depth=asked.depth,
             strategy=asked.strategy,
             thread=key,
-            requested_by=requester(principal),
+            requested_by=caller.requested_by,
             sources=asked.sources,
         )
         try:
@@ -512,9 +516,9 @@ def services_of(
 
 def build_server(app: App) -> Server[Any]:
     """``fathom serve``'s research server (``/mcp``): on ``app``'s runtime, job and runner,
-    each call's principal the one its request's token names (``bots.mcp.http.principal_of``)."""
-    from bots.mcp.http import principal_of
+    each call's caller the one its request names (``bots.mcp.http.caller_of``)."""
+    from bots.mcp.http import caller_of
 
     assert app.mcp is not None, "the composition root registers the mcp delivery"
     services = services_of(app.runtime, app.job, app.runner, app.settings.policy, app.mcp.wakeup)
-    return research_server(services, lambda ctx: principal_of(ctx.request))
+    return research_server(services, lambda ctx: caller_of(ctx.request, ctx.params))

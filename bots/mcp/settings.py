@@ -1,5 +1,6 @@
 """The MCP server's settings: who may call ``/mcp`` (``FATHOM_MCP_TOKEN``: each bearer token
-is a principal) and which ``Origin`` and ``Host`` headers it answers
+is a principal; ``FATHOM_MCP_SLACK_IDENTITY``: the Slackbot MCP client of Fathom's Slack app,
+each Slack user a caller) and which ``Origin`` and ``Host`` headers it answers
 (``FATHOM_MCP_ALLOWED_ORIGINS``, ``FATHOM_MCP_ALLOWED_HOSTS``).
 
 A principal is who calls: its runs are ``mcp:<principal>:...`` threads, its requester key
@@ -94,6 +95,11 @@ class McpSettings(EnvSettings):
         validation_alias=env("FATHOM_MCP_ALLOWED_HOSTS"),
     )
 
+    #: Serve the Slackbot MCP client of the Slack app whose ``SLACK_SIGNING_SECRET`` Fathom
+    #: has (``auth_type: slack_identity_auth``): a request signed with that secret is served
+    #: without a token, each Slack user its own caller (``bots.mcp.callers``).
+    slack_identity: bool = Field(False, validation_alias=env("FATHOM_MCP_SLACK_IDENTITY"))
+
     _tokens = field_validator("tokens", mode="before")(parse_tokens)
     _lists = field_validator("allowed_origins", "allowed_hosts", mode="before")(split_commas)
 
@@ -115,8 +121,9 @@ class McpSettings(EnvSettings):
 
     @property
     def enabled(self) -> bool:
-        """Whether ``fathom serve`` serves ``/mcp`` (a token is configured)."""
-        return bool(self.tokens)
+        """Whether ``fathom serve`` serves ``/mcp`` (a token is configured, or Slack's signed
+        identity is taken)."""
+        return bool(self.tokens) or self.slack_identity
 
     def secret_patterns(self) -> tuple[str, ...]:
         """Each token, for the log redaction (a token has no shape to recognise it by)."""

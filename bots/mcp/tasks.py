@@ -41,7 +41,7 @@ from mcp.server.context import CallNext, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
-from bots.mcp.delivery import PLATFORM
+from bots.mcp.callers import Caller, UnknownCaller
 from bots.mcp.follow import RunGone, ended
 from core.chat.stores import ProgressRecord, RunRecord
 from core.values import RunStatus
@@ -184,11 +184,9 @@ class ResearchTasks:
         if cursor is not None and not cursor.isdigit():
             raise MCPError(code=INVALID_PARAMS, message=f"Invalid cursor {cursor!r}")
         offset = int(cursor or 0)
-        principal = self.tool.principal_of(ctx)
+        caller = self._caller(ctx)
         runs = [
-            run
-            for run in await self.tool.runs_of(principal, offset + PAGE + 1)
-            if self._mine(run, principal)
+            run for run in await self.tool.runs_of(caller, offset + PAGE + 1) if caller.owns(run)
         ]
         page = runs[offset : offset + PAGE]
         answer: dict[str, Any] = {"tasks": [self._task(run, None) for run in page]}
@@ -216,17 +214,15 @@ class ResearchTasks:
     async def _owned(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> RunRecord:
         """The run of ``task_id`` if it is the caller's, else "not found"."""
         run = await self.tool.run(task_id)
-        if run is None or not self._mine(run, self.tool.principal_of(ctx)):
+        if run is None or not self._caller(ctx).owns(run):
             raise not_found(task_id)
         return run
 
-    @staticmethod
-    def _mine(run: RunRecord, principal: str) -> bool:
-        from bots.mcp.server import requester
-
-        return run.requested_by == requester(principal) and run.thread_key.startswith(
-            f"{PLATFORM}:{principal}:"
-        )
+    def _caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:
+        try:
+            return self.tool.caller_of(ctx)
+        except UnknownCaller as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
 
     async def _latest(self, run: RunRecord) -> ProgressRecord | None:
         rows = await self.tool.progress_of(run.id)

@@ -17,8 +17,6 @@ the check above has already run.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import time
 from collections.abc import Callable
@@ -39,27 +37,10 @@ from bots.http_gate import (
     read_body,
     rejected_response,
 )
+from bots.slack.signature import signature_is_valid
 from core.chat.commands import invalid_id
 
 log = logging.getLogger(__name__)
-
-#: Slack's replay window for signed requests (seconds).
-SIGNATURE_WINDOW = 300
-
-
-def signature_is_valid(
-    secret: str, body: bytes, timestamp: str | None, signature: str | None, now: float
-) -> bool:
-    """Slack's request signature over the raw bytes; False for anything malformed."""
-    if not secret or not timestamp or not signature:
-        return False
-    if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
-        return False
-    if abs(now - int(timestamp)) > SIGNATURE_WINDOW:
-        return False
-    base = b"v0:" + timestamp.encode("ascii") + b":" + body
-    expected = "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace"))
 
 
 def parse_payload(text: str, content_type: str | None) -> dict[str, Any]:
