@@ -245,6 +245,7 @@ async def test_mcp_is_404_without_a_token(serve_fathom: Callable[..., Any]) -> N
         (f"alice={ALICE},alice={BOB}", "given twice"),
         (f"alice={ALICE},bob={ALICE}", "also another principal's"),
         (f"alice={'a' * 20} {'a' * 20}", "spaces or control characters"),
+        (f"local={ALICE}", "is fathom mcp's"),  # would see fathom mcp's runs and tasks
     ],
 )
 def test_a_bad_token_setting_is_one_line_without_the_token(value: str, why: str) -> None:
@@ -562,26 +563,37 @@ def modern_call(topic: str, request_id: int = 7) -> tuple[dict[str, Any], dict[s
     return body, headers
 
 
-async def test_a_serve_stopping_mid_call_on_2026_07_28_leaves_the_run_uncancelled(
-    cli_env: dict[str, str], llm_server: FakeLLMServer, tmp_path: Path
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_serve_stopping_mid_call_cancels_only_a_2026_07_28_calls_run(
+    cli_env: dict[str, str], llm_server: FakeLLMServer, tmp_path: Path, mode: str
 ) -> None:
-    """``fathom serve`` stopped (SIGTERM) with a 2026-07-28 call in flight: uvicorn's
-    graceful shutdown ends the call's handler, which its client did not close, so that is no
-    cancel: the run is left to the next process (not ``cancel_requested``)."""
+    """``fathom serve`` stopped (SIGTERM) with a call in flight; uvicorn's graceful shutdown
+    ends the call's handler. On 2026-07-28 (``auto``) that is the exchange's end, its cancel:
+    nobody could collect the run (no tasks, no ``thread`` yet) and the client asks again, so
+    the run is cancelled. On a 2025-11-25 session (``legacy``) it is no cancel: the run is left
+    to the next process (not ``cancel_requested``), where ``tasks/list`` finds it."""
     from tests.test_serve import serve, terminate, wait_until_up
 
     llm_server.fake.script("writer", Hang(600))
     served = await asyncio.to_thread(serve, {**cli_env, "FATHOM_MCP_TOKEN": TOKENS}, tmp_path)
     try:
         await asyncio.to_thread(wait_until_up, served)
-        body, headers = modern_call("heat pumps")
-        async with (
-            httpx.AsyncClient(timeout=60) as http,
-            http.stream("POST", f"{served.url}/mcp", json=body, headers=headers) as got,
-        ):
-            assert got.status_code == 200
-            await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
-            assert await asyncio.to_thread(terminate, served, 60) == 0
+        if mode == "auto":
+            body, headers = modern_call("heat pumps")
+            async with (
+                httpx.AsyncClient(timeout=60) as http,
+                http.stream("POST", f"{served.url}/mcp", json=body, headers=headers) as got,
+            ):
+                assert got.status_code == 200
+                await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
+                assert await asyncio.to_thread(terminate, served, 60) == 0
+        else:
+            async with client(f"{served.url}/mcp", ALICE, mode="legacy") as mcp:
+                call = asyncio.ensure_future(mcp.call_tool("research", {"topic": "heat pumps"}))
+                await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
+                assert await asyncio.to_thread(terminate, served, 60) == 0
+                with pytest.raises(MCPError):
+                    await call
     finally:
         if served.proc.poll() is None:
             served.proc.kill()
@@ -591,8 +603,79 @@ async def test_a_serve_stopping_mid_call_on_2026_07_28_leaves_the_run_uncancelle
     finally:
         await store_db.dispose()
     assert len(runs) == 1, served.stderr()
-    assert not runs[0].cancel_requested and runs[0].status is not RunStatus.CANCELLED
-    assert "its MCP caller left; the run goes on" in served.stderr()
+    if mode == "auto":
+        assert runs[0].cancel_requested, served.stderr()
+        assert "cancelled by its MCP caller" in served.stderr()
+    else:
+        assert not runs[0].cancel_requested and runs[0].status is not RunStatus.CANCELLED
+        assert "its MCP caller left; the run goes on" in served.stderr()
+
+
+async def test_a_2025_11_25_call_whose_post_stream_closes_goes_on_in_its_session(
+    serve_fathom: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    """On a 2025-11-25 session the call's POST response stream closing is no cancel (the
+    specification 2025-11-25, Transports: a disconnection "SHOULD NOT be interpreted as the
+    client cancelling its request"): the session stays, and when it ends (DELETE) the run
+    still finishes, uncancelled."""
+    served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
+    llm_server.fake.script("writer", Hang(1))
+    url = f"{served.url}/mcp"
+    auth = {**POST_HEADERS, "Authorization": f"Bearer {ALICE}"}
+    opened = await served.http.post(url, json=INITIALIZE, headers=auth)
+    assert opened.status_code == 200
+    session = {**auth, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+    session["MCP-Protocol-Version"] = "2025-11-25"
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await served.http.post(url, json=initialized, headers=session)).status_code == 202
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {
+            "name": "research",
+            "arguments": {"topic": "heat pumps", "depth": 1},
+            "_meta": {"progressToken": "p2"},
+        },
+    }
+    async with served.http.stream("POST", url, json=call, headers=session) as got:
+        assert got.status_code == 200
+        async for line in got.aiter_lines():  # the first progress, then the stream is closed
+            if "notifications/progress" in line:
+                break
+    await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
+    assert (await served.http.delete(url, headers=session)).status_code in (200, 204)
+    run = await wait_for(lambda: finished_run(served.store), within=60)
+    assert run.status is RunStatus.SUCCEEDED and not run.cancel_requested
+
+
+async def test_a_call_that_follows_a_research_going_on_cancels_nothing_when_it_ends(
+    serve_fathom: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    """A second call with the ``thread`` of a research going on follows it; when that call
+    ends (here a 2026-07-28 call, whose end is its cancel) it stops following, and the
+    research, which another call started, goes on to its report."""
+    served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
+    llm_server.fake.script("writer", Hang(2))
+    async with client(f"{served.url}/mcp", ALICE, mode="legacy") as mcp:
+        first = asyncio.ensure_future(mcp.call_tool("research", {"topic": "heat pumps"}))
+        await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
+        [summary] = await served.store.threads.list_threads()
+        thread = summary.key.rsplit(":", 1)[1]
+        body, headers = modern_call("heat pumps")
+        body["params"]["arguments"]["thread"] = thread
+        async with served.http.stream(
+            "POST", f"{served.url}/mcp", json=body, headers=headers
+        ) as got:
+            async for line in got.aiter_lines():  # following: then its client closes it
+                if "notifications/progress" in line:
+                    break
+        result = await first
+    assert not result.is_error, result.content
+    assert isinstance(result.structured_content, dict)
+    assert result.structured_content["status"] == "succeeded"
+    run = await served.store.runs.get_run(result.structured_content["run_id"])
+    assert run is not None and not run.cancel_requested
 
 
 @needs_knowledge

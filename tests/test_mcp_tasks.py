@@ -13,6 +13,8 @@ task bound to the authorization context that created it), and the SDK's types of
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,6 +31,7 @@ from storage import Database, Store
 from tests.chat_app import wait_for
 from tests.cli import ENTRY_POINT
 from tests.fakes.llm import FakeLLMServer, Hang
+from tests.fakes.search import FakeSearchServer
 from tests.test_mcp_http import ALICE, BOB, TOKENS, modern_call
 from tests.test_mcp_http import client as http_client
 
@@ -149,8 +152,11 @@ async def test_a_task_cancelled_is_cancelled_at_once_and_its_run_too(
         await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
         cancelled = await cancel_task(client, task_id)
         assert cancelled.status == "cancelled" and cancelled.status_message
-        result = await task_result(client, task_id)  # waits for the run's end
+        result = await task_result(client, task_id)  # at once, the run still winding down
+        with pytest.raises(MCPError) as twice:
+            await cancel_task(client, task_id)
         again = await get_task(client, task_id)
+    assert twice.value.error.code == types.INVALID_PARAMS and "cancelled" in str(twice.value)
     assert again.status == "cancelled"
     assert not result.is_error and isinstance(result.structured_content, dict)
     assert result.structured_content["status"] == "cancelled"
@@ -205,12 +211,15 @@ async def test_a_task_over_http_outlives_its_session_and_only_its_principal_sees
     serve_fathom: Callable[..., Any], llm_server: FakeLLMServer
 ) -> None:
     served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
-    llm_server.fake.latency = 0.1  # the run outlives the session that created it
+    llm_server.fake.script("writer", Hang(2))  # the run outlives the session that created it
     url = f"{served.url}/mcp"
     async with http_client(url, ALICE, mode="legacy") as alice:
         assert alice.server_capabilities.tasks is not None
         created = await create_task(alice, {"topic": "heat pumps", "depth": 1})
+        await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
     task_id = created.task.task_id
+    going = await served.store.runs.get_run(task_id)
+    assert going is not None and not going.status.finished  # the session ended before it
     async with http_client(url, BOB, mode="legacy") as bob:
         with pytest.raises(MCPError) as foreign:
             await get_task(bob, task_id)
@@ -229,10 +238,11 @@ async def test_a_task_over_http_outlives_its_session_and_only_its_principal_sees
     assert run is not None and not run.cancel_requested
 
 
+@pytest.mark.parametrize("page", [2, 3])
 async def test_tasks_list_pages_with_its_cursor(
-    serve_fathom: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    serve_fathom: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, page: int
 ) -> None:
-    monkeypatch.setattr("bots.mcp.tasks.PAGE", 2)
+    monkeypatch.setattr("bots.mcp.tasks.PAGE", page)
     served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
     async with http_client(f"{served.url}/mcp", ALICE, mode="legacy") as alice:
         made = []
@@ -241,11 +251,18 @@ async def test_tasks_list_pages_with_its_cursor(
             assert isinstance(result.structured_content, dict)
             made.append(result.structured_content["run_id"])
         first = await list_tasks(alice)
-        assert first.next_cursor is not None
-        second = await list_tasks(alice, first.next_cursor)
-    assert second.next_cursor is None
+        pages = [first]
+        while pages[-1].next_cursor is not None:
+            pages.append(await list_tasks(alice, pages[-1].next_cursor))
+        bad = []
+        for cursor in ("²", "-1", "3000", "x"):  # not ours, or past the end
+            with pytest.raises(MCPError) as refused:
+                await list_tasks(alice, cursor)
+            bad.append(refused.value.error.code)
+    assert len(pages) == (2 if page == 2 else 1)  # a full last page has no next cursor
     # Newest first, each once: a run of a plain call is a task too (its run_id the task id).
-    assert [t.task_id for t in [*first.tasks, *second.tasks]] == made[::-1]
+    assert [t.task_id for each in pages for t in each.tasks] == made[::-1]
+    assert bad == [types.INVALID_PARAMS] * 4
 
 
 async def test_task_is_ignored_on_2026_07_28_which_has_no_tasks(
@@ -265,6 +282,18 @@ async def test_task_is_ignored_on_2026_07_28_which_has_no_tasks(
     events = [line for line in answer.text.splitlines() if line.startswith("data:")]
     final = events[-1] if events else answer.text
     assert '"structuredContent"' in final and '"task"' not in final
+    run_id = json.loads(final.removeprefix("data:"))["result"]["structuredContent"]["run_id"]
+    # and tasks/* are not served there (-32601), even for the caller's own run
+    get = {
+        "jsonrpc": "2.0",
+        "id": 8,
+        "method": "tasks/get",
+        "params": {"taskId": run_id, "_meta": body["params"]["_meta"]},
+    }
+    asked = await served.http.post(
+        f"{served.url}/mcp", json=get, headers={**headers, "Mcp-Method": "tasks/get"}
+    )
+    assert json.loads(asked.text)["error"]["code"] == types.METHOD_NOT_FOUND
 
 
 async def test_a_task_of_a_run_that_keeps_running_after_a_stdio_client_leaves(
@@ -281,3 +310,52 @@ async def test_a_task_of_a_run_that_keeps_running_after_a_stdio_client_leaves(
         result = await task_result(client, created.task.task_id)
     assert not result.is_error and isinstance(result.structured_content, dict)
     assert result.structured_content["run_id"] == created.task.task_id
+
+
+async def test_a_failed_run_is_a_failed_task_whose_result_is_a_tool_error(
+    cli_env: dict[str, str], tmp_path: Path, search_server: FakeSearchServer
+) -> None:
+    """The specification: a tool call's task is ``failed`` when its result has ``isError``."""
+    search_server.fake.fail_next(100, status=400)  # no search returns anything: the run fails
+    async with legacy_stdio(cli_env, tmp_path) as client:
+        created = await create_task(client, {"topic": "heat pumps", "depth": 1})
+        done = await until_ended(client, created.task.task_id)
+        result = await task_result(client, created.task.task_id)
+    assert done.status == "failed"
+    assert result.is_error and isinstance(result.structured_content, dict)
+    assert result.structured_content["status"] == "failed"
+
+
+async def test_giving_up_a_tasks_result_wait_cancels_nothing(
+    cli_env: dict[str, str], tmp_path: Path, store_of: Store, llm_server: FakeLLMServer
+) -> None:
+    llm_server.fake.script("writer", Hang(2))
+    async with legacy_stdio(cli_env, tmp_path) as client:
+        created = await create_task(client, {"topic": "heat pumps", "depth": 1})
+        task_id = created.task.task_id
+        waiting = asyncio.ensure_future(task_result(client, task_id))
+        await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
+        waiting.cancel()  # the client sends notifications/cancelled for tasks/result
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        done = await until_ended(client, task_id)
+    assert done.status == "completed"
+    run = await store_of.runs.get_run(task_id)
+    assert run is not None and run.status is RunStatus.SUCCEEDED and not run.cancel_requested
+
+
+async def test_a_task_in_the_thread_of_a_research_going_on_is_refused(
+    cli_env: dict[str, str], tmp_path: Path, store_of: Store, llm_server: FakeLLMServer
+) -> None:
+    """A task starts ``working`` with a run of its own: a task-augmented call with the
+    ``thread`` of a research going on is -32602, naming that research's task."""
+    llm_server.fake.script("writer", Hang(2))
+    async with legacy_stdio(cli_env, tmp_path) as client:
+        created = await create_task(client, {"topic": "heat pumps", "depth": 1})
+        [summary] = await store_of.threads.list_threads()
+        thread = summary.key.rsplit(":", 1)[1]
+        with pytest.raises(MCPError) as refused:
+            await create_task(client, {"topic": "and costs", "depth": 1, "thread": thread})
+        await until_ended(client, created.task.task_id)
+    assert refused.value.error.code == types.INVALID_PARAMS
+    assert created.task.task_id in refused.value.error.message

@@ -48,8 +48,8 @@ from bots.http_gate import (
     read_body,
     rejected_response,
 )
-from bots.mcp.callers import Caller, slack_caller
-from bots.mcp.settings import LOCAL, McpSettings
+from bots.mcp.callers import Caller, UnknownCaller, slack_caller
+from bots.mcp.settings import McpSettings
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel.server import Server
@@ -63,8 +63,6 @@ log = logging.getLogger(__name__)
 PATH = "/mcp"
 #: Its methods: POST (messages), GET (the server's stream), DELETE (ending a session).
 METHODS = ("POST", "GET", "DELETE")
-#: Set on a request's ASGI scope once its client closed the exchange (:func:`stream_closed`).
-_CLOSED = "fathom.mcp.closed"
 #: Set on a request's ASGI scope when Slack signed it (:func:`caller_of`).
 _SLACK = "fathom.mcp.slack"
 #: The session principal of every request Slack signs (its callers are in each request).
@@ -96,13 +94,15 @@ def caller_of(request: object | None, params: Mapping[str, Any] | None) -> Calle
 
 def principal_of(request: object | None) -> str:
     """The principal of the call whose HTTP request is ``request`` (an MCP handler's
-    ``ctx.request``): its token's, set by :class:`McpEndpoint`; :data:`~bots.mcp.settings.LOCAL`
-    without one (stdio)."""
+    ``ctx.request``): its token's, set by :class:`McpEndpoint`; :class:`UnknownCaller` without
+    one (never served: every request ``/mcp`` serves has its caller)."""
     scope = getattr(request, "scope", None)
     user = scope.get("user") if isinstance(scope, dict) else None
     access = getattr(user, "access_token", None)
     principal = getattr(access, "client_id", None)
-    return principal if isinstance(principal, str) and principal else LOCAL
+    if not (isinstance(principal, str) and principal):
+        raise UnknownCaller("this request names no caller")
+    return principal
 
 
 class McpEndpoint:
@@ -189,7 +189,7 @@ class McpEndpoint:
             scope["user"] = _user(SLACK_SESSIONS)
             scope[_SLACK] = True
             manager = signed
-        await manager.handle_request(scope, _replaying(body, scope, receive), send)
+        await manager.handle_request(scope, _replaying(body, receive), send)
 
     def _slack_signature(self, request: Request, body: bytes) -> bool:
         """Whether Slack signed ``request`` (with Slack identity on)."""
@@ -254,28 +254,14 @@ class McpEndpoint:
         return JSONResponse({"error": reason}, status, headers=headers)
 
 
-def _replaying(body: bytes, scope: Scope, receive: Receive) -> Receive:
-    """``receive`` whose first message is the whole ``body``, already read; the client's
-    ``http.disconnect``, when the SDK reads it, is marked on ``scope`` (:func:`stream_closed`)."""
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` whose first message is the whole ``body``, already read."""
     pending = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def replay() -> Message:
-        if pending:
-            return pending.pop()
-        message = await receive()
-        if message.get("type") == "http.disconnect":
-            scope[_CLOSED] = True
-        return message
+        return pending.pop() if pending else await receive()
 
     return replay
-
-
-def stream_closed(request: object | None) -> bool:
-    """Whether the client closed the HTTP exchange of ``request`` (an MCP handler's
-    ``ctx.request``): the server read its ``http.disconnect``. A server stopping, which
-    cancels the handlers it still holds, does not set it."""
-    scope = getattr(request, "scope", None)
-    return isinstance(scope, dict) and scope.get(_CLOSED) is True
 
 
 def _allowed(value: str, allowed: list[str]) -> bool:

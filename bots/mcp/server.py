@@ -2,33 +2,36 @@
 
 :func:`research_server` makes the SDK's low-level ``mcp.server.lowlevel.Server`` (mcp
 2.3.0) from the process's services (:class:`McpServices`, gathered by :func:`services_of`)
-and the caller's principal: a fixed name (``fathom mcp`` over stdio: ``local``) or a function
-of the request's context, so one server serves every principal; :func:`build_server` is
-``fathom serve``'s (``/mcp``: the principal its bearer token names, ``bots.mcp.http``). A
-call of the tool:
+and the caller: a fixed principal (``fathom mcp`` over stdio: ``local``) or a function of
+the request's context, so one server serves every caller; :func:`build_server` is ``fathom
+serve``'s (``/mcp``: its bearer token's principal, or the Slack user a request Slack signed
+names; ``bots.mcp.http``, ``bots.mcp.callers``). A call of the tool:
 
 1. checks its arguments; a bad one (an empty topic, a depth out of ``1..FATHOM_MAX_DEPTH``,
-   an unknown strategy or sources, ``internal`` sources where the principal may use none, a
-   thread that is not one of the principal's) is a tool error (``isError``, one line), and the
+   an unknown strategy or sources, ``internal`` sources where the caller may use none, a
+   thread that is not one of the caller's) is a tool error (``isError``, one line), and the
    server keeps serving;
 2. submits the run as the chat layer does (``core.research.requests.RunRequests.submit``:
    dedupe, one active run per thread, ``FATHOM_USER_CONCURRENCY`` and the daily quotas per
-   principal) in thread ``mcp:<principal>:mcp:<thread id>`` (a uuid hex made here, returned
-   as ``thread``; a follow-up passes it back and the key is rebuilt from the caller's own
-   principal, so no caller reaches another's thread), requested by
-   ``mcp:<principal>:<principal>`` (``fathom forget --user`` takes it), and hands it to the
+   caller) in one of the caller's threads (``mcp:<principal>:mcp:<thread id>``, a uuid hex
+   made here and returned as ``thread``; a follow-up passes it back and the key is rebuilt
+   from the caller, so no caller reaches another's thread), requested by the caller
+   (``mcp:<principal>:<principal>``, which ``fathom forget --user`` takes), and hands it to the
    process's job runner (in-process, or procrastinate's queue); a call with the ``thread``
    of a research still going on follows that research instead (a caller that left comes
-   back for its report);
+   back for its report; not on 2026-07-28's HTTP, below);
 3. follows it (``bots.mcp.follow.RunFollower``), sending each progress row as
-   ``notifications/progress`` with the caller's progress token (progress: rows seen; total:
-   the run's depth + 2; message: the row's text);
+   ``notifications/progress`` with the caller's progress token (progress: rows seen, no
+   total; message: the row's text);
 4. returns the Markdown report as text (for a run that failed or was cancelled, why; a
    failure is ``isError``) and ``ResearchResult`` as structured content.
 
-The caller's cancel cancels the run (``RunRequests.cancel``, as the chat's Cancel does); a
-caller that goes away without cancelling leaves it to finish. Which is which depends on the
-wire, as the protocol defines a cancel on each:
+The submission is shielded from a cancel, which then reaches the call as it follows the run,
+so a cancel that comes while the run is being created still cancels it. The caller's cancel
+cancels the run the call created (``RunRequests.cancel``, as the chat's Cancel does); a call
+that only follows a research already going on stops following, and that research goes on. A
+caller that goes away without cancelling leaves its run to finish. Which is which depends on
+the wire, as the protocol defines a cancel on each:
 
 - stdio, and HTTP sessions of protocol 2025-11-25 and before: a cancel is
   ``notifications/cancelled`` (basic/utilities/cancellation). The SDK
@@ -39,11 +42,12 @@ wire, as the protocol defines a cancel on each:
   ``thread`` finds its report. The flag is read from the session's dispatch context, which
   the low-level context does not expose by a public name in mcp 2.3.0.
 - HTTP of protocol 2026-07-28 (one POST a request, no session): "cancellation is closing the
-  response stream" and no notification is sent (``mcp/server/_streamable_http_modern.py``),
-  so a call whose client closed its stream (``bots.mcp.http.stream_closed``: the client's
-  ``http.disconnect`` was read) cancels its run; a dropped connection is, by that protocol,
-  a cancel too, and its client asks again with a new request. A call cancelled because the
-  server stops was not closed by its client: its run goes on.
+  response stream" and no notification is sent (``mcp/server/_streamable_http_modern.py``);
+  a broken stream loses the request and its client asks again with a new one. So a call
+  ended for any reason (its client closed the stream, the connection dropped, a proxy's
+  request limit, the server stopping) cancels its run: nobody could collect it (that
+  revision has no tasks, and the ``thread`` is only in the result), and it would hold a place
+  of ``FATHOM_USER_CONCURRENCY`` that the repeated request needs.
 
 A caller that wants a run to outlive its connection on any wire asks for a task
 (2025-11-25's ``tools/call`` with ``task``, ``bots.mcp.tasks``).
@@ -63,6 +67,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
@@ -72,7 +77,7 @@ from bots.mcp.callers import Caller, UnknownCaller
 from bots.mcp.delivery import Wakeup
 from bots.mcp.follow import Outcomes, ResearchResult, RunFollower, RunGone, research_result
 from bots.mcp.settings import LOCAL
-from bots.mcp.tasks import TASKS_VERSION, ResearchTasks, TaskCreated, answer_created_tasks
+from bots.mcp.tasks import RELATED_TASK, ResearchTasks, TaskCreated, answer_created_tasks
 from bots.mcp.tasks import capability as tasks_capability
 from core.chat.stores import ChatProgress, ChatThreads, ProgressRecord, RunRecord
 from core.engine.registry import STRATEGIES
@@ -264,17 +269,40 @@ def requester(principal: str) -> str:
 
 
 def cancel_requested(ctx: ServerRequestContext[Any, Any]) -> bool:
-    """Whether the caller cancelled this request (see the module): it sent
-    ``notifications/cancelled`` for it (the flag of the SDK's dispatch context of the
-    request, behind the session), or, on 2026-07-28's HTTP, it closed the call's response
-    stream (``bots.mcp.http.stream_closed``)."""
-    from bots.mcp.http import stream_closed
-
+    """Whether a call whose handler was cancelled was cancelled by its caller (see the
+    module): it sent ``notifications/cancelled`` for it (the flag of the SDK's dispatch
+    context of the request, behind the session), or it is a 2026-07-28 call over HTTP, where
+    any end of the exchange is its cancel."""
     dispatch = getattr(ctx.session, "_request_outbound", None)
     event = getattr(dispatch, "cancel_requested", None)
     if event is not None and event.is_set():
         return True
-    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and stream_closed(ctx.request)
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and ctx.request is not None
+
+
+def handshake_era(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the request is on a revision with the ``initialize`` handshake, where the
+    server declares tasks (``bots.mcp.tasks``; 2026-07-28 has none)."""
+    return ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
+
+
+async def send_task_progress(
+    ctx: ServerRequestContext[Any, Any], task_id: str, progress: float, message: str
+) -> None:
+    """A progress notification for the request of ``ctx``, tied to task ``task_id`` (the
+    specification: every notification related to a task carries
+    ``io.modelcontextprotocol/related-task``); nothing without a progress token."""
+    token = progress_token_from_params(ctx.params)
+    if token is None:
+        return
+    params = types.ProgressNotificationParams(
+        progress_token=token,
+        progress=progress,
+        message=message,
+        _meta={RELATED_TASK: {"taskId": task_id}},
+    )
+    related = str(ctx.request_id) if ctx.request_id is not None else None
+    await ctx.session.send_notification(types.ProgressNotification(params=params), related)
 
 
 def tool_error(text: str) -> types.CallToolResult:
@@ -323,17 +351,18 @@ class ResearchTool:
         if params.name != TOOL:
             return tool_error(f"unknown tool {params.name!r}; this server has {TOOL!r}")
         services = self._services
-        as_task = params.task is not None and ctx.protocol_version == TASKS_VERSION
+        as_task = params.task is not None and handshake_era(ctx)
         try:
             asked = parse_arguments(params.arguments, services.policy)
-            run = await self._submit(self.caller_of(ctx), asked)
+            with anyio.CancelScope(shield=True):  # a cancel now reaches _attend, run known
+                run, created = await self._submit(self.caller_of(ctx), asked, as_task)
         except (BadArguments, UnknownCaller) as exc:
             if as_task:  # no task to fail (bots.mcp.tasks)
                 raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
             return tool_error(str(exc))
         if as_task:
             raise TaskCreated(self.tasks.created(run))
-        return await self._attend(ctx, run)
+        return await self._attend(ctx, run, created)
 
     async def run(self, run_id: str) -> RunRecord | None:
         return await self._services.runs.get_run(run_id)
@@ -345,13 +374,33 @@ class ResearchTool:
     async def progress_of(self, run_id: str) -> list[ProgressRecord]:
         return await self._services.rows.since(run_id)
 
+    async def cancelled_result(self, run: RunRecord) -> types.CallToolResult:
+        """What a task whose run was asked to cancel answers while the run winds down: no
+        report, the structured content as far as it went, its status ``cancelled``."""
+        services = self._services
+        _, result = await research_result(services.runs, services.outcomes, run.id)
+        text = pick(
+            request_language(run.topic),
+            "Cancelled: nothing more is searched or written, and there is no report.",
+            "已取消：不再搜索或撰写，也没有报告。",
+        )
+        data = result.model_copy(update={"status": RunStatus.CANCELLED.value})
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)],
+            structured_content=data.model_dump(mode="json"),
+        )
+
     async def cancel_run(self, run_id: str) -> Any:
         """Cancel the run as the chat's Cancel does (``RunRequests.cancel``'s answer)."""
         return await self._services.requests.cancel(run_id)
 
-    async def _submit(self, caller: Caller, asked: Asked) -> RunRecord:
-        """The run of ``asked``, created and handed to the runner; :class:`BadArguments`
-        (one line) when it may not start."""
+    async def _submit(
+        self, caller: Caller, asked: Asked, as_task: bool = False
+    ) -> tuple[RunRecord, bool]:
+        """The run of ``asked``, created and handed to the runner, and True; or, for a call
+        with the ``thread`` of a research going on, that research's run and False (a task
+        is not: a new task has a run of its own). :class:`BadArguments` (one line) when it
+        may not start."""
         services, language = self._services, asked.language
         if asked.thread is not None:
             key = caller.thread(asked.thread)
@@ -365,8 +414,18 @@ class ResearchTool:
                 )
             # Its research still going on (its caller left, or asks again): follow that one.
             active = await services.runs.active_run_in_thread(str(key))
+            if active is not None and as_task:
+                raise BadArguments(
+                    pick(
+                        language,
+                        f"a research is going on in thread {asked.thread!r} (task {active.id}): "
+                        "fetch it with tasks/result",
+                        f"thread {asked.thread!r} 中已有研究在进行（任务 {active.id}）："
+                        "请用 tasks/result 获取",
+                    )
+                )
             if active is not None:
-                return active
+                return active, False
         else:
             key = caller.thread(uuid.uuid4().hex)
         if asked.sources is SourceChoice.INTERNAL:
@@ -415,19 +474,22 @@ class ResearchTool:
                 )
             ) from None
         await services.runner.enqueue(run.id)
-        return run
+        return run, True
 
     async def _attend(
-        self, ctx: ServerRequestContext[Any, Any], run: RunRecord
+        self, ctx: ServerRequestContext[Any, Any], run: RunRecord, created: bool
     ) -> types.CallToolResult:
         """Follow the run to its end, sending its progress; then its result. The caller's
-        cancel cancels the run; its departure does not (see the module)."""
+        cancel cancels the run if this call ``created`` it; its departure does not (see the
+        module)."""
         try:
             return await self.follow_to_result(ctx, run)
         except RunGone:
             return tool_error(f"run {run.id} is not stored any more")
         except anyio.get_cancelled_exc_class():
-            if cancel_requested(ctx):
+            if not created:
+                log.info("run %s: a call following it ended; the run goes on", run.id)
+            elif cancel_requested(ctx):
                 with anyio.CancelScope(shield=True):
                     await self._services.requests.cancel(run.id)
                 log.info("run %s: cancelled by its MCP caller", run.id)
@@ -436,17 +498,22 @@ class ResearchTool:
             raise
 
     async def follow_to_result(
-        self, ctx: ServerRequestContext[Any, Any], run: RunRecord
+        self, ctx: ServerRequestContext[Any, Any], run: RunRecord, task: bool = False
     ) -> types.CallToolResult:
         """Wait for ``run``'s end, sending each progress row to the request of ``ctx`` (its
-        progress token's, if it has one); then what the call answers. ``progress`` counts the
-        rows; no ``total`` is sent, as a run's steps are not known ahead (a plan may stop
-        early, a graph of sub-questions grows). :class:`RunGone` when it is not stored."""
+        progress token's, if it has one; for a ``task``'s ``tasks/result``, with
+        ``io.modelcontextprotocol/related-task``); then what the call answers. ``progress``
+        counts the rows; no ``total`` is sent, as a run's steps are not known ahead (a plan
+        may stop early, a graph of sub-questions grows). :class:`RunGone` when it is not
+        stored."""
         services = self._services
         seen = 0
         async for row in self._follower.follow(run.id):
             seen += 1
-            await ctx.session.report_progress(float(seen), None, row.text)
+            if task:
+                await send_task_progress(ctx, run.id, float(seen), row.text)
+            else:
+                await ctx.session.report_progress(float(seen), None, row.text)
         outcome, result = await research_result(services.runs, services.outcomes, run.id)
         if outcome.status is RunStatus.SUCCEEDED and outcome.report_markdown:
             text = outcome.report_markdown

@@ -60,6 +60,8 @@ def parse_tokens(value: object) -> object:
             raise ValueError(f"pair {n} is not principal=token")
         if not PRINCIPAL.fullmatch(principal):
             raise ValueError(f"principal {principal[:64]!r} is not [a-z0-9_-]{{1,64}}")
+        if principal == LOCAL:
+            raise ValueError(f"principal {LOCAL!r} is fathom mcp's (stdio): choose another name")
         if len(token) < MIN_TOKEN_LENGTH:
             raise ValueError(
                 f"{principal}'s token is shorter than {MIN_TOKEN_LENGTH} characters "

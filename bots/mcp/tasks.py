@@ -6,22 +6,28 @@ as long as the run (``FATHOM_RUN_RETENTION_DAYS``). A caller sees only its own p
 runs; any other id is "not found" (-32602), as the specification's security section asks
 (tasks bound to the context that created them).
 
-- ``tools/call`` with ``task`` on a 2025-11-25 connection submits the run as any call does
-  and answers at once with ``CreateTaskResult`` (status ``working``, the run's id, ``ttl``,
-  ``pollInterval``, and for the model ``io.modelcontextprotocol/model-immediate-response``).
+- The server declares tasks on the revisions with the ``initialize`` handshake (the SDK
+  builds the ``initialize`` answer before it knows the revision), and serves them there;
+  2026-07-28 has none: ``task`` is ignored and ``tasks/*`` are -32601.
+- ``tools/call`` with ``task`` submits the run as any call does and answers at once with
+  ``CreateTaskResult`` (status ``working``, the run's id, ``ttl``, ``pollInterval``, and for
+  the model ``io.modelcontextprotocol/model-immediate-response``). With the ``thread`` of a
+  research going on it is refused (-32602, naming that research's task): a task starts
+  ``working`` with a run of its own.
   The SDK (mcp 2.3.0) validates every ``tools/call`` result as a ``CallToolResult`` at that
   version, so the tool raises :class:`TaskCreated` and :func:`answer_created_tasks`, a
   server middleware inside the handler's chain, answers it. Arguments that may not start a
   run are an ``Invalid params`` error (-32602) with the tool error's one line: there is no
-  task to fail. On 2026-07-28 (which has no tasks) ``task`` is ignored, as the
-  specification asks of a receiver that does not declare tasks for the request.
+  task to fail.
 - ``tasks/get``: the task (``working`` while the run is queued or running, then
   ``completed``, ``failed`` or ``cancelled``; ``statusMessage`` its latest progress).
 - ``tasks/result``: waits for the run's end and answers what the call would have (the report,
   its structured content; ``isError`` for a failed run), with
-  ``io.modelcontextprotocol/related-task``. Its own progress token gets the run's progress.
-  Cancelling this wait does not cancel the run.
-- ``tasks/list``: the principal's runs over MCP, newest first, :data:`PAGE` at a time.
+  ``io.modelcontextprotocol/related-task``; its own progress token gets the run's progress,
+  each notification with that key too. A task cancelled is answered at once (no report),
+  whether or not its run has wound down. Giving up this wait does not cancel the run.
+- ``tasks/list``: the caller's runs over MCP, newest first, :data:`PAGE` at a time (the
+  cursor an offset; one past the end is -32602).
 - ``tasks/cancel``: cancels the run (``RunRequests.cancel``, as the chat's Cancel); the task
   is ``cancelled`` from then on. A task that has ended is -32602.
 
@@ -39,10 +45,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import mcp_types as types
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 
 from bots.mcp.callers import Caller, UnknownCaller
-from bots.mcp.follow import RunGone, ended
+from bots.mcp.follow import RunGone
 from core.chat.stores import ProgressRecord, RunRecord
 from core.values import RunStatus
 from core.words.wording import pick, request_language
@@ -99,12 +105,21 @@ def capability() -> types.ServerTasksCapability:
 
 def task_status(run: RunRecord) -> TaskStatus:
     """The task's status of ``run``: cancelled once a cancel was asked (the specification:
-    it stays so even if the run goes on to an end), else working until the run has ended."""
+    it stays so even if the run goes on to an end), else working until the run has finished."""
     if run.status is RunStatus.CANCELLED or run.cancel_requested:
         return "cancelled"
-    if not ended(run):
+    if not run.status.finished:
         return "working"
     return "completed" if run.status is RunStatus.SUCCEEDED else "failed"
+
+
+def served_here(ctx: ServerRequestContext[Any, Any]) -> None:
+    """``tasks/*`` exist on the handshake's revisions only (the server declares tasks there):
+    -32601 on 2026-07-28, which has none."""
+    from bots.mcp.server import handshake_era
+
+    if not handshake_era(ctx):
+        raise MCPError(code=METHOD_NOT_FOUND, message="Method not found", data=ctx.method)
 
 
 def utc(moment: datetime) -> datetime:
@@ -168,9 +183,15 @@ class ResearchTasks:
     async def result(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetTaskPayloadRequestParams
     ) -> dict[str, Any]:
+        """What the call would have answered, once the run has finished; a task cancelled
+        (its run still winding down) is answered at once. Giving up this wait cancels
+        nothing."""
         run = await self._owned(ctx, params.task_id)
         try:
-            answer = await self.tool.follow_to_result(ctx, run)
+            if task_status(run) == "cancelled" and not run.status.finished:
+                answer = await self.tool.cancelled_result(run)
+            else:
+                answer = await self.tool.follow_to_result(ctx, run, task=True)
         except RunGone:
             raise not_found(params.task_id) from None
         wire = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -180,16 +201,21 @@ class ResearchTasks:
     async def list(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
     ) -> dict[str, Any]:
+        served_here(ctx)
         cursor = params.cursor
-        if cursor is not None and not cursor.isdigit():
-            raise MCPError(code=INVALID_PARAMS, message=f"Invalid cursor {cursor!r}")
+        if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) < 9):
+            raise MCPError(code=INVALID_PARAMS, message=f"Invalid cursor {cursor[:40]!r}")
         offset = int(cursor or 0)
         caller = self._caller(ctx)
         runs = [
             run for run in await self.tool.runs_of(caller, offset + PAGE + 1) if caller.owns(run)
         ]
         page = runs[offset : offset + PAGE]
-        answer: dict[str, Any] = {"tasks": [self._task(run, None) for run in page]}
+        if offset and not page:  # a cursor this list never gave (or one gone stale)
+            raise MCPError(code=INVALID_PARAMS, message=f"Invalid cursor {cursor!r}")
+        answer: dict[str, Any] = {
+            "tasks": [self._task(run, await self._latest(run)) for run in page]
+        }
         if len(runs) > offset + PAGE:
             answer["nextCursor"] = str(offset + PAGE)
         return answer
@@ -204,15 +230,15 @@ class ResearchTasks:
         answer = await self.tool.cancel_run(run.id)
         run = await self._owned(ctx, params.task_id)
         if answer in (CancelRequest.POSTING, CancelRequest.ENDED):
-            # Too late: its report was written (or it ended) before the cancel.
+            # Too late: the run finished between the read above and the cancel.
             raise MCPError(
-                code=INVALID_PARAMS,
-                message=f"Task {run.id} has already ended; its report is written",
+                code=INVALID_PARAMS, message=f"Task {run.id} is already {task_status(run)}"
             )
         return self._task(run, await self._latest(run))
 
     async def _owned(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> RunRecord:
         """The run of ``task_id`` if it is the caller's, else "not found"."""
+        served_here(ctx)
         run = await self.tool.run(task_id)
         if run is None or not self._caller(ctx).owns(run):
             raise not_found(task_id)
@@ -232,13 +258,13 @@ class ResearchTasks:
         """``run``'s task (wire form; ``ttl`` is always present, null for ever)."""
         status = task_status(run)
         message = latest.text if latest is not None else None
-        if status == "cancelled" and not ended(run):
+        if status == "cancelled" and not run.status.finished:
             message = pick(
                 request_language(run.topic),
                 "Cancelling: nothing more is searched or written.",
                 "正在取消：不再搜索或撰写。",
             )
-        moments = [run.created_at, run.started_at, run.heartbeat_at, run.finished_at]
+        moments = [run.created_at, run.started_at, run.finished_at]
         if latest is not None:
             moments.append(latest.created_at)
         updated = iso(max(utc(m) for m in moments if m is not None))
