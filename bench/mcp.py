@@ -17,6 +17,9 @@ topic of its own (a new thread).
 - MCP, cold: from spawning ``fathom mcp`` to its exit: start, ``initialize``, the call, its
   result, the session closed (what an assistant that starts Fathom for one research waits).
 - CLI: ``fathom research "<topic>" --depth 3 --json`` from spawning to exit.
+- Start-up, cold MCP and CLI: from spawning to the process's first model request (the fake
+  LLM's record of it), where the two differ only by what each does before its research; and
+  for ``fathom mcp``, from spawning to the ``initialize`` answer.
 
 The four alternate, one run at a time. Goal (issue 57): MCP (cold) at most 1.05x the CLI.
 Results go to ``bench/results/mcp.json``; the Markdown table is printed for the README.
@@ -35,10 +38,13 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.common import cpu_model
 from tests.env import clean_environ
+
+if TYPE_CHECKING:
+    from tests.fakes import FakeLLMServer
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "mcp.json"
@@ -108,21 +114,33 @@ async def mcp_calls(env: dict[str, str], cwd: Path, runs: int) -> list[dict[str,
     return timed
 
 
-async def mcp_cold(env: dict[str, str], cwd: Path) -> float:
+def first_request(llm: FakeLLMServer, since: float) -> float:
+    """Seconds from ``since`` (``time.time()``) to the first model request made after it."""
+    return min(r.time for r in llm.fake.requests if r.time >= since) - since
+
+
+async def mcp_cold(env: dict[str, str], cwd: Path, llm: FakeLLMServer) -> dict[str, float]:
     """Spawn ``fathom mcp``, initialize, one research, its result, exit."""
     from mcp import StdioServerParameters
     from mcp.client.client import Client
 
     params = StdioServerParameters(command=str(FATHOM), args=["mcp"], env=env, cwd=str(cwd))
+    spawned = time.time()
     started = time.perf_counter()
     async with Client(params) as client:
+        initialized = time.perf_counter() - started
         result = await client.call_tool("research", {"topic": topic(), "depth": 3})
         if result.is_error:
             raise RuntimeError(f"the call failed: {result}")
-    return time.perf_counter() - started
+    return {
+        "cold": time.perf_counter() - started,
+        "initialize": initialized,
+        "start": first_request(llm, spawned),
+    }
 
 
-def cli_run(env: dict[str, str], cwd: Path) -> float:
+def cli_run(env: dict[str, str], cwd: Path, llm: FakeLLMServer) -> dict[str, float]:
+    spawned = time.time()
     started = time.perf_counter()
     done = subprocess.run(
         [str(FATHOM), "research", topic(), "--depth", "3", "--json"],
@@ -135,7 +153,7 @@ def cli_run(env: dict[str, str], cwd: Path) -> float:
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"fathom research failed: {done.stderr[-2000:]}")
-    return elapsed
+    return {"cli": elapsed, "start": first_request(llm, spawned)}
 
 
 def median(values: list[float]) -> float:
@@ -161,17 +179,22 @@ async def main(argv: list[str] | None = None) -> int:
         await asyncio.to_thread(
             subprocess.run, [str(FATHOM), "db", "upgrade"], env=env, cwd=cwd, check=True
         )
-        cli_run(env, cwd)  # warm-up (byte-compiled modules, the OS's caches)
+        cli_run(env, cwd, llm)  # warm-up (byte-compiled modules, the OS's caches)
         llm.fake.latency, search.fake.latency = args.llm_latency, args.search_latency
         calls: list[dict[str, float]] = []
-        cold: list[float] = []
-        cli: list[float] = []
+        colds: list[dict[str, float]] = []
+        clis: list[dict[str, float]] = []
         for _ in range(args.runs):
             calls += await mcp_calls(env, cwd, 1)
-            cold.append(await mcp_cold(env, cwd))
-            cli.append(await asyncio.to_thread(cli_run, env, cwd))
+            colds.append(await mcp_cold(env, cwd, llm))
+            clis.append(await asyncio.to_thread(cli_run, env, cwd, llm))
     first = [c["first_progress"] for c in calls]
     warm = [c["warm"] for c in calls]
+    cold = [c["cold"] for c in colds]
+    cli = [c["cli"] for c in clis]
+    initialize = [c["initialize"] for c in colds]
+    cold_start = [c["start"] for c in colds]
+    cli_start = [c["start"] for c in clis]
     report: dict[str, Any] = {
         "runs": args.runs,
         "llm_latency": args.llm_latency,
@@ -183,12 +206,18 @@ async def main(argv: list[str] | None = None) -> int:
         "mcp_warm_s": [round(v, 3) for v in warm],
         "mcp_cold_s": [round(v, 3) for v in cold],
         "cli_s": [round(v, 3) for v in cli],
+        "mcp_cold_initialize_s": [round(v, 3) for v in initialize],
+        "mcp_cold_start_s": [round(v, 3) for v in cold_start],
+        "cli_start_s": [round(v, 3) for v in cli_start],
         "notifications": [c["notifications"] for c in calls],
         "median": {
             "first_progress_s": median(first),
             "mcp_warm_s": median(warm),
             "mcp_cold_s": median(cold),
             "cli_s": median(cli),
+            "mcp_cold_initialize_s": median(initialize),
+            "mcp_cold_start_s": median(cold_start),
+            "cli_start_s": median(cli_start),
         },
     }
     report["ratio_cold_to_cli"] = round(median(cold) / median(cli), 3)
@@ -201,6 +230,9 @@ async def main(argv: list[str] | None = None) -> int:
     print(f"| MCP, warm: tools/call -> result | {m['mcp_warm_s']:.3f} s | |")
     print(f"| MCP, cold: spawn -> exit | {m['mcp_cold_s']:.3f} s | |")
     print(f"| CLI: spawn -> exit | {m['cli_s']:.3f} s | |")
+    print(f"| MCP, cold: spawn -> initialize answered | {m['mcp_cold_initialize_s']:.3f} s | |")
+    print(f"| MCP, cold: spawn -> first model request | {m['mcp_cold_start_s']:.3f} s | |")
+    print(f"| CLI: spawn -> first model request | {m['cli_start_s']:.3f} s | |")
     print(f"| MCP cold / CLI | {report['ratio_cold_to_cli']:.3f}x | <= 1.05x |")
     print(f"| MCP warm / CLI | {report['ratio_warm_to_cli']:.3f}x | |")
     return 0
