@@ -144,7 +144,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="slack-signature",
-        file="bots/slack/http.py",
+        file="bots/slack/signature.py",
         old=(
             "    return hmac.compare_digest(expected.encode(), "
             'signature.encode("utf-8", "replace"))\n'
@@ -153,8 +153,10 @@ MUTANTS: tuple[Mutant, ...] = (
         tests=(
             "tests/test_slack_app.py::test_unverified_requests_get_401_and_store_nothing",
             "tests/test_slack_app.py::test_forged_and_foreign_presses_change_nothing",
+            "tests/test_mcp_slack.py::test_unsigned_forged_or_stale_requests_are_401_and_start_nothing",
         ),
-        breaks="any well-formed, fresh Slack signature is accepted, whatever secret made it",
+        breaks="any well-formed, fresh Slack signature is accepted, whatever secret made it "
+        "(at /slack/events and, with Slack identity, at /mcp)",
     ),
     Mutant(
         name="feishu-signature",
