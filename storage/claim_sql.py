@@ -118,6 +118,7 @@ class ClaimStatements:
         # A forced claim (``from_owner``) takes the run only from the holder judged dead.
         from_owner = bindparam("from_owner", type_=String())
         held_by_expected = or_(from_owner.is_(None), _runs.c.owner == from_owner)
+        held = _runs.c.owner.is_not(None)
         claim_values = {
             "owner": bindparam("claimant"),
             "fence": _runs.c.fence + 1,
@@ -175,10 +176,17 @@ class ClaimStatements:
                 | {
                     # The runner that was delivering it stopped: that counts as a failed
                     # attempt, so a delivery that keeps killing its runners ends
-                    # (FATHOM_DELIVERY_ATTEMPTS).
-                    "delivery_attempts": _runs.c.delivery_attempts + 1,
-                    "delivery_error": func.coalesce(
-                        _runs.c.delivery_error, "the process delivering it stopped"
+                    # (FATHOM_DELIVERY_ATTEMPTS). A delivery nobody held (a run cancelled
+                    # while queued, one handed back at a graceful shutdown) is only due.
+                    "delivery_attempts": _runs.c.delivery_attempts + case((held, 1), else_=0),
+                    "delivery_error": case(
+                        (
+                            held,
+                            func.coalesce(
+                                _runs.c.delivery_error, "the process delivering it stopped"
+                            ),
+                        ),
+                        else_=_runs.c.delivery_error,
                     ),
                 }
             )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text, update
 
-from core.values import ThreadKey
+from core.values import RunStatus, ThreadKey
 from storage import (
     CacheStore,
     CancelRequest,
@@ -817,6 +817,23 @@ async def test_each_delivery_takeover_counts_as_a_failed_delivery_attempt(
         taken = await claim(store, run.id, owner=f"deliverer-{expected}")
         assert taken.run.delivery_attempts == expected
         assert taken.run.delivery_error == "the process delivering it stopped"
+
+
+async def test_a_delivery_nobody_held_is_taken_without_a_failed_attempt(store: Store) -> None:
+    """A run cancelled while queued, and a finished run handed back at a graceful shutdown,
+    have a delivery due at once that no runner was killed by: taking it counts no failed
+    attempt and says nothing of a process that stopped (it did count one, so such a run's
+    delivery had one attempt fewer, its error "the process delivering it stopped")."""
+    queued, _ = await new_run(store, thread_key="memory:W:C:q")
+    assert await store.runs.request_cancel(queued.id) is CancelRequest.CANCELLED
+    handed, _ = await new_run(store, thread_key="memory:W:C:h")
+    held = await claim(store, handed.id)
+    await finish(store, held)
+    assert await store.claims.release_run(held) is RunStatus.SUCCEEDED
+    for run_id in (queued.id, handed.id):
+        taken = await claim(store, run_id, owner="deliverer")
+        assert (taken.run.delivery, taken.run.delivery_attempts) == ("pending", 0)
+        assert taken.run.delivery_error is None
 
 
 async def test_runs_are_counted_by_status_and_platform(store: Store) -> None:
