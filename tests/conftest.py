@@ -224,6 +224,17 @@ ServeFathom = Callable[..., Awaitable[ServedFathom]]
 
 
 @pytest.fixture
+async def store_of(cli_env: dict[str, str]) -> AsyncIterator[Store]:
+    """The database a ``fathom`` subprocess of ``cli_env`` uses (``fathom mcp``), read from
+    the test."""
+    database = Database(cli_env["DATABASE_URL"])
+    try:
+        yield Store(database)
+    finally:
+        await database.dispose()
+
+
+@pytest.fixture
 async def serve_fathom(
     tmp_path: Path,
     llm_server: FakeLLMServer,

@@ -91,16 +91,6 @@ class Progress:
         return [m or "" for _, _, m in self.seen]
 
 
-@pytest.fixture
-async def store_of(cli_env: dict[str, str]) -> AsyncIterator[Store]:
-    """The database ``fathom mcp`` uses, read from the test."""
-    database = Database(cli_env["DATABASE_URL"])
-    try:
-        yield Store(database)
-    finally:
-        await database.dispose()
-
-
 # -- over stdio, with the official client ------------------------------------------------
 
 

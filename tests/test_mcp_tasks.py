@@ -27,7 +27,7 @@ from mcp.client.client import Client
 from mcp.shared.exceptions import MCPError
 
 from core.values import RunStatus
-from storage import Database, Store
+from storage import Store
 from tests.chat_app import wait_for
 from tests.cli import ENTRY_POINT
 from tests.fakes.llm import FakeLLMServer, Hang
@@ -91,15 +91,6 @@ async def until_ended(client: Client, task_id: str) -> types.GetTaskResult:
 
     found: types.GetTaskResult = await wait_for(ended, within=60)
     return found
-
-
-@pytest.fixture
-async def store_of(cli_env: dict[str, str]) -> AsyncIterator[Store]:
-    database = Database(cli_env["DATABASE_URL"])
-    try:
-        yield Store(database)
-    finally:
-        await database.dispose()
 
 
 async def test_a_task_is_created_at_once_polled_and_its_result_is_the_cited_report(
