@@ -390,6 +390,25 @@ async def test_a_principal_at_its_concurrency_limit_gets_a_tool_error_another_is
     assert sum(n for _, _, n in counted) == 2  # alice's held one and bob's; none for the refusal
 
 
+async def test_the_daily_quota_counts_per_principal_as_per_user(
+    serve_fathom: Callable[..., Any],
+) -> None:
+    """``FATHOM_USER_DAILY_RUNS`` counts each principal as a user: alice's second research of
+    the day is a tool error of one line, worded as the chat's (its reset time); bob's first is
+    served; no run is created for the refusal."""
+    served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS, FATHOM_USER_DAILY_RUNS="1")
+    async with client(f"{served.url}/mcp", ALICE) as mcp:
+        first = await mcp.call_tool("research", {"topic": "heat pumps", "depth": 1})
+        over = await mcp.call_tool("research", {"topic": "solar panels", "depth": 1})
+    async with client(f"{served.url}/mcp", BOB) as mcp:
+        bobs = await mcp.call_tool("research", {"topic": "solar panels", "depth": 1})
+    assert not first.is_error and not bobs.is_error, (first.content, bobs.content)
+    assert over.is_error and "\n" not in text_of(over)
+    assert "today's 1 researches" in text_of(over) and "resets at" in text_of(over)
+    counted = await served.store.runs.count_runs()
+    assert sum(n for _, _, n in counted) == 2
+
+
 async def test_a_refused_token_starts_no_run(serve_fathom: Callable[..., Any]) -> None:
     served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
     call = {

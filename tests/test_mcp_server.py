@@ -40,9 +40,9 @@ from mcp import StdioServerParameters
 from mcp.client.client import Client
 
 from bots.composition import open_app
+from bots.mcp.callers import Caller
 from bots.mcp.delivery import McpDelivery, Wakeup, render_progress
 from bots.mcp.follow import RunFollower, research_result
-from bots.mcp.server import requester, thread_key
 from core.engine.progress import ProgressEvent, ProgressKind, ProgressTask, TaskStatus
 from core.research.requests import ResearchRequest
 from core.values import RunStatus
@@ -327,9 +327,12 @@ async def test_progress_written_by_another_process_reaches_the_follower_in_order
     async with open_app(settings, role="serve") as app:
         assert app.mcp is not None and "mcp" in app.job.platforms
         await app.runner.start()
-        key = thread_key("alice", "a" * 32)
+        key = Caller.principal("alice").thread("a" * 32)
         request = ResearchRequest(
-            topic="heat pumps", depth=2, thread=key, requested_by=requester("alice")
+            topic="heat pumps",
+            depth=2,
+            thread=key,
+            requested_by=Caller.principal("alice").requested_by,
         )
         run, created = await app.runtime.research.requests.submit(request)
         assert created
@@ -368,11 +371,11 @@ async def test_the_delivery_writes_each_state_once_with_the_plan_and_wakes_the_f
     try:
         store = Store(database)
         run, _ = await store.runs.create_run(
-            thread=thread_key("local", "b" * 32),
+            thread=Caller.principal("local").thread("b" * 32),
             topic="t",
             depth=2,
             strategy="iterative",
-            requested_by=requester("local"),
+            requested_by=Caller.principal("local").requested_by,
         )
         wakeup = Wakeup()
         woken = asyncio.Event()

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from bots.mcp.delivery import Wakeup
 from core.chat.stores import ChatProgress, ProgressRecord, RunRecord
 from core.research.outcome import RunOutcome
-from core.values import DeliveryState, RunStatus
+from core.values import DeliveryState
 from core.words.wording import request_language
 
 #: How often a followed run's rows and row are read when nothing wakes the follower (seconds).
@@ -171,7 +171,3 @@ async def research_result(
         raise RunGone(run_id)
     outcome = await outcomes(run)
     return outcome, result_of(outcome)
-
-
-def failed(outcome: RunOutcome) -> bool:
-    return outcome.status is RunStatus.FAILED

@@ -72,6 +72,7 @@ from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
+from bots.chat.replies import PlainMarkup, Replies
 from bots.chat.settings import ChatPolicy
 from bots.mcp.callers import Caller, UnknownCaller
 from bots.mcp.delivery import Wakeup
@@ -83,7 +84,7 @@ from core.chat.stores import ChatProgress, ChatThreads, ProgressRecord, RunRecor
 from core.engine.registry import STRATEGIES
 from core.research.outcome import final_progress_text
 from core.research.requests import DailyLimitReached, ResearchRequest, RunRejected
-from core.values import RunStatus, SourceChoice, ThreadKey
+from core.values import RunStatus, SourceChoice
 from core.words.wording import Language, pick, request_language
 from storage.errors import UserBusy
 
@@ -256,16 +257,6 @@ def parse_arguments(arguments: dict[str, Any] | None, policy: ChatPolicy) -> Ask
     return Asked(
         topic.strip(), depth, strategy.strip().lower(), SourceChoice(sources), language, thread
     )
-
-
-def thread_key(principal: str, thread: str) -> ThreadKey:
-    """The thread of ``principal``'s research ``thread``: ``mcp:<principal>:mcp:<thread>``."""
-    return Caller.principal(principal).thread(thread)
-
-
-def requester(principal: str) -> str:
-    """Who asked, as runs record it (``fathom forget --user`` takes it)."""
-    return Caller.principal(principal).requested_by
 
 
 def cancel_requested(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -463,15 +454,10 @@ class ResearchTool:
                     f"你已有 {exc.active} 个研究在进行（最多 {exc.limit} 个）；请等待或取消一个",
                 )
             ) from None
-        except DailyLimitReached as exc:
+        except DailyLimitReached as exc:  # worded as the chat says it (held tokens too)
+            words = Replies(PlainMarkup(), language)
             raise BadArguments(
-                pick(
-                    language,
-                    f"today's {exc.kind} quota ({exc.limit}) is used; it resets at "
-                    f"{exc.resets_at:%Y-%m-%d %H:%M %Z}",
-                    f"今天的 {exc.kind} 配额（{exc.limit}）已用完；"
-                    f"将于 {exc.resets_at:%Y-%m-%d %H:%M %Z} 重置",
-                )
+                words.daily_limit(exc.kind, exc.limit, exc.resets_at, exc.reserved)
             ) from None
         await services.runner.enqueue(run.id)
         return run, True

@@ -57,8 +57,6 @@ from storage.records import CancelRequest
 if TYPE_CHECKING:
     from bots.mcp.server import ResearchTool
 
-#: The only protocol revision with tasks.
-TASKS_VERSION = "2025-11-25"
 #: ``_meta`` key tying a result to its task.
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 #: ``_meta`` key of the text a host may hand its model while the task runs.
