@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ from storage.memory import MemoryStores
 from storage.tables import ProcessedEvent
 from tests.chat_app import wait_for
 from tests.conftest import FAKE_API_KEY
-from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
+from tests.fakes import FakeLLMServer, FakeSearchServer, Hang, Held
 
 FAST = DeliveryPolicy(attempts=4, first_delay=0.01, max_delay=0.05)
 NOTED = (
@@ -658,12 +659,16 @@ async def test_stop_pressed_before_the_first_search_says_and_does_the_same(
     is found by then, and the run ends stopped with nothing to report, no report posted."""
     w = world()
     await w.runner.start()
-    llm_server.fake.script("planner", Hang(1.0))  # the first plan is held while Stop lands
+    planned = threading.Event()
+    llm_server.fake.script("planner", Held(planned))  # the first plan is held while Stop lands
     await w.chat.say(w.commands, "heat pumps depth=3")
     await w.progress_shows("Researching")
     await wait_for(lambda: llm_server.fake.requests_for("planner"))
     (run,) = await w.runs()
-    answer = await w.chat.press(w.commands, run.id, Control.STOP)
+    try:
+        answer = await w.chat.press(w.commands, run.id, Control.STOP)
+    finally:
+        planned.set()
     assert "if nothing has, there is no report" in answer, answer
     (ended,) = await w.delivered()
     assert ended.status == "cancelled" and ended.error is None
@@ -687,8 +692,9 @@ async def test_cancel_keeps_its_word_at_every_stage_of_a_run(
     is being posted the answer says it is too late, and the report is posted whole."""
     w = world(read_pages=True)
     llm, search = llm_server.fake, search_server.fake
+    planned = threading.Event()
     if stage == "planning":
-        llm.script("planner", Hang(1.0))
+        llm.script("planner", Held(planned))
     elif stage == "searching":
         search.latency = 1.0
     elif stage == "reading":
@@ -714,6 +720,7 @@ async def test_cancel_keeps_its_word_at_every_stage_of_a_run(
     try:
         answer = await w.chat.press(w.commands, run.id, Control.CANCEL)
     finally:
+        planned.set()
         search.release_pages()
         if w.chat.report_gate is not None:
             w.chat.report_gate.set()

@@ -403,10 +403,13 @@ async def test_a_research_shows_its_status_and_its_searches_as_tasks(start_bot: 
     ts = run.progress_message_id
 
     said = [str(c.params["status"]) for c in bot.slack.calls_to(SET_STATUS)]
-    assert said[0] == "is planning the research…" and said[-1] == ""
-    # In order; a step overtaken by the next one before it was sent may be skipped.
+    # In order; a step overtaken by the next one before it was sent may be skipped (on a
+    # loaded machine the plan is made while the session is opened, so the first status
+    # may already be a search).
     order = ["is planning", "is searching", "is reading", "is planning the next", "is writing"]
     order.append("is checking")  # the report's citations, after it is written
+    assert said[0].startswith(("is planning the research…", "is searching")), said
+    assert said[-1] == "", said
     assert any(s.startswith("is searching") for s in said), said
     steps = [s for s in said[1:-1] if s]
     assert all(any(s.startswith(o) for o in order) for s in steps), said

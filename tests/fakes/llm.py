@@ -102,6 +102,14 @@ class Hang:
 
 
 @dataclass(frozen=True)
+class Held:
+    """Answer with the default behaviour once ``gate`` is set (at most ``HELD_LIMIT`` real
+    seconds): a call a test holds exactly as long as it needs, however loaded the machine."""
+
+    gate: threading.Event
+
+
+@dataclass(frozen=True)
 class Trickle:
     """Answer 200 at once, then only a blank line every ``every`` real seconds, as DeepSeek
     keeps a busy non-streamed request alive ("Non-streaming requests: Continuously return
@@ -129,7 +137,9 @@ class Cut:
     share: float = 0.5
 
 
-Response = Reply | Fail | Hang | Raw | Trickle | Silent | Cut
+Response = Reply | Fail | Hang | Held | Raw | Trickle | Silent | Cut
+#: The longest a held answer waits for its gate (real seconds).
+HELD_LIMIT = 30.0
 #: The longest a trickling or silent answer goes on (real seconds) if its client never leaves.
 TRICKLE_LIMIT = 60.0
 
@@ -604,6 +614,8 @@ def build_llm_app(fake: FakeLLM) -> Starlette:
             return JSONResponse(payload, scripted.status, headers=scripted.headers)
         if isinstance(scripted, Hang):
             await asyncio.sleep(scripted.seconds)
+        if isinstance(scripted, Held):
+            await asyncio.to_thread(scripted.gate.wait, HELD_LIMIT)
         if isinstance(scripted, Reply):
             return JSONResponse(_completion(body, scripted))
         if isinstance(scripted, Raw):
