@@ -24,9 +24,11 @@ mid-call (the SDK client's pending call fails with "Connection closed", and no
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -43,7 +45,7 @@ from core.config import ConfigError, load
 from core.values import RunStatus
 from storage import Database, Store
 from tests.chat_app import ServedFathom, wait_for
-from tests.fakes.llm import FakeLLMServer, Hang
+from tests.fakes.llm import FakeLLMServer, Hang, Held
 from tests.test_cli import mcp_config, needs_knowledge
 
 ALICE = "a" * 40
@@ -470,6 +472,20 @@ async def test_a_worker_executes_an_mcp_run_and_its_progress_reaches_the_http_ca
     assert f":{worker.pid}:" in runs[0].owner  # the worker ran it, not serve
 
 
+#: What ``fathom serve`` logs when a call's handler ends before its run (bots/mcp/server.py).
+CALL_ENDINGS = (
+    "a call following it ended; the run goes on",
+    "cancelled by its MCP caller",
+    "its MCP caller left; the run goes on",
+)
+
+
+def call_ended(logged: str) -> str | None:
+    """How the first call that ended before its run ended, as the server logged it."""
+    found = [(logged.find(e), e) for e in CALL_ENDINGS if e in logged]
+    return min(found)[1] if found else None
+
+
 async def finished_run(store: Store) -> Any:
     """The one stored thread's first run, once it has finished (else None)."""
     threads = await store.threads.list_threads()
@@ -631,14 +647,18 @@ async def test_a_serve_stopping_mid_call_cancels_only_a_2026_07_28_calls_run(
 
 
 async def test_a_2025_11_25_call_whose_post_stream_closes_goes_on_in_its_session(
-    serve_fathom: Callable[..., Any], llm_server: FakeLLMServer
+    serve_fathom: Callable[..., Any],
+    llm_server: FakeLLMServer,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """On a 2025-11-25 session the call's POST response stream closing is no cancel (the
     specification 2025-11-25, Transports: a disconnection "SHOULD NOT be interpreted as the
     client cancelling its request"): the session stays, and when it ends (DELETE) the run
     still finishes, uncancelled."""
+    caplog.set_level(logging.INFO, logger="bots.mcp.server")
     served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
-    llm_server.fake.script("writer", Hang(1))
+    written = threading.Event()  # the report is held until the session ended
+    llm_server.fake.script("writer", Held(written))
     url = f"{served.url}/mcp"
     auth = {**POST_HEADERS, "Authorization": f"Bearer {ALICE}"}
     opened = await served.http.post(url, json=INITIALIZE, headers=auth)
@@ -664,18 +684,25 @@ async def test_a_2025_11_25_call_whose_post_stream_closes_goes_on_in_its_session
                 break
     await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
     assert (await served.http.delete(url, headers=session)).status_code in (200, 204)
+    await wait_for(lambda: call_ended(caplog.text), within=60)
+    written.set()
     run = await wait_for(lambda: finished_run(served.store), within=60)
     assert run.status is RunStatus.SUCCEEDED and not run.cancel_requested
+    assert call_ended(caplog.text) == "its MCP caller left; the run goes on"
 
 
 async def test_a_call_that_follows_a_research_going_on_cancels_nothing_when_it_ends(
-    serve_fathom: Callable[..., Any], llm_server: FakeLLMServer
+    serve_fathom: Callable[..., Any],
+    llm_server: FakeLLMServer,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A second call with the ``thread`` of a research going on follows it; when that call
     ends (here a 2026-07-28 call, whose end is its cancel) it stops following, and the
     research, which another call started, goes on to its report."""
+    caplog.set_level(logging.INFO, logger="bots.mcp.server")
     served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
-    llm_server.fake.script("writer", Hang(2))
+    written = threading.Event()  # the report is held until the follower left
+    llm_server.fake.script("writer", Held(written))
     async with client(f"{served.url}/mcp", ALICE, mode="legacy") as mcp:
         first = asyncio.ensure_future(mcp.call_tool("research", {"topic": "heat pumps"}))
         await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
@@ -689,6 +716,9 @@ async def test_a_call_that_follows_a_research_going_on_cancels_nothing_when_it_e
             async for line in got.aiter_lines():  # following: then its client closes it
                 if "notifications/progress" in line:
                     break
+        ended = await wait_for(lambda: call_ended(caplog.text), within=60)
+        written.set()
+        assert ended == "a call following it ended; the run goes on", caplog.text
         result = await first
     assert not result.is_error, result.content
     assert isinstance(result.structured_content, dict)

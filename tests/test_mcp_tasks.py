@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,7 +31,7 @@ from core.values import RunStatus
 from storage import Store
 from tests.chat_app import wait_for
 from tests.cli import ENTRY_POINT
-from tests.fakes.llm import FakeLLMServer, Hang
+from tests.fakes.llm import FakeLLMServer, Hang, Held
 from tests.fakes.search import FakeSearchServer
 from tests.test_mcp_http import ALICE, BOB, TOKENS, modern_call
 from tests.test_mcp_http import client as http_client
@@ -202,7 +203,8 @@ async def test_a_task_over_http_outlives_its_session_and_only_its_principal_sees
     serve_fathom: Callable[..., Any], llm_server: FakeLLMServer
 ) -> None:
     served = await serve_fathom(FATHOM_MCP_TOKEN=TOKENS)
-    llm_server.fake.script("writer", Hang(2))  # the run outlives the session that created it
+    written = threading.Event()
+    llm_server.fake.script("writer", Held(written))  # the run outlives the session that made it
     url = f"{served.url}/mcp"
     async with http_client(url, ALICE, mode="legacy") as alice:
         assert alice.server_capabilities.tasks is not None
@@ -210,6 +212,7 @@ async def test_a_task_over_http_outlives_its_session_and_only_its_principal_sees
         await wait_for(lambda: llm_server.fake.requests_for("writer"), within=60)
     task_id = created.task.task_id
     going = await served.store.runs.get_run(task_id)
+    written.set()
     assert going is not None and not going.status.finished  # the session ended before it
     async with http_client(url, BOB, mode="legacy") as bob:
         with pytest.raises(MCPError) as foreign:
@@ -320,7 +323,8 @@ async def test_a_failed_run_is_a_failed_task_whose_result_is_a_tool_error(
 async def test_giving_up_a_tasks_result_wait_cancels_nothing(
     cli_env: dict[str, str], tmp_path: Path, store_of: Store, llm_server: FakeLLMServer
 ) -> None:
-    llm_server.fake.script("writer", Hang(2))
+    written = threading.Event()
+    llm_server.fake.script("writer", Held(written))
     async with legacy_stdio(cli_env, tmp_path) as client:
         created = await create_task(client, {"topic": "heat pumps", "depth": 1})
         task_id = created.task.task_id
@@ -329,6 +333,7 @@ async def test_giving_up_a_tasks_result_wait_cancels_nothing(
         waiting.cancel()  # the client sends notifications/cancelled for tasks/result
         with pytest.raises(asyncio.CancelledError):
             await waiting
+        written.set()
         done = await until_ended(client, task_id)
     assert done.status == "completed"
     run = await store_of.runs.get_run(task_id)
@@ -340,13 +345,15 @@ async def test_a_task_in_the_thread_of_a_research_going_on_is_refused(
 ) -> None:
     """A task starts ``working`` with a run of its own: a task-augmented call with the
     ``thread`` of a research going on is -32602, naming that research's task."""
-    llm_server.fake.script("writer", Hang(2))
+    written = threading.Event()
+    llm_server.fake.script("writer", Held(written))
     async with legacy_stdio(cli_env, tmp_path) as client:
         created = await create_task(client, {"topic": "heat pumps", "depth": 1})
         [summary] = await store_of.threads.list_threads()
         thread = summary.key.rsplit(":", 1)[1]
         with pytest.raises(MCPError) as refused:
             await create_task(client, {"topic": "and costs", "depth": 1, "thread": thread})
+        written.set()
         await until_ended(client, created.task.task_id)
     assert refused.value.error.code == types.INVALID_PARAMS
     assert created.task.task_id in refused.value.error.message
