@@ -886,7 +886,8 @@ async def test_a_reply_while_the_report_is_written_is_told_it_is_too_late_and_no
     such a reply is named as not read."""
     w = world()
     await w.runner.start()
-    llm_server.fake.script("writer", Hang(2))
+    written = threading.Event()  # the report is held while the replies come
+    llm_server.fake.script("writer", Held(written))
     await w.chat.say(w.commands, "heat pumps depth=1")
     await w.progress_shows("Writing the report")
     await wait_for(lambda: llm_server.fake.requests_for("writer"))
@@ -896,6 +897,7 @@ async def test_a_reply_while_the_report_is_written_is_told_it_is_too_late_and_no
     with_file = await w.chat.say(w.commands, "and Asia", in_thread=True, attachments=[paper])
     assert with_file is not None and with_file.text.startswith(TOO_LATE + "\n📎 Not read: ")
     assert "paper.pdf (a research reads only the files sent with its request" in with_file.text
+    written.set()
     (run,) = await w.delivered()
     assert run.status == "succeeded"
     writer = json.dumps(llm_server.fake.requests_for("writer")[-1].body)

@@ -11,6 +11,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from core.models import SearchResult
 from core.settings import Settings
 from core.words.reasons import Reason
 from tests.cli import fathom, fathom_process, start_fathom, stop, wait_for_stderr
-from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
+from tests.fakes import FakeLLMServer, FakeSearchServer, Held
 from tests.fakes.search import RESULT_DATE, page_date
 
 JSON_KEYS = {
@@ -419,11 +420,13 @@ def test_ctrl_c_before_any_search_says_the_run_stopped_with_nothing_to_report(
 ) -> None:
     """The first Ctrl-C is "Stop and write now"; pressed while the first plan is made, no
     search has found anything: the last line says so (it was an empty "run cancelled:")."""
-    llm_server.fake.script("planner", Hang(3.0))
+    planned = threading.Event()  # the first plan is held until Ctrl-C was pressed
+    llm_server.fake.script("planner", Held(planned))
     proc = start_fathom("research", "tidal power", env=cli_env, cwd=tmp_path)
     try:
         wait_for_stderr(proc, "Researching “tidal power”, depth 3…")
         proc.send_signal(signal.SIGINT)
+        planned.set()
         _, stderr = proc.communicate(timeout=60)
     finally:
         stop(proc)

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import copy
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from bots.chat.connection import restart_delay
 from bots.feishu.ws import LongConnection
 from tests.chat_app import ServedFathom, runs_table_away, wait_for
 from tests.conftest import ServeFathom
-from tests.fakes import FakeLLMServer, FakeSearchServer, Hang, Reply
+from tests.fakes import FakeLLMServer, FakeSearchServer, Held, Reply
 from tests.fakes.feishu import (
     APP_ID,
     APP_SECRET,
@@ -333,10 +334,12 @@ async def test_a_send_whose_answer_was_lost_is_retried_without_showing_twice(
     """Feishu accepts a report card but its answer is lost (a 502 on the way back): the
     delivery retries with the same uuid, and Feishu returns the card it already has."""
     bot = await feishu(FATHOM_DELIVERY_BACKOFF="0.05")
-    llm.fake.script("writer", Hang(0.5))  # the failure is armed before the report is sent
+    armed = threading.Event()
+    llm.fake.script("writer", Held(armed))  # the failure is armed before the report is sent
     await bot.send(message_event("/research heat pumps depth=1", token=TOKEN, message_id="om_u"))
     await wait_for(lambda: bot.thread("om_u"))  # the progress card is out
     bot.fake.fail_next("reply", status=502, after=True)
+    armed.set()
     (run,) = await bot.delivered()
     cards = bot.thread("om_u")[1:]
     attempts = [c for c in bot.fake.calls_to("reply") if c.body["uuid"] == f"{run.id}:r1"]
@@ -355,13 +358,15 @@ async def test_only_a_feishu_code_that_says_never_gives_up_on_a_report(
     """230002 (the bot left the chat) and 230027 (no permission) are final; a code Feishu
     does not document as final is retried."""
     bot = await feishu(FATHOM_DELIVERY_BACKOFF="0.05", FATHOM_DELIVERY_ATTEMPTS="3")
-    llm.fake.script("writer", Hang(0.5))
+    armed = threading.Event()
+    llm.fake.script("writer", Held(armed))
     message_id = f"om_c{code}"
     await bot.send(
         message_event("/research heat pumps depth=1", token=TOKEN, message_id=message_id)
     )
     await wait_for(lambda: bot.thread(message_id))
     bot.fake.fail_next("reply", status=status, code=code, times=2)
+    armed.set()
     (run,) = await bot.delivered()
     if gives_up:
         assert (run.delivery, run.delivery_attempts) == ("failed", 1)

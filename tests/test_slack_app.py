@@ -40,7 +40,7 @@ from storage import Database, RunRecord, Store
 from tests.chat_app import LifespanServer, fathom_settings, runs_table_away, wait_for
 from tests.databases import MigratedTemplates
 from tests.env import is_fathom_setting
-from tests.fakes import FakeLLMServer, FakeSearchServer, Hang
+from tests.fakes import FakeLLMServer, FakeSearchServer, Held
 from tests.fakes.server import BackgroundServer
 from tests.fakes.slack import (
     FILES,
@@ -476,10 +476,12 @@ async def test_a_report_slack_refuses_twice_is_posted_once_on_the_third_try(
     start_bot: BotFactory,
 ) -> None:
     bot = await start_bot(FATHOM_DELIVERY_BACKOFF="0.05")
-    bot.llm.fake.script("writer", Hang(1.0))  # the report comes after the failures are armed
+    armed = threading.Event()
+    bot.llm.fake.script("writer", Held(armed))  # the report comes after the failures are armed
     await bot.command("tidal power depth=1", trigger_id="t-5xx")
     await wait_for(lambda: bot.slack.calls_to("chat.postMessage"))  # the opener is out
     bot.slack.fail_next("chat.postMessage", status=500, times=2)
+    armed.set()
     [run] = await bot.finished()
     assert (run.status, run.delivery, run.delivery_attempts) == ("succeeded", "posted", 2)
     assert (run.delivery_error or "").startswith("HTTP 500")  # the last refusal, kept
@@ -494,10 +496,12 @@ async def test_a_report_to_a_channel_slack_calls_gone_is_given_up_at_once(
     start_bot: BotFactory,
 ) -> None:
     bot = await start_bot(FATHOM_DELIVERY_BACKOFF="0.05")
-    bot.llm.fake.script("writer", Hang(1.0))
+    armed = threading.Event()
+    bot.llm.fake.script("writer", Held(armed))
     await bot.command("geothermal depth=1", trigger_id="t-gone")
     await wait_for(lambda: bot.slack.calls_to("chat.postMessage"))
     bot.slack.fail_next("chat.postMessage", error="is_archived", times=5)
+    armed.set()
     [run] = await bot.finished()
     assert (run.status, run.delivery, run.delivery_attempts) == ("succeeded", "failed", 1)
     assert "is_archived" in (run.delivery_error or "")
@@ -507,10 +511,12 @@ async def test_a_report_slack_never_takes_ends_with_one_notice_in_the_thread(
     start_bot: BotFactory,
 ) -> None:
     bot = await start_bot(FATHOM_DELIVERY_BACKOFF="0.02", FATHOM_DELIVERY_ATTEMPTS="3")
-    bot.llm.fake.script("writer", Hang(1.0))
+    armed = threading.Event()
+    bot.llm.fake.script("writer", Held(armed))
     await bot.command("wave power depth=1", trigger_id="t-never")
     await wait_for(lambda: bot.slack.calls_to("chat.postMessage"))
     bot.slack.fail_next("chat.postMessage", status=503, times=3)
+    armed.set()
     [run] = await bot.finished()
     assert (run.status, run.delivery, run.delivery_attempts) == ("succeeded", "failed", 3)
     assert (run.delivery_error or "").startswith("not posted after 3 failures: HTTP 503")
