@@ -47,6 +47,7 @@ from storage.records import (
     DailyQuota,
     GuidanceTaken,
     ProgressRecord,
+    RunPosition,
     RunRecord,
     RunUsage,
     SourceRecord,
@@ -362,8 +363,14 @@ class MemoryRuns:
         ]
         return self._m.oldest_first(runs)
 
-    async def recent_runs_for_user(self, requested_by: str, limit: int = 10) -> list[RunRecord]:
-        runs = [r for r in self._m.all_runs() if r.requested_by == requested_by]
+    async def recent_runs_for_user(
+        self, requested_by: str, limit: int = 10, before: RunPosition | None = None
+    ) -> list[RunRecord]:
+        runs = [
+            r
+            for r in self._m.all_runs()
+            if r.requested_by == requested_by and (before is None or (r.created_at, r.id) < before)
+        ]
         return self._m.newest_first(runs)[:limit]
 
     async def recent_runs_in_channel(

@@ -118,6 +118,11 @@ class ThreadRecord:
     updated_at: datetime
 
 
+#: Where a run stands in the newest-first order of a list of runs: its ``created_at`` and
+#: ``id`` (a keyset cursor: a run created or deleted meanwhile moves no other run's place).
+RunPosition = tuple[datetime, str]
+
+
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     id: str

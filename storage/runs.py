@@ -18,7 +18,19 @@ from datetime import datetime
 from typing import Any, cast
 from uuid import uuid4
 
-from sqlalchemy import Select, Table, and_, bindparam, case, exists, func, select, text, update
+from sqlalchemy import (
+    Select,
+    Table,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -37,6 +49,7 @@ from storage.records import (
     Admission,
     CancelRequest,
     DailyQuota,
+    RunPosition,
     RunRecord,
     RunUsage,
     SourceRecord,
@@ -534,8 +547,18 @@ class RunStore:
         )
         return await self._records(stmt.order_by(_runs.c.created_at, _runs.c.id))
 
-    async def recent_runs_for_user(self, requested_by: str, limit: int = 10) -> list[RunRecord]:
+    async def recent_runs_for_user(
+        self, requested_by: str, limit: int = 10, before: RunPosition | None = None
+    ) -> list[RunRecord]:
         stmt = SELECT_RUNS.where(_runs.c.requested_by == requested_by)
+        if before is not None:  # older than ``before`` in the newest-first order
+            created, run_id = before
+            stmt = stmt.where(
+                or_(
+                    _runs.c.created_at < created,
+                    and_(_runs.c.created_at == created, _runs.c.id < run_id),
+                )
+            )
         return await self._records(newest_first(stmt).limit(limit))
 
     async def recent_runs_in_channel(

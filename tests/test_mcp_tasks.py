@@ -245,18 +245,21 @@ async def test_tasks_list_pages_with_its_cursor(
             assert isinstance(result.structured_content, dict)
             made.append(result.structured_content["run_id"])
         first = await list_tasks(alice)
+        later = await alice.call_tool("research", {"topic": "wave power", "depth": 1})
+        assert not later.is_error  # a run created between two pages moves no other
         pages = [first]
-        while pages[-1].next_cursor is not None:
+        while pages[-1].next_cursor is not None and len(pages) < 5:
             pages.append(await list_tasks(alice, pages[-1].next_cursor))
         bad = []
-        for cursor in ("²", "-1", "3000", "x"):  # not ours, or past the end
+        malformed = ("²", "-1", "3000", "x", "2026-13-01T00:00:00+00:00/ab", "2026-12-01/ab")
+        for cursor in (*malformed, "2026-12-01T00:00:00+00:00/", "2026-12-01T00:00:00+00:00/a b"):
             with pytest.raises(MCPError) as refused:
                 await list_tasks(alice, cursor)
             bad.append(refused.value.error.code)
     assert len(pages) == (2 if page == 2 else 1)  # a full last page has no next cursor
     # Newest first, each once: a run of a plain call is a task too (its run_id the task id).
     assert [t.task_id for each in pages for t in each.tasks] == made[::-1]
-    assert bad == [types.INVALID_PARAMS] * 4
+    assert bad == [types.INVALID_PARAMS] * 8
 
 
 async def test_task_is_ignored_on_2026_07_28_which_has_no_tasks(

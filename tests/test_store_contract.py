@@ -389,6 +389,25 @@ async def test_a_users_and_a_channels_runs_are_listed_in_order(b: Runner) -> Non
     assert await runs.recent_runs_for_user("U404") == []
 
 
+async def test_a_users_runs_page_by_their_place_not_an_offset(b: Runner) -> None:
+    """``before`` (a run's creation time and id) lists the runs after that place in the
+    newest-first order: a run created meanwhile moves nothing, and a place whose run is gone
+    still works; at the same time, the id orders (and breaks the tie)."""
+    runs = b.stores.runs
+    made = [(await new(b, thread(f"t{i}")))[0] for i in range(4)]
+    first = await runs.recent_runs_for_user("U1", 2)
+    assert [r.id for r in first] == [made[3].id, made[2].id]
+    await new(b, thread("t-new"))  # created between two pages
+    after = (first[-1].created_at, first[-1].id)
+    second = await runs.recent_runs_for_user("U1", 2, after)
+    assert [r.id for r in second] == [made[1].id, made[0].id]
+    assert await runs.recent_runs_for_user("U1", 2, (made[0].created_at, made[0].id)) == []
+    tie = made[2].created_at
+    same_time = await runs.recent_runs_for_user("U1", 1, (tie, "f" * 32))  # id after made[2]'s
+    assert [r.id for r in same_time] == [made[2].id]
+    assert [r.id for r in await runs.recent_runs_for_user("U1", 1, (tie, ""))] == [made[1].id]
+
+
 async def test_a_threads_latest_and_active_runs(b: Runner) -> None:
     runs = b.stores.runs
     first, _ = await new(b)

@@ -80,7 +80,13 @@ from bots.mcp.follow import Outcomes, ResearchResult, RunFollower, RunGone, rese
 from bots.mcp.settings import LOCAL
 from bots.mcp.tasks import RELATED_TASK, ResearchTasks, TaskCreated, answer_created_tasks
 from bots.mcp.tasks import capability as tasks_capability
-from core.chat.stores import ChatProgress, ChatThreads, ProgressRecord, RunRecord
+from core.chat.stores import (
+    ChatProgress,
+    ChatThreads,
+    ProgressRecord,
+    RunPosition,
+    RunRecord,
+)
 from core.engine.registry import STRATEGIES
 from core.research.outcome import final_progress_text
 from core.research.requests import DailyLimitReached, ResearchRequest, RunRejected
@@ -142,7 +148,9 @@ class Runs(Protocol):
 
     async def active_run_in_thread(self, thread_key: str) -> RunRecord | None: ...
 
-    async def recent_runs_for_user(self, requested_by: str, limit: int = 10) -> list[RunRecord]: ...
+    async def recent_runs_for_user(
+        self, requested_by: str, limit: int = 10, before: RunPosition | None = None
+    ) -> list[RunRecord]: ...
 
 
 class Requests(Protocol):
@@ -358,9 +366,12 @@ class ResearchTool:
     async def run(self, run_id: str) -> RunRecord | None:
         return await self._services.runs.get_run(run_id)
 
-    async def runs_of(self, caller: Caller, limit: int) -> list[RunRecord]:
-        """``caller``'s newest runs (at most ``limit``)."""
-        return await self._services.runs.recent_runs_for_user(caller.requested_by, limit)
+    async def runs_of(
+        self, caller: Caller, limit: int, before: RunPosition | None = None
+    ) -> list[RunRecord]:
+        """``caller``'s newest runs (at most ``limit``; older than ``before`` if given)."""
+        runs = self._services.runs
+        return await runs.recent_runs_for_user(caller.requested_by, limit, before)
 
     async def progress_of(self, run_id: str) -> list[ProgressRecord]:
         return await self._services.rows.since(run_id)

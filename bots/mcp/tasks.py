@@ -27,7 +27,8 @@ runs; any other id is "not found" (-32602), as the specification's security sect
   each notification with that key too. A task cancelled is answered at once (no report),
   whether or not its run has wound down. Giving up this wait does not cancel the run.
 - ``tasks/list``: the caller's runs over MCP, newest first, :data:`PAGE` at a time (the
-  cursor an offset; one past the end is -32602).
+  cursor the last listed run's place, its creation time and id: a run created or deleted
+  between two pages moves no other; a cursor not of that shape is -32602).
 - ``tasks/cancel``: cancels the run (``RunRequests.cancel``, as the chat's Cancel); the task
   is ``cancelled`` from then on. A task that has ended is -32602.
 
@@ -49,7 +50,7 @@ from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 
 from bots.mcp.callers import Caller, UnknownCaller
 from bots.mcp.follow import RunGone
-from core.chat.stores import ProgressRecord, RunRecord
+from core.chat.stores import ProgressRecord, RunPosition, RunRecord
 from core.values import RunStatus
 from core.words.wording import pick, request_language
 from storage.records import CancelRequest
@@ -65,6 +66,8 @@ IMMEDIATE_RESPONSE = "io.modelcontextprotocol/model-immediate-response"
 POLL_INTERVAL_MS = 3000
 #: Tasks in one ``tasks/list`` page.
 PAGE = 50
+#: Between a cursor's time and its run id.
+CURSOR_SEPARATOR = "/"
 
 Handler = Callable[..., Awaitable[Any]]
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
@@ -128,6 +131,28 @@ def utc(moment: datetime) -> datetime:
 def iso(moment: datetime) -> str:
     """ISO 8601 in UTC."""
     return utc(moment).isoformat().replace("+00:00", "Z")
+
+
+def cursor_of(run: RunRecord) -> str:
+    """The ``tasks/list`` cursor after ``run``: its place in the newest-first order (its
+    creation time and id), so a run created or deleted between two pages moves nothing."""
+    return f"{utc(run.created_at).isoformat()}{CURSOR_SEPARATOR}{run.id}"
+
+
+def position_of(cursor: str) -> RunPosition:
+    """The place a :func:`cursor_of` cursor names; -32602 for anything else."""
+    created, separator, run_id = cursor.partition(CURSOR_SEPARATOR)
+    try:
+        if not (separator and cursor.isascii() and len(cursor) <= 120):
+            raise ValueError(cursor)
+        if not (run_id and run_id.replace("-", "").isalnum()):
+            raise ValueError(run_id)
+        moment = datetime.fromisoformat(created)
+        if moment.tzinfo is None:
+            raise ValueError(created)
+    except ValueError:
+        raise MCPError(code=INVALID_PARAMS, message=f"Invalid cursor {cursor[:40]!r}") from None
+    return utc(moment), run_id
 
 
 def not_found(task_id: str) -> MCPError:
@@ -200,22 +225,17 @@ class ResearchTasks:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
     ) -> dict[str, Any]:
         served_here(ctx)
-        cursor = params.cursor
-        if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) < 9):
-            raise MCPError(code=INVALID_PARAMS, message=f"Invalid cursor {cursor[:40]!r}")
-        offset = int(cursor or 0)
+        before = None if params.cursor is None else position_of(params.cursor)
         caller = self._caller(ctx)
         runs = [
-            run for run in await self.tool.runs_of(caller, offset + PAGE + 1) if caller.owns(run)
+            run for run in await self.tool.runs_of(caller, PAGE + 1, before) if caller.owns(run)
         ]
-        page = runs[offset : offset + PAGE]
-        if offset and not page:  # a cursor this list never gave (or one gone stale)
-            raise MCPError(code=INVALID_PARAMS, message=f"Invalid cursor {cursor!r}")
+        page = runs[:PAGE]
         answer: dict[str, Any] = {
             "tasks": [self._task(run, await self._latest(run)) for run in page]
         }
-        if len(runs) > offset + PAGE:
-            answer["nextCursor"] = str(offset + PAGE)
+        if len(runs) > PAGE:
+            answer["nextCursor"] = cursor_of(page[-1])
         return answer
 
     async def cancel(

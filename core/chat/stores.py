@@ -25,6 +25,7 @@ from storage.records import (
     DigestRecord,
     GuidanceTaken,
     ProgressRecord,
+    RunPosition,
     RunRecord,
     SourceRecord,
     StopRequest,
@@ -47,6 +48,7 @@ __all__ = [
     "DigestRecord",
     "GuidanceTaken",
     "ProgressRecord",
+    "RunPosition",
     "RunRecord",
     "StopRequest",
     "ThreadRecord",
@@ -79,7 +81,12 @@ class ChatRuns(RequestRuns, Protocol):
 
     async def active_runs_for_user(self, requested_by: str) -> list[RunRecord]: ...
 
-    async def recent_runs_for_user(self, requested_by: str, limit: int = 10) -> list[RunRecord]: ...
+    async def recent_runs_for_user(
+        self, requested_by: str, limit: int = 10, before: RunPosition | None = None
+    ) -> list[RunRecord]:
+        """``requested_by``'s newest runs, newest first (by creation, then id); with
+        ``before``, only those after that position in this order (a page's keyset cursor)."""
+        ...
 
     async def recent_runs_in_channel(
         self, platform: str, workspace: str, channel: str, limit: int = 10
